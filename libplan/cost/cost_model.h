@@ -1,0 +1,92 @@
+// The planner's one cost interface (style.md, rule 2). The allocator,
+// scheduler and placer ask it for an operator's scaling curve and for the
+// time of moving bytes; they never read profiles or clusters themselves.
+//
+// Two implementations: ProfileCostModel (a profile database plus a cluster's
+// links) and TableCostModel (curves and links given directly, for tests).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libplan/cost/curve.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/io/profile.h"
+#include "libplan/model/cluster.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+
+  // Scaling curve of one operator of workload `w` (time of ONE operator, ms,
+  // on n devices in data parallel). nullptr when the model has no data for w.
+  virtual const ScalingCurve* curve(const Workload& w) const = 0;
+
+  // Parameter bytes of one operator of `w` (model dtype), and activation
+  // bytes it keeps for backward per sample.
+  virtual int64_t param_bytes(const Workload& w) const = 0;
+  virtual int64_t activation_bytes_per_sample(const Workload& w) const = 0;
+
+  // Point-to-point: time to move `bytes` from one device to another, ms.
+  virtual double p2p_ms(double bytes, bool cross_island) const = 0;
+  // Ring all-reduce of `bytes` over `devices` (sorted device ids), ms:
+  // 2 (p-1)/p * bytes / bw + 2 (p-1) * latency, slowest link deciding.
+  virtual double allreduce_ms(double bytes, const std::vector<int>& devices) const = 0;
+};
+
+// Ring all-reduce cost of spec/cluster.md over the given cluster's links.
+double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices);
+
+// Backed by a profile database and a cluster. create() fits every curve
+// once and fails, naming the profile file and the workload, when an operator
+// of `graph` has no entry.
+class ProfileCostModel final : public CostModel {
+ public:
+  static Result<std::unique_ptr<ProfileCostModel>> create(const Profile& profile,
+                                                          const Cluster& cluster,
+                                                          const OpGraph& graph);
+  const ScalingCurve* curve(const Workload& w) const override;
+  int64_t param_bytes(const Workload& w) const override;
+  int64_t activation_bytes_per_sample(const Workload& w) const override;
+  double p2p_ms(double bytes, bool cross_island) const override;
+  double allreduce_ms(double bytes, const std::vector<int>& devices) const override;
+
+ private:
+  struct Entry {
+    ScalingCurve curve;
+    int64_t param_bytes = 0;
+    int64_t activation_bytes_per_sample = 0;
+  };
+  std::map<std::string, Entry> entries_;   // by Workload::key()
+  Cluster cluster_;
+};
+
+// For tests: curves and sizes set by hand, links as a Cluster.
+class TableCostModel final : public CostModel {
+ public:
+  explicit TableCostModel(Cluster cluster) : cluster_(std::move(cluster)) {}
+  void set(const Workload& w, ScalingCurve curve, int64_t param_bytes = 0,
+           int64_t activation_bytes_per_sample = 0);
+  const ScalingCurve* curve(const Workload& w) const override;
+  int64_t param_bytes(const Workload& w) const override;
+  int64_t activation_bytes_per_sample(const Workload& w) const override;
+  double p2p_ms(double bytes, bool cross_island) const override;
+  double allreduce_ms(double bytes, const std::vector<int>& devices) const override;
+
+ private:
+  struct Entry {
+    ScalingCurve curve;
+    int64_t param_bytes = 0;
+    int64_t activation_bytes_per_sample = 0;
+  };
+  std::map<std::string, Entry> entries_;
+  Cluster cluster_;
+};
+
+}  // namespace spindle::plan

@@ -1,0 +1,49 @@
+// Piecewise alpha-beta scaling curve of one operator workload (design.md,
+// step 4): on each range between neighbouring profiled device counts,
+// T(n) = alpha + beta / n, fitted by least squares (Eigen) where a range holds
+// more than two points, forced positive and non-increasing in n.
+#pragma once
+
+#include <vector>
+
+#include "libplan/io/profile.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+class ScalingCurve {
+ public:
+  ScalingCurve() = default;
+
+  // Fits the curve through profiled points (devices strictly increasing, at
+  // least one point, every ms > 0). Error otherwise.
+  static Result<ScalingCurve> fit(const std::vector<ProfilePoint>& points);
+
+  // Time of one operator on n devices, ms, for any real n > 0:
+  //  - n in [min_devices, max_devices]: the piece that contains n;
+  //  - n < min_devices: T(min) * min / n (time-sharing a device, used by the
+  //    relaxed allocation, which may give a MetaOp less than one device);
+  //  - n > max_devices: T(max) (no gain beyond the profiled range).
+  // Positive and non-increasing in n.
+  double time_ms(double n) const;
+
+  // Inverse: the smallest real n > 0 with time_ms(n) <= t_ms; +infinity when
+  // t_ms < T(max_devices) (no allocation is fast enough).
+  double devices_for(double t_ms) const;
+
+  int min_devices() const { return min_n_; }
+  int max_devices() const { return max_n_; }
+
+  struct Piece {
+    double n_lo, n_hi;   // closed range of device counts
+    double alpha_ms, beta_ms;
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
+ private:
+  std::vector<Piece> pieces_;
+  int min_n_ = 1;
+  int max_n_ = 1;
+};
+
+}  // namespace spindle::plan

@@ -1,0 +1,49 @@
+// The profile database (spec/profile.md): reader and writer in one place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libplan/graph/op_graph.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+inline constexpr int kProfileVersion = 1;
+
+struct ProfilePoint {
+  int devices = 0;
+  double ms = 0;        // one operator, forward + backward, local batch batch/n
+  double spread = 0;    // measured only: relative spread of the repeats (0 = not given)
+};
+
+struct ProfileEntry {
+  Workload workload;
+  std::vector<ProfilePoint> points;     // devices strictly increasing
+  int64_t param_bytes = 0;              // in the model's dtype
+  int64_t activation_bytes_per_sample = 0;
+  std::string source;                   // per-entry source when the file mixes; else ""
+};
+
+struct Profile {
+  std::string device;
+  std::string source;                   // "analytic" | "measured" | "mixed"
+  std::vector<ProfileEntry> entries;    // sorted by Workload::key() when written
+  std::string path;
+  std::string sha256;                   // of the file's bytes ("" if built in memory)
+
+  // nullptr when no entry has this workload.
+  const ProfileEntry* find(const Workload& w) const;
+};
+
+// Rejects another `format`, a newer `version` (with a hint), unknown keys,
+// points not strictly increasing. Messages name the file and key path.
+Result<Profile> parse_profile_string(const std::string& json_text, const std::string& path);
+Result<Profile> load_profile(const std::string& path);
+
+// Deterministic bytes: sorted keys, entries sorted by workload key, fixed
+// float formatting. encode(decode(encode(p))) == encode(p).
+std::string profile_to_json(const Profile& profile);
+
+}  // namespace spindle::plan

@@ -1,0 +1,40 @@
+// The cluster description (spec/cluster.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+struct Link {
+  double gbytes_per_s = 0;   // per direction (per device inside an island, per island across)
+  double latency_us = 0;
+};
+
+struct Cluster {
+  std::string name;
+  int islands = 0;
+  int devices_per_island = 0;
+  std::string device_name;
+  double memory_gib = 0;              // usable device memory
+  double peak_tflops = 0;             // dense peak for the model's dtype
+  double memory_gbytes_per_s = 0;     // 0 when not given (analytic profiles need it)
+  Link intra_island;
+  Link inter_island;
+  std::string path;
+  std::string sha256;
+
+  int devices() const { return islands * devices_per_island; }
+  int island_of(int device) const { return device / devices_per_island; }
+  int64_t memory_bytes() const;       // memory_gib * 2^30, rounded down
+};
+
+// Cost of moving `bytes` over a link: latency + bytes / bandwidth, in ms.
+double link_ms(const Link& link, double bytes);
+
+Result<Cluster> parse_cluster_string(const std::string& yaml_text, const std::string& path);
+Result<Cluster> load_cluster(const std::string& path);
+
+}  // namespace spindle::plan

@@ -1,0 +1,71 @@
+// The wave plan (spec/plan.md): the data every strategy produces and
+// spindle-run executes. Reader, writer and checker live beside it
+// (plan_io.h, check.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libplan/graph/op_graph.h"
+
+namespace spindle::plan {
+
+inline constexpr int kPlanVersion = 1;
+
+struct PlanMetaOp {
+  int id = 0;
+  std::string task;                    // task name
+  Workload workload;                   // op, dims, seq, batch
+  int tensor_parallel = 1;             // of the module (extension key)
+  std::vector<std::string> operators;  // operator ids "T/N/k.r", in chain order
+  int level = 0;                       // MetaLevel, > level of every input
+  std::vector<int> inputs;             // MetaOp ids, ascending
+};
+
+struct Slice {
+  int metaop = 0;
+  int first = 0;                       // position in the MetaOp's operators
+  int count = 0;
+  std::vector<int> devices;            // ascending device ids
+  double ms = 0;                       // predicted compute time of the slice
+};
+
+struct Wave {
+  int index = 0;
+  double ms = 0;                       // longest slice
+  double transfer_ms = 0;              // inter-wave transfers feeding this wave
+  std::vector<Slice> slices;           // ordered by metaop id
+};
+
+struct ParamGroup {
+  std::string param;                   // "M/k.r"
+  std::vector<int> devices;            // ascending
+};
+
+struct Predicted {
+  double iteration_ms = 0;             // compute + transfer + sync
+  double compute_ms = 0;               // sum of wave.ms
+  double transfer_ms = 0;              // sum of wave.transfer_ms
+  double sync_ms = 0;                  // gradient all-reduce
+  double relaxed_optimum_ms = 0;       // sum over levels of C*
+  std::vector<int64_t> memory_bytes;   // peak estimate per device
+};
+
+struct Plan {
+  std::string strategy = "spindle";
+  std::string model_name;
+  std::string model_sha256;
+  std::string cluster_name;
+  int devices = 0;
+  int devices_per_island = 0;
+  int64_t memory_bytes = 0;            // per device
+  std::string profile_sha256;          // "" for an in-memory analytic profile
+  std::vector<PlanMetaOp> metaops;     // id == index
+  std::vector<Wave> waves;             // execution order, index == position
+  std::vector<ParamGroup> param_groups;  // sorted by param
+  Predicted predicted;
+  double planning_ms = 0;              // not serialised (keeps bytes deterministic)
+};
+
+}  // namespace spindle::plan

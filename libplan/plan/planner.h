@@ -1,0 +1,34 @@
+// The planner's entry point: model + cluster + cost model -> wave plan.
+#pragma once
+
+#include <string>
+
+#include "libplan/cost/cost_model.h"
+#include "libplan/graph/contract.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/model/cluster.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/plan.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+enum class Strategy { spindle, sequential, task_level, intra_task };
+const char* strategy_name(Strategy s);
+Result<Strategy> parse_strategy(const std::string& name);
+
+struct PlanRequest {
+  const Model* model = nullptr;
+  const OpGraph* graph = nullptr;          // expand(*model)
+  const Cluster* cluster = nullptr;
+  const CostModel* cost = nullptr;
+  std::string profile_sha256;              // recorded in the plan
+  Strategy strategy = Strategy::spindle;
+};
+
+// Plans one strategy. Errors (as values) when no valid plan exists, e.g. a
+// MetaOp with no valid device count on this cluster. The result obeys every
+// rule of spec/plan.md (check_plan) and is deterministic.
+Result<Plan> make_plan(const PlanRequest& request);
+
+}  // namespace spindle::plan

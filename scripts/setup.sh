@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Spindle builds with, when any is missing.
+# A no-op (no apt-get call at all) when everything is already present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libcli11-dev libyaml-cpp-dev libeigen3-dev nlohmann-json3-dev libspdlog-dev
+  catch2 libopenmpi-dev openmpi-bin libssl-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
