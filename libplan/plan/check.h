@@ -1,0 +1,28 @@
+// The plan checker: every rule of spec/plan.md, plus consistency with the
+// model it claims to plan. Used by the tests, by spindle-plan before it
+// writes, and by `spindle-plan --check`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libplan/graph/op_graph.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/plan.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+// Checks, in order: the model hash and name; that the MetaOps partition the
+// model's operators into chains of identical workload with correct inputs and
+// levels; rules 1-6 of spec/plan.md; waves indexed in order. Returns every
+// violation found (empty when the plan is valid), each naming the rule and
+// the wave/slice/MetaOp/param it concerns.
+std::vector<std::string> check_plan(const Plan& plan, const Model& model, const OpGraph& graph);
+
+// As above, folded into one error (the first few violations) for callers
+// that only need pass/fail.
+Status check_plan_status(const Plan& plan, const Model& model, const OpGraph& graph,
+                         const std::string& plan_path);
+
+}  // namespace spindle::plan
