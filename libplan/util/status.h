@@ -73,3 +73,12 @@ class [[nodiscard]] Status {
     auto&& spindle_try_ = (expr);                 \
     if (!spindle_try_.ok()) return spindle_try_.error(); \
   } while (0)
+
+// `SPINDLE_ASSIGN(x, expr)` declares `x` as the value of a Result-returning
+// expression, or returns its error from the enclosing function.
+#define SPINDLE_CONCAT_INNER_(a, b) a##b
+#define SPINDLE_CONCAT_(a, b) SPINDLE_CONCAT_INNER_(a, b)
+#define SPINDLE_ASSIGN(var, expr)                                          \
+  auto SPINDLE_CONCAT_(var, _result_) = (expr);                            \
+  if (!SPINDLE_CONCAT_(var, _result_).ok()) return SPINDLE_CONCAT_(var, _result_).error(); \
+  auto var = std::move(SPINDLE_CONCAT_(var, _result_)).value()

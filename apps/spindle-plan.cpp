@@ -1,0 +1,189 @@
+// spindle-plan: model + cluster + profile -> wave plan (spec/cli.md).
+//
+//   spindle-plan MODEL.yaml [--cluster C.yaml] [--profile P.json] [-o plan.json]
+//                [--strategy S] [--compare] [--trace T.json]
+//   spindle-plan MODEL.yaml --check PLAN.json      (or --model MODEL.yaml --check PLAN.json)
+//
+// Exit codes: 0 success, 2 bad usage or invalid input (nothing written),
+// 1 runtime failure (e.g. the output cannot be written).
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
+#include "libplan/io/trace.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/feasibility.h"
+#include "libplan/plan/plan_io.h"
+#include "libplan/plan/planner.h"
+#include "libplan/util/files.h"
+
+namespace sp = spindle::plan;
+
+namespace {
+
+constexpr int kExitInvalid = 2;
+constexpr int kExitFailure = 1;
+
+int fail(int code, const std::string& message) {
+  std::fprintf(stderr, "spindle-plan: error: %s\n", message.c_str());
+  return code;
+}
+
+// The default cluster: configs/clusters/a800-1x8.yaml, looked up beside an
+// installed binary (../share/spindle/configs, ../configs) and in the source tree.
+std::string default_cluster_path(const char* argv0) {
+  namespace fs = std::filesystem;
+  const char* rel = "clusters/a800-1x8.yaml";
+  std::vector<fs::path> roots;
+  if (const char* home = std::getenv("SPINDLE_HOME")) roots.push_back(fs::path(home) / "configs");
+  std::error_code ec;
+  fs::path exe = fs::canonical("/proc/self/exe", ec);
+  if (ec) exe = fs::path(argv0);
+  roots.push_back(exe.parent_path() / ".." / "share" / "spindle" / "configs");
+  roots.push_back(exe.parent_path() / ".." / "configs");
+  roots.push_back(fs::path(SPINDLE_SOURCE_DIR) / "configs");
+  for (const fs::path& r : roots)
+    if (fs::exists(r / rel, ec)) return (r / rel).lexically_normal().string();
+  return (fs::path(SPINDLE_SOURCE_DIR) / "configs" / rel).string();
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return buf;
+}
+
+void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels) {
+  const sp::Predicted& p = plan.predicted;
+  int64_t peak = 0;
+  int peak_dev = 0;
+  for (size_t d = 0; d < p.memory_bytes.size(); ++d)
+    if (p.memory_bytes[d] > peak) peak = p.memory_bytes[d], peak_dev = static_cast<int>(d);
+  double gap = p.relaxed_optimum_ms > 0 ? (p.compute_ms / p.relaxed_optimum_ms - 1.0) * 100.0 : 0.0;
+  auto share = [&](double ms) { return p.iteration_ms > 0 ? 100.0 * ms / p.iteration_ms : 0.0; };
+  std::printf("plan      %s: model %s on %s (%d devices, %d per island)\n", plan.strategy.c_str(),
+              plan.model_name.c_str(), plan.cluster_name.c_str(), plan.devices, plan.devices_per_island);
+  std::printf("graph     %zu operators -> %zu MetaOps in %d levels -> %zu waves\n", graph.ops.size(),
+              plan.metaops.size(), levels, plan.waves.size());
+  std::printf("predicted iteration %.3f ms = compute %.3f + transfer %.3f (%.1f%%) + sync %.3f (%.1f%%)\n",
+              p.iteration_ms, p.compute_ms, p.transfer_ms, share(p.transfer_ms), p.sync_ms, share(p.sync_ms));
+  std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%%\n", p.relaxed_optimum_ms, gap);
+  std::printf("memory    peak %s on device %d (of %s)\n", gib(peak).c_str(), peak_dev, gib(plan.memory_bytes).c_str());
+  std::printf("planning  %.2f ms\n", plan.planning_ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
+  std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
+  std::string trace_path, check_path;
+  bool compare = false;
+  app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
+  app.add_option("--model", model_path, "the model, as an option (same as the positional)")->check(CLI::ExistingFile);
+  app.add_option("--cluster", cluster_path, "cluster description (YAML); default configs/clusters/a800-1x8.yaml")
+      ->check(CLI::ExistingFile);
+  app.add_option("--profile", profile_path, "profile database (JSON); default: analytic, computed in memory")
+      ->check(CLI::ExistingFile);
+  app.add_option("-o,--output", out_path, "plan to write (JSON, spec/plan.md)", true);
+  app.add_option("--strategy", strategy_name, "spindle | sequential | task-level | intra-task", true);
+  app.add_flag("--compare", compare, "plan every strategy and print the comparison table");
+  app.add_option("--trace", trace_path, "write the planned timeline as a Chrome trace (Perfetto)");
+  app.add_option("--check", check_path, "check an existing plan against the model instead of planning")
+      ->check(CLI::ExistingFile);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitInvalid;
+  }
+  if (model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
+
+  auto model = sp::load_model(model_path);
+  if (!model) return fail(kExitInvalid, model.error().message);
+  const sp::OpGraph graph = sp::expand(*model);
+
+  if (!check_path.empty()) {
+    auto plan = sp::load_plan(check_path);
+    if (!plan) return fail(kExitInvalid, plan.error().message);
+    if (!profile_path.empty()) {
+      auto bytes = sp::read_file(profile_path);
+      if (!bytes) return fail(kExitInvalid, bytes.error().message);
+      if (sp::sha256_hex(*bytes) != plan->profile_sha256)
+        return fail(kExitInvalid, check_path + ": profile.sha256: the plan was made from another profile than " +
+                                      profile_path);
+    }
+    sp::Status st = sp::check_plan_status(*plan, *model, graph, check_path);
+    if (!st) return fail(kExitInvalid, st.error().message);
+    std::printf("%s: valid %s plan for %s on %d devices (%zu waves)\n", check_path.c_str(), plan->strategy.c_str(),
+                plan->model_name.c_str(), plan->devices, plan->waves.size());
+    return 0;
+  }
+
+  if (cluster_path.empty()) cluster_path = default_cluster_path(argv[0]);
+  auto cluster = sp::load_cluster(cluster_path);
+  if (!cluster) return fail(kExitInvalid, cluster.error().message);
+  if (sp::Status st = sp::check_model_fits_cluster(*model, *cluster); !st) return fail(kExitInvalid, st.error().message);
+
+  sp::Profile profile;
+  if (profile_path.empty()) {
+    auto analytic = sp::analytic_profile(*model, graph, *cluster, nullptr);
+    if (!analytic) return fail(kExitInvalid, analytic.error().message);
+    profile = std::move(*analytic);
+  } else {
+    auto loaded = sp::load_profile(profile_path);
+    if (!loaded) return fail(kExitInvalid, loaded.error().message);
+    profile = std::move(*loaded);
+  }
+  auto cost = sp::ProfileCostModel::create(profile, *cluster, graph);
+  if (!cost) return fail(kExitInvalid, cost.error().message);
+
+  auto strategy = sp::parse_strategy(strategy_name);
+  if (!strategy) return fail(kExitInvalid, strategy.error().message);
+  sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile.sha256, *strategy};
+  const int levels = sp::contract(graph).levels;
+
+  if (compare) {
+    std::printf("%-12s %14s %9s %9s %9s %9s %10s\n", "strategy", "iteration_ms", "speedup", "gap", "transfer",
+                "sync", "plan_ms");
+    double sequential_ms = 0;
+    for (sp::Strategy s : {sp::Strategy::sequential, sp::Strategy::task_level, sp::Strategy::intra_task,
+                           sp::Strategy::spindle}) {
+      request.strategy = s;
+      auto plan = sp::make_plan(request);
+      if (!plan) {
+        std::printf("%-12s  not available: %s\n", sp::strategy_name(s), plan.error().message.c_str());
+        continue;
+      }
+      const sp::Predicted& p = plan->predicted;
+      if (s == sp::Strategy::sequential) sequential_ms = p.iteration_ms;
+      std::printf("%-12s %14.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %10.2f\n", sp::strategy_name(s), p.iteration_ms,
+                  sequential_ms > 0 ? sequential_ms / p.iteration_ms : 0.0,
+                  (p.compute_ms / p.relaxed_optimum_ms - 1) * 100, 100 * p.transfer_ms / p.iteration_ms,
+                  100 * p.sync_ms / p.iteration_ms, plan->planning_ms);
+    }
+    request.strategy = *strategy;
+  }
+
+  auto plan = sp::make_plan(request);
+  if (!plan) return fail(kExitInvalid, plan.error().message);
+  if (sp::Status st = sp::check_plan_status(*plan, *model, graph, out_path); !st)
+    return fail(kExitFailure, "internal error: the planner produced an invalid plan: " + st.error().message);
+
+  if (!trace_path.empty()) {
+    sp::Status st = sp::write_file_atomic(trace_path, sp::trace_to_json(sp::planned_trace(*plan), plan->devices));
+    if (!st) return fail(kExitFailure, st.error().message);
+  }
+  if (sp::Status st = sp::write_file_atomic(out_path, sp::plan_to_json(*plan)); !st)
+    return fail(kExitFailure, st.error().message);
+  if (compare) std::printf("\n");
+  print_summary(*plan, graph, levels);
+  std::printf("wrote     %s%s%s\n", out_path.c_str(), trace_path.empty() ? "" : ", ", trace_path.c_str());
+  return 0;
+}

@@ -1,0 +1,92 @@
+#include "libplan/io/json_reader.h"
+
+#include <cmath>
+#include <set>
+
+namespace spindle::plan {
+
+Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& path) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Error{path + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what()};
+  }
+}
+
+JsonReader JsonReader::at(const std::string& name) const {
+  static const nlohmann::json kNull;
+  std::string k = key_.empty() ? name : key_ + "." + name;
+  if (!v_.is_object() || !v_.contains(name)) return JsonReader(kNull, file_, k);
+  return JsonReader(v_.at(name), file_, k);
+}
+
+JsonReader JsonReader::at(size_t index) const {
+  static const nlohmann::json kNull;
+  std::string k = key_ + "[" + std::to_string(index) + "]";
+  if (!v_.is_array() || index >= v_.size()) return JsonReader(kNull, file_, k);
+  return JsonReader(v_.at(index), file_, k);
+}
+
+Status JsonReader::require_object(std::initializer_list<const char*> required,
+                                  std::initializer_list<const char*> optional) const {
+  if (!v_.is_object()) return error(std::string("expected an object, found ") + v_.type_name());
+  std::set<std::string> known;
+  for (const char* r : required) {
+    known.insert(r);
+    if (!v_.contains(r)) return error(std::string("missing required key '") + r + "'");
+  }
+  for (const char* o : optional) known.insert(o);
+  for (const auto& [name, _] : v_.items()) {
+    if (known.count(name) || name == "x" || name.rfind("x-", 0) == 0) continue;
+    return at(name).error("unknown key (expected one of the format's keys; extensions go under 'x' or 'x-*')");
+  }
+  return Status::Ok();
+}
+
+Status JsonReader::require_array() const {
+  if (!v_.is_array()) return error(std::string("expected an array, found ") + v_.type_name());
+  return Status::Ok();
+}
+
+Result<std::string> JsonReader::get_string() const {
+  if (!v_.is_string()) return error(std::string("expected a string, found ") + v_.type_name());
+  return v_.get<std::string>();
+}
+
+Result<int64_t> JsonReader::get_int() const {
+  if (!v_.is_number_integer()) return error(std::string("expected an integer, found ") + v_.dump());
+  return v_.get<int64_t>();
+}
+
+Result<double> JsonReader::get_number() const {
+  if (!v_.is_number()) return error(std::string("expected a number, found ") + v_.dump());
+  double d = v_.get<double>();
+  if (!std::isfinite(d)) return error("expected a finite number");
+  return d;
+}
+
+Result<bool> JsonReader::get_bool() const {
+  if (!v_.is_boolean()) return error(std::string("expected true or false, found ") + v_.dump());
+  return v_.get<bool>();
+}
+
+Status check_format_version(const JsonReader& doc, const std::string& format, int max_version) {
+  auto f = doc.at("format").get_string();
+  if (!f.ok()) return f.error();
+  if (*f != format) return doc.at("format").error("expected \"" + format + "\", found \"" + *f + "\"");
+  auto v = doc.at("version").get_int();
+  if (!v.ok()) return v.error();
+  if (*v < 1) return doc.at("version").error("expected a version >= 1, found " + std::to_string(*v));
+  if (*v > max_version)
+    return doc.at("version").error("version " + std::to_string(*v) + " is newer than this Spindle reads (" +
+                                   std::to_string(max_version) + "); upgrade Spindle or regenerate the file");
+  return Status::Ok();
+}
+
+double round_to(double value, int decimals) {
+  double scale = std::pow(10.0, decimals);
+  double r = std::round(value * scale) / scale;
+  return r == 0.0 ? 0.0 : r;  // no "-0.0"
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,51 @@
+#include "libplan/io/trace.h"
+
+#include "libplan/io/json_reader.h"
+
+namespace spindle::plan {
+
+std::string trace_to_json(const std::vector<TraceEvent>& events, int devices) {
+  using nlohmann::json;
+  json out = json::array();
+  for (int d = 0; d < devices; ++d) {
+    out.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", d}, {"tid", 0},
+                   {"args", {{"name", "device " + std::to_string(d)}}}});
+    out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", d}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+    out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", d}, {"tid", 1},
+                   {"args", {{"name", "communication"}}}});
+  }
+  for (const TraceEvent& e : events) {
+    out.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"pid", e.device}, {"tid", e.track},
+                   {"ts", round_to(e.start_us, 3)}, {"dur", round_to(e.dur_us, 3)}, {"args", e.args}});
+  }
+  return json{{"traceEvents", out}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+}
+
+std::vector<TraceEvent> planned_trace(const Plan& plan) {
+  std::vector<TraceEvent> ev;
+  double t_us = 0;
+  for (const Wave& w : plan.waves) {
+    if (w.transfer_ms > 0) {
+      for (const Slice& s : w.slices)
+        for (int d : s.devices)
+          ev.push_back({"transfer into wave " + std::to_string(w.index), "transfer", d, 1, t_us,
+                        w.transfer_ms * 1000, {{"wave", w.index}}});
+      t_us += w.transfer_ms * 1000;
+    }
+    for (const Slice& s : w.slices) {
+      const PlanMetaOp& m = plan.metaops[s.metaop];
+      std::string name = m.task + " " + m.workload.op + " x" + std::to_string(s.count);
+      for (int d : s.devices)
+        ev.push_back({name, "compute", d, 0, t_us, s.ms * 1000,
+                      {{"wave", w.index}, {"metaop", s.metaop}, {"first", s.first}, {"count", s.count},
+                       {"devices", s.devices.size()}}});
+    }
+    t_us += w.ms * 1000;
+  }
+  if (plan.predicted.sync_ms > 0)
+    for (int d = 0; d < plan.devices; ++d)
+      ev.push_back({"gradient all-reduce", "sync", d, 1, t_us, plan.predicted.sync_ms * 1000, {}});
+  return ev;
+}
+
+}  // namespace spindle::plan

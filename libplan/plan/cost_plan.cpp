@@ -1,0 +1,159 @@
+#include "libplan/plan/cost_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "libplan/model/ops.h"
+
+namespace spindle::plan {
+
+namespace {
+
+// Bytes per sample of an operator's output activation (0 for losses).
+double output_bytes_per_sample(const Operator& op, int dtype_bytes) {
+  int64_t width = op_out_width(op.workload.op, op.workload.dims);
+  int64_t seq = op.workload.op == "pool_project" ? 1 : op.workload.seq;
+  return static_cast<double>(width * seq * dtype_bytes);
+}
+
+// Rows [lo, hi) of the batch held by position i of an n-device group with
+// tensor_parallel k: n/k data-parallel groups, each of k devices holding the
+// same rows.
+std::pair<int64_t, int64_t> rows_of(int i, int n, int k, int64_t batch) {
+  int groups = n / k;
+  int g = i / k;
+  return {batch * g / groups, batch * (g + 1) / groups};
+}
+
+// Traffic of one wave, accumulated over its re-shardings: bytes into each
+// device from its own island, bytes into each island from other islands.
+struct WaveTraffic {
+  std::map<int, double> intra_bytes;   // by destination device
+  std::map<int, double> inter_bytes;   // by destination island
+};
+
+// Moves `bytes_per_sample` x batch rows from group `src` (tensor_parallel
+// ksrc) to group `dst` (kdst): each destination device needs its rows and
+// takes each from the source replica on itself, else on its island, else the
+// first one holding it.
+void add_reshard(WaveTraffic& t, const std::vector<int>& src, int ksrc, const std::vector<int>& dst, int kdst,
+                 int64_t batch, double bytes_per_sample, int devices_per_island) {
+  if (bytes_per_sample <= 0) return;
+  const int ns = static_cast<int>(src.size()), nd = static_cast<int>(dst.size());
+  for (int j = 0; j < nd; ++j) {
+    const int d = dst[j];
+    auto [lo, hi] = rows_of(j, nd, kdst, batch);
+    // Source data-parallel groups overlapping [lo, hi).
+    for (int g = 0; g < ns / ksrc; ++g) {
+      auto [slo, shi] = rows_of(g * ksrc, ns, ksrc, batch);
+      int64_t rows = std::min(hi, shi) - std::max(lo, slo);
+      if (rows <= 0) continue;
+      int chosen = -1;
+      for (int r = 0; r < ksrc && chosen < 0; ++r)
+        if (src[g * ksrc + r] == d) chosen = d;
+      for (int r = 0; r < ksrc && chosen < 0; ++r)
+        if (src[g * ksrc + r] / devices_per_island == d / devices_per_island) chosen = src[g * ksrc + r];
+      if (chosen < 0) chosen = src[g * ksrc];
+      if (chosen == d) continue;
+      double bytes = static_cast<double>(rows) * bytes_per_sample;
+      if (chosen / devices_per_island == d / devices_per_island)
+        t.intra_bytes[d] += bytes;
+      else
+        t.inter_bytes[d / devices_per_island] += bytes;
+    }
+  }
+}
+
+double traffic_ms(const WaveTraffic& t, const CostModel& cost) {
+  double ms = 0;
+  for (const auto& [_, b] : t.intra_bytes) ms = std::max(ms, cost.p2p_ms(b, false));
+  for (const auto& [_, b] : t.inter_bytes) ms = std::max(ms, cost.p2p_ms(b, true));
+  return ms;
+}
+
+}  // namespace
+
+void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost) {
+  const int dtype = dtype_bytes(model.dtype);
+  std::map<std::string, int> op_index;
+  for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
+
+  // Where each MetaOp's operators ran: per operator position, the slice devices.
+  struct Placed { int wave; const Slice* slice; };
+  std::vector<std::vector<Placed>> slices_of(plan.metaops.size());
+  for (size_t w = 0; w < plan.waves.size(); ++w)
+    for (const Slice& s : plan.waves[w].slices) slices_of[s.metaop].push_back({static_cast<int>(w), &s});
+
+  // Compute and transfers, wave by wave. Backward moves the same bytes back
+  // (activation gradients), so each boundary is paid twice.
+  std::map<std::string, std::set<int>> param_devices;
+  std::vector<double> act_bytes(plan.devices, 0.0);
+  Predicted& pred = plan.predicted;
+  pred = Predicted{0, 0, 0, 0, pred.relaxed_optimum_ms, std::vector<int64_t>(plan.devices, 0)};
+  for (Wave& wave : plan.waves) {
+    wave.ms = 0;
+    WaveTraffic traffic;
+    for (const Slice& s : wave.slices) {
+      wave.ms = std::max(wave.ms, s.ms);
+      const PlanMetaOp& m = plan.metaops[s.metaop];
+      const int n = static_cast<int>(s.devices.size());
+      for (int k = s.first; k < s.first + s.count; ++k) {
+        const Operator& op = graph.ops[op_index.at(m.operators[k])];
+        param_devices[op.param].insert(s.devices.begin(), s.devices.end());
+        double act = static_cast<double>(cost.activation_bytes_per_sample(op.workload)) * m.workload.batch / n;
+        for (int d : s.devices) act_bytes[d] += act;
+      }
+      // Inputs of this slice: the previous slice of the same MetaOp, or the
+      // last slices of the input MetaOps.
+      const Operator& first = graph.ops[op_index.at(m.operators[s.first])];
+      if (s.first > 0) {
+        const Slice* prev = nullptr;
+        for (const Placed& p : slices_of[s.metaop])
+          if (p.slice->first + p.slice->count == s.first) prev = p.slice;
+        if (prev && prev->devices != s.devices)
+          add_reshard(traffic, prev->devices, m.tensor_parallel, s.devices, m.tensor_parallel, m.workload.batch,
+                      output_bytes_per_sample(graph.ops[first.inputs.front()], dtype), plan.devices_per_island);
+      } else {
+        for (int in : m.inputs) {
+          if (slices_of[in].empty()) continue;
+          const Slice* last = slices_of[in].back().slice;
+          const PlanMetaOp& im = plan.metaops[in];
+          const Operator& producer = graph.ops[op_index.at(im.operators.back())];
+          if (last->devices != s.devices)
+            add_reshard(traffic, last->devices, im.tensor_parallel, s.devices, m.tensor_parallel, m.workload.batch,
+                        output_bytes_per_sample(producer, dtype), plan.devices_per_island);
+        }
+      }
+    }
+    wave.transfer_ms = 2.0 * traffic_ms(traffic, cost);
+    pred.compute_ms += wave.ms;
+    pred.transfer_ms += wave.transfer_ms;
+  }
+
+  // Parameter groups (rule 5), gradient synchronisation and memory.
+  std::map<std::string, const Operator*> op_of_param;
+  for (const Operator& op : graph.ops) op_of_param.emplace(op.param, &op);
+  const double bytes_per_param_state = 2.0 * dtype + 8.0 + (dtype < 4 ? 4.0 : 0.0);  // weights, grads, (master), m, v
+  std::vector<double> sync_ms(plan.devices, 0.0);
+  std::vector<double> state_bytes(plan.devices, 0.0);
+  plan.param_groups.clear();
+  for (const auto& [param, devs] : param_devices) {
+    std::vector<int> devices(devs.begin(), devs.end());
+    plan.param_groups.push_back({param, devices});
+    const Operator& op = *op_of_param.at(param);
+    const double shard_bytes = static_cast<double>(cost.param_bytes(op.workload)) / op.tensor_parallel;
+    const double ms = cost.allreduce_ms(shard_bytes, devices);
+    for (int d : devices) {
+      sync_ms[d] += ms;
+      state_bytes[d] += shard_bytes / dtype * bytes_per_param_state;
+    }
+  }
+  for (int d = 0; d < plan.devices; ++d) {
+    pred.sync_ms = std::max(pred.sync_ms, sync_ms[d]);
+    pred.memory_bytes[d] = static_cast<int64_t>(state_bytes[d] + act_bytes[d]);
+  }
+  pred.iteration_ms = pred.compute_ms + pred.transfer_ms + pred.sync_ms;
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,233 @@
+#include "libplan/plan/plan_io.h"
+
+#include "libplan/io/json_reader.h"
+#include "libplan/util/files.h"
+
+namespace spindle::plan {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMsDecimals = 3;
+
+json ints(const std::vector<int>& v) { return json(v); }
+
+}  // namespace
+
+std::string plan_to_json(const Plan& p) {
+  json doc;
+  doc["format"] = "spindle-plan";
+  doc["version"] = kPlanVersion;
+  doc["strategy"] = p.strategy;
+  doc["model"] = {{"name", p.model_name}, {"sha256", p.model_sha256}};
+  doc["cluster"] = {{"name", p.cluster_name},
+                    {"devices", p.devices},
+                    {"devices_per_island", p.devices_per_island},
+                    {"memory_bytes", p.memory_bytes}};
+  doc["profile"] = {{"sha256", p.profile_sha256}};
+
+  json metaops = json::array();
+  for (const PlanMetaOp& m : p.metaops) {
+    metaops.push_back({{"id", m.id},
+                       {"task", m.task},
+                       {"op", m.workload.op},
+                       {"dims", m.workload.dims},
+                       {"seq", m.workload.seq},
+                       {"batch", m.workload.batch},
+                       {"tensor_parallel", m.tensor_parallel},
+                       {"operators", m.operators},
+                       {"level", m.level},
+                       {"inputs", ints(m.inputs)}});
+  }
+  doc["metaops"] = std::move(metaops);
+
+  json waves = json::array();
+  for (const Wave& w : p.waves) {
+    json slices = json::array();
+    for (const Slice& s : w.slices) {
+      slices.push_back({{"metaop", s.metaop},
+                        {"first", s.first},
+                        {"count", s.count},
+                        {"devices", ints(s.devices)},
+                        {"ms", round_to(s.ms, kMsDecimals)}});
+    }
+    waves.push_back({{"index", w.index},
+                     {"ms", round_to(w.ms, kMsDecimals)},
+                     {"transfer_ms", round_to(w.transfer_ms, kMsDecimals)},
+                     {"slices", std::move(slices)}});
+  }
+  doc["waves"] = std::move(waves);
+
+  json groups = json::array();
+  for (const ParamGroup& g : p.param_groups) groups.push_back({{"param", g.param}, {"devices", ints(g.devices)}});
+  doc["param_groups"] = std::move(groups);
+
+  const Predicted& q = p.predicted;
+  doc["predicted"] = {{"iteration_ms", round_to(q.iteration_ms, kMsDecimals)},
+                      {"compute_ms", round_to(q.compute_ms, kMsDecimals)},
+                      {"transfer_ms", round_to(q.transfer_ms, kMsDecimals)},
+                      {"sync_ms", round_to(q.sync_ms, kMsDecimals)},
+                      {"relaxed_optimum_ms", round_to(q.relaxed_optimum_ms, kMsDecimals)},
+                      {"memory_bytes", q.memory_bytes}};
+  return doc.dump(1) + "\n";
+}
+
+namespace {
+
+
+
+Result<std::vector<int>> read_ints(const JsonReader& r) {
+  SPINDLE_TRY(r.require_array());
+  std::vector<int> out;
+  for (size_t i = 0; i < r.value().size(); ++i) {
+    SPINDLE_ASSIGN(v, r.at(i).get_int());
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+Result<PlanMetaOp> read_metaop(const JsonReader& r) {
+  SPINDLE_TRY(r.require_object({"id", "task", "op", "dims", "seq", "batch", "operators", "level", "inputs"},
+                               {"tensor_parallel"}));
+  PlanMetaOp m;
+  SPINDLE_ASSIGN(id, r.at("id").get_int());
+  SPINDLE_ASSIGN(task, r.at("task").get_string());
+  SPINDLE_ASSIGN(op, r.at("op").get_string());
+  SPINDLE_ASSIGN(seq, r.at("seq").get_int());
+  SPINDLE_ASSIGN(batch, r.at("batch").get_int());
+  SPINDLE_ASSIGN(level, r.at("level").get_int());
+  if (!r.at("dims").value().is_object()) return r.at("dims").error("expected an object");
+  m.id = static_cast<int>(id);
+  m.task = task;
+  m.workload = Workload{op, r.at("dims").value(), seq, batch};
+  m.level = static_cast<int>(level);
+  if (r.has("tensor_parallel")) {
+    SPINDLE_ASSIGN(tp, r.at("tensor_parallel").get_int());
+    m.tensor_parallel = static_cast<int>(tp);
+  }
+  JsonReader ops = r.at("operators");
+  SPINDLE_TRY(ops.require_array());
+  for (size_t i = 0; i < ops.value().size(); ++i) {
+    SPINDLE_ASSIGN(s, ops.at(i).get_string());
+    m.operators.push_back(s);
+  }
+  SPINDLE_ASSIGN(inputs, read_ints(r.at("inputs")));
+  m.inputs = inputs;
+  return m;
+}
+
+Result<Wave> read_wave(const JsonReader& r) {
+  SPINDLE_TRY(r.require_object({"index", "ms", "transfer_ms", "slices"}, {}));
+  Wave w;
+  SPINDLE_ASSIGN(index, r.at("index").get_int());
+  SPINDLE_ASSIGN(ms, r.at("ms").get_number());
+  SPINDLE_ASSIGN(tms, r.at("transfer_ms").get_number());
+  w.index = static_cast<int>(index);
+  w.ms = ms;
+  w.transfer_ms = tms;
+  JsonReader slices = r.at("slices");
+  SPINDLE_TRY(slices.require_array());
+  for (size_t i = 0; i < slices.value().size(); ++i) {
+    JsonReader s = slices.at(i);
+    SPINDLE_TRY(s.require_object({"metaop", "first", "count", "devices", "ms"}, {}));
+    Slice sl;
+    SPINDLE_ASSIGN(metaop, s.at("metaop").get_int());
+    SPINDLE_ASSIGN(first, s.at("first").get_int());
+    SPINDLE_ASSIGN(count, s.at("count").get_int());
+    SPINDLE_ASSIGN(sms, s.at("ms").get_number());
+    SPINDLE_ASSIGN(devices, read_ints(s.at("devices")));
+    sl.metaop = static_cast<int>(metaop);
+    sl.first = static_cast<int>(first);
+    sl.count = static_cast<int>(count);
+    sl.ms = sms;
+    sl.devices = devices;
+    w.slices.push_back(std::move(sl));
+  }
+  return w;
+}
+
+}  // namespace
+
+Result<Plan> parse_plan_string(const std::string& text, const std::string& path) {
+  SPINDLE_ASSIGN(doc, parse_json_text(text, path));
+  JsonReader r(doc, path);
+  SPINDLE_TRY(r.require_object(
+      {"format", "version", "strategy", "model", "cluster", "profile", "metaops", "waves", "param_groups", "predicted"},
+      {}));
+  SPINDLE_TRY(check_format_version(r, "spindle-plan", kPlanVersion));
+  Plan p;
+  SPINDLE_ASSIGN(strategy, r.at("strategy").get_string());
+  p.strategy = strategy;
+
+  JsonReader model = r.at("model");
+  SPINDLE_TRY(model.require_object({"name", "sha256"}, {}));
+  SPINDLE_ASSIGN(mname, model.at("name").get_string());
+  SPINDLE_ASSIGN(msha, model.at("sha256").get_string());
+  p.model_name = mname;
+  p.model_sha256 = msha;
+
+  JsonReader cluster = r.at("cluster");
+  SPINDLE_TRY(cluster.require_object({"name", "devices", "devices_per_island", "memory_bytes"}, {}));
+  SPINDLE_ASSIGN(cname, cluster.at("name").get_string());
+  SPINDLE_ASSIGN(devices, cluster.at("devices").get_int());
+  SPINDLE_ASSIGN(dpi, cluster.at("devices_per_island").get_int());
+  SPINDLE_ASSIGN(mem, cluster.at("memory_bytes").get_int());
+  if (devices < 1) return cluster.at("devices").error("expected at least 1 device");
+  if (dpi < 1) return cluster.at("devices_per_island").error("expected at least 1");
+  p.cluster_name = cname;
+  p.devices = static_cast<int>(devices);
+  p.devices_per_island = static_cast<int>(dpi);
+  p.memory_bytes = mem;
+
+  JsonReader profile = r.at("profile");
+  SPINDLE_TRY(profile.require_object({"sha256"}, {}));
+  SPINDLE_ASSIGN(psha, profile.at("sha256").get_string());
+  p.profile_sha256 = psha;
+
+  JsonReader metaops = r.at("metaops");
+  SPINDLE_TRY(metaops.require_array());
+  for (size_t i = 0; i < metaops.value().size(); ++i) {
+    SPINDLE_ASSIGN(m, read_metaop(metaops.at(i)));
+    p.metaops.push_back(std::move(m));
+  }
+  JsonReader waves = r.at("waves");
+  SPINDLE_TRY(waves.require_array());
+  for (size_t i = 0; i < waves.value().size(); ++i) {
+    SPINDLE_ASSIGN(w, read_wave(waves.at(i)));
+    p.waves.push_back(std::move(w));
+  }
+  JsonReader groups = r.at("param_groups");
+  SPINDLE_TRY(groups.require_array());
+  for (size_t i = 0; i < groups.value().size(); ++i) {
+    JsonReader g = groups.at(i);
+    SPINDLE_TRY(g.require_object({"param", "devices"}, {}));
+    SPINDLE_ASSIGN(param, g.at("param").get_string());
+    SPINDLE_ASSIGN(gdev, read_ints(g.at("devices")));
+    p.param_groups.push_back({param, gdev});
+  }
+
+  JsonReader pred = r.at("predicted");
+  SPINDLE_TRY(pred.require_object(
+      {"iteration_ms", "compute_ms", "transfer_ms", "sync_ms", "relaxed_optimum_ms", "memory_bytes"}, {}));
+  SPINDLE_ASSIGN(it, pred.at("iteration_ms").get_number());
+  SPINDLE_ASSIGN(cm, pred.at("compute_ms").get_number());
+  SPINDLE_ASSIGN(tr, pred.at("transfer_ms").get_number());
+  SPINDLE_ASSIGN(sy, pred.at("sync_ms").get_number());
+  SPINDLE_ASSIGN(ro, pred.at("relaxed_optimum_ms").get_number());
+  p.predicted = Predicted{it, cm, tr, sy, ro, {}};
+  JsonReader memb = pred.at("memory_bytes");
+  SPINDLE_TRY(memb.require_array());
+  for (size_t i = 0; i < memb.value().size(); ++i) {
+    SPINDLE_ASSIGN(b, memb.at(i).get_int());
+    p.predicted.memory_bytes.push_back(b);
+  }
+  return p;
+}
+
+Result<Plan> load_plan(const std::string& path) {
+  SPINDLE_ASSIGN(text, read_file(path));
+  return parse_plan_string(text, path);
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,201 @@
+#include "libplan/plan/planner.h"
+
+#include <chrono>
+
+#include "libplan/alloc/alloc.h"
+#include "libplan/graph/contract.h"
+#include "libplan/place/simple_place.h"
+#include "libplan/plan/cost_plan.h"
+#include "libplan/waves/schedule.h"
+
+namespace spindle::plan {
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::spindle: return "spindle";
+    case Strategy::sequential: return "sequential";
+    case Strategy::task_level: return "task-level";
+    case Strategy::intra_task: return "intra-task";
+  }
+  return "?";
+}
+
+Result<Strategy> parse_strategy(const std::string& name) {
+  for (Strategy s : {Strategy::spindle, Strategy::sequential, Strategy::task_level,
+                     Strategy::intra_task}) {
+    if (name == strategy_name(s)) return s;
+  }
+  return Error{"unknown strategy '" + name +
+               "' (expected spindle, sequential, task-level or intra-task)"};
+}
+
+namespace {
+
+// What the strategies share: the contraction, each MetaOp's curve and valid
+// device counts, and the relaxed optimum per level.
+struct Prepared {
+  Contraction contraction;
+  std::vector<const ScalingCurve*> curves;   // by MetaOp id, never null
+  std::vector<std::vector<int>> valid;       // by MetaOp id, never empty
+  std::vector<std::vector<int>> by_level;    // MetaOp ids of each level, ascending
+  std::vector<RelaxedAllocation> relaxed;    // by level
+  double relaxed_optimum_ms = 0;             // sum over levels of C*
+};
+
+Result<Prepared> prepare(const PlanRequest& req) {
+  Prepared p;
+  const Model& model = *req.model;
+  const int n_dev = req.cluster->devices();
+  p.contraction = contract(*req.graph);
+  for (const MetaOp& m : p.contraction.metaops) {
+    const Operator& first = req.graph->ops[static_cast<size_t>(m.operators.front())];
+    const std::string& task = model.tasks[static_cast<size_t>(m.task)].name;
+    const ScalingCurve* curve = req.cost->curve(m.workload);
+    if (curve == nullptr)
+      return Error{"no scaling curve for workload " + m.workload.key() + " (operator '" +
+                   first.id + "' of task '" + task + "'): profile the model first"};
+    std::vector<int> valid = valid_device_counts(n_dev, m.tensor_parallel, m.workload.batch);
+    if (valid.empty())
+      return Error{"operator '" + first.id + "' of task '" + task + "' (batch " +
+                   std::to_string(m.workload.batch) + ", tensor_parallel " +
+                   std::to_string(m.tensor_parallel) + ") has no valid device count on cluster '" +
+                   req.cluster->name + "' (" + std::to_string(n_dev) + " devices)"};
+    p.curves.push_back(curve);
+    p.valid.push_back(std::move(valid));
+  }
+  p.by_level.resize(static_cast<size_t>(p.contraction.levels));
+  for (const MetaOp& m : p.contraction.metaops)
+    p.by_level[static_cast<size_t>(m.level)].push_back(m.id);
+  for (const std::vector<int>& ids : p.by_level) {
+    std::vector<AllocItem> items;
+    for (int id : ids)
+      items.push_back({p.contraction.metaops[static_cast<size_t>(id)].length(),
+                       p.curves[static_cast<size_t>(id)]});
+    p.relaxed.push_back(relax_level(items, n_dev));
+    p.relaxed_optimum_ms += p.relaxed.back().c_star_ms;
+  }
+  return p;
+}
+
+// Places abstract waves and writes them into the plan, slice ms = count * T(n).
+void emit_waves(const Prepared& p, const std::vector<AbstractWave>& waves, const Cluster& cluster,
+                Plan& plan) {
+  std::vector<std::vector<int>> inputs;
+  for (const MetaOp& m : p.contraction.metaops) inputs.push_back(m.inputs);
+  const std::vector<WavePlacement> placed =
+      place_simple(waves, inputs, cluster.devices(), cluster.devices_per_island);
+  for (size_t w = 0; w < waves.size(); ++w) {
+    Wave wave;
+    wave.index = static_cast<int>(w);
+    for (size_t s = 0; s < waves[w].slots.size(); ++s) {
+      const AbstractSlot& a = waves[w].slots[s];
+      Slice slice;
+      slice.metaop = a.metaop;
+      slice.first = a.first;
+      slice.count = a.count;
+      slice.devices = placed[w].slot_devices[s];
+      slice.ms = a.ms;
+      wave.ms = std::max(wave.ms, slice.ms);
+      wave.slices.push_back(std::move(slice));
+    }
+    plan.waves.push_back(std::move(wave));
+  }
+}
+
+// Spindle: per level, bi-point discretisation of the relaxed optimum, then
+// wavefront scheduling (design.md, steps 5-7).
+std::vector<AbstractWave> spindle_waves(const Prepared& p, int n_dev,
+                                        const ScheduleOptions& options) {
+  std::vector<ScheduleItem> items(p.contraction.metaops.size());
+  for (size_t l = 0; l < p.by_level.size(); ++l) {
+    const RelaxedAllocation& r = p.relaxed[l];
+    for (size_t k = 0; k < p.by_level[l].size(); ++k) {
+      const auto id = static_cast<size_t>(p.by_level[l][k]);
+      const MetaOp& m = p.contraction.metaops[id];
+      ScheduleItem& it = items[id];
+      it.level = m.level;
+      it.inputs = m.inputs;
+      it.length = m.length();
+      it.valid = p.valid[id];
+      it.time_ms.assign(static_cast<size_t>(n_dev) + 1, 0.0);
+      for (int n : it.valid) it.time_ms[static_cast<size_t>(n)] = p.curves[id]->time_ms(n);
+      it.tuples = discretise(it.length, *p.curves[id], r.n_star[k], r.c_star_ms, it.valid);
+    }
+  }
+  return schedule_waves(items, n_dev, options);
+}
+
+// Sequential (Megatron-LM / DeepSpeed style): task after task, each MetaOp in
+// topological order alone in one wave on its largest valid device count.
+std::vector<AbstractWave> sequential_waves(const Prepared& p) {
+  std::vector<AbstractWave> waves;
+  for (size_t task = 0;; ++task) {
+    bool any_later = false;
+    for (const MetaOp& m : p.contraction.metaops) {
+      if (static_cast<size_t>(m.task) > task) any_later = true;
+      if (static_cast<size_t>(m.task) != task) continue;
+      const auto id = static_cast<size_t>(m.id);
+      const int n = p.valid[id].back();
+      const double ms = m.length() * p.curves[id]->time_ms(n);
+      waves.push_back({{{m.id, 0, m.length(), n, ms}}, ms});
+    }
+    if (!any_later) break;
+  }
+  return waves;
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const PlanRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!request.model || !request.graph || !request.cluster || !request.cost)
+    return Error{"make_plan: model, graph, cluster and cost model are all required"};
+  const Model& model = *request.model;
+  const Cluster& cluster = *request.cluster;
+  if (cluster.devices() < 1)
+    return Error{"cluster '" + cluster.name + "' has no devices"};
+  if (request.strategy == Strategy::task_level || request.strategy == Strategy::intra_task)
+    return Error{std::string("strategy '") + strategy_name(request.strategy) +
+                 "' is not implemented yet (planned in a later issue); use spindle or sequential"};
+
+  Result<Prepared> prepared = prepare(request);
+  if (!prepared.ok()) return prepared.error();
+  const Prepared& p = *prepared;
+
+  Plan plan;
+  plan.strategy = strategy_name(request.strategy);
+  plan.model_name = model.name;
+  plan.model_sha256 = model.sha256;
+  plan.cluster_name = cluster.name;
+  plan.devices = cluster.devices();
+  plan.devices_per_island = cluster.devices_per_island;
+  plan.memory_bytes = cluster.memory_bytes();
+  plan.profile_sha256 = request.profile_sha256;
+  for (const MetaOp& m : p.contraction.metaops) {
+    PlanMetaOp pm;
+    pm.id = m.id;
+    pm.task = model.tasks[static_cast<size_t>(m.task)].name;
+    pm.workload = m.workload;
+    pm.tensor_parallel = m.tensor_parallel;
+    for (int o : m.operators) pm.operators.push_back(request.graph->ops[static_cast<size_t>(o)].id);
+    pm.level = m.level;
+    pm.inputs = m.inputs;
+    plan.metaops.push_back(std::move(pm));
+  }
+
+  std::vector<AbstractWave> waves;
+  if (request.strategy == Strategy::spindle) {
+    waves = spindle_waves(p, cluster.devices(), ScheduleOptions{});
+  } else {
+    waves = sequential_waves(p);
+  }
+  emit_waves(p, waves, cluster, plan);
+
+  cost_plan(plan, model, *request.graph, *request.cost);
+  plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
+  plan.planning_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return plan;
+}
+
+}  // namespace spindle::plan
