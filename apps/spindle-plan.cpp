@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--profile", profile_path, "profile database (JSON); default: analytic, computed in memory")
       ->check(CLI::ExistingFile);
-  app.add_option("-o,--output", out_path, "plan to write (JSON, spec/plan.md)", true);
-  app.add_option("--strategy", strategy_name, "spindle | sequential | task-level | intra-task", true);
+  app.add_option("-o,--output", out_path, "plan to write (JSON, spec/plan.md)")->capture_default_str();
+  app.add_option("--strategy", strategy_name, "spindle | sequential | task-level | intra-task")->capture_default_str();
   app.add_flag("--compare", compare, "plan every strategy and print the comparison table");
   app.add_option("--trace", trace_path, "write the planned timeline as a Chrome trace (Perfetto)");
   app.add_option("--check", check_path, "check an existing plan against the model instead of planning")

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   CLI::App app{"plan_time: planning time and optimality gap over the shipped workloads"};
   int repeats = 5;
   std::string markdown;
-  app.add_option("--repeats", repeats, "timed repeats per case (median kept)", true);
+  app.add_option("--repeats", repeats, "timed repeats per case (median kept)")->capture_default_str();
   app.add_option("--markdown", markdown, "also write the table as Markdown to this file");
   CLI11_PARSE(app, argc, argv);
 

@@ -143,7 +143,7 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
     plan.param_groups.push_back({param, devices});
     const Operator& op = *op_of_param.at(param);
     const double shard_bytes = static_cast<double>(cost.param_bytes(op.workload)) / op.tensor_parallel;
-    const double ms = cost.allreduce_ms(shard_bytes, devices);
+    const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, devices) : 0.0;
     for (int d : devices) {
       sync_ms[d] += ms;
       state_bytes[d] += shard_bytes / dtype * bytes_per_param_state;

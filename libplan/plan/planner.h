@@ -24,6 +24,10 @@ struct PlanRequest {
   const CostModel* cost = nullptr;
   std::string profile_sha256;              // recorded in the plan
   Strategy strategy = Strategy::spindle;
+  // Spindle only, beyond the paper (design.md): one scheduling pool for all
+  // MetaLevels, a MetaOp starting as soon as its own inputs are done, instead
+  // of level after level. Default off (the paper's behaviour).
+  bool start_early = false;
 };
 
 // Plans one strategy. Errors (as values) when no valid plan exists, e.g. a

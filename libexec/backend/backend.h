@@ -1,0 +1,53 @@
+// The compute-backend interface (style.md rule 6): allocate, copy,
+// synchronise, run an op. One folder per backend (backend/cpu/, later
+// backend/cuda/). The executor holds one Backend per rank and never touches
+// tensor memory except through it.
+//
+// Contracts:
+//  - allocate returns a zero-filled tensor in the backend's memory
+//    (device() says where). Host tensors are always valid inputs to copy.
+//  - copy(src, dst): same element count; either side may be host memory or
+//    this backend's memory. It may be asynchronous on a device backend: call
+//    synchronize() before reading dst on the host.
+//  - forward/backward run one operator (ops/op.h: inputs, outputs and
+//    gradients per kind) on tensors in the backend's memory; the Op's
+//    parameters (its ParamSet) must live there too. Ops with a TP group call
+//    its Comm from inside (host staging is the backend's business).
+//  - adamw_step updates a parameter in place (optim/adamw.h).
+//  - A Backend is used by one thread at a time.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "libexec/ops/op.h"
+#include "libexec/optim/adamw.h"
+#include "libexec/tensor.h"
+
+namespace spindle::exec {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;  // "cpu", "cuda"
+  virtual Device device() const = 0;
+
+  virtual Tensor allocate(Shape shape) = 0;
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void synchronize() = 0;
+
+  virtual Tensor forward(Op& op, std::span<const Tensor> inputs) = 0;
+  virtual std::vector<Tensor> backward(Op& op, const Tensor& grad_output) = 0;
+  virtual void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param,
+                          const Tensor& grad, Tensor& m, Tensor& v) = 0;
+};
+
+// "cpu" is always built. Returns nullptr for a name not built into this
+// binary (e.g. "cuda" without CUDA); see backend_names().
+std::unique_ptr<Backend> make_backend(std::string_view name);
+std::vector<std::string_view> backend_names();  // those built in, "cpu" first
+
+}  // namespace spindle::exec

@@ -1,0 +1,46 @@
+#include "libexec/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace spindle::exec {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  Device device() const override { return Device::host; }
+
+  Tensor allocate(Shape shape) override { return Tensor::zeros(std::move(shape)); }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    if (src.device() != Device::host || dst.device() != Device::host)
+      throw std::invalid_argument("cpu backend: copy of non-host memory");
+    if (src.numel() != dst.numel())
+      throw std::invalid_argument("cpu backend: copy " + shape_str(src.shape()) + " into " +
+                                  shape_str(dst.shape()));
+    std::copy(src.data(), src.data() + src.numel(), dst.data());
+  }
+
+  void synchronize() override {}
+
+  Tensor forward(Op& op, std::span<const Tensor> inputs) override {
+    return op_forward(op, inputs);
+  }
+
+  std::vector<Tensor> backward(Op& op, const Tensor& grad_output) override {
+    return op_backward(op, grad_output);
+  }
+
+  void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
+                  Tensor& m, Tensor& v) override {
+    exec::adamw_step(cfg, step, param, grad, m, v);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace spindle::exec

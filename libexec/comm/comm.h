@@ -1,0 +1,45 @@
+// The communicator interface (style.md rule 9): a group of ranks that
+// exchange fp32 buffers. Implementations: MPI (comm/mpi_comm.h), a
+// single-process fake of size 1 and a thread-simulated group of K ranks
+// (comm/fake_comm.h). A later NCCL one fits the same interface.
+//
+// Ordering rules (every implementation, every caller):
+//  - Collectives (all_reduce_sum, all_gather, barrier) are blocking and must
+//    be called by every rank of the communicator, in the same order, with
+//    the same element counts. A rank that skips one deadlocks the group.
+//  - all_reduce_sum gives every rank bitwise the same result.
+//  - send/recv are blocking point-to-point calls between ranks of this
+//    communicator. send may block until the matching recv is posted (as
+//    MPI_Send may), so two ranks must not both send to each other first:
+//    order exchanges (e.g. lower rank sends first) or pair them in a
+//    schedule without cycles. Messages from one sender to one receiver with
+//    the same tag arrive in the order sent.
+//  - Buffers are host memory; a device backend stages through the host.
+//  - A Comm is used by one thread at a time.
+// Errors abort the whole job (style.md rule 10); nothing is returned.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace spindle::exec {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;  // 0 .. size()-1
+  virtual int size() const = 0;
+
+  // In place: data[i] becomes the sum over ranks of data[i].
+  virtual void all_reduce_sum(std::span<float> data) = 0;
+  // recv (size() * send.size() elements) gets every rank's send buffer,
+  // in rank order. send and recv must not overlap.
+  virtual void all_gather(std::span<const float> send, std::span<float> recv) = 0;
+  // Point-to-point to/from rank `peer` of this communicator; tag >= 0.
+  virtual void send(std::span<const float> data, int peer, int tag) = 0;
+  virtual void recv(std::span<float> data, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace spindle::exec

@@ -1,0 +1,124 @@
+#include "libexec/comm/mpi_comm.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <set>
+
+#include "libexec/comm/mpi_check.h"
+
+namespace spindle::exec {
+
+[[noreturn]] void mpi_fail(int code, const char* call, const char* file, int line) {
+  int rank = -1, initialized = 0, len = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char msg[MPI_MAX_ERROR_STRING] = {0};
+  MPI_Error_string(code, msg, &len);
+  std::fprintf(stderr, "[rank %d] %s:%d: MPI error %d in %s: %s\n", rank, file, line, code, call,
+               msg);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; keeps [[noreturn]] honest
+}
+
+namespace {
+// Aborts with a message for a misuse that is not an MPI error code.
+[[noreturn]] void usage_fail(const char* what, const char* file, int line) {
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank, file, line, what);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+#define SPINDLE_MPI_REQUIRE(cond, what) \
+  do {                                  \
+    if (!(cond)) usage_fail(what, __FILE__, __LINE__); \
+  } while (0)
+
+int count_of(size_t n) {
+  SPINDLE_MPI_REQUIRE(n <= static_cast<size_t>(INT_MAX), "message larger than INT_MAX floats");
+  return static_cast<int>(n);
+}
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  MPI_CHECK(MPI_Init(argc, argv));
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+}
+
+MpiSession::~MpiSession() { MPI_Finalize(); }
+
+MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiComm::~MpiComm() {
+  if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiComm> MpiComm::world() {
+  MPI_Comm dup;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  return std::make_unique<MpiComm>(dup, true);
+}
+
+void MpiComm::all_reduce_sum(std::span<float> data) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), count_of(data.size()), MPI_FLOAT, MPI_SUM,
+                          comm_));
+}
+
+void MpiComm::all_gather(std::span<const float> send, std::span<float> recv) {
+  SPINDLE_MPI_REQUIRE(recv.size() == send.size() * static_cast<size_t>(size_),
+                      "all_gather: recv must hold size() * send elements");
+  MPI_CHECK(MPI_Allgather(send.data(), count_of(send.size()), MPI_FLOAT, recv.data(),
+                          count_of(send.size()), MPI_FLOAT, comm_));
+}
+
+void MpiComm::send(std::span<const float> data, int peer, int tag) {
+  MPI_CHECK(MPI_Send(data.data(), count_of(data.size()), MPI_FLOAT, peer, tag, comm_));
+}
+
+void MpiComm::recv(std::span<float> data, int peer, int tag) {
+  MPI_Status status;
+  MPI_CHECK(MPI_Recv(data.data(), count_of(data.size()), MPI_FLOAT, peer, tag, comm_, &status));
+  int got = 0;
+  MPI_CHECK(MPI_Get_count(&status, MPI_FLOAT, &got));
+  SPINDLE_MPI_REQUIRE(got == count_of(data.size()), "recv: message size differs from the buffer");
+}
+
+void MpiComm::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+
+std::map<std::vector<int>, std::unique_ptr<Comm>> create_group_comms(
+    const MpiComm& parent, const std::vector<std::vector<int>>& groups) {
+  std::set<std::vector<int>> distinct;
+  for (std::vector<int> g : groups) {
+    std::sort(g.begin(), g.end());
+    g.erase(std::unique(g.begin(), g.end()), g.end());
+    SPINDLE_MPI_REQUIRE(!g.empty(), "create_group_comms: empty device group");
+    SPINDLE_MPI_REQUIRE(g.front() >= 0 && g.back() < parent.size(),
+                        "create_group_comms: rank outside the parent communicator");
+    distinct.insert(std::move(g));
+  }
+  MPI_Group parent_group;
+  MPI_CHECK(MPI_Comm_group(parent.handle(), &parent_group));
+  std::map<std::vector<int>, std::unique_ptr<Comm>> out;
+  int tag = 0;
+  for (const std::vector<int>& g : distinct) {
+    const int my_tag = tag++;  // same on every rank: position in the global order
+    if (!std::binary_search(g.begin(), g.end(), parent.rank())) continue;
+    MPI_Group sub;
+    MPI_CHECK(MPI_Group_incl(parent_group, static_cast<int>(g.size()), g.data(), &sub));
+    MPI_Comm comm;
+    MPI_CHECK(MPI_Comm_create_group(parent.handle(), sub, my_tag, &comm));
+    MPI_CHECK(MPI_Group_free(&sub));
+    out.emplace(g, std::make_unique<MpiComm>(comm, true));
+  }
+  MPI_CHECK(MPI_Group_free(&parent_group));
+  return out;
+}
+
+}  // namespace spindle::exec

@@ -1,0 +1,67 @@
+// The MPI communicator (Open MPI 4.1, not CUDA-aware: host buffers only).
+//
+// Lifetime: MpiSession initialises MPI (MPI_Init) in its constructor and
+// finalises it in its destructor; create exactly one, in main, before any
+// MpiComm. Every MPI call is checked with MPI_CHECK (abort on error).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <mpi.h>
+
+#include "libexec/comm/comm.h"
+
+namespace spindle::exec {
+
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+class MpiComm final : public Comm {
+ public:
+  // Wraps `comm`; frees it on destruction when `owned` (never MPI_COMM_WORLD).
+  MpiComm(MPI_Comm comm, bool owned);
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  // A duplicate of MPI_COMM_WORLD (so library traffic never mixes with others').
+  static std::unique_ptr<MpiComm> world();
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(std::span<float> data) override;
+  void all_gather(std::span<const float> send, std::span<float> recv) override;
+  void send(std::span<const float> data, int peer, int tag) override;
+  void recv(std::span<float> data, int peer, int tag) override;
+  void barrier() override;
+
+  MPI_Comm handle() const { return comm_; }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0;
+  int size_ = 0;
+};
+
+// Device groups: lists of ranks of `parent` (e.g. a slice's devices, a
+// param group's devices). Creates one communicator per distinct group (the
+// order of ranks within a group is ignored: group rank i is the i-th
+// smallest), each exactly once, with MPI_Comm_create_group, which is
+// collective only over the group's members; groups are created in one
+// global sorted order, so ranks in several groups cannot deadlock.
+// Every rank of `parent` must call this with the same list. Returns the
+// communicators of the groups that contain this rank, keyed by the sorted
+// group; other groups are absent. Duplicates and order in `groups` do not
+// matter. A group with a rank outside 0..parent.size()-1 aborts.
+std::map<std::vector<int>, std::unique_ptr<Comm>> create_group_comms(
+    const MpiComm& parent, const std::vector<std::vector<int>>& groups);
+
+}  // namespace spindle::exec

@@ -1,0 +1,104 @@
+#include "libexec/ops/kernels.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace spindle::exec {
+
+Shape with_last(Shape shape, int64_t w) {
+  if (shape.empty()) throw std::invalid_argument("with_last on a scalar shape");
+  shape.back() = w;
+  return shape;
+}
+
+Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor* b) {
+  const int64_t in = w.size(0), out = w.size(1);
+  if (x.shape().back() != in)
+    throw std::invalid_argument("linear: input " + shape_str(x.shape()) + " vs weight " +
+                                shape_str(w.shape()));
+  const int64_t rows = x.numel() / in;
+  Tensor y = Tensor::zeros(with_last(x.shape(), out));
+  MatMap ym = y.mat(rows, out);
+  ym.noalias() = x.mat(rows, in) * w.mat(in, out);
+  if (b) ym.rowwise() += b->row_vec();
+  return y;
+}
+
+Tensor linear_rows_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw,
+                            Tensor* db, bool want_dx) {
+  const int64_t in = w.size(0), out = w.size(1), rows = x.numel() / in;
+  ConstMatMap dym = dy.mat(rows, out);
+  dw.mat(in, out).noalias() += x.mat(rows, in).transpose() * dym;
+  if (db) db->row_vec() += dym.colwise().sum();
+  if (!want_dx) return {};
+  Tensor dx = Tensor::zeros(x.shape());
+  dx.mat(rows, in).noalias() = dym * w.mat(in, out).transpose();
+  return dx;
+}
+
+Tensor layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                         LayerNormCache& cache) {
+  const int64_t w = x.shape().back(), rows = x.numel() / w;
+  cache.xhat = Tensor::zeros(x.shape());
+  cache.rstd = Tensor::zeros({rows});
+  Tensor y = Tensor::zeros(x.shape());
+  ConstMatMap xm = x.mat(rows, w);
+  MatMap xh = cache.xhat.mat(rows, w), ym = y.mat(rows, w);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float mean = xm.row(r).mean();
+    const float var = (xm.row(r).array() - mean).square().mean();
+    const float rstd = 1.0f / std::sqrt(var + kLayerNormEps);
+    cache.rstd[r] = rstd;
+    xh.row(r) = (xm.row(r).array() - mean) * rstd;
+  }
+  ym = (xh.array().rowwise() * gamma.row_vec().array()).rowwise() + beta.row_vec().array();
+  return y;
+}
+
+Tensor layernorm_backward(const Tensor& dy, const Tensor& gamma, const LayerNormCache& cache,
+                          Tensor& dgamma, Tensor& dbeta) {
+  const int64_t w = dy.shape().back(), rows = dy.numel() / w;
+  ConstMatMap dym = dy.mat(rows, w), xh = cache.xhat.mat(rows, w);
+  dgamma.row_vec() += (dym.array() * xh.array()).colwise().sum().matrix();
+  dbeta.row_vec() += dym.colwise().sum();
+  Tensor dx = Tensor::zeros(dy.shape());
+  MatMap dxm = dx.mat(rows, w);
+  const MatrixRM dxhat = (dym.array().rowwise() * gamma.row_vec().array()).matrix();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float m1 = dxhat.row(r).mean();
+    const float m2 = dxhat.row(r).dot(xh.row(r)) / static_cast<float>(w);
+    dxm.row(r) = cache.rstd[r] * (dxhat.row(r).array() - m1 - xh.row(r).array() * m2);
+  }
+  return dx;
+}
+
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+}  // namespace
+
+float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + kGeluA * x * x * x))); }
+
+float gelu_grad(float x) {
+  const float t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
+}
+
+Tensor gelu_forward(const Tensor& x) {
+  Tensor y = Tensor::zeros(x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) y[i] = gelu(x[i]);
+  return y;
+}
+
+Tensor gelu_backward(const Tensor& x, const Tensor& dy) {
+  Tensor dx = Tensor::zeros(x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) dx[i] = dy[i] * gelu_grad(x[i]);
+  return dx;
+}
+
+void add_into(Tensor& dst, const Tensor& src) {
+  if (dst.numel() != src.numel()) throw std::invalid_argument("add_into: sizes differ");
+  dst.vec() += src.vec();
+}
+
+}  // namespace spindle::exec

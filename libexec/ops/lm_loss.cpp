@@ -1,0 +1,95 @@
+#include "libexec/ops/lm_loss.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace spindle::exec {
+
+namespace {
+void check_dims(const OpConfig& cfg) {
+  if (cfg.dim("vocab") % cfg.tp_size() != 0)
+    throw std::invalid_argument("lm_loss: tensor_parallel " + std::to_string(cfg.tp_size()) +
+                                " does not divide vocab " + std::to_string(cfg.dim("vocab")));
+}
+
+int64_t target_id(float v, int64_t vocab) {
+  const auto id = static_cast<int64_t>(v);
+  if (id < 0 || id >= vocab || static_cast<float>(id) != v)
+    throw std::out_of_range("lm_loss: target " + std::to_string(v) + " outside the vocabulary");
+  return id;
+}
+}  // namespace
+
+void lm_loss_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
+  check_dims(cfg);
+  const int64_t h = cfg.dim("hidden"), v = cfg.dim("vocab");
+  const int t = cfg.tp_rank(), k = cfg.tp_size();
+  add_param(set, "ln_g", {h}, -1, t, k, seed, {InitKind::ones, 0});
+  add_param(set, "ln_b", {h}, -1, t, k, seed, {InitKind::zeros, 0});
+  add_param(set, "w", {h, v}, 1, t, k, seed,
+            {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(h))});
+}
+
+void lm_loss_init(LmLossState& s, const OpConfig& cfg, ParamSet& params) {
+  check_dims(cfg);
+  s.cfg = cfg;
+  s.params = &params;
+  s.vocab = cfg.dim("vocab");
+}
+
+Tensor lm_loss_forward(LmLossState& s, const Tensor& x, const Tensor& targets) {
+  std::vector<Param>& p = s.params->params;
+  const int64_t h = x.shape().back(), n = x.numel() / h, k = s.cfg.tp_size();
+  const int64_t vl = s.vocab / k, first = s.cfg.tp_rank() * vl;
+  if (targets.numel() != n) throw std::invalid_argument("lm_loss: one target per token expected");
+  s.targets = targets;
+  s.z = layernorm_forward(x, p[0].value, p[1].value, s.ln);
+  Tensor logits = linear_rows(s.z, p[2].value, nullptr);
+  MatMap lg = logits.mat(n, vl);
+
+  // Row maxima over the whole vocabulary.
+  Eigen::VectorXf mx = lg.rowwise().maxCoeff();
+  if (k > 1) {
+    Eigen::VectorXf all(n * k);
+    s.cfg.tp->all_gather({mx.data(), static_cast<size_t>(n)}, {all.data(), static_cast<size_t>(n * k)});
+    mx = all.segment(0, n);  // the same shift on every rank
+    for (int64_t r = 1; r < k; ++r) mx = mx.cwiseMax(all.segment(r * n, n));
+  }
+  // Sums of exponentials [0, n) and target logits [n, 2n), summed over the group.
+  std::vector<float> red(static_cast<size_t>(2 * n), 0.0f);
+  s.probs = Tensor::zeros({n, vl});
+  MatMap pr = s.probs.mat(n, vl);
+  for (int64_t i = 0; i < n; ++i) {
+    pr.row(i) = (lg.row(i).array() - mx[i]).exp().matrix();
+    red[static_cast<size_t>(i)] = pr.row(i).sum();
+    const int64_t t = target_id(targets[i], s.vocab) - first;
+    if (t >= 0 && t < vl) red[static_cast<size_t>(n + i)] = lg(i, t);
+  }
+  tp_all_reduce(s.cfg, red.data(), 2 * n);
+  double loss = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = red[static_cast<size_t>(i)];
+    pr.row(i) /= sum;
+    loss += std::log(static_cast<double>(sum)) + mx[i] - red[static_cast<size_t>(n + i)];
+  }
+  return Tensor::from({1}, {static_cast<float>(loss / static_cast<double>(n))});
+}
+
+Tensor lm_loss_backward(LmLossState& s, const Tensor& dloss) {
+  std::vector<Param>& p = s.params->params;
+  const int64_t n = s.probs.size(0), vl = s.probs.size(1), first = s.cfg.tp_rank() * vl;
+  // dL/dlogits = g/n * (softmax - onehot(target)), local columns.
+  Tensor dlogits = s.probs.clone();
+  MatMap dl = dlogits.mat(n, vl);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = target_id(s.targets[i], s.vocab) - first;
+    if (t >= 0 && t < vl) dl(i, t) -= 1.0f;
+  }
+  dl *= dloss[0] / static_cast<float>(n);
+  Tensor dz = linear_rows_backward(s.z, p[2].value, dlogits.reshaped(with_last(s.z.shape(), vl)),
+                                   p[2].grad, nullptr, true);
+  tp_all_reduce(s.cfg, dz.data(), dz.numel());
+  return layernorm_backward(dz, p[0].value, s.ln, p[0].grad, p[1].grad);
+}
+
+}  // namespace spindle::exec

@@ -1,0 +1,27 @@
+// AdamW (Loshchilov & Hutter, decoupled weight decay), fp32 parameters and
+// moments, PyTorch's order of operations. For step t >= 1:
+//   p <- p * (1 - lr * weight_decay)
+//   m <- beta1 m + (1 - beta1) g;   v <- beta2 v + (1 - beta2) g^2
+//   p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+#pragma once
+
+#include <cstdint>
+
+#include "libexec/tensor.h"
+
+namespace spindle::exec {
+
+struct AdamWConfig {
+  float lr = 1e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+// m, v: moments with the shape of param, zero before step 1; updated in place.
+// Throws std::invalid_argument on a size mismatch or step < 1.
+void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
+                Tensor& m, Tensor& v);
+
+}  // namespace spindle::exec

@@ -1,0 +1,65 @@
+// Device allocation of one MetaLevel (design.md, steps 5-6): the relaxed
+// (continuous) optimum by bisection, then bi-point discretisation onto valid
+// device counts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "libplan/cost/curve.h"
+
+namespace spindle::plan {
+
+// Valid device counts of a MetaOp on `devices` devices, ascending: every n in
+// 1..devices with n % tensor_parallel == 0 and batch % n == 0 (spec/plan.md,
+// rule 4; this implies model.md's "n / K divides the batch"). Empty when none.
+std::vector<int> valid_device_counts(int devices, int tensor_parallel, int64_t batch);
+
+// One MetaOp as the allocator sees it: L operators, each taking
+// curve->time_ms(n) ms on n devices. The curve is not owned.
+struct AllocItem {
+  int length = 0;                       // L >= 1
+  const ScalingCurve* curve = nullptr;
+};
+
+// The relaxed optimum of one level: every MetaOp starts at 0 and ends at
+// c_star_ms on n_star[m] (real) devices, L_m * T_m(n_star[m]) = c_star_ms and
+// sum n_star = devices. When even `devices` devices cannot make the slowest
+// MetaOp faster (flat curves), c_star_ms = max_m L_m T_m(devices) and the sum
+// of n_star may be below `devices`.
+struct RelaxedAllocation {
+  double c_star_ms = 0;
+  std::vector<double> n_star;           // same order as the items
+  int iterations = 0;                   // bisection steps taken
+};
+
+// Bisection on C in [max_m L_m T_m(N), sum_m L_m T_m(1)], at most 100 steps,
+// stopping early at relative width 1e-9. `items` must be non-empty, with
+// non-null curves; devices >= 1.
+RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices);
+
+// A run of `count` consecutive operators on `devices` devices each
+// (the paper's allocation tuple).
+struct AllocTuple {
+  int devices = 0;
+  int count = 0;
+};
+
+// Bi-point discretisation of one MetaOp (design.md, step 6). `valid` is the
+// ascending list of valid device counts (non-empty). Returns one or two
+// tuples, the larger device count first, counts summing to `length`:
+//  - n_star within 1e-6 (relative) of a valid count: all L on it;
+//  - n_star above every valid count: all L on the largest;
+//  - otherwise n_lo < n_star < n_hi, the nearest valid counts (n_lo = 0, a
+//    dummy of infinite time, when n_star is below the smallest): l_hi and
+//    l_lo = L - l_hi with l_hi T(n_hi) + l_lo T(n_lo) = c_star_ms, l_hi
+//    rounded to the nearest integer in [0, L] (all L on n_hi for the dummy).
+// Tuples with a zero count are dropped.
+std::vector<AllocTuple> discretise(int length, const ScalingCurve& curve, double n_star,
+                                   double c_star_ms, const std::vector<int>& valid);
+// The same with the per-operator time given as a function of a valid count.
+std::vector<AllocTuple> discretise(int length, const std::function<double(int)>& time_ms,
+                                   double n_star, double c_star_ms, const std::vector<int>& valid);
+
+}  // namespace spindle::plan

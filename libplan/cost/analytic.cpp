@@ -1,0 +1,285 @@
+// Analytic operator cost model (docs/analytic-profile.md).
+//
+// time(n) = max(compute, memory) + tensor-parallel all-reduces
+//           + batch gathers (contrastive_loss) + op latency
+// compute = (F + F_half) / (efficiency_max * peak), where F is the FLOPs one
+//           device does, i.e. F / (peak * eff(F)) with
+//           eff(F) = efficiency_max * F / (F + F_half), F_half = peak * half_efficiency_us
+// memory  = memory_passes * (param_bytes / K + local_batch / K * (kept + output bytes per sample))
+//           / memory bandwidth
+#include "libplan/cost/analytic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "libplan/cost/cost_model.h"
+#include "libplan/model/ops.h"
+
+namespace spindle::plan {
+namespace {
+
+// ---- Tunables, declared once (docs/analytic-profile.md explains each) ----
+
+// Fraction of the dense peak that a large transformer slice reaches
+// (Megatron-LM reports 50-65% model FLOPs utilisation on A100/A800 in bf16).
+constexpr double kEfficiencyMax = 0.65;
+// Per-device work of one operator (forward + backward) at which it reaches
+// half of kEfficiencyMax, as microseconds at the device's peak: 64 us is
+// 20 GFLOP on an A800 (312 TFLOP/s), about a ViT-H layer on 0.6 samples or a
+// depth-encoder layer on 9 samples. Small slices underuse a device; this is
+// why light encoders scale badly. Scaling with the peak keeps the model
+// sensible from CPU cores to H200s.
+constexpr double kHalfEfficiencyUs = 64.0;
+// Fixed cost of one operator, forward plus backward: some tens of kernel
+// launches and their tails, ms.
+constexpr double kOpLatencyMs = 0.03;
+// How often parameters and kept activations cross device memory in one
+// forward plus backward (read forward, read backward, write gradient).
+constexpr double kMemoryPasses = 3.0;
+
+constexpr AnalyticConstants kConstants{kEfficiencyMax, kHalfEfficiencyUs, kOpLatencyMs,
+                                       kMemoryPasses};
+
+double d(const Workload& w, const char* name) {
+  auto it = w.dims.find(name);
+  if (it == w.dims.end() || !it->is_number()) return 0.0;
+  return it->get<double>();
+}
+
+// Per-sample sizes of one operator that the time formula needs.
+struct OpShape {
+  double flops = 0;             // forward + backward, whole operator
+  double kept_bytes = 0;        // activations kept for backward
+  double output_bytes = 0;      // output activation
+  int tp_allreduces = 0;        // Megatron-style all-reduces per fwd+bwd under TP
+  double tp_allreduce_bytes = 0;  // size of each, per sample
+  double gather_bytes = 0;      // contrastive_loss: embedding bytes per sample gathered over n
+};
+
+OpShape shape_of(const Workload& w, DType dtype) {
+  const double dt = dtype_bytes(dtype);
+  const double s = double(w.seq);
+  OpShape r;
+  const std::string& op = w.op;
+  if (op == "transformer_layer") {
+    const double h = d(w, "hidden"), f = d(w, "ffn"), a = d(w, "heads");
+    // Forward: QKV 6 s h^2, scores 2 s^2 h, weighted sum 2 s^2 h, output 2 s h^2,
+    // MLP 4 s h ffn. Causal attention is counted in full (the runtime computes
+    // the whole score matrix and masks it).
+    r.flops = 3.0 * (8.0 * s * h * h + 4.0 * s * h * f + 4.0 * s * s * h);
+    // Korthikanti et al. (2022), 16-bit, no recomputation: s h (34 + 5 a s / h)
+    // for ffn = 4h; generalised: attention 11 s h + 5 a s^2, MLP 3 s h + 4 s ffn,
+    // two LayerNorms 4 s h. Scaled by dtype_bytes / 2.
+    r.kept_bytes = (s * (18.0 * h + 4.0 * f) + 5.0 * a * s * s) * dt / 2.0;
+    r.output_bytes = s * h * dt;
+    r.tp_allreduces = 4;   // 2 forward (after attention, after MLP), 2 backward
+    r.tp_allreduce_bytes = s * h * dt;
+  } else if (op == "linear") {
+    const double in = d(w, "in"), out = d(w, "out");
+    r.flops = 6.0 * s * in * out;
+    r.kept_bytes = s * in * dt;
+    r.output_bytes = s * out * dt;
+    r.tp_allreduces = 2;
+    r.tp_allreduce_bytes = s * out * dt;
+  } else if (op == "patch_embed") {
+    const double in = d(w, "in_dim"), h = d(w, "hidden");
+    r.flops = 6.0 * s * in * h + 3.0 * s * h;
+    r.kept_bytes = s * in * dt;
+    r.output_bytes = s * h * dt;
+    r.tp_allreduces = 2;
+    r.tp_allreduce_bytes = s * h * dt;
+  } else if (op == "token_embed") {
+    const double h = d(w, "hidden");
+    r.flops = 3.0 * s * h;           // position add; the lookup is bytes-bound
+    r.kept_bytes = s * 4.0;          // int32 token ids
+    r.output_bytes = s * h * dt;
+    r.tp_allreduces = 1;             // vocab-parallel lookup, forward
+    r.tp_allreduce_bytes = s * h * dt;
+  } else if (op == "pool_project") {
+    const double in = d(w, "in"), out = d(w, "out");
+    r.flops = 6.0 * in * out + 3.0 * (s * in + 8.0 * in);
+    r.kept_bytes = 2.0 * in * dt + 8.0;   // LN input and output, mean and rstd (fp32)
+    r.output_bytes = out * dt;
+    r.tp_allreduces = 2;
+    r.tp_allreduce_bytes = out * dt;
+  } else if (op == "contrastive_loss") {
+    const double dim = d(w, "dim"), b = double(w.batch);
+    // Each device scores its rows against the gathered batch in both
+    // directions: 2 x (2 b dim) FLOPs per sample forward, softmax 5 b each.
+    r.flops = 3.0 * (4.0 * b * dim + 10.0 * b + 6.0 * dim);
+    r.kept_bytes = 2.0 * dim * dt + 2.0 * b * 4.0;   // normalised pair, fp32 softmax rows
+    r.output_bytes = 0;
+    r.gather_bytes = 2.0 * dim * dt;
+  } else if (op == "lm_loss") {
+    const double h = d(w, "hidden"), v = d(w, "vocab");
+    r.flops = 3.0 * (2.0 * s * h * v + 8.0 * s * h + 5.0 * s * v);
+    r.kept_bytes = 2.0 * s * h * dt + s * v * 4.0;   // LN in/out, fp32 logits
+    r.output_bytes = 0;
+    r.tp_allreduces = 1;   // input gradient of the vocab-parallel projection
+    r.tp_allreduce_bytes = s * h * dt;
+  }
+  return r;
+}
+
+std::vector<int> first_k_devices(int k) {
+  std::vector<int> v(size_t(std::max(k, 0)));
+  for (int i = 0; i < k; ++i) v[size_t(i)] = i;
+  return v;
+}
+
+}  // namespace
+
+const AnalyticConstants& analytic_constants() { return kConstants; }
+
+double analytic_flops_per_sample(const Workload& w) { return shape_of(w, DType::bf16).flops; }
+
+int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype) {
+  return int64_t(std::llround(shape_of(w, dtype).kept_bytes));
+}
+
+double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,
+                      DType dtype, int64_t param_bytes) {
+  const AnalyticConstants& c = kConstants;
+  const OpShape sh = shape_of(w, dtype);
+  const double k = std::max(tensor_parallel, 1);
+  const double local_batch = double(w.batch) * k / double(n);   // per TP group
+  const double peak_flops_per_ms = cluster.peak_tflops * 1e12 * 1e-3;
+
+  const double device_flops = sh.flops * local_batch / k;
+  const double half_flops = c.half_efficiency_us * 1e-3 * peak_flops_per_ms;
+  const double compute_ms = (device_flops + half_flops) / (c.efficiency_max * peak_flops_per_ms);
+  const double device_bytes =
+      c.memory_passes * (double(param_bytes) / k + local_batch / k * (sh.kept_bytes + sh.output_bytes));
+  const double memory_ms = device_bytes / (cluster.memory_gbytes_per_s * 1e9) * 1e3;
+
+  double comm_ms = 0;
+  if (tensor_parallel > 1 && sh.tp_allreduces > 0) {
+    const std::vector<int> group = first_k_devices(tensor_parallel);
+    comm_ms += sh.tp_allreduces * ring_allreduce_ms(cluster, local_batch * sh.tp_allreduce_bytes, group);
+  }
+  if (sh.gather_bytes > 0 && n > 1) {
+    // All-gather of the embeddings forward, reduce-scatter of their gradients
+    // backward: each (n-1)/n * bytes / bw + (n-1) latency over the ring.
+    const Link& link = n <= cluster.devices_per_island ? cluster.intra_island : cluster.inter_island;
+    const double bytes = double(w.batch) * sh.gather_bytes;
+    const double one_ms = (double(n) - 1.0) / double(n) * bytes / (link.gbytes_per_s * 1e9) * 1e3 +
+                          (double(n) - 1.0) * link.latency_us * 1e-3;
+    comm_ms += 2.0 * one_ms;
+  }
+  return std::max(compute_ms, memory_ms) + comm_ms + c.op_latency_ms;
+}
+
+double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,
+                      DType dtype) {
+  const int64_t params = op_param_count(w.op, w.dims, w.seq) * dtype_bytes(dtype);
+  return analytic_op_ms(w, tensor_parallel, n, cluster, dtype, params);
+}
+
+std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,
+                                       const std::vector<int>* device_counts) {
+  const int k = std::max(tensor_parallel, 1);
+  auto valid = [&](int n) { return n > 0 && n % k == 0 && batch % (n / k) == 0; };
+  std::vector<int> out;
+  if (device_counts) {
+    for (int n : *device_counts) {
+      if (valid(n)) out.push_back(n);
+    }
+  } else {
+    for (int n = 1; n <= cluster.devices(); ++n) {
+      if (valid(n)) out.push_back(n);
+    }
+  }
+  return out;
+}
+
+Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const Cluster& cluster,
+                                 const std::vector<int>* device_counts) {
+  const std::string cfile = cluster.path.empty() ? std::string("<cluster>") : cluster.path;
+  if (!(cluster.peak_tflops > 0)) {
+    return make_error(Where{cfile, "device.peak_tflops", 0, 0},
+                      "an analytic profile needs the device's dense peak TFLOP/s (> 0)");
+  }
+  if (!(cluster.memory_gbytes_per_s > 0)) {
+    return make_error(Where{cfile, "device.memory_gbytes_per_s", 0, 0},
+                      "an analytic profile needs the device memory bandwidth in GB/s; add it "
+                      "to the cluster description (e.g. 2039 for an A800 80 GB)");
+  }
+  if (device_counts) {
+    for (size_t i = 0; i < device_counts->size(); ++i) {
+      const int n = (*device_counts)[i];
+      if (n <= 0 || n > cluster.devices()) {
+        return Error{"--devices: device count " + std::to_string(n) + " is outside 1.." +
+                     std::to_string(cluster.devices()) + " (cluster " + cfile + ")"};
+      }
+      if (i > 0 && n <= (*device_counts)[i - 1]) {
+        return Error{"--devices: device counts must be strictly increasing"};
+      }
+    }
+  }
+
+  struct Use {
+    Workload workload;
+    int tensor_parallel = 1;
+    int64_t param_bytes = 0;
+    std::string first_op;
+  };
+  std::map<std::string, Use> uses;   // by Workload::key(): deterministic order
+  for (const Operator& op : graph.ops) {
+    const std::string key = op.workload.key();
+    int64_t max_seq = op.workload.seq;
+    if (op.task >= 0 && size_t(op.task) < model.tasks.size()) {
+      const Task& t = model.tasks[size_t(op.task)];
+      if (op.node >= 0 && size_t(op.node) < t.nodes.size()) {
+        const Module* m = model.find_module(t.nodes[size_t(op.node)].module);
+        if (m && m->max_seq > 0) max_seq = m->max_seq;
+      }
+    }
+    const int64_t params = op_param_count(op.workload.op, op.workload.dims, max_seq) *
+                           dtype_bytes(model.dtype);
+    auto it = uses.find(key);
+    if (it == uses.end()) {
+      uses.emplace(key, Use{op.workload, op.tensor_parallel, params, op.id});
+      continue;
+    }
+    if (it->second.tensor_parallel != op.tensor_parallel) {
+      return Error{(model.path.empty() ? std::string("<model>") : model.path) + ": operators " +
+                   it->second.first_op + " and " + op.id + " have the same workload (" + key +
+                   ") but tensor_parallel " + std::to_string(it->second.tensor_parallel) +
+                   " and " + std::to_string(op.tensor_parallel) +
+                   "; a profile cannot key both: give the modules different dimensions or the "
+                   "same tensor_parallel"};
+    }
+    it->second.param_bytes = std::max(it->second.param_bytes, params);
+  }
+
+  Profile p;
+  p.device = cluster.device_name;
+  p.source = "analytic";
+  for (const auto& [key, use] : uses) {
+    ProfileEntry e;
+    e.workload = use.workload;
+    e.param_bytes = use.param_bytes;
+    e.activation_bytes_per_sample = analytic_activation_bytes_per_sample(use.workload, model.dtype);
+    const std::vector<int> counts =
+        analytic_valid_counts(use.workload.batch, use.tensor_parallel, cluster, device_counts);
+    if (counts.empty()) {
+      return Error{cfile + ": no valid device count for operator " + use.first_op + " (" + key +
+                   ", tensor_parallel " + std::to_string(use.tensor_parallel) + ") among " +
+                   (device_counts ? std::string("the --devices list")
+                                  : "1.." + std::to_string(cluster.devices())) +
+                   ": a count must be a multiple of tensor_parallel with count / tensor_parallel "
+                   "dividing the batch"};
+    }
+    for (int n : counts) {
+      e.points.push_back(ProfilePoint{
+          n, analytic_op_ms(use.workload, use.tensor_parallel, n, cluster, model.dtype, use.param_bytes),
+          0.0});
+    }
+    p.entries.push_back(std::move(e));
+  }
+  return p;
+}
+
+}  // namespace spindle::plan

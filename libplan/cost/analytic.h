@@ -1,0 +1,64 @@
+// Analytic cost model of one operator on a cluster's device: the profile that
+// `spindle-profile --analytic` writes and `spindle-plan` builds in memory when
+// no profile is given. Formulas, constants and limits: docs/analytic-profile.md.
+//
+// Pure and deterministic: the same model and cluster give the same profile.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "libplan/graph/op_graph.h"
+#include "libplan/io/profile.h"
+#include "libplan/model/cluster.h"
+#include "libplan/model/model.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+// The model's tunables, each declared once (analytic.cpp) with its default.
+struct AnalyticConstants {
+  double efficiency_max;        // fraction of peak_tflops reached by very large slices
+  double half_efficiency_us;    // per-device work of one operator, in microseconds at peak, at which
+                                // efficiency is half of max (= FLOPs / peak FLOP/s)
+  double op_latency_ms;         // fixed cost of one operator, forward + backward (kernel launches)
+  double memory_passes;         // times parameters and kept activations cross device memory
+};
+const AnalyticConstants& analytic_constants();
+
+// FLOPs of one operator per sample, forward plus backward (3x forward), for
+// the whole operator (not divided by tensor parallelism). For contrastive_loss
+// it depends on the global batch (each sample meets every other one).
+double analytic_flops_per_sample(const Workload& w);
+
+// Bytes one operator keeps for backward per sample, in `dtype` (the full
+// operator: a tensor-parallel group holds it spread over its devices).
+int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype);
+
+// Time of ONE operator, forward plus backward, ms, on each of n devices that
+// run it in data parallel over n / tensor_parallel groups of tensor_parallel
+// devices, local batch batch * tensor_parallel / n (spec/profile.md). The
+// caller passes a valid n (a multiple of tensor_parallel with n / tensor_parallel
+// dividing the batch); `param_bytes` are the operator's full parameter bytes.
+// Needs cluster.peak_tflops > 0 and cluster.memory_gbytes_per_s > 0.
+double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,
+                      DType dtype, int64_t param_bytes);
+// Same, with param_bytes from the catalogue at max_seq = w.seq.
+double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,
+                      DType dtype);
+
+// Device counts valid for a workload: multiples n of tensor_parallel with
+// n / tensor_parallel dividing batch; from `device_counts` when given (in its
+// order, must be ascending), else every count 1..cluster.devices().
+std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,
+                                       const std::vector<int>* device_counts);
+
+// One entry per distinct workload of `graph`, points at its valid counts.
+// Errors (naming the cluster file and key, or the workload) when the cluster
+// lacks device.peak_tflops or device.memory_gbytes_per_s, when a workload has
+// no valid device count, or when one workload is used with two different
+// tensor_parallel degrees (the profile keys cannot tell them apart).
+Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const Cluster& cluster,
+                                 const std::vector<int>* device_counts = nullptr);
+
+}  // namespace spindle::plan

@@ -1,0 +1,107 @@
+#include "libplan/cost/cost_model.h"
+
+#include <algorithm>
+
+namespace spindle::plan {
+
+double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices) {
+  const size_t p = devices.size();
+  if (p <= 1) return 0.0;
+  bool one_island = true;
+  const int island = cluster.island_of(devices.front());
+  for (int d : devices) one_island = one_island && cluster.island_of(d) == island;
+  const Link& link = one_island ? cluster.intra_island : cluster.inter_island;
+  const double steps = double(p - 1);
+  const double transfer_ms = 2.0 * steps / double(p) * bytes / (link.gbytes_per_s * 1e9) * 1e3;
+  const double latency_ms = 2.0 * steps * link.latency_us * 1e-3;
+  return transfer_ms + latency_ms;
+}
+
+// ---- ProfileCostModel ----
+
+Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile& profile,
+                                                                    const Cluster& cluster,
+                                                                    const OpGraph& graph) {
+  const std::string file = profile.path.empty() ? std::string("<profile>") : profile.path;
+  std::map<std::string, size_t> index;   // workload key -> entry index
+  for (size_t i = 0; i < profile.entries.size(); ++i) {
+    index.emplace(profile.entries[i].workload.key(), i);
+  }
+  auto model = std::unique_ptr<ProfileCostModel>(new ProfileCostModel());
+  model->cluster_ = cluster;
+  for (const Operator& op : graph.ops) {
+    const std::string key = op.workload.key();
+    if (model->entries_.count(key)) continue;
+    auto it = index.find(key);
+    if (it == index.end()) {
+      return Error{file + ": no entry for op " + op.workload.op + " dims " +
+                   op.workload.dims.dump() + " seq " + std::to_string(op.workload.seq) +
+                   " batch " + std::to_string(op.workload.batch) + " (operator " + op.id +
+                   "); regenerate the profile for this model with spindle-profile"};
+    }
+    const ProfileEntry& e = profile.entries[it->second];
+    auto curve = ScalingCurve::fit(e.points);
+    if (!curve.ok()) {
+      return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key +
+                   "): " + curve.error().message};
+    }
+    model->entries_.emplace(key, Entry{std::move(curve).value(), e.param_bytes,
+                                       e.activation_bytes_per_sample});
+  }
+  return model;
+}
+
+const ScalingCurve* ProfileCostModel::curve(const Workload& w) const {
+  auto it = entries_.find(w.key());
+  return it == entries_.end() ? nullptr : &it->second.curve;
+}
+
+int64_t ProfileCostModel::param_bytes(const Workload& w) const {
+  auto it = entries_.find(w.key());
+  return it == entries_.end() ? 0 : it->second.param_bytes;
+}
+
+int64_t ProfileCostModel::activation_bytes_per_sample(const Workload& w) const {
+  auto it = entries_.find(w.key());
+  return it == entries_.end() ? 0 : it->second.activation_bytes_per_sample;
+}
+
+double ProfileCostModel::p2p_ms(double bytes, bool cross_island) const {
+  return link_ms(cross_island ? cluster_.inter_island : cluster_.intra_island, bytes);
+}
+
+double ProfileCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {
+  return ring_allreduce_ms(cluster_, bytes, devices);
+}
+
+// ---- TableCostModel ----
+
+void TableCostModel::set(const Workload& w, ScalingCurve curve, int64_t param_bytes,
+                         int64_t activation_bytes_per_sample) {
+  entries_[w.key()] = Entry{std::move(curve), param_bytes, activation_bytes_per_sample};
+}
+
+const ScalingCurve* TableCostModel::curve(const Workload& w) const {
+  auto it = entries_.find(w.key());
+  return it == entries_.end() ? nullptr : &it->second.curve;
+}
+
+int64_t TableCostModel::param_bytes(const Workload& w) const {
+  auto it = entries_.find(w.key());
+  return it == entries_.end() ? 0 : it->second.param_bytes;
+}
+
+int64_t TableCostModel::activation_bytes_per_sample(const Workload& w) const {
+  auto it = entries_.find(w.key());
+  return it == entries_.end() ? 0 : it->second.activation_bytes_per_sample;
+}
+
+double TableCostModel::p2p_ms(double bytes, bool cross_island) const {
+  return link_ms(cross_island ? cluster_.inter_island : cluster_.intra_island, bytes);
+}
+
+double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {
+  return ring_allreduce_ms(cluster_, bytes, devices);
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,74 @@
+// Expansion of a validated model into its operator graph (spec/model.md,
+// "Operator graph"; ids per spec/plan.md).
+#include "libplan/graph/op_graph.h"
+
+#include <algorithm>
+#include <map>
+
+namespace spindle::plan {
+
+std::string Workload::key() const {
+  return op + dims.dump() + "/s" + std::to_string(seq) + "/b" + std::to_string(batch);
+}
+
+OpGraph expand(const Model& model) {
+  OpGraph g;
+  for (std::size_t t = 0; t < model.tasks.size(); ++t) {
+    const Task& task = model.tasks[t];
+    // Index of the first and last operator of every node of this task.
+    std::map<std::string, std::pair<int, int>> span;
+    for (std::size_t n = 0; n < task.nodes.size(); ++n) {
+      const Node& node = task.nodes[n];
+      const Module* m = model.find_module(node.module);
+      if (m == nullptr) continue;  // not reachable for a validated model
+      const int first = static_cast<int>(g.ops.size());
+      int64_t seq = node.seq;  // input seq of the next operator
+      for (std::size_t k = 0; k < m->blocks.size(); ++k) {
+        const Block& b = m->blocks[k];
+        const int64_t op_seq = b.op == "contrastive_loss" ? 1 : seq;
+        for (int rep = 0; rep < b.repeat; ++rep) {
+          Operator op;
+          const std::string kr = std::to_string(k) + "." + std::to_string(rep);
+          op.id = task.name + "/" + node.id + "/" + kr;
+          op.param = m->name + "/" + kr;
+          op.task = static_cast<int>(t);
+          op.node = static_cast<int>(n);
+          op.block = static_cast<int>(k);
+          op.rep = rep;
+          op.tensor_parallel = m->tensor_parallel;
+          op.workload = Workload{b.op, b.dims, op_seq, task.batch};
+          const int self = static_cast<int>(g.ops.size());
+          if (self > first) {
+            op.inputs.push_back(self - 1);
+            g.ops[self - 1].outputs.push_back(self);
+          }
+          g.ops.push_back(std::move(op));
+        }
+        if (b.op == "pool_project") seq = 1;
+      }
+      const int last = static_cast<int>(g.ops.size()) - 1;
+      if (last < first) continue;  // a module without blocks: rejected by the parser
+      span[node.id] = {first, last};
+      // Edges from each input node's last operator to this node's first.
+      std::vector<int>& ins = g.ops[first].inputs;
+      for (const std::string& in : node.inputs) {
+        auto it = span.find(in);
+        if (it == span.end()) continue;  // not reachable for a validated model
+        const int src = it->second.second;
+        ins.push_back(src);
+        g.ops[src].outputs.push_back(first);
+      }
+      std::sort(ins.begin(), ins.end());
+      ins.erase(std::unique(ins.begin(), ins.end()), ins.end());
+    }
+  }
+  // Sources' output lists were appended in increasing consumer order, except
+  // that chain edges and input edges interleave; sort to honour the header.
+  for (Operator& op : g.ops) {
+    std::sort(op.outputs.begin(), op.outputs.end());
+    op.outputs.erase(std::unique(op.outputs.begin(), op.outputs.end()), op.outputs.end());
+  }
+  return g;
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,305 @@
+// Reader and writer of the profile database (spec/profile.md).
+#include "libplan/io/profile.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "libplan/model/ops.h"
+#include "libplan/util/files.h"
+
+namespace spindle::plan {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kFormat = "spindle-profile";
+
+// Times are written with this many significant digits (fixed float formatting:
+// the same double always gives the same text, and the text read back gives
+// the same double, so encode/decode/encode is byte-identical).
+constexpr int kMsSignificantDigits = 6;
+
+double round_significant(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return std::strtod(buf, nullptr);
+}
+
+const char* type_name(const json& j) {
+  if (j.is_number_integer()) return "an integer";
+  if (j.is_number_float()) return "a number";
+  if (j.is_string()) return "a string";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_object()) return "an object";
+  if (j.is_array()) return "an array";
+  return "null";
+}
+
+bool is_extension_key(const std::string& k) { return k == "x" || k.rfind("x-", 0) == 0; }
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  Error err(const std::string& key, const std::string& what) const {
+    return make_error(Where{path_, key, 0, 0}, what);
+  }
+
+  // Unknown keys (other than x / x-*) are errors; required keys must be present.
+  Status check_keys(const json& obj, const std::string& at, const std::set<std::string>& required,
+                    const std::set<std::string>& optional) const {
+    for (const auto& [k, v] : obj.items()) {
+      (void)v;
+      if (required.count(k) || optional.count(k) || is_extension_key(k)) continue;
+      return err(join(at, k), "unknown key (extensions go under `x` or `x-*`)");
+    }
+    for (const auto& k : required) {
+      if (!obj.contains(k)) return err(join(at, k), "missing required key");
+    }
+    return Status::Ok();
+  }
+
+  Result<std::string> get_string(const json& obj, const std::string& at, const char* k) const {
+    const json& v = obj.at(k);
+    if (!v.is_string()) return err(join(at, k), std::string("expected a string, found ") + type_name(v));
+    return v.get<std::string>();
+  }
+
+  Result<int64_t> get_int(const json& obj, const std::string& at, const char* k, int64_t min) const {
+    const json& v = obj.at(k);
+    if (!v.is_number_integer()) {
+      return err(join(at, k), std::string("expected an integer, found ") + type_name(v));
+    }
+    const int64_t x = v.get<int64_t>();
+    if (x < min) {
+      return err(join(at, k), "expected an integer >= " + std::to_string(min) + ", found " +
+                                  std::to_string(x));
+    }
+    return x;
+  }
+
+  Result<double> get_number(const json& obj, const std::string& at, const char* k) const {
+    const json& v = obj.at(k);
+    if (!v.is_number()) return err(join(at, k), std::string("expected a number, found ") + type_name(v));
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) return err(join(at, k), "expected a finite number");
+    return x;
+  }
+
+  static std::string join(const std::string& at, const std::string& k) {
+    return at.empty() ? k : at + "." + k;
+  }
+
+ private:
+  std::string path_;
+};
+
+bool valid_source(const std::string& s) { return s == "analytic" || s == "measured"; }
+
+}  // namespace
+
+const ProfileEntry* Profile::find(const Workload& w) const {
+  const std::string key = w.key();
+  for (const auto& e : entries) {
+    if (e.workload.key() == key) return &e;
+  }
+  return nullptr;
+}
+
+Result<Profile> parse_profile_string(const std::string& json_text, const std::string& path) {
+  Reader r(path);
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    return r.err("", std::string("not valid JSON: ") + e.what());
+  }
+  if (!doc.is_object()) return r.err("", std::string("expected a JSON object, found ") + type_name(doc));
+
+  // format and version first, so a different or newer file gets the right hint.
+  if (!doc.contains("format")) return r.err("format", "missing required key (expected \"spindle-profile\")");
+  if (!doc["format"].is_string() || doc["format"].get<std::string>() != kFormat) {
+    return r.err("format", "expected \"spindle-profile\", found " + doc["format"].dump() +
+                               " (is this a profile database written by spindle-profile?)");
+  }
+  if (!doc.contains("version")) return r.err("version", "missing required key");
+  {
+    auto v = r.get_int(doc, "", "version", 1);
+    SPINDLE_TRY(v);
+    if (*v > kProfileVersion) {
+      return r.err("version", "version " + std::to_string(*v) +
+                                  " is newer than this spindle understands (" +
+                                  std::to_string(kProfileVersion) +
+                                  "): upgrade spindle, or regenerate the profile with this "
+                                  "version's spindle-profile");
+    }
+  }
+  SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "source", "entries"}, {}));
+
+  Profile p;
+  p.path = path;
+  p.sha256 = sha256_hex(json_text);
+  {
+    auto s = r.get_string(doc, "", "device");
+    SPINDLE_TRY(s);
+    p.device = *s;
+  }
+  {
+    auto s = r.get_string(doc, "", "source");
+    SPINDLE_TRY(s);
+    p.source = *s;
+    if (!valid_source(p.source) && p.source != "mixed") {
+      return r.err("source", "expected \"analytic\", \"measured\" or \"mixed\", found \"" + p.source + "\"");
+    }
+  }
+  const json& entries = doc["entries"];
+  if (!entries.is_array()) return r.err("entries", std::string("expected an array, found ") + type_name(entries));
+
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string at = "entries[" + std::to_string(i) + "]";
+    const json& je = entries[i];
+    if (!je.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(je));
+    SPINDLE_TRY(r.check_keys(je, at,
+                             {"op", "dims", "seq", "batch", "points", "param_bytes",
+                              "activation_bytes_per_sample"},
+                             {"source"}));
+    ProfileEntry e;
+    {
+      auto s = r.get_string(je, at, "op");
+      SPINDLE_TRY(s);
+      if (!find_op(*s)) return r.err(at + ".op", "unknown operator \"" + *s + "\"");
+      e.workload.op = *s;
+    }
+    if (!je["dims"].is_object()) {
+      return r.err(at + ".dims", std::string("expected an object, found ") + type_name(je["dims"]));
+    }
+    e.workload.dims = je["dims"];
+    {
+      auto v = r.get_int(je, at, "seq", 1);
+      SPINDLE_TRY(v);
+      e.workload.seq = *v;
+    }
+    {
+      auto v = r.get_int(je, at, "batch", 1);
+      SPINDLE_TRY(v);
+      e.workload.batch = *v;
+    }
+    {
+      auto v = r.get_int(je, at, "param_bytes", 0);
+      SPINDLE_TRY(v);
+      e.param_bytes = *v;
+    }
+    {
+      auto v = r.get_int(je, at, "activation_bytes_per_sample", 0);
+      SPINDLE_TRY(v);
+      e.activation_bytes_per_sample = *v;
+    }
+    if (je.contains("source")) {
+      auto s = r.get_string(je, at, "source");
+      SPINDLE_TRY(s);
+      if (!valid_source(*s)) {
+        return r.err(at + ".source", "expected \"analytic\" or \"measured\", found \"" + *s + "\"");
+      }
+      if (p.source != "mixed" && *s != p.source) {
+        return r.err(at + ".source", "\"" + *s + "\" differs from the file's source \"" + p.source +
+                                         "\" (a file that mixes sources says \"source\": \"mixed\")");
+      }
+      e.source = *s;
+    } else if (p.source == "mixed") {
+      return r.err(at + ".source", "missing: every entry of a \"mixed\" profile names its source");
+    }
+    const json& jp = je["points"];
+    if (!jp.is_array() || jp.empty()) {
+      return r.err(at + ".points", "expected a non-empty array of {devices, ms}");
+    }
+    for (size_t k = 0; k < jp.size(); ++k) {
+      const std::string pat = at + ".points[" + std::to_string(k) + "]";
+      if (!jp[k].is_object()) return r.err(pat, std::string("expected an object, found ") + type_name(jp[k]));
+      SPINDLE_TRY(r.check_keys(jp[k], pat, {"devices", "ms"}, {"spread"}));
+      ProfilePoint pt;
+      auto d = r.get_int(jp[k], pat, "devices", 1);
+      SPINDLE_TRY(d);
+      if (*d > (1 << 30)) return r.err(pat + ".devices", "device count out of range");
+      pt.devices = int(*d);
+      if (!e.points.empty() && pt.devices <= e.points.back().devices) {
+        return r.err(pat + ".devices", "device counts must be strictly increasing, found " +
+                                           std::to_string(pt.devices) + " after " +
+                                           std::to_string(e.points.back().devices));
+      }
+      auto ms = r.get_number(jp[k], pat, "ms");
+      SPINDLE_TRY(ms);
+      if (!(*ms > 0)) return r.err(pat + ".ms", "expected a positive time, found " + jp[k]["ms"].dump());
+      pt.ms = *ms;
+      if (jp[k].contains("spread")) {
+        auto sp = r.get_number(jp[k], pat, "spread");
+        SPINDLE_TRY(sp);
+        if (*sp < 0) return r.err(pat + ".spread", "expected a number >= 0");
+        pt.spread = *sp;
+      }
+      e.points.push_back(pt);
+    }
+    const std::string key = e.workload.key();
+    if (auto it = seen.find(key); it != seen.end()) {
+      return r.err(at, "duplicate entry: same op, dims, seq and batch as entries[" +
+                           std::to_string(it->second) + "]");
+    }
+    seen.emplace(key, i);
+    p.entries.push_back(std::move(e));
+  }
+  return p;
+}
+
+Result<Profile> load_profile(const std::string& path) {
+  auto text = read_file(path);
+  SPINDLE_TRY(text);
+  return parse_profile_string(*text, path);
+}
+
+std::string profile_to_json(const Profile& profile) {
+  std::map<std::string, const ProfileEntry*> sorted;   // by Workload::key()
+  for (const auto& e : profile.entries) sorted.emplace(e.workload.key(), &e);
+
+  // Top-level keys in sorted order (as nlohmann sorts object keys); one entry
+  // per line, compact.
+  std::string out = "{\n";
+  out += "  \"device\": " + json(profile.device).dump() + ",\n";
+  out += "  \"entries\": [";
+  bool first = true;
+  for (const auto& [key, e] : sorted) {
+    (void)key;
+    json je;
+    je["op"] = e->workload.op;
+    je["dims"] = e->workload.dims;
+    je["seq"] = e->workload.seq;
+    je["batch"] = e->workload.batch;
+    je["param_bytes"] = e->param_bytes;
+    je["activation_bytes_per_sample"] = e->activation_bytes_per_sample;
+    if (!e->source.empty()) je["source"] = e->source;
+    json pts = json::array();
+    for (const auto& pt : e->points) {
+      json jp;
+      jp["devices"] = pt.devices;
+      jp["ms"] = round_significant(pt.ms, kMsSignificantDigits);
+      if (pt.spread > 0) jp["spread"] = round_significant(pt.spread, 3);
+      pts.push_back(std::move(jp));
+    }
+    je["points"] = std::move(pts);
+    out += first ? "\n    " : ",\n    ";
+    out += je.dump();
+    first = false;
+  }
+  out += first ? "],\n" : "\n  ],\n";
+  out += "  \"format\": \"spindle-profile\",\n";
+  out += "  \"source\": " + json(profile.source).dump() + ",\n";
+  out += "  \"version\": " + std::to_string(kProfileVersion) + "\n";
+  out += "}\n";
+  return out;
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,144 @@
+// Parser and validator of the cluster description (spec/cluster.md).
+#include "libplan/model/cluster.h"
+
+#include <cmath>
+#include <exception>
+
+#include <yaml-cpp/yaml.h>
+
+#include "libplan/model/yaml_util.h"
+#include "libplan/util/files.h"
+
+namespace spindle::plan {
+
+int64_t Cluster::memory_bytes() const {
+  return static_cast<int64_t>(std::floor(memory_gib * 1073741824.0));
+}
+
+double link_ms(const Link& link, double bytes) {
+  return link.latency_us / 1000.0 + bytes / (link.gbytes_per_s * 1e9) * 1000.0;
+}
+
+namespace {
+
+using yamlu::Entry;
+using yamlu::MapView;
+using yamlu::Reader;
+
+// Reads the map at `path`; every key of `required` must be present.
+Status open_map(const Reader& r, const std::string& path, const YAML::Node& node,
+                const std::set<std::string>& allowed, const std::vector<std::string>& required,
+                const std::string& what, MapView& view) {
+  if (!node.IsMap()) {
+    return r.error(path, node, "expected " + what + " (a map), found " + yamlu::describe(node));
+  }
+  SPINDLE_TRY(r.view_map(path, node, view));
+  SPINDLE_TRY(r.reject_unknown(path, view, allowed, what));
+  for (const std::string& key : required) {
+    if (view.find(key) == nullptr) {
+      return r.error(yamlu::child(path, key), node, "missing required key '" + key + "' of " + what);
+    }
+  }
+  return Status::Ok();
+}
+
+// A number > 0 (or >= 0 when `allow_zero`) at `path`.
+Status positive(const Reader& r, const std::string& path, const YAML::Node& node, double& out,
+                bool allow_zero = false) {
+  SPINDLE_TRY(r.get_number(path, node, out));
+  if (out < 0 || (!allow_zero && out == 0)) {
+    return r.error(path, node,
+                   std::string(allow_zero ? "expected a number >= 0" : "expected a positive number") +
+                       ", found " + node.Scalar());
+  }
+  return Status::Ok();
+}
+
+Status parse_link(const Reader& r, const std::string& path, const YAML::Node& node, Link& out) {
+  MapView view;
+  SPINDLE_TRY(open_map(r, path, node, {"gbytes_per_s", "latency_us"}, {"gbytes_per_s", "latency_us"},
+                       "a link {gbytes_per_s, latency_us}", view));
+  SPINDLE_TRY(positive(r, yamlu::child(path, "gbytes_per_s"), view.find("gbytes_per_s")->value,
+                       out.gbytes_per_s));
+  // A zero latency is allowed (idealised links in tests); negative is not.
+  SPINDLE_TRY(positive(r, yamlu::child(path, "latency_us"), view.find("latency_us")->value,
+                       out.latency_us, /*allow_zero=*/true));
+  return Status::Ok();
+}
+
+Status parse_count(const Reader& r, const std::string& key, const YAML::Node& node, int& out) {
+  int64_t v = 0;
+  SPINDLE_TRY(r.get_int(key, node, v));
+  if (v < 1 || v > 1000000) {
+    return r.error(key, node,
+                   "expected an integer >= 1, found " + std::to_string(v) +
+                       (v == 0 ? " (a cluster needs at least one device)" : ""));
+  }
+  out = static_cast<int>(v);
+  return Status::Ok();
+}
+
+Result<Cluster> parse_cluster_yaml(const Reader& r, const YAML::Node& root) {
+  Cluster c;
+  MapView view;
+  SPINDLE_TRY(open_map(r, "", root, {"name", "islands", "devices_per_island", "device", "links"},
+                       {"name", "islands", "devices_per_island", "device", "links"},
+                       "a cluster", view));
+  SPINDLE_TRY(r.get_string("name", view.find("name")->value, c.name));
+  if (c.name.empty()) return r.error("name", view.find("name")->value, "expected a non-empty name");
+  SPINDLE_TRY(parse_count(r, "islands", view.find("islands")->value, c.islands));
+  SPINDLE_TRY(parse_count(r, "devices_per_island", view.find("devices_per_island")->value,
+                          c.devices_per_island));
+
+  MapView dev;
+  const YAML::Node& dev_node = view.find("device")->value;
+  SPINDLE_TRY(open_map(r, "device", dev_node,
+                       {"name", "memory_gib", "peak_tflops", "memory_gbytes_per_s"},
+                       {"name", "memory_gib", "peak_tflops"}, "a device", dev));
+  SPINDLE_TRY(r.get_string("device.name", dev.find("name")->value, c.device_name));
+  SPINDLE_TRY(positive(r, "device.memory_gib", dev.find("memory_gib")->value, c.memory_gib));
+  SPINDLE_TRY(positive(r, "device.peak_tflops", dev.find("peak_tflops")->value, c.peak_tflops));
+  if (const Entry* e = dev.find("memory_gbytes_per_s")) {
+    SPINDLE_TRY(positive(r, "device.memory_gbytes_per_s", e->value, c.memory_gbytes_per_s));
+  }
+
+  MapView links;
+  SPINDLE_TRY(open_map(r, "links", view.find("links")->value, {"intra_island", "inter_island"},
+                       {"intra_island", "inter_island"}, "links", links));
+  SPINDLE_TRY(parse_link(r, "links.intra_island", links.find("intra_island")->value, c.intra_island));
+  SPINDLE_TRY(parse_link(r, "links.inter_island", links.find("inter_island")->value, c.inter_island));
+  return c;
+}
+
+}  // namespace
+
+Result<Cluster> parse_cluster_string(const std::string& yaml_text, const std::string& path) {
+  const Reader r{path};
+  try {
+    YAML::Node root;
+    try {
+      root = YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+      return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
+                        "malformed YAML: " + e.msg);
+    }
+    Result<Cluster> c = parse_cluster_yaml(r, root);
+    if (!c.ok()) return c;
+    c->path = path;
+    c->sha256 = sha256_hex(yaml_text);
+    return c;
+  } catch (const YAML::Exception& e) {
+    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
+                      std::string("cannot read the cluster: ") + e.msg);
+  } catch (const std::exception& e) {
+    return make_error(Where{path, "", 0, 0}, std::string("cannot read the cluster: ") + e.what());
+  }
+}
+
+Result<Cluster> load_cluster(const std::string& path) {
+  Result<std::string> text = read_file(path);
+  if (!text.ok()) return text.error();
+  return parse_cluster_string(*text, path);
+}
+
+}  // namespace spindle::plan

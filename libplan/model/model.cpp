@@ -1,0 +1,671 @@
+// Parser and validator of the model description (spec/model.md).
+//
+// Every rule of the spec is checked here, so later stages can rely on a
+// well-formed model: each error names the file, the key path, the 1-based line
+// and column, what was expected and what was found. yaml-cpp exceptions never
+// leave this file.
+#include "libplan/model/model.h"
+
+#include <cassert>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
+
+#include "libplan/model/ops.h"
+#include "libplan/model/yaml_util.h"
+#include "libplan/util/files.h"
+
+namespace spindle::plan {
+
+int dtype_bytes(DType t) {
+  switch (t) {
+    case DType::bf16: return 2;
+    case DType::fp16: return 2;
+    case DType::fp32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+    case DType::fp32: return "fp32";
+  }
+  return "?";
+}
+
+int64_t Block::dim(const char* name) const {
+  assert(dims.contains(name) && dims.at(name).is_number_integer());
+  return dims.at(name).get<int64_t>();
+}
+
+bool Module::reads_data() const {
+  if (blocks.empty()) return false;
+  const OpSpec* spec = find_op(blocks.front().op);
+  return spec != nullptr && spec->reads_data;
+}
+
+bool Module::is_loss() const {
+  if (blocks.empty()) return false;
+  const OpSpec* spec = find_op(blocks.back().op);
+  return spec != nullptr && spec->is_loss;
+}
+
+int64_t Module::in_width() const {
+  if (blocks.empty() || reads_data()) return 0;
+  return op_in_width(blocks.front().op, blocks.front().dims);
+}
+
+int64_t Module::out_width() const {
+  if (blocks.empty()) return 0;
+  return op_out_width(blocks.back().op, blocks.back().dims);
+}
+
+bool Module::pools() const {
+  for (const Block& b : blocks) {
+    if (b.op == "pool_project") return true;
+  }
+  return false;
+}
+
+const Module* Model::find_module(const std::string& module_name) const {
+  for (const Module& m : modules) {
+    if (m.name == module_name) return &m;
+  }
+  return nullptr;
+}
+
+int64_t Model::parameter_count() const {
+  int64_t total = 0;
+  for (const Module& m : modules) {
+    for (const Block& b : m.blocks) {
+      total += static_cast<int64_t>(b.repeat) * op_param_count(b.op, b.dims, m.max_seq);
+    }
+  }
+  return total;
+}
+
+namespace {
+
+using yamlu::Entry;
+using yamlu::MapView;
+using yamlu::Reader;
+
+// The key under which a block's input width is given (for width messages).
+const char* in_width_key(const std::string& op) {
+  if (op == "transformer_layer" || op == "lm_loss") return "hidden";
+  if (op == "linear" || op == "pool_project") return "in";
+  if (op == "contrastive_loss") return "dim";
+  return "op";
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// Names end up inside operator ids ("T/N/k.r"), so they may not contain '/'.
+Status check_name(const Reader& r, const std::string& path, const YAML::Node& node,
+                  const std::string& name, const char* what) {
+  if (name.empty()) return r.error(path, node, std::string("expected a non-empty ") + what);
+  if (name.find('/') != std::string::npos || name.find_first_of(" \t\n") != std::string::npos) {
+    return r.error(path, node,
+                   std::string("expected a ") + what +
+                       " without '/' or spaces (it becomes part of operator ids), found '" + name +
+                       "'");
+  }
+  return Status::Ok();
+}
+
+// Parses one block map at `path` into `out`.
+Status parse_block(const Reader& r, const std::string& path, const YAML::Node& node, Block& out) {
+  if (!node.IsMap()) {
+    return r.error(path, node, "expected a block {op: ..., dims...}, found " + yamlu::describe(node));
+  }
+  MapView view;
+  SPINDLE_TRY(r.view_map(path, node, view));
+  const Entry* op_entry = view.find("op");
+  if (op_entry == nullptr) {
+    return r.error(yamlu::child(path, "op"), node, "missing required key 'op' (one of " + [] {
+      std::vector<std::string> names;
+      for (const OpSpec& s : op_catalogue()) names.emplace_back(s.name);
+      return join(names);
+    }() + ")");
+  }
+  std::string op;
+  SPINDLE_TRY(r.get_string(yamlu::child(path, "op"), op_entry->value, op));
+  const OpSpec* spec = find_op(op);
+  if (spec == nullptr) {
+    std::vector<std::string> names;
+    for (const OpSpec& s : op_catalogue()) names.emplace_back(s.name);
+    return r.error(yamlu::child(path, "op"), op_entry->value,
+                   "unknown op '" + op + "', expected one of " + join(names));
+  }
+  out.op = op;
+  out.mark = yamlu::mark_of(node);
+  out.dims = nlohmann::json::object();
+
+  std::set<std::string> allowed = {"op", "repeat"};
+  for (const DimSpec& d : spec->dims) allowed.insert(d.name);
+  SPINDLE_TRY(r.reject_unknown(path, view, allowed, "op '" + op + "'"));
+
+  if (const Entry* e = view.find("repeat")) {
+    int64_t rep = 0;
+    SPINDLE_TRY(r.get_int(yamlu::child(path, "repeat"), e->value, rep));
+    if (rep < 1 || rep > 1000000) {
+      return r.error(yamlu::child(path, "repeat"), e->value,
+                     "expected a repeat count >= 1, found " + std::to_string(rep));
+    }
+    out.repeat = static_cast<int>(rep);
+  }
+
+  for (const DimSpec& d : spec->dims) {
+    const std::string key = yamlu::child(path, d.name);
+    const Entry* e = view.find(d.name);
+    if (e == nullptr) {
+      if (d.required) {
+        return r.error(key, node,
+                       "missing required dimension '" + std::string(d.name) + "' of op '" + op + "'");
+      }
+      out.dims[d.name] = d.default_value;
+      continue;
+    }
+    switch (d.kind) {
+      case DimKind::Int: {
+        int64_t v = 0;
+        SPINDLE_TRY(r.get_int(key, e->value, v));
+        if (v <= 0) {
+          return r.error(key, e->value, "expected a positive integer, found " + std::to_string(v));
+        }
+        out.dims[d.name] = v;
+        break;
+      }
+      case DimKind::Bool: {
+        bool v = false;
+        SPINDLE_TRY(r.get_bool(key, e->value, v));
+        out.dims[d.name] = v;
+        break;
+      }
+      case DimKind::Float: {
+        double v = 0;
+        SPINDLE_TRY(r.get_number(key, e->value, v));
+        if (!(v > 0)) return r.error(key, e->value, "expected a positive number, found " + e->value.Scalar());
+        out.dims[d.name] = v;
+        break;
+      }
+    }
+  }
+
+  if (op == "transformer_layer") {
+    const int64_t hidden = out.dim("hidden"), heads = out.dim("heads");
+    if (hidden % heads != 0) {
+      return r.error(yamlu::child(path, "heads"), view.find("heads")->value,
+                     "heads " + std::to_string(heads) + " must divide hidden " +
+                         std::to_string(hidden));
+    }
+  }
+  return Status::Ok();
+}
+
+// Parses module `name` (a block list or {blocks, tensor_parallel}) at `path`.
+Status parse_module(const Reader& r, const std::string& path, const YAML::Node& key_node,
+                    const YAML::Node& node, Module& out) {
+  out.mark = yamlu::mark_of(key_node);
+  YAML::Node blocks_node;
+  std::string blocks_path = path;
+  const YAML::Node* tp_node = nullptr;
+  MapView view;
+  if (node.IsSequence()) {
+    blocks_node = node;
+  } else if (node.IsMap()) {
+    SPINDLE_TRY(r.view_map(path, node, view));
+    SPINDLE_TRY(r.reject_unknown(path, view, {"blocks", "tensor_parallel"}, "a module"));
+    const Entry* b = view.find("blocks");
+    if (b == nullptr) return r.error(yamlu::child(path, "blocks"), node, "missing required key 'blocks'");
+    blocks_node = b->value;
+    blocks_path = yamlu::child(path, "blocks");
+    if (const Entry* tp = view.find("tensor_parallel")) {
+      int64_t k = 0;
+      SPINDLE_TRY(r.get_int(yamlu::child(path, "tensor_parallel"), tp->value, k));
+      if (k < 1 || k > 1000000) {
+        return r.error(yamlu::child(path, "tensor_parallel"), tp->value,
+                       "expected tensor_parallel >= 1, found " + std::to_string(k));
+      }
+      out.tensor_parallel = static_cast<int>(k);
+      tp_node = &tp->value;
+    }
+  } else {
+    return r.error(path, node,
+                   "expected a list of blocks or a map {blocks, tensor_parallel}, found " +
+                       yamlu::describe(node));
+  }
+  if (!blocks_node.IsSequence() || blocks_node.size() == 0) {
+    return r.error(blocks_path, blocks_node,
+                   "expected a non-empty list of blocks, found " + yamlu::describe(blocks_node));
+  }
+
+  for (std::size_t k = 0; k < blocks_node.size(); ++k) {
+    const std::string bpath = yamlu::index(blocks_path, k);
+    Block block;
+    SPINDLE_TRY(parse_block(r, bpath, blocks_node[k], block));
+    const OpSpec* spec = find_op(block.op);
+    const YAML::Node& bnode = blocks_node[k];
+    if (spec->reads_data && k != 0) {
+      return r.error(yamlu::child(bpath, "op"), bnode["op"],
+                     "op '" + block.op + "' reads data and can only be the first block of a module");
+    }
+    if (spec->is_loss && k + 1 != blocks_node.size()) {
+      return r.error(yamlu::child(bpath, "op"), bnode["op"],
+                     "loss op '" + block.op + "' can only be the last block of a module, found " +
+                         std::to_string(blocks_node.size() - 1 - k) + " block(s) after it");
+    }
+    if (block.op == "contrastive_loss" && blocks_node.size() != 1) {
+      return r.error(yamlu::child(bpath, "op"), bnode["op"],
+                     "contrastive_loss pairs two inputs and must be the only block of its module, "
+                     "found " + std::to_string(blocks_node.size()) + " blocks");
+    }
+    if (k > 0) {
+      const Block& prev = out.blocks.back();
+      const int64_t want = op_out_width(prev.op, prev.dims);
+      const int64_t have = op_in_width(block.op, block.dims);
+      if (want != have) {
+        const char* key = in_width_key(block.op);
+        return r.error(yamlu::child(bpath, key), bnode[key],
+                       "width mismatch inside the module: expected input width " +
+                           std::to_string(want) + " (output of block " + std::to_string(k - 1) +
+                           ", " + prev.op + "), found " + std::to_string(have));
+      }
+    }
+    out.blocks.push_back(std::move(block));
+  }
+
+  if (out.tensor_parallel > 1) {
+    const int64_t tp = out.tensor_parallel;
+    for (std::size_t k = 0; k < out.blocks.size(); ++k) {
+      const Block& b = out.blocks[k];
+      std::vector<const char*> keys;
+      if (b.op == "transformer_layer") keys = {"heads", "ffn"};
+      if (b.op == "lm_loss") keys = {"vocab"};
+      for (const char* key : keys) {
+        if (b.dim(key) % tp != 0) {
+          return r.error(yamlu::child(path, "tensor_parallel"), *tp_node,
+                         "tensor_parallel " + std::to_string(tp) + " must divide " + key + " " +
+                             std::to_string(b.dim(key)) + " of block " + std::to_string(k) +
+                             " (" + b.op + ")");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// A node as written, before the task-level checks.
+struct RawNode {
+  Node node;
+  YAML::Node yaml;
+  std::optional<YAML::Node> seq_yaml;
+  std::optional<YAML::Node> inputs_yaml;
+  std::vector<YAML::Node> input_yaml;  // one per input
+};
+
+Status parse_task(const Reader& r, const std::string& path, const YAML::Node& node,
+                  const Model& model, Task& out) {
+  if (!node.IsMap()) {
+    return r.error(path, node, "expected a task map {name, batch, nodes}, found " + yamlu::describe(node));
+  }
+  out.mark = yamlu::mark_of(node);
+  MapView view;
+  SPINDLE_TRY(r.view_map(path, node, view));
+  SPINDLE_TRY(r.reject_unknown(path, view, {"name", "batch", "weight", "nodes"}, "a task"));
+  for (const char* key : {"name", "batch", "nodes"}) {
+    if (view.find(key) == nullptr) {
+      return r.error(yamlu::child(path, key), node, "missing required key '" + std::string(key) + "'");
+    }
+  }
+  const YAML::Node& name_node = view.find("name")->value;
+  SPINDLE_TRY(r.get_string(yamlu::child(path, "name"), name_node, out.name));
+  SPINDLE_TRY(check_name(r, yamlu::child(path, "name"), name_node, out.name, "task name"));
+
+  const YAML::Node& batch_node = view.find("batch")->value;
+  SPINDLE_TRY(r.get_int(yamlu::child(path, "batch"), batch_node, out.batch));
+  if (out.batch <= 0) {
+    return r.error(yamlu::child(path, "batch"), batch_node,
+                   "expected a positive batch size, found " + std::to_string(out.batch));
+  }
+  if (const Entry* w = view.find("weight")) {
+    SPINDLE_TRY(r.get_number(yamlu::child(path, "weight"), w->value, out.weight));
+    if (!(out.weight > 0)) {
+      return r.error(yamlu::child(path, "weight"), w->value,
+                     "expected a positive loss weight, found " + w->value.Scalar());
+    }
+  }
+
+  const std::string nodes_path = yamlu::child(path, "nodes");
+  const YAML::Node& nodes_node = view.find("nodes")->value;
+  if (!nodes_node.IsSequence() || nodes_node.size() == 0) {
+    return r.error(nodes_path, nodes_node,
+                   "expected a non-empty list of nodes, found " + yamlu::describe(nodes_node));
+  }
+
+  // Pass 1: syntax of every node, unique ids.
+  std::vector<RawNode> raw(nodes_node.size());
+  std::map<std::string, std::size_t> index_of;
+  for (std::size_t i = 0; i < nodes_node.size(); ++i) {
+    const std::string npath = yamlu::index(nodes_path, i);
+    const YAML::Node& nn = nodes_node[i];
+    RawNode& rn = raw[i];
+    rn.yaml = nn;
+    if (!nn.IsMap()) {
+      return r.error(npath, nn, "expected a node map {id, module, ...}, found " + yamlu::describe(nn));
+    }
+    rn.node.mark = yamlu::mark_of(nn);
+    MapView nv;
+    SPINDLE_TRY(r.view_map(npath, nn, nv));
+    SPINDLE_TRY(r.reject_unknown(npath, nv, {"id", "module", "seq", "inputs"}, "a node"));
+    for (const char* key : {"id", "module"}) {
+      if (nv.find(key) == nullptr) {
+        return r.error(yamlu::child(npath, key), nn, "missing required key '" + std::string(key) + "'");
+      }
+    }
+    const YAML::Node& id_node = nv.find("id")->value;
+    SPINDLE_TRY(r.get_string(yamlu::child(npath, "id"), id_node, rn.node.id));
+    SPINDLE_TRY(check_name(r, yamlu::child(npath, "id"), id_node, rn.node.id, "node id"));
+    if (auto it = index_of.find(rn.node.id); it != index_of.end()) {
+      return r.error(yamlu::child(npath, "id"), id_node,
+                     "duplicate node id '" + rn.node.id + "' (first used by nodes[" +
+                         std::to_string(it->second) + "], line " +
+                         std::to_string(raw[it->second].node.mark.line) + ")");
+    }
+    index_of[rn.node.id] = i;
+    const YAML::Node& module_node = nv.find("module")->value;
+    SPINDLE_TRY(r.get_string(yamlu::child(npath, "module"), module_node, rn.node.module));
+    if (model.find_module(rn.node.module) == nullptr) {
+      std::vector<std::string> names;
+      for (const Module& m : model.modules) names.push_back(m.name);
+      return r.error(yamlu::child(npath, "module"), module_node,
+                     "unknown module '" + rn.node.module + "', expected one of " + join(names));
+    }
+    if (const Entry* s = nv.find("seq")) {
+      SPINDLE_TRY(r.get_int(yamlu::child(npath, "seq"), s->value, rn.node.seq));
+      if (rn.node.seq <= 0) {
+        return r.error(yamlu::child(npath, "seq"), s->value,
+                       "expected a positive sequence length, found " + std::to_string(rn.node.seq));
+      }
+      rn.seq_yaml = s->value;
+    }
+    if (const Entry* in = nv.find("inputs")) {
+      rn.inputs_yaml = in->value;
+      const std::string ipath = yamlu::child(npath, "inputs");
+      if (!in->value.IsSequence()) {
+        return r.error(ipath, in->value,
+                       "expected a list of node ids, found " + yamlu::describe(in->value));
+      }
+      for (std::size_t j = 0; j < in->value.size(); ++j) {
+        std::string id;
+        SPINDLE_TRY(r.get_string(yamlu::index(ipath, j), in->value[j], id));
+        rn.node.inputs.push_back(id);
+        rn.input_yaml.push_back(in->value[j]);
+      }
+    }
+  }
+
+  // Pass 2: the graph. Inputs name earlier nodes only, so file order is a
+  // topological order and the graph is acyclic by construction.
+  std::vector<int64_t> out_seq(raw.size(), 0);
+  std::vector<bool> is_loss(raw.size(), false);
+  std::vector<std::vector<std::size_t>> consumers(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    RawNode& rn = raw[i];
+    Node& n = rn.node;
+    const std::string npath = yamlu::index(nodes_path, i);
+    const std::string ipath = yamlu::child(npath, "inputs");
+    const Module& m = *model.find_module(n.module);
+    is_loss[i] = m.is_loss();
+
+    if (m.reads_data()) {
+      if (rn.inputs_yaml) {
+        return r.error(ipath, *rn.inputs_yaml,
+                       "node '" + n.id + "' of module '" + m.name + "' (" + m.blocks[0].op +
+                           ") reads data and takes no inputs, found " +
+                           yamlu::describe(*rn.inputs_yaml));
+      }
+      if (!rn.seq_yaml) {
+        return r.error(yamlu::child(npath, "seq"), rn.yaml,
+                       "missing required key 'seq': node '" + n.id + "' of module '" + m.name +
+                           "' reads data and must give its sequence length");
+      }
+    } else {
+      if (n.inputs.empty()) {
+        const YAML::Node& at = rn.inputs_yaml ? *rn.inputs_yaml : rn.yaml;
+        return r.error(ipath, at,
+                       "missing inputs: node '" + n.id + "' of module '" + m.name +
+                           "' does not read data and must list its inputs (ids of earlier "
+                           "nodes of task '" + out.name + "')");
+      }
+      std::set<std::string> seen;
+      int64_t seq_sum = 0;
+      std::string seq_terms;
+      for (std::size_t j = 0; j < n.inputs.size(); ++j) {
+        const std::string& in_id = n.inputs[j];
+        const std::string jpath = yamlu::index(ipath, j);
+        const YAML::Node& jy = rn.input_yaml[j];
+        auto it = index_of.find(in_id);
+        if (it == index_of.end()) {
+          std::vector<std::string> earlier;
+          for (std::size_t e = 0; e < i; ++e) earlier.push_back(raw[e].node.id);
+          return r.error(jpath, jy,
+                         "unknown input '" + in_id + "': task '" + out.name +
+                             "' has no node with this id (earlier nodes: " +
+                             (earlier.empty() ? std::string("none") : join(earlier)) + ")");
+        }
+        const std::size_t src = it->second;
+        if (src == i) {
+          return r.error(jpath, jy,
+                         "node '" + n.id + "' lists itself as an input, which creates a cycle");
+        }
+        if (src > i) {
+          return r.error(jpath, jy,
+                         "input '" + in_id + "' is not an earlier node: it is defined later (nodes[" +
+                             std::to_string(src) + "], line " +
+                             std::to_string(raw[src].node.mark.line) +
+                             "); inputs must name earlier nodes, and this one creates a cycle "
+                             "or a forward reference");
+        }
+        if (!seen.insert(in_id).second) {
+          return r.error(jpath, jy, "input '" + in_id + "' is listed twice");
+        }
+        const Module& sm = *model.find_module(raw[src].node.module);
+        if (is_loss[src]) {
+          return r.error(jpath, jy,
+                         "input '" + in_id + "' is a loss node (module '" + sm.name +
+                             "'); a loss cannot feed another node");
+        }
+        const int64_t want = m.in_width();
+        const int64_t have = sm.out_width();
+        if (m.blocks.front().op == "contrastive_loss" && !sm.pools()) {
+          return r.error(jpath, jy,
+                         "input '" + in_id + "' is not pooled: contrastive_loss needs [b, 1, " +
+                             std::to_string(want) + "] inputs, but module '" + sm.name +
+                             "' has no pool_project (its output has seq " +
+                             std::to_string(out_seq[src]) + ")");
+        }
+        if (have != want) {
+          return r.error(jpath, jy,
+                         "width mismatch: input '" + in_id + "' has width " + std::to_string(have) +
+                             " (output of module '" + sm.name + "'), but module '" + m.name +
+                             "' expects width " + std::to_string(want));
+        }
+        seq_sum += out_seq[src];
+        seq_terms += (seq_terms.empty() ? "" : " + ") + in_id + " " + std::to_string(out_seq[src]);
+        consumers[src].push_back(i);
+      }
+      const std::string& first_op = m.blocks.front().op;
+      if (first_op == "contrastive_loss" && n.inputs.size() != 2) {
+        return r.error(ipath, *rn.inputs_yaml,
+                       "contrastive_loss needs exactly two pooled inputs, found " +
+                           std::to_string(n.inputs.size()));
+      }
+      if (first_op == "lm_loss" && n.inputs.size() != 1) {
+        return r.error(ipath, *rn.inputs_yaml,
+                       "lm_loss takes exactly one input, found " + std::to_string(n.inputs.size()));
+      }
+      const int64_t derived = first_op == "contrastive_loss" ? 1 : seq_sum;
+      if (rn.seq_yaml && n.seq != derived) {
+        const std::string why = first_op == "contrastive_loss"
+                                    ? std::string("a contrastive_loss node has seq 1")
+                                    : "the sum of its inputs' sequence lengths (" + seq_terms + ")";
+        return r.error(yamlu::child(npath, "seq"), *rn.seq_yaml,
+                       "seq mismatch: expected " + std::to_string(derived) + ", " + why +
+                           ", found " + std::to_string(n.seq));
+      }
+      n.seq = derived;
+    }
+    out_seq[i] = m.pools() ? 1 : n.seq;
+  }
+
+  bool any_loss = false;
+  for (bool l : is_loss) any_loss = any_loss || l;
+  if (!any_loss) {
+    return r.error(nodes_path, nodes_node,
+                   "task '" + out.name +
+                       "' has no loss node: every task must end in at least one loss "
+                       "(a module ending in contrastive_loss or lm_loss)");
+  }
+  // Consumers come later in file order, so one backward sweep decides reach.
+  std::vector<bool> reaches(raw.size(), false);
+  for (std::size_t i = raw.size(); i-- > 0;) {
+    reaches[i] = is_loss[i];
+    for (std::size_t c : consumers[i]) reaches[i] = reaches[i] || reaches[c];
+  }
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (!reaches[i]) {
+      return r.error(yamlu::index(nodes_path, i), raw[i].yaml,
+                     "node '" + raw[i].node.id + "' does not reach a loss: no loss of task '" +
+                         out.name + "' depends on it");
+    }
+  }
+  for (RawNode& rn : raw) out.nodes.push_back(std::move(rn.node));
+  return Status::Ok();
+}
+
+Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
+  Model model;
+  if (!root.IsMap()) {
+    return r.error("", root, "expected a map with keys name, modules, tasks, found " + yamlu::describe(root));
+  }
+  MapView view;
+  SPINDLE_TRY(r.view_map("", root, view));
+  SPINDLE_TRY(r.reject_unknown("", view, {"name", "dtype", "modules", "tasks"}, "a model"));
+  for (const char* key : {"name", "modules", "tasks"}) {
+    if (view.find(key) == nullptr) {
+      return r.error(key, root, "missing required key '" + std::string(key) + "'");
+    }
+  }
+  SPINDLE_TRY(r.get_string("name", view.find("name")->value, model.name));
+  if (model.name.empty()) return r.error("name", view.find("name")->value, "expected a non-empty name");
+
+  if (const Entry* d = view.find("dtype")) {
+    std::string dt;
+    SPINDLE_TRY(r.get_string("dtype", d->value, dt));
+    if (dt == "bf16") {
+      model.dtype = DType::bf16;
+    } else if (dt == "fp16") {
+      model.dtype = DType::fp16;
+    } else if (dt == "fp32") {
+      model.dtype = DType::fp32;
+    } else {
+      return r.error("dtype", d->value, "expected one of bf16, fp16, fp32, found '" + dt + "'");
+    }
+  }
+
+  const YAML::Node& modules_node = view.find("modules")->value;
+  if (!modules_node.IsMap()) {
+    return r.error("modules", modules_node,
+                   "expected a map of module name -> blocks, found " + yamlu::describe(modules_node));
+  }
+  MapView mview;
+  SPINDLE_TRY(r.view_map("modules", modules_node, mview));
+  for (const std::string& name : mview.order) {
+    if (yamlu::is_extension_key(name)) continue;
+    const Entry& e = *mview.find(name);
+    const std::string path = yamlu::child("modules", name);
+    Module m;
+    m.name = name;
+    SPINDLE_TRY(check_name(r, path, e.key, name, "module name"));
+    SPINDLE_TRY(parse_module(r, path, e.key, e.value, m));
+    model.modules.push_back(std::move(m));
+  }
+  if (model.modules.empty()) {
+    return r.error("modules", modules_node, "expected at least one module, found none");
+  }
+
+  const YAML::Node& tasks_node = view.find("tasks")->value;
+  if (!tasks_node.IsSequence() || tasks_node.size() == 0) {
+    return r.error("tasks", tasks_node,
+                   "expected a non-empty list of tasks, found " + yamlu::describe(tasks_node));
+  }
+  std::map<std::string, std::size_t> task_index;
+  for (std::size_t t = 0; t < tasks_node.size(); ++t) {
+    const std::string path = yamlu::index("tasks", t);
+    Task task;
+    SPINDLE_TRY(parse_task(r, path, tasks_node[t], model, task));
+    if (auto it = task_index.find(task.name); it != task_index.end()) {
+      return r.error(yamlu::child(path, "name"), tasks_node[t]["name"],
+                     "duplicate task name '" + task.name + "' (first used by tasks[" +
+                         std::to_string(it->second) + "])");
+    }
+    task_index[task.name] = t;
+    model.tasks.push_back(std::move(task));
+  }
+
+  // S of every module: the largest seq it is used with anywhere.
+  for (Module& m : model.modules) {
+    for (const Task& task : model.tasks) {
+      for (const Node& n : task.nodes) {
+        if (n.module == m.name && n.seq > m.max_seq) m.max_seq = n.seq;
+      }
+    }
+  }
+  return model;
+}
+
+}  // namespace
+
+Result<Model> parse_model_string(const std::string& yaml_text, const std::string& path) {
+  const Reader r{path};
+  try {
+    YAML::Node root;
+    try {
+      root = YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+      return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
+                        "malformed YAML: " + e.msg);
+    }
+    Result<Model> model = parse_model_yaml(r, root);
+    if (!model.ok()) return model;
+    model->path = path;
+    model->sha256 = sha256_hex(yaml_text);
+    return model;
+  } catch (const YAML::Exception& e) {
+    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
+                      std::string("cannot read the model: ") + e.msg);
+  } catch (const std::exception& e) {
+    return make_error(Where{path, "", 0, 0}, std::string("cannot read the model: ") + e.what());
+  }
+}
+
+Result<Model> load_model(const std::string& path) {
+  Result<std::string> text = read_file(path);
+  if (!text.ok()) return text.error();
+  return parse_model_string(*text, path);
+}
+
+}  // namespace spindle::plan

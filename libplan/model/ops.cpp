@@ -1,0 +1,108 @@
+// The operator catalogue of spec/model.md: one table, and the widths and
+// parameter counts of its table row "input -> output" and "parameters".
+#include "libplan/model/ops.h"
+
+namespace spindle::plan {
+
+namespace {
+
+using nlohmann::json;
+
+// Integer dimension `name` of `dims`; 0 when absent or not an integer (the
+// parser guarantees presence, so 0 only shows up on unvalidated input).
+int64_t dim_of(const json& dims, const char* name) {
+  auto it = dims.find(name);
+  if (it == dims.end() || !it->is_number_integer()) return 0;
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
+const std::vector<OpSpec>& op_catalogue() {
+  static const std::vector<OpSpec> catalogue = {
+      {"patch_embed",
+       {{"in_dim", DimKind::Int, true, nullptr}, {"hidden", DimKind::Int, true, nullptr}},
+       true,
+       false},
+      {"token_embed",
+       {{"vocab", DimKind::Int, true, nullptr}, {"hidden", DimKind::Int, true, nullptr}},
+       true,
+       false},
+      {"transformer_layer",
+       {{"hidden", DimKind::Int, true, nullptr},
+        {"heads", DimKind::Int, true, nullptr},
+        {"ffn", DimKind::Int, true, nullptr},
+        {"causal", DimKind::Bool, false, json(false)}},
+       false,
+       false},
+      {"linear",
+       {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
+       false,
+       false},
+      {"pool_project",
+       {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
+       false,
+       false},
+      {"contrastive_loss",
+       {{"dim", DimKind::Int, true, nullptr}, {"temperature", DimKind::Float, false, json(0.07)}},
+       false,
+       true},
+      {"lm_loss",
+       {{"hidden", DimKind::Int, true, nullptr}, {"vocab", DimKind::Int, true, nullptr}},
+       false,
+       true},
+  };
+  return catalogue;
+}
+
+const OpSpec* find_op(const std::string& name) {
+  for (const OpSpec& spec : op_catalogue()) {
+    if (name == spec.name) return &spec;
+  }
+  return nullptr;
+}
+
+int64_t op_in_width(const std::string& op, const json& dims) {
+  if (op == "transformer_layer" || op == "lm_loss") return dim_of(dims, "hidden");
+  if (op == "linear" || op == "pool_project") return dim_of(dims, "in");
+  if (op == "contrastive_loss") return dim_of(dims, "dim");
+  return 0;  // patch_embed, token_embed read data; unknown ops have no width
+}
+
+int64_t op_out_width(const std::string& op, const json& dims) {
+  if (op == "patch_embed" || op == "token_embed" || op == "transformer_layer") {
+    return dim_of(dims, "hidden");
+  }
+  if (op == "linear" || op == "pool_project") return dim_of(dims, "out");
+  return 0;  // losses produce a scalar
+}
+
+int64_t op_param_count(const std::string& op, const json& dims, int64_t max_seq) {
+  if (op == "patch_embed") {
+    const int64_t in = dim_of(dims, "in_dim"), h = dim_of(dims, "hidden");
+    return in * h + h + max_seq * h;
+  }
+  if (op == "token_embed") {
+    const int64_t v = dim_of(dims, "vocab"), h = dim_of(dims, "hidden");
+    return v * h + max_seq * h;
+  }
+  if (op == "transformer_layer") {
+    const int64_t h = dim_of(dims, "hidden"), f = dim_of(dims, "ffn");
+    return 4 * h * h + 2 * h * f + f + 9 * h;
+  }
+  if (op == "linear") {
+    const int64_t in = dim_of(dims, "in"), out = dim_of(dims, "out");
+    return in * out + out;
+  }
+  if (op == "pool_project") {
+    const int64_t in = dim_of(dims, "in"), out = dim_of(dims, "out");
+    return in * out + out + 2 * in;
+  }
+  if (op == "lm_loss") {
+    const int64_t h = dim_of(dims, "hidden"), v = dim_of(dims, "vocab");
+    return h * v + 2 * h;
+  }
+  return 0;  // contrastive_loss has no parameters
+}
+
+}  // namespace spindle::plan

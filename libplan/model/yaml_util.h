@@ -1,0 +1,160 @@
+// Strict YAML reading helpers shared by the model and cluster parsers
+// (internal to libplan/model). Every helper returns an Error naming the file,
+// the key path and the 1-based line and column (spec/README.md); none throws.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "libplan/model/model.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan::yamlu {
+
+// 1-based position of `node`; {0, 0} when yaml-cpp has none.
+inline Mark mark_of(const YAML::Node& node) {
+  if (!node.IsDefined()) return {};
+  const YAML::Mark m = node.Mark();
+  if (m.is_null()) return {};
+  return {m.line + 1, m.column + 1};
+}
+
+// "a.b" / "b" key paths and "a[3]".
+inline std::string child(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+inline std::string index(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+// Keys free for extensions and comments (spec/README.md).
+inline bool is_extension_key(const std::string& key) {
+  return key == "x" || key.rfind("x-", 0) == 0;
+}
+
+// A short description of what was found, for "expected X, found Y".
+inline std::string describe(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing (an empty value)";
+  if (node.IsMap()) return node.size() == 0 ? "an empty map" : "a map";
+  if (node.IsSequence()) return node.size() == 0 ? "an empty list" : "a list";
+  std::string s = node.Scalar();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return (node.Tag() == "!" ? "the quoted string '" : "'") + s + "'";
+}
+
+struct Entry {
+  YAML::Node key;
+  YAML::Node value;
+};
+
+// The entries of one YAML map, by key, plus their file order.
+struct MapView {
+  std::map<std::string, Entry> entries;
+  std::vector<std::string> order;
+  const Entry* find(const std::string& key) const {
+    auto it = entries.find(key);
+    return it == entries.end() ? nullptr : &it->second;
+  }
+};
+
+// Reads values of one file; `file` goes into every message.
+struct Reader {
+  std::string file;
+
+  Error error(const std::string& path, const YAML::Node& at, const std::string& what) const {
+    const Mark m = mark_of(at);
+    return make_error(Where{file, path, m.line, m.column}, what);
+  }
+
+  // Collects the entries of map `node`; keys must be unique scalars.
+  Status view_map(const std::string& path, const YAML::Node& node, MapView& out) const {
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key = it->first;
+      if (!key.IsScalar()) {
+        return error(path, key, "expected a plain key, found " + describe(key));
+      }
+      const std::string k = key.Scalar();
+      if (out.entries.count(k) != 0) {
+        const Mark first = mark_of(out.entries[k].key);
+        return error(child(path, k), key,
+                     "duplicate key '" + k + "' (first given at line " +
+                         std::to_string(first.line) + ")");
+      }
+      out.entries[k] = Entry{key, it->second};
+      out.order.push_back(k);
+    }
+    return Status::Ok();
+  }
+
+  // Error on the first key (in file order) not in `allowed` and not an
+  // extension key. `what` names the map's kind for the message.
+  Status reject_unknown(const std::string& path, const MapView& view,
+                        const std::set<std::string>& allowed, const std::string& what) const {
+    for (const std::string& k : view.order) {
+      if (allowed.count(k) != 0 || is_extension_key(k)) continue;
+      std::string list;
+      for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      return error(child(path, k), view.find(k)->key,
+                   "unknown key '" + k + "' for " + what + ", expected one of " + list +
+                       " (or x / x-* for extensions)");
+    }
+    return Status::Ok();
+  }
+
+  Status get_string(const std::string& path, const YAML::Node& node, std::string& out) const {
+    if (!node.IsScalar()) return error(path, node, "expected a string, found " + describe(node));
+    out = node.Scalar();
+    return Status::Ok();
+  }
+
+  // A plain (unquoted) decimal integer.
+  Status get_int(const std::string& path, const YAML::Node& node, int64_t& out) const {
+    const std::string s = node.IsScalar() ? node.Scalar() : std::string();
+    bool ok = node.IsScalar() && node.Tag() != "!" && !s.empty() && s.size() <= 18;
+    for (std::size_t i = 0; ok && i < s.size(); ++i) {
+      const bool sign = i == 0 && (s[i] == '-' || s[i] == '+') && s.size() > 1;
+      ok = sign || (s[i] >= '0' && s[i] <= '9');
+    }
+    if (!ok) return error(path, node, "expected an integer, found " + describe(node));
+    out = std::strtoll(s.c_str(), nullptr, 10);
+    return Status::Ok();
+  }
+
+  // A plain (unquoted) finite number.
+  Status get_number(const std::string& path, const YAML::Node& node, double& out) const {
+    bool ok = node.IsScalar() && node.Tag() != "!" && !node.Scalar().empty();
+    if (ok) {
+      const std::string s = node.Scalar();
+      char* end = nullptr;
+      errno = 0;
+      out = std::strtod(s.c_str(), &end);
+      ok = end == s.c_str() + s.size() && errno == 0 && std::isfinite(out) &&
+           s.find_first_of("xXnN") == std::string::npos;  // no hex, nan, inf
+    }
+    if (!ok) return error(path, node, "expected a number, found " + describe(node));
+    return Status::Ok();
+  }
+
+  // true / false (YAML 1.2 core schema spellings).
+  Status get_bool(const std::string& path, const YAML::Node& node, bool& out) const {
+    const std::string s = node.IsScalar() && node.Tag() != "!" ? node.Scalar() : std::string();
+    if (s == "true" || s == "True" || s == "TRUE") {
+      out = true;
+    } else if (s == "false" || s == "False" || s == "FALSE") {
+      out = false;
+    } else {
+      return error(path, node, "expected true or false, found " + describe(node));
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace spindle::plan::yamlu

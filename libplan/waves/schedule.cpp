@@ -1,0 +1,398 @@
+#include "libplan/waves/schedule.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace spindle::plan {
+
+namespace {
+
+// Relative overrun of the aligned wave time a slot may take to fit one more
+// operator (also absorbs rounding of exact multiples). Default 1%.
+constexpr double kAlignSlack = 0.01;
+
+// Mutable per-MetaOp state while scheduling.
+struct ItemState {
+  std::vector<AllocTuple> queue;   // remaining tuples (count > 0), in order
+  int next = 0;                    // first operator not yet scheduled
+  int remaining = 0;               // operators not yet scheduled
+  int finished_wave = -1;          // wave of its last slot, -1 while running
+};
+
+double tuple_ms(const ScheduleItem& it, const AllocTuple& t) {
+  return t.count * it.time_ms[static_cast<size_t>(t.devices)];
+}
+
+double remaining_work_ms(const ScheduleItem& it, const ItemState& st) {
+  double sum = 0;
+  for (const AllocTuple& t : st.queue) sum += tuple_ms(it, t);
+  return sum;
+}
+
+// A slot chosen for the current wave, before alignment.
+struct Pick {
+  int metaop = 0;
+  int devices = 0;
+  int tuple = -1;       // index into the queue of the proposed tuple; -1 if none
+  int align_count = 0;  // operators of the proposed tuple: the time it asks for
+};
+
+// Removes `count` operators from the state's queue, from tuple `first_tuple`
+// first, then from the others in order.
+void consume(ItemState& st, int first_tuple, int count) {
+  auto take = [&](AllocTuple& t) {
+    const int k = std::min(t.count, count);
+    t.count -= k;
+    count -= k;
+  };
+  if (first_tuple >= 0) take(st.queue[static_cast<size_t>(first_tuple)]);
+  for (AllocTuple& t : st.queue) {
+    if (count == 0) break;
+    take(t);
+  }
+  st.queue.erase(std::remove_if(st.queue.begin(), st.queue.end(),
+                                [](const AllocTuple& t) { return t.count == 0; }),
+                 st.queue.end());
+}
+
+// A tuple proposed for the current wave.
+struct Candidate {
+  int devices;
+  double ms;
+  int metaop;
+  int tuple;
+};
+
+bool by_devices_then_time(const Candidate& a, const Candidate& b) {
+  if (a.devices != b.devices) return a.devices > b.devices;
+  if (a.ms != b.ms) return a.ms > b.ms;
+  if (a.metaop != b.metaop) return a.metaop < b.metaop;
+  return a.tuple < b.tuple;
+}
+
+// Operators a slot of per-operator time t_ms runs in a wave aligned to
+// align_ms: those that fit within kAlignSlack, at least one, at most `remaining`.
+int fitting_count(double align_ms, double t_ms, int remaining) {
+  const double fit = std::floor(align_ms / t_ms * (1 + kAlignSlack));
+  return std::clamp(static_cast<int>(std::min(fit, 1e9)), 1, remaining);
+}
+
+// The next wave before its length is fixed: the slots (device counts) and,
+// without paper_rules, the candidate lengths with their fill.
+struct Draft {
+  std::vector<Pick> picks;          // ascending metaop id
+  double paper_align_ms = 0;        // shortest tuple, or longest single operator
+  std::vector<double> lengths_ms;   // candidate alignments, ascending
+  std::vector<double> fills;        // busy device-ms per ms of each candidate
+};
+
+class PoolScheduler {
+ public:
+  PoolScheduler(const std::vector<ScheduleItem>& items, int devices, const ScheduleOptions& options)
+      : items_(items), devices_(devices), options_(options), pick_of_(items.size(), -1),
+        work_(items.size()) {}
+
+  // Drafts wave `wave` of `pool` from `state`; false when the pool is done.
+  bool draft(const std::vector<ItemState>& state, const std::vector<int>& pool, int wave, Draft& d);
+  // The alignment the options choose without lookahead.
+  double default_align(const Draft& d) const;
+  // Applies a draft aligned to align_ms: advances `state`, returns the wave.
+  AbstractWave commit(std::vector<ItemState>& state, const Draft& d, double align_ms, int wave) const;
+  // Completes the pool greedily from `state`; returns the time it takes.
+  double rollout(std::vector<ItemState> state, const std::vector<int>& pool, int wave);
+
+ private:
+  double op_ms(const Pick& pk) const {
+    return items_[static_cast<size_t>(pk.metaop)].time_ms[static_cast<size_t>(pk.devices)];
+  }
+
+  const std::vector<ScheduleItem>& items_;
+  int devices_;
+  ScheduleOptions options_;
+  std::vector<int> pick_of_;   // scratch: index into the draft's picks, -1 when none
+  std::vector<double> work_;   // scratch: remaining work per MetaOp
+  std::vector<int> ready_, order_;
+  std::vector<Candidate> cands_;
+  Draft rollout_draft_;
+};
+
+bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector<int>& pool,
+                          int wave, Draft& d) {
+  ready_.clear();
+  bool pending = false;
+  for (int m : pool) {
+    const ItemState& st = state[static_cast<size_t>(m)];
+    if (st.remaining == 0) continue;
+    pending = true;
+    bool inputs_done = true;
+    for (int in : items_[static_cast<size_t>(m)].inputs) {
+      const int f = state[static_cast<size_t>(in)].finished_wave;
+      if (f < 0 || f >= wave) inputs_done = false;
+    }
+    if (inputs_done) ready_.push_back(m);
+  }
+  if (!pending) return false;
+  assert(!ready_.empty());  // inputs outside the pool finished before it started
+
+  std::vector<Pick>& picks = d.picks;
+  picks.clear();
+  int free = devices_;
+  if (options_.paper_rules) {
+    // Propose: first fit, more devices first, then longer time, then lower id.
+    cands_.clear();
+    for (int m : ready_) {
+      const ScheduleItem& it = items_[static_cast<size_t>(m)];
+      const ItemState& st = state[static_cast<size_t>(m)];
+      for (size_t t = 0; t < st.queue.size(); ++t)
+        cands_.push_back({st.queue[t].devices, tuple_ms(it, st.queue[t]), m, static_cast<int>(t)});
+    }
+    std::sort(cands_.begin(), cands_.end(), by_devices_then_time);
+    for (const Candidate& c : cands_) {
+      if (pick_of_[static_cast<size_t>(c.metaop)] >= 0 || c.devices > free) continue;
+      pick_of_[static_cast<size_t>(c.metaop)] = static_cast<int>(picks.size());
+      const AllocTuple& t = state[static_cast<size_t>(c.metaop)].queue[static_cast<size_t>(c.tuple)];
+      picks.push_back({c.metaop, c.devices, c.tuple, t.count});
+      free -= c.devices;
+    }
+  } else {
+    // Propose: every ready MetaOp first gets its smallest tuple (most
+    // remaining work first), so none is starved by a few wide tuples...
+    order_.assign(ready_.begin(), ready_.end());
+    for (int m : order_)
+      work_[static_cast<size_t>(m)] =
+          remaining_work_ms(items_[static_cast<size_t>(m)], state[static_cast<size_t>(m)]);
+    std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) {
+      return work_[static_cast<size_t>(a)] > work_[static_cast<size_t>(b)];
+    });
+    const double defer_below_ms =
+        order_.empty() ? 0 : options_.defer_fraction * work_[static_cast<size_t>(order_.front())];
+    for (int m : order_) {
+      if (work_[static_cast<size_t>(m)] < defer_below_ms) break;   // has slack: runs later
+      const ItemState& st = state[static_cast<size_t>(m)];
+      int best = 0;
+      for (size_t t = 1; t < st.queue.size(); ++t)
+        if (st.queue[t].devices < st.queue[static_cast<size_t>(best)].devices) best = static_cast<int>(t);
+      const AllocTuple& t = st.queue[static_cast<size_t>(best)];
+      if (t.devices > free) continue;   // waits: a starved slot would stretch the wave
+      pick_of_[static_cast<size_t>(m)] = static_cast<int>(picks.size());
+      picks.push_back({m, t.devices, best, t.count});
+      free -= t.devices;
+    }
+    // ...then wider tuples replace them where the devices allow, in the
+    // paper's order (more devices first, then longer time, then lower id).
+    cands_.clear();
+    for (const Pick& pk : picks) {
+      const ScheduleItem& it = items_[static_cast<size_t>(pk.metaop)];
+      const ItemState& st = state[static_cast<size_t>(pk.metaop)];
+      for (size_t t = 0; t < st.queue.size(); ++t)
+        if (st.queue[t].devices > pk.devices)
+          cands_.push_back({st.queue[t].devices, tuple_ms(it, st.queue[t]), pk.metaop, static_cast<int>(t)});
+    }
+    std::sort(cands_.begin(), cands_.end(), [&](const Candidate& a, const Candidate& b) {
+      const double wa = work_[static_cast<size_t>(a.metaop)], wb = work_[static_cast<size_t>(b.metaop)];
+      if (wa != wb) return wa > wb;
+      return by_devices_then_time(a, b);
+    });
+    for (const Candidate& c : cands_) {
+      Pick& pk = picks[static_cast<size_t>(pick_of_[static_cast<size_t>(c.metaop)])];
+      if (pk.devices >= c.devices || c.devices - pk.devices > free) continue;
+      free -= c.devices - pk.devices;
+      pk.devices = c.devices;
+      pk.tuple = c.tuple;
+      pk.align_count = state[static_cast<size_t>(c.metaop)].queue[static_cast<size_t>(c.tuple)].count;
+    }
+  }
+
+  // Extend: idle devices go to the ready MetaOp with the most remaining
+  // work that can use them (each MetaOp at most once: it takes the largest
+  // valid count that fits, so it cannot grow again in this wave).
+  while (free > 0) {
+    int best = -1, best_devices = 0;
+    double best_work = -1;
+    for (int m : ready_) {
+      const ScheduleItem& it = items_[static_cast<size_t>(m)];
+      const int p = pick_of_[static_cast<size_t>(m)];
+      const int have = p >= 0 ? picks[static_cast<size_t>(p)].devices : 0;
+      const auto up = std::upper_bound(it.valid.begin(), it.valid.end(), have + free);
+      if (up == it.valid.begin() || *(up - 1) <= have) continue;
+      const double left_ms = remaining_work_ms(it, state[static_cast<size_t>(m)]);
+      if (left_ms > best_work) {   // ready is ascending: ties keep the lower id
+        best = m;
+        best_work = left_ms;
+        best_devices = *(up - 1);
+      }
+    }
+    if (best < 0) break;
+    const int p = pick_of_[static_cast<size_t>(best)];
+    const int total = state[static_cast<size_t>(best)].remaining;
+    if (p >= 0) {
+      Pick& pk = picks[static_cast<size_t>(p)];
+      free -= best_devices - pk.devices;
+      pk.devices = best_devices;
+      pk.align_count = total;
+    } else {
+      pick_of_[static_cast<size_t>(best)] = static_cast<int>(picks.size());
+      picks.push_back({best, best_devices, -1, total});
+      free -= best_devices;
+    }
+  }
+  for (const Pick& pk : picks) pick_of_[static_cast<size_t>(pk.metaop)] = -1;
+  std::sort(picks.begin(), picks.end(),
+            [](const Pick& a, const Pick& b) { return a.metaop < b.metaop; });
+
+  // The paper's alignment: the shortest tuple's time. Every slot runs at
+  // least one operator, so the wave lasts at least the longest single
+  // operator: align to that when it is longer, so the others fill it.
+  double shortest_ms = std::numeric_limits<double>::infinity();
+  double longest_op_ms = 0;
+  for (const Pick& pk : picks) {
+    shortest_ms = std::min(shortest_ms, pk.align_count * op_ms(pk));
+    longest_op_ms = std::max(longest_op_ms, op_ms(pk));
+  }
+  d.paper_align_ms = std::max(shortest_ms, longest_op_ms);
+  d.lengths_ms.clear();
+  d.fills.clear();
+  if (options_.paper_rules) return true;
+
+  // Candidate lengths: wherever some slot ends an operator.
+  for (const Pick& pk : picks) {
+    const double t = op_ms(pk);
+    const int r = state[static_cast<size_t>(pk.metaop)].remaining;
+    for (int k = std::max(1, static_cast<int>(std::ceil(longest_op_ms / t * (1 - 1e-12)))); k <= r; ++k)
+      d.lengths_ms.push_back(k * t);
+  }
+  std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
+  d.lengths_ms.erase(std::unique(d.lengths_ms.begin(), d.lengths_ms.end()), d.lengths_ms.end());
+  for (double len : d.lengths_ms) {
+    double busy = 0, length = 0;
+    for (const Pick& pk : picks) {
+      const double t = op_ms(pk);
+      const double ms = fitting_count(len, t, state[static_cast<size_t>(pk.metaop)].remaining) * t;
+      busy += ms * pk.devices;
+      length = std::max(length, ms);
+    }
+    d.fills.push_back(busy / length);
+  }
+  return true;
+}
+
+double PoolScheduler::default_align(const Draft& d) const {
+  if (options_.paper_rules || d.lengths_ms.empty()) return d.paper_align_ms;
+  // Best fill: among the lengths within fill_tolerance of the best fill, the
+  // longest (fewer boundaries) or, with prefer_short, the shortest.
+  const double best_fill = *std::max_element(d.fills.begin(), d.fills.end());
+  const double bar = best_fill * (1 - options_.fill_tolerance) * (1 - 1e-12);
+  double align_ms = d.paper_align_ms;
+  for (size_t c = 0; c < d.lengths_ms.size(); ++c) {
+    if (d.fills[c] < bar) continue;
+    align_ms = d.lengths_ms[c];
+    if (options_.prefer_short) break;
+  }
+  return align_ms;
+}
+
+AbstractWave PoolScheduler::commit(std::vector<ItemState>& state, const Draft& d, double align_ms,
+                                   int wave) const {
+  AbstractWave w;
+  for (const Pick& pk : d.picks) {
+    ItemState& st = state[static_cast<size_t>(pk.metaop)];
+    const double t = op_ms(pk);
+    // A slot whose tuple ends early keeps going with the MetaOp's later
+    // operators on the same devices rather than leave them idle.
+    const int count = fitting_count(align_ms, t, st.remaining);
+    w.slots.push_back({pk.metaop, st.next, count, pk.devices, count * t});
+    w.ms = std::max(w.ms, count * t);
+    st.next += count;
+    st.remaining -= count;
+    consume(st, pk.tuple, count);
+    if (st.remaining == 0) st.finished_wave = wave;
+  }
+  return w;
+}
+
+double PoolScheduler::rollout(std::vector<ItemState> state, const std::vector<int>& pool, int wave) {
+  double total = 0;
+  while (draft(state, pool, wave, rollout_draft_)) {
+    total += commit(state, rollout_draft_, default_align(rollout_draft_), wave).ms;
+    ++wave;
+  }
+  return total;
+}
+
+// Runs waves until every MetaOp of `pool` is scheduled, appending to `out`.
+// With lookahead, each wave tries the `lookahead` best-filling lengths, each
+// followed by a greedy rollout of the rest of the pool, and keeps the one
+// that finishes the pool first (ties: the better fill).
+void run_pool(const std::vector<ScheduleItem>& items, std::vector<ItemState>& state,
+              const std::vector<int>& pool, int devices, const ScheduleOptions& options,
+              std::vector<AbstractWave>& out) {
+  PoolScheduler sched(items, devices, options);
+  Draft d;
+  std::vector<size_t> by_fill;
+  std::vector<ItemState> trial;
+  for (;;) {
+    const int wave = static_cast<int>(out.size());
+    if (!sched.draft(state, pool, wave, d)) return;
+    double align_ms = sched.default_align(d);
+    if (options.lookahead > 1 && !options.paper_rules && d.lengths_ms.size() > 1) {
+      by_fill.resize(d.lengths_ms.size());
+      std::iota(by_fill.begin(), by_fill.end(), size_t{0});
+      std::stable_sort(by_fill.begin(), by_fill.end(), [&](size_t a, size_t b) {
+        if (d.fills[a] != d.fills[b]) return d.fills[a] > d.fills[b];
+        return a > b;   // longer first
+      });
+      by_fill.resize(std::min(by_fill.size(), static_cast<size_t>(options.lookahead)));
+      double best_total = std::numeric_limits<double>::infinity();
+      for (size_t c : by_fill) {
+        trial = state;
+        const double first_ms = sched.commit(trial, d, d.lengths_ms[c], wave).ms;
+        const double total = first_ms + sched.rollout(trial, pool, wave + 1);
+        if (total < best_total * (1 - 1e-12)) {
+          best_total = total;
+          align_ms = d.lengths_ms[c];
+        }
+      }
+    }
+    out.push_back(sched.commit(state, d, align_ms, wave));
+  }
+}
+
+}  // namespace
+
+std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items, int devices,
+                                         const ScheduleOptions& options) {
+  std::vector<ItemState> state(items.size());
+  int levels = 0;
+  for (size_t m = 0; m < items.size(); ++m) {
+    ItemState& st = state[m];
+    for (const AllocTuple& t : items[m].tuples)
+      if (t.count > 0) st.queue.push_back(t);
+    st.remaining = items[m].length;
+    assert(!items[m].valid.empty() && items[m].valid.back() <= devices);
+    // Operators the allocation left out (should not happen) run on the
+    // smallest valid count.
+    int covered = 0;
+    for (const AllocTuple& t : st.queue) covered += t.count;
+    if (covered < st.remaining) st.queue.push_back({items[m].valid.front(), st.remaining - covered});
+    levels = std::max(levels, items[m].level + 1);
+  }
+  std::vector<AbstractWave> out;
+  std::vector<int> pool;
+  if (options.cross_level) {
+    for (size_t m = 0; m < items.size(); ++m) pool.push_back(static_cast<int>(m));
+    run_pool(items, state, pool, devices, options, out);
+    return out;
+  }
+  for (int level = 0; level < levels; ++level) {
+    pool.clear();
+    for (size_t m = 0; m < items.size(); ++m)
+      if (items[m].level == level) pool.push_back(static_cast<int>(m));
+    run_pool(items, state, pool, devices, options, out);
+  }
+  return out;
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,80 @@
+// Wavefront scheduling (design.md, step 7; the paper's Algorithm 1): turns
+// the discretised allocation of every MetaOp into abstract waves, i.e. slots
+// with a device count but no concrete devices yet (placement comes after).
+#pragma once
+
+#include <vector>
+
+#include "libplan/alloc/alloc.h"
+
+namespace spindle::plan {
+
+// One MetaOp as the scheduler sees it. Items are indexed by MetaOp id.
+struct ScheduleItem {
+  int level = 0;                   // MetaLevel
+  std::vector<int> inputs;         // MetaOp ids (indices into the items), ascending
+  int length = 0;                  // operators, L >= 1
+  std::vector<int> valid;          // valid device counts, ascending, non-empty
+  // time_ms[n]: one operator on n devices, ms; defined for every n in
+  // `valid` (size > valid.back()); other entries are ignored.
+  std::vector<double> time_ms;
+  std::vector<AllocTuple> tuples;  // discretised allocation, counts summing to L
+};
+
+struct ScheduleOptions {
+  // false (the paper): levels run one after another; a level's first wave
+  // starts after the previous level's last wave.
+  // true (beyond the paper): one pool for all levels; a MetaOp is ready as
+  // soon as each of its inputs finished in an earlier wave.
+  bool cross_level = false;
+  // true: the paper's Algorithm 1 as written (see schedule_waves). false (our
+  // default): each wave first gives every ready MetaOp its smallest tuple,
+  // then widens tuples where devices allow, and picks the wave length that
+  // leaves the fewest devices idle rather than the shortest tuple's.
+  bool paper_rules = false;
+  // Without paper_rules: wave lengths whose fill (busy device-ms per ms) is
+  // within this fraction of the best are equally good; the longest of them
+  // is taken, or the shortest with prefer_short.
+  double fill_tolerance = 0;
+  bool prefer_short = false;
+  // Without paper_rules, when > 1: each wave tries this many of the
+  // best-filling lengths, each followed by a greedy rollout of the rest of
+  // the level (or pool), and keeps the one that finishes first. Costs about
+  // lookahead x waves more drafting; 1 or 0 is purely greedy.
+  int lookahead = 0;
+  // Without paper_rules: a ready MetaOp whose remaining work (ms on its
+  // tuples) is below this fraction of the largest one's waits for a later
+  // wave unless idle devices remain (it has slack; the devices go to the
+  // critical MetaOps first). 0 disables.
+  double defer_fraction = 0;
+};
+
+// One slot of an abstract wave: operators first..first+count-1 of `metaop`
+// on `devices` devices, taking ms = count * T(devices).
+struct AbstractSlot {
+  int metaop = 0;
+  int first = 0;
+  int count = 0;
+  int devices = 0;
+  double ms = 0;
+};
+
+struct AbstractWave {
+  std::vector<AbstractSlot> slots;   // ascending metaop id, device counts summing to <= N
+  double ms = 0;                     // longest slot
+};
+
+// Per wave: propose tuples (one per ready MetaOp, more devices first, then
+// longer time, then lower id) first-fit into `devices`; give idle devices to
+// the ready MetaOp with the most remaining work (a larger valid count, or a
+// first count for one left out); align every slot to the shortest one's time
+// (or to the longest single operator among the slots, when that is longer),
+// scheduling the operators that fit within 1% (at least one; a slot whose
+// tuple is shorter continues with the MetaOp's later operators on the same
+// devices); re-queue the rest.
+// Deterministic; every wave schedules at least one operator, so it ends.
+// Requires every valid count <= devices.
+std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items, int devices,
+                                         const ScheduleOptions& options = {});
+
+}  // namespace spindle::plan

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Regenerates profiles/<model>.<cluster>.json: the analytic profile of every
+# shipped model (configs/models/*.yaml) on every shipped cluster
+# (configs/clusters/*.yaml). Deterministic: rerunning gives the same bytes.
+#
+# Usage: scripts/make-profiles.sh            (uses $BUILD_DIR/apps/spindle-profile,
+#                                             building it when missing)
+#        SPINDLE_PROFILE=/path/to/spindle-profile scripts/make-profiles.sh
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+PROFILE_BIN="${SPINDLE_PROFILE:-$BUILD_DIR/apps/spindle-profile}"
+if [ ! -x "$PROFILE_BIN" ]; then
+  cmake -S "$SPINDLE_ROOT" -B "$BUILD_DIR" -DSPINDLE_BUILD_RUNTIME=OFF >/dev/null
+  cmake --build "$BUILD_DIR" --target spindle-profile -j "$JOBS"
+fi
+
+OUT_DIR="$SPINDLE_ROOT/profiles"
+mkdir -p "$OUT_DIR"
+count=0
+for model in "$SPINDLE_ROOT"/configs/models/*.yaml; do
+  for cluster in "$SPINDLE_ROOT"/configs/clusters/*.yaml; do
+    m="$(basename "$model" .yaml)"
+    c="$(basename "$cluster" .yaml)"
+    "$PROFILE_BIN" "$model" --cluster "$cluster" --analytic -o "$OUT_DIR/$m.$c.json"
+    count=$((count + 1))
+  done
+done
+echo "make-profiles: wrote $count profiles to $OUT_DIR"

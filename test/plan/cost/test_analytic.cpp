@@ -1,0 +1,202 @@
+// The analytic cost model behind `spindle-profile --analytic`.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "libplan/cost/analytic.h"
+#include "libplan/io/profile.h"
+#include "libplan/model/ops.h"
+
+using namespace spindle::plan;
+using Approx = Catch::Detail::Approx;
+
+namespace {
+Cluster a800(int islands) {
+  Cluster c;
+  c.name = "a800";
+  c.path = "clusters/a800.yaml";
+  c.islands = islands;
+  c.devices_per_island = 8;
+  c.device_name = "A800-SXM4-80GB";
+  c.memory_gib = 80;
+  c.peak_tflops = 312;
+  c.memory_gbytes_per_s = 2039;
+  c.intra_island = {200, 3};
+  c.inter_island = {50, 8};
+  return c;
+}
+Workload layer(int64_t h, int64_t heads, int64_t ffn, int64_t s, int64_t batch, bool causal = false) {
+  Workload w;
+  w.op = "transformer_layer";
+  w.dims = {{"causal", causal}, {"ffn", ffn}, {"heads", heads}, {"hidden", h}};
+  w.seq = s;
+  w.batch = batch;
+  return w;
+}
+
+const char* kModel = R"(
+name: analytic-test
+modules:
+  vision:
+    - {op: patch_embed, in_dim: 588, hidden: 1280}
+    - {op: transformer_layer, repeat: 2, hidden: 1280, heads: 16, ffn: 5120}
+    - {op: pool_project, in: 1280, out: 1024}
+  text:
+    blocks:
+      - {op: token_embed, vocab: 49408, hidden: 1024}
+      - {op: transformer_layer, repeat: 2, hidden: 1024, heads: 16, ffn: 4096, causal: true}
+      - {op: pool_project, in: 1024, out: 1024}
+    tensor_parallel: 2
+  clip_loss:
+    - {op: contrastive_loss, dim: 1024}
+tasks:
+  - name: image-text
+    batch: 12
+    nodes:
+      - {id: img,  module: vision, seq: 257}
+      - {id: txt,  module: text,   seq: 77}
+      - {id: loss, module: clip_loss, inputs: [img, txt]}
+)";
+}  // namespace
+
+TEST_CASE("ViT-H layer FLOPs match design.md: 3 (24 s h^2 + 4 s^2 h) per sample") {
+  const double s = 257, h = 1280;
+  const double expected = 3 * (24 * s * h * h + 4 * s * s * h);
+  CHECK(analytic_flops_per_sample(layer(1280, 16, 5120, 257, 256)) == Approx(expected));
+  CHECK(expected == Approx(3.1331e10).epsilon(1e-4));
+  // ffn != 4h: 3 (8 s h^2 + 4 s h ffn + 4 s^2 h); causal counted in full.
+  const double s2 = 77, h2 = 1024, f2 = 3000;
+  CHECK(analytic_flops_per_sample(layer(1024, 16, 3000, 77, 8, true)) ==
+        Approx(3 * (8 * s2 * h2 * h2 + 4 * s2 * h2 * f2 + 4 * s2 * s2 * h2)));
+}
+
+TEST_CASE("transformer activations follow Korthikanti et al. for ffn = 4h") {
+  const double s = 257, h = 1280, a = 16;
+  CHECK(analytic_activation_bytes_per_sample(layer(1280, 16, 5120, 257, 256), DType::bf16) ==
+        std::llround(s * h * (34 + 5 * a * s / h)));
+  CHECK(analytic_activation_bytes_per_sample(layer(1280, 16, 5120, 257, 256), DType::fp32) ==
+        std::llround(2 * s * h * (34 + 5 * a * s / h)));
+}
+
+TEST_CASE("per-sample time falls as the local batch grows (efficiency rises)") {
+  const Cluster c = a800(8);
+  for (const Workload& w : {layer(1280, 16, 5120, 257, 256), layer(384, 8, 1536, 197, 256)}) {
+    double prev_per_sample = 0;
+    for (int n : {64, 32, 16, 8, 4, 2, 1}) {   // local batch 4 .. 256
+      const double t = analytic_op_ms(w, 1, n, c, DType::bf16);
+      const double per_sample = t / (256.0 / n);
+      if (prev_per_sample > 0) CHECK(per_sample < prev_per_sample);
+      prev_per_sample = per_sample;
+    }
+  }
+  // Achieved efficiency of a ViT-H layer: high at batch 256, low at 4 samples.
+  const Workload w = layer(1280, 16, 5120, 257, 256);
+  const double flops = analytic_flops_per_sample(w) * 256;
+  const double eff1 = flops / (analytic_op_ms(w, 1, 1, c, DType::bf16) * 1e-3) / 312e12;
+  const double eff64 = flops / 64 / (analytic_op_ms(w, 1, 64, c, DType::bf16) * 1e-3) / 312e12;
+  CHECK(eff1 > 0.6);
+  CHECK(eff1 < analytic_constants().efficiency_max);
+  CHECK(eff64 < eff1);
+  // A light layer scales worse than a heavy one.
+  const Workload light = layer(384, 8, 1536, 197, 256);
+  const double heavy_speedup = analytic_op_ms(w, 1, 1, c, DType::bf16) / analytic_op_ms(w, 1, 64, c, DType::bf16);
+  const double light_speedup =
+      analytic_op_ms(light, 1, 1, c, DType::bf16) / analytic_op_ms(light, 1, 64, c, DType::bf16);
+  CHECK(light_speedup < heavy_speedup);
+}
+
+TEST_CASE("valid device counts honour tensor parallelism and the batch") {
+  const Cluster c = a800(2);
+  CHECK(analytic_valid_counts(12, 2, c, nullptr) == std::vector<int>{2, 4, 6, 8, 12});
+  CHECK(analytic_valid_counts(12, 1, c, nullptr) == std::vector<int>{1, 2, 3, 4, 6, 12});
+  const std::vector<int> list{1, 2, 4, 8, 16};
+  CHECK(analytic_valid_counts(12, 2, c, &list) == std::vector<int>{2, 4, 8});
+}
+
+TEST_CASE("analytic profile of a small model: one entry per workload, TP points only at valid counts") {
+  auto model = parse_model_string(kModel, "analytic-test.yaml");
+  REQUIRE(model.ok());
+  const OpGraph g = expand(*model);
+  const Cluster c = a800(2);
+  auto p = analytic_profile(*model, g, c, nullptr);
+  REQUIRE(p.ok());
+  CHECK(p->device == "A800-SXM4-80GB");
+  CHECK(p->source == "analytic");
+  CHECK(p->entries.size() == 7);   // patch, layer, pool; token, layer, pool; loss
+  for (const auto& e : p->entries) {
+    const bool text = e.workload.seq == 77 || e.workload.op == "token_embed" ||
+                      (e.workload.op == "pool_project" && e.workload.dims["in"] == 1024);
+    std::vector<int> counts;
+    for (const auto& pt : e.points) counts.push_back(pt.devices);
+    INFO(e.workload.key());
+    if (text) {
+      CHECK(counts == std::vector<int>{2, 4, 6, 8, 12});
+    } else {
+      CHECK(counts == std::vector<int>{1, 2, 3, 4, 6, 12});
+    }
+    // Compute-bound ops speed up with more devices; contrastive_loss on 12
+    // samples does not (its gathers grow with n): the profile says so and the
+    // curve fit flattens it.
+    if (e.workload.op != "contrastive_loss") {
+      for (size_t i = 1; i < e.points.size(); ++i) CHECK(e.points[i].ms < e.points[i - 1].ms);
+    }
+    CHECK(e.points.front().ms > 0);
+    if (e.workload.op == "transformer_layer" && e.workload.seq == 257) {
+      CHECK(e.param_bytes == op_param_count("transformer_layer", e.workload.dims, 257) * 2);
+    }
+    if (e.workload.op == "patch_embed") {
+      // Positions are counted over the module's max_seq.
+      CHECK(e.param_bytes == (588 * 1280 + 1280 + 257 * 1280) * 2);
+    }
+  }
+  // Deterministic bytes.
+  auto q = analytic_profile(*model, g, c, nullptr);
+  REQUIRE(q.ok());
+  CHECK(profile_to_json(*p) == profile_to_json(*q));
+
+  const std::vector<int> list{1, 2, 4, 8, 16};
+  auto r = analytic_profile(*model, g, c, &list);
+  REQUIRE(r.ok());
+  for (const auto& e : r->entries) {
+    std::vector<int> counts;
+    for (const auto& pt : e.points) counts.push_back(pt.devices);
+    CHECK((counts == std::vector<int>{1, 2, 4} || counts == std::vector<int>{2, 4, 8}));
+  }
+}
+
+TEST_CASE("analytic profile errors name the cluster key") {
+  auto model = parse_model_string(kModel, "analytic-test.yaml");
+  REQUIRE(model.ok());
+  const OpGraph g = expand(*model);
+  Cluster c = a800(1);
+  c.memory_gbytes_per_s = 0;
+  auto p = analytic_profile(*model, g, c, nullptr);
+  REQUIRE_FALSE(p.ok());
+  CHECK_THAT(p.error().message, Catch::Contains("clusters/a800.yaml"));
+  CHECK_THAT(p.error().message, Catch::Contains("device.memory_gbytes_per_s"));
+
+  const std::vector<int> too_many{1, 64};
+  auto q = analytic_profile(*model, g, a800(1), &too_many);
+  REQUIRE_FALSE(q.ok());
+  CHECK_THAT(q.error().message, Catch::Contains("--devices"));
+}
+
+TEST_CASE("analytic time of a tensor-parallel layer, by hand") {
+  const Cluster c = a800(1);
+  const Workload w = layer(1024, 16, 4096, 77, 8);
+  const double s = 77, h = 1024, f = 4096;
+  const double flops = 3 * (8 * s * h * h + 4 * s * h * f + 4 * s * s * h);
+  const int64_t params = op_param_count("transformer_layer", w.dims, 77) * 2;
+  // K = 2 on n = 2: one TP group, local batch 8; each device does half the FLOPs.
+  const double peak_per_ms = 312e12 * 1e-3;
+  const double compute = (flops * 8 / 2 + 64e-3 * peak_per_ms) / (0.65 * peak_per_ms);
+  const double kept = s * (18 * h + 4 * f) + 5 * 16 * s * s, out = s * h * 2;
+  const double memory = 3 * (params / 2.0 + 8 / 2.0 * (kept + out)) / 2039e9 * 1e3;
+  const double ar_bytes = 8 * s * h * 2;
+  const double comm = 4 * (2 * 0.5 * ar_bytes / 200e9 * 1e3 + 2 * 0.003);
+  CHECK(analytic_op_ms(w, 2, 2, c, DType::bf16) == Approx(std::max(compute, memory) + comm + 0.03));
+  // Without TP on one device: all FLOPs, no all-reduce.
+  const double compute1 = (flops * 8 + 64e-3 * peak_per_ms) / (0.65 * peak_per_ms);
+  const double memory1 = 3 * (params + 8 * (kept + out)) / 2039e9 * 1e3;
+  CHECK(analytic_op_ms(w, 1, 1, c, DType::bf16) == Approx(std::max(compute1, memory1) + 0.03));
+}

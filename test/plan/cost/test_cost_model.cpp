@@ -1,0 +1,103 @@
+// Ring all-reduce, links, and the two CostModel implementations.
+#include <catch2/catch.hpp>
+
+#include "libplan/cost/cost_model.h"
+
+using namespace spindle::plan;
+using Approx = Catch::Detail::Approx;
+
+namespace {
+Cluster two_islands() {
+  Cluster c;
+  c.name = "test-2x8";
+  c.islands = 2;
+  c.devices_per_island = 8;
+  c.device_name = "A800-SXM4-80GB";
+  c.memory_gib = 80;
+  c.peak_tflops = 312;
+  c.memory_gbytes_per_s = 2039;
+  c.intra_island = {200, 3};
+  c.inter_island = {50, 8};
+  return c;
+}
+Workload layer(int64_t batch) {
+  Workload w;
+  w.op = "transformer_layer";
+  w.dims = {{"causal", false}, {"ffn", 5120}, {"heads", 16}, {"hidden", 1280}};
+  w.seq = 257;
+  w.batch = batch;
+  return w;
+}
+}  // namespace
+
+TEST_CASE("ring all-reduce inside and across islands, hand-computed") {
+  const Cluster c = two_islands();
+  // 8 devices of island 0, 1 GB: 2*7/8 * 1e9 / 200e9 s = 8.75 ms, + 2*7*3 us.
+  CHECK(ring_allreduce_ms(c, 1e9, {0, 1, 2, 3, 4, 5, 6, 7}) == Approx(8.75 + 0.042));
+  // 4 devices over two islands: inter link decides: 2*3/4 * 1e9 / 50e9 s = 30 ms, + 2*3*8 us.
+  CHECK(ring_allreduce_ms(c, 1e9, {6, 7, 8, 9}) == Approx(30.0 + 0.048));
+  // 2 devices in island 1: 1e9 / 200e9 s = 5 ms + 2*3 us.
+  CHECK(ring_allreduce_ms(c, 1e9, {8, 15}) == Approx(5.006));
+  CHECK(ring_allreduce_ms(c, 1e9, {3}) == 0.0);
+  CHECK(ring_allreduce_ms(c, 1e9, {}) == 0.0);
+}
+
+TEST_CASE("TableCostModel returns what was set") {
+  TableCostModel m(two_islands());
+  auto curve = ScalingCurve::fit({{1, 10, 0}, {2, 6, 0}});
+  REQUIRE(curve.ok());
+  m.set(layer(256), *curve, 1000, 50);
+  REQUIRE(m.curve(layer(256)) != nullptr);
+  CHECK(m.curve(layer(256))->time_ms(2) == Approx(6));
+  CHECK(m.curve(layer(128)) == nullptr);
+  CHECK(m.param_bytes(layer(256)) == 1000);
+  CHECK(m.activation_bytes_per_sample(layer(256)) == 50);
+  CHECK(m.param_bytes(layer(128)) == 0);
+  // 1 MB point to point: 3 us + 1e6 / 200e9 s inside; 8 us + 1e6 / 50e9 s across.
+  CHECK(m.p2p_ms(1e6, false) == Approx(0.003 + 0.005));
+  CHECK(m.p2p_ms(1e6, true) == Approx(0.008 + 0.02));
+  CHECK(m.allreduce_ms(1e9, {0, 1}) == Approx(5.006));
+}
+
+TEST_CASE("ProfileCostModel fits every workload of the graph, and names a missing one") {
+  Profile p;
+  p.path = "profiles/test.json";
+  p.device = "A800-SXM4-80GB";
+  p.source = "analytic";
+  ProfileEntry e;
+  e.workload = layer(256);
+  e.points = {{1, 61.2, 0}, {2, 31.0, 0}, {4, 15.9, 0}};
+  e.param_bytes = 39362560;
+  e.activation_bytes_per_sample = 9871360;
+  p.entries.push_back(e);
+
+  OpGraph g;
+  Operator op;
+  op.id = "image-text/img/1.0";
+  op.param = "vision/1.0";
+  op.workload = layer(256);
+  g.ops.push_back(op);
+  op.id = "image-text/img/1.1";
+  g.ops.push_back(op);
+
+  auto m = ProfileCostModel::create(p, two_islands(), g);
+  REQUIRE(m.ok());
+  const ScalingCurve* c = (*m)->curve(layer(256));
+  REQUIRE(c != nullptr);
+  CHECK(c->time_ms(2) == Approx(31.0));
+  CHECK((*m)->param_bytes(layer(256)) == 39362560);
+  CHECK((*m)->activation_bytes_per_sample(layer(256)) == 9871360);
+  CHECK((*m)->allreduce_ms(1e9, {6, 7, 8, 9}) == Approx(30.048));
+
+  op.id = "image-text/img/1.2";
+  op.workload = layer(128);
+  g.ops.push_back(op);
+  auto bad = ProfileCostModel::create(p, two_islands(), g);
+  REQUIRE_FALSE(bad.ok());
+  const std::string& msg = bad.error().message;
+  CHECK_THAT(msg, Catch::Contains("profiles/test.json"));
+  CHECK_THAT(msg, Catch::Contains("transformer_layer"));
+  CHECK_THAT(msg, Catch::Contains("\"hidden\":1280"));
+  CHECK_THAT(msg, Catch::Contains("seq 257"));
+  CHECK_THAT(msg, Catch::Contains("batch 128"));
+}

@@ -1,0 +1,93 @@
+// Plan JSON reader/writer and the plan checker (spec/plan.md).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/plan_io.h"
+#include "libplan/plan/planner.h"
+
+namespace sp = spindle::plan;
+
+namespace {
+
+struct Fixture {
+  sp::Model model;
+  sp::Cluster cluster;
+  sp::OpGraph graph;
+  sp::Profile profile;
+  std::unique_ptr<sp::ProfileCostModel> cost;
+
+  explicit Fixture(const std::string& model_name = "tiny-clip", const std::string& cluster_name = "cpu-1x4") {
+    const std::string root = SPINDLE_SOURCE_DIR;
+    model = sp::load_model(root + "/configs/models/" + model_name + ".yaml").value();
+    cluster = sp::load_cluster(root + "/configs/clusters/" + cluster_name + ".yaml").value();
+    graph = sp::expand(model);
+    profile = sp::analytic_profile(model, graph, cluster).value();
+    cost = std::move(sp::ProfileCostModel::create(profile, cluster, graph).value());
+  }
+
+  sp::Plan plan(sp::Strategy s = sp::Strategy::spindle) const {
+    auto p = sp::make_plan({&model, &graph, &cluster, cost.get(), "", s});
+    REQUIRE(p.ok());
+    return *p;
+  }
+
+  bool flags(const sp::Plan& p, const std::string& fragment) const {
+    auto v = sp::check_plan(p, model, graph);
+    return std::any_of(v.begin(), v.end(), [&](const std::string& m) { return m.find(fragment) != std::string::npos; });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("plan JSON: encode, decode, encode gives the same bytes", "[plan_io]") {
+  Fixture f;
+  for (sp::Strategy s : {sp::Strategy::spindle, sp::Strategy::sequential}) {
+    const std::string a = sp::plan_to_json(f.plan(s));
+    auto decoded = sp::parse_plan_string(a, "a.json");
+    REQUIRE(decoded.ok());
+    CHECK(sp::plan_to_json(*decoded) == a);
+    CHECK(sp::check_plan(*decoded, f.model, f.graph).empty());
+  }
+}
+
+TEST_CASE("plan JSON: two plannings of the same inputs give the same bytes", "[plan_io]") {
+  Fixture f("multitask-clip-10", "a800-4x8");
+  CHECK(sp::plan_to_json(f.plan()) == sp::plan_to_json(f.plan()));
+}
+
+TEST_CASE("plan JSON: other formats, newer versions, unknown keys are rejected", "[plan_io]") {
+  Fixture f;
+  nlohmann::json doc = nlohmann::json::parse(sp::plan_to_json(f.plan()));
+
+  auto error_of = [](const nlohmann::json& d) {
+    auto r = sp::parse_plan_string(d.dump(), "p.json");
+    REQUIRE_FALSE(r.ok());
+    return r.error().message;
+  };
+  nlohmann::json d = doc;
+  d["format"] = "spindle-profile";
+  CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("format") &&
+                              Catch::Contains("spindle-plan"));
+  d = doc;
+  d["version"] = 2;
+  CHECK_THAT(error_of(d), Catch::Contains("version") && Catch::Contains("newer") && Catch::Contains("upgrade"));
+  d = doc;
+  d["waves"][0]["colour"] = "red";
+  CHECK_THAT(error_of(d), Catch::Contains("waves[0].colour") && Catch::Contains("unknown key"));
+  d = doc;
+  d["waves"][0]["slices"][0].erase("devices");
+  CHECK_THAT(error_of(d), Catch::Contains("waves[0].slices[0]") && Catch::Contains("devices"));
+  d = doc;
+  d["metaops"][0]["level"] = "one";
+  CHECK_THAT(error_of(d), Catch::Contains("metaops[0].level") && Catch::Contains("integer"));
+  d = doc;
+  d["x-note"] = "extensions are allowed";
+  CHECK(sp::parse_plan_string(d.dump(), "p.json").ok());
+  CHECK_FALSE(sp::parse_plan_string("{\"format\": ", "p.json").ok());
+}
+

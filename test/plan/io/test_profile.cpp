@@ -1,0 +1,123 @@
+// Profile database reader and writer (spec/profile.md).
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "libplan/io/profile.h"
+
+using namespace spindle::plan;
+
+namespace {
+Profile sample() {
+  Profile p;
+  p.device = "A800-SXM4-80GB";
+  p.source = "analytic";
+  ProfileEntry lin;
+  lin.workload.op = "linear";
+  lin.workload.dims = {{"in", 1024}, {"out", 1024}};
+  lin.workload.seq = 77;
+  lin.workload.batch = 256;
+  lin.points = {{1, 1.23456789, 0}, {2, 0.6172839451, 0}, {3, 0.41152263, 0}};
+  lin.param_bytes = 2099200;
+  lin.activation_bytes_per_sample = 157696;
+  ProfileEntry layer;
+  layer.workload.op = "transformer_layer";
+  layer.workload.dims = {{"causal", false}, {"ffn", 5120}, {"heads", 16}, {"hidden", 1280}};
+  layer.workload.seq = 257;
+  layer.workload.batch = 256;
+  layer.points = {{1, 61.2, 0}, {2, 31.0000001, 0}, {4, 15.9, 0}};
+  layer.param_bytes = 39362560;
+  layer.activation_bytes_per_sample = 9871360;
+  ProfileEntry loss;
+  loss.workload.op = "contrastive_loss";
+  loss.workload.dims = {{"dim", 1024}, {"temperature", 0.07}};
+  loss.workload.seq = 1;
+  loss.workload.batch = 256;
+  loss.points = {{1, 0.5, 0.02}, {2, 0.3, 0}};
+  // Written out of key order: the writer sorts.
+  p.entries = {layer, lin, loss};
+  return p;
+}
+
+std::string bad(const std::string& name) { return std::string(SPINDLE_TEST_DATA) + "/profiles/bad/" + name; }
+}  // namespace
+
+TEST_CASE("profile encode, decode, encode is byte-identical") {
+  const std::string a = profile_to_json(sample());
+  auto p = parse_profile_string(a, "mem.json");
+  REQUIRE(p.ok());
+  const std::string b = profile_to_json(*p);
+  CHECK(a == b);
+  auto q = parse_profile_string(b, "mem.json");
+  REQUIRE(q.ok());
+  CHECK(profile_to_json(*q) == b);
+  // Entries sorted by workload key, ms rounded to 6 significant digits.
+  REQUIRE(p->entries.size() == 3);
+  CHECK(p->entries[0].workload.op == "contrastive_loss");
+  CHECK(p->entries[1].workload.op == "linear");
+  CHECK(p->entries[2].workload.op == "transformer_layer");
+  CHECK(p->entries[1].points[0].ms == 1.23457);
+  CHECK(p->entries[2].points[1].ms == 31.0);
+  CHECK(p->entries[0].points[0].spread == 0.02);
+  CHECK(p->entries[0].workload.dims["temperature"] == 0.07);
+  CHECK(p->entries[2].param_bytes == 39362560);
+  CHECK(p->device == "A800-SXM4-80GB");
+  CHECK(p->source == "analytic");
+  CHECK(p->sha256.size() == 64);
+  // The found entry is the one with the same key.
+  CHECK(p->find(sample().entries[0].workload) == &p->entries[2]);
+  Workload other = sample().entries[0].workload;
+  other.batch = 128;
+  CHECK(p->find(other) == nullptr);
+}
+
+TEST_CASE("profile readers accept x and x-* extension keys") {
+  const std::string text = R"({"format": "spindle-profile", "version": 1, "device": "d",
+    "source": "measured", "x-note": {"anything": 1},
+    "entries": [{"op": "linear", "dims": {"in": 4, "out": 4}, "seq": 1, "batch": 2, "x": "why",
+                 "points": [{"devices": 1, "ms": 2, "x-raw": [1, 2]}],
+                 "param_bytes": 40, "activation_bytes_per_sample": 8}]})";
+  auto p = parse_profile_string(text, "ext.json");
+  REQUIRE(p.ok());
+  CHECK(p->entries.at(0).points.at(0).ms == 2.0);
+}
+
+TEST_CASE("bad profiles are rejected naming the file and the key") {
+  struct Case {
+    const char* file;
+    const char* key;
+    const char* what;
+  };
+  const Case cases[] = {
+      {"other-format.json", "format", "spindle-profile"},
+      {"newer-version.json", "version", "newer"},
+      {"unknown-key.json", "entries[1].points[1].devics", "unknown key"},
+      {"non-increasing.json", "entries[1].points[2].devices", "strictly increasing"},
+      {"nonpositive-ms.json", "entries[0].points[0].ms", "positive"},
+      {"duplicate-entry.json", "entries[1]", "duplicate"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.file);
+    auto p = load_profile(bad(c.file));
+    REQUIRE_FALSE(p.ok());
+    const std::string& msg = p.error().message;
+    CHECK_THAT(msg, Catch::Contains(c.file));
+    CHECK_THAT(msg, Catch::Contains(std::string(": ") + c.key + ": "));
+    CHECK_THAT(msg, Catch::Contains(c.what));
+  }
+}
+
+TEST_CASE("profile reader rejects malformed JSON, mixed sources without per-entry source") {
+  auto a = parse_profile_string("{\"format\": ", "broken.json");
+  REQUIRE_FALSE(a.ok());
+  CHECK_THAT(a.error().message, Catch::Contains("broken.json"));
+  const std::string mixed = R"({"format": "spindle-profile", "version": 1, "device": "d", "source": "mixed",
+    "entries": [{"op": "linear", "dims": {"in": 4, "out": 4}, "seq": 1, "batch": 2,
+                 "points": [{"devices": 1, "ms": 2}], "param_bytes": 40, "activation_bytes_per_sample": 8}]})";
+  auto b = parse_profile_string(mixed, "mixed.json");
+  REQUIRE_FALSE(b.ok());
+  CHECK_THAT(b.error().message, Catch::Contains("entries[0].source"));
+  auto c = load_profile(bad("does-not-exist.json"));
+  REQUIRE_FALSE(c.ok());
+  CHECK_THAT(c.error().message, Catch::Contains("does-not-exist.json"));
+}

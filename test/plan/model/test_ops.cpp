@@ -1,0 +1,59 @@
+// The operator catalogue (spec/model.md table).
+#include <catch2/catch.hpp>
+
+#include "libplan/model/ops.h"
+
+using namespace spindle::plan;
+using nlohmann::json;
+
+TEST_CASE("catalogue lists the seven ops with defaults", "[ops]") {
+  REQUIRE(op_catalogue().size() == 7);
+  REQUIRE(find_op("nope") == nullptr);
+  const OpSpec* tl = find_op("transformer_layer");
+  REQUIRE(tl != nullptr);
+  REQUIRE(tl->dims.size() == 4);
+  CHECK(tl->dims[3].name == std::string("causal"));
+  CHECK_FALSE(tl->dims[3].required);
+  CHECK(tl->dims[3].default_value == json(false));
+  const OpSpec* cl = find_op("contrastive_loss");
+  REQUIRE(cl != nullptr);
+  CHECK(cl->is_loss);
+  CHECK(cl->dims[1].default_value.get<double>() == Approx(0.07));
+  CHECK(find_op("patch_embed")->reads_data);
+  CHECK(find_op("token_embed")->reads_data);
+  CHECK(find_op("lm_loss")->is_loss);
+  CHECK_FALSE(find_op("linear")->reads_data);
+}
+
+TEST_CASE("widths and parameter counts follow the table", "[ops]") {
+  const json pe = {{"in_dim", 588}, {"hidden", 1280}};
+  CHECK(op_in_width("patch_embed", pe) == 0);
+  CHECK(op_out_width("patch_embed", pe) == 1280);
+  CHECK(op_param_count("patch_embed", pe, 257) == 588 * 1280 + 1280 + 257 * 1280);
+
+  const json te = {{"vocab", 49408}, {"hidden", 1024}};
+  CHECK(op_param_count("token_embed", te, 77) == 49408LL * 1024 + 77 * 1024);
+
+  const json tl = {{"hidden", 1280}, {"heads", 16}, {"ffn", 5120}, {"causal", false}};
+  CHECK(op_in_width("transformer_layer", tl) == 1280);
+  CHECK(op_out_width("transformer_layer", tl) == 1280);
+  // 4*1280^2 + 2*1280*5120 + 5120 + 9*1280 = 6553600 + 13107200 + 5120 + 11520
+  CHECK(op_param_count("transformer_layer", tl, 0) == 19677440);
+
+  const json lin = {{"in", 32}, {"out", 16}};
+  CHECK(op_in_width("linear", lin) == 32);
+  CHECK(op_out_width("linear", lin) == 16);
+  CHECK(op_param_count("linear", lin, 5) == 32 * 16 + 16);
+  CHECK(op_param_count("pool_project", lin, 5) == 32 * 16 + 16 + 64);
+  CHECK(op_out_width("pool_project", lin) == 16);
+
+  const json cl = {{"dim", 1024}, {"temperature", 0.07}};
+  CHECK(op_in_width("contrastive_loss", cl) == 1024);
+  CHECK(op_out_width("contrastive_loss", cl) == 0);
+  CHECK(op_param_count("contrastive_loss", cl, 1) == 0);
+
+  const json lm = {{"hidden", 32}, {"vocab", 64}};
+  CHECK(op_in_width("lm_loss", lm) == 32);
+  CHECK(op_out_width("lm_loss", lm) == 0);
+  CHECK(op_param_count("lm_loss", lm, 9) == 32 * 64 + 64);
+}

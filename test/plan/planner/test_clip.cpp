@@ -1,0 +1,128 @@
+// Multitask-CLIP-like models on the analytic profile: validity, gap to the
+// relaxed optimum, planning time. The hidden [.bench] case prints figures;
+// bench/ owns the real measurements.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "libplan/cost/analytic.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/planner.h"
+
+using namespace spindle::plan;
+
+namespace {
+
+struct Modality {
+  const char* name;
+  const char* embed;   // YAML of the first block
+  int hidden, layers, heads, seq;
+  bool causal;
+};
+
+const Modality kModalities[] = {
+    {"vision", "{op: patch_embed, in_dim: 588, hidden: 1280}", 1280, 32, 16, 257, false},
+    {"text", "{op: token_embed, vocab: 49408, hidden: 1024}", 1024, 24, 16, 77, true},
+    {"audio", "{op: patch_embed, in_dim: 256, hidden: 768}", 768, 12, 12, 229, false},
+    {"depth", "{op: patch_embed, in_dim: 196, hidden: 384}", 384, 12, 8, 197, false},
+    {"thermal", "{op: patch_embed, in_dim: 196, hidden: 768}", 768, 12, 12, 197, false},
+    {"imu", "{op: patch_embed, in_dim: 48, hidden: 512}", 512, 6, 8, 251, false},
+};
+
+// `tasks` contrastive tasks over modality pairs, batches cycling through a
+// few sizes. ImageBind-huge encoder sizes (design.md).
+std::string clip_yaml(int tasks) {
+  std::ostringstream y;
+  y << "name: clip-" << tasks << "\nmodules:\n";
+  for (const Modality& m : kModalities) {
+    y << "  " << m.name << ":\n    - " << m.embed << "\n"
+      << "    - {op: transformer_layer, repeat: " << m.layers << ", hidden: " << m.hidden
+      << ", heads: " << m.heads << ", ffn: " << 4 * m.hidden
+      << (m.causal ? ", causal: true" : "") << "}\n"
+      << "    - {op: pool_project, in: " << m.hidden << ", out: 1024}\n";
+  }
+  y << "  clip_loss:\n    - {op: contrastive_loss, dim: 1024}\ntasks:\n";
+  const int pairs[][2] = {{0, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1},
+                          {0, 2}, {0, 3}, {0, 4}, {0, 5}, {2, 5}};
+  const int batches[] = {256, 128, 512, 64, 192};
+  for (int t = 0; t < tasks; ++t) {
+    const Modality& a = kModalities[pairs[t % 10][0]];
+    const Modality& b = kModalities[pairs[t % 10][1]];
+    y << "  - name: " << a.name << "-" << b.name << "-" << t << "\n"
+      << "    batch: " << batches[t % 5] << "\n    nodes:\n"
+      << "      - {id: a, module: " << a.name << ", seq: " << a.seq << "}\n"
+      << "      - {id: b, module: " << b.name << ", seq: " << b.seq << "}\n"
+      << "      - {id: l, module: clip_loss, inputs: [a, b]}\n";
+  }
+  return y.str();
+}
+
+struct Outcome {
+  double gap = 0;
+  double planning_ms = 0;
+  double compute_ms = 0;
+  double relaxed_ms = 0;
+  size_t waves = 0;
+  size_t violations = 0;
+};
+
+Outcome plan_clip(int tasks, int islands, Strategy strategy, bool start_early) {
+  Result<Model> model = parse_model_string(clip_yaml(tasks), "clip.yaml");
+  REQUIRE(model.ok());
+  const OpGraph graph = expand(*model);
+  Result<Cluster> a800 = load_cluster(SPINDLE_SOURCE_DIR "/configs/clusters/a800-8x8.yaml");
+  REQUIRE(a800.ok());
+  Cluster cluster = *a800;
+  cluster.islands = islands;
+  Result<Profile> profile = analytic_profile(*model, graph, cluster);
+  REQUIRE(profile.ok());
+  auto cost = ProfileCostModel::create(*profile, cluster, graph);
+  REQUIRE(cost.ok());
+  PlanRequest req{&*model, &graph, &cluster, cost->get(), "", strategy, start_early};
+  Result<Plan> plan = make_plan(req);
+  REQUIRE(plan.ok());
+  Outcome o;
+  o.compute_ms = plan->predicted.compute_ms;
+  o.relaxed_ms = plan->predicted.relaxed_optimum_ms;
+  o.gap = o.compute_ms / o.relaxed_ms;
+  o.planning_ms = plan->planning_ms;
+  o.waves = plan->waves.size();
+  const std::vector<std::string> v = check_plan(*plan, *model, graph);
+  for (size_t i = 0; i < v.size() && i < 5; ++i) std::printf("violation: %s\n", v[i].c_str());
+  o.violations = v.size();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("10-task CLIP on 64 devices: valid plans, Spindle beats sequential", "[planner][clip]") {
+  const Outcome sp = plan_clip(10, 8, Strategy::spindle, false);
+  CHECK(sp.violations == 0);
+  CHECK(sp.gap >= 1 - 1e-9);
+  CHECK(sp.gap <= 1.10);
+  const Outcome early = plan_clip(10, 8, Strategy::spindle, true);
+  CHECK(early.violations == 0);
+  const Outcome seq = plan_clip(10, 8, Strategy::sequential, false);
+  CHECK(seq.violations == 0);
+  CHECK(sp.compute_ms < seq.compute_ms);
+}
+
+TEST_CASE("planner figures: gap and planning time", "[.bench]") {
+  struct Case {
+    int tasks, islands;
+  };
+  for (const Case c : {Case{10, 8}, Case{10, 2}, Case{50, 128}}) {
+    for (bool early : {false, true}) {
+      const Outcome o = plan_clip(c.tasks, c.islands, Strategy::spindle, early);
+      std::printf("spindle%s %2d tasks %4d devices: gap %.4f (compute %.2f ms, relaxed %.2f ms), "
+                  "%zu waves, planning %.2f ms, %zu violations\n",
+                  early ? "+early" : "       ", c.tasks, c.islands * 8, o.gap, o.compute_ms,
+                  o.relaxed_ms, o.waves, o.planning_ms, o.violations);
+    }
+    const Outcome s = plan_clip(c.tasks, c.islands, Strategy::sequential, false);
+    std::printf("sequential    %2d tasks %4d devices: compute %.2f ms (%.3fx of relaxed)\n",
+                c.tasks, c.islands * 8, s.compute_ms, s.compute_ms / s.relaxed_ms);
+  }
+}

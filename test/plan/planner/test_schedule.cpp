@@ -1,0 +1,121 @@
+// Wavefront scheduling and simple placement, checked by hand.
+#include <catch2/catch.hpp>
+
+#include "libplan/place/simple_place.h"
+#include "libplan/waves/schedule.h"
+
+using namespace spindle::plan;
+
+namespace {
+
+// A MetaOp with T(n) = a / n on the valid counts.
+ScheduleItem item(int level, std::vector<int> inputs, int length, double a,
+                  std::vector<AllocTuple> tuples, std::vector<int> valid = {1, 2, 4}) {
+  ScheduleItem it;
+  it.level = level;
+  it.inputs = std::move(inputs);
+  it.length = length;
+  it.valid = std::move(valid);
+  it.time_ms.assign(static_cast<size_t>(it.valid.back()) + 1, 0.0);
+  for (int n : it.valid) it.time_ms[static_cast<size_t>(n)] = a / n;
+  it.tuples = std::move(tuples);
+  return it;
+}
+
+struct S {
+  int metaop, first, count, devices;
+};
+
+void check_wave(const AbstractWave& w, const std::vector<S>& want) {
+  REQUIRE(w.slots.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CHECK(w.slots[i].metaop == want[i].metaop);
+    CHECK(w.slots[i].first == want[i].first);
+    CHECK(w.slots[i].count == want[i].count);
+    CHECK(w.slots[i].devices == want[i].devices);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("schedule: the Figure 5a level, by hand", "[schedule]") {
+  // Tuples from the discretisation test: A 2x8, B 2x8 + 1x4, C 1x6; T = a/n with
+  // a = 28.5, 15, 12 (T(2) = 14.25, 7.5, 6; T(1) = 28.5, 15, 12); C* = 120.
+  const std::vector<ScheduleItem> items{item(0, {}, 8, 28.5, {{2, 8}}),
+                                        item(0, {}, 12, 15, {{2, 8}, {1, 4}}),
+                                        item(0, {}, 6, 12, {{1, 6}})};
+  ScheduleOptions paper;
+  paper.paper_rules = true;
+  const std::vector<AbstractWave> w = schedule_waves(items, 4, paper);
+  REQUIRE(w.size() == 4);
+  // Wave 0: A(2) and B(2) fill the 4 devices; aligned to B's 8 x 7.5 = 60 ms,
+  // A runs floor(60 / 14.25) = 4 operators.
+  check_wave(w[0], {{0, 0, 4, 2}, {1, 0, 8, 2}});
+  CHECK(w[0].ms == Approx(60));
+  // Wave 1: A(2) 57 ms, C(1) 72 ms, B(1) 60 ms; aligned to A's 57 ms:
+  // C floor(57 / 12) = 4, B floor(57 / 15) = 3.
+  check_wave(w[1], {{0, 4, 4, 2}, {1, 8, 3, 1}, {2, 0, 4, 1}});
+  CHECK(w[1].ms == Approx(57));
+  // Wave 2: B 1 left (15 ms), C 2 left (24 ms) on 1 device each, 2 idle: C (most
+  // work) grows to 2, then B to 2; aligned to B's 7.5 ms, C runs one (6 ms).
+  check_wave(w[2], {{1, 11, 1, 2}, {2, 4, 1, 2}});
+  CHECK(w[2].ms == Approx(7.5));
+  // Wave 3: C's last operator grows to all 4 devices.
+  check_wave(w[3], {{2, 5, 1, 4}});
+  CHECK(w[3].ms == Approx(3));
+  double total = 0;
+  for (const AbstractWave& x : w) total += x.ms;
+  CHECK(total == Approx(127.5));   // gap 127.5 / 120 = 1.0625 on this tiny level
+}
+
+TEST_CASE("schedule: levels run in order; cross-level starts MetaOps early", "[schedule]") {
+  // Level 0: X 1x4 (T(1) = 10) and Y 1x1 (T(1) = 10) on 2 devices.
+  // Level 1: Z after Y only, 2 operators on 1 device each 10 ms.
+  // W after X, one operator.
+  const std::vector<ScheduleItem> items{item(0, {}, 4, 10, {{1, 4}}, {1}),
+                                        item(0, {}, 1, 10, {{1, 1}}, {1}),
+                                        item(1, {1}, 2, 10, {{1, 2}}, {1}),
+                                        item(1, {0}, 1, 10, {{1, 1}}, {1})};
+  ScheduleOptions paper;
+  paper.paper_rules = true;
+  const std::vector<AbstractWave> by_level = schedule_waves(items, 2, paper);
+  // Level 0: wave {X, Y} 10 ms, then X alone for 3 more (aligned to its own 30 ms);
+  // level 1: {Z, W}, then Z.
+  REQUIRE(by_level.size() == 4);
+  check_wave(by_level[0], {{0, 0, 1, 1}, {1, 0, 1, 1}});
+  check_wave(by_level[1], {{0, 1, 3, 1}});
+  check_wave(by_level[2], {{2, 0, 1, 1}, {3, 0, 1, 1}});
+  check_wave(by_level[3], {{2, 1, 1, 1}});
+  paper.cross_level = true;
+  const std::vector<AbstractWave> cross = schedule_waves(items, 2, paper);
+  // Z starts next to X as soon as Y is done: X and Z align to Z's 20 ms.
+  REQUIRE(cross.size() == 4);
+  check_wave(cross[0], {{0, 0, 1, 1}, {1, 0, 1, 1}});
+  check_wave(cross[1], {{0, 1, 2, 1}, {2, 0, 2, 1}});
+  check_wave(cross[2], {{0, 3, 1, 1}});
+  check_wave(cross[3], {{3, 0, 1, 1}});   // W waits for X's last slice
+  double level_ms = 0, cross_ms = 0;
+  for (const AbstractWave& x : by_level) level_ms += x.ms;
+  for (const AbstractWave& x : cross) cross_ms += x.ms;
+  CHECK(level_ms == Approx(60));
+  CHECK(cross_ms == Approx(50));
+}
+
+TEST_CASE("place: contiguous, inside an island, sticky across waves", "[place]") {
+  std::vector<AbstractWave> waves(3);
+  waves[0].slots = {{0, 0, 1, 4, 1}, {1, 0, 1, 2, 1}, {2, 0, 1, 2, 1}};
+  waves[1].slots = {{0, 1, 1, 2, 1}, {2, 1, 1, 2, 1}, {3, 0, 1, 4, 1}};
+  waves[2].slots = {{3, 1, 1, 8, 1}};
+  const std::vector<std::vector<int>> inputs{{}, {}, {}, {1}};
+  const std::vector<WavePlacement> p = place_simple(waves, inputs, 8, 4);
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].slot_devices[0] == std::vector<int>{0, 1, 2, 3});
+  CHECK(p[0].slot_devices[1] == std::vector<int>{4, 5});
+  CHECK(p[0].slot_devices[2] == std::vector<int>{6, 7});
+  // MetaOp 3 goes first (largest): its input 1 left activations on {4, 5},
+  // so it takes island 1. Then 0 keeps part of its old devices, 2 gets the rest.
+  CHECK(p[1].slot_devices[2] == std::vector<int>{4, 5, 6, 7});
+  CHECK(p[1].slot_devices[0] == std::vector<int>{0, 1});
+  CHECK(p[1].slot_devices[1] == std::vector<int>{2, 3});
+  CHECK(p[2].slot_devices[0] == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+}
