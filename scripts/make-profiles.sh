@@ -18,10 +18,16 @@ fi
 OUT_DIR="$SPINDLE_ROOT/profiles"
 mkdir -p "$OUT_DIR"
 count=0
+# The tiny models (tests, CPU runs) go with the CPU clusters, the others with
+# the GPU clusters.
 for model in "$SPINDLE_ROOT"/configs/models/*.yaml; do
   for cluster in "$SPINDLE_ROOT"/configs/clusters/*.yaml; do
     m="$(basename "$model" .yaml)"
     c="$(basename "$cluster" .yaml)"
+    case "$m:$c" in
+      tiny-*:cpu-*|tiny-*:a800-1x8) ;;
+      tiny-*:*|*:cpu-*) continue ;;
+    esac
     "$PROFILE_BIN" "$model" --cluster "$cluster" --analytic -o "$OUT_DIR/$m.$c.json"
     count=$((count + 1))
   done

@@ -69,10 +69,12 @@ OpShape shape_of(const Workload& w, DType dtype) {
     // MLP 4 s h ffn. Causal attention is counted in full (the runtime computes
     // the whole score matrix and masks it).
     r.flops = 3.0 * (8.0 * s * h * h + 4.0 * s * h * f + 4.0 * s * s * h);
-    // Korthikanti et al. (2022), 16-bit, no recomputation: s h (34 + 5 a s / h)
-    // for ffn = 4h; generalised: attention 11 s h + 5 a s^2, MLP 3 s h + 4 s ffn,
-    // two LayerNorms 4 s h. Scaled by dtype_bytes / 2.
-    r.kept_bytes = (s * (18.0 * h + 4.0 * f) + 5.0 * a * s * s) * dt / 2.0;
+    // Korthikanti et al. (2022), 16-bit: s h (34 + 5 a s / h) for ffn = 4h
+    // without recomputation; generalised: attention 11 s h, MLP 3 s h + 4 s ffn,
+    // two LayerNorms 4 s h, scaled by dtype_bytes / 2. The 5 a s^2 term (score
+    // and softmax matrices) is not kept: GPU training uses fused (flash)
+    // attention, which keeps only the fp32 log-sum-exp per head and row.
+    r.kept_bytes = s * (18.0 * h + 4.0 * f) * dt / 2.0 + 4.0 * a * s;
     r.output_bytes = s * h * dt;
     r.tp_allreduces = 4;   // 2 forward (after attention, after MLP), 2 backward
     r.tp_allreduce_bytes = s * h * dt;

@@ -134,7 +134,12 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
   // Parameter groups (rule 5), gradient synchronisation and memory.
   std::map<std::string, const Operator*> op_of_param;
   for (const Operator& op : graph.ops) op_of_param.emplace(op.param, &op);
-  const double bytes_per_param_state = 2.0 * dtype + 8.0 + (dtype < 4 ? 4.0 : 0.0);  // weights, grads, (master), m, v
+  // Per parameter: weights and gradients in the model dtype on every device
+  // that runs it; fp32 master copy (unless the dtype is fp32) and AdamW's m
+  // and v sharded over the data-parallel replicas of the parameter group, as
+  // Megatron's distributed optimizer (ZeRO stage 1) does.
+  const double replicated_bytes_per_param = 2.0 * dtype;
+  const double optimizer_bytes_per_param = 8.0 + (dtype < 4 ? 4.0 : 0.0);
   std::vector<double> sync_ms(plan.devices, 0.0);
   std::vector<double> state_bytes(plan.devices, 0.0);
   plan.param_groups.clear();
@@ -144,9 +149,11 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
     const Operator& op = *op_of_param.at(param);
     const double shard_bytes = static_cast<double>(cost.param_bytes(op.workload)) / op.tensor_parallel;
     const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, devices) : 0.0;
+    const double replicas = std::max(1.0, static_cast<double>(devices.size()) / op.tensor_parallel);
+    const double params_per_device = shard_bytes / dtype;
     for (int d : devices) {
       sync_ms[d] += ms;
-      state_bytes[d] += shard_bytes / dtype * bytes_per_param_state;
+      state_bytes[d] += params_per_device * (replicated_bytes_per_param + optimizer_bytes_per_param / replicas);
     }
   }
   for (int d = 0; d < plan.devices; ++d) {

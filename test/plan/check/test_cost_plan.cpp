@@ -109,16 +109,17 @@ TEST_CASE("cost_plan: transfers, gradient sync and memory by hand", "[cost_plan]
   CHECK(plan.predicted.iteration_ms ==
         Approx(plan.predicted.compute_ms + plan.predicted.transfer_ms + plan.predicted.sync_ms));
 
-  // Memory: 16 B of state per fp32 parameter (weights, grads, m, v) plus
+  // Memory: per fp32 parameter 8 B (weights, gradients) on every device that
+  // runs it, plus 8 B (AdamW m, v) sharded over the group's p devices; plus
   // activations kept for backward at the local batch.
-  // dev0: (56 + 52) x 16 + 100*8/2 + 10*8/2 + 5*8/4 = 1728 + 450 = 2178
-  // dev2: (104 + 52) x 16 + 50*8/2 + 20*8/1 + 5*8/4 = 2496 + 370 = 2866
-  // dev3: 104 x 16 + 50*8/2 + 5*8/4 = 1664 + 210 = 1874
+  // dev0: (56 + 52) x (8 + 8/2) + 100*8/2 + 10*8/2 + 5*8/4 = 1296 + 450 = 1746
+  // dev2: 104 x (8 + 8/2) + 52 x (8 + 8/1) + 50*8/2 + 20*8/1 + 5*8/4 = 2080 + 370 = 2450
+  // dev3: 104 x (8 + 8/2) + 50*8/2 + 5*8/4 = 1248 + 210 = 1458
   REQUIRE(plan.predicted.memory_bytes.size() == 4);
-  CHECK(plan.predicted.memory_bytes[0] == 2178);
-  CHECK(plan.predicted.memory_bytes[1] == 2178);
-  CHECK(plan.predicted.memory_bytes[2] == 2866);
-  CHECK(plan.predicted.memory_bytes[3] == 1874);
+  CHECK(plan.predicted.memory_bytes[0] == 1746);
+  CHECK(plan.predicted.memory_bytes[1] == 1746);
+  CHECK(plan.predicted.memory_bytes[2] == 2450);
+  CHECK(plan.predicted.memory_bytes[3] == 1458);
 
   // Parameter groups are exactly the devices that ran each parameter.
   REQUIRE(plan.param_groups.size() == 5);
