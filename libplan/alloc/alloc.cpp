@@ -22,10 +22,20 @@ constexpr int kMaxBisectionSteps = 100;
 constexpr double kBisectionRelTol = 1e-9;
 constexpr double kValidRelTol = 1e-6;
 
-// Total real devices the items need to finish within c_ms each.
-double devices_needed(const std::vector<AllocItem>& items, double c_ms) {
+int cap_of(const AllocItem& it, int devices) {
+  return it.max_devices > 0 ? std::min(it.max_devices, devices) : devices;
+}
+
+// Total real devices the items need to finish within c_ms each; +infinity
+// when one would need more than its cap.
+double devices_needed(const std::vector<AllocItem>& items, double c_ms, int devices) {
   double sum = 0;
-  for (const AllocItem& it : items) sum += it.curve->devices_for(c_ms / it.length);
+  for (const AllocItem& it : items) {
+    const double n = it.curve->devices_for(c_ms / it.length);
+    const double cap = cap_of(it, devices);
+    if (n > cap * (1 + 1e-12)) return std::numeric_limits<double>::infinity();
+    sum += n;
+  }
   return sum;
 }
 
@@ -37,11 +47,11 @@ RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices) 
   const double n = static_cast<double>(devices);
   double lo = 0, hi = 0;
   for (const AllocItem& it : items) {
-    lo = std::max(lo, it.length * it.curve->time_ms(n));
+    lo = std::max(lo, it.length * it.curve->time_ms(cap_of(it, devices)));
     hi += it.length * it.curve->time_ms(1.0);
   }
   hi = std::max(hi, lo);
-  if (devices_needed(items, lo) <= n) {
+  if (devices_needed(items, lo, devices) <= n) {
     // Even the slowest MetaOp cannot use more devices: the level takes lo.
     hi = lo;
   } else {
@@ -49,7 +59,7 @@ RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices) 
     for (int step = 0; step < kMaxBisectionSteps; ++step) {
       if (hi - lo <= kBisectionRelTol * hi) break;
       const double mid = 0.5 * (lo + hi);
-      if (devices_needed(items, mid) > n) {
+      if (devices_needed(items, mid, devices) > n) {
         lo = mid;
       } else {
         hi = mid;

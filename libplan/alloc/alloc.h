@@ -21,20 +21,25 @@ std::vector<int> valid_device_counts(int devices, int tensor_parallel, int64_t b
 struct AllocItem {
   int length = 0;                       // L >= 1
   const ScalingCurve* curve = nullptr;
+  // Most devices the MetaOp can use (its largest valid count); 0: no cap
+  // beyond the cluster.
+  int max_devices = 0;
 };
 
 // The relaxed optimum of one level: every MetaOp starts at 0 and ends at
 // c_star_ms on n_star[m] (real) devices, L_m * T_m(n_star[m]) = c_star_ms and
-// sum n_star = devices. When even `devices` devices cannot make the slowest
-// MetaOp faster (flat curves), c_star_ms = max_m L_m T_m(devices) and the sum
-// of n_star may be below `devices`.
+// sum n_star = devices, each n_star[m] at most its cap (max_devices, else
+// `devices`). When the slowest MetaOp cannot go faster on its cap (flat
+// curves, batch-limited counts), c_star_ms = max_m L_m T_m(cap_m) and the sum
+// of n_star may be below `devices`. A lower bound on every valid plan's time
+// for the level.
 struct RelaxedAllocation {
   double c_star_ms = 0;
   std::vector<double> n_star;           // same order as the items
   int iterations = 0;                   // bisection steps taken
 };
 
-// Bisection on C in [max_m L_m T_m(N), sum_m L_m T_m(1)], at most 100 steps,
+// Bisection on C in [max_m L_m T_m(cap_m), sum_m L_m T_m(1)], at most 100 steps,
 // stopping early at relative width 1e-9. `items` must be non-empty, with
 // non-null curves; devices >= 1.
 RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices);

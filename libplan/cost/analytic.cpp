@@ -9,6 +9,8 @@
 //           / memory bandwidth
 #include "libplan/cost/analytic.h"
 
+#include "libplan/alloc/alloc.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -181,18 +183,11 @@ double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Clust
 
 std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,
                                        const std::vector<int>* device_counts) {
-  const int k = std::max(tensor_parallel, 1);
-  auto valid = [&](int n) { return n > 0 && n % k == 0 && batch % (n / k) == 0; };
+  const std::vector<int> valid = valid_device_counts(cluster.devices(), tensor_parallel, batch);
+  if (!device_counts) return valid;
   std::vector<int> out;
-  if (device_counts) {
-    for (int n : *device_counts) {
-      if (valid(n)) out.push_back(n);
-    }
-  } else {
-    for (int n = 1; n <= cluster.devices(); ++n) {
-      if (valid(n)) out.push_back(n);
-    }
-  }
+  for (int n : *device_counts)
+    if (std::binary_search(valid.begin(), valid.end(), n)) out.push_back(n);
   return out;
 }
 
@@ -271,8 +266,8 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
                    ", tensor_parallel " + std::to_string(use.tensor_parallel) + ") among " +
                    (device_counts ? std::string("the --devices list")
                                   : "1.." + std::to_string(cluster.devices())) +
-                   ": a count must be a multiple of tensor_parallel with count / tensor_parallel "
-                   "dividing the batch"};
+                   ": a count must be a multiple of tensor_parallel "
+                   "that divides the batch"};
     }
     for (int n : counts) {
       e.points.push_back(ProfilePoint{

@@ -33,7 +33,19 @@ std::vector<WavePlacement> place_simple(const std::vector<AbstractWave>& waves,
       if (x.devices != y.devices) return x.devices > y.devices;
       return x.metaop < y.metaop;
     });
+    // A slot on as many devices as its MetaOp's previous slice keeps exactly
+    // those devices when they are all free: its activations need not move.
     for (size_t si : order) {
+      const AbstractSlot& slot = wave.slots[si];
+      const std::vector<int>& prev = last[static_cast<size_t>(slot.metaop)];
+      if (static_cast<int>(prev.size()) != slot.devices) continue;
+      if (std::any_of(prev.begin(), prev.end(), [&](int d) { return used[static_cast<size_t>(d)] != 0; }))
+        continue;
+      placed.slot_devices[si] = prev;
+      for (int d : prev) used[static_cast<size_t>(d)] = 1;
+    }
+    for (size_t si : order) {
+      if (!placed.slot_devices[si].empty()) continue;
       const AbstractSlot& slot = wave.slots[si];
       const int k = slot.devices;
       assert(k >= 1 && k <= n_dev);
@@ -46,9 +58,9 @@ std::vector<WavePlacement> place_simple(const std::vector<AbstractWave>& waves,
         for (int in : metaop_inputs[m])
           for (int d : last[static_cast<size_t>(in)]) preferred[static_cast<size_t>(d)] = 1;
       }
-      for (int d = 0; d < n_dev; ++d) {
-        used_prefix[static_cast<size_t>(d) + 1] = used_prefix[static_cast<size_t>(d)] + used[static_cast<size_t>(d)];
-        pref_prefix[static_cast<size_t>(d) + 1] = pref_prefix[static_cast<size_t>(d)] + preferred[static_cast<size_t>(d)];
+      for (size_t d = 0; d < static_cast<size_t>(n_dev); ++d) {
+        used_prefix[d + 1] = used_prefix[d] + used[d];
+        pref_prefix[d + 1] = pref_prefix[d] + preferred[d];
       }
       // Best free contiguous range by (island fit, overlap, aligned, -start).
       int best = -1;

@@ -14,8 +14,10 @@ struct WavePlacement {
   std::vector<std::vector<int>> slot_devices;
 };
 
-// Places every wave in order. Per wave, slots are taken larger device count
-// first (then lower MetaOp id) and each gets the free contiguous range that,
+// Places every wave in order. Per wave, a slot whose MetaOp's previous slice
+// had the same device count first keeps those devices if they are all free
+// (larger slots first, then lower MetaOp id); the other slots are taken in
+// the same order and each gets the free contiguous range that,
 // in order of preference: lies inside one island (or, for a slot larger than
 // an island, starts at an island boundary); holds the most devices the same
 // MetaOp used in its previous slice (for a first slice, the devices of the

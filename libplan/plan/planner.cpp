@@ -32,8 +32,10 @@ Result<Strategy> parse_strategy(const std::string& name) {
 
 namespace {
 
-// Lengths tried per wave by the rollout variant of the scheduler.
+// Scheduler variants tried by the Spindle strategy (waves/schedule.h):
+// lengths tried per wave by the rollout variants, and slack thresholds.
 constexpr int kLookahead = 8;
+constexpr double kDeferFractions[] = {0.0, 0.2, 0.3};
 
 // What the strategies share: the contraction, each MetaOp's curve and valid
 // device counts, and the relaxed optimum per level.
@@ -74,7 +76,7 @@ Result<Prepared> prepare(const PlanRequest& req) {
     std::vector<AllocItem> items;
     for (int id : ids)
       items.push_back({p.contraction.metaops[static_cast<size_t>(id)].length(),
-                       p.curves[static_cast<size_t>(id)]});
+                       p.curves[static_cast<size_t>(id)], p.valid[static_cast<size_t>(id)].back()});
     p.relaxed.push_back(relax_level(items, n_dev));
     p.relaxed_optimum_ms += p.relaxed.back().c_star_ms;
   }
@@ -107,10 +109,8 @@ void emit_waves(const Prepared& p, const std::vector<AbstractWave>& waves, const
 }
 
 // Spindle: per level, bi-point discretisation of the relaxed optimum, then
-// wavefront scheduling (design.md, steps 5-7). `options.cross_level` is
-// honoured; the other options are chosen here.
-std::vector<AbstractWave> spindle_waves(const Prepared& p, int n_dev,
-                                        const ScheduleOptions& options) {
+// wavefront scheduling (design.md, steps 5-7).
+std::vector<AbstractWave> spindle_waves(const Prepared& p, int n_dev, bool start_early) {
   std::vector<ScheduleItem> items(p.contraction.metaops.size());
   for (size_t l = 0; l < p.by_level.size(); ++l) {
     const RelaxedAllocation& r = p.relaxed[l];
@@ -127,15 +127,37 @@ std::vector<AbstractWave> spindle_waves(const Prepared& p, int n_dev,
       it.tuples = discretise(it.length, *p.curves[id], r.n_star[k], r.c_star_ms, it.valid);
     }
   }
-  // A small deterministic portfolio: our greedy rules, the same with a
-  // rollout lookahead, and the paper's Algorithm 1 as written; the plan with
-  // the least compute time wins (ties: the earlier variant).
+  // A small deterministic portfolio: our rules (greedy, and with a rollout
+  // lookahead deferring MetaOps with slack or not; widening by remaining work
+  // or by size) and the paper's Algorithm 1 as written, level by level and,
+  // with start_early, also as one pool; the least compute time wins (ties:
+  // the earlier variant). Variants that never won on the shipped workloads
+  // (greedy with deferral; one pool widening by size) are left out to save
+  // time.
+  std::vector<ScheduleOptions> variants;
+  for (bool cross : {false, true}) {
+    if (cross && !start_early) break;
+    for (bool by_work : {true, false}) {
+      if (cross && !by_work) continue;
+      for (double defer : kDeferFractions) {
+        for (int look : {0, kLookahead}) {
+          if (look == 0 && defer > 0) continue;
+          ScheduleOptions o;
+          o.cross_level = cross;
+          o.widen_by_work = by_work;
+          o.defer_fraction = defer;
+          o.lookahead = look;
+          variants.push_back(o);
+        }
+      }
+    }
+    variants.emplace_back();
+    variants.back().cross_level = cross;
+    variants.back().paper_rules = true;
+  }
   std::vector<AbstractWave> best;
   double best_ms = std::numeric_limits<double>::infinity();
-  for (int variant = 0; variant < 3; ++variant) {
-    ScheduleOptions o = options;
-    o.paper_rules = variant == 2;
-    o.lookahead = variant == 1 ? kLookahead : 0;
+  for (const ScheduleOptions& o : variants) {
     std::vector<AbstractWave> waves = schedule_waves(items, n_dev, o);
     double ms = 0;
     for (const AbstractWave& w : waves) ms += w.ms;
@@ -207,9 +229,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
 
   std::vector<AbstractWave> waves;
   if (request.strategy == Strategy::spindle) {
-    ScheduleOptions options;
-    options.cross_level = request.start_early;
-    waves = spindle_waves(p, cluster.devices(), options);
+    waves = spindle_waves(p, cluster.devices(), request.start_early);
   } else {
     waves = sequential_waves(p);
   }

@@ -113,7 +113,7 @@ class PoolScheduler {
   int devices_;
   ScheduleOptions options_;
   std::vector<int> pick_of_;   // scratch: index into the draft's picks, -1 when none
-  std::vector<double> work_;   // scratch: remaining work per MetaOp
+  std::vector<double> work_;   // scratch: remaining work per ready MetaOp, ms
   std::vector<int> ready_, order_;
   std::vector<Candidate> cands_;
   Draft rollout_draft_;
@@ -136,6 +136,10 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   }
   if (!pending) return false;
   assert(!ready_.empty());  // inputs outside the pool finished before it started
+
+  for (int m : ready_)
+    work_[static_cast<size_t>(m)] =
+        remaining_work_ms(items_[static_cast<size_t>(m)], state[static_cast<size_t>(m)]);
 
   std::vector<Pick>& picks = d.picks;
   picks.clear();
@@ -161,9 +165,6 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
     // Propose: every ready MetaOp first gets its smallest tuple (most
     // remaining work first), so none is starved by a few wide tuples...
     order_.assign(ready_.begin(), ready_.end());
-    for (int m : order_)
-      work_[static_cast<size_t>(m)] =
-          remaining_work_ms(items_[static_cast<size_t>(m)], state[static_cast<size_t>(m)]);
     std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) {
       return work_[static_cast<size_t>(a)] > work_[static_cast<size_t>(b)];
     });
@@ -181,8 +182,10 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
       picks.push_back({m, t.devices, best, t.count});
       free -= t.devices;
     }
-    // ...then wider tuples replace them where the devices allow, in the
-    // paper's order (more devices first, then longer time, then lower id).
+    // ...then wider tuples replace them where the devices allow: with
+    // widen_by_work the MetaOp with the most remaining work (the level's
+    // critical path) first, then (or else) in the paper's order (more
+    // devices, longer time, lower id).
     cands_.clear();
     for (const Pick& pk : picks) {
       const ScheduleItem& it = items_[static_cast<size_t>(pk.metaop)];
@@ -193,7 +196,7 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
     }
     std::sort(cands_.begin(), cands_.end(), [&](const Candidate& a, const Candidate& b) {
       const double wa = work_[static_cast<size_t>(a.metaop)], wb = work_[static_cast<size_t>(b.metaop)];
-      if (wa != wb) return wa > wb;
+      if (options_.widen_by_work && wa != wb) return wa > wb;
       return by_devices_then_time(a, b);
     });
     for (const Candidate& c : cands_) {
@@ -208,7 +211,13 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
 
   // Extend: idle devices go to the ready MetaOp with the most remaining
   // work that can use them (each MetaOp at most once: it takes the largest
-  // valid count that fits, so it cannot grow again in this wave).
+  // valid count that fits, so it cannot grow again in this wave). A MetaOp
+  // left out joins only if one operator on those devices fits in the
+  // longest proposed tuple: a starved slot must not stretch the wave.
+  double proposed_ms = 0;
+  for (const Pick& pk : picks)
+    proposed_ms = std::max(proposed_ms, pk.align_count * items_[static_cast<size_t>(pk.metaop)]
+                                                              .time_ms[static_cast<size_t>(pk.devices)]);
   while (free > 0) {
     int best = -1, best_devices = 0;
     double best_work = -1;
@@ -218,7 +227,10 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
       const int have = p >= 0 ? picks[static_cast<size_t>(p)].devices : 0;
       const auto up = std::upper_bound(it.valid.begin(), it.valid.end(), have + free);
       if (up == it.valid.begin() || *(up - 1) <= have) continue;
-      const double left_ms = remaining_work_ms(it, state[static_cast<size_t>(m)]);
+      if (p < 0 && !picks.empty() &&
+          it.time_ms[static_cast<size_t>(*(up - 1))] > proposed_ms * (1 + kAlignSlack))
+        continue;
+      const double left_ms = work_[static_cast<size_t>(m)];
       if (left_ms > best_work) {   // ready is ascending: ties keep the lower id
         best = m;
         best_work = left_ms;
@@ -281,17 +293,11 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
 
 double PoolScheduler::default_align(const Draft& d) const {
   if (options_.paper_rules || d.lengths_ms.empty()) return d.paper_align_ms;
-  // Best fill: among the lengths within fill_tolerance of the best fill, the
-  // longest (fewer boundaries) or, with prefer_short, the shortest.
-  const double best_fill = *std::max_element(d.fills.begin(), d.fills.end());
-  const double bar = best_fill * (1 - options_.fill_tolerance) * (1 - 1e-12);
-  double align_ms = d.paper_align_ms;
-  for (size_t c = 0; c < d.lengths_ms.size(); ++c) {
-    if (d.fills[c] < bar) continue;
-    align_ms = d.lengths_ms[c];
-    if (options_.prefer_short) break;
-  }
-  return align_ms;
+  // Best fill; ties: the longer wave (fewer boundaries).
+  size_t best = 0;
+  for (size_t c = 1; c < d.fills.size(); ++c)
+    if (d.fills[c] >= d.fills[best]) best = c;
+  return d.lengths_ms[best];
 }
 
 AbstractWave PoolScheduler::commit(std::vector<ItemState>& state, const Draft& d, double align_ms,

@@ -28,15 +28,12 @@ struct ScheduleOptions {
   // soon as each of its inputs finished in an earlier wave.
   bool cross_level = false;
   // true: the paper's Algorithm 1 as written (see schedule_waves). false (our
-  // default): each wave first gives every ready MetaOp its smallest tuple,
-  // then widens tuples where devices allow, and picks the wave length that
-  // leaves the fewest devices idle rather than the shortest tuple's.
+  // default): each wave first gives every ready MetaOp its smallest tuple
+  // (most remaining work first), then widens tuples where devices allow (see
+  // widen_by_work), and picks the wave length, among those at which
+  // some slot ends an operator, that leaves the fewest devices idle
+  // (busy device-ms per ms; ties: the longer) rather than the shortest tuple's.
   bool paper_rules = false;
-  // Without paper_rules: wave lengths whose fill (busy device-ms per ms) is
-  // within this fraction of the best are equally good; the longest of them
-  // is taken, or the shortest with prefer_short.
-  double fill_tolerance = 0;
-  bool prefer_short = false;
   // Without paper_rules, when > 1: each wave tries this many of the
   // best-filling lengths, each followed by a greedy rollout of the rest of
   // the level (or pool), and keeps the one that finishes first. Costs about
@@ -47,6 +44,9 @@ struct ScheduleOptions {
   // wave unless idle devices remain (it has slack; the devices go to the
   // critical MetaOps first). 0 disables.
   double defer_fraction = 0;
+  // Without paper_rules: widen tuples in order of remaining work (true) or in
+  // the paper's order, more devices first (false).
+  bool widen_by_work = true;
 };
 
 // One slot of an abstract wave: operators first..first+count-1 of `metaop`
@@ -64,14 +64,16 @@ struct AbstractWave {
   double ms = 0;                     // longest slot
 };
 
-// Per wave: propose tuples (one per ready MetaOp, more devices first, then
-// longer time, then lower id) first-fit into `devices`; give idle devices to
-// the ready MetaOp with the most remaining work (a larger valid count, or a
-// first count for one left out); align every slot to the shortest one's time
-// (or to the longest single operator among the slots, when that is longer),
-// scheduling the operators that fit within 1% (at least one; a slot whose
-// tuple is shorter continues with the MetaOp's later operators on the same
-// devices); re-queue the rest.
+// Per wave, with paper_rules: propose tuples (one per ready MetaOp, more
+// devices first, then longer time, then lower id) first-fit into `devices`;
+// give idle devices to the ready MetaOp with the most remaining work (a
+// larger valid count, or a first count for one left out whose single
+// operator fits in the longest proposed tuple); align every slot to the
+// shortest one's time (or to the longest single operator among the slots,
+// when that is longer), scheduling the operators that fit within 1% (at least
+// one; a slot whose tuple is shorter continues with the MetaOp's later
+// operators on the same devices); re-queue the rest. Without paper_rules the
+// proposal and the alignment are ours (see ScheduleOptions).
 // Deterministic; every wave schedules at least one operator, so it ends.
 // Requires every valid count <= devices.
 std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items, int devices,

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "libplan/cost/analytic.h"
+#include "libplan/plan/feasibility.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/io/profile.h"
 
@@ -39,6 +40,7 @@ TEST_CASE("shipped models x clusters: analytic profile, round trip, cost model")
       INFO(mp << " on " << cp);
       auto cluster = load_cluster(cp);
       REQUIRE(cluster.ok());
+      if (!check_model_fits_cluster(*model, *cluster).ok()) continue;  // e.g. TP 4 on one CPU
       auto p = analytic_profile(*model, g, *cluster, nullptr);
       REQUIRE(p.ok());
       const std::string bytes = profile_to_json(*p);

@@ -83,6 +83,25 @@ TEST_CASE("relaxed allocation: a curve that stops scaling leaves devices idle", 
   CHECK(r.n_star[0] <= 2.0 + 1e-9);
 }
 
+TEST_CASE("relaxed allocation: a MetaOp capped by its largest valid count", "[alloc]") {
+  // Both T = 8/n, L = 1, N = 8; the first can use at most 2 devices (say its
+  // batch is 2): it cannot beat T(2) = 4, and the other needs only 2 devices
+  // to keep up, so C* = 4 with 4 devices idle.
+  const ScalingCurve c = alpha_beta_curve(0, 8, {1, 2, 4, 8});
+  const RelaxedAllocation r = relax_level({{1, &c, 2}, {1, &c, 0}}, 8);
+  CHECK(r.c_star_ms == Approx(4));
+  CHECK(r.n_star[0] == Approx(2));
+  CHECK(r.n_star[1] == Approx(2));
+  // Uncapped, the two share the cluster: C* = 16 / 8 = 2.
+  CHECK(relax_level({{1, &c, 0}, {1, &c, 0}}, 8).c_star_ms == Approx(2).epsilon(1e-8));
+  // A cap that binds only partly: caps 3 and none, T = 12/n, L = 1, N = 8:
+  // uncapped optimum n* = 4 each is infeasible for the first; C* = T(3) = 4.
+  const ScalingCurve d = alpha_beta_curve(0, 12, {1, 2, 3, 4, 8});
+  const RelaxedAllocation q = relax_level({{1, &d, 3}, {1, &d, 0}}, 8);
+  CHECK(q.c_star_ms == Approx(4));
+  CHECK(q.n_star[0] == Approx(3));
+}
+
 TEST_CASE("discretise: the paper's Figure 5a", "[alloc]") {
   // N = 4, MetaOps of 8, 12, 6 operators, n* = 1.9, 1.5, 0.6, T(n) = a/n with
   // L a / n* = C* = 120 for each: a = 28.5, 15, 12.

@@ -2,12 +2,9 @@
 // a planning-time/gap measurement on a 10-task CLIP-like model.
 #include <catch2/catch.hpp>
 
-#include <chrono>
-#include <cstdio>
 #include <map>
 
 #include "helpers.h"
-#include "libplan/cost/analytic.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
 #include "libplan/plan/planner.h"
@@ -119,8 +116,7 @@ TEST_CASE("make_plan spindle: valid, deterministic, close to the relaxed optimum
   CHECK(plan->profile_sha256 == "abc");
   CHECK(plan->planning_ms >= 0);
   const std::vector<std::string> violations = check_plan(*plan, f.model, f.graph);
-  for (const std::string& v : violations) INFO(v);
-  CHECK(violations.empty());
+  CHECK(violations == std::vector<std::string>{});   // prints them when not
   // 2 tasks x (embed, layers, pool) x 2 + 2 losses.
   REQUIRE(plan->metaops.size() == 14);
   CHECK(plan->metaops[0].task == "image-text");
@@ -128,13 +124,13 @@ TEST_CASE("make_plan spindle: valid, deterministic, close to the relaxed optimum
   CHECK(plan->metaops[1].inputs == std::vector<int>{0});
   for (const PlanMetaOp& m : plan->metaops)
     if (m.task == "audio-text" && m.workload.seq == 16) CHECK(m.tensor_parallel == 2);
-  // Slices keep count * T(n); the audio (tensor_parallel 2) slices use 2 or 4 devices
-  // (6 would not divide the batch 12? it does; 8 does not).
+  // Slices take count * T(n) ms; the audio slices (tensor_parallel 2, batch
+  // 12) use 2, 4 or 6 devices.
   for (const Wave& w : plan->waves)
     for (const Slice& s : w.slices) {
       CHECK(s.ms > 0);
       if (plan->metaops[static_cast<size_t>(s.metaop)].tensor_parallel == 2)
-        CHECK(s.devices.size() % 2 == 0);
+        CHECK((s.devices.size() == 2 || s.devices.size() == 4 || s.devices.size() == 6));
     }
   const double relaxed = plan->predicted.relaxed_optimum_ms;
   CHECK(relaxed > 0);
@@ -154,8 +150,7 @@ TEST_CASE("make_plan sequential: one MetaOp per wave on the largest valid count"
   REQUIRE(plan.ok());
   CHECK(plan->strategy == "sequential");
   const std::vector<std::string> violations = check_plan(*plan, f.model, f.graph);
-  for (const std::string& v : violations) INFO(v);
-  CHECK(violations.empty());
+  CHECK(violations == std::vector<std::string>{});   // prints them when not
   REQUIRE(plan->waves.size() == plan->metaops.size());
   std::string last_task;
   int task_switches = 0;
@@ -166,7 +161,8 @@ TEST_CASE("make_plan sequential: one MetaOp per wave on the largest valid count"
     CHECK(s.metaop == static_cast<int>(w));
     CHECK(s.first == 0);
     CHECK(s.count == static_cast<int>(m.operators.size()));
-    // image-text: batch 16 -> 8 devices; audio-text: batch 12 -> 6 (4 for tensor_parallel 2? 6 too).
+    // image-text: batch 16 -> 8 devices; audio-text: batch 12 -> 6 (also a
+    // multiple of the audio module's tensor_parallel 2).
     CHECK(static_cast<int>(s.devices.size()) == (m.task == "image-text" ? 8 : 6));
     if (m.task != last_task) ++task_switches;
     last_task = m.task;
