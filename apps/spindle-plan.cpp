@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
 
   auto plan = sp::make_plan(request);
   if (!plan) return fail(kExitInvalid, plan.error().message);
+  if (sp::Status st = sp::check_plan_memory(*plan, *model); !st) return fail(kExitInvalid, st.error().message);
   if (sp::Status st = sp::check_plan_status(*plan, *model, graph, out_path); !st)
     return fail(kExitFailure, "internal error: the planner produced an invalid plan: " + st.error().message);
 

@@ -1,6 +1,11 @@
 #include "libplan/plan/feasibility.h"
 
 #include "libplan/alloc/alloc.h"
+#include "libplan/plan/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
 
 namespace spindle::plan {
 
@@ -24,6 +29,50 @@ Status check_model_fits_cluster(const Model& model, const Cluster& cluster) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace spindle::plan
+
+namespace spindle::plan {
+
+namespace {
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1ull << 30));
+  return buf;
+}
+}  // namespace
+
+Status check_plan_memory(const Plan& plan, const Model& model) {
+  const auto& mem = plan.predicted.memory_bytes;
+  int worst = -1;
+  for (size_t d = 0; d < mem.size(); ++d)
+    if (mem[d] > plan.memory_bytes && (worst < 0 || mem[d] > mem[worst])) worst = static_cast<int>(d);
+  if (worst < 0) return Status::Ok();
+  int over = 0;
+  for (int64_t b : mem) over += b > plan.memory_bytes;
+  std::set<std::string> metaops;
+  for (const Wave& w : plan.waves)
+    for (const Slice& s : w.slices)
+      if (std::find(s.devices.begin(), s.devices.end(), worst) != s.devices.end()) {
+        const PlanMetaOp& m = plan.metaops[s.metaop];
+        metaops.insert(m.task + " " + m.workload.op + " (MetaOp " + std::to_string(m.id) + ")");
+      }
+  std::string list;
+  int shown = 0;
+  for (const std::string& m : metaops) {
+    if (shown++ == 6) {
+      list += ", ...";
+      break;
+    }
+    list += (list.empty() ? "" : ", ") + m;
+  }
+  return Error{(model.path.empty() ? model.name : model.path) + ": does not fit in device memory on cluster '" +
+               plan.cluster_name + "': device " + std::to_string(worst) + " needs " +
+               gib(static_cast<double>(mem[worst])) + " of " + gib(static_cast<double>(plan.memory_bytes)) +
+               " (" + std::to_string(over) + " of " + std::to_string(plan.devices) +
+               " devices over) for parameters, gradients, optimizer state and activations of " + list +
+               "; use more devices, smaller task batches, or devices with more memory"};
 }
 
 }  // namespace spindle::plan

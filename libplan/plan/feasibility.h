@@ -14,3 +14,14 @@ namespace spindle::plan {
 Status check_model_fits_cluster(const Model& model, const Cluster& cluster);
 
 }  // namespace spindle::plan
+
+namespace spindle::plan {
+
+struct Plan;
+
+// Rule 6 as a user-facing error: when a device's predicted peak exceeds the
+// cluster's memory, names the model file, the device, the bytes needed and
+// available, and the MetaOps that run there (largest activations first).
+Status check_plan_memory(const Plan& plan, const Model& model);
+
+}  // namespace spindle::plan
