@@ -139,7 +139,11 @@ Tensor transformer_layer_backward(TransformerLayerState& s, const Tensor& dy) {
     }
   }
   Tensor dxn1 = linear_rows_backward(s.xn1, p[W_Q].value, dq, p[W_Q].grad, &p[B_Q].grad, true);
-  add_into(dxn1, linear_rows_backward(s.xn1, p[W_K].value, dk, p[W_K].grad, &p[B_K].grad, true));
+  // b_k's exact gradient is 0 (a bias shared by every key shifts each query's
+  // scores by a constant, which the softmax ignores); computing the column sum
+  // of dk would leave only rounding noise, which AdamW turns into +-lr steps
+  // that differ between device counts. Its gradient stays 0.
+  add_into(dxn1, linear_rows_backward(s.xn1, p[W_K].value, dk, p[W_K].grad, nullptr, true));
   add_into(dxn1, linear_rows_backward(s.xn1, p[W_V].value, dv, p[W_V].grad, &p[B_V].grad, true));
   tp_all_reduce(s.cfg, dxn1.data(), dxn1.numel());
   Tensor dx = layernorm_backward(dxn1, p[LN1_G].value, s.ln1, p[LN1_G].grad, p[LN1_B].grad);

@@ -1,0 +1,282 @@
+// spindle-run: execute a wave plan on CPU ranks under mpirun (spec/cli.md,
+// docs/runtime.md).
+//
+//   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
+//          [--backend cpu|cuda] [--seed K] [--lr X] [--metrics M.jsonl]
+//          [--trace T.json] [--dump-params P.json]
+//
+// Every rank parses, loads and checks the same inputs; any rank's failure is
+// shared with all (one collective), rank 0 prints one message and every rank
+// exits 2 (invalid input). A failure while training aborts the whole job with
+// exit code 1 (MPI_Abort), so nothing hangs.
+//
+// Test hook (undocumented for users): SPINDLE_TEST_DIE_AT_STEP=S makes rank 1
+// (rank 0 when alone) call _exit(9) at the start of step S while the other
+// ranks are inside it; mpirun then ends the job.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/mpi_check.h"
+#include "libexec/comm/mpi_comm.h"
+#include "libexec/exec/executor.h"
+#include "libplan/io/trace.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/plan_io.h"
+#include "libplan/util/files.h"
+
+namespace sp = spindle::plan;
+namespace se = spindle::exec;
+
+namespace {
+
+constexpr int kExitInvalid = 2;
+constexpr int kExitFailure = 1;
+
+struct Args {
+  std::string plan_path, model_path, backend = "cpu", metrics_path, trace_path, dump_path;
+  int steps = 10;
+  uint64_t seed = 0;
+  float lr = 3e-3f;
+};
+
+// Every rank's string, in rank order, on every rank. Collective over comm.
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(size)), offs(static_cast<size_t>(size));
+  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offs[static_cast<size_t>(r)] = total;
+    total += lens[static_cast<size_t>(r)];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR,
+                           comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r)
+    out.push_back(all.substr(static_cast<size_t>(offs[static_cast<size_t>(r)]),
+                             static_cast<size_t>(lens[static_cast<size_t>(r)])));
+  return out;
+}
+
+// Shares each rank's error ("" = none). Returns true when every rank is
+// fine; otherwise rank 0 prints the first error (naming the rank when it is
+// not rank 0's own) and the caller exits on every rank.
+bool all_ok(MPI_Comm comm, int rank, const std::string& error) {
+  const std::vector<std::string> errors = all_gather_strings(comm, error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (errors[r].empty()) continue;
+    if (rank == 0) {
+      const std::string who = r == 0 ? "" : "rank " + std::to_string(r) + ": ";
+      std::fprintf(stderr, "spindle-run: error: %s%s\n", who.c_str(), errors[r].c_str());
+      std::fflush(stderr);
+    }
+    return false;
+  }
+  return true;
+}
+
+// Rank discovery (build-notes.md): MPI's rank is the truth; launcher
+// variables that disagree get a warning.
+void check_rank_env(int rank) {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"}) {
+    const char* v = std::getenv(var);
+    if (v && std::string(v) != std::to_string(rank))
+      std::fprintf(stderr, "spindle-run: warning: rank %d: %s=%s differs from the MPI rank\n", rank, var,
+                   v);
+  }
+}
+
+std::string log_line(const sp::Model& model, const se::StepStats& st, int steps, int64_t samples_per_step) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "iteration %8lld/%8d | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
+                "samples per second: %.1f |",
+                static_cast<long long>(st.step), steps, static_cast<long long>(st.step * samples_per_step),
+                st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms);
+  std::string line = buf;
+  for (size_t t = 0; t < model.tasks.size(); ++t) {
+    std::snprintf(buf, sizeof buf, " loss %s: %.6f |", model.tasks[t].name.c_str(), st.task_loss[t]);
+    line += buf;
+  }
+  return line;
+}
+
+nlohmann::json params_json(const std::map<std::string, se::Tensor>& params, int64_t steps) {
+  nlohmann::json j = {{"format", "spindle-params"}, {"version", 1}, {"steps", steps}};
+  nlohmann::json& ps = j["params"] = nlohmann::json::object();
+  for (const auto& [name, t] : params)
+    ps[name] = {{"shape", t.shape()}, {"values", std::vector<float>(t.data(), t.data() + t.numel())}};
+  return j;
+}
+
+int run(const Args& args, int rank, int size) {
+  // 1. Inputs: load and check on every rank; all ranks agree before going on.
+  std::string error;
+  if (args.backend == "cuda") {
+    error = "--backend cuda: this build has no CUDA backend (built: cpu)";
+  } else if (!se::make_backend(args.backend)) {
+    error = "--backend " + args.backend + ": unknown backend (built: cpu)";
+  } else if (args.steps < 1) {
+    error = "--steps must be at least 1";
+  }
+  sp::Result<sp::Model> model = sp::Error{"not loaded"};
+  sp::Result<sp::Plan> plan = sp::Error{"not loaded"};
+  std::string plan_sha;
+  if (error.empty()) {
+    model = sp::load_model(args.model_path);
+    if (!model.ok()) error = model.error().message;
+  }
+  if (error.empty()) {
+    plan = sp::load_plan(args.plan_path);
+    if (!plan.ok()) error = plan.error().message;
+  }
+  if (error.empty()) {
+    const sp::Status st = sp::check_plan_status(*plan, *model, sp::expand(*model), args.plan_path);
+    if (!st.ok()) error = st.error().message;
+  }
+  if (error.empty() && plan->devices != size)
+    error = args.plan_path + ": the plan is for " + std::to_string(plan->devices) +
+            " devices but mpirun started " + std::to_string(size) + " ranks (use mpirun -np " +
+            std::to_string(plan->devices) + ")";
+  if (error.empty()) {
+    const auto bytes = sp::read_file(args.plan_path);
+    if (bytes.ok()) plan_sha = sp::sha256_hex(*bytes);
+    else error = bytes.error().message;
+  }
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+  // Same files on every rank (sha256 of plan and model bytes).
+  const std::vector<std::string> hashes = all_gather_strings(MPI_COMM_WORLD, plan_sha + "/" + model->sha256);
+  error.clear();
+  if (hashes[static_cast<size_t>(rank)] != hashes[0])
+    error = "plan or model differs from rank 0's (sha256 of the files' bytes)";
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+  check_rank_env(rank);
+
+  // 2. Communicators and executor.
+  std::unique_ptr<se::MpiComm> world = se::MpiComm::world();
+  std::unique_ptr<se::Backend> backend = se::make_backend(args.backend);
+  se::ExecOptions options;
+  options.seed = args.seed;
+  options.adamw.lr = args.lr;
+  options.record_trace = !args.trace_path.empty();
+  se::GroupComms groups = se::create_group_comms(*world, se::Executor::device_groups(*model, *plan));
+  se::Executor executor(*model, *plan, *world, std::move(groups), *backend, options);
+
+  int64_t samples_per_step = 0;
+  for (const sp::Task& t : model->tasks) samples_per_step += t.batch;
+  std::ofstream metrics;
+  if (rank == 0 && !args.metrics_path.empty()) {
+    metrics.open(args.metrics_path, std::ios::app);
+    if (!metrics) throw std::runtime_error("cannot open --metrics file " + args.metrics_path);
+  }
+  if (rank == 0)
+    std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
+                model->name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan->strategy.c_str(),
+                plan->waves.size(), size, backend->name(), static_cast<unsigned long long>(args.seed));
+  const char* die = std::getenv("SPINDLE_TEST_DIE_AT_STEP");
+  const int die_rank = size > 1 ? 1 : 0;
+
+  // 3. Training.
+  world->barrier();
+  executor.reset_clock();
+  for (int s = 1; s <= args.steps; ++s) {
+    if (die && std::atoi(die) == s && rank == die_rank) {
+      std::fprintf(stderr, "spindle-run: rank %d: SPINDLE_TEST_DIE_AT_STEP=%d: exiting\n", rank, s);
+      std::fflush(stderr);
+      _exit(9);
+    }
+    const se::StepStats st = executor.step();
+    if (rank != 0) continue;
+    std::printf("%s\n", log_line(*model, st, args.steps, samples_per_step).c_str());
+    std::fflush(stdout);
+    if (metrics) {
+      nlohmann::json j = {{"step", st.step},
+                          {"step_ms", st.step_ms},
+                          {"samples_per_s", static_cast<double>(samples_per_step) * 1000.0 / st.step_ms}};
+      double total = 0;
+      for (size_t t = 0; t < model->tasks.size(); ++t) {
+        j["loss"][model->tasks[t].name] = st.task_loss[t];
+        total += st.task_loss[t];
+      }
+      j["total_loss"] = total;
+      metrics << j.dump() << "\n" << std::flush;
+    }
+  }
+
+  // 4. Outputs: the measured trace of every rank, the final parameters.
+  if (!args.trace_path.empty()) {
+    nlohmann::json mine = nlohmann::json::array();
+    for (const sp::TraceEvent& e : executor.trace())
+      mine.push_back({e.name, e.cat, e.device, e.track, e.start_us, e.dur_us, e.args});
+    const std::vector<std::string> all = all_gather_strings(MPI_COMM_WORLD, mine.dump());
+    if (rank == 0) {
+      std::vector<sp::TraceEvent> events;
+      for (const std::string& s : all)
+        for (const auto& e : nlohmann::json::parse(s))
+          events.push_back({e[0], e[1], e[2], e[3], e[4], e[5], e[6]});
+      const sp::Status st = sp::write_file_atomic(args.trace_path, sp::trace_to_json(events, size));
+      if (!st.ok()) throw std::runtime_error(st.error().message);
+    }
+  }
+  if (!args.dump_path.empty()) {
+    const auto params = executor.gather_params();
+    if (rank == 0) {
+      const sp::Status st =
+          sp::write_file_atomic(args.dump_path, params_json(params, executor.steps_done()).dump() + "\n");
+      if (!st.ok()) throw std::runtime_error(st.error().message);
+    }
+  }
+  world->barrier();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  se::MpiSession session(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+
+  Args args;
+  CLI::App app{"spindle-run: train a model under a wave plan, one MPI rank per device"};
+  app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required();
+  app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required();
+  app.add_option("--steps", args.steps, "training steps")->capture_default_str();
+  app.add_option("--backend", args.backend, "compute backend: cpu | cuda")->capture_default_str();
+  app.add_option("--seed", args.seed, "seed of parameters and synthetic data")->capture_default_str();
+  app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)");
+  app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)");
+  app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parses the same command line: rank 0 speaks for all.
+    if (rank == 0) app.exit(e);
+    return e.get_exit_code() == 0 ? 0 : kExitInvalid;
+  }
+
+  try {
+    return run(args, rank, size);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindle-run: error: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+    return kExitFailure;
+  }
+}

@@ -1,0 +1,598 @@
+#include "libexec/exec/executor.h"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "libexec/exec/data.h"
+#include "libexec/exec/reshard.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/model/ops.h"
+
+namespace spindle::exec {
+
+namespace {
+
+// Tags of point-to-point messages on world: one per wave and direction, and
+// one for gathering parameters.
+int forward_tag(int wave) { return 2 * wave; }
+int backward_tag(int wave) { return 2 * wave + 1; }
+constexpr int kDumpTag = 30000;
+
+// Shape of one batch row of an operator's output: [seq, width] for
+// activations ([1, out] after pool_project).
+Shape out_row_shape(const plan::Operator& op) {
+  const plan::Workload& w = op.workload;
+  const int64_t seq = w.op == "pool_project" ? 1 : w.seq;
+  return {seq, plan::op_out_width(w.op, w.dims)};
+}
+
+Shape with_rows(int64_t rows, const Shape& row_shape) {
+  Shape s{rows};
+  s.insert(s.end(), row_shape.begin(), row_shape.end());
+  return s;
+}
+
+// [b, s_k, h] parts -> [b, sum s_k, h] (sequence concatenation), and back.
+Tensor concat_seq(const std::vector<Tensor>& parts) {
+  const int64_t b = parts[0].size(0), h = parts[0].size(2);
+  int64_t seq = 0;
+  for (const Tensor& p : parts) {
+    if (p.size(0) != b || p.size(2) != h)
+      throw std::invalid_argument("inputs of different batch or width: " + shape_str(p.shape()));
+    seq += p.size(1);
+  }
+  Tensor out = Tensor::zeros({b, seq, h});
+  for (int64_t r = 0; r < b; ++r) {
+    float* dst = out.data() + r * seq * h;
+    for (const Tensor& p : parts) {
+      const int64_t n = p.size(1) * h;
+      dst = std::copy(p.data() + r * n, p.data() + (r + 1) * n, dst);
+    }
+  }
+  return out;
+}
+
+std::vector<Tensor> split_seq(const Tensor& t, const std::vector<int64_t>& seqs) {
+  const int64_t b = t.size(0), seq = t.size(1), h = t.size(2);
+  std::vector<Tensor> out;
+  int64_t off = 0;
+  for (int64_t s : seqs) {
+    Tensor p = Tensor::zeros({b, s, h});
+    for (int64_t r = 0; r < b; ++r)
+      std::copy(t.data() + (r * seq + off) * h, t.data() + (r * seq + off + s) * h,
+                p.data() + r * s * h);
+    out.push_back(std::move(p));
+    off += s;
+  }
+  return out;
+}
+
+// A Comm that only answers rank() and size(): for building shapes of a
+// shard with make_params.
+class ShapeComm final : public Comm {
+ public:
+  ShapeComm(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(std::span<float>) override { fail(); }
+  void all_gather(std::span<const float>, std::span<float>) override { fail(); }
+  void send(std::span<const float>, int, int) override { fail(); }
+  void recv(std::span<float>, int, int) override { fail(); }
+  void barrier() override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() { throw std::logic_error("ShapeComm cannot communicate"); }
+  int rank_, size_;
+};
+
+// Writes `local` (block t of k along `axis`) into `full`.
+void place_shard(Tensor& full, const Tensor& local, int axis, int t, int k) {
+  if (axis < 0) {
+    std::copy(local.data(), local.data() + local.numel(), full.data());
+    return;
+  }
+  const Shape& fs = full.shape();
+  const auto a = static_cast<size_t>(axis);
+  int64_t inner = 1;
+  for (size_t d = a + 1; d < fs.size(); ++d) inner *= fs[d];
+  const int64_t full_a = fs[a], local_a = full_a / k;
+  for (int64_t i = 0; i < local.numel(); ++i) {
+    const int64_t o = i / (local_a * inner), rem = i % (local_a * inner);
+    full[(o * full_a + t * local_a + rem / inner) * inner + rem % inner] = local[i];
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The schedule: everything every rank derives identically from (model, plan).
+
+struct SliceInfo {
+  int wave = 0;
+  int metaop = 0;
+  std::vector<int> ops;       // graph operator indices, in chain order
+  std::vector<int> devices;   // ascending
+  RowLayout layout;
+  std::vector<int> producers; // operators feeding ops[0], in the node's input order
+};
+
+struct Transfer {
+  int slice = 0;     // consumer slice
+  int input = 0;     // index into its producers
+  int producer = 0;  // graph operator
+  int src_device = 0, dst_device = 0;
+  RowRange rows;
+};
+
+struct Schedule {
+  plan::OpGraph graph;
+  std::vector<SliceInfo> slices;               // wave by wave, in plan order
+  std::vector<std::vector<int>> wave_slices;   // wave -> slice indices
+  std::vector<int> slice_of;                   // graph operator -> slice (-1: none)
+  std::vector<std::vector<Transfer>> fwd, bwd; // per wave
+  // (param "M/k.r", TP rank) -> devices holding that shard; plus K.
+  std::map<std::pair<std::string, int>, std::set<int>> shard_devices;
+  std::map<std::string, int> param_tp;
+  std::map<std::string, int> param_op;         // param -> one operator using it
+
+  Schedule(const plan::Model& model, const plan::Plan& plan);
+  int position(int slice, int device) const {
+    const auto& d = slices[static_cast<size_t>(slice)].devices;
+    const auto it = std::find(d.begin(), d.end(), device);
+    return it == d.end() ? -1 : static_cast<int>(it - d.begin());
+  }
+};
+
+Schedule::Schedule(const plan::Model& model, const plan::Plan& plan) : graph(plan::expand(model)) {
+  std::map<std::string, int> op_index;
+  for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
+  // Last operator of every (task, node), for the node's ordered inputs.
+  std::map<std::pair<int, int>, int> node_last;
+  for (size_t i = 0; i < graph.ops.size(); ++i)
+    node_last[{graph.ops[i].task, graph.ops[i].node}] = static_cast<int>(i);
+
+  slice_of.assign(graph.ops.size(), -1);
+  wave_slices.resize(plan.waves.size());
+  for (const plan::Wave& wave : plan.waves) {
+    for (const plan::Slice& s : wave.slices) {
+      if (s.metaop < 0 || s.metaop >= static_cast<int>(plan.metaops.size()))
+        throw std::invalid_argument("slice names unknown MetaOp " + std::to_string(s.metaop));
+      const plan::PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
+      SliceInfo info;
+      info.wave = wave.index;
+      info.metaop = s.metaop;
+      info.devices = s.devices;
+      std::sort(info.devices.begin(), info.devices.end());
+      for (int j = s.first; j < s.first + s.count; ++j) {
+        const auto it = op_index.find(m.operators.at(static_cast<size_t>(j)));
+        if (it == op_index.end())
+          throw std::invalid_argument("plan names unknown operator " + m.operators[static_cast<size_t>(j)]);
+        info.ops.push_back(it->second);
+      }
+      const plan::Operator& first = graph.ops[static_cast<size_t>(info.ops[0])];
+      info.layout = {first.workload.batch, static_cast<int>(info.devices.size()), first.tensor_parallel};
+      if (info.layout.devices % info.layout.tp != 0 || info.layout.batch % info.layout.groups() != 0)
+        throw std::invalid_argument("slice of MetaOp " + std::to_string(s.metaop) + " on " +
+                                    std::to_string(info.layout.devices) + " devices does not split batch " +
+                                    std::to_string(info.layout.batch) + " with tensor_parallel " +
+                                    std::to_string(info.layout.tp));
+      if (first.block == 0 && first.rep == 0) {
+        const plan::Task& task = model.tasks[static_cast<size_t>(first.task)];
+        for (const std::string& in : task.nodes[static_cast<size_t>(first.node)].inputs) {
+          int n = 0;
+          while (task.nodes[static_cast<size_t>(n)].id != in) ++n;
+          info.producers.push_back(node_last.at({first.task, n}));
+        }
+      } else {
+        info.producers = first.inputs;
+      }
+      const int index = static_cast<int>(slices.size());
+      for (int o : info.ops) slice_of[static_cast<size_t>(o)] = index;
+      wave_slices[static_cast<size_t>(wave.index)].push_back(index);
+      // Shard groups: device at position i holds (param, i % K).
+      for (int o : info.ops) {
+        const plan::Operator& op = graph.ops[static_cast<size_t>(o)];
+        if (op.workload.op == "contrastive_loss") continue;
+        param_tp[op.param] = op.tensor_parallel;
+        param_op.emplace(op.param, o);
+        for (size_t i = 0; i < info.devices.size(); ++i)
+          shard_devices[{op.param, info.layout.tp_rank_of(static_cast<int>(i))}].insert(info.devices[i]);
+      }
+      slices.push_back(std::move(info));
+    }
+  }
+  for (size_t o = 0; o < graph.ops.size(); ++o)
+    if (slice_of[o] < 0) throw std::invalid_argument("operator " + graph.ops[o].id + " is in no slice");
+
+  // Transfers: per wave, per slice, per input, the moves in a fixed order.
+  fwd.resize(plan.waves.size());
+  bwd.resize(plan.waves.size());
+  for (size_t si = 0; si < slices.size(); ++si) {
+    const SliceInfo& c = slices[si];
+    for (size_t k = 0; k < c.producers.size(); ++k) {
+      const int p = c.producers[k];
+      const SliceInfo& ps = slices[static_cast<size_t>(slice_of[static_cast<size_t>(p)])];
+      if (ps.wave >= c.wave)
+        throw std::invalid_argument("operator " + graph.ops[static_cast<size_t>(c.ops[0])].id +
+                                    " runs no later than its input");
+      for (const RowMove& m : forward_moves(ps.layout, c.layout))
+        fwd[static_cast<size_t>(c.wave)].push_back(
+            {static_cast<int>(si), static_cast<int>(k), p, ps.devices[static_cast<size_t>(m.src)],
+             c.devices[static_cast<size_t>(m.dst)], m.rows});
+      for (const RowMove& m : backward_moves(ps.layout, c.layout))
+        bwd[static_cast<size_t>(c.wave)].push_back(
+            {static_cast<int>(si), static_cast<int>(k), p, c.devices[static_cast<size_t>(m.src)],
+             ps.devices[static_cast<size_t>(m.dst)], m.rows});
+    }
+  }
+}
+
+std::vector<std::vector<int>> Executor::device_groups(const plan::Model& model, const plan::Plan& plan) {
+  const Schedule s(model, plan);
+  std::set<std::vector<int>> out;
+  for (const SliceInfo& si : s.slices) {
+    out.insert(si.devices);
+    const int k = si.layout.tp;
+    for (int g = 0; k > 1 && g < si.layout.groups(); ++g)
+      out.insert(std::vector<int>(si.devices.begin() + g * k, si.devices.begin() + (g + 1) * k));
+  }
+  for (const auto& [key, devs] : s.shard_devices) out.insert(std::vector<int>(devs.begin(), devs.end()));
+  return {out.begin(), out.end()};
+}
+
+// ---------------------------------------------------------------------------
+
+struct Executor::ParamState {
+  ParamSet set;
+  std::vector<Tensor> m, v;  // AdamW moments, one per tensor of set
+  std::vector<int> sync;     // devices holding this shard (ascending)
+};
+
+Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
+                   Backend& backend, ExecOptions options)
+    : model_(model), plan_(plan), world_(world), groups_(std::move(groups)), backend_(backend),
+      options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan)),
+      loss_(model.tasks.size(), 0.0), origin_(Clock::now()) {
+  if (world.size() != plan.devices)
+    throw std::invalid_argument("the plan is for " + std::to_string(plan.devices) +
+                                " devices but the world has " + std::to_string(world.size()) + " ranks");
+  auto comm_of = [&](const std::vector<int>& devs) -> Comm* {
+    const auto it = groups_.find(devs);
+    if (it == groups_.end())
+      throw std::invalid_argument("no communicator for a device group of rank " + std::to_string(rank_));
+    return it->second.get();
+  };
+  // Ops (and the parameter shards they use) of every slice on this device.
+  for (size_t si = 0; si < sched_->slices.size(); ++si) {
+    const SliceInfo& s = sched_->slices[si];
+    const int pos = sched_->position(static_cast<int>(si), rank_);
+    if (pos < 0) continue;
+    const int k = s.layout.tp, g = s.layout.group_of(pos), t = s.layout.tp_rank_of(pos);
+    Comm* tp = k > 1 ? comm_of(std::vector<int>(s.devices.begin() + g * k, s.devices.begin() + (g + 1) * k))
+                     : nullptr;
+    for (int o : s.ops) {
+      const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
+      const plan::Task& task = model.tasks[static_cast<size_t>(op.task)];
+      const plan::Module* module = model.find_module(task.nodes[static_cast<size_t>(op.node)].module);
+      OpConfig cfg;
+      cfg.kind = op_kind(op.workload.op).value();
+      cfg.dims = op.workload.dims;
+      cfg.max_seq = module->max_seq;
+      cfg.tp = tp;
+      auto [it, fresh] = params_.try_emplace({op.param, t});
+      ParamState& ps = it->second;
+      if (fresh) {
+        ps.set = make_params(cfg, op.param, options_.seed);
+        for (const Param& p : ps.set.params) {
+          ps.m.push_back(Tensor::zeros(p.value.shape()));
+          ps.v.push_back(Tensor::zeros(p.value.shape()));
+        }
+        const auto devs = sched_->shard_devices.find({op.param, t});
+        if (devs != sched_->shard_devices.end()) ps.sync.assign(devs->second.begin(), devs->second.end());
+        else ps.sync = {rank_};  // no parameters (contrastive_loss)
+      }
+      ops_.emplace(o, make_op(cfg, ps.set));
+    }
+  }
+}
+
+Executor::~Executor() = default;
+
+// ---------------------------------------------------------------------------
+// The training step.
+
+StepStats Executor::step() {
+  const Clock::time_point start = Clock::now();
+  ++step_;
+  out_.clear();
+  dout_.clear();
+  pieces_.clear();
+  din_.clear();
+  std::fill(loss_.begin(), loss_.end(), 0.0);
+  for (auto& [key, ps] : params_) ps.set.zero_grads();
+  const int waves = static_cast<int>(plan_.waves.size());
+
+  // Forward, waves in order: receive each slice's inputs, then run this
+  // device's slices.
+  for (int w = 0; w < waves; ++w) {
+    forward_transfers(w);
+    for (int s : sched_->wave_slices[static_cast<size_t>(w)])
+      if (sched_->position(s, rank_) >= 0) forward_slice(s);
+  }
+  // Backward, waves reversed: run this device's slices backwards, then send
+  // the input gradients to the devices that produced the inputs.
+  for (int w = waves - 1; w >= 0; --w) {
+    const auto& in_wave = sched_->wave_slices[static_cast<size_t>(w)];
+    for (auto it = in_wave.rbegin(); it != in_wave.rend(); ++it)
+      if (sched_->position(*it, rank_) >= 0) backward_slice(*it);
+    backward_transfers(w);
+  }
+  // Gradient sync: sum each parameter shard over the devices holding it.
+  sync_gradients();
+  // Optimizer step: AdamW on every shard held here.
+  optimizer_step();
+
+  // Losses: each rank holds its share of every task's full-batch loss.
+  StepStats stats;
+  stats.step = step_;
+  std::vector<float> loss(loss_.begin(), loss_.end());
+  world_.all_reduce_sum(loss);
+  stats.task_loss.assign(loss.begin(), loss.end());
+  stats.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return stats;
+}
+
+// ---------------------------------------------------------------------------
+// Phases.
+
+void Executor::forward_transfers(int wave) {
+  const Clock::time_point t0 = Clock::now();
+  int64_t sent = 0;
+  for (const Transfer& t : sched_->fwd[static_cast<size_t>(wave)]) {
+    if (t.src_device != rank_ && t.dst_device != rank_) continue;
+    const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
+    const Shape rows_shape = with_rows(t.rows.size(), out_row_shape(p));
+    Tensor piece;
+    if (t.src_device == rank_) {
+      const SliceInfo& ps = sched_->slices[static_cast<size_t>(sched_->slice_of[static_cast<size_t>(t.producer)])];
+      const RowRange mine = ps.layout.rows_of(sched_->position(sched_->slice_of[static_cast<size_t>(t.producer)], rank_));
+      piece = slice_rows(out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
+      if (t.dst_device != rank_) {
+        world_.send({piece.data(), static_cast<size_t>(piece.numel())}, t.dst_device, forward_tag(wave));
+        sent += piece.numel();
+      }
+    } else {
+      piece = Tensor::zeros(rows_shape);
+      world_.recv({piece.data(), static_cast<size_t>(piece.numel())}, t.src_device, forward_tag(wave));
+    }
+    if (t.dst_device == rank_) pieces_[{t.slice, t.input}].push_back(std::move(piece));
+  }
+  if (!sched_->fwd[static_cast<size_t>(wave)].empty())
+    record("transfer fwd wave " + std::to_string(wave), "transfer", 1, t0, {{"floats_sent", sent}});
+}
+
+void Executor::forward_slice(int slice) {
+  const Clock::time_point t0 = Clock::now();
+  const SliceInfo& s = sched_->slices[static_cast<size_t>(slice)];
+  const int pos = sched_->position(slice, rank_);
+  const RowRange rows = s.layout.rows_of(pos);
+  const int64_t batch = s.layout.batch;
+  const SampleRange samples{options_.seed, "", (step_ - 1) * batch + rows.begin, rows.size()};
+  for (size_t j = 0; j < s.ops.size(); ++j) {
+    const int o = s.ops[j];
+    const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
+    const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
+    const plan::Node& node = task.nodes[static_cast<size_t>(op.node)];
+    SampleRange data = samples;
+    data.task = task.name;
+    const std::string& kind = op.workload.op;
+    std::vector<Tensor> in;
+    if (kind == "patch_embed") {
+      in.push_back(synth_features(data, node.id, node.module, op.workload.seq, op.workload.dims.at("in_dim").get<int64_t>()));
+    } else if (kind == "token_embed") {
+      in.push_back(synth_tokens(data, node.module, op.workload.seq, op.workload.dims.at("vocab").get<int64_t>()));
+    } else if (j > 0) {
+      in.push_back(out_.at(s.ops[j - 1]));
+    } else {
+      for (size_t k = 0; k < s.producers.size(); ++k)
+        in.push_back(concat_rows(pieces_.at({slice, static_cast<int>(k)})));
+      if (kind == "contrastive_loss") {
+        // Gather the whole batch over the slice (blocks of TP rank 0 of each group).
+        Comm* comm = groups_.at(s.devices).get();
+        for (Tensor& x : in) {
+          std::vector<float> all(x.numel() * s.devices.size());
+          comm->all_gather({x.data(), static_cast<size_t>(x.numel())}, all);
+          std::vector<Tensor> blocks;
+          for (int g = 0; g < s.layout.groups(); ++g) {
+            const float* b = all.data() + static_cast<size_t>(g * s.layout.tp * x.numel());
+            blocks.push_back(Tensor::from(x.shape(), std::vector<float>(b, b + x.numel())));
+          }
+          x = concat_rows(blocks);
+        }
+      } else if (in.size() > 1) {
+        in = {concat_seq(in)};
+      }
+    }
+    if (kind == "lm_loss")
+      in.push_back(synth_targets(data, node.module, op.workload.seq, op.workload.dims.at("vocab").get<int64_t>()));
+    Tensor y = backend_.forward(ops_.at(o), in);
+    if (kind == "contrastive_loss") {
+      if (pos == 0) loss_[static_cast<size_t>(op.task)] += task.weight * y[0];
+    } else if (kind == "lm_loss") {
+      if (s.layout.tp_rank_of(pos) == 0)
+        loss_[static_cast<size_t>(op.task)] +=
+            task.weight * y[0] * static_cast<double>(rows.size()) / static_cast<double>(batch);
+    }
+    out_[o] = std::move(y);
+  }
+  const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
+  record("fwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
+         {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
+}
+
+void Executor::backward_slice(int slice) {
+  const Clock::time_point t0 = Clock::now();
+  const SliceInfo& s = sched_->slices[static_cast<size_t>(slice)];
+  const int pos = sched_->position(slice, rank_);
+  const RowRange rows = s.layout.rows_of(pos);
+  for (size_t j = s.ops.size(); j-- > 0;) {
+    const int o = s.ops[j];
+    const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
+    const std::string& kind = op.workload.op;
+    const double weight = model_.tasks[static_cast<size_t>(op.task)].weight;
+    Tensor dy;
+    if (kind == "contrastive_loss") {
+      dy = Tensor::from({1}, {static_cast<float>(weight)});
+    } else if (kind == "lm_loss") {
+      dy = Tensor::from({1}, {static_cast<float>(weight * static_cast<double>(rows.size()) /
+                                                 static_cast<double>(s.layout.batch))});
+    } else {
+      dy = dout_.at(o);
+    }
+    std::vector<Tensor> dx = backend_.backward(ops_.at(o), dy);
+    if (dx.empty()) continue;  // data readers
+    if (j > 0) {
+      dout_[s.ops[j - 1]] = std::move(dx[0]);
+    } else if (kind == "contrastive_loss") {
+      // Full-batch gradients: keep this group's rows.
+      for (size_t k = 0; k < dx.size(); ++k)
+        din_[{slice, static_cast<int>(k)}] = slice_rows(dx[k], rows.begin, rows.size());
+    } else if (s.producers.size() > 1) {
+      std::vector<int64_t> seqs;
+      for (int p : s.producers)
+        seqs.push_back(out_row_shape(sched_->graph.ops[static_cast<size_t>(p)])[0]);
+      std::vector<Tensor> parts = split_seq(dx[0], seqs);
+      for (size_t k = 0; k < parts.size(); ++k) din_[{slice, static_cast<int>(k)}] = std::move(parts[k]);
+    } else {
+      din_[{slice, 0}] = std::move(dx[0]);
+    }
+  }
+  const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
+  record("bwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
+         {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
+}
+
+void Executor::backward_transfers(int wave) {
+  const Clock::time_point t0 = Clock::now();
+  int64_t sent = 0;
+  for (const Transfer& t : sched_->bwd[static_cast<size_t>(wave)]) {
+    if (t.src_device != rank_ && t.dst_device != rank_) continue;
+    const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
+    Tensor piece;
+    if (t.src_device == rank_) {
+      const SliceInfo& c = sched_->slices[static_cast<size_t>(t.slice)];
+      const RowRange mine = c.layout.rows_of(sched_->position(t.slice, rank_));
+      piece = slice_rows(din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
+      if (t.dst_device != rank_) {
+        world_.send({piece.data(), static_cast<size_t>(piece.numel())}, t.dst_device, backward_tag(wave));
+        sent += piece.numel();
+      }
+    } else {
+      piece = Tensor::zeros(with_rows(t.rows.size(), out_row_shape(p)));
+      world_.recv({piece.data(), static_cast<size_t>(piece.numel())}, t.src_device, backward_tag(wave));
+    }
+    if (t.dst_device != rank_) continue;
+    // Accumulate into the producer's output gradient (several consumers add up).
+    const int ps_index = sched_->slice_of[static_cast<size_t>(t.producer)];
+    const SliceInfo& ps = sched_->slices[static_cast<size_t>(ps_index)];
+    const RowRange mine = ps.layout.rows_of(sched_->position(ps_index, rank_));
+    auto [it, fresh] = dout_.try_emplace(t.producer);
+    if (fresh) it->second = Tensor::zeros(with_rows(mine.size(), out_row_shape(p)));
+    const int64_t row_elems = piece.numel() / t.rows.size();
+    float* dst = it->second.data() + (t.rows.begin - mine.begin) * row_elems;
+    for (int64_t i = 0; i < piece.numel(); ++i) dst[i] += piece[i];
+  }
+  if (!sched_->bwd[static_cast<size_t>(wave)].empty())
+    record("transfer bwd wave " + std::to_string(wave), "transfer", 1, t0, {{"floats_sent", sent}});
+}
+
+void Executor::sync_gradients() {
+  const Clock::time_point t0 = Clock::now();
+  // One bucket per device group, in the group's sorted order (the same on
+  // every member); within a bucket, shards in key order.
+  std::map<std::vector<int>, std::vector<ParamState*>> buckets;
+  for (auto& [key, ps] : params_) buckets[ps.sync].push_back(&ps);
+  int64_t floats = 0;
+  for (auto& [devs, states] : buckets) {
+    if (devs.size() < 2) continue;
+    std::vector<float> flat;
+    for (ParamState* ps : states)
+      for (const Param& p : ps->set.params) flat.insert(flat.end(), p.grad.data(), p.grad.data() + p.grad.numel());
+    groups_.at(devs)->all_reduce_sum(flat);
+    size_t off = 0;
+    for (ParamState* ps : states)
+      for (Param& p : ps->set.params) {
+        std::copy(flat.begin() + static_cast<std::ptrdiff_t>(off),
+                  flat.begin() + static_cast<std::ptrdiff_t>(off + static_cast<size_t>(p.grad.numel())),
+                  p.grad.data());
+        off += static_cast<size_t>(p.grad.numel());
+      }
+    floats += static_cast<int64_t>(flat.size());
+  }
+  record("gradient sync", "sync", 1, t0, {{"floats", floats}});
+}
+
+void Executor::optimizer_step() {
+  const Clock::time_point t0 = Clock::now();
+  for (auto& [key, ps] : params_)
+    for (size_t i = 0; i < ps.set.params.size(); ++i) {
+      Param& p = ps.set.params[i];
+      backend_.adamw_step(options_.adamw, step_, p.value, p.grad, ps.m[i], ps.v[i]);
+    }
+  record("optimizer", "compute", 0, t0);
+}
+
+// ---------------------------------------------------------------------------
+// Diagnostics.
+
+double Executor::wall_us(Clock::time_point t) const {
+  return std::chrono::duration<double, std::micro>(t - origin_).count();
+}
+
+void Executor::record(const std::string& name, const char* cat, int track, Clock::time_point t0,
+                      nlohmann::json args) {
+  if (!options_.record_trace) return;
+  const Clock::time_point t1 = Clock::now();
+  args["step"] = step_;
+  trace_.push_back({name, cat, rank_, track, wall_us(t0), wall_us(t1) - wall_us(t0), std::move(args)});
+}
+
+std::map<std::string, Tensor> Executor::gather_params() {
+  std::map<std::string, Tensor> out;
+  for (const auto& [key, devs] : sched_->shard_devices) {
+    const auto& [param, t] = key;
+    const int holder = *devs.begin();
+    if (holder == rank_ && rank_ != 0)
+      for (const Param& p : params_.at(key).set.params)
+        world_.send({p.value.data(), static_cast<size_t>(p.value.numel())}, 0, kDumpTag);
+    if (rank_ != 0) continue;
+    const int k = sched_->param_tp.at(param);
+    ParamSet shard;
+    if (holder == 0) {
+      shard = params_.at(key).set;
+    } else {
+      // Shapes of the shard: build it as device t of a K-way group would.
+      const int o = sched_->param_op.at(param);
+      const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
+      const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
+      ShapeComm shape_comm(t, k);
+      OpConfig cfg;
+      cfg.kind = op_kind(op.workload.op).value();
+      cfg.dims = op.workload.dims;
+      cfg.max_seq = model_.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq;
+      cfg.tp = k > 1 ? &shape_comm : nullptr;
+      shard = make_params(cfg, param, 0);
+      for (Param& p : shard.params)
+        world_.recv({p.value.data(), static_cast<size_t>(p.value.numel())}, holder, kDumpTag);
+    }
+    for (const Param& p : shard.params) {
+      auto [it, fresh] = out.try_emplace(p.name);
+      if (fresh) it->second = Tensor::zeros(p.full_shape);
+      if (p.shard_axis >= 0 || t == 0) place_shard(it->second, p.value, p.shard_axis, t, k);
+    }
+  }
+  return out;
+}
+
+}  // namespace spindle::exec

@@ -1,0 +1,139 @@
+// The executor: runs a wave plan (spec/plan.md) on this rank, training
+// exactly as one device would (design.md, "Runtime semantics").
+//
+// Each rank of `world` drives device = rank. Per step: forward over the
+// waves (activations re-sharded between slices), backward over the waves
+// reversed (gradients re-sharded back), gradient all-reduce per parameter
+// shard group, AdamW step. Gradients are scaled so that the all-reduced sum
+// equals single-device training on the whole batch:
+//   - lm_loss returns the mean over its local rows' tokens; a data-parallel
+//     group with b of the B rows back-propagates weight * b / B;
+//   - contrastive_loss all-gathers its slice's embeddings, computes the
+//     full-batch loss on every device, back-propagates weight, and keeps only
+//     the gradient rows of its own group (the encoders are row-wise, so the
+//     sum over devices is exact).
+// Parameter storage is keyed by (parameter "M/k.r", TP rank): a device may
+// run the same TP module at different TP ranks in different slices. Each
+// (parameter, TP rank) is all-reduced over exactly the devices that hold that
+// shard at that rank (for K = 1 this is the plan's param_groups entry).
+//
+// Blocking communication is deadlock-free by construction: every rank walks
+// the same global sequence (wave transfers in a fixed order, then the wave's
+// slices, whose collectives stay inside disjoint groups; gradient buckets in
+// sorted order), so the earliest unfinished exchange always has all parties.
+//
+// Errors: a plan that does not match the model or world throws
+// std::invalid_argument from the constructor; communication errors abort the
+// job (comm.h). Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/comm.h"
+#include "libexec/optim/adamw.h"
+#include "libplan/io/trace.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/plan.h"
+
+namespace spindle::exec {
+
+// Communicators of device groups, keyed by the ascending device list (as
+// create_group_comms returns them); the group rank of device d is its
+// position in the list.
+using GroupComms = std::map<std::vector<int>, std::unique_ptr<Comm>>;
+
+struct ExecOptions {
+  uint64_t seed = 0;  // parameters and synthetic data (same seed, same run on any plan)
+  // AdamW for tiny models: lr 3e-3, weight decay 0.01.
+  AdamWConfig adamw{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  bool record_trace = false;  // keep measured boxes for trace()
+};
+
+struct StepStats {
+  int64_t step = 0;                // 1-based
+  std::vector<double> task_loss;   // per model task (model order): sum of weight * loss, full batch
+  double step_ms = 0;              // this rank's wall time of the step, milliseconds
+};
+
+struct Schedule;  // executor.cpp: slices, transfers, shard groups
+
+class Executor {
+ public:
+  // Every device group the executor communicates in (each slice's devices,
+  // each TP group, each gradient sync group), sorted, without duplicates.
+  // Pure: every rank computes the same list. Throws std::invalid_argument
+  // when the plan does not fit the model (unknown operator ids).
+  static std::vector<std::vector<int>> device_groups(const plan::Model& model,
+                                                     const plan::Plan& plan);
+
+  // `model` and `plan` must have passed check_plan_status and outlive the
+  // executor; world.size() == plan.devices (else std::invalid_argument).
+  // `groups` holds the communicators of the groups of device_groups() that
+  // contain world.rank(). `backend` runs the operators.
+  Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
+           Backend& backend, ExecOptions options);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // One synchronous training step; collective over world. Losses are
+  // reduced over world: every rank returns the same task_loss.
+  StepStats step();
+
+  // Measured boxes of this rank (device = rank), microseconds since the
+  // clock origin; empty unless options.record_trace.
+  const std::vector<plan::TraceEvent>& trace() const { return trace_; }
+  // Sets the trace clock origin to now (call right after a world barrier).
+  void reset_clock() { origin_ = Clock::now(); }
+
+  // Every full parameter tensor ("M/k.r/<tensor>" -> value, TP shards
+  // reassembled), on rank 0; other ranks return an empty map. Collective
+  // over world.
+  std::map<std::string, Tensor> gather_params();
+
+  int64_t steps_done() const { return step_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct ParamState;
+
+  void forward_transfers(int wave);
+  void forward_slice(int slice);
+  void backward_slice(int slice);
+  void backward_transfers(int wave);
+  void sync_gradients();
+  void optimizer_step();
+  void record(const std::string& name, const char* cat, int track, Clock::time_point t0,
+              nlohmann::json args = nlohmann::json::object());
+  double wall_us(Clock::time_point t) const;
+
+  const plan::Model& model_;
+  const plan::Plan& plan_;
+  Comm& world_;
+  GroupComms groups_;
+  Backend& backend_;
+  ExecOptions options_;
+  int rank_ = 0;
+  std::unique_ptr<Schedule> sched_;
+
+  std::map<std::pair<std::string, int>, ParamState> params_;  // (param "M/k.r", TP rank)
+  std::map<int, Op> ops_;                                      // graph operator -> its Op here
+  // Per step (cleared at the start of each):
+  std::map<int, Tensor> out_;     // operator -> output, this device's rows
+  std::map<int, Tensor> dout_;    // operator -> gradient of its output, this device's rows
+  std::map<std::pair<int, int>, std::vector<Tensor>> pieces_;  // (slice, input) -> received rows
+  std::map<std::pair<int, int>, Tensor> din_;  // (slice, input) -> input gradient, this group's rows
+  std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
+
+  int64_t step_ = 0;
+  Clock::time_point origin_;
+  std::vector<plan::TraceEvent> trace_;
+};
+
+}  // namespace spindle::exec
