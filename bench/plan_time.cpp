@@ -159,6 +159,8 @@ int main(int argc, char** argv) {
 
   std::string table = "| workload | devices | MetaOps | waves | plan ms | gap % | valid |\n|---|---:|---:|---:|---:|---:|---|\n";
   double worst_gap = 0, clip10_64 = 0, scale_ms = 0;
+  std::string worst_case;
+  int over_target = 0;
   bool all_valid = true;
   for (const Row& r : rows) {
     char line[256];
@@ -166,17 +168,22 @@ int main(int argc, char** argv) {
                   r.metaops, r.waves, r.plan_ms, r.gap_pct, r.valid ? "yes" : "NO");
     table += line;
     all_valid = all_valid && r.valid;
-    if (r.model != "multitask-clip-50") worst_gap = std::max(worst_gap, r.gap_pct);
+    const bool paper_workload = r.model != "multitask-clip-50" && r.model.rfind("tiny-", 0) != 0;
+    if (paper_workload && r.gap_pct > worst_gap) {
+      worst_gap = r.gap_pct;
+      worst_case = r.model + " on " + std::to_string(r.devices);
+    }
+    if (paper_workload && r.gap_pct > 3.0) ++over_target;
     if (r.model == "multitask-clip-10" && r.devices == 64) clip10_64 = r.plan_ms;
     if (r.model == "multitask-clip-50") scale_ms = r.plan_ms;
   }
   char summary[512];
   std::snprintf(summary, sizeof summary,
-                "\nworst gap (shipped workloads): %.2f%%  target 3%% -> %s (paper bound 7%%)\n"
+                "\nworst gap (paper workloads): %.2f%% (%s)  target 3%% -> %s, %d cases over (paper bound 7%%)\n"
                 "multitask-clip-10 on 64: %.3f ms  target 10 ms -> ratio %.3f\n"
                 "50 tasks on 1024: %.3f ms  target 1000 ms -> ratio %.3f\n"
                 "all plans valid: %s\n",
-                worst_gap, worst_gap <= 3 ? "met" : "MISSED", clip10_64, clip10_64 / 10.0, scale_ms,
+                worst_gap, worst_case.c_str(), worst_gap <= 3 ? "met" : "MISSED", over_target, clip10_64, clip10_64 / 10.0, scale_ms,
                 scale_ms / 1000.0, all_valid ? "yes" : "NO");
   std::printf("%s%s", table.c_str(), summary);
   if (!markdown.empty()) {
