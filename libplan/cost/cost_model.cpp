@@ -27,11 +27,10 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
   for (size_t i = 0; i < profile.entries.size(); ++i) {
     index.emplace(profile.entries[i].workload.key(), i);
   }
-  auto model = std::unique_ptr<ProfileCostModel>(new ProfileCostModel());
-  model->cluster_ = cluster;
+  auto model = std::unique_ptr<ProfileCostModel>(new ProfileCostModel(cluster));
   for (const Operator& op : graph.ops) {
     const std::string key = op.workload.key();
-    if (model->entries_.count(key)) continue;
+    if (model->curve(op.workload)) continue;
     auto it = index.find(key);
     if (it == index.end()) {
       return Error{file + ": no entry for op " + op.workload.op + " dims " +
@@ -45,33 +44,9 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
       return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key +
                    "): " + curve.error().message};
     }
-    model->entries_.emplace(key, Entry{std::move(curve).value(), e.param_bytes,
-                                       e.activation_bytes_per_sample});
+    model->set(op.workload, std::move(curve).value(), e.param_bytes, e.activation_bytes_per_sample);
   }
   return model;
-}
-
-const ScalingCurve* ProfileCostModel::curve(const Workload& w) const {
-  auto it = entries_.find(w.key());
-  return it == entries_.end() ? nullptr : &it->second.curve;
-}
-
-int64_t ProfileCostModel::param_bytes(const Workload& w) const {
-  auto it = entries_.find(w.key());
-  return it == entries_.end() ? 0 : it->second.param_bytes;
-}
-
-int64_t ProfileCostModel::activation_bytes_per_sample(const Workload& w) const {
-  auto it = entries_.find(w.key());
-  return it == entries_.end() ? 0 : it->second.activation_bytes_per_sample;
-}
-
-double ProfileCostModel::p2p_ms(double bytes, bool cross_island) const {
-  return link_ms(cross_island ? cluster_.inter_island : cluster_.intra_island, bytes);
-}
-
-double ProfileCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {
-  return ring_allreduce_ms(cluster_, bytes, devices);
 }
 
 // ---- TableCostModel ----

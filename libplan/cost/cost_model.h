@@ -2,8 +2,9 @@
 // scheduler and placer ask it for an operator's scaling curve and for the
 // time of moving bytes; they never read profiles or clusters themselves.
 //
-// Two implementations: ProfileCostModel (a profile database plus a cluster's
-// links) and TableCostModel (curves and links given directly, for tests).
+// Implementations: TableCostModel (curves and links given directly, for
+// tests) and ProfileCostModel (the same table, filled from a profile
+// database; links from a cluster).
 #pragma once
 
 #include <cstdint>
@@ -43,32 +44,9 @@ class CostModel {
 // Ring all-reduce cost of spec/cluster.md over the given cluster's links.
 double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices);
 
-// Backed by a profile database and a cluster. create() fits every curve
-// once and fails, naming the profile file and the workload, when an operator
-// of `graph` has no entry.
-class ProfileCostModel final : public CostModel {
- public:
-  static Result<std::unique_ptr<ProfileCostModel>> create(const Profile& profile,
-                                                          const Cluster& cluster,
-                                                          const OpGraph& graph);
-  const ScalingCurve* curve(const Workload& w) const override;
-  int64_t param_bytes(const Workload& w) const override;
-  int64_t activation_bytes_per_sample(const Workload& w) const override;
-  double p2p_ms(double bytes, bool cross_island) const override;
-  double allreduce_ms(double bytes, const std::vector<int>& devices) const override;
-
- private:
-  struct Entry {
-    ScalingCurve curve;
-    int64_t param_bytes = 0;
-    int64_t activation_bytes_per_sample = 0;
-  };
-  std::map<std::string, Entry> entries_;   // by Workload::key()
-  Cluster cluster_;
-};
-
-// For tests: curves and sizes set by hand, links as a Cluster.
-class TableCostModel final : public CostModel {
+// Curves and sizes looked up by workload, links from a Cluster. Filled by
+// hand in tests (set), or from a profile by ProfileCostModel::create.
+class TableCostModel : public CostModel {
  public:
   explicit TableCostModel(Cluster cluster) : cluster_(std::move(cluster)) {}
   void set(const Workload& w, ScalingCurve curve, int64_t param_bytes = 0,
@@ -85,8 +63,21 @@ class TableCostModel final : public CostModel {
     int64_t param_bytes = 0;
     int64_t activation_bytes_per_sample = 0;
   };
-  std::map<std::string, Entry> entries_;
+  std::map<std::string, Entry> entries_;   // by Workload::key()
   Cluster cluster_;
+};
+
+// Backed by a profile database and a cluster. create() fits every curve
+// once and fails, naming the profile file and the workload, when an operator
+// of `graph` has no entry.
+class ProfileCostModel final : public TableCostModel {
+ public:
+  static Result<std::unique_ptr<ProfileCostModel>> create(const Profile& profile,
+                                                          const Cluster& cluster,
+                                                          const OpGraph& graph);
+
+ private:
+  using TableCostModel::TableCostModel;
 };
 
 }  // namespace spindle::plan

@@ -113,26 +113,7 @@ Result<Cluster> parse_cluster_yaml(const Reader& r, const YAML::Node& root) {
 }  // namespace
 
 Result<Cluster> parse_cluster_string(const std::string& yaml_text, const std::string& path) {
-  const Reader r{path};
-  try {
-    YAML::Node root;
-    try {
-      root = YAML::Load(yaml_text);
-    } catch (const YAML::ParserException& e) {
-      return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
-                        "malformed YAML: " + e.msg);
-    }
-    Result<Cluster> c = parse_cluster_yaml(r, root);
-    if (!c.ok()) return c;
-    c->path = path;
-    c->sha256 = sha256_hex(yaml_text);
-    return c;
-  } catch (const YAML::Exception& e) {
-    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
-                      std::string("cannot read the cluster: ") + e.msg);
-  } catch (const std::exception& e) {
-    return make_error(Where{path, "", 0, 0}, std::string("cannot read the cluster: ") + e.what());
-  }
+  return yamlu::parse_yaml_document<Cluster>(yaml_text, path, "cluster", parse_cluster_yaml);
 }
 
 Result<Cluster> load_cluster(const std::string& path) {

@@ -640,26 +640,7 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
 }  // namespace
 
 Result<Model> parse_model_string(const std::string& yaml_text, const std::string& path) {
-  const Reader r{path};
-  try {
-    YAML::Node root;
-    try {
-      root = YAML::Load(yaml_text);
-    } catch (const YAML::ParserException& e) {
-      return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
-                        "malformed YAML: " + e.msg);
-    }
-    Result<Model> model = parse_model_yaml(r, root);
-    if (!model.ok()) return model;
-    model->path = path;
-    model->sha256 = sha256_hex(yaml_text);
-    return model;
-  } catch (const YAML::Exception& e) {
-    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
-                      std::string("cannot read the model: ") + e.msg);
-  } catch (const std::exception& e) {
-    return make_error(Where{path, "", 0, 0}, std::string("cannot read the model: ") + e.what());
-  }
+  return yamlu::parse_yaml_document<Model>(yaml_text, path, "model", parse_model_yaml);
 }
 
 Result<Model> load_model(const std::string& path) {

@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "libplan/model/model.h"
+#include "libplan/util/files.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan::yamlu {
@@ -156,5 +157,32 @@ struct Reader {
     return Status::Ok();
   }
 };
+
+// Parses `text` as one YAML document and returns parse(reader, root), with
+// `path` and the SHA-256 of `text` recorded in the result. Every yaml-cpp
+// exception becomes an error naming the file, line and column; `what` names
+// the kind of document in those messages ("model", "cluster").
+template <class T, class Parse>
+Result<T> parse_yaml_document(const std::string& text, const std::string& path, const char* what, Parse parse) {
+  const Reader r{path};
+  try {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+      return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1}, "malformed YAML: " + e.msg);
+    }
+    Result<T> result = parse(r, root);
+    if (!result.ok()) return result;
+    result->path = path;
+    result->sha256 = sha256_hex(text);
+    return result;
+  } catch (const YAML::Exception& e) {
+    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
+                      std::string("cannot read the ") + what + ": " + e.msg);
+  } catch (const std::exception& e) {
+    return make_error(Where{path, "", 0, 0}, std::string("cannot read the ") + what + ": " + e.what());
+  }
+}
 
 }  // namespace spindle::plan::yamlu

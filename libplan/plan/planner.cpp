@@ -6,6 +6,7 @@
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
 #include "libplan/place/simple_place.h"
+#include "libplan/plan/baselines.h"
 #include "libplan/plan/cost_plan.h"
 #include "libplan/waves/schedule.h"
 
@@ -171,17 +172,16 @@ std::vector<AbstractWave> spindle_waves(const Prepared& p, int n_dev, bool start
 
 // Sequential (Megatron-LM / DeepSpeed style): task after task, each MetaOp in
 // topological order alone in one wave on its largest valid device count.
-std::vector<AbstractWave> sequential_waves(const Prepared& p) {
+std::vector<AbstractWave> sequential_waves(const Prepared& p, const BaselineInput& baseline) {
   std::vector<AbstractWave> waves;
   for (size_t task = 0;; ++task) {
     bool any_later = false;
     for (const MetaOp& m : p.contraction.metaops) {
       if (static_cast<size_t>(m.task) > task) any_later = true;
       if (static_cast<size_t>(m.task) != task) continue;
-      const auto id = static_cast<size_t>(m.id);
-      const int n = p.valid[id].back();
-      const double ms = m.length() * p.curves[id]->time_ms(n);
-      waves.push_back({{{m.id, 0, m.length(), n, ms}}, ms});
+      const AbstractSlot slot =
+          whole_metaop_slot(baseline, m.id, p.valid[static_cast<size_t>(m.id)].back());
+      waves.push_back({{slot}, slot.ms});
     }
     if (!any_later) break;
   }
@@ -198,9 +198,6 @@ Result<Plan> make_plan(const PlanRequest& request) {
   const Cluster& cluster = *request.cluster;
   if (cluster.devices() < 1)
     return Error{"cluster '" + cluster.name + "' has no devices"};
-  if (request.strategy == Strategy::task_level || request.strategy == Strategy::intra_task)
-    return Error{std::string("strategy '") + strategy_name(request.strategy) +
-                 "' is not implemented yet (planned in a later issue); use spindle or sequential"};
 
   Result<Prepared> prepared = prepare(request);
   if (!prepared.ok()) return prepared.error();
@@ -227,11 +224,14 @@ Result<Plan> make_plan(const PlanRequest& request) {
     plan.metaops.push_back(std::move(pm));
   }
 
+  const BaselineInput baseline{&p.contraction, &p.curves, &p.valid,
+                               static_cast<int>(model.tasks.size()), cluster.devices()};
   std::vector<AbstractWave> waves;
-  if (request.strategy == Strategy::spindle) {
-    waves = spindle_waves(p, cluster.devices(), request.start_early);
-  } else {
-    waves = sequential_waves(p);
+  switch (request.strategy) {
+    case Strategy::spindle: waves = spindle_waves(p, cluster.devices(), request.start_early); break;
+    case Strategy::sequential: waves = sequential_waves(p, baseline); break;
+    case Strategy::task_level: waves = task_level_waves(baseline); break;
+    case Strategy::intra_task: waves = intra_task_waves(baseline); break;
   }
   emit_waves(p, waves, cluster, plan);
 

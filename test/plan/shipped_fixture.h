@@ -1,0 +1,49 @@
+// A shipped model planned on a shipped cluster from its analytic profile,
+// shared by the plan IO and checker tests.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/planner.h"
+
+namespace spindle::plan::testing {
+
+namespace sp = spindle::plan;
+
+struct Fixture {
+  sp::Model model;
+  sp::Cluster cluster;
+  sp::OpGraph graph;
+  sp::Profile profile;
+  std::unique_ptr<sp::ProfileCostModel> cost;
+
+  explicit Fixture(const std::string& model_name = "tiny-clip", const std::string& cluster_name = "cpu-1x4") {
+    const std::string root = SPINDLE_SOURCE_DIR;
+    model = sp::load_model(root + "/configs/models/" + model_name + ".yaml").value();
+    cluster = sp::load_cluster(root + "/configs/clusters/" + cluster_name + ".yaml").value();
+    graph = sp::expand(model);
+    profile = sp::analytic_profile(model, graph, cluster).value();
+    cost = std::move(sp::ProfileCostModel::create(profile, cluster, graph).value());
+  }
+
+  sp::Plan plan(sp::Strategy s = sp::Strategy::spindle) const {
+    auto p = sp::make_plan({&model, &graph, &cluster, cost.get(), "", s});
+    REQUIRE(p.ok());
+    return *p;
+  }
+
+  bool flags(const sp::Plan& p, const std::string& fragment) const {
+    auto v = sp::check_plan(p, model, graph);
+    return std::any_of(v.begin(), v.end(), [&](const std::string& m) { return m.find(fragment) != std::string::npos; });
+  }
+};
+
+
+}  // namespace spindle::plan::testing
