@@ -36,17 +36,11 @@ struct Row {
   bool valid = false;
 };
 
-sp::Cluster a800(int islands) {
-  sp::Cluster c;
-  c.name = "a800-" + std::to_string(islands) + "x8";
+// The shipped A800 node (configs/clusters/a800-1x8.yaml), `islands` of them.
+sp::Cluster a800(const sp::Cluster& node, int islands) {
+  sp::Cluster c = node;
+  c.name = "a800-" + std::to_string(islands) + "x" + std::to_string(node.devices_per_island);
   c.islands = islands;
-  c.devices_per_island = 8;
-  c.device_name = "A800-SXM4-80GB";
-  c.memory_gib = 80;
-  c.peak_tflops = 312;
-  c.memory_gbytes_per_s = 2039;
-  c.intra_island = {200, 3};
-  c.inter_island = {50, 8};
   return c;
 }
 
@@ -138,6 +132,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const std::string root = SPINDLE_SOURCE_DIR;
+  auto node = sp::load_cluster(root + "/configs/clusters/a800-1x8.yaml");
+  if (!node) {
+    std::fprintf(stderr, "%s\n", node.error().message.c_str());
+    return 1;
+  }
   const std::vector<std::string> models = {"multitask-clip-4", "multitask-clip-7", "multitask-clip-10",
                                            "ofasys-7", "qwen-val-3", "tiny-clip"};
   std::vector<Row> rows;
@@ -147,7 +146,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", model.error().message.c_str());
       return 1;
     }
-    for (int islands : {1, 2, 4, 8}) rows.push_back(run(*model, a800(islands), repeats));
+    for (int islands : {1, 2, 4, 8}) rows.push_back(run(*model, a800(*node, islands), repeats));
   }
   auto scale = sp::parse_model_string(scale_model_yaml(root + "/configs/models/multitask-clip-10.yaml", 50),
                                       "<scale: 50 tasks>");
@@ -155,7 +154,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", scale.error().message.c_str());
     return 1;
   }
-  rows.push_back(run(*scale, a800(128), std::max(1, repeats / 2)));
+  rows.push_back(run(*scale, a800(*node, 128), std::max(1, repeats / 2)));
 
   std::string table = "| workload | devices | MetaOps | waves | plan ms | gap % | valid |\n|---|---:|---:|---:|---:|---:|---|\n";
   double worst_gap = 0, clip10_64 = 0, scale_ms = 0;
