@@ -1,7 +1,7 @@
 // spindle-plan: model + cluster + profile -> wave plan (spec/cli.md).
 //
 //   spindle-plan MODEL.yaml [--cluster C.yaml] [--profile P.json] [-o plan.json]
-//                [--strategy S] [--compare] [--trace T.json]
+//                [--strategy S] [--placement P] [--compare] [--trace T.json]
 //   spindle-plan MODEL.yaml --check PLAN.json      (or --model MODEL.yaml --check PLAN.json)
 //
 // Exit codes: 0 success, 2 bad usage or invalid input (nothing written),
@@ -83,6 +83,7 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels) {
 int main(int argc, char** argv) {
   CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
+  std::string placement_name = "islands";
   std::string trace_path, check_path;
   bool compare = false;
   app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
@@ -93,6 +94,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("-o,--output", out_path, "plan to write (JSON, spec/plan.md)")->capture_default_str();
   app.add_option("--strategy", strategy_name, "spindle | sequential | task-level | intra-task")->capture_default_str();
+  app.add_option("--placement", placement_name,
+                 "islands (island-, locality- and memory-aware) | sequential (naive, contiguous)")
+      ->capture_default_str();
   app.add_flag("--compare", compare, "plan every strategy and print the comparison table");
   app.add_option("--trace", trace_path, "write the planned timeline as a Chrome trace (Perfetto)");
   app.add_option("--check", check_path, "check an existing plan against the model instead of planning")
@@ -146,7 +150,10 @@ int main(int argc, char** argv) {
 
   auto strategy = sp::parse_strategy(strategy_name);
   if (!strategy) return fail(kExitInvalid, strategy.error().message);
+  auto placement = sp::parse_placement(placement_name);
+  if (!placement) return fail(kExitInvalid, placement.error().message);
   sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile.sha256, *strategy};
+  request.placement = *placement;
   const int levels = sp::contract(graph).levels;
 
   if (compare) {

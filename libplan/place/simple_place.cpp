@@ -102,4 +102,23 @@ std::vector<WavePlacement> place_simple(const std::vector<AbstractWave>& waves,
   return out;
 }
 
+std::vector<WavePlacement> place_sequential(const std::vector<AbstractWave>& waves, int devices) {
+  std::vector<WavePlacement> out;
+  out.reserve(waves.size());
+  for (const AbstractWave& wave : waves) {
+    WavePlacement placed;
+    int next = 0;
+    for (const AbstractSlot& slot : wave.slots) {
+      assert(next + slot.devices <= devices);
+      (void)devices;
+      std::vector<int> devs(static_cast<size_t>(slot.devices));
+      std::iota(devs.begin(), devs.end(), next);
+      next += slot.devices;
+      placed.slot_devices.push_back(std::move(devs));
+    }
+    out.push_back(std::move(placed));
+  }
+  return out;
+}
+
 }  // namespace spindle::plan

@@ -30,4 +30,8 @@ std::vector<WavePlacement> place_simple(const std::vector<AbstractWave>& waves,
                                         const std::vector<std::vector<int>>& metaop_inputs,
                                         int devices, int devices_per_island);
 
+// The naive placement (--placement sequential): per wave, slots in their
+// order each take the lowest free devices. Deterministic.
+std::vector<WavePlacement> place_sequential(const std::vector<AbstractWave>& waves, int devices);
+
 }  // namespace spindle::plan

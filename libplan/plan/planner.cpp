@@ -31,6 +31,20 @@ Result<Strategy> parse_strategy(const std::string& name) {
                "' (expected spindle, sequential, task-level or intra-task)"};
 }
 
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::islands: return "islands";
+    case Placement::sequential: return "sequential";
+  }
+  return "?";
+}
+
+Result<Placement> parse_placement(const std::string& name) {
+  for (Placement p : {Placement::islands, Placement::sequential})
+    if (name == placement_name(p)) return p;
+  return Error{"unknown placement '" + name + "' (expected islands or sequential)"};
+}
+
 namespace {
 
 // Scheduler variants tried by the Spindle strategy (waves/schedule.h):
@@ -86,11 +100,13 @@ Result<Prepared> prepare(const PlanRequest& req) {
 
 // Places abstract waves and writes them into the plan, slice ms = count * T(n).
 void emit_waves(const Prepared& p, const std::vector<AbstractWave>& waves, const Cluster& cluster,
-                Plan& plan) {
+                Placement placement, Plan& plan) {
   std::vector<std::vector<int>> inputs;
   for (const MetaOp& m : p.contraction.metaops) inputs.push_back(m.inputs);
   const std::vector<WavePlacement> placed =
-      place_simple(waves, inputs, cluster.devices(), cluster.devices_per_island);
+      placement == Placement::sequential
+          ? place_sequential(waves, cluster.devices())
+          : place_simple(waves, inputs, cluster.devices(), cluster.devices_per_island);
   for (size_t w = 0; w < waves.size(); ++w) {
     Wave wave;
     wave.index = static_cast<int>(w);
@@ -233,7 +249,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
     case Strategy::task_level: waves = task_level_waves(baseline); break;
     case Strategy::intra_task: waves = intra_task_waves(baseline); break;
   }
-  emit_waves(p, waves, cluster, plan);
+  emit_waves(p, waves, cluster, request.placement, plan);
 
   cost_plan(plan, model, *request.graph, *request.cost);
   plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;

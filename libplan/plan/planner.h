@@ -17,6 +17,14 @@ enum class Strategy { spindle, sequential, task_level, intra_task };
 const char* strategy_name(Strategy s);
 Result<Strategy> parse_strategy(const std::string& name);
 
+// How abstract waves become device ids (design.md step 8).
+//   islands:    island-, locality-, parameter- and memory-aware (the default);
+//   sequential: each wave's slots on the lowest free contiguous devices, in
+//               slot order: the naive placement, to measure what placement saves.
+enum class Placement { islands, sequential };
+const char* placement_name(Placement p);
+Result<Placement> parse_placement(const std::string& name);
+
 struct PlanRequest {
   const Model* model = nullptr;
   const OpGraph* graph = nullptr;          // expand(*model)
@@ -30,6 +38,7 @@ struct PlanRequest {
   // only, as the paper does. Such a plan may beat the per-level relaxed
   // optimum (its gap below 1).
   bool start_early = true;
+  Placement placement = Placement::islands;
 };
 
 // Plans one strategy. Errors (as values) when no valid plan exists, e.g. a
