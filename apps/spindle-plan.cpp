@@ -1,7 +1,7 @@
 // spindle-plan: model + cluster + profile -> wave plan (spec/cli.md).
 //
 //   spindle-plan MODEL.yaml [--cluster C.yaml] [--profile P.json] [-o plan.json]
-//                [--strategy S] [--placement P] [--compare] [--trace T.json]
+//                [--strategy S] [--placement P] [--compare] [--trace T.json] [--plot U.svg]
 //   spindle-plan MODEL.yaml --check PLAN.json      (or --model MODEL.yaml --check PLAN.json)
 //
 // Exit codes: 0 success, 2 bad usage or invalid input (nothing written),
@@ -17,6 +17,7 @@
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/io/trace.h"
+#include "libplan/io/utilisation.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/feasibility.h"
 #include "libplan/plan/plan_io.h"
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
   std::string placement_name = "islands";
-  std::string trace_path, check_path;
+  std::string trace_path, check_path, plot_path;
   bool compare = false;
   app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
   app.add_option("--model", model_path, "the model, as an option (same as the positional)")->check(CLI::ExistingFile);
@@ -99,6 +100,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--compare", compare, "plan every strategy and print the comparison table");
   app.add_option("--trace", trace_path, "write the planned timeline as a Chrome trace (Perfetto)");
+  app.add_option("--plot", plot_path,
+                 "write cluster utilisation over one iteration as SVG: every strategy with --compare, else the one planned");
   app.add_option("--check", check_path, "check an existing plan against the model instead of planning")
       ->check(CLI::ExistingFile);
   try {
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
   sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile.sha256, *strategy};
   request.placement = *placement;
   const int levels = sp::contract(graph).levels;
+  std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
 
   if (compare) {
     std::printf("%-12s %14s %9s %9s %9s %9s %10s\n", "strategy", "iteration_ms", "speedup", "gap", "transfer",
@@ -174,6 +178,7 @@ int main(int argc, char** argv) {
                   sequential_ms > 0 ? sequential_ms / p.iteration_ms : 0.0,
                   (p.compute_ms / p.relaxed_optimum_ms - 1) * 100, 100 * p.transfer_ms / p.iteration_ms,
                   100 * p.sync_ms / p.iteration_ms, plan->planning_ms);
+      if (!plot_path.empty()) plotted.push_back(sp::utilisation(*plan));
     }
     request.strategy = *strategy;
   }
@@ -188,10 +193,16 @@ int main(int argc, char** argv) {
     sp::Status st = sp::write_file_atomic(trace_path, sp::trace_to_json(sp::planned_trace(*plan), plan->devices));
     if (!st) return fail(kExitFailure, st.error().message);
   }
+  if (!plot_path.empty()) {
+    if (!compare) plotted.push_back(sp::utilisation(*plan));
+    if (sp::Status st = sp::write_file_atomic(plot_path, sp::utilisation_svg(plotted)); !st)
+      return fail(kExitFailure, st.error().message);
+  }
   if (sp::Status st = sp::write_file_atomic(out_path, sp::plan_to_json(*plan)); !st)
     return fail(kExitFailure, st.error().message);
   if (compare) std::printf("\n");
   print_summary(*plan, graph, levels);
   std::printf("wrote     %s%s%s\n", out_path.c_str(), trace_path.empty() ? "" : ", ", trace_path.c_str());
+  if (!plot_path.empty()) std::printf("plot      %s (%zu strategies)\n", plot_path.c_str(), plotted.size());
   return 0;
 }

@@ -8,14 +8,13 @@
 
 namespace spindle::plan {
 
-namespace {
-
-// Bytes per sample of an operator's output activation (0 for losses).
 double output_bytes_per_sample(const Operator& op, int dtype_bytes) {
   int64_t width = op_out_width(op.workload.op, op.workload.dims);
   int64_t seq = op.workload.op == "pool_project" ? 1 : op.workload.seq;
   return static_cast<double>(width * seq * dtype_bytes);
 }
+
+namespace {
 
 // Rows [lo, hi) of the batch held by position i of an n-device group with
 // tensor_parallel k: n/k data-parallel groups, each of k devices holding the

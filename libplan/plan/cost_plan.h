@@ -9,6 +9,10 @@
 
 namespace spindle::plan {
 
+// Bytes per sample of an operator's output activation (pool_project: one
+// token; 0 for losses). What moves between waves.
+double output_bytes_per_sample(const Operator& op, int dtype_bytes);
+
 // Requires plan.metaops and plan.waves with concrete devices and slice ms.
 // Computes: wave.ms (longest slice), param_groups (rule 5), inter-wave
 // transfer times, gradient all-reduce time per parameter group, memory per

@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
-#include "libplan/place/simple_place.h"
+#include "libplan/place/place.h"
 #include "libplan/plan/baselines.h"
 #include "libplan/plan/cost_plan.h"
 #include "libplan/waves/schedule.h"
@@ -50,6 +52,12 @@ namespace {
 // Scheduler variants tried by the Spindle strategy (waves/schedule.h):
 // lengths tried per wave by the rollout variants, and slack thresholds.
 constexpr int kLookahead = 8;
+// Spindle schedules placed and costed: at most this many, each with compute
+// time within kCandidateSlack of the shortest.
+constexpr int kScheduleCandidates = 4;
+constexpr double kCandidateSlack = 0.01;
+// Island placement passes (place_islands with the previous pass as hint).
+constexpr int kPlacementPasses = 3;
 constexpr double kDeferFractions[] = {0.0, 0.2, 0.3};
 
 // What the strategies share: the contraction, each MetaOp's curve and valid
@@ -98,15 +106,43 @@ Result<Prepared> prepare(const PlanRequest& req) {
   return p;
 }
 
+// What placement needs of the MetaOps: inputs, sizes, parameters.
+PlaceInput placement_input(const Prepared& p, const PlanRequest& req) {
+  const OpGraph& graph = *req.graph;
+  const Cluster& cluster = *req.cluster;
+  PlaceInput in;
+  in.dtype_bytes = dtype_bytes(req.model->dtype);
+  in.devices = cluster.devices();
+  in.devices_per_island = cluster.devices_per_island;
+  in.memory_bytes = static_cast<double>(cluster.memory_bytes());
+  in.cost = req.cost;
+  std::map<std::string, int> param_index;
+  for (const MetaOp& m : p.contraction.metaops) {
+    PlaceMetaOp pm;
+    pm.inputs = m.inputs;
+    pm.tensor_parallel = m.tensor_parallel;
+    pm.batch = m.workload.batch;
+    const Operator& first = graph.ops[static_cast<size_t>(m.operators.front())];
+    pm.out_bytes_per_sample = output_bytes_per_sample(first, in.dtype_bytes);
+    for (int o : m.operators) {
+      const Operator& op = graph.ops[static_cast<size_t>(o)];
+      const double bytes = static_cast<double>(req.cost->param_bytes(op.workload)) / op.tensor_parallel;
+      int index = -1;
+      if (bytes > 0) {
+        auto [it, added] = param_index.emplace(op.param, static_cast<int>(in.param_bytes.size()));
+        if (added) in.param_bytes.push_back(bytes);
+        index = it->second;
+      }
+      pm.param.push_back(index);
+      pm.act_bytes_per_sample.push_back(static_cast<double>(req.cost->activation_bytes_per_sample(op.workload)));
+    }
+    in.metaops.push_back(std::move(pm));
+  }
+  return in;
+}
+
 // Places abstract waves and writes them into the plan, slice ms = count * T(n).
-void emit_waves(const Prepared& p, const std::vector<AbstractWave>& waves, const Cluster& cluster,
-                Placement placement, Plan& plan) {
-  std::vector<std::vector<int>> inputs;
-  for (const MetaOp& m : p.contraction.metaops) inputs.push_back(m.inputs);
-  const std::vector<WavePlacement> placed =
-      placement == Placement::sequential
-          ? place_sequential(waves, cluster.devices())
-          : place_simple(waves, inputs, cluster.devices(), cluster.devices_per_island);
+void emit_waves(const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed, Plan& plan) {
   for (size_t w = 0; w < waves.size(); ++w) {
     Wave wave;
     wave.index = static_cast<int>(w);
@@ -127,7 +163,20 @@ void emit_waves(const Prepared& p, const std::vector<AbstractWave>& waves, const
 
 // Spindle: per level, bi-point discretisation of the relaxed optimum, then
 // wavefront scheduling (design.md, steps 5-7).
-std::vector<AbstractWave> spindle_waves(const Prepared& p, int n_dev, bool start_early) {
+bool same_wave(const AbstractWave& a, const AbstractWave& b) {
+  if (a.slots.size() != b.slots.size()) return false;
+  for (size_t i = 0; i < a.slots.size(); ++i) {
+    const AbstractSlot& x = a.slots[i];
+    const AbstractSlot& y = b.slots[i];
+    if (x.metaop != y.metaop || x.first != y.first || x.count != y.count || x.devices != y.devices) return false;
+  }
+  return true;
+}
+
+// Returns the best few distinct schedules by compute time, shortest first
+// (placement and costing pick among them).
+std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_dev, int island,
+                                                     bool start_early) {
   std::vector<ScheduleItem> items(p.contraction.metaops.size());
   for (size_t l = 0; l < p.by_level.size(); ++l) {
     const RelaxedAllocation& r = p.relaxed[l];
@@ -172,18 +221,36 @@ std::vector<AbstractWave> spindle_waves(const Prepared& p, int n_dev, bool start
     variants.back().cross_level = cross;
     variants.back().paper_rules = true;
   }
-  std::vector<AbstractWave> best;
-  double best_ms = std::numeric_limits<double>::infinity();
+  // On several islands, each of our variants also with tails kept inside an
+  // island (placement and costing decide whether that pays).
+  if (island > 0 && island < n_dev) {
+    const size_t ours = variants.size();
+    for (size_t v = 0; v < ours; ++v) {
+      if (variants[v].paper_rules) continue;
+      variants.push_back(variants[v]);
+      variants.back().extend_cap = island;
+    }
+  }
+  std::vector<std::pair<double, std::vector<AbstractWave>>> drafts;
   for (const ScheduleOptions& o : variants) {
     std::vector<AbstractWave> waves = schedule_waves(items, n_dev, o);
     double ms = 0;
     for (const AbstractWave& w : waves) ms += w.ms;
-    if (ms < best_ms * (1 - 1e-12)) {
-      best_ms = ms;
-      best = std::move(waves);
-    }
+    drafts.emplace_back(ms, std::move(waves));
   }
-  return best;
+  // Shortest compute first (stable: ties keep the variant order).
+  std::stable_sort(drafts.begin(), drafts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first * (1 - 1e-12); });
+  std::vector<std::vector<AbstractWave>> out;
+  for (auto& [ms, waves] : drafts) {
+    if (static_cast<int>(out.size()) == kScheduleCandidates) break;
+    if (ms > drafts.front().first * (1 + kCandidateSlack)) break;
+    bool same = false;
+    for (const auto& o : out)
+      same = same || (o.size() == waves.size() && std::equal(o.begin(), o.end(), waves.begin(), same_wave));
+    if (!same) out.push_back(std::move(waves));
+  }
+  return out;
 }
 
 // Sequential (Megatron-LM / DeepSpeed style): task after task, each MetaOp in
@@ -242,16 +309,42 @@ Result<Plan> make_plan(const PlanRequest& request) {
 
   const BaselineInput baseline{&p.contraction, &p.curves, &p.valid,
                                static_cast<int>(model.tasks.size()), cluster.devices()};
-  std::vector<AbstractWave> waves;
+  std::vector<std::vector<AbstractWave>> candidates;
   switch (request.strategy) {
-    case Strategy::spindle: waves = spindle_waves(p, cluster.devices(), request.start_early); break;
-    case Strategy::sequential: waves = sequential_waves(p, baseline); break;
-    case Strategy::task_level: waves = task_level_waves(baseline); break;
-    case Strategy::intra_task: waves = intra_task_waves(baseline); break;
+    case Strategy::spindle: 
+      candidates = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
+      break;
+    case Strategy::sequential: candidates = {sequential_waves(p, baseline)}; break;
+    case Strategy::task_level: candidates = {task_level_waves(baseline)}; break;
+    case Strategy::intra_task: candidates = {intra_task_waves(baseline)}; break;
   }
-  emit_waves(p, waves, cluster, request.placement, plan);
-
-  cost_plan(plan, model, *request.graph, *request.cost);
+  // Placement, then costing. Island placement refines itself: each pass
+  // knows where the previous one sent every slot's output. Over the
+  // candidate schedules and passes, the plan with the shortest predicted
+  // iteration wins (ties: the earlier one).
+  std::optional<Plan> best;
+  auto consider = [&](const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed) {
+    Plan out = plan;
+    emit_waves(waves, placed, out);
+    cost_plan(out, model, *request.graph, *request.cost);
+    if (!best || out.predicted.iteration_ms < best->predicted.iteration_ms * (1 - 1e-12)) best = std::move(out);
+  };
+  const PlaceInput in = placement_input(p, request);
+  for (const std::vector<AbstractWave>& waves : candidates) {
+    if (request.placement == Placement::sequential) {
+      consider(waves, place_sequential(waves, cluster.devices()));
+      continue;
+    }
+    for (bool keep_first : {true, false}) {
+      std::vector<WavePlacement> placed = place_islands(waves, in, nullptr, keep_first);
+      consider(waves, placed);
+      for (int pass = 1; pass < kPlacementPasses; ++pass) {
+        placed = place_islands(waves, in, &placed, keep_first);
+        consider(waves, placed);
+      }
+    }
+  }
+  plan = std::move(*best);
   plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -225,7 +225,9 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
       const ScheduleItem& it = items_[static_cast<size_t>(m)];
       const int p = pick_of_[static_cast<size_t>(m)];
       const int have = p >= 0 ? picks[static_cast<size_t>(p)].devices : 0;
-      const auto up = std::upper_bound(it.valid.begin(), it.valid.end(), have + free);
+      int most = have + free;
+      if (options_.extend_cap > 0) most = std::min(most, std::max(have, options_.extend_cap));
+      const auto up = std::upper_bound(it.valid.begin(), it.valid.end(), most);
       if (up == it.valid.begin() || *(up - 1) <= have) continue;
       if (p < 0 && !picks.empty() &&
           it.time_ms[static_cast<size_t>(*(up - 1))] > proposed_ms * (1 + kAlignSlack))

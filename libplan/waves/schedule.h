@@ -47,6 +47,12 @@ struct ScheduleOptions {
   // Without paper_rules: widen tuples in order of remaining work (true) or in
   // the paper's order, more devices first (false).
   bool widen_by_work = true;
+  // When > 0: the idle-device extension (see schedule_waves) never grows a
+  // slot beyond this many devices (slots already wider keep their size).
+  // The planner sets it to the island size, so that a MetaOp's tail does not
+  // spread over islands for a small gain in compute (its activations would
+  // cross the slow link twice).
+  int extend_cap = 0;
 };
 
 // One slot of an abstract wave: operators first..first+count-1 of `metaop`

@@ -1,8 +1,11 @@
 // Every shipped workload on every shipped cluster, from the shipped profile:
 // the profile is current (regenerating it gives the same bytes), the plan
 // obeys every rule, two plannings give the same bytes, and the compute time is
-// within the paper's 7% of the relaxed optimum for the paper's workloads (our
-// 3% target is reported by bench/plan_time, not asserted here).
+// near the relaxed optimum for the paper's workloads: within the paper's 7%
+// plus the 1% of compute the planner may trade for shorter transfers and
+// gradient sync (it keeps the schedule with the shortest predicted
+// iteration among those within 1% of the shortest compute). Our 3% target
+// is reported by bench/plan_time, not asserted here.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -60,7 +63,7 @@ TEST_CASE("shipped workloads plan validly, deterministically, near the relaxed o
       if (s == sp::Strategy::spindle && model_name.rfind("tiny-", 0) != 0) {
         const double gap = a->predicted.compute_ms / a->predicted.relaxed_optimum_ms - 1.0;
         CHECK(gap >= -1e-9);   // the relaxed optimum is a lower bound
-        CHECK(gap <= 0.07);
+        CHECK(gap <= 0.07 + 0.01);
       }
     }
     ++planned;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "libplan/place/simple_place.h"
 #include "libplan/waves/schedule.h"
 
 using namespace spindle::plan;
@@ -101,41 +100,6 @@ TEST_CASE("schedule: levels run in order; cross-level starts MetaOps early", "[s
   for (const AbstractWave& x : cross) cross_ms += x.ms;
   CHECK(level_ms == Approx(60));
   CHECK(cross_ms == Approx(50));
-}
-
-TEST_CASE("place: contiguous, inside an island, sticky across waves", "[place]") {
-  // 8 devices, islands of 4.
-  std::vector<AbstractWave> waves(3);
-  waves[0].slots = {{0, 0, 1, 4, 1}, {1, 0, 1, 2, 1}, {2, 0, 1, 2, 1}};
-  waves[1].slots = {{0, 1, 1, 2, 1}, {2, 1, 1, 2, 1}, {3, 0, 1, 4, 1}};
-  waves[2].slots = {{3, 1, 1, 8, 1}};
-  const std::vector<std::vector<int>> inputs{{}, {}, {}, {1}};
-  const std::vector<WavePlacement> p = place_simple(waves, inputs, 8, 4);
-  REQUIRE(p.size() == 3);
-  CHECK(p[0].slot_devices[0] == std::vector<int>{0, 1, 2, 3});
-  CHECK(p[0].slot_devices[1] == std::vector<int>{4, 5});
-  CHECK(p[0].slot_devices[2] == std::vector<int>{6, 7});
-  // MetaOp 2 keeps {6, 7} (same count as before, all free). Then MetaOp 3
-  // (largest) needs a whole island: only island 0 is free. MetaOp 0 (4 -> 2
-  // devices) takes what is left.
-  CHECK(p[1].slot_devices[1] == std::vector<int>{6, 7});
-  CHECK(p[1].slot_devices[2] == std::vector<int>{0, 1, 2, 3});
-  CHECK(p[1].slot_devices[0] == std::vector<int>{4, 5});
-  CHECK(p[2].slot_devices[0] == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
-}
-
-TEST_CASE("place: first slices follow their inputs; fragmentation falls back", "[place]") {
-  std::vector<AbstractWave> waves(3);
-  waves[0].slots = {{0, 0, 1, 1, 1}, {1, 0, 1, 1, 1}, {2, 0, 1, 1, 1}, {3, 0, 1, 1, 1}};
-  waves[1].slots = {{0, 1, 1, 1, 1}, {2, 1, 1, 1, 1}, {4, 0, 1, 2, 1}};
-  waves[2].slots = {{5, 0, 1, 2, 1}};
-  const std::vector<std::vector<int>> inputs{{}, {}, {}, {}, {1, 3}, {2}};
-  const std::vector<WavePlacement> p = place_simple(waves, inputs, 4, 4);
-  CHECK(p[0].slot_devices == std::vector<std::vector<int>>{{0}, {1}, {2}, {3}});
-  // 0 and 2 stay; 4 needs two devices and only 1 and 3 are free: not contiguous.
-  CHECK(p[1].slot_devices == std::vector<std::vector<int>>{{0}, {2}, {1, 3}});
-  // 5 starts where its input 2 left its activations.
-  CHECK(p[2].slot_devices == std::vector<std::vector<int>>{{2, 3}});
 }
 
 namespace {

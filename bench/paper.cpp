@@ -1,0 +1,339 @@
+// The shape of the paper's evaluation (its Figures 7-9 and Table 3), predicted
+// by the analytic cost model from the shipped profiles (issue 3, bench/paper).
+//
+// For multitask-clip-4/7/10 on 8, 16 and 32 A800s, ofasys-7 on 8 and 16 and
+// qwen-val-3 on 32 and 64, plans every strategy with island-aware placement
+// and Spindle once more with the naive sequential placement, and reports per
+// case: predicted iteration time of each, speedup over sequential, compute
+// gap to the relaxed optimum, transfer share with both placements, average
+// utilisation and planning time (median of the repeats, cost-model fit
+// included, as bench/plan_time times it). Writes OUT_DIR/paper.md and one
+// utilisation SVG per case (OUT_DIR/paper-MODEL-CLUSTER.svg), and prints the
+// summary with the ratios against the paper's figures.
+//
+//   paper [--out-dir DIR] [--repeats R]
+//
+// Exit codes: 0 every plan made and valid, 1 a plan missing or invalid or a
+// file not written, 2 a missing or invalid input (config or profile).
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/bench_util.h"
+#include "libplan/cost/cost_model.h"
+#include "libplan/io/profile.h"
+#include "libplan/io/utilisation.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/feasibility.h"
+#include "libplan/plan/planner.h"
+#include "libplan/util/files.h"
+
+namespace sp = spindle::plan;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kExitInvalid = 2;
+
+struct Case {
+  std::string model;
+  std::string cluster;
+};
+
+// The paper's evaluation (section 6): models and the A800 clusters they run on.
+const std::vector<Case> kCases = {
+    {"multitask-clip-4", "a800-1x8"},  {"multitask-clip-4", "a800-2x8"},  {"multitask-clip-4", "a800-4x8"},
+    {"multitask-clip-7", "a800-1x8"},  {"multitask-clip-7", "a800-2x8"},  {"multitask-clip-7", "a800-4x8"},
+    {"multitask-clip-10", "a800-1x8"}, {"multitask-clip-10", "a800-2x8"}, {"multitask-clip-10", "a800-4x8"},
+    {"ofasys-7", "a800-1x8"},          {"ofasys-7", "a800-2x8"},          {"qwen-val-3", "a800-4x8"},
+    {"qwen-val-3", "a800-8x8"},
+};
+
+// One strategy planned with one placement.
+struct Run {
+  std::string label;
+  sp::Strategy strategy = sp::Strategy::spindle;
+  sp::Placement placement = sp::Placement::islands;
+  bool ok = false;
+  std::string error;          // when !ok
+  sp::Plan plan;
+  double plan_ms = 0;         // median over the repeats
+  bool valid = false;         // check_plan
+  bool fits = false;          // check_plan_memory
+  std::string problem;        // the first checker violation, else the memory error, else ""
+};
+
+struct Result {
+  Case c;
+  int devices = 0;
+  std::vector<Run> runs;      // sequential, task-level, intra-task, spindle, spindle/sequential placement
+
+  const Run& seq() const { return runs[0]; }
+  const Run& spindle() const { return runs[3]; }
+  const Run& spindle_naive() const { return runs[4]; }
+  std::string name() const { return c.model + " on " + c.cluster; }
+  std::string svg_name() const { return "paper-" + c.model + "-" + c.cluster + ".svg"; }
+};
+
+double share_pct(const sp::Predicted& p, double ms) { return p.iteration_ms > 0 ? 100 * ms / p.iteration_ms : 0; }
+double gap_pct(const sp::Predicted& p) {
+  return p.relaxed_optimum_ms > 0 ? 100 * (p.compute_ms / p.relaxed_optimum_ms - 1) : 0;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Loads the inputs of one case and plans it; false (message printed) when an input is missing or invalid.
+bool run_case(const std::string& root, const Case& c, int repeats, Result& out) {
+  const std::string model_path = root + "/configs/models/" + c.model + ".yaml";
+  const std::string cluster_path = root + "/configs/clusters/" + c.cluster + ".yaml";
+  const std::string profile_path = root + "/profiles/" + c.model + "." + c.cluster + ".json";
+  for (const std::string& path : {model_path, cluster_path, profile_path})
+    if (!fs::exists(path)) {
+      std::fprintf(stderr, "paper: error: %s is missing%s\n", path.c_str(),
+                   path == profile_path ? " (make the shipped profiles with scripts/make-profiles.sh)" : "");
+      return false;
+    }
+  auto invalid = [](const sp::Error& e) {
+    std::fprintf(stderr, "paper: error: %s\n", e.message.c_str());
+    return false;
+  };
+  auto model = sp::load_model(model_path);
+  if (!model) return invalid(model.error());
+  auto cluster = sp::load_cluster(cluster_path);
+  if (!cluster) return invalid(cluster.error());
+  auto profile = sp::load_profile(profile_path);
+  if (!profile) return invalid(profile.error());
+  const sp::OpGraph graph = sp::expand(*model);
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  if (!cost) return invalid(cost.error());
+
+  out.c = c;
+  out.devices = cluster->devices();
+  auto add = [&](const std::string& label, sp::Strategy strategy, sp::Placement placement) {
+    Run run;
+    run.label = label;
+    run.strategy = strategy;
+    run.placement = placement;
+    out.runs.push_back(std::move(run));
+  };
+  add("sequential", sp::Strategy::sequential, sp::Placement::islands);
+  add("task-level", sp::Strategy::task_level, sp::Placement::islands);
+  add("intra-task", sp::Strategy::intra_task, sp::Placement::islands);
+  add("spindle", sp::Strategy::spindle, sp::Placement::islands);
+  add("spindle, sequential placement", sp::Strategy::spindle, sp::Placement::sequential);
+  for (Run& run : out.runs) {
+    sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile->sha256, run.strategy};
+    request.placement = run.placement;
+    auto plan = sp::make_plan(request);
+    if (!plan) {
+      run.error = plan.error().message;
+      continue;
+    }
+    run.ok = true;
+    run.plan = std::move(*plan);
+    const std::vector<std::string> violations = sp::check_plan(run.plan, *model, graph);
+    const sp::Status memory = sp::check_plan_memory(run.plan, *model);
+    run.valid = violations.empty();
+    run.fits = memory.ok();
+    run.problem = !run.valid ? violations[0] : !run.fits ? memory.error().message : "";
+    // Planning time as bench/plan_time measures it: curve fitting and planning.
+    std::vector<double> times;
+    for (int r = 0; r < repeats; ++r)
+      times.push_back(spindle::bench::time_ms([&] {
+        auto fitted = sp::ProfileCostModel::create(*profile, *cluster, graph);
+        request.cost = fitted->get();
+        auto again = sp::make_plan(request);
+        (void)again;
+      }));
+    run.plan_ms = spindle::bench::median(times);
+  }
+  return true;
+}
+
+std::string case_table(const Result& r) {
+  std::string s = "### " + r.name() + " (" + std::to_string(r.devices) + " devices)\n\n";
+  s += "| strategy | placement | iteration ms | speedup | compute ms | transfer ms | transfer % | sync ms | sync % "
+       "| gap % | utilisation % | waves | plan ms | valid, fits memory |\n";
+  s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  const double seq_ms = r.seq().ok ? r.seq().plan.predicted.iteration_ms : 0;
+  for (const Run& run : r.runs) {
+    const std::string strategy = sp::strategy_name(run.strategy);
+    const std::string placement = sp::placement_name(run.placement);
+    if (!run.ok) {
+      s += "| " + strategy + " | " + placement + " | not available: " + run.error + " |" + std::string(11, '|') + "\n";
+      continue;
+    }
+    const sp::Predicted& p = run.plan.predicted;
+    s += "| " + strategy + " | " + placement + " | " + fmt("%.3f", p.iteration_ms) + " | " +
+         (seq_ms > 0 ? fmt("%.3fx", seq_ms / p.iteration_ms) : "-") + " | " + fmt("%.3f", p.compute_ms) + " | " +
+         fmt("%.3f", p.transfer_ms) + " | " + fmt("%.2f", share_pct(p, p.transfer_ms)) + " | " +
+         fmt("%.3f", p.sync_ms) + " | " + fmt("%.2f", share_pct(p, p.sync_ms)) + " | " + fmt("%.2f", gap_pct(p)) +
+         " | " + fmt("%.1f", 100 * sp::average_utilisation(run.plan)) + " | " +
+         std::to_string(run.plan.waves.size()) + " | " + fmt("%.2f", run.plan_ms) + " | " +
+         (run.valid ? "yes" : "NO") + ", " + (run.fits ? "yes" : "NO") + " |\n";
+  }
+  s += "\n![utilisation of " + r.name() + "](" + r.svg_name() + ")\n\n";
+  return s;
+}
+
+// Spindle's iteration time against the best baseline (the fastest of
+// sequential, task-level and intra-task); 0 when either is missing.
+double over_best_baseline(const Result& r) {
+  double best = 0;
+  for (int i = 0; i < 3; ++i)
+    if (r.runs[i].ok && (best == 0 || r.runs[i].plan.predicted.iteration_ms < best))
+      best = r.runs[i].plan.predicted.iteration_ms;
+  return r.spindle().ok && best > 0 ? best / r.spindle().plan.predicted.iteration_ms : 0;
+}
+
+std::string summary_table(const std::vector<Result>& results) {
+  std::string s =
+      "| workload | cluster | devices | sequential ms | task-level ms | intra-task ms | spindle ms | speedup | "
+      "vs best baseline | gap % | transfer % (islands) | transfer % (sequential placement) | utilisation % | "
+      "plan ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Result& r : results) {
+    auto ms = [](const Run& run) { return run.ok ? fmt("%.3f", run.plan.predicted.iteration_ms) : std::string("-"); };
+    const Run& sp_run = r.spindle();
+    const Run& naive = r.spindle_naive();
+    s += "| " + r.c.model + " | " + r.c.cluster + " | " + std::to_string(r.devices) + " | " + ms(r.runs[0]) + " | " +
+         ms(r.runs[1]) + " | " + ms(r.runs[2]) + " | " + ms(sp_run) + " | ";
+    if (!sp_run.ok) {
+      s += "- | - | - | - | - | - | - |\n";
+      continue;
+    }
+    const sp::Predicted& p = sp_run.plan.predicted;
+    s += (r.seq().ok ? fmt("%.3fx", r.seq().plan.predicted.iteration_ms / p.iteration_ms) : "-") + " | " +
+         fmt("%.3fx", over_best_baseline(r)) + " | " + fmt("%.2f", gap_pct(p)) + " | " +
+         fmt("%.2f", share_pct(p, p.transfer_ms)) + " | " +
+         (naive.ok ? fmt("%.2f", share_pct(naive.plan.predicted, naive.plan.predicted.transfer_ms)) : "-") + " | " +
+         fmt("%.1f", 100 * sp::average_utilisation(sp_run.plan)) + " | " + fmt("%.2f", sp_run.plan_ms) + " |\n";
+  }
+  return s;
+}
+
+// The ratios against the paper's figures, one line each.
+std::string ratios(const std::vector<Result>& results, bool& all_ok) {
+  std::string s;
+  int ahead = 0;
+  double best_speedup = 0, worst_gap = 0;
+  std::string best_case, worst_gap_case, behind, problems;
+  for (const Result& r : results) {
+    for (const Run& run : r.runs) {
+      // A baseline that does not fit in memory is a result (the paper reports
+      // such baselines as out of memory), not a failure of this benchmark.
+      all_ok = all_ok && run.ok && (run.valid || (!run.fits && run.strategy != sp::Strategy::spindle));
+      if (!run.ok || !run.problem.empty())
+        problems += "  " + r.name() + ", " + run.label + ": " + (run.ok ? run.problem : run.error) + "\n";
+    }
+    if (!r.spindle().ok) continue;
+    const double over = over_best_baseline(r);
+    if (over > 1) ++ahead;
+    else behind += " " + r.name();
+    if (r.seq().ok) {
+      const double speedup = r.seq().plan.predicted.iteration_ms / r.spindle().plan.predicted.iteration_ms;
+      if (speedup > best_speedup) best_speedup = speedup, best_case = r.name();
+    }
+    if (gap_pct(r.spindle().plan.predicted) > worst_gap)
+      worst_gap = gap_pct(r.spindle().plan.predicted), worst_gap_case = r.name();
+  }
+  s += "spindle ahead of every baseline: " + std::to_string(ahead) + " of " + std::to_string(results.size()) +
+       " cases" + (behind.empty() ? std::string(" -> met") : " -> MISSED on" + behind) + "\n";
+  s += "largest speedup over sequential: " + fmt("%.3fx", best_speedup) + " (" + best_case +
+       "); the paper: up to 1.71x -> ratio " + fmt("%.3f", best_speedup / 1.71) + "\n";
+  s += "worst compute gap to the relaxed optimum: " + fmt("%.2f%%", worst_gap) + " (" + worst_gap_case +
+       "); the paper: 2-7%\n";
+  // Transfer share on two nodes (the paper: 5.7% and 6.2% placed, 27% and 20.6% unplaced).
+  struct Target { const char* model; double paper_placed, paper_unplaced; };
+  for (const Target& t : {Target{"multitask-clip-10", 5.7, 27.0}, Target{"ofasys-7", 6.2, 20.6}})
+    for (const Result& r : results) {
+      if (r.c.model != t.model || r.c.cluster != "a800-2x8" || !r.spindle().ok || !r.spindle_naive().ok) continue;
+      const sp::Predicted& placed = r.spindle().plan.predicted;
+      const sp::Predicted& naive = r.spindle_naive().plan.predicted;
+      const double a = share_pct(placed, placed.transfer_ms), b = share_pct(naive, naive.transfer_ms);
+      s += "transfer share on " + r.name() + ": " + fmt("%.2f%%", a) + " with islands, " + fmt("%.2f%%", b) +
+           " with sequential placement (the paper: " + fmt("%.1f%%", t.paper_placed) + " vs " +
+           fmt("%.1f%%", t.paper_unplaced) + "); target <= 4% -> ratio " + fmt("%.3f", a / 4.0) +
+           (a <= 4.0 ? ", met" : ", MISSED") + "\n";
+    }
+  s += std::string("every plan made and valid: ") + (all_ok ? "yes" : "NO") + "\n";
+  if (!problems.empty()) s += "plans missing, invalid or over memory:\n" + problems;
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"paper: the shape of the paper's evaluation, predicted from the shipped analytic profiles"};
+  const std::string root = SPINDLE_SOURCE_DIR;
+  std::string out_dir = root + "/bench/results";
+  int repeats = 5;
+  app.add_option("--out-dir", out_dir, "where paper.md and the SVGs go")->capture_default_str();
+  app.add_option("--repeats", repeats, "timed plannings per strategy (median kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitInvalid;
+  }
+
+  std::vector<Result> results;
+  for (const Case& c : kCases) {
+    Result r;
+    if (!run_case(root, c, repeats, r)) return kExitInvalid;
+    results.push_back(std::move(r));
+    std::fprintf(stderr, "paper: planned %s\n", results.back().name().c_str());
+  }
+
+  bool all_ok = true;
+  const std::string summary = summary_table(results);
+  const std::string lines = ratios(results, all_ok);
+  std::string md = "# bench/paper: the paper's evaluation, predicted\n\n";
+  md += "**These are predictions of the analytic cost model, not measurements.** Every iteration time, share and "
+        "speedup below is what the planner's cost model predicts from the shipped analytic profiles "
+        "(`profiles/MODEL.CLUSTER.json`, made by `scripts/make-profiles.sh` from the cluster's peak FLOP/s and link "
+        "figures); no training ran. Only the planning times are measured.\n\n";
+  md += "Generated " + spindle::bench::utc_date() + " on " + spindle::bench::machine_line() + " by `bench/paper --repeats " +
+        std::to_string(repeats) + "`.\n\n";
+  md += "Columns: *speedup* is sequential's iteration time over the row's; *vs best baseline* is the fastest of "
+        "sequential, task-level and intra-task over Spindle; *gap* is compute time over the relaxed optimum, minus "
+        "1; *transfer %* is the inter-wave transfer time's share of the iteration; *utilisation* is busy device-ms "
+        "over devices x iteration; *plan ms* is the median planning time (cost-model fit included).\n\n";
+  md += "## Summary (Spindle, island-aware placement)\n\n" + summary + "\n```\n" + lines + "```\n\n## Cases\n\n";
+  for (const Result& r : results) md += case_table(r);
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "paper: error: cannot create %s: %s\n", out_dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  for (const Result& r : results) {
+    std::vector<sp::Utilisation> series;
+    for (const Run& run : r.runs)
+      if (run.ok) {
+        series.push_back(sp::utilisation(run.plan));
+        series.back().label = run.label;
+      }
+    if (sp::Status st = sp::write_file_atomic(out_dir + "/" + r.svg_name(), sp::utilisation_svg(series)); !st) {
+      std::fprintf(stderr, "paper: error: %s\n", st.error().message.c_str());
+      return 1;
+    }
+  }
+  if (sp::Status st = sp::write_file_atomic(out_dir + "/paper.md", md); !st) {
+    std::fprintf(stderr, "paper: error: %s\n", st.error().message.c_str());
+    return 1;
+  }
+  std::printf("Predictions of the analytic cost model (not measurements); planning times measured here.\n\n%s\n%s",
+              summary.c_str(), lines.c_str());
+  std::printf("wrote %s/paper.md and %zu SVGs\n", out_dir.c_str(), results.size());
+  return all_ok ? 0 : 1;
+}

@@ -1,0 +1,112 @@
+// Placement (design.md, step 8): maps the slots of every abstract wave to
+// concrete device ids.
+//
+// Two placements:
+//  - place_islands: island-, locality-, parameter- and memory-aware (the
+//    planner's default);
+//  - place_sequential: the naive one (each wave's slots on the lowest free
+//    devices, in slot order), kept to measure what placement saves.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "libplan/cost/cost_model.h"
+#include "libplan/waves/schedule.h"
+
+namespace spindle::plan {
+
+// Devices of each slot of one wave, same order as AbstractWave::slots; each
+// list ascending.
+struct WavePlacement {
+  std::vector<std::vector<int>> slot_devices;
+};
+
+// What placement needs to know of one MetaOp (index = MetaOp id).
+struct PlaceMetaOp {
+  std::vector<int> inputs;             // MetaOp ids whose last operator feeds the first
+  int tensor_parallel = 1;             // K: devices of one data-parallel replica
+  int64_t batch = 0;                   // samples per iteration
+  double out_bytes_per_sample = 0;     // activation leaving each operator, bytes
+  // Per operator position: its parameter (index into PlaceInput::param_bytes,
+  // -1 for none) and the activation bytes per sample it keeps for backward.
+  std::vector<int> param;
+  std::vector<double> act_bytes_per_sample;
+};
+
+struct PlaceInput {
+  std::vector<PlaceMetaOp> metaops;
+  // Per parameter: bytes of one tensor-parallel shard in the model dtype.
+  std::vector<double> param_bytes;
+  int dtype_bytes = 2;
+  int devices = 0;
+  int devices_per_island = 0;          // 0: one island
+  // Usable memory per device, bytes; 0: unlimited.
+  double memory_bytes = 0;
+  const CostModel* cost = nullptr;     // links (p2p_ms, allreduce_ms); required
+};
+
+// Per device of a slot running `count` operators from `first` on `devices`
+// devices: the bytes placement charges, the same model as cost_plan
+// (activations at the local batch; weights and gradients in the dtype;
+// fp32 master copy and AdamW m, v sharded over the slot's data-parallel
+// replicas), parameters already on the device not charged again.
+// `has_param(p)` says whether the device already holds parameter p.
+template <class HasParam>
+double slot_bytes_per_device(const PlaceInput& in, const AbstractSlot& slot, HasParam has_param);
+
+// Places every wave in order. Per wave:
+//  1. a slot on as many devices as its MetaOp's previous slice keeps those
+//     devices when they are all free (its activations do not move);
+//  2. slots larger than an island take whole free islands (those holding most
+//     of their inputs first), the remainder like a small slot;
+//  3. the other slots, larger first, each go to the island with room that
+//     costs least: its input activations held outside the island cross the
+//     inter-island link (forward and backward), and each of its parameters
+//     already held only in other islands turns that parameter's all-reduce
+//     into a cross-island one; ties go to the island holding more of its
+//     inputs, then the lower index. Inside the island it takes the free
+//     devices holding most of its input rows, then the least loaded memory,
+//     then the lowest id. A slot that fits no single island (fragmentation)
+//     takes free devices from the islands with the most room.
+// Memory: a device never takes a slot that would exceed memory_bytes. When a
+// wave cannot be placed, up to 4 earlier waves are placed again with devices
+// chosen by free memory first; if that fails too, the wave is placed ignoring
+// memory and the plan's memory check (check_plan_memory) reports the device.
+// With `previous` (a placement of the same waves), each slot also counts
+// where its output went there (its MetaOp's next slice, or its consumers'
+// first slices) as if those bytes were inputs: a refinement pass, so that
+// light first slices (embeddings) follow their heavy consumers.
+// Deterministic.
+// Without `keep_first`, step 1 is skipped: every slot takes its turn by size
+// (and still prefers the devices holding its inputs).
+std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves, const PlaceInput& in,
+                                         const std::vector<WavePlacement>* previous = nullptr,
+                                         bool keep_first = true);
+
+// The naive placement: per wave, slots in their order each take the lowest
+// free devices. Requires each wave's device counts to sum to at most `devices`.
+std::vector<WavePlacement> place_sequential(const std::vector<AbstractWave>& waves, int devices);
+
+// --- implementation of the template ---
+
+template <class HasParam>
+double slot_bytes_per_device(const PlaceInput& in, const AbstractSlot& slot, HasParam has_param) {
+  const PlaceMetaOp& m = in.metaops[static_cast<size_t>(slot.metaop)];
+  const double replicas = std::max(1.0, static_cast<double>(slot.devices) / m.tensor_parallel);
+  const double replicated = 2.0 * in.dtype_bytes;
+  const double optimizer = 8.0 + (in.dtype_bytes < 4 ? 4.0 : 0.0);
+  double bytes = 0;
+  for (int k = slot.first; k < slot.first + slot.count; ++k) {
+    const auto ku = static_cast<size_t>(k);
+    bytes += m.act_bytes_per_sample[ku] * static_cast<double>(m.batch) / slot.devices;
+    const int p = m.param[ku];
+    if (p >= 0 && !has_param(p)) {
+      const double params = in.param_bytes[static_cast<size_t>(p)] / in.dtype_bytes;
+      bytes += params * (replicated + optimizer / replicas);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace spindle::plan
