@@ -4,6 +4,10 @@
 //   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
 //          [--backend cpu|cuda] [--seed K] [--lr X] [--metrics M.jsonl]
 //          [--trace T.json] [--dump-params P.json]
+//          [--checkpoint DIR [--every K] [--keep N]] [--resume]
+//
+// --steps is the step the run ends at: a resumed run trains steps
+// (checkpoint step + 1) .. S, so the same command line continues a run.
 //
 // Every rank parses, loads and checks the same inputs; any rank's failure is
 // shared with all (one collective), rank 0 prints one message and every rank
@@ -15,10 +19,13 @@
 // ranks are inside it; mpirun then ends the job.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +34,10 @@
 #include <nlohmann/json.hpp>
 
 #include "libexec/backend/backend.h"
+#include "libexec/comm/launch_env.h"
 #include "libexec/comm/mpi_check.h"
 #include "libexec/comm/mpi_comm.h"
+#include "libexec/exec/checkpoint.h"
 #include "libexec/exec/executor.h"
 #include "libplan/io/trace.h"
 #include "libplan/plan/check.h"
@@ -45,6 +54,10 @@ constexpr int kExitFailure = 1;
 
 struct Args {
   std::string plan_path, model_path, backend = "cpu", metrics_path, trace_path, dump_path;
+  std::string checkpoint_dir;  // "" = no checkpoints
+  int every = 100;             // checkpoint every K steps (and at the end)
+  int keep = 3;                // complete checkpoints kept
+  bool resume = false;
   int steps = 10;
   uint64_t seed = 0;
   float lr = 3e-3f;
@@ -89,15 +102,65 @@ bool all_ok(MPI_Comm comm, int rank, const std::string& error) {
   return true;
 }
 
-// Rank discovery (build-notes.md): MPI's rank is the truth; launcher
-// variables that disagree get a warning.
-void check_rank_env(int rank) {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"}) {
-    const char* v = std::getenv(var);
-    if (v && std::string(v) != std::to_string(rank))
-      std::fprintf(stderr, "spindle-run: warning: rank %d: %s=%s differs from the MPI rank\n", rank, var,
-                   v);
+// Rank discovery (launch_env.h): the launcher's variables must agree with
+// MPI. Returns "" or the error; fills `local_rank`.
+std::string check_launch_env(int rank, int size, int* local_rank, std::string* source) {
+  se::LaunchEnv env;
+  const std::string error = se::discover_launch_env(se::process_launch_env(), rank, size, &env);
+  *local_rank = env.local_rank;
+  *source = env.local_rank_var.empty() ? "no local-rank variable: one node assumed" : env.local_rank_var;
+  return error;
+}
+
+// Human "N tensors (M values)" for the re-planning log.
+std::string count_str(int64_t tensors, int64_t values) {
+  return std::to_string(tensors) + " tensors (" + std::to_string(values) + " values)";
+}
+
+// Checks a checkpoint against this run (seed, model); returns "" or the
+// error. Sets *replan when the model changed but re-planning applies (same
+// model name, every shared tensor of the same shape), and *note to the log
+// line saying what carries over.
+std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, const Args& args,
+                             const std::map<std::string, se::Shape>& shapes, bool* replan, std::string* note) {
+  const se::CheckpointMeta& m = ck.meta;
+  if (m.seed != args.seed)
+    return ck.path + ": written with --seed " + std::to_string(m.seed) + ", this run has --seed " +
+           std::to_string(args.seed) + " (pass --seed " + std::to_string(m.seed) + " to continue it)";
+  *replan = m.model_sha256 != model.sha256;
+  if (*replan && m.model_name != model.name)
+    return ck.path + ": checkpoint of model '" + m.model_name + "' (sha256 " + m.model_sha256.substr(0, 12) +
+           "), not of '" + model.name + "' (" + args.model_path +
+           "); re-planning carries parameters over only between variants of one model (same name)";
+  int64_t carried = 0, carried_n = 0, fresh = 0, fresh_n = 0, dropped = 0, dropped_n = 0;
+  for (const auto& [name, shape] : shapes) {
+    const auto it = ck.state.tensors.find(name);
+    if (it == ck.state.tensors.end()) {
+      ++fresh;
+      fresh_n += se::shape_numel(shape);
+    } else if (it->second.value.shape() != shape) {
+      return ck.path + "/params.bin: " + name + " has shape " + se::shape_str(it->second.value.shape()) +
+             " but the model " + args.model_path + " needs " + se::shape_str(shape);
+    } else {
+      ++carried;
+      carried_n += se::shape_numel(shape);
+    }
   }
+  for (const auto& [name, ts] : ck.state.tensors)
+    if (!shapes.count(name)) {
+      ++dropped;
+      dropped_n += ts.value.numel();
+    }
+  if (!*replan && (fresh > 0 || dropped > 0))
+    return ck.path + ": the checkpoint's tensors do not match model " + model.name +
+           " although its sha256 does (" + std::to_string(fresh) + " missing, " + std::to_string(dropped) +
+           " unknown)";
+  if (*replan && carried == 0)
+    return ck.path + ": no parameter of model " + model.name + " is in the checkpoint";
+  *note = "carried " + count_str(carried, carried_n) + ", new (initialised from seed " +
+          std::to_string(args.seed) + ") " + count_str(fresh, fresh_n) + ", dropped " +
+          count_str(dropped, dropped_n);
+  return "";
 }
 
 std::string log_line(const sp::Model& model, const se::StepStats& st, int steps, int64_t samples_per_step) {
@@ -125,13 +188,20 @@ nlohmann::json params_json(const std::map<std::string, se::Tensor>& params, int6
 
 int run(const Args& args, int rank, int size) {
   // 1. Inputs: load and check on every rank; all ranks agree before going on.
-  std::string error;
-  if (args.backend == "cuda") {
+  // Launcher variables first: a wrong launch (e.g. srun starting singleton
+  // MPI processes) is named as such rather than as a world-size mismatch.
+  int local_rank = 0;
+  std::string local_source;
+  std::string error = check_launch_env(rank, size, &local_rank, &local_source);
+  if (!error.empty()) {
+  } else if (args.backend == "cuda") {
     error = "--backend cuda: this build has no CUDA backend (built: cpu)";
   } else if (!se::make_backend(args.backend)) {
     error = "--backend " + args.backend + ": unknown backend (built: cpu)";
   } else if (args.steps < 1) {
     error = "--steps must be at least 1";
+  } else if (args.every < 1 || args.keep < 1) {
+    error = "--every and --keep must be at least 1";
   }
   sp::Result<sp::Model> model = sp::Error{"not loaded"};
   sp::Result<sp::Plan> plan = sp::Error{"not loaded"};
@@ -164,7 +234,23 @@ int run(const Args& args, int rank, int size) {
   if (hashes[static_cast<size_t>(rank)] != hashes[0])
     error = "plan or model differs from rank 0's (sha256 of the files' bytes)";
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
-  check_rank_env(rank);
+  const std::vector<std::string> locals = all_gather_strings(MPI_COMM_WORLD, std::to_string(local_rank));
+
+  // Resume: every rank reads and verifies the newest complete checkpoint
+  // (DIR must be visible to every rank, e.g. a shared filesystem).
+  std::optional<se::Checkpoint> ck;
+  if (args.resume) {
+    error.clear();
+    const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
+    if (found.empty()) {
+      error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
+    } else {
+      auto loaded = se::load_checkpoint(args.checkpoint_dir + "/" + se::checkpoint_name(found.back()));
+      if (loaded.ok()) ck = std::move(*loaded);
+      else error = loaded.error().message;
+    }
+    if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+  }
 
   // 2. Communicators and executor.
   std::unique_ptr<se::MpiComm> world = se::MpiComm::world();
@@ -175,6 +261,67 @@ int run(const Args& args, int rank, int size) {
   options.record_trace = !args.trace_path.empty();
   se::GroupComms groups = se::create_group_comms(*world, se::Executor::device_groups(*model, *plan));
   se::Executor executor(*model, *plan, *world, std::move(groups), *backend, options);
+  if (rank == 0)
+    std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
+                model->name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan->strategy.c_str(),
+                plan->waves.size(), size, backend->name(), static_cast<unsigned long long>(args.seed));
+  if (rank == 0) {
+    std::string list;
+    for (const std::string& l : locals) list += (list.empty() ? "" : ",") + l;
+    std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), local_source.c_str());
+  }
+  if (ck) {
+    bool replan = false;
+    std::string note;
+    error = check_checkpoint(*ck, *model, args, executor.param_shapes(), &replan, &note);
+    if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+    executor.load_state(ck->state);
+    if (rank == 0) {
+      std::printf("spindle-run: resumed from %s (step %lld; written under plan %s, %s on %d devices%s)\n",
+                  ck->path.c_str(), static_cast<long long>(ck->meta.step), ck->meta.plan_sha256.substr(0, 12).c_str(),
+                  ck->meta.plan_strategy.c_str(), ck->meta.plan_devices,
+                  ck->meta.plan_devices != size ? ", re-sharded by parameter" : "");
+      if (replan)
+        std::printf("spindle-run: re-planned: model %s changed (sha256 %s -> %s): %s\n", model->name.c_str(),
+                    ck->meta.model_sha256.substr(0, 12).c_str(), model->sha256.substr(0, 12).c_str(), note.c_str());
+      if (ck->meta.lr != args.lr)
+        std::printf("spindle-run: warning: the checkpoint was trained with --lr %g, continuing with %g\n",
+                    static_cast<double>(ck->meta.lr), static_cast<double>(args.lr));
+    }
+    ck.reset();  // free the full tensors
+  }
+  if (executor.steps_done() >= args.steps) {
+    if (rank == 0)
+      std::printf("spindle-run: the checkpoint is at step %lld, --steps %d: nothing to train\n",
+                  static_cast<long long>(executor.steps_done()), args.steps);
+    world->barrier();
+    return 0;
+  }
+  se::CheckpointMeta meta;
+  meta.model_name = model->name;
+  meta.model_sha256 = model->sha256;
+  meta.plan_sha256 = plan_sha;
+  meta.plan_strategy = plan->strategy;
+  meta.plan_devices = plan->devices;
+  meta.seed = args.seed;
+  for (const sp::Task& t : model->tasks) meta.task_batch[t.name] = t.batch;
+  meta.lr = options.adamw.lr;
+  meta.beta1 = options.adamw.beta1;
+  meta.beta2 = options.adamw.beta2;
+  meta.eps = options.adamw.eps;
+  meta.weight_decay = options.adamw.weight_decay;
+  // Collective: rank 0 writes the checkpoint of the steps done so far.
+  auto save = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const se::TrainingState state = executor.gather_state();
+    if (rank != 0) return;
+    meta.step = state.step;
+    const auto path = se::save_checkpoint(args.checkpoint_dir, meta, state, args.keep);
+    if (!path.ok()) throw std::runtime_error(path.error().message);
+    std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    std::fflush(stdout);
+  };
 
   int64_t samples_per_step = 0;
   for (const sp::Task& t : model->tasks) samples_per_step += t.batch;
@@ -183,27 +330,24 @@ int run(const Args& args, int rank, int size) {
     metrics.open(args.metrics_path, std::ios::app);
     if (!metrics) throw std::runtime_error("cannot open --metrics file " + args.metrics_path);
   }
-  if (rank == 0)
-    std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
-                model->name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan->strategy.c_str(),
-                plan->waves.size(), size, backend->name(), static_cast<unsigned long long>(args.seed));
   const char* die = std::getenv("SPINDLE_TEST_DIE_AT_STEP");
   const int die_rank = size > 1 ? 1 : 0;
 
   // 3. Training.
   world->barrier();
   executor.reset_clock();
-  for (int s = 1; s <= args.steps; ++s) {
+  for (int s = static_cast<int>(executor.steps_done()) + 1; s <= args.steps; ++s) {
     if (die && std::atoi(die) == s && rank == die_rank) {
       std::fprintf(stderr, "spindle-run: rank %d: SPINDLE_TEST_DIE_AT_STEP=%d: exiting\n", rank, s);
       std::fflush(stderr);
       _exit(9);
     }
     const se::StepStats st = executor.step();
-    if (rank != 0) continue;
-    std::printf("%s\n", log_line(*model, st, args.steps, samples_per_step).c_str());
-    std::fflush(stdout);
-    if (metrics) {
+    if (rank == 0) {
+      std::printf("%s\n", log_line(*model, st, args.steps, samples_per_step).c_str());
+      std::fflush(stdout);
+    }
+    if (rank == 0 && metrics) {
       nlohmann::json j = {{"step", st.step},
                           {"step_ms", st.step_ms},
                           {"samples_per_s", static_cast<double>(samples_per_step) * 1000.0 / st.step_ms}};
@@ -215,6 +359,7 @@ int run(const Args& args, int rank, int size) {
       j["total_loss"] = total;
       metrics << j.dump() << "\n" << std::flush;
     }
+    if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) save();
   }
 
   // 4. Outputs: the measured trace of every rank, the final parameters.
@@ -263,6 +408,14 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)");
   app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)");
   app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)");
+  CLI::Option* ckpt =
+      app.add_option("--checkpoint", args.checkpoint_dir, "save checkpoints into DIR (step-N directories)");
+  app.add_option("--every", args.every, "save a checkpoint every K steps (and at the end)")
+      ->capture_default_str()
+      ->needs(ckpt);
+  app.add_option("--keep", args.keep, "complete checkpoints to keep (newest)")->capture_default_str()->needs(ckpt);
+  app.add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --checkpoint DIR")
+      ->needs(ckpt);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -103,6 +103,24 @@ void place_shard(Tensor& full, const Tensor& local, int axis, int t, int k) {
   }
 }
 
+// Copies block t of k along `axis` of `full` into `local` (the inverse of
+// place_shard).
+void take_shard(Tensor& local, const Tensor& full, int axis, int t, int k) {
+  if (axis < 0) {
+    std::copy(full.data(), full.data() + full.numel(), local.data());
+    return;
+  }
+  const Shape& fs = full.shape();
+  const auto a = static_cast<size_t>(axis);
+  int64_t inner = 1;
+  for (size_t d = a + 1; d < fs.size(); ++d) inner *= fs[d];
+  const int64_t full_a = fs[a], local_a = full_a / k;
+  for (int64_t i = 0; i < local.numel(); ++i) {
+    const int64_t o = i / (local_a * inner), rem = i % (local_a * inner);
+    local[i] = full[(o * full_a + t * local_a + rem / inner) * inner + rem % inner];
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -246,6 +264,7 @@ std::vector<std::vector<int>> Executor::device_groups(const plan::Model& model, 
 struct Executor::ParamState {
   ParamSet set;
   std::vector<Tensor> m, v;  // AdamW moments, one per tensor of set
+  int64_t adam_steps = 0;    // AdamW steps taken (bias correction); step_ unless resumed as new
   std::vector<int> sync;     // devices holding this shard (ascending)
 };
 
@@ -535,11 +554,13 @@ void Executor::sync_gradients() {
 
 void Executor::optimizer_step() {
   const Clock::time_point t0 = Clock::now();
-  for (auto& [key, ps] : params_)
+  for (auto& [key, ps] : params_) {
+    ++ps.adam_steps;
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       Param& p = ps.set.params[i];
-      backend_.adamw_step(options_.adamw, step_, p.value, p.grad, ps.m[i], ps.v[i]);
+      backend_.adamw_step(options_.adamw, ps.adam_steps, p.value, p.grad, ps.m[i], ps.v[i]);
     }
+  }
   record("optimizer", "compute", 0, t0);
 }
 
@@ -558,41 +579,122 @@ void Executor::record(const std::string& name, const char* cat, int track, Clock
   trace_.push_back({name, cat, rank_, track, wall_us(t0), wall_us(t1) - wall_us(t0), std::move(args)});
 }
 
-std::map<std::string, Tensor> Executor::gather_params() {
-  std::map<std::string, Tensor> out;
+ParamSet Executor::shard_shapes(const std::string& param, int tp_rank) const {
+  const int k = sched_->param_tp.at(param);
+  const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(sched_->param_op.at(param))];
+  const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
+  ShapeComm shape_comm(tp_rank, k);
+  OpConfig cfg;
+  cfg.kind = op_kind(op.workload.op).value();
+  cfg.dims = op.workload.dims;
+  cfg.max_seq = model_.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq;
+  cfg.tp = k > 1 ? &shape_comm : nullptr;
+  return make_params(cfg, param, 0);
+}
+
+std::map<std::string, Shape> Executor::param_shapes() const {
+  std::map<std::string, Shape> out;
+  for (const auto& [param, o] : sched_->param_op)
+    for (const Param& p : shard_shapes(param, 0).params) out[p.name] = p.full_shape;
+  return out;
+}
+
+TrainingState Executor::gather_state() {
+  TrainingState out;
+  out.step = step_;
   for (const auto& [key, devs] : sched_->shard_devices) {
     const auto& [param, t] = key;
     const int holder = *devs.begin();
-    if (holder == rank_ && rank_ != 0)
-      for (const Param& p : params_.at(key).set.params)
-        world_.send({p.value.data(), static_cast<size_t>(p.value.numel())}, 0, kDumpTag);
+    // One message per shard: every tensor's value, m, v, then the AdamW step
+    // count (as a float: exact below 2^24 steps).
+    if (holder == rank_ && rank_ != 0) {
+      const ParamState& ps = params_.at(key);
+      std::vector<float> packed;
+      for (size_t i = 0; i < ps.set.params.size(); ++i)
+        for (const Tensor* x : {&ps.set.params[i].value, &ps.m[i], &ps.v[i]})
+          packed.insert(packed.end(), x->data(), x->data() + x->numel());
+      packed.push_back(static_cast<float>(ps.adam_steps));
+      world_.send(packed, 0, kDumpTag);
+    }
     if (rank_ != 0) continue;
     const int k = sched_->param_tp.at(param);
     ParamSet shard;
+    std::vector<Tensor> m, v;
+    int64_t adam_steps = 0;
     if (holder == 0) {
-      shard = params_.at(key).set;
+      const ParamState& ps = params_.at(key);
+      shard = ps.set;
+      m = ps.m;
+      v = ps.v;
+      adam_steps = ps.adam_steps;
     } else {
-      // Shapes of the shard: build it as device t of a K-way group would.
-      const int o = sched_->param_op.at(param);
-      const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
-      const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
-      ShapeComm shape_comm(t, k);
-      OpConfig cfg;
-      cfg.kind = op_kind(op.workload.op).value();
-      cfg.dims = op.workload.dims;
-      cfg.max_seq = model_.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq;
-      cfg.tp = k > 1 ? &shape_comm : nullptr;
-      shard = make_params(cfg, param, 0);
-      for (Param& p : shard.params)
-        world_.recv({p.value.data(), static_cast<size_t>(p.value.numel())}, holder, kDumpTag);
+      shard = shard_shapes(param, t);
+      std::vector<float> packed(static_cast<size_t>(3 * shard.local_count() + 1));
+      world_.recv(packed, holder, kDumpTag);
+      const float* src = packed.data();
+      for (Param& p : shard.params) {
+        m.push_back(Tensor::zeros(p.value.shape()));
+        v.push_back(Tensor::zeros(p.value.shape()));
+        for (Tensor* x : {&p.value, &m.back(), &v.back()}) {
+          std::copy(src, src + x->numel(), x->data());
+          src += x->numel();
+        }
+      }
+      adam_steps = static_cast<int64_t>(packed.back());
     }
-    for (const Param& p : shard.params) {
-      auto [it, fresh] = out.try_emplace(p.name);
-      if (fresh) it->second = Tensor::zeros(p.full_shape);
-      if (p.shard_axis >= 0 || t == 0) place_shard(it->second, p.value, p.shard_axis, t, k);
+    for (size_t i = 0; i < shard.params.size(); ++i) {
+      const Param& p = shard.params[i];
+      auto [it, fresh] = out.tensors.try_emplace(p.name);
+      TensorState& ts = it->second;
+      if (fresh) {
+        ts.value = Tensor::zeros(p.full_shape);
+        ts.m = Tensor::zeros(p.full_shape);
+        ts.v = Tensor::zeros(p.full_shape);
+        ts.adam_steps = adam_steps;
+      }
+      if (p.shard_axis >= 0 || t == 0) {
+        place_shard(ts.value, p.value, p.shard_axis, t, k);
+        place_shard(ts.m, m[i], p.shard_axis, t, k);
+        place_shard(ts.v, v[i], p.shard_axis, t, k);
+      }
     }
   }
   return out;
+}
+
+std::map<std::string, Tensor> Executor::gather_params() {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, ts] : gather_state().tensors) out.emplace(name, std::move(ts.value));
+  return out;
+}
+
+LoadCounts Executor::load_state(const TrainingState& state) {
+  LoadCounts counts;
+  for (auto& [key, ps] : params_) {
+    const int t = key.second;
+    const int k = sched_->param_tp.count(key.first) ? sched_->param_tp.at(key.first) : 1;
+    for (size_t i = 0; i < ps.set.params.size(); ++i) {
+      Param& p = ps.set.params[i];
+      const auto it = state.tensors.find(p.name);
+      if (it == state.tensors.end()) {  // new: keep the seeded initial value
+        ps.m[i].zero();
+        ps.v[i].zero();
+        ps.adam_steps = 0;
+        ++counts.fresh;
+        continue;
+      }
+      const TensorState& ts = it->second;
+      if (ts.value.shape() != p.full_shape)
+        throw std::invalid_argument(p.name + ": the checkpoint holds shape " + shape_str(ts.value.shape()) +
+                                    ", the model needs " + shape_str(p.full_shape));
+      for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}})
+        take_shard(*dst, *src, p.shard_axis, t, k);
+      ps.adam_steps = ts.adam_steps;
+      ++counts.carried;
+    }
+  }
+  step_ = state.step;
+  return counts;
 }
 
 }  // namespace spindle::exec

@@ -36,6 +36,7 @@
 
 #include "libexec/backend/backend.h"
 #include "libexec/comm/comm.h"
+#include "libexec/exec/checkpoint.h"
 #include "libexec/optim/adamw.h"
 #include "libplan/io/trace.h"
 #include "libplan/model/model.h"
@@ -59,6 +60,12 @@ struct StepStats {
   int64_t step = 0;                // 1-based
   std::vector<double> task_loss;   // per model task (model order): sum of weight * loss, full batch
   double step_ms = 0;              // this rank's wall time of the step, milliseconds
+};
+
+// Parameter tensors of this rank set by Executor::load_state.
+struct LoadCounts {
+  int64_t carried = 0;  // taken from the state (their shard of the full tensor)
+  int64_t fresh = 0;    // absent from the state: seeded initial value, zero moments
 };
 
 struct Schedule;  // executor.cpp: slices, transfers, shard groups
@@ -97,6 +104,24 @@ class Executor {
   // over world.
   std::map<std::string, Tensor> gather_params();
 
+  // The full training state (values, AdamW moments and step counts of every
+  // parameter tensor, TP shards reassembled; step = steps_done()) on rank 0;
+  // other ranks get only `step`. Collective over world.
+  TrainingState gather_state();
+
+  // Replaces this rank's parameters and optimizer state with its shards of
+  // `state` (any plan and device count wrote it) and sets steps_done() to
+  // state.step. Tensors the state lacks keep their seeded initial value with
+  // zero moments and restart AdamW's bias correction; tensors of the state
+  // this model lacks are ignored. Throws std::invalid_argument when a tensor
+  // of the state has another full shape than the model's. Local, no
+  // communication; call on every rank before step().
+  LoadCounts load_state(const TrainingState& state);
+
+  // Full shape of every parameter tensor of the model ("M/k.r/<tensor>").
+  // Pure: the same on every rank.
+  std::map<std::string, Shape> param_shapes() const;
+
   int64_t steps_done() const { return step_; }
 
  private:
@@ -109,6 +134,7 @@ class Executor {
   void backward_transfers(int wave);
   void sync_gradients();
   void optimizer_step();
+  ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
   void record(const std::string& name, const char* cat, int track, Clock::time_point t0,
               nlohmann::json args = nlohmann::json::object());
   double wall_us(Clock::time_point t) const;

@@ -16,9 +16,17 @@
 // for information.
 // Prints the worst mismatch; exits 0 when everything agrees, 1 otherwise,
 // 2 on unreadable input.
+//
+//   compare_runs --losses REF.metrics.jsonl GOT.metrics.jsonl
+//
+// Only losses, matched by "step": every task loss of every step in GOT must
+// equal REF's loss of that task at that step (same tolerance). GOT may hold
+// fewer steps and fewer tasks (a resumed run; a model with a task removed);
+// at least one loss must be compared.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -62,9 +70,52 @@ struct Worst {
 
 }  // namespace
 
+// The --losses mode (header).
+int compare_losses(const std::string& ref_path, const std::string& got_path) {
+  std::map<int64_t, nlohmann::json> ref;
+  for (const auto& j : read_lines(ref_path)) ref[j.at("step").get<int64_t>()] = j;
+  Worst loss;
+  size_t losses = 0;
+  bool ok = true;
+  for (const auto& g : read_lines(got_path)) {
+    const int64_t step = g.at("step").get<int64_t>();
+    const auto it = ref.find(step);
+    if (it == ref.end()) {
+      std::fprintf(stderr, "step %lld: not in %s\n", static_cast<long long>(step), ref_path.c_str());
+      ok = false;
+      continue;
+    }
+    for (const auto& [task, v] : g.at("loss").items()) {
+      if (!it->second.at("loss").contains(task)) {
+        std::fprintf(stderr, "step %lld: no loss for task %s in %s\n", static_cast<long long>(step),
+                     task.c_str(), ref_path.c_str());
+        ok = false;
+        continue;
+      }
+      loss.see(v.get<double>(), it->second["loss"][task].get<double>(),
+               "step " + std::to_string(step) + " loss " + task);
+      ++losses;
+    }
+  }
+  std::printf("compared %zu losses (worst %.3g of tolerance%s%s)\n", losses, loss.excess,
+              loss.what.empty() ? "" : ": ", loss.what.c_str());
+  if (losses == 0 || loss.excess > 1) ok = false;
+  std::printf("%s\n", ok ? "AGREE" : "DIFFER");
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--losses") {
+    try {
+      return compare_losses(argv[2], argv[3]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "compare_runs: %s\n", e.what());
+      return 2;
+    }
+  }
   if (argc != 5) {
-    std::fprintf(stderr, "usage: compare_runs REF.metrics REF.params GOT.metrics GOT.params\n");
+    std::fprintf(stderr, "usage: compare_runs REF.metrics REF.params GOT.metrics GOT.params\n"
+                         "       compare_runs --losses REF.metrics GOT.metrics\n");
     return 2;
   }
   try {

@@ -17,6 +17,29 @@
 #   missing-model   a model path that does not exist: rejected (exit 2).
 #   rank-dies       rank 1 calls _exit(9) at step 2 of a 4-rank run
 #       (SPINDLE_TEST_DIE_AT_STEP): the job ends non-zero well within 60 s.
+#   ckpt-resume-tiny-clip, ckpt-resume-tiny-lm  6 steps straight on 4 ranks
+#       equal 3 steps + resume for 3 on 4 ranks, and 3 steps on 4 ranks +
+#       resume for 3 on 3 ranks (checkpoint re-sharded by parameter; tiny-lm
+#       has tensor-parallel shards), compared by compare_runs.
+#   ckpt-corrupt    a *.tmp.* leftover is ignored; a flipped byte, a
+#       truncated file, another seed, another model, an empty directory are
+#       refused with exit 2 and one message naming the file or the cause.
+#   ckpt-replan     tiny-clip with a task removed (written here), planned in
+#       milliseconds, resumes from the full model's checkpoint: the
+#       remaining tasks' next-step losses equal the full run's; then with two
+#       tasks removed (audio dropped) and back (audio new): the log counts
+#       carried/new/dropped tensors.
+#   ckpt-fault      rank 1 is killed with SIGKILL while training with
+#       --checkpoint --every 4: the job ends within 30 s naming rank 1; the
+#       newest checkpoint is at most 4 steps behind the last logged step, and
+#       resuming reproduces the lost steps' losses.
+#   launch-env      RANK=0 exported to a 2-rank job: exit 2 naming rank 1 and
+#       the variable; SLURM_* variables under mpirun are ignored; local ranks
+#       are logged.
+#   slurm-dry-run   scripts/slurm/spindle-launch.sh with fake SLURM_* variables
+#       and SPINDLE_DRY_RUN=1 prints the plan and launch commands it would run.
+#   slurm-local     the same helper run for real with fake SLURM_* variables,
+#       mpirun and CPU ranks: plans, trains, and a second launch resumes.
 set -uo pipefail
 MODE=$1 BIN=$2 SRC=$3 WORK=$4 MPIEXEC=$5 COMPARE=$6
 MODELS=$SRC/configs/models CLUSTERS=$SRC/configs/clusters
@@ -96,5 +119,214 @@ case "$MODE" in
     [ "$rc" -ne 124 ] || die "the job hung (killed by timeout)"
     [ "$took" -lt 60 ] || die "took $took s"
     echo "PASS: job ended with exit $rc after $took s" ;;
+  ckpt-resume-*)
+    name=${MODE#ckpt-resume-}
+    model=$MODELS/$name.yaml
+    plan "$model" 4 p4.json
+    plan "$model" 3 p3.json
+    rm -rf ck44 ck43 ./*.jsonl
+    run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
+    for np in 4 3; do
+      run 4 p4.json "$model" --steps 3 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" --every 2
+      [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
+      [ -d "ck4$np/step-000002" ] && [ -d "ck4$np/step-000003" ] || die "no checkpoints at steps 2 and 3"
+      run "$np" "p$np.json" "$model" --steps 6 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" \
+          --resume --dump-params "r4$np.json"
+      cat run.log
+      [ "$rc" -eq 0 ] || die "resume on $np ranks: exit $rc"
+      grep -q "resumed from ck4$np/step-000003 (step 3" run.log || die "did not resume from step 3"
+      [ "$(grep -c '^iteration' run.log)" -eq 3 ] || die "expected steps 4..6 only"
+      echo "== $name: 3 steps on 4 ranks + 3 on $np ranks against 6 straight"
+      "$COMPARE" straight.jsonl straight.json "r4$np.jsonl" "r4$np.json" || die "resume on $np ranks differs"
+    done
+    echo "PASS: resume equals training straight" ;;
+  ckpt-corrupt)
+    model=$MODELS/tiny-clip.yaml
+    plan "$model" 4 p4.json
+    rm -rf ck empty && mkdir empty
+    run 4 p4.json "$model" --steps 2 --seed 3 --checkpoint ck --every 1
+    [ "$rc" -eq 0 ] || { cat run.log; die "first run: exit $rc"; }
+    mkdir ck/step-000009.tmp.crash && echo garbage > ck/step-000009.tmp.crash/params.bin
+    run 4 p4.json "$model" --steps 3 --seed 3 --checkpoint ck --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume next to a *.tmp.* leftover: exit $rc"
+    grep -q "resumed from ck/step-000002" run.log || die "did not resume from step 2"
+    cp ck/step-000003/params.bin good.bin
+    printf '\x7f' | dd of=ck/step-000003/params.bin bs=1 seek=5000 conv=notrunc status=none
+    run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint ck --resume
+    expect_reject "checkpoint with a flipped byte" "step-000003/params.bin: corrupt checkpoint file: SHA-256"
+    cp good.bin ck/step-000003/params.bin
+    head -c 1000 ck/step-000003/adam_m.bin > cut.bin && cp cut.bin ck/step-000003/adam_m.bin
+    run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint ck --resume
+    expect_reject "truncated checkpoint file" "step-000003/adam_m.bin: truncated or corrupt"
+    rm -r ck/step-000003  # the previous complete checkpoint is still there
+    run 4 p4.json "$model" --steps 4 --seed 4 --checkpoint ck --resume
+    expect_reject "checkpoint of another seed" "step-000002: written with --seed 3"
+    plan "$MODELS/tiny-lm.yaml" 4 lm4.json
+    run 4 lm4.json "$MODELS/tiny-lm.yaml" --steps 4 --seed 3 --checkpoint ck --resume
+    expect_reject "checkpoint of another model" "checkpoint of model 'tiny-clip'"
+    run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint empty --resume
+    expect_reject "resume without a checkpoint" "empty: --resume: no complete checkpoint" ;;
+  ckpt-replan)
+    full=$MODELS/tiny-clip.yaml
+    # drop_tasks OUT TASK...: the model without those tasks (same name and modules).
+    drop_tasks() {
+      local out=$1; shift
+      awk -v drop=" $* " '/^  - name: /{skip = index(drop, " " $3 " ") > 0} !skip' "$full" > "$out"
+    }
+    drop_tasks no-ai.yaml audio-image
+    drop_tasks it-only.yaml audio-text audio-image
+    [ "$(grep -c -- '- name:' no-ai.yaml)" -eq 2 ] && [ "$(grep -c -- '- name:' it-only.yaml)" -eq 1 ] ||
+      die "variant models not written"
+    plan "$full" 4 p4.json
+    plan no-ai.yaml 3 no-ai3.json
+    plan it-only.yaml 2 it2.json
+    echo "re-planning after removing a task: $(grep '^planning' no-ai3.json.log)"
+    rm -rf ckA ckB ckC ./*.jsonl
+    run 4 p4.json "$full" --steps 4 --seed 3 --every 3 --checkpoint ckA --metrics full.jsonl --dump-params full.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "full model: exit $rc"; }
+    rm -r ckA/step-000004 && cp -r ckA ckB
+    total=$(grep -oE '"[a-z_]+/[0-9]+\.[0-9]+/[a-z_0-9]+"' full.json | sort -u | wc -l)
+    audio=$(grep -oE '"audio/[0-9]+\.[0-9]+/[a-z_0-9]+"' full.json | sort -u | wc -l)
+    [ "$audio" -gt 0 ] && [ "$total" -gt "$audio" ] || die "cannot count tensors in full.json"
+    # One task removed: everything carries over; step 4 is computed from the
+    # same parameters and data as the full run's step 4.
+    run 3 no-ai3.json no-ai.yaml --steps 4 --seed 3 --checkpoint ckA --resume --metrics no-ai.jsonl
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume with a task removed: exit $rc"
+    grep -q "re-planned: model tiny-clip changed .*: carried $total tensors .*new .* 0 tensors .*dropped 0 tensors" \
+      run.log || die "expected carried $total, new 0, dropped 0"
+    "$COMPARE" --losses full.jsonl no-ai.jsonl || die "step 4 losses differ from the full model's"
+    # Two tasks removed: the audio encoder is dropped ...
+    run 2 it2.json it-only.yaml --steps 5 --seed 3 --checkpoint ckB --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume with two tasks removed: exit $rc"
+    grep -q "carried $((total - audio)) tensors .*new .* 0 tensors .*dropped $audio tensors" run.log ||
+      die "expected carried $((total - audio)), new 0, dropped $audio"
+    # ... and comes back new when the tasks are added again.
+    run 4 p4.json "$full" --steps 6 --seed 3 --checkpoint ckB --resume --metrics back.jsonl
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume with tasks added: exit $rc"
+    grep -q "resumed from ckB/step-000005" run.log || die "did not resume from it-only's step 5"
+    grep -q "carried $((total - audio)) tensors .*new (initialised from seed 3) $audio tensors .*dropped 0 tensors" \
+      run.log || die "expected carried $((total - audio)), new $audio, dropped 0"
+    [ "$(wc -l < back.jsonl)" -eq 1 ] && grep -q '"audio-text"' back.jsonl || die "no step 6 with every task"
+    echo "PASS: re-planned resumes carry shared parameters" ;;
+  ckpt-fault)
+    model=$MODELS/tiny-clip.yaml
+    plan "$model" 4 p4.json
+    rm -rf ck ./*.jsonl
+    start=$SECONDS
+    timeout 100 "$MPIEXEC" -np 4 --oversubscribe "$BIN/spindle-run" p4.json --model "$model" --steps 100000 \
+      --seed 3 --checkpoint ck --every 4 --metrics killed.jsonl > killed.log 2>&1 &
+    job=$!
+    # Kill between two checkpoints (steps 4n+1, 4n+2 logged), from step 9 on,
+    # so the resume below has lost steps to recompute.
+    logged=0
+    for _ in $(seq 1500); do
+      logged=$(wc -l < killed.jsonl 2> /dev/null || echo 0)
+      [ "$logged" -ge 9 ] && [ $((logged % 4)) -ge 1 ] && [ $((logged % 4)) -le 2 ] && break
+      sleep 0.02
+    done
+    [ "$logged" -ge 9 ] || { kill "$job"; die "fewer than 9 steps within 30 s"; }
+    # Rank 1: the child of mpirun whose environment says so.
+    launcher=$(pgrep -P "$job" | head -n 1)  # timeout's child: mpirun
+    victim=""
+    for p in $(pgrep -P "$launcher"); do
+      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+    done
+    [ -n "$victim" ] || { kill "$job"; die "rank 1's process not found under $launcher"; }
+    killed_at=$SECONDS
+    kill -KILL "$victim"
+    wait "$job"
+    rc=$?
+    took=$((SECONDS - killed_at))
+    grep -v '^iteration' killed.log
+    [ "$rc" -ne 0 ] || die "exit code 0 after a rank was killed"
+    [ "$rc" -ne 124 ] || die "the job hung (killed by timeout)"
+    [ "$took" -lt 30 ] || die "the job took $took s to end after the kill"
+    grep -q "rank 1 .*signal 9\|rank 1.*Killed" killed.log || die "no message naming rank 1"
+    last=$(grep -c '^iteration' killed.log)
+    newest=$(ls -d ck/step-?????? | tail -n 1)
+    saved=$((10#${newest##*step-}))
+    echo "killed after step $last (job ended $took s later); newest checkpoint $newest"
+    [ $((last - saved)) -le 4 ] && [ "$saved" -ge 8 ] || die "lost $((last - saved)) steps, more than 4"
+    # Resume: the lost steps come out the same.
+    target=$(( last > saved ? last : saved + 1 ))
+    run 4 p4.json "$model" --steps "$target" --seed 3 --checkpoint ck --resume --metrics resumed.jsonl
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume after the kill: exit $rc"
+    grep -q "resumed from $newest" run.log || die "did not resume from $newest"
+    if [ "$last" -gt "$saved" ]; then
+      "$COMPARE" --losses killed.jsonl resumed.jsonl || die "resumed steps differ from the killed run's"
+    fi
+    echo "PASS: SIGKILL of rank 1 ended the job in $took s; resume lost $((last - saved)) steps" ;;
+  slurm-dry-run)
+    out=$(env -i PATH="$PATH" HOME="$PWD" SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='gpu[07-08]' SLURM_NNODES=2 \
+          SLURM_JOB_NUM_NODES=2 SLURM_GPUS_ON_NODE=8 SLURM_SUBMIT_DIR="$PWD" SPINDLE_DRY_RUN=1 \
+          SPINDLE_BIN=/opt/spindle/bin SPINDLE_MODEL=models/clip.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" \
+          SPINDLE_STEPS=1000 SPINDLE_EVERY=50 SPINDLE_RUN_DIR=/scratch/run \
+          bash "$SRC/scripts/slurm/spindle-launch.sh" 2>&1)
+    rc=$?
+    echo "$out"
+    [ "$rc" -eq 0 ] || die "dry run: exit $rc"
+    expect_line() { grep -qF -- "$1" <<< "$out" || die "dry run: no line with: $1"; }
+    expect_line "first node gpu07, 2 nodes x 8 GPUs = 16 ranks"
+    expect_line "islands: 2"
+    expect_line "devices_per_island: 8"
+    expect_line "+ /opt/spindle/bin/spindle-plan models/clip.yaml --cluster /scratch/run/cluster.yaml -o /scratch/run/plan.json"
+    expect_line "+ srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --gpus-per-task=1 --kill-on-bad-exit=1 --mpi=pmix /opt/spindle/bin/spindle-run /scratch/run/plan.json --model models/clip.yaml --steps 1000 --backend cuda --seed 0 --checkpoint /scratch/run/checkpoints --every 50 --metrics /scratch/run/metrics.jsonl"
+    grep -q -- '--resume' <<< "$out" && die "dry run: --resume without a checkpoint"
+    # With a complete checkpoint (and a leftover) it resumes; mpirun on request.
+    mkdir -p run2/checkpoints/step-000050 run2/checkpoints/step-000100.tmp.x
+    out=$(env -i PATH="$PATH" SLURM_JOB_ID=4243 SLURM_JOB_NODELIST='gpu01,gpu02' SLURM_NNODES=2 \
+          SLURM_GPUS_ON_NODE=4 SPINDLE_DRY_RUN=1 SPINDLE_LAUNCHER=mpirun SPINDLE_BIN=/b \
+          SPINDLE_MODEL=m.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" SPINDLE_RUN_DIR="$PWD/run2" \
+          bash "$SRC/scripts/slurm/spindle-launch.sh" 2>&1)
+    rc=$?
+    echo "$out"
+    [ "$rc" -eq 0 ] || die "second dry run: exit $rc"
+    expect_line "first node gpu01, 2 nodes x 4 GPUs = 8 ranks"
+    expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $PWD/run2/plan.json --model m.yaml"
+    expect_line "--checkpoint $PWD/run2/checkpoints --every 100 --resume"
+    # Missing inputs: a clear error, exit 2.
+    env -i PATH="$PATH" SPINDLE_DRY_RUN=1 bash "$SRC/scripts/slurm/spindle-launch.sh" > bad.log 2>&1
+    rc=$?
+    cat bad.log
+    [ "$rc" -eq 2 ] && grep -q "SLURM_JOB_NODELIST" bad.log || die "no clear error outside a Slurm job"
+    echo "PASS: dry run prints the plan and launch commands" ;;
+  launch-env)
+    plan "$MODELS/tiny-clip.yaml" 2 p2.json
+    RANK=0 run 2 p2.json "$MODELS/tiny-clip.yaml" --steps 1
+    expect_reject "a RANK variable that disagrees with MPI" "rank 1: RANK=0 but the MPI rank is 1"
+    # Under mpirun a Slurm task's variables are not the MPI job's: ignored.
+    SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 run 2 p2.json "$MODELS/tiny-clip.yaml" --steps 1
+    cat run.log
+    [ "$rc" -eq 0 ] || die "SLURM_* variables under mpirun: exit $rc"
+    grep -q "local ranks 0,1 (OMPI_COMM_WORLD_LOCAL_RANK)" run.log || die "local ranks not logged"
+    echo "PASS: launcher variables cross-checked" ;;
+  slurm-local)
+    # The helper for real on this machine: fake SLURM_* variables of one node
+    # with 2 "GPUs", CPU ranks under mpirun. Trains 3 steps; the same command
+    # with more steps resumes (as a requeued job does).
+    rm -rf job
+    launch() {  # launch STEPS: output in launch.log, exit code in $rc
+      env SLURM_JOB_ID=7 SLURM_JOB_NODELIST=localhost SLURM_NNODES=1 SLURM_GPUS_ON_NODE=2 \
+          SPINDLE_LAUNCHER=mpirun SPINDLE_BACKEND=cpu SPINDLE_BIN="$BIN" SPINDLE_MODEL="$MODELS/tiny-clip.yaml" \
+          SPINDLE_CLUSTER="$CLUSTERS/cpu-1x4.yaml" SPINDLE_STEPS="$1" SPINDLE_EVERY=2 SPINDLE_RUN_DIR="$PWD/job" \
+          OMPI_MCA_rmaps_base_oversubscribe=1 timeout 100 bash "$SRC/scripts/slurm/spindle-launch.sh" > launch.log 2>&1
+      rc=$?
+      cat launch.log
+    }
+    launch 3
+    [ "$rc" -eq 0 ] || die "first launch: exit $rc"
+    grep -q '^devices_per_island: 2' job/cluster.yaml || die "cluster.yaml not written for 2 devices"
+    [ -d job/checkpoints/step-000003 ] || die "no checkpoint at step 3"
+    launch 5
+    [ "$rc" -eq 0 ] || die "second launch: exit $rc"
+    grep -q "resumed from $PWD/job/checkpoints/step-000003" launch.log || die "second launch did not resume"
+    [ "$(grep -c '^iteration' launch.log)" -eq 2 ] || die "second launch: expected steps 4 and 5 only"
+    echo "PASS: the Slurm helper plans, trains and resumes" ;;
   *) die "unknown mode $MODE" ;;
 esac

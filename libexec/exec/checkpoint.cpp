@@ -1,0 +1,307 @@
+#include "libexec/exec/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "libplan/util/files.h"
+
+namespace spindle::exec {
+
+namespace fs = std::filesystem;
+using plan::Error;
+using plan::Result;
+
+// The files are written with memcpy of native integers and floats.
+static_assert(std::endian::native == std::endian::little, "checkpoint files are little-endian");
+
+std::string checkpoint_name(int64_t step);
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'P', 'N', 'D', 'L', 'T', 'F', '\0'};
+constexpr uint32_t kTensorFileVersion = 1;
+constexpr int kManifestVersion = 1;
+constexpr uint32_t kMaxRank = 8;
+const char* const kFiles[] = {"params.bin", "adam_m.bin", "adam_v.bin"};
+
+template <class T>
+void put(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+
+// Bounds-checked reader over a byte string.
+struct Reader {
+  const std::string& bytes;
+  size_t pos = 0;
+  bool take(void* dst, size_t n) {
+    if (n > bytes.size() - pos) return false;
+    std::memcpy(dst, bytes.data() + pos, n);
+    pos += n;
+    return true;
+  }
+};
+
+// Steps of the complete checkpoints in `dir`: directories named exactly
+// checkpoint_name(step).
+std::vector<int64_t> scan(const std::string& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 6 || name.size() > 20 || name.rfind("step-", 0) != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    const int64_t step = std::stoll(name.substr(5));
+    if (name == checkpoint_name(step) && e.is_directory(ec)) out.push_back(step);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string encode_tensors(const std::map<std::string, Tensor>& tensors) {
+  std::string out(kMagic, sizeof kMagic);
+  put<uint32_t>(out, kTensorFileVersion);
+  put<uint32_t>(out, 0);
+  put<uint64_t>(out, tensors.size());
+  for (const auto& [name, t] : tensors) {
+    put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+    out += name;
+    put<uint32_t>(out, static_cast<uint32_t>(t.shape().size()));
+    for (int64_t d : t.shape()) put<int64_t>(out, d);
+    out.append(reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * sizeof(float));
+  }
+  return out;
+}
+
+Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, const std::string& path) {
+  Reader r{bytes};
+  auto bad = [&](const std::string& what) {
+    return Error{path + ": " + what + " (at byte " + std::to_string(r.pos) + " of " +
+                 std::to_string(bytes.size()) + ")"};
+  };
+  char magic[8];
+  uint32_t version = 0, reserved = 0;
+  uint64_t count = 0;
+  if (!r.take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return bad("not a spindle tensor file (magic)");
+  if (!r.take(&version, 4) || !r.take(&reserved, 4) || !r.take(&count, 8)) return bad("truncated header");
+  if (version != kTensorFileVersion)
+    return bad("tensor file version " + std::to_string(version) + ", this build reads version " +
+               std::to_string(kTensorFileVersion));
+  std::map<std::string, Tensor> out;
+  std::string previous;
+  for (uint64_t i = 0; i < count; ++i) {
+    uint32_t name_len = 0, rank = 0;
+    if (!r.take(&name_len, 4) || name_len == 0 || name_len > bytes.size() - r.pos)
+      return bad("record " + std::to_string(i) + ": bad or truncated name");
+    std::string name(name_len, '\0');
+    r.take(name.data(), name_len);
+    if (!out.empty() && !(previous < name)) return bad("record '" + name + "': names not in ascending order");
+    if (!r.take(&rank, 4) || rank > kMaxRank) return bad("record '" + name + "': bad rank");
+    Shape shape(rank);
+    int64_t numel = 1;
+    for (uint32_t d = 0; d < rank; ++d) {
+      if (!r.take(&shape[d], 8) || shape[d] < 0 || shape[d] > (int64_t{1} << 40))
+        return bad("record '" + name + "': bad or truncated shape");
+      numel *= shape[d];
+      if (numel > (int64_t{1} << 40)) return bad("record '" + name + "': too many elements");
+    }
+    const size_t n_bytes = static_cast<size_t>(numel) * sizeof(float);
+    if (n_bytes > bytes.size() - r.pos) return bad("record '" + name + "': truncated values");
+    Tensor t = Tensor::zeros(shape);
+    r.take(t.data(), n_bytes);
+    previous = name;
+    out.emplace(std::move(name), std::move(t));
+  }
+  if (r.pos != bytes.size()) return bad("bytes after the last record");
+  return out;
+}
+
+std::vector<int64_t> list_checkpoints(const std::string& dir) { return scan(dir); }
+
+Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                                    const TrainingState& state, int keep) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error{dir + ": cannot create checkpoint directory: " + ec.message()};
+  const std::string name = checkpoint_name(meta.step);
+  const std::string final_dir = (fs::path(dir) / name).string();
+  std::string tmp_template = final_dir + ".tmp.XXXXXX";
+  if (!::mkdtemp(tmp_template.data()))
+    return Error{final_dir + ".tmp.*: cannot create: " + std::strerror(errno)};
+  const std::string tmp = tmp_template;
+  auto fail = [&](const std::string& msg) {
+    fs::remove_all(tmp, ec);
+    return Error{msg};
+  };
+
+  // Tensor files, then the manifest with their checksums.
+  std::map<std::string, Tensor> which[3];
+  nlohmann::json steps = nlohmann::json::object();
+  for (const auto& [tname, ts] : state.tensors) {
+    which[0].emplace(tname, ts.value);
+    which[1].emplace(tname, ts.m);
+    which[2].emplace(tname, ts.v);
+    steps[tname] = ts.adam_steps;
+  }
+  nlohmann::json files = nlohmann::json::object();
+  for (int f = 0; f < 3; ++f) {
+    const std::string bytes = encode_tensors(which[f]);
+    const plan::Status st = plan::write_file_atomic(tmp + "/" + kFiles[f], bytes);
+    if (!st.ok()) return fail(st.error().message);
+    files[kFiles[f]] = {{"sha256", plan::sha256_hex(bytes)}, {"bytes", bytes.size()}};
+  }
+  nlohmann::json samples = nlohmann::json::object();
+  for (const auto& [task, batch] : meta.task_batch) samples[task] = batch * meta.step;
+  const nlohmann::json manifest = {
+      {"format", "spindle-checkpoint"},
+      {"version", kManifestVersion},
+      {"step", meta.step},
+      {"model", {{"name", meta.model_name}, {"sha256", meta.model_sha256}}},
+      {"plan", {{"sha256", meta.plan_sha256}, {"strategy", meta.plan_strategy}, {"devices", meta.plan_devices}}},
+      {"seed", meta.seed},
+      {"data", {{"next_step", meta.step + 1}, {"samples", samples}}},
+      {"optimizer",
+       {{"name", "adamw"}, {"lr", meta.lr}, {"beta1", meta.beta1}, {"beta2", meta.beta2}, {"eps", meta.eps},
+        {"weight_decay", meta.weight_decay}, {"steps", steps}}},
+      {"files", files}};
+  const plan::Status st = plan::write_file_atomic(tmp + "/manifest.json", manifest.dump(1) + "\n");
+  if (!st.ok()) return fail(st.error().message);
+  fsync_dir(tmp);
+
+  // Into place. A checkpoint of the same step (a rerun) is moved aside first.
+  if (fs::exists(final_dir, ec)) {
+    const std::string old = final_dir + ".tmp.old" + std::to_string(::getpid());
+    fs::rename(final_dir, old, ec);
+    if (ec) return fail(final_dir + ": cannot replace: " + ec.message());
+    fs::remove_all(old, ec);
+  }
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return fail(final_dir + ": cannot rename " + tmp + " into place: " + ec.message());
+  fsync_dir(dir);
+
+  // Keep the newest `keep`; drop leftovers of crashed writes up to this step.
+  const std::vector<int64_t> done = list_checkpoints(dir);
+  for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < done.size(); ++i)
+    fs::remove_all(fs::path(dir) / checkpoint_name(done[i]), ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const size_t t = n.find(".tmp.");
+    if (n.rfind("step-", 0) != 0 || t == std::string::npos) continue;
+    const std::string digits = n.substr(5, t - 5);
+    if (!digits.empty() && digits.size() <= 15 &&
+        digits.find_first_not_of("0123456789") == std::string::npos && std::stoll(digits) <= meta.step)
+      fs::remove_all(e.path(), ec);
+  }
+  return final_dir;
+}
+
+Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
+  const std::string manifest_path = step_dir + "/manifest.json";
+  SPINDLE_ASSIGN(text, plan::read_file(manifest_path));
+  Checkpoint ck;
+  ck.path = step_dir;
+  nlohmann::json files;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.value("format", "") != "spindle-checkpoint")
+      return Error{manifest_path + ": format: expected \"spindle-checkpoint\""};
+    if (j.at("version").get<int>() != kManifestVersion)
+      return Error{manifest_path + ": version " + j.at("version").dump() + ", this build reads version " +
+                   std::to_string(kManifestVersion)};
+    CheckpointMeta& m = ck.meta;
+    m.step = j.at("step").get<int64_t>();
+    m.model_name = j.at("model").at("name").get<std::string>();
+    m.model_sha256 = j.at("model").at("sha256").get<std::string>();
+    m.plan_sha256 = j.at("plan").at("sha256").get<std::string>();
+    m.plan_strategy = j.at("plan").at("strategy").get<std::string>();
+    m.plan_devices = j.at("plan").at("devices").get<int>();
+    m.seed = j.at("seed").get<uint64_t>();
+    for (const auto& [task, n] : j.at("data").at("samples").items())
+      m.task_batch[task] = m.step > 0 ? n.get<int64_t>() / m.step : 0;
+    const nlohmann::json& opt = j.at("optimizer");
+    m.lr = opt.at("lr").get<float>();
+    m.beta1 = opt.at("beta1").get<float>();
+    m.beta2 = opt.at("beta2").get<float>();
+    m.eps = opt.at("eps").get<float>();
+    m.weight_decay = opt.at("weight_decay").get<float>();
+    for (const auto& [tname, n] : opt.at("steps").items()) ck.state.tensors[tname].adam_steps = n.get<int64_t>();
+    files = j.at("files");
+    if (m.step < 1) return Error{manifest_path + ": step: must be at least 1"};
+  } catch (const nlohmann::json::exception& e) {
+    return Error{manifest_path + ": not a valid checkpoint manifest: " + e.what()};
+  }
+  ck.state.step = ck.meta.step;
+
+  std::map<std::string, Tensor> decoded[3];
+  for (int f = 0; f < 3; ++f) {
+    const std::string path = step_dir + "/" + kFiles[f];
+    if (!files.contains(kFiles[f])) return Error{manifest_path + ": files: no entry for " + kFiles[f]};
+    SPINDLE_ASSIGN(bytes, plan::read_file(path));
+    std::string want_sha;
+    uint64_t want_bytes = 0;
+    try {
+      want_sha = files.at(kFiles[f]).at("sha256").get<std::string>();
+      want_bytes = files.at(kFiles[f]).at("bytes").get<uint64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      return Error{manifest_path + ": files." + kFiles[f] + ": " + e.what()};
+    }
+    if (bytes.size() != want_bytes)
+      return Error{path + ": truncated or corrupt checkpoint file: " + std::to_string(bytes.size()) +
+                   " bytes, the manifest says " + std::to_string(want_bytes)};
+    if (plan::sha256_hex(bytes) != want_sha)
+      return Error{path + ": corrupt checkpoint file: SHA-256 differs from the manifest's"};
+    SPINDLE_ASSIGN(tensors, decode_tensors(bytes, path));
+    decoded[f] = std::move(tensors);
+  }
+  // params, m, v and the optimizer steps must name the same tensors.
+  std::map<std::string, TensorState>& out = ck.state.tensors;
+  for (const auto& [tname, ts] : out)
+    if (!decoded[0].count(tname))
+      return Error{manifest_path + ": optimizer.steps names " + tname + ", which params.bin lacks"};
+  for (auto& [tname, value] : decoded[0]) {
+    for (int f = 1; f < 3; ++f) {
+      const auto it = decoded[f].find(tname);
+      if (it == decoded[f].end() || it->second.shape() != value.shape())
+        return Error{step_dir + "/" + kFiles[f] + ": " + tname + " missing or shaped unlike params.bin"};
+    }
+    if (!out.count(tname)) return Error{manifest_path + ": optimizer.steps: no entry for " + tname};
+    TensorState& ts = out[tname];
+    ts.value = value;
+    ts.m = decoded[1].at(tname);
+    ts.v = decoded[2].at(tname);
+  }
+  if (decoded[1].size() != decoded[0].size() || decoded[2].size() != decoded[0].size())
+    return Error{step_dir + ": adam_m.bin or adam_v.bin holds tensors params.bin lacks"};
+  return ck;
+}
+
+}  // namespace spindle::exec

@@ -1,0 +1,96 @@
+// Checkpoints of training state, saved by parameter, not by rank
+// (docs/runtime.md, "Checkpoints and resume").
+//
+// A checkpoint is a directory DIR/step-NNNNNN (6+ digits, the steps done)
+// holding
+//   manifest.json  {"format": "spindle-checkpoint", "version": 1, "step": S,
+//                   "model": {"name", "sha256"}, "plan": {"sha256",
+//                   "strategy", "devices"}, "seed": K, "data": {"next_step":
+//                   S + 1, "samples": {TASK: S * batch}}, "optimizer":
+//                   {"name": "adamw", "lr", "beta1", "beta2", "eps",
+//                   "weight_decay", "steps": {TENSOR: n}}, "files": {FILE:
+//                   {"sha256", "bytes"}}}
+//   params.bin     every parameter tensor, full (TP shards reassembled)
+//   adam_m.bin     AdamW first moments, same names and shapes
+//   adam_v.bin     AdamW second moments
+// A tensor file (all integers and floats little-endian):
+//   header  8 bytes magic "SPNDLTF\0", u32 version (1), u32 0, u64 count
+//   count records, names in ascending byte order:
+//           u32 name bytes, name (UTF-8), u32 rank, rank x i64 dims,
+//           product(dims) x f32 values (row-major)
+//   nothing after the last record.
+// The synthetic data position is the step alone (step s reads samples
+// (s-1) B .. s B - 1 of each task, data.h), so "data" records it for
+// readers; the seed and step restore it.
+//
+// Writing: into DIR/step-NNNNNN.tmp.XXXXXX, every file fsynced, then renamed
+// to DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
+// which readers ignore. Reading verifies every file's size and SHA-256
+// against the manifest before decoding.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "libexec/tensor.h"
+#include "libplan/util/status.h"
+
+namespace spindle::exec {
+
+// One parameter tensor's full training state.
+struct TensorState {
+  Tensor value, m, v;      // full shape (no TP split), fp32
+  int64_t adam_steps = 0;  // AdamW steps taken (bias correction)
+};
+
+// Everything a run needs to continue: full tensors by name "M/k.r/<tensor>".
+struct TrainingState {
+  int64_t step = 0;  // steps done
+  std::map<std::string, TensorState> tensors;
+};
+
+// What the manifest says besides the tensors.
+struct CheckpointMeta {
+  int64_t step = 0;
+  std::string model_name, model_sha256;
+  std::string plan_sha256, plan_strategy;
+  int plan_devices = 0;
+  uint64_t seed = 0;
+  std::map<std::string, int64_t> task_batch;  // task -> batch (for "data")
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+};
+
+struct Checkpoint {
+  std::string path;  // the step directory
+  CheckpointMeta meta;
+  TrainingState state;
+};
+
+// Tensor file encoding (header comment); decode errors name `path`.
+std::string encode_tensors(const std::map<std::string, Tensor>& tensors);
+plan::Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes,
+                                                           const std::string& path);
+
+// "step-000006" for step 6.
+std::string checkpoint_name(int64_t step);
+
+// Writes the checkpoint of `state` (step = meta.step) into `dir` (created
+// if missing) atomically as above, then removes all but the newest `keep`
+// complete checkpoints and any *.tmp.* leftovers of steps up to this one.
+// A checkpoint of the same step already there is replaced. Returns the step
+// directory's path; on error nothing complete is changed.
+plan::Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                                          const TrainingState& state, int keep);
+
+// Step numbers of the complete checkpoints in `dir` (names step-N, no
+// ".tmp."), ascending; empty when none or `dir` is missing.
+std::vector<int64_t> list_checkpoints(const std::string& dir);
+
+// Reads and verifies DIR/step-N: manifest format and version, every file's
+// size and SHA-256, tensor files, and that params/m/v name the same tensors
+// with the same shapes. Errors name the offending file.
+plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir);
+
+}  // namespace spindle::exec

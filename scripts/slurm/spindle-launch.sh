@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Plans and launches spindle-run over every GPU of a Slurm allocation
+# (docs/slurm.md). Runs inside the job (spindle.sbatch calls it), on the
+# job's first node: writes the cluster file for this allocation, plans on
+# this node, then starts one spindle-run rank per GPU with srun (or mpirun),
+# resuming from the newest complete checkpoint when there is one, so a
+# requeued job continues where it stopped.
+#
+# Settings (environment):
+#   SPINDLE_MODEL        model YAML (required)
+#   SPINDLE_CLUSTER      cluster YAML of one node's devices and links (required);
+#                        islands and devices_per_island are set to the allocation
+#   SPINDLE_BIN          folder of spindle-plan and spindle-run (default: build/apps)
+#   SPINDLE_RUN_DIR      outputs: cluster.yaml, plan.json, checkpoints/, metrics.jsonl
+#                        (default: $SLURM_SUBMIT_DIR/spindle-run-$SLURM_JOB_ID)
+#   SPINDLE_STEPS (1000) SPINDLE_EVERY (100) SPINDLE_SEED (0) SPINDLE_BACKEND (cuda)
+#   SPINDLE_STRATEGY     spindle-plan --strategy (default spindle)
+#   SPINDLE_PROFILE      spindle-plan --profile PROFILE.json (default: analytic)
+#   SPINDLE_LAUNCHER     srun (default) | mpirun
+#   SPINDLE_GPUS_PER_NODE  overrides SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
+#   SPINDLE_DRY_RUN=1    print what would be written and run, run nothing
+# Slurm variables read: SLURM_JOB_NODELIST, SLURM_NNODES (or
+# SLURM_JOB_NUM_NODES), SLURM_GPUS_ON_NODE (or SLURM_GPUS_PER_NODE, e.g.
+# "h200:8"), SLURM_JOB_ID, SLURM_SUBMIT_DIR.
+# Exit: the launcher's exit code; 2 on missing settings.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DRY=${SPINDLE_DRY_RUN:-}
+fail() { echo "spindle-launch: error: $*" >&2; exit 2; }
+say() { echo "spindle-launch: $*"; }
+# run CMD...: prints "+ CMD" (shell-quoted); runs it unless dry.
+run() {
+  printf '+'; printf ' %q' "$@"; printf '\n'
+  [ -n "$DRY" ] || "$@"
+}
+
+# First host of a Slurm host list: "gpu[07-08,11],cpu1" -> gpu07.
+first_host() {
+  if [ -z "$DRY" ] && command -v scontrol > /dev/null 2>&1; then
+    scontrol show hostnames "$1" | head -n 1
+    return
+  fi
+  local prefix=${1%%[[,]*} rest
+  rest=${1:${#prefix}}
+  if [ "${rest:0:1}" = "[" ]; then
+    rest=${rest:1}
+    echo "$prefix${rest%%[-,\]]*}"
+  else
+    echo "$prefix"
+  fi
+}
+
+[ -n "${SLURM_JOB_NODELIST:-}" ] ||
+  fail "SLURM_JOB_NODELIST is not set: run inside a Slurm job (sbatch scripts/slurm/spindle.sbatch), or set the SLURM_* variables for a dry run"
+[ -n "${SPINDLE_MODEL:-}" ] || fail "SPINDLE_MODEL (the model YAML) is not set"
+[ -n "${SPINDLE_CLUSTER:-}" ] || fail "SPINDLE_CLUSTER (a one-node cluster YAML, e.g. configs/clusters/h200-1x8.yaml) is not set"
+[ -r "$SPINDLE_CLUSTER" ] || fail "SPINDLE_CLUSTER=$SPINDLE_CLUSTER: cannot read"
+nodes=${SLURM_NNODES:-${SLURM_JOB_NUM_NODES:-}}
+[ -n "$nodes" ] || fail "SLURM_NNODES is not set"
+gpus=${SPINDLE_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-${SLURM_GPUS_PER_NODE:-}}}
+gpus=${gpus##*:}  # "h200:8" -> 8
+[[ "$gpus" =~ ^[1-9][0-9]*$ ]] ||
+  fail "GPUs per node unknown ('$gpus'): submit with --gpus-per-node=N or set SPINDLE_GPUS_PER_NODE"
+[[ "$nodes" =~ ^[1-9][0-9]*$ ]] || fail "SLURM_NNODES='$nodes' is not a positive integer"
+world=$((nodes * gpus))
+
+BIN=${SPINDLE_BIN:-$ROOT/build/apps}
+RUN_DIR=${SPINDLE_RUN_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/spindle-run-${SLURM_JOB_ID:-0}}
+CKPT=$RUN_DIR/checkpoints
+STEPS=${SPINDLE_STEPS:-1000} EVERY=${SPINDLE_EVERY:-100} SEED=${SPINDLE_SEED:-0}
+BACKEND=${SPINDLE_BACKEND:-cuda} STRATEGY=${SPINDLE_STRATEGY:-spindle}
+LAUNCHER=${SPINDLE_LAUNCHER:-srun}
+
+say "job ${SLURM_JOB_ID:-?}: first node $(first_host "$SLURM_JOB_NODELIST"), $nodes nodes x $gpus GPUs = $world ranks${DRY:+ (dry run)}"
+
+# 1. The cluster of this allocation: one island per node.
+cluster=$(sed -E -e "s/^islands:.*/islands: $nodes/" -e "s/^devices_per_island:.*/devices_per_island: $gpus/" \
+              -e "s/^name:[[:space:]]*(.*)/name: \1-slurm-${nodes}x${gpus}/" "$SPINDLE_CLUSTER")
+if [ -n "$DRY" ]; then
+  say "would write $RUN_DIR/cluster.yaml:"
+  grep -E '^(name|islands|devices_per_island):' <<< "$cluster"
+else
+  mkdir -p "$RUN_DIR" || fail "cannot create $RUN_DIR"
+  printf '%s\n' "$cluster" > "$RUN_DIR/cluster.yaml" || fail "cannot write $RUN_DIR/cluster.yaml"
+fi
+
+# 2. Plan on this (the first) node; milliseconds, so every (re)start replans
+#    for the allocation it got.
+plan_args=("$BIN/spindle-plan" "$SPINDLE_MODEL" --cluster "$RUN_DIR/cluster.yaml" -o "$RUN_DIR/plan.json")
+[ "$STRATEGY" = spindle ] || plan_args+=(--strategy "$STRATEGY")
+[ -z "${SPINDLE_PROFILE:-}" ] || plan_args+=(--profile "$SPINDLE_PROFILE")
+run "${plan_args[@]}" || fail "planning failed"
+
+# 3. Train: resume when a complete checkpoint (step-N, not *.tmp.*) exists.
+resume=()
+for d in "$CKPT"/step-*; do
+  [ -d "$d" ] && [[ "$(basename "$d")" =~ ^step-[0-9]+$ ]] && resume=(--resume)
+done
+[ ${#resume[@]} -eq 0 ] || say "resuming from the newest checkpoint in $CKPT"
+train=("$BIN/spindle-run" "$RUN_DIR/plan.json" --model "$SPINDLE_MODEL" --steps "$STEPS" --backend "$BACKEND"
+       --seed "$SEED" --checkpoint "$CKPT" --every "$EVERY" "${resume[@]}" --metrics "$RUN_DIR/metrics.jsonl")
+case "$LAUNCHER" in
+  srun)
+    # --kill-on-bad-exit: one dead rank ends the step (srun names the task).
+    run srun --nodes="$nodes" --ntasks="$world" --ntasks-per-node="$gpus" --gpus-per-task=1 \
+        --kill-on-bad-exit=1 --mpi=pmix "${train[@]}" ;;
+  mpirun)
+    run mpirun -np "$world" --map-by "ppr:$gpus:node" --bind-to none "${train[@]}" ;;
+  *) fail "SPINDLE_LAUNCHER=$LAUNCHER: expected srun or mpirun" ;;
+esac

@@ -1,0 +1,286 @@
+// Checkpoints (libexec/exec/checkpoint.h): the tensor file format by hand,
+// truncation and corruption refused with the file named, the directory
+// protocol (tmp + rename, keep N, leftovers ignored), and resume on one
+// device equal to training straight. Resume on other device counts and
+// re-planning run under mpirun (test/exec/mpi/run_checks.sh ckpt-*).
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/fake_comm.h"
+#include "libexec/exec/checkpoint.h"
+#include "libexec/exec/executor.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/util/files.h"
+
+using namespace spindle::exec;
+namespace sp = spindle::plan;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh empty directory under the system temp folder, removed at scope end.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() / ("spindle-ckpt-" + tag + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+// One MetaOp and one wave per operator on device 0 (as test_executor.cpp).
+sp::Plan one_device_plan(const sp::Model& model) {
+  const sp::OpGraph g = sp::expand(model);
+  sp::Plan plan;
+  plan.model_name = model.name;
+  plan.model_sha256 = model.sha256;
+  plan.devices = 1;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    sp::PlanMetaOp m;
+    m.id = static_cast<int>(i);
+    m.task = model.tasks[static_cast<size_t>(g.ops[i].task)].name;
+    m.workload = g.ops[i].workload;
+    m.operators = {g.ops[i].id};
+    plan.metaops.push_back(m);
+    sp::Wave w;
+    w.index = static_cast<int>(i);
+    w.slices.push_back({static_cast<int>(i), 0, 1, {0}, 0.0});
+    plan.waves.push_back(w);
+  }
+  return plan;
+}
+
+struct OneDevice {
+  SelfComm world;
+  std::unique_ptr<Backend> backend = make_backend("cpu");
+  std::unique_ptr<Executor> ex;
+  OneDevice(const sp::Model& model, const sp::Plan& plan) {
+    GroupComms groups;
+    groups[{0}] = std::make_unique<SelfComm>();
+    ex = std::make_unique<Executor>(model, plan, world, std::move(groups), *backend, ExecOptions{});
+  }
+};
+
+TrainingState small_state() {
+  TrainingState s;
+  s.step = 4;
+  TensorState a;
+  a.value = Tensor::from({2, 3}, {1, 2, 3, 4, 5, 6});
+  a.m = Tensor::from({2, 3}, {0.5f, 0, 0, 0, 0, -0.5f});
+  a.v = Tensor::from({2, 3}, {1e-3f, 0, 0, 0, 0, 2e-3f});
+  a.adam_steps = 4;
+  TensorState b;
+  b.value = Tensor::from({1}, {-7});
+  b.m = Tensor::from({1}, {0.25f});
+  b.v = Tensor::from({1}, {0.125f});
+  b.adam_steps = 2;
+  s.tensors["x/0.0/w"] = a;
+  s.tensors["x/0.0/b"] = b;
+  return s;
+}
+
+CheckpointMeta small_meta(int64_t step) {
+  CheckpointMeta m;
+  m.step = step;
+  m.model_name = "x";
+  m.model_sha256 = "abc";
+  m.plan_sha256 = "def";
+  m.plan_strategy = "spindle";
+  m.plan_devices = 2;
+  m.seed = 5;
+  m.task_batch = {{"t", 8}};
+  m.lr = 3e-3f;
+  return m;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: tensor file layout by hand, decode inverts encode") {
+  std::map<std::string, Tensor> t;
+  t["a"] = Tensor::from({2}, {1.5f, -2});
+  t["bc"] = Tensor::from({1, 1}, {3});
+  const std::string bytes = encode_tensors(t);
+  // header 24; "a": 4 + 1 + 4 + 8 + 2*4 = 25; "bc": 4 + 2 + 4 + 16 + 4 = 30.
+  REQUIRE(bytes.size() == 24 + 25 + 30);
+  CHECK(std::memcmp(bytes.data(), "SPNDLTF\0", 8) == 0);
+  CHECK(bytes[8] == 1);    // version 1, little-endian
+  CHECK(bytes[16] == 2);   // two records
+  CHECK(bytes[24] == 1);   // name length of "a"
+  CHECK(bytes[28] == 'a');
+  CHECK(bytes[29] == 1);   // rank 1
+  CHECK(bytes[33] == 2);   // dim 0 = 2
+  float first = 0;
+  std::memcpy(&first, bytes.data() + 41, 4);
+  CHECK(first == 1.5f);
+  const auto back = decode_tensors(bytes, "f.bin");
+  REQUIRE(back.ok());
+  CHECK(encode_tensors(*back) == bytes);
+  CHECK(back->at("bc").shape() == Shape{1, 1});
+}
+
+TEST_CASE("checkpoint: every truncation and trailing bytes are refused, naming the file") {
+  std::map<std::string, Tensor> t;
+  t["w"] = Tensor::from({2, 2}, {1, 2, 3, 4});
+  const std::string bytes = encode_tensors(t);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const auto r = decode_tensors(bytes.substr(0, n), "cut.bin");
+    REQUIRE_FALSE(r.ok());
+    REQUIRE(r.error().message.rfind("cut.bin: ", 0) == 0);
+  }
+  const auto extra = decode_tensors(bytes + "x", "extra.bin");
+  REQUIRE_FALSE(extra.ok());
+  CHECK(extra.error().message.find("after the last record") != std::string::npos);
+  std::string bad_magic = bytes;
+  bad_magic[0] = 'X';
+  CHECK_FALSE(decode_tensors(bad_magic, "m.bin").ok());
+}
+
+TEST_CASE("checkpoint: save and load round trip; keep N; leftovers ignored and cleaned") {
+  TempDir dir("roundtrip");
+  const TrainingState state = small_state();
+  // A crashed write of step 3 and of a later step 9.
+  fs::create_directories(dir.path / "step-000003.tmp.abc123");
+  fs::create_directories(dir.path / "step-000009.tmp.zzz");
+  for (int64_t step : {2, 4, 6}) {
+    const auto path = save_checkpoint(dir.str(), small_meta(step), state, 2);
+    REQUIRE(path.ok());
+    CHECK(*path == (dir.path / checkpoint_name(step)).string());
+  }
+  CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{4, 6});
+  CHECK_FALSE(fs::exists(dir.path / "step-000003.tmp.abc123"));  // step <= 6: cleaned
+  CHECK(fs::exists(dir.path / "step-000009.tmp.zzz"));           // not ours to judge
+  const auto ck = load_checkpoint((dir.path / "step-000006").string());
+  REQUIRE(ck.ok());
+  CHECK(ck->meta.step == 6);
+  CHECK(ck->meta.seed == 5);
+  CHECK(ck->meta.plan_devices == 2);
+  CHECK(ck->meta.task_batch.at("t") == 8);
+  REQUIRE(ck->state.tensors.size() == 2);
+  const TensorState& a = ck->state.tensors.at("x/0.0/w");
+  CHECK(a.adam_steps == 4);
+  CHECK(ck->state.tensors.at("x/0.0/b").adam_steps == 2);
+  for (int64_t i = 0; i < 6; ++i) {
+    CHECK(a.value[i] == state.tensors.at("x/0.0/w").value[i]);
+    CHECK(a.m[i] == state.tensors.at("x/0.0/w").m[i]);
+    CHECK(a.v[i] == state.tensors.at("x/0.0/w").v[i]);
+  }
+  // Saving the same step again replaces it.
+  REQUIRE(save_checkpoint(dir.str(), small_meta(6), state, 2).ok());
+  CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{4, 6});
+  CHECK(list_checkpoints((dir.path / "missing").string()).empty());
+}
+
+TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the file") {
+  TempDir dir("corrupt");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
+  const std::string step = (dir.path / "step-000001").string();
+  REQUIRE(load_checkpoint(step).ok());
+
+  const auto params = sp::read_file(step + "/params.bin");
+  REQUIRE(params.ok());
+  std::string flipped = *params;
+  flipped[flipped.size() - 2] ^= 0x10;
+  write_bytes(step + "/params.bin", flipped);
+  auto r = load_checkpoint(step);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("params.bin") != std::string::npos);
+  CHECK(r.error().message.find("SHA-256") != std::string::npos);
+  write_bytes(step + "/params.bin", *params);
+  REQUIRE(load_checkpoint(step).ok());
+
+  const auto v = sp::read_file(step + "/adam_v.bin");
+  REQUIRE(v.ok());
+  write_bytes(step + "/adam_v.bin", v->substr(0, v->size() / 2));
+  r = load_checkpoint(step);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("adam_v.bin") != std::string::npos);
+  CHECK(r.error().message.find("truncated") != std::string::npos);
+
+  write_bytes(step + "/manifest.json", "{\"format\": \"spindle-checkpoint\"");
+  r = load_checkpoint(step);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("manifest.json") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: training 2 steps, saving, loading into a new executor, 2 more equals 4 straight") {
+  auto m = sp::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/tiny-clip.yaml");
+  REQUIRE(m.ok());
+  const sp::Plan plan = one_device_plan(*m);
+  OneDevice straight(*m, plan);
+  std::vector<std::vector<double>> losses;
+  for (int s = 0; s < 4; ++s) losses.push_back(straight.ex->step().task_loss);
+
+  TempDir dir("resume");
+  OneDevice first(*m, plan);
+  first.ex->step();
+  first.ex->step();
+  CheckpointMeta meta;
+  meta.step = 2;
+  REQUIRE(save_checkpoint(dir.str(), meta, first.ex->gather_state(), 3).ok());
+  const auto ck = load_checkpoint((dir.path / "step-000002").string());
+  REQUIRE(ck.ok());
+
+  OneDevice second(*m, plan);
+  const LoadCounts counts = second.ex->load_state(ck->state);
+  CHECK(counts.fresh == 0);
+  CHECK(counts.carried == static_cast<int64_t>(second.ex->param_shapes().size()));
+  CHECK(second.ex->steps_done() == 2);
+  // Same arithmetic on one device: bitwise equal losses and parameters.
+  for (int s = 2; s < 4; ++s) {
+    const StepStats st = second.ex->step();
+    CHECK(st.step == s + 1);
+    CHECK(st.task_loss == losses[static_cast<size_t>(s)]);
+  }
+  const auto want = straight.ex->gather_params(), got = second.ex->gather_params();
+  REQUIRE(want.size() == got.size());
+  for (const auto& [name, t] : want)
+    for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(got.at(name)[i] == t[i]);
+}
+
+TEST_CASE("checkpoint: load_state keeps missing tensors fresh and refuses another shape") {
+  auto m = sp::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/tiny-clip.yaml");
+  REQUIRE(m.ok());
+  const sp::Plan plan = one_device_plan(*m);
+  OneDevice a(*m, plan);
+  a.ex->step();
+  TrainingState state = a.ex->gather_state();
+  const auto initial = OneDevice(*m, plan).ex->gather_params();
+  // Drop the audio encoder (as when the tasks using it are removed).
+  int64_t audio = 0;
+  for (auto it = state.tensors.begin(); it != state.tensors.end();)
+    if (it->first.rfind("audio/", 0) == 0) {
+      it = state.tensors.erase(it);
+      ++audio;
+    } else {
+      ++it;
+    }
+  REQUIRE(audio > 0);
+  OneDevice b(*m, plan);
+  const LoadCounts counts = b.ex->load_state(state);
+  CHECK(counts.fresh == audio);
+  CHECK(counts.carried + counts.fresh == static_cast<int64_t>(b.ex->param_shapes().size()));
+  const auto got = b.ex->gather_params();
+  const auto trained = a.ex->gather_params();
+  const Tensor& fresh = got.at("audio/0.0/w");   // patch_embed weight: seeded initial value
+  for (int64_t i = 0; i < fresh.numel(); ++i) REQUIRE(fresh[i] == initial.at("audio/0.0/w")[i]);
+  const Tensor& carried = got.at("vision/0.0/w");
+  for (int64_t i = 0; i < carried.numel(); ++i) REQUIRE(carried[i] == trained.at("vision/0.0/w")[i]);
+
+  state.tensors.at("vision/0.0/w").value = Tensor::zeros({3, 3});
+  OneDevice c(*m, plan);
+  CHECK_THROWS_AS(c.ex->load_state(state), std::invalid_argument);
+}
