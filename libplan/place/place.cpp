@@ -32,8 +32,8 @@ using Hint = std::map<std::pair<int, int>, std::vector<int>>;
 class Placer {
  public:
   Placer(const PlaceInput& in, const std::vector<AbstractWave>& waves,
-         const std::vector<WavePlacement>* previous, const Hint* hint, bool keep_first)
-      : in_(in), hint_(hint), keep_first_(keep_first) {
+         const std::vector<WavePlacement>* previous, const Hint* hint)
+      : in_(in), hint_(hint) {
     n_ = in.devices;
     island_ = in.devices_per_island > 0 ? in.devices_per_island : in.devices;
     islands_ = (n_ + island_ - 1) / island_;
@@ -90,11 +90,7 @@ class Placer {
   // allow it. `balance`: choose devices by free memory first.
   std::optional<WavePlacement> place_wave(State& s, const AbstractWave& wave, bool balance,
                                           bool ignore_memory) const {
-    double cost = 0;
-    State next = s;
-    std::optional<WavePlacement> p = place_wave(next, wave, balance, ignore_memory, keep_first_, cost);
-    if (p) s = std::move(next);
-    return p;
+    return place_one(s, wave, balance, ignore_memory);
   }
 
  private:
@@ -163,24 +159,20 @@ class Placer {
     }
   }
 
-  // One wave in one order: with keep_first, slots keeping their previous
-  // devices go first; `cost`: estimated ms of cross-island transfers and
-  // all-reduces the wave adds.
-  std::optional<WavePlacement> place_wave(State& s, const AbstractWave& wave, bool balance, bool ignore_memory,
-                                          bool keep_first, double& cost) const;
+  // The steps of place_islands for one wave (see place_wave).
+  std::optional<WavePlacement> place_one(State& s, const AbstractWave& wave, bool balance,
+                                         bool ignore_memory) const;
 
   const PlaceInput& in_;
   const Hint* hint_;
-  bool keep_first_;
   std::vector<std::vector<int>> consumers_;   // per MetaOp: MetaOps taking it as input
   int n_ = 0, island_ = 1, islands_ = 1;
   size_t params_ = 0;
   std::vector<double> cross_sync_per_param_;
 };
 
-std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wave, bool balance,
-                                                bool ignore_memory, bool keep_first, double& cost) const {
-  cost = 0;
+std::optional<WavePlacement> Placer::place_one(State& s, const AbstractWave& wave, bool balance,
+                                               bool ignore_memory) const {
   const size_t slots = wave.slots.size();
   WavePlacement placed;
   placed.slot_devices.resize(slots);
@@ -188,7 +180,7 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
   std::vector<char> used(static_cast<size_t>(n_), 0);
 
   // 1. Same device count as the MetaOp's previous slice: keep its devices.
-  for (size_t si = 0; si < slots && keep_first; ++si) {
+  for (size_t si = 0; si < slots; ++si) {
     const AbstractSlot& slot = wave.slots[si];
     const auto& prev = next.last[static_cast<size_t>(slot.metaop)];
     if (static_cast<int>(prev.size()) != slot.devices) continue;
@@ -331,27 +323,6 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
     }
     if (rest > 0) return std::nullopt;   // memory: no device left that can take it
     std::sort(devs.begin(), devs.end());
-    // Estimated cost: input rows from other islands, parameters newly
-    // spanning islands.
-    double outside = 0;
-    for (int d : devs)
-      outside += (total - held_island[static_cast<size_t>(island_of(d))]) / static_cast<double>(devs.size());
-    if (outside > 0) cost += 2.0 * (in_.cost->p2p_ms(outside, true) - in_.cost->p2p_ms(outside, false));
-    if (!cross_sync_per_param_.empty()) {
-      std::vector<char> mine(static_cast<size_t>(islands_), 0);
-      for (int d : devs) mine[static_cast<size_t>(island_of(d))] = 1;
-      for (int k = slot.first; k < slot.first + slot.count; ++k) {
-        const int p = m.param[static_cast<size_t>(k)];
-        if (p < 0) continue;
-        const size_t row = static_cast<size_t>(p) * static_cast<size_t>(islands_);
-        int before = 0, after = 0;
-        for (int j = 0; j < islands_; ++j) {
-          before += next.in_island[row + static_cast<size_t>(j)];
-          after += next.in_island[row + static_cast<size_t>(j)] || mine[static_cast<size_t>(j)];
-        }
-        if ((before <= 1 && after > 1)) cost += cross_sync_per_param_[static_cast<size_t>(p)];
-      }
-    }
     placed.slot_devices[si] = devs;
     take(next, used, slot, devs);
   }
@@ -364,7 +335,7 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
 }  // namespace
 
 std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves, const PlaceInput& in,
-                                         const std::vector<WavePlacement>* previous, bool keep_first) {
+                                         const std::vector<WavePlacement>* previous) {
   assert(in.cost != nullptr && in.devices >= 1);
   constexpr size_t kBacktrack = 4;
   Hint hint;
@@ -374,7 +345,7 @@ std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves,
       for (size_t s = 0; s < waves[w].slots.size(); ++s)
         hint[{waves[w].slots[s].metaop, waves[w].slots[s].first}] = (*previous)[w].slot_devices[s];
   }
-  const Placer placer(in, waves, previous, previous != nullptr ? &hint : nullptr, keep_first);
+  const Placer placer(in, waves, previous, previous != nullptr ? &hint : nullptr);
   std::vector<WavePlacement> out;
   out.reserve(waves.size());
   State state = placer.initial();

@@ -78,11 +78,8 @@ double slot_bytes_per_device(const PlaceInput& in, const AbstractSlot& slot, Has
 // first slices) as if those bytes were inputs: a refinement pass, so that
 // light first slices (embeddings) follow their heavy consumers.
 // Deterministic.
-// Without `keep_first`, step 1 is skipped: every slot takes its turn by size
-// (and still prefers the devices holding its inputs).
 std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves, const PlaceInput& in,
-                                         const std::vector<WavePlacement>* previous = nullptr,
-                                         bool keep_first = true);
+                                         const std::vector<WavePlacement>* previous = nullptr);
 
 // The naive placement: per wave, slots in their order each take the lowest
 // free devices. Requires each wave's device counts to sum to at most `devices`.

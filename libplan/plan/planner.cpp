@@ -335,13 +335,11 @@ Result<Plan> make_plan(const PlanRequest& request) {
       consider(waves, place_sequential(waves, cluster.devices()));
       continue;
     }
-    for (bool keep_first : {true, false}) {
-      std::vector<WavePlacement> placed = place_islands(waves, in, nullptr, keep_first);
+    std::vector<WavePlacement> placed = place_islands(waves, in);
+    consider(waves, placed);
+    for (int pass = 1; pass < kPlacementPasses; ++pass) {
+      placed = place_islands(waves, in, &placed);
       consider(waves, placed);
-      for (int pass = 1; pass < kPlacementPasses; ++pass) {
-        placed = place_islands(waves, in, &placed, keep_first);
-        consider(waves, placed);
-      }
     }
   }
   plan = std::move(*best);
