@@ -1,10 +1,20 @@
 // spindle-profile: writes the profile database of a model on a cluster
 // (spec/cli.md, spec/profile.md). Exit 0 on success, 2 on bad usage or invalid
 // input, 1 on a runtime failure (e.g. the output cannot be written).
+//
+//   spindle-profile MODEL --cluster C -o P [--analytic]          computed (default)
+//   [mpirun -np N] spindle-profile MODEL --cluster C -o P --measure [--backend cpu]
+//                  [--point-ms MS] [--devices 1,2,...]           timed (docs/profiling.md)
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +24,15 @@
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
 #include "libplan/util/files.h"
+
+#ifdef SPINDLE_HAVE_RUNTIME
+#include <mpi.h>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/mpi_comm.h"
+#include "libexec/profile/fit.h"
+#include "libexec/profile/measure.h"
+#endif
 
 namespace {
 
@@ -44,22 +63,188 @@ std::string counts_summary(const spindle::plan::Profile& p) {
   return std::to_string(lo) + ".." + std::to_string(hi);
 }
 
+#ifdef SPINDLE_HAVE_RUNTIME
+namespace sp = spindle::plan;
+namespace se = spindle::exec;
+
+// A median spread of the points above this means other work shared the
+// cores while timing (on an idle machine it is a few percent).
+constexpr double kBusySpread = 0.25;
+
+// The progress line on stderr (rank 0): rewritten in place with \r on a
+// terminal, else a plain line at most once a second (and the last one).
+class ProgressLine {
+ public:
+  ProgressLine() : tty_(isatty(fileno(stderr)) != 0) {}
+  void operator()(const se::MeasureProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool last = p.what == "done";
+    if (!tty_ && !last && shown_ && now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    shown_ = true;
+    char buf[320];
+    if (p.total > 0)
+      std::snprintf(buf, sizeof buf, "spindle-profile: [%d/%d] %s | %.1f s, about %.0f s left", p.done, p.total,
+                    p.what.c_str(), p.elapsed_s, p.left_s);
+    else
+      std::snprintf(buf, sizeof buf, "spindle-profile: timing %s | %.1f s", p.what.c_str(), p.elapsed_s);
+    if (tty_) {
+      std::fprintf(stderr, "\r%-110.110s", buf);
+      if (last) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "%s\n", buf);
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  bool tty_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// Leave-one-out error of the fitted curves (fit.h), printed by rank 0.
+void print_fit_check(const sp::Profile& p) {
+  std::vector<double> all;
+  double worst = -1;
+  std::string worst_key;
+  int worst_n = 0;
+  for (const sp::ProfileEntry& e : p.entries) {
+    const std::vector<double> errs = se::leave_one_out_errors(e.points);
+    for (size_t i = 0; i < errs.size(); ++i) {
+      all.push_back(errs[i]);
+      if (errs[i] > worst) {
+        worst = errs[i];
+        worst_key = e.workload.op + " seq " + std::to_string(e.workload.seq) + " batch " +
+                    std::to_string(e.workload.batch);
+        worst_n = e.points[i + 1].devices;
+      }
+    }
+  }
+  if (all.empty()) {
+    std::printf("fit check: no interior points to leave out (an entry needs 3 or more device counts)\n");
+    return;
+  }
+  const se::TimingStats st = se::timing_stats(all);
+  std::printf("fit check: curve error on %zu left-out interior points: median %.1f%%, max %.1f%% (%s on %d)\n",
+              all.size(), 100 * st.median, 100 * worst, worst_key.c_str(), worst_n);
+}
+
+void print_links(const sp::ProfileLinks& l) {
+  auto one = [](const char* what, const sp::Link& link) {
+    if (link.gbytes_per_s > 0)
+      std::printf("links:    %-22s %8.3f GB/s, latency %7.2f us\n", what, link.gbytes_per_s, link.latency_us);
+  };
+  one("intra_island send/recv", l.intra_p2p);
+  one("intra_island all-reduce", l.intra_allreduce);
+  one("inter_island send/recv", l.inter_p2p);
+  one("inter_island all-reduce", l.inter_allreduce);
+}
+
+// --measure: returns the exit code. MPI is initialised here (a plain run is
+// a world of one rank); only rank 0 prints and writes.
+int run_measure(int* argc, char*** argv, const std::string& model_path, const std::string& cluster_path,
+                const std::string& out_path, const std::vector<int>& counts, const std::string& backend_name,
+                double point_ms) {
+  se::MpiSession session(argc, argv);
+  std::unique_ptr<se::MpiComm> world = se::MpiComm::world();
+  const bool lead = world->rank() == 0;
+  auto invalid = [&](const std::string& msg) {
+    if (lead) std::fprintf(stderr, "spindle-profile: error: %s\n", msg.c_str());
+    return kExitInvalid;
+  };
+  std::unique_ptr<se::Backend> backend = se::make_backend(backend_name);
+  if (!backend) {
+    std::string built;
+    for (auto n : se::backend_names()) built += (built.empty() ? "" : ", ") + std::string(n);
+    return invalid("--backend " + backend_name + ": not built into this binary (built: " + built + ")");
+  }
+  if (!(point_ms > 0)) return invalid("--point-ms: expected a positive number of milliseconds");
+  auto model = sp::load_model(model_path);
+  if (!model.ok()) return invalid(model.error().message);
+  auto cluster = sp::load_cluster(cluster_path);
+  if (!cluster.ok()) return invalid(cluster.error().message);
+  {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(out_path).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !fs::is_directory(dir, ec))
+      return invalid("-o " + out_path + ": folder " + dir.string() + " does not exist");
+  }
+  const sp::OpGraph graph = sp::expand(*model);
+  // The skeleton (keys, sizes, valid counts) comes from the analytic profile;
+  // its times are replaced. Device figures only matter to those times.
+  sp::Cluster for_keys = *cluster;
+  if (!(for_keys.peak_tflops > 0)) for_keys.peak_tflops = 1;
+  if (!(for_keys.memory_gbytes_per_s > 0)) for_keys.memory_gbytes_per_s = 1;
+  auto skeleton = sp::analytic_profile(*model, graph, for_keys, counts.empty() ? nullptr : &counts);
+  if (!skeleton.ok()) return invalid(skeleton.error().message);
+
+  se::MeasureOptions options;
+  options.point_budget_ms = point_ms;
+  ProgressLine line;
+  se::ProgressFn progress;
+  if (lead) progress = [&line](const se::MeasureProgress& p) { line(p); };
+  sp::Result<se::MeasureReport> report = sp::Error{"not run"};
+  try {
+    report = se::measure_profile(*model, graph, *skeleton, *cluster, *world, *backend, options, progress);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindle-profile: error: rank %d: %s\n", world->rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitRuntime);
+    return kExitRuntime;
+  }
+  if (!report.ok()) return invalid(report.error().message);
+  if (!lead) return 0;
+  const std::string bytes = sp::profile_to_json(report->profile);
+  if (auto st = sp::write_file_atomic(out_path, bytes); !st.ok()) {
+    std::fprintf(stderr, "spindle-profile: error: %s\n", st.error().message.c_str());
+    return kExitRuntime;
+  }
+  for (const std::string& n : report->notes) std::printf("%s\n", n.c_str());
+  if (report->profile.links) print_links(*report->profile.links);
+  std::vector<double> spreads;
+  for (const auto& e : report->profile.entries)
+    for (const auto& pt : e.points) spreads.push_back(pt.spread);
+  const se::TimingStats sp_stats = se::timing_stats(spreads);
+  std::printf("spread:   (p90 - p10) / median per point: median %.1f%%, p90 %.1f%%\n", 100 * sp_stats.median,
+              100 * sp_stats.p90);
+  if (sp_stats.median > kBusySpread)
+    std::fprintf(stderr,
+                 "spindle-profile: warning: the median spread is %.0f%%: the machine looks busy, the times "
+                 "are unreliable (measure on an otherwise idle machine)\n",
+                 100 * sp_stats.median);
+  print_fit_check(report->profile);
+  std::printf("spindle-profile: %zu entries, measured (%s backend, %d rank%s) for %s, device counts %s -> %s\n",
+              report->profile.entries.size(), backend->name(), world->size(), world->size() > 1 ? "s" : "",
+              report->profile.device.c_str(), counts_summary(report->profile).c_str(), out_path.c_str());
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   namespace sp = spindle::plan;
   CLI::App app{"spindle-profile: operator scaling curves of a model on a cluster (spec/profile.md)"};
-  std::string model_path, cluster_path, out_path, devices_text;
+  std::string model_path, cluster_path, out_path, devices_text, backend_name = "cpu";
+  double point_ms = 120;
   bool analytic = false, measure = false;
   app.add_option("MODEL", model_path, "model description (YAML)")->required();
   app.add_option("--cluster", cluster_path, "cluster description (YAML)")->required();
   app.add_option("-o,--output", out_path, "profile database to write (JSON)")->required();
   auto* a = app.add_flag("--analytic", analytic, "compute from the cluster's device numbers (default)");
-  auto* m = app.add_flag("--measure", measure, "time the operators on the local backend");
+  auto* m = app.add_flag("--measure", measure,
+                         "time the operators on the local backend (and, under mpirun, the collectives)");
   a->excludes(m);
   app.add_option("--devices", devices_text,
                  "comma-separated device counts to profile (default: every valid count up to the "
                  "cluster size)");
+  auto* b = app.add_option("--backend", backend_name, "--measure: compute backend (cpu)")->capture_default_str();
+  auto* pm = app.add_option("--point-ms", point_ms, "--measure: time budget of the repeats of one point, ms")
+                 ->capture_default_str();
+  b->needs(m);
+  pm->needs(m);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,17 +252,21 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitInvalid;
   }
 
-  if (measure) {
-    std::fprintf(stderr,
-                 "spindle-profile: --measure needs the runtime (libexec), which this build does not "
-                 "provide yet; use --analytic\n");
-    return kExitInvalid;
-  }
   std::vector<int> counts;
   if (!devices_text.empty() && !parse_counts(devices_text, counts)) {
     std::fprintf(stderr, "spindle-profile: --devices: expected positive integers separated by commas, found '%s'\n",
                  devices_text.c_str());
     return kExitInvalid;
+  }
+  if (measure) {
+#ifdef SPINDLE_HAVE_RUNTIME
+    return run_measure(&argc, &argv, model_path, cluster_path, out_path, counts, backend_name, point_ms);
+#else
+    std::fprintf(stderr,
+                 "spindle-profile: --measure needs the runtime (libexec), which this build does not "
+                 "include (SPINDLE_BUILD_RUNTIME=OFF); use --analytic\n");
+    return kExitInvalid;
+#endif
   }
 
   auto model = sp::load_model(model_path);

@@ -46,6 +46,7 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
     }
     model->set(op.workload, std::move(curve).value(), e.param_bytes, e.activation_bytes_per_sample);
   }
+  if (profile.links) model->use_measured_links(*profile.links);
   return model;
 }
 
@@ -76,7 +77,17 @@ double TableCostModel::p2p_ms(double bytes, bool cross_island) const {
 }
 
 double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {
-  return ring_allreduce_ms(cluster_, bytes, devices);
+  return ring_allreduce_ms(allreduce_cluster_, bytes, devices);
+}
+
+void TableCostModel::use_measured_links(const ProfileLinks& links) {
+  auto take = [](Link& into, const Link& measured) {
+    if (measured.gbytes_per_s > 0) into = measured;
+  };
+  take(cluster_.intra_island, links.intra_p2p);
+  take(cluster_.inter_island, links.inter_p2p);
+  take(allreduce_cluster_.intra_island, links.intra_allreduce);
+  take(allreduce_cluster_.inter_island, links.inter_allreduce);
 }
 
 }  // namespace spindle::plan

@@ -48,9 +48,13 @@ double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector
 // hand in tests (set), or from a profile by ProfileCostModel::create.
 class TableCostModel : public CostModel {
  public:
-  explicit TableCostModel(Cluster cluster) : cluster_(std::move(cluster)) {}
+  explicit TableCostModel(Cluster cluster) : cluster_(cluster), allreduce_cluster_(std::move(cluster)) {}
   void set(const Workload& w, ScalingCurve curve, int64_t param_bytes = 0,
            int64_t activation_bytes_per_sample = 0);
+  // Uses measured link figures (a profile's "x-links") in place of the
+  // cluster's: p2p_ms takes the p2p fits, allreduce_ms the all-reduce fits;
+  // links not measured (gbytes_per_s == 0) keep the cluster's figures.
+  void use_measured_links(const ProfileLinks& links);
   const ScalingCurve* curve(const Workload& w) const override;
   int64_t param_bytes(const Workload& w) const override;
   int64_t activation_bytes_per_sample(const Workload& w) const override;
@@ -64,7 +68,8 @@ class TableCostModel : public CostModel {
     int64_t activation_bytes_per_sample = 0;
   };
   std::map<std::string, Entry> entries_;   // by Workload::key()
-  Cluster cluster_;
+  Cluster cluster_;             // links for p2p_ms
+  Cluster allreduce_cluster_;   // links for allreduce_ms (differ only when measured)
 };
 
 // Backed by a profile database and a cluster. create() fits every curve

@@ -1,6 +1,7 @@
 // Reader and writer of the profile database (spec/profile.md).
 #include "libplan/io/profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +102,59 @@ class Reader {
 
 bool valid_source(const std::string& s) { return s == "analytic" || s == "measured"; }
 
+// "x-links" (docs/profiling.md): {"ranks": N, "intra_island"|"inter_island":
+// {"p2p"|"allreduce": {"gbytes_per_s": > 0, "latency_us": >= 0}}}, every
+// part optional except ranks.
+Result<ProfileLinks> parse_links(const Reader& r, const json& j) {
+  const std::string at = "x-links";
+  if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
+  SPINDLE_TRY(r.check_keys(j, at, {"ranks"}, {"intra_island", "inter_island"}));
+  ProfileLinks l;
+  auto ranks = r.get_int(j, at, "ranks", 1);
+  SPINDLE_TRY(ranks);
+  l.ranks = int(std::min<int64_t>(*ranks, 1 << 30));
+  for (const char* level : {"intra_island", "inter_island"}) {
+    if (!j.contains(level)) continue;
+    const std::string lat = at + "." + level;
+    const json& jl = j[level];
+    if (!jl.is_object()) return r.err(lat, std::string("expected an object, found ") + type_name(jl));
+    SPINDLE_TRY(r.check_keys(jl, lat, {}, {"p2p", "allreduce"}));
+    for (const char* kind : {"p2p", "allreduce"}) {
+      if (!jl.contains(kind)) continue;
+      const std::string kat = lat + "." + kind;
+      const json& jk = jl[kind];
+      if (!jk.is_object()) return r.err(kat, std::string("expected an object, found ") + type_name(jk));
+      SPINDLE_TRY(r.check_keys(jk, kat, {"gbytes_per_s", "latency_us"}, {}));
+      auto bw = r.get_number(jk, kat, "gbytes_per_s");
+      SPINDLE_TRY(bw);
+      if (!(*bw > 0)) return r.err(kat + ".gbytes_per_s", "expected a positive bandwidth");
+      auto lat_us = r.get_number(jk, kat, "latency_us");
+      SPINDLE_TRY(lat_us);
+      if (*lat_us < 0) return r.err(kat + ".latency_us", "expected a latency >= 0");
+      const bool intra = std::string(level) == "intra_island";
+      const bool p2p = std::string(kind) == "p2p";
+      Link& link = intra ? (p2p ? l.intra_p2p : l.intra_allreduce) : (p2p ? l.inter_p2p : l.inter_allreduce);
+      link = Link{*bw, *lat_us};
+    }
+  }
+  return l;
+}
+
+json links_to_json(const ProfileLinks& l) {
+  json j;
+  j["ranks"] = l.ranks;
+  auto put = [&](const char* level, const char* kind, const Link& link) {
+    if (!(link.gbytes_per_s > 0)) return;
+    j[level][kind] = {{"gbytes_per_s", round_significant(link.gbytes_per_s, kMsSignificantDigits)},
+                      {"latency_us", round_significant(link.latency_us, kMsSignificantDigits)}};
+  };
+  put("intra_island", "p2p", l.intra_p2p);
+  put("intra_island", "allreduce", l.intra_allreduce);
+  put("inter_island", "p2p", l.inter_p2p);
+  put("inter_island", "allreduce", l.inter_allreduce);
+  return j;
+}
+
 }  // namespace
 
 const ProfileEntry* Profile::find(const Workload& w) const {
@@ -116,7 +170,7 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
   json doc;
   try {
     doc = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large for a double
     return r.err("", std::string("not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) return r.err("", std::string("expected a JSON object, found ") + type_name(doc));
@@ -156,6 +210,11 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
     if (!valid_source(p.source) && p.source != "mixed") {
       return r.err("source", "expected \"analytic\", \"measured\" or \"mixed\", found \"" + p.source + "\"");
     }
+  }
+  if (doc.contains("x-links")) {
+    auto links = parse_links(r, doc["x-links"]);
+    SPINDLE_TRY(links);
+    p.links = *links;
   }
   const json& entries = doc["entries"];
   if (!entries.is_array()) return r.err("entries", std::string("expected an array, found ") + type_name(entries));
@@ -297,8 +356,9 @@ std::string profile_to_json(const Profile& profile) {
   out += first ? "],\n" : "\n  ],\n";
   out += "  \"format\": \"spindle-profile\",\n";
   out += "  \"source\": " + json(profile.source).dump() + ",\n";
-  out += "  \"version\": " + std::to_string(kProfileVersion) + "\n";
-  out += "}\n";
+  out += "  \"version\": " + std::to_string(kProfileVersion);
+  if (profile.links) out += ",\n  \"x-links\": " + links_to_json(*profile.links).dump();
+  out += "\n}\n";
   return out;
 }
 

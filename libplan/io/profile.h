@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "libplan/graph/op_graph.h"
+#include "libplan/model/cluster.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
@@ -26,10 +28,22 @@ struct ProfileEntry {
   std::string source;                   // per-entry source when the file mixes; else ""
 };
 
+// Link figures measured by `spindle-profile --measure` under mpirun
+// (extension key "x-links", docs/profiling.md): least-squares fits of
+// t = latency + bytes / bandwidth. A Link with gbytes_per_s == 0 was not
+// measured (the cluster's figure stays in use). p2p: one send/recv;
+// allreduce: the ring model of spec/cluster.md fitted to timed all-reduces.
+struct ProfileLinks {
+  Link intra_p2p, inter_p2p;
+  Link intra_allreduce, inter_allreduce;
+  int ranks = 0;                        // MPI ranks that measured them
+};
+
 struct Profile {
   std::string device;
   std::string source;                   // "analytic" | "measured" | "mixed"
   std::vector<ProfileEntry> entries;    // sorted by Workload::key() when written
+  std::optional<ProfileLinks> links;    // "x-links"; absent unless measured under mpirun
   std::string path;
   std::string sha256;                   // of the file's bytes ("" if built in memory)
 

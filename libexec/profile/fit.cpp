@@ -1,0 +1,90 @@
+#include "libexec/profile/fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "libplan/cost/curve.h"
+
+namespace spindle::exec {
+
+namespace {
+
+// Quantile q in [0, 1] of sorted values, linear between order statistics.
+double quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  const double f = pos - static_cast<double>(lo);
+  return sorted[lo] * (1.0 - f) + sorted[hi] * f;
+}
+
+}  // namespace
+
+TimingStats timing_stats(std::vector<double> samples) {
+  if (samples.empty()) return {};
+  std::sort(samples.begin(), samples.end());
+  return {quantile(samples, 0.5), quantile(samples, 0.1), quantile(samples, 0.9)};
+}
+
+plan::Result<LineFit> fit_line(const std::vector<double>& x, const std::vector<double>& t) {
+  if (x.size() != t.size() || x.size() < 2) return plan::Error{"line fit: needs at least two points"};
+  const double n = static_cast<double>(x.size());
+  double sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sx += x[i];
+    st += t[i];
+    sxx += x[i] * x[i];
+    sxt += x[i] * t[i];
+  }
+  const double den = n * sxx - sx * sx;
+  if (!(den > 1e-12 * n * sxx)) return plan::Error{"line fit: needs at least two distinct sizes"};
+  LineFit f;
+  f.slope = (n * sxt - sx * st) / den;
+  f.intercept = (st - f.slope * sx) / n;
+  if (f.intercept < 0) {   // through the origin
+    f.intercept = 0;
+    f.slope = sxt / sxx;
+  }
+  if (!(f.slope > 0) || !std::isfinite(f.slope))
+    return plan::Error{"line fit: time does not grow with size (slope " + std::to_string(f.slope) + ")"};
+  for (size_t i = 0; i < x.size(); ++i)
+    if (t[i] > 0)
+      f.max_rel_residual = std::max(f.max_rel_residual, std::abs(f.intercept + f.slope * x[i] - t[i]) / t[i]);
+  return f;
+}
+
+plan::Result<plan::Link> fit_p2p_link(const std::vector<double>& bytes, const std::vector<double>& ms) {
+  auto f = fit_line(bytes, ms);
+  SPINDLE_TRY(f);
+  // slope: ms per byte -> GB/s = 1e-6 / slope; intercept ms -> us.
+  return plan::Link{1e-6 / f->slope, f->intercept * 1e3};
+}
+
+plan::Result<plan::Link> fit_allreduce_link(const std::vector<double>& bytes, const std::vector<double>& ms,
+                                            int ranks) {
+  if (ranks < 2) return plan::Error{"all-reduce fit: needs at least two ranks"};
+  const double p = ranks;
+  std::vector<double> x;
+  for (double b : bytes) x.push_back(2.0 * (p - 1.0) / p * b);
+  auto f = fit_line(x, ms);
+  SPINDLE_TRY(f);
+  return plan::Link{1e-6 / f->slope, f->intercept / (2.0 * (p - 1.0)) * 1e3};
+}
+
+std::vector<double> leave_one_out_errors(const std::vector<plan::ProfilePoint>& points) {
+  std::vector<double> errors;
+  if (points.size() < 3) return errors;
+  for (size_t i = 1; i + 1 < points.size(); ++i) {
+    std::vector<plan::ProfilePoint> rest;
+    for (size_t j = 0; j < points.size(); ++j)
+      if (j != i) rest.push_back(points[j]);
+    auto curve = plan::ScalingCurve::fit(rest);
+    if (!curve.ok()) continue;   // only invalid points fail, and the full fit would too
+    const double predicted = curve->time_ms(points[i].devices);
+    errors.push_back(std::abs(predicted - points[i].ms) / points[i].ms);
+  }
+  return errors;
+}
+
+}  // namespace spindle::exec

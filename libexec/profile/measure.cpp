@@ -1,0 +1,452 @@
+#include "libexec/profile/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+
+#include "libexec/exec/data.h"
+#include "libexec/ops/op.h"
+#include "libexec/rng.h"
+#include "libplan/cost/cost_model.h"
+#include "libplan/model/ops.h"
+
+namespace spindle::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// A TP group of K ranks seen from rank 0 that records the collectives it is
+// asked for instead of performing them: all_reduce_sum leaves the data as it
+// is, all_gather replicates this rank's block. The timing stays that of the
+// shard's compute; op_comm_ms adds the communication.
+class RecordingComm final : public Comm {
+ public:
+  explicit RecordingComm(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  void all_reduce_sum(std::span<float> data) override {
+    calls.allreduce_floats.push_back(static_cast<int64_t>(data.size()));
+  }
+  void all_gather(std::span<const float> send, std::span<float> recv) override {
+    calls.allgather_floats.push_back(static_cast<int64_t>(send.size()));
+    for (int r = 0; r < size_; ++r) std::copy(send.begin(), send.end(), recv.begin() + r * static_cast<std::ptrdiff_t>(send.size()));
+  }
+  void send(std::span<const float>, int, int) override { fail(); }
+  void recv(std::span<float>, int, int) override { fail(); }
+  void barrier() override {}
+
+  TpCalls calls;
+
+ private:
+  [[noreturn]] static void fail() { throw std::logic_error("profiling: an operator sent point-to-point inside its TP group"); }
+  int size_;
+};
+
+// Host tensor of `shape` with values uniform in [-1, 1) from (seed, stream).
+Tensor random_tensor(const Shape& shape, uint64_t seed, uint64_t stream) {
+  Tensor t = Tensor::zeros(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t[i] = uniform_pm1(seed, stream, i);
+  return t;
+}
+
+// Host tensor of `shape` holding integers in 0..limit-1 (token ids, targets).
+Tensor random_ids(const Shape& shape, int64_t limit, uint64_t seed, uint64_t stream) {
+  Tensor t = Tensor::zeros(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double u = 0.5 * (uniform_pm1(seed, stream, i) + 1.0);
+    t[i] = static_cast<float>(std::min<int64_t>(limit - 1, static_cast<int64_t>(u * static_cast<double>(limit))));
+  }
+  return t;
+}
+
+int64_t dim(const plan::Workload& w, const char* name) { return w.dims.at(name).get<int64_t>(); }
+
+// The host inputs of one forward on `rows` rows (ops/op.h's table).
+std::vector<Tensor> make_inputs(const plan::Workload& w, int64_t rows, uint64_t seed) {
+  const int64_t s = w.seq;
+  const uint64_t stream = hash_name("profile/" + w.key());
+  if (w.op == "patch_embed") return {random_tensor({rows, s, dim(w, "in_dim")}, seed, stream)};
+  if (w.op == "token_embed") return {random_ids({rows, s}, dim(w, "vocab"), seed, stream)};
+  if (w.op == "contrastive_loss") {
+    const int64_t d = dim(w, "dim");
+    return {random_tensor({rows, 1, d}, seed, stream), random_tensor({rows, 1, d}, seed, stream + 1)};
+  }
+  const int64_t width = plan::op_in_width(w.op, w.dims);
+  if (w.op == "lm_loss")
+    return {random_tensor({rows, s, width}, seed, stream), random_ids({rows, s}, dim(w, "vocab"), seed, stream + 1)};
+  return {random_tensor({rows, s, width}, seed, stream)};
+}
+
+Tensor to_backend(Backend& backend, const Tensor& host) {
+  Tensor t = backend.allocate(host.shape());
+  backend.copy(host, t);
+  return t;
+}
+
+// Ring collectives of `bytes` over p devices on `link` (spec/cluster.md), ms.
+double ring_allgather_ms(const plan::Link& link, double bytes_per_rank, int p) {
+  if (p <= 1) return 0.0;
+  return (p - 1.0) * (bytes_per_rank / (link.gbytes_per_s * 1e9) * 1e3 + link.latency_us * 1e-3);
+}
+
+std::vector<int> first_devices(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// Repetitions both sides of a collective agree on: rank 0 proposes from its
+// calibration time, everyone gets it through one all-reduce.
+int agree_repeats(Comm& comm, double one_ms, const MeasureOptions& o) {
+  float reps = 0;
+  if (comm.rank() == 0) {
+    const double want = one_ms > 0 ? o.link_budget_ms / one_ms : o.max_repeats;
+    reps = static_cast<float>(std::clamp(static_cast<int>(want), o.min_repeats, o.max_repeats));
+  }
+  comm.all_reduce_sum({&reps, 1});
+  return static_cast<int>(reps);
+}
+
+std::string short_name(const plan::Workload& w) {
+  std::string s = w.op + " seq " + std::to_string(w.seq) + " batch " + std::to_string(w.batch);
+  for (const char* d : {"hidden", "dim", "in_dim", "in", "out"})
+    if (w.dims.contains(d)) {
+      s += std::string(" ") + d + " " + w.dims.at(d).dump();
+      break;
+    }
+  return s;
+}
+
+}  // namespace
+
+plan::Result<std::vector<MeasureTarget>> measure_targets(const plan::Model& model, const plan::OpGraph& graph,
+                                                         const plan::Profile& skeleton) {
+  std::map<std::string, MeasureTarget> by_key;
+  for (const plan::Operator& op : graph.ops) {
+    const plan::Task& task = model.tasks.at(static_cast<size_t>(op.task));
+    const plan::Module* m = model.find_module(task.nodes.at(static_cast<size_t>(op.node)).module);
+    auto [it, fresh] = by_key.try_emplace(op.workload.key());
+    if (fresh) {
+      it->second.workload = op.workload;
+      it->second.tensor_parallel = op.tensor_parallel;
+    }
+    if (m) it->second.max_seq = std::max(it->second.max_seq, m->max_seq);
+  }
+  std::vector<MeasureTarget> out;
+  for (const plan::ProfileEntry& e : skeleton.entries) {
+    const auto it = by_key.find(e.workload.key());
+    if (it == by_key.end())
+      return plan::Error{"profile entry " + e.workload.key() + " is not a workload of model " + model.name};
+    MeasureTarget t = it->second;
+    t.max_seq = std::max(t.max_seq, t.workload.seq);
+    for (const plan::ProfilePoint& p : e.points) t.counts.push_back(p.devices);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const MeasureOptions& o) {
+  const plan::Workload& w = t.workload;
+  const int k = std::max(t.tensor_parallel, 1);
+  const bool full_batch = w.op == "contrastive_loss";
+  const int64_t rows = full_batch ? w.batch : w.batch * k / n;
+  if (rows <= 0) throw std::invalid_argument("profiling " + w.key() + ": no rows on " + std::to_string(n) + " devices");
+
+  RecordingComm tp(k);
+  OpConfig cfg;
+  cfg.kind = op_kind(w.op).value();
+  cfg.dims = w.dims;
+  cfg.max_seq = t.max_seq;
+  cfg.tp = k > 1 ? &tp : nullptr;
+  ParamSet params = make_params(cfg, "profile/" + w.op, o.seed);
+  Op op = make_op(cfg, params);
+
+  std::vector<Tensor> inputs;
+  for (const Tensor& h : make_inputs(w, rows, o.seed)) inputs.push_back(to_backend(backend, h));
+  const bool loss = w.op == "contrastive_loss" || w.op == "lm_loss";
+  // Data readers draw their batch inside spindle-run's forward (exec/data.h):
+  // that is part of the operator's time there, so it is here too.
+  const bool reader = w.op == "patch_embed" || w.op == "token_embed" || w.op == "lm_loss";
+  int64_t drawn = 0;   // samples drawn so far: each run draws fresh ones
+  auto synthesise = [&]() {
+    const SampleRange range{o.seed, "profile", drawn, rows};
+    drawn += rows;
+    if (w.op == "patch_embed")
+      inputs[0] = to_backend(backend, synth_features(range, "profile", "profile", w.seq, dim(w, "in_dim")));
+    else if (w.op == "token_embed")
+      inputs[0] = to_backend(backend, synth_tokens(range, "profile", w.seq, dim(w, "vocab")));
+    else
+      inputs[1] = to_backend(backend, synth_targets(range, "profile", w.seq, dim(w, "vocab")));
+  };
+  Tensor dy;
+  auto run_once = [&]() {
+    if (reader && o.include_data) synthesise();
+    Tensor y = backend.forward(op, inputs);
+    if (dy.empty())
+      dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f}) : random_tensor(y.shape(), o.seed, hash_name("dy")));
+    std::vector<Tensor> dx = backend.backward(op, dy);
+    backend.synchronize();
+  };
+
+  for (int i = 0; i < o.warmup; ++i) run_once();
+  OpTiming timing;
+  std::vector<double> samples;
+  double spent_ms = 0;
+  while (static_cast<int>(samples.size()) < o.min_repeats ||
+         (spent_ms < o.point_budget_ms && static_cast<int>(samples.size()) < o.max_repeats)) {
+    tp.calls = {};
+    const Clock::time_point t0 = Clock::now();
+    run_once();
+    const double ms = ms_since(t0);
+    samples.push_back(ms);
+    spent_ms += ms;
+  }
+  timing.compute_ms = timing_stats(samples);
+  timing.repeats = static_cast<int>(samples.size());
+  timing.samples_ms = std::move(samples);
+  timing.tp = tp.calls;   // of the last run: one forward + backward
+  return timing;
+}
+
+double op_comm_ms(const MeasureTarget& t, int n, const TpCalls& tp, const plan::Cluster& links) {
+  // The runtime exchanges fp32 whatever the model's dtype (tensor.h).
+  constexpr double kFloatBytes = 4.0;
+  double ms = 0;
+  const int k = std::max(t.tensor_parallel, 1);
+  if (k > 1) {
+    const std::vector<int> group = first_devices(k);
+    const plan::Link& link = k <= links.devices_per_island ? links.intra_island : links.inter_island;
+    for (int64_t f : tp.allreduce_floats) ms += plan::ring_allreduce_ms(links, static_cast<double>(f) * kFloatBytes, group);
+    for (int64_t f : tp.allgather_floats) ms += ring_allgather_ms(link, static_cast<double>(f) * kFloatBytes, k);
+  }
+  if (t.workload.op == "contrastive_loss" && n > 1) {
+    // Both embeddings [batch / n, dim] gathered over the slice's n devices.
+    const plan::Link& link = n <= links.devices_per_island ? links.intra_island : links.inter_island;
+    const double bytes = static_cast<double>(t.workload.batch / n * dim(t.workload, "dim")) * kFloatBytes;
+    ms += 2.0 * ring_allgather_ms(link, bytes, n);
+  }
+  return ms;
+}
+
+std::vector<double> link_message_sizes(const std::vector<MeasureTarget>& targets,
+                                       const std::vector<plan::ProfileEntry>& entries, plan::DType dtype,
+                                       int count) {
+  double lo = 0, hi = 0;
+  auto take = [&](double b) {
+    if (!(b > 0)) return;
+    lo = lo > 0 ? std::min(lo, b) : b;
+    hi = std::max(hi, b);
+  };
+  const double dt = plan::dtype_bytes(dtype);
+  for (size_t i = 0; i < targets.size() && i < entries.size(); ++i) {
+    const MeasureTarget& t = targets[i];
+    take(static_cast<double>(entries[i].param_bytes) / std::max(t.tensor_parallel, 1));
+    const double row = static_cast<double>(plan::op_out_width(t.workload.op, t.workload.dims)) *
+                       static_cast<double>(t.workload.op == "pool_project" ? 1 : t.workload.seq) * dt;
+    for (int n : t.counts) take(row * static_cast<double>(t.workload.batch) / n);
+  }
+  if (!(hi > 0)) lo = hi = 1 << 20;
+  lo = std::max(lo, 4.0);
+  hi = std::max(hi, 4.0 * lo);   // at least a factor 4: two distinct sizes for the fit
+  std::vector<double> sizes;
+  count = std::max(count, 2);
+  for (int i = 0; i < count; ++i) {
+    const double b = lo * std::pow(hi / lo, static_cast<double>(i) / (count - 1));
+    const double rounded = std::max(4.0, 4.0 * std::round(b / 4.0));
+    if (sizes.empty() || rounded > sizes.back()) sizes.push_back(rounded);
+  }
+  return sizes;
+}
+
+LinkSamples time_p2p(Comm& comm, int a, int b, const std::vector<double>& sizes, const MeasureOptions& o) {
+  LinkSamples out;
+  const int me = comm.rank();
+  for (double bytes : sizes) {
+    std::vector<float> buf(static_cast<size_t>(bytes / 4.0), 1.0f);
+    auto round_trip = [&]() {
+      if (me == a) {
+        comm.send(buf, b, 0);
+        comm.recv(buf, b, 0);
+      } else if (me == b) {
+        comm.recv(buf, a, 0);
+        comm.send(buf, a, 0);
+      }
+    };
+    comm.barrier();
+    Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < 3; ++i) round_trip();   // warm-up and calibration
+    const int reps = agree_repeats(comm, ms_since(t0) / 3.0, o);
+    std::vector<double> samples;
+    for (int i = 0; i < reps; ++i) {
+      t0 = Clock::now();
+      round_trip();
+      samples.push_back(ms_since(t0) / 2.0);
+    }
+    comm.barrier();
+    out.bytes.push_back(bytes);
+    out.ms.push_back(timing_stats(samples).median);
+  }
+  return out;
+}
+
+LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const MeasureOptions& o) {
+  LinkSamples out;
+  for (double bytes : sizes) {
+    std::vector<float> buf(static_cast<size_t>(bytes / 4.0), 1.0f);
+    comm.barrier();
+    Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < 3; ++i) comm.all_reduce_sum(buf);
+    const int reps = agree_repeats(comm, ms_since(t0) / 3.0, o);
+    std::vector<double> samples;
+    for (int i = 0; i < reps; ++i) {
+      comm.barrier();
+      t0 = Clock::now();
+      comm.all_reduce_sum(buf);
+      samples.push_back(ms_since(t0));
+    }
+    out.bytes.push_back(bytes);
+    out.ms.push_back(timing_stats(samples).median);
+  }
+  return out;
+}
+
+plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan::OpGraph& graph,
+                                            const plan::Profile& skeleton, const plan::Cluster& cluster,
+                                            Comm& world, Backend& backend, const MeasureOptions& o,
+                                            const ProgressFn& progress) {
+  auto targets = measure_targets(model, graph, skeleton);
+  SPINDLE_TRY(targets);
+  MeasureReport report;
+  const Clock::time_point start = Clock::now();
+  const int ranks = world.size(), me = world.rank();
+  char line[256];
+
+  // 1. Links (under mpirun): fitted figures replace the cluster's below.
+  plan::Cluster links = cluster;
+  if (ranks > 1) {
+    const std::vector<double> sizes = link_message_sizes(*targets, skeleton.entries, model.dtype, o.link_sizes);
+    plan::ProfileLinks measured;
+    measured.ranks = ranks;
+    const int dpi = std::max(cluster.devices_per_island, 1);
+    std::vector<std::string> failed;
+    auto p2p = [&](int b, plan::Link& into, const char* level) {
+      if (progress) progress({std::string("send/recv ") + level, 0, 0, ms_since(start) / 1e3, 0});
+      const LinkSamples s = time_p2p(world, 0, b, sizes, o);
+      auto fit = fit_p2p_link(s.bytes, s.ms);
+      if (fit.ok()) into = *fit;
+      else failed.push_back(std::string(level) + " p2p: " + fit.error().message);
+    };
+    if (dpi >= 2) p2p(1, measured.intra_p2p, "intra_island");
+    if (ranks > dpi) p2p(dpi, measured.inter_p2p, "inter_island");
+    if (progress) progress({"all-reduce", 0, 0, ms_since(start) / 1e3, 0});
+    const LinkSamples s = time_allreduce(world, sizes, o);
+    auto fit = fit_allreduce_link(s.bytes, s.ms, ranks);
+    plan::Link& into = ranks > dpi ? measured.inter_allreduce : measured.intra_allreduce;
+    if (fit.ok()) into = *fit;
+    else failed.push_back("all-reduce: " + fit.error().message);
+    measured.ranks = ranks;
+    // Rank 0's figures are the ones that count: make every rank use them.
+    std::vector<float> share{static_cast<float>(measured.intra_p2p.gbytes_per_s), static_cast<float>(measured.intra_p2p.latency_us),
+                             static_cast<float>(measured.inter_p2p.gbytes_per_s), static_cast<float>(measured.inter_p2p.latency_us),
+                             static_cast<float>(measured.intra_allreduce.gbytes_per_s), static_cast<float>(measured.intra_allreduce.latency_us),
+                             static_cast<float>(measured.inter_allreduce.gbytes_per_s), static_cast<float>(measured.inter_allreduce.latency_us)};
+    if (me != 0) std::fill(share.begin(), share.end(), 0.0f);
+    world.all_reduce_sum(share);
+    measured.intra_p2p = {share[0], share[1]};
+    measured.inter_p2p = {share[2], share[3]};
+    measured.intra_allreduce = {share[4], share[5]};
+    measured.inter_allreduce = {share[6], share[7]};
+    report.profile.links = measured;
+    // Operators' own collectives use the all-reduce fit (ring model) where measured.
+    if (measured.intra_allreduce.gbytes_per_s > 0) links.intra_island = measured.intra_allreduce;
+    if (measured.inter_allreduce.gbytes_per_s > 0) links.inter_island = measured.inter_allreduce;
+    std::snprintf(line, sizeof line, "links: %zu message sizes %.0f..%.0f bytes over %d ranks", sizes.size(),
+                  sizes.front(), sizes.back(), ranks);
+    report.notes.push_back(line);
+    for (const std::string& f : failed) report.notes.push_back("links: not measured: " + f);
+  } else {
+    report.notes.push_back("links: one rank, none measured (run under mpirun -np 2 or more); the cluster's "
+                           "figures stay in use");
+  }
+
+  // 2. Operators: point p (in entry order, count order) is timed by rank p % ranks.
+  struct Point { size_t target; int n; };
+  std::vector<Point> points;
+  for (size_t i = 0; i < targets->size(); ++i)
+    for (int n : (*targets)[i].counts) points.push_back({i, n});
+  const size_t np = points.size();
+  std::vector<float> result(np * 5, 0.0f);   // median, p10, p90, repeats, comm ms
+  std::vector<size_t> own;   // the points this rank times
+  for (size_t p = 0; p < np; ++p)
+    if (static_cast<int>(p % static_cast<size_t>(ranks)) == me) own.push_back(p);
+  // Passes: each pass times every own point with 1/passes of the budget;
+  // the samples of all passes are pooled, so a burst of other work on the
+  // machine spoils some samples of many points, not all samples of one.
+  const int passes = std::max(o.passes, 1);
+  MeasureOptions per_pass = o;
+  per_pass.point_budget_ms = o.point_budget_ms / passes;
+  per_pass.min_repeats = (o.min_repeats + passes - 1) / passes;
+  per_pass.max_repeats = std::max(1, o.max_repeats / passes);
+  std::vector<std::vector<double>> samples(np);
+  const int mine = static_cast<int>(own.size()) * passes;
+  int done = 0;
+  const Clock::time_point ops_start = Clock::now();
+  for (int pass = 0; pass < passes; ++pass) {
+    for (size_t p : own) {
+      const MeasureTarget& t = (*targets)[points[p].target];
+      if (progress) {
+        const double spent = ms_since(ops_start) / 1e3;
+        const double left = done > 0 ? spent / done * (mine - done) : 0.0;
+        progress({short_name(t.workload) + " on " + std::to_string(points[p].n), done, mine,
+                  ms_since(start) / 1e3, left});
+      }
+      const OpTiming tm = time_operator(t, points[p].n, backend, per_pass);
+      samples[p].insert(samples[p].end(), tm.samples_ms.begin(), tm.samples_ms.end());
+      if (pass == 0) result[p * 5 + 4] = static_cast<float>(op_comm_ms(t, points[p].n, tm.tp, links));
+      ++done;
+    }
+  }
+  for (size_t p : own) {
+    const TimingStats st = timing_stats(samples[p]);
+    result[p * 5 + 0] = static_cast<float>(st.median);
+    result[p * 5 + 1] = static_cast<float>(st.p10);
+    result[p * 5 + 2] = static_cast<float>(st.p90);
+    result[p * 5 + 3] = static_cast<float>(samples[p].size());
+  }
+  if (progress) progress({"done", done, mine, ms_since(start) / 1e3, 0});
+  world.all_reduce_sum(result);   // each point is nonzero on exactly one rank
+
+  // 3. The profile: the skeleton's entries with measured times.
+  plan::Profile& prof = report.profile;
+  prof.device = skeleton.device;
+  prof.source = "measured";
+  prof.entries = skeleton.entries;
+  size_t p = 0;
+  int total_repeats = 0;
+  for (plan::ProfileEntry& e : prof.entries) {
+    e.source.clear();
+    for (plan::ProfilePoint& pt : e.points) {
+      const float* r = &result[p * 5];
+      const TimingStats st{r[0], r[1], r[2]};
+      pt.ms = std::max(static_cast<double>(r[0]) + r[4], 1e-6);
+      pt.spread = st.spread();
+      total_repeats += static_cast<int>(r[3]);
+      ++p;
+    }
+  }
+  report.points = static_cast<int>(np);
+  std::snprintf(line, sizeof line, "operators: %zu points on %d rank(s), %d timed runs, backend %s, %.1f s in all",
+                np, ranks, total_repeats, backend.name(), ms_since(start) / 1e3);
+  report.notes.push_back(line);
+  return report;
+}
+
+}  // namespace spindle::exec

@@ -1,0 +1,143 @@
+// `spindle-profile --measure` (docs/profiling.md): times every operator
+// workload of a model with the runtime's own operators on a Backend, and,
+// under mpirun, the collectives the planner's cost model uses.
+//
+// What one profile point is: the median time of ONE operator, forward plus
+// backward, at the local batch the runtime runs on n devices (batch * K / n
+// for a module with tensor_parallel K), on one rank, plus the communication
+// inside the operator that the runtime performs, modelled from link figures
+// (measured ones when present): a TP shard's all-reduces and all-gathers (the
+// shard is timed on one rank with its collectives recorded, not performed),
+// and contrastive_loss's all-gather of both embeddings over its n devices.
+// Data readers include drawing their synthetic batch, as spindle-run does.
+//
+// Errors: a model/profile mismatch is an Error value; communication errors
+// abort the job (comm.h); an operator that throws propagates its exception.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/comm.h"
+#include "libexec/profile/fit.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/io/profile.h"
+#include "libplan/model/cluster.h"
+#include "libplan/model/model.h"
+#include "libplan/util/status.h"
+
+namespace spindle::exec {
+
+// Tunables of a measurement, each with its default (declared once, here).
+struct MeasureOptions {
+  int warmup = 3;                 // untimed forward+backward runs before each point
+  int min_repeats = 6;            // timed runs per point, at least ...
+  int max_repeats = 300;          // ... and at most
+  double point_budget_ms = 120;   // stop repeating a point once its timed runs took this long
+  int passes = 3;                 // the points are timed in this many passes (budget and
+                                  // repeats split among them), samples pooled: robust to
+                                  // bursts of other work on the machine
+  int link_sizes = 8;             // message sizes per collective (log-spaced)
+  double link_budget_ms = 40;     // per message size and collective
+  uint64_t seed = 0;              // parameters and inputs
+  // Data readers (patch_embed, token_embed, lm_loss's targets) include the
+  // synthetic data spindle-run draws inside their forward (exec/data.h).
+  bool include_data = true;
+};
+
+// One profile entry's operator, as the runtime builds it.
+struct MeasureTarget {
+  plan::Workload workload;
+  int tensor_parallel = 1;
+  int64_t max_seq = 0;            // rows of the position tables (largest S of its modules)
+  std::vector<int> counts;        // device counts to time (the entry's points)
+};
+
+// The targets of a profile skeleton (analytic_profile of the same model:
+// its entries' keys and counts), in entry order. Error when an entry names a
+// workload the model does not use.
+plan::Result<std::vector<MeasureTarget>> measure_targets(const plan::Model& model, const plan::OpGraph& graph,
+                                                         const plan::Profile& skeleton);
+
+// Collectives a TP shard issued in one forward + backward (recorded, not
+// performed), element counts per call.
+struct TpCalls {
+  std::vector<int64_t> allreduce_floats;
+  std::vector<int64_t> allgather_floats;   // this rank's send count
+};
+
+struct OpTiming {
+  TimingStats compute_ms;   // forward + backward, this rank's compute only
+  int repeats = 0;
+  std::vector<double> samples_ms;   // every timed run, in order
+  TpCalls tp;
+};
+
+// Times one forward + backward of `t`'s operator on n devices (local batch
+// batch * K / n; contrastive_loss always the full batch, as the runtime
+// computes it) on `backend`. n must be one of t.counts' kind of count (a
+// multiple of K dividing batch * K).
+OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const MeasureOptions& options);
+
+// Communication inside one operator on n devices, ms, over `links`' figures
+// (a cluster whose links are the measured ones where known): the recorded TP
+// collectives as ring collectives over K devices, and for contrastive_loss
+// the all-gather of both [batch / n, dim] embeddings over n devices.
+double op_comm_ms(const MeasureTarget& t, int n, const TpCalls& tp, const plan::Cluster& links);
+
+// Message sizes, bytes, the planner will cost for this model: gradient
+// all-reduces (an operator's parameter bytes / K) and inter-wave transfers
+// (an output's bytes per sample x batch / n), as `count` log-spaced sizes
+// between the smallest and largest (multiples of 4 bytes, at least 4).
+std::vector<double> link_message_sizes(const std::vector<MeasureTarget>& targets,
+                                       const std::vector<plan::ProfileEntry>& entries, plan::DType dtype,
+                                       int count);
+
+// Timings of one collective at each size: one-way ms per message.
+struct LinkSamples {
+  std::vector<double> bytes, ms;
+};
+// Ping-pong between ranks a != b of `comm` (one-way time = round trip / 2,
+// median). Collective over comm (other ranks wait); valid on rank a.
+LinkSamples time_p2p(Comm& comm, int a, int b, const std::vector<double>& sizes, const MeasureOptions& options);
+// all_reduce_sum over all of `comm` (median of rank 0's times, a barrier
+// before each). Collective over comm; valid on rank 0.
+LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const MeasureOptions& options);
+
+// Progress of a measurement, for the terminal line.
+struct MeasureProgress {
+  std::string what;       // the workload (or collective) being timed
+  int done = 0;           // points this rank has finished
+  int total = 0;          // points this rank times
+  double elapsed_s = 0;
+  double left_s = 0;      // estimate
+};
+using ProgressFn = std::function<void(const MeasureProgress&)>;
+
+struct MeasureReport {
+  plan::Profile profile;          // valid on rank 0 of world
+  std::vector<std::string> notes; // what was measured and assumed, one line each
+  int points = 0;
+};
+
+// The whole measurement. `skeleton` is analytic_profile(model, graph, cluster,
+// counts) (keys, sizes, counts); the result keeps its entries and sizes with
+// measured times, source "measured", and, when world has more than one rank,
+// measured link figures in profile.links:
+//  - all ranks within one island: intra-island p2p (ranks 0 and 1) and
+//    all-reduce (whole world);
+//  - ranks across islands: intra p2p (0 and 1, if an island holds two),
+//    inter p2p (0 and devices_per_island) and the world all-reduce as the
+//    inter-island all-reduce (the slowest link decides the ring).
+// Points are shared round-robin among world's ranks, timed concurrently (as
+// the runtime's ranks compute concurrently) and summed back to every rank.
+// Collective over world.
+plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan::OpGraph& graph,
+                                            const plan::Profile& skeleton, const plan::Cluster& cluster,
+                                            Comm& world, Backend& backend, const MeasureOptions& options,
+                                            const ProgressFn& progress);
+
+}  // namespace spindle::exec

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Command-line checks of spindle-profile --measure (run by ctest).
+# Usage: profile_checks.sh MODE BIN_DIR SOURCE_DIR OUT_DIR MPIEXEC
+#   measure-and-plan  a measured tiny-clip profile (3 device counts, short
+#                     budget) is written, shows progress and the fit check,
+#                     and spindle-plan plans with it
+#   mpi-links         under mpirun -np 2 the profile carries measured links
+#                     (x-links) and spindle-plan plans with it
+#   bad-usage         every bad usage exits 2 naming the problem, output untouched
+set -u
+mode="$1"; bin="$2"; src="$3"; out="$4/$mode"; mpiexec="$5"
+model="$src/configs/models/tiny-clip.yaml"
+expect="$src/test/cli/expect_invalid.sh"
+rm -rf "$out"; mkdir -p "$out"
+fail() { echo "FAIL: $*"; exit 1; }
+
+case "$mode" in
+measure-and-plan)
+  "$bin/spindle-profile" "$model" --cluster "$src/configs/clusters/cpu-1x4.yaml" --measure \
+      --devices 1,2,4 --point-ms 5 -o "$out/p.json" >"$out/stdout" 2>"$out/stderr" || fail "profile exit $?"
+  cat "$out/stdout"
+  grep -q '"source": "measured"' "$out/p.json" || fail "source is not measured"
+  grep -q '"spread"' "$out/p.json" || fail "no spread written"
+  grep -q 'fit check: curve error on [0-9]* left-out interior points' "$out/stdout" || fail "no fit check"
+  grep -q '^spread:' "$out/stdout" || fail "no spread summary"
+  grep -q '\[[0-9]*/[0-9]*\] .* s left' "$out/stderr" || fail "no progress line: $(cat "$out/stderr")"
+  "$bin/spindle-plan" "$model" --cluster "$src/configs/clusters/cpu-1x4.yaml" --profile "$out/p.json" \
+      -o "$out/plan.json" >"$out/plan.out" || fail "plan exit $?"
+  "$bin/spindle-plan" --model "$model" --check "$out/plan.json" --profile "$out/p.json" | grep -q valid \
+      || fail "plan does not check"
+  ;;
+mpi-links)
+  "$mpiexec" -np 2 --oversubscribe "$bin/spindle-profile" "$model" --cluster "$src/configs/clusters/cpu-1x2.yaml" \
+      --measure --point-ms 5 -o "$out/p.json" >"$out/stdout" 2>"$out/stderr" || fail "profile exit $?: $(cat "$out/stderr")"
+  cat "$out/stdout"
+  grep -q '"x-links"' "$out/p.json" || fail "no x-links"
+  grep -q 'intra_island send/recv' "$out/stdout" || fail "no link figures printed"
+  grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
+  [ "$(grep -c '^spindle-profile: .* entries' "$out/stdout")" = 1 ] || fail "summary not printed exactly once"
+  "$bin/spindle-plan" "$model" --cluster "$src/configs/clusters/cpu-1x2.yaml" --profile "$out/p.json" \
+      -o "$out/plan.json" >/dev/null || fail "plan exit $?"
+  ;;
+bad-usage)
+  p="$bin/spindle-profile"; c4="$src/configs/clusters/cpu-1x4.yaml"; o="$out/o.json"
+  status=0
+  bash "$expect" "$o" -- "$p" "$model" --cluster "$c4" --measure --analytic -o "$o" || status=1
+  bash "$expect" "$o" "--backend cuda" "built: cpu" -- "$p" "$model" --cluster "$c4" --measure --backend cuda -o "$o" || status=1
+  bash "$expect" "$o" "--point-ms" -- "$p" "$model" --cluster "$c4" --measure --point-ms 0 -o "$o" || status=1
+  bash "$expect" "$o" "device count 9" -- "$p" "$model" --cluster "$c4" --measure --devices 9 -o "$o" || status=1
+  bash "$expect" "$o" "--devices" -- "$p" "$model" --cluster "$c4" --measure --devices 2,x -o "$o" || status=1
+  bash "$expect" "$o" "--backend" -- "$p" "$model" --cluster "$c4" --backend cpu -o "$o" || status=1
+  bash "$expect" "$o" "does not exist" -- "$p" "$model" --cluster "$c4" --measure -o "$out/missing/dir/p.json" || status=1
+  bash "$expect" "$o" "unknown-op.yaml" "modules.vision[1].op" -- \
+      "$p" "$src/test/data/models/bad/unknown-op.yaml" --cluster "$c4" --measure -o "$o" || status=1
+  bash "$expect" "$o" "cpu-1x4.yaml" -- "$p" "$model" --cluster "$src/configs/clusters/cpu-1x4.yaml.missing" --measure -o "$o" || status=1
+  exit $status
+  ;;
+*) fail "unknown mode $mode" ;;
+esac
+echo "ok: $mode"

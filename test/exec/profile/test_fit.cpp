@@ -1,0 +1,86 @@
+// Pure helpers of spindle-profile --measure (libexec/profile/fit.h): summary
+// statistics, the link fits on synthetic timings with known figures, and the
+// leave-one-out error of the piecewise curve on hand-made points.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "libexec/profile/fit.h"
+
+using spindle::exec::fit_allreduce_link;
+using spindle::exec::fit_line;
+using spindle::exec::fit_p2p_link;
+using spindle::exec::leave_one_out_errors;
+using spindle::exec::timing_stats;
+using spindle::plan::ProfilePoint;
+
+TEST_CASE("timing_stats: median and 10th/90th percentiles, interpolated", "[profile][fit]") {
+  // 1..10 in scrambled order: position 0.1 * 9 = 0.9 -> 1.9; 0.5 * 9 = 4.5 -> 5.5; 0.9 * 9 = 8.1 -> 9.1.
+  const auto st = timing_stats({7, 3, 10, 1, 5, 2, 9, 4, 8, 6});
+  CHECK(st.median == Approx(5.5));
+  CHECK(st.p10 == Approx(1.9));
+  CHECK(st.p90 == Approx(9.1));
+  CHECK(st.spread() == Approx((9.1 - 1.9) / 5.5));
+  const auto one = timing_stats({4.0});
+  CHECK(one.median == 4.0);
+  CHECK(one.spread() == 0.0);
+}
+
+TEST_CASE("fit_p2p_link recovers a known latency and bandwidth", "[profile][fit]") {
+  const double latency_us = 20, gbytes_per_s = 5;
+  std::vector<double> bytes{64, 1024, 16384, 262144, 1048576}, ms;
+  for (double b : bytes) ms.push_back(latency_us * 1e-3 + b / (gbytes_per_s * 1e9) * 1e3);
+  auto link = fit_p2p_link(bytes, ms);
+  REQUIRE(link.ok());
+  CHECK(link->latency_us == Approx(latency_us).epsilon(1e-9));
+  CHECK(link->gbytes_per_s == Approx(gbytes_per_s).epsilon(1e-9));
+
+  // +-3% alternating noise: still within 5% on both figures.
+  for (size_t i = 0; i < ms.size(); ++i) ms[i] *= i % 2 ? 1.03 : 0.97;
+  auto noisy = fit_p2p_link(bytes, ms);
+  REQUIRE(noisy.ok());
+  CHECK(noisy->latency_us == Approx(latency_us).epsilon(0.05));
+  CHECK(noisy->gbytes_per_s == Approx(gbytes_per_s).epsilon(0.05));
+}
+
+TEST_CASE("fit_allreduce_link inverts the ring formula of the cost model", "[profile][fit]") {
+  // 4 ranks, 2 GB/s, 8 us: t = 2 * 3/4 * B / bw + 2 * 3 * latency.
+  const int p = 4;
+  std::vector<double> bytes{256, 4096, 65536, 1 << 20}, ms;
+  for (double b : bytes) ms.push_back(1.5 * b / 2e9 * 1e3 + 6 * 8e-3);
+  auto link = fit_allreduce_link(bytes, ms, p);
+  REQUIRE(link.ok());
+  CHECK(link->gbytes_per_s == Approx(2.0).epsilon(1e-9));
+  CHECK(link->latency_us == Approx(8.0).epsilon(1e-9));
+  CHECK_FALSE(fit_allreduce_link(bytes, ms, 1).ok());
+}
+
+TEST_CASE("fit_line: a negative intercept is refitted through the origin; bad data is an error", "[profile][fit]") {
+  // Points on t = 2 x - 1 would give intercept -1: through the origin the
+  // slope is sum(x t) / sum(x^2) = (1*1 + 2*3 + 3*5) / 14 = 22 / 14.
+  auto f = fit_line({1, 2, 3}, {1, 3, 5});
+  REQUIRE(f.ok());
+  CHECK(f->intercept == 0.0);
+  CHECK(f->slope == Approx(22.0 / 14.0));
+  CHECK_FALSE(fit_line({5, 5, 5}, {1, 2, 3}).ok());   // one distinct size
+  CHECK_FALSE(fit_line({1, 2, 3}, {3, 2, 1}).ok());   // time falls with size
+  CHECK_FALSE(fit_line({1}, {1}).ok());
+}
+
+TEST_CASE("leave_one_out_errors on hand-made curves", "[profile][fit]") {
+  // Exactly alpha + beta / n (alpha 2, beta 8): every left-out point is recovered.
+  std::vector<ProfilePoint> exact;
+  for (int n : {1, 2, 4, 8}) exact.push_back({n, 2.0 + 8.0 / n, 0});
+  const auto e0 = leave_one_out_errors(exact);
+  REQUIRE(e0.size() == 2);   // interior points n = 2 and n = 4
+  CHECK(e0[0] == Approx(0).margin(1e-12));
+  CHECK(e0[1] == Approx(0).margin(1e-12));
+
+  // 1: 10 ms, 2: 7 ms, 4: 4 ms. Without n = 2 the piece through (1, 10) and
+  // (4, 4) has beta = 6 / 0.75 = 8, alpha = 2: T(2) = 6, error 1/7.
+  const auto e1 = leave_one_out_errors({{1, 10, 0}, {2, 7, 0}, {4, 4, 0}});
+  REQUIRE(e1.size() == 1);
+  CHECK(e1[0] == Approx(1.0 / 7.0));
+
+  CHECK(leave_one_out_errors({{1, 10, 0}, {2, 6, 0}}).empty());
+}

@@ -1,0 +1,161 @@
+// spindle-profile --measure's library (libexec/profile/measure.h) on one
+// process: timing one operator, what a TP shard's run records, the modelled
+// communication inside an operator, message sizes, and a whole measured
+// profile of tiny-clip that reads back, validates and plans.
+#include <catch2/catch.hpp>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/fake_comm.h"
+#include "libexec/profile/measure.h"
+#include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/planner.h"
+
+namespace sp = spindle::plan;
+namespace se = spindle::exec;
+
+namespace {
+
+// Fast settings: the tests check behaviour, not speed.
+se::MeasureOptions quick() {
+  se::MeasureOptions o;
+  o.warmup = 1;
+  o.min_repeats = 3;
+  o.max_repeats = 5;
+  o.point_budget_ms = 1;
+  o.passes = 3;
+  return o;
+}
+
+se::MeasureTarget layer(int tp) {
+  se::MeasureTarget t;
+  t.workload.op = "transformer_layer";
+  t.workload.dims = {{"hidden", 32}, {"heads", 4}, {"ffn", 64}, {"causal", false}};
+  t.workload.seq = 8;
+  t.workload.batch = 12;
+  t.tensor_parallel = tp;
+  t.max_seq = 8;
+  t.counts = {tp, 2 * tp};
+  return t;
+}
+
+std::string config(const std::string& rel) { return std::string(SPINDLE_SOURCE_DIR) + "/configs/" + rel; }
+
+}  // namespace
+
+TEST_CASE("time_operator times forward+backward with at least min_repeats runs", "[profile][measure]") {
+  auto backend = se::make_backend("cpu");
+  const se::OpTiming t = se::time_operator(layer(1), 2, *backend, quick());
+  CHECK(t.repeats >= 3);
+  CHECK(t.repeats <= 5);
+  CHECK(t.compute_ms.median > 0);
+  CHECK(t.compute_ms.p10 <= t.compute_ms.median);
+  CHECK(t.compute_ms.median <= t.compute_ms.p90);
+  CHECK(t.tp.allreduce_floats.empty());
+}
+
+TEST_CASE("a TP shard records its collectives: 4 all-reduces of the local activations", "[profile][measure]") {
+  // tensor_parallel 2 on 2 devices: one TP group, local batch 12 * 2 / 2 = 12
+  // rows of [8, 32]: 2 all-reduces forward, 2 backward (ops/transformer_layer).
+  auto backend = se::make_backend("cpu");
+  const se::OpTiming t = se::time_operator(layer(2), 2, *backend, quick());
+  REQUIRE(t.tp.allreduce_floats.size() == 4);
+  for (int64_t f : t.tp.allreduce_floats) CHECK(f == 12 * 8 * 32);
+  // Their cost over a 5 GB/s, 20 us link, ring of 2: 2 * 1/2 * bytes / bw + 2 * latency each.
+  sp::Cluster c;
+  c.islands = 1;
+  c.devices_per_island = 2;
+  c.intra_island = {5, 20};
+  c.inter_island = {1, 50};
+  const double bytes = 12 * 8 * 32 * 4.0;
+  CHECK(se::op_comm_ms(layer(2), 2, t.tp, c) == Approx(4 * (bytes / 5e9 * 1e3 + 0.04)));
+}
+
+TEST_CASE("contrastive_loss: full batch on every count, plus the gather of both embeddings", "[profile][measure]") {
+  se::MeasureTarget t;
+  t.workload.op = "contrastive_loss";
+  t.workload.dims = {{"dim", 16}, {"temperature", 0.07}};
+  t.workload.seq = 1;
+  t.workload.batch = 24;
+  t.counts = {1, 2};
+  sp::Cluster c;
+  c.islands = 1;
+  c.devices_per_island = 2;
+  c.intra_island = {5, 20};
+  c.inter_island = {1, 50};
+  CHECK(se::op_comm_ms(t, 1, {}, c) == 0.0);
+  // n = 2: each rank holds 12 rows of 16 floats = 768 bytes; a ring all-gather
+  // is (n-1) (bytes / bw + latency) = 768 / 5e9 s + 20 us; two of them.
+  CHECK(se::op_comm_ms(t, 2, {}, c) == Approx(2 * (768 / 5e9 * 1e3 + 0.02)));
+  auto backend = se::make_backend("cpu");
+  CHECK(se::time_operator(t, 2, *backend, quick()).compute_ms.median > 0);
+}
+
+TEST_CASE("link_message_sizes spans the model's gradient and transfer sizes", "[profile][measure]") {
+  se::MeasureTarget t = layer(1);
+  sp::ProfileEntry e;
+  e.param_bytes = 100000;
+  // Transfers: output 8 x 32 fp32 = 1024 bytes per sample, x 12 / 2 = 6144 bytes.
+  const auto sizes = se::link_message_sizes({t}, {e}, sp::DType::fp32, 6);
+  REQUIRE(sizes.size() == 6);
+  CHECK(sizes.front() == 6144);
+  CHECK(sizes.back() == 100000);
+  for (size_t i = 1; i < sizes.size(); ++i) CHECK(sizes[i] > sizes[i - 1]);
+  for (double s : sizes) CHECK(std::fmod(s, 4.0) == 0.0);
+}
+
+TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[profile][measure]") {
+  auto model = sp::load_model(config("models/tiny-clip.yaml"));
+  REQUIRE(model.ok());
+  auto cluster = sp::load_cluster(config("clusters/cpu-1x4.yaml"));
+  REQUIRE(cluster.ok());
+  const sp::OpGraph graph = sp::expand(*model);
+  const std::vector<int> counts{1, 2, 4};
+  auto skeleton = sp::analytic_profile(*model, graph, *cluster, &counts);
+  REQUIRE(skeleton.ok());
+  se::SelfComm world;
+  auto backend = se::make_backend("cpu");
+  int calls = 0, last_done = -1, total = 0;
+  auto report = se::measure_profile(*model, graph, *skeleton, *cluster, world, *backend, quick(),
+                                    [&](const se::MeasureProgress& p) {
+                                      ++calls;
+                                      CHECK(p.done >= last_done);
+                                      last_done = p.done;
+                                      total = p.total;
+                                    });
+  REQUIRE(report.ok());
+  const sp::Profile& p = report->profile;
+  CHECK(p.source == "measured");
+  CHECK_FALSE(p.links);   // one rank: no links measured
+  REQUIRE(p.entries.size() == skeleton->entries.size());
+  int points = 0;
+  for (size_t i = 0; i < p.entries.size(); ++i) {
+    CHECK(p.entries[i].workload.key() == skeleton->entries[i].workload.key());
+    CHECK(p.entries[i].param_bytes == skeleton->entries[i].param_bytes);
+    REQUIRE(p.entries[i].points.size() == skeleton->entries[i].points.size());
+    for (const auto& pt : p.entries[i].points) {
+      CHECK(pt.ms > 0);
+      CHECK(pt.spread >= 0);
+      ++points;
+    }
+  }
+  // Every point once per pass (quick(): 3 passes), then the final "done".
+  CHECK(report->points == points);
+  CHECK(total == 3 * points);
+  CHECK(last_done == 3 * points);
+  CHECK(calls == 3 * points + 1);
+
+  // Reads back as a valid profile and plans.
+  const std::string bytes = sp::profile_to_json(p);
+  auto back = sp::parse_profile_string(bytes, "measured.json");
+  REQUIRE(back.ok());
+  CHECK(back->source == "measured");
+  auto cost = sp::ProfileCostModel::create(*back, *cluster, graph);
+  REQUIRE(cost.ok());
+  sp::PlanRequest req{&*model, &graph, &*cluster, cost->get(), back->sha256, sp::Strategy::spindle};
+  auto plan = sp::make_plan(req);
+  REQUIRE(plan.ok());
+  CHECK(sp::check_plan_status(*plan, *model, graph, "plan.json").ok());
+  CHECK(plan->predicted.iteration_ms > 0);
+}
