@@ -86,39 +86,33 @@ class ShapeComm final : public Comm {
   int rank_, size_;
 };
 
-// Writes `local` (block t of k along `axis`) into `full`.
-void place_shard(Tensor& full, const Tensor& local, int axis, int t, int k) {
+// Calls f(i, j) for every element i of block t of k along `axis` of a
+// tensor of shape `fs` (axis < 0: the whole tensor), j its offset there.
+template <class F>
+void each_shard_element(const Shape& fs, int64_t local_numel, int axis, int t, int k, F f) {
   if (axis < 0) {
-    std::copy(local.data(), local.data() + local.numel(), full.data());
+    for (int64_t i = 0; i < local_numel; ++i) f(i, i);
     return;
   }
-  const Shape& fs = full.shape();
   const auto a = static_cast<size_t>(axis);
   int64_t inner = 1;
   for (size_t d = a + 1; d < fs.size(); ++d) inner *= fs[d];
   const int64_t full_a = fs[a], local_a = full_a / k;
-  for (int64_t i = 0; i < local.numel(); ++i) {
+  for (int64_t i = 0; i < local_numel; ++i) {
     const int64_t o = i / (local_a * inner), rem = i % (local_a * inner);
-    full[(o * full_a + t * local_a + rem / inner) * inner + rem % inner] = local[i];
+    f(i, (o * full_a + t * local_a + rem / inner) * inner + rem % inner);
   }
+}
+
+// Writes `local` (block t of k along `axis`) into `full`.
+void place_shard(Tensor& full, const Tensor& local, int axis, int t, int k) {
+  each_shard_element(full.shape(), local.numel(), axis, t, k, [&](int64_t i, int64_t j) { full[j] = local[i]; });
 }
 
 // Copies block t of k along `axis` of `full` into `local` (the inverse of
 // place_shard).
 void take_shard(Tensor& local, const Tensor& full, int axis, int t, int k) {
-  if (axis < 0) {
-    std::copy(full.data(), full.data() + full.numel(), local.data());
-    return;
-  }
-  const Shape& fs = full.shape();
-  const auto a = static_cast<size_t>(axis);
-  int64_t inner = 1;
-  for (size_t d = a + 1; d < fs.size(); ++d) inner *= fs[d];
-  const int64_t full_a = fs[a], local_a = full_a / k;
-  for (int64_t i = 0; i < local.numel(); ++i) {
-    const int64_t o = i / (local_a * inner), rem = i % (local_a * inner);
-    local[i] = full[(o * full_a + t * local_a + rem / inner) * inner + rem % inner];
-  }
+  each_shard_element(full.shape(), local.numel(), axis, t, k, [&](int64_t i, int64_t j) { local[i] = full[j]; });
 }
 
 }  // namespace
