@@ -1,7 +1,35 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds with warnings as errors, and runs the whole
 # test suite through ctest. Usage: scripts/test.sh [ctest arguments...]
+#
+# Then the hardening steps (docs/hardening.md): a clang build in build-asan
+# with AddressSanitizer and UndefinedBehaviorSanitizer, the whole suite run
+# there (ctest arguments are not passed on), and the bounded libFuzzer runs of
+# the readers (label `fuzz`). SPINDLE_TEST_SANITIZE=0 skips them.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 spindle_build -DSPINDLE_WERROR=ON
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600 "$@"
+
+if [ "${SPINDLE_TEST_SANITIZE:-1}" = 0 ]; then
+  echo "test: sanitizer and fuzz steps skipped (SPINDLE_TEST_SANITIZE=0)"
+  exit 0
+fi
+start=$SECONDS
+ASAN_DIR="${ASAN_BUILD_DIR:-$SPINDLE_ROOT/build-asan}"
+# -O0: the sanitized build compiles twice as fast as with -O2 and the tests
+# stay quick; -gline-tables-only is enough for file:line in reports.
+CXX=clang++ cmake -S "$SPINDLE_ROOT" -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=Debug \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -gline-tables-only" -DSPINDLE_WERROR=ON \
+  -DSPINDLE_SANITIZE=address,undefined
+cmake --build "$ASAN_DIR" -j "$JOBS"
+# Any undefined behaviour stops the test (it is also compiled with
+# -fno-sanitize-recover=undefined).
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# Leaks are checked in the tests of our own code. Programs that start Open
+# MPI (labels exec/mpi, exec/profile, ckpt and any other label not listed
+# here) run without leak checking: Open MPI keeps allocations until exit.
+OWN_CODE='^(plan/.*|exec|cli|regress|fuzz)$'
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" --timeout 600 -L "$OWN_CODE"
+ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" --timeout 600 -LE "$OWN_CODE"
+echo "test: sanitizer and fuzz steps took $((SECONDS - start)) s"

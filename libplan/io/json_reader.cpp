@@ -1,6 +1,7 @@
 #include "libplan/io/json_reader.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 namespace spindle::plan {
@@ -10,6 +11,8 @@ Result<nlohmann::json> parse_json_text(const std::string& text, const std::strin
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     return Error{path + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what()};
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    return Error{path + ": not valid JSON: " + e.what()};
   }
 }
 
@@ -55,6 +58,9 @@ Result<std::string> JsonReader::get_string() const {
 
 Result<int64_t> JsonReader::get_int() const {
   if (!v_.is_number_integer()) return error(std::string("expected an integer, found ") + v_.dump());
+  if (v_.is_number_unsigned() && v_.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
+    return error("integer " + v_.dump() + " is out of range");
+  }
   return v_.get<int64_t>();
 }
 

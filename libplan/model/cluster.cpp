@@ -89,6 +89,13 @@ Result<Cluster> parse_cluster_yaml(const Reader& r, const YAML::Node& root) {
   SPINDLE_TRY(parse_count(r, "islands", view.find("islands")->value, c.islands));
   SPINDLE_TRY(parse_count(r, "devices_per_island", view.find("devices_per_island")->value,
                           c.devices_per_island));
+  // devices() is an int: keep the product in range.
+  if (static_cast<int64_t>(c.islands) * c.devices_per_island > 1000000) {
+    return r.error("devices_per_island", view.find("devices_per_island")->value,
+                   "islands x devices_per_island = " +
+                       std::to_string(static_cast<int64_t>(c.islands) * c.devices_per_island) +
+                       " devices, expected at most 1000000");
+  }
 
   MapView dev;
   const YAML::Node& dev_node = view.find("device")->value;
@@ -97,6 +104,10 @@ Result<Cluster> parse_cluster_yaml(const Reader& r, const YAML::Node& root) {
                        {"name", "memory_gib", "peak_tflops"}, "a device", dev));
   SPINDLE_TRY(r.get_string("device.name", dev.find("name")->value, c.device_name));
   SPINDLE_TRY(positive(r, "device.memory_gib", dev.find("memory_gib")->value, c.memory_gib));
+  if (c.memory_gib > 1048576) {  // memory_bytes() must fit in int64_t
+    return r.error("device.memory_gib", dev.find("memory_gib")->value,
+                   "expected at most 1048576 GiB per device, found " + dev.find("memory_gib")->value.Scalar());
+  }
   SPINDLE_TRY(positive(r, "device.peak_tflops", dev.find("peak_tflops")->value, c.peak_tflops));
   if (const Entry* e = dev.find("memory_gbytes_per_s")) {
     SPINDLE_TRY(positive(r, "device.memory_gbytes_per_s", e->value, c.memory_gbytes_per_s));

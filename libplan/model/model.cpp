@@ -98,6 +98,11 @@ using yamlu::Entry;
 using yamlu::MapView;
 using yamlu::Reader;
 
+// Largest integer dimension, seq and batch: products of two stay in int64_t.
+constexpr int64_t kMaxSize = 1000000000;
+// Largest total parameter count (10^15), so byte counts stay in int64_t.
+constexpr int64_t kMaxParameters = 1000000000000000;
+
 // The key under which a block's input width is given (for width messages).
 const char* in_width_key(const std::string& op) {
   if (op == "transformer_layer" || op == "lm_loss") return "hidden";
@@ -184,6 +189,10 @@ Status parse_block(const Reader& r, const std::string& path, const YAML::Node& n
         SPINDLE_TRY(r.get_int(key, e->value, v));
         if (v <= 0) {
           return r.error(key, e->value, "expected a positive integer, found " + std::to_string(v));
+        }
+        if (v > kMaxSize) {
+          return r.error(key, e->value, "expected at most " + std::to_string(kMaxSize) + ", found " +
+                                            std::to_string(v));
         }
         out.dims[d.name] = v;
         break;
@@ -336,9 +345,11 @@ Status parse_task(const Reader& r, const std::string& path, const YAML::Node& no
 
   const YAML::Node& batch_node = view.find("batch")->value;
   SPINDLE_TRY(r.get_int(yamlu::child(path, "batch"), batch_node, out.batch));
-  if (out.batch <= 0) {
+  if (out.batch <= 0 || out.batch > kMaxSize) {
     return r.error(yamlu::child(path, "batch"), batch_node,
-                   "expected a positive batch size, found " + std::to_string(out.batch));
+                   (out.batch <= 0 ? std::string("expected a positive batch size")
+                                   : "expected a batch size of at most " + std::to_string(kMaxSize)) +
+                       ", found " + std::to_string(out.batch));
   }
   if (const Entry* w = view.find("weight")) {
     SPINDLE_TRY(r.get_number(yamlu::child(path, "weight"), w->value, out.weight));
@@ -395,9 +406,11 @@ Status parse_task(const Reader& r, const std::string& path, const YAML::Node& no
     }
     if (const Entry* s = nv.find("seq")) {
       SPINDLE_TRY(r.get_int(yamlu::child(npath, "seq"), s->value, rn.node.seq));
-      if (rn.node.seq <= 0) {
+      if (rn.node.seq <= 0 || rn.node.seq > kMaxSize) {
         return r.error(yamlu::child(npath, "seq"), s->value,
-                       "expected a positive sequence length, found " + std::to_string(rn.node.seq));
+                       (rn.node.seq <= 0 ? std::string("expected a positive sequence length")
+                                         : "expected a sequence length of at most " + std::to_string(kMaxSize)) +
+                           ", found " + std::to_string(rn.node.seq));
       }
       rn.seq_yaml = s->value;
     }
@@ -518,6 +531,11 @@ Status parse_task(const Reader& r, const std::string& path, const YAML::Node& no
                        "lm_loss takes exactly one input, found " + std::to_string(n.inputs.size()));
       }
       const int64_t derived = first_op == "contrastive_loss" ? 1 : seq_sum;
+      if (derived > kMaxSize) {  // each term is at most kMaxSize, so the sum did not overflow
+        return r.error(ipath, *rn.inputs_yaml,
+                       "sequence length " + std::to_string(derived) + " (" + seq_terms +
+                           ") is more than " + std::to_string(kMaxSize));
+      }
       if (rn.seq_yaml && n.seq != derived) {
         const std::string why = first_op == "contrastive_loss"
                                     ? std::string("a contrastive_loss node has seq 1")
@@ -631,6 +649,20 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
     for (const Task& task : model.tasks) {
       for (const Node& n : task.nodes) {
         if (n.module == m.name && n.seq > m.max_seq) m.max_seq = n.seq;
+      }
+    }
+  }
+  // Every size is at most kMaxSize, so one operator's count fits in int64_t;
+  // the total (times repeat) is checked.
+  int64_t total = 0;
+  for (const Module& m : model.modules) {
+    for (const Block& b : m.blocks) {
+      int64_t block_total = 0;
+      if (__builtin_mul_overflow(op_param_count(b.op, b.dims, m.max_seq), int64_t{b.repeat}, &block_total) ||
+          __builtin_add_overflow(total, block_total, &total) || total > kMaxParameters) {
+        return make_error(Where{r.file, yamlu::child("modules", m.name), m.mark.line, m.mark.column},
+                          "the model has more than " + std::to_string(kMaxParameters) +
+                              " parameters (at module '" + m.name + "')");
       }
     }
   }

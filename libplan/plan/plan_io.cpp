@@ -1,5 +1,7 @@
 #include "libplan/plan/plan_io.h"
 
+#include <limits>
+
 #include "libplan/io/json_reader.h"
 #include "libplan/util/files.h"
 
@@ -75,14 +77,22 @@ std::string plan_to_json(const Plan& p) {
 
 namespace {
 
-
+// An integer that the plan keeps as an int (ids, indices, counts, devices):
+// one out of int range is an error, not silently truncated.
+Result<int> get_int32(const JsonReader& r) {
+  SPINDLE_ASSIGN(v, r.get_int());
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    return r.error("integer " + std::to_string(v) + " is out of range");
+  }
+  return static_cast<int>(v);
+}
 
 Result<std::vector<int>> read_ints(const JsonReader& r) {
   SPINDLE_TRY(r.require_array());
   std::vector<int> out;
   for (size_t i = 0; i < r.value().size(); ++i) {
-    SPINDLE_ASSIGN(v, r.at(i).get_int());
-    out.push_back(static_cast<int>(v));
+    SPINDLE_ASSIGN(v, get_int32(r.at(i)));
+    out.push_back(v);
   }
   return out;
 }
@@ -91,20 +101,20 @@ Result<PlanMetaOp> read_metaop(const JsonReader& r) {
   SPINDLE_TRY(r.require_object({"id", "task", "op", "dims", "seq", "batch", "operators", "level", "inputs"},
                                {"tensor_parallel"}));
   PlanMetaOp m;
-  SPINDLE_ASSIGN(id, r.at("id").get_int());
+  SPINDLE_ASSIGN(id, get_int32(r.at("id")));
   SPINDLE_ASSIGN(task, r.at("task").get_string());
   SPINDLE_ASSIGN(op, r.at("op").get_string());
   SPINDLE_ASSIGN(seq, r.at("seq").get_int());
   SPINDLE_ASSIGN(batch, r.at("batch").get_int());
-  SPINDLE_ASSIGN(level, r.at("level").get_int());
+  SPINDLE_ASSIGN(level, get_int32(r.at("level")));
   if (!r.at("dims").value().is_object()) return r.at("dims").error("expected an object");
-  m.id = static_cast<int>(id);
+  m.id = id;
   m.task = task;
   m.workload = Workload{op, r.at("dims").value(), seq, batch};
-  m.level = static_cast<int>(level);
+  m.level = level;
   if (r.has("tensor_parallel")) {
-    SPINDLE_ASSIGN(tp, r.at("tensor_parallel").get_int());
-    m.tensor_parallel = static_cast<int>(tp);
+    SPINDLE_ASSIGN(tp, get_int32(r.at("tensor_parallel")));
+    m.tensor_parallel = tp;
   }
   JsonReader ops = r.at("operators");
   SPINDLE_TRY(ops.require_array());
@@ -120,10 +130,10 @@ Result<PlanMetaOp> read_metaop(const JsonReader& r) {
 Result<Wave> read_wave(const JsonReader& r) {
   SPINDLE_TRY(r.require_object({"index", "ms", "transfer_ms", "slices"}, {}));
   Wave w;
-  SPINDLE_ASSIGN(index, r.at("index").get_int());
+  SPINDLE_ASSIGN(index, get_int32(r.at("index")));
   SPINDLE_ASSIGN(ms, r.at("ms").get_number());
   SPINDLE_ASSIGN(tms, r.at("transfer_ms").get_number());
-  w.index = static_cast<int>(index);
+  w.index = index;
   w.ms = ms;
   w.transfer_ms = tms;
   JsonReader slices = r.at("slices");
@@ -132,14 +142,14 @@ Result<Wave> read_wave(const JsonReader& r) {
     JsonReader s = slices.at(i);
     SPINDLE_TRY(s.require_object({"metaop", "first", "count", "devices", "ms"}, {}));
     Slice sl;
-    SPINDLE_ASSIGN(metaop, s.at("metaop").get_int());
-    SPINDLE_ASSIGN(first, s.at("first").get_int());
-    SPINDLE_ASSIGN(count, s.at("count").get_int());
+    SPINDLE_ASSIGN(metaop, get_int32(s.at("metaop")));
+    SPINDLE_ASSIGN(first, get_int32(s.at("first")));
+    SPINDLE_ASSIGN(count, get_int32(s.at("count")));
     SPINDLE_ASSIGN(sms, s.at("ms").get_number());
     SPINDLE_ASSIGN(devices, read_ints(s.at("devices")));
-    sl.metaop = static_cast<int>(metaop);
-    sl.first = static_cast<int>(first);
-    sl.count = static_cast<int>(count);
+    sl.metaop = metaop;
+    sl.first = first;
+    sl.count = count;
     sl.ms = sms;
     sl.devices = devices;
     w.slices.push_back(std::move(sl));
@@ -170,14 +180,14 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   JsonReader cluster = r.at("cluster");
   SPINDLE_TRY(cluster.require_object({"name", "devices", "devices_per_island", "memory_bytes"}, {}));
   SPINDLE_ASSIGN(cname, cluster.at("name").get_string());
-  SPINDLE_ASSIGN(devices, cluster.at("devices").get_int());
-  SPINDLE_ASSIGN(dpi, cluster.at("devices_per_island").get_int());
+  SPINDLE_ASSIGN(devices, get_int32(cluster.at("devices")));
+  SPINDLE_ASSIGN(dpi, get_int32(cluster.at("devices_per_island")));
   SPINDLE_ASSIGN(mem, cluster.at("memory_bytes").get_int());
   if (devices < 1) return cluster.at("devices").error("expected at least 1 device");
   if (dpi < 1) return cluster.at("devices_per_island").error("expected at least 1");
   p.cluster_name = cname;
-  p.devices = static_cast<int>(devices);
-  p.devices_per_island = static_cast<int>(dpi);
+  p.devices = devices;
+  p.devices_per_island = dpi;
   p.memory_bytes = mem;
 
   JsonReader profile = r.at("profile");
