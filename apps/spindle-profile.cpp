@@ -29,6 +29,10 @@
 #include <mpi.h>
 
 #include "libexec/backend/backend.h"
+#ifdef SPINDLE_HAVE_CUDA
+#include "libexec/backend/cuda/cuda_backend.h"
+#include "libexec/comm/launch_env.h"
+#endif
 #include "libexec/comm/mpi_comm.h"
 #include "libexec/profile/fit.h"
 #include "libexec/profile/measure.h"
@@ -153,6 +157,18 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
     if (lead) std::fprintf(stderr, "spindle-profile: error: %s\n", msg.c_str());
     return kExitInvalid;
   };
+#ifdef SPINDLE_HAVE_CUDA
+  if (backend_name == "cuda") {  // GPU local_rank % device count, as spindle-run
+    if (se::cuda_device_count() == 0) {
+      std::string built;
+      for (auto n : se::backend_names()) built += (built.empty() ? "" : ", ") + std::string(n);
+      return invalid("--backend cuda: no CUDA device visible (built: " + built + ")");
+    }
+    se::LaunchEnv env;
+    const std::string e = se::discover_launch_env(se::process_launch_env(), world->rank(), world->size(), &env);
+    se::cuda_bind_device(e.empty() && env.local_rank >= 0 ? env.local_rank : world->rank());
+  }
+#endif
   std::unique_ptr<se::Backend> backend = se::make_backend(backend_name);
   if (!backend) {
     std::string built;
@@ -240,7 +256,7 @@ int main(int argc, char** argv) {
   app.add_option("--devices", devices_text,
                  "comma-separated device counts to profile (default: every valid count up to the "
                  "cluster size)");
-  auto* b = app.add_option("--backend", backend_name, "--measure: compute backend (cpu)")->capture_default_str();
+  auto* b = app.add_option("--backend", backend_name, "--measure: compute backend (cpu; cuda when built with CUDA)")->capture_default_str();
   auto* pm = app.add_option("--point-ms", point_ms, "--measure: time budget of the repeats of one point, ms")
                  ->capture_default_str();
   b->needs(m);

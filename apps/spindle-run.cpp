@@ -19,6 +19,7 @@
 // ranks are inside it; mpirun then ends the job.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,12 @@
 #include <nlohmann/json.hpp>
 
 #include "libexec/backend/backend.h"
+#ifdef SPINDLE_HAVE_CUDA
+#include "libexec/backend/cuda/cuda_backend.h"
+#endif
+#ifdef SPINDLE_HAVE_NCCL
+#include "libexec/comm/nccl_comm.h"
+#endif
 #include "libexec/comm/launch_env.h"
 #include "libexec/comm/mpi_check.h"
 #include "libexec/comm/mpi_comm.h"
@@ -195,7 +202,11 @@ int run(const Args& args, int rank, int size) {
   std::string error = check_launch_env(rank, size, &local_rank, &local_source);
   if (!error.empty()) {
   } else if (args.backend == "cuda") {
+#ifdef SPINDLE_HAVE_CUDA
+    if (se::cuda_device_count() == 0) error = "--backend cuda: no CUDA device visible on this rank";
+#else
     error = "--backend cuda: this build has no CUDA backend (built: cpu)";
+#endif
   } else if (!se::make_backend(args.backend)) {
     error = "--backend " + args.backend + ": unknown backend (built: cpu)";
   } else if (args.steps < 1) {
@@ -254,12 +265,34 @@ int run(const Args& args, int rank, int size) {
 
   // 2. Communicators and executor.
   std::unique_ptr<se::MpiComm> world = se::MpiComm::world();
+  // --backend cuda: GPU local_rank % device count (docs/gpu.md); group
+  // communicators over NCCL when every rank of a node has its own GPU (all
+  // ranks must agree: NCCL setup is collective), else over MPI, staged.
+  int gpu = -1;
+  bool use_nccl = false;
+#ifdef SPINDLE_HAVE_CUDA
+  if (args.backend == "cuda") gpu = se::cuda_bind_device(local_rank);
+#endif
+#ifdef SPINDLE_HAVE_NCCL
+  if (args.backend == "cuda") {
+    int max_local = 0;
+    for (const std::string& l : locals) max_local = std::max(max_local, std::atoi(l.c_str()));
+    int own_gpu = max_local < se::cuda_device_count() ? 1 : 0;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    use_nccl = own_gpu == 1;
+  }
+#endif
   std::unique_ptr<se::Backend> backend = se::make_backend(args.backend);
   se::ExecOptions options;
   options.seed = args.seed;
   options.adamw.lr = args.lr;
   options.record_trace = !args.trace_path.empty();
-  se::GroupComms groups = se::create_group_comms(*world, se::Executor::device_groups(*model, *plan));
+  const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*model, *plan);
+  se::GroupComms groups;
+#ifdef SPINDLE_HAVE_NCCL
+  if (use_nccl) groups = se::create_nccl_group_comms(*world, device_groups);
+#endif
+  if (!use_nccl) groups = se::create_group_comms(*world, device_groups);
   se::Executor executor(*model, *plan, *world, std::move(groups), *backend, options);
   if (rank == 0)
     std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
@@ -269,6 +302,9 @@ int run(const Args& args, int rank, int size) {
     std::string list;
     for (const std::string& l : locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), local_source.c_str());
+    if (gpu >= 0)
+      std::printf("spindle-run: rank 0 on GPU %d; group communicators over %s\n", gpu,
+                  use_nccl ? "NCCL" : "MPI (host-staged)");
   }
   if (ck) {
     bool replan = false;

@@ -1,14 +1,34 @@
 #include "libexec/backend/backend.h"
 
 #include "libexec/backend/cpu/cpu_backend.h"
+#ifdef SPINDLE_HAVE_CUDA
+#include <stdexcept>
+
+#include "libexec/backend/cuda/cuda_backend.h"
+#endif
 
 namespace spindle::exec {
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   if (name == "cpu") return make_cpu_backend();
+#ifdef SPINDLE_HAVE_CUDA
+  if (name == "cuda") {
+    std::string error;
+    const CudaOptions options = cuda_options_from_env(&error);
+    if (!error.empty()) throw std::invalid_argument(error);
+    if (cuda_device_count() == 0) throw std::runtime_error("backend cuda: no CUDA device visible");
+    return make_cuda_backend(options);
+  }
+#endif
   return nullptr;
 }
 
-std::vector<std::string_view> backend_names() { return {"cpu"}; }
+std::vector<std::string_view> backend_names() {
+#ifdef SPINDLE_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
 
 }  // namespace spindle::exec

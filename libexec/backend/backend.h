@@ -46,7 +46,8 @@ class Backend {
 };
 
 // "cpu" is always built. Returns nullptr for a name not built into this
-// binary (e.g. "cuda" without CUDA); see backend_names().
+// binary (e.g. "cuda" without CUDA); see backend_names(). "cuda" built but
+// with no device visible throws std::runtime_error saying so.
 std::unique_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string_view> backend_names();  // those built in, "cpu" first
 

@@ -167,6 +167,10 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
   cfg.max_seq = t.max_seq;
   cfg.tp = k > 1 ? &tp : nullptr;
   ParamSet params = make_params(cfg, "profile/" + w.op, o.seed);
+  for (Param& p : params.params) {   // parameters live on the device, as in a run
+    p.value = to_backend(backend, p.value);
+    p.grad = to_backend(backend, p.grad);
+  }
   Op op = make_op(cfg, params);
 
   std::vector<Tensor> inputs;

@@ -1,0 +1,71 @@
+# Configure-time choice of the CUDA backend (docs/gpu.md). Included by the
+# top-level CMakeLists.txt before libexec; sets SPINDLE_CUDA (build the CUDA
+# backend) and SPINDLE_NCCL (with the NCCL communicator), and prints one line
+# saying what was chosen and why.
+#   SPINDLE_WITH_CUDA=AUTO  on when nvcc and the CUDA toolkit are found (off in
+#                           sanitizer builds: nvcc does not take -fsanitize)
+#   SPINDLE_WITH_CUDA=ON    on, or configure fails
+#   SPINDLE_WITH_CUDA=OFF   never
+# CMAKE_CUDA_ARCHITECTURES defaults to 90 (H100/H200); nvcc is taken from
+# CMAKE_CUDA_COMPILER, else PATH, else /usr/local/cuda/bin.
+set(SPINDLE_WITH_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
+set_property(CACHE SPINDLE_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
+string(TOUPPER "${SPINDLE_WITH_CUDA}" _spindle_cuda_mode)
+if(NOT _spindle_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "SPINDLE_WITH_CUDA=${SPINDLE_WITH_CUDA}: expected AUTO, ON or OFF")
+endif()
+
+set(SPINDLE_CUDA OFF)
+set(SPINDLE_NCCL OFF)
+set(_spindle_cuda_why "")
+if(_spindle_cuda_mode STREQUAL "OFF")
+  set(_spindle_cuda_why "SPINDLE_WITH_CUDA=OFF")
+elseif(_spindle_cuda_mode STREQUAL "AUTO" AND SPINDLE_SANITIZE)
+  set(_spindle_cuda_why "sanitizer build (SPINDLE_SANITIZE=${SPINDLE_SANITIZE})")
+else()
+  if(NOT CMAKE_CUDA_COMPILER)
+    find_program(SPINDLE_NVCC nvcc PATHS /usr/local/cuda/bin ENV CUDA_HOME ENV CUDA_PATH PATH_SUFFIXES bin)
+    if(SPINDLE_NVCC)
+      set(CMAKE_CUDA_COMPILER "${SPINDLE_NVCC}" CACHE FILEPATH "CUDA compiler")
+    endif()
+  endif()
+  if(NOT CMAKE_CUDA_COMPILER)
+    set(_spindle_cuda_why "no nvcc (not on PATH, not in /usr/local/cuda/bin; set CMAKE_CUDA_COMPILER)")
+  else()
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)  # one runtime: the one CUDA::cudart links
+    if(CCACHE_PROGRAM AND NOT CMAKE_CUDA_COMPILER_LAUNCHER)
+      set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cublas)
+      set(_spindle_cuda_why "nvcc found but not the CUDA toolkit with cuBLAS")
+    else()
+      set(SPINDLE_CUDA ON)
+      find_path(SPINDLE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+      find_library(SPINDLE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/local/cuda/lib)
+      if(SPINDLE_NCCL_INCLUDE_DIR AND SPINDLE_NCCL_LIBRARY)
+        set(SPINDLE_NCCL ON)
+      endif()
+    endif()
+  endif()
+endif()
+
+if(SPINDLE_CUDA)
+  if(SPINDLE_NCCL)
+    set(_spindle_nccl_note "NCCL ${SPINDLE_NCCL_LIBRARY}")
+  else()
+    set(_spindle_nccl_note "without NCCL (nccl.h/libnccl not found: group comms stay MPI)")
+  endif()
+  message(STATUS "spindle: CUDA backend ON (SPINDLE_WITH_CUDA=${SPINDLE_WITH_CUDA}; CUDA ${CUDAToolkit_VERSION}, "
+                 "nvcc ${CMAKE_CUDA_COMPILER}, arch ${CMAKE_CUDA_ARCHITECTURES}, ${_spindle_nccl_note})")
+elseif(_spindle_cuda_mode STREQUAL "ON")
+  message(FATAL_ERROR "spindle: SPINDLE_WITH_CUDA=ON but the CUDA backend cannot be built: ${_spindle_cuda_why}")
+else()
+  message(STATUS "spindle: CUDA backend OFF (${_spindle_cuda_why})")
+endif()

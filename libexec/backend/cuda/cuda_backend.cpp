@@ -1,0 +1,715 @@
+#include "libexec/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "libexec/backend/cuda/cuda_check.h"
+#include "libexec/backend/cuda/cuda_kernels.h"
+#include "libexec/ops/kernels.h"
+#ifdef SPINDLE_HAVE_NCCL
+#include "libexec/comm/nccl_comm.h"
+#endif
+
+namespace spindle::exec {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+int cuda_bind_device(int local_rank) {
+  const int n = cuda_device_count();
+  if (n <= 0) cuda_fail("CUDA", "no CUDA device visible", "cuda_bind_device", __FILE__, __LINE__);
+  const int device = std::max(local_rank, 0) % n;
+  CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+CudaDeviceInfo cuda_device_info() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  CudaDeviceInfo info;
+  info.name = prop.name;
+  info.sm_count = prop.multiProcessorCount;
+  info.memory_gbytes = static_cast<double>(prop.totalGlobalMem) / 1e9;
+  return info;
+}
+
+CudaOptions cuda_options_from_env(std::string* error) {
+  CudaOptions o;
+  const char* v = std::getenv("SPINDLE_CUDA_MATMUL");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "bf16") o.matmul = MatmulPrecision::bf16;
+  else if (s == "fp32") o.matmul = MatmulPrecision::fp32;
+  else if (error) *error = "SPINDLE_CUDA_MATMUL=" + s + ": expected bf16 or fp32";
+  return o;
+}
+
+namespace {
+
+namespace k = spindle::exec::cuda;
+
+constexpr size_t kF = sizeof(float);
+// Device copies of host parameters (values and gradients) beyond this many
+// bytes are dropped before the next forward (host memory is the truth for
+// them, so dropping is always safe; it bounds what freed host ParamSets,
+// e.g. spindle-profile's one per point, leave behind).
+constexpr int64_t kMirrorLimitBytes = int64_t{4} << 30;
+
+// A zero-filled (when `zero`) device tensor from the stream-ordered pool.
+Tensor device_tensor(Shape shape, bool zero) {
+  const int64_t n = shape_numel(shape);
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * kF, 0));
+  if (zero && n > 0) CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * kF, 0));
+  std::shared_ptr<float[]> storage(static_cast<float*>(p), [](float* q) { (void)cudaFreeAsync(q, 0); });
+  return Tensor::wrap(std::move(shape), Device::cuda, std::move(storage));
+}
+
+Tensor upload(const Tensor& host) {
+  Tensor d = device_tensor(host.shape(), false);
+  if (host.numel() > 0)
+    CUDA_CHECK(cudaMemcpy(d.data(), host.data(), static_cast<size_t>(host.numel()) * kF, cudaMemcpyHostToDevice));
+  return d;
+}
+
+Tensor download(const Tensor& dev) {
+  Tensor h = Tensor::zeros(dev.shape());
+  if (dev.numel() > 0)
+    CUDA_CHECK(cudaMemcpy(h.data(), dev.data(), static_cast<size_t>(dev.numel()) * kF, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+Tensor to_device(const Tensor& t) { return t.device() == Device::cuda ? t : upload(t); }
+
+std::vector<float> download_vec(const float* d, int64_t n) {
+  std::vector<float> h(static_cast<size_t>(n));
+  if (n > 0) CUDA_CHECK(cudaMemcpy(h.data(), d, static_cast<size_t>(n) * kF, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+void upload_vec(float* d, const std::vector<float>& h) {
+  if (!h.empty()) CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * kF, cudaMemcpyHostToDevice));
+}
+
+int as_int(int64_t v, const char* what) {
+  if (v < 0 || v > INT_MAX)
+    throw std::invalid_argument(std::string("cuda backend: ") + what + " " + std::to_string(v) +
+                                " does not fit a cuBLAS int");
+  return static_cast<int>(v);
+}
+
+// What forward keeps for backward (device tensors), per Op.
+struct Saved {
+  bool host_io = false;  // forward's inputs were host tensors
+  int64_t b = 0, seq = 0, n = 0;
+  Tensor x, ids, targets;                // inputs
+  Tensor xhat1, rstd1, xn1, xhat2, rstd2, xn2;
+  Tensor qh, kh, vh, probs, attn, h1, a1;  // transformer_layer
+  Tensor z, lm_probs;                    // pool_project, lm_loss
+  Tensor u, w, norm_a, norm_b, pr, pct;  // contrastive_loss
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaOptions options) : options_(options) {
+    CUDA_CHECK(cudaGetDevice(&device_));
+    // Keep freed pool memory cached instead of returning it at every sync.
+    cudaMemPool_t pool = nullptr;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    uint64_t threshold = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    CUBLAS_CHECK(cublasCreate(&blas_));
+    CUBLAS_CHECK(cublasSetStream(blas_, 0));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&flag_), sizeof(int)));
+  }
+
+  ~CudaBackend() override {
+    saved_.clear();
+    mirrors_.clear();
+    (void)cudaDeviceSynchronize();
+    (void)cudaFree(flag_);
+    (void)cublasDestroy(blas_);
+  }
+
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
+
+  Tensor allocate(Shape shape) override { return device_tensor(std::move(shape), true); }
+
+  void copy(const Tensor& src, Tensor& dst) override {
+    if (src.numel() != dst.numel())
+      throw std::invalid_argument("cuda backend: copy " + shape_str(src.shape()) + " into " + shape_str(dst.shape()));
+    if (src.numel() > 0)
+      CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), static_cast<size_t>(src.numel()) * kF, cudaMemcpyDefault));
+  }
+
+  void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+  Tensor forward(Op& op, std::span<const Tensor> inputs) override {
+    if (static_cast<int>(inputs.size()) != op_input_count(op.kind))
+      throw std::invalid_argument(std::string(op_name(op.kind)) + ": wrong number of inputs");
+    if (mirror_bytes_ > kMirrorLimitBytes) {
+      mirrors_.clear();
+      mirror_bytes_ = 0;
+    }
+    Saved s;
+    s.host_io = inputs[0].device() == Device::host;
+    std::vector<Tensor> in;
+    for (const Tensor& t : inputs) in.push_back(to_device(t));
+    Tensor y;
+    switch (op.kind) {
+      case OpKind::patch_embed: y = patch_embed_fwd(std::get<PatchEmbedState>(op.state), in[0], s); break;
+      case OpKind::token_embed: y = token_embed_fwd(std::get<TokenEmbedState>(op.state), in[0], s); break;
+      case OpKind::transformer_layer:
+        y = transformer_fwd(std::get<TransformerLayerState>(op.state), in[0], s);
+        break;
+      case OpKind::linear: y = linear_fwd(std::get<LinearState>(op.state), in[0], s); break;
+      case OpKind::pool_project: y = pool_project_fwd(std::get<PoolProjectState>(op.state), in[0], s); break;
+      case OpKind::contrastive_loss:
+        y = contrastive_fwd(std::get<ContrastiveLossState>(op.state), in[0], in[1], s);
+        break;
+      case OpKind::lm_loss: y = lm_loss_fwd(std::get<LmLossState>(op.state), in[0], in[1], s); break;
+    }
+    const bool loss = op.kind == OpKind::contrastive_loss || op.kind == OpKind::lm_loss;
+    const bool host_out = s.host_io && !loss;  // loss values are host tensors already
+    saved_[&op] = std::move(s);
+    return host_out ? download(y) : y;
+  }
+
+  std::vector<Tensor> backward(Op& op, const Tensor& grad_output) override {
+    const auto it = saved_.find(&op);
+    if (it == saved_.end())
+      throw std::logic_error(std::string(op_name(op.kind)) + ": backward without a forward (cuda backend)");
+    Saved s = std::move(it->second);
+    saved_.erase(it);
+    const bool loss = op.kind == OpKind::contrastive_loss || op.kind == OpKind::lm_loss;
+    const bool host_out = loss ? s.host_io : grad_output.device() == Device::host;
+    std::vector<Tensor> dx;
+    if (loss) {
+      const float g = read_scalar(grad_output);
+      if (op.kind == OpKind::lm_loss) {
+        dx.push_back(lm_loss_bwd(std::get<LmLossState>(op.state), g, s));
+      } else {
+        auto [da, db] = contrastive_bwd(std::get<ContrastiveLossState>(op.state), g, s);
+        dx.push_back(std::move(da));
+        dx.push_back(std::move(db));
+      }
+    } else {
+      const Tensor dy = to_device(grad_output);
+      switch (op.kind) {
+        case OpKind::patch_embed: patch_embed_bwd(std::get<PatchEmbedState>(op.state), dy, s); break;
+        case OpKind::token_embed: token_embed_bwd(std::get<TokenEmbedState>(op.state), dy, s); break;
+        case OpKind::transformer_layer:
+          dx.push_back(transformer_bwd(std::get<TransformerLayerState>(op.state), dy, s));
+          break;
+        case OpKind::linear: dx.push_back(linear_bwd(std::get<LinearState>(op.state), dy, s)); break;
+        case OpKind::pool_project: dx.push_back(pool_project_bwd(std::get<PoolProjectState>(op.state), dy, s)); break;
+        default: break;
+      }
+    }
+    if (host_out)
+      for (Tensor& t : dx) t = download(t);
+    return dx;
+  }
+
+  void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& m,
+                  Tensor& v) override {
+    if (step < 1) throw std::invalid_argument("adamw_step: step counts from 1");
+    const int64_t n = param.numel();
+    if (grad.numel() != n || m.numel() != n || v.numel() != n)
+      throw std::invalid_argument("adamw_step: parameter, gradient and moments differ in size");
+    // Same scalar arithmetic as optim/adamw.cpp.
+    const double t = static_cast<double>(step);
+    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
+    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
+    const float decay = 1.0f - cfg.lr * cfg.weight_decay;
+    const auto on_device = [](const Tensor& x) { return x.device() == Device::cuda; };
+    if (on_device(param) && on_device(grad) && on_device(m) && on_device(v)) {
+      k::adamw(param.data(), grad.data(), m.data(), v.data(), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, bc1,
+               bc2);
+      return;
+    }
+    if (on_device(param) || on_device(grad) || on_device(m) || on_device(v))
+      throw std::invalid_argument("adamw_step: parameter, gradient and moments must all be host or all device");
+    Tensor dp = upload(param), dg = upload(grad), dm = upload(m), dv = upload(v);
+    k::adamw(dp.data(), dg.data(), dm.data(), dv.data(), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, bc1, bc2);
+    for (auto [dst, src] : {std::pair<Tensor*, Tensor*>{&param, &dp}, {&m, &dm}, {&v, &dv}})
+      CUDA_CHECK(cudaMemcpy(dst->data(), src->data(), static_cast<size_t>(n) * kF, cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  // ---- matrix products (row-major; see gemm) ----
+
+  cublasComputeType_t compute(bool exact) const {
+    return exact || options_.matmul == MatmulPrecision::fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_16BF;
+  }
+
+  // Row-major C [M, N] = alpha * op(A) op(B) + beta * C, op(A) [M, K],
+  // op(B) [K, N]; lda/ldb/ldc are row strides of the stored matrices (A is
+  // stored [K, M] when ta). cuBLAS is column-major: it computes C^T = op(B)^T op(A)^T.
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool exact = false) {
+    if (M == 0 || N == 0) return;
+    CUBLAS_CHECK(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha, B, CUDA_R_32F,
+                              as_int(ldb, "ldb"), A, CUDA_R_32F, as_int(lda, "lda"), &beta, C, CUDA_R_32F,
+                              as_int(ldc, "ldc"), compute(exact), CUBLAS_GEMM_DEFAULT));
+  }
+
+  // `batch` independent gemms, matrix i at A + i * sa, B + i * sb, C + i * sc.
+  void gemm_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                    int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc,
+                    int64_t sc, int64_t batch) {
+    if (M == 0 || N == 0 || batch == 0) return;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(N, "N"), as_int(M, "M"),
+        as_int(K, "K"), &alpha, B, CUDA_R_32F, as_int(ldb, "ldb"), sb, A, CUDA_R_32F, as_int(lda, "lda"), sa, &beta,
+        C, CUDA_R_32F, as_int(ldc, "ldc"), sc, as_int(batch, "batch"), compute(false), CUBLAS_GEMM_DEFAULT));
+  }
+
+  // y [rows, out] = x [rows, in] W [in, out] (+ b).
+  Tensor linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* b, Shape shape) {
+    Tensor y = device_tensor(std::move(shape), false);
+    gemm(false, false, rows, out, in, 1.0f, x, in, w, out, 0.0f, y.data(), out);
+    if (b) k::add_bias_rows(y.data(), b, rows, out);
+    return y;
+  }
+
+  // dW += x^T dy; db += column sums of dy (when db); returns dx = dy W^T
+  // (empty when !want_dx).
+  Tensor linear_backward(const Tensor& x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy,
+                         float* dw, float* db, bool want_dx) {
+    gemm(true, false, in, out, rows, 1.0f, x.data(), in, dy, out, 1.0f, dw, out);
+    if (db) k::col_sum(db, dy, nullptr, rows, out);
+    if (!want_dx) return {};
+    Tensor dx = device_tensor(x.shape(), false);
+    gemm(false, true, rows, in, out, 1.0f, dy, out, w, out, 0.0f, dx.data(), in);
+    return dx;
+  }
+
+  // LayerNorm over rows of `x`: returns y, fills xhat and rstd.
+  Tensor layernorm(const Tensor& x, const float* g, const float* b, Tensor& xhat, Tensor& rstd) {
+    const int64_t w = x.shape().back(), rows = x.numel() / w;
+    Tensor y = device_tensor(x.shape(), false);
+    xhat = device_tensor(x.shape(), false);
+    rstd = device_tensor({rows}, false);
+    k::layernorm_forward(x.data(), g, b, y.data(), xhat.data(), rstd.data(), rows, w);
+    return y;
+  }
+
+  // Returns dx; adds into dgamma, dbeta.
+  Tensor layernorm_backward(const Tensor& dy, const float* g, const Tensor& xhat, const Tensor& rstd, float* dg,
+                            float* db) {
+    const int64_t w = dy.shape().back(), rows = dy.numel() / w;
+    k::col_sum(dg, dy.data(), xhat.data(), rows, w);
+    k::col_sum(db, dy.data(), nullptr, rows, w);
+    Tensor dx = device_tensor(dy.shape(), false);
+    k::layernorm_backward(dy.data(), g, xhat.data(), rstd.data(), dx.data(), rows, w);
+    return dx;
+  }
+
+  // ---- parameters: device tensors in place, host tensors mirrored ----
+
+  float* mirror(const Tensor& host) {
+    Tensor& m = mirrors_[host.data()];
+    if (m.empty() || m.numel() != host.numel()) {
+      mirror_bytes_ += (host.numel() - m.numel()) * static_cast<int64_t>(kF);
+      m = device_tensor(host.shape(), false);
+    }
+    return m.data();
+  }
+
+  // Device pointers of the parameters' values; host values are uploaded
+  // when `upload` (forward) or when never seen before.
+  std::vector<const float*> values(ParamSet& set, bool upload_host) {
+    std::vector<const float*> out;
+    for (Param& p : set.params) {
+      if (p.value.device() == Device::cuda) {
+        out.push_back(p.value.data());
+        continue;
+      }
+      const bool fresh = !mirrors_.count(p.value.data());
+      float* d = mirror(p.value);
+      if (upload_host || fresh)
+        CUDA_CHECK(cudaMemcpy(d, p.value.data(), static_cast<size_t>(p.value.numel()) * kF, cudaMemcpyHostToDevice));
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  // Device pointers of the parameters' gradients; host gradients are
+  // uploaded into their mirror (download_grads writes them back).
+  std::vector<float*> grads(ParamSet& set) {
+    std::vector<float*> out;
+    for (Param& p : set.params) {
+      if (p.grad.device() == Device::cuda) {
+        out.push_back(p.grad.data());
+        continue;
+      }
+      float* d = mirror(p.grad);
+      CUDA_CHECK(cudaMemcpy(d, p.grad.data(), static_cast<size_t>(p.grad.numel()) * kF, cudaMemcpyHostToDevice));
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  void download_grads(ParamSet& set, const std::vector<float*>& g) {
+    for (size_t i = 0; i < set.params.size(); ++i) {
+      Param& p = set.params[i];
+      if (p.grad.device() == Device::host)
+        CUDA_CHECK(cudaMemcpy(p.grad.data(), g[i], static_cast<size_t>(p.grad.numel()) * kF, cudaMemcpyDeviceToHost));
+    }
+  }
+
+  float read_scalar(const Tensor& t) {
+    if (t.numel() != 1)
+      throw std::invalid_argument("loss gradient: expected a [1] tensor, got " + shape_str(t.shape()));
+    if (t.device() == Device::host) return t[0];
+    float v = 0;
+    CUDA_CHECK(cudaMemcpy(&v, t.data(), kF, cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+  void clear_flag() { CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof(int), 0)); }
+  bool flag_set() {
+    int v = 0;
+    CUDA_CHECK(cudaMemcpy(&v, flag_, sizeof(int), cudaMemcpyDeviceToHost));
+    return v != 0;
+  }
+
+  // Sum over the TP group, in place on device memory: NCCL directly when the
+  // group is an NcclComm, else staged through host memory.
+  void tp_reduce(const OpConfig& cfg, float* d, int64_t n) {
+    if (!cfg.tp || cfg.tp->size() < 2) return;
+#ifdef SPINDLE_HAVE_NCCL
+    if (auto* nc = dynamic_cast<NcclComm*>(cfg.tp)) {
+      nc->all_reduce_sum_device(d, n);
+      return;
+    }
+#endif
+    std::vector<float> h = download_vec(d, n);
+    cfg.tp->all_reduce_sum(h);
+    upload_vec(d, h);
+  }
+
+  // ---- operators (see libexec/ops/*.h for the contracts) ----
+
+  Tensor linear_fwd(LinearState& st, const Tensor& x, Saved& s) {
+    auto p = values(*st.params, true);
+    const int64_t in = st.params->params[0].value.size(0), out = st.params->params[0].value.size(1);
+    if (x.shape().back() != in)
+      throw std::invalid_argument("linear: input " + shape_str(x.shape()) + " vs weight [" + std::to_string(in) +
+                                  ", " + std::to_string(out) + "]");
+    s.x = x;
+    return linear(x.data(), x.numel() / in, in, p[0], out, p[1], with_last(x.shape(), out));
+  }
+
+  Tensor linear_bwd(LinearState& st, const Tensor& dy, Saved& s) {
+    auto p = values(*st.params, false);
+    auto g = grads(*st.params);
+    const int64_t in = st.params->params[0].value.size(0), out = st.params->params[0].value.size(1);
+    Tensor dx = linear_backward(s.x, s.x.numel() / in, in, p[0], out, dy.data(), g[0], g[1], true);
+    download_grads(*st.params, g);
+    return dx;
+  }
+
+  Tensor patch_embed_fwd(PatchEmbedState& st, const Tensor& x, Saved& s) {
+    auto p = values(*st.params, true);
+    const Tensor& pos = st.params->params[2].value;
+    const int64_t b = x.size(0), seq = x.size(1), in = x.size(2), h = pos.size(1);
+    if (seq > pos.size(0)) throw std::invalid_argument("patch_embed: seq beyond the position table");
+    if (in != st.params->params[0].value.size(0)) throw std::invalid_argument("patch_embed: input width mismatch");
+    s.x = x;
+    Tensor y = linear(x.data(), b * seq, in, p[0], h, p[1], {b, seq, h});
+    k::add_pos_rows(y.data(), p[2], b, seq, h);
+    return y;
+  }
+
+  void patch_embed_bwd(PatchEmbedState& st, const Tensor& dy, Saved& s) {
+    auto p = values(*st.params, false);
+    auto g = grads(*st.params);
+    const int64_t b = dy.size(0), seq = dy.size(1), h = dy.size(2), in = s.x.size(2);
+    linear_backward(s.x, b * seq, in, p[0], h, dy.data(), g[0], g[1], false);
+    k::col_sum(g[2], dy.data(), nullptr, b, seq * h);  // pos rows [0, seq)
+    download_grads(*st.params, g);
+  }
+
+  Tensor token_embed_fwd(TokenEmbedState& st, const Tensor& ids, Saved& s) {
+    auto p = values(*st.params, true);
+    const Tensor& table = st.params->params[0].value;
+    const Tensor& pos = st.params->params[1].value;
+    const int64_t b = ids.size(0), seq = ids.size(1), v = table.size(0), h = table.size(1);
+    if (seq > pos.size(0)) throw std::invalid_argument("token_embed: seq beyond the position table");
+    s.ids = ids;
+    Tensor y = device_tensor({b, seq, h}, false);
+    clear_flag();
+    k::token_embed_forward(ids.data(), p[0], p[1], y.data(), b * seq, seq, h, v, flag_);
+    if (flag_set()) throw std::out_of_range("token_embed: an id outside the vocabulary");
+    return y;
+  }
+
+  void token_embed_bwd(TokenEmbedState& st, const Tensor& dy, Saved& s) {
+    auto g = grads(*st.params);
+    const int64_t b = s.ids.size(0), seq = s.ids.size(1);
+    const int64_t v = st.params->params[0].value.size(0), h = st.params->params[0].value.size(1);
+    k::token_embed_backward(s.ids.data(), dy.data(), g[0], b * seq, h, v);
+    k::col_sum(g[1], dy.data(), nullptr, b, seq * h);
+    download_grads(*st.params, g);
+  }
+
+  Tensor pool_project_fwd(PoolProjectState& st, const Tensor& x, Saved& s) {
+    auto p = values(*st.params, true);
+    const int64_t b = x.size(0), seq = x.size(1), in = x.size(2), out = st.params->params[2].value.size(1);
+    s.b = b;
+    s.seq = seq;
+    Tensor m = device_tensor({b, 1, in}, false);
+    k::mean_seq(x.data(), m.data(), b, seq, in);
+    s.z = layernorm(m, p[0], p[1], s.xhat1, s.rstd1);
+    return linear(s.z.data(), b, in, p[2], out, p[3], {b, 1, out});
+  }
+
+  Tensor pool_project_bwd(PoolProjectState& st, const Tensor& dy, Saved& s) {
+    auto p = values(*st.params, false);
+    auto g = grads(*st.params);
+    const int64_t b = s.b, in = s.z.size(2), out = st.params->params[2].value.size(1);
+    Tensor dz = linear_backward(s.z, b, in, p[2], out, dy.data(), g[2], g[3], true);
+    Tensor dm = layernorm_backward(dz, p[0], s.xhat1, s.rstd1, g[0], g[1]);
+    Tensor dx = device_tensor({b, s.seq, in}, false);
+    k::broadcast_seq(dm.data(), dx.data(), b, s.seq, in, 1.0f / static_cast<float>(s.seq));
+    download_grads(*st.params, g);
+    return dx;
+  }
+
+  // Positions in the transformer layer's ParamSet (transformer_layer.cpp).
+  enum : size_t { LN1_G, LN1_B, W_Q, B_Q, W_K, B_K, W_V, B_V, W_O, B_O, LN2_G, LN2_B, W_1, B_1, W_2, B_2 };
+
+  Tensor transformer_fwd(TransformerLayerState& st, const Tensor& x, Saved& s) {
+    auto p = values(*st.params, true);
+    const int64_t b = x.size(0), seq = x.size(1), h = st.hidden, n = b * seq;
+    if (x.size(2) != h) throw std::invalid_argument("transformer_layer: input " + shape_str(x.shape()));
+    const int64_t lheads = st.heads / st.cfg.tp_size(), dh = h / st.heads, hl = lheads * dh;
+    const int64_t fl = st.ffn / st.cfg.tp_size();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    s.b = b;
+    s.seq = seq;
+    s.n = n;
+
+    // Attention over this rank's heads, [b, lheads, s, dh] layout.
+    s.xn1 = layernorm(x, p[LN1_G], p[LN1_B], s.xhat1, s.rstd1);
+    Tensor* heads[3] = {&s.qh, &s.kh, &s.vh};
+    const size_t w_of[3] = {W_Q, W_K, W_V};
+    for (int i = 0; i < 3; ++i) {
+      Tensor t = linear(s.xn1.data(), n, h, p[w_of[i]], hl, p[w_of[i] + 1], {b, seq, hl});
+      *heads[i] = device_tensor({b, lheads, seq, dh}, false);
+      k::to_heads(t.data(), heads[i]->data(), b, seq, lheads, dh);
+    }
+    s.probs = device_tensor({b, lheads, seq, seq}, false);
+    gemm_batched(false, true, seq, seq, dh, scale, s.qh.data(), dh, seq * dh, s.kh.data(), dh, seq * dh, 0.0f,
+                 s.probs.data(), seq, seq * seq, b * lheads);
+    k::softmax_rows(s.probs.data(), b * lheads * seq, seq, st.causal ? seq : 0);
+    Tensor oh = device_tensor({b, lheads, seq, dh}, false);
+    gemm_batched(false, false, seq, dh, seq, 1.0f, s.probs.data(), seq, seq * seq, s.vh.data(), dh, seq * dh, 0.0f,
+                 oh.data(), dh, seq * dh, b * lheads);
+    s.attn = device_tensor({b, seq, hl}, false);
+    k::from_heads(oh.data(), s.attn.data(), b, seq, lheads, dh);
+    Tensor x1 = linear(s.attn.data(), n, hl, p[W_O], h, nullptr, {b, seq, h});  // partial sum under TP
+    tp_reduce(st.cfg, x1.data(), x1.numel());
+    k::add_bias_rows(x1.data(), p[B_O], n, h);
+    k::add_inplace(x1.data(), x.data(), x1.numel());
+
+    // MLP over this rank's ffn columns.
+    s.xn2 = layernorm(x1, p[LN2_G], p[LN2_B], s.xhat2, s.rstd2);
+    s.h1 = linear(s.xn2.data(), n, h, p[W_1], fl, p[B_1], {b, seq, fl});
+    s.a1 = device_tensor(s.h1.shape(), false);
+    k::gelu_forward(s.h1.data(), s.a1.data(), s.h1.numel());
+    Tensor y = linear(s.a1.data(), n, fl, p[W_2], h, nullptr, {b, seq, h});  // partial sum under TP
+    tp_reduce(st.cfg, y.data(), y.numel());
+    k::add_bias_rows(y.data(), p[B_2], n, h);
+    k::add_inplace(y.data(), x1.data(), y.numel());
+    return y;
+  }
+
+  Tensor transformer_bwd(TransformerLayerState& st, const Tensor& dy, Saved& s) {
+    auto p = values(*st.params, false);
+    auto g = grads(*st.params);
+    const int64_t b = s.b, seq = s.seq, h = st.hidden, n = s.n;
+    const int64_t lheads = st.heads / st.cfg.tp_size(), dh = h / st.heads, hl = lheads * dh;
+    const int64_t fl = st.ffn / st.cfg.tp_size();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+
+    // MLP.
+    Tensor da1 = linear_backward(s.a1, n, fl, p[W_2], h, dy.data(), g[W_2], g[B_2], true);
+    Tensor dh1 = device_tensor(s.h1.shape(), false);
+    k::gelu_backward(s.h1.data(), da1.data(), dh1.data(), dh1.numel());
+    da1 = {};
+    Tensor dxn2 = linear_backward(s.xn2, n, h, p[W_1], fl, dh1.data(), g[W_1], g[B_1], true);
+    tp_reduce(st.cfg, dxn2.data(), dxn2.numel());
+    Tensor dx1 = layernorm_backward(dxn2, p[LN2_G], s.xhat2, s.rstd2, g[LN2_G], g[LN2_B]);
+    k::add_inplace(dx1.data(), dy.data(), dx1.numel());
+
+    // Attention.
+    Tensor dattn = linear_backward(s.attn, n, hl, p[W_O], h, dx1.data(), g[W_O], g[B_O], true);
+    Tensor doh = device_tensor({b, lheads, seq, dh}, false);
+    k::to_heads(dattn.data(), doh.data(), b, seq, lheads, dh);
+    const int64_t bh = b * lheads, sd = seq * dh, ss = seq * seq;
+    Tensor dvh = device_tensor({b, lheads, seq, dh}, false);
+    gemm_batched(true, false, seq, dh, seq, 1.0f, s.probs.data(), seq, ss, doh.data(), dh, sd, 0.0f, dvh.data(), dh,
+                 sd, bh);
+    Tensor ds = device_tensor({b, lheads, seq, seq}, false);
+    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.data(), dh, sd, s.vh.data(), dh, sd, 0.0f, ds.data(), seq, ss,
+                 bh);
+    k::softmax_backward_rows(s.probs.data(), ds.data(), ds.data(), bh * seq, seq, scale);
+    Tensor dqh = device_tensor({b, lheads, seq, dh}, false), dkh = device_tensor({b, lheads, seq, dh}, false);
+    gemm_batched(false, false, seq, dh, seq, 1.0f, ds.data(), seq, ss, s.kh.data(), dh, sd, 0.0f, dqh.data(), dh, sd,
+                 bh);
+    gemm_batched(true, false, seq, dh, seq, 1.0f, ds.data(), seq, ss, s.qh.data(), dh, sd, 0.0f, dkh.data(), dh, sd,
+                 bh);
+    ds = {};
+    Tensor dq = device_tensor({b, seq, hl}, false), dk = device_tensor({b, seq, hl}, false),
+           dv = device_tensor({b, seq, hl}, false);
+    k::from_heads(dqh.data(), dq.data(), b, seq, lheads, dh);
+    k::from_heads(dkh.data(), dk.data(), b, seq, lheads, dh);
+    k::from_heads(dvh.data(), dv.data(), b, seq, lheads, dh);
+    // dxn1 = dq Wq^T + dk Wk^T + dv Wv^T. b_k's gradient stays 0, as on the
+    // CPU (transformer_layer.cpp explains why).
+    Tensor dxn1 = linear_backward(s.xn1, n, h, p[W_Q], hl, dq.data(), g[W_Q], g[B_Q], true);
+    gemm(true, false, h, hl, n, 1.0f, s.xn1.data(), h, dk.data(), hl, 1.0f, g[W_K], hl);
+    gemm(false, true, n, h, hl, 1.0f, dk.data(), hl, p[W_K], hl, 1.0f, dxn1.data(), h);
+    gemm(true, false, h, hl, n, 1.0f, s.xn1.data(), h, dv.data(), hl, 1.0f, g[W_V], hl);
+    k::col_sum(g[B_V], dv.data(), nullptr, n, hl);
+    gemm(false, true, n, h, hl, 1.0f, dv.data(), hl, p[W_V], hl, 1.0f, dxn1.data(), h);
+    tp_reduce(st.cfg, dxn1.data(), dxn1.numel());
+    Tensor dx = layernorm_backward(dxn1, p[LN1_G], s.xhat1, s.rstd1, g[LN1_G], g[LN1_B]);
+    k::add_inplace(dx.data(), dx1.data(), dx.numel());
+    download_grads(*st.params, g);
+    return dx;
+  }
+
+  Tensor lm_loss_fwd(LmLossState& st, const Tensor& x, const Tensor& targets, Saved& s) {
+    auto p = values(*st.params, true);
+    const int64_t h = x.shape().back(), n = x.numel() / h, kk = st.cfg.tp_size();
+    const int64_t vl = st.vocab / kk, first = st.cfg.tp_rank() * vl;
+    if (targets.numel() != n) throw std::invalid_argument("lm_loss: one target per token expected");
+    s.n = n;
+    s.targets = targets;
+    s.z = layernorm(x, p[0], p[1], s.xhat1, s.rstd1);
+    s.lm_probs = linear(s.z.data(), n, h, p[2], vl, nullptr, {n, vl});  // logits, then probabilities
+
+    // Row maxima over the whole vocabulary.
+    Tensor mx = device_tensor({n}, false);
+    k::row_max(s.lm_probs.data(), mx.data(), n, vl);
+    std::vector<float> mxh = download_vec(mx.data(), n);
+    if (kk > 1) {
+      std::vector<float> all(static_cast<size_t>(n * kk));
+      st.cfg.tp->all_gather(mxh, all);
+      for (int64_t r = 1; r < kk; ++r)
+        for (size_t i = 0; i < mxh.size(); ++i) mxh[i] = std::max(mxh[i], all[static_cast<size_t>(r * n) + i]);
+      upload_vec(mx.data(), mxh);
+    }
+    // Sums of exponentials [0, n) and target logits [n, 2n), summed over the group.
+    Tensor red = device_tensor({2 * n}, false);
+    clear_flag();
+    k::lm_exp_sums(s.lm_probs.data(), mx.data(), targets.data(), red.data(), n, vl, first, st.vocab, flag_);
+    if (flag_set()) throw std::out_of_range("lm_loss: a target outside the vocabulary");
+    std::vector<float> redh = download_vec(red.data(), 2 * n);
+    if (kk > 1) {
+      st.cfg.tp->all_reduce_sum(redh);
+      upload_vec(red.data(), redh);
+    }
+    k::scale_rows_inv(s.lm_probs.data(), red.data(), n, vl);
+    double loss = 0;
+    for (int64_t i = 0; i < n; ++i)
+      loss += std::log(static_cast<double>(redh[static_cast<size_t>(i)])) + mxh[static_cast<size_t>(i)] -
+              redh[static_cast<size_t>(n + i)];
+    return Tensor::from({1}, {static_cast<float>(loss / static_cast<double>(n))});
+  }
+
+  Tensor lm_loss_bwd(LmLossState& st, float g_loss, Saved& s) {
+    auto p = values(*st.params, false);
+    auto g = grads(*st.params);
+    const int64_t n = s.n, vl = s.lm_probs.size(1), h = s.z.shape().back(), first = st.cfg.tp_rank() * vl;
+    Tensor dl = device_tensor({n, vl}, false);
+    k::lm_dlogits(s.lm_probs.data(), s.targets.data(), dl.data(), n, vl, first, g_loss / static_cast<float>(n));
+    Tensor dz = linear_backward(s.z, n, h, p[2], vl, dl.data(), g[2], nullptr, true);
+    dl = {};
+    tp_reduce(st.cfg, dz.data(), dz.numel());
+    Tensor dx = layernorm_backward(dz, p[0], s.xhat1, s.rstd1, g[0], g[1]);
+    download_grads(*st.params, g);
+    return dx;
+  }
+
+  Tensor contrastive_fwd(ContrastiveLossState& st, const Tensor& a, const Tensor& b, Saved& s) {
+    const int64_t bsz = a.size(0);
+    if (b.size(0) != bsz || a.numel() != b.numel())
+      throw std::invalid_argument("contrastive_loss: inputs " + shape_str(a.shape()) + " and " +
+                                  shape_str(b.shape()) + " differ");
+    const int64_t d = a.numel() / bsz;
+    s.n = bsz;
+    s.u = device_tensor({bsz, d}, false);
+    s.w = device_tensor({bsz, d}, false);
+    s.norm_a = device_tensor({bsz}, false);
+    s.norm_b = device_tensor({bsz}, false);
+    k::normalise_rows(a.data(), s.u.data(), s.norm_a.data(), bsz, d);
+    k::normalise_rows(b.data(), s.w.data(), s.norm_b.data(), bsz, d);
+    // Exact fp32: the 1/temperature scale magnifies bf16 rounding.
+    s.pr = device_tensor({bsz, bsz}, false);
+    gemm(false, true, bsz, bsz, d, 1.0f / st.temperature, s.u.data(), d, s.w.data(), d, 0.0f, s.pr.data(), bsz, true);
+    s.pct = device_tensor({bsz, bsz}, false);
+    k::transpose(s.pr.data(), s.pct.data(), bsz, bsz);
+    Tensor nll = device_tensor({2, bsz}, false);
+    k::softmax_rows_diag_nll(s.pr.data(), bsz, nll.data());
+    k::softmax_rows_diag_nll(s.pct.data(), bsz, nll.data() + bsz);
+    const std::vector<float> nh = download_vec(nll.data(), 2 * bsz);
+    double rows = 0, cols = 0;
+    for (int64_t i = 0; i < bsz; ++i) {
+      rows += nh[static_cast<size_t>(i)];
+      cols += nh[static_cast<size_t>(bsz + i)];
+    }
+    return Tensor::from({1}, {static_cast<float>(0.5 * (rows + cols) / static_cast<double>(bsz))});
+  }
+
+  std::pair<Tensor, Tensor> contrastive_bwd(ContrastiveLossState& st, float g_loss, Saved& s) {
+    const int64_t bsz = s.n, d = s.u.size(1);
+    const float coef = g_loss * 0.5f / static_cast<float>(bsz) / st.temperature;
+    Tensor dl = device_tensor({bsz, bsz}, false);
+    k::contrastive_dlogits(s.pr.data(), s.pct.data(), dl.data(), bsz, coef);
+    Tensor du = device_tensor({bsz, d}, false), dw = device_tensor({bsz, d}, false);
+    gemm(false, false, bsz, d, bsz, 1.0f, dl.data(), bsz, s.w.data(), d, 0.0f, du.data(), d, true);
+    gemm(true, false, bsz, d, bsz, 1.0f, dl.data(), bsz, s.u.data(), d, 0.0f, dw.data(), d, true);
+    Tensor da = device_tensor({bsz, 1, d}, false), db = device_tensor({bsz, 1, d}, false);
+    k::normalise_backward(s.u.data(), s.norm_a.data(), du.data(), da.data(), bsz, d);
+    k::normalise_backward(s.w.data(), s.norm_b.data(), dw.data(), db.data(), bsz, d);
+    return {std::move(da), std::move(db)};
+  }
+
+  CudaOptions options_;
+  int device_ = 0;
+  cublasHandle_t blas_ = nullptr;
+  int* flag_ = nullptr;  // device int: a bad id or target seen by a kernel
+  std::unordered_map<const Op*, Saved> saved_;
+  std::unordered_map<const float*, Tensor> mirrors_;  // host parameter memory -> its device copy
+  int64_t mirror_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(CudaOptions options) { return std::make_unique<CudaBackend>(options); }
+
+}  // namespace spindle::exec

@@ -1,0 +1,505 @@
+// Kernels of the CUDA backend (declared in cuda_kernels.h). Simple on
+// purpose: elementwise kernels with grid-stride loops, one warp per row for
+// row reductions (LayerNorm, softmax, losses), atomics for column sums and
+// scatters. fp32 throughout; the matrix products are cuBLAS's.
+#include "libexec/backend/cuda/cuda_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace spindle::exec::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = kThreads / kWarp;  // warp-per-row kernels
+constexpr float kLayerNormEps = 1e-5f;           // libexec/ops/kernels.h
+constexpr float kGeluC = 0.7978845608028654f;
+constexpr float kGeluA = 0.044715f;
+
+void check_launch(const char* kernel) {
+  const cudaError_t rc = cudaGetLastError();
+  if (rc != cudaSuccess) {
+    std::fprintf(stderr, "spindle: CUDA error launching %s: %s\n", kernel, cudaGetErrorString(rc));
+    std::fflush(stderr);
+    std::abort();
+  }
+}
+
+unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+__device__ float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Row handled by this warp, or -1.
+__device__ int64_t warp_row(int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  return r < rows ? r : -1;
+}
+
+__device__ bool valid_id(float v, int64_t limit) {
+  const auto id = static_cast<int64_t>(v);
+  return v >= 0.0f && id < limit && static_cast<float>(id) == v;
+}
+
+#define GRID_STRIDE(i, n)                                                          \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__global__ void fill_k(float* x, int64_t n, float value) {
+  GRID_STRIDE(i, n) x[i] = value;
+}
+
+__global__ void add_k(float* y, const float* x, int64_t n) {
+  GRID_STRIDE(i, n) y[i] += x[i];
+}
+
+__global__ void add_bias_rows_k(float* y, const float* b, int64_t n, int64_t cols) {
+  GRID_STRIDE(i, n) y[i] += b[i % cols];
+}
+
+__global__ void add_pos_rows_k(float* y, const float* pos, int64_t n, int64_t seq, int64_t width) {
+  GRID_STRIDE(i, n) y[i] += pos[i % (seq * width)];
+}
+
+// Block (32, 8): column c = blockIdx.x * 32 + threadIdx.x; rows strided over
+// blockIdx.y and threadIdx.y; partial sums reduced in shared memory, then
+// one atomicAdd per column and block.
+__global__ void col_sum_k(float* out, const float* a, const float* b, int64_t rows, int64_t cols) {
+  __shared__ float part[8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (c < cols) {
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < rows;
+         r += static_cast<int64_t>(gridDim.y) * 8) {
+      const float v = a[r * cols + c];
+      acc += b ? v * b[r * cols + c] : v;
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float s = 0.0f;
+    for (int j = 0; j < 8; ++j) s += part[j][threadIdx.x];
+    atomicAdd(out + c, s);
+  }
+}
+
+__global__ void layernorm_forward_k(const float* x, const float* g, const float* b, float* y, float* xhat,
+                                    float* rstd, int64_t rows, int64_t w) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  const float* xr = x + r * w;
+  float s = 0.0f;
+  for (int64_t c = lane; c < w; c += kWarp) s += xr[c];
+  const float mean = warp_sum(s) / static_cast<float>(w);
+  float q = 0.0f;
+  for (int64_t c = lane; c < w; c += kWarp) {
+    const float d = xr[c] - mean;
+    q += d * d;
+  }
+  const float rs = rsqrtf(warp_sum(q) / static_cast<float>(w) + kLayerNormEps);
+  if (lane == 0) rstd[r] = rs;
+  for (int64_t c = lane; c < w; c += kWarp) {
+    const float h = (xr[c] - mean) * rs;
+    xhat[r * w + c] = h;
+    y[r * w + c] = h * g[c] + b[c];
+  }
+}
+
+__global__ void layernorm_backward_k(const float* dy, const float* g, const float* xhat, const float* rstd,
+                                     float* dx, int64_t rows, int64_t w) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float s1 = 0.0f, s2 = 0.0f;
+  for (int64_t c = lane; c < w; c += kWarp) {
+    const float d = dy[r * w + c] * g[c];
+    s1 += d;
+    s2 += d * xhat[r * w + c];
+  }
+  const float m1 = warp_sum(s1) / static_cast<float>(w);
+  const float m2 = warp_sum(s2) / static_cast<float>(w);
+  const float rs = rstd[r];
+  for (int64_t c = lane; c < w; c += kWarp) {
+    const float d = dy[r * w + c] * g[c];
+    dx[r * w + c] = rs * (d - m1 - xhat[r * w + c] * m2);
+  }
+}
+
+__global__ void gelu_forward_k(const float* x, float* y, int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
+  }
+}
+
+__global__ void gelu_backward_k(const float* x, const float* dy, float* dx, int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float v = x[i];
+    const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
+    const float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+    dx[i] = dy[i] * grad;
+  }
+}
+
+__global__ void softmax_rows_k(float* x, int64_t rows, int64_t cols, int64_t causal_seq) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float* xr = x + r * cols;
+  const int64_t last = causal_seq > 0 ? r % causal_seq : cols - 1;  // last unmasked column
+  float mx = -INFINITY;
+  for (int64_t c = lane; c <= last; c += kWarp) mx = fmaxf(mx, xr[c]);
+  mx = warp_max(mx);
+  float s = 0.0f;
+  for (int64_t c = lane; c <= last; c += kWarp) {
+    const float e = expf(xr[c] - mx);
+    xr[c] = e;
+    s += e;
+  }
+  const float inv = 1.0f / warp_sum(s);
+  for (int64_t c = lane; c < cols; c += kWarp) xr[c] = c <= last ? xr[c] * inv : 0.0f;
+}
+
+__global__ void softmax_backward_rows_k(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols,
+                                        float scale) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float s = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) s += p[r * cols + c] * dp[r * cols + c];
+  const float dot = warp_sum(s);
+  for (int64_t c = lane; c < cols; c += kWarp) {
+    const int64_t i = r * cols + c;
+    ds[i] = scale * p[i] * (dp[i] - dot);
+  }
+}
+
+__global__ void softmax_rows_diag_nll_k(float* x, int64_t n, float* nll) {
+  const int64_t r = warp_row(n);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float* xr = x + r * n;
+  float mx = -INFINITY;
+  for (int64_t c = lane; c < n; c += kWarp) mx = fmaxf(mx, xr[c]);
+  mx = warp_max(mx);
+  const float diag = xr[r] - mx;
+  __syncwarp();
+  float s = 0.0f;
+  for (int64_t c = lane; c < n; c += kWarp) {
+    const float e = expf(xr[c] - mx);
+    xr[c] = e;
+    s += e;
+  }
+  const float sum = warp_sum(s);
+  if (lane == 0) nll[r] = logf(sum) - diag;
+  const float inv = 1.0f / sum;
+  for (int64_t c = lane; c < n; c += kWarp) xr[c] *= inv;
+}
+
+// i indexes y [batch, heads, seq, dh]; x is [batch, seq, heads, dh].
+__global__ void to_heads_k(const float* x, float* y, int64_t n, int64_t seq, int64_t heads, int64_t dh) {
+  GRID_STRIDE(i, n) {
+    const int64_t d = i % dh, t = (i / dh) % seq, j = (i / (dh * seq)) % heads, b = i / (dh * seq * heads);
+    y[i] = x[((b * seq + t) * heads + j) * dh + d];
+  }
+}
+
+__global__ void from_heads_k(const float* x, float* y, int64_t n, int64_t seq, int64_t heads, int64_t dh) {
+  GRID_STRIDE(i, n) {
+    const int64_t d = i % dh, t = (i / dh) % seq, j = (i / (dh * seq)) % heads, b = i / (dh * seq * heads);
+    y[((b * seq + t) * heads + j) * dh + d] = x[i];
+  }
+}
+
+__global__ void transpose_k(const float* a, float* at, int64_t rows, int64_t cols) {
+  GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    at[c * rows + r] = a[i];
+  }
+}
+
+__global__ void token_embed_forward_k(const float* ids, const float* table, const float* pos, float* y,
+                                      int64_t n, int64_t seq, int64_t width, int64_t vocab, int* bad) {
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / width, c = i % width;
+    const float v = ids[r];
+    float e = 0.0f;
+    if (valid_id(v, vocab)) {
+      e = table[static_cast<int64_t>(v) * width + c];
+    } else if (c == 0) {
+      *bad = 1;
+    }
+    y[i] = e + pos[(r % seq) * width + c];
+  }
+}
+
+__global__ void token_embed_backward_k(const float* ids, const float* dy, float* dtable, int64_t n,
+                                       int64_t width, int64_t vocab) {
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / width, c = i % width;
+    const float v = ids[r];
+    if (valid_id(v, vocab)) atomicAdd(dtable + static_cast<int64_t>(v) * width + c, dy[i]);
+  }
+}
+
+__global__ void mean_seq_k(const float* x, float* m, int64_t n, int64_t seq, int64_t width) {
+  GRID_STRIDE(i, n) {
+    const int64_t b = i / width, c = i % width;
+    float s = 0.0f;
+    for (int64_t t = 0; t < seq; ++t) s += x[(b * seq + t) * width + c];
+    m[i] = s / static_cast<float>(seq);
+  }
+}
+
+__global__ void broadcast_seq_k(const float* dm, float* dx, int64_t n, int64_t seq, int64_t width, float scale) {
+  GRID_STRIDE(i, n) {
+    const int64_t c = i % width, b = i / (seq * width);
+    dx[i] = dm[b * width + c] * scale;
+  }
+}
+
+__global__ void row_max_k(const float* x, float* mx, int64_t rows, int64_t cols) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float m = -INFINITY;
+  for (int64_t c = lane; c < cols; c += kWarp) m = fmaxf(m, x[r * cols + c]);
+  m = warp_max(m);
+  if (lane == 0) mx[r] = m;
+}
+
+__global__ void lm_exp_sums_k(float* logits, const float* mx, const float* targets, float* red, int64_t rows,
+                              int64_t vl, int64_t first, int64_t vocab, int* bad) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float* lr = logits + r * vl;
+  const float tv = targets[r];
+  const bool ok = valid_id(tv, vocab);
+  if (!ok && lane == 0) *bad = 1;
+  const int64_t t = ok ? static_cast<int64_t>(tv) - first : -1;
+  const float target_logit = (t >= 0 && t < vl) ? lr[t] : 0.0f;
+  __syncwarp();
+  const float m = mx[r];
+  float s = 0.0f;
+  for (int64_t c = lane; c < vl; c += kWarp) {
+    const float e = expf(lr[c] - m);
+    lr[c] = e;
+    s += e;
+  }
+  s = warp_sum(s);
+  if (lane == 0) {
+    red[r] = s;
+    red[rows + r] = target_logit;
+  }
+}
+
+__global__ void scale_rows_inv_k(float* x, const float* sums, int64_t n, int64_t cols) {
+  GRID_STRIDE(i, n) x[i] /= sums[i / cols];
+}
+
+__global__ void lm_dlogits_k(const float* p, const float* targets, float* dl, int64_t n, int64_t vl,
+                             int64_t first, float scale) {
+  GRID_STRIDE(i, n) {
+    const int64_t r = i / vl, c = i % vl;
+    const float onehot = static_cast<int64_t>(targets[r]) - first == c ? 1.0f : 0.0f;
+    dl[i] = scale * (p[i] - onehot);
+  }
+}
+
+__global__ void normalise_rows_k(const float* x, float* u, float* norm, int64_t rows, int64_t d) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float s = 0.0f;
+  for (int64_t c = lane; c < d; c += kWarp) s += x[r * d + c] * x[r * d + c];
+  const float nr = sqrtf(warp_sum(s));
+  if (lane == 0) norm[r] = nr;
+  for (int64_t c = lane; c < d; c += kWarp) u[r * d + c] = x[r * d + c] / nr;
+}
+
+__global__ void normalise_backward_k(const float* u, const float* norm, const float* du, float* dx, int64_t rows,
+                                     int64_t d) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  float s = 0.0f;
+  for (int64_t c = lane; c < d; c += kWarp) s += u[r * d + c] * du[r * d + c];
+  const float dot = warp_sum(s);
+  for (int64_t c = lane; c < d; c += kWarp) dx[r * d + c] = (du[r * d + c] - u[r * d + c] * dot) / norm[r];
+}
+
+__global__ void contrastive_dlogits_k(const float* pr, const float* pct, float* dl, int64_t n, float coef) {
+  GRID_STRIDE(i, n * n) {
+    const int64_t r = i / n, c = i % n;
+    dl[i] = coef * (pr[i] + pct[c * n + r] - (r == c ? 2.0f : 0.0f));
+  }
+}
+
+__global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                        float beta2, float eps, float decay, float bc1, float bc2) {
+  GRID_STRIDE(i, n) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+  }
+}
+
+}  // namespace
+
+#define LAUNCH(kernel, grid, block, ...)      \
+  do {                                        \
+    kernel<<<(grid), (block)>>>(__VA_ARGS__); \
+    check_launch(#kernel);                    \
+  } while (0)
+
+void fill(float* x, int64_t n, float value) {
+  if (n > 0) LAUNCH(fill_k, blocks_for(n), kThreads, x, n, value);
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  if (n > 0) LAUNCH(add_k, blocks_for(n), kThreads, y, x, n);
+}
+
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  if (rows * cols > 0) LAUNCH(add_bias_rows_k, blocks_for(rows * cols), kThreads, y, b, rows * cols, cols);
+}
+
+void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_t width) {
+  const int64_t n = batch * seq * width;
+  if (n > 0) LAUNCH(add_pos_rows_k, blocks_for(n), kThreads, y, pos, n, seq, width);
+}
+
+void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t gy = (rows + 8 * 64 - 1) / (8 * 64);  // about 64 rows per thread
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(gy < 1 ? 1 : (gy > 1024 ? 1024 : gy)));
+  LAUNCH(col_sum_k, grid, dim3(32, 8), out, a, b, rows, cols);
+}
+
+void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* rstd,
+                       int64_t rows, int64_t w) {
+  if (rows > 0) LAUNCH(layernorm_forward_k, row_blocks(rows), kThreads, x, g, b, y, xhat, rstd, rows, w);
+}
+
+void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* rstd, float* dx,
+                        int64_t rows, int64_t w) {
+  if (rows > 0) LAUNCH(layernorm_backward_k, row_blocks(rows), kThreads, dy, g, xhat, rstd, dx, rows, w);
+}
+
+void gelu_forward(const float* x, float* y, int64_t n) {
+  if (n > 0) LAUNCH(gelu_forward_k, blocks_for(n), kThreads, x, y, n);
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  if (n > 0) LAUNCH(gelu_backward_k, blocks_for(n), kThreads, x, dy, dx, n);
+}
+
+void softmax_rows(float* x, int64_t rows, int64_t cols, int64_t causal_seq) {
+  if (rows > 0) LAUNCH(softmax_rows_k, row_blocks(rows), kThreads, x, rows, cols, causal_seq);
+}
+
+void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale) {
+  if (rows > 0) LAUNCH(softmax_backward_rows_k, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
+}
+
+void softmax_rows_diag_nll(float* x, int64_t n, float* nll) {
+  if (n > 0) LAUNCH(softmax_rows_diag_nll_k, row_blocks(n), kThreads, x, n, nll);
+}
+
+void to_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
+  const int64_t n = batch * seq * heads * dh;
+  if (n > 0) LAUNCH(to_heads_k, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
+}
+
+void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
+  const int64_t n = batch * seq * heads * dh;
+  if (n > 0) LAUNCH(from_heads_k, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
+}
+
+void transpose(const float* a, float* at, int64_t rows, int64_t cols) {
+  if (rows * cols > 0) LAUNCH(transpose_k, blocks_for(rows * cols), kThreads, a, at, rows, cols);
+}
+
+void token_embed_forward(const float* ids, const float* table, const float* pos, float* y, int64_t rows,
+                         int64_t seq, int64_t width, int64_t vocab, int* bad) {
+  const int64_t n = rows * width;
+  if (n > 0) LAUNCH(token_embed_forward_k, blocks_for(n), kThreads, ids, table, pos, y, n, seq, width, vocab, bad);
+}
+
+void token_embed_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t width,
+                          int64_t vocab) {
+  const int64_t n = rows * width;
+  if (n > 0) LAUNCH(token_embed_backward_k, blocks_for(n), kThreads, ids, dy, dtable, n, width, vocab);
+}
+
+void mean_seq(const float* x, float* m, int64_t batch, int64_t seq, int64_t width) {
+  const int64_t n = batch * width;
+  if (n > 0) LAUNCH(mean_seq_k, blocks_for(n), kThreads, x, m, n, seq, width);
+}
+
+void broadcast_seq(const float* dm, float* dx, int64_t batch, int64_t seq, int64_t width, float scale) {
+  const int64_t n = batch * seq * width;
+  if (n > 0) LAUNCH(broadcast_seq_k, blocks_for(n), kThreads, dm, dx, n, seq, width, scale);
+}
+
+void row_max(const float* x, float* mx, int64_t rows, int64_t cols) {
+  if (rows > 0) LAUNCH(row_max_k, row_blocks(rows), kThreads, x, mx, rows, cols);
+}
+
+void lm_exp_sums(float* logits, const float* mx, const float* targets, float* red, int64_t rows, int64_t vl,
+                 int64_t first, int64_t vocab, int* bad) {
+  if (rows > 0)
+    LAUNCH(lm_exp_sums_k, row_blocks(rows), kThreads, logits, mx, targets, red, rows, vl, first, vocab, bad);
+}
+
+void scale_rows_inv(float* x, const float* sums, int64_t rows, int64_t cols) {
+  if (rows * cols > 0) LAUNCH(scale_rows_inv_k, blocks_for(rows * cols), kThreads, x, sums, rows * cols, cols);
+}
+
+void lm_dlogits(const float* p, const float* targets, float* dl, int64_t rows, int64_t vl, int64_t first,
+                float scale) {
+  if (rows * vl > 0) LAUNCH(lm_dlogits_k, blocks_for(rows * vl), kThreads, p, targets, dl, rows * vl, vl, first, scale);
+}
+
+void normalise_rows(const float* x, float* u, float* norm, int64_t rows, int64_t d) {
+  if (rows > 0) LAUNCH(normalise_rows_k, row_blocks(rows), kThreads, x, u, norm, rows, d);
+}
+
+void normalise_backward(const float* u, const float* norm, const float* du, float* dx, int64_t rows, int64_t d) {
+  if (rows > 0) LAUNCH(normalise_backward_k, row_blocks(rows), kThreads, u, norm, du, dx, rows, d);
+}
+
+void contrastive_dlogits(const float* pr, const float* pct, float* dl, int64_t n, float coef) {
+  if (n > 0) LAUNCH(contrastive_dlogits_k, blocks_for(n * n), kThreads, pr, pct, dl, n, coef);
+}
+
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+           float decay, float bc1, float bc2) {
+  if (n > 0) LAUNCH(adamw_k, blocks_for(n), kThreads, p, g, m, v, n, lr, beta1, beta2, eps, decay, bc1, bc2);
+}
+
+}  // namespace spindle::exec::cuda

@@ -1,0 +1,95 @@
+// The CUDA backend's fused kernels (cuda_kernels.cu), as plain launchers:
+// every pointer is device memory, fp32, row-major; every launch goes on the
+// legacy default stream (the backend's only stream), so launches and the
+// backend's copies and cuBLAS calls are ordered. Launchers return at once;
+// they check the launch (CUDA_CHECK_LAUNCH), faults surface at the next
+// synchronising call. Formulas match the CPU reference in libexec/ops/.
+// Compiled by nvcc into spindle_cuda_kernels, which depends on nothing else
+// of libexec.
+#pragma once
+
+#include <cstdint>
+
+namespace spindle::exec::cuda {
+
+// x[i] = value.
+void fill(float* x, int64_t n, float value);
+// y[i] += x[i].
+void add_inplace(float* y, const float* x, int64_t n);
+// y[r, c] += b[c] for a [rows, cols] matrix.
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
+// y[i, t, :] += pos[t, :] for y [batch, seq, width].
+void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_t width);
+// out[c] += sum_r a[r, c] * (b ? b[r, c] : 1) for [rows, cols] matrices
+// (bias and LayerNorm parameter gradients; order of the sum unspecified).
+void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols);
+
+// LayerNorm over rows of width w, eps 1e-5: y = xhat * g + b with
+// xhat = (x - mean) * rstd; writes y, xhat [rows, w] and rstd [rows].
+void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* rstd,
+                       int64_t rows, int64_t w);
+// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * g.
+void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* rstd, float* dx,
+                        int64_t rows, int64_t w);
+
+// GELU (tanh approximation): y = gelu(x); dx = dy * gelu'(x).
+void gelu_forward(const float* x, float* y, int64_t n);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+
+// Row softmax in place over [rows, cols]. causal_seq > 0: rows are square
+// blocks of causal_seq x causal_seq (cols == causal_seq) and column c of row
+// r is masked (-inf) when c > r % causal_seq.
+void softmax_rows(float* x, int64_t rows, int64_t cols, int64_t causal_seq);
+// ds = scale * p * (dp - sum_c dp * p) per row; ds may alias dp.
+void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale);
+// Row softmax in place of a square [n, n] matrix; nll[i] = -log p[i][i]
+// computed as log(sum) - (x[i][i] - max).
+void softmax_rows_diag_nll(float* x, int64_t n, float* nll);
+
+// [batch, seq, heads, dh] <-> [batch, heads, seq, dh].
+void to_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
+void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
+// at [cols, rows] = a [rows, cols]^T.
+void transpose(const float* a, float* at, int64_t rows, int64_t cols);
+
+// y[r, :] = table[ids[r], :] + pos[r % seq, :] for r < rows (ids: fp32
+// holding integers). An id outside [0, vocab) or not an integer sets *bad = 1
+// and leaves its row at pos only.
+void token_embed_forward(const float* ids, const float* table, const float* pos, float* y, int64_t rows,
+                         int64_t seq, int64_t width, int64_t vocab, int* bad);
+// dtable[ids[r], :] += dy[r, :] (atomic; ids already checked by forward).
+void token_embed_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t width,
+                          int64_t vocab);
+
+// m[i, c] = mean_t x[i, t, c] for x [batch, seq, width].
+void mean_seq(const float* x, float* m, int64_t batch, int64_t seq, int64_t width);
+// dx[i, t, c] = dm[i, c] * scale.
+void broadcast_seq(const float* dm, float* dx, int64_t batch, int64_t seq, int64_t width, float scale);
+
+// mx[r] = max_c x[r, c].
+void row_max(const float* x, float* mx, int64_t rows, int64_t cols);
+// lm_loss, vocab-parallel: p = exp(logits - mx[r]) in place over [rows,
+// vl]; red[r] = sum of the row, red[rows + r] = logits[r, t - first] when
+// the target t lies in [first, first + vl), else 0. A target outside
+// [0, vocab) or not an integer sets *bad = 1.
+void lm_exp_sums(float* logits, const float* mx, const float* targets, float* red, int64_t rows, int64_t vl,
+                 int64_t first, int64_t vocab, int* bad);
+// x[r, :] /= sums[r].
+void scale_rows_inv(float* x, const float* sums, int64_t rows, int64_t cols);
+// dl = scale * (p - onehot(t - first)) over local columns.
+void lm_dlogits(const float* p, const float* targets, float* dl, int64_t rows, int64_t vl, int64_t first,
+                float scale);
+
+// u[r, :] = x[r, :] / |x[r, :]|, norm[r] = |x[r, :]|.
+void normalise_rows(const float* x, float* u, float* norm, int64_t rows, int64_t d);
+// dx[r, :] = (du[r, :] - u[r, :] (u[r, :] . du[r, :])) / norm[r].
+void normalise_backward(const float* u, const float* norm, const float* du, float* dx, int64_t rows, int64_t d);
+// dl[i, j] = coef * (pr[i, j] + pct[j, i] - 2 [i == j]) for [n, n].
+void contrastive_dlogits(const float* pr, const float* pct, float* dl, int64_t n, float coef);
+
+// AdamW (optim/adamw.h), bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t
+// and decay = 1 - lr * weight_decay computed by the caller.
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+           float decay, float bc1, float bc2);
+
+}  // namespace spindle::exec::cuda

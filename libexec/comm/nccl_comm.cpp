@@ -1,0 +1,120 @@
+#include "libexec/comm/nccl_comm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+
+#include "libexec/backend/cuda/cuda_check.h"
+#include "libexec/comm/mpi_check.h"
+
+namespace spindle::exec {
+
+namespace {
+constexpr size_t kF = sizeof(float);
+
+void sync() { CUDA_CHECK(cudaStreamSynchronize(0)); }
+}  // namespace
+
+std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group) {
+  ncclUniqueId id{};
+  if (group.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, group.handle()));
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, group.size(), id, group.rank()));
+  return std::unique_ptr<NcclComm>(new NcclComm(comm, group.rank(), group.size()));
+}
+
+NcclComm::~NcclComm() {
+  (void)cudaStreamSynchronize(0);
+  if (scratch_) (void)cudaFree(scratch_);
+  (void)ncclCommDestroy(comm_);
+}
+
+float* NcclComm::scratch(int64_t count) {
+  if (count > scratch_count_) {
+    if (scratch_) CUDA_CHECK(cudaFree(scratch_));
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), static_cast<size_t>(count) * kF));
+    scratch_count_ = count;
+  }
+  return scratch_;
+}
+
+void NcclComm::all_reduce_sum_device(float* data, int64_t count) {
+  if (count <= 0) return;
+  NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, 0));
+  sync();
+}
+
+void NcclComm::all_gather_device(const float* send, float* recv, int64_t count) {
+  if (count <= 0) return;
+  NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat32, comm_, 0));
+  sync();
+}
+
+void NcclComm::exchange_device(std::span<const Transfer> sends, std::span<const Transfer> recvs) {
+  NCCL_CHECK(ncclGroupStart());
+  for (const Transfer& t : sends)
+    if (t.count > 0) NCCL_CHECK(ncclSend(t.data, static_cast<size_t>(t.count), ncclFloat32, t.peer, comm_, 0));
+  for (const Transfer& t : recvs)
+    if (t.count > 0) NCCL_CHECK(ncclRecv(t.data, static_cast<size_t>(t.count), ncclFloat32, t.peer, comm_, 0));
+  NCCL_CHECK(ncclGroupEnd());
+  sync();
+}
+
+void NcclComm::all_reduce_sum(std::span<float> data) {
+  const auto n = static_cast<int64_t>(data.size());
+  if (n == 0) return;
+  float* d = scratch(n);
+  CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kF, cudaMemcpyHostToDevice));
+  all_reduce_sum_device(d, n);
+  CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kF, cudaMemcpyDeviceToHost));
+}
+
+void NcclComm::all_gather(std::span<const float> send, std::span<float> recv) {
+  const auto n = static_cast<int64_t>(send.size());
+  if (recv.size() != send.size() * static_cast<size_t>(size_))
+    throw std::invalid_argument("NcclComm::all_gather: recv must hold size() * send.size() floats");
+  if (n == 0) return;
+  float* d = scratch(n * (size_ + 1));
+  CUDA_CHECK(cudaMemcpy(d, send.data(), send.size() * kF, cudaMemcpyHostToDevice));
+  all_gather_device(d, d + n, n);
+  CUDA_CHECK(cudaMemcpy(recv.data(), d + n, recv.size() * kF, cudaMemcpyDeviceToHost));
+}
+
+void NcclComm::send(std::span<const float> data, int peer, int /*tag*/) {
+  const auto n = static_cast<int64_t>(data.size());
+  if (n == 0) return;
+  float* d = scratch(n);
+  CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kF, cudaMemcpyHostToDevice));
+  const Transfer t{d, n, peer};
+  exchange_device({&t, 1}, {});
+}
+
+void NcclComm::recv(std::span<float> data, int peer, int /*tag*/) {
+  const auto n = static_cast<int64_t>(data.size());
+  if (n == 0) return;
+  float* d = scratch(n);
+  const Transfer t{d, n, peer};
+  exchange_device({}, {&t, 1});
+  CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kF, cudaMemcpyDeviceToHost));
+}
+
+void NcclComm::barrier() {
+  float* d = scratch(1);
+  CUDA_CHECK(cudaMemset(d, 0, kF));
+  all_reduce_sum_device(d, 1);
+}
+
+std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
+    const MpiComm& parent, const std::vector<std::vector<int>>& groups) {
+  std::map<std::vector<int>, std::unique_ptr<Comm>> mpi = create_group_comms(parent, groups);
+  std::map<std::vector<int>, std::unique_ptr<Comm>> out;
+  for (auto& [devices, comm] : mpi) {  // sorted: the same global order on every rank
+    const auto* group = dynamic_cast<const MpiComm*>(comm.get());
+    if (!group) throw std::logic_error("create_nccl_group_comms: create_group_comms returned a non-MPI comm");
+    out[devices] = NcclComm::create(*group);
+  }
+  return out;
+}
+
+}  // namespace spindle::exec

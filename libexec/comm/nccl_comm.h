@@ -1,0 +1,91 @@
+// The NCCL communicator (built with the CUDA backend when NCCL is found;
+// docs/gpu.md). One NcclComm per device group, on the CUDA device bound by
+// cuda_bind_device (one distinct GPU per rank of a group: NCCL refuses two
+// ranks on one GPU).
+//
+// Comm's host-buffer methods stage through a device buffer (upload, NCCL on
+// the default stream, download), so the executor's host code works
+// unchanged; the *_device methods take device pointers and skip the
+// staging (the CUDA backend's TP all-reduces use them). Every call returns
+// after the NCCL work is complete (cudaStreamSynchronize), as Comm's
+// blocking contract requires.
+//
+// send/recv: NCCL has no tags: messages between two ranks match in the order
+// posted (the executor's schedule posts them in one global order, so this is
+// equivalent to its per-wave tags). send blocks until the peer receives.
+// exchange_device posts several sends and receives as one NCCL group
+// (ncclGroupStart/End): the inter-wave transfers of one rank need no order.
+//
+// Errors: every NCCL and CUDA call is checked (NCCL_CHECK / CUDA_CHECK):
+// rank, file, line and the error string, then the whole job aborts.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <nccl.h>
+
+#include "libexec/backend/cuda/cuda_check.h"
+#include "libexec/comm/comm.h"
+#include "libexec/comm/mpi_comm.h"
+
+#define NCCL_CHECK(call)                                                                                \
+  do {                                                                                                  \
+    const ncclResult_t spindle_nccl_rc_ = (call);                                                       \
+    if (spindle_nccl_rc_ != ncclSuccess)                                                                \
+      ::spindle::exec::cuda_fail("NCCL", ncclGetErrorString(spindle_nccl_rc_), #call, __FILE__, __LINE__); \
+  } while (0)
+
+namespace spindle::exec {
+
+class NcclComm final : public Comm {
+ public:
+  // Collective over `group` (an MPI communicator of the same ranks): rank 0
+  // makes the NCCL unique id, MPI broadcasts it, every rank joins with
+  // ncclCommInitRank. Group rank i is NCCL rank i.
+  static std::unique_ptr<NcclComm> create(const MpiComm& group);
+  ~NcclComm() override;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(std::span<float> data) override;
+  void all_gather(std::span<const float> send, std::span<float> recv) override;
+  void send(std::span<const float> data, int peer, int tag) override;
+  void recv(std::span<float> data, int peer, int tag) override;
+  void barrier() override;
+
+  // Device-memory versions (pointers into the current device's memory).
+  void all_reduce_sum_device(float* data, int64_t count);
+  void all_gather_device(const float* send, float* recv, int64_t count);
+  struct Transfer {
+    float* data = nullptr;  // device memory
+    int64_t count = 0;
+    int peer = 0;
+  };
+  // Posts every send and receive as one group and waits for all of them.
+  void exchange_device(std::span<const Transfer> sends, std::span<const Transfer> recvs);
+
+  ncclComm_t handle() const { return comm_; }
+
+ private:
+  NcclComm(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  float* scratch(int64_t count);  // device buffer of at least count floats
+
+  ncclComm_t comm_;
+  int rank_, size_;
+  float* scratch_ = nullptr;
+  int64_t scratch_count_ = 0;
+};
+
+// create_group_comms (mpi_comm.h) with NCCL communicators: the MPI group
+// communicators carry the unique ids, then each group gets an NcclComm, in
+// the groups' sorted order (deadlock-free for the same reason). Every rank
+// of `parent` calls it with the same list, after cuda_bind_device.
+std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
+    const MpiComm& parent, const std::vector<std::vector<int>>& groups);
+
+}  // namespace spindle::exec
