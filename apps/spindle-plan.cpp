@@ -202,6 +202,19 @@ int main(int argc, char** argv) {
     return fail(kExitFailure, st.error().message);
   if (compare) std::printf("\n");
   print_summary(*plan, graph, levels);
+  if (profile.links) {
+    const sp::ProfileLinks& l = *profile.links;
+    auto fig = [](const sp::Link& k) {
+      char buf[64];
+      if (k.gbytes_per_s <= 0) return std::string("cluster's");
+      std::snprintf(buf, sizeof buf, "%.2f GB/s, %.1f us", k.gbytes_per_s, k.latency_us);
+      return std::string(buf);
+    };
+    std::printf("links     measured by the profile (x-links, %d ranks): in an island p2p %s, all-reduce %s; "
+                "across p2p %s, all-reduce %s\n",
+                l.ranks, fig(l.intra_p2p).c_str(), fig(l.intra_allreduce).c_str(), fig(l.inter_p2p).c_str(),
+                fig(l.inter_allreduce).c_str());
+  }
   std::printf("wrote     %s%s%s\n", out_path.c_str(), trace_path.empty() ? "" : ", ", trace_path.c_str());
   if (!plot_path.empty()) std::printf("plot      %s (%zu strategies)\n", plot_path.c_str(), plotted.size());
   return 0;

@@ -221,22 +221,28 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
     variants.back().cross_level = cross;
     variants.back().paper_rules = true;
   }
-  // On several islands, each of our variants also with tails kept inside an
-  // island (placement and costing decide whether that pays).
-  if (island > 0 && island < n_dev) {
-    const size_t ours = variants.size();
-    for (size_t v = 0; v < ours; ++v) {
-      if (variants[v].paper_rules) continue;
-      variants.push_back(variants[v]);
-      variants.back().extend_cap = island;
-    }
-  }
   std::vector<std::pair<double, std::vector<AbstractWave>>> drafts;
-  for (const ScheduleOptions& o : variants) {
+  auto run = [&](const ScheduleOptions& o) {
     std::vector<AbstractWave> waves = schedule_waves(items, n_dev, o);
     double ms = 0;
-    for (const AbstractWave& w : waves) ms += w.ms;
+    bool wider = false;   // some slot wider than an island
+    for (const AbstractWave& w : waves) {
+      ms += w.ms;
+      for (const AbstractSlot& s : w.slots) wider = wider || s.devices > island;
+    }
     drafts.emplace_back(ms, std::move(waves));
+    return wider;
+  };
+  // On several islands, each of our variants whose schedule spreads a slot
+  // over more than an island runs again with tails kept inside an island
+  // (placement and costing decide whether that pays).
+  for (const ScheduleOptions& o : variants) {
+    const bool wider = run(o);
+    if (wider && !o.paper_rules && island > 0 && island < n_dev) {
+      ScheduleOptions capped = o;
+      capped.extend_cap = island;
+      run(capped);
+    }
   }
   // Shortest compute first (stable: ties keep the variant order).
   std::stable_sort(drafts.begin(), drafts.end(),
