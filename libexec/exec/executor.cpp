@@ -5,6 +5,9 @@
 #include <stdexcept>
 
 #include "libexec/exec/data.h"
+#ifdef SPINDLE_HAVE_NCCL
+#include "libexec/comm/nccl_comm.h"
+#endif
 #include "libexec/exec/reshard.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/ops.h"
@@ -33,8 +36,72 @@ Shape with_rows(int64_t rows, const Shape& row_shape) {
   return s;
 }
 
+// Rows [row0, row0 + rows) of `t` along dimension 0 as a tensor sharing its
+// storage (no copy, any device). Only for reading.
+Tensor row_view(const Tensor& t, int64_t row0, int64_t rows) {
+  Shape shape = t.shape();
+  const int64_t row_elems = shape[0] > 0 ? t.numel() / shape[0] : 0;
+  shape[0] = rows;
+  const float* first = t.data() + row0 * row_elems;
+  // Aliasing shared_ptr: keeps t's storage alive, points into it.
+  std::shared_ptr<float[]> storage(std::make_shared<Tensor>(t), const_cast<float*>(first));
+  return Tensor::wrap(std::move(shape), t.device(), std::move(storage));
+}
+
+// Memory moves through the backend: every tensor below lives in the
+// backend's memory (host memory for the CPU backend, where these are plain
+// copies), except where a name says host.
+
+// `t` in the backend's memory: itself when it is there already, else a copy.
+Tensor to_backend(Backend& be, const Tensor& t) {
+  if (t.device() == be.device()) return t;
+  Tensor out = be.allocate(t.shape());
+  be.copy(t, out);
+  return out;
+}
+
+// `t` in host memory: itself when it is there already, else a copy.
+Tensor to_host(Backend& be, const Tensor& t) {
+  if (t.device() == Device::host) return t;
+  Tensor out = Tensor::zeros(t.shape());
+  be.copy(t, out);
+  be.synchronize();
+  return out;
+}
+
+// Rows [row0, row0 + rows) of `t` along dimension 0, copied.
+Tensor copy_rows(Backend& be, const Tensor& t, int64_t row0, int64_t rows) {
+  Shape shape = t.shape();
+  shape[0] = rows;
+  Tensor out = be.allocate(std::move(shape));
+  be.copy(row_view(t, row0, rows), out);
+  return out;
+}
+
+// Concatenation along dimension 0 (all other dimensions equal), copied.
+Tensor concat_rows(Backend& be, const std::vector<Tensor>& parts) {
+  if (parts.size() == 1) return parts[0];
+  Shape shape = parts[0].shape();
+  shape[0] = 0;
+  for (const Tensor& p : parts) {
+    Shape a = p.shape();
+    a[0] = 0;
+    if (a != shape) throw std::invalid_argument("concat_rows: shapes differ beyond dimension 0");
+  }
+  for (const Tensor& p : parts) shape[0] += p.size(0);
+  Tensor out = be.allocate(shape);
+  int64_t row = 0;
+  for (const Tensor& p : parts) {
+    Tensor dst = row_view(out, row, p.size(0));
+    be.copy(p, dst);
+    row += p.size(0);
+  }
+  return out;
+}
+
 // [b, s_k, h] parts -> [b, sum s_k, h] (sequence concatenation), and back.
-Tensor concat_seq(const std::vector<Tensor>& parts) {
+// One copy per batch row and part.
+Tensor concat_seq(Backend& be, const std::vector<Tensor>& parts) {
   const int64_t b = parts[0].size(0), h = parts[0].size(2);
   int64_t seq = 0;
   for (const Tensor& p : parts) {
@@ -42,30 +109,70 @@ Tensor concat_seq(const std::vector<Tensor>& parts) {
       throw std::invalid_argument("inputs of different batch or width: " + shape_str(p.shape()));
     seq += p.size(1);
   }
-  Tensor out = Tensor::zeros({b, seq, h});
+  Tensor out = be.allocate({b, seq, h});
+  const Tensor flat_out = out.reshaped({b * seq, h});
   for (int64_t r = 0; r < b; ++r) {
-    float* dst = out.data() + r * seq * h;
+    int64_t off = r * seq;
     for (const Tensor& p : parts) {
-      const int64_t n = p.size(1) * h;
-      dst = std::copy(p.data() + r * n, p.data() + (r + 1) * n, dst);
+      Tensor dst = row_view(flat_out, off, p.size(1));
+      be.copy(row_view(p.reshaped({b * p.size(1), h}), r * p.size(1), p.size(1)), dst);
+      off += p.size(1);
     }
   }
   return out;
 }
 
-std::vector<Tensor> split_seq(const Tensor& t, const std::vector<int64_t>& seqs) {
+std::vector<Tensor> split_seq(Backend& be, const Tensor& t, const std::vector<int64_t>& seqs) {
   const int64_t b = t.size(0), seq = t.size(1), h = t.size(2);
+  const Tensor flat = t.reshaped({b * seq, h});
   std::vector<Tensor> out;
   int64_t off = 0;
   for (int64_t s : seqs) {
-    Tensor p = Tensor::zeros({b, s, h});
-    for (int64_t r = 0; r < b; ++r)
-      std::copy(t.data() + (r * seq + off) * h, t.data() + (r * seq + off + s) * h,
-                p.data() + r * s * h);
+    Tensor p = be.allocate({b, s, h});
+    const Tensor flat_p = p.reshaped({b * s, h});
+    for (int64_t r = 0; r < b; ++r) {
+      Tensor dst = row_view(flat_p, r * s, s);
+      be.copy(row_view(flat, r * seq + off, s), dst);
+    }
     out.push_back(std::move(p));
     off += s;
   }
   return out;
+}
+
+// Sums the tensors `grads` (backend memory) over `comm`, in place, as one
+// flat buffer: in device memory when `comm` is NCCL, else staged through host
+// memory (MPI and the fakes carry host buffers). Returns the element count.
+int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& grads) {
+  int64_t n = 0;
+  for (const Tensor* g : grads) n += g->numel();
+  Tensor flat;
+#ifdef SPINDLE_HAVE_NCCL
+  auto* nccl = be.device() == Device::cuda ? dynamic_cast<NcclComm*>(&comm) : nullptr;
+  if (nccl) flat = be.allocate({n});
+#endif
+  if (flat.empty()) flat = Tensor::zeros({n});
+  int64_t off = 0;
+  for (const Tensor* g : grads) {
+    Tensor dst = row_view(flat, off, g->numel());
+    be.copy(*g, dst);
+    off += g->numel();
+  }
+  if (flat.device() == Device::host) {
+    be.synchronize();
+    comm.all_reduce_sum({flat.data(), static_cast<size_t>(n)});
+  }
+#ifdef SPINDLE_HAVE_NCCL
+  else {
+    nccl->all_reduce_sum_device(flat.data(), n);
+  }
+#endif
+  off = 0;
+  for (Tensor* g : grads) {
+    be.copy(row_view(flat, off, g->numel()), *g);
+    off += g->numel();
+  }
+  return n;
 }
 
 // A Comm that only answers rank() and size(): for building shapes of a
@@ -296,10 +403,14 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
       auto [it, fresh] = params_.try_emplace({op.param, t});
       ParamState& ps = it->second;
       if (fresh) {
+        // Seeded on the host, then resident in the backend's memory for the
+        // whole run: value, gradient and AdamW moments.
         ps.set = make_params(cfg, op.param, options_.seed);
-        for (const Param& p : ps.set.params) {
-          ps.m.push_back(Tensor::zeros(p.value.shape()));
-          ps.v.push_back(Tensor::zeros(p.value.shape()));
+        for (Param& p : ps.set.params) {
+          p.value = to_backend(backend_, p.value);
+          p.grad = backend_.allocate(p.value.shape());
+          ps.m.push_back(backend_.allocate(p.value.shape()));
+          ps.v.push_back(backend_.allocate(p.value.shape()));
         }
         const auto devs = sched_->shard_devices.find({op.param, t});
         if (devs != sched_->shard_devices.end()) ps.sync.assign(devs->second.begin(), devs->second.end());
@@ -323,7 +434,7 @@ StepStats Executor::step() {
   pieces_.clear();
   din_.clear();
   std::fill(loss_.begin(), loss_.end(), 0.0);
-  for (auto& [key, ps] : params_) ps.set.zero_grads();
+  zero_grads();
   const int waves = static_cast<int>(plan_.waves.size());
 
   // Forward, waves in order: receive each slice's inputs, then run this
@@ -370,14 +481,16 @@ void Executor::forward_transfers(int wave) {
     if (t.src_device == rank_) {
       const SliceInfo& ps = sched_->slices[static_cast<size_t>(sched_->slice_of[static_cast<size_t>(t.producer)])];
       const RowRange mine = ps.layout.rows_of(sched_->position(sched_->slice_of[static_cast<size_t>(t.producer)], rank_));
-      piece = slice_rows(out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
+      piece = copy_rows(backend_, out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
       if (t.dst_device != rank_) {
-        world_.send({piece.data(), static_cast<size_t>(piece.numel())}, t.dst_device, forward_tag(wave));
+        const Tensor staged = to_host(backend_, piece);  // MPI carries host memory
+        world_.send({staged.data(), static_cast<size_t>(staged.numel())}, t.dst_device, forward_tag(wave));
         sent += piece.numel();
       }
     } else {
-      piece = Tensor::zeros(rows_shape);
-      world_.recv({piece.data(), static_cast<size_t>(piece.numel())}, t.src_device, forward_tag(wave));
+      Tensor staged = Tensor::zeros(rows_shape);
+      world_.recv({staged.data(), static_cast<size_t>(staged.numel())}, t.src_device, forward_tag(wave));
+      piece = to_backend(backend_, staged);
     }
     if (t.dst_device == rank_) pieces_[{t.slice, t.input}].push_back(std::move(piece));
   }
@@ -402,40 +515,44 @@ void Executor::forward_slice(int slice) {
     const std::string& kind = op.workload.op;
     std::vector<Tensor> in;
     if (kind == "patch_embed") {
-      in.push_back(synth_features(data, node.id, node.module, op.workload.seq, op.workload.dims.at("in_dim").get<int64_t>()));
+      in.push_back(to_backend(backend_, synth_features(data, node.id, node.module, op.workload.seq,
+                                                       op.workload.dims.at("in_dim").get<int64_t>())));
     } else if (kind == "token_embed") {
-      in.push_back(synth_tokens(data, node.module, op.workload.seq, op.workload.dims.at("vocab").get<int64_t>()));
+      in.push_back(to_backend(backend_, synth_tokens(data, node.module, op.workload.seq,
+                                                     op.workload.dims.at("vocab").get<int64_t>())));
     } else if (j > 0) {
       in.push_back(out_.at(s.ops[j - 1]));
     } else {
       for (size_t k = 0; k < s.producers.size(); ++k)
-        in.push_back(concat_rows(pieces_.at({slice, static_cast<int>(k)})));
+        in.push_back(concat_rows(backend_, pieces_.at({slice, static_cast<int>(k)})));
       if (kind == "contrastive_loss") {
         // Gather the whole batch over the slice (blocks of TP rank 0 of each group).
         Comm* comm = groups_.at(s.devices).get();
         for (Tensor& x : in) {
+          const Tensor staged = to_host(backend_, x);  // the group Comm takes host memory
           std::vector<float> all(x.numel() * s.devices.size());
-          comm->all_gather({x.data(), static_cast<size_t>(x.numel())}, all);
+          comm->all_gather({staged.data(), static_cast<size_t>(x.numel())}, all);
           std::vector<Tensor> blocks;
           for (int g = 0; g < s.layout.groups(); ++g) {
             const float* b = all.data() + static_cast<size_t>(g * s.layout.tp * x.numel());
             blocks.push_back(Tensor::from(x.shape(), std::vector<float>(b, b + x.numel())));
           }
-          x = concat_rows(blocks);
+          x = to_backend(backend_, concat_rows(blocks));
         }
       } else if (in.size() > 1) {
-        in = {concat_seq(in)};
+        in = {concat_seq(backend_, in)};
       }
     }
     if (kind == "lm_loss")
-      in.push_back(synth_targets(data, node.module, op.workload.seq, op.workload.dims.at("vocab").get<int64_t>()));
+      in.push_back(to_backend(backend_, synth_targets(data, node.module, op.workload.seq,
+                                                      op.workload.dims.at("vocab").get<int64_t>())));
     Tensor y = backend_.forward(ops_.at(o), in);
     if (kind == "contrastive_loss") {
-      if (pos == 0) loss_[static_cast<size_t>(op.task)] += task.weight * y[0];
+      if (pos == 0) loss_[static_cast<size_t>(op.task)] += task.weight * to_host(backend_, y)[0];
     } else if (kind == "lm_loss") {
       if (s.layout.tp_rank_of(pos) == 0)
         loss_[static_cast<size_t>(op.task)] +=
-            task.weight * y[0] * static_cast<double>(rows.size()) / static_cast<double>(batch);
+            task.weight * to_host(backend_, y)[0] * static_cast<double>(rows.size()) / static_cast<double>(batch);
     }
     out_[o] = std::move(y);
   }
@@ -461,7 +578,7 @@ void Executor::backward_slice(int slice) {
       dy = Tensor::from({1}, {static_cast<float>(weight * static_cast<double>(rows.size()) /
                                                  static_cast<double>(s.layout.batch))});
     } else {
-      dy = dout_.at(o);
+      dy = to_backend(backend_, dout_.at(o));  // accumulated on the host when it came by transfer
     }
     std::vector<Tensor> dx = backend_.backward(ops_.at(o), dy);
     if (dx.empty()) continue;  // data readers
@@ -470,12 +587,12 @@ void Executor::backward_slice(int slice) {
     } else if (kind == "contrastive_loss") {
       // Full-batch gradients: keep this group's rows.
       for (size_t k = 0; k < dx.size(); ++k)
-        din_[{slice, static_cast<int>(k)}] = slice_rows(dx[k], rows.begin, rows.size());
+        din_[{slice, static_cast<int>(k)}] = copy_rows(backend_, dx[k], rows.begin, rows.size());
     } else if (s.producers.size() > 1) {
       std::vector<int64_t> seqs;
       for (int p : s.producers)
         seqs.push_back(out_row_shape(sched_->graph.ops[static_cast<size_t>(p)])[0]);
-      std::vector<Tensor> parts = split_seq(dx[0], seqs);
+      std::vector<Tensor> parts = split_seq(backend_, dx[0], seqs);
       for (size_t k = 0; k < parts.size(); ++k) din_[{slice, static_cast<int>(k)}] = std::move(parts[k]);
     } else {
       din_[{slice, 0}] = std::move(dx[0]);
@@ -496,7 +613,9 @@ void Executor::backward_transfers(int wave) {
     if (t.src_device == rank_) {
       const SliceInfo& c = sched_->slices[static_cast<size_t>(t.slice)];
       const RowRange mine = c.layout.rows_of(sched_->position(t.slice, rank_));
-      piece = slice_rows(din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
+      // Staged on the host: MPI carries host memory, and the receiver adds on the host.
+      piece = to_host(backend_, copy_rows(backend_, din_.at({t.slice, t.input}), t.rows.begin - mine.begin,
+                                          t.rows.size()));
       if (t.dst_device != rank_) {
         world_.send({piece.data(), static_cast<size_t>(piece.numel())}, t.dst_device, backward_tag(wave));
         sent += piece.numel();
@@ -506,7 +625,8 @@ void Executor::backward_transfers(int wave) {
       world_.recv({piece.data(), static_cast<size_t>(piece.numel())}, t.src_device, backward_tag(wave));
     }
     if (t.dst_device != rank_) continue;
-    // Accumulate into the producer's output gradient (several consumers add up).
+    // Accumulate into the producer's output gradient (several consumers add
+    // up), a host tensor until backward_slice moves it to the backend.
     const int ps_index = sched_->slice_of[static_cast<size_t>(t.producer)];
     const SliceInfo& ps = sched_->slices[static_cast<size_t>(ps_index)];
     const RowRange mine = ps.layout.rows_of(sched_->position(ps_index, rank_));
@@ -520,6 +640,14 @@ void Executor::backward_transfers(int wave) {
     record("transfer bwd wave " + std::to_string(wave), "transfer", 1, t0, {{"floats_sent", sent}});
 }
 
+void Executor::zero_grads() {
+  for (auto& [key, ps] : params_)
+    for (Param& p : ps.set.params) {
+      if (p.grad.device() == Device::host) p.grad.zero();
+      else p.grad = backend_.allocate(p.grad.shape());  // zero-filled (Backend has no fill)
+    }
+}
+
 void Executor::sync_gradients() {
   const Clock::time_point t0 = Clock::now();
   // One bucket per device group, in the group's sorted order (the same on
@@ -529,19 +657,10 @@ void Executor::sync_gradients() {
   int64_t floats = 0;
   for (auto& [devs, states] : buckets) {
     if (devs.size() < 2) continue;
-    std::vector<float> flat;
+    std::vector<Tensor*> grads;
     for (ParamState* ps : states)
-      for (const Param& p : ps->set.params) flat.insert(flat.end(), p.grad.data(), p.grad.data() + p.grad.numel());
-    groups_.at(devs)->all_reduce_sum(flat);
-    size_t off = 0;
-    for (ParamState* ps : states)
-      for (Param& p : ps->set.params) {
-        std::copy(flat.begin() + static_cast<std::ptrdiff_t>(off),
-                  flat.begin() + static_cast<std::ptrdiff_t>(off + static_cast<size_t>(p.grad.numel())),
-                  p.grad.data());
-        off += static_cast<size_t>(p.grad.numel());
-      }
-    floats += static_cast<int64_t>(flat.size());
+      for (Param& p : ps->set.params) grads.push_back(&p.grad);
+    floats += all_reduce_flat(backend_, *groups_.at(devs), grads);
   }
   record("gradient sync", "sync", 1, t0, {{"floats", floats}});
 }
@@ -605,8 +724,10 @@ TrainingState Executor::gather_state() {
       const ParamState& ps = params_.at(key);
       std::vector<float> packed;
       for (size_t i = 0; i < ps.set.params.size(); ++i)
-        for (const Tensor* x : {&ps.set.params[i].value, &ps.m[i], &ps.v[i]})
-          packed.insert(packed.end(), x->data(), x->data() + x->numel());
+        for (const Tensor* x : {&ps.set.params[i].value, &ps.m[i], &ps.v[i]}) {
+          const Tensor h = to_host(backend_, *x);
+          packed.insert(packed.end(), h.data(), h.data() + h.numel());
+        }
       packed.push_back(static_cast<float>(ps.adam_steps));
       world_.send(packed, 0, kDumpTag);
     }
@@ -618,8 +739,11 @@ TrainingState Executor::gather_state() {
     if (holder == 0) {
       const ParamState& ps = params_.at(key);
       shard = ps.set;
-      m = ps.m;
-      v = ps.v;
+      for (size_t i = 0; i < shard.params.size(); ++i) {
+        shard.params[i].value = to_host(backend_, ps.set.params[i].value);
+        m.push_back(to_host(backend_, ps.m[i]));
+        v.push_back(to_host(backend_, ps.v[i]));
+      }
       adam_steps = ps.adam_steps;
     } else {
       shard = shard_shapes(param, t);
@@ -671,8 +795,8 @@ LoadCounts Executor::load_state(const TrainingState& state) {
       Param& p = ps.set.params[i];
       const auto it = state.tensors.find(p.name);
       if (it == state.tensors.end()) {  // new: keep the seeded initial value
-        ps.m[i].zero();
-        ps.v[i].zero();
+        ps.m[i] = backend_.allocate(p.value.shape());
+        ps.v[i] = backend_.allocate(p.value.shape());
         ps.adam_steps = 0;
         ++counts.fresh;
         continue;
@@ -681,8 +805,11 @@ LoadCounts Executor::load_state(const TrainingState& state) {
       if (ts.value.shape() != p.full_shape)
         throw std::invalid_argument(p.name + ": the checkpoint holds shape " + shape_str(ts.value.shape()) +
                                     ", the model needs " + shape_str(p.full_shape));
-      for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}})
-        take_shard(*dst, *src, p.shard_axis, t, k);
+      for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}}) {
+        Tensor local = Tensor::zeros(dst->shape());  // host staging
+        take_shard(local, *src, p.shard_axis, t, k);
+        backend_.copy(local, *dst);
+      }
       ps.adam_steps = ts.adam_steps;
       ++counts.carried;
     }

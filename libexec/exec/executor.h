@@ -17,6 +17,15 @@
 // (parameter, TP rank) is all-reduced over exactly the devices that hold that
 // shard at that rank (for K = 1 this is the plan's param_groups entry).
 //
+// Memory: parameters, gradients and AdamW moments are allocated through the
+// backend at construction and stay in its memory; activations and their
+// gradients stay where the backend produced them. Host memory only where
+// data crosses a host-buffer Comm (transfers to other ranks, the
+// contrastive all-gather, gradient all-reduce unless the group is NCCL), for
+// adding up output gradients that arrive by transfer, and for checkpoints,
+// losses and synthetic data (docs/gpu.md, "What the executor does on a
+// device").
+//
 // Blocking communication is deadlock-free by construction: every rank walks
 // the same global sequence (wave transfers in a fixed order, then the wave's
 // slices, whose collectives stay inside disjoint groups; gradient buckets in
@@ -132,6 +141,7 @@ class Executor {
   void forward_slice(int slice);
   void backward_slice(int slice);
   void backward_transfers(int wave);
+  void zero_grads();
   void sync_gradients();
   void optimizer_step();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes

@@ -6,6 +6,9 @@
 
 #include "libexec/ops/op.h"
 #include "libexec/rng.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/plan.h"
 
 namespace spindle::exec::test {
 
@@ -57,6 +60,30 @@ inline double max_rel_diff(const Tensor& a, const Tensor& b) {
     scale = std::max(scale, static_cast<double>(std::abs(b[i])));
   }
   return a.numel() == b.numel() ? diff / scale : 1e30;
+}
+
+// A valid-enough 1-device plan: one MetaOp and one wave per operator, in the
+// graph's topological order (the executor only needs slices, devices and
+// waves; contraction does not change what runs).
+inline plan::Plan one_device_plan(const plan::Model& model) {
+  const plan::OpGraph g = plan::expand(model);
+  plan::Plan plan;
+  plan.model_name = model.name;
+  plan.model_sha256 = model.sha256;
+  plan.devices = 1;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    plan::PlanMetaOp m;
+    m.id = static_cast<int>(i);
+    m.task = model.tasks[static_cast<size_t>(g.ops[i].task)].name;
+    m.workload = g.ops[i].workload;
+    m.operators = {g.ops[i].id};
+    plan.metaops.push_back(m);
+    plan::Wave w;
+    w.index = static_cast<int>(i);
+    w.slices.push_back({static_cast<int>(i), 0, 1, {0}, 0.0});
+    plan.waves.push_back(w);
+  }
+  return plan;
 }
 
 }  // namespace spindle::exec::test

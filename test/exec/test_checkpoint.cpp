@@ -16,11 +16,13 @@
 #include "libexec/backend/backend.h"
 #include "libexec/comm/fake_comm.h"
 #include "libexec/exec/checkpoint.h"
+#include "helpers.h"
 #include "libexec/exec/executor.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/util/files.h"
 
 using namespace spindle::exec;
+using spindle::exec::test::one_device_plan;
 namespace sp = spindle::plan;
 namespace fs = std::filesystem;
 
@@ -38,27 +40,6 @@ struct TempDir {
   std::string str() const { return path.string(); }
 };
 
-// One MetaOp and one wave per operator on device 0 (as test_executor.cpp).
-sp::Plan one_device_plan(const sp::Model& model) {
-  const sp::OpGraph g = sp::expand(model);
-  sp::Plan plan;
-  plan.model_name = model.name;
-  plan.model_sha256 = model.sha256;
-  plan.devices = 1;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    sp::PlanMetaOp m;
-    m.id = static_cast<int>(i);
-    m.task = model.tasks[static_cast<size_t>(g.ops[i].task)].name;
-    m.workload = g.ops[i].workload;
-    m.operators = {g.ops[i].id};
-    plan.metaops.push_back(m);
-    sp::Wave w;
-    w.index = static_cast<int>(i);
-    w.slices.push_back({static_cast<int>(i), 0, 1, {0}, 0.0});
-    plan.waves.push_back(w);
-  }
-  return plan;
-}
 
 struct OneDevice {
   SelfComm world;

@@ -10,38 +10,17 @@
 #include "libexec/backend/backend.h"
 #include "libexec/comm/fake_comm.h"
 #include "libexec/exec/data.h"
+#include "helpers.h"
 #include "libexec/exec/executor.h"
 #include "libexec/exec/reshard.h"
 #include "libplan/graph/op_graph.h"
 
 using namespace spindle::exec;
+using spindle::exec::test::one_device_plan;
 namespace sp = spindle::plan;
 
 namespace {
 
-// A valid-enough 1-device plan: one MetaOp and one wave per operator, in the
-// graph's topological order (the executor only needs slices, devices and
-// waves; contraction does not change what runs).
-sp::Plan one_device_plan(const sp::Model& model) {
-  const sp::OpGraph g = sp::expand(model);
-  sp::Plan plan;
-  plan.model_name = model.name;
-  plan.model_sha256 = model.sha256;
-  plan.devices = 1;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    sp::PlanMetaOp m;
-    m.id = static_cast<int>(i);
-    m.task = model.tasks[static_cast<size_t>(g.ops[i].task)].name;
-    m.workload = g.ops[i].workload;
-    m.operators = {g.ops[i].id};
-    plan.metaops.push_back(m);
-    sp::Wave w;
-    w.index = static_cast<int>(i);
-    w.slices.push_back({static_cast<int>(i), 0, 1, {0}, 0.0});
-    plan.waves.push_back(w);
-  }
-  return plan;
-}
 
 sp::Model load(const std::string& name) {
   auto m = sp::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/" + name + ".yaml");

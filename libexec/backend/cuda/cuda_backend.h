@@ -11,14 +11,15 @@
 // asynchronous and ordered with the work. Everything runs on the legacy
 // default stream of the device current when the backend was made.
 //
-// Host tensors are accepted everywhere (the executor keeps its tensors on the
-// host, executor.h): an op whose inputs are host tensors gets its output on
-// the host (forward) and its input gradients on the host (backward, when dy
-// is a host tensor); loss values are always host [1] tensors. Parameters
-// held on the host are uploaded on every forward, their gradients are
-// uploaded, accumulated and downloaded on every backward, and adamw_step on
-// host tensors stages all four through the device: correct, and slow
-// (docs/gpu.md lists what the executor needs to keep them on the device).
+// Host tensors are accepted everywhere (tests and tools pass them): an op
+// whose inputs are host tensors gets its output on the host (forward) and
+// its input gradients on the host (backward, when dy is a host tensor); loss
+// values are always host [1] tensors. Parameters held on the host are
+// uploaded on every forward, their gradients uploaded, accumulated and
+// downloaded on every backward, and adamw_step on host tensors stages all
+// four through the device: correct, and slow. The executor keeps
+// parameters, gradients, AdamW moments and activations in this backend's
+// memory (docs/gpu.md, "What the executor does on a device").
 // Parameters whose value and grad are device tensors are used in place.
 //
 // Errors: CUDA/cuBLAS/NCCL failures abort the job (cuda_check.h); bad

@@ -38,7 +38,9 @@ mpi-links)
   grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
   [ "$(grep -c '^spindle-profile: .* entries' "$out/stdout")" = 1 ] || fail "summary not printed exactly once"
   "$bin/spindle-plan" "$model" --cluster "$src/configs/clusters/cpu-1x2.yaml" --profile "$out/p.json" \
-      -o "$out/plan.json" >/dev/null || fail "plan exit $?"
+      -o "$out/plan.json" >"$out/plan.stdout" || fail "plan exit $?"
+  grep -q '^links     measured by the profile (x-links, 2 ranks): in an island p2p [0-9.]* GB/s' "$out/plan.stdout" \
+      || fail "spindle-plan does not say it uses the measured links"
   ;;
 bad-usage)
   p="$bin/spindle-profile"; c4="$src/configs/clusters/cpu-1x4.yaml"; o="$out/o.json"
