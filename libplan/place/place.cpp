@@ -38,7 +38,6 @@ class Placer {
     island_ = in.devices_per_island > 0 ? in.devices_per_island : in.devices;
     islands_ = (n_ + island_ - 1) / island_;
     params_ = in.param_bytes.size();
-    // Extra cost of an all-reduce crossing islands rather than staying in one.
     consumers_.resize(in.metaops.size());
     for (size_t c = 0; c < in.metaops.size(); ++c)
       for (int m : in.metaops[c].inputs) consumers_[static_cast<size_t>(m)].push_back(static_cast<int>(c));
@@ -67,6 +66,7 @@ class Placer {
           }
         }
       }
+      // Extra cost of an all-reduce crossing islands rather than staying in one.
       cross_sync_per_param_.resize(params_);
       for (size_t p = 0; p < params_; ++p) {
         const double b = in.param_bytes[p];
@@ -102,10 +102,7 @@ class Placer {
   }
   bool fits(const State& s, const AbstractSlot& slot, int d, bool ignore_memory) const {
     if (ignore_memory || in_.memory_bytes <= 0) return true;
-    const double limit = in_.memory_bytes - s.mem[static_cast<size_t>(d)];
-    // Cheap bound first: the slot's bytes with none of its parameters held.
-    if (slot_bytes_per_device(in_, slot, [](int) { return false; }) <= limit) return true;
-    return need(s, slot, d) <= limit;
+    return s.mem[static_cast<size_t>(d)] + need(s, slot, d) <= in_.memory_bytes;
   }
 
   std::vector<Source> sources(const State& s, const AbstractSlot& slot) const {
