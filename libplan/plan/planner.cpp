@@ -161,8 +161,7 @@ void emit_waves(const std::vector<AbstractWave>& waves, const std::vector<WavePl
   }
 }
 
-// Spindle: per level, bi-point discretisation of the relaxed optimum, then
-// wavefront scheduling (design.md, steps 5-7).
+// Same slots (MetaOp, operators, device count) in the same order.
 bool same_wave(const AbstractWave& a, const AbstractWave& b) {
   if (a.slots.size() != b.slots.size()) return false;
   for (size_t i = 0; i < a.slots.size(); ++i) {
@@ -173,8 +172,10 @@ bool same_wave(const AbstractWave& a, const AbstractWave& b) {
   return true;
 }
 
-// Returns the best few distinct schedules by compute time, shortest first
-// (placement and costing pick among them).
+// Spindle: per level, bi-point discretisation of the relaxed optimum, then
+// wavefront scheduling (design.md, steps 5-7). Returns the best few distinct
+// schedules by compute time, shortest first (placement and costing pick
+// among them).
 std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_dev, int island,
                                                      bool start_early) {
   std::vector<ScheduleItem> items(p.contraction.metaops.size());
@@ -246,7 +247,7 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
   }
   // Shortest compute first (stable: ties keep the variant order).
   std::stable_sort(drafts.begin(), drafts.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first * (1 - 1e-12); });
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::vector<AbstractWave>> out;
   for (auto& [ms, waves] : drafts) {
     if (static_cast<int>(out.size()) == kScheduleCandidates) break;
@@ -317,7 +318,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
                                static_cast<int>(model.tasks.size()), cluster.devices()};
   std::vector<std::vector<AbstractWave>> candidates;
   switch (request.strategy) {
-    case Strategy::spindle: 
+    case Strategy::spindle:
       candidates = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
       break;
     case Strategy::sequential: candidates = {sequential_waves(p, baseline)}; break;
