@@ -234,12 +234,13 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
     drafts.emplace_back(ms, std::move(waves));
     return wider;
   };
-  // On several islands, each of our variants whose schedule spreads a slot
+  // On several islands, each of our level-by-level lookahead variants (the
+  // ones that won on the shipped workloads) whose schedule spreads a slot
   // over more than an island runs again with tails kept inside an island
   // (placement and costing decide whether that pays).
   for (const ScheduleOptions& o : variants) {
     const bool wider = run(o);
-    if (wider && !o.paper_rules && island > 0 && island < n_dev) {
+    if (wider && !o.paper_rules && !o.cross_level && o.lookahead > 0 && island > 0 && island < n_dev) {
       ScheduleOptions capped = o;
       capped.extend_cap = island;
       run(capped);
