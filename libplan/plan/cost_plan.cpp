@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "libplan/model/ops.h"
 
@@ -75,8 +76,9 @@ double traffic_ms(const WaveTraffic& t, const CostModel& cost) {
 
 void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost) {
   const int dtype = dtype_bytes(model.dtype);
-  std::map<std::string, int> op_index;
-  for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
+  std::unordered_map<std::string_view, int> op_index;
+  op_index.reserve(graph.ops.size());
+  for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
 
   // Where each MetaOp's operators ran: per operator position, the slice devices.
   struct Placed { int wave; const Slice* slice; };
@@ -86,7 +88,8 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
 
   // Compute and transfers, wave by wave. Backward moves the same bytes back
   // (activation gradients), so each boundary is paid twice.
-  std::map<std::string, std::set<int>> param_devices;
+  // Per parameter (by name, so param_groups come out sorted): which devices run it.
+  std::map<std::string_view, std::vector<char>> param_devices;
   std::vector<double> act_bytes(plan.devices, 0.0);
   Predicted& pred = plan.predicted;
   pred = Predicted{0, 0, 0, 0, pred.relaxed_optimum_ms, std::vector<int64_t>(plan.devices, 0)};
@@ -99,7 +102,9 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
       const int n = static_cast<int>(s.devices.size());
       for (int k = s.first; k < s.first + s.count; ++k) {
         const Operator& op = graph.ops[op_index.at(m.operators[k])];
-        param_devices[op.param].insert(s.devices.begin(), s.devices.end());
+        std::vector<char>& on = param_devices[op.param];
+        on.resize(static_cast<size_t>(plan.devices));
+        for (int d : s.devices) on[static_cast<size_t>(d)] = 1;
         double act = static_cast<double>(cost.activation_bytes_per_sample(op.workload)) * m.workload.batch / n;
         for (int d : s.devices) act_bytes[d] += act;
       }
@@ -131,7 +136,7 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
   }
 
   // Parameter groups (rule 5), gradient synchronisation and memory.
-  std::map<std::string, const Operator*> op_of_param;
+  std::unordered_map<std::string_view, const Operator*> op_of_param;
   for (const Operator& op : graph.ops) op_of_param.emplace(op.param, &op);
   // Per parameter: weights and gradients in the model dtype on every device
   // that runs it; fp32 master copy (unless the dtype is fp32) and AdamW's m
@@ -142,9 +147,11 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
   std::vector<double> sync_ms(plan.devices, 0.0);
   std::vector<double> state_bytes(plan.devices, 0.0);
   plan.param_groups.clear();
-  for (const auto& [param, devs] : param_devices) {
-    std::vector<int> devices(devs.begin(), devs.end());
-    plan.param_groups.push_back({param, devices});
+  for (const auto& [param, on] : param_devices) {
+    std::vector<int> devices;
+    for (size_t d = 0; d < on.size(); ++d)
+      if (on[d]) devices.push_back(static_cast<int>(d));
+    plan.param_groups.push_back({std::string(param), devices});
     const Operator& op = *op_of_param.at(param);
     const double shard_bytes = static_cast<double>(cost.param_bytes(op.workload)) / op.tensor_parallel;
     const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, devices) : 0.0;

@@ -101,8 +101,9 @@ class PoolScheduler {
   double default_align(const Draft& d) const;
   // Applies a draft aligned to align_ms: advances `state`, returns the wave.
   AbstractWave commit(std::vector<ItemState>& state, const Draft& d, double align_ms, int wave) const;
-  // Completes the pool greedily from `state`; returns the time it takes.
-  double rollout(std::vector<ItemState> state, const std::vector<int>& pool, int wave);
+  // Completes the pool greedily from `state` (consumed: left at the end of
+  // the pool); returns the time it takes.
+  double rollout(std::vector<ItemState>& state, const std::vector<int>& pool, int wave);
 
  private:
   double op_ms(const Pick& pk) const {
@@ -321,7 +322,7 @@ AbstractWave PoolScheduler::commit(std::vector<ItemState>& state, const Draft& d
   return w;
 }
 
-double PoolScheduler::rollout(std::vector<ItemState> state, const std::vector<int>& pool, int wave) {
+double PoolScheduler::rollout(std::vector<ItemState>& state, const std::vector<int>& pool, int wave) {
   double total = 0;
   while (draft(state, pool, wave, rollout_draft_)) {
     total += commit(state, rollout_draft_, default_align(rollout_draft_), wave).ms;
