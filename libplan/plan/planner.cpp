@@ -331,11 +331,12 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // candidate schedules and passes, the plan with the shortest predicted
   // iteration wins (ties: the earlier one).
   std::optional<Plan> best;
+  Plan work = plan;   // one scratch plan: only a better one is copied
   auto consider = [&](const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed) {
-    Plan out = plan;
-    emit_waves(waves, placed, out);
-    cost_plan(out, model, *request.graph, *request.cost);
-    if (!best || out.predicted.iteration_ms < best->predicted.iteration_ms * (1 - 1e-12)) best = std::move(out);
+    work.waves.clear();
+    emit_waves(waves, placed, work);
+    cost_plan(work, model, *request.graph, *request.cost);
+    if (!best || work.predicted.iteration_ms < best->predicted.iteration_ms * (1 - 1e-12)) best = work;
   };
   const PlaceInput in = placement_input(p, request);
   for (const std::vector<AbstractWave>& waves : candidates) {
