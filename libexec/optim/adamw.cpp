@@ -5,16 +5,24 @@
 
 namespace spindle::exec {
 
-void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
-                Tensor& m, Tensor& v) {
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t step, const Tensor& param, const Tensor& grad,
+                           const Tensor& m, const Tensor& v) {
   if (step < 1) throw std::invalid_argument("adamw_step: step counts from 1");
   const int64_t n = param.numel();
   if (grad.numel() != n || m.numel() != n || v.numel() != n)
     throw std::invalid_argument("adamw_step: parameter, gradient and moments differ in size");
   const double t = static_cast<double>(step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
-  const float decay = 1.0f - cfg.lr * cfg.weight_decay;
+  AdamWScalars k;
+  k.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
+  k.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
+  k.decay = 1.0f - cfg.lr * cfg.weight_decay;
+  return k;
+}
+
+void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
+                Tensor& m, Tensor& v) {
+  const auto [bc1, bc2, decay] = adamw_scalars(cfg, step, param, grad, m, v);
+  const int64_t n = param.numel();
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i];
     m[i] = cfg.beta1 * m[i] + (1.0f - cfg.beta1) * g;

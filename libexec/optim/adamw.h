@@ -19,6 +19,17 @@ struct AdamWConfig {
   float weight_decay = 0.01f;
 };
 
+// The per-step scalars every AdamW implementation shares: bias corrections
+// 1 - beta^t (computed in double, rounded to float) and the decay factor
+// 1 - lr * weight_decay. Also checks the arguments: throws
+// std::invalid_argument on step < 1 or when grad, m, v differ in size from
+// param. Backends use it so that they update exactly like adamw_step.
+struct AdamWScalars {
+  float bc1 = 1, bc2 = 1, decay = 1;
+};
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, int64_t step, const Tensor& param, const Tensor& grad,
+                           const Tensor& m, const Tensor& v);
+
 // m, v: moments with the shape of param, zero before step 1; updated in place.
 // Throws std::invalid_argument on a size mismatch or step < 1.
 void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,

@@ -231,15 +231,9 @@ class CudaBackend final : public Backend {
 
   void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad, Tensor& m,
                   Tensor& v) override {
-    if (step < 1) throw std::invalid_argument("adamw_step: step counts from 1");
+    // The same scalars as the CPU update (optim/adamw.h).
+    const auto [bc1, bc2, decay] = adamw_scalars(cfg, step, param, grad, m, v);
     const int64_t n = param.numel();
-    if (grad.numel() != n || m.numel() != n || v.numel() != n)
-      throw std::invalid_argument("adamw_step: parameter, gradient and moments differ in size");
-    // Same scalar arithmetic as optim/adamw.cpp.
-    const double t = static_cast<double>(step);
-    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), t));
-    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), t));
-    const float decay = 1.0f - cfg.lr * cfg.weight_decay;
     const auto on_device = [](const Tensor& x) { return x.device() == Device::cuda; };
     if (on_device(param) && on_device(grad) && on_device(m) && on_device(v)) {
       k::adamw(param.data(), grad.data(), m.data(), v.data(), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, bc1,
