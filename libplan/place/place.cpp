@@ -86,12 +86,11 @@ class Placer {
     return s;
   }
 
-  // Places one wave into `s`; nullopt (s unchanged) when memory does not
-  // allow it. `balance`: choose devices by free memory first.
+  // Places one wave into `s` (the steps of place_islands); nullopt (s
+  // unchanged) when memory does not allow it. `balance`: choose devices by
+  // free memory first; `ignore_memory`: place anyway.
   std::optional<WavePlacement> place_wave(State& s, const AbstractWave& wave, bool balance,
-                                          bool ignore_memory) const {
-    return place_one(s, wave, balance, ignore_memory);
-  }
+                                          bool ignore_memory) const;
 
  private:
   int island_of(int d) const { return d / island_; }
@@ -156,9 +155,6 @@ class Placer {
     }
   }
 
-  // The steps of place_islands for one wave (see place_wave).
-  std::optional<WavePlacement> place_one(State& s, const AbstractWave& wave, bool balance,
-                                         bool ignore_memory) const;
 
   const PlaceInput& in_;
   const Hint* hint_;
@@ -168,7 +164,7 @@ class Placer {
   std::vector<double> cross_sync_per_param_;
 };
 
-std::optional<WavePlacement> Placer::place_one(State& s, const AbstractWave& wave, bool balance,
+std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wave, bool balance,
                                                bool ignore_memory) const {
   const size_t slots = wave.slots.size();
   WavePlacement placed;

@@ -141,7 +141,7 @@ PlaceInput placement_input(const Prepared& p, const PlanRequest& req) {
   return in;
 }
 
-// Places abstract waves and writes them into the plan, slice ms = count * T(n).
+// Writes placed abstract waves into the plan, slice ms = count * T(n).
 void emit_waves(const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed, Plan& plan) {
   for (size_t w = 0; w < waves.size(); ++w) {
     Wave wave;
