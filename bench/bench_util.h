@@ -22,11 +22,13 @@ double time_ms(Fn&& fn) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The median of `values` (the upper one of the middle two); 0 when empty.
+// The median of `values` (the mean of the middle two for an even count); 0
+// when empty.
 inline double median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
+  const size_t m = values.size() / 2;
+  return values.size() % 2 ? values[m] : 0.5 * (values[m - 1] + values[m]);
 }
 
 // Today's date in UTC, "YYYY-MM-DD".

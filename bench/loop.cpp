@@ -24,18 +24,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "libplan/plan/plan_io.h"
 
 namespace {
 
 using nlohmann::json;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 std::string ratio(double measured, double predicted) {
   if (!(predicted > 0)) return "    -";
@@ -126,7 +120,7 @@ int main(int argc, char** argv) {
     const auto it = boxes.find({phase, index});
     if (it == boxes.end()) return 0.0;
     for (const auto& [step, devices] : it->second) per_step.push_back(largest(devices));
-    return median(per_step);
+    return spindle::bench::median(per_step);
   };
   std::vector<double> steps, others;
   for (const auto& [step, ms] : step_ms) steps.push_back(ms);
@@ -146,14 +140,14 @@ int main(int argc, char** argv) {
       std::printf("%-6d %-8s %12.3f %12.3f %7s\n", w.index, "transfer", w.transfer_ms, t,
                   ratio(t, w.transfer_ms).c_str());
   }
-  const double sync = measured("sync", 0), optim = measured("optimizer", 0), step = median(steps);
+  const double sync = measured("sync", 0), optim = measured("optimizer", 0), step = spindle::bench::median(steps);
   std::printf("%-15s %12.3f %12.3f %7s\n", "compute (sum)", pred.compute_ms, sum_compute,
               ratio(sum_compute, pred.compute_ms).c_str());
   std::printf("%-15s %12.3f %12.3f %7s\n", "transfer (sum)", pred.transfer_ms, sum_transfer,
               ratio(sum_transfer, pred.transfer_ms).c_str());
   std::printf("%-15s %12.3f %12.3f %7s\n", "gradient sync", pred.sync_ms, sync, ratio(sync, pred.sync_ms).c_str());
   std::printf("%-15s %12s %12.3f %7s\n", "optimizer", "(not planned)", optim, "-");
-  std::printf("%-15s %12s %12.3f %7s\n", "other", "(not planned)", median(others), "-");
+  std::printf("%-15s %12s %12.3f %7s\n", "other", "(not planned)", spindle::bench::median(others), "-");
   const double r = step / pred.iteration_ms;
   std::printf("%-15s %12.3f %12.3f %7s   %s\n", "step", pred.iteration_ms, step, ratio(step, pred.iteration_ms).c_str(),
               r >= 0.8 && r <= 1.2 ? "within 20%" : "OUTSIDE 20%");

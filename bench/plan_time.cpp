@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "bench_util.h"
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/plan/check.h"
@@ -116,8 +117,7 @@ Row run(const sp::Model& model, const sp::Cluster& cluster, int repeats) {
       row.valid = sp::check_plan(*plan, model, graph).empty();
     }
   }
-  std::sort(times.begin(), times.end());
-  row.plan_ms = times[times.size() / 2];
+  row.plan_ms = spindle::bench::median(times);
   return row;
 }
 
