@@ -7,7 +7,7 @@
 #
 # MODE
 #   one-gpu   tiny-clip and tiny-lm (tensor_parallel 1 variant) planned for 1
-#             device, 5 steps: cuda with bf16 matmuls within 2e-2 of the
+#             device, 5 steps: cuda with bf16 mode within 2e-2 of the
 #             CPU, cuda with fp32 matmuls (SPINDLE_CUDA_MATMUL=fp32) within 1e-4.
 #   mpi-np2   tiny-clip and tiny-lm (tensor_parallel 2) planned for 2
 #             devices, mpirun -np 2 --backend cuda against the 1-device CPU
@@ -50,7 +50,7 @@ for name in tiny-clip tiny-lm; do
   case "$MODE" in
     one-gpu)
       train 1 "$name-p1.json" "$ref_model" cuda "$name-cuda-bf16.jsonl"
-      echo "== $name: cuda (bf16 matmuls) against cpu"
+      echo "== $name: cuda (bf16 mode) against cpu"
       "$TOOL" losses "$name-cpu.jsonl" "$name-cuda-bf16.jsonl" 2e-2 || status=1
       SPINDLE_CUDA_MATMUL=fp32 train 1 "$name-p1.json" "$ref_model" cuda "$name-cuda-fp32.jsonl"
       echo "== $name: cuda (fp32 matmuls) against cpu"
@@ -58,7 +58,7 @@ for name in tiny-clip tiny-lm; do
     mpi-np2)
       plan "$model" 2 "$name-p2.json"
       train 2 "$name-p2.json" "$model" cuda "$name-cuda-np2.jsonl"
-      echo "== $name: 2 ranks on $gpus GPU(s) (cuda, bf16 matmuls) against 1 CPU device"
+      echo "== $name: 2 ranks on $gpus GPU(s) (cuda, bf16 mode) against 1 CPU device"
       "$TOOL" losses "$name-cpu.jsonl" "$name-cuda-np2.jsonl" 2e-2 || status=1 ;;
     *) die "unknown mode $MODE" ;;
   esac

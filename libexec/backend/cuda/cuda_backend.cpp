@@ -1,12 +1,15 @@
 #include "libexec/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -79,6 +82,29 @@ Tensor device_tensor(Shape shape, bool zero) {
   return Tensor::wrap(std::move(shape), Device::cuda, std::move(storage));
 }
 
+// Untyped device memory of an op's internals (fp32 or bf16 elements) from
+// the same pool; as<T>() gives the typed pointer.
+struct Buf {
+  std::shared_ptr<void> mem;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(mem.get());
+  }
+};
+
+template <typename T>
+Buf device_buf(int64_t n) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T), 0));
+  return {std::shared_ptr<void>(p, [](void* q) { (void)cudaFreeAsync(q, 0); })};
+}
+
+template <typename T>
+constexpr cudaDataType_t data_type() {
+  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+  else return CUDA_R_16BF;
+}
+
 Tensor upload(const Tensor& host) {
   Tensor d = device_tensor(host.shape(), false);
   if (host.numel() > 0)
@@ -112,15 +138,21 @@ int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// What forward keeps for backward (device tensors), per Op.
+// What forward keeps for backward (device memory), per Op.
 struct Saved {
   bool host_io = false;  // forward's inputs were host tensors
   int64_t b = 0, seq = 0, n = 0;
   Tensor x, ids, targets;                // inputs
-  Tensor xhat1, rstd1, xn1, xhat2, rstd2, xn2;
-  Tensor qh, kh, vh, probs, attn, h1, a1;  // transformer_layer
+  Tensor xhat1, rstd1;                   // LayerNorm of pool_project, lm_loss
   Tensor z, lm_probs;                    // pool_project, lm_loss
   Tensor u, w, norm_a, norm_b, pr, pct;  // contrastive_loss
+  // transformer_layer: internals in its storage type (fp32 or bf16), the
+  // fp32 LayerNorm inputs x (above) and x1 with their row means and rstd,
+  // and the weight matrices in the storage type (bf16 copies in bf16 mode).
+  Tensor x1;
+  Buf mean1, rstd1b, mean2, rstd2b;
+  Buf xn1, qh, kh, vh, probs, attn, xn2, h1, a1;
+  std::array<Buf, 6> w16;  // bf16 mode: W_Q, W_K, W_V, W_O, W_1, W_2 as used by forward
 };
 
 class CudaBackend final : public Backend {
@@ -251,31 +283,38 @@ class CudaBackend final : public Backend {
  private:
   // ---- matrix products (row-major; see gemm) ----
 
+  template <typename T>
   cublasComputeType_t compute(bool exact) const {
+    if constexpr (!std::is_same_v<T, float>) return CUBLAS_COMPUTE_32F;
     return exact || options_.matmul == MatmulPrecision::fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_16BF;
   }
 
   // Row-major C [M, N] = alpha * op(A) op(B) + beta * C, op(A) [M, K],
   // op(B) [K, N]; lda/ldb/ldc are row strides of the stored matrices (A is
   // stored [K, M] when ta). cuBLAS is column-major: it computes C^T = op(B)^T op(A)^T.
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool exact = false) {
+  // Element types float or bf16 (cuda_kernels.h); fp32 operands use compute(exact),
+  // bf16 operands the tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F).
+  template <typename TA, typename TB, typename TC>
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const TA* A, int64_t lda, const TB* B,
+            int64_t ldb, float beta, TC* C, int64_t ldc, bool exact = false) {
     if (M == 0 || N == 0) return;
     CUBLAS_CHECK(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha, B, CUDA_R_32F,
-                              as_int(ldb, "ldb"), A, CUDA_R_32F, as_int(lda, "lda"), &beta, C, CUDA_R_32F,
-                              as_int(ldc, "ldc"), compute(exact), CUBLAS_GEMM_DEFAULT));
+                              as_int(N, "N"), as_int(M, "M"), as_int(K, "K"), &alpha, B, data_type<TB>(),
+                              as_int(ldb, "ldb"), A, data_type<TA>(), as_int(lda, "lda"), &beta, C, data_type<TC>(),
+                              as_int(ldc, "ldc"), compute<TA>(exact), CUBLAS_GEMM_DEFAULT));
   }
 
   // `batch` independent gemms, matrix i at A + i * sa, B + i * sb, C + i * sc.
-  void gemm_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                    int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc,
-                    int64_t sc, int64_t batch) {
+  template <typename TA, typename TB, typename TC>
+  void gemm_batched(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const TA* A, int64_t lda,
+                    int64_t sa, const TB* B, int64_t ldb, int64_t sb, float beta, TC* C, int64_t ldc, int64_t sc,
+                    int64_t batch) {
     if (M == 0 || N == 0 || batch == 0) return;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(N, "N"), as_int(M, "M"),
-        as_int(K, "K"), &alpha, B, CUDA_R_32F, as_int(ldb, "ldb"), sb, A, CUDA_R_32F, as_int(lda, "lda"), sa, &beta,
-        C, CUDA_R_32F, as_int(ldc, "ldc"), sc, as_int(batch, "batch"), compute(false), CUBLAS_GEMM_DEFAULT));
+        as_int(K, "K"), &alpha, B, data_type<TB>(), as_int(ldb, "ldb"), sb, A, data_type<TA>(), as_int(lda, "lda"),
+        sa, &beta, C, data_type<TC>(), as_int(ldc, "ldc"), sc, as_int(batch, "batch"), compute<TA>(false),
+        CUBLAS_GEMM_DEFAULT));
   }
 
   // y [rows, out] = x [rows, in] W [in, out] (+ b).
@@ -304,7 +343,7 @@ class CudaBackend final : public Backend {
     Tensor y = device_tensor(x.shape(), false);
     xhat = device_tensor(x.shape(), false);
     rstd = device_tensor({rows}, false);
-    k::layernorm_forward(x.data(), g, b, y.data(), xhat.data(), rstd.data(), rows, w);
+    k::layernorm_forward(x.data(), g, b, y.data(), xhat.data(), nullptr, rstd.data(), rows, w);
     return y;
   }
 
@@ -315,7 +354,7 @@ class CudaBackend final : public Backend {
     k::col_sum(dg, dy.data(), xhat.data(), rows, w);
     k::col_sum(db, dy.data(), nullptr, rows, w);
     Tensor dx = device_tensor(dy.shape(), false);
-    k::layernorm_backward(dy.data(), g, xhat.data(), rstd.data(), dx.data(), rows, w);
+    k::layernorm_backward(dy.data(), g, xhat.data(), nullptr, nullptr, rstd.data(), dx.data(), rows, w);
     return dx;
   }
 
@@ -494,106 +533,204 @@ class CudaBackend final : public Backend {
   // Positions in the transformer layer's ParamSet (transformer_layer.cpp).
   enum : size_t { LN1_G, LN1_B, W_Q, B_Q, W_K, B_K, W_V, B_V, W_O, B_O, LN2_G, LN2_B, W_1, B_1, W_2, B_2 };
 
+  // The layer in storage type T: fp32 (MatmulPrecision::fp32), or bf16 for
+  // everything inside the layer (its weight copies, the LayerNorm outputs,
+  // q/k/v, the probabilities, the attention and MLP activations, and their
+  // gradients). Its input, output, the residual stream x1 between the two
+  // halves, the attention scores and every reduction stay fp32, and so do
+  // the parameters and their gradients. LayerNorm backward recomputes xhat
+  // from the fp32 input and the saved row mean and rstd.
   Tensor transformer_fwd(TransformerLayerState& st, const Tensor& x, Saved& s) {
+    return options_.matmul == MatmulPrecision::bf16 ? transformer_fwd_t<k::bf16>(st, x, s)
+                                                    : transformer_fwd_t<float>(st, x, s);
+  }
+  Tensor transformer_bwd(TransformerLayerState& st, const Tensor& dy, Saved& s) {
+    return options_.matmul == MatmulPrecision::bf16 ? transformer_bwd_t<k::bf16>(st, dy, s)
+                                                    : transformer_bwd_t<float>(st, dy, s);
+  }
+
+  // An fp32 device array in storage type T: the array itself (not owned:
+  // valid while `x` is), or a bf16 copy.
+  template <typename T>
+  Buf as_storage(const float* x, int64_t n) {
+    if constexpr (std::is_same_v<T, float>) {
+      return {std::shared_ptr<void>(const_cast<float*>(x), [](void*) {})};
+    } else {
+      Buf b = device_buf<T>(n);
+      k::convert(x, b.as<T>(), n);
+      return b;
+    }
+  }
+
+  // The layer's weight matrices W_Q, W_K, W_V, W_O, W_1, W_2 in T, from the
+  // parameter pointers `p` (values()).
+  template <typename T>
+  std::array<Buf, 6> weights(const std::vector<const float*>& p, int64_t h, int64_t hl, int64_t fl) {
+    return {as_storage<T>(p[W_Q], h * hl), as_storage<T>(p[W_K], h * hl), as_storage<T>(p[W_V], h * hl),
+            as_storage<T>(p[W_O], hl * h),  as_storage<T>(p[W_1], h * fl), as_storage<T>(p[W_2], fl * h)};
+  }
+
+  template <typename T>
+  Tensor transformer_fwd_t(TransformerLayerState& st, const Tensor& x, Saved& s) {
     auto p = values(*st.params, true);
     const int64_t b = x.size(0), seq = x.size(1), h = st.hidden, n = b * seq;
     if (x.size(2) != h) throw std::invalid_argument("transformer_layer: input " + shape_str(x.shape()));
     const int64_t lheads = st.heads / st.cfg.tp_size(), dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size();
+    const int64_t fl = st.ffn / st.cfg.tp_size(), bh = b * lheads, sd = seq * dh, ss = seq * seq;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
     s.b = b;
     s.seq = seq;
     s.n = n;
+    s.x = x;
+    const std::array<Buf, 6> w = weights<T>(p, h, hl, fl);
+    if constexpr (!std::is_same_v<T, float>) s.w16 = w;  // fp32: backward takes the parameters afresh
+    const T *wq = w[0].as<T>(), *wk = w[1].as<T>(), *wv = w[2].as<T>(), *wo = w[3].as<T>(), *w1 = w[4].as<T>(),
+            *w2 = w[5].as<T>();
 
     // Attention over this rank's heads, [b, lheads, s, dh] layout.
-    s.xn1 = layernorm(x, p[LN1_G], p[LN1_B], s.xhat1, s.rstd1);
-    Tensor* heads[3] = {&s.qh, &s.kh, &s.vh};
-    const size_t w_of[3] = {W_Q, W_K, W_V};
-    for (int i = 0; i < 3; ++i) {
-      Tensor t = linear(s.xn1.data(), n, h, p[w_of[i]], hl, p[w_of[i] + 1], {b, seq, hl});
-      *heads[i] = device_tensor({b, lheads, seq, dh}, false);
-      k::to_heads(t.data(), heads[i]->data(), b, seq, lheads, dh);
+    s.mean1 = device_buf<float>(n);
+    s.rstd1b = device_buf<float>(n);
+    s.xn1 = device_buf<T>(n * h);
+    k::layernorm_forward(x.data(), p[LN1_G], p[LN1_B], s.xn1.as<T>(), nullptr, s.mean1.as<float>(),
+                         s.rstd1b.as<float>(), n, h);
+    Buf t = device_buf<T>(n * hl);
+    const std::tuple<const T*, size_t, Buf*> qkv[3] = {{wq, B_Q, &s.qh}, {wk, B_K, &s.kh}, {wv, B_V, &s.vh}};
+    for (const auto& [wi, bias, out] : qkv) {
+      gemm(false, false, n, hl, h, 1.0f, s.xn1.as<T>(), h, wi, hl, 0.0f, t.as<T>(), hl);
+      *out = device_buf<T>(n * hl);
+      k::to_heads(t.as<T>(), p[bias], out->template as<T>(), b, seq, lheads, dh);
     }
-    s.probs = device_tensor({b, lheads, seq, seq}, false);
-    gemm_batched(false, true, seq, seq, dh, scale, s.qh.data(), dh, seq * dh, s.kh.data(), dh, seq * dh, 0.0f,
-                 s.probs.data(), seq, seq * seq, b * lheads);
-    k::softmax_rows(s.probs.data(), b * lheads * seq, seq, st.causal ? seq : 0);
-    Tensor oh = device_tensor({b, lheads, seq, dh}, false);
-    gemm_batched(false, false, seq, dh, seq, 1.0f, s.probs.data(), seq, seq * seq, s.vh.data(), dh, seq * dh, 0.0f,
-                 oh.data(), dh, seq * dh, b * lheads);
-    s.attn = device_tensor({b, seq, hl}, false);
-    k::from_heads(oh.data(), s.attn.data(), b, seq, lheads, dh);
-    Tensor x1 = linear(s.attn.data(), n, hl, p[W_O], h, nullptr, {b, seq, h});  // partial sum under TP
-    tp_reduce(st.cfg, x1.data(), x1.numel());
-    k::add_bias_rows(x1.data(), p[B_O], n, h);
-    k::add_inplace(x1.data(), x.data(), x1.numel());
+    t = {};
+    Buf scores = device_buf<float>(bh * ss);
+    gemm_batched(false, true, seq, seq, dh, scale, s.qh.as<T>(), dh, sd, s.kh.as<T>(), dh, sd, 0.0f,
+                 scores.as<float>(), seq, ss, bh);
+    s.probs = std::is_same_v<T, float> ? scores : device_buf<T>(bh * ss);
+    k::softmax_rows(scores.as<float>(), s.probs.as<T>(), bh * seq, seq, st.causal ? seq : 0);
+    scores = {};
+    Buf oh = device_buf<T>(n * hl);
+    gemm_batched(false, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, s.vh.as<T>(), dh, sd, 0.0f,
+                 oh.as<T>(), dh, sd, bh);
+    s.attn = device_buf<T>(n * hl);
+    k::from_heads(oh.as<T>(), s.attn.as<T>(), b, seq, lheads, dh);
+    oh = {};
+    s.x1 = device_tensor({b, seq, h}, false);
+    gemm(false, false, n, h, hl, 1.0f, s.attn.as<T>(), hl, wo, h, 0.0f, s.x1.data(), h);  // partial under TP
+    tp_reduce(st.cfg, s.x1.data(), s.x1.numel());
+    k::add_bias_residual(s.x1.data(), p[B_O], x.data(), n, h);
 
     // MLP over this rank's ffn columns.
-    s.xn2 = layernorm(x1, p[LN2_G], p[LN2_B], s.xhat2, s.rstd2);
-    s.h1 = linear(s.xn2.data(), n, h, p[W_1], fl, p[B_1], {b, seq, fl});
-    s.a1 = device_tensor(s.h1.shape(), false);
-    k::gelu_forward(s.h1.data(), s.a1.data(), s.h1.numel());
-    Tensor y = linear(s.a1.data(), n, fl, p[W_2], h, nullptr, {b, seq, h});  // partial sum under TP
+    s.mean2 = device_buf<float>(n);
+    s.rstd2b = device_buf<float>(n);
+    s.xn2 = device_buf<T>(n * h);
+    k::layernorm_forward(s.x1.data(), p[LN2_G], p[LN2_B], s.xn2.as<T>(), nullptr, s.mean2.as<float>(),
+                         s.rstd2b.as<float>(), n, h);
+    s.h1 = device_buf<T>(n * fl);
+    gemm(false, false, n, fl, h, 1.0f, s.xn2.as<T>(), h, w1, fl, 0.0f, s.h1.as<T>(), fl);
+    s.a1 = device_buf<T>(n * fl);
+    k::bias_gelu(s.h1.as<T>(), p[B_1], s.a1.as<T>(), n, fl);
+    Tensor y = device_tensor({b, seq, h}, false);
+    gemm(false, false, n, h, fl, 1.0f, s.a1.as<T>(), fl, w2, h, 0.0f, y.data(), h);  // partial under TP
     tp_reduce(st.cfg, y.data(), y.numel());
-    k::add_bias_rows(y.data(), p[B_2], n, h);
-    k::add_inplace(y.data(), x1.data(), y.numel());
+    k::add_bias_residual(y.data(), p[B_2], s.x1.data(), n, h);
     return y;
   }
 
-  Tensor transformer_bwd(TransformerLayerState& st, const Tensor& dy, Saved& s) {
+  template <typename T>
+  Tensor transformer_bwd_t(TransformerLayerState& st, const Tensor& dy, Saved& s) {
     auto p = values(*st.params, false);
     auto g = grads(*st.params);
     const int64_t b = s.b, seq = s.seq, h = st.hidden, n = s.n;
     const int64_t lheads = st.heads / st.cfg.tp_size(), dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size();
+    const int64_t fl = st.ffn / st.cfg.tp_size(), bh = b * lheads, sd = seq * dh, ss = seq * seq;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    std::array<Buf, 6> w;
+    if constexpr (std::is_same_v<T, float>) w = weights<T>(p, h, hl, fl);
+    else w = std::move(s.w16);
 
-    // MLP.
-    Tensor da1 = linear_backward(s.a1, n, fl, p[W_2], h, dy.data(), g[W_2], g[B_2], true);
-    Tensor dh1 = device_tensor(s.h1.shape(), false);
-    k::gelu_backward(s.h1.data(), da1.data(), dh1.data(), dh1.numel());
-    da1 = {};
-    Tensor dxn2 = linear_backward(s.xn2, n, h, p[W_1], fl, dh1.data(), g[W_1], g[B_1], true);
+    // MLP: dW2 += a1^T dy, db2 += sums of dy, dh1 = (dy W2^T) gelu'(h1),
+    // dW1 += xn2^T dh1, db1 += sums of dh1, dxn2 = dh1 W1^T.
+    Buf dyt = as_storage<T>(dy.data(), dy.numel());
+    gemm(true, false, fl, h, n, 1.0f, s.a1.as<T>(), fl, dyt.as<T>(), h, 1.0f, g[W_2], h);
+    k::col_sum(g[B_2], dy.data(), nullptr, n, h);
+    Buf dh1 = device_buf<T>(n * fl);
+    gemm(false, true, n, fl, h, 1.0f, dyt.as<T>(), h, w[5].as<T>(), h, 0.0f, dh1.as<T>(), fl);
+    dyt = {};
+    k::gelu_backward(s.h1.as<T>(), dh1.as<T>(), dh1.as<T>(), n * fl);
+    gemm(true, false, h, fl, n, 1.0f, s.xn2.as<T>(), h, dh1.as<T>(), fl, 1.0f, g[W_1], fl);
+    col_sum(g[B_1], dh1.as<T>(), n, fl);
+    Tensor dxn2 = device_tensor({b, seq, h}, false);
+    gemm(false, true, n, h, fl, 1.0f, dh1.as<T>(), fl, w[4].as<T>(), fl, 0.0f, dxn2.data(), h);
+    dh1 = {};
     tp_reduce(st.cfg, dxn2.data(), dxn2.numel());
-    Tensor dx1 = layernorm_backward(dxn2, p[LN2_G], s.xhat2, s.rstd2, g[LN2_G], g[LN2_B]);
+    Tensor dx1 = device_tensor({b, seq, h}, false);
+    layernorm_backward_from_input(dxn2, p[LN2_G], s.x1, s.mean2, s.rstd2b, dx1, g[LN2_G], g[LN2_B]);
+    dxn2 = {};
     k::add_inplace(dx1.data(), dy.data(), dx1.numel());
 
-    // Attention.
-    Tensor dattn = linear_backward(s.attn, n, hl, p[W_O], h, dx1.data(), g[W_O], g[B_O], true);
-    Tensor doh = device_tensor({b, lheads, seq, dh}, false);
-    k::to_heads(dattn.data(), doh.data(), b, seq, lheads, dh);
-    const int64_t bh = b * lheads, sd = seq * dh, ss = seq * seq;
-    Tensor dvh = device_tensor({b, lheads, seq, dh}, false);
-    gemm_batched(true, false, seq, dh, seq, 1.0f, s.probs.data(), seq, ss, doh.data(), dh, sd, 0.0f, dvh.data(), dh,
+    // Attention: dWo += attn^T dx1, dbo += sums of dx1, then back through
+    // the heads to dq, dk, dv.
+    Buf dx1t = as_storage<T>(dx1.data(), dx1.numel());
+    gemm(true, false, hl, h, n, 1.0f, s.attn.as<T>(), hl, dx1t.as<T>(), h, 1.0f, g[W_O], h);
+    k::col_sum(g[B_O], dx1.data(), nullptr, n, h);
+    Buf dattn = device_buf<T>(n * hl);
+    gemm(false, true, n, hl, h, 1.0f, dx1t.as<T>(), h, w[3].as<T>(), h, 0.0f, dattn.as<T>(), hl);
+    dx1t = {};
+    Buf doh = device_buf<T>(n * hl);
+    k::to_heads(dattn.as<T>(), nullptr, doh.as<T>(), b, seq, lheads, dh);
+    dattn = {};
+    Buf dvh = device_buf<T>(n * hl);
+    gemm_batched(true, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, doh.as<T>(), dh, sd, 0.0f,
+                 dvh.as<T>(), dh, sd, bh);
+    Buf dp = device_buf<float>(bh * ss);
+    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.as<T>(), dh, sd, s.vh.as<T>(), dh, sd, 0.0f, dp.as<float>(),
+                 seq, ss, bh);
+    doh = {};
+    Buf ds = std::is_same_v<T, float> ? dp : device_buf<T>(bh * ss);
+    k::softmax_backward_rows(s.probs.as<T>(), dp.as<float>(), ds.as<T>(), bh * seq, seq, scale);
+    dp = {};
+    Buf dqh = device_buf<T>(n * hl), dkh = device_buf<T>(n * hl);
+    gemm_batched(false, false, seq, dh, seq, 1.0f, ds.as<T>(), seq, ss, s.kh.as<T>(), dh, sd, 0.0f, dqh.as<T>(), dh,
                  sd, bh);
-    Tensor ds = device_tensor({b, lheads, seq, seq}, false);
-    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.data(), dh, sd, s.vh.data(), dh, sd, 0.0f, ds.data(), seq, ss,
-                 bh);
-    k::softmax_backward_rows(s.probs.data(), ds.data(), ds.data(), bh * seq, seq, scale);
-    Tensor dqh = device_tensor({b, lheads, seq, dh}, false), dkh = device_tensor({b, lheads, seq, dh}, false);
-    gemm_batched(false, false, seq, dh, seq, 1.0f, ds.data(), seq, ss, s.kh.data(), dh, sd, 0.0f, dqh.data(), dh, sd,
-                 bh);
-    gemm_batched(true, false, seq, dh, seq, 1.0f, ds.data(), seq, ss, s.qh.data(), dh, sd, 0.0f, dkh.data(), dh, sd,
-                 bh);
+    gemm_batched(true, false, seq, dh, seq, 1.0f, ds.as<T>(), seq, ss, s.qh.as<T>(), dh, sd, 0.0f, dkh.as<T>(), dh,
+                 sd, bh);
     ds = {};
-    Tensor dq = device_tensor({b, seq, hl}, false), dk = device_tensor({b, seq, hl}, false),
-           dv = device_tensor({b, seq, hl}, false);
-    k::from_heads(dqh.data(), dq.data(), b, seq, lheads, dh);
-    k::from_heads(dkh.data(), dk.data(), b, seq, lheads, dh);
-    k::from_heads(dvh.data(), dv.data(), b, seq, lheads, dh);
-    // dxn1 = dq Wq^T + dk Wk^T + dv Wv^T. b_k's gradient stays 0, as on the
-    // CPU (transformer_layer.cpp explains why).
-    Tensor dxn1 = linear_backward(s.xn1, n, h, p[W_Q], hl, dq.data(), g[W_Q], g[B_Q], true);
-    gemm(true, false, h, hl, n, 1.0f, s.xn1.data(), h, dk.data(), hl, 1.0f, g[W_K], hl);
-    gemm(false, true, n, h, hl, 1.0f, dk.data(), hl, p[W_K], hl, 1.0f, dxn1.data(), h);
-    gemm(true, false, h, hl, n, 1.0f, s.xn1.data(), h, dv.data(), hl, 1.0f, g[W_V], hl);
-    k::col_sum(g[B_V], dv.data(), nullptr, n, hl);
-    gemm(false, true, n, h, hl, 1.0f, dv.data(), hl, p[W_V], hl, 1.0f, dxn1.data(), h);
+    Buf dq = device_buf<T>(n * hl), dk = device_buf<T>(n * hl), dv = device_buf<T>(n * hl);
+    k::from_heads(dqh.as<T>(), dq.as<T>(), b, seq, lheads, dh);
+    k::from_heads(dkh.as<T>(), dk.as<T>(), b, seq, lheads, dh);
+    k::from_heads(dvh.as<T>(), dv.as<T>(), b, seq, lheads, dh);
+    dqh = dkh = dvh = {};
+    // dW_i += xn1^T d_i and dxn1 = sum_i d_i W_i^T over q, k, v; b_q and b_v
+    // get column sums, b_k's gradient stays 0, as on the CPU
+    // (transformer_layer.cpp explains why).
+    Tensor dxn1 = device_tensor({b, seq, h}, false);
+    const std::tuple<const Buf*, int, size_t, float*> parts[3] = {
+        {&dq, 0, W_Q, g[B_Q]}, {&dk, 1, W_K, nullptr}, {&dv, 2, W_V, g[B_V]}};
+    for (const auto& [d, wi, gi, db] : parts) {
+      gemm(true, false, h, hl, n, 1.0f, s.xn1.as<T>(), h, d->template as<T>(), hl, 1.0f, g[gi], hl);
+      if (db) col_sum(db, d->template as<T>(), n, hl);
+      const T* wt = w[static_cast<size_t>(wi)].template as<T>();
+      gemm(false, true, n, h, hl, 1.0f, d->template as<T>(), hl, wt, hl, wi == 0 ? 0.0f : 1.0f, dxn1.data(), h);
+    }
     tp_reduce(st.cfg, dxn1.data(), dxn1.numel());
-    Tensor dx = layernorm_backward(dxn1, p[LN1_G], s.xhat1, s.rstd1, g[LN1_G], g[LN1_B]);
+    Tensor dx = device_tensor({b, seq, h}, false);
+    layernorm_backward_from_input(dxn1, p[LN1_G], s.x, s.mean1, s.rstd1b, dx, g[LN1_G], g[LN1_B]);
     k::add_inplace(dx.data(), dx1.data(), dx.numel());
     download_grads(*st.params, g);
     return dx;
+  }
+
+  // Column sums of an fp32 or bf16 [rows, cols] matrix into out.
+  void col_sum(float* out, const float* a, int64_t rows, int64_t cols) { k::col_sum(out, a, nullptr, rows, cols); }
+  void col_sum(float* out, const k::bf16* a, int64_t rows, int64_t cols) { k::col_sum(out, a, rows, cols); }
+
+  // LayerNorm backward with xhat recomputed from the fp32 input x and the
+  // saved row mean and rstd: dx = ..., dg += sums of dy * xhat, db += sums of dy.
+  void layernorm_backward_from_input(const Tensor& dy, const float* gain, const Tensor& x, const Buf& mean,
+                                     const Buf& rstd, Tensor& dx, float* dg, float* db) {
+    const int64_t w = dy.shape().back(), rows = dy.numel() / w;
+    k::layernorm_param_grads(dy.data(), x.data(), mean.as<float>(), rstd.as<float>(), dg, db, rows, w);
+    k::layernorm_backward(dy.data(), gain, nullptr, x.data(), mean.as<float>(), rstd.as<float>(), dx.data(), rows,
+                          w);
   }
 
   Tensor lm_loss_fwd(LmLossState& st, const Tensor& x, const Tensor& targets, Saved& s) {

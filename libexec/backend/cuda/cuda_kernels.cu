@@ -1,7 +1,10 @@
 // Kernels of the CUDA backend (declared in cuda_kernels.h). Simple on
 // purpose: elementwise kernels with grid-stride loops, one warp per row for
 // row reductions (LayerNorm, softmax, losses), atomics for column sums and
-// scatters. fp32 throughout; the matrix products are cuBLAS's.
+// scatters. Arithmetic in fp32 throughout; kernels that the transformer
+// layer's bf16 mode uses are templates over the storage type (float or
+// bf16: load converts to fp32, store rounds once). The matrix products are
+// cuBLAS's.
 #include "libexec/backend/cuda/cuda_kernels.h"
 
 #include <cuda_runtime.h>
@@ -38,6 +41,25 @@ unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
+// Storage conversions: every kernel computes in fp32.
+__device__ __forceinline__ float ld(float v) { return v; }
+__device__ __forceinline__ float ld(bf16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T st(float v);
+template <>
+__device__ __forceinline__ float st<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16 st<bf16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float gelu(float v) {
+  return 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
+}
+
+__device__ __forceinline__ float gelu_grad(float v) {
+  const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
+}
+
 __device__ float warp_sum(float v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -71,6 +93,14 @@ __global__ void add_k(float* y, const float* x, int64_t n) {
   GRID_STRIDE(i, n) y[i] += x[i];
 }
 
+__global__ void convert_k(const float* x, bf16* y, int64_t n) {
+  GRID_STRIDE(i, n) y[i] = st<bf16>(x[i]);
+}
+
+__global__ void add_bias_residual_k(float* y, const float* b, const float* x, int64_t n, int64_t cols) {
+  GRID_STRIDE(i, n) y[i] = (y[i] + b[i % cols]) + x[i];
+}
+
 __global__ void add_bias_rows_k(float* y, const float* b, int64_t n, int64_t cols) {
   GRID_STRIDE(i, n) y[i] += b[i % cols];
 }
@@ -82,14 +112,15 @@ __global__ void add_pos_rows_k(float* y, const float* pos, int64_t n, int64_t se
 // Block (32, 8): column c = blockIdx.x * 32 + threadIdx.x; rows strided over
 // blockIdx.y and threadIdx.y; partial sums reduced in shared memory, then
 // one atomicAdd per column and block.
-__global__ void col_sum_k(float* out, const float* a, const float* b, int64_t rows, int64_t cols) {
+template <typename T>
+__global__ void col_sum_k(float* out, const T* a, const float* b, int64_t rows, int64_t cols) {
   __shared__ float part[8][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
     for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < rows;
          r += static_cast<int64_t>(gridDim.y) * 8) {
-      const float v = a[r * cols + c];
+      const float v = ld(a[r * cols + c]);
       acc += b ? v * b[r * cols + c] : v;
     }
   }
@@ -102,8 +133,9 @@ __global__ void col_sum_k(float* out, const float* a, const float* b, int64_t ro
   }
 }
 
-__global__ void layernorm_forward_k(const float* x, const float* g, const float* b, float* y, float* xhat,
-                                    float* rstd, int64_t rows, int64_t w) {
+template <typename TY>
+__global__ void layernorm_forward_k(const float* x, const float* g, const float* b, TY* y, float* xhat,
+                                    float* mean_out, float* rstd, int64_t rows, int64_t w) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
@@ -117,55 +149,90 @@ __global__ void layernorm_forward_k(const float* x, const float* g, const float*
     q += d * d;
   }
   const float rs = rsqrtf(warp_sum(q) / static_cast<float>(w) + kLayerNormEps);
-  if (lane == 0) rstd[r] = rs;
+  if (lane == 0) {
+    rstd[r] = rs;
+    if (mean_out) mean_out[r] = mean;
+  }
   for (int64_t c = lane; c < w; c += kWarp) {
     const float h = (xr[c] - mean) * rs;
-    xhat[r * w + c] = h;
-    y[r * w + c] = h * g[c] + b[c];
+    if (xhat) xhat[r * w + c] = h;
+    y[r * w + c] = st<TY>(h * g[c] + b[c]);
   }
 }
 
-__global__ void layernorm_backward_k(const float* dy, const float* g, const float* xhat, const float* rstd,
-                                     float* dx, int64_t rows, int64_t w) {
+// xhat from the saved xhat, or recomputed from x, mean and rstd exactly as
+// layernorm_forward_k computed it.
+__global__ void layernorm_backward_k(const float* dy, const float* g, const float* xhat, const float* x,
+                                     const float* mean, const float* rstd, float* dx, int64_t rows, int64_t w) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
+  const float rs = rstd[r];
+  const float mu = xhat ? 0.0f : mean[r];
+  const auto xh = [&](int64_t i) { return xhat ? xhat[i] : (x[i] - mu) * rs; };
   float s1 = 0.0f, s2 = 0.0f;
   for (int64_t c = lane; c < w; c += kWarp) {
     const float d = dy[r * w + c] * g[c];
     s1 += d;
-    s2 += d * xhat[r * w + c];
+    s2 += d * xh(r * w + c);
   }
   const float m1 = warp_sum(s1) / static_cast<float>(w);
   const float m2 = warp_sum(s2) / static_cast<float>(w);
-  const float rs = rstd[r];
   for (int64_t c = lane; c < w; c += kWarp) {
     const float d = dy[r * w + c] * g[c];
-    dx[r * w + c] = rs * (d - m1 - xhat[r * w + c] * m2);
+    dx[r * w + c] = rs * (d - m1 - xh(r * w + c) * m2);
   }
 }
 
-__global__ void gelu_forward_k(const float* x, float* y, int64_t n) {
+// col_sum_k's layout, two sums per column: dg += dy * xhat, db += dy.
+__global__ void layernorm_param_grads_k(const float* dy, const float* x, const float* mean, const float* rstd,
+                                        float* dg, float* db, int64_t rows, int64_t cols) {
+  __shared__ float pg[8][33], pb[8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float ag = 0.0f, ab = 0.0f;
+  if (c < cols) {
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < rows;
+         r += static_cast<int64_t>(gridDim.y) * 8) {
+      const float d = dy[r * cols + c];
+      ag += d * ((x[r * cols + c] - mean[r]) * rstd[r]);
+      ab += d;
+    }
+  }
+  pg[threadIdx.y][threadIdx.x] = ag;
+  pb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float sg = 0.0f, sb = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      sg += pg[j][threadIdx.x];
+      sb += pb[j][threadIdx.x];
+    }
+    atomicAdd(dg + c, sg);
+    atomicAdd(db + c, sb);
+  }
+}
+
+template <typename T>
+__global__ void bias_gelu_k(T* h, const float* b, T* a, int64_t n, int64_t cols) {
   GRID_STRIDE(i, n) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
+    const T hv = st<T>(ld(h[i]) + b[i % cols]);
+    h[i] = hv;
+    a[i] = st<T>(gelu(ld(hv)));
   }
 }
 
-__global__ void gelu_backward_k(const float* x, const float* dy, float* dx, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const float t = tanhf(kGeluC * (v + kGeluA * v * v * v));
-    const float grad = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    dx[i] = dy[i] * grad;
-  }
+template <typename T>
+__global__ void gelu_backward_k(const T* x, const T* dy, T* dx, int64_t n) {
+  GRID_STRIDE(i, n) dx[i] = st<T>(ld(dy[i]) * gelu_grad(ld(x[i])));
 }
 
-__global__ void softmax_rows_k(float* x, int64_t rows, int64_t cols, int64_t causal_seq) {
+template <typename TP>
+__global__ void softmax_rows_k(float* x, TP* p, int64_t rows, int64_t cols, int64_t causal_seq) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
   float* xr = x + r * cols;
+  TP* pr = p + r * cols;
   const int64_t last = causal_seq > 0 ? r % causal_seq : cols - 1;  // last unmasked column
   float mx = -INFINITY;
   for (int64_t c = lane; c <= last; c += kWarp) mx = fmaxf(mx, xr[c]);
@@ -177,20 +244,21 @@ __global__ void softmax_rows_k(float* x, int64_t rows, int64_t cols, int64_t cau
     s += e;
   }
   const float inv = 1.0f / warp_sum(s);
-  for (int64_t c = lane; c < cols; c += kWarp) xr[c] = c <= last ? xr[c] * inv : 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) pr[c] = st<TP>(c <= last ? xr[c] * inv : 0.0f);
 }
 
-__global__ void softmax_backward_rows_k(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols,
+template <typename TP>
+__global__ void softmax_backward_rows_k(const TP* p, const float* dp, TP* ds, int64_t rows, int64_t cols,
                                         float scale) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
   float s = 0.0f;
-  for (int64_t c = lane; c < cols; c += kWarp) s += p[r * cols + c] * dp[r * cols + c];
+  for (int64_t c = lane; c < cols; c += kWarp) s += ld(p[r * cols + c]) * dp[r * cols + c];
   const float dot = warp_sum(s);
   for (int64_t c = lane; c < cols; c += kWarp) {
     const int64_t i = r * cols + c;
-    ds[i] = scale * p[i] * (dp[i] - dot);
+    ds[i] = st<TP>(scale * ld(p[i]) * (dp[i] - dot));
   }
 }
 
@@ -217,14 +285,18 @@ __global__ void softmax_rows_diag_nll_k(float* x, int64_t n, float* nll) {
 }
 
 // i indexes y [batch, heads, seq, dh]; x is [batch, seq, heads, dh].
-__global__ void to_heads_k(const float* x, float* y, int64_t n, int64_t seq, int64_t heads, int64_t dh) {
+template <typename T>
+__global__ void to_heads_k(const T* x, const float* bias, T* y, int64_t n, int64_t seq, int64_t heads,
+                           int64_t dh) {
   GRID_STRIDE(i, n) {
     const int64_t d = i % dh, t = (i / dh) % seq, j = (i / (dh * seq)) % heads, b = i / (dh * seq * heads);
-    y[i] = x[((b * seq + t) * heads + j) * dh + d];
+    const T v = x[((b * seq + t) * heads + j) * dh + d];
+    y[i] = bias ? st<T>(ld(v) + bias[j * dh + d]) : v;
   }
 }
 
-__global__ void from_heads_k(const float* x, float* y, int64_t n, int64_t seq, int64_t heads, int64_t dh) {
+template <typename T>
+__global__ void from_heads_k(const T* x, T* y, int64_t n, int64_t seq, int64_t heads, int64_t dh) {
   GRID_STRIDE(i, n) {
     const int64_t d = i % dh, t = (i / dh) % seq, j = (i / (dh * seq)) % heads, b = i / (dh * seq * heads);
     y[((b * seq + t) * heads + j) * dh + d] = x[i];
@@ -384,6 +456,14 @@ void add_inplace(float* y, const float* x, int64_t n) {
   if (n > 0) LAUNCH(add_k, blocks_for(n), kThreads, y, x, n);
 }
 
+void convert(const float* x, bf16* y, int64_t n) {
+  if (n > 0) LAUNCH(convert_k, blocks_for(n), kThreads, x, y, n);
+}
+
+void add_bias_residual(float* y, const float* b, const float* x, int64_t rows, int64_t cols) {
+  if (rows * cols > 0) LAUNCH(add_bias_residual_k, blocks_for(rows * cols), kThreads, y, b, x, rows * cols, cols);
+}
+
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
   if (rows * cols > 0) LAUNCH(add_bias_rows_k, blocks_for(rows * cols), kThreads, y, b, rows * cols, cols);
 }
@@ -393,51 +473,102 @@ void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_
   if (n > 0) LAUNCH(add_pos_rows_k, blocks_for(n), kThreads, y, pos, n, seq, width);
 }
 
+namespace {
+
+// About 64 rows per thread; blocks (32, 8) as col_sum_k expects.
+dim3 col_grid(int64_t rows, int64_t cols) {
+  const int64_t gy = (rows + 8 * 64 - 1) / (8 * 64);
+  return dim3(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(gy < 1 ? 1 : (gy > 1024 ? 1024 : gy)));
+}
+
+}  // namespace
+
 void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols) {
-  if (rows <= 0 || cols <= 0) return;
-  const int64_t gy = (rows + 8 * 64 - 1) / (8 * 64);  // about 64 rows per thread
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(gy < 1 ? 1 : (gy > 1024 ? 1024 : gy)));
-  LAUNCH(col_sum_k, grid, dim3(32, 8), out, a, b, rows, cols);
+  if (rows > 0 && cols > 0) LAUNCH(col_sum_k<float>, col_grid(rows, cols), dim3(32, 8), out, a, b, rows, cols);
 }
 
-void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* rstd,
-                       int64_t rows, int64_t w) {
-  if (rows > 0) LAUNCH(layernorm_forward_k, row_blocks(rows), kThreads, x, g, b, y, xhat, rstd, rows, w);
+void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols) {
+  if (rows > 0 && cols > 0)
+    LAUNCH(col_sum_k<bf16>, col_grid(rows, cols), dim3(32, 8), out, a, nullptr, rows, cols);
 }
 
-void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* rstd, float* dx,
-                        int64_t rows, int64_t w) {
-  if (rows > 0) LAUNCH(layernorm_backward_k, row_blocks(rows), kThreads, dy, g, xhat, rstd, dx, rows, w);
+void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* mean,
+                       float* rstd, int64_t rows, int64_t w) {
+  if (rows > 0)
+    LAUNCH(layernorm_forward_k<float>, row_blocks(rows), kThreads, x, g, b, y, xhat, mean, rstd, rows, w);
 }
 
-void gelu_forward(const float* x, float* y, int64_t n) {
-  if (n > 0) LAUNCH(gelu_forward_k, blocks_for(n), kThreads, x, y, n);
+void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, float* xhat, float* mean,
+                       float* rstd, int64_t rows, int64_t w) {
+  if (rows > 0)
+    LAUNCH(layernorm_forward_k<bf16>, row_blocks(rows), kThreads, x, g, b, y, xhat, mean, rstd, rows, w);
+}
+
+void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* x, const float* mean,
+                        const float* rstd, float* dx, int64_t rows, int64_t w) {
+  if (rows > 0) LAUNCH(layernorm_backward_k, row_blocks(rows), kThreads, dy, g, xhat, x, mean, rstd, dx, rows, w);
+}
+
+void layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dg,
+                           float* db, int64_t rows, int64_t w) {
+  if (rows > 0 && w > 0)
+    LAUNCH(layernorm_param_grads_k, col_grid(rows, w), dim3(32, 8), dy, x, mean, rstd, dg, db, rows, w);
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  if (n > 0) LAUNCH(gelu_backward_k, blocks_for(n), kThreads, x, dy, dx, n);
+  if (n > 0) LAUNCH(gelu_backward_k<float>, blocks_for(n), kThreads, x, dy, dx, n);
 }
 
-void softmax_rows(float* x, int64_t rows, int64_t cols, int64_t causal_seq) {
-  if (rows > 0) LAUNCH(softmax_rows_k, row_blocks(rows), kThreads, x, rows, cols, causal_seq);
+void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n) {
+  if (n > 0) LAUNCH(gelu_backward_k<bf16>, blocks_for(n), kThreads, x, dy, dx, n);
+}
+
+void bias_gelu(float* h, const float* b, float* a, int64_t rows, int64_t cols) {
+  if (rows * cols > 0) LAUNCH(bias_gelu_k<float>, blocks_for(rows * cols), kThreads, h, b, a, rows * cols, cols);
+}
+
+void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols) {
+  if (rows * cols > 0) LAUNCH(bias_gelu_k<bf16>, blocks_for(rows * cols), kThreads, h, b, a, rows * cols, cols);
+}
+
+void softmax_rows(float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+  if (rows > 0) LAUNCH(softmax_rows_k<float>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
+}
+
+void softmax_rows(float* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+  if (rows > 0) LAUNCH(softmax_rows_k<bf16>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
 }
 
 void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale) {
-  if (rows > 0) LAUNCH(softmax_backward_rows_k, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
+  if (rows > 0) LAUNCH(softmax_backward_rows_k<float>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
+}
+
+void softmax_backward_rows(const bf16* p, const float* dp, bf16* ds, int64_t rows, int64_t cols, float scale) {
+  if (rows > 0) LAUNCH(softmax_backward_rows_k<bf16>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
 }
 
 void softmax_rows_diag_nll(float* x, int64_t n, float* nll) {
   if (n > 0) LAUNCH(softmax_rows_diag_nll_k, row_blocks(n), kThreads, x, n, nll);
 }
 
-void to_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
+void to_heads(const float* x, const float* bias, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
   const int64_t n = batch * seq * heads * dh;
-  if (n > 0) LAUNCH(to_heads_k, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
+  if (n > 0) LAUNCH(to_heads_k<float>, blocks_for(n), kThreads, x, bias, y, n, seq, heads, dh);
+}
+
+void to_heads(const bf16* x, const float* bias, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
+  const int64_t n = batch * seq * heads * dh;
+  if (n > 0) LAUNCH(to_heads_k<bf16>, blocks_for(n), kThreads, x, bias, y, n, seq, heads, dh);
 }
 
 void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
   const int64_t n = batch * seq * heads * dh;
-  if (n > 0) LAUNCH(from_heads_k, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
+  if (n > 0) LAUNCH(from_heads_k<float>, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
+}
+
+void from_heads(const bf16* x, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
+  const int64_t n = batch * seq * heads * dh;
+  if (n > 0) LAUNCH(from_heads_k<bf16>, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
 }
 
 void transpose(const float* a, float* at, int64_t rows, int64_t cols) {

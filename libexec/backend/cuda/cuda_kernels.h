@@ -1,5 +1,8 @@
 // The CUDA backend's fused kernels (cuda_kernels.cu), as plain launchers:
-// every pointer is device memory, fp32, row-major; every launch goes on the
+// every pointer is device memory, row-major, fp32 unless the type says bf16
+// (the transformer layer's internal storage in bf16 mode; arithmetic is
+// always fp32, a bf16 result is rounded to nearest even once, when stored);
+// every launch goes on the
 // legacy default stream (the backend's only stream), so launches and the
 // backend's copies and cuBLAS calls are ordered. Launchers return at once;
 // they check the launch (CUDA_CHECK_LAUNCH), faults surface at the next
@@ -10,7 +13,14 @@
 
 #include <cstdint>
 
+#include <cuda_bf16.h>
+
 namespace spindle::exec::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// y[i] = x[i] rounded to bf16.
+void convert(const float* x, bf16* y, int64_t n);
 
 // x[i] = value.
 void fill(float* x, int64_t n, float value);
@@ -18,37 +28,58 @@ void fill(float* x, int64_t n, float value);
 void add_inplace(float* y, const float* x, int64_t n);
 // y[r, c] += b[c] for a [rows, cols] matrix.
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
+// y[r, c] = (y[r, c] + b[c]) + x[r, c]: bias and residual in one pass.
+void add_bias_residual(float* y, const float* b, const float* x, int64_t rows, int64_t cols);
 // y[i, t, :] += pos[t, :] for y [batch, seq, width].
 void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_t width);
 // out[c] += sum_r a[r, c] * (b ? b[r, c] : 1) for [rows, cols] matrices
 // (bias and LayerNorm parameter gradients; order of the sum unspecified).
 void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols);
+void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols);
 
 // LayerNorm over rows of width w, eps 1e-5: y = xhat * g + b with
-// xhat = (x - mean) * rstd; writes y, xhat [rows, w] and rstd [rows].
-void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* rstd,
-                       int64_t rows, int64_t w);
-// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * g.
-void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* rstd, float* dx,
-                        int64_t rows, int64_t w);
+// xhat = (x - mean) * rstd; writes y [rows, w] and rstd [rows], and xhat
+// [rows, w] and mean [rows] when not null.
+void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* mean,
+                       float* rstd, int64_t rows, int64_t w);
+void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, float* xhat, float* mean,
+                       float* rstd, int64_t rows, int64_t w);
+// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * g,
+// with xhat read from `xhat`, or recomputed as (x - mean) * rstd when xhat is
+// null.
+void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* x, const float* mean,
+                        const float* rstd, float* dx, int64_t rows, int64_t w);
+// dg[c] += sum_r dy[r, c] * (x[r, c] - mean[r]) * rstd[r]; db[c] += sum_r dy[r, c].
+void layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dg,
+                           float* db, int64_t rows, int64_t w);
 
-// GELU (tanh approximation): y = gelu(x); dx = dy * gelu'(x).
-void gelu_forward(const float* x, float* y, int64_t n);
+// GELU (tanh approximation): dx = dy * gelu'(x) (dx may alias dy).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n);
+// Bias and GELU of the MLP in one pass over [rows, cols]: h = h + b (stored
+// in h's type), a = gelu(h) computed from the stored h.
+void bias_gelu(float* h, const float* b, float* a, int64_t rows, int64_t cols);
+void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols);
 
-// Row softmax in place over [rows, cols]. causal_seq > 0: rows are square
-// blocks of causal_seq x causal_seq (cols == causal_seq) and column c of row
-// r is masked (-inf) when c > r % causal_seq.
-void softmax_rows(float* x, int64_t rows, int64_t cols, int64_t causal_seq);
-// ds = scale * p * (dp - sum_c dp * p) per row; ds may alias dp.
+// Row softmax over [rows, cols]: p = softmax(x); x is scratch (overwritten)
+// and p may alias it (float). causal_seq > 0: rows are square blocks of
+// causal_seq x causal_seq (cols == causal_seq) and column c of row r is
+// masked (p = 0) when c > r % causal_seq.
+void softmax_rows(float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq);
+void softmax_rows(float* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq);
+// ds = scale * p * (dp - sum_c dp * p) per row; ds may alias dp (float).
 void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale);
+void softmax_backward_rows(const bf16* p, const float* dp, bf16* ds, int64_t rows, int64_t cols, float scale);
 // Row softmax in place of a square [n, n] matrix; nll[i] = -log p[i][i]
 // computed as log(sum) - (x[i][i] - max).
 void softmax_rows_diag_nll(float* x, int64_t n, float* nll);
 
-// [batch, seq, heads, dh] <-> [batch, heads, seq, dh].
-void to_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
+// [batch, seq, heads, dh] <-> [batch, heads, seq, dh]. to_heads adds
+// bias[j * dh + d] (head j, column d) when bias is not null.
+void to_heads(const float* x, const float* bias, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
+void to_heads(const bf16* x, const float* bias, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
 void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
+void from_heads(const bf16* x, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
 // at [cols, rows] = a [rows, cols]^T.
 void transpose(const float* a, float* at, int64_t rows, int64_t cols);
 
