@@ -293,7 +293,13 @@ int run(const Args& args, int rank, int size) {
   if (use_nccl) groups = se::create_nccl_group_comms(*world, device_groups);
 #endif
   if (!use_nccl) groups = se::create_group_comms(*world, device_groups);
-  se::Executor executor(*model, *plan, *world, std::move(groups), *backend, options);
+  // With NCCL the executor's world is an NCCL communicator too: inter-wave
+  // transfers go device to device, one NCCL group per wave.
+  std::unique_ptr<se::Comm> nccl_world;
+#ifdef SPINDLE_HAVE_NCCL
+  if (use_nccl) nccl_world = se::NcclComm::create(*world);
+#endif
+  se::Executor executor(*model, *plan, nccl_world ? *nccl_world : *world, std::move(groups), *backend, options);
   if (rank == 0)
     std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
                 model->name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan->strategy.c_str(),
@@ -303,7 +309,7 @@ int run(const Args& args, int rank, int size) {
     for (const std::string& l : locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), local_source.c_str());
     if (gpu >= 0)
-      std::printf("spindle-run: rank 0 on GPU %d; group communicators over %s\n", gpu,
+      std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", gpu,
                   use_nccl ? "NCCL" : "MPI (host-staged)");
   }
   if (ck) {

@@ -9,6 +9,8 @@
 //  - copy(src, dst): same element count; either side may be host memory or
 //    this backend's memory. It may be asynchronous on a device backend: call
 //    synchronize() before reading dst on the host.
+//  - add(src, dst): dst[i] += src[i], same element count, both in this
+//    backend's memory (output gradients that several consumers add up).
 //  - forward/backward run one operator (ops/op.h: inputs, outputs and
 //    gradients per kind) on tensors in the backend's memory; the Op's
 //    parameters (its ParamSet) must live there too. Ops with a TP group call
@@ -38,6 +40,7 @@ class Backend {
   virtual Tensor allocate(Shape shape) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void synchronize() = 0;
+  virtual void add(const Tensor& src, Tensor& dst) = 0;
 
   virtual Tensor forward(Op& op, std::span<const Tensor> inputs) = 0;
   virtual std::vector<Tensor> backward(Op& op, const Tensor& grad_output) = 0;

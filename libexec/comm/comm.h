@@ -14,6 +14,9 @@
 //    order exchanges (e.g. lower rank sends first) or pair them in a
 //    schedule without cycles. Messages from one sender to one receiver with
 //    the same tag arrive in the order sent.
+//  - exchange posts several sends and receives at once and completes them
+//    all, in any order: two ranks may each send to the other in one
+//    exchange. Messages between two ranks still match in posting order.
 //  - Buffers are host memory; a device backend stages through the host.
 //  - A Comm is used by one thread at a time.
 // Errors abort the whole job (style.md rule 10); nothing is returned.
@@ -40,6 +43,23 @@ class Comm {
   virtual void send(std::span<const float> data, int peer, int tag) = 0;
   virtual void recv(std::span<float> data, int peer, int tag) = 0;
   virtual void barrier() = 0;
+
+  struct SendBuf {
+    std::span<const float> data;
+    int peer = 0;
+  };
+  struct RecvBuf {
+    std::span<float> data;
+    int peer = 0;
+  };
+  // This rank's sends and receives of one round (e.g. one wave's transfers),
+  // all with `tag`; returns when every one is complete. The default posts
+  // every send, then every receive: right only for communicators whose
+  // sends never block (the fakes); MPI and NCCL post them all at once.
+  virtual void exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int tag) {
+    for (const SendBuf& s : sends) send(s.data, s.peer, tag);
+    for (const RecvBuf& r : recvs) recv(r.data, r.peer, tag);
+  }
 };
 
 }  // namespace spindle::exec

@@ -90,6 +90,23 @@ void MpiComm::recv(std::span<float> data, int peer, int tag) {
   SPINDLE_MPI_REQUIRE(got == count_of(data.size()), "recv: message size differs from the buffer");
 }
 
+void MpiComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int tag) {
+  std::vector<MPI_Request> requests(recvs.size() + sends.size());
+  for (size_t i = 0; i < recvs.size(); ++i)
+    MPI_CHECK(MPI_Irecv(recvs[i].data.data(), count_of(recvs[i].data.size()), MPI_FLOAT, recvs[i].peer, tag, comm_,
+                        &requests[i]));
+  for (size_t i = 0; i < sends.size(); ++i)
+    MPI_CHECK(MPI_Isend(sends[i].data.data(), count_of(sends[i].data.size()), MPI_FLOAT, sends[i].peer, tag, comm_,
+                        &requests[recvs.size() + i]));
+  std::vector<MPI_Status> status(requests.size());
+  MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), status.data()));
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    int got = 0;
+    MPI_CHECK(MPI_Get_count(&status[i], MPI_FLOAT, &got));
+    SPINDLE_MPI_REQUIRE(got == count_of(recvs[i].data.size()), "exchange: message size differs from the buffer");
+  }
+}
+
 void MpiComm::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
 
 std::map<std::vector<int>, std::unique_ptr<Comm>> create_group_comms(

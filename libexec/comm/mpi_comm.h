@@ -41,6 +41,8 @@ class MpiComm final : public Comm {
   void send(std::span<const float> data, int peer, int tag) override;
   void recv(std::span<float> data, int peer, int tag) override;
   void barrier() override;
+  // MPI_Irecv every receive, MPI_Isend every send, MPI_Waitall.
+  void exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int tag) override;
 
   MPI_Comm handle() const { return comm_; }
 

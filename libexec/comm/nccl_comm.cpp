@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "libexec/backend/cuda/cuda_check.h"
 #include "libexec/comm/mpi_check.h"
@@ -97,6 +99,27 @@ void NcclComm::recv(std::span<float> data, int peer, int /*tag*/) {
   const Transfer t{d, n, peer};
   exchange_device({}, {&t, 1});
   CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kF, cudaMemcpyDeviceToHost));
+}
+
+void NcclComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int /*tag*/) {
+  int64_t total = 0;
+  for (const SendBuf& s : sends) total += static_cast<int64_t>(s.data.size());
+  for (const RecvBuf& r : recvs) total += static_cast<int64_t>(r.data.size());
+  float* d = scratch(std::max<int64_t>(total, 1));
+  std::vector<Transfer> ds, dr;
+  for (const SendBuf& s : sends) {
+    if (!s.data.empty()) CUDA_CHECK(cudaMemcpy(d, s.data.data(), s.data.size() * kF, cudaMemcpyHostToDevice));
+    ds.push_back({d, static_cast<int64_t>(s.data.size()), s.peer});
+    d += s.data.size();
+  }
+  for (const RecvBuf& r : recvs) {
+    dr.push_back({d, static_cast<int64_t>(r.data.size()), r.peer});
+    d += r.data.size();
+  }
+  exchange_device(ds, dr);
+  for (size_t i = 0; i < recvs.size(); ++i)
+    if (!recvs[i].data.empty())
+      CUDA_CHECK(cudaMemcpy(recvs[i].data.data(), dr[i].data, recvs[i].data.size() * kF, cudaMemcpyDeviceToHost));
 }
 
 void NcclComm::barrier() {

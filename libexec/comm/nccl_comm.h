@@ -57,6 +57,8 @@ class NcclComm final : public Comm {
   void send(std::span<const float> data, int peer, int tag) override;
   void recv(std::span<float> data, int peer, int tag) override;
   void barrier() override;
+  // Staged: every buffer uploaded, one exchange_device, receives downloaded.
+  void exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int tag) override;
 
   // Device-memory versions (pointers into the current device's memory).
   void all_reduce_sum_device(float* data, int64_t count);

@@ -175,6 +175,62 @@ int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& gra
   return n;
 }
 
+// One rank's sends and receives of one wave's transfers (tensors in the
+// backend's memory), posted together by exchange().
+struct Exchange {
+  struct Send {
+    Tensor data;
+    int peer;
+  };
+  struct Recv {
+    Shape shape;
+    int peer;
+  };
+  std::vector<Send> sends;
+  std::vector<Recv> recvs;
+
+  int64_t floats_sent() const {
+    int64_t n = 0;
+    for (const Send& s : sends) n += s.data.numel();
+    return n;
+  }
+};
+
+// Runs `ex` over `comm` (Comm::exchange: every send and receive at once) and
+// returns the received tensors, in the backend's memory, in ex.recvs order.
+// A CUDA backend with an NCCL comm sends device memory directly (one NCCL
+// group); otherwise the data is staged through host memory.
+std::vector<Tensor> exchange(Backend& be, Comm& comm, const Exchange& ex, int tag) {
+  std::vector<Tensor> got;
+#ifdef SPINDLE_HAVE_NCCL
+  if (auto* nccl = be.device() == Device::cuda ? dynamic_cast<NcclComm*>(&comm) : nullptr) {
+    std::vector<NcclComm::Transfer> sends, recvs;
+    for (const Exchange::Send& s : ex.sends)
+      sends.push_back({const_cast<float*>(s.data.data()), s.data.numel(), s.peer});
+    for (const Exchange::Recv& r : ex.recvs) {
+      got.push_back(be.allocate(r.shape));
+      recvs.push_back({got.back().data(), got.back().numel(), r.peer});
+    }
+    nccl->exchange_device(sends, recvs);
+    return got;
+  }
+#endif
+  std::vector<Tensor> staged;  // host copies of the sends
+  std::vector<Comm::SendBuf> sends;
+  std::vector<Comm::RecvBuf> recvs;
+  for (const Exchange::Send& s : ex.sends) {
+    staged.push_back(to_host(be, s.data));
+    sends.push_back({{staged.back().data(), static_cast<size_t>(staged.back().numel())}, s.peer});
+  }
+  for (const Exchange::Recv& r : ex.recvs) {
+    got.push_back(Tensor::zeros(r.shape));
+    recvs.push_back({{got.back().data(), static_cast<size_t>(got.back().numel())}, r.peer});
+  }
+  comm.exchange(sends, recvs, tag);
+  for (Tensor& t : got) t = to_backend(be, t);
+  return got;
+}
+
 // A Comm that only answers rank() and size(): for building shapes of a
 // shard with make_params.
 class ShapeComm final : public Comm {
@@ -472,28 +528,30 @@ StepStats Executor::step() {
 
 void Executor::forward_transfers(int wave) {
   const Clock::time_point t0 = Clock::now();
-  int64_t sent = 0;
+  // Pieces for this rank's slices in schedule order (local ones copied here,
+  // the others received), so each input's rows concatenate in order.
+  std::vector<std::pair<std::pair<int, int>, Tensor>> arrived;
+  std::vector<size_t> received;  // indices into arrived, in recv order
+  Exchange ex;
   for (const Transfer& t : sched_->fwd[static_cast<size_t>(wave)]) {
     if (t.src_device != rank_ && t.dst_device != rank_) continue;
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
-    const Shape rows_shape = with_rows(t.rows.size(), out_row_shape(p));
-    Tensor piece;
     if (t.src_device == rank_) {
-      const SliceInfo& ps = sched_->slices[static_cast<size_t>(sched_->slice_of[static_cast<size_t>(t.producer)])];
-      const RowRange mine = ps.layout.rows_of(sched_->position(sched_->slice_of[static_cast<size_t>(t.producer)], rank_));
-      piece = copy_rows(backend_, out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
-      if (t.dst_device != rank_) {
-        const Tensor staged = to_host(backend_, piece);  // MPI carries host memory
-        world_.send({staged.data(), static_cast<size_t>(staged.numel())}, t.dst_device, forward_tag(wave));
-        sent += piece.numel();
-      }
+      const int ps = sched_->slice_of[static_cast<size_t>(t.producer)];
+      const RowRange mine = sched_->slices[static_cast<size_t>(ps)].layout.rows_of(sched_->position(ps, rank_));
+      Tensor piece = copy_rows(backend_, out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
+      if (t.dst_device == rank_) arrived.push_back({{t.slice, t.input}, std::move(piece)});
+      else ex.sends.push_back({std::move(piece), t.dst_device});
     } else {
-      Tensor staged = Tensor::zeros(rows_shape);
-      world_.recv({staged.data(), static_cast<size_t>(staged.numel())}, t.src_device, forward_tag(wave));
-      piece = to_backend(backend_, staged);
+      received.push_back(arrived.size());
+      arrived.push_back({{t.slice, t.input}, Tensor()});
+      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src_device});
     }
-    if (t.dst_device == rank_) pieces_[{t.slice, t.input}].push_back(std::move(piece));
   }
+  const int64_t sent = ex.floats_sent();
+  std::vector<Tensor> got = exchange(backend_, world_, ex, forward_tag(wave));
+  for (size_t i = 0; i < got.size(); ++i) arrived[received[i]].second = std::move(got[i]);
+  for (auto& [key, piece] : arrived) pieces_[key].push_back(std::move(piece));
   if (!sched_->fwd[static_cast<size_t>(wave)].empty())
     record("transfer fwd wave " + std::to_string(wave), "transfer", 1, t0, {{"floats_sent", sent}});
 }
@@ -578,7 +636,7 @@ void Executor::backward_slice(int slice) {
       dy = Tensor::from({1}, {static_cast<float>(weight * static_cast<double>(rows.size()) /
                                                  static_cast<double>(s.layout.batch))});
     } else {
-      dy = to_backend(backend_, dout_.at(o));  // accumulated on the host when it came by transfer
+      dy = dout_.at(o);
     }
     std::vector<Tensor> dx = backend_.backward(ops_.at(o), dy);
     if (dx.empty()) continue;  // data readers
@@ -605,36 +663,38 @@ void Executor::backward_slice(int slice) {
 
 void Executor::backward_transfers(int wave) {
   const Clock::time_point t0 = Clock::now();
-  int64_t sent = 0;
+  // Gradient pieces for this rank's producers in schedule order (local ones
+  // copied here, the others received); they are added up in that order.
+  std::vector<std::pair<const Transfer*, Tensor>> arrived;
+  std::vector<size_t> received;  // indices into arrived, in recv order
+  Exchange ex;
   for (const Transfer& t : sched_->bwd[static_cast<size_t>(wave)]) {
     if (t.src_device != rank_ && t.dst_device != rank_) continue;
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
-    Tensor piece;
     if (t.src_device == rank_) {
-      const SliceInfo& c = sched_->slices[static_cast<size_t>(t.slice)];
-      const RowRange mine = c.layout.rows_of(sched_->position(t.slice, rank_));
-      // Staged on the host: MPI carries host memory, and the receiver adds on the host.
-      piece = to_host(backend_, copy_rows(backend_, din_.at({t.slice, t.input}), t.rows.begin - mine.begin,
-                                          t.rows.size()));
-      if (t.dst_device != rank_) {
-        world_.send({piece.data(), static_cast<size_t>(piece.numel())}, t.dst_device, backward_tag(wave));
-        sent += piece.numel();
-      }
+      const RowRange mine =
+          sched_->slices[static_cast<size_t>(t.slice)].layout.rows_of(sched_->position(t.slice, rank_));
+      Tensor piece = copy_rows(backend_, din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
+      if (t.dst_device == rank_) arrived.push_back({&t, std::move(piece)});
+      else ex.sends.push_back({std::move(piece), t.dst_device});
     } else {
-      piece = Tensor::zeros(with_rows(t.rows.size(), out_row_shape(p)));
-      world_.recv({piece.data(), static_cast<size_t>(piece.numel())}, t.src_device, backward_tag(wave));
+      received.push_back(arrived.size());
+      arrived.push_back({&t, Tensor()});
+      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src_device});
     }
-    if (t.dst_device != rank_) continue;
-    // Accumulate into the producer's output gradient (several consumers add
-    // up), a host tensor until backward_slice moves it to the backend.
-    const int ps_index = sched_->slice_of[static_cast<size_t>(t.producer)];
-    const SliceInfo& ps = sched_->slices[static_cast<size_t>(ps_index)];
-    const RowRange mine = ps.layout.rows_of(sched_->position(ps_index, rank_));
-    auto [it, fresh] = dout_.try_emplace(t.producer);
-    if (fresh) it->second = Tensor::zeros(with_rows(mine.size(), out_row_shape(p)));
-    const int64_t row_elems = piece.numel() / t.rows.size();
-    float* dst = it->second.data() + (t.rows.begin - mine.begin) * row_elems;
-    for (int64_t i = 0; i < piece.numel(); ++i) dst[i] += piece[i];
+  }
+  const int64_t sent = ex.floats_sent();
+  std::vector<Tensor> got = exchange(backend_, world_, ex, backward_tag(wave));
+  for (size_t i = 0; i < got.size(); ++i) arrived[received[i]].second = std::move(got[i]);
+  // Accumulate into the producers' output gradients (several consumers add up).
+  for (const auto& [t, piece] : arrived) {
+    const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t->producer)];
+    const int ps = sched_->slice_of[static_cast<size_t>(t->producer)];
+    const RowRange mine = sched_->slices[static_cast<size_t>(ps)].layout.rows_of(sched_->position(ps, rank_));
+    auto [it, fresh] = dout_.try_emplace(t->producer);
+    if (fresh) it->second = backend_.allocate(with_rows(mine.size(), out_row_shape(p)));
+    Tensor dst = row_view(it->second, t->rows.begin - mine.begin, t->rows.size());
+    backend_.add(piece, dst);
   }
   if (!sched_->bwd[static_cast<size_t>(wave)].empty())
     record("transfer bwd wave " + std::to_string(wave), "transfer", 1, t0, {{"floats_sent", sent}});

@@ -19,17 +19,19 @@
 //
 // Memory: parameters, gradients and AdamW moments are allocated through the
 // backend at construction and stay in its memory; activations and their
-// gradients stay where the backend produced them. Host memory only where
-// data crosses a host-buffer Comm (transfers to other ranks, the
-// contrastive all-gather, gradient all-reduce unless the group is NCCL), for
-// adding up output gradients that arrive by transfer, and for checkpoints,
-// losses and synthetic data (docs/gpu.md, "What the executor does on a
-// device").
+// gradients stay where the backend produced them, and output gradients that
+// several consumers send are added up there (Backend::add). Host memory only
+// where data crosses a host-buffer Comm (transfers to other ranks unless
+// `world` is an NcclComm with a CUDA backend, the contrastive all-gather,
+// gradient all-reduce unless the group is NCCL), and for checkpoints, losses
+// and synthetic data (docs/gpu.md, "What the executor does on a device").
 //
 // Blocking communication is deadlock-free by construction: every rank walks
-// the same global sequence (wave transfers in a fixed order, then the wave's
-// slices, whose collectives stay inside disjoint groups; gradient buckets in
-// sorted order), so the earliest unfinished exchange always has all parties.
+// the same global sequence (each wave's transfers as one Comm::exchange, in
+// which this rank's sends and receives complete in any order, then the
+// wave's slices, whose collectives stay inside disjoint groups; gradient
+// buckets in sorted order), so the earliest unfinished exchange always has
+// all parties.
 //
 // Errors: a plan that does not match the model or world throws
 // std::invalid_argument from the constructor; communication errors abort the

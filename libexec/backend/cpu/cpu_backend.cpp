@@ -25,6 +25,14 @@ class CpuBackend final : public Backend {
 
   void synchronize() override {}
 
+  void add(const Tensor& src, Tensor& dst) override {
+    if (src.device() != Device::host || dst.device() != Device::host)
+      throw std::invalid_argument("cpu backend: add of non-host memory");
+    if (src.numel() != dst.numel())
+      throw std::invalid_argument("cpu backend: add " + shape_str(src.shape()) + " into " + shape_str(dst.shape()));
+    for (int64_t i = 0; i < src.numel(); ++i) dst[i] += src[i];
+  }
+
   Tensor forward(Op& op, std::span<const Tensor> inputs) override {
     return op_forward(op, inputs);
   }

@@ -194,6 +194,14 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
 
+  void add(const Tensor& src, Tensor& dst) override {
+    if (src.device() != Device::cuda || dst.device() != Device::cuda)
+      throw std::invalid_argument("cuda backend: add of non-device memory");
+    if (src.numel() != dst.numel())
+      throw std::invalid_argument("cuda backend: add " + shape_str(src.shape()) + " into " + shape_str(dst.shape()));
+    k::add_inplace(dst.data(), src.data(), src.numel());
+  }
+
   Tensor forward(Op& op, std::span<const Tensor> inputs) override {
     if (static_cast<int>(inputs.size()) != op_input_count(op.kind))
       throw std::invalid_argument(std::string(op_name(op.kind)) + ": wrong number of inputs");

@@ -1,5 +1,5 @@
 // MpiComm and create_group_comms under mpiexec -n 2 or 4: closed-form
-// all-reduce, all-gather and send/recv on the world and on device groups,
+// all-reduce, all-gather, send/recv and exchange on the world and on device groups,
 // and a tensor-parallel transformer layer over an MPI group equal to the
 // unsplit layer (1e-5 relative). Prints one line per failed check and
 // exits 1 if any failed.
@@ -57,6 +57,38 @@ void check_collectives(Comm& c, const std::vector<int>& members) {
       c.send(out, next, 7);
     }
     EXPECT(in.front() == static_cast<float>(prev) && in.back() == static_cast<float>(prev));
+  }
+  // exchange: every rank sends two messages to every other rank at once,
+  // far beyond eager sizes (blocking sends in this order would deadlock);
+  // the two messages of a pair arrive in posting order.
+  if (n > 1) {
+    const size_t big = size_t{1} << 18;
+    std::vector<std::vector<float>> out, in;
+    std::vector<Comm::SendBuf> sends;
+    std::vector<Comm::RecvBuf> recvs;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      for (int k = 0; k < 2; ++k) {
+        out.emplace_back(big, static_cast<float>(100 * r + 10 * q + k));
+        in.emplace_back(big, -1.0f);
+      }
+    }
+    size_t i = 0;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      for (int k = 0; k < 2; ++k, ++i) {
+        sends.push_back({out[i], q});
+        recvs.push_back({in[i], q});
+      }
+    }
+    c.exchange(sends, recvs, 9);
+    i = 0;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      for (int k = 0; k < 2; ++k, ++i)
+        EXPECT(in[i].front() == static_cast<float>(100 * q + 10 * r + k) &&
+               in[i].back() == static_cast<float>(100 * q + 10 * r + k));
+    }
   }
   c.barrier();
 }
