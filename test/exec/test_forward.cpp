@@ -146,6 +146,17 @@ TEST_CASE("AdamW: two hand-computed steps", "[adamw]") {
   CHECK_THROWS(adamw_step(cfg, 0, p, p, m, v));
 }
 
+TEST_CASE("cpu backend add: dst += src into a view, sizes checked", "[backend]") {
+  auto backend = make_backend("cpu");
+  REQUIRE(backend);
+  Tensor dst = Tensor::from({2, 2}, {1, 2, 3, 4});
+  Tensor tail = Tensor::wrap({2}, Device::host,
+                             std::shared_ptr<float[]>(std::make_shared<Tensor>(dst), dst.data() + 2));
+  backend->add(Tensor::from({2}, {0.5f, -4}), tail);
+  CHECK(std::vector<float>(dst.data(), dst.data() + 4) == std::vector<float>{1, 2, 3.5f, 0});
+  CHECK_THROWS_AS(backend->add(Tensor::from({3}, {1, 2, 3}), dst), std::invalid_argument);
+}
+
 TEST_CASE("parameter counts equal spec/model.md", "[params]") {
   const int64_t h = 8, f = 12, s = 5, in = 6, out = 4, v = 10;
   CHECK(make_params(config(OpKind::patch_embed, {{"in_dim", in}, {"hidden", h}}, s), "a/0.0", 0)
