@@ -37,6 +37,21 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
 }
 
+// Blocks for ROW_STRIDE kernels: one per row, at most 65535 * 16.
+unsigned grid_rows(int64_t rows) {
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 * 16 ? 65535 * 16 : rows));
+}
+
+// A dimension that row-wise kernels index in 32 bits (sequence, heads, head
+// width: all far below 2^31); aborts otherwise.
+int small(int64_t v) {
+  if (v < 0 || v > INT32_MAX) {
+    std::fprintf(stderr, "spindle: CUDA kernel dimension %lld out of range\n", static_cast<long long>(v));
+    std::abort();
+  }
+  return static_cast<int>(v);
+}
+
 unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
@@ -81,6 +96,13 @@ __device__ bool valid_id(float v, int64_t limit) {
   return v >= 0.0f && id < limit && static_cast<float>(id) == v;
 }
 
+// Row-wise kernels over [rows, cols]: blocks stride over rows, threads over
+// columns, so no element index is divided (64-bit division costs tens of
+// instructions per element).
+#define ROW_STRIDE(r, rows) \
+  for (int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
+#define COL_STRIDE(c, cols) for (int64_t c = threadIdx.x; c < (cols); c += blockDim.x)
+
 #define GRID_STRIDE(i, n)                                                          \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -97,12 +119,12 @@ __global__ void convert_k(const float* x, bf16* y, int64_t n) {
   GRID_STRIDE(i, n) y[i] = st<bf16>(x[i]);
 }
 
-__global__ void add_bias_residual_k(float* y, const float* b, const float* x, int64_t n, int64_t cols) {
-  GRID_STRIDE(i, n) y[i] = (y[i] + b[i % cols]) + x[i];
+__global__ void add_bias_residual_k(float* y, const float* b, const float* x, int64_t rows, int64_t cols) {
+  ROW_STRIDE(r, rows) COL_STRIDE(c, cols) y[r * cols + c] = (y[r * cols + c] + b[c]) + x[r * cols + c];
 }
 
-__global__ void add_bias_rows_k(float* y, const float* b, int64_t n, int64_t cols) {
-  GRID_STRIDE(i, n) y[i] += b[i % cols];
+__global__ void add_bias_rows_k(float* y, const float* b, int64_t rows, int64_t cols) {
+  ROW_STRIDE(r, rows) COL_STRIDE(c, cols) y[r * cols + c] += b[c];
 }
 
 __global__ void add_pos_rows_k(float* y, const float* pos, int64_t n, int64_t seq, int64_t width) {
@@ -213,9 +235,10 @@ __global__ void layernorm_param_grads_k(const float* dy, const float* x, const f
 }
 
 template <typename T>
-__global__ void bias_gelu_k(T* h, const float* b, T* a, int64_t n, int64_t cols) {
-  GRID_STRIDE(i, n) {
-    const T hv = st<T>(ld(h[i]) + b[i % cols]);
+__global__ void bias_gelu_k(T* h, const float* b, T* a, int64_t rows, int64_t cols) {
+  ROW_STRIDE(r, rows) COL_STRIDE(c, cols) {
+    const int64_t i = r * cols + c;
+    const T hv = st<T>(ld(h[i]) + b[c]);
     h[i] = hv;
     a[i] = st<T>(gelu(ld(hv)));
   }
@@ -284,22 +307,29 @@ __global__ void softmax_rows_diag_nll_k(float* x, int64_t n, float* nll) {
   for (int64_t c = lane; c < n; c += kWarp) xr[c] *= inv;
 }
 
-// i indexes y [batch, heads, seq, dh]; x is [batch, seq, heads, dh].
+// Row r = b * seq + t of [batch, seq, heads * dh] (x of to_heads, y of
+// from_heads); column c = j * dh + d goes to [b, j, t, d] of [batch, heads,
+// seq, dh]. Only 32-bit divisions, once per row and per column.
 template <typename T>
-__global__ void to_heads_k(const T* x, const float* bias, T* y, int64_t n, int64_t seq, int64_t heads,
-                           int64_t dh) {
-  GRID_STRIDE(i, n) {
-    const int64_t d = i % dh, t = (i / dh) % seq, j = (i / (dh * seq)) % heads, b = i / (dh * seq * heads);
-    const T v = x[((b * seq + t) * heads + j) * dh + d];
-    y[i] = bias ? st<T>(ld(v) + bias[j * dh + d]) : v;
+__global__ void to_heads_k(const T* x, const float* bias, T* y, int64_t rows, int seq, int heads, int dh) {
+  ROW_STRIDE(r, rows) {
+    const int64_t b = r / seq, t = r % seq;
+    for (int c = threadIdx.x; c < heads * dh; c += blockDim.x) {
+      const int j = c / dh, d = c % dh;
+      const T v = x[r * heads * dh + c];
+      y[((b * heads + j) * seq + t) * dh + d] = bias ? st<T>(ld(v) + bias[c]) : v;
+    }
   }
 }
 
 template <typename T>
-__global__ void from_heads_k(const T* x, T* y, int64_t n, int64_t seq, int64_t heads, int64_t dh) {
-  GRID_STRIDE(i, n) {
-    const int64_t d = i % dh, t = (i / dh) % seq, j = (i / (dh * seq)) % heads, b = i / (dh * seq * heads);
-    y[((b * seq + t) * heads + j) * dh + d] = x[i];
+__global__ void from_heads_k(const T* x, T* y, int64_t rows, int seq, int heads, int dh) {
+  ROW_STRIDE(r, rows) {
+    const int64_t b = r / seq, t = r % seq;
+    for (int c = threadIdx.x; c < heads * dh; c += blockDim.x) {
+      const int j = c / dh, d = c % dh;
+      y[r * heads * dh + c] = x[((b * heads + j) * seq + t) * dh + d];
+    }
   }
 }
 
@@ -461,11 +491,11 @@ void convert(const float* x, bf16* y, int64_t n) {
 }
 
 void add_bias_residual(float* y, const float* b, const float* x, int64_t rows, int64_t cols) {
-  if (rows * cols > 0) LAUNCH(add_bias_residual_k, blocks_for(rows * cols), kThreads, y, b, x, rows * cols, cols);
+  if (rows * cols > 0) LAUNCH(add_bias_residual_k, grid_rows(rows), kThreads, y, b, x, rows, cols);
 }
 
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
-  if (rows * cols > 0) LAUNCH(add_bias_rows_k, blocks_for(rows * cols), kThreads, y, b, rows * cols, cols);
+  if (rows * cols > 0) LAUNCH(add_bias_rows_k, grid_rows(rows), kThreads, y, b, rows, cols);
 }
 
 void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_t width) {
@@ -524,11 +554,11 @@ void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n) {
 }
 
 void bias_gelu(float* h, const float* b, float* a, int64_t rows, int64_t cols) {
-  if (rows * cols > 0) LAUNCH(bias_gelu_k<float>, blocks_for(rows * cols), kThreads, h, b, a, rows * cols, cols);
+  if (rows * cols > 0) LAUNCH(bias_gelu_k<float>, grid_rows(rows), kThreads, h, b, a, rows, cols);
 }
 
 void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols) {
-  if (rows * cols > 0) LAUNCH(bias_gelu_k<bf16>, blocks_for(rows * cols), kThreads, h, b, a, rows * cols, cols);
+  if (rows * cols > 0) LAUNCH(bias_gelu_k<bf16>, grid_rows(rows), kThreads, h, b, a, rows, cols);
 }
 
 void softmax_rows(float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq) {
@@ -552,23 +582,27 @@ void softmax_rows_diag_nll(float* x, int64_t n, float* nll) {
 }
 
 void to_heads(const float* x, const float* bias, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
-  const int64_t n = batch * seq * heads * dh;
-  if (n > 0) LAUNCH(to_heads_k<float>, blocks_for(n), kThreads, x, bias, y, n, seq, heads, dh);
+  if (batch * seq * heads * dh > 0)
+    LAUNCH(to_heads_k<float>, grid_rows(batch * seq), kThreads, x, bias, y, batch * seq, small(seq), small(heads),
+           small(dh));
 }
 
 void to_heads(const bf16* x, const float* bias, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
-  const int64_t n = batch * seq * heads * dh;
-  if (n > 0) LAUNCH(to_heads_k<bf16>, blocks_for(n), kThreads, x, bias, y, n, seq, heads, dh);
+  if (batch * seq * heads * dh > 0)
+    LAUNCH(to_heads_k<bf16>, grid_rows(batch * seq), kThreads, x, bias, y, batch * seq, small(seq), small(heads),
+           small(dh));
 }
 
 void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
-  const int64_t n = batch * seq * heads * dh;
-  if (n > 0) LAUNCH(from_heads_k<float>, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
+  if (batch * seq * heads * dh > 0)
+    LAUNCH(from_heads_k<float>, grid_rows(batch * seq), kThreads, x, y, batch * seq, small(seq), small(heads),
+           small(dh));
 }
 
 void from_heads(const bf16* x, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
-  const int64_t n = batch * seq * heads * dh;
-  if (n > 0) LAUNCH(from_heads_k<bf16>, blocks_for(n), kThreads, x, y, n, seq, heads, dh);
+  if (batch * seq * heads * dh > 0)
+    LAUNCH(from_heads_k<bf16>, grid_rows(batch * seq), kThreads, x, y, batch * seq, small(seq), small(heads),
+           small(dh));
 }
 
 void transpose(const float* a, float* at, int64_t rows, int64_t cols) {
