@@ -288,17 +288,19 @@ int run(const Args& args, int rank, int size) {
   options.adamw.lr = args.lr;
   options.record_trace = !args.trace_path.empty();
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*model, *plan);
+  // With NCCL: one world NCCL communicator, the executor's world (inter-wave
+  // transfers device to device, one NCCL group per wave), and the group
+  // communicators split from it.
   se::GroupComms groups;
-#ifdef SPINDLE_HAVE_NCCL
-  if (use_nccl) groups = se::create_nccl_group_comms(*world, device_groups);
-#endif
-  if (!use_nccl) groups = se::create_group_comms(*world, device_groups);
-  // With NCCL the executor's world is an NCCL communicator too: inter-wave
-  // transfers go device to device, one NCCL group per wave.
   std::unique_ptr<se::Comm> nccl_world;
 #ifdef SPINDLE_HAVE_NCCL
-  if (use_nccl) nccl_world = se::NcclComm::create(*world);
+  if (use_nccl) {
+    auto nw = se::NcclComm::create(*world);
+    groups = se::create_nccl_group_comms(*nw, device_groups);
+    nccl_world = std::move(nw);
+  }
 #endif
+  if (!use_nccl) groups = se::create_group_comms(*world, device_groups);
   se::Executor executor(*model, *plan, nccl_world ? *nccl_world : *world, std::move(groups), *backend, options);
   if (rank == 0)
     std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -129,13 +130,21 @@ void NcclComm::barrier() {
 }
 
 std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
-    const MpiComm& parent, const std::vector<std::vector<int>>& groups) {
-  std::map<std::vector<int>, std::unique_ptr<Comm>> mpi = create_group_comms(parent, groups);
+    const NcclComm& world, const std::vector<std::vector<int>>& groups) {
+  std::set<std::vector<int>> distinct;  // sorted: the same global order on every rank
+  for (std::vector<int> g : groups) {
+    std::sort(g.begin(), g.end());
+    g.erase(std::unique(g.begin(), g.end()), g.end());
+    distinct.insert(std::move(g));
+  }
   std::map<std::vector<int>, std::unique_ptr<Comm>> out;
-  for (auto& [devices, comm] : mpi) {  // sorted: the same global order on every rank
-    const auto* group = dynamic_cast<const MpiComm*>(comm.get());
-    if (!group) throw std::logic_error("create_nccl_group_comms: create_group_comms returned a non-MPI comm");
-    out[devices] = NcclComm::create(*group);
+  for (const std::vector<int>& g : distinct) {
+    const auto it = std::find(g.begin(), g.end(), world.rank());
+    const bool member = it != g.end();
+    const int key = member ? static_cast<int>(it - g.begin()) : 0;
+    ncclComm_t comm = nullptr;
+    NCCL_CHECK(ncclCommSplit(world.handle(), member ? 0 : NCCL_SPLIT_NOCOLOR, key, &comm, nullptr));
+    if (member) out[g] = std::unique_ptr<NcclComm>(new NcclComm(comm, key, static_cast<int>(g.size())));
   }
   return out;
 }

@@ -74,6 +74,8 @@ class NcclComm final : public Comm {
   ncclComm_t handle() const { return comm_; }
 
  private:
+  friend std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
+      const NcclComm& world, const std::vector<std::vector<int>>& groups);
   NcclComm(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
   float* scratch(int64_t count);  // device buffer of at least count floats
 
@@ -83,11 +85,13 @@ class NcclComm final : public Comm {
   int64_t scratch_count_ = 0;
 };
 
-// create_group_comms (mpi_comm.h) with NCCL communicators: the MPI group
-// communicators carry the unique ids, then each group gets an NcclComm, in
-// the groups' sorted order (deadlock-free for the same reason). Every rank
-// of `parent` calls it with the same list, after cuda_bind_device.
+// create_group_comms (mpi_comm.h) with NCCL communicators split from one
+// world communicator: one ncclCommSplit of `world` per distinct group, in
+// the groups' sorted order, by every rank of `world` (members with color 0
+// and key = their position in the ascending group, the others with
+// NCCL_SPLIT_NOCOLOR). Every rank calls it with the same list. Returns the
+// groups this rank belongs to; group rank i is the i-th smallest member.
 std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
-    const MpiComm& parent, const std::vector<std::vector<int>>& groups);
+    const NcclComm& world, const std::vector<std::vector<int>>& groups);
 
 }  // namespace spindle::exec
