@@ -250,24 +250,21 @@ __global__ void gelu_backward_k(const T* x, const T* dy, T* dx, int64_t n) {
 }
 
 template <typename TP>
-__global__ void softmax_rows_k(float* x, TP* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+__global__ void softmax_rows_k(const float* x, TP* p, int64_t rows, int64_t cols, int64_t causal_seq) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
-  float* xr = x + r * cols;
+  const float* xr = x + r * cols;
   TP* pr = p + r * cols;
   const int64_t last = causal_seq > 0 ? r % causal_seq : cols - 1;  // last unmasked column
   float mx = -INFINITY;
   for (int64_t c = lane; c <= last; c += kWarp) mx = fmaxf(mx, xr[c]);
   mx = warp_max(mx);
   float s = 0.0f;
-  for (int64_t c = lane; c <= last; c += kWarp) {
-    const float e = expf(xr[c] - mx);
-    xr[c] = e;
-    s += e;
-  }
+  for (int64_t c = lane; c <= last; c += kWarp) s += expf(xr[c] - mx);
   const float inv = 1.0f / warp_sum(s);
-  for (int64_t c = lane; c < cols; c += kWarp) pr[c] = st<TP>(c <= last ? xr[c] * inv : 0.0f);
+  // exp again rather than stored and read back: x is read (from cache), not written.
+  for (int64_t c = lane; c < cols; c += kWarp) pr[c] = st<TP>(c <= last ? expf(xr[c] - mx) * inv : 0.0f);
 }
 
 template <typename TP>
@@ -561,11 +558,11 @@ void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols) {
   if (rows * cols > 0) LAUNCH(bias_gelu_k<bf16>, grid_rows(rows), kThreads, h, b, a, rows, cols);
 }
 
-void softmax_rows(float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq) {
   if (rows > 0) LAUNCH(softmax_rows_k<float>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
 }
 
-void softmax_rows(float* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+void softmax_rows(const float* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq) {
   if (rows > 0) LAUNCH(softmax_rows_k<bf16>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
 }
 
