@@ -193,6 +193,17 @@ nlohmann::json params_json(const std::map<std::string, se::Tensor>& params, int6
   return j;
 }
 
+// --backend cuda: built in and a device visible on this rank; else *error says why.
+bool cuda_backend_usable(std::string* error) {
+#ifdef SPINDLE_HAVE_CUDA
+  if (se::cuda_device_count() > 0) return true;
+  *error = "--backend cuda: no CUDA device visible on this rank";
+#else
+  *error = "--backend cuda: this build has no CUDA backend (built: cpu)";
+#endif
+  return false;
+}
+
 int run(const Args& args, int rank, int size) {
   // 1. Inputs: load and check on every rank; all ranks agree before going on.
   // Launcher variables first: a wrong launch (e.g. srun starting singleton
@@ -201,13 +212,8 @@ int run(const Args& args, int rank, int size) {
   std::string local_source;
   std::string error = check_launch_env(rank, size, &local_rank, &local_source);
   if (!error.empty()) {
-  } else if (args.backend == "cuda") {
-#ifdef SPINDLE_HAVE_CUDA
-    if (se::cuda_device_count() == 0) error = "--backend cuda: no CUDA device visible on this rank";
-#else
-    error = "--backend cuda: this build has no CUDA backend (built: cpu)";
-#endif
-  } else if (!se::make_backend(args.backend)) {
+  } else if (args.backend == "cuda" && !cuda_backend_usable(&error)) {
+  } else if (args.backend != "cuda" && !se::make_backend(args.backend)) {
     error = "--backend " + args.backend + ": unknown backend (built: cpu)";
   } else if (args.steps < 1) {
     error = "--steps must be at least 1";

@@ -7,6 +7,8 @@
 // cuBLAS's.
 #include "libexec/backend/cuda/cuda_kernels.h"
 
+#include "libexec/backend/cuda/cuda_check.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -22,15 +24,6 @@ constexpr int kRowsPerBlock = kThreads / kWarp;  // warp-per-row kernels
 constexpr float kLayerNormEps = 1e-5f;           // libexec/ops/kernels.h
 constexpr float kGeluC = 0.7978845608028654f;
 constexpr float kGeluA = 0.044715f;
-
-void check_launch(const char* kernel) {
-  const cudaError_t rc = cudaGetLastError();
-  if (rc != cudaSuccess) {
-    std::fprintf(stderr, "spindle: CUDA error launching %s: %s\n", kernel, cudaGetErrorString(rc));
-    std::fflush(stderr);
-    std::abort();
-  }
-}
 
 unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
@@ -127,16 +120,24 @@ __global__ void add_bias_rows_k(float* y, const float* b, int64_t rows, int64_t 
   ROW_STRIDE(r, rows) COL_STRIDE(c, cols) y[r * cols + c] += b[c];
 }
 
-__global__ void add_pos_rows_k(float* y, const float* pos, int64_t n, int64_t seq, int64_t width) {
-  GRID_STRIDE(i, n) y[i] += pos[i % (seq * width)];
+__global__ void add_pos_rows_k(float* y, const float* pos, int64_t rows, int64_t seq, int64_t width) {
+  ROW_STRIDE(r, rows) {
+    const float* pr = pos + (r % seq) * width;
+    COL_STRIDE(c, width) y[r * width + c] += pr[c];
+  }
 }
 
-// Block (32, 8): column c = blockIdx.x * 32 + threadIdx.x; rows strided over
-// blockIdx.y and threadIdx.y; partial sums reduced in shared memory, then
-// one atomicAdd per column and block.
+// Column sums in a fixed order, so that they are bitwise the same on every
+// run and every rank (parameters replicated over a TP group get their
+// gradients from these sums and must stay identical; atomics would add the
+// blocks' shares in a timing-dependent order). Pass 1, block (32, 8):
+// column c = blockIdx.x * 32 + threadIdx.x, rows strided over blockIdx.y and
+// threadIdx.y, reduced in shared memory in a fixed order, one partial per
+// column and blockIdx.y into part [gridDim.y, cols]. Pass 2 adds a column's
+// partials in order into out.
 template <typename T>
-__global__ void col_sum_k(float* out, const T* a, const float* b, int64_t rows, int64_t cols) {
-  __shared__ float part[8][33];
+__global__ void col_partials_k(float* part, const T* a, const float* b, int64_t rows, int64_t cols) {
+  __shared__ float acc_s[8][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
@@ -146,12 +147,20 @@ __global__ void col_sum_k(float* out, const T* a, const float* b, int64_t rows, 
       acc += b ? v * b[r * cols + c] : v;
     }
   }
-  part[threadIdx.y][threadIdx.x] = acc;
+  acc_s[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float s = 0.0f;
-    for (int j = 0; j < 8; ++j) s += part[j][threadIdx.x];
-    atomicAdd(out + c, s);
+    for (int j = 0; j < 8; ++j) s += acc_s[j][threadIdx.x];
+    part[static_cast<int64_t>(blockIdx.y) * cols + c] = s;
+  }
+}
+
+__global__ void col_finish_k(float* out, const float* part, int64_t parts, int64_t cols) {
+  GRID_STRIDE(c, cols) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < parts; ++j) s += part[j * cols + c];
+    out[c] += s;
   }
 }
 
@@ -206,10 +215,11 @@ __global__ void layernorm_backward_k(const float* dy, const float* g, const floa
   }
 }
 
-// col_sum_k's layout, two sums per column: dg += dy * xhat, db += dy.
-__global__ void layernorm_param_grads_k(const float* dy, const float* x, const float* mean, const float* rstd,
-                                        float* dg, float* db, int64_t rows, int64_t cols) {
-  __shared__ float pg[8][33], pb[8][33];
+// col_partials_k's layout, two sums per column: partials of dy * xhat into
+// pg and of dy into pb (each [gridDim.y, cols]).
+__global__ void layernorm_partials_k(const float* dy, const float* x, const float* mean, const float* rstd,
+                                     float* pg, float* pb, int64_t rows, int64_t cols) {
+  __shared__ float sg[8][33], sb[8][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float ag = 0.0f, ab = 0.0f;
   if (c < cols) {
@@ -220,17 +230,17 @@ __global__ void layernorm_param_grads_k(const float* dy, const float* x, const f
       ab += d;
     }
   }
-  pg[threadIdx.y][threadIdx.x] = ag;
-  pb[threadIdx.y][threadIdx.x] = ab;
+  sg[threadIdx.y][threadIdx.x] = ag;
+  sb[threadIdx.y][threadIdx.x] = ab;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
-    float sg = 0.0f, sb = 0.0f;
+    float tg = 0.0f, tb = 0.0f;
     for (int j = 0; j < 8; ++j) {
-      sg += pg[j][threadIdx.x];
-      sb += pb[j][threadIdx.x];
+      tg += sg[j][threadIdx.x];
+      tb += sb[j][threadIdx.x];
     }
-    atomicAdd(dg + c, sg);
-    atomicAdd(db + c, sb);
+    pg[static_cast<int64_t>(blockIdx.y) * cols + c] = tg;
+    pb[static_cast<int64_t>(blockIdx.y) * cols + c] = tb;
   }
 }
 
@@ -338,26 +348,24 @@ __global__ void transpose_k(const float* a, float* at, int64_t rows, int64_t col
 }
 
 __global__ void token_embed_forward_k(const float* ids, const float* table, const float* pos, float* y,
-                                      int64_t n, int64_t seq, int64_t width, int64_t vocab, int* bad) {
-  GRID_STRIDE(i, n) {
-    const int64_t r = i / width, c = i % width;
+                                      int64_t rows, int64_t seq, int64_t width, int64_t vocab, int* bad) {
+  ROW_STRIDE(r, rows) {
     const float v = ids[r];
-    float e = 0.0f;
-    if (valid_id(v, vocab)) {
-      e = table[static_cast<int64_t>(v) * width + c];
-    } else if (c == 0) {
-      *bad = 1;
-    }
-    y[i] = e + pos[(r % seq) * width + c];
+    const bool ok = valid_id(v, vocab);
+    if (!ok && threadIdx.x == 0) *bad = 1;
+    const float* er = ok ? table + static_cast<int64_t>(v) * width : nullptr;
+    const float* pr = pos + (r % seq) * width;
+    COL_STRIDE(c, width) y[r * width + c] = (er ? er[c] : 0.0f) + pr[c];
   }
 }
 
-__global__ void token_embed_backward_k(const float* ids, const float* dy, float* dtable, int64_t n,
+__global__ void token_embed_backward_k(const float* ids, const float* dy, float* dtable, int64_t rows,
                                        int64_t width, int64_t vocab) {
-  GRID_STRIDE(i, n) {
-    const int64_t r = i / width, c = i % width;
+  ROW_STRIDE(r, rows) {
     const float v = ids[r];
-    if (valid_id(v, vocab)) atomicAdd(dtable + static_cast<int64_t>(v) * width + c, dy[i]);
+    if (!valid_id(v, vocab)) continue;
+    float* dr = dtable + static_cast<int64_t>(v) * width;
+    COL_STRIDE(c, width) atomicAdd(dr + c, dy[r * width + c]);
   }
 }
 
@@ -370,10 +378,11 @@ __global__ void mean_seq_k(const float* x, float* m, int64_t n, int64_t seq, int
   }
 }
 
-__global__ void broadcast_seq_k(const float* dm, float* dx, int64_t n, int64_t seq, int64_t width, float scale) {
-  GRID_STRIDE(i, n) {
-    const int64_t c = i % width, b = i / (seq * width);
-    dx[i] = dm[b * width + c] * scale;
+__global__ void broadcast_seq_k(const float* dm, float* dx, int64_t rows, int64_t seq, int64_t width,
+                                float scale) {
+  ROW_STRIDE(r, rows) {
+    const float* mr = dm + (r / seq) * width;
+    COL_STRIDE(c, width) dx[r * width + c] = mr[c] * scale;
   }
 }
 
@@ -413,16 +422,18 @@ __global__ void lm_exp_sums_k(float* logits, const float* mx, const float* targe
   }
 }
 
-__global__ void scale_rows_inv_k(float* x, const float* sums, int64_t n, int64_t cols) {
-  GRID_STRIDE(i, n) x[i] /= sums[i / cols];
+__global__ void scale_rows_inv_k(float* x, const float* sums, int64_t rows, int64_t cols) {
+  ROW_STRIDE(r, rows) {
+    const float s = sums[r];
+    COL_STRIDE(c, cols) x[r * cols + c] /= s;
+  }
 }
 
-__global__ void lm_dlogits_k(const float* p, const float* targets, float* dl, int64_t n, int64_t vl,
+__global__ void lm_dlogits_k(const float* p, const float* targets, float* dl, int64_t rows, int64_t vl,
                              int64_t first, float scale) {
-  GRID_STRIDE(i, n) {
-    const int64_t r = i / vl, c = i % vl;
-    const float onehot = static_cast<int64_t>(targets[r]) - first == c ? 1.0f : 0.0f;
-    dl[i] = scale * (p[i] - onehot);
+  ROW_STRIDE(r, rows) {
+    const int64_t t = static_cast<int64_t>(targets[r]) - first;
+    COL_STRIDE(c, vl) dl[r * vl + c] = scale * (p[r * vl + c] - (t == c ? 1.0f : 0.0f));
   }
 }
 
@@ -471,8 +482,10 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n,
 
 #define LAUNCH(kernel, grid, block, ...)      \
   do {                                        \
-    kernel<<<(grid), (block)>>>(__VA_ARGS__); \
-    check_launch(#kernel);                    \
+    kernel<<<(grid), (block)>>>(__VA_ARGS__);                                         \
+    const cudaError_t spindle_launch_rc_ = cudaGetLastError();                        \
+    if (spindle_launch_rc_ != cudaSuccess)                                            \
+      cuda_fail("CUDA", cudaGetErrorString(spindle_launch_rc_), #kernel, __FILE__, __LINE__); \
   } while (0)
 
 void fill(float* x, int64_t n, float value) {
@@ -496,8 +509,8 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
 }
 
 void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_t width) {
-  const int64_t n = batch * seq * width;
-  if (n > 0) LAUNCH(add_pos_rows_k, blocks_for(n), kThreads, y, pos, n, seq, width);
+  if (batch * seq * width > 0)
+    LAUNCH(add_pos_rows_k, grid_rows(batch * seq), kThreads, y, pos, batch * seq, seq, width);
 }
 
 namespace {
@@ -510,14 +523,32 @@ dim3 col_grid(int64_t rows, int64_t cols) {
 
 }  // namespace
 
-void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols) {
-  if (rows > 0 && cols > 0) LAUNCH(col_sum_k<float>, col_grid(rows, cols), dim3(32, 8), out, a, b, rows, cols);
+// Scratch for the partial sums: stream-ordered, freed after pass 2.
+float* partials(int64_t count) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(count) * sizeof(float), 0));
+  return static_cast<float*>(p);
 }
 
-void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols) {
-  if (rows > 0 && cols > 0)
-    LAUNCH(col_sum_k<bf16>, col_grid(rows, cols), dim3(32, 8), out, a, nullptr, rows, cols);
+void free_partials(float* p) {
+  CUDA_CHECK(cudaFreeAsync(p, 0));
 }
+
+template <typename T>
+void col_sum_fixed(float* out, const T* a, const float* b, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid = col_grid(rows, cols);
+  float* part = partials(static_cast<int64_t>(grid.y) * cols);
+  LAUNCH(col_partials_k<T>, grid, dim3(32, 8), part, a, b, rows, cols);
+  LAUNCH(col_finish_k, blocks_for(cols), kThreads, out, part, static_cast<int64_t>(grid.y), cols);
+  free_partials(part);
+}
+
+void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols) {
+  col_sum_fixed(out, a, b, rows, cols);
+}
+
+void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols) { col_sum_fixed(out, a, nullptr, rows, cols); }
 
 void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* mean,
                        float* rstd, int64_t rows, int64_t w) {
@@ -538,8 +569,14 @@ void layernorm_backward(const float* dy, const float* g, const float* xhat, cons
 
 void layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dg,
                            float* db, int64_t rows, int64_t w) {
-  if (rows > 0 && w > 0)
-    LAUNCH(layernorm_param_grads_k, col_grid(rows, w), dim3(32, 8), dy, x, mean, rstd, dg, db, rows, w);
+  if (rows <= 0 || w <= 0) return;
+  const dim3 grid = col_grid(rows, w);
+  const int64_t parts = grid.y;
+  float* part = partials(2 * parts * w);
+  LAUNCH(layernorm_partials_k, grid, dim3(32, 8), dy, x, mean, rstd, part, part + parts * w, rows, w);
+  LAUNCH(col_finish_k, blocks_for(w), kThreads, dg, part, parts, w);
+  LAUNCH(col_finish_k, blocks_for(w), kThreads, db, part + parts * w, parts, w);
+  free_partials(part);
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
@@ -608,14 +645,13 @@ void transpose(const float* a, float* at, int64_t rows, int64_t cols) {
 
 void token_embed_forward(const float* ids, const float* table, const float* pos, float* y, int64_t rows,
                          int64_t seq, int64_t width, int64_t vocab, int* bad) {
-  const int64_t n = rows * width;
-  if (n > 0) LAUNCH(token_embed_forward_k, blocks_for(n), kThreads, ids, table, pos, y, n, seq, width, vocab, bad);
+  if (rows * width > 0)
+    LAUNCH(token_embed_forward_k, grid_rows(rows), kThreads, ids, table, pos, y, rows, seq, width, vocab, bad);
 }
 
 void token_embed_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t width,
                           int64_t vocab) {
-  const int64_t n = rows * width;
-  if (n > 0) LAUNCH(token_embed_backward_k, blocks_for(n), kThreads, ids, dy, dtable, n, width, vocab);
+  if (rows * width > 0) LAUNCH(token_embed_backward_k, grid_rows(rows), kThreads, ids, dy, dtable, rows, width, vocab);
 }
 
 void mean_seq(const float* x, float* m, int64_t batch, int64_t seq, int64_t width) {
@@ -624,8 +660,8 @@ void mean_seq(const float* x, float* m, int64_t batch, int64_t seq, int64_t widt
 }
 
 void broadcast_seq(const float* dm, float* dx, int64_t batch, int64_t seq, int64_t width, float scale) {
-  const int64_t n = batch * seq * width;
-  if (n > 0) LAUNCH(broadcast_seq_k, blocks_for(n), kThreads, dm, dx, n, seq, width, scale);
+  if (batch * seq * width > 0)
+    LAUNCH(broadcast_seq_k, grid_rows(batch * seq), kThreads, dm, dx, batch * seq, seq, width, scale);
 }
 
 void row_max(const float* x, float* mx, int64_t rows, int64_t cols) {
@@ -639,12 +675,12 @@ void lm_exp_sums(float* logits, const float* mx, const float* targets, float* re
 }
 
 void scale_rows_inv(float* x, const float* sums, int64_t rows, int64_t cols) {
-  if (rows * cols > 0) LAUNCH(scale_rows_inv_k, blocks_for(rows * cols), kThreads, x, sums, rows * cols, cols);
+  if (rows * cols > 0) LAUNCH(scale_rows_inv_k, grid_rows(rows), kThreads, x, sums, rows, cols);
 }
 
 void lm_dlogits(const float* p, const float* targets, float* dl, int64_t rows, int64_t vl, int64_t first,
                 float scale) {
-  if (rows * vl > 0) LAUNCH(lm_dlogits_k, blocks_for(rows * vl), kThreads, p, targets, dl, rows * vl, vl, first, scale);
+  if (rows * vl > 0) LAUNCH(lm_dlogits_k, grid_rows(rows), kThreads, p, targets, dl, rows, vl, first, scale);
 }
 
 void normalise_rows(const float* x, float* u, float* norm, int64_t rows, int64_t d) {

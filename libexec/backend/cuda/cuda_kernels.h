@@ -2,13 +2,14 @@
 // every pointer is device memory, row-major, fp32 unless the type says bf16
 // (the transformer layer's internal storage in bf16 mode; arithmetic is
 // always fp32, a bf16 result is rounded to nearest even once, when stored);
-// every launch goes on the
-// legacy default stream (the backend's only stream), so launches and the
-// backend's copies and cuBLAS calls are ordered. Launchers return at once;
-// they check the launch (CUDA_CHECK_LAUNCH), faults surface at the next
-// synchronising call. Formulas match the CPU reference in libexec/ops/.
-// Compiled by nvcc into spindle_cuda_kernels, which depends on nothing else
-// of libexec.
+// every launch goes on the legacy default stream (the backend's only
+// stream), so launches and the backend's copies and cuBLAS calls are
+// ordered. Launchers return at once; a failed launch aborts the job naming
+// the rank and the kernel (cuda_fail), faults surface at the next
+// synchronising call. Sums that feed parameter gradients (col_sum,
+// layernorm_param_grads) add in a fixed order: bitwise the same on every
+// run. Formulas match the CPU reference in libexec/ops/. Compiled by nvcc
+// into spindle_cuda_kernels with cuda_check.cpp; nothing else of libexec.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ void add_bias_residual(float* y, const float* b, const float* x, int64_t rows, i
 // y[i, t, :] += pos[t, :] for y [batch, seq, width].
 void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_t width);
 // out[c] += sum_r a[r, c] * (b ? b[r, c] : 1) for [rows, cols] matrices
-// (bias and LayerNorm parameter gradients; order of the sum unspecified).
+// (bias and LayerNorm parameter gradients), in a fixed order.
 void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols);
 void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols);
 
