@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,25 @@ nlohmann::json params_json(const std::map<std::string, se::Tensor>& params, int6
   return j;
 }
 
+#ifdef SPINDLE_HAVE_NCCL
+// Whether every rank's (host, `gpu`) differs from every other rank's.
+// Collective over MPI_COMM_WORLD.
+bool gpus_all_distinct(const std::string& gpu) {
+  constexpr int kLen = 320;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string mine = std::string(host) + "/" + gpu;
+  mine.resize(kLen - 1, ' ');
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  std::vector<char> all(static_cast<size_t>(size) * kLen);
+  MPI_CHECK(MPI_Allgather(mine.c_str(), kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD));
+  std::set<std::string> seen;
+  for (int r = 0; r < size; ++r) seen.insert(std::string(all.data() + static_cast<size_t>(r) * kLen));
+  return static_cast<int>(seen.size()) == size;
+}
+#endif
+
 // --backend cuda: built in and a device visible on this rank; else *error says why.
 bool cuda_backend_usable(std::string* error) {
 #ifdef SPINDLE_HAVE_CUDA
@@ -272,8 +292,10 @@ int run(const Args& args, int rank, int size) {
   // 2. Communicators and executor.
   std::unique_ptr<se::MpiComm> world = se::MpiComm::world();
   // --backend cuda: GPU local_rank % device count (docs/gpu.md); group
-  // communicators over NCCL when every rank of a node has its own GPU (all
-  // ranks must agree: NCCL setup is collective), else over MPI, staged.
+  // communicators over NCCL when every rank has a GPU of its own (no two
+  // ranks of a node on one physical GPU, by PCI bus id, so per-rank
+  // CUDA_VISIBLE_DEVICES works too; all ranks must agree: NCCL setup is
+  // collective), else over MPI, staged.
   int gpu = -1;
   bool use_nccl = false;
 #ifdef SPINDLE_HAVE_CUDA
@@ -281,11 +303,7 @@ int run(const Args& args, int rank, int size) {
 #endif
 #ifdef SPINDLE_HAVE_NCCL
   if (args.backend == "cuda") {
-    int max_local = 0;
-    for (const std::string& l : locals) max_local = std::max(max_local, std::atoi(l.c_str()));
-    int own_gpu = max_local < se::cuda_device_count() ? 1 : 0;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &own_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    use_nccl = own_gpu == 1;
+    use_nccl = gpus_all_distinct(se::cuda_device_info().pci_bus_id);
   }
 #endif
   std::unique_ptr<se::Backend> backend = se::make_backend(args.backend);

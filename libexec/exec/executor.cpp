@@ -747,6 +747,9 @@ double Executor::wall_us(Clock::time_point t) const {
 void Executor::record(const std::string& name, const char* cat, int track, Clock::time_point t0,
                       nlohmann::json args) {
   if (!options_.record_trace) return;
+  // A device backend returns before its work is done: wait for it, so that
+  // each box holds its own work (tracing serialises host and device).
+  backend_.synchronize();
   const Clock::time_point t1 = Clock::now();
   args["step"] = step_;
   trace_.push_back({name, cat, rank_, track, wall_us(t0), wall_us(t1) - wall_us(t0), std::move(args)});

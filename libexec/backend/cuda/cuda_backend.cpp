@@ -48,6 +48,9 @@ CudaDeviceInfo cuda_device_info() {
   info.name = prop.name;
   info.sm_count = prop.multiProcessorCount;
   info.memory_gbytes = static_cast<double>(prop.totalGlobalMem) / 1e9;
+  char bus[64] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
+  info.pci_bus_id = bus;
   return info;
 }
 

@@ -52,6 +52,7 @@ int cuda_bind_device(int local_rank);
 // The current device, for reports (name e.g. "NVIDIA H200").
 struct CudaDeviceInfo {
   std::string name;
+  std::string pci_bus_id;  // e.g. "0000:3B:00.0": which physical GPU, whatever CUDA_VISIBLE_DEVICES says
   int sm_count = 0;
   double memory_gbytes = 0;
 };
