@@ -16,6 +16,26 @@ namespace {
 constexpr size_t kF = sizeof(float);
 
 void sync() { CUDA_CHECK(cudaStreamSynchronize(0)); }
+
+// cudaMalloc; when the device is full, first returns the memory the CUDA
+// backend's stream-ordered pool keeps cached (it never releases it on its
+// own) and tries again.
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t rc = cudaMalloc(&p, bytes);
+  if (rc == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    int device = 0;
+    cudaMemPool_t pool = nullptr;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    sync();
+    CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    rc = cudaMalloc(&p, bytes);
+  }
+  CUDA_CHECK(rc);
+  return p;
+}
 }  // namespace
 
 std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group) {
@@ -24,7 +44,9 @@ std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group) {
   MPI_CHECK(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, group.handle()));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, group.size(), id, group.rank()));
-  return std::unique_ptr<NcclComm>(new NcclComm(comm, group.rank(), group.size()));
+  std::unique_ptr<NcclComm> out(new NcclComm(comm, group.rank(), group.size()));
+  out->barrier();  // NCCL sets up its collective buffers now, before the pool holds the device's memory
+  return out;
 }
 
 NcclComm::~NcclComm() {
@@ -36,7 +58,7 @@ NcclComm::~NcclComm() {
 float* NcclComm::scratch(int64_t count) {
   if (count > scratch_count_) {
     if (scratch_) CUDA_CHECK(cudaFree(scratch_));
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), static_cast<size_t>(count) * kF));
+    scratch_ = static_cast<float*>(device_alloc(static_cast<size_t>(count) * kF));
     scratch_count_ = count;
   }
   return scratch_;
@@ -144,7 +166,10 @@ std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
     const int key = member ? static_cast<int>(it - g.begin()) : 0;
     ncclComm_t comm = nullptr;
     NCCL_CHECK(ncclCommSplit(world.handle(), member ? 0 : NCCL_SPLIT_NOCOLOR, key, &comm, nullptr));
-    if (member) out[g] = std::unique_ptr<NcclComm>(new NcclComm(comm, key, static_cast<int>(g.size())));
+    if (!member) continue;
+    std::unique_ptr<NcclComm> c(new NcclComm(comm, key, static_cast<int>(g.size())));
+    c->barrier();  // as in create(): NCCL's buffers before the pool's
+    out[g] = std::move(c);
   }
   return out;
 }
