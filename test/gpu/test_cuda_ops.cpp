@@ -5,9 +5,15 @@
 //   max |cuda - cpu| <= tol * max(max |cpu|, 1e-6)
 // with tol 1e-4 in the fp32 mode and 2e-2 in the bf16 mode (bf16 products;
 // the transformer layer also stores its internals in bf16). Each op runs
-// twice on the GPU: with host tensors (the executor's path: staged) and with
-// parameters, inputs and gradients in device memory (the native path).
-// Without a CUDA device every test but the first exits 77 (ctest: skipped).
+// twice on the GPU: with parameters, inputs and gradients in device memory
+// (the executor's path) and with host tensors (tools and tests: staged).
+// Parameter gradients start from random values, so that "backward adds into
+// the gradients" is checked too. Tensor parallelism: K = 2 ranks of a
+// thread-simulated group, each with its own CUDA backend on the one GPU,
+// against the unsplit CPU op; the gradients of parameters replicated over
+// the group must be bitwise equal on both ranks (each rank updates its own
+// copy). Without a CUDA device every test but the first exits 77 (ctest:
+// skipped).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -18,6 +24,7 @@
 
 #include "helpers.h"
 #include "libexec/backend/backend.h"
+#include "libexec/comm/fake_comm.h"
 #include "libexec/backend/cuda/cuda_backend.h"
 #include "libexec/ops/op.h"
 #include "libexec/optim/adamw.h"
@@ -26,6 +33,7 @@ using namespace spindle::exec;
 using spindle::exec::test::perturb;
 using spindle::exec::test::random_ids;
 using spindle::exec::test::random_tensor;
+using spindle::exec::test::shard_of;
 
 namespace {
 
@@ -87,6 +95,8 @@ struct Result {
 Result run(Backend& backend, const Case& c, bool on_device) {
   ParamSet ps = make_params(c.cfg, "gpu/0.0", 11);
   perturb(ps, 5, 0.3f);
+  for (size_t i = 0; i < ps.params.size(); ++i)  // backward adds into these
+    ps.params[i].grad = random_tensor(ps.params[i].grad.shape(), 300 + i, 0.1f);
   if (on_device)
     for (Param& p : ps.params) {
       p.value = to_dev(backend, p.value);
@@ -138,6 +148,8 @@ std::vector<Case> catalogue() {
                 {random_tensor({3, 7, 32}, 3)}});
   cs.push_back({config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 96}, {"causal", true}}),
                 {random_tensor({2, 9, 32}, 4)}});
+  cs.push_back({config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 2}, {"ffn", 64}, {"causal", true}}),
+                {random_tensor({2, 70, 32}, 14)}});  // causal rows longer than a warp's 32 lanes
   cs.push_back({config(OpKind::linear, {{"in", 16}, {"out", 24}}), {random_tensor({3, 5, 16}, 5)}});
   cs.push_back({config(OpKind::pool_project, {{"in", 16}, {"out", 8}}), {random_tensor({3, 6, 16}, 6)}});
   cs.push_back({config(OpKind::contrastive_loss, {{"dim", 8}}),
@@ -221,5 +233,76 @@ TEST_CASE("cuda AdamW equals the CPU AdamW over 3 steps, host and device tensors
     CHECK(rel_err(to_host(*gpu, gp), p) <= 1e-5);
     CHECK(rel_err(to_host(*gpu, gm), m) <= 1e-5);
     CHECK(rel_err(to_host(*gpu, gv), v) <= 1e-5);
+  }
+}
+
+namespace {
+
+// `cfg` over a TP group of 2 ranks (threads, one CUDA backend each, device
+// tensors) against the unsplit CPU op: outputs and input gradients within
+// the mode's tolerance on both ranks; each rank's parameter gradients
+// within it of their block of the unsplit ones; replicated parameters'
+// gradients bitwise equal on both ranks.
+void check_tp_parity(const OpConfig& cfg, const std::vector<Tensor>& in, MatmulPrecision m) {
+  skip_without_gpu();
+  const double tol = tolerance(m);
+  ParamSet ref = make_params(cfg, "gpu/1.0", 13);
+  perturb(ref, 17, 0.3f);
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  Op ref_op = make_op(cfg, ref);
+  const Tensor want_y = cpu->forward(ref_op, in);
+  const bool loss = cfg.kind == OpKind::contrastive_loss || cfg.kind == OpKind::lm_loss;
+  const Tensor dy = loss ? Tensor::from({1}, {0.7f}) : random_tensor(want_y.shape(), 29);
+  const std::vector<Tensor> want_dx = cpu->backward(ref_op, dy);
+
+  constexpr int k = 2;
+  std::vector<Result> got(k);
+  run_thread_group(k, [&](Comm& comm) {
+    std::unique_ptr<Backend> gpu = make_cuda_backend({m});
+    OpConfig c = cfg;
+    c.tp = &comm;
+    ParamSet ps = make_params(c, "gpu/1.0", 13);
+    for (size_t i = 0; i < ps.params.size(); ++i) {
+      Param& p = ps.params[i];
+      p.value = to_dev(*gpu, shard_of(ref.params[i].value, p.shard_axis, c.tp_rank(), k));
+      p.grad = gpu->allocate(p.grad.shape());
+    }
+    Op op = make_op(c, ps);
+    std::vector<Tensor> din;
+    for (const Tensor& t : in) din.push_back(to_dev(*gpu, t));
+    Result& r = got[static_cast<size_t>(comm.rank())];
+    r.y = to_host(*gpu, gpu->forward(op, din));
+    for (const Tensor& d : gpu->backward(op, loss ? dy : to_dev(*gpu, dy))) r.dx.push_back(to_host(*gpu, d));
+    for (Param& p : ps.params) r.grads.push_back(to_host(*gpu, p.grad));
+  });
+  for (int t = 0; t < k; ++t) {
+    INFO("TP rank " << t << ", tolerance " << tol);
+    const Result& r = got[static_cast<size_t>(t)];
+    CHECK(rel_err(r.y, want_y) <= tol);
+    REQUIRE(r.dx.size() == want_dx.size());
+    for (size_t i = 0; i < want_dx.size(); ++i) CHECK(rel_err(r.dx[i], want_dx[i]) <= tol);
+    for (size_t i = 0; i < ref.params.size(); ++i) {
+      const Param& p = ref.params[i];
+      INFO(p.name);
+      CHECK(rel_err(r.grads[i], shard_of(p.grad, p.shard_axis, t, k)) <= tol);
+      if (p.shard_axis < 0 && t > 0) {
+        const Tensor& a = got[0].grads[i];
+        bool same = true;
+        for (int64_t j = 0; j < a.numel(); ++j) same = same && a[j] == r.grads[i][j];
+        CHECK(same);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda tensor parallel 2: transformer_layer and vocab-parallel lm_loss, 640 rows (fp32 and bf16)", "[gpu]") {
+  const OpConfig layer =
+      config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 64}, {"causal", true}});
+  const OpConfig lm = config(OpKind::lm_loss, {{"hidden", 16}, {"vocab", 40}});
+  for (MatmulPrecision m : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    check_tp_parity(layer, {random_tensor({4, 160, 32}, 31)}, m);
+    check_tp_parity(lm, {random_tensor({4, 160, 16}, 32), random_ids({4, 160}, 40, 33)}, m);
   }
 }
