@@ -546,11 +546,12 @@ class CudaBackend final : public Backend {
 
   // The layer in storage type T: fp32 (MatmulPrecision::fp32), or bf16 for
   // everything inside the layer (its weight copies, the LayerNorm outputs,
-  // q/k/v, the probabilities, the attention and MLP activations, and their
-  // gradients). Its input, output, the residual stream x1 between the two
-  // halves, the attention scores and every reduction stay fp32, and so do
-  // the parameters and their gradients. LayerNorm backward recomputes xhat
-  // from the fp32 input and the saved row mean and rstd.
+  // q/k/v, the attention scores and probabilities, the attention and MLP
+  // activations, and their gradients). Its input, output, the residual
+  // stream x1 between the two halves and every reduction stay fp32 (kernels
+  // compute in fp32 and round once when they store), and so do the
+  // parameters and their gradients. LayerNorm backward recomputes xhat from
+  // the fp32 input and the saved row mean and rstd.
   Tensor transformer_fwd(TransformerLayerState& st, const Tensor& x, Saved& s) {
     return options_.matmul == MatmulPrecision::bf16 ? transformer_fwd_t<k::bf16>(st, x, s)
                                                     : transformer_fwd_t<float>(st, x, s);
@@ -612,12 +613,12 @@ class CudaBackend final : public Backend {
       k::to_heads(t.as<T>(), p[bias], out->template as<T>(), b, seq, lheads, dh);
     }
     t = {};
-    Buf scores = device_buf<float>(bh * ss);
+    // Scores, then the probabilities in place (both in T, softmax in fp32
+    // inside, as Megatron's fused softmax does).
+    s.probs = device_buf<T>(bh * ss);
     gemm_batched(false, true, seq, seq, dh, scale, s.qh.as<T>(), dh, sd, s.kh.as<T>(), dh, sd, 0.0f,
-                 scores.as<float>(), seq, ss, bh);
-    s.probs = std::is_same_v<T, float> ? scores : device_buf<T>(bh * ss);
-    k::softmax_rows(scores.as<float>(), s.probs.as<T>(), bh * seq, seq, st.causal ? seq : 0);
-    scores = {};
+                 s.probs.as<T>(), seq, ss, bh);
+    k::softmax_rows(s.probs.as<T>(), s.probs.as<T>(), bh * seq, seq, st.causal ? seq : 0);
     Buf oh = device_buf<T>(n * hl);
     gemm_batched(false, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, s.vh.as<T>(), dh, sd, 0.0f,
                  oh.as<T>(), dh, sd, bh);
@@ -692,13 +693,11 @@ class CudaBackend final : public Backend {
     Buf dvh = device_buf<T>(n * hl);
     gemm_batched(true, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, doh.as<T>(), dh, sd, 0.0f,
                  dvh.as<T>(), dh, sd, bh);
-    Buf dp = device_buf<float>(bh * ss);
-    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.as<T>(), dh, sd, s.vh.as<T>(), dh, sd, 0.0f, dp.as<float>(),
-                 seq, ss, bh);
+    Buf ds = device_buf<T>(bh * ss);  // dP, then dS in place
+    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.as<T>(), dh, sd, s.vh.as<T>(), dh, sd, 0.0f, ds.as<T>(), seq,
+                 ss, bh);
     doh = {};
-    Buf ds = std::is_same_v<T, float> ? dp : device_buf<T>(bh * ss);
-    k::softmax_backward_rows(s.probs.as<T>(), dp.as<float>(), ds.as<T>(), bh * seq, seq, scale);
-    dp = {};
+    k::softmax_backward_rows(s.probs.as<T>(), ds.as<T>(), ds.as<T>(), bh * seq, seq, scale);
     Buf dqh = device_buf<T>(n * hl), dkh = device_buf<T>(n * hl);
     gemm_batched(false, false, seq, dh, seq, 1.0f, ds.as<T>(), seq, ss, s.kh.as<T>(), dh, sd, 0.0f, dqh.as<T>(), dh,
                  sd, bh);

@@ -259,36 +259,35 @@ __global__ void gelu_backward_k(const T* x, const T* dy, T* dx, int64_t n) {
   GRID_STRIDE(i, n) dx[i] = st<T>(ld(dy[i]) * gelu_grad(ld(x[i])));
 }
 
-template <typename TP>
-__global__ void softmax_rows_k(const float* x, TP* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+template <typename T>
+__global__ void softmax_rows_k(const T* x, T* p, int64_t rows, int64_t cols, int64_t causal_seq) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
-  const float* xr = x + r * cols;
-  TP* pr = p + r * cols;
+  const T* xr = x + r * cols;
+  T* pr = p + r * cols;
   const int64_t last = causal_seq > 0 ? r % causal_seq : cols - 1;  // last unmasked column
   float mx = -INFINITY;
-  for (int64_t c = lane; c <= last; c += kWarp) mx = fmaxf(mx, xr[c]);
+  for (int64_t c = lane; c <= last; c += kWarp) mx = fmaxf(mx, ld(xr[c]));
   mx = warp_max(mx);
   float s = 0.0f;
-  for (int64_t c = lane; c <= last; c += kWarp) s += expf(xr[c] - mx);
+  for (int64_t c = lane; c <= last; c += kWarp) s += expf(ld(xr[c]) - mx);
   const float inv = 1.0f / warp_sum(s);
   // exp again rather than stored and read back: x is read (from cache), not written.
-  for (int64_t c = lane; c < cols; c += kWarp) pr[c] = st<TP>(c <= last ? expf(xr[c] - mx) * inv : 0.0f);
+  for (int64_t c = lane; c < cols; c += kWarp) pr[c] = st<T>(c <= last ? expf(ld(xr[c]) - mx) * inv : 0.0f);
 }
 
-template <typename TP>
-__global__ void softmax_backward_rows_k(const TP* p, const float* dp, TP* ds, int64_t rows, int64_t cols,
-                                        float scale) {
+template <typename T>
+__global__ void softmax_backward_rows_k(const T* p, const T* dp, T* ds, int64_t rows, int64_t cols, float scale) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
   float s = 0.0f;
-  for (int64_t c = lane; c < cols; c += kWarp) s += ld(p[r * cols + c]) * dp[r * cols + c];
+  for (int64_t c = lane; c < cols; c += kWarp) s += ld(p[r * cols + c]) * ld(dp[r * cols + c]);
   const float dot = warp_sum(s);
   for (int64_t c = lane; c < cols; c += kWarp) {
     const int64_t i = r * cols + c;
-    ds[i] = st<TP>(scale * ld(p[i]) * (dp[i] - dot));
+    ds[i] = st<T>(scale * ld(p[i]) * (ld(dp[i]) - dot));
   }
 }
 
@@ -599,7 +598,7 @@ void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t 
   if (rows > 0) LAUNCH(softmax_rows_k<float>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
 }
 
-void softmax_rows(const float* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq) {
   if (rows > 0) LAUNCH(softmax_rows_k<bf16>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
 }
 
@@ -607,7 +606,7 @@ void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t r
   if (rows > 0) LAUNCH(softmax_backward_rows_k<float>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
 }
 
-void softmax_backward_rows(const bf16* p, const float* dp, bf16* ds, int64_t rows, int64_t cols, float scale) {
+void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, float scale) {
   if (rows > 0) LAUNCH(softmax_backward_rows_k<bf16>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
 }
 
