@@ -365,7 +365,7 @@ class CudaBackend final : public Backend {
     k::col_sum(dg, dy.data(), xhat.data(), rows, w);
     k::col_sum(db, dy.data(), nullptr, rows, w);
     Tensor dx = device_tensor(dy.shape(), false);
-    k::layernorm_backward(dy.data(), g, xhat.data(), nullptr, nullptr, rstd.data(), dx.data(), rows, w);
+    k::layernorm_backward(dy.data(), g, xhat.data(), nullptr, nullptr, rstd.data(), nullptr, dx.data(), rows, w);
     return dx;
   }
 
@@ -675,9 +675,8 @@ class CudaBackend final : public Backend {
     dh1 = {};
     tp_reduce(st.cfg, dxn2.data(), dxn2.numel());
     Tensor dx1 = device_tensor({b, seq, h}, false);
-    layernorm_backward_from_input(dxn2, p[LN2_G], s.x1, s.mean2, s.rstd2b, dx1, g[LN2_G], g[LN2_B]);
+    layernorm_backward_from_input(dxn2, p[LN2_G], s.x1, s.mean2, s.rstd2b, dy, dx1, g[LN2_G], g[LN2_B]);
     dxn2 = {};
-    k::add_inplace(dx1.data(), dy.data(), dx1.numel());
 
     // Attention: dWo += attn^T dx1, dbo += sums of dx1, then back through
     // the heads to dq, dk, dv.
@@ -723,8 +722,7 @@ class CudaBackend final : public Backend {
     }
     tp_reduce(st.cfg, dxn1.data(), dxn1.numel());
     Tensor dx = device_tensor({b, seq, h}, false);
-    layernorm_backward_from_input(dxn1, p[LN1_G], s.x, s.mean1, s.rstd1b, dx, g[LN1_G], g[LN1_B]);
-    k::add_inplace(dx.data(), dx1.data(), dx.numel());
+    layernorm_backward_from_input(dxn1, p[LN1_G], s.x, s.mean1, s.rstd1b, dx1, dx, g[LN1_G], g[LN1_B]);
     download_grads(*st.params, g);
     return dx;
   }
@@ -734,13 +732,14 @@ class CudaBackend final : public Backend {
   void col_sum(float* out, const k::bf16* a, int64_t rows, int64_t cols) { k::col_sum(out, a, rows, cols); }
 
   // LayerNorm backward with xhat recomputed from the fp32 input x and the
-  // saved row mean and rstd: dx = ..., dg += sums of dy * xhat, db += sums of dy.
+  // saved row mean and rstd: dx = (gradient through the LayerNorm) +
+  // residual, dg += sums of dy * xhat, db += sums of dy.
   void layernorm_backward_from_input(const Tensor& dy, const float* gain, const Tensor& x, const Buf& mean,
-                                     const Buf& rstd, Tensor& dx, float* dg, float* db) {
+                                     const Buf& rstd, const Tensor& residual, Tensor& dx, float* dg, float* db) {
     const int64_t w = dy.shape().back(), rows = dy.numel() / w;
     k::layernorm_param_grads(dy.data(), x.data(), mean.as<float>(), rstd.as<float>(), dg, db, rows, w);
-    k::layernorm_backward(dy.data(), gain, nullptr, x.data(), mean.as<float>(), rstd.as<float>(), dx.data(), rows,
-                          w);
+    k::layernorm_backward(dy.data(), gain, nullptr, x.data(), mean.as<float>(), rstd.as<float>(), residual.data(),
+                          dx.data(), rows, w);
   }
 
   Tensor lm_loss_fwd(LmLossState& st, const Tensor& x, const Tensor& targets, Saved& s) {

@@ -194,7 +194,8 @@ __global__ void layernorm_forward_k(const float* x, const float* g, const float*
 // xhat from the saved xhat, or recomputed from x, mean and rstd exactly as
 // layernorm_forward_k computed it.
 __global__ void layernorm_backward_k(const float* dy, const float* g, const float* xhat, const float* x,
-                                     const float* mean, const float* rstd, float* dx, int64_t rows, int64_t w) {
+                                     const float* mean, const float* rstd, const float* residual, float* dx,
+                                     int64_t rows, int64_t w) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
@@ -211,7 +212,7 @@ __global__ void layernorm_backward_k(const float* dy, const float* g, const floa
   const float m2 = warp_sum(s2) / static_cast<float>(w);
   for (int64_t c = lane; c < w; c += kWarp) {
     const float d = dy[r * w + c] * g[c];
-    dx[r * w + c] = rs * (d - m1 - xh(r * w + c) * m2);
+    dx[r * w + c] = rs * (d - m1 - xh(r * w + c) * m2) + (residual ? residual[r * w + c] : 0.0f);
   }
 }
 
@@ -562,8 +563,9 @@ void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, 
 }
 
 void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* x, const float* mean,
-                        const float* rstd, float* dx, int64_t rows, int64_t w) {
-  if (rows > 0) LAUNCH(layernorm_backward_k, row_blocks(rows), kThreads, dy, g, xhat, x, mean, rstd, dx, rows, w);
+                        const float* rstd, const float* residual, float* dx, int64_t rows, int64_t w) {
+  if (rows > 0)
+    LAUNCH(layernorm_backward_k, row_blocks(rows), kThreads, dy, g, xhat, x, mean, rstd, residual, dx, rows, w);
 }
 
 void layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dg,

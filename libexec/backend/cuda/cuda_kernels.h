@@ -47,9 +47,10 @@ void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, 
                        float* rstd, int64_t rows, int64_t w);
 // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * g,
 // with xhat read from `xhat`, or recomputed as (x - mean) * rstd when xhat is
-// null.
+// null; plus residual[i] when residual is not null (a residual branch's
+// gradient, added in the same pass).
 void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* x, const float* mean,
-                        const float* rstd, float* dx, int64_t rows, int64_t w);
+                        const float* rstd, const float* residual, float* dx, int64_t rows, int64_t w);
 // dg[c] += sum_r dy[r, c] * (x[r, c] - mean[r]) * rstd[r]; db[c] += sum_r dy[r, c].
 void layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dg,
                            float* db, int64_t rows, int64_t w);
