@@ -73,8 +73,13 @@ RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices) 
   return out;
 }
 
-std::vector<AllocTuple> discretise(int length, const std::function<double(int)>& time_ms,
-                                   double n_star, double c_star_ms, const std::vector<int>& valid) {
+namespace {
+
+enum class Rounding { nearest, down, up };
+
+// The bi-point split of design.md step 6 with l_hi rounded as asked.
+std::vector<AllocTuple> split(int length, const std::function<double(int)>& time_ms, double n_star,
+                              double c_star_ms, const std::vector<int>& valid, Rounding rounding) {
   assert(length >= 1 && !valid.empty());
   // n_star is itself valid (up to the bisection's tolerance).
   for (int v : valid) {
@@ -91,14 +96,88 @@ std::vector<AllocTuple> discretise(int length, const std::function<double(int)>&
   int l_hi = length;
   if (t_lo - t_hi > 0) {
     // l_hi t_hi + (L - l_hi) t_lo = C*  =>  l_hi = (L t_lo - C*) / (t_lo - t_hi).
-    const double real = (length * t_lo - c_star_ms) / (t_lo - t_hi);
-    l_hi = static_cast<int>(std::lround(std::clamp(real, 0.0, static_cast<double>(length))));
+    const double real = std::clamp((length * t_lo - c_star_ms) / (t_lo - t_hi), 0.0,
+                                   static_cast<double>(length));
+    // Within the bisection's tolerance of an integer, every rounding agrees.
+    const double near = std::round(real);
+    const bool integral = std::abs(real - near) <= 1e-6;
+    switch (rounding) {
+      case Rounding::nearest: l_hi = static_cast<int>(std::lround(real)); break;
+      case Rounding::down: l_hi = static_cast<int>(integral ? near : std::floor(real)); break;
+      case Rounding::up: l_hi = static_cast<int>(integral ? near : std::ceil(real)); break;
+    }
   } else {
     l_hi = 0;   // no gain from the larger count: keep every operator on n_lo
   }
   std::vector<AllocTuple> out;
   if (l_hi > 0) out.push_back({n_hi, l_hi});
   if (length - l_hi > 0) out.push_back({n_lo, length - l_hi});
+  return out;
+}
+
+}  // namespace
+
+std::vector<AllocTuple> discretise(int length, const std::function<double(int)>& time_ms,
+                                   double n_star, double c_star_ms, const std::vector<int>& valid) {
+  return split(length, time_ms, n_star, c_star_ms, valid, Rounding::nearest);
+}
+
+std::vector<std::vector<AllocTuple>> discretise_level(const std::vector<AllocItem>& items,
+                                                      const RelaxedAllocation& relaxed,
+                                                      const std::vector<std::vector<int>>& valid,
+                                                      int devices) {
+  assert(items.size() == relaxed.n_star.size() && items.size() == valid.size() && devices >= 1);
+  struct Option {
+    std::vector<AllocTuple> tuples;
+    double ms = 0, area = 0;   // duration (ms) and busy device-ms
+  };
+  const size_t k = items.size();
+  std::vector<Option> down(k), up(k);
+  for (size_t m = 0; m < k; ++m) {
+    const ScalingCurve& curve = *items[m].curve;
+    const auto time = [&curve](int n) { return curve.time_ms(static_cast<double>(n)); };
+    for (auto [rounding, option] : {std::pair{Rounding::down, &down[m]}, std::pair{Rounding::up, &up[m]}}) {
+      option->tuples = split(items[m].length, time, relaxed.n_star[m], relaxed.c_star_ms, valid[m], rounding);
+      for (const AllocTuple& t : option->tuples) {
+        option->ms += t.count * time(t.devices);
+        option->area += t.count * time(t.devices) * t.devices;
+      }
+    }
+  }
+  // Start from every MetaOp rounded up (durations at most C*, most
+  // device-ms); round MetaOps down in order of their rounded-down duration,
+  // shortest first, and keep the prefix with the least bound (ties: the
+  // longer prefix, less device-ms). With sublinear scaling (n T(n) not
+  // decreasing) rounding down never adds device-ms, so for any longest
+  // rounded-down duration the best choice rounds down every MetaOp not
+  // longer than it: the prefixes are all the candidates for the optimum.
+  std::vector<size_t> order(k);
+  for (size_t m = 0; m < k; ++m) order[m] = m;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return down[a].ms < down[b].ms; });
+  double area = 0;
+  for (size_t m = 0; m < k; ++m) area += up[m].area;
+  // Largest rounded-up duration among MetaOps not yet rounded down: suffix maxima.
+  std::vector<double> suffix_up_ms(k + 1, 0.0);
+  for (size_t i = k; i-- > 0;) suffix_up_ms[i] = std::max(suffix_up_ms[i + 1], up[order[i]].ms);
+  size_t best_prefix = 0;
+  double down_ms = 0;
+  double best = std::max(suffix_up_ms[0], area / devices);
+  for (size_t i = 0; i < k; ++i) {
+    const size_t m = order[i];
+    area += down[m].area - up[m].area;
+    down_ms = std::max(down_ms, down[m].ms);
+    const double bound = std::max({down_ms, suffix_up_ms[i + 1], area / devices});
+    if (bound <= best * (1 + 1e-12)) {   // ties: less area
+      best = bound;
+      best_prefix = i + 1;
+    }
+  }
+  std::vector<std::vector<AllocTuple>> out(k);
+  for (size_t i = 0; i < k; ++i) {
+    const size_t m = order[i];
+    out[m] = i < best_prefix ? std::move(down[m].tuples) : std::move(up[m].tuples);
+  }
   return out;
 }
 

@@ -67,4 +67,19 @@ std::vector<AllocTuple> discretise(int length, const ScalingCurve& curve, double
 std::vector<AllocTuple> discretise(int length, const std::function<double(int)>& time_ms,
                                    double n_star, double c_star_ms, const std::vector<int>& valid);
 
+// Bi-point discretisation of a whole level (`items`, `relaxed` =
+// relax_level(items, devices), `valid` per item) with l_hi rounded down or up
+// per MetaOp rather than to the nearest integer: rounding down makes a
+// MetaOp longer than C*, rounding up makes it use more device-ms. Of these
+// choices it returns the one that minimises the level's bound
+// max(longest MetaOp duration, total device-ms / devices), which no schedule
+// running exactly those tuples can beat (ties: the least device-ms). A MetaOp of one
+// operator whose n* lies between two valid counts thus runs on the larger
+// count when the level can afford the area, instead of alone past C* on the
+// smaller. Tuples per item, in the order of `items`, as discretise gives them.
+std::vector<std::vector<AllocTuple>> discretise_level(const std::vector<AllocItem>& items,
+                                                      const RelaxedAllocation& relaxed,
+                                                      const std::vector<std::vector<int>>& valid,
+                                                      int devices);
+
 }  // namespace spindle::plan

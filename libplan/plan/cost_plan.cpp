@@ -29,8 +29,8 @@ std::pair<int64_t, int64_t> rows_of(int i, int n, int k, int64_t batch) {
 // Traffic of one wave, accumulated over its re-shardings: bytes into each
 // device from its own island, bytes into each island from other islands.
 struct WaveTraffic {
-  std::map<int, double> intra_bytes;   // by destination device
-  std::map<int, double> inter_bytes;   // by destination island
+  std::vector<double> intra_bytes;   // by destination device
+  std::vector<double> inter_bytes;   // by destination island
 };
 
 // Moves `bytes_per_sample` x batch rows from group `src` (tensor_parallel
@@ -67,8 +67,10 @@ void add_reshard(WaveTraffic& t, const std::vector<int>& src, int ksrc, const st
 
 double traffic_ms(const WaveTraffic& t, const CostModel& cost) {
   double ms = 0;
-  for (const auto& [_, b] : t.intra_bytes) ms = std::max(ms, cost.p2p_ms(b, false));
-  for (const auto& [_, b] : t.inter_bytes) ms = std::max(ms, cost.p2p_ms(b, true));
+  for (double b : t.intra_bytes)
+    if (b > 0) ms = std::max(ms, cost.p2p_ms(b, false));
+  for (double b : t.inter_bytes)
+    if (b > 0) ms = std::max(ms, cost.p2p_ms(b, true));
   return ms;
 }
 
@@ -86,6 +88,28 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
   for (size_t w = 0; w < plan.waves.size(); ++w)
     for (const Slice& s : plan.waves[w].slices) slices_of[s.metaop].push_back({static_cast<int>(w), &s});
 
+  // Per MetaOp, looked up once (the cost model's lookups are by workload
+  // key, and every operator of a MetaOp has the MetaOp's workload): its
+  // operators' graph indices, and the activation and parameter bytes of one
+  // operator. Per operator, its MetaOp (-1: none).
+  struct MetaOpCost {
+    std::vector<int> ops;
+    double act_bytes_per_sample = 0;
+    double param_bytes = 0;
+  };
+  std::vector<MetaOpCost> per_metaop(plan.metaops.size());
+  std::vector<int> metaop_of_op(graph.ops.size(), -1);
+  for (size_t i = 0; i < plan.metaops.size(); ++i) {
+    const PlanMetaOp& m = plan.metaops[i];
+    MetaOpCost& c = per_metaop[i];
+    for (const std::string& id : m.operators) {
+      c.ops.push_back(op_index.at(id));
+      metaop_of_op[static_cast<size_t>(c.ops.back())] = static_cast<int>(i);
+    }
+    c.act_bytes_per_sample = static_cast<double>(cost.activation_bytes_per_sample(m.workload));
+    c.param_bytes = static_cast<double>(cost.param_bytes(m.workload));
+  }
+
   // Compute and transfers, wave by wave. Backward moves the same bytes back
   // (activation gradients), so each boundary is paid twice.
   // Per parameter (by name, so param_groups come out sorted): which devices run it.
@@ -93,24 +117,29 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
   std::vector<double> act_bytes(plan.devices, 0.0);
   Predicted& pred = plan.predicted;
   pred = Predicted{0, 0, 0, 0, pred.relaxed_optimum_ms, std::vector<int64_t>(plan.devices, 0)};
+  const int per_island = std::max(1, plan.devices_per_island);
+  const int islands = (plan.devices + per_island - 1) / per_island;
+  WaveTraffic traffic;
   for (Wave& wave : plan.waves) {
     wave.ms = 0;
-    WaveTraffic traffic;
+    traffic.intra_bytes.assign(static_cast<size_t>(plan.devices), 0.0);
+    traffic.inter_bytes.assign(static_cast<size_t>(islands), 0.0);
     for (const Slice& s : wave.slices) {
       wave.ms = std::max(wave.ms, s.ms);
       const PlanMetaOp& m = plan.metaops[s.metaop];
       const int n = static_cast<int>(s.devices.size());
+      const MetaOpCost& mc = per_metaop[static_cast<size_t>(s.metaop)];
       for (int k = s.first; k < s.first + s.count; ++k) {
-        const Operator& op = graph.ops[op_index.at(m.operators[k])];
+        const Operator& op = graph.ops[static_cast<size_t>(mc.ops[static_cast<size_t>(k)])];
         std::vector<char>& on = param_devices[op.param];
         on.resize(static_cast<size_t>(plan.devices));
         for (int d : s.devices) on[static_cast<size_t>(d)] = 1;
-        double act = static_cast<double>(cost.activation_bytes_per_sample(op.workload)) * m.workload.batch / n;
+        double act = mc.act_bytes_per_sample * m.workload.batch / n;
         for (int d : s.devices) act_bytes[d] += act;
       }
       // Inputs of this slice: the previous slice of the same MetaOp, or the
       // last slices of the input MetaOps.
-      const Operator& first = graph.ops[op_index.at(m.operators[s.first])];
+      const Operator& first = graph.ops[static_cast<size_t>(mc.ops[static_cast<size_t>(s.first)])];
       if (s.first > 0) {
         const Slice* prev = nullptr;
         for (const Placed& p : slices_of[s.metaop])
@@ -123,7 +152,7 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
           if (slices_of[in].empty()) continue;
           const Slice* last = slices_of[in].back().slice;
           const PlanMetaOp& im = plan.metaops[in];
-          const Operator& producer = graph.ops[op_index.at(im.operators.back())];
+          const Operator& producer = graph.ops[static_cast<size_t>(per_metaop[static_cast<size_t>(in)].ops.back())];
           if (last->devices != s.devices)
             add_reshard(traffic, last->devices, im.tensor_parallel, s.devices, m.tensor_parallel, m.workload.batch,
                         output_bytes_per_sample(producer, dtype), plan.devices_per_island);
@@ -136,8 +165,8 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
   }
 
   // Parameter groups (rule 5), gradient synchronisation and memory.
-  std::unordered_map<std::string_view, const Operator*> op_of_param;
-  for (const Operator& op : graph.ops) op_of_param.emplace(op.param, &op);
+  std::unordered_map<std::string_view, int> op_of_param;   // first operator of each parameter
+  for (size_t i = 0; i < graph.ops.size(); ++i) op_of_param.emplace(graph.ops[i].param, static_cast<int>(i));
   // Per parameter: weights and gradients in the model dtype on every device
   // that runs it; fp32 master copy (unless the dtype is fp32) and AdamW's m
   // and v sharded over the data-parallel replicas of the parameter group, as
@@ -152,8 +181,12 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
     for (size_t d = 0; d < on.size(); ++d)
       if (on[d]) devices.push_back(static_cast<int>(d));
     plan.param_groups.push_back({std::string(param), devices});
-    const Operator& op = *op_of_param.at(param);
-    const double shard_bytes = static_cast<double>(cost.param_bytes(op.workload)) / op.tensor_parallel;
+    const int index = op_of_param.at(param);
+    const Operator& op = graph.ops[static_cast<size_t>(index)];
+    const int owner = metaop_of_op[static_cast<size_t>(index)];
+    const double param_bytes = owner >= 0 ? per_metaop[static_cast<size_t>(owner)].param_bytes
+                                          : static_cast<double>(cost.param_bytes(op.workload));
+    const double shard_bytes = param_bytes / op.tensor_parallel;
     const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, devices) : 0.0;
     const double replicas = std::max(1.0, static_cast<double>(devices.size()) / op.tensor_parallel);
     const double params_per_device = shard_bytes / dtype;

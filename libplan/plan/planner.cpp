@@ -1,5 +1,6 @@
 #include "libplan/plan/planner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -52,8 +53,9 @@ namespace {
 // Scheduler variants tried by the Spindle strategy (waves/schedule.h):
 // lengths tried per wave by the rollout variants, and slack thresholds.
 constexpr int kLookahead = 8;
-// Spindle schedules placed and costed: at most this many, each with compute
-// time within kCandidateSlack of the shortest.
+// Spindle schedules placed and costed: at most kScheduleCandidates of the
+// paper's rounding and the per-level combination, each with compute time
+// within kCandidateSlack of the shortest schedule of the paper's rounding.
 constexpr int kScheduleCandidates = 4;
 constexpr double kCandidateSlack = 0.01;
 // Island placement passes (place_islands with the previous pass as hint).
@@ -161,6 +163,12 @@ void emit_waves(const std::vector<AbstractWave>& waves, const std::vector<WavePl
   }
 }
 
+bool same_tuples(const std::vector<AllocTuple>& a, const std::vector<AllocTuple>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const AllocTuple& x, const AllocTuple& y) {
+    return x.devices == y.devices && x.count == y.count;
+  });
+}
+
 // Same slots (MetaOp, operators, device count) in the same order.
 bool same_wave(const AbstractWave& a, const AbstractWave& b) {
   if (a.slots.size() != b.slots.size()) return false;
@@ -173,14 +181,23 @@ bool same_wave(const AbstractWave& a, const AbstractWave& b) {
 }
 
 // Spindle: per level, bi-point discretisation of the relaxed optimum, then
-// wavefront scheduling (design.md, steps 5-7). Returns the best few distinct
-// schedules by compute time, shortest first (placement and costing pick
-// among them).
+// wavefront scheduling (design.md, steps 5-7). Returns a few distinct
+// schedules (placement and costing pick among them): the shortest few of
+// the paper's rounding by compute time, then the per-level combination of
+// every level-by-level schedule of both roundings.
 std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_dev, int island,
                                                      bool start_early) {
+  // Two discretisations: l_hi rounded to the nearest integer per MetaOp (the
+  // paper's, `items`) and rounded per level to the least level bound
+  // (discretise_level, `level_rounded`; left empty when both agree).
   std::vector<ScheduleItem> items(p.contraction.metaops.size());
+  std::vector<ScheduleItem> level_rounded;
+  std::vector<std::vector<AllocTuple>> level_tuples(items.size());
+  bool rounding_differs = false;
   for (size_t l = 0; l < p.by_level.size(); ++l) {
     const RelaxedAllocation& r = p.relaxed[l];
+    std::vector<AllocItem> alloc;
+    std::vector<std::vector<int>> valid;
     for (size_t k = 0; k < p.by_level[l].size(); ++k) {
       const auto id = static_cast<size_t>(p.by_level[l][k]);
       const MetaOp& m = p.contraction.metaops[id];
@@ -192,15 +209,27 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
       it.time_ms.assign(static_cast<size_t>(n_dev) + 1, 0.0);
       for (int n : it.valid) it.time_ms[static_cast<size_t>(n)] = p.curves[id]->time_ms(n);
       it.tuples = discretise(it.length, *p.curves[id], r.n_star[k], r.c_star_ms, it.valid);
+      alloc.push_back({it.length, p.curves[id], it.valid.back()});
+      valid.push_back(it.valid);
+    }
+    std::vector<std::vector<AllocTuple>> tuples = discretise_level(alloc, r, valid, n_dev);
+    for (size_t k = 0; k < tuples.size(); ++k) {
+      const auto id = static_cast<size_t>(p.by_level[l][k]);
+      rounding_differs = rounding_differs || !same_tuples(tuples[k], items[id].tuples);
+      level_tuples[id] = std::move(tuples[k]);
     }
   }
+  if (rounding_differs) {
+    level_rounded = items;
+    for (size_t id = 0; id < items.size(); ++id) level_rounded[id].tuples = std::move(level_tuples[id]);
+  }
+
   // A small deterministic portfolio: our rules (greedy, and with a rollout
   // lookahead deferring MetaOps with slack or not; widening by remaining work
   // or by size) and the paper's Algorithm 1 as written, level by level and,
-  // with start_early, also as one pool; the least compute time wins (ties:
-  // the earlier variant). Variants that never won on the shipped workloads
-  // (greedy with deferral; one pool widening by size) are left out to save
-  // time.
+  // with start_early, also as one pool. Variants that never won on the
+  // shipped workloads (greedy with deferral; one pool widening by size) are
+  // left out to save time.
   std::vector<ScheduleOptions> variants;
   for (bool cross : {false, true}) {
     if (cross && !start_early) break;
@@ -222,42 +251,94 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
     variants.back().cross_level = cross;
     variants.back().paper_rules = true;
   }
-  std::vector<std::pair<double, std::vector<AbstractWave>>> drafts;
-  auto run = [&](const ScheduleOptions& o) {
-    std::vector<AbstractWave> waves = schedule_waves(items, n_dev, o);
-    double ms = 0;
+  struct Draft {
+    double ms = 0;                   // compute time
+    std::vector<AbstractWave> waves;
+    bool level_rounded = false;      // scheduled from level_rounded
+    bool by_level = false;           // levels one after another
+  };
+  std::vector<Draft> drafts;
+  auto run = [&](const std::vector<ScheduleItem>& with, const ScheduleOptions& o) {
+    Draft d{0, schedule_waves(with, n_dev, o), &with == &level_rounded, !o.cross_level};
     bool wider = false;   // some slot wider than an island
-    for (const AbstractWave& w : waves) {
-      ms += w.ms;
+    for (const AbstractWave& w : d.waves) {
+      d.ms += w.ms;
       for (const AbstractSlot& s : w.slots) wider = wider || s.devices > island;
     }
-    drafts.emplace_back(ms, std::move(waves));
+    drafts.push_back(std::move(d));
     return wider;
   };
-  // On several islands, each of our level-by-level lookahead variants (the
-  // ones that won on the shipped workloads) whose schedule spreads a slot
-  // over more than an island runs again with tails kept inside an island
+  // Every variant runs on the paper's rounding; our level-by-level rules
+  // widening by work also run on the level rounding. On several islands,
+  // each level-by-level lookahead variant whose schedule spreads a slot over
+  // more than an island runs again with tails kept inside an island
   // (placement and costing decide whether that pays).
   for (const ScheduleOptions& o : variants) {
-    const bool wider = run(o);
-    if (wider && !o.paper_rules && !o.cross_level && o.lookahead > 0 && island > 0 && island < n_dev) {
-      ScheduleOptions capped = o;
-      capped.extend_cap = island;
-      run(capped);
+    for (const std::vector<ScheduleItem>* with : {&items, &level_rounded}) {
+      if (with == &level_rounded && (with->empty() || o.cross_level || o.paper_rules || !o.widen_by_work))
+        continue;
+      const bool wider = run(*with, o);
+      if (wider && !o.paper_rules && !o.cross_level && o.lookahead > 0 && island > 0 && island < n_dev) {
+        ScheduleOptions capped = o;
+        capped.extend_cap = island;
+        run(*with, capped);
+      }
     }
   }
-  // Shortest compute first (stable: ties keep the variant order).
-  std::stable_sort(drafts.begin(), drafts.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::vector<AbstractWave>> out;
-  for (auto& [ms, waves] : drafts) {
-    if (static_cast<int>(out.size()) == kScheduleCandidates) break;
-    if (ms > drafts.front().first * (1 + kCandidateSlack)) break;
-    bool same = false;
-    for (const auto& o : out)
-      same = same || (o.size() == waves.size() && std::equal(o.begin(), o.end(), waves.begin(), same_wave));
-    if (!same) out.push_back(std::move(waves));
+
+  // Levels are independent in a level-by-level schedule (a level's waves
+  // depend only on its own MetaOps): the combination takes each level's
+  // waves from the level-by-level draft that runs it fastest (ties: the
+  // earlier draft), so its compute time is at most every such draft's.
+  const size_t levels = p.by_level.size();
+  auto level_of = [&](const AbstractWave& w) {
+    return static_cast<size_t>(items[static_cast<size_t>(w.slots.front().metaop)].level);
+  };
+  std::vector<double> best_ms(levels, std::numeric_limits<double>::infinity());
+  std::vector<size_t> best_draft(levels, 0);
+  std::vector<double> level_ms(levels);
+  for (size_t d = 0; d < drafts.size(); ++d) {
+    if (!drafts[d].by_level) continue;
+    std::fill(level_ms.begin(), level_ms.end(), 0.0);
+    for (const AbstractWave& w : drafts[d].waves) level_ms[level_of(w)] += w.ms;
+    for (size_t l = 0; l < levels; ++l)
+      if (level_ms[l] < best_ms[l] * (1 - 1e-12)) {
+        best_ms[l] = level_ms[l];
+        best_draft[l] = d;
+      }
   }
+  Draft combined;
+  for (size_t l = 0; l < levels; ++l)
+    for (const AbstractWave& w : drafts[best_draft[l]].waves)
+      if (level_of(w) == l) {
+        combined.ms += w.ms;
+        combined.waves.push_back(w);
+      }
+
+  // Candidates: the shortest kScheduleCandidates distinct drafts of the
+  // paper's rounding within kCandidateSlack of the shortest of them (stable:
+  // ties keep the variant order), as before the combination existed, so no
+  // plan gets worse; then the combination, when distinct and within the same
+  // window. It does not take another's place: compute time is a poor guide
+  // to transfers and gradient sync, and a schedule a little longer may place
+  // much better.
+  std::vector<Draft*> nearest;
+  for (Draft& d : drafts)
+    if (!d.level_rounded) nearest.push_back(&d);
+  std::stable_sort(nearest.begin(), nearest.end(), [](const Draft* a, const Draft* b) { return a->ms < b->ms; });
+  const double window_ms = nearest.front()->ms * (1 + kCandidateSlack);
+  std::vector<std::vector<AbstractWave>> out;
+  auto add = [&](Draft& d) {
+    if (d.ms > window_ms) return;
+    for (const auto& o : out)
+      if (o.size() == d.waves.size() && std::equal(o.begin(), o.end(), d.waves.begin(), same_wave)) return;
+    out.push_back(std::move(d.waves));
+  };
+  for (Draft* d : nearest) {
+    if (static_cast<int>(out.size()) == kScheduleCandidates) break;
+    add(*d);
+  }
+  add(combined);
   return out;
 }
 

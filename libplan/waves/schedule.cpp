@@ -116,6 +116,14 @@ class PoolScheduler {
   std::vector<int> pick_of_;   // scratch: index into the draft's picks, -1 when none
   std::vector<double> work_;   // scratch: remaining work per ready MetaOp, ms
   std::vector<int> ready_, order_;
+  // Scratch: per pick, its operator count at the current candidate length
+  // (0 before the first) and the length from which it may grow.
+  struct SlotFit {
+    double op_ms;
+    int remaining, devices, count;
+    double next_ms;
+  };
+  std::vector<SlotFit> fits_;
   std::vector<Candidate> cands_;
   Draft rollout_draft_;
 };
@@ -281,12 +289,24 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   }
   std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
   d.lengths_ms.erase(std::unique(d.lengths_ms.begin(), d.lengths_ms.end()), d.lengths_ms.end());
+  // Fill of each length. A slot's operator count only grows with the
+  // length, so it is recomputed only once the length may have reached the
+  // next count (a threshold a hair early, so no change is missed): the same
+  // counts, far fewer divisions.
+  fits_.clear();
+  for (const Pick& pk : picks) {
+    const double t = op_ms(pk);
+    fits_.push_back({t, state[static_cast<size_t>(pk.metaop)].remaining, pk.devices, 0, 0.0});
+  }
   for (double len : d.lengths_ms) {
     double busy = 0, length = 0;
-    for (const Pick& pk : picks) {
-      const double t = op_ms(pk);
-      const double ms = fitting_count(len, t, state[static_cast<size_t>(pk.metaop)].remaining) * t;
-      busy += ms * pk.devices;
+    for (SlotFit& f : fits_) {
+      if (f.count < f.remaining && len >= f.next_ms) {
+        f.count = fitting_count(len, f.op_ms, f.remaining);
+        f.next_ms = (f.count + 1) * f.op_ms / (1 + kAlignSlack) * (1 - 1e-9);
+      }
+      const double ms = f.count * f.op_ms;
+      busy += ms * f.devices;
       length = std::max(length, ms);
     }
     d.fills.push_back(busy / length);

@@ -164,3 +164,50 @@ TEST_CASE("discretise: edge cases", "[alloc]") {
     CHECK(same(discretise(4, [](int) { return 3.0; }, 1.5, 12, v124), {{1, 4}}));
   }
 }
+
+TEST_CASE("discretise_level: single operators take the larger count when the level affords it", "[alloc]") {
+  // N = 4, valid 1, 2, 4; three MetaOps of one operator each with T = a/n,
+  // a = 6, 6, 8 (the same device-ms on any count). Relaxed: C* = 20 / 4 = 5,
+  // n* = 1.2, 1.2, 1.6.
+  const std::vector<int> counts{1, 2, 4};
+  const ScalingCurve a6 = alpha_beta_curve(0, 6, counts);
+  const ScalingCurve a8 = alpha_beta_curve(0, 8, counts);
+  const std::vector<AllocItem> items{{1, &a6, 4}, {1, &a6, 4}, {1, &a8, 4}};
+  const RelaxedAllocation r = relax_level(items, 4);
+  REQUIRE(r.c_star_ms == Approx(5).epsilon(1e-8));
+  REQUIRE(r.n_star[0] == Approx(1.2).epsilon(1e-8));
+  REQUIRE(r.n_star[2] == Approx(1.6).epsilon(1e-8));
+  // Nearest rounding: l_hi = (6 - 5) / (6 - 3) = 0.33 -> 0, so the a = 6
+  // MetaOps run alone on 1 device for 6 ms, past C*; l_hi = (8 - 5) / (8 - 4)
+  // = 0.75 -> 1 puts a = 8 on 2 devices (4 ms). Level bound
+  // max(6, 20 / 4) = 6.
+  CHECK(same(discretise(1, a6, r.n_star[0], r.c_star_ms, counts), {{1, 1}}));
+  CHECK(same(discretise(1, a8, r.n_star[2], r.c_star_ms, counts), {{2, 1}}));
+  // Level rounding: rounding every one up costs no device-ms here, so the
+  // bound falls to max(3, 3, 4, 20 / 4) = 5 = C*: all on 2 devices.
+  const std::vector<std::vector<AllocTuple>> t = discretise_level(items, r, {counts, counts, counts}, 4);
+  REQUIRE(t.size() == 3);
+  CHECK(same(t[0], {{2, 1}}));
+  CHECK(same(t[1], {{2, 1}}));
+  CHECK(same(t[2], {{2, 1}}));
+}
+
+TEST_CASE("discretise_level: a level short of devices rounds down", "[alloc]") {
+  // N = 3, valid 1, 2, 3; two MetaOps of 4 operators with T = 6 + 4/n
+  // (T(1) = 10, T(2) = 8: 2 devices cost 16 device-ms an operator, 1 device
+  // 10). Relaxed: n* = 1.5 each, C* = 4 T(1.5) = 34.67; l_hi = (40 - 34.67) /
+  // (10 - 8) = 2.67. Nearest: 3 on 2 devices + 1 on 1 (28 ms, 58 device-ms
+  // each): bound max(28, 116 / 3) = 38.67. Rounded down: 2 + 2 (36 ms, 52
+  // device-ms each): bound max(36, 104 / 3) = 36, the least of the four
+  // choices (one down: max(36, 110 / 3) = 36.67).
+  const std::vector<int> counts{1, 2, 3};
+  const ScalingCurve c = alpha_beta_curve(6, 4, counts);
+  const std::vector<AllocItem> items{{4, &c, 3}, {4, &c, 3}};
+  const RelaxedAllocation r = relax_level(items, 3);
+  REQUIRE(r.c_star_ms == Approx(4 * (6 + 4 / 1.5)).epsilon(1e-8));
+  CHECK(same(discretise(4, c, r.n_star[0], r.c_star_ms, counts), {{2, 3}, {1, 1}}));
+  const std::vector<std::vector<AllocTuple>> t = discretise_level(items, r, {counts, counts}, 3);
+  REQUIRE(t.size() == 2);
+  CHECK(same(t[0], {{2, 2}, {1, 2}}));
+  CHECK(same(t[1], {{2, 2}, {1, 2}}));
+}

@@ -176,6 +176,60 @@ TEST_CASE("make_plan sequential: one MetaOp per wave on the largest valid count"
   CHECK(sp->predicted.compute_ms < plan->predicted.compute_ms);
 }
 
+namespace {
+
+// Three tasks whose losses are single operators: embeddings (level 0) and
+// one lm_loss each (level 1), batch 4 on 4 devices (valid 1, 2, 4).
+const char* kThreeLosses = R"(
+name: three-losses
+modules:
+  a:
+    - {op: patch_embed, in_dim: 4, hidden: 8}
+    - {op: lm_loss, hidden: 8, vocab: 10}
+  b:
+    - {op: patch_embed, in_dim: 5, hidden: 8}
+    - {op: lm_loss, hidden: 8, vocab: 11}
+  c:
+    - {op: patch_embed, in_dim: 6, hidden: 8}
+    - {op: lm_loss, hidden: 8, vocab: 12}
+tasks:
+  - {name: ta, batch: 4, nodes: [{id: x, module: a, seq: 4}]}
+  - {name: tb, batch: 4, nodes: [{id: x, module: b, seq: 4}]}
+  - {name: tc, batch: 4, nodes: [{id: x, module: c, seq: 4}]}
+)";
+
+}  // namespace
+
+TEST_CASE("make_plan spindle: single-operator losses take the level rounding", "[planner]") {
+  // Level 1 is the level of test_alloc's "single operators take the larger
+  // count": lm_loss with T = a/n, a = 6, 6, 8 (C* = 5). The paper's rounding
+  // leaves the a = 6 losses on 1 device each, and every schedule of it runs
+  // the level in 6 ms; the level rounding puts each on 2 devices and the
+  // level takes 4 + 1.5 = 5.5 ms. Embeddings cost 0.001/n ms; no parameters,
+  // so no gradient sync.
+  Result<Model> m = parse_model_string(kThreeLosses, "three-losses.yaml");
+  REQUIRE(m.ok());
+  const OpGraph graph = expand(*m);
+  const Cluster cluster = test_cluster(1, 4);
+  TableCostModel cost(cluster);
+  const std::vector<int> counts{1, 2, 4};
+  for (const Operator& op : graph.ops) {
+    double a = 0.001;
+    if (op.workload.op == "lm_loss") a = op.workload.dims["vocab"].get<int>() == 12 ? 8 : 6;
+    cost.set(op.workload, alpha_beta_curve(0, a, counts), 0, 0);
+  }
+  PlanRequest req{&*m, &graph, &cluster, &cost, "", Strategy::spindle};
+  Result<Plan> plan = make_plan(req);
+  REQUIRE(plan.ok());
+  CHECK(check_plan(*plan, *m, graph) == std::vector<std::string>{});
+  double loss_ms = 0;
+  for (const Wave& w : plan->waves)
+    if (plan->metaops[static_cast<size_t>(w.slices.front().metaop)].workload.op == "lm_loss") loss_ms += w.ms;
+  CHECK(loss_ms == Approx(5.5));
+  CHECK(plan->predicted.compute_ms < 5.6);
+  CHECK(plan->predicted.compute_ms >= plan->predicted.relaxed_optimum_ms);
+}
+
 TEST_CASE("make_plan errors: missing curve", "[planner]") {
   Fixture f = two_tasks(1, 4);
   TableCostModel empty(f.cluster);

@@ -170,3 +170,32 @@ TEST_CASE("schedule: our rules on the Figure 5a level", "[schedule]") {
   CHECK(total >= 120 - 1e-9);   // never below the relaxed optimum here (T = a/n)
   CHECK(total <= 127.5);        // no worse than the paper's rules (hand trace above)
 }
+
+TEST_CASE("schedule: single operators on the level-rounded counts finish sooner", "[schedule]") {
+  // The level of test_alloc's "single operators take the larger count": three
+  // MetaOps of one operator, T = a/n with a = 6, 6, 8, on 4 devices; C* = 5.
+  // Paper's rounding: 1, 1 and 2 devices. Every rule runs them side by side
+  // in one wave of 6 ms (each slot runs at least one operator).
+  const std::vector<ScheduleItem> nearest{item(0, {}, 1, 6, {{1, 1}}), item(0, {}, 1, 6, {{1, 1}}),
+                                          item(0, {}, 1, 8, {{2, 1}})};
+  // Level rounding: 2 devices each. Wave 0: the two with most work (8, then
+  // the first 6) on 2 + 2 devices, 4 ms; wave 1: the other 6 alone, widened
+  // to 4 devices, 1.5 ms: 5.5 ms.
+  const std::vector<ScheduleItem> rounded{item(0, {}, 1, 6, {{2, 1}}), item(0, {}, 1, 6, {{2, 1}}),
+                                          item(0, {}, 1, 8, {{2, 1}})};
+  ScheduleOptions paper;
+  paper.paper_rules = true;
+  ScheduleOptions look;
+  look.lookahead = 8;
+  for (const ScheduleOptions& o : {ScheduleOptions{}, paper, look}) {
+    const std::vector<AbstractWave> a = schedule_waves(nearest, 4, o);
+    REQUIRE(a.size() == 1);
+    CHECK(a[0].ms == Approx(6));
+    const std::vector<AbstractWave> b = schedule_waves(rounded, 4, o);
+    check_structure(rounded, b, 4);
+    REQUIRE(b.size() == 2);
+    check_wave(b[0], {{0, 0, 1, 2}, {2, 0, 1, 2}});
+    check_wave(b[1], {{1, 0, 1, 4}});
+    CHECK(b[0].ms + b[1].ms == Approx(5.5));
+  }
+}
