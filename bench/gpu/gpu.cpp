@@ -21,7 +21,9 @@
 //   3 * (8 s h^2 + 4 s h ffn + 4 s^2 h)      (= 3 (24 s h^2 + 4 s^2 h) at ffn = 4h)
 // Time: wall clock around forward + backward + synchronize, median of the
 // repeats (at least 3, more while under --budget-ms per point) after one
-// warm-up. Exits 0 with a message when there is no CUDA device.
+// warm-up. A point whose rough memory estimate (point_bytes) exceeds 70% of
+// the device's memory is skipped with a line saying so. Exits 0 with a
+// message when there is no CUDA device.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -86,6 +88,17 @@ std::vector<LayerShape> shipped_shapes(const std::string& dir) {
   std::vector<LayerShape> v;
   for (auto& [k, s] : out) v.push_back(s);
   return v;
+}
+
+// Rough device bytes of one point (bf16 mode: 2-byte internals; fp32: 4):
+// fp32 input, output, their gradients and the residual stream (8 [b, s, h]),
+// the [b, s, h] and [b, s, ffn] internals kept or made in backward (about 10
+// and 4), scores and probabilities with their gradients (2 [b, heads, s, s]),
+// and the layer products' own buffers (about the same again as the MLP's).
+double point_bytes(const LayerShape& s, int64_t batch, bool bf16) {
+  const double e = bf16 ? 2 : 4, b = static_cast<double>(batch), q = static_cast<double>(s.seq);
+  const double h = static_cast<double>(s.hidden), f = static_cast<double>(s.ffn), heads = static_cast<double>(s.heads);
+  return b * q * (8 * 4 * h + 10 * e * h + 8 * e * f) + 2 * e * b * heads * q * q;
 }
 
 double layer_flops(const LayerShape& s, int64_t batch) {
@@ -285,6 +298,14 @@ int main(int argc, char** argv) {
     }
     se::Op op = se::make_op(cfg, params);
     for (int64_t b : batches) {
+      const double need = point_bytes(s, b, options.matmul == se::MatmulPrecision::bf16);
+      if (need > 0.7 * info.memory_gbytes * 1e9) {
+        std::printf("%-8lld %-6lld %-6lld %-5lld %-6s %-7lld skipped: needs about %.0f GB of %.0f\n",
+                    static_cast<long long>(s.hidden), static_cast<long long>(s.heads), static_cast<long long>(s.ffn),
+                    static_cast<long long>(s.seq), s.causal ? "yes" : "no", static_cast<long long>(b), need / 1e9,
+                    info.memory_gbytes);
+        continue;
+      }
       const se::Tensor x = device_random(*backend, {b, s.seq, s.hidden}, 7);
       const se::Tensor dy = device_random(*backend, {b, s.seq, s.hidden}, 8);
       // One forward + backward; fwd_ms gets the forward's share (synchronised).
