@@ -231,6 +231,25 @@ std::vector<Tensor> exchange(Backend& be, Comm& comm, const Exchange& ex, int ta
   return got;
 }
 
+// Every rank's `x` (backend memory) stacked along dimension 0 in rank order,
+// in the backend's memory: NCCL's all-gather on device memory with a CUDA
+// backend and an NCCL comm, else the host all-gather, staged.
+Tensor all_gather_rows(Backend& be, Comm& comm, const Tensor& x) {
+  Shape shape = x.shape();
+  shape[0] *= comm.size();
+#ifdef SPINDLE_HAVE_NCCL
+  if (auto* nccl = be.device() == Device::cuda ? dynamic_cast<NcclComm*>(&comm) : nullptr) {
+    Tensor out = be.allocate(shape);
+    nccl->all_gather_device(x.data(), out.data(), x.numel());
+    return out;
+  }
+#endif
+  const Tensor staged = to_host(be, x);
+  Tensor out = Tensor::zeros(shape);
+  comm.all_gather({staged.data(), static_cast<size_t>(staged.numel())}, {out.data(), static_cast<size_t>(out.numel())});
+  return to_backend(be, out);
+}
+
 // A Comm that only answers rank() and size(): for building shapes of a
 // shard with make_params.
 class ShapeComm final : public Comm {
@@ -587,15 +606,11 @@ void Executor::forward_slice(int slice) {
         // Gather the whole batch over the slice (blocks of TP rank 0 of each group).
         Comm* comm = groups_.at(s.devices).get();
         for (Tensor& x : in) {
-          const Tensor staged = to_host(backend_, x);  // the group Comm takes host memory
-          std::vector<float> all(x.numel() * s.devices.size());
-          comm->all_gather({staged.data(), static_cast<size_t>(x.numel())}, all);
+          const Tensor all = all_gather_rows(backend_, *comm, x);
           std::vector<Tensor> blocks;
-          for (int g = 0; g < s.layout.groups(); ++g) {
-            const float* b = all.data() + static_cast<size_t>(g * s.layout.tp * x.numel());
-            blocks.push_back(Tensor::from(x.shape(), std::vector<float>(b, b + x.numel())));
-          }
-          x = to_backend(backend_, concat_rows(blocks));
+          for (int g = 0; g < s.layout.groups(); ++g)
+            blocks.push_back(row_view(all, g * s.layout.tp * x.size(0), x.size(0)));
+          x = concat_rows(backend_, blocks);
         }
       } else if (in.size() > 1) {
         in = {concat_seq(backend_, in)};

@@ -768,11 +768,8 @@ class CudaBackend final : public Backend {
     clear_flag();
     k::lm_exp_sums(s.lm_probs.data(), mx.data(), targets.data(), red.data(), n, vl, first, st.vocab, flag_);
     if (flag_set()) throw std::out_of_range("lm_loss: a target outside the vocabulary");
-    std::vector<float> redh = download_vec(red.data(), 2 * n);
-    if (kk > 1) {
-      st.cfg.tp->all_reduce_sum(redh);
-      upload_vec(red.data(), redh);
-    }
+    tp_reduce(st.cfg, red.data(), 2 * n);
+    const std::vector<float> redh = download_vec(red.data(), 2 * n);
     k::scale_rows_inv(s.lm_probs.data(), red.data(), n, vl);
     double loss = 0;
     for (int64_t i = 0; i < n; ++i)
