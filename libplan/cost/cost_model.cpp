@@ -29,8 +29,8 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
   }
   auto model = std::unique_ptr<ProfileCostModel>(new ProfileCostModel(cluster));
   for (const Operator& op : graph.ops) {
-    const std::string key = op.workload.key();
-    if (model->curve(op.workload)) continue;
+    const std::string key = op.workload.key();   // once per operator: it is not cheap
+    if (model->has_entry(key)) continue;
     auto it = index.find(key);
     if (it == index.end()) {
       return Error{file + ": no entry for op " + op.workload.op + " dims " +
@@ -44,7 +44,7 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
       return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key +
                    "): " + curve.error().message};
     }
-    model->set(op.workload, std::move(curve).value(), e.param_bytes, e.activation_bytes_per_sample);
+    model->set_entry(key, Entry{std::move(curve).value(), e.param_bytes, e.activation_bytes_per_sample});
   }
   if (profile.links) model->use_measured_links(*profile.links);
   return model;

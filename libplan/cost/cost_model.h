@@ -61,12 +61,18 @@ class TableCostModel : public CostModel {
   double p2p_ms(double bytes, bool cross_island) const override;
   double allreduce_ms(double bytes, const std::vector<int>& devices) const override;
 
- private:
+ protected:
   struct Entry {
     ScalingCurve curve;
     int64_t param_bytes = 0;
     int64_t activation_bytes_per_sample = 0;
   };
+  // By Workload::key(), for callers that already hold the key (set() and
+  // the lookups compute it).
+  bool has_entry(const std::string& key) const { return entries_.count(key) != 0; }
+  void set_entry(const std::string& key, Entry entry) { entries_[key] = std::move(entry); }
+
+ private:
   std::map<std::string, Entry> entries_;   // by Workload::key()
   Cluster cluster_;             // links for p2p_ms
   Cluster allreduce_cluster_;   // links for allreduce_ms (differ only when measured)

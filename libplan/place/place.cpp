@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <deque>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -86,9 +85,10 @@ class Placer {
     return s;
   }
 
-  // Places one wave into `s` (the steps of place_islands); nullopt (s
-  // unchanged) when memory does not allow it. `balance`: choose devices by
-  // free memory first; `ignore_memory`: place anyway.
+  // Places one wave into `s` (the steps of place_islands); nullopt when
+  // memory does not allow it, and then `s` is left partly updated: the
+  // caller restores it from its own copy. `balance`: choose devices by free
+  // memory first; `ignore_memory`: place anyway (never nullopt).
   std::optional<WavePlacement> place_wave(State& s, const AbstractWave& wave, bool balance,
                                           bool ignore_memory) const;
 
@@ -169,7 +169,7 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
   const size_t slots = wave.slots.size();
   WavePlacement placed;
   placed.slot_devices.resize(slots);
-  State next = s;
+  State& next = s;   // updated in place (see the contract)
   std::vector<char> used(static_cast<size_t>(n_), 0);
 
   // 1. Same device count as the MetaOp's previous slice: keep its devices.
@@ -201,6 +201,10 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
 
   std::vector<double> held(static_cast<size_t>(n_));
   std::vector<double> held_island(static_cast<size_t>(islands_));
+  std::vector<std::vector<int>> island_candidates(static_cast<size_t>(islands_));
+  std::vector<char> candidates_known(static_cast<size_t>(islands_));
+  std::vector<int> slot_params;     // per slot: its parameters, in operator order
+  std::vector<int> sole_island_k;   // per slot: operators whose parameter is held in exactly one island
   for (size_t si : order) {
     const AbstractSlot& slot = wave.slots[si];
     const PlaceMetaOp& m = in_.metaops[static_cast<size_t>(slot.metaop)];
@@ -216,11 +220,37 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
         held_island[static_cast<size_t>(island_of(d))] += per_device;
       }
     }
+    // What the slot charges device d (need()): the same for every device
+    // holding none of its parameters, so that sum is made once.
+    slot_params.clear();
+    for (int k = slot.first; k < slot.first + slot.count; ++k)
+      if (m.param[static_cast<size_t>(k)] >= 0) slot_params.push_back(m.param[static_cast<size_t>(k)]);
+    bool fresh_known = false;
+    double fresh_bytes = 0;
+    auto need_on = [&](int d) {
+      const size_t base = static_cast<size_t>(d) * params_;
+      for (int p : slot_params)
+        if (next.has[base + static_cast<size_t>(p)]) return need(next, slot, d);
+      if (!fresh_known) {
+        fresh_bytes = need(next, slot, d);
+        fresh_known = true;
+      }
+      return fresh_bytes;
+    };
     // Free devices of island i that could take the slot, best first.
-    auto candidates = [&](int i) {
-      std::vector<int> c;
+    // Computed once per island and slot: what they depend on (used, memory,
+    // parameters held, held) changes only when the slot is committed.
+    std::fill(candidates_known.begin(), candidates_known.end(), 0);
+    auto candidates = [&](int i) -> const std::vector<int>& {
+      std::vector<int>& c = island_candidates[static_cast<size_t>(i)];
+      if (candidates_known[static_cast<size_t>(i)]) return c;
+      candidates_known[static_cast<size_t>(i)] = 1;
+      c.clear();
+      const bool check_memory = !ignore_memory && in_.memory_bytes > 0;   // as fits()
       for (int d = i * island_; d < std::min(n_, (i + 1) * island_); ++d)
-        if (!used[static_cast<size_t>(d)] && fits(next, slot, d, ignore_memory)) c.push_back(d);
+        if (!used[static_cast<size_t>(d)] &&
+            (!check_memory || next.mem[static_cast<size_t>(d)] + need_on(d) <= in_.memory_bytes))
+          c.push_back(d);
       std::sort(c.begin(), c.end(), [&](int a, int b) {
         const auto au = static_cast<size_t>(a), bu = static_cast<size_t>(b);
         if (balance && next.mem[au] != next.mem[bu]) return next.mem[au] < next.mem[bu];
@@ -230,20 +260,27 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
       });
       return c;
     };
+    // The slot's parameters held so far in exactly one island (its
+    // operators, in order): the ones island_cost may charge.
+    sole_island_k.clear();
+    if (!cross_sync_per_param_.empty()) {
+      for (int k = slot.first; k < slot.first + slot.count; ++k) {
+        const int p = m.param[static_cast<size_t>(k)];
+        if (p < 0) continue;
+        const size_t row = static_cast<size_t>(p) * static_cast<size_t>(islands_);
+        int held_in = 0;
+        for (int j = 0; j < islands_; ++j) held_in += next.in_island[row + static_cast<size_t>(j)];
+        if (held_in == 1) sole_island_k.push_back(k);
+      }
+    }
     // Cost of putting the slot (or `k` of its devices) in island i, ms.
     auto island_cost = [&](int i) {
       const double outside = total - held_island[static_cast<size_t>(i)];
       double ms = outside > 0 ? 2.0 * (in_.cost->p2p_ms(outside, true) - in_.cost->p2p_ms(outside, false)) : 0.0;
-      if (!cross_sync_per_param_.empty()) {
-        for (int k = slot.first; k < slot.first + slot.count; ++k) {
-          const int p = m.param[static_cast<size_t>(k)];
-          if (p < 0) continue;
-          const size_t row = static_cast<size_t>(p) * static_cast<size_t>(islands_);
-          int held_in = 0;
-          for (int j = 0; j < islands_; ++j) held_in += next.in_island[row + static_cast<size_t>(j)];
-          if (held_in == 1 && !next.in_island[row + static_cast<size_t>(i)])
-            ms += cross_sync_per_param_[static_cast<size_t>(p)];
-        }
+      for (int k : sole_island_k) {
+        const int p = m.param[static_cast<size_t>(k)];
+        if (!next.in_island[static_cast<size_t>(p) * static_cast<size_t>(islands_) + static_cast<size_t>(i)])
+          ms += cross_sync_per_param_[static_cast<size_t>(p)];
       }
       return ms;
     };
@@ -253,7 +290,7 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
       std::tuple<double, double, double, int> best_key{};
       for (int i = 0; i < islands_; ++i) {
         if (skip[static_cast<size_t>(i)]) continue;
-        const std::vector<int> c = candidates(i);
+        const std::vector<int>& c = candidates(i);
         if (static_cast<int>(c.size()) < k) continue;
         double free_mem = 0;
         if (balance)
@@ -293,7 +330,7 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
       // 3. One island for what is left of the slot.
       const int i = best_island(rest, skip);
       if (i >= 0) {
-        const std::vector<int> c = candidates(i);
+        const std::vector<int>& c = candidates(i);
         devs.insert(devs.end(), c.begin(), c.begin() + rest);
         rest = 0;
       }
@@ -321,7 +358,6 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
   }
   for (size_t si = 0; si < slots; ++si)
     next.last[static_cast<size_t>(wave.slots[si].metaop)] = placed.slot_devices[si];
-  s = std::move(next);
   return placed;
 }
 
@@ -342,19 +378,28 @@ std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves,
   std::vector<WavePlacement> out;
   out.reserve(waves.size());
   State state = placer.initial();
-  std::deque<State> before;   // state before each of the last kBacktrack + 1 waves
+  // The state before each of the last kBacktrack + 1 waves, oldest first: a
+  // ring of copies assigned over each other (their storage is reused).
+  std::vector<State> ring(kBacktrack + 1);
+  size_t ring_first = 0, ring_size = 0;
+  auto before = [&](size_t i) -> State& { return ring[(ring_first + i) % ring.size()]; };
   for (size_t w = 0; w < waves.size(); ++w) {
-    before.push_back(state);
-    if (before.size() > kBacktrack + 1) before.pop_front();
+    if (ring_size < ring.size()) {
+      before(ring_size++) = state;
+    } else {
+      before(0) = state;
+      ring_first = (ring_first + 1) % ring.size();
+    }
     if (auto p = placer.place_wave(state, waves[w], false, false)) {
       out.push_back(std::move(*p));
       continue;
     }
+    state = before(ring_size - 1);   // place_wave left it partly updated
     // Backtrack: place the last few waves again, devices by free memory.
     bool done = false;
-    for (size_t back = 1; back < before.size() && !done; ++back) {
+    for (size_t back = 1; back < ring_size && !done; ++back) {
       const size_t from = w - back;
-      State s = before[before.size() - 1 - back];
+      State s = before(ring_size - 1 - back);
       std::vector<WavePlacement> again;
       for (size_t v = from; v <= w; ++v) {
         auto p = placer.place_wave(s, waves[v], true, false);
@@ -371,7 +416,7 @@ std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves,
       // No placement fits: place it anyway; check_plan_memory names the device.
       out.push_back(*placer.place_wave(state, waves[w], true, true));
     }
-    before.clear();   // snapshots before the re-placed waves are stale
+    ring_size = 0;   // snapshots before the re-placed waves are stale
   }
   return out;
 }

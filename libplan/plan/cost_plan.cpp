@@ -1,7 +1,6 @@
 #include "libplan/plan/cost_plan.h"
 
 #include <algorithm>
-#include <map>
 #include <string_view>
 #include <unordered_map>
 
@@ -41,12 +40,26 @@ void add_reshard(WaveTraffic& t, const std::vector<int>& src, int ksrc, const st
                  int64_t batch, double bytes_per_sample, int devices_per_island) {
   if (bytes_per_sample <= 0) return;
   const int ns = static_cast<int>(src.size()), nd = static_cast<int>(dst.size());
+  const int groups = ns / ksrc;
   for (int j = 0; j < nd; ++j) {
     const int d = dst[j];
     auto [lo, hi] = rows_of(j, nd, kdst, batch);
-    // Source data-parallel groups overlapping [lo, hi).
-    for (int g = 0; g < ns / ksrc; ++g) {
+    // Source data-parallel groups overlapping [lo, hi). Group row ranges
+    // ascend with g, so those are the groups from the first ending after lo
+    // until one starts at or after hi (the others hold no rows of it).
+    int first = 0, count = groups;   // binary search: first g with shi > lo
+    while (count > 0) {
+      const int half = count / 2;
+      if (rows_of((first + half) * ksrc, ns, ksrc, batch).second <= lo) {
+        first += half + 1;
+        count -= half + 1;
+      } else {
+        count = half;
+      }
+    }
+    for (int g = first; g < groups; ++g) {
       auto [slo, shi] = rows_of(g * ksrc, ns, ksrc, batch);
+      if (slo >= hi) break;
       int64_t rows = std::min(hi, shi) - std::max(lo, slo);
       if (rows <= 0) continue;
       int chosen = -1;
@@ -76,44 +89,88 @@ double traffic_ms(const WaveTraffic& t, const CostModel& cost) {
 
 }  // namespace
 
-void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost) {
-  const int dtype = dtype_bytes(model.dtype);
+CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost) {
+  CostTables t;
+  t.dtype_bytes = dtype_bytes(model.dtype);
   std::unordered_map<std::string_view, int> op_index;
   op_index.reserve(graph.ops.size());
   for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
 
-  // Where each MetaOp's operators ran: per operator position, the slice devices.
-  struct Placed { int wave; const Slice* slice; };
-  std::vector<std::vector<Placed>> slices_of(plan.metaops.size());
-  for (size_t w = 0; w < plan.waves.size(); ++w)
-    for (const Slice& s : plan.waves[w].slices) slices_of[s.metaop].push_back({static_cast<int>(w), &s});
-
-  // Per MetaOp, looked up once (the cost model's lookups are by workload
-  // key, and every operator of a MetaOp has the MetaOp's workload): its
-  // operators' graph indices, and the activation and parameter bytes of one
-  // operator. Per operator, its MetaOp (-1: none).
-  struct MetaOpCost {
-    std::vector<int> ops;
-    double act_bytes_per_sample = 0;
-    double param_bytes = 0;
-  };
-  std::vector<MetaOpCost> per_metaop(plan.metaops.size());
+  // Per MetaOp its operators' graph indices, and per operator its MetaOp
+  // (-1: none). The cost model's lookups are by workload key, and every
+  // operator of a MetaOp has the MetaOp's workload: once per MetaOp.
+  std::vector<std::vector<int>> ops(plan.metaops.size());
+  std::vector<double> param_bytes(plan.metaops.size());
   std::vector<int> metaop_of_op(graph.ops.size(), -1);
+  t.metaops.resize(plan.metaops.size());
   for (size_t i = 0; i < plan.metaops.size(); ++i) {
     const PlanMetaOp& m = plan.metaops[i];
-    MetaOpCost& c = per_metaop[i];
     for (const std::string& id : m.operators) {
-      c.ops.push_back(op_index.at(id));
-      metaop_of_op[static_cast<size_t>(c.ops.back())] = static_cast<int>(i);
+      ops[i].push_back(op_index.at(id));
+      metaop_of_op[static_cast<size_t>(ops[i].back())] = static_cast<int>(i);
     }
-    c.act_bytes_per_sample = static_cast<double>(cost.activation_bytes_per_sample(m.workload));
-    c.param_bytes = static_cast<double>(cost.param_bytes(m.workload));
+    t.metaops[i].act_bytes_per_sample = static_cast<double>(cost.activation_bytes_per_sample(m.workload));
+    param_bytes[i] = static_cast<double>(cost.param_bytes(m.workload));
+    if (!ops[i].empty())
+      t.metaops[i].out_bytes_per_sample =
+          output_bytes_per_sample(graph.ops[static_cast<size_t>(ops[i].back())], t.dtype_bytes);
   }
+
+  // Parameters the MetaOps run, sorted by name (param_groups come out
+  // sorted); each costed from the first operator of the graph holding it.
+  std::vector<std::string_view> names;
+  for (const std::vector<int>& list : ops)
+    for (int o : list) names.push_back(graph.ops[static_cast<size_t>(o)].param);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::unordered_map<std::string_view, int> param_index;
+  param_index.reserve(names.size());
+  for (size_t p = 0; p < names.size(); ++p) param_index.emplace(names[p], static_cast<int>(p));
+  t.params.resize(names.size());
+  std::vector<char> costed(names.size(), 0);
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Operator& op = graph.ops[i];
+    auto it = param_index.find(op.param);
+    if (it == param_index.end() || costed[static_cast<size_t>(it->second)]) continue;
+    costed[static_cast<size_t>(it->second)] = 1;
+    CostTables::Param& p = t.params[static_cast<size_t>(it->second)];
+    p.name = op.param;
+    const int owner = metaop_of_op[i];
+    const double bytes = owner >= 0 ? param_bytes[static_cast<size_t>(owner)]
+                                     : static_cast<double>(cost.param_bytes(op.workload));
+    p.shard_bytes = bytes / op.tensor_parallel;
+    p.tensor_parallel = op.tensor_parallel;
+  }
+  for (size_t i = 0; i < plan.metaops.size(); ++i) {
+    CostTables::MetaOpCost& c = t.metaops[i];
+    for (size_t k = 0; k < ops[i].size(); ++k) {
+      const Operator& op = graph.ops[static_cast<size_t>(ops[i][k])];
+      c.param.push_back(param_index.at(op.param));
+      c.in_bytes_per_sample.push_back(
+          k == 0 || op.inputs.empty()
+              ? 0.0
+              : output_bytes_per_sample(graph.ops[static_cast<size_t>(op.inputs.front())], t.dtype_bytes));
+    }
+  }
+  return t;
+}
+
+void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost) {
+  cost_plan(plan, cost_tables(plan, model, graph, cost), cost);
+}
+
+void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
+  // Where each MetaOp's operators ran: its slices in wave order.
+  std::vector<std::vector<const Slice*>> slices_of(plan.metaops.size());
+  for (const Wave& wave : plan.waves)
+    for (const Slice& s : wave.slices) slices_of[static_cast<size_t>(s.metaop)].push_back(&s);
 
   // Compute and transfers, wave by wave. Backward moves the same bytes back
   // (activation gradients), so each boundary is paid twice.
-  // Per parameter (by name, so param_groups come out sorted): which devices run it.
-  std::map<std::string_view, std::vector<char>> param_devices;
+  // Per parameter (index into tables.params): which devices run it.
+  const size_t devices = static_cast<size_t>(plan.devices);
+  std::vector<char> runs(tables.params.size() * devices, 0);   // [p * devices + d]
+  std::vector<char> ran(tables.params.size(), 0);
   std::vector<double> act_bytes(plan.devices, 0.0);
   Predicted& pred = plan.predicted;
   pred = Predicted{0, 0, 0, 0, pred.relaxed_optimum_ms, std::vector<int64_t>(plan.devices, 0)};
@@ -128,34 +185,32 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
       wave.ms = std::max(wave.ms, s.ms);
       const PlanMetaOp& m = plan.metaops[s.metaop];
       const int n = static_cast<int>(s.devices.size());
-      const MetaOpCost& mc = per_metaop[static_cast<size_t>(s.metaop)];
+      const CostTables::MetaOpCost& mc = tables.metaops[static_cast<size_t>(s.metaop)];
       for (int k = s.first; k < s.first + s.count; ++k) {
-        const Operator& op = graph.ops[static_cast<size_t>(mc.ops[static_cast<size_t>(k)])];
-        std::vector<char>& on = param_devices[op.param];
-        on.resize(static_cast<size_t>(plan.devices));
+        const auto p = static_cast<size_t>(mc.param[static_cast<size_t>(k)]);
+        ran[p] = 1;
+        char* on = runs.data() + p * devices;
         for (int d : s.devices) on[static_cast<size_t>(d)] = 1;
         double act = mc.act_bytes_per_sample * m.workload.batch / n;
         for (int d : s.devices) act_bytes[d] += act;
       }
       // Inputs of this slice: the previous slice of the same MetaOp, or the
       // last slices of the input MetaOps.
-      const Operator& first = graph.ops[static_cast<size_t>(mc.ops[static_cast<size_t>(s.first)])];
       if (s.first > 0) {
         const Slice* prev = nullptr;
-        for (const Placed& p : slices_of[s.metaop])
-          if (p.slice->first + p.slice->count == s.first) prev = p.slice;
+        for (const Slice* p : slices_of[s.metaop])
+          if (p->first + p->count == s.first) prev = p;
         if (prev && prev->devices != s.devices)
           add_reshard(traffic, prev->devices, m.tensor_parallel, s.devices, m.tensor_parallel, m.workload.batch,
-                      output_bytes_per_sample(graph.ops[first.inputs.front()], dtype), plan.devices_per_island);
+                      mc.in_bytes_per_sample[static_cast<size_t>(s.first)], plan.devices_per_island);
       } else {
         for (int in : m.inputs) {
           if (slices_of[in].empty()) continue;
-          const Slice* last = slices_of[in].back().slice;
+          const Slice* last = slices_of[in].back();
           const PlanMetaOp& im = plan.metaops[in];
-          const Operator& producer = graph.ops[static_cast<size_t>(per_metaop[static_cast<size_t>(in)].ops.back())];
           if (last->devices != s.devices)
             add_reshard(traffic, last->devices, im.tensor_parallel, s.devices, m.tensor_parallel, m.workload.batch,
-                        output_bytes_per_sample(producer, dtype), plan.devices_per_island);
+                        tables.metaops[static_cast<size_t>(in)].out_bytes_per_sample, plan.devices_per_island);
         }
       }
     }
@@ -165,36 +220,39 @@ void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostM
   }
 
   // Parameter groups (rule 5), gradient synchronisation and memory.
-  std::unordered_map<std::string_view, int> op_of_param;   // first operator of each parameter
-  for (size_t i = 0; i < graph.ops.size(); ++i) op_of_param.emplace(graph.ops[i].param, static_cast<int>(i));
   // Per parameter: weights and gradients in the model dtype on every device
   // that runs it; fp32 master copy (unless the dtype is fp32) and AdamW's m
   // and v sharded over the data-parallel replicas of the parameter group, as
   // Megatron's distributed optimizer (ZeRO stage 1) does.
+  const int dtype = tables.dtype_bytes;
   const double replicated_bytes_per_param = 2.0 * dtype;
   const double optimizer_bytes_per_param = 8.0 + (dtype < 4 ? 4.0 : 0.0);
   std::vector<double> sync_ms(plan.devices, 0.0);
   std::vector<double> state_bytes(plan.devices, 0.0);
-  plan.param_groups.clear();
-  for (const auto& [param, on] : param_devices) {
-    std::vector<int> devices;
-    for (size_t d = 0; d < on.size(); ++d)
-      if (on[d]) devices.push_back(static_cast<int>(d));
-    plan.param_groups.push_back({std::string(param), devices});
-    const int index = op_of_param.at(param);
-    const Operator& op = graph.ops[static_cast<size_t>(index)];
-    const int owner = metaop_of_op[static_cast<size_t>(index)];
-    const double param_bytes = owner >= 0 ? per_metaop[static_cast<size_t>(owner)].param_bytes
-                                          : static_cast<double>(cost.param_bytes(op.workload));
-    const double shard_bytes = param_bytes / op.tensor_parallel;
-    const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, devices) : 0.0;
-    const double replicas = std::max(1.0, static_cast<double>(devices.size()) / op.tensor_parallel);
+  // Groups are rewritten in place: a plan costed again (the planner's
+  // scratch plan) keeps its strings and vectors.
+  size_t groups = 0;
+  for (size_t p = 0; p < tables.params.size(); ++p) {
+    if (!ran[p]) continue;
+    const CostTables::Param& param = tables.params[p];
+    if (groups == plan.param_groups.size()) plan.param_groups.emplace_back();
+    ParamGroup& group = plan.param_groups[groups++];
+    if (group.param != param.name) group.param = param.name;
+    std::vector<int>& on = group.devices;
+    on.clear();
+    const char* runs_on = runs.data() + p * devices;
+    for (size_t d = 0; d < devices; ++d)
+      if (runs_on[d]) on.push_back(static_cast<int>(d));
+    const double shard_bytes = param.shard_bytes;
+    const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, on) : 0.0;
+    const double replicas = std::max(1.0, static_cast<double>(on.size()) / param.tensor_parallel);
     const double params_per_device = shard_bytes / dtype;
-    for (int d : devices) {
+    for (int d : on) {
       sync_ms[d] += ms;
       state_bytes[d] += params_per_device * (replicated_bytes_per_param + optimizer_bytes_per_param / replicas);
     }
   }
+  plan.param_groups.resize(groups);
   for (int d = 0; d < plan.devices; ++d) {
     pred.sync_ms = std::max(pred.sync_ms, sync_ms[d]);
     pred.memory_bytes[d] = static_cast<int64_t>(state_bytes[d] + act_bytes[d]);

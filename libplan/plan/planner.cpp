@@ -4,7 +4,6 @@
 #include <chrono>
 #include <limits>
 #include <map>
-#include <optional>
 
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
@@ -126,9 +125,12 @@ PlaceInput placement_input(const Prepared& p, const PlanRequest& req) {
     pm.batch = m.workload.batch;
     const Operator& first = graph.ops[static_cast<size_t>(m.operators.front())];
     pm.out_bytes_per_sample = output_bytes_per_sample(first, in.dtype_bytes);
+    // Every operator of a MetaOp has its workload and tensor_parallel
+    // (contraction): the cost model is asked once per MetaOp.
+    const double bytes = static_cast<double>(req.cost->param_bytes(m.workload)) / m.tensor_parallel;
+    const auto act_bytes = static_cast<double>(req.cost->activation_bytes_per_sample(m.workload));
     for (int o : m.operators) {
       const Operator& op = graph.ops[static_cast<size_t>(o)];
-      const double bytes = static_cast<double>(req.cost->param_bytes(op.workload)) / op.tensor_parallel;
       int index = -1;
       if (bytes > 0) {
         auto [it, added] = param_index.emplace(op.param, static_cast<int>(in.param_bytes.size()));
@@ -136,30 +138,34 @@ PlaceInput placement_input(const Prepared& p, const PlanRequest& req) {
         index = it->second;
       }
       pm.param.push_back(index);
-      pm.act_bytes_per_sample.push_back(static_cast<double>(req.cost->activation_bytes_per_sample(op.workload)));
+      pm.act_bytes_per_sample.push_back(act_bytes);
     }
     in.metaops.push_back(std::move(pm));
   }
   return in;
 }
 
-// Writes placed abstract waves into the plan, slice ms = count * T(n).
+// Sets the plan's waves to the placed abstract waves, slice ms = count *
+// T(n), transfer_ms 0 (costing fills it). Overwrites every field of the
+// waves already there, reusing their storage.
 void emit_waves(const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed, Plan& plan) {
+  plan.waves.resize(waves.size());
   for (size_t w = 0; w < waves.size(); ++w) {
-    Wave wave;
+    Wave& wave = plan.waves[w];
     wave.index = static_cast<int>(w);
+    wave.ms = 0;
+    wave.transfer_ms = 0;
+    wave.slices.resize(waves[w].slots.size());
     for (size_t s = 0; s < waves[w].slots.size(); ++s) {
       const AbstractSlot& a = waves[w].slots[s];
-      Slice slice;
+      Slice& slice = wave.slices[s];
       slice.metaop = a.metaop;
       slice.first = a.first;
       slice.count = a.count;
       slice.devices = placed[w].slot_devices[s];
       slice.ms = a.ms;
       wave.ms = std::max(wave.ms, slice.ms);
-      wave.slices.push_back(std::move(slice));
     }
-    plan.waves.push_back(std::move(wave));
   }
 }
 
@@ -410,14 +416,23 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // Placement, then costing. Island placement refines itself: each pass
   // knows where the previous one sent every slot's output. Over the
   // candidate schedules and passes, the plan with the shortest predicted
-  // iteration wins (ties: the earlier one).
-  std::optional<Plan> best;
-  Plan work = plan;   // one scratch plan: only a better one is copied
+  // iteration wins (ties: the earlier one). `plan` is the scratch plan:
+  // what costing writes (waves, param_groups, predicted) of a better one is
+  // swapped into best_*, and the costing tables are built once.
+  const CostTables tables = cost_tables(plan, model, *request.graph, *request.cost);
+  bool have_best = false;
+  std::vector<Wave> best_waves;
+  std::vector<ParamGroup> best_groups;
+  Predicted best_predicted;
   auto consider = [&](const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed) {
-    work.waves.clear();
-    emit_waves(waves, placed, work);
-    cost_plan(work, model, *request.graph, *request.cost);
-    if (!best || work.predicted.iteration_ms < best->predicted.iteration_ms * (1 - 1e-12)) best = work;
+    emit_waves(waves, placed, plan);
+    cost_plan(plan, tables, *request.cost);
+    if (!have_best || plan.predicted.iteration_ms < best_predicted.iteration_ms * (1 - 1e-12)) {
+      have_best = true;
+      best_waves.swap(plan.waves);
+      best_groups.swap(plan.param_groups);
+      best_predicted = plan.predicted;
+    }
   };
   const PlaceInput in = placement_input(p, request);
   for (const std::vector<AbstractWave>& waves : candidates) {
@@ -432,7 +447,9 @@ Result<Plan> make_plan(const PlanRequest& request) {
       consider(waves, placed);
     }
   }
-  plan = std::move(*best);
+  plan.waves = std::move(best_waves);
+  plan.param_groups = std::move(best_groups);
+  plan.predicted = std::move(best_predicted);
   plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

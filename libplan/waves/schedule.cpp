@@ -87,6 +87,9 @@ struct Draft {
   double paper_align_ms = 0;        // shortest tuple, or longest single operator
   std::vector<double> lengths_ms;   // candidate alignments, ascending
   std::vector<double> fills;        // busy device-ms per ms of each candidate
+  // Per candidate: lengths with the same value run every slot with the
+  // same operator count, hence commit to the same wave and state.
+  std::vector<int> counts_id;
 };
 
 class PoolScheduler {
@@ -99,11 +102,16 @@ class PoolScheduler {
   bool draft(const std::vector<ItemState>& state, const std::vector<int>& pool, int wave, Draft& d);
   // The alignment the options choose without lookahead.
   double default_align(const Draft& d) const;
-  // Applies a draft aligned to align_ms: advances `state`, returns the wave.
-  AbstractWave commit(std::vector<ItemState>& state, const Draft& d, double align_ms, int wave) const;
+  // Applies a draft aligned to align_ms: advances `state`; appends the
+  // slots to `out` when not null (out->ms is left to the caller). Returns the
+  // wave's length, ms (its longest slot).
+  double commit(std::vector<ItemState>& state, const Draft& d, double align_ms, int wave,
+                AbstractWave* out) const;
   // Completes the pool greedily from `state` (consumed: left at the end of
-  // the pool); returns the time it takes.
-  double rollout(std::vector<ItemState>& state, const std::vector<int>& pool, int wave);
+  // the pool); returns the time it takes, the sum of its waves' ms in order.
+  // With `waves_ms`, also appends each wave's ms to it.
+  double rollout(std::vector<ItemState>& state, const std::vector<int>& pool, int wave,
+                 std::vector<double>* waves_ms);
 
  private:
   double op_ms(const Pick& pk) const {
@@ -117,13 +125,16 @@ class PoolScheduler {
   std::vector<double> work_;   // scratch: remaining work per ready MetaOp, ms
   std::vector<int> ready_, order_;
   // Scratch: per pick, its operator count at the current candidate length
-  // (0 before the first) and the length from which it may grow.
+  // (0 before the first), the length from which it may grow (+infinity once
+  // it runs all its remaining operators) and its busy device-ms.
   struct SlotFit {
     double op_ms;
     int remaining, devices, count;
     double next_ms;
+    double busy_ms;   // count * op_ms * devices
   };
   std::vector<SlotFit> fits_;
+  std::vector<double> merged_;   // scratch: candidate lengths merged so far
   std::vector<Candidate> cands_;
   Draft rollout_draft_;
 };
@@ -173,9 +184,12 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   } else {
     // Propose: every ready MetaOp first gets its smallest tuple (most
     // remaining work first), so none is starved by a few wide tuples...
+    // ready_ is ascending, so ties on work go to the lower id: the order a
+    // stable sort by work gives, without its temporary buffer.
     order_.assign(ready_.begin(), ready_.end());
-    std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) {
-      return work_[static_cast<size_t>(a)] > work_[static_cast<size_t>(b)];
+    std::sort(order_.begin(), order_.end(), [&](int a, int b) {
+      const double wa = work_[static_cast<size_t>(a)], wb = work_[static_cast<size_t>(b)];
+      return wa != wb ? wa > wb : a < b;
     });
     const double defer_below_ms =
         order_.empty() ? 0 : options_.defer_fraction * work_[static_cast<size_t>(order_.front())];
@@ -278,38 +292,63 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   d.paper_align_ms = std::max(shortest_ms, longest_op_ms);
   d.lengths_ms.clear();
   d.fills.clear();
+  d.counts_id.clear();
   if (options_.paper_rules) return true;
 
-  // Candidate lengths: wherever some slot ends an operator.
+  // Candidate lengths: wherever some slot ends an operator, ascending and
+  // distinct. Each slot's multiples k * t (k from the first reaching the
+  // longest operator up to its remaining operators) are ascending, so each
+  // run is merged into the sorted lengths so far rather than sorting them all.
   for (const Pick& pk : picks) {
     const double t = op_ms(pk);
     const int r = state[static_cast<size_t>(pk.metaop)].remaining;
+    const size_t from = d.lengths_ms.size();
     for (int k = std::max(1, static_cast<int>(std::ceil(longest_op_ms / t * (1 - 1e-12)))); k <= r; ++k)
       d.lengths_ms.push_back(k * t);
+    if (from == 0 || from == d.lengths_ms.size()) continue;
+    merged_.resize(d.lengths_ms.size());
+    std::merge(d.lengths_ms.begin(), d.lengths_ms.begin() + static_cast<std::ptrdiff_t>(from),
+               d.lengths_ms.begin() + static_cast<std::ptrdiff_t>(from), d.lengths_ms.end(), merged_.begin());
+    d.lengths_ms.swap(merged_);
   }
-  std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
   d.lengths_ms.erase(std::unique(d.lengths_ms.begin(), d.lengths_ms.end()), d.lengths_ms.end());
-  // Fill of each length. A slot's operator count only grows with the
-  // length, so it is recomputed only once the length may have reached the
-  // next count (a threshold a hair early, so no change is missed): the same
-  // counts, far fewer divisions.
+  // Fill of each length: busy device-ms per ms of the longest slot. A
+  // slot's operator count only grows with the length, so it is recomputed
+  // only once the length may have reached the next count (a threshold a hair
+  // early, so no change is missed): the same counts, far fewer divisions.
+  // Below the earliest such threshold (`next_change_ms`) no count changes,
+  // so the fill is the previous length's, bit for bit; otherwise busy is
+  // summed over the slots in order as always, and the longest slot, which
+  // only grows, is kept up to date.
   fits_.clear();
-  for (const Pick& pk : picks) {
-    const double t = op_ms(pk);
-    fits_.push_back({t, state[static_cast<size_t>(pk.metaop)].remaining, pk.devices, 0, 0.0});
-  }
+  for (const Pick& pk : picks)
+    fits_.push_back({op_ms(pk), state[static_cast<size_t>(pk.metaop)].remaining, pk.devices, 0, 0.0, 0.0});
+  d.fills.reserve(d.lengths_ms.size());
+  d.counts_id.reserve(d.lengths_ms.size());
+  int counts_id = -1;
+  double fill = 0, length = 0;
+  double next_change_ms = 0;   // every next_ms starts at 0: the first length computes
   for (double len : d.lengths_ms) {
-    double busy = 0, length = 0;
-    for (SlotFit& f : fits_) {
-      if (f.count < f.remaining && len >= f.next_ms) {
-        f.count = fitting_count(len, f.op_ms, f.remaining);
-        f.next_ms = (f.count + 1) * f.op_ms / (1 + kAlignSlack) * (1 - 1e-9);
+    if (len >= next_change_ms) {
+      double busy = 0;
+      next_change_ms = std::numeric_limits<double>::infinity();
+      for (SlotFit& f : fits_) {
+        if (len >= f.next_ms) {
+          f.count = fitting_count(len, f.op_ms, f.remaining);
+          const double ms = f.count * f.op_ms;
+          f.busy_ms = ms * f.devices;
+          length = std::max(length, ms);
+          f.next_ms = f.count < f.remaining ? (f.count + 1) * f.op_ms / (1 + kAlignSlack) * (1 - 1e-9)
+                                            : std::numeric_limits<double>::infinity();
+        }
+        next_change_ms = std::min(next_change_ms, f.next_ms);
+        busy += f.busy_ms;
       }
-      const double ms = f.count * f.op_ms;
-      busy += ms * f.devices;
-      length = std::max(length, ms);
+      fill = busy / length;
+      ++counts_id;
     }
-    d.fills.push_back(busy / length);
+    d.fills.push_back(fill);
+    d.counts_id.push_back(counts_id);
   }
   return true;
 }
@@ -323,29 +362,32 @@ double PoolScheduler::default_align(const Draft& d) const {
   return d.lengths_ms[best];
 }
 
-AbstractWave PoolScheduler::commit(std::vector<ItemState>& state, const Draft& d, double align_ms,
-                                   int wave) const {
-  AbstractWave w;
+double PoolScheduler::commit(std::vector<ItemState>& state, const Draft& d, double align_ms, int wave,
+                             AbstractWave* out) const {
+  double wave_ms = 0;
   for (const Pick& pk : d.picks) {
     ItemState& st = state[static_cast<size_t>(pk.metaop)];
     const double t = op_ms(pk);
     // A slot whose tuple ends early keeps going with the MetaOp's later
     // operators on the same devices rather than leave them idle.
     const int count = fitting_count(align_ms, t, st.remaining);
-    w.slots.push_back({pk.metaop, st.next, count, pk.devices, count * t});
-    w.ms = std::max(w.ms, count * t);
+    if (out != nullptr) out->slots.push_back({pk.metaop, st.next, count, pk.devices, count * t});
+    wave_ms = std::max(wave_ms, count * t);
     st.next += count;
     st.remaining -= count;
     consume(st, pk.tuple, count);
     if (st.remaining == 0) st.finished_wave = wave;
   }
-  return w;
+  return wave_ms;
 }
 
-double PoolScheduler::rollout(std::vector<ItemState>& state, const std::vector<int>& pool, int wave) {
+double PoolScheduler::rollout(std::vector<ItemState>& state, const std::vector<int>& pool, int wave,
+                              std::vector<double>* waves_ms) {
   double total = 0;
   while (draft(state, pool, wave, rollout_draft_)) {
-    total += commit(state, rollout_draft_, default_align(rollout_draft_), wave).ms;
+    const double ms = commit(state, rollout_draft_, default_align(rollout_draft_), wave, nullptr);
+    if (waves_ms != nullptr) waves_ms->push_back(ms);
+    total += ms;
     ++wave;
   }
   return total;
@@ -355,37 +397,88 @@ double PoolScheduler::rollout(std::vector<ItemState>& state, const std::vector<i
 // With lookahead, each wave tries the `lookahead` best-filling lengths, each
 // followed by a greedy rollout of the rest of the pool, and keeps the one
 // that finishes the pool first (ties: the better fill).
+//
+// Candidates with the operator counts of one tried before are skipped (the
+// same wave, the same total: never strictly better).
+// Reuse: the greedy rollout that followed the length chosen for a wave is
+// exactly what trying the default (best-filling) length at the next wave
+// would replay (same state, same drafts, same default lengths), so its waves'
+// ms are kept (`greedy_ms`, from `greedy_at`) and summed in the same order
+// instead of rolling out again; committing the default length (no lookahead)
+// just moves along that record.
 void run_pool(const std::vector<ScheduleItem>& items, std::vector<ItemState>& state,
               const std::vector<int>& pool, int devices, const ScheduleOptions& options,
               std::vector<AbstractWave>& out) {
   PoolScheduler sched(items, devices, options);
   Draft d;
   std::vector<size_t> by_fill;
-  std::vector<ItemState> trial;
+  // Scratch state of the rollouts. Commits change only MetaOps of the pool,
+  // so after this full copy only those are reset from `state` per trial.
+  std::vector<ItemState> trial = state;
+  // Per wave, the ms of the greedy continuation from `state` (the default
+  // length at every wave), from index greedy_at on; valid when greedy_known.
+  std::vector<double> greedy_ms, trial_ms, best_ms;
+  std::vector<int> tried_counts;   // counts_id of the lengths tried at this wave
+  size_t greedy_at = 0;
+  bool greedy_known = false;
   for (;;) {
     const int wave = static_cast<int>(out.size());
     if (!sched.draft(state, pool, wave, d)) return;
     double align_ms = sched.default_align(d);
     if (options.lookahead > 1 && !options.paper_rules && d.lengths_ms.size() > 1) {
+      // The `lookahead` best fills (ties: the longer first). The order is
+      // total, so only those need sorting.
       by_fill.resize(d.lengths_ms.size());
       std::iota(by_fill.begin(), by_fill.end(), size_t{0});
-      std::stable_sort(by_fill.begin(), by_fill.end(), [&](size_t a, size_t b) {
-        if (d.fills[a] != d.fills[b]) return d.fills[a] > d.fills[b];
-        return a > b;   // longer first
-      });
-      by_fill.resize(std::min(by_fill.size(), static_cast<size_t>(options.lookahead)));
+      const auto tried = std::min(by_fill.size(), static_cast<size_t>(options.lookahead));
+      std::partial_sort(by_fill.begin(), by_fill.begin() + static_cast<std::ptrdiff_t>(tried), by_fill.end(),
+                        [&](size_t a, size_t b) {
+                          if (d.fills[a] != d.fills[b]) return d.fills[a] > d.fills[b];
+                          return a > b;   // longer first
+                        });
+      by_fill.resize(tried);
       double best_total = std::numeric_limits<double>::infinity();
+      const double default_ms = align_ms;
+      bool chosen = false;
+      tried_counts.clear();
       for (size_t c : by_fill) {
-        trial = state;
-        const double first_ms = sched.commit(trial, d, d.lengths_ms[c], wave).ms;
-        const double total = first_ms + sched.rollout(trial, pool, wave + 1);
+        // A length running every slot with the same operator counts as one
+        // tried before gives the same wave and total: it cannot be better.
+        if (std::find(tried_counts.begin(), tried_counts.end(), d.counts_id[c]) != tried_counts.end()) continue;
+        tried_counts.push_back(d.counts_id[c]);
+        double total = 0;
+        trial_ms.clear();
+        if (greedy_known && greedy_at < greedy_ms.size() && d.lengths_ms[c] == default_ms) {
+          // This wave and the rollout after it are the recorded greedy waves:
+          // the same sum, first wave + (0 + the rest in order).
+          double rest = 0;
+          for (size_t k = greedy_at + 1; k < greedy_ms.size(); ++k) {
+            rest += greedy_ms[k];
+            trial_ms.push_back(greedy_ms[k]);
+          }
+          total = greedy_ms[greedy_at] + rest;
+        } else {
+          for (int m : pool) trial[static_cast<size_t>(m)] = state[static_cast<size_t>(m)];
+          const double first_ms = sched.commit(trial, d, d.lengths_ms[c], wave, nullptr);
+          total = first_ms + sched.rollout(trial, pool, wave + 1, &trial_ms);
+        }
         if (total < best_total * (1 - 1e-12)) {
           best_total = total;
           align_ms = d.lengths_ms[c];
+          best_ms.swap(trial_ms);
+          chosen = true;
         }
       }
+      // The greedy continuation after the chosen length is its rollout.
+      greedy_ms.swap(best_ms);
+      greedy_at = 0;
+      greedy_known = chosen;
+    } else if (greedy_known) {
+      ++greedy_at;   // the default length: the next recorded greedy wave
     }
-    out.push_back(sched.commit(state, d, align_ms, wave));
+    AbstractWave w;
+    w.ms = sched.commit(state, d, align_ms, wave, &w);
+    out.push_back(std::move(w));
   }
 }
 
