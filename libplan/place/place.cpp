@@ -6,10 +6,17 @@
 #include <numeric>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 namespace spindle::plan {
 
 namespace {
+
+// Sweeps of the final improvement over the waves (Improver).
+constexpr int kImproveSweeps = 2;
+// Exchanges the final improvement tries at most, times the devices (an
+// exchange costs about a device count of work): 100 on 16 devices.
+constexpr int kImproveWork = 1600;
 
 // Everything placement has decided so far; copied for backtracking.
 struct State {
@@ -361,20 +368,13 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
   return placed;
 }
 
-}  // namespace
-
-std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves, const PlaceInput& in,
-                                         const std::vector<WavePlacement>* previous) {
-  assert(in.cost != nullptr && in.devices >= 1);
+// One placement of every wave by `placer` (the steps of place_islands, with
+// backtracking). `over_memory`: set when some wave had to be placed ignoring
+// memory.
+std::vector<WavePlacement> place_all(const Placer& placer, const std::vector<AbstractWave>& waves,
+                                     bool& over_memory) {
   constexpr size_t kBacktrack = 4;
-  Hint hint;
-  if (previous != nullptr) {
-    assert(previous->size() == waves.size());
-    for (size_t w = 0; w < waves.size(); ++w)
-      for (size_t s = 0; s < waves[w].slots.size(); ++s)
-        hint[{waves[w].slots[s].metaop, waves[w].slots[s].first}] = (*previous)[w].slot_devices[s];
-  }
-  const Placer placer(in, waves, previous, previous != nullptr ? &hint : nullptr);
+  over_memory = false;
   std::vector<WavePlacement> out;
   out.reserve(waves.size());
   State state = placer.initial();
@@ -415,9 +415,460 @@ std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves,
     if (!done) {
       // No placement fits: place it anyway; check_plan_memory names the device.
       out.push_back(*placer.place_wave(state, waves[w], true, true));
+      over_memory = true;
     }
     ring_size = 0;   // snapshots before the re-placed waves are stale
   }
+  return out;
+}
+
+// Row range [lo, hi) of the batch held by position i of an n-device group
+// with tensor_parallel k (as costing: n/k data-parallel groups).
+std::pair<int64_t, int64_t> rows_of(int i, int n, int k, int64_t batch) {
+  const int groups = n / k;
+  const int g = i / k;
+  return {batch * g / groups, batch * (g + 1) / groups};
+}
+
+// The final improvement of a placement across islands: exchanges of two
+// devices of one wave (between two slots, or a slot and an idle device), kept
+// when the predicted transfers plus gradient synchronisation (as cost_plan
+// computes them) get shorter, the transfers no longer, and no device passes
+// the memory. Candidates: the slots whose inputs or outputs cross islands,
+// most bytes first; for each of its devices, one device per occupant (slot or
+// idle) of each other island holding the slot's inputs or readers. Bounded by
+// sweeps and a count of exchanges tried: deterministic.
+class Improver {
+ public:
+  // Improves `placed` (placements of `waves`) in place, in run().
+  Improver(const std::vector<AbstractWave>& waves, const PlaceInput& in, std::vector<WavePlacement>& placed)
+      : in_(in) {
+    n_ = in.devices;
+    per_island_ = in.devices_per_island > 0 ? in.devices_per_island : n_;
+    islands_ = (n_ + per_island_ - 1) / per_island_;
+    // Slots in wave order, their inputs (as costing: the MetaOp's previous
+    // slice, else the final slices of its inputs) and who reads their output.
+    std::vector<int> last(in.metaops.size(), -1), final_slot(in.metaops.size(), -1);
+    for (size_t w = 0; w < waves.size(); ++w) {
+      wave_first_.push_back(static_cast<int>(slots_.size()));
+      for (size_t si = 0; si < waves[w].slots.size(); ++si) {
+        slots_.push_back({static_cast<int>(w), &waves[w].slots[si], &placed[w].slot_devices[si], {}, {}});
+        final_slot[static_cast<size_t>(waves[w].slots[si].metaop)] = static_cast<int>(slots_.size()) - 1;
+      }
+    }
+    wave_first_.push_back(static_cast<int>(slots_.size()));
+    readers_.resize(slots_.size());
+    for (size_t id = 0; id < slots_.size(); ++id) {
+      const AbstractSlot& slot = *slots_[id].slot;
+      const PlaceMetaOp& m = in.metaops[static_cast<size_t>(slot.metaop)];
+      auto edge = [&](int src, int ksrc, double bytes) {
+        if (src < 0 || bytes <= 0) return;
+        slots_[id].inputs.push_back({src, ksrc, m.tensor_parallel, m.batch, bytes});
+        readers_[static_cast<size_t>(src)].push_back(static_cast<int>(id));
+      };
+      if (slot.first > 0) {
+        edge(last[static_cast<size_t>(slot.metaop)], m.tensor_parallel, m.out_bytes_per_sample);
+      } else {
+        for (int im : m.inputs)
+          edge(final_slot[static_cast<size_t>(im)], in.metaops[static_cast<size_t>(im)].tensor_parallel,
+               in.metaops[static_cast<size_t>(im)].out_bytes_per_sample);
+      }
+      // `last` moves on once the whole wave is read (slots of one wave read
+      // the previous waves only).
+      if (static_cast<int>(id) + 1 == wave_first_[static_cast<size_t>(slots_[id].wave) + 1])
+        for (int j = wave_first_[static_cast<size_t>(slots_[id].wave)]; j <= static_cast<int>(id); ++j)
+          last[static_cast<size_t>(slots_[static_cast<size_t>(j)].slot->metaop)] = j;
+      for (int k = slot.first; k < slot.first + slot.count; ++k) {
+        const int p = m.param[static_cast<size_t>(k)];
+        if (p >= 0 && in.param_bytes[static_cast<size_t>(p)] > 0) slots_[id].params.push_back(p);
+      }
+      std::sort(slots_[id].params.begin(), slots_[id].params.end());
+      slots_[id].params.erase(std::unique(slots_[id].params.begin(), slots_[id].params.end()),
+                              slots_[id].params.end());
+    }
+    scratch_inter_.assign(static_cast<size_t>(islands_), 0.0);
+    wave_intra_.assign(waves.size() * static_cast<size_t>(n_), 0.0);
+    wave_inter_.assign(waves.size() * static_cast<size_t>(islands_), 0.0);
+    wave_ms_.resize(waves.size());
+    for (size_t w = 0; w < waves.size(); ++w) wave_ms_[w] = wave_ms(static_cast<int>(w));
+    // Parameters: devices running each (counted per slot), all-reduce times.
+    const size_t params = in.param_bytes.size();
+    count_.assign(params * static_cast<size_t>(n_), 0);
+    tensor_parallel_.assign(params, 1);
+    for (const SlotRef& s : slots_) {
+      const PlaceMetaOp& m = in.metaops[static_cast<size_t>(s.slot->metaop)];
+      for (int p : s.params) {
+        tensor_parallel_[static_cast<size_t>(p)] = m.tensor_parallel;
+        for (int d : *s.devices) ++count_[static_cast<size_t>(p) * static_cast<size_t>(n_) + static_cast<size_t>(d)];
+      }
+    }
+    group_ms_.assign(params, 0.0);
+    sync_.assign(static_cast<size_t>(n_), 0.0);
+    for (size_t p = 0; p < params; ++p) set_group(static_cast<int>(p), +1);
+  }
+
+  // Up to `sweeps` sweeps and `evals` exchanges tried in all. Each sweep
+  // takes the slots by the bytes their inputs and outputs move across
+  // islands, most first (ties: wave order).
+  void run(int sweeps, int evals) {
+    if (islands_ < 2) return;
+    evals_left_ = evals;
+    double best = objective();
+    std::vector<int> slot_of(static_cast<size_t>(n_));
+    std::vector<char> wanted(static_cast<size_t>(islands_));
+    std::vector<std::pair<double, int>> order;
+    for (int sweep = 0; sweep < sweeps; ++sweep) {
+      order.clear();
+      cross_bytes(crossing_);
+      for (int id = 0; id < static_cast<int>(slots_.size()); ++id)
+        if (crossing_[static_cast<size_t>(id)] > 0.5) order.push_back({-crossing_[static_cast<size_t>(id)], id});
+      std::sort(order.begin(), order.end());
+      bool improved = false;
+      for (const auto& [minus_bytes, a] : order) {
+        const SlotRef& sa = slots_[static_cast<size_t>(a)];
+        const int first = wave_first_[static_cast<size_t>(sa.wave)], end = wave_first_[static_cast<size_t>(sa.wave) + 1];
+        // Islands holding the slot's inputs or readers.
+        std::fill(wanted.begin(), wanted.end(), 0);
+        for (const Edge& e : sa.inputs)
+          for (int d : *slots_[static_cast<size_t>(e.src)].devices) wanted[static_cast<size_t>(d / per_island_)] = 1;
+        for (int r : readers_[static_cast<size_t>(a)])
+          for (int d : *slots_[static_cast<size_t>(r)].devices) wanted[static_cast<size_t>(d / per_island_)] = 1;
+        for (size_t xi = 0; xi < sa.devices->size(); ++xi) {
+          std::fill(slot_of.begin(), slot_of.end(), -1);
+          for (int b = first; b < end; ++b)
+            for (int d : *slots_[static_cast<size_t>(b)].devices) slot_of[static_cast<size_t>(d)] = b;
+          const int x = (*sa.devices)[xi];
+          for (int y = 0; y < n_; ++y) {
+            if (y / per_island_ == x / per_island_ || !wanted[static_cast<size_t>(y / per_island_)]) continue;
+            const int b = slot_of[static_cast<size_t>(y)];
+            if (b == a) continue;
+            // One device per occupant (a slot, or idle) of y's island: the first.
+            bool seen = false;
+            for (int z = (y / per_island_) * per_island_; z < y && !seen; ++z) seen = slot_of[static_cast<size_t>(z)] == b;
+            if (seen) continue;
+            if (evals_left_-- <= 0) return;
+            if (try_swap(a, x, b, y, best)) {
+              improved = true;
+              break;   // x moved: the next device of the slot
+            }
+          }
+        }
+      }
+      if (!improved) break;
+    }
+  }
+
+ private:
+  struct Edge {
+    int src;            // slot id
+    int ksrc, kdst;     // tensor_parallel of source and destination
+    int64_t batch;      // rows moved
+    double bytes_per_sample;
+  };
+  struct SlotRef {
+    int wave;
+    const AbstractSlot* slot;
+    std::vector<int>* devices;
+    std::vector<Edge> inputs;
+    std::vector<int> params;   // with bytes, ascending, once each
+  };
+
+  double transfer_ms() const {
+    double ms = 0;
+    for (double t : wave_ms_) ms += t;
+    return ms;
+  }
+
+  double objective() const {
+    double ms = 0;
+    for (double t : wave_ms_) ms += t;
+    return ms + *std::max_element(sync_.begin(), sync_.end());
+  }
+
+  // The wave's transfer time, as cost_plan (twice: forward and backward).
+  // Recomputes wave w's traffic from its edges; returns its time.
+  double wave_ms(int w) {
+    double* intra = &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)];
+    double* inter = &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)];
+    std::fill(intra, intra + n_, 0.0);
+    std::fill(inter, inter + islands_, 0.0);
+    for (int id = wave_first_[static_cast<size_t>(w)]; id < wave_first_[static_cast<size_t>(w) + 1]; ++id)
+      for (const Edge& e : slots_[static_cast<size_t>(id)].inputs) add_edge(e, id, 1.0);
+    return traffic_ms(w);
+  }
+
+  // Wave w's time from its traffic, as cost_plan: the slowest destination
+  // device (intra-island bytes) or island (inter-island bytes), twice. Link
+  // times grow with bytes, so the largest byte counts decide. Byte counts
+  // below half a byte are rounding left by subtracting an edge.
+  double traffic_ms(int w) const {
+    const double* intra = &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)];
+    const double* inter = &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)];
+    const double most_intra = *std::max_element(intra, intra + n_);
+    const double most_inter = *std::max_element(inter, inter + islands_);
+    double ms = 0;
+    if (most_intra > 0.5) ms = std::max(ms, in_.cost->p2p_ms(most_intra, false));
+    if (most_inter > 0.5) ms = std::max(ms, in_.cost->p2p_ms(most_inter, true));
+    return 2.0 * ms;
+  }
+
+  // Bytes the inputs and outputs of every slot move across islands.
+  void cross_bytes(std::vector<double>& bytes) {
+    bytes.assign(slots_.size(), 0.0);
+    for (size_t id = 0; id < slots_.size(); ++id)
+      for (const Edge& e : slots_[id].inputs) {
+        std::fill(scratch_inter_.begin(), scratch_inter_.end(), 0.0);
+        add_edge_to(e, static_cast<int>(id), 1.0, nullptr, scratch_inter_.data());
+        double b = 0;
+        for (double x : scratch_inter_) b += x;
+        bytes[id] += b;
+        bytes[static_cast<size_t>(e.src)] += b;
+      }
+  }
+
+  // Adds (sign 1) or takes off (-1) the bytes edge `e` into slot `id` moves:
+  // to its wave's intra-island bytes by destination device and inter-island
+  // bytes by destination island, as costing's re-sharding.
+  void add_edge(const Edge& e, int id, double sign) {
+    const int w = slots_[static_cast<size_t>(id)].wave;
+    add_edge_to(e, id, sign, &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)],
+                &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)]);
+  }
+  void add_edge_to(const Edge& e, int id, double sign, double* intra, double* inter) const {
+    const std::vector<int>& dst = *slots_[static_cast<size_t>(id)].devices;
+    {
+      {
+        const std::vector<int>& src = *slots_[static_cast<size_t>(e.src)].devices;
+        if (src == dst) return;
+        const int ns = static_cast<int>(src.size()), nd = static_cast<int>(dst.size());
+        const int groups = ns / e.ksrc;
+        for (int j = 0; j < nd; ++j) {
+          const int d = dst[static_cast<size_t>(j)];
+          const auto [lo, hi] = rows_of(j, nd, e.kdst, e.batch);
+          // The first source group ending after lo: rows ascend with g.
+          int g0 = e.batch > 0 ? static_cast<int>(lo * groups / e.batch) : 0;
+          g0 = std::min(std::max(g0, 0), groups - 1);
+          while (g0 > 0 && rows_of((g0 - 1) * e.ksrc, ns, e.ksrc, e.batch).second > lo) --g0;
+          while (g0 < groups - 1 && rows_of(g0 * e.ksrc, ns, e.ksrc, e.batch).second <= lo) ++g0;
+          for (int g = g0; g < groups; ++g) {
+            const auto [slo, shi] = rows_of(g * e.ksrc, ns, e.ksrc, e.batch);
+            if (slo >= hi) break;
+            const int64_t rows = std::min(hi, shi) - std::max(lo, slo);
+            if (rows <= 0) continue;
+            int chosen = -1;
+            for (int r = 0; r < e.ksrc && chosen < 0; ++r)
+              if (src[static_cast<size_t>(g * e.ksrc + r)] == d) chosen = d;
+            for (int r = 0; r < e.ksrc && chosen < 0; ++r)
+              if (src[static_cast<size_t>(g * e.ksrc + r)] / per_island_ == d / per_island_)
+                chosen = src[static_cast<size_t>(g * e.ksrc + r)];
+            if (chosen < 0) chosen = src[static_cast<size_t>(g * e.ksrc)];
+            if (chosen == d) continue;
+            const double bytes = sign * static_cast<double>(rows) * e.bytes_per_sample;
+            if (chosen / per_island_ == d / per_island_) {
+              if (intra != nullptr) intra[d] += bytes;
+            } else
+              inter[d / per_island_] += bytes;
+          }
+        }
+      }
+    }
+  }
+
+  // Adds (sign +1) or removes (-1) parameter p's all-reduce on its devices.
+  void set_group(int p, int sign) {
+    const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
+    if (sign > 0) {
+      group_.clear();
+      for (int d = 0; d < n_; ++d)
+        if (count_[row + static_cast<size_t>(d)] > 0) group_.push_back(d);
+      group_ms_[static_cast<size_t>(p)] =
+          group_.size() > 1 ? in_.cost->allreduce_ms(in_.param_bytes[static_cast<size_t>(p)], group_) : 0.0;
+    }
+    const double ms = sign * group_ms_[static_cast<size_t>(p)];
+    if (ms == 0) return;
+    for (int d = 0; d < n_; ++d)
+      if (count_[row + static_cast<size_t>(d)] > 0) sync_[static_cast<size_t>(d)] += ms;
+  }
+
+  // Moves slot `id` from device `from` to `to` (its list kept ascending).
+  void move(int id, int from, int to) {
+    std::vector<int>& devs = *slots_[static_cast<size_t>(id)].devices;
+    *std::find(devs.begin(), devs.end(), from) = to;
+    std::sort(devs.begin(), devs.end());
+    for (int p : slots_[static_cast<size_t>(id)].params) {
+      const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
+      --count_[row + static_cast<size_t>(from)];
+      ++count_[row + static_cast<size_t>(to)];
+    }
+  }
+
+  // Bytes each device holds, as cost_plan: per parameter it runs, weights and
+  // gradients plus the optimizer state sharded over the data-parallel
+  // replicas; the activations of every slot on it.
+  void memory(std::vector<double>& mem) const {
+    mem.assign(static_cast<size_t>(n_), 0.0);
+    const double replicated = 2.0 * in_.dtype_bytes;
+    const double optimizer = 8.0 + (in_.dtype_bytes < 4 ? 4.0 : 0.0);
+    for (size_t p = 0; p < in_.param_bytes.size(); ++p) {
+      const size_t row = p * static_cast<size_t>(n_);
+      int on = 0;
+      for (int d = 0; d < n_; ++d) on += count_[row + static_cast<size_t>(d)] > 0;
+      if (on == 0) continue;
+      const double replicas = std::max(1.0, static_cast<double>(on) / tensor_parallel_[p]);
+      const double bytes = in_.param_bytes[p] / in_.dtype_bytes * (replicated + optimizer / replicas);
+      for (int d = 0; d < n_; ++d)
+        if (count_[row + static_cast<size_t>(d)] > 0) mem[static_cast<size_t>(d)] += bytes;
+    }
+    for (const SlotRef& s : slots_) {
+      const PlaceMetaOp& m = in_.metaops[static_cast<size_t>(s.slot->metaop)];
+      double act = 0;
+      for (int k = s.slot->first; k < s.slot->first + s.slot->count; ++k)
+        act += m.act_bytes_per_sample[static_cast<size_t>(k)] * static_cast<double>(m.batch) /
+               static_cast<double>(s.devices->size());
+      for (int d : *s.devices) mem[static_cast<size_t>(d)] += act;
+    }
+  }
+
+  // Exchanges device x of slot a with device y of slot b (-1: y idle); kept
+  // when the objective drops below `best` (updated) within memory.
+  bool try_swap(int a, int x, int b, int y, double& best) {
+    // Parameters whose devices change: those of a and of b.
+    changed_.clear();
+    changed_.insert(changed_.end(), slots_[static_cast<size_t>(a)].params.begin(),
+                    slots_[static_cast<size_t>(a)].params.end());
+    if (b >= 0)
+      changed_.insert(changed_.end(), slots_[static_cast<size_t>(b)].params.begin(),
+                      slots_[static_cast<size_t>(b)].params.end());
+    std::sort(changed_.begin(), changed_.end());
+    changed_.erase(std::unique(changed_.begin(), changed_.end()), changed_.end());
+    // Waves whose transfers change: the wave and those of the readers.
+    waves_touched_.clear();
+    waves_touched_.push_back(slots_[static_cast<size_t>(a)].wave);
+    for (int s : {a, b})
+      if (s >= 0)
+        for (int r : readers_[static_cast<size_t>(s)]) waves_touched_.push_back(slots_[static_cast<size_t>(r)].wave);
+    std::sort(waves_touched_.begin(), waves_touched_.end());
+    waves_touched_.erase(std::unique(waves_touched_.begin(), waves_touched_.end()), waves_touched_.end());
+
+    const double transfer_before = transfer_ms();
+    sync_before_ = sync_;
+    saved_ms_.clear();
+    for (int p : changed_) saved_ms_.push_back(group_ms_[static_cast<size_t>(p)]);
+    // Devices running p before the exchange, at x and y.
+    member_before_.clear();
+    for (int p : changed_) {
+      const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
+      member_before_.push_back((count_[row + static_cast<size_t>(x)] > 0 ? 1 : 0) |
+                               (count_[row + static_cast<size_t>(y)] > 0 ? 2 : 0));
+    }
+    // Edges whose bytes change: into a and b, and out of them.
+    edges_touched_.clear();
+    for (int s : {a, b}) {
+      if (s < 0) continue;
+      for (const Edge& e : slots_[static_cast<size_t>(s)].inputs) edges_touched_.push_back({&e, s});
+      for (int r : readers_[static_cast<size_t>(s)])
+        for (const Edge& e : slots_[static_cast<size_t>(r)].inputs)
+          if (e.src == s) edges_touched_.push_back({&e, r});
+    }
+    saved_traffic_.clear();
+    for (int w : waves_touched_) {
+      const double* intra = &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)];
+      const double* inter = &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)];
+      saved_traffic_.insert(saved_traffic_.end(), intra, intra + n_);
+      saved_traffic_.insert(saved_traffic_.end(), inter, inter + islands_);
+    }
+    for (const auto& [e, dst] : edges_touched_) add_edge(*e, dst, -1.0);
+    move(a, x, y);
+    if (b >= 0) move(b, y, x);
+    for (const auto& [e, dst] : edges_touched_) add_edge(*e, dst, 1.0);
+    for (size_t i = 0; i < changed_.size(); ++i) {
+      const int p = changed_[i];
+      const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
+      const int now = (count_[row + static_cast<size_t>(x)] > 0 ? 1 : 0) | (count_[row + static_cast<size_t>(y)] > 0 ? 2 : 0);
+      if (now == member_before_[i]) continue;   // same devices: same all-reduce
+      // Take the old all-reduce off the old members, put the new one on.
+      const double old_ms = group_ms_[static_cast<size_t>(p)];
+      for (int d = 0; d < n_; ++d) {
+        const bool was = d == x ? (member_before_[i] & 1) != 0
+                         : d == y ? (member_before_[i] & 2) != 0
+                                  : count_[row + static_cast<size_t>(d)] > 0;
+        if (was) sync_[static_cast<size_t>(d)] -= old_ms;
+      }
+      set_group(p, +1);
+    }
+    saved_wave_.clear();
+    for (int w : waves_touched_) {
+      saved_wave_.push_back(wave_ms_[static_cast<size_t>(w)]);
+      wave_ms_[static_cast<size_t>(w)] = traffic_ms(w);
+    }
+    const double now = objective();
+    bool keep = now < best - 1e-9 && transfer_ms() <= transfer_before + 1e-9;
+    if (keep && in_.memory_bytes > 0) {
+      memory(mem_);
+      for (double bytes : mem_) keep = keep && bytes <= in_.memory_bytes;
+    }
+    if (keep) {
+      // Recomputed from the edges: no rounding carried forward.
+      for (int w : waves_touched_) wave_ms_[static_cast<size_t>(w)] = wave_ms(w);
+      best = objective();
+      return true;
+    }
+    move(a, y, x);
+    if (b >= 0) move(b, x, y);
+    sync_ = sync_before_;
+    for (size_t i = 0; i < changed_.size(); ++i) group_ms_[static_cast<size_t>(changed_[i])] = saved_ms_[i];
+    size_t at = 0;
+    for (size_t i = 0; i < waves_touched_.size(); ++i) {
+      const int w = waves_touched_[i];
+      wave_ms_[static_cast<size_t>(w)] = saved_wave_[i];
+      std::copy(saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at),
+                saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(n_)),
+                wave_intra_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w) * static_cast<size_t>(n_)));
+      at += static_cast<size_t>(n_);
+      std::copy(saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at),
+                saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(islands_)),
+                wave_inter_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w) * static_cast<size_t>(islands_)));
+      at += static_cast<size_t>(islands_);
+    }
+    return false;
+  }
+
+  int evals_left_ = 0;
+  const PlaceInput& in_;
+  int n_ = 0, per_island_ = 1, islands_ = 1;
+  std::vector<SlotRef> slots_;                 // every slot, wave by wave
+  std::vector<int> wave_first_;                // per wave: its first slot id; then the count
+  std::vector<std::vector<int>> readers_;      // per slot: slots taking its output
+  std::vector<double> wave_ms_;                // per wave: transfer ms
+  std::vector<int> count_;                     // [p * n + d]: slots running p on d
+  std::vector<int> tensor_parallel_;           // per parameter
+  std::vector<double> group_ms_, sync_;        // per parameter all-reduce; per device sum
+  // Scratch.
+  std::vector<double> wave_intra_, wave_inter_;   // [w * n + d], [w * islands + i]: bytes moved
+  std::vector<double> scratch_inter_, crossing_;
+  std::vector<double> mem_, saved_ms_, saved_wave_, sync_before_, saved_traffic_;
+  std::vector<std::pair<const Edge*, int>> edges_touched_;   // (edge, destination slot)
+  std::vector<int> group_, changed_, waves_touched_, member_before_;
+};
+
+}  // namespace
+
+std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves, const PlaceInput& in,
+                                         const std::vector<WavePlacement>* previous) {
+  assert(in.cost != nullptr && in.devices >= 1);
+  Hint hint;
+  if (previous != nullptr) {
+    assert(previous->size() == waves.size());
+    for (size_t w = 0; w < waves.size(); ++w)
+      for (size_t s = 0; s < waves[w].slots.size(); ++s)
+        hint[{waves[w].slots[s].metaop, waves[w].slots[s].first}] = (*previous)[w].slot_devices[s];
+  }
+  const Placer placer(in, waves, previous, previous != nullptr ? &hint : nullptr);
+  bool over_memory = false;
+  std::vector<WavePlacement> out = place_all(placer, waves, over_memory);
+  // The first pass only: the later ones follow where its outputs went.
+  if (previous == nullptr && !over_memory)
+    Improver(waves, in, out).run(kImproveSweeps, std::max(1, kImproveWork / in.devices));
   return out;
 }
 

@@ -482,12 +482,10 @@ void run_pool(const std::vector<ScheduleItem>& items, std::vector<ItemState>& st
   }
 }
 
-}  // namespace
-
-std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items, int devices,
-                                         const ScheduleOptions& options) {
+// The state before any wave: each MetaOp's tuples as its queue.
+std::vector<ItemState> initial_state(const std::vector<ScheduleItem>& items, int devices) {
+  (void)devices;   // checked by the assertion only
   std::vector<ItemState> state(items.size());
-  int levels = 0;
   for (size_t m = 0; m < items.size(); ++m) {
     ItemState& st = state[m];
     for (const AllocTuple& t : items[m].tuples)
@@ -499,8 +497,39 @@ std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items,
     int covered = 0;
     for (const AllocTuple& t : st.queue) covered += t.count;
     if (covered < st.remaining) st.queue.push_back({items[m].valid.front(), st.remaining - covered});
-    levels = std::max(levels, items[m].level + 1);
   }
+  return state;
+}
+
+// Advances `state` by the slots of wave `wave`, consuming each slot's
+// operators from a tuple of its device count first, when there is one.
+void apply_wave(std::vector<ItemState>& state, const AbstractWave& w, int wave) {
+  for (const AbstractSlot& s : w.slots) {
+    ItemState& st = state[static_cast<size_t>(s.metaop)];
+    int tuple = -1;
+    for (size_t t = 0; t < st.queue.size() && tuple < 0; ++t)
+      if (st.queue[t].devices == s.devices) tuple = static_cast<int>(t);
+    st.next += s.count;
+    st.remaining -= s.count;
+    consume(st, tuple, s.count);
+    if (st.remaining == 0) st.finished_wave = wave;
+  }
+}
+
+std::vector<int> level_pool(const std::vector<ScheduleItem>& items, int level) {
+  std::vector<int> pool;
+  for (size_t m = 0; m < items.size(); ++m)
+    if (items[m].level == level) pool.push_back(static_cast<int>(m));
+  return pool;
+}
+
+}  // namespace
+
+std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items, int devices,
+                                         const ScheduleOptions& options) {
+  std::vector<ItemState> state = initial_state(items, devices);
+  int levels = 0;
+  for (const ScheduleItem& it : items) levels = std::max(levels, it.level + 1);
   std::vector<AbstractWave> out;
   std::vector<int> pool;
   if (options.cross_level) {
@@ -508,13 +537,90 @@ std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items,
     run_pool(items, state, pool, devices, options, out);
     return out;
   }
-  for (int level = 0; level < levels; ++level) {
-    pool.clear();
-    for (size_t m = 0; m < items.size(); ++m)
-      if (items[m].level == level) pool.push_back(static_cast<int>(m));
-    run_pool(items, state, pool, devices, options, out);
-  }
+  for (int level = 0; level < levels; ++level)
+    run_pool(items, state, level_pool(items, level), devices, options, out);
   return out;
+}
+
+std::vector<AbstractWave> schedule_level(const std::vector<ScheduleItem>& items, int devices,
+                                         const ScheduleOptions& options,
+                                         const std::vector<AbstractWave>& before, int level) {
+  std::vector<ItemState> state = initial_state(items, devices);
+  for (size_t w = 0; w < before.size(); ++w) apply_wave(state, before[w], static_cast<int>(w));
+  std::vector<AbstractWave> out = before;
+  ScheduleOptions o = options;
+  o.cross_level = false;
+  run_pool(items, state, level_pool(items, level), devices, o, out);
+  out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(before.size()));
+  return out;
+}
+
+int fill_idle(const std::vector<ScheduleItem>& items, int devices, std::vector<AbstractWave>& waves,
+              size_t from, int level) {
+  std::vector<ItemState> state = initial_state(items, devices);
+  for (size_t w = 0; w < waves.size(); ++w) apply_wave(state, waves[w], static_cast<int>(w));
+  const std::vector<int> pool = level_pool(items, level);
+  // Operators of the level already in the waves (none expected): left alone.
+  std::vector<int> done(items.size(), 0);
+  for (int m : pool) done[static_cast<size_t>(m)] = state[static_cast<size_t>(m)].next;
+  std::vector<int> next(items.size(), 0);
+  for (int m : pool) next[static_cast<size_t>(m)] = done[static_cast<size_t>(m)];
+  int added = 0;
+  std::vector<int> order;
+  for (size_t w = from; w < waves.size(); ++w) {
+    AbstractWave& wave = waves[w];
+    int free = devices;
+    for (const AbstractSlot& s : wave.slots) free -= s.devices;
+    order.clear();
+    for (int m : pool) {
+      const ScheduleItem& it = items[static_cast<size_t>(m)];
+      if (next[static_cast<size_t>(m)] == it.length || done[static_cast<size_t>(m)] > 0) continue;
+      bool in_wave = false;
+      for (const AbstractSlot& s : wave.slots) in_wave = in_wave || s.metaop == m;
+      bool inputs_done = true;
+      for (int in : it.inputs) {
+        const int f = state[static_cast<size_t>(in)].finished_wave;
+        if (f < 0 || f >= static_cast<int>(w)) inputs_done = false;
+      }
+      if (!in_wave && inputs_done) order.push_back(m);
+    }
+    // Most remaining work first (ms on one device; ties: the lower id).
+    auto work = [&](int m) {
+      const ScheduleItem& it = items[static_cast<size_t>(m)];
+      const int n = it.valid.front();
+      return (it.length - next[static_cast<size_t>(m)]) * it.time_ms[static_cast<size_t>(n)] * n;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return work(a) > work(b); });
+    bool changed = false;
+    for (int m : order) {
+      const ScheduleItem& it = items[static_cast<size_t>(m)];
+      const int left = it.length - next[static_cast<size_t>(m)];
+      // The valid count that fits the most operators within the wave
+      // (ties: fewer devices), never lengthening it.
+      int best_n = 0, best_count = 0;
+      for (int n : it.valid) {
+        if (n > free) break;
+        const double t = it.time_ms[static_cast<size_t>(n)];
+        const int count = std::min(left, static_cast<int>(std::floor(wave.ms / t * (1 + 1e-12))));
+        if (count > best_count) {
+          best_n = n;
+          best_count = count;
+        }
+      }
+      if (best_count == 0) continue;
+      const double t = it.time_ms[static_cast<size_t>(best_n)];
+      wave.slots.push_back({m, next[static_cast<size_t>(m)], best_count, best_n, best_count * t});
+      wave.ms = std::max(wave.ms, best_count * t);
+      next[static_cast<size_t>(m)] += best_count;
+      free -= best_n;
+      ++added;
+      changed = true;
+    }
+    if (changed)
+      std::sort(wave.slots.begin(), wave.slots.end(),
+                [](const AbstractSlot& a, const AbstractSlot& b) { return a.metaop < b.metaop; });
+  }
+  return added;
 }
 
 }  // namespace spindle::plan

@@ -85,4 +85,25 @@ struct AbstractWave {
 std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items, int devices,
                                          const ScheduleOptions& options = {});
 
+// Level `level` scheduled as schedule_waves does level by level (options'
+// cross_level is ignored), after `before`: waves that complete every MetaOp
+// of the lower levels and may already run some operators of this level (see
+// fill_idle). Returns only the new waves, which complete the level.
+std::vector<AbstractWave> schedule_level(const std::vector<ScheduleItem>& items, int devices,
+                                         const ScheduleOptions& options,
+                                         const std::vector<AbstractWave>& before, int level);
+
+// Beyond the paper: puts operators of level `level` into the idle devices
+// (those in no slot) of waves[from..], never lengthening a wave: in each
+// wave, MetaOps of the level with no operator in `waves` yet (other than
+// those this call adds) and no slot in that wave, whose inputs finished in
+// an earlier wave, most remaining work first (device-ms on the smallest
+// valid count; ties: the lower id), each on the valid count that fits the
+// most operators in the wave's ms (ties: fewer devices). Slots stay in
+// ascending MetaOp order; each MetaOp's operators stay in order. Returns the
+// number of slots added (0: `waves` unchanged); deterministic. Lower levels
+// must be complete in `waves`.
+int fill_idle(const std::vector<ScheduleItem>& items, int devices, std::vector<AbstractWave>& waves,
+              size_t from, int level);
+
 }  // namespace spindle::plan

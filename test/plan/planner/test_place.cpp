@@ -3,6 +3,7 @@
 // workloads, island placement against the naive one.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <set>
 
 #include "../shipped_fixture.h"
@@ -54,6 +55,37 @@ std::set<int> islands_of(const std::vector<int>& devices, int per_island) {
   return out;
 }
 
+// Bytes the slots of `placed` read from another island, as costing
+// re-shards (tensor_parallel 1, rows split evenly): per wave, each slot's
+// input is its MetaOp's previous slice.
+double cross_island_bytes(const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed,
+                          const PlaceInput& in) {
+  std::map<int, std::vector<int>> last;
+  double bytes = 0;
+  for (size_t w = 0; w < waves.size(); ++w) {
+    for (size_t s = 0; s < waves[w].slots.size(); ++s) {
+      const AbstractSlot& slot = waves[w].slots[s];
+      const auto it = last.find(slot.metaop);
+      if (slot.first == 0 || it == last.end()) continue;
+      const PlaceMetaOp& m = in.metaops[static_cast<size_t>(slot.metaop)];
+      const std::vector<int>& src = it->second;
+      const std::vector<int>& dst = placed[w].slot_devices[s];
+      const int64_t b = m.batch;
+      const auto ns = static_cast<int64_t>(src.size()), nd = static_cast<int64_t>(dst.size());
+      for (int64_t j = 0; j < nd; ++j)
+        for (int64_t g = 0; g < ns; ++g) {
+          const int64_t rows = std::min(b * (j + 1) / nd, b * (g + 1) / ns) - std::max(b * j / nd, b * g / ns);
+          if (rows > 0 && src[static_cast<size_t>(g)] / in.devices_per_island !=
+                              dst[static_cast<size_t>(j)] / in.devices_per_island)
+            bytes += static_cast<double>(rows) * m.out_bytes_per_sample;
+        }
+    }
+    for (size_t s = 0; s < waves[w].slots.size(); ++s)
+      last[waves[w].slots[s].metaop] = placed[w].slot_devices[s];
+  }
+  return bytes;
+}
+
 }  // namespace
 
 TEST_CASE("place: a slot that fits an island is not split; the naive placement splits it", "[place]") {
@@ -89,6 +121,38 @@ TEST_CASE("place: a MetaOp goes to the island holding its inputs", "[place]") {
   // The naive placement sends both across.
   const auto naive = place_sequential(waves, 8);
   CHECK(naive[1].slot_devices[0] == std::vector<int>{0, 1});
+}
+
+TEST_CASE("place: the final improvement moves a light slice across rather than a heavy one", "[place]") {
+  // Two islands of 4. Wave 0: MetaOp 0 (light output) on 2 devices, 3
+  // (heavy output) on 2, 4 on 2, 1 and 2 on one each. Wave 1: 0 widens to 4
+  // devices, 3 narrows to 1, 1 and 4 keep their devices. Greedily, 0 takes
+  // the four devices of its island and 3 has to cross to the other one; the
+  // improvement sends one device's rows of 0 across instead.
+  const Cluster c = cluster(2, 4);
+  TableCostModel cost(c);
+  PlaceInput in = input(c, cost, 5);
+  for (PlaceMetaOp& m : in.metaops) {
+    m.param = {-1, -1};
+    m.act_bytes_per_sample = {0, 0};
+  }
+  in.metaops[3].out_bytes_per_sample = 8e6;
+  auto cont = [](int metaop, int devices) { return AbstractSlot{metaop, 1, 1, devices, 1.0}; };
+  const std::vector<AbstractWave> waves{
+      {{slot(0, 2), slot(1, 1), slot(2, 1), slot(3, 2), slot(4, 2)}, 1.0},
+      {{cont(0, 4), cont(1, 1), cont(3, 1), cont(4, 2)}, 1.0}};
+  const auto placed = place_islands(waves, in);
+  for (const WavePlacement& w : placed) {
+    std::set<int> used;
+    for (const auto& devs : w.slot_devices)
+      for (int d : devs) CHECK(used.insert(d).second);
+  }
+  // MetaOp 3 stays in the island holding its rows; 0 spans both islands.
+  CHECK(islands_of(placed[1].slot_devices[2], 4) == islands_of(placed[0].slot_devices[3], 4));
+  CHECK(islands_of(placed[1].slot_devices[0], 4).size() == 2);
+  // Rows crossing: a few of 0's (1 MB a sample) or 4's, not all of 3's (8
+  // samples of 8 MB), as greedily.
+  CHECK(cross_island_bytes(waves, placed, in) < 8e6);
 }
 
 TEST_CASE("place: a MetaOp joins the island already holding its parameters", "[place]") {
@@ -168,9 +232,12 @@ TEST_CASE("place: on two nodes, island placement moves less than the naive one",
     REQUIRE(naive.ok());
     CHECK(islands->predicted.transfer_ms < naive->predicted.transfer_ms);
     CHECK(islands->predicted.iteration_ms < naive->predicted.iteration_ms);
-    // No slice that fits an island is spread over both when it could have
-    // kept to one: here every slice of at most 8 devices stays in one island
-    // except where the wave leaves no island with room.
+    // The design target: inter-wave transfers at most 4% of the iteration.
+    CHECK(islands->predicted.transfer_ms <= 0.04 * islands->predicted.iteration_ms);
+    // Slices that fit an island mostly keep to one: greedily, all of them
+    // except where the wave leaves no island with room; the final
+    // improvement spreads a few more over both when that shortens the
+    // predicted transfers and gradient synchronisation.
     int split = 0, small = 0;
     for (const Wave& w : islands->waves)
       for (const Slice& s : w.slices)
@@ -178,6 +245,6 @@ TEST_CASE("place: on two nodes, island placement moves less than the naive one",
           ++small;
           split += islands_of(s.devices, 8).size() > 1;
         }
-    CHECK(split * 10 < small);   // fewer than 10% of the slices
+    CHECK(split * 5 < small);   // fewer than 20% of the slices
   }
 }

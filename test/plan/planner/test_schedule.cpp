@@ -199,3 +199,45 @@ TEST_CASE("schedule: single operators on the level-rounded counts finish sooner"
     CHECK(b[0].ms + b[1].ms == Approx(5.5));
   }
 }
+
+TEST_CASE("schedule: a level starts in the idle devices of the previous level's last waves", "[schedule]") {
+  // The level-by-level case above under our rules: level 0 is {X, Y} 10 ms,
+  // then X's last 3 operators alone for 30 ms, one device idle; level 1 is
+  // {Z, W} 10 ms, then Z's second operator 10 ms: 60 ms in all.
+  const std::vector<ScheduleItem> items{item(0, {}, 4, 10, {{1, 4}}, {1}),
+                                        item(0, {}, 1, 10, {{1, 1}}, {1}),
+                                        item(1, {1}, 2, 10, {{1, 2}}, {1}),
+                                        item(1, {0}, 1, 10, {{1, 1}}, {1})};
+  const ScheduleOptions ours;
+  const std::vector<AbstractWave> by_level = schedule_waves(items, 2, ours);
+  REQUIRE(by_level.size() == 4);
+  check_wave(by_level[1], {{0, 1, 3, 1}});
+  CHECK(by_level[1].ms == Approx(30));
+  std::vector<AbstractWave> before(by_level.begin(), by_level.begin() + 2);
+  CHECK(schedule_level(items, 2, ours, before, 1).size() == 2);   // unchanged without a fill
+
+  // Z's input Y finished in wave 0, so Z's two operators fit in wave 1's
+  // idle device (20 of its 30 ms, the wave keeps its length); W needs X,
+  // which ends in wave 1, so it waits. Level 1 is then W alone: 50 ms.
+  CHECK(fill_idle(items, 2, before, 1, 1) == 1);
+  check_wave(before[0], {{0, 0, 1, 1}, {1, 0, 1, 1}});
+  check_wave(before[1], {{0, 1, 3, 1}, {2, 0, 2, 1}});
+  CHECK(before[1].ms == Approx(30));
+  const std::vector<AbstractWave> rest = schedule_level(items, 2, ours, before, 1);
+  REQUIRE(rest.size() == 1);
+  check_wave(rest[0], {{3, 0, 1, 1}});
+  std::vector<AbstractWave> all = before;
+  all.insert(all.end(), rest.begin(), rest.end());
+  check_structure(items, all, 2);
+  double ms = 0;
+  for (const AbstractWave& w : all) ms += w.ms;
+  CHECK(ms == Approx(50));
+
+  // A MetaOp whose single operator is longer than the wave stays out: the
+  // fill never lengthens a wave.
+  std::vector<ScheduleItem> slow = items;
+  slow[2] = item(1, {1}, 2, 40, {{1, 2}}, {1});
+  std::vector<AbstractWave> unfilled(by_level.begin(), by_level.begin() + 2);
+  CHECK(fill_idle(slow, 2, unfilled, 0, 1) == 0);
+  check_wave(unfilled[1], {{0, 1, 3, 1}});
+}
