@@ -259,7 +259,7 @@ std::vector<double> link_message_sizes(const std::vector<MeasureTarget>& targets
   }
   if (!(hi > 0)) lo = hi = 1 << 20;
   lo = std::max(lo, 4.0);
-  hi = std::max(hi, 4.0 * lo);   // at least a factor 4: two distinct sizes for the fit
+  hi = std::max({hi, 4.0 * lo, kMinLargestLinkMessage});   // distinct sizes; a bandwidth-bound largest
   std::vector<double> sizes;
   count = std::max(count, 2);
   for (int i = 0; i < count; ++i) {

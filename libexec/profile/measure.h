@@ -91,7 +91,11 @@ double op_comm_ms(const MeasureTarget& t, int n, const TpCalls& tp, const plan::
 // Message sizes, bytes, the planner will cost for this model: gradient
 // all-reduces (an operator's parameter bytes / K) and inter-wave transfers
 // (an output's bytes per sample x batch / n), as `count` log-spaced sizes
-// between the smallest and largest (multiples of 4 bytes, at least 4).
+// between the smallest and largest (multiples of 4 bytes, at least 4). The
+// largest is at least kMinLargestLinkMessage: below that, a fast link moves
+// the bytes in about its latency, and timing noise can hide the bandwidth
+// term (the fit needs times that grow with size).
+constexpr double kMinLargestLinkMessage = 4 << 20;
 std::vector<double> link_message_sizes(const std::vector<MeasureTarget>& targets,
                                        const std::vector<plan::ProfileEntry>& entries, plan::DType dtype,
                                        int count);

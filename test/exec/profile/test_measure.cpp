@@ -95,12 +95,19 @@ TEST_CASE("contrastive_loss: full batch on every count, plus the gather of both 
 TEST_CASE("link_message_sizes spans the model's gradient and transfer sizes", "[profile][measure]") {
   se::MeasureTarget t = layer(1);
   sp::ProfileEntry e;
-  e.param_bytes = 100000;
+  e.param_bytes = 6000000;
   // Transfers: output 8 x 32 fp32 = 1024 bytes per sample, x 12 / 2 = 6144 bytes.
   const auto sizes = se::link_message_sizes({t}, {e}, sp::DType::fp32, 6);
   REQUIRE(sizes.size() == 6);
   CHECK(sizes.front() == 6144);
-  CHECK(sizes.back() == 100000);
+  CHECK(sizes.back() == 6000000);
+  // Small models: the largest size is raised to 4 MiB, so that the fit sees
+  // the bandwidth term above timing noise (6144 .. 4194304 bytes).
+  e.param_bytes = 100000;
+  const auto small = se::link_message_sizes({t}, {e}, sp::DType::fp32, 6);
+  REQUIRE(small.size() == 6);
+  CHECK(small.front() == 6144);
+  CHECK(small.back() == 4194304);
   for (size_t i = 1; i < sizes.size(); ++i) CHECK(sizes[i] > sizes[i - 1]);
   for (double s : sizes) CHECK(std::fmod(s, 4.0) == 0.0);
 }
