@@ -12,6 +12,15 @@
 
 namespace spindle::exec::test {
 
+// The OpConfig of one operator of `kind` (no tensor parallelism).
+inline OpConfig op_config(OpKind kind, nlohmann::json dims, int64_t max_seq = 0) {
+  OpConfig c;
+  c.kind = kind;
+  c.dims = std::move(dims);
+  c.max_seq = max_seq;
+  return c;
+}
+
 // Host tensor with values uniform in [-scale, scale), a function of (seed, i).
 inline Tensor random_tensor(Shape shape, uint64_t seed, float scale = 1.0f) {
   Tensor t = Tensor::zeros(std::move(shape));

@@ -10,15 +10,9 @@
 #include "libexec/optim/adamw.h"
 
 using namespace spindle::exec;
+using spindle::exec::test::op_config;
 
 namespace {
-OpConfig config(OpKind kind, nlohmann::json dims, int64_t max_seq = 0) {
-  OpConfig c;
-  c.kind = kind;
-  c.dims = std::move(dims);
-  c.max_seq = max_seq;
-  return c;
-}
 void set(ParamSet& ps, const std::string& tensor, std::vector<float> v) {
   Param& p = ps.get(tensor);
   p.value = Tensor::from(p.value.shape(), std::move(v));
@@ -26,7 +20,7 @@ void set(ParamSet& ps, const std::string& tensor, std::vector<float> v) {
 }  // namespace
 
 TEST_CASE("linear forward: y = x W + b on a 2x2 case", "[forward]") {
-  OpConfig cfg = config(OpKind::linear, {{"in", 2}, {"out", 2}});
+  OpConfig cfg = op_config(OpKind::linear, {{"in", 2}, {"out", 2}});
   ParamSet ps = make_params(cfg, "m/0.0", 0);
   set(ps, "w", {1, 2, 3, 4});  // [in, out]
   set(ps, "bias", {0.5f, -1});
@@ -58,7 +52,7 @@ TEST_CASE("lm_loss forward: softmax cross-entropy on a 2-token, 2-word case", "[
   // hidden 2: LayerNorm of [0, 2] is [-r, r] with r = 1/sqrt(1 + 1e-5);
   // W = identity gives logits [-r, r]. Targets 1 and 0:
   // CE = log(e^-r + e^r) -+ r, mean = log(e^-r + e^r).
-  OpConfig cfg = config(OpKind::lm_loss, {{"hidden", 2}, {"vocab", 2}});
+  OpConfig cfg = op_config(OpKind::lm_loss, {{"hidden", 2}, {"vocab", 2}});
   ParamSet ps = make_params(cfg, "m/0.0", 0);
   set(ps, "w", {1, 0, 0, 1});
   Op op = make_op(cfg, ps);
@@ -78,7 +72,7 @@ TEST_CASE("contrastive_loss forward: symmetric InfoNCE on a 2x2 case", "[forward
   const double cols = std::log(std::exp(1.0) + 1) - 1 + std::log(2.0);
   const double expected = 0.5 * (rows / 2 + cols / 2);
   CHECK(expected == Approx(0.4911570396112658));
-  OpConfig cfg = config(OpKind::contrastive_loss, {{"dim", 2}, {"temperature", 1.0}});
+  OpConfig cfg = op_config(OpKind::contrastive_loss, {{"dim", 2}, {"temperature", 1.0}});
   ParamSet ps = make_params(cfg, "c/0.0", 0);
   CHECK(ps.params.empty());
   Op op = make_op(cfg, ps);
@@ -87,13 +81,13 @@ TEST_CASE("contrastive_loss forward: symmetric InfoNCE on a 2x2 case", "[forward
                                Tensor::from({2, 1, 2}, {1, 0, 2, 2})};
   CHECK(op_forward(op, in)[0] == Approx(expected).epsilon(1e-6));
   // Default temperature 0.07 when the dim is absent.
-  OpConfig cfg2 = config(OpKind::contrastive_loss, {{"dim", 2}});
+  OpConfig cfg2 = op_config(OpKind::contrastive_loss, {{"dim", 2}});
   Op op2 = make_op(cfg2, ps);
   CHECK(std::get<ContrastiveLossState>(op2.state).temperature == Approx(0.07));
 }
 
 TEST_CASE("patch_embed and token_embed add position rows 0..s-1", "[forward]") {
-  OpConfig pc = config(OpKind::patch_embed, {{"in_dim", 1}, {"hidden", 1}}, 3);
+  OpConfig pc = op_config(OpKind::patch_embed, {{"in_dim", 1}, {"hidden", 1}}, 3);
   ParamSet pp = make_params(pc, "v/0.0", 0);
   set(pp, "w", {2});
   set(pp, "bias", {1});
@@ -103,7 +97,7 @@ TEST_CASE("patch_embed and token_embed add position rows 0..s-1", "[forward]") {
   const Tensor y = op_forward(pop, std::span(&feats, 1));
   CHECK(std::vector<float>(y.data(), y.data() + 4) == std::vector<float>{13, 25, 17, 29});
 
-  OpConfig tc = config(OpKind::token_embed, {{"vocab", 3}, {"hidden", 1}}, 2);
+  OpConfig tc = op_config(OpKind::token_embed, {{"vocab", 3}, {"hidden", 1}}, 2);
   ParamSet tp = make_params(tc, "t/0.0", 0);
   set(tp, "table", {100, 200, 300});
   set(tp, "pos", {1, 2});
@@ -117,7 +111,7 @@ TEST_CASE("patch_embed and token_embed add position rows 0..s-1", "[forward]") {
 }
 
 TEST_CASE("pool_project forward: mean over s, then LayerNorm and linear", "[forward]") {
-  OpConfig cfg = config(OpKind::pool_project, {{"in", 2}, {"out", 1}});
+  OpConfig cfg = op_config(OpKind::pool_project, {{"in", 2}, {"out", 1}});
   ParamSet ps = make_params(cfg, "p/0.0", 0);
   set(ps, "w", {1, 2});
   set(ps, "bias", {0.25f});
@@ -159,23 +153,23 @@ TEST_CASE("cpu backend add: dst += src into a view, sizes checked", "[backend]")
 
 TEST_CASE("parameter counts equal spec/model.md", "[params]") {
   const int64_t h = 8, f = 12, s = 5, in = 6, out = 4, v = 10;
-  CHECK(make_params(config(OpKind::patch_embed, {{"in_dim", in}, {"hidden", h}}, s), "a/0.0", 0)
+  CHECK(make_params(op_config(OpKind::patch_embed, {{"in_dim", in}, {"hidden", h}}, s), "a/0.0", 0)
             .full_count() == in * h + h + s * h);
-  CHECK(make_params(config(OpKind::token_embed, {{"vocab", v}, {"hidden", h}}, s), "a/0.0", 0)
+  CHECK(make_params(op_config(OpKind::token_embed, {{"vocab", v}, {"hidden", h}}, s), "a/0.0", 0)
             .full_count() == v * h + s * h);
-  CHECK(make_params(config(OpKind::transformer_layer, {{"hidden", h}, {"heads", 2}, {"ffn", f}}),
+  CHECK(make_params(op_config(OpKind::transformer_layer, {{"hidden", h}, {"heads", 2}, {"ffn", f}}),
                     "a/0.0", 0)
             .full_count() == 4 * h * h + 2 * h * f + f + 9 * h);
-  CHECK(make_params(config(OpKind::linear, {{"in", in}, {"out", out}}), "a/0.0", 0).full_count() ==
+  CHECK(make_params(op_config(OpKind::linear, {{"in", in}, {"out", out}}), "a/0.0", 0).full_count() ==
         in * out + out);
-  CHECK(make_params(config(OpKind::pool_project, {{"in", in}, {"out", out}}), "a/0.0", 0)
+  CHECK(make_params(op_config(OpKind::pool_project, {{"in", in}, {"out", out}}), "a/0.0", 0)
             .full_count() == in * out + out + 2 * in);
-  CHECK(make_params(config(OpKind::lm_loss, {{"hidden", h}, {"vocab", v}}), "a/0.0", 0)
+  CHECK(make_params(op_config(OpKind::lm_loss, {{"hidden", h}, {"vocab", v}}), "a/0.0", 0)
             .full_count() == h * v + 2 * h);
 }
 
 TEST_CASE("initialisation depends only on seed and parameter name", "[params]") {
-  OpConfig cfg = config(OpKind::linear, {{"in", 4}, {"out", 3}});
+  OpConfig cfg = op_config(OpKind::linear, {{"in", 4}, {"out", 3}});
   const ParamSet a = make_params(cfg, "m/1.0", 3), b = make_params(cfg, "m/1.0", 3);
   const ParamSet c = make_params(cfg, "m/1.1", 3), d = make_params(cfg, "m/1.0", 4);
   const Tensor& wa = a.params[0].value;

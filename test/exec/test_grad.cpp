@@ -16,6 +16,7 @@
 #include "libexec/ops/op.h"
 
 using namespace spindle::exec;
+using spindle::exec::test::op_config;
 using spindle::exec::test::perturb;
 using spindle::exec::test::random_ids;
 using spindle::exec::test::random_tensor;
@@ -76,53 +77,45 @@ void check_op(const OpConfig& cfg, std::vector<Tensor> in, const std::vector<boo
   CHECK(gi == grads.size());
 }
 
-OpConfig config(OpKind kind, nlohmann::json dims, int64_t max_seq = 0) {
-  OpConfig c;
-  c.kind = kind;
-  c.dims = std::move(dims);
-  c.max_seq = max_seq;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("linear backward matches finite differences", "[grad]") {
-  check_op(config(OpKind::linear, {{"in", 4}, {"out", 3}}), {random_tensor({2, 3, 4}, 1)}, {true});
+  check_op(op_config(OpKind::linear, {{"in", 4}, {"out", 3}}), {random_tensor({2, 3, 4}, 1)}, {true});
 }
 
 TEST_CASE("patch_embed backward matches finite differences", "[grad]") {
-  check_op(config(OpKind::patch_embed, {{"in_dim", 5}, {"hidden", 4}}, 4),
+  check_op(op_config(OpKind::patch_embed, {{"in_dim", 5}, {"hidden", 4}}, 4),
            {random_tensor({2, 3, 5}, 1)}, {false});
 }
 
 TEST_CASE("token_embed backward matches finite differences", "[grad]") {
-  check_op(config(OpKind::token_embed, {{"vocab", 7}, {"hidden", 4}}, 5), {random_ids({2, 3}, 7, 3)},
+  check_op(op_config(OpKind::token_embed, {{"vocab", 7}, {"hidden", 4}}, 5), {random_ids({2, 3}, 7, 3)},
            {false});
 }
 
 TEST_CASE("transformer_layer backward matches finite differences", "[grad]") {
   for (bool causal : {false, true}) {
     INFO("causal " << causal);
-    check_op(config(OpKind::transformer_layer,
+    check_op(op_config(OpKind::transformer_layer,
                     {{"hidden", 8}, {"heads", 2}, {"ffn", 12}, {"causal", causal}}),
              {random_tensor({2, 3, 8}, 1)}, {true});
   }
 }
 
 TEST_CASE("pool_project backward matches finite differences", "[grad]") {
-  check_op(config(OpKind::pool_project, {{"in", 6}, {"out", 4}}), {random_tensor({3, 4, 6}, 1)},
+  check_op(op_config(OpKind::pool_project, {{"in", 6}, {"out", 4}}), {random_tensor({3, 4, 6}, 1)},
            {true});
 }
 
 TEST_CASE("contrastive_loss backward matches finite differences", "[grad]") {
   for (double t : {0.07, 0.5}) {
     INFO("temperature " << t);
-    check_op(config(OpKind::contrastive_loss, {{"dim", 4}, {"temperature", t}}),
+    check_op(op_config(OpKind::contrastive_loss, {{"dim", 4}, {"temperature", t}}),
              {random_tensor({3, 1, 4}, 1), random_tensor({3, 1, 4}, 2)}, {true, true});
   }
 }
 
 TEST_CASE("lm_loss backward matches finite differences", "[grad]") {
-  check_op(config(OpKind::lm_loss, {{"hidden", 6}, {"vocab", 5}}),
+  check_op(op_config(OpKind::lm_loss, {{"hidden", 6}, {"vocab", 5}}),
            {random_tensor({2, 3, 6}, 1), random_ids({2, 3}, 5, 4)}, {true, false});
 }

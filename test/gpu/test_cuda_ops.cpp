@@ -30,6 +30,7 @@
 #include "libexec/optim/adamw.h"
 
 using namespace spindle::exec;
+using spindle::exec::test::op_config;
 using spindle::exec::test::perturb;
 using spindle::exec::test::random_ids;
 using spindle::exec::test::random_tensor;
@@ -69,14 +70,6 @@ Tensor to_dev(Backend& b, const Tensor& h) {
   Tensor t = b.allocate(h.shape());
   b.copy(h, t);
   return t;
-}
-
-OpConfig config(OpKind kind, nlohmann::json dims, int64_t max_seq = 0) {
-  OpConfig c;
-  c.kind = kind;
-  c.dims = std::move(dims);
-  c.max_seq = max_seq;
-  return c;
 }
 
 struct Case {
@@ -142,19 +135,19 @@ void check_parity(const Case& c, MatmulPrecision m) {
 
 std::vector<Case> catalogue() {
   std::vector<Case> cs;
-  cs.push_back({config(OpKind::patch_embed, {{"in_dim", 12}, {"hidden", 16}}, 8), {random_tensor({3, 6, 12}, 1)}});
-  cs.push_back({config(OpKind::token_embed, {{"vocab", 50}, {"hidden", 16}}, 8), {random_ids({3, 6}, 50, 2)}});
-  cs.push_back({config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 64}}),
+  cs.push_back({op_config(OpKind::patch_embed, {{"in_dim", 12}, {"hidden", 16}}, 8), {random_tensor({3, 6, 12}, 1)}});
+  cs.push_back({op_config(OpKind::token_embed, {{"vocab", 50}, {"hidden", 16}}, 8), {random_ids({3, 6}, 50, 2)}});
+  cs.push_back({op_config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 64}}),
                 {random_tensor({3, 7, 32}, 3)}});
-  cs.push_back({config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 96}, {"causal", true}}),
+  cs.push_back({op_config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 96}, {"causal", true}}),
                 {random_tensor({2, 9, 32}, 4)}});
-  cs.push_back({config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 2}, {"ffn", 64}, {"causal", true}}),
+  cs.push_back({op_config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 2}, {"ffn", 64}, {"causal", true}}),
                 {random_tensor({2, 70, 32}, 14)}});  // causal rows longer than a warp's 32 lanes
-  cs.push_back({config(OpKind::linear, {{"in", 16}, {"out", 24}}), {random_tensor({3, 5, 16}, 5)}});
-  cs.push_back({config(OpKind::pool_project, {{"in", 16}, {"out", 8}}), {random_tensor({3, 6, 16}, 6)}});
-  cs.push_back({config(OpKind::contrastive_loss, {{"dim", 8}}),
+  cs.push_back({op_config(OpKind::linear, {{"in", 16}, {"out", 24}}), {random_tensor({3, 5, 16}, 5)}});
+  cs.push_back({op_config(OpKind::pool_project, {{"in", 16}, {"out", 8}}), {random_tensor({3, 6, 16}, 6)}});
+  cs.push_back({op_config(OpKind::contrastive_loss, {{"dim", 8}}),
                 {random_tensor({5, 1, 8}, 7), random_tensor({5, 1, 8}, 8)}});
-  cs.push_back({config(OpKind::lm_loss, {{"hidden", 16}, {"vocab", 40}}),
+  cs.push_back({op_config(OpKind::lm_loss, {{"hidden", 16}, {"vocab", 40}}),
                 {random_tensor({2, 5, 16}, 9), random_ids({2, 5}, 40, 10)}});
   return cs;
 }
@@ -195,7 +188,7 @@ TEST_CASE("cuda parity, bf16 mode: every op forward and backward (tol 2e-2)", "[
 }
 
 TEST_CASE("cuda parity at ViT-like width: transformer_layer hidden 128, 8 heads, seq 65 (bf16, tol 2e-2)", "[gpu]") {
-  check_parity({config(OpKind::transformer_layer, {{"hidden", 128}, {"heads", 8}, {"ffn", 512}}),
+  check_parity({op_config(OpKind::transformer_layer, {{"hidden", 128}, {"heads", 8}, {"ffn", 512}}),
                 {random_tensor({4, 65, 128}, 12)}},
                MatmulPrecision::bf16);
 }
@@ -203,7 +196,7 @@ TEST_CASE("cuda parity at ViT-like width: transformer_layer hidden 128, 8 heads,
 TEST_CASE("cuda errors: a token id outside the vocabulary throws out_of_range", "[gpu]") {
   skip_without_gpu();
   std::unique_ptr<Backend> b = make_cuda_backend();
-  const OpConfig cfg = config(OpKind::token_embed, {{"vocab", 10}, {"hidden", 4}}, 4);
+  const OpConfig cfg = op_config(OpKind::token_embed, {{"vocab", 10}, {"hidden", 4}}, 4);
   ParamSet ps = make_params(cfg, "gpu/0.0", 1);
   Op op = make_op(cfg, ps);
   const Tensor ids = Tensor::from({1, 2}, {3, 10});
@@ -299,8 +292,8 @@ void check_tp_parity(const OpConfig& cfg, const std::vector<Tensor>& in, MatmulP
 
 TEST_CASE("cuda tensor parallel 2: transformer_layer and vocab-parallel lm_loss, 640 rows (fp32 and bf16)", "[gpu]") {
   const OpConfig layer =
-      config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 64}, {"causal", true}});
-  const OpConfig lm = config(OpKind::lm_loss, {{"hidden", 16}, {"vocab", 40}});
+      op_config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 64}, {"causal", true}});
+  const OpConfig lm = op_config(OpKind::lm_loss, {{"hidden", 16}, {"vocab", 40}});
   for (MatmulPrecision m : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
     check_tp_parity(layer, {random_tensor({4, 160, 32}, 31)}, m);
     check_tp_parity(lm, {random_tensor({4, 160, 16}, 32), random_ids({4, 160}, 40, 33)}, m);

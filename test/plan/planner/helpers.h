@@ -7,6 +7,7 @@
 
 #include "libplan/cost/curve.h"
 #include "libplan/graph/op_graph.h"
+#include "libplan/model/cluster.h"
 
 namespace spindle::plan::test {
 
@@ -44,6 +45,21 @@ inline int add_chain(OpGraph& g, const Workload& w, int length, std::vector<int>
     inputs = {last};
   }
   return last;
+}
+
+// `islands` x `per_island` A800-like devices: 80 GiB, 312 TFLOP/s,
+// 2039 GB/s memory; links intra 200 GB/s, 3 us, inter 50 GB/s, 8 us.
+inline Cluster test_cluster(int islands, int per_island) {
+  Cluster c;
+  c.name = "test";
+  c.islands = islands;
+  c.devices_per_island = per_island;
+  c.memory_gib = 80;
+  c.peak_tflops = 312;
+  c.memory_gbytes_per_s = 2039;
+  c.intra_island = {200, 3};
+  c.inter_island = {50, 8};
+  return c;
 }
 
 // Curve profiled at `counts` with T(n) = alpha + beta / n.

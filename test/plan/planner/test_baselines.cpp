@@ -59,19 +59,6 @@ tasks:
 )";
 }
 
-Cluster one_island(int devices) {
-  Cluster c;
-  c.name = "test";
-  c.islands = 1;
-  c.devices_per_island = devices;
-  c.memory_gib = 80;
-  c.peak_tflops = 312;
-  c.memory_gbytes_per_s = 2039;
-  c.intra_island = {200, 3};
-  c.inter_island = {50, 8};
-  return c;
-}
-
 // transformer_layer: T(n) = seq / n; every other operator nearly flat.
 TableCostModel curves(const OpGraph& g, const Cluster& cluster) {
   TableCostModel cost(cluster);
@@ -97,7 +84,7 @@ struct Fixture {
 Fixture two_tasks(int devices, int enc_a_tensor_parallel = 1) {
   Result<Model> m = parse_model_string(two_task_yaml(enc_a_tensor_parallel), "baseline-two.yaml");
   REQUIRE(m.ok());
-  return Fixture{*m, expand(*m), one_island(devices)};
+  return Fixture{*m, expand(*m), test_cluster(1, devices)};
 }
 
 Plan plan_for(const Fixture& f, const CostModel& cost, Strategy s) {

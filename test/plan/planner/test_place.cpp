@@ -7,26 +7,15 @@
 #include <set>
 
 #include "../shipped_fixture.h"
+#include "helpers.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/place/place.h"
 #include "libplan/plan/planner.h"
 
 using namespace spindle::plan;
+using spindle::plan::test::test_cluster;
 
 namespace {
-
-// `islands` x `per_island` devices; intra 200 GB/s, inter 50 GB/s.
-Cluster cluster(int islands, int per_island) {
-  Cluster c;
-  c.name = "test";
-  c.islands = islands;
-  c.devices_per_island = per_island;
-  c.memory_gib = 80;
-  c.peak_tflops = 312;
-  c.intra_island = {200, 3};
-  c.inter_island = {50, 8};
-  return c;
-}
 
 // `n` MetaOps without inputs, batch 8, one operator each, 1 MB of output
 // activation per sample, no parameters, fp32.
@@ -89,7 +78,7 @@ double cross_island_bytes(const std::vector<AbstractWave>& waves, const std::vec
 }  // namespace
 
 TEST_CASE("place: a slot that fits an island is not split; the naive placement splits it", "[place]") {
-  const Cluster c = cluster(2, 4);
+  const Cluster c = test_cluster(2, 4);
   TableCostModel cost(c);
   const PlaceInput in = input(c, cost, 3);
   const std::vector<AbstractWave> waves{{{slot(0, 2), slot(1, 4), slot(2, 2)}, 1.0}};
@@ -105,7 +94,7 @@ TEST_CASE("place: a slot that fits an island is not split; the naive placement s
 }
 
 TEST_CASE("place: a MetaOp goes to the island holding its inputs", "[place]") {
-  const Cluster c = cluster(2, 4);
+  const Cluster c = test_cluster(2, 4);
   TableCostModel cost(c);
   PlaceInput in = input(c, cost, 4);
   in.metaops[2].inputs = {1};
@@ -129,7 +118,7 @@ TEST_CASE("place: the final improvement moves a light slice across rather than a
   // devices, 3 narrows to 1, 1 and 4 keep their devices. Greedily, 0 takes
   // the four devices of its island and 3 has to cross to the other one; the
   // improvement sends one device's rows of 0 across instead.
-  const Cluster c = cluster(2, 4);
+  const Cluster c = test_cluster(2, 4);
   TableCostModel cost(c);
   PlaceInput in = input(c, cost, 5);
   for (PlaceMetaOp& m : in.metaops) {
@@ -156,7 +145,7 @@ TEST_CASE("place: the final improvement moves a light slice across rather than a
 }
 
 TEST_CASE("place: a MetaOp joins the island already holding its parameters", "[place]") {
-  const Cluster c = cluster(2, 4);
+  const Cluster c = test_cluster(2, 4);
   TableCostModel cost(c);
   PlaceInput in = input(c, cost, 5);
   // Parameter 0 (4 MB) is used by MetaOps 1 and 2 (two tasks sharing a
@@ -183,7 +172,7 @@ TEST_CASE("place: a MetaOp joins the island already holding its parameters", "[p
 TEST_CASE("place: memory per device is never exceeded; earlier waves are placed again", "[place][memory]") {
   // One island of 2 devices, fp32: a parameter costs 8 bytes (weights and
   // gradients) + 8 / replicas (AdamW m, v) per element on each device.
-  const Cluster c = cluster(1, 2);
+  const Cluster c = test_cluster(1, 2);
   TableCostModel cost(c);
   PlaceInput in = input(c, cost, 4);
   in.metaops[2].inputs = {0};   // MetaOp 2 prefers the device holding 0's output

@@ -50,19 +50,6 @@ tasks:
       - {id: l, module: loss, inputs: [aud, txt]}
 )";
 
-Cluster test_cluster(int islands, int per_island) {
-  Cluster c;
-  c.name = "test";
-  c.islands = islands;
-  c.devices_per_island = per_island;
-  c.memory_gib = 80;
-  c.peak_tflops = 312;
-  c.memory_gbytes_per_s = 2039;
-  c.intra_island = {200, 3};
-  c.inter_island = {50, 8};
-  return c;
-}
-
 // Every workload of the graph gets T(n) = alpha + beta / n from its op kind.
 TableCostModel table_cost(const OpGraph& g, const Cluster& cluster) {
   TableCostModel cost(cluster);
