@@ -146,14 +146,16 @@ struct Saved {
   bool host_io = false;  // forward's inputs were host tensors
   int64_t b = 0, seq = 0, n = 0;
   Tensor x, ids, targets;                // inputs
-  Tensor xhat1, rstd1;                   // LayerNorm of pool_project, lm_loss
+  Tensor ln_in;                          // LayerNorm input of pool_project, lm_loss
   Tensor z, lm_probs;                    // pool_project, lm_loss
   Tensor u, w, norm_a, norm_b, pr, pct;  // contrastive_loss
+  // Row means and rstd of the LayerNorms (the backward recomputes xhat from
+  // the fp32 input: ln_in, or the transformer's x and x1).
+  Buf mean1, rstd1, mean2, rstd2;
   // transformer_layer: internals in its storage type (fp32 or bf16), the
-  // fp32 LayerNorm inputs x (above) and x1 with their row means and rstd,
-  // and the weight matrices in the storage type (bf16 copies in bf16 mode).
+  // fp32 residual stream x1, and the weight matrices in the storage type
+  // (bf16 copies in bf16 mode).
   Tensor x1;
-  Buf mean1, rstd1b, mean2, rstd2b;
   Buf xn1, qh, kh, vh, probs, attn, xn2, h1, a1;
   std::array<Buf, 6> w16;  // bf16 mode: W_Q, W_K, W_V, W_O, W_1, W_2 as used by forward
 };
@@ -341,32 +343,33 @@ class CudaBackend final : public Backend {
   Tensor linear_backward(const Tensor& x, int64_t rows, int64_t in, const float* w, int64_t out, const float* dy,
                          float* dw, float* db, bool want_dx) {
     gemm(true, false, in, out, rows, 1.0f, x.data(), in, dy, out, 1.0f, dw, out);
-    if (db) k::col_sum(db, dy, nullptr, rows, out);
+    if (db) k::col_sum(db, dy, rows, out);
     if (!want_dx) return {};
     Tensor dx = device_tensor(x.shape(), false);
     gemm(false, true, rows, in, out, 1.0f, dy, out, w, out, 0.0f, dx.data(), in);
     return dx;
   }
 
-  // LayerNorm over rows of `x`: returns y, fills xhat and rstd.
-  Tensor layernorm(const Tensor& x, const float* g, const float* b, Tensor& xhat, Tensor& rstd) {
+  // LayerNorm over rows of the fp32 `x` into an fp32 y; the row means and
+  // rstd go to `mean`, `rstd` for layernorm_backward.
+  Tensor layernorm(const Tensor& x, const float* g, const float* b, Buf& mean, Buf& rstd) {
     const int64_t w = x.shape().back(), rows = x.numel() / w;
     Tensor y = device_tensor(x.shape(), false);
-    xhat = device_tensor(x.shape(), false);
-    rstd = device_tensor({rows}, false);
-    k::layernorm_forward(x.data(), g, b, y.data(), xhat.data(), nullptr, rstd.data(), rows, w);
+    mean = device_buf<float>(rows);
+    rstd = device_buf<float>(rows);
+    k::layernorm_forward(x.data(), g, b, y.data(), mean.as<float>(), rstd.as<float>(), rows, w);
     return y;
   }
 
-  // Returns dx; adds into dgamma, dbeta.
-  Tensor layernorm_backward(const Tensor& dy, const float* g, const Tensor& xhat, const Tensor& rstd, float* dg,
-                            float* db) {
+  // LayerNorm backward with xhat recomputed from the fp32 input x and the
+  // saved row mean and rstd: dx = (gradient through the LayerNorm) +
+  // residual (when not empty), dg += sums of dy * xhat, db += sums of dy.
+  void layernorm_backward(const Tensor& dy, const float* gain, const Tensor& x, const Buf& mean, const Buf& rstd,
+                          const Tensor& residual, Tensor& dx, float* dg, float* db) {
     const int64_t w = dy.shape().back(), rows = dy.numel() / w;
-    k::col_sum(dg, dy.data(), xhat.data(), rows, w);
-    k::col_sum(db, dy.data(), nullptr, rows, w);
-    Tensor dx = device_tensor(dy.shape(), false);
-    k::layernorm_backward(dy.data(), g, xhat.data(), nullptr, nullptr, rstd.data(), nullptr, dx.data(), rows, w);
-    return dx;
+    k::layernorm_param_grads(dy.data(), x.data(), mean.as<float>(), rstd.as<float>(), dg, db, rows, w);
+    k::layernorm_backward(dy.data(), gain, x.data(), mean.as<float>(), rstd.as<float>(), residual.data(), dx.data(),
+                          rows, w);
   }
 
   // ---- parameters: device tensors in place, host tensors mirrored ----
@@ -491,7 +494,7 @@ class CudaBackend final : public Backend {
     auto g = grads(*st.params);
     const int64_t b = dy.size(0), seq = dy.size(1), h = dy.size(2), in = s.x.size(2);
     linear_backward(s.x, b * seq, in, p[0], h, dy.data(), g[0], g[1], false);
-    k::col_sum(g[2], dy.data(), nullptr, b, seq * h);  // pos rows [0, seq)
+    k::col_sum(g[2], dy.data(), b, seq * h);  // pos rows [0, seq)
     download_grads(*st.params, g);
   }
 
@@ -514,7 +517,7 @@ class CudaBackend final : public Backend {
     const int64_t b = s.ids.size(0), seq = s.ids.size(1);
     const int64_t v = st.params->params[0].value.size(0), h = st.params->params[0].value.size(1);
     k::token_embed_backward(s.ids.data(), dy.data(), g[0], b * seq, h, v);
-    k::col_sum(g[1], dy.data(), nullptr, b, seq * h);
+    k::col_sum(g[1], dy.data(), b, seq * h);
     download_grads(*st.params, g);
   }
 
@@ -525,7 +528,8 @@ class CudaBackend final : public Backend {
     s.seq = seq;
     Tensor m = device_tensor({b, 1, in}, false);
     k::mean_seq(x.data(), m.data(), b, seq, in);
-    s.z = layernorm(m, p[0], p[1], s.xhat1, s.rstd1);
+    s.z = layernorm(m, p[0], p[1], s.mean1, s.rstd1);
+    s.ln_in = m;
     return linear(s.z.data(), b, in, p[2], out, p[3], {b, 1, out});
   }
 
@@ -534,7 +538,8 @@ class CudaBackend final : public Backend {
     auto g = grads(*st.params);
     const int64_t b = s.b, in = s.z.size(2), out = st.params->params[2].value.size(1);
     Tensor dz = linear_backward(s.z, b, in, p[2], out, dy.data(), g[2], g[3], true);
-    Tensor dm = layernorm_backward(dz, p[0], s.xhat1, s.rstd1, g[0], g[1]);
+    Tensor dm = device_tensor(dz.shape(), false);
+    layernorm_backward(dz, p[0], s.ln_in, s.mean1, s.rstd1, Tensor(), dm, g[0], g[1]);
     Tensor dx = device_tensor({b, s.seq, in}, false);
     k::broadcast_seq(dm.data(), dx.data(), b, s.seq, in, 1.0f / static_cast<float>(s.seq));
     download_grads(*st.params, g);
@@ -601,10 +606,10 @@ class CudaBackend final : public Backend {
 
     // Attention over this rank's heads, [b, lheads, s, dh] layout.
     s.mean1 = device_buf<float>(n);
-    s.rstd1b = device_buf<float>(n);
+    s.rstd1 = device_buf<float>(n);
     s.xn1 = device_buf<T>(n * h);
-    k::layernorm_forward(x.data(), p[LN1_G], p[LN1_B], s.xn1.as<T>(), nullptr, s.mean1.as<float>(),
-                         s.rstd1b.as<float>(), n, h);
+    k::layernorm_forward(x.data(), p[LN1_G], p[LN1_B], s.xn1.as<T>(), s.mean1.as<float>(), s.rstd1.as<float>(), n,
+                         h);
     Buf t = device_buf<T>(n * hl);
     const std::tuple<const T*, size_t, Buf*> qkv[3] = {{wq, B_Q, &s.qh}, {wk, B_K, &s.kh}, {wv, B_V, &s.vh}};
     for (const auto& [wi, bias, out] : qkv) {
@@ -632,10 +637,10 @@ class CudaBackend final : public Backend {
 
     // MLP over this rank's ffn columns.
     s.mean2 = device_buf<float>(n);
-    s.rstd2b = device_buf<float>(n);
+    s.rstd2 = device_buf<float>(n);
     s.xn2 = device_buf<T>(n * h);
-    k::layernorm_forward(s.x1.data(), p[LN2_G], p[LN2_B], s.xn2.as<T>(), nullptr, s.mean2.as<float>(),
-                         s.rstd2b.as<float>(), n, h);
+    k::layernorm_forward(s.x1.data(), p[LN2_G], p[LN2_B], s.xn2.as<T>(), s.mean2.as<float>(), s.rstd2.as<float>(),
+                         n, h);
     s.h1 = device_buf<T>(n * fl);
     gemm(false, false, n, fl, h, 1.0f, s.xn2.as<T>(), h, w1, fl, 0.0f, s.h1.as<T>(), fl);
     s.a1 = device_buf<T>(n * fl);
@@ -663,26 +668,26 @@ class CudaBackend final : public Backend {
     // dW1 += xn2^T dh1, db1 += sums of dh1, dxn2 = dh1 W1^T.
     Buf dyt = as_storage<T>(dy.data(), dy.numel());
     gemm(true, false, fl, h, n, 1.0f, s.a1.as<T>(), fl, dyt.as<T>(), h, 1.0f, g[W_2], h);
-    k::col_sum(g[B_2], dy.data(), nullptr, n, h);
+    k::col_sum(g[B_2], dy.data(), n, h);
     Buf dh1 = device_buf<T>(n * fl);
     gemm(false, true, n, fl, h, 1.0f, dyt.as<T>(), h, w[5].as<T>(), h, 0.0f, dh1.as<T>(), fl);
     dyt = {};
     k::gelu_backward(s.h1.as<T>(), dh1.as<T>(), dh1.as<T>(), n * fl);
     gemm(true, false, h, fl, n, 1.0f, s.xn2.as<T>(), h, dh1.as<T>(), fl, 1.0f, g[W_1], fl);
-    col_sum(g[B_1], dh1.as<T>(), n, fl);
+    k::col_sum(g[B_1], dh1.as<T>(), n, fl);
     Tensor dxn2 = device_tensor({b, seq, h}, false);
     gemm(false, true, n, h, fl, 1.0f, dh1.as<T>(), fl, w[4].as<T>(), fl, 0.0f, dxn2.data(), h);
     dh1 = {};
     tp_reduce(st.cfg, dxn2.data(), dxn2.numel());
     Tensor dx1 = device_tensor({b, seq, h}, false);
-    layernorm_backward_from_input(dxn2, p[LN2_G], s.x1, s.mean2, s.rstd2b, dy, dx1, g[LN2_G], g[LN2_B]);
+    layernorm_backward(dxn2, p[LN2_G], s.x1, s.mean2, s.rstd2, dy, dx1, g[LN2_G], g[LN2_B]);
     dxn2 = {};
 
     // Attention: dWo += attn^T dx1, dbo += sums of dx1, then back through
     // the heads to dq, dk, dv.
     Buf dx1t = as_storage<T>(dx1.data(), dx1.numel());
     gemm(true, false, hl, h, n, 1.0f, s.attn.as<T>(), hl, dx1t.as<T>(), h, 1.0f, g[W_O], h);
-    k::col_sum(g[B_O], dx1.data(), nullptr, n, h);
+    k::col_sum(g[B_O], dx1.data(), n, h);
     Buf dattn = device_buf<T>(n * hl);
     gemm(false, true, n, hl, h, 1.0f, dx1t.as<T>(), h, w[3].as<T>(), h, 0.0f, dattn.as<T>(), hl);
     dx1t = {};
@@ -716,30 +721,15 @@ class CudaBackend final : public Backend {
         {&dq, 0, W_Q, g[B_Q]}, {&dk, 1, W_K, nullptr}, {&dv, 2, W_V, g[B_V]}};
     for (const auto& [d, wi, gi, db] : parts) {
       gemm(true, false, h, hl, n, 1.0f, s.xn1.as<T>(), h, d->template as<T>(), hl, 1.0f, g[gi], hl);
-      if (db) col_sum(db, d->template as<T>(), n, hl);
+      if (db) k::col_sum(db, d->template as<T>(), n, hl);
       const T* wt = w[static_cast<size_t>(wi)].template as<T>();
       gemm(false, true, n, h, hl, 1.0f, d->template as<T>(), hl, wt, hl, wi == 0 ? 0.0f : 1.0f, dxn1.data(), h);
     }
     tp_reduce(st.cfg, dxn1.data(), dxn1.numel());
     Tensor dx = device_tensor({b, seq, h}, false);
-    layernorm_backward_from_input(dxn1, p[LN1_G], s.x, s.mean1, s.rstd1b, dx1, dx, g[LN1_G], g[LN1_B]);
+    layernorm_backward(dxn1, p[LN1_G], s.x, s.mean1, s.rstd1, dx1, dx, g[LN1_G], g[LN1_B]);
     download_grads(*st.params, g);
     return dx;
-  }
-
-  // Column sums of an fp32 or bf16 [rows, cols] matrix into out.
-  void col_sum(float* out, const float* a, int64_t rows, int64_t cols) { k::col_sum(out, a, nullptr, rows, cols); }
-  void col_sum(float* out, const k::bf16* a, int64_t rows, int64_t cols) { k::col_sum(out, a, rows, cols); }
-
-  // LayerNorm backward with xhat recomputed from the fp32 input x and the
-  // saved row mean and rstd: dx = (gradient through the LayerNorm) +
-  // residual, dg += sums of dy * xhat, db += sums of dy.
-  void layernorm_backward_from_input(const Tensor& dy, const float* gain, const Tensor& x, const Buf& mean,
-                                     const Buf& rstd, const Tensor& residual, Tensor& dx, float* dg, float* db) {
-    const int64_t w = dy.shape().back(), rows = dy.numel() / w;
-    k::layernorm_param_grads(dy.data(), x.data(), mean.as<float>(), rstd.as<float>(), dg, db, rows, w);
-    k::layernorm_backward(dy.data(), gain, nullptr, x.data(), mean.as<float>(), rstd.as<float>(), residual.data(),
-                          dx.data(), rows, w);
   }
 
   Tensor lm_loss_fwd(LmLossState& st, const Tensor& x, const Tensor& targets, Saved& s) {
@@ -749,7 +739,8 @@ class CudaBackend final : public Backend {
     if (targets.numel() != n) throw std::invalid_argument("lm_loss: one target per token expected");
     s.n = n;
     s.targets = targets;
-    s.z = layernorm(x, p[0], p[1], s.xhat1, s.rstd1);
+    s.z = layernorm(x, p[0], p[1], s.mean1, s.rstd1);
+    s.ln_in = x;
     s.lm_probs = linear(s.z.data(), n, h, p[2], vl, nullptr, {n, vl});  // logits, then probabilities
 
     // Row maxima over the whole vocabulary.
@@ -787,7 +778,8 @@ class CudaBackend final : public Backend {
     Tensor dz = linear_backward(s.z, n, h, p[2], vl, dl.data(), g[2], nullptr, true);
     dl = {};
     tp_reduce(st.cfg, dz.data(), dz.numel());
-    Tensor dx = layernorm_backward(dz, p[0], s.xhat1, s.rstd1, g[0], g[1]);
+    Tensor dx = device_tensor(dz.shape(), false);
+    layernorm_backward(dz, p[0], s.ln_in, s.mean1, s.rstd1, Tensor(), dx, g[0], g[1]);
     download_grads(*st.params, g);
     return dx;
   }

@@ -136,15 +136,14 @@ __global__ void add_pos_rows_k(float* y, const float* pos, int64_t rows, int64_t
 // column and blockIdx.y into part [gridDim.y, cols]. Pass 2 adds a column's
 // partials in order into out.
 template <typename T>
-__global__ void col_partials_k(float* part, const T* a, const float* b, int64_t rows, int64_t cols) {
+__global__ void col_partials_k(float* part, const T* a, int64_t rows, int64_t cols) {
   __shared__ float acc_s[8][33];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.0f;
   if (c < cols) {
     for (int64_t r = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; r < rows;
          r += static_cast<int64_t>(gridDim.y) * 8) {
-      const float v = ld(a[r * cols + c]);
-      acc += b ? v * b[r * cols + c] : v;
+      acc += ld(a[r * cols + c]);
     }
   }
   acc_s[threadIdx.y][threadIdx.x] = acc;
@@ -165,8 +164,8 @@ __global__ void col_finish_k(float* out, const float* part, int64_t parts, int64
 }
 
 template <typename TY>
-__global__ void layernorm_forward_k(const float* x, const float* g, const float* b, TY* y, float* xhat,
-                                    float* mean_out, float* rstd, int64_t rows, int64_t w) {
+__global__ void layernorm_forward_k(const float* x, const float* g, const float* b, TY* y, float* mean_out,
+                                    float* rstd, int64_t rows, int64_t w) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
@@ -182,26 +181,24 @@ __global__ void layernorm_forward_k(const float* x, const float* g, const float*
   const float rs = rsqrtf(warp_sum(q) / static_cast<float>(w) + kLayerNormEps);
   if (lane == 0) {
     rstd[r] = rs;
-    if (mean_out) mean_out[r] = mean;
+    mean_out[r] = mean;
   }
   for (int64_t c = lane; c < w; c += kWarp) {
     const float h = (xr[c] - mean) * rs;
-    if (xhat) xhat[r * w + c] = h;
     y[r * w + c] = st<TY>(h * g[c] + b[c]);
   }
 }
 
-// xhat from the saved xhat, or recomputed from x, mean and rstd exactly as
-// layernorm_forward_k computed it.
-__global__ void layernorm_backward_k(const float* dy, const float* g, const float* xhat, const float* x,
-                                     const float* mean, const float* rstd, const float* residual, float* dx,
-                                     int64_t rows, int64_t w) {
+// xhat recomputed from x, mean and rstd exactly as layernorm_forward_k
+// computed it.
+__global__ void layernorm_backward_k(const float* dy, const float* g, const float* x, const float* mean,
+                                     const float* rstd, const float* residual, float* dx, int64_t rows, int64_t w) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
   const float rs = rstd[r];
-  const float mu = xhat ? 0.0f : mean[r];
-  const auto xh = [&](int64_t i) { return xhat ? xhat[i] : (x[i] - mu) * rs; };
+  const float mu = mean[r];
+  const auto xh = [&](int64_t i) { return (x[i] - mu) * rs; };
   float s1 = 0.0f, s2 = 0.0f;
   for (int64_t c = lane; c < w; c += kWarp) {
     const float d = dy[r * w + c] * g[c];
@@ -535,37 +532,33 @@ void free_partials(float* p) {
 }
 
 template <typename T>
-void col_sum_fixed(float* out, const T* a, const float* b, int64_t rows, int64_t cols) {
+void col_sum_fixed(float* out, const T* a, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
   const dim3 grid = col_grid(rows, cols);
   float* part = partials(static_cast<int64_t>(grid.y) * cols);
-  LAUNCH(col_partials_k<T>, grid, dim3(32, 8), part, a, b, rows, cols);
+  LAUNCH(col_partials_k<T>, grid, dim3(32, 8), part, a, rows, cols);
   LAUNCH(col_finish_k, blocks_for(cols), kThreads, out, part, static_cast<int64_t>(grid.y), cols);
   free_partials(part);
 }
 
-void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols) {
-  col_sum_fixed(out, a, b, rows, cols);
+void col_sum(float* out, const float* a, int64_t rows, int64_t cols) { col_sum_fixed(out, a, rows, cols); }
+
+void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols) { col_sum_fixed(out, a, rows, cols); }
+
+void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* mean, float* rstd,
+                       int64_t rows, int64_t w) {
+  if (rows > 0) LAUNCH(layernorm_forward_k<float>, row_blocks(rows), kThreads, x, g, b, y, mean, rstd, rows, w);
 }
 
-void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols) { col_sum_fixed(out, a, nullptr, rows, cols); }
-
-void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* mean,
-                       float* rstd, int64_t rows, int64_t w) {
-  if (rows > 0)
-    LAUNCH(layernorm_forward_k<float>, row_blocks(rows), kThreads, x, g, b, y, xhat, mean, rstd, rows, w);
+void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, float* mean, float* rstd,
+                       int64_t rows, int64_t w) {
+  if (rows > 0) LAUNCH(layernorm_forward_k<bf16>, row_blocks(rows), kThreads, x, g, b, y, mean, rstd, rows, w);
 }
 
-void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, float* xhat, float* mean,
-                       float* rstd, int64_t rows, int64_t w) {
+void layernorm_backward(const float* dy, const float* g, const float* x, const float* mean, const float* rstd,
+                        const float* residual, float* dx, int64_t rows, int64_t w) {
   if (rows > 0)
-    LAUNCH(layernorm_forward_k<bf16>, row_blocks(rows), kThreads, x, g, b, y, xhat, mean, rstd, rows, w);
-}
-
-void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* x, const float* mean,
-                        const float* rstd, const float* residual, float* dx, int64_t rows, int64_t w) {
-  if (rows > 0)
-    LAUNCH(layernorm_backward_k, row_blocks(rows), kThreads, dy, g, xhat, x, mean, rstd, residual, dx, rows, w);
+    LAUNCH(layernorm_backward_k, row_blocks(rows), kThreads, dy, g, x, mean, rstd, residual, dx, rows, w);
 }
 
 void layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dg,

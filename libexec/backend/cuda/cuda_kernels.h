@@ -33,24 +33,22 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
 void add_bias_residual(float* y, const float* b, const float* x, int64_t rows, int64_t cols);
 // y[i, t, :] += pos[t, :] for y [batch, seq, width].
 void add_pos_rows(float* y, const float* pos, int64_t batch, int64_t seq, int64_t width);
-// out[c] += sum_r a[r, c] * (b ? b[r, c] : 1) for [rows, cols] matrices
-// (bias and LayerNorm parameter gradients), in a fixed order.
-void col_sum(float* out, const float* a, const float* b, int64_t rows, int64_t cols);
+// out[c] += sum_r a[r, c] for a [rows, cols] matrix (bias gradients), in a
+// fixed order.
+void col_sum(float* out, const float* a, int64_t rows, int64_t cols);
 void col_sum(float* out, const bf16* a, int64_t rows, int64_t cols);
 
 // LayerNorm over rows of width w, eps 1e-5: y = xhat * g + b with
-// xhat = (x - mean) * rstd; writes y [rows, w] and rstd [rows], and xhat
-// [rows, w] and mean [rows] when not null.
-void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* xhat, float* mean,
-                       float* rstd, int64_t rows, int64_t w);
-void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, float* xhat, float* mean,
-                       float* rstd, int64_t rows, int64_t w);
-// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * g,
-// with xhat read from `xhat`, or recomputed as (x - mean) * rstd when xhat is
-// null; plus residual[i] when residual is not null (a residual branch's
-// gradient, added in the same pass).
-void layernorm_backward(const float* dy, const float* g, const float* xhat, const float* x, const float* mean,
-                        const float* rstd, const float* residual, float* dx, int64_t rows, int64_t w);
+// xhat = (x - mean) * rstd; writes y [rows, w], mean and rstd [rows].
+void layernorm_forward(const float* x, const float* g, const float* b, float* y, float* mean, float* rstd,
+                       int64_t rows, int64_t w);
+void layernorm_forward(const float* x, const float* g, const float* b, bf16* y, float* mean, float* rstd,
+                       int64_t rows, int64_t w);
+// dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) + residual,
+// dxhat = dy * g, xhat recomputed as (x - mean) * rstd; residual (a residual
+// branch's gradient, added in the same pass) may be null.
+void layernorm_backward(const float* dy, const float* g, const float* x, const float* mean, const float* rstd,
+                        const float* residual, float* dx, int64_t rows, int64_t w);
 // dg[c] += sum_r dy[r, c] * (x[r, c] - mean[r]) * rstd[r]; db[c] += sum_r dy[r, c].
 void layernorm_param_grads(const float* dy, const float* x, const float* mean, const float* rstd, float* dg,
                            float* db, int64_t rows, int64_t w);
