@@ -16,15 +16,17 @@
 
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
-#include "libplan/io/trace.h"
-#include "libplan/io/utilisation.h"
+#include "libplan/report/trace.h"
+#include "libplan/report/utilisation.h"
 #include "libplan/plan/check.h"
-#include "libplan/plan/feasibility.h"
+#include "libplan/planner/feasibility.h"
 #include "libplan/plan/plan_io.h"
-#include "libplan/plan/planner.h"
+#include "libplan/lower/lower.h"
+#include "libplan/planner/planner.h"
 #include "libplan/util/files.h"
 
 namespace sp = spindle::plan;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -39,7 +41,6 @@ int fail(int code, const std::string& message) {
 // The default cluster: configs/clusters/a800-1x8.yaml, looked up beside an
 // installed binary (../share/spindle/configs, ../configs) and in the source tree.
 std::string default_cluster_path(const char* argv0) {
-  namespace fs = std::filesystem;
   const char* rel = "clusters/a800-1x8.yaml";
   std::vector<fs::path> roots;
   if (const char* home = std::getenv("SPINDLE_HOME")) roots.push_back(fs::path(home) / "configs");
@@ -79,13 +80,32 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels) {
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
 
+// --lower DIR: the plan's per-device programs (libplan/lower), one file per
+// device, DIR/device-D.json, each written atomically. Exit code or 0.
+int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
+  auto lowered = sp::lower(plan, model, graph);
+  if (!lowered) return fail(kExitInvalid, lowered.error().message);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    return fail(kExitInvalid, dir + ": --lower: exists and is not a directory");
+  fs::create_directories(dir, ec);
+  if (ec) return fail(kExitFailure, dir + ": --lower: cannot create the directory: " + ec.message());
+  for (int d = 0; d < plan.devices; ++d) {
+    const std::string path = (fs::path(dir) / ("device-" + std::to_string(d) + ".json")).string();
+    if (sp::Status st = sp::write_file_atomic(path, sp::program_json(*lowered, graph, d)); !st)
+      return fail(kExitFailure, st.error().message);
+  }
+  std::printf("lowered   %d programs into %s\n", plan.devices, dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
   std::string placement_name = "islands";
-  std::string trace_path, check_path, plot_path;
+  std::string trace_path, check_path, plot_path, lower_dir;
   bool compare = false;
   app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
   app.add_option("--model", model_path, "the model, as an option (same as the positional)")->check(CLI::ExistingFile);
@@ -104,6 +124,8 @@ int main(int argc, char** argv) {
                  "write cluster utilisation over one iteration as SVG: every strategy with --compare, else the one planned");
   app.add_option("--check", check_path, "check an existing plan against the model instead of planning")
       ->check(CLI::ExistingFile);
+  app.add_option("--lower", lower_dir,
+                 "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -130,7 +152,7 @@ int main(int argc, char** argv) {
     if (!st) return fail(kExitInvalid, st.error().message);
     std::printf("%s: valid %s plan for %s on %d devices (%zu waves)\n", check_path.c_str(), plan->strategy.c_str(),
                 plan->model_name.c_str(), plan->devices, plan->waves.size());
-    return 0;
+    return lower_dir.empty() ? 0 : write_programs(lower_dir, *plan, *model, graph);
   }
 
   if (cluster_path.empty()) cluster_path = default_cluster_path(argv[0]);
@@ -200,6 +222,8 @@ int main(int argc, char** argv) {
   }
   if (sp::Status st = sp::write_file_atomic(out_path, sp::plan_to_json(*plan)); !st)
     return fail(kExitFailure, st.error().message);
+  if (!lower_dir.empty())
+    if (int rc = write_programs(lower_dir, *plan, *model, graph); rc != 0) return rc;
   if (compare) std::printf("\n");
   print_summary(*plan, graph, levels);
   if (profile.links) {

@@ -47,7 +47,7 @@
 #include "libexec/comm/mpi_comm.h"
 #include "libexec/exec/checkpoint.h"
 #include "libexec/exec/executor.h"
-#include "libplan/io/trace.h"
+#include "libplan/report/trace.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
 #include "libplan/util/files.h"
@@ -70,6 +70,35 @@ struct Args {
   uint64_t seed = 0;
   float lr = 3e-3f;
 };
+
+// What each rank counted in one step (Executor's StepCounters), on rank 0:
+// kCounterFields doubles per rank, in rank order (empty on other ranks).
+// Collective over MPI_COMM_WORLD.
+constexpr int kCounterFields = 6;
+std::vector<double> gather_counters(const se::StepCounters& c, int rank, int size) {
+  const double mine[kCounterFields] = {static_cast<double>(c.sent_bytes), static_cast<double>(c.received_bytes),
+                                       static_cast<double>(c.reduced_bytes), c.compute_ms, c.transfer_ms, c.sync_ms};
+  std::vector<double> all(rank == 0 ? static_cast<size_t>(kCounterFields) * static_cast<size_t>(size) : 0);
+  MPI_CHECK(MPI_Gather(mine, kCounterFields, MPI_DOUBLE, all.data(), kCounterFields, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  return all;
+}
+
+// The --metrics "ranks" array: per rank its bytes (exact integers below
+// 2^53) and milliseconds by phase.
+nlohmann::json counters_json(const std::vector<double>& all, int size) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int r = 0; r < size; ++r) {
+    const double* c = all.data() + static_cast<size_t>(r) * kCounterFields;
+    out.push_back({{"rank", r},
+                   {"sent_bytes", static_cast<int64_t>(c[0])},
+                   {"received_bytes", static_cast<int64_t>(c[1])},
+                   {"reduced_bytes", static_cast<int64_t>(c[2])},
+                   {"compute_ms", c[3]},
+                   {"transfer_ms", c[4]},
+                   {"sync_ms", c[5]}});
+  }
+  return out;
+}
 
 // Every rank's string, in rank order, on every rank. Collective over comm.
 std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine) {
@@ -411,6 +440,8 @@ int run(const Args& args, int rank, int size) {
       _exit(9);
     }
     const se::StepStats st = executor.step();
+    // Every rank's counters on rank 0 (one small gather per step), for --metrics.
+    const std::vector<double> per_rank = gather_counters(st.counters, rank, size);
     if (rank == 0) {
       std::printf("%s\n", log_line(*model, st, args.steps, samples_per_step).c_str());
       std::fflush(stdout);
@@ -425,6 +456,7 @@ int run(const Args& args, int rank, int size) {
         total += st.task_loss[t];
       }
       j["total_loss"] = total;
+      j["ranks"] = counters_json(per_rank, size);
       metrics << j.dump() << "\n" << std::flush;
     }
     if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) save();

@@ -26,10 +26,10 @@
 #include "bench/bench_util.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/io/profile.h"
-#include "libplan/io/utilisation.h"
+#include "libplan/report/utilisation.h"
 #include "libplan/plan/check.h"
-#include "libplan/plan/feasibility.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/feasibility.h"
+#include "libplan/planner/planner.h"
 #include "libplan/util/files.h"
 
 namespace sp = spindle::plan;

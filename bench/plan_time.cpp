@@ -21,7 +21,7 @@
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/plan/check.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 #include "libplan/util/files.h"
 
 namespace sp = spindle::plan;

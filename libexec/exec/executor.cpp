@@ -8,11 +8,17 @@
 #ifdef SPINDLE_HAVE_NCCL
 #include "libexec/comm/nccl_comm.h"
 #endif
-#include "libexec/exec/reshard.h"
+#include "libplan/rules/devices.h"
+#include "libplan/rules/rows.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/ops.h"
 
 namespace spindle::exec {
+
+using plan::RowLayout;
+using plan::RowMove;
+using plan::RowRange;
+using plan::reshard_moves;
 
 namespace {
 
@@ -21,6 +27,7 @@ namespace {
 int forward_tag(int wave) { return 2 * wave; }
 int backward_tag(int wave) { return 2 * wave + 1; }
 constexpr int kDumpTag = 30000;
+constexpr int64_t kBytesPerFloat = 4;  // every buffer crossing a Comm is fp32
 
 // Shape of one batch row of an operator's output: [seq, width] for
 // activations ([1, out] after pool_project).
@@ -231,6 +238,17 @@ std::vector<Tensor> exchange(Backend& be, Comm& comm, const Exchange& ex, int ta
   return got;
 }
 
+// exchange() counting the bytes of the buffers this rank sends and receives.
+std::vector<Tensor> counted_exchange(Backend& be, Comm& comm, const Exchange& ex, int tag, StepCounters& counters) {
+  for (const Exchange::Send& s : ex.sends) counters.sent_bytes += s.data.numel() * kBytesPerFloat;
+  for (const Exchange::Recv& r : ex.recvs) counters.received_bytes += shape_numel(r.shape) * kBytesPerFloat;
+  return exchange(be, comm, ex, tag);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Every rank's `x` (backend memory) stacked along dimension 0 in rank order,
 // in the backend's memory: NCCL's all-gather on device memory with a CUDA
 // backend and an NCCL comm, else the host all-gather, staged.
@@ -300,138 +318,38 @@ void take_shard(Tensor& local, const Tensor& full, int axis, int t, int k) {
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// The schedule: everything every rank derives identically from (model, plan).
+// The lowered programs (libplan/lower): what every rank runs, derived
+// identically on every rank from (model, plan).
 
-struct SliceInfo {
-  int wave = 0;
-  int metaop = 0;
-  std::vector<int> ops;       // graph operator indices, in chain order
-  std::vector<int> devices;   // ascending
-  RowLayout layout;
-  std::vector<int> producers; // operators feeding ops[0], in the node's input order
-};
-
-struct Transfer {
-  int slice = 0;     // consumer slice
-  int input = 0;     // index into its producers
-  int producer = 0;  // graph operator
-  int src_device = 0, dst_device = 0;
-  RowRange rows;
-};
+namespace {
+plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan) {
+  const plan::OpGraph graph = plan::expand(model);
+  auto lowered = plan::lower(plan, model, graph);
+  if (!lowered.ok()) throw std::invalid_argument(lowered.error().message);
+  return std::move(lowered).value();
+}
+}  // namespace
 
 struct Schedule {
   plan::OpGraph graph;
-  std::vector<SliceInfo> slices;               // wave by wave, in plan order
-  std::vector<std::vector<int>> wave_slices;   // wave -> slice indices
-  std::vector<int> slice_of;                   // graph operator -> slice (-1: none)
-  std::vector<std::vector<Transfer>> fwd, bwd; // per wave
-  // (param "M/k.r", TP rank) -> devices holding that shard; plus K.
-  std::map<std::pair<std::string, int>, std::set<int>> shard_devices;
-  std::map<std::string, int> param_tp;
-  std::map<std::string, int> param_op;         // param -> one operator using it
+  plan::Lowered lowered;
 
-  Schedule(const plan::Model& model, const plan::Plan& plan);
-  int position(int slice, int device) const {
-    const auto& d = slices[static_cast<size_t>(slice)].devices;
-    const auto it = std::find(d.begin(), d.end(), device);
-    return it == d.end() ? -1 : static_cast<int>(it - d.begin());
-  }
+  Schedule(const plan::Model& model, const plan::Plan& plan)
+      : graph(plan::expand(model)), lowered(lower_or_throw(model, plan)) {}
+  const plan::LoweredSlice& slice(int s) const { return lowered.slices[static_cast<size_t>(s)]; }
+  int position(int s, int device) const { return lowered.position(s, device); }
 };
-
-Schedule::Schedule(const plan::Model& model, const plan::Plan& plan) : graph(plan::expand(model)) {
-  std::map<std::string, int> op_index;
-  for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
-  // Last operator of every (task, node), for the node's ordered inputs.
-  std::map<std::pair<int, int>, int> node_last;
-  for (size_t i = 0; i < graph.ops.size(); ++i)
-    node_last[{graph.ops[i].task, graph.ops[i].node}] = static_cast<int>(i);
-
-  slice_of.assign(graph.ops.size(), -1);
-  wave_slices.resize(plan.waves.size());
-  for (const plan::Wave& wave : plan.waves) {
-    for (const plan::Slice& s : wave.slices) {
-      if (s.metaop < 0 || s.metaop >= static_cast<int>(plan.metaops.size()))
-        throw std::invalid_argument("slice names unknown MetaOp " + std::to_string(s.metaop));
-      const plan::PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
-      SliceInfo info;
-      info.wave = wave.index;
-      info.metaop = s.metaop;
-      info.devices = s.devices;
-      std::sort(info.devices.begin(), info.devices.end());
-      for (int j = s.first; j < s.first + s.count; ++j) {
-        const auto it = op_index.find(m.operators.at(static_cast<size_t>(j)));
-        if (it == op_index.end())
-          throw std::invalid_argument("plan names unknown operator " + m.operators[static_cast<size_t>(j)]);
-        info.ops.push_back(it->second);
-      }
-      const plan::Operator& first = graph.ops[static_cast<size_t>(info.ops[0])];
-      info.layout = {first.workload.batch, static_cast<int>(info.devices.size()), first.tensor_parallel};
-      if (info.layout.devices % info.layout.tp != 0 || info.layout.batch % info.layout.groups() != 0)
-        throw std::invalid_argument("slice of MetaOp " + std::to_string(s.metaop) + " on " +
-                                    std::to_string(info.layout.devices) + " devices does not split batch " +
-                                    std::to_string(info.layout.batch) + " with tensor_parallel " +
-                                    std::to_string(info.layout.tp));
-      if (first.block == 0 && first.rep == 0) {
-        const plan::Task& task = model.tasks[static_cast<size_t>(first.task)];
-        for (const std::string& in : task.nodes[static_cast<size_t>(first.node)].inputs) {
-          int n = 0;
-          while (task.nodes[static_cast<size_t>(n)].id != in) ++n;
-          info.producers.push_back(node_last.at({first.task, n}));
-        }
-      } else {
-        info.producers = first.inputs;
-      }
-      const int index = static_cast<int>(slices.size());
-      for (int o : info.ops) slice_of[static_cast<size_t>(o)] = index;
-      wave_slices[static_cast<size_t>(wave.index)].push_back(index);
-      // Shard groups: device at position i holds (param, i % K).
-      for (int o : info.ops) {
-        const plan::Operator& op = graph.ops[static_cast<size_t>(o)];
-        if (op.workload.op == "contrastive_loss") continue;
-        param_tp[op.param] = op.tensor_parallel;
-        param_op.emplace(op.param, o);
-        for (size_t i = 0; i < info.devices.size(); ++i)
-          shard_devices[{op.param, info.layout.tp_rank_of(static_cast<int>(i))}].insert(info.devices[i]);
-      }
-      slices.push_back(std::move(info));
-    }
-  }
-  for (size_t o = 0; o < graph.ops.size(); ++o)
-    if (slice_of[o] < 0) throw std::invalid_argument("operator " + graph.ops[o].id + " is in no slice");
-
-  // Transfers: per wave, per slice, per input, the moves in a fixed order.
-  fwd.resize(plan.waves.size());
-  bwd.resize(plan.waves.size());
-  for (size_t si = 0; si < slices.size(); ++si) {
-    const SliceInfo& c = slices[si];
-    for (size_t k = 0; k < c.producers.size(); ++k) {
-      const int p = c.producers[k];
-      const SliceInfo& ps = slices[static_cast<size_t>(slice_of[static_cast<size_t>(p)])];
-      if (ps.wave >= c.wave)
-        throw std::invalid_argument("operator " + graph.ops[static_cast<size_t>(c.ops[0])].id +
-                                    " runs no later than its input");
-      for (const RowMove& m : forward_moves(ps.layout, c.layout))
-        fwd[static_cast<size_t>(c.wave)].push_back(
-            {static_cast<int>(si), static_cast<int>(k), p, ps.devices[static_cast<size_t>(m.src)],
-             c.devices[static_cast<size_t>(m.dst)], m.rows});
-      for (const RowMove& m : backward_moves(ps.layout, c.layout))
-        bwd[static_cast<size_t>(c.wave)].push_back(
-            {static_cast<int>(si), static_cast<int>(k), p, c.devices[static_cast<size_t>(m.src)],
-             ps.devices[static_cast<size_t>(m.dst)], m.rows});
-    }
-  }
-}
 
 std::vector<std::vector<int>> Executor::device_groups(const plan::Model& model, const plan::Plan& plan) {
   const Schedule s(model, plan);
   std::set<std::vector<int>> out;
-  for (const SliceInfo& si : s.slices) {
+  for (const plan::LoweredSlice& si : s.lowered.slices) {
     out.insert(si.devices);
     const int k = si.layout.tp;
     for (int g = 0; k > 1 && g < si.layout.groups(); ++g)
       out.insert(std::vector<int>(si.devices.begin() + g * k, si.devices.begin() + (g + 1) * k));
   }
-  for (const auto& [key, devs] : s.shard_devices) out.insert(std::vector<int>(devs.begin(), devs.end()));
+  for (const plan::Bucket& b : s.lowered.buckets) out.insert(b.devices);
   return {out.begin(), out.end()};
 }
 
@@ -459,8 +377,8 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
     return it->second.get();
   };
   // Ops (and the parameter shards they use) of every slice on this device.
-  for (size_t si = 0; si < sched_->slices.size(); ++si) {
-    const SliceInfo& s = sched_->slices[si];
+  for (size_t si = 0; si < sched_->lowered.slices.size(); ++si) {
+    const plan::LoweredSlice& s = sched_->slice(static_cast<int>(si));
     const int pos = sched_->position(static_cast<int>(si), rank_);
     if (pos < 0) continue;
     const int k = s.layout.tp, g = s.layout.group_of(pos), t = s.layout.tp_rank_of(pos);
@@ -487,8 +405,8 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
           ps.m.push_back(backend_.allocate(p.value.shape()));
           ps.v.push_back(backend_.allocate(p.value.shape()));
         }
-        const auto devs = sched_->shard_devices.find({op.param, t});
-        if (devs != sched_->shard_devices.end()) ps.sync.assign(devs->second.begin(), devs->second.end());
+        const auto devs = sched_->lowered.shard_devices.find({op.param, t});
+        if (devs != sched_->lowered.shard_devices.end()) ps.sync = devs->second;
         else ps.sync = {rank_};  // no parameters (contrastive_loss)
       }
       ops_.emplace(o, make_op(cfg, ps.set));
@@ -509,28 +427,26 @@ StepStats Executor::step() {
   pieces_.clear();
   din_.clear();
   std::fill(loss_.begin(), loss_.end(), 0.0);
+  counters_ = StepCounters{};
   zero_grads();
-  const int waves = static_cast<int>(plan_.waves.size());
 
-  // Forward, waves in order: receive each slice's inputs, then run this
-  // device's slices.
-  for (int w = 0; w < waves; ++w) {
-    forward_transfers(w);
-    for (int s : sched_->wave_slices[static_cast<size_t>(w)])
-      if (sched_->position(s, rank_) >= 0) forward_slice(s);
+  // This device's lowered program (libplan/lower/lower.h), in order: per
+  // wave the exchange that brings its slices' inputs and the forward of its
+  // slices; per wave reversed the backward of its slices and the exchange
+  // that sends their input gradients back; the all-reduce of each gradient
+  // bucket it holds; the optimizer step.
+  for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
+    switch (in.kind) {
+      case plan::InstrKind::exchange:
+        if (in.dir == plan::Direction::forward) forward_exchange(in);
+        else backward_exchange(in);
+        break;
+      case plan::InstrKind::forward: forward_slice(in.slice); break;
+      case plan::InstrKind::backward: backward_slice(in.slice); break;
+      case plan::InstrKind::allreduce: reduce_bucket(in.bucket); break;
+      case plan::InstrKind::optimizer: optimizer_step(); break;
+    }
   }
-  // Backward, waves reversed: run this device's slices backwards, then send
-  // the input gradients to the devices that produced the inputs.
-  for (int w = waves - 1; w >= 0; --w) {
-    const auto& in_wave = sched_->wave_slices[static_cast<size_t>(w)];
-    for (auto it = in_wave.rbegin(); it != in_wave.rend(); ++it)
-      if (sched_->position(*it, rank_) >= 0) backward_slice(*it);
-    backward_transfers(w);
-  }
-  // Gradient sync: sum each parameter shard over the devices holding it.
-  sync_gradients();
-  // Optimizer step: AdamW on every shard held here.
-  optimizer_step();
 
   // Losses: each rank holds its share of every task's full-batch loss.
   StepStats stats;
@@ -539,45 +455,45 @@ StepStats Executor::step() {
   world_.all_reduce_sum(loss);
   stats.task_loss.assign(loss.begin(), loss.end());
   stats.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  stats.counters = counters_;
   return stats;
 }
 
 // ---------------------------------------------------------------------------
 // Phases.
 
-void Executor::forward_transfers(int wave) {
+void Executor::forward_exchange(const plan::Instr& instr) {
   const Clock::time_point t0 = Clock::now();
-  // Pieces for this rank's slices in schedule order (local ones copied here,
+  // Pieces for this rank's slices in program order (local ones copied here,
   // the others received), so each input's rows concatenate in order.
   std::vector<std::pair<std::pair<int, int>, Tensor>> arrived;
   std::vector<size_t> received;  // indices into arrived, in recv order
   Exchange ex;
-  for (const Transfer& t : sched_->fwd[static_cast<size_t>(wave)]) {
-    if (t.src_device != rank_ && t.dst_device != rank_) continue;
+  for (int ti : instr.transfers) {
+    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
-    if (t.src_device == rank_) {
-      const int ps = sched_->slice_of[static_cast<size_t>(t.producer)];
-      const RowRange mine = sched_->slices[static_cast<size_t>(ps)].layout.rows_of(sched_->position(ps, rank_));
+    if (t.src == rank_) {
+      const int ps = sched_->lowered.slice_of[static_cast<size_t>(t.producer)];
+      const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
       Tensor piece = copy_rows(backend_, out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
-      if (t.dst_device == rank_) arrived.push_back({{t.slice, t.input}, std::move(piece)});
-      else ex.sends.push_back({std::move(piece), t.dst_device});
+      if (t.dst == rank_) arrived.push_back({{t.slice, t.input}, std::move(piece)});
+      else ex.sends.push_back({std::move(piece), t.dst});
     } else {
       received.push_back(arrived.size());
       arrived.push_back({{t.slice, t.input}, Tensor()});
-      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src_device});
+      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src});
     }
   }
-  const int64_t sent = ex.floats_sent();
-  std::vector<Tensor> got = exchange(backend_, world_, ex, forward_tag(wave));
+  std::vector<Tensor> got = counted_exchange(backend_, world_, ex, forward_tag(instr.wave), counters_);
   for (size_t i = 0; i < got.size(); ++i) arrived[received[i]].second = std::move(got[i]);
   for (auto& [key, piece] : arrived) pieces_[key].push_back(std::move(piece));
-  if (!sched_->fwd[static_cast<size_t>(wave)].empty())
-    record("transfer fwd wave " + std::to_string(wave), "transfer", 1, t0, {{"floats_sent", sent}});
+  counters_.transfer_ms += ms_since(t0);
+  record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"floats_sent", ex.floats_sent()}});
 }
 
 void Executor::forward_slice(int slice) {
   const Clock::time_point t0 = Clock::now();
-  const SliceInfo& s = sched_->slices[static_cast<size_t>(slice)];
+  const plan::LoweredSlice& s = sched_->slice(slice);
   const int pos = sched_->position(slice, rank_);
   const RowRange rows = s.layout.rows_of(pos);
   const int64_t batch = s.layout.batch;
@@ -630,13 +546,14 @@ void Executor::forward_slice(int slice) {
     out_[o] = std::move(y);
   }
   const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
+  counters_.compute_ms += ms_since(t0);
   record("fwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
          {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
 }
 
 void Executor::backward_slice(int slice) {
   const Clock::time_point t0 = Clock::now();
-  const SliceInfo& s = sched_->slices[static_cast<size_t>(slice)];
+  const plan::LoweredSlice& s = sched_->slice(slice);
   const int pos = sched_->position(slice, rank_);
   const RowRange rows = s.layout.rows_of(pos);
   for (size_t j = s.ops.size(); j-- > 0;) {
@@ -672,47 +589,46 @@ void Executor::backward_slice(int slice) {
     }
   }
   const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
+  counters_.compute_ms += ms_since(t0);
   record("bwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
          {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
 }
 
-void Executor::backward_transfers(int wave) {
+void Executor::backward_exchange(const plan::Instr& instr) {
   const Clock::time_point t0 = Clock::now();
-  // Gradient pieces for this rank's producers in schedule order (local ones
+  // Gradient pieces for this rank's producers in program order (local ones
   // copied here, the others received); they are added up in that order.
-  std::vector<std::pair<const Transfer*, Tensor>> arrived;
+  std::vector<std::pair<const plan::Transfer*, Tensor>> arrived;
   std::vector<size_t> received;  // indices into arrived, in recv order
   Exchange ex;
-  for (const Transfer& t : sched_->bwd[static_cast<size_t>(wave)]) {
-    if (t.src_device != rank_ && t.dst_device != rank_) continue;
+  for (int ti : instr.transfers) {
+    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
-    if (t.src_device == rank_) {
-      const RowRange mine =
-          sched_->slices[static_cast<size_t>(t.slice)].layout.rows_of(sched_->position(t.slice, rank_));
+    if (t.src == rank_) {
+      const RowRange mine = sched_->slice(t.slice).layout.rows_of(sched_->position(t.slice, rank_));
       Tensor piece = copy_rows(backend_, din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
-      if (t.dst_device == rank_) arrived.push_back({&t, std::move(piece)});
-      else ex.sends.push_back({std::move(piece), t.dst_device});
+      if (t.dst == rank_) arrived.push_back({&t, std::move(piece)});
+      else ex.sends.push_back({std::move(piece), t.dst});
     } else {
       received.push_back(arrived.size());
       arrived.push_back({&t, Tensor()});
-      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src_device});
+      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src});
     }
   }
-  const int64_t sent = ex.floats_sent();
-  std::vector<Tensor> got = exchange(backend_, world_, ex, backward_tag(wave));
+  std::vector<Tensor> got = counted_exchange(backend_, world_, ex, backward_tag(instr.wave), counters_);
   for (size_t i = 0; i < got.size(); ++i) arrived[received[i]].second = std::move(got[i]);
   // Accumulate into the producers' output gradients (several consumers add up).
   for (const auto& [t, piece] : arrived) {
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t->producer)];
-    const int ps = sched_->slice_of[static_cast<size_t>(t->producer)];
-    const RowRange mine = sched_->slices[static_cast<size_t>(ps)].layout.rows_of(sched_->position(ps, rank_));
+    const int ps = sched_->lowered.slice_of[static_cast<size_t>(t->producer)];
+    const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
     auto [it, fresh] = dout_.try_emplace(t->producer);
     if (fresh) it->second = backend_.allocate(with_rows(mine.size(), out_row_shape(p)));
     Tensor dst = row_view(it->second, t->rows.begin - mine.begin, t->rows.size());
     backend_.add(piece, dst);
   }
-  if (!sched_->bwd[static_cast<size_t>(wave)].empty())
-    record("transfer bwd wave " + std::to_string(wave), "transfer", 1, t0, {{"floats_sent", sent}});
+  counters_.transfer_ms += ms_since(t0);
+  record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"floats_sent", ex.floats_sent()}});
 }
 
 void Executor::zero_grads() {
@@ -723,21 +639,18 @@ void Executor::zero_grads() {
     }
 }
 
-void Executor::sync_gradients() {
+void Executor::reduce_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
-  // One bucket per device group, in the group's sorted order (the same on
-  // every member); within a bucket, shards in key order.
-  std::map<std::vector<int>, std::vector<ParamState*>> buckets;
-  for (auto& [key, ps] : params_) buckets[ps.sync].push_back(&ps);
-  int64_t floats = 0;
-  for (auto& [devs, states] : buckets) {
-    if (devs.size() < 2) continue;
-    std::vector<Tensor*> grads;
-    for (ParamState* ps : states)
-      for (Param& p : ps->set.params) grads.push_back(&p.grad);
-    floats += all_reduce_flat(backend_, *groups_.at(devs), grads);
-  }
-  record("gradient sync", "sync", 1, t0, {{"floats", floats}});
+  // The bucket's shards in key order, each shard's tensors in order: the
+  // same flat layout on every member of the group.
+  const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
+  std::vector<Tensor*> grads;
+  for (const plan::ShardKey& key : b.shards)
+    for (Param& p : params_.at(key).set.params) grads.push_back(&p.grad);
+  const int64_t floats = all_reduce_flat(backend_, *groups_.at(b.devices), grads);
+  counters_.reduced_bytes += floats * kBytesPerFloat;
+  counters_.sync_ms += ms_since(t0);
+  record("gradient sync", "sync", 1, t0, {{"floats", floats}, {"group", b.devices}});
 }
 
 void Executor::optimizer_step() {
@@ -749,6 +662,7 @@ void Executor::optimizer_step() {
       backend_.adamw_step(options_.adamw, ps.adam_steps, p.value, p.grad, ps.m[i], ps.v[i]);
     }
   }
+  counters_.compute_ms += ms_since(t0);
   record("optimizer", "compute", 0, t0);
 }
 
@@ -771,8 +685,8 @@ void Executor::record(const std::string& name, const char* cat, int track, Clock
 }
 
 ParamSet Executor::shard_shapes(const std::string& param, int tp_rank) const {
-  const int k = sched_->param_tp.at(param);
-  const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(sched_->param_op.at(param))];
+  const int k = sched_->lowered.param_tp.at(param);
+  const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(sched_->lowered.param_op.at(param))];
   const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
   ShapeComm shape_comm(tp_rank, k);
   OpConfig cfg;
@@ -785,7 +699,7 @@ ParamSet Executor::shard_shapes(const std::string& param, int tp_rank) const {
 
 std::map<std::string, Shape> Executor::param_shapes() const {
   std::map<std::string, Shape> out;
-  for (const auto& [param, o] : sched_->param_op)
+  for (const auto& [param, o] : sched_->lowered.param_op)
     for (const Param& p : shard_shapes(param, 0).params) out[p.name] = p.full_shape;
   return out;
 }
@@ -793,7 +707,7 @@ std::map<std::string, Shape> Executor::param_shapes() const {
 TrainingState Executor::gather_state() {
   TrainingState out;
   out.step = step_;
-  for (const auto& [key, devs] : sched_->shard_devices) {
+  for (const auto& [key, devs] : sched_->lowered.shard_devices) {
     const auto& [param, t] = key;
     const int holder = *devs.begin();
     // One message per shard: every tensor's value, m, v, then the AdamW step
@@ -810,7 +724,7 @@ TrainingState Executor::gather_state() {
       world_.send(packed, 0, kDumpTag);
     }
     if (rank_ != 0) continue;
-    const int k = sched_->param_tp.at(param);
+    const int k = sched_->lowered.param_tp.at(param);
     ParamSet shard;
     std::vector<Tensor> m, v;
     int64_t adam_steps = 0;
@@ -868,7 +782,7 @@ LoadCounts Executor::load_state(const TrainingState& state) {
   LoadCounts counts;
   for (auto& [key, ps] : params_) {
     const int t = key.second;
-    const int k = sched_->param_tp.count(key.first) ? sched_->param_tp.at(key.first) : 1;
+    const int k = sched_->lowered.param_tp.count(key.first) ? sched_->lowered.param_tp.at(key.first) : 1;
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       Param& p = ps.set.params[i];
       const auto it = state.tensors.find(p.name);

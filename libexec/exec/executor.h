@@ -1,10 +1,12 @@
-// The executor: runs a wave plan (spec/plan.md) on this rank, training
-// exactly as one device would (design.md, "Runtime semantics").
+// The executor: runs this rank's program of a lowered wave plan
+// (libplan/lower/lower.h, docs/lowering.md), training exactly as one device
+// would (docs/runtime.md).
 //
-// Each rank of `world` drives device = rank. Per step: forward over the
-// waves (activations re-sharded between slices), backward over the waves
-// reversed (gradients re-sharded back), gradient all-reduce per parameter
-// shard group, AdamW step. Gradients are scaled so that the all-reduced sum
+// Each rank of `world` drives device = rank. Per step it runs its program:
+// forward over the waves (activations re-sharded between slices), backward
+// over the waves reversed (gradients re-sharded back), gradient all-reduce
+// per bucket, AdamW step. Transfers and sync groups come from the lowering;
+// the executor derives none itself. Gradients are scaled so that the all-reduced sum
 // equals single-device training on the whole batch:
 //   - lm_loss returns the mean over its local rows' tokens; a data-parallel
 //     group with b of the B rows back-propagates weight * b / B;
@@ -49,8 +51,9 @@
 #include "libexec/comm/comm.h"
 #include "libexec/exec/checkpoint.h"
 #include "libexec/optim/adamw.h"
-#include "libplan/io/trace.h"
+#include "libplan/report/trace.h"
 #include "libplan/model/model.h"
+#include "libplan/lower/lower.h"
 #include "libplan/plan/plan.h"
 
 namespace spindle::exec {
@@ -67,10 +70,26 @@ struct ExecOptions {
   bool record_trace = false;  // keep measured boxes for trace()
 };
 
+// What this rank did in one step, by phase of its lowered program. Bytes
+// are those of the buffers it handed to its communicators (fp32), the same
+// figures the lowering predicts (plan::Lowered::bytes). Times are host wall
+// time; with a device backend they include only what the host waited for
+// (launches are asynchronous) unless the trace is recorded, which
+// synchronises after every box.
+struct StepCounters {
+  int64_t sent_bytes = 0;       // inter-wave transfers to other ranks
+  int64_t received_bytes = 0;   // inter-wave transfers from other ranks
+  int64_t reduced_bytes = 0;    // gradient all-reduce payload, summed over buckets
+  double compute_ms = 0;        // forward, backward, optimizer
+  double transfer_ms = 0;       // exchanges (packing, messages, unpacking)
+  double sync_ms = 0;           // gradient all-reduce
+};
+
 struct StepStats {
   int64_t step = 0;                // 1-based
   std::vector<double> task_loss;   // per model task (model order): sum of weight * loss, full batch
   double step_ms = 0;              // this rank's wall time of the step, milliseconds
+  StepCounters counters;           // this rank's
 };
 
 // Parameter tensors of this rank set by Executor::load_state.
@@ -79,7 +98,7 @@ struct LoadCounts {
   int64_t fresh = 0;    // absent from the state: seeded initial value, zero moments
 };
 
-struct Schedule;  // executor.cpp: slices, transfers, shard groups
+struct Schedule;  // executor.cpp: the graph and the lowered programs
 
 class Executor {
  public:
@@ -139,13 +158,14 @@ class Executor {
   using Clock = std::chrono::steady_clock;
   struct ParamState;
 
-  void forward_transfers(int wave);
+  // One instruction kind of the lowered program each.
+  void forward_exchange(const plan::Instr& instr);
   void forward_slice(int slice);
   void backward_slice(int slice);
-  void backward_transfers(int wave);
-  void zero_grads();
-  void sync_gradients();
+  void backward_exchange(const plan::Instr& instr);
+  void reduce_bucket(int bucket);
   void optimizer_step();
+  void zero_grads();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
   void record(const std::string& name, const char* cat, int track, Clock::time_point t0,
               nlohmann::json args = nlohmann::json::object());
@@ -168,6 +188,7 @@ class Executor {
   std::map<std::pair<int, int>, std::vector<Tensor>> pieces_;  // (slice, input) -> received rows
   std::map<std::pair<int, int>, Tensor> din_;  // (slice, input) -> input gradient, this group's rows
   std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
+  StepCounters counters_;
 
   int64_t step_ = 0;
   Clock::time_point origin_;

@@ -156,7 +156,7 @@ plan::Result<std::vector<MeasureTarget>> measure_targets(const plan::Model& mode
 OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const MeasureOptions& o) {
   const plan::Workload& w = t.workload;
   const int k = std::max(t.tensor_parallel, 1);
-  const bool full_batch = w.op == "contrastive_loss";
+  const bool full_batch = plan::op_needs_whole_batch(w.op);
   const int64_t rows = full_batch ? w.batch : w.batch * k / n;
   if (rows <= 0) throw std::invalid_argument("profiling " + w.key() + ": no rows on " + std::to_string(n) + " devices");
 
@@ -231,7 +231,7 @@ double op_comm_ms(const MeasureTarget& t, int n, const TpCalls& tp, const plan::
     for (int64_t f : tp.allreduce_floats) ms += plan::ring_allreduce_ms(links, static_cast<double>(f) * kFloatBytes, group);
     for (int64_t f : tp.allgather_floats) ms += ring_allgather_ms(link, static_cast<double>(f) * kFloatBytes, k);
   }
-  if (t.workload.op == "contrastive_loss" && n > 1) {
+  if (plan::op_needs_whole_batch(t.workload.op) && n > 1) {
     // Both embeddings [batch / n, dim] gathered over the slice's n devices.
     const plan::Link& link = n <= links.devices_per_island ? links.intra_island : links.inter_island;
     const double bytes = static_cast<double>(t.workload.batch / n * dim(t.workload, "dim")) * kFloatBytes;
@@ -253,8 +253,8 @@ std::vector<double> link_message_sizes(const std::vector<MeasureTarget>& targets
   for (size_t i = 0; i < targets.size() && i < entries.size(); ++i) {
     const MeasureTarget& t = targets[i];
     take(static_cast<double>(entries[i].param_bytes) / std::max(t.tensor_parallel, 1));
-    const double row = static_cast<double>(plan::op_out_width(t.workload.op, t.workload.dims)) *
-                       static_cast<double>(t.workload.op == "pool_project" ? 1 : t.workload.seq) * dt;
+    const double row =
+        static_cast<double>(plan::op_out_values_per_sample(t.workload.op, t.workload.dims, t.workload.seq)) * dt;
     for (int n : t.counts) take(row * static_cast<double>(t.workload.batch) / n);
   }
   if (!(hi > 0)) lo = hi = 1 << 20;

@@ -7,15 +7,6 @@
 
 namespace spindle::plan {
 
-std::vector<int> valid_device_counts(int devices, int tensor_parallel, int64_t batch) {
-  std::vector<int> out;
-  if (tensor_parallel < 1 || batch < 1) return out;
-  for (int n = tensor_parallel; n <= devices; n += tensor_parallel) {
-    if (batch % n == 0) out.push_back(n);
-  }
-  return out;
-}
-
 namespace {
 
 constexpr int kMaxBisectionSteps = 100;

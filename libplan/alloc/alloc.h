@@ -8,13 +8,12 @@
 #include <vector>
 
 #include "libplan/cost/curve.h"
+#include "libplan/rules/devices.h"
 
 namespace spindle::plan {
 
-// Valid device counts of a MetaOp on `devices` devices, ascending: every n in
-// 1..devices with n % tensor_parallel == 0 and batch % n == 0 (spec/plan.md,
-// rule 4; this implies model.md's "n / K divides the batch"). Empty when none.
-std::vector<int> valid_device_counts(int devices, int tensor_parallel, int64_t batch);
+// Valid device counts (rules/devices.h) are the allocator's input: `valid`
+// below is valid_device_counts(devices, tensor_parallel, batch).
 
 // One MetaOp as the allocator sees it: L operators, each taking
 // curve->time_ms(n) ms on n devices. The curve is not owned.

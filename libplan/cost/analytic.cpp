@@ -9,7 +9,7 @@
 //           / memory bandwidth
 #include "libplan/cost/analytic.h"
 
-#include "libplan/alloc/alloc.h"
+#include "libplan/rules/devices.h"
 
 #include <algorithm>
 #include <cmath>

@@ -38,8 +38,8 @@ int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype);
 // Time of ONE operator, forward plus backward, ms, on each of n devices that
 // run it in data parallel over n / tensor_parallel groups of tensor_parallel
 // devices, local batch batch * tensor_parallel / n (spec/profile.md). The
-// caller passes a valid n (valid_device_counts: a multiple of tensor_parallel
-// that divides the batch); `param_bytes` are the operator's full parameter bytes.
+// caller passes a valid n (rules/devices.h); `param_bytes` are the operator's
+// full parameter bytes.
 // Needs cluster.peak_tflops > 0 and cluster.memory_gbytes_per_s > 0.
 double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,
                       DType dtype, int64_t param_bytes);
@@ -47,8 +47,8 @@ double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Clust
 double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,
                       DType dtype);
 
-// Device counts valid for a workload: multiples n of tensor_parallel with
-// n / tensor_parallel dividing batch; from `device_counts` when given (in its
+// Device counts valid for a workload (rules/devices.h): from `device_counts`
+// when given (in its
 // order, must be ascending), else every count 1..cluster.devices().
 std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,
                                        const std::vector<int>* device_counts);

@@ -5,16 +5,7 @@
 namespace spindle::plan {
 
 double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices) {
-  const size_t p = devices.size();
-  if (p <= 1) return 0.0;
-  bool one_island = true;
-  const int island = cluster.island_of(devices.front());
-  for (int d : devices) one_island = one_island && cluster.island_of(d) == island;
-  const Link& link = one_island ? cluster.intra_island : cluster.inter_island;
-  const double steps = double(p - 1);
-  const double transfer_ms = 2.0 * steps / double(p) * bytes / (link.gbytes_per_s * 1e9) * 1e3;
-  const double latency_ms = 2.0 * steps * link.latency_us * 1e-3;
-  return transfer_ms + latency_ms;
+  return ring_allreduce_ms(cluster.intra_island, cluster.inter_island, cluster.devices_per_island, bytes, devices);
 }
 
 // ---- ProfileCostModel ----

@@ -2,6 +2,8 @@
 // "Operator graph"; ids per spec/plan.md).
 #include "libplan/graph/op_graph.h"
 
+#include "libplan/model/ops.h"
+
 #include <algorithm>
 #include <map>
 
@@ -25,7 +27,7 @@ OpGraph expand(const Model& model) {
       int64_t seq = node.seq;  // input seq of the next operator
       for (std::size_t k = 0; k < m->blocks.size(); ++k) {
         const Block& b = m->blocks[k];
-        const int64_t op_seq = b.op == "contrastive_loss" ? 1 : seq;
+        const int64_t op_seq = op_needs_whole_batch(b.op) ? 1 : seq;  // embeddings of one token
         for (int rep = 0; rep < b.repeat; ++rep) {
           Operator op;
           const std::string kr = std::to_string(k) + "." + std::to_string(rep);
@@ -44,7 +46,7 @@ OpGraph expand(const Model& model) {
           }
           g.ops.push_back(std::move(op));
         }
-        if (b.op == "pool_project") seq = 1;
+        seq = op_out_seq(b.op, seq);
       }
       const int last = static_cast<int>(g.ops.size()) - 1;
       if (last < first) continue;  // a module without blocks: rejected by the parser

@@ -15,10 +15,6 @@ int64_t Cluster::memory_bytes() const {
   return static_cast<int64_t>(std::floor(memory_gib * 1073741824.0));
 }
 
-double link_ms(const Link& link, double bytes) {
-  return link.latency_us / 1000.0 + bytes / (link.gbytes_per_s * 1e9) * 1000.0;
-}
-
 namespace {
 
 using yamlu::Entry;

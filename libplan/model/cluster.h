@@ -4,14 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include "libplan/rules/links.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
 
-struct Link {
-  double gbytes_per_s = 0;   // per direction (per device inside an island, per island across)
-  double latency_us = 0;
-};
 
 struct Cluster {
   std::string name;
@@ -30,9 +27,6 @@ struct Cluster {
   int island_of(int device) const { return device / devices_per_island; }
   int64_t memory_bytes() const;       // memory_gib * 2^30, rounded down
 };
-
-// Cost of moving `bytes` over a link: latency + bytes / bandwidth, in ms.
-double link_ms(const Link& link, double bytes);
 
 Result<Cluster> parse_cluster_string(const std::string& yaml_text, const std::string& path);
 Result<Cluster> load_cluster(const std::string& path);

@@ -70,7 +70,7 @@ int64_t Module::out_width() const {
 
 bool Module::pools() const {
   for (const Block& b : blocks) {
-    if (b.op == "pool_project") return true;
+    if (const OpSpec* spec = find_op(b.op); spec != nullptr && spec->one_token) return true;
   }
   return false;
 }

@@ -42,17 +42,34 @@ const std::vector<OpSpec>& op_catalogue() {
       {"pool_project",
        {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
        false,
-       false},
+       false,
+       /*one_token=*/true},
       {"contrastive_loss",
        {{"dim", DimKind::Int, true, nullptr}, {"temperature", DimKind::Float, false, json(0.07)}},
        false,
-       true},
+       true,
+       /*one_token=*/false,
+       /*whole_batch=*/true},
       {"lm_loss",
        {{"hidden", DimKind::Int, true, nullptr}, {"vocab", DimKind::Int, true, nullptr}},
        false,
        true},
   };
   return catalogue;
+}
+
+int64_t op_out_seq(const std::string& op, int64_t seq) {
+  const OpSpec* spec = find_op(op);
+  return spec != nullptr && spec->one_token ? 1 : seq;
+}
+
+int64_t op_out_values_per_sample(const std::string& op, const json& dims, int64_t seq) {
+  return op_out_seq(op, seq) * op_out_width(op, dims);
+}
+
+bool op_needs_whole_batch(const std::string& op) {
+  const OpSpec* spec = find_op(op);
+  return spec != nullptr && spec->whole_batch;
 }
 
 const OpSpec* find_op(const std::string& name) {
@@ -103,6 +120,20 @@ int64_t op_param_count(const std::string& op, const json& dims, int64_t max_seq)
     return h * v + 2 * h;
   }
   return 0;  // contrastive_loss has no parameters
+}
+
+int64_t op_shard_param_count(const std::string& op, const json& dims, int64_t max_seq, int tensor_parallel) {
+  const int64_t k = tensor_parallel > 1 ? tensor_parallel : 1;
+  if (op == "transformer_layer") {
+    const int64_t h = dim_of(dims, "hidden"), f = dim_of(dims, "ffn");
+    const int64_t split = 4 * h * h + 3 * h + 2 * h * f + f;  // w_q,k,v,o, b_q,k,v, w_1, b_1, w_2
+    return split / k + 6 * h;                                // ln1, ln2 (g, b), b_o, b_2
+  }
+  if (op == "lm_loss") {
+    const int64_t h = dim_of(dims, "hidden"), v = dim_of(dims, "vocab");
+    return h * v / k + 2 * h;  // w split by vocabulary; ln_g, ln_b whole
+  }
+  return op_param_count(op, dims, max_seq);
 }
 
 }  // namespace spindle::plan

@@ -25,6 +25,8 @@ struct OpSpec {
   std::vector<DimSpec> dims;
   bool reads_data;   // patch_embed, token_embed: no input activation
   bool is_loss;      // contrastive_loss, lm_loss: scalar output
+  bool one_token = false;    // pool_project: its output has seq 1, whatever its input's
+  bool whole_batch = false;  // contrastive_loss: couples samples, gathers its slice's whole batch
 };
 
 // The whole catalogue, in a fixed order.
@@ -36,6 +38,20 @@ const OpSpec* find_op(const std::string& name);
 // `max_seq` is S of the module (for position tables).
 int64_t op_in_width(const std::string& op, const nlohmann::json& dims);   // 0 for data readers
 int64_t op_out_width(const std::string& op, const nlohmann::json& dims);  // 0 for losses
+// Tokens per sample of the operator's output: 1 for one_token ops, else `seq`.
+int64_t op_out_seq(const std::string& op, int64_t seq);
+// Values per sample of the output activation: op_out_seq x op_out_width
+// (0 for losses). What moves between slices, per batch row.
+int64_t op_out_values_per_sample(const std::string& op, const nlohmann::json& dims, int64_t seq);
+// True for ops whose spec says whole_batch (a loss that couples samples).
+bool op_needs_whole_batch(const std::string& op);
 int64_t op_param_count(const std::string& op, const nlohmann::json& dims, int64_t max_seq);
+// Parameter values one tensor-parallel rank of `tensor_parallel` holds, as the
+// runtime allocates them: tensors split along one axis hold 1/K of their
+// values (transformer_layer: q, k, v, o, MLP weights and the column-parallel
+// biases; lm_loss: the vocabulary projection), the others (LayerNorms,
+// row-parallel biases, every tensor of the other ops) are whole on every rank.
+int64_t op_shard_param_count(const std::string& op, const nlohmann::json& dims, int64_t max_seq,
+                             int tensor_parallel);
 
 }  // namespace spindle::plan

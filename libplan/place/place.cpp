@@ -1,5 +1,7 @@
 #include "libplan/place/place.h"
 
+#include "libplan/rules/rows.h"
+
 #include <algorithm>
 #include <cassert>
 #include <map>
@@ -422,13 +424,6 @@ std::vector<WavePlacement> place_all(const Placer& placer, const std::vector<Abs
   return out;
 }
 
-// Row range [lo, hi) of the batch held by position i of an n-device group
-// with tensor_parallel k (as costing: n/k data-parallel groups).
-std::pair<int64_t, int64_t> rows_of(int i, int n, int k, int64_t batch) {
-  const int groups = n / k;
-  const int g = i / k;
-  return {batch * g / groups, batch * (g + 1) / groups};
-}
 
 // The final improvement of a placement across islands: exchanges of two
 // devices of one wave (between two slots, or a slot and an idle device), kept
@@ -636,42 +631,17 @@ class Improver {
   }
   void add_edge_to(const Edge& e, int id, double sign, double* intra, double* inter) const {
     const std::vector<int>& dst = *slots_[static_cast<size_t>(id)].devices;
-    {
-      {
-        const std::vector<int>& src = *slots_[static_cast<size_t>(e.src)].devices;
-        if (src == dst) return;
-        const int ns = static_cast<int>(src.size()), nd = static_cast<int>(dst.size());
-        const int groups = ns / e.ksrc;
-        for (int j = 0; j < nd; ++j) {
-          const int d = dst[static_cast<size_t>(j)];
-          const auto [lo, hi] = rows_of(j, nd, e.kdst, e.batch);
-          // The first source group ending after lo: rows ascend with g.
-          int g0 = e.batch > 0 ? static_cast<int>(lo * groups / e.batch) : 0;
-          g0 = std::min(std::max(g0, 0), groups - 1);
-          while (g0 > 0 && rows_of((g0 - 1) * e.ksrc, ns, e.ksrc, e.batch).second > lo) --g0;
-          while (g0 < groups - 1 && rows_of(g0 * e.ksrc, ns, e.ksrc, e.batch).second <= lo) ++g0;
-          for (int g = g0; g < groups; ++g) {
-            const auto [slo, shi] = rows_of(g * e.ksrc, ns, e.ksrc, e.batch);
-            if (slo >= hi) break;
-            const int64_t rows = std::min(hi, shi) - std::max(lo, slo);
-            if (rows <= 0) continue;
-            int chosen = -1;
-            for (int r = 0; r < e.ksrc && chosen < 0; ++r)
-              if (src[static_cast<size_t>(g * e.ksrc + r)] == d) chosen = d;
-            for (int r = 0; r < e.ksrc && chosen < 0; ++r)
-              if (src[static_cast<size_t>(g * e.ksrc + r)] / per_island_ == d / per_island_)
-                chosen = src[static_cast<size_t>(g * e.ksrc + r)];
-            if (chosen < 0) chosen = src[static_cast<size_t>(g * e.ksrc)];
-            if (chosen == d) continue;
-            const double bytes = sign * static_cast<double>(rows) * e.bytes_per_sample;
-            if (chosen / per_island_ == d / per_island_) {
-              if (intra != nullptr) intra[d] += bytes;
-            } else
-              inter[d / per_island_] += bytes;
-          }
-        }
+    const std::vector<int>& src = *slots_[static_cast<size_t>(e.src)].devices;
+    if (src == dst) return;
+    for_each_reshard_move(src, e.ksrc, dst, e.kdst, e.batch, per_island_, [&](const RowMove& m) {
+      if (m.src == m.dst) return;
+      const double bytes = sign * static_cast<double>(m.rows.size()) * e.bytes_per_sample;
+      if (m.src / per_island_ == m.dst / per_island_) {
+        if (intra != nullptr) intra[m.dst] += bytes;
+      } else {
+        inter[m.dst / per_island_] += bytes;
       }
-    }
+    });
   }
 
   // Adds (sign +1) or removes (-1) parameter p's all-reduce on its devices.
@@ -707,15 +677,12 @@ class Improver {
   // replicas; the activations of every slot on it.
   void memory(std::vector<double>& mem) const {
     mem.assign(static_cast<size_t>(n_), 0.0);
-    const double replicated = 2.0 * in_.dtype_bytes;
-    const double optimizer = 8.0 + (in_.dtype_bytes < 4 ? 4.0 : 0.0);
     for (size_t p = 0; p < in_.param_bytes.size(); ++p) {
       const size_t row = p * static_cast<size_t>(n_);
       int on = 0;
       for (int d = 0; d < n_; ++d) on += count_[row + static_cast<size_t>(d)] > 0;
       if (on == 0) continue;
-      const double replicas = std::max(1.0, static_cast<double>(on) / tensor_parallel_[p]);
-      const double bytes = in_.param_bytes[p] / in_.dtype_bytes * (replicated + optimizer / replicas);
+      const double bytes = param_state_bytes(in_.param_bytes[p], in_.dtype_bytes, param_replicas(on, tensor_parallel_[p]));
       for (int d = 0; d < n_; ++d)
         if (count_[row + static_cast<size_t>(d)] > 0) mem[static_cast<size_t>(d)] += bytes;
     }
@@ -723,8 +690,8 @@ class Improver {
       const PlaceMetaOp& m = in_.metaops[static_cast<size_t>(s.slot->metaop)];
       double act = 0;
       for (int k = s.slot->first; k < s.slot->first + s.slot->count; ++k)
-        act += m.act_bytes_per_sample[static_cast<size_t>(k)] * static_cast<double>(m.batch) /
-               static_cast<double>(s.devices->size());
+        act += activation_bytes(m.act_bytes_per_sample[static_cast<size_t>(k)], m.batch,
+                                static_cast<int>(s.devices->size()));
       for (int d : *s.devices) mem[static_cast<size_t>(d)] += act;
     }
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "libplan/cost/cost_model.h"
+#include "libplan/rules/memory.h"
 #include "libplan/waves/schedule.h"
 
 namespace spindle::plan {
@@ -98,18 +99,13 @@ std::vector<WavePlacement> place_sequential(const std::vector<AbstractWave>& wav
 template <class HasParam>
 double slot_bytes_per_device(const PlaceInput& in, const AbstractSlot& slot, HasParam has_param) {
   const PlaceMetaOp& m = in.metaops[static_cast<size_t>(slot.metaop)];
-  const double replicas = std::max(1.0, static_cast<double>(slot.devices) / m.tensor_parallel);
-  const double replicated = 2.0 * in.dtype_bytes;
-  const double optimizer = 8.0 + (in.dtype_bytes < 4 ? 4.0 : 0.0);
+  const double replicas = param_replicas(slot.devices, m.tensor_parallel);
   double bytes = 0;
   for (int k = slot.first; k < slot.first + slot.count; ++k) {
     const auto ku = static_cast<size_t>(k);
-    bytes += m.act_bytes_per_sample[ku] * static_cast<double>(m.batch) / slot.devices;
+    bytes += activation_bytes(m.act_bytes_per_sample[ku], m.batch, slot.devices);
     const int p = m.param[ku];
-    if (p >= 0 && !has_param(p)) {
-      const double params = in.param_bytes[static_cast<size_t>(p)] / in.dtype_bytes;
-      bytes += params * (replicated + optimizer / replicas);
-    }
+    if (p >= 0 && !has_param(p)) bytes += param_state_bytes(in.param_bytes[static_cast<size_t>(p)], in.dtype_bytes, replicas);
   }
   return bytes;
 }

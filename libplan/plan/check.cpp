@@ -1,5 +1,7 @@
 #include "libplan/plan/check.h"
 
+#include "libplan/rules/devices.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -156,8 +158,8 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
       if (std::set<int>(sl.devices.begin(), sl.devices.end()).size() != sl.devices.size())
         out.push_back("rule 3: " + sh + ".devices: a device listed twice");
       // Rule 4.
-      const int64_t n = static_cast<int64_t>(sl.devices.size());
-      if (n > 0 && (m.workload.batch % n != 0 || n % m.tensor_parallel != 0))
+      const int n = static_cast<int>(sl.devices.size());
+      if (n > 0 && !valid_device_count(n, m.tensor_parallel, m.workload.batch))
         out.push_back("rule 4: " + sh + ": " + std::to_string(n) + " devices for MetaOp " +
                       std::to_string(sl.metaop) + " (batch " + std::to_string(m.workload.batch) +
                       ", tensor_parallel " + std::to_string(m.tensor_parallel) + ")");

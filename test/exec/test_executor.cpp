@@ -1,6 +1,6 @@
 // The executor with the fake communicator (one device, SelfComm): training
-// on the synthetic data lowers the loss; plus the row arithmetic of
-// re-sharding and the synthetic data's independence from how rows are split.
+// on the synthetic data lowers the loss; plus the synthetic data's
+// independence from how rows are split (row arithmetic: test/plan/rules).
 // The multi-rank equivalence runs under mpirun (test/exec/mpi/run_checks.sh).
 #include <catch2/catch.hpp>
 
@@ -12,7 +12,6 @@
 #include "libexec/exec/data.h"
 #include "helpers.h"
 #include "libexec/exec/executor.h"
-#include "libexec/exec/reshard.h"
 #include "libplan/graph/op_graph.h"
 
 using namespace spindle::exec;
@@ -35,34 +34,6 @@ double total(const StepStats& s) {
 }
 
 }  // namespace
-
-TEST_CASE("reshard: rows of a layout and the moves between two, by hand") {
-  const RowLayout two{12, 2, 1}, three{12, 3, 1}, tp{12, 4, 2};
-  CHECK(two.rows_of(1) == RowRange{6, 12});
-  CHECK(three.rows_of(1) == RowRange{4, 8});
-  CHECK(tp.rows_of(1) == RowRange{0, 6});  // positions 0, 1: group 0
-  CHECK(tp.rows_of(2) == RowRange{6, 12});
-  CHECK(tp.tp_rank_of(3) == 1);
-
-  // 2 -> 3 devices: each consumer gets exactly its rows.
-  CHECK(forward_moves(two, three) ==
-        std::vector<RowMove>{{0, 0, {0, 4}}, {0, 1, {4, 6}}, {1, 1, {6, 8}}, {1, 2, {8, 12}}});
-  // Gradients 3 -> 2: src is a consumer position, dst a producer position.
-  CHECK(backward_moves(two, three) ==
-        std::vector<RowMove>{{0, 0, {0, 4}}, {1, 0, {4, 6}}, {1, 1, {6, 8}}, {2, 1, {8, 12}}});
-  // A TP producer sends from TP rank 0 of each group only.
-  CHECK(forward_moves(tp, three) ==
-        std::vector<RowMove>{{0, 0, {0, 4}}, {0, 1, {4, 6}}, {2, 1, {6, 8}}, {2, 2, {8, 12}}});
-  // ...and every replica of a TP group receives its gradient rows.
-  CHECK(backward_moves(tp, three) == std::vector<RowMove>{{0, 0, {0, 4}}, {1, 0, {4, 6}},
-                                                          {0, 1, {0, 4}}, {1, 1, {4, 6}},
-                                                          {1, 2, {6, 8}}, {2, 2, {8, 12}},
-                                                          {1, 3, {6, 8}}, {2, 3, {8, 12}}});
-  // Same layout: each device keeps its own rows.
-  CHECK(forward_moves(three, three) ==
-        std::vector<RowMove>{{0, 0, {0, 4}}, {1, 1, {4, 8}}, {2, 2, {8, 12}}});
-  CHECK_THROWS(forward_moves(RowLayout{24, 2, 1}, three));
-}
 
 TEST_CASE("data: a sample depends on (seed, task, index), not on how rows are split") {
   const SampleRange all{7, "image-text", 0, 8}, part{7, "image-text", 2, 3};

@@ -10,7 +10,7 @@
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/plan/check.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 
 namespace sp = spindle::plan;
 namespace se = spindle::exec;

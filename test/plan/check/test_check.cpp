@@ -7,7 +7,7 @@
 #include "test/plan/shipped_fixture.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 
 namespace sp = spindle::plan;
 

@@ -1,10 +1,10 @@
-// Plan costing (libplan/plan/cost_plan.h) on a hand-built two-island plan,
+// Plan costing (libplan/planner/cost_plan.h) on a hand-built two-island plan,
 // every figure computed by hand in the comments.
 #include <catch2/catch.hpp>
 
 #include "libplan/cost/cost_model.h"
 #include "libplan/plan/check.h"
-#include "libplan/plan/cost_plan.h"
+#include "libplan/planner/cost_plan.h"
 
 namespace sp = spindle::plan;
 

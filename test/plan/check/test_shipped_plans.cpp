@@ -15,7 +15,7 @@
 #include "libplan/io/profile.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 
 namespace sp = spindle::plan;
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "libplan/cost/analytic.h"
-#include "libplan/plan/feasibility.h"
+#include "libplan/planner/feasibility.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/io/profile.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "test/plan/shipped_fixture.h"
-#include "libplan/io/utilisation.h"
+#include "libplan/report/utilisation.h"
 
 namespace sp = spindle::plan;
 

@@ -27,10 +27,11 @@ bool same(const std::vector<AllocTuple>& got, const std::vector<AllocTuple>& wan
 TEST_CASE("valid device counts: tensor parallel and batch divisibility", "[alloc]") {
   CHECK(valid_device_counts(8, 1, 12) == std::vector<int>{1, 2, 3, 4, 6});
   CHECK(valid_device_counts(8, 2, 8) == std::vector<int>{2, 4, 8});
-  CHECK(valid_device_counts(8, 2, 6) == std::vector<int>{2, 6});
+  CHECK(valid_device_counts(8, 2, 6) == std::vector<int>{2, 4, 6});   // 4: 2 groups of 3 rows
   CHECK(valid_device_counts(4, 1, 7) == std::vector<int>{1});
   CHECK(valid_device_counts(4, 8, 64).empty());   // K larger than the cluster
-  CHECK(valid_device_counts(8, 4, 2).empty());    // 4 does not divide batch 2
+  CHECK(valid_device_counts(8, 4, 2) == std::vector<int>{4, 8});   // 1 or 2 groups of K = 4
+  CHECK(valid_device_counts(12, 4, 2) == std::vector<int>{4, 8});  // 12: 3 groups do not split 2 rows
 }
 
 TEST_CASE("relaxed allocation: T = a/n gives C* = sum L a / N", "[alloc]") {

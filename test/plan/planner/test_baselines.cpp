@@ -13,10 +13,10 @@
 #include "helpers.h"
 #include "libplan/alloc/alloc.h"
 #include "libplan/cost/analytic.h"
-#include "libplan/plan/baselines.h"
+#include "libplan/planner/baselines.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 
 using namespace spindle::plan;
 using namespace spindle::plan::test;

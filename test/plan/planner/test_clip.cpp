@@ -11,7 +11,7 @@
 
 #include "libplan/cost/analytic.h"
 #include "libplan/plan/check.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 
 using namespace spindle::plan;
 

@@ -10,7 +10,7 @@
 #include "helpers.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/place/place.h"
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 
 using namespace spindle::plan;
 using spindle::plan::test::test_cluster;

@@ -1,4 +1,4 @@
-#include "libplan/plan/baselines.h"
+#include "libplan/planner/baselines.h"
 
 #include <algorithm>
 #include <map>

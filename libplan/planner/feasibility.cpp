@@ -1,6 +1,6 @@
-#include "libplan/plan/feasibility.h"
+#include "libplan/planner/feasibility.h"
 
-#include "libplan/alloc/alloc.h"
+#include "libplan/rules/devices.h"
 #include "libplan/plan/plan.h"
 
 #include <algorithm>
@@ -25,7 +25,8 @@ Status check_model_fits_cluster(const Model& model, const Cluster& cluster) {
                         "batch " + std::to_string(task.batch) + " of task '" + task.name +
                             "' admits no device count for module '" + m->name + "' (tensor_parallel " +
                             std::to_string(m->tensor_parallel) + ") on " + std::to_string(cluster.devices()) +
-                            " devices: a slice needs a multiple of tensor_parallel that divides the batch");
+                            " devices: a slice needs a multiple n of tensor_parallel with n / tensor_parallel "
+                            "dividing the batch");
     }
   }
   return Status::Ok();

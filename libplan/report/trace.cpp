@@ -1,4 +1,4 @@
-#include "libplan/io/trace.h"
+#include "libplan/report/trace.h"
 
 #include "libplan/io/json_reader.h"
 

@@ -1,4 +1,4 @@
-#include "libplan/plan/planner.h"
+#include "libplan/planner/planner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,8 +8,8 @@
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
 #include "libplan/place/place.h"
-#include "libplan/plan/baselines.h"
-#include "libplan/plan/cost_plan.h"
+#include "libplan/planner/baselines.h"
+#include "libplan/planner/cost_plan.h"
 #include "libplan/waves/schedule.h"
 
 namespace spindle::plan {

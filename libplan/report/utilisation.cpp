@@ -1,11 +1,11 @@
-#include "libplan/io/utilisation.h"
+#include "libplan/report/utilisation.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <tuple>
 
-#include "libplan/io/trace.h"
+#include "libplan/report/trace.h"
 
 namespace spindle::plan {
 

@@ -1,29 +1,21 @@
-#include "libplan/plan/cost_plan.h"
+#include "libplan/planner/cost_plan.h"
 
 #include <algorithm>
 #include <string_view>
 #include <unordered_map>
 
 #include "libplan/model/ops.h"
+#include "libplan/rules/memory.h"
+#include "libplan/rules/rows.h"
 
 namespace spindle::plan {
 
 double output_bytes_per_sample(const Operator& op, int dtype_bytes) {
-  int64_t width = op_out_width(op.workload.op, op.workload.dims);
-  int64_t seq = op.workload.op == "pool_project" ? 1 : op.workload.seq;
-  return static_cast<double>(width * seq * dtype_bytes);
+  return static_cast<double>(op_out_values_per_sample(op.workload.op, op.workload.dims, op.workload.seq) *
+                             dtype_bytes);
 }
 
 namespace {
-
-// Rows [lo, hi) of the batch held by position i of an n-device group with
-// tensor_parallel k: n/k data-parallel groups, each of k devices holding the
-// same rows.
-std::pair<int64_t, int64_t> rows_of(int i, int n, int k, int64_t batch) {
-  int groups = n / k;
-  int g = i / k;
-  return {batch * g / groups, batch * (g + 1) / groups};
-}
 
 // Traffic of one wave, accumulated over its re-shardings: bytes into each
 // device from its own island, bytes into each island from other islands.
@@ -33,49 +25,19 @@ struct WaveTraffic {
 };
 
 // Moves `bytes_per_sample` x batch rows from group `src` (tensor_parallel
-// ksrc) to group `dst` (kdst): each destination device needs its rows and
-// takes each from the source replica on itself, else on its island, else the
-// first one holding it.
+// ksrc) to group `dst` (kdst), as the runtime does (rules/rows.h).
 void add_reshard(WaveTraffic& t, const std::vector<int>& src, int ksrc, const std::vector<int>& dst, int kdst,
                  int64_t batch, double bytes_per_sample, int devices_per_island) {
   if (bytes_per_sample <= 0) return;
-  const int ns = static_cast<int>(src.size()), nd = static_cast<int>(dst.size());
-  const int groups = ns / ksrc;
-  for (int j = 0; j < nd; ++j) {
-    const int d = dst[j];
-    auto [lo, hi] = rows_of(j, nd, kdst, batch);
-    // Source data-parallel groups overlapping [lo, hi). Group row ranges
-    // ascend with g, so those are the groups from the first ending after lo
-    // until one starts at or after hi (the others hold no rows of it).
-    int first = 0, count = groups;   // binary search: first g with shi > lo
-    while (count > 0) {
-      const int half = count / 2;
-      if (rows_of((first + half) * ksrc, ns, ksrc, batch).second <= lo) {
-        first += half + 1;
-        count -= half + 1;
-      } else {
-        count = half;
-      }
-    }
-    for (int g = first; g < groups; ++g) {
-      auto [slo, shi] = rows_of(g * ksrc, ns, ksrc, batch);
-      if (slo >= hi) break;
-      int64_t rows = std::min(hi, shi) - std::max(lo, slo);
-      if (rows <= 0) continue;
-      int chosen = -1;
-      for (int r = 0; r < ksrc && chosen < 0; ++r)
-        if (src[g * ksrc + r] == d) chosen = d;
-      for (int r = 0; r < ksrc && chosen < 0; ++r)
-        if (src[g * ksrc + r] / devices_per_island == d / devices_per_island) chosen = src[g * ksrc + r];
-      if (chosen < 0) chosen = src[g * ksrc];
-      if (chosen == d) continue;
-      double bytes = static_cast<double>(rows) * bytes_per_sample;
-      if (chosen / devices_per_island == d / devices_per_island)
-        t.intra_bytes[d] += bytes;
-      else
-        t.inter_bytes[d / devices_per_island] += bytes;
-    }
-  }
+  const int per_island = std::max(1, devices_per_island);
+  for_each_reshard_move(src, ksrc, dst, kdst, batch, per_island, [&](const RowMove& m) {
+    if (m.src == m.dst) return;
+    const double bytes = static_cast<double>(m.rows.size()) * bytes_per_sample;
+    if (m.src / per_island == m.dst / per_island)
+      t.intra_bytes[static_cast<size_t>(m.dst)] += bytes;
+    else
+      t.inter_bytes[static_cast<size_t>(m.dst / per_island)] += bytes;
+  });
 }
 
 double traffic_ms(const WaveTraffic& t, const CostModel& cost) {
@@ -191,7 +153,7 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
         ran[p] = 1;
         char* on = runs.data() + p * devices;
         for (int d : s.devices) on[static_cast<size_t>(d)] = 1;
-        double act = mc.act_bytes_per_sample * m.workload.batch / n;
+        const double act = activation_bytes(mc.act_bytes_per_sample, m.workload.batch, n);
         for (int d : s.devices) act_bytes[d] += act;
       }
       // Inputs of this slice: the previous slice of the same MetaOp, or the
@@ -219,14 +181,9 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
     pred.transfer_ms += wave.transfer_ms;
   }
 
-  // Parameter groups (rule 5), gradient synchronisation and memory.
-  // Per parameter: weights and gradients in the model dtype on every device
-  // that runs it; fp32 master copy (unless the dtype is fp32) and AdamW's m
-  // and v sharded over the data-parallel replicas of the parameter group, as
-  // Megatron's distributed optimizer (ZeRO stage 1) does.
+  // Parameter groups (rule 5), gradient synchronisation and memory
+  // (rules/memory.h: the parameter state of every shard a device holds).
   const int dtype = tables.dtype_bytes;
-  const double replicated_bytes_per_param = 2.0 * dtype;
-  const double optimizer_bytes_per_param = 8.0 + (dtype < 4 ? 4.0 : 0.0);
   std::vector<double> sync_ms(plan.devices, 0.0);
   std::vector<double> state_bytes(plan.devices, 0.0);
   // Groups are rewritten in place: a plan costed again (the planner's
@@ -245,11 +202,11 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
       if (runs_on[d]) on.push_back(static_cast<int>(d));
     const double shard_bytes = param.shard_bytes;
     const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, on) : 0.0;
-    const double replicas = std::max(1.0, static_cast<double>(on.size()) / param.tensor_parallel);
-    const double params_per_device = shard_bytes / dtype;
+    const double bytes = param_state_bytes(shard_bytes, dtype,
+                                           param_replicas(static_cast<int>(on.size()), param.tensor_parallel));
     for (int d : on) {
       sync_ms[d] += ms;
-      state_bytes[d] += params_per_device * (replicated_bytes_per_param + optimizer_bytes_per_param / replicas);
+      state_bytes[d] += bytes;
     }
   }
   plan.param_groups.resize(groups);

@@ -1,0 +1,369 @@
+#include "libplan/lower/lower.h"
+
+#include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "libplan/model/ops.h"
+#include "libplan/rules/devices.h"
+
+namespace spindle::plan {
+
+namespace {
+
+// The slices of the plan with their graph operators, devices, layouts and
+// producers; checks that the plan names the model's operators.
+Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, Lowered& out) {
+  const std::string where = plan.model_name.empty() ? std::string("plan") : "plan for " + plan.model_name;
+  std::map<std::string, int> op_index;
+  for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
+  // Last operator of every (task, node), for a node's ordered inputs.
+  std::map<std::pair<int, int>, int> node_last;
+  for (size_t i = 0; i < graph.ops.size(); ++i)
+    node_last[{graph.ops[i].task, graph.ops[i].node}] = static_cast<int>(i);
+
+  out.slice_of.assign(graph.ops.size(), -1);
+  for (const Wave& wave : plan.waves) {
+    for (size_t k = 0; k < wave.slices.size(); ++k) {
+      const Slice& s = wave.slices[k];
+      const std::string sh = where + ": waves[" + std::to_string(wave.index) + "].slices[" + std::to_string(k) + "]";
+      if (s.metaop < 0 || s.metaop >= static_cast<int>(plan.metaops.size()))
+        return Error{sh + " names unknown MetaOp " + std::to_string(s.metaop)};
+      const PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
+      if (s.count < 1 || s.first < 0 || s.first + s.count > static_cast<int>(m.operators.size()))
+        return Error{sh + ": operators " + std::to_string(s.first) + " + " + std::to_string(s.count) +
+                     " outside MetaOp " + std::to_string(s.metaop)};
+      LoweredSlice info;
+      info.wave = wave.index;
+      info.metaop = s.metaop;
+      info.devices = s.devices;
+      std::sort(info.devices.begin(), info.devices.end());
+      for (int d : info.devices)
+        if (d < 0 || d >= plan.devices) return Error{sh + ": device " + std::to_string(d) + " outside the plan"};
+      for (int j = s.first; j < s.first + s.count; ++j) {
+        const auto it = op_index.find(m.operators[static_cast<size_t>(j)]);
+        if (it == op_index.end()) return Error{sh + " names unknown operator " + m.operators[static_cast<size_t>(j)]};
+        info.ops.push_back(it->second);
+      }
+      const Operator& first = graph.ops[static_cast<size_t>(info.ops[0])];
+      info.layout = {first.workload.batch, static_cast<int>(info.devices.size()), first.tensor_parallel};
+      if (!valid_device_count(info.layout.devices, info.layout.tp, info.layout.batch))
+        return Error{sh + ": " + std::to_string(info.layout.devices) + " devices do not split batch " +
+                     std::to_string(info.layout.batch) + " with tensor_parallel " + std::to_string(info.layout.tp)};
+      if (first.block == 0 && first.rep == 0) {
+        const Task& task = model.tasks[static_cast<size_t>(first.task)];
+        for (const std::string& in : task.nodes[static_cast<size_t>(first.node)].inputs) {
+          size_t n = 0;
+          while (n < task.nodes.size() && task.nodes[n].id != in) ++n;
+          info.producers.push_back(node_last.at({first.task, static_cast<int>(n)}));
+        }
+      } else {
+        info.producers = first.inputs;
+      }
+      const int index = static_cast<int>(out.slices.size());
+      for (int o : info.ops) out.slice_of[static_cast<size_t>(o)] = index;
+      out.slices.push_back(std::move(info));
+    }
+  }
+  for (size_t o = 0; o < graph.ops.size(); ++o)
+    if (out.slice_of[o] < 0) return Error{where + ": operator " + graph.ops[o].id + " is in no slice"};
+  return {};
+}
+
+// Every transfer: forward exchanges wave by wave, then backward exchanges
+// from the last wave to the first; inside one, consumer slices in plan
+// order, their inputs in order, the moves of rules/rows.h in order.
+Status lower_transfers(const Plan& plan, const OpGraph& graph, Lowered& out) {
+  const int waves = static_cast<int>(plan.waves.size());
+  std::vector<std::vector<Transfer>> fwd(static_cast<size_t>(waves)), bwd(static_cast<size_t>(waves));
+  for (size_t si = 0; si < out.slices.size(); ++si) {
+    const LoweredSlice& c = out.slices[si];
+    for (size_t k = 0; k < c.producers.size(); ++k) {
+      const int p = c.producers[k];
+      const LoweredSlice& ps = out.slices[static_cast<size_t>(out.slice_of[static_cast<size_t>(p)])];
+      const Operator& pop = graph.ops[static_cast<size_t>(p)];
+      if (ps.wave >= c.wave)
+        return Error{"plan: operator " + graph.ops[static_cast<size_t>(c.ops[0])].id + " runs no later than its input " +
+                     pop.id};
+      if (ps.layout.batch != c.layout.batch)
+        return Error{"plan: operator " + graph.ops[static_cast<size_t>(c.ops[0])].id + " (batch " +
+                     std::to_string(c.layout.batch) + ") reads " + pop.id + " (batch " +
+                     std::to_string(ps.layout.batch) + ")"};
+      const int64_t per_row = op_out_values_per_sample(pop.workload.op, pop.workload.dims, pop.workload.seq);
+      auto make = [&](Direction dir, const RowMove& m) {
+        Transfer t;
+        t.dir = dir;
+        t.wave = c.wave;
+        t.slice = static_cast<int>(si);
+        t.input = static_cast<int>(k);
+        t.producer = p;
+        t.src = m.src;
+        t.dst = m.dst;
+        t.rows = m.rows;
+        t.values = m.rows.size() * per_row;
+        t.bytes = m.src == m.dst ? 0 : t.values * kWireBytesPerValue;
+        return t;
+      };
+      for_each_reshard_move(ps.devices, ps.layout.tp, c.devices, c.layout.tp, c.layout.batch,
+                            plan.devices_per_island,
+                            [&](const RowMove& m) { fwd[static_cast<size_t>(c.wave)].push_back(make(Direction::forward, m)); });
+      for_each_reshard_move(c.devices, c.layout.tp, ps.devices, ps.layout.tp, c.layout.batch,
+                            plan.devices_per_island,
+                            [&](const RowMove& m) { bwd[static_cast<size_t>(c.wave)].push_back(make(Direction::backward, m)); });
+    }
+  }
+  for (const auto& list : fwd) out.transfers.insert(out.transfers.end(), list.begin(), list.end());
+  for (int w = waves - 1; w >= 0; --w)
+    out.transfers.insert(out.transfers.end(), bwd[static_cast<size_t>(w)].begin(), bwd[static_cast<size_t>(w)].end());
+  return {};
+}
+
+// Parameter shards, their holders and the gradient buckets.
+void lower_shards(const Model& model, const OpGraph& graph, Lowered& out) {
+  std::map<ShardKey, std::set<int>> holders;
+  for (const LoweredSlice& s : out.slices)
+    for (int o : s.ops) {
+      const Operator& op = graph.ops[static_cast<size_t>(o)];
+      if (op_param_count(op.workload.op, op.workload.dims, 1) == 0) continue;  // no parameters (contrastive_loss)
+      out.param_tp[op.param] = op.tensor_parallel;
+      out.param_op.emplace(op.param, o);
+      for (size_t i = 0; i < s.devices.size(); ++i)
+        holders[{op.param, s.layout.tp_rank_of(static_cast<int>(i))}].insert(s.devices[i]);
+    }
+  std::map<std::vector<int>, Bucket> buckets;
+  for (const auto& [key, devs] : holders) {
+    std::vector<int> list(devs.begin(), devs.end());
+    out.shard_devices[key] = list;
+    if (list.size() < 2) continue;
+    const Operator& op = graph.ops[static_cast<size_t>(out.param_op.at(key.first))];
+    const Task& task = model.tasks[static_cast<size_t>(op.task)];
+    const Module* module = model.find_module(task.nodes[static_cast<size_t>(op.node)].module);
+    Bucket& b = buckets[list];
+    b.devices = list;
+    b.shards.push_back(key);
+    b.values += op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
+  }
+  for (auto& [devs, b] : buckets) {
+    b.bytes = b.values * kWireBytesPerValue;
+    out.buckets.push_back(std::move(b));
+  }
+}
+
+// Device d's program in the order of the header, with its dependencies.
+Program lower_program(const Lowered& l, const std::vector<std::string>& graph_params, int waves, int d) {
+  Program prog;
+  prog.device = d;
+  std::vector<std::vector<int>> wave_slices(static_cast<size_t>(waves));
+  for (size_t s = 0; s < l.slices.size(); ++s)
+    if (l.position(static_cast<int>(s), d) >= 0) wave_slices[static_cast<size_t>(l.slices[s].wave)].push_back(static_cast<int>(s));
+  // Transfers of d per (direction, wave).
+  std::map<std::pair<int, int>, std::vector<int>> mine;
+  for (size_t t = 0; t < l.transfers.size(); ++t) {
+    const Transfer& tr = l.transfers[t];
+    if (tr.src == d || tr.dst == d) mine[{static_cast<int>(tr.dir), tr.wave}].push_back(static_cast<int>(t));
+  }
+  std::vector<int> fwd_of(l.slices.size(), -1), bwd_of(l.slices.size(), -1);
+  // What each producer's output gradient waits for on d: the backward
+  // exchanges that deliver it (several consumers may add into it).
+  std::map<int, std::vector<int>> grad_in;
+  auto add = [&](Instr in) {
+    prog.instrs.push_back(std::move(in));
+    return static_cast<int>(prog.instrs.size()) - 1;
+  };
+
+  for (int w = 0; w < waves; ++w) {
+    int ex = -1;
+    if (auto it = mine.find({static_cast<int>(Direction::forward), w}); it != mine.end()) {
+      Instr in;
+      in.kind = InstrKind::exchange;
+      in.wave = w;
+      in.dir = Direction::forward;
+      in.transfers = it->second;
+      std::set<int> deps;  // the forward of every slice whose output d sends
+      for (int t : in.transfers)
+        if (l.transfers[static_cast<size_t>(t)].src == d)
+          deps.insert(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
+      in.deps.assign(deps.begin(), deps.end());
+      ex = add(std::move(in));
+    }
+    for (int s : wave_slices[static_cast<size_t>(w)]) {
+      Instr in;
+      in.kind = InstrKind::forward;
+      in.wave = w;
+      in.slice = s;
+      if (ex >= 0 && !l.slices[static_cast<size_t>(s)].producers.empty()) in.deps.push_back(ex);
+      fwd_of[static_cast<size_t>(s)] = add(std::move(in));
+    }
+  }
+  for (int w = waves - 1; w >= 0; --w) {
+    const auto& list = wave_slices[static_cast<size_t>(w)];
+    for (auto it = list.rbegin(); it != list.rend(); ++it) {
+      Instr in;
+      in.kind = InstrKind::backward;
+      in.wave = w;
+      in.slice = *it;
+      std::set<int> deps{fwd_of[static_cast<size_t>(*it)]};
+      const LoweredSlice& s = l.slices[static_cast<size_t>(*it)];
+      if (auto g = grad_in.find(s.ops.back()); g != grad_in.end()) deps.insert(g->second.begin(), g->second.end());
+      in.deps.assign(deps.begin(), deps.end());
+      bwd_of[static_cast<size_t>(*it)] = add(std::move(in));
+    }
+    if (auto it = mine.find({static_cast<int>(Direction::backward), w}); it != mine.end()) {
+      Instr in;
+      in.kind = InstrKind::exchange;
+      in.wave = w;
+      in.dir = Direction::backward;
+      in.transfers = it->second;
+      std::set<int> deps;  // the backward of every consumer slice whose input gradient d sends
+      for (int t : in.transfers)
+        if (l.transfers[static_cast<size_t>(t)].src == d)
+          deps.insert(bwd_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].slice)]);
+      in.deps.assign(deps.begin(), deps.end());
+      const int ex = add(std::move(in));
+      for (int t : prog.instrs[static_cast<size_t>(ex)].transfers)
+        if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
+    }
+  }
+  // Gradient buckets: after the backward of every slice of d that uses one
+  // of the bucket's parameters.
+  std::vector<int> reductions;
+  for (size_t b = 0; b < l.buckets.size(); ++b) {
+    const Bucket& bucket = l.buckets[b];
+    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), d)) continue;
+    std::set<std::string> params;
+    for (const ShardKey& k : bucket.shards) params.insert(k.first);
+    Instr in;
+    in.kind = InstrKind::allreduce;
+    in.bucket = static_cast<int>(b);
+    std::set<int> deps;
+    for (size_t s = 0; s < l.slices.size(); ++s) {
+      if (bwd_of[s] < 0) continue;
+      for (int o : l.slices[s].ops)
+        if (params.count(graph_params[static_cast<size_t>(o)])) deps.insert(bwd_of[s]);
+    }
+    in.deps.assign(deps.begin(), deps.end());
+    reductions.push_back(add(std::move(in)));
+  }
+  Instr opt;
+  opt.kind = InstrKind::optimizer;
+  for (int s : bwd_of)
+    if (s >= 0) opt.deps.push_back(s);
+  opt.deps.insert(opt.deps.end(), reductions.begin(), reductions.end());
+  std::sort(opt.deps.begin(), opt.deps.end());
+  add(std::move(opt));
+  return prog;
+}
+
+const char* kind_name(InstrKind k) {
+  switch (k) {
+    case InstrKind::exchange: return "exchange";
+    case InstrKind::forward: return "forward";
+    case InstrKind::backward: return "backward";
+    case InstrKind::allreduce: return "allreduce";
+    case InstrKind::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+const char* dir_name(Direction d) { return d == Direction::forward ? "forward" : "backward"; }
+
+}  // namespace
+
+int Lowered::position(int slice, int device) const {
+  const auto& d = slices[static_cast<size_t>(slice)].devices;
+  const auto it = std::lower_bound(d.begin(), d.end(), device);
+  return it == d.end() || *it != device ? -1 : static_cast<int>(it - d.begin());
+}
+
+ProgramBytes Lowered::bytes(int device) const {
+  ProgramBytes b;
+  for (const Transfer& t : transfers) {
+    if (t.src == t.dst) continue;
+    if (t.src == device) b.sent += t.bytes;
+    if (t.dst == device) b.received += t.bytes;
+  }
+  for (const Bucket& k : buckets)
+    if (std::binary_search(k.devices.begin(), k.devices.end(), device)) b.reduced += k.bytes;
+  return b;
+}
+
+Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph) {
+  Lowered out;
+  out.devices = plan.devices;
+  SPINDLE_TRY(lower_slices(plan, model, graph, out));
+  SPINDLE_TRY(lower_transfers(plan, graph, out));
+  lower_shards(model, graph, out);
+  std::vector<std::string> graph_params;
+  for (const Operator& op : graph.ops) graph_params.push_back(op.param);
+  for (int d = 0; d < plan.devices; ++d)
+    out.programs.push_back(lower_program(out, graph_params, static_cast<int>(plan.waves.size()), d));
+  return out;
+}
+
+std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
+  using nlohmann::json;
+  const Program& prog = l.programs.at(static_cast<size_t>(device));
+  auto rows = [](const RowRange& r) { return json::array({r.begin, r.end}); };
+  json instrs = json::array();
+  for (size_t i = 0; i < prog.instrs.size(); ++i) {
+    const Instr& in = prog.instrs[i];
+    json j = {{"i", i}, {"kind", kind_name(in.kind)}, {"deps", in.deps}};
+    switch (in.kind) {
+      case InstrKind::exchange: {
+        j["wave"] = in.wave;
+        j["dir"] = dir_name(in.dir);
+        json sends = json::array(), recvs = json::array(), copies = json::array();
+        for (int t : in.transfers) {
+          const Transfer& tr = l.transfers[static_cast<size_t>(t)];
+          const std::string& tensor = graph.ops[static_cast<size_t>(tr.producer)].id;
+          if (tr.src == tr.dst)
+            copies.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}});
+          else if (tr.src == device)
+            sends.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"to", tr.dst}, {"bytes", tr.bytes}});
+          else
+            recvs.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"from", tr.src}, {"bytes", tr.bytes}});
+        }
+        j["sends"] = sends;
+        j["recvs"] = recvs;
+        j["copies"] = copies;
+        break;
+      }
+      case InstrKind::forward:
+      case InstrKind::backward: {
+        const LoweredSlice& s = l.slices[static_cast<size_t>(in.slice)];
+        const int pos = l.position(in.slice, device);
+        j["wave"] = in.wave;
+        j["metaop"] = s.metaop;
+        j["operators"] = json::array({graph.ops[static_cast<size_t>(s.ops.front())].id,
+                                      graph.ops[static_cast<size_t>(s.ops.back())].id});
+        j["count"] = s.ops.size();
+        j["rows"] = rows(s.layout.rows_of(pos));
+        j["tp_rank"] = s.layout.tp_rank_of(pos);
+        j["group"] = s.devices;
+        break;
+      }
+      case InstrKind::allreduce: {
+        const Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
+        json shards = json::array();
+        for (const ShardKey& k : b.shards) shards.push_back(k.first + "@" + std::to_string(k.second));
+        j["group"] = b.devices;
+        j["shards"] = shards;
+        j["bytes"] = b.bytes;
+        break;
+      }
+      case InstrKind::optimizer: break;
+    }
+    instrs.push_back(std::move(j));
+  }
+  const ProgramBytes b = l.bytes(device);
+  json doc = {{"format", "spindle-program"},
+              {"version", kProgramVersion},
+              {"device", device},
+              {"devices", l.devices},
+              {"bytes", {{"sent", b.sent}, {"received", b.received}, {"reduced", b.reduced}}},
+              {"instructions", std::move(instrs)}};
+  return doc.dump(1) + "\n";
+}
+
+}  // namespace spindle::plan

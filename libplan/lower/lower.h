@@ -1,0 +1,134 @@
+// Lowering: a plan (docs/spec/plan.md) becomes one program per device, the
+// ordered instructions that device runs in one training step (docs/lowering.md).
+// spindle-run executes its rank's program; `spindle-plan --lower DIR` writes
+// them for inspection; the byte counts a program states are the ones the
+// runtime measures.
+//
+// Pure and deterministic: a function of (plan, model, graph) alone, so every
+// rank and the planner compute the same programs.
+//
+// Each device's program, in order:
+//   for every wave w:            [exchange forward w] forward of each of its slices of w
+//   for every wave w, reversed:  backward of each of its slices of w (reversed) [exchange backward w]
+//   all-reduce of each gradient bucket it is in (buckets in order)
+//   optimizer
+// An exchange is every transfer of one wave and direction that this device
+// sends or receives (or copies locally), posted together; a device with no
+// transfer in that exchange has no instruction for it. Because every device
+// follows the same global order of exchanges and collectives, blocking
+// execution of the programs cannot deadlock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "libplan/graph/op_graph.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/plan.h"
+#include "libplan/rules/rows.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+inline constexpr int kProgramVersion = 1;
+
+// Bytes per value that spindle-run moves between devices: activations, their
+// gradients and parameter gradients cross every boundary in fp32, whatever
+// the model dtype (kernels may compute in bf16 inside an operator).
+inline constexpr int kWireBytesPerValue = 4;
+
+// One slice of the plan as the programs see it.
+struct LoweredSlice {
+  int wave = 0;
+  int metaop = 0;
+  std::vector<int> ops;        // graph operator indices, in chain order
+  std::vector<int> devices;    // ascending
+  RowLayout layout;            // batch, n, tensor_parallel
+  std::vector<int> producers;  // graph operators feeding ops[0], in the node's input order
+};
+
+enum class Direction { forward, backward };
+
+// One piece of a re-sharding between two slices: rows of `producer`'s output
+// (forward) or of its output gradient (backward) move from device src to
+// device dst (src == dst: a local copy, no message).
+struct Transfer {
+  Direction dir = Direction::forward;
+  int wave = 0;        // the exchange it belongs to: the consumer slice's wave
+  int slice = 0;       // consumer slice (index into Lowered::slices)
+  int input = 0;       // index into the consumer slice's producers
+  int producer = 0;    // graph operator whose output (gradient) moves
+  int src = 0, dst = 0;
+  RowRange rows;       // absolute batch rows
+  int64_t values = 0;  // rows x values per row
+  int64_t bytes = 0;   // values x kWireBytesPerValue; 0 for a local copy
+};
+
+// One parameter shard: the parameter "M/k.r" at one tensor-parallel rank.
+using ShardKey = std::pair<std::string, int>;
+
+// Gradients summed together over one device group: every shard whose
+// holders are exactly `devices`, in key order.
+struct Bucket {
+  std::vector<int> devices;     // ascending, at least 2
+  std::vector<ShardKey> shards; // ascending
+  int64_t values = 0;           // gradient values summed: op_shard_param_count of each shard
+  int64_t bytes = 0;            // values x kWireBytesPerValue
+};
+
+enum class InstrKind { exchange, forward, backward, allreduce, optimizer };
+
+struct Instr {
+  InstrKind kind = InstrKind::forward;
+  int wave = -1;               // exchange, forward, backward
+  Direction dir = Direction::forward;  // exchange
+  int slice = -1;              // forward, backward: index into Lowered::slices
+  std::vector<int> transfers;  // exchange: indices into Lowered::transfers this device takes part in
+  int bucket = -1;             // allreduce: index into Lowered::buckets
+  std::vector<int> deps;       // instructions of the same program that must be done first
+};
+
+struct Program {
+  int device = 0;
+  std::vector<Instr> instrs;
+};
+
+// What one device sends and receives in one step, bytes.
+struct ProgramBytes {
+  int64_t sent = 0;       // transfers to other devices
+  int64_t received = 0;   // transfers from other devices
+  int64_t reduced = 0;    // gradient all-reduce payload (each bucket's bytes once)
+  bool operator==(const ProgramBytes&) const = default;
+};
+
+struct Lowered {
+  int devices = 0;
+  std::vector<LoweredSlice> slices;      // wave by wave, in plan order
+  std::vector<int> slice_of;             // graph operator -> slice
+  std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending
+  std::vector<Bucket> buckets;           // ascending by devices
+  // Every parameter shard: the devices holding it (ascending), its
+  // tensor-parallel degree, and one operator using it.
+  std::map<ShardKey, std::vector<int>> shard_devices;
+  std::map<std::string, int> param_tp;
+  std::map<std::string, int> param_op;
+  std::vector<Program> programs;         // by device
+
+  // Position of `device` in slice `slice`'s device list; -1 when absent.
+  int position(int slice, int device) const;
+  ProgramBytes bytes(int device) const;
+};
+
+// Lowers `plan` for `model` (whose expanded graph is `graph`). The plan must
+// name the model's operators; errors name the plan and the offending slice
+// or operator (a plan that passed check_plan_status lowers without error).
+Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph);
+
+// The programs as versioned JSON (docs/lowering.md): one document per
+// device, {"format": "spindle-program", "version": 1, "device": d, ...}.
+std::string program_json(const Lowered& lowered, const OpGraph& graph, int device);
+
+}  // namespace spindle::plan

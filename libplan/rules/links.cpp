@@ -1,0 +1,26 @@
+#include "libplan/rules/links.h"
+
+#include <cstddef>
+
+namespace spindle::plan {
+
+double link_ms(const Link& link, double bytes) {
+  return link.latency_us / 1000.0 + bytes / (link.gbytes_per_s * 1e9) * 1000.0;
+}
+
+double ring_allreduce_ms(const Link& intra_island, const Link& inter_island, int devices_per_island,
+                         double bytes, const std::vector<int>& devices) {
+  const size_t p = devices.size();
+  if (p <= 1) return 0.0;
+  const int per_island = devices_per_island > 0 ? devices_per_island : 1;
+  bool one_island = true;
+  const int island = devices.front() / per_island;
+  for (int d : devices) one_island = one_island && d / per_island == island;
+  const Link& link = one_island ? intra_island : inter_island;
+  const double steps = double(p - 1);
+  const double transfer_ms = 2.0 * steps / double(p) * bytes / (link.gbytes_per_s * 1e9) * 1e3;
+  const double latency_ms = 2.0 * steps * link.latency_us * 1e-3;
+  return transfer_ms + latency_ms;
+}
+
+}  // namespace spindle::plan
