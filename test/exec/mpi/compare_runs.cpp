@@ -23,6 +23,14 @@
 // equal REF's loss of that task at that step (same tolerance). GOT may hold
 // fewer steps and fewer tasks (a resumed run; a model with a task removed);
 // at least one loss must be compared.
+//
+//   compare_runs --bytes PROGRAM_DIR GOT.metrics.jsonl
+//
+// Predicted against measured traffic: every step's "ranks" entry of GOT
+// (bytes sent, received and all-reduced by that rank) must equal, exactly,
+// the "bytes" of PROGRAM_DIR/device-R.json (spindle-plan --lower). Every
+// rank of every step is compared; a run with no step, or a rank without its
+// program, fails.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -104,7 +112,48 @@ int compare_losses(const std::string& ref_path, const std::string& got_path) {
   return ok ? 0 : 1;
 }
 
+// The --bytes mode (header).
+int compare_bytes(const std::string& dir, const std::string& got_path) {
+  std::map<int, nlohmann::json> predicted;  // rank -> {"sent", "received", "reduced"}
+  size_t compared = 0, nonzero = 0;
+  bool ok = true;
+  const auto lines = read_lines(got_path);
+  for (const auto& g : lines) {
+    const int64_t step = g.at("step").get<int64_t>();
+    for (const auto& r : g.at("ranks")) {
+      const int rank = r.at("rank").get<int>();
+      if (!predicted.count(rank))
+        predicted[rank] = read_json(dir + "/device-" + std::to_string(rank) + ".json").at("bytes");
+      const nlohmann::json& p = predicted[rank];
+      for (const auto& [field, key] : {std::pair{"sent", "sent_bytes"}, {"received", "received_bytes"},
+                                       {"reduced", "reduced_bytes"}}) {
+        const int64_t want = p.at(field).get<int64_t>(), got = r.at(key).get<int64_t>();
+        if (want != got) {
+          std::fprintf(stderr, "step %lld rank %d: %s %lld measured, %lld predicted\n", static_cast<long long>(step),
+                       rank, key, static_cast<long long>(got), static_cast<long long>(want));
+          ok = false;
+        }
+        nonzero += got != 0;
+        ++compared;
+      }
+    }
+  }
+  std::printf("compared %zu byte counts of %zu steps (%zu non-zero) with %s\n", compared, lines.size(), nonzero,
+              dir.c_str());
+  if (compared == 0) ok = false;
+  std::printf("%s\n", ok ? "AGREE" : "DIFFER");
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--bytes") {
+    try {
+      return compare_bytes(argv[2], argv[3]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "compare_runs: %s\n", e.what());
+      return 2;
+    }
+  }
   if (argc == 4 && std::string(argv[1]) == "--losses") {
     try {
       return compare_losses(argv[2], argv[3]);
@@ -115,7 +164,8 @@ int main(int argc, char** argv) {
   }
   if (argc != 5) {
     std::fprintf(stderr, "usage: compare_runs REF.metrics REF.params GOT.metrics GOT.params\n"
-                         "       compare_runs --losses REF.metrics GOT.metrics\n");
+                         "       compare_runs --losses REF.metrics GOT.metrics\n"
+                         "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n");
     return 2;
   }
   try {

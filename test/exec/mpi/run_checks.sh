@@ -4,10 +4,12 @@
 #   run_checks.sh MODE BIN_DIR SOURCE_DIR WORK_DIR MPIEXEC COMPARE_RUNS
 #
 # MODE
-#   equiv-tiny-clip, equiv-tiny-lm  plan the model for 1, 3 and 4 devices
+#   equiv-tiny-clip, equiv-tiny-lm  plan the model for 1, 2, 3 and 4 devices
 #       (spindle) and 4 devices (sequential), train 5 steps each, and compare
 #       every step's losses and every final parameter with the 1-device run
-#       (compare_runs: 1e-5 relative, absolute floor 1e-6). tiny-lm's trunk
+#       (compare_runs: 1e-5 relative, absolute floor 1e-6), and every rank's
+#       bytes sent, received and all-reduced in every step with what its
+#       program from spindle-plan --lower states, exactly. tiny-lm's trunk
 #       has tensor_parallel 2, which no 1-device plan can hold: its reference
 #       is the same model with tensor_parallel 1 (same parameter names, so
 #       the same initial values and data; TP only splits the arithmetic).
@@ -73,17 +75,24 @@ case "$MODE" in
       sed 's/tensor_parallel: 2/tensor_parallel: 1/' "$model" > "$ref_model"
     fi
     plan "$ref_model" 1 p1.json
+    plan "$model" 2 p2.json
     plan "$model" 3 p3.json
     plan "$model" 4 p4.json
     plan "$model" 4 p4seq.json --strategy sequential
     status=0
-    for v in 1 3 4 4seq; do
+    for v in 1 2 3 4 4seq; do
       np=${v%seq} m=$model
       [ "$v" = 1 ] && m=$ref_model
       rm -f "m$v.jsonl" "params$v.json"
       run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v.jsonl" --dump-params "params$v.json"
       [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
       tail -n 1 run.log
+      # The bytes each rank moved are the ones its lowered program states.
+      rm -rf "prog$v"
+      "$BIN/spindle-plan" "$m" --check "p$v.json" --lower "prog$v" > "prog$v.log" 2>&1 ||
+        die "spindle-plan --lower p$v.json: $(cat "prog$v.log")"
+      echo "== $name: plan $v, measured bytes against the lowered programs"
+      "$COMPARE" --bytes "prog$v" "m$v.jsonl" || status=1
       if [ "$v" != 1 ]; then
         echo "== $name: plan $v against 1 device"
         "$COMPARE" m1.jsonl params1.json "m$v.jsonl" "params$v.json" || status=1
