@@ -1,0 +1,220 @@
+// Lowering (libplan/lower): one program per device. Hand-computed bytes on a
+// small plan, and the invariants every lowered plan must keep, on every
+// shipped workload and strategy: every message is sent by one program and
+// received by another in matching exchanges, exchanges and collectives come
+// in one global order (so blocking execution cannot deadlock), dependencies
+// point backwards, each program runs each of its slices once forward and
+// once backward, and the bytes of all programs add up.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "libplan/lower/lower.h"
+#include "libplan/model/ops.h"
+#include "../shipped_fixture.h"
+
+namespace sp = spindle::plan;
+namespace fs = std::filesystem;
+using sp::testing::Fixture;
+
+namespace {
+
+// The invariants of the header, on one lowered plan.
+void check_invariants(const sp::Plan& plan, const sp::Lowered& l) {
+  REQUIRE(static_cast<int>(l.programs.size()) == plan.devices);
+  // Global order of exchanges: (direction, wave) pairs; each program visits
+  // its own in the same relative order.
+  auto exchange_rank = [&](const sp::Instr& in) {
+    const int waves = static_cast<int>(plan.waves.size());
+    return in.dir == sp::Direction::forward ? in.wave : 2 * waves - 1 - in.wave;
+  };
+  std::map<int, int> sent_by, received_by;  // transfer -> device whose program has it
+  sp::ProgramBytes sum;
+  for (const sp::Program& prog : l.programs) {
+    int last_exchange = -1, last_bucket = -1;
+    bool optimizer = false;
+    std::multiset<int> fwd, bwd;
+    for (size_t i = 0; i < prog.instrs.size(); ++i) {
+      const sp::Instr& in = prog.instrs[i];
+      for (int d : in.deps) CHECK((d >= 0 && d < static_cast<int>(i)));
+      CHECK_FALSE(optimizer);  // the optimizer is last
+      switch (in.kind) {
+        case sp::InstrKind::exchange:
+          CHECK(exchange_rank(in) > last_exchange);
+          last_exchange = exchange_rank(in);
+          CHECK(last_bucket < 0);
+          for (int t : in.transfers) {
+            const sp::Transfer& tr = l.transfers[static_cast<size_t>(t)];
+            CHECK(tr.dir == in.dir);
+            CHECK(tr.wave == in.wave);
+            CHECK((tr.src == prog.device || tr.dst == prog.device));
+            if (tr.src == prog.device && tr.dst != prog.device) CHECK(sent_by.emplace(t, prog.device).second);
+            if (tr.dst == prog.device && tr.src != prog.device) CHECK(received_by.emplace(t, prog.device).second);
+          }
+          break;
+        case sp::InstrKind::forward: fwd.insert(in.slice); break;
+        case sp::InstrKind::backward:
+          bwd.insert(in.slice);
+          CHECK(fwd.count(in.slice) == 1);
+          break;
+        case sp::InstrKind::allreduce:
+          CHECK(in.bucket > last_bucket);
+          last_bucket = in.bucket;
+          CHECK(std::binary_search(l.buckets[static_cast<size_t>(in.bucket)].devices.begin(),
+                                   l.buckets[static_cast<size_t>(in.bucket)].devices.end(), prog.device));
+          break;
+        case sp::InstrKind::optimizer: optimizer = true; break;
+      }
+    }
+    CHECK(optimizer);
+    CHECK(fwd == bwd);
+    for (size_t s = 0; s < l.slices.size(); ++s)
+      CHECK(static_cast<int>(fwd.count(static_cast<int>(s))) == (l.position(static_cast<int>(s), prog.device) >= 0 ? 1 : 0));
+    const sp::ProgramBytes b = l.bytes(prog.device);
+    sum.sent += b.sent;
+    sum.received += b.received;
+  }
+  // Every message between two devices is in both programs, once.
+  for (size_t t = 0; t < l.transfers.size(); ++t) {
+    const sp::Transfer& tr = l.transfers[t];
+    if (tr.src == tr.dst) {
+      CHECK(tr.bytes == 0);
+      continue;
+    }
+    CHECK(sent_by.at(static_cast<int>(t)) == tr.src);
+    CHECK(received_by.at(static_cast<int>(t)) == tr.dst);
+    CHECK(tr.bytes == tr.values * sp::kWireBytesPerValue);
+  }
+  CHECK(sum.sent == sum.received);
+  for (const sp::Bucket& b : l.buckets) {
+    CHECK(b.devices.size() >= 2);
+    CHECK(b.bytes == b.values * sp::kWireBytesPerValue);
+    CHECK(b.values > 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
+  // Sequential: every MetaOp on both devices, so each activation stays where
+  // it is (local copies only) and every parameter is all-reduced over {0, 1}.
+  Fixture f("tiny-clip", "cpu-1x2");
+  const sp::Plan plan = f.plan(sp::Strategy::sequential);
+  auto lowered = sp::lower(plan, f.model, f.graph);
+  REQUIRE(lowered.ok());
+  check_invariants(plan, *lowered);
+  for (const sp::Transfer& t : lowered->transfers) CHECK(t.src == t.dst);
+  REQUIRE(lowered->buckets.size() == 1);
+  CHECK(lowered->buckets[0].devices == std::vector<int>{0, 1});
+  // Every parameter of the model, whole (no tensor parallelism): the sum of
+  // the catalogue's counts over the distinct parameters.
+  int64_t values = 0;
+  std::set<std::string> seen;
+  for (const sp::Operator& op : f.graph.ops) {
+    if (!seen.insert(op.param).second) continue;
+    const sp::Task& task = f.model.tasks[static_cast<size_t>(op.task)];
+    values += sp::op_param_count(op.workload.op, op.workload.dims,
+                                 f.model.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq);
+  }
+  CHECK(lowered->buckets[0].values == values);
+  for (int d = 0; d < 2; ++d) CHECK(lowered->bytes(d) == sp::ProgramBytes{0, 0, values * 4});
+  // The program of device 0 starts with the forward of the first wave's slice
+  // and ends with the bucket and the optimizer.
+  const sp::Program& p0 = lowered->programs[0];
+  CHECK(p0.instrs.front().kind == sp::InstrKind::forward);
+  CHECK(p0.instrs[p0.instrs.size() - 2].kind == sp::InstrKind::allreduce);
+  CHECK(p0.instrs.back().kind == sp::InstrKind::optimizer);
+}
+
+TEST_CASE("lowering by hand: a transfer between two one-device slices") {
+  // tiny-clip on 2 devices with hand-made waves: every MetaOp of the first
+  // level on device 0, every later one on device 1. The loss's inputs cross:
+  // each embedding of batch B x dim values, forward and backward.
+  Fixture f("tiny-clip", "cpu-1x2");
+  sp::Plan plan = f.plan(sp::Strategy::sequential);
+  for (sp::Wave& w : plan.waves)
+    for (sp::Slice& s : w.slices) {
+      const sp::PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
+      s.devices = {m.workload.op == "contrastive_loss" ? 1 : 0};
+    }
+  auto lowered = sp::lower(plan, f.model, f.graph);
+  REQUIRE(lowered.ok());
+  check_invariants(plan, *lowered);
+  int64_t expected = 0;  // bytes of every embedding entering a loss: B x dim x 4, per input
+  for (const sp::PlanMetaOp& m : plan.metaops)
+    if (m.workload.op == "contrastive_loss")
+      expected += 2 * m.workload.batch * m.workload.dims.at("dim").get<int64_t>() * 4;
+  REQUIRE(expected > 0);
+  CHECK(lowered->bytes(0).sent == expected);
+  CHECK(lowered->bytes(1).received == expected);
+  CHECK(lowered->bytes(1).sent == expected);      // the gradients go back
+  CHECK(lowered->bytes(0).received == expected);
+  CHECK(lowered->buckets.empty());                // no parameter on two devices
+}
+
+TEST_CASE("lowering keeps its invariants on every shipped workload and strategy") {
+  const fs::path root = SPINDLE_SOURCE_DIR;
+  int lowered_plans = 0;
+  for (const auto& [model, cluster] : std::vector<std::pair<std::string, std::string>>{
+           {"tiny-clip", "cpu-1x3"}, {"tiny-clip", "cpu-1x4"}, {"tiny-lm", "cpu-1x3"}, {"tiny-lm", "cpu-1x4"},
+           {"multitask-clip-10", "a800-4x8"}, {"ofasys-7", "a800-2x8"}, {"qwen-val-3", "a800-4x8"}}) {
+    Fixture f(model, cluster);
+    for (sp::Strategy s : {sp::Strategy::spindle, sp::Strategy::sequential, sp::Strategy::task_level,
+                           sp::Strategy::intra_task}) {
+      INFO(model << " on " << cluster << ", " << sp::strategy_name(s));
+      auto plan = sp::make_plan({&f.model, &f.graph, &f.cluster, f.cost.get(), "", s});
+      if (!plan.ok()) continue;  // a strategy not available for this model
+      auto lowered = sp::lower(*plan, f.model, f.graph);
+      REQUIRE(lowered.ok());
+      check_invariants(*plan, *lowered);
+      // Deterministic: the same programs twice.
+      auto again = sp::lower(*plan, f.model, f.graph);
+      REQUIRE(again.ok());
+      for (int d = 0; d < plan->devices; ++d)
+        CHECK(sp::program_json(*lowered, f.graph, d) == sp::program_json(*again, f.graph, d));
+      ++lowered_plans;
+    }
+  }
+  CHECK(lowered_plans >= 20);
+}
+
+TEST_CASE("lowering rejects a plan that does not match the model, naming what is wrong") {
+  Fixture f("tiny-clip", "cpu-1x2");
+  sp::Plan plan = f.plan(sp::Strategy::sequential);
+  sp::Plan bad = plan;
+  bad.metaops[0].operators[0] = "no/such/0.0";
+  auto a = sp::lower(bad, f.model, f.graph);
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.error().message.find("no/such/0.0") != std::string::npos);
+  bad = plan;
+  bad.waves[0].slices[0].devices = {0, 1, 2};
+  auto b = sp::lower(bad, f.model, f.graph);
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.error().message.find("outside the plan") != std::string::npos);
+  bad = plan;
+  std::swap(bad.waves.front(), bad.waves.back());
+  for (size_t w = 0; w < bad.waves.size(); ++w) bad.waves[w].index = static_cast<int>(w);
+  auto c = sp::lower(bad, f.model, f.graph);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.error().message.find("runs no later than its input") != std::string::npos);
+}
+
+TEST_CASE("program JSON: versioned, one document per device, with the byte totals") {
+  Fixture f("tiny-lm", "cpu-1x3");
+  const sp::Plan plan = f.plan();
+  auto l = sp::lower(plan, f.model, f.graph);
+  REQUIRE(l.ok());
+  for (int d = 0; d < plan.devices; ++d) {
+    const auto doc = nlohmann::json::parse(sp::program_json(*l, f.graph, d));
+    CHECK(doc.at("format") == "spindle-program");
+    CHECK(doc.at("version") == sp::kProgramVersion);
+    CHECK(doc.at("device") == d);
+    CHECK(doc.at("bytes").at("sent").get<int64_t>() == l->bytes(d).sent);
+    CHECK(doc.at("instructions").size() == l->programs[static_cast<size_t>(d)].instrs.size());
+  }
+}
