@@ -1,4 +1,4 @@
-// The compute-backend interface (style.md rule 6): allocate, copy,
+// The compute-backend interface (docs/architecture.md, convention 6): allocate, copy,
 // synchronise, run an op. One folder per backend (backend/cpu/, later
 // backend/cuda/). The executor holds one Backend per rank and never touches
 // tensor memory except through it.

@@ -1,4 +1,4 @@
-// The communicator interface (style.md rule 9): a group of ranks that
+// The communicator interface (docs/architecture.md, convention 9): a group of ranks that
 // exchange fp32 buffers. Implementations: MPI (comm/mpi_comm.h), a
 // single-process fake of size 1 and a thread-simulated group of K ranks
 // (comm/fake_comm.h). A later NCCL one fits the same interface.
@@ -19,7 +19,7 @@
 //    exchange. Messages between two ranks still match in posting order.
 //  - Buffers are host memory; a device backend stages through the host.
 //  - A Comm is used by one thread at a time.
-// Errors abort the whole job (style.md rule 10); nothing is returned.
+// Errors abort the whole job (docs/architecture.md, convention 10); nothing is returned.
 #pragma once
 
 #include <cstdint>

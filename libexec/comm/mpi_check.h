@@ -1,6 +1,6 @@
 // MPI_CHECK(call): runs an MPI call; on any result other than MPI_SUCCESS
 // logs the world rank, file, line, the call and MPI's error string to
-// stderr and aborts the whole job with MPI_Abort (style.md rule 10: one
+// stderr and aborts the whole job with MPI_Abort (docs/architecture.md, convention 10: one
 // failed rank cannot be recovered). Communicators must use
 // MPI_ERRORS_RETURN for the check to see errors (mpi_comm.cpp sets it).
 #pragma once

@@ -1,5 +1,5 @@
 // One operator instance of the runtime, whatever its kind, and the switch
-// that dispatches on the kind (style.md rule 7). Each kind's state struct and
+// that dispatches on the kind (docs/architecture.md, convention 7). Each kind's state struct and
 // init/forward/backward functions live in their own file pair beside this.
 //
 // Inputs and outputs per kind (b: local batch, s: the operator's seq):

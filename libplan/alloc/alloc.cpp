@@ -68,7 +68,7 @@ namespace {
 
 enum class Rounding { nearest, down, up };
 
-// The bi-point split of design.md step 6 with l_hi rounded as asked.
+// The bi-point split of docs/planner.md step 6 with l_hi rounded as asked.
 std::vector<AllocTuple> split(int length, const std::function<double(int)>& time_ms, double n_star,
                               double c_star_ms, const std::vector<int>& valid, Rounding rounding) {
   assert(length >= 1 && !valid.empty());

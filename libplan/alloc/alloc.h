@@ -1,4 +1,4 @@
-// Device allocation of one MetaLevel (design.md, steps 5-6): the relaxed
+// Device allocation of one MetaLevel (docs/planner.md, step 5-6): the relaxed
 // (continuous) optimum by bisection, then bi-point discretisation onto valid
 // device counts.
 #pragma once
@@ -50,7 +50,7 @@ struct AllocTuple {
   int count = 0;
 };
 
-// Bi-point discretisation of one MetaOp (design.md, step 6). `valid` is the
+// Bi-point discretisation of one MetaOp (docs/planner.md, step 6). `valid` is the
 // ascending list of valid device counts (non-empty). Returns one or two
 // tuples, the larger device count first, counts summing to `length`:
 //  - n_star within 1e-6 (relative) of a valid count: all L on it;

@@ -1,4 +1,4 @@
-// The planner's one cost interface (style.md, rule 2). The allocator,
+// The planner's one cost interface (docs/architecture.md, convention 2). The allocator,
 // scheduler and placer ask it for an operator's scaling curve and for the
 // time of moving bytes; they never read profiles or clusters themselves.
 //

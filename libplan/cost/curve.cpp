@@ -1,4 +1,4 @@
-// Piecewise alpha-beta scaling curves (design.md, step 4).
+// Piecewise alpha-beta scaling curves (docs/planner.md, step 4).
 //
 // How points are assigned to ranges. The curve is linear in x = 1/n on each
 // range, T = alpha + beta * x, and continuous, so it is a linear spline in x

@@ -1,4 +1,4 @@
-// Piecewise alpha-beta scaling curve of one operator workload (design.md,
+// Piecewise alpha-beta scaling curve of one operator workload (docs/planner.md,
 // step 4): on each range between neighbouring profiled device counts,
 // T(n) = alpha + beta / n, fitted by least squares (Eigen) where a range holds
 // more than two points, forced positive and non-increasing in n.

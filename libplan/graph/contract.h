@@ -1,5 +1,5 @@
 // Contraction of the operator graph into MetaOps and MetaLevels
-// (design.md, steps 2-3).
+// (docs/planner.md, step 2-3).
 #pragma once
 
 #include <vector>

@@ -356,14 +356,15 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
     }
     instrs.push_back(std::move(j));
   }
+  // One instruction per line, keys sorted: diffable and deterministic.
   const ProgramBytes b = l.bytes(device);
-  json doc = {{"format", "spindle-program"},
-              {"version", kProgramVersion},
-              {"device", device},
-              {"devices", l.devices},
-              {"bytes", {{"sent", b.sent}, {"received", b.received}, {"reduced", b.reduced}}},
-              {"instructions", std::move(instrs)}};
-  return doc.dump(1) + "\n";
+  const json bytes = {{"sent", b.sent}, {"received", b.received}, {"reduced", b.reduced}};
+  std::string out = "{\n \"format\": \"spindle-program\",\n \"version\": " + std::to_string(kProgramVersion) +
+                    ",\n \"device\": " + std::to_string(device) + ",\n \"devices\": " + std::to_string(l.devices) +
+                    ",\n \"bytes\": " + bytes.dump() + ",\n \"instructions\": [";
+  for (size_t i = 0; i < instrs.size(); ++i) out += (i ? ",\n  " : "\n  ") + instrs[i].dump();
+  out += instrs.empty() ? "]\n}\n" : "\n ]\n}\n";
+  return out;
 }
 
 }  // namespace spindle::plan

@@ -1,4 +1,4 @@
-// Placement (design.md, step 8): maps the slots of every abstract wave to
+// Placement (docs/planner.md, step 8): maps the slots of every abstract wave to
 // concrete device ids.
 //
 // Two placements:

@@ -1,5 +1,5 @@
 // The baseline strategies task-level (Optimus style) and intra-task (DistMM
-// style) of design.md, "Baselines": abstract waves (device counts, no
+// style) of docs/planner.md, "Baselines": abstract waves (device counts, no
 // concrete devices) that make_plan places and costs like every strategy.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Costing a placed plan (design.md, step 9): fills wave.transfer_ms,
+// Costing a placed plan (docs/planner.md, step 9): fills wave.transfer_ms,
 // param_groups and every field of Plan::predicted except relaxed_optimum_ms.
 #pragma once
 

@@ -197,7 +197,7 @@ bool same_wave(const AbstractWave& a, const AbstractWave& b) {
 }
 
 // Spindle: per level, bi-point discretisation of the relaxed optimum, then
-// wavefront scheduling (design.md, steps 5-7). Returns a few distinct
+// wavefront scheduling (docs/planner.md, step 5-7). Returns a few distinct
 // schedules (placement and costing pick among them): the shortest few of
 // the paper's rounding by compute time, then the per-level combination of
 // every level-by-level schedule of both roundings.

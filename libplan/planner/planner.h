@@ -17,7 +17,7 @@ enum class Strategy { spindle, sequential, task_level, intra_task };
 const char* strategy_name(Strategy s);
 Result<Strategy> parse_strategy(const std::string& name);
 
-// How abstract waves become device ids (design.md step 8).
+// How abstract waves become device ids (docs/planner.md, step 8).
 //   islands:    island-, locality-, parameter- and memory-aware (the default);
 //   sequential: each wave's slots on the lowest free contiguous devices, in
 //               slot order: the naive placement, to measure what placement saves.
@@ -32,7 +32,7 @@ struct PlanRequest {
   const CostModel* cost = nullptr;
   std::string profile_sha256;              // recorded in the plan
   Strategy strategy = Strategy::spindle;
-  // Spindle only, beyond the paper (design.md): also schedule all MetaLevels
+  // Spindle only, beyond the paper (docs/planner.md, step 7): also schedule all MetaLevels
   // as one pool, a MetaOp starting as soon as its own inputs are done, and
   // keep that plan when its compute time is shorter. Off: level after level
   // only, as the paper does. Such a plan may beat the per-level relaxed

@@ -1,4 +1,4 @@
-// Errors as values for the planner (style.md, rule 10).
+// Errors as values for the planner (docs/architecture.md, convention 10).
 //
 // The planner never exits and never throws across its public interface: every
 // function that can fail on user input returns Result<T> (or Status), whose

@@ -1,4 +1,4 @@
-// Wavefront scheduling (design.md, step 7; the paper's Algorithm 1): turns
+// Wavefront scheduling (docs/planner.md step 7; the paper's Algorithm 1): turns
 // the discretised allocation of every MetaOp into abstract waves, i.e. slots
 // with a device count but no concrete devices yet (placement comes after).
 #pragma once

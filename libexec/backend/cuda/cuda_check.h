@@ -1,4 +1,4 @@
-// CUDA_CHECK / CUBLAS_CHECK / NCCL_CHECK (style.md rule 10): run a CUDA
+// CUDA_CHECK / CUBLAS_CHECK / NCCL_CHECK (docs/architecture.md, convention 10): run a CUDA
 // runtime, cuBLAS or NCCL call; on failure log the world rank (when MPI is
 // up), file, line, the call and the library's error string to stderr and
 // abort the whole job (MPI_Abort when MPI is initialised, else std::abort):

@@ -59,7 +59,7 @@ tasks:
 )";
 }  // namespace
 
-TEST_CASE("ViT-H layer FLOPs match design.md: 3 (24 s h^2 + 4 s^2 h) per sample") {
+TEST_CASE("ViT-H layer FLOPs match 3 (24 s h^2 + 4 s^2 h) per sample") {
   const double s = 257, h = 1280;
   const double expected = 3 * (24 * s * h * h + 4 * s * s * h);
   CHECK(analytic_flops_per_sample(layer(1280, 16, 5120, 257, 256)) == Approx(expected));

@@ -1,4 +1,4 @@
-// ScalingCurve: fit, evaluation, forcing and inverse (design.md step 4).
+// ScalingCurve: fit, evaluation, forcing and inverse (docs/planner.md, step 4).
 #include <catch2/catch.hpp>
 
 #include <cmath>

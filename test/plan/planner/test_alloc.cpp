@@ -1,4 +1,4 @@
-// Relaxed allocation and bi-point discretisation (design.md, steps 5-6).
+// Relaxed allocation and bi-point discretisation (docs/planner.md, step 5-6).
 #include <catch2/catch.hpp>
 
 #include <cmath>

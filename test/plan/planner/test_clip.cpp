@@ -34,7 +34,7 @@ const Modality kModalities[] = {
 };
 
 // `tasks` contrastive tasks over modality pairs, batches cycling through a
-// few sizes. ImageBind-huge encoder sizes (design.md).
+// few sizes. ImageBind-huge encoder sizes (docs/workloads.md).
 std::string clip_yaml(int tasks) {
   std::ostringstream y;
   y << "name: clip-" << tasks << "\nmodules:\n";

@@ -1,4 +1,4 @@
-// Contraction into MetaOps and MetaLevels (design.md, steps 2-3).
+// Contraction into MetaOps and MetaLevels (docs/planner.md, step 2-3).
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
