@@ -60,6 +60,23 @@ class Comm {
     for (const SendBuf& s : sends) send(s.data, s.peer, tag);
     for (const RecvBuf& r : recvs) recv(r.data, r.peer, tag);
   }
+
+  // Device memory. A communicator that moves buffers in the memory of the
+  // current CUDA device directly (NCCL) returns true from device_memory()
+  // and implements the three methods below, with the same ordering rules as
+  // their host versions; callers with device buffers check device_memory()
+  // and otherwise stage through host memory. The defaults throw
+  // std::logic_error: a caller that skipped the check is a bug.
+  virtual bool device_memory() const { return false; }
+  virtual void all_reduce_sum_device(float* data, int64_t count);
+  virtual void all_gather_device(const float* send, float* recv, int64_t count);
+  struct DeviceTransfer {
+    float* data = nullptr;  // device memory
+    int64_t count = 0;
+    int peer = 0;
+  };
+  // Posts every send and receive at once and waits for all of them.
+  virtual void exchange_device(std::span<const DeviceTransfer> sends, std::span<const DeviceTransfer> recvs);
 };
 
 }  // namespace spindle::exec

@@ -61,15 +61,12 @@ class NcclComm final : public Comm {
   void exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int tag) override;
 
   // Device-memory versions (pointers into the current device's memory).
-  void all_reduce_sum_device(float* data, int64_t count);
-  void all_gather_device(const float* send, float* recv, int64_t count);
-  struct Transfer {
-    float* data = nullptr;  // device memory
-    int64_t count = 0;
-    int peer = 0;
-  };
+  bool device_memory() const override { return true; }
+  void all_reduce_sum_device(float* data, int64_t count) override;
+  void all_gather_device(const float* send, float* recv, int64_t count) override;
+  using Transfer = Comm::DeviceTransfer;
   // Posts every send and receive as one group and waits for all of them.
-  void exchange_device(std::span<const Transfer> sends, std::span<const Transfer> recvs);
+  void exchange_device(std::span<const Transfer> sends, std::span<const Transfer> recvs) override;
 
   ncclComm_t handle() const { return comm_; }
 

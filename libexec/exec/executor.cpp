@@ -5,9 +5,6 @@
 #include <stdexcept>
 
 #include "libexec/exec/data.h"
-#ifdef SPINDLE_HAVE_NCCL
-#include "libexec/comm/nccl_comm.h"
-#endif
 #include "libplan/rules/devices.h"
 #include "libplan/rules/rows.h"
 #include "libplan/graph/op_graph.h"
@@ -33,8 +30,7 @@ constexpr int64_t kBytesPerFloat = 4;  // every buffer crossing a Comm is fp32
 // activations ([1, out] after pool_project).
 Shape out_row_shape(const plan::Operator& op) {
   const plan::Workload& w = op.workload;
-  const int64_t seq = w.op == "pool_project" ? 1 : w.seq;
-  return {seq, plan::op_out_width(w.op, w.dims)};
+  return {plan::op_out_seq(w.op, w.seq), plan::op_out_width(w.op, w.dims)};
 }
 
 Shape with_rows(int64_t rows, const Shape& row_shape) {
@@ -147,18 +143,20 @@ std::vector<Tensor> split_seq(Backend& be, const Tensor& t, const std::vector<in
   return out;
 }
 
+// True when buffers in the backend's memory can go to `comm` as they are: a
+// device backend and a communicator that carries device memory (NCCL).
+bool on_device(const Backend& be, const Comm& comm) {
+  return be.device() != Device::host && comm.device_memory();
+}
+
 // Sums the tensors `grads` (backend memory) over `comm`, in place, as one
-// flat buffer: in device memory when `comm` is NCCL, else staged through host
-// memory (MPI and the fakes carry host buffers). Returns the element count.
+// flat buffer: in device memory when the backend's memory is a device's and
+// `comm` carries device memory (NCCL), else staged through host memory (MPI
+// and the fakes carry host buffers). Returns the element count.
 int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& grads) {
   int64_t n = 0;
   for (const Tensor* g : grads) n += g->numel();
-  Tensor flat;
-#ifdef SPINDLE_HAVE_NCCL
-  auto* nccl = be.device() == Device::cuda ? dynamic_cast<NcclComm*>(&comm) : nullptr;
-  if (nccl) flat = be.allocate({n});
-#endif
-  if (flat.empty()) flat = Tensor::zeros({n});
+  Tensor flat = on_device(be, comm) ? be.allocate({n}) : Tensor::zeros({n});
   int64_t off = 0;
   for (const Tensor* g : grads) {
     Tensor dst = row_view(flat, off, g->numel());
@@ -168,12 +166,9 @@ int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& gra
   if (flat.device() == Device::host) {
     be.synchronize();
     comm.all_reduce_sum({flat.data(), static_cast<size_t>(n)});
+  } else {
+    comm.all_reduce_sum_device(flat.data(), n);
   }
-#ifdef SPINDLE_HAVE_NCCL
-  else {
-    nccl->all_reduce_sum_device(flat.data(), n);
-  }
-#endif
   off = 0;
   for (Tensor* g : grads) {
     be.copy(row_view(flat, off, g->numel()), *g);
@@ -209,19 +204,17 @@ struct Exchange {
 // group); otherwise the data is staged through host memory.
 std::vector<Tensor> exchange(Backend& be, Comm& comm, const Exchange& ex, int tag) {
   std::vector<Tensor> got;
-#ifdef SPINDLE_HAVE_NCCL
-  if (auto* nccl = be.device() == Device::cuda ? dynamic_cast<NcclComm*>(&comm) : nullptr) {
-    std::vector<NcclComm::Transfer> sends, recvs;
+  if (on_device(be, comm)) {
+    std::vector<Comm::DeviceTransfer> sends, recvs;
     for (const Exchange::Send& s : ex.sends)
       sends.push_back({const_cast<float*>(s.data.data()), s.data.numel(), s.peer});
     for (const Exchange::Recv& r : ex.recvs) {
       got.push_back(be.allocate(r.shape));
       recvs.push_back({got.back().data(), got.back().numel(), r.peer});
     }
-    nccl->exchange_device(sends, recvs);
+    comm.exchange_device(sends, recvs);
     return got;
   }
-#endif
   std::vector<Tensor> staged;  // host copies of the sends
   std::vector<Comm::SendBuf> sends;
   std::vector<Comm::RecvBuf> recvs;
@@ -255,36 +248,16 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 Tensor all_gather_rows(Backend& be, Comm& comm, const Tensor& x) {
   Shape shape = x.shape();
   shape[0] *= comm.size();
-#ifdef SPINDLE_HAVE_NCCL
-  if (auto* nccl = be.device() == Device::cuda ? dynamic_cast<NcclComm*>(&comm) : nullptr) {
+  if (on_device(be, comm)) {
     Tensor out = be.allocate(shape);
-    nccl->all_gather_device(x.data(), out.data(), x.numel());
+    comm.all_gather_device(x.data(), out.data(), x.numel());
     return out;
   }
-#endif
   const Tensor staged = to_host(be, x);
   Tensor out = Tensor::zeros(shape);
   comm.all_gather({staged.data(), static_cast<size_t>(staged.numel())}, {out.data(), static_cast<size_t>(out.numel())});
   return to_backend(be, out);
 }
-
-// A Comm that only answers rank() and size(): for building shapes of a
-// shard with make_params.
-class ShapeComm final : public Comm {
- public:
-  ShapeComm(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void all_reduce_sum(std::span<float>) override { fail(); }
-  void all_gather(std::span<const float>, std::span<float>) override { fail(); }
-  void send(std::span<const float>, int, int) override { fail(); }
-  void recv(std::span<float>, int, int) override { fail(); }
-  void barrier() override { fail(); }
-
- private:
-  [[noreturn]] static void fail() { throw std::logic_error("ShapeComm cannot communicate"); }
-  int rank_, size_;
-};
 
 // Calls f(i, j) for every element i of block t of k along `axis` of a
 // tensor of shape `fs` (axis < 0: the whole tensor), j its offset there.
@@ -392,7 +365,7 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
       cfg.kind = op_kind(op.workload.op).value();
       cfg.dims = op.workload.dims;
       cfg.max_seq = module->max_seq;
-      cfg.tp = tp;
+      cfg.use_tp(tp);
       auto [it, fresh] = params_.try_emplace({op.param, t});
       ParamState& ps = it->second;
       if (fresh) {
@@ -518,7 +491,7 @@ void Executor::forward_slice(int slice) {
     } else {
       for (size_t k = 0; k < s.producers.size(); ++k)
         in.push_back(concat_rows(backend_, pieces_.at({slice, static_cast<int>(k)})));
-      if (kind == "contrastive_loss") {
+      if (plan::op_needs_whole_batch(kind)) {
         // Gather the whole batch over the slice (blocks of TP rank 0 of each group).
         Comm* comm = groups_.at(s.devices).get();
         for (Tensor& x : in) {
@@ -574,7 +547,7 @@ void Executor::backward_slice(int slice) {
     if (dx.empty()) continue;  // data readers
     if (j > 0) {
       dout_[s.ops[j - 1]] = std::move(dx[0]);
-    } else if (kind == "contrastive_loss") {
+    } else if (plan::op_needs_whole_batch(kind)) {
       // Full-batch gradients: keep this group's rows.
       for (size_t k = 0; k < dx.size(); ++k)
         din_[{slice, static_cast<int>(k)}] = copy_rows(backend_, dx[k], rows.begin, rows.size());
@@ -688,12 +661,12 @@ ParamSet Executor::shard_shapes(const std::string& param, int tp_rank) const {
   const int k = sched_->lowered.param_tp.at(param);
   const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(sched_->lowered.param_op.at(param))];
   const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
-  ShapeComm shape_comm(tp_rank, k);
   OpConfig cfg;
   cfg.kind = op_kind(op.workload.op).value();
   cfg.dims = op.workload.dims;
   cfg.max_seq = model_.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq;
-  cfg.tp = k > 1 ? &shape_comm : nullptr;
+  cfg.tp_rank = tp_rank;
+  cfg.tp_size = k;  // shapes only: no communicator
   return make_params(cfg, param, 0);
 }
 

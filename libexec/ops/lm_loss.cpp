@@ -7,8 +7,8 @@ namespace spindle::exec {
 
 namespace {
 void check_dims(const OpConfig& cfg) {
-  if (cfg.dim("vocab") % cfg.tp_size() != 0)
-    throw std::invalid_argument("lm_loss: tensor_parallel " + std::to_string(cfg.tp_size()) +
+  if (cfg.dim("vocab") % cfg.tp_size != 0)
+    throw std::invalid_argument("lm_loss: tensor_parallel " + std::to_string(cfg.tp_size) +
                                 " does not divide vocab " + std::to_string(cfg.dim("vocab")));
 }
 
@@ -23,7 +23,7 @@ int64_t target_id(float v, int64_t vocab) {
 void lm_loss_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
   check_dims(cfg);
   const int64_t h = cfg.dim("hidden"), v = cfg.dim("vocab");
-  const int t = cfg.tp_rank(), k = cfg.tp_size();
+  const int t = cfg.tp_rank, k = cfg.tp_size;
   add_param(set, "ln_g", {h}, -1, t, k, seed, {InitKind::ones, 0});
   add_param(set, "ln_b", {h}, -1, t, k, seed, {InitKind::zeros, 0});
   add_param(set, "w", {h, v}, 1, t, k, seed,
@@ -39,8 +39,8 @@ void lm_loss_init(LmLossState& s, const OpConfig& cfg, ParamSet& params) {
 
 Tensor lm_loss_forward(LmLossState& s, const Tensor& x, const Tensor& targets) {
   std::vector<Param>& p = s.params->params;
-  const int64_t h = x.shape().back(), n = x.numel() / h, k = s.cfg.tp_size();
-  const int64_t vl = s.vocab / k, first = s.cfg.tp_rank() * vl;
+  const int64_t h = x.shape().back(), n = x.numel() / h, k = s.cfg.tp_size;
+  const int64_t vl = s.vocab / k, first = s.cfg.tp_rank * vl;
   if (targets.numel() != n) throw std::invalid_argument("lm_loss: one target per token expected");
   s.targets = targets;
   s.z = layernorm_forward(x, p[0].value, p[1].value, s.ln);
@@ -77,7 +77,7 @@ Tensor lm_loss_forward(LmLossState& s, const Tensor& x, const Tensor& targets) {
 
 Tensor lm_loss_backward(LmLossState& s, const Tensor& dloss) {
   std::vector<Param>& p = s.params->params;
-  const int64_t n = s.probs.size(0), vl = s.probs.size(1), first = s.cfg.tp_rank() * vl;
+  const int64_t n = s.probs.size(0), vl = s.probs.size(1), first = s.cfg.tp_rank * vl;
   // dL/dlogits = g/n * (softmax - onehot(target)), local columns.
   Tensor dlogits = s.probs.clone();
   MatMap dl = dlogits.mat(n, vl);

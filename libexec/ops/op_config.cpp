@@ -46,6 +46,12 @@ double OpConfig::real(const char* name, double default_value) const {
   return dims[name].get<double>();
 }
 
+void OpConfig::use_tp(Comm* group) {
+  tp = group;
+  tp_rank = group ? group->rank() : 0;
+  tp_size = group ? group->size() : 1;
+}
+
 void tp_all_reduce(const OpConfig& cfg, float* data, int64_t count) {
   if (cfg.tp && cfg.tp->size() > 1) cfg.tp->all_reduce_sum({data, static_cast<size_t>(count)});
 }

@@ -30,10 +30,18 @@ struct OpConfig {
   OpKind kind = OpKind::linear;
   nlohmann::json dims;   // filled-in dims (plan::Block::dims, plan::Workload::dims)
   int64_t max_seq = 0;   // S of the module: rows of the position tables
-  Comm* tp = nullptr;    // tensor-parallel group (not owned); nullptr = no TP
+  // Tensor parallelism: this operator is TP rank tp_rank of tp_size (the
+  // shard shapes follow from these alone), and `tp` is the group's
+  // communicator for the op's collectives in forward and backward (not
+  // owned; nullptr when tp_size is 1, or when only shapes are needed, as
+  // for make_params).
+  int tp_rank = 0;
+  int tp_size = 1;
+  Comm* tp = nullptr;
 
-  int tp_rank() const { return tp ? tp->rank() : 0; }
-  int tp_size() const { return tp ? tp->size() : 1; }
+  // Sets tp_rank, tp_size and tp from a TP group's communicator (nullptr:
+  // no tensor parallelism).
+  void use_tp(Comm* group);
   int64_t dim(const char* name) const;   // integer dim; throws std::invalid_argument if absent
   bool flag(const char* name, bool default_value) const;
   double real(const char* name, double default_value) const;

@@ -13,7 +13,7 @@ enum : size_t { LN1_G, LN1_B, W_Q, B_Q, W_K, B_K, W_V, B_V, W_O, B_O, LN2_G, LN2
 
 void check_dims(const OpConfig& cfg) {
   const int64_t h = cfg.dim("hidden"), heads = cfg.dim("heads"), f = cfg.dim("ffn");
-  const int k = cfg.tp_size();
+  const int k = cfg.tp_size;
   if (heads <= 0 || h % heads != 0 || heads % k != 0 || f % k != 0)
     throw std::invalid_argument("transformer_layer: heads must divide hidden and tensor_parallel "
                                 "must divide heads and ffn: " + cfg.dims.dump() +
@@ -29,7 +29,7 @@ void add_bias_rows(Tensor& y, const Tensor& b) {
 void transformer_layer_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
   check_dims(cfg);
   const int64_t h = cfg.dim("hidden"), f = cfg.dim("ffn");
-  const int t = cfg.tp_rank(), k = cfg.tp_size();
+  const int t = cfg.tp_rank, k = cfg.tp_size;
   const InitSpec zeros{InitKind::zeros, 0}, ones{InitKind::ones, 0};
   const InitSpec wh{InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(h))};
   const InitSpec wf{InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(f))};
@@ -62,7 +62,7 @@ void transformer_layer_init(TransformerLayerState& s, const OpConfig& cfg, Param
 Tensor transformer_layer_forward(TransformerLayerState& s, const Tensor& x) {
   std::vector<Param>& p = s.params->params;
   const int64_t b = x.size(0), seq = x.size(1), h = s.hidden, n = b * seq;
-  const int64_t lheads = s.heads / s.cfg.tp_size(), dh = h / s.heads, hl = lheads * dh;
+  const int64_t lheads = s.heads / s.cfg.tp_size, dh = h / s.heads, hl = lheads * dh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
 
   // Attention over this rank's heads.
@@ -109,7 +109,7 @@ Tensor transformer_layer_forward(TransformerLayerState& s, const Tensor& x) {
 Tensor transformer_layer_backward(TransformerLayerState& s, const Tensor& dy) {
   std::vector<Param>& p = s.params->params;
   const int64_t b = dy.size(0), seq = dy.size(1), h = s.hidden, n = b * seq;
-  const int64_t lheads = s.heads / s.cfg.tp_size(), dh = h / s.heads, hl = lheads * dh;
+  const int64_t lheads = s.heads / s.cfg.tp_size, dh = h / s.heads, hl = lheads * dh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
 
   // MLP (b_2's gradient is the column sum of dy).

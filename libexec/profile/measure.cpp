@@ -165,7 +165,7 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
   cfg.kind = op_kind(w.op).value();
   cfg.dims = w.dims;
   cfg.max_seq = t.max_seq;
-  cfg.tp = k > 1 ? &tp : nullptr;
+  cfg.use_tp(k > 1 ? &tp : nullptr);
   ParamSet params = make_params(cfg, "profile/" + w.op, o.seed);
   for (Param& p : params.params) {   // parameters live on the device, as in a run
     p.value = to_backend(backend, p.value);

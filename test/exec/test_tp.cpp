@@ -31,13 +31,13 @@ struct Result {
 // using the reference's parameter values (sliced to this rank's blocks).
 Result run(OpConfig cfg, Comm* comm, const std::vector<Tensor>& in, const Tensor& dout,
            const ParamSet* ref) {
-  cfg.tp = comm;
+  cfg.use_tp(comm);
   ParamSet ps = make_params(cfg, "m/2.0", 13);
   Result r;
   for (size_t i = 0; i < ps.params.size(); ++i) {
     Param& p = ps.params[i];
     r.init.push_back(p.value.clone());
-    if (ref) p.value = shard_of(ref->params[i].value, p.shard_axis, cfg.tp_rank(), cfg.tp_size());
+    if (ref) p.value = shard_of(ref->params[i].value, p.shard_axis, cfg.tp_rank, cfg.tp_size);
   }
   Op op = make_op(cfg, ps);
   r.out = op_forward(op, in);
@@ -104,7 +104,7 @@ TEST_CASE("tensor parallel rejects sizes that do not divide", "[tp]") {
     OpConfig cfg;
     cfg.kind = OpKind::transformer_layer;
     cfg.dims = {{"hidden", 8}, {"heads", 4}, {"ffn", 8}};
-    cfg.tp = &c;
+    cfg.use_tp(&c);
     try {
       make_params(cfg, "m/0.0", 0);
     } catch (const std::invalid_argument&) {

@@ -253,11 +253,11 @@ void check_tp_parity(const OpConfig& cfg, const std::vector<Tensor>& in, MatmulP
   run_thread_group(k, [&](Comm& comm) {
     std::unique_ptr<Backend> gpu = make_cuda_backend({m});
     OpConfig c = cfg;
-    c.tp = &comm;
+    c.use_tp(&comm);
     ParamSet ps = make_params(c, "gpu/1.0", 13);
     for (size_t i = 0; i < ps.params.size(); ++i) {
       Param& p = ps.params[i];
-      p.value = to_dev(*gpu, shard_of(ref.params[i].value, p.shard_axis, c.tp_rank(), k));
+      p.value = to_dev(*gpu, shard_of(ref.params[i].value, p.shard_axis, c.tp_rank, k));
       p.grad = gpu->allocate(p.grad.shape());
     }
     Op op = make_op(c, ps);

@@ -16,9 +16,6 @@
 #include "libexec/backend/cuda/cuda_check.h"
 #include "libexec/backend/cuda/cuda_kernels.h"
 #include "libexec/ops/kernels.h"
-#ifdef SPINDLE_HAVE_NCCL
-#include "libexec/comm/nccl_comm.h"
-#endif
 
 namespace spindle::exec {
 
@@ -441,16 +438,15 @@ class CudaBackend final : public Backend {
     return v != 0;
   }
 
-  // Sum over the TP group, in place on device memory: NCCL directly when the
-  // group is an NcclComm, else staged through host memory.
+  // Sum over the TP group, in place on device memory: directly when the
+  // group's communicator carries device memory (NCCL), else staged through
+  // host memory.
   void tp_reduce(const OpConfig& cfg, float* d, int64_t n) {
     if (!cfg.tp || cfg.tp->size() < 2) return;
-#ifdef SPINDLE_HAVE_NCCL
-    if (auto* nc = dynamic_cast<NcclComm*>(cfg.tp)) {
-      nc->all_reduce_sum_device(d, n);
+    if (cfg.tp->device_memory()) {
+      cfg.tp->all_reduce_sum_device(d, n);
       return;
     }
-#endif
     std::vector<float> h = download_vec(d, n);
     cfg.tp->all_reduce_sum(h);
     upload_vec(d, h);
@@ -592,8 +588,8 @@ class CudaBackend final : public Backend {
     auto p = values(*st.params, true);
     const int64_t b = x.size(0), seq = x.size(1), h = st.hidden, n = b * seq;
     if (x.size(2) != h) throw std::invalid_argument("transformer_layer: input " + shape_str(x.shape()));
-    const int64_t lheads = st.heads / st.cfg.tp_size(), dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size(), bh = b * lheads, sd = seq * dh, ss = seq * seq;
+    const int64_t lheads = st.heads / st.cfg.tp_size, dh = h / st.heads, hl = lheads * dh;
+    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh, ss = seq * seq;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
     s.b = b;
     s.seq = seq;
@@ -657,8 +653,8 @@ class CudaBackend final : public Backend {
     auto p = values(*st.params, false);
     auto g = grads(*st.params);
     const int64_t b = s.b, seq = s.seq, h = st.hidden, n = s.n;
-    const int64_t lheads = st.heads / st.cfg.tp_size(), dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size(), bh = b * lheads, sd = seq * dh, ss = seq * seq;
+    const int64_t lheads = st.heads / st.cfg.tp_size, dh = h / st.heads, hl = lheads * dh;
+    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh, ss = seq * seq;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
     std::array<Buf, 6> w;
     if constexpr (std::is_same_v<T, float>) w = weights<T>(p, h, hl, fl);
@@ -734,8 +730,8 @@ class CudaBackend final : public Backend {
 
   Tensor lm_loss_fwd(LmLossState& st, const Tensor& x, const Tensor& targets, Saved& s) {
     auto p = values(*st.params, true);
-    const int64_t h = x.shape().back(), n = x.numel() / h, kk = st.cfg.tp_size();
-    const int64_t vl = st.vocab / kk, first = st.cfg.tp_rank() * vl;
+    const int64_t h = x.shape().back(), n = x.numel() / h, kk = st.cfg.tp_size;
+    const int64_t vl = st.vocab / kk, first = st.cfg.tp_rank * vl;
     if (targets.numel() != n) throw std::invalid_argument("lm_loss: one target per token expected");
     s.n = n;
     s.targets = targets;
@@ -772,7 +768,7 @@ class CudaBackend final : public Backend {
   Tensor lm_loss_bwd(LmLossState& st, float g_loss, Saved& s) {
     auto p = values(*st.params, false);
     auto g = grads(*st.params);
-    const int64_t n = s.n, vl = s.lm_probs.size(1), h = s.z.shape().back(), first = st.cfg.tp_rank() * vl;
+    const int64_t n = s.n, vl = s.lm_probs.size(1), h = s.z.shape().back(), first = st.cfg.tp_rank * vl;
     Tensor dl = device_tensor({n, vl}, false);
     k::lm_dlogits(s.lm_probs.data(), s.targets.data(), dl.data(), n, vl, first, g_loss / static_cast<float>(n));
     Tensor dz = linear_backward(s.z, n, h, p[2], vl, dl.data(), g[2], nullptr, true);

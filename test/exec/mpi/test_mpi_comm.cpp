@@ -108,7 +108,7 @@ void check_tp_layer(Comm& tp) {
   const Tensor y_ref = op_forward(ref, std::span(&x, 1));
   const Tensor dx_ref = op_backward(ref, dy)[0];
 
-  cfg.tp = &tp;
+  cfg.use_tp(&tp);
   ParamSet params = make_params(cfg, "t/1.0", 5);
   Op op = make_op(cfg, params);
   const Tensor y = op_forward(op, std::span(&x, 1));
