@@ -3,7 +3,7 @@
 //
 //   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
 //          [--backend cpu|cuda] [--seed K] [--lr X] [--metrics M.jsonl]
-//          [--trace T.json] [--dump-params P.json]
+//          [--trace T.json] [--dump-params P.json] [--dump-grads G.json]
 //          [--checkpoint DIR [--every K] [--keep N]] [--resume]
 //
 // --steps is the step the run ends at: a resumed run trains steps
@@ -17,6 +17,11 @@
 // Test hook (undocumented for users): SPINDLE_TEST_DIE_AT_STEP=S makes rank 1
 // (rank 0 when alone) call _exit(9) at the start of step S while the other
 // ranks are inside it; mpirun then ends the job.
+//
+// --dump-grads (a test flag, docs/runtime.md): after the first step this run
+// trains, the full gradients after the gradient sync, in --dump-params'
+// format. A uniform gradient-scale error shows there; AdamW nearly hides it
+// from the parameters.
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,7 +66,7 @@ constexpr int kExitInvalid = 2;
 constexpr int kExitFailure = 1;
 
 struct Args {
-  std::string plan_path, model_path, backend = "cpu", metrics_path, trace_path, dump_path;
+  std::string plan_path, model_path, backend = "cpu", metrics_path, trace_path, dump_path, grads_path;
   std::string checkpoint_dir;  // "" = no checkpoints
   int every = 100;             // checkpoint every K steps (and at the end)
   int keep = 3;                // complete checkpoints kept
@@ -433,7 +438,8 @@ int run(const Args& args, int rank, int size) {
   // 3. Training.
   world->barrier();
   executor.reset_clock();
-  for (int s = static_cast<int>(executor.steps_done()) + 1; s <= args.steps; ++s) {
+  const int first_step = static_cast<int>(executor.steps_done()) + 1;
+  for (int s = first_step; s <= args.steps; ++s) {
     if (die && std::atoi(die) == s && rank == die_rank) {
       std::fprintf(stderr, "spindle-run: rank %d: SPINDLE_TEST_DIE_AT_STEP=%d: exiting\n", rank, s);
       std::fflush(stderr);
@@ -458,6 +464,14 @@ int run(const Args& args, int rank, int size) {
       j["total_loss"] = total;
       j["ranks"] = counters_json(per_rank, size);
       metrics << j.dump() << "\n" << std::flush;
+    }
+    if (!args.grads_path.empty() && s == first_step) {
+      const auto grads = executor.gather_grads();
+      if (rank == 0) {
+        const sp::Status written =
+            sp::write_file_atomic(args.grads_path, params_json(grads, executor.steps_done()).dump() + "\n");
+        if (!written.ok()) throw std::runtime_error(written.error().message);
+      }
     }
     if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) save();
   }
@@ -508,6 +522,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)");
   app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)");
   app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)");
+  app.add_option("--dump-grads", args.grads_path,
+                 "write every full gradient of the first step trained, after the gradient sync (JSON; for tests)");
   CLI::Option* ckpt =
       app.add_option("--checkpoint", args.checkpoint_dir, "save checkpoints into DIR (step-N directories)");
   app.add_option("--every", args.every, "save a checkpoint every K steps (and at the end)")

@@ -3,8 +3,11 @@
 # the CUDA backend, runs the gpu tests (op parity, the runtime equivalence
 # on one GPU and, with several, under mpirun), the layer benchmark
 # bench/gpu, and spindle-profile --measure --backend cuda. Every step is
-# time-boxed (the whole script stays under 8 minutes) and logged; a failed
-# step does not stop the later ones.
+# time-boxed and logged; a failed step does not stop the later ones. The
+# time boxes (LIMITS below) plus each box's kill grace add up to at most
+# GPU_CHECK_BUDGET_S (default 540 s, for a device run of 570 s: the rest is
+# for unpacking the bundle and packing results); the script checks the sum
+# before it starts and never gives a step more than the time that is left.
 #
 #   scripts/gpu-check.sh            results in $OUT, or ./gpu-out
 #
@@ -36,6 +39,23 @@ SUMMARY="$OUT/summary.txt"
 failed=0
 start_all=$SECONDS
 
+# Time box of every step in seconds (the conditional ones included: setup
+# runs only without cmake, profile-tiny-clip-np2 only with 2+ GPUs).
+declare -A LIMITS=(
+  [nvidia-smi]=10 [setup]=20 [configure]=30 [build]=200 [ctest-gpu]=105
+  [bench-vith]=30 [bench-vith-fp32]=15 [bench-gpu]=45
+  [profile-tiny-clip]=15 [profile-clip-4]=25 [profile-tiny-clip-np2]=15
+)
+KILL_GRACE_S=2   # timeout --kill-after: a step that ignores SIGTERM gets this much more
+BUDGET_S="${GPU_CHECK_BUDGET_S:-540}"
+total_s=0
+for name in "${!LIMITS[@]}"; do total_s=$((total_s + LIMITS[$name] + KILL_GRACE_S)); done
+if [ "$total_s" -gt "$BUDGET_S" ]; then
+  echo "gpu-check: the step limits add up to ${total_s}s, over the budget of ${BUDGET_S}s" | tee -a "$SUMMARY"
+  exit 1
+fi
+echo "gpu-check: step limits add up to ${total_s}s of the ${BUDGET_S}s budget"
+
 pack() {
   cp "$SUMMARY" "$WORK/summary.txt"
   for f in ctest-gpu.log bench-gpu.log; do [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/$f"; done
@@ -49,13 +69,22 @@ note() {
   [ "$2" -eq 0 ] || failed=1
 }
 
-# step NAME TIMEOUT_S COMMAND...: runs COMMAND with a time box, output to
-# $WORK/NAME.log, one summary line.
+# step NAME COMMAND...: runs COMMAND with the time box LIMITS[NAME] (less
+# when less of the budget is left), output to $WORK/NAME.log, one summary
+# line.
 step() {
-  local name=$1 limit=$2 t0=$SECONDS rc
-  shift 2
+  local name=$1 t0=$SECONDS rc
+  local limit=${LIMITS[$name]:?"gpu-check: no time box for step $name"}
+  local left=$((BUDGET_S - (SECONDS - start_all) - KILL_GRACE_S))
+  shift
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 5 ]; then
+    echo "== $name: skipped, the budget is spent" | tee "$WORK/$name.log"
+    note "$name" 124 "$t0"
+    return 124
+  fi
   echo "== $name (time box ${limit}s): $*"
-  timeout --kill-after=10 "$limit" "$@" > "$WORK/$name.log" 2>&1
+  timeout --kill-after="$KILL_GRACE_S" "$limit" "$@" > "$WORK/$name.log" 2>&1
   rc=$?
   note "$name" "$rc" "$t0"
   [ "$rc" -eq 0 ] || tail -n 30 "$WORK/$name.log"
@@ -107,18 +136,18 @@ if ! command -v make > /dev/null && command -v ninja > /dev/null; then GEN=(-G N
   echo "CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-}"
   env | grep -E '^(OPAL|PMIX|OMPI|HWLOC)_' | sort
 } > "$WORK/environment.txt" 2>&1
-step nvidia-smi 30 bash -c 'nvidia-smi; nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv'
+step nvidia-smi bash -c 'nvidia-smi; nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv'
 cp "$WORK/nvidia-smi.log" "$WORK/nvidia-smi.txt" 2>/dev/null
 
-command -v cmake > /dev/null || step setup 120 "$SPINDLE_ROOT/scripts/setup.sh"
+command -v cmake > /dev/null || step setup "$SPINDLE_ROOT/scripts/setup.sh"
 
 # 1. Build: CUDA required (configure fails without it), only the targets the
 # checks use. No -Werror: the machine's compiler may be newer than Debian's.
-step configure 120 cmake -S "$SPINDLE_ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+step configure cmake -S "$SPINDLE_ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSPINDLE_WITH_CUDA=ON "${SPINDLE_DEPS_CMAKE_ARGS[@]}" "${SPINDLE_NCCL_CMAKE_ARGS[@]}"
 grep "spindle: CUDA backend" "$WORK/configure.log"
 cp "$BUILD/CMakeCache.txt" "$WORK/CMakeCache.txt" 2>/dev/null
-step build 240 cmake --build "$BUILD" -j "$JOBS" --target spindle-plan spindle-run spindle-profile \
+step build cmake --build "$BUILD" -j "$JOBS" --target spindle-plan spindle-run spindle-profile \
   test_gpu gpu_tool gpu compare_runs
 
 # 2. Tests labelled gpu: op parity, AdamW, the runtime equivalence (one
@@ -126,7 +155,7 @@ step build 240 cmake --build "$BUILD" -j "$JOBS" --target spindle-plan spindle-r
 # machine with a GPU none of them may be skipped.
 gpus=$("$BUILD/test/gpu/gpu_tool" count 2>/dev/null || echo 0)
 echo "CUDA devices: $gpus" | tee -a "$WORK/environment.txt"
-step ctest-gpu 180 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 170
+step ctest-gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 100
 if [ "$gpus" -ge 1 ] && grep -q "(Skipped)" "$WORK/ctest-gpu.log"; then
   echo "ctest-gpu: tests skipped although $gpus GPU(s) are visible" | tee -a "$SUMMARY"
   failed=1
@@ -135,21 +164,21 @@ fi
 # 3. Layer throughput: the target first (the hidden-1280 layers,
 # ViT-H among them, bf16 then fp32 for comparison), then every shipped
 # transformer layer shape over a range of local batches.
-step bench-vith 90 "$BUILD/bench/gpu/gpu" --hidden 1280 --batches 16,64,128,256 --csv "$WORK/bench-vith.csv" \
+step bench-vith "$BUILD/bench/gpu/gpu" --hidden 1280 --batches 16,64,128,256 --csv "$WORK/bench-vith.csv" \
   --budget-ms 60
 grep -E "^gpu:" "$WORK/bench-vith.log" | tee -a "$SUMMARY"
-step bench-vith-fp32 60 "$BUILD/bench/gpu/gpu" --hidden 1280 --batches 64 --precision fp32 --budget-ms 60
-step bench-gpu 150 "$BUILD/bench/gpu/gpu" --batches 1,4,16,64,256 --csv "$WORK/bench-gpu.csv" --budget-ms 40
+step bench-vith-fp32 "$BUILD/bench/gpu/gpu" --hidden 1280 --batches 64 --precision fp32 --budget-ms 60
+step bench-gpu "$BUILD/bench/gpu/gpu" --batches 1,4,16,64,256 --csv "$WORK/bench-gpu.csv" --budget-ms 40
 grep -E "^gpu:" "$WORK/bench-gpu.log"
 
 # 4. spindle-profile --measure on the GPU, for two device counts.
 CL="$SPINDLE_ROOT/configs/clusters"
-step profile-tiny-clip 60 "$BUILD/apps/spindle-profile" "$SPINDLE_ROOT/configs/models/tiny-clip.yaml" \
+step profile-tiny-clip "$BUILD/apps/spindle-profile" "$SPINDLE_ROOT/configs/models/tiny-clip.yaml" \
   --cluster "$CL/cpu-1x4.yaml" --devices 1,2 -o "$WORK/profile-tiny-clip.json" --measure --backend cuda --point-ms 20
-step profile-clip-4 120 "$BUILD/apps/spindle-profile" "$SPINDLE_ROOT/configs/models/multitask-clip-4.yaml" \
+step profile-clip-4 "$BUILD/apps/spindle-profile" "$SPINDLE_ROOT/configs/models/multitask-clip-4.yaml" \
   --cluster "$CL/h200-1x8.yaml" --devices 1,8 -o "$WORK/profile-clip-4.json" --measure --backend cuda --point-ms 20
 if [ "$gpus" -ge 2 ]; then
-  step profile-tiny-clip-np2 90 mpirun -np 2 "$BUILD/apps/spindle-profile" \
+  step profile-tiny-clip-np2 mpirun -np 2 "$BUILD/apps/spindle-profile" \
     "$SPINDLE_ROOT/configs/models/tiny-clip.yaml" --cluster "$CL/cpu-1x4.yaml" --devices 1,2 \
     -o "$WORK/profile-tiny-clip-np2.json" --measure --backend cuda --point-ms 20
 fi

@@ -751,6 +751,44 @@ std::map<std::string, Tensor> Executor::gather_params() {
   return out;
 }
 
+std::map<std::string, Tensor> Executor::gather_grads() {
+  std::map<std::string, Tensor> out;
+  for (const auto& [key, devs] : sched_->lowered.shard_devices) {
+    const auto& [param, t] = key;
+    const int holder = *devs.begin();  // after the sync every holder has the same sum
+    if (holder == rank_ && rank_ != 0) {
+      std::vector<float> packed;
+      for (const Param& p : params_.at(key).set.params) {
+        const Tensor h = to_host(backend_, p.grad);
+        packed.insert(packed.end(), h.data(), h.data() + h.numel());
+      }
+      world_.send(packed, 0, kDumpTag);
+    }
+    if (rank_ != 0) continue;
+    ParamSet shard = shard_shapes(param, t);
+    if (holder == 0) {
+      const ParamSet& mine = params_.at(key).set;
+      for (size_t i = 0; i < shard.params.size(); ++i) shard.params[i].value = to_host(backend_, mine.params[i].grad);
+    } else {
+      std::vector<float> packed(static_cast<size_t>(shard.local_count()));
+      world_.recv(packed, holder, kDumpTag);
+      const float* src = packed.data();
+      for (Param& p : shard.params) {
+        std::copy(src, src + p.value.numel(), p.value.data());
+        src += p.value.numel();
+      }
+    }
+    const int k = sched_->lowered.param_tp.at(param);
+    for (const Param& p : shard.params) {
+      auto [it, fresh] = out.try_emplace(p.name);
+      if (fresh) it->second = Tensor::zeros(p.full_shape);
+      // A replicated tensor's gradient is the same on every TP rank: rank 0's.
+      if (p.shard_axis >= 0 || t == 0) place_shard(it->second, p.value, p.shard_axis, t, k);
+    }
+  }
+  return out;
+}
+
 LoadCounts Executor::load_state(const TrainingState& state) {
   LoadCounts counts;
   for (auto& [key, ps] : params_) {

@@ -134,6 +134,14 @@ class Executor {
   // over world.
   std::map<std::string, Tensor> gather_params();
 
+  // Every full parameter gradient of the last step() ("M/k.r/<tensor>" ->
+  // the gradient after the gradient sync, the one AdamW used: the
+  // full-batch gradient, TP shards reassembled), on rank 0; other ranks
+  // return an empty map. Valid after step() until the next step(). A test
+  // hook (spindle-run --dump-grads): gradients, unlike parameters after
+  // AdamW, show a uniform scale error. Collective over world.
+  std::map<std::string, Tensor> gather_grads();
+
   // The full training state (values, AdamW moments and step counts of every
   // parameter tensor, TP shards reassembled; step = steps_done()) on rank 0;
   // other ranks get only `step`. Collective over world.

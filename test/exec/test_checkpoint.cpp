@@ -130,7 +130,7 @@ TEST_CASE("checkpoint: every truncation and trailing bytes are refused, naming t
   CHECK_FALSE(decode_tensors(bad_magic, "m.bin").ok());
 }
 
-TEST_CASE("checkpoint: save and load round trip; keep N; leftovers ignored and cleaned") {
+TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and cleaned") {
   TempDir dir("roundtrip");
   const TrainingState state = small_state();
   // A crashed write of step 3 and of a later step 9.

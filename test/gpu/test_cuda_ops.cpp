@@ -168,7 +168,7 @@ TEST_CASE("make_backend(cuda): built, and refused with a message without a devic
   }
 }
 
-TEST_CASE("cuda allocate/copy round trip; allocate is zero-filled", "[gpu]") {
+TEST_CASE("cuda allocate/copy round trip, allocate is zero-filled", "[gpu]") {
   skip_without_gpu();
   std::unique_ptr<Backend> b = make_cuda_backend();
   const Tensor h = random_tensor({4, 5}, 3);

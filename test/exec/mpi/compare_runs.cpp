@@ -31,8 +31,18 @@
 // the "bytes" of PROGRAM_DIR/device-R.json (spindle-plan --lower). Every
 // rank of every step is compared; a run with no step, or a rank without its
 // program, fails.
+//
+//   compare_runs --params REF.params.json GOT.params.json
+//
+// Only tensors (--dump-params or --dump-grads files), in RMS as above: the
+// same names and shapes, at least one tensor.
+//
+// `--rtol X` before the mode sets the relative tolerance (default 1e-5; the
+// GPU checks use 1e-4 in fp32 and 2e-2 in bf16). Any mode fails when it
+// compared nothing.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -43,7 +53,7 @@
 
 namespace {
 
-constexpr double kRtol = 1e-5;
+double kRtol = 1e-5;  // --rtol
 constexpr double kFloor = 0.1;
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {
@@ -77,6 +87,47 @@ struct Worst {
 };
 
 }  // namespace
+
+// The tensors of two --dump-params / --dump-grads files, in RMS (header).
+// Prints what it compared; returns false on any difference or when no
+// tensor was compared.
+bool compare_params(const nlohmann::json& ref_p, const nlohmann::json& got_p) {
+  bool ok = true;
+  Worst param, element;
+  size_t elements = 0;
+  const auto& rp = ref_p.at("params");
+  const auto& gp = got_p.at("params");
+  if (rp.size() != gp.size()) {
+    std::fprintf(stderr, "parameter tensors differ: reference %zu, got %zu\n", rp.size(), gp.size());
+    ok = false;
+  }
+  for (const auto& [name, t] : rp.items()) {
+    if (!gp.contains(name) || gp[name]["shape"] != t["shape"]) {
+      std::fprintf(stderr, "parameter %s missing or of another shape\n", name.c_str());
+      ok = false;
+      continue;
+    }
+    const auto& rv = t["values"];
+    const auto& gv = gp[name]["values"];
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < rv.size(); ++i) {
+      const double g = gv[i].get<double>(), r = rv[i].get<double>();
+      element.see(g, r, name + "[" + std::to_string(i) + "]");
+      d2 += (g - r) * (g - r);
+      r2 += r * r;
+    }
+    const double n = static_cast<double>(std::max<size_t>(rv.size(), 1));
+    // RMS comparison expressed through see(): got = rms(ref) + rms(diff).
+    param.see(std::sqrt(r2 / n) + std::sqrt(d2 / n), std::sqrt(r2 / n), name + " (rms)");
+    elements += rv.size();
+  }
+  std::printf("compared %zu tensors in RMS (worst %.3g of tolerance%s%s)\n", rp.size(), param.excess,
+              param.what.empty() ? "" : ": ", param.what.c_str());
+  std::printf("  (information: %zu elements, worst single element %.3g of tolerance%s%s)\n", elements,
+              element.excess, element.what.empty() ? "" : ": ", element.what.c_str());
+  if (rp.empty() || elements == 0 || param.excess > 1) ok = false;
+  return ok;
+}
 
 // The --losses mode (header).
 int compare_losses(const std::string& ref_path, const std::string& got_path) {
@@ -146,38 +197,40 @@ int compare_bytes(const std::string& dir, const std::string& got_path) {
 }
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--bytes") {
-    try {
-      return compare_bytes(argv[2], argv[3]);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "compare_runs: %s\n", e.what());
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() >= 2 && args[0] == "--rtol") {
+    kRtol = std::atof(args[1].c_str());
+    args.erase(args.begin(), args.begin() + 2);
+    if (!(kRtol > 0)) {
+      std::fprintf(stderr, "compare_runs: --rtol must be positive\n");
       return 2;
     }
-  }
-  if (argc == 4 && std::string(argv[1]) == "--losses") {
-    try {
-      return compare_losses(argv[2], argv[3]);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "compare_runs: %s\n", e.what());
-      return 2;
-    }
-  }
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: compare_runs REF.metrics REF.params GOT.metrics GOT.params\n"
-                         "       compare_runs --losses REF.metrics GOT.metrics\n"
-                         "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n");
-    return 2;
   }
   try {
-    const auto ref_m = read_lines(argv[1]), got_m = read_lines(argv[3]);
-    const auto ref_p = read_json(argv[2]), got_p = read_json(argv[4]);
+    if (args.size() == 3 && args[0] == "--losses") return compare_losses(args[1], args[2]);
+    if (args.size() == 3 && args[0] == "--bytes") return compare_bytes(args[1], args[2]);
+    if (args.size() == 3 && args[0] == "--params") {
+      const bool ok = compare_params(read_json(args[1]), read_json(args[2]));
+      std::printf("%s (tolerance: RMS of the difference <= %g * max(RMS of the reference, %g))\n",
+                  ok ? "AGREE" : "DIFFER", kRtol, kFloor);
+      return ok ? 0 : 1;
+    }
+    if (args.size() != 4) {
+      std::fprintf(stderr, "usage: compare_runs [--rtol X] REF.metrics REF.params GOT.metrics GOT.params\n"
+                           "       compare_runs [--rtol X] --losses REF.metrics GOT.metrics\n"
+                           "       compare_runs [--rtol X] --params REF.params GOT.params\n"
+                           "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n");
+      return 2;
+    }
+    const auto ref_m = read_lines(args[0]), got_m = read_lines(args[2]);
+    const auto ref_p = read_json(args[1]), got_p = read_json(args[3]);
     bool ok = true;
     if (ref_m.size() != got_m.size() || ref_m.empty()) {
       std::fprintf(stderr, "steps differ: reference %zu, got %zu\n", ref_m.size(), got_m.size());
       ok = false;
     }
-    Worst loss, param, element;
-    size_t losses = 0, elements = 0;
+    Worst loss;
+    size_t losses = 0;
     for (size_t s = 0; s < std::min(ref_m.size(), got_m.size()); ++s)
       for (const auto& [task, v] : ref_m[s]["loss"].items()) {
         if (!got_m[s]["loss"].contains(task)) {
@@ -189,39 +242,10 @@ int main(int argc, char** argv) {
                  "step " + std::to_string(s + 1) + " loss " + task);
         ++losses;
       }
-    const auto& rp = ref_p.at("params");
-    const auto& gp = got_p.at("params");
-    if (rp.size() != gp.size()) {
-      std::fprintf(stderr, "parameter tensors differ: reference %zu, got %zu\n", rp.size(), gp.size());
-      ok = false;
-    }
-    for (const auto& [name, t] : rp.items()) {
-      if (!gp.contains(name) || gp[name]["shape"] != t["shape"]) {
-        std::fprintf(stderr, "parameter %s missing or of another shape\n", name.c_str());
-        ok = false;
-        continue;
-      }
-      const auto& rv = t["values"];
-      const auto& gv = gp[name]["values"];
-      double d2 = 0, r2 = 0;
-      for (size_t i = 0; i < rv.size(); ++i) {
-        const double g = gv[i].get<double>(), r = rv[i].get<double>();
-        element.see(g, r, name + "[" + std::to_string(i) + "]");
-        d2 += (g - r) * (g - r);
-        r2 += r * r;
-      }
-      const double n = static_cast<double>(std::max<size_t>(rv.size(), 1));
-      // RMS comparison expressed through see(): got = rms(ref) + rms(diff).
-      param.see(std::sqrt(r2 / n) + std::sqrt(d2 / n), std::sqrt(r2 / n), name + " (rms)");
-      elements += rv.size();
-    }
+    if (!compare_params(ref_p, got_p)) ok = false;
     std::printf("compared %zu losses (worst %.3g of tolerance%s%s)\n", losses, loss.excess,
                 loss.what.empty() ? "" : ": ", loss.what.c_str());
-    std::printf("compared %zu parameter tensors in RMS (worst %.3g of tolerance%s%s)\n", rp.size(),
-                param.excess, param.what.empty() ? "" : ": ", param.what.c_str());
-    std::printf("  (information: %zu elements, worst single element %.3g of tolerance%s%s)\n", elements,
-                element.excess, element.what.empty() ? "" : ": ", element.what.c_str());
-    if (loss.excess > 1 || param.excess > 1) ok = false;
+    if (losses == 0 || loss.excess > 1) ok = false;
     std::printf("%s (tolerance: losses |got - ref| <= %g * max(|ref|, %g); parameters the same in RMS)\n",
                 ok ? "AGREE" : "DIFFER", kRtol, kFloor);
     return ok ? 0 : 1;

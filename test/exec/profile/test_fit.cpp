@@ -55,7 +55,7 @@ TEST_CASE("fit_allreduce_link inverts the ring formula of the cost model", "[pro
   CHECK_FALSE(fit_allreduce_link(bytes, ms, 1).ok());
 }
 
-TEST_CASE("fit_line: a negative intercept is refitted through the origin; bad data is an error", "[profile][fit]") {
+TEST_CASE("fit_line: a negative intercept is refitted through the origin, bad data is an error", "[profile][fit]") {
   // Points on t = 2 x - 1 would give intercept -1: through the origin the
   // slope is sum(x t) / sum(x^2) = (1*1 + 2*3 + 3*5) / 14 = 22 / 14.
   auto f = fit_line({1, 2, 3}, {1, 3, 5});

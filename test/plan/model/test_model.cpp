@@ -195,7 +195,7 @@ TEST_CASE("S is the largest seq a module is used with, across tasks", "[model]")
         (48 * 32 + 32 + 17 * 32) + 2 * layer + pool + (64 * 32 + 12 * 32) + pool);
 }
 
-TEST_CASE("seq is derived from the inputs; pooled outputs count as 1", "[model]") {
+TEST_CASE("seq is derived from the inputs, pooled outputs count as 1", "[model]") {
   const Model m = parse(R"(
 name: derive
 modules:
@@ -248,7 +248,7 @@ tasks:
   CHECK(m.error().message.find("lm_loss takes exactly one input, found 2") != std::string::npos);
 }
 
-TEST_CASE("self input is a cycle; duplicate task names and empty tasks are errors", "[model]") {
+TEST_CASE("self input is a cycle, duplicate task names and empty tasks are errors", "[model]") {
   const std::string mods = R"(
 name: m
 modules:

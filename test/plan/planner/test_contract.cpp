@@ -50,7 +50,7 @@ TEST_CASE("contract: a branch breaks the chain, a join too", "[contract]") {
   CHECK(c.levels == 3);
 }
 
-TEST_CASE("contract: a workload change splits a chain; levels are longest paths", "[contract]") {
+TEST_CASE("contract: a workload change splits a chain, levels are longest paths", "[contract]") {
   // a(2) -> b(1) -> c(1) -> d(1), and a -> ... e(1) directly from a; join d, e -> f.
   OpGraph g;
   const int a = add_chain(g, workload("transformer_layer", 64), 2, {});

@@ -77,7 +77,7 @@ double cross_island_bytes(const std::vector<AbstractWave>& waves, const std::vec
 
 }  // namespace
 
-TEST_CASE("place: a slot that fits an island is not split; the naive placement splits it", "[place]") {
+TEST_CASE("place: a slot that fits an island is not split, the naive placement splits it", "[place]") {
   const Cluster c = test_cluster(2, 4);
   TableCostModel cost(c);
   const PlaceInput in = input(c, cost, 3);
@@ -169,7 +169,7 @@ TEST_CASE("place: a MetaOp joins the island already holding its parameters", "[p
   CHECK(islands_of(unshared[1].slot_devices[0], 4) == std::set<int>{0});
 }
 
-TEST_CASE("place: memory per device is never exceeded; earlier waves are placed again", "[place][memory]") {
+TEST_CASE("place: memory per device is never exceeded, earlier waves are placed again", "[place][memory]") {
   // One island of 2 devices, fp32: a parameter costs 8 bytes (weights and
   // gradients) + 8 / replicas (AdamW m, v) per element on each device.
   const Cluster c = test_cluster(1, 2);

@@ -69,7 +69,7 @@ TEST_CASE("schedule: the Figure 5a level, by hand", "[schedule]") {
   CHECK(total == Approx(127.5));   // gap 127.5 / 120 = 1.0625 on this tiny level
 }
 
-TEST_CASE("schedule: levels run in order; cross-level starts MetaOps early", "[schedule]") {
+TEST_CASE("schedule: levels run in order, cross-level starts MetaOps early", "[schedule]") {
   // Level 0: X 1x4 (T(1) = 10) and Y 1x1 (T(1) = 10) on 2 devices.
   // Level 1: Z after Y only, 2 operators on 1 device each 10 ms.
   // W after X, one operator.

@@ -84,7 +84,7 @@ TEST_CASE("memory: parameter state and activations per device, by hand") {
   CHECK(activation_bytes(100, 32, 8) == Approx(400));
 }
 
-TEST_CASE("links: latency plus bytes over bandwidth; ring all-reduce over the slowest link") {
+TEST_CASE("links: latency plus bytes over bandwidth and ring all-reduce over the slowest link") {
   const Link intra{200, 5}, inter{25, 10};
   CHECK(link_ms(intra, 0) == Approx(0.005));
   CHECK(link_ms(intra, 200e6) == Approx(1.005));

@@ -1,0 +1,83 @@
+#include "libexec/exec/export.h"
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "libexec/exec/checkpoint.h"
+#include "libplan/util/files.h"
+
+namespace spindle::exec {
+
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+
+std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {  // ascending name order, contiguous
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * sizeof(float);
+    header[name] = {{"dtype", "F32"}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  const uint64_t n = json.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);
+  out.reserve(8 + json.size() + offset);
+  out += json;
+  for (const auto& [name, t] : tensors)
+    out.append(reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * sizeof(float));
+  return out;
+}
+
+plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, const std::string& out_path,
+                                              bool* write_failed) {
+  *write_failed = false;
+  std::string step_dir = checkpoint;
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::path(checkpoint) / "manifest.json", ec)) {
+    if (!std::filesystem::is_directory(checkpoint, ec))
+      return plan::Error{checkpoint + ": not a checkpoint directory (missing or not a directory)"};
+    const std::vector<int64_t> steps = list_checkpoints(checkpoint);
+    if (steps.empty())
+      return plan::Error{checkpoint + ": no manifest.json and no complete checkpoint (step-N) inside"};
+    step_dir = (std::filesystem::path(checkpoint) / checkpoint_name(steps.back())).string();
+  }
+  plan::Result<Checkpoint> ck = load_checkpoint(step_dir);
+  if (!ck.ok()) return ck.error();
+  const CheckpointMeta& meta = ck.value().meta;
+  std::map<std::string, Tensor> params;
+  ExportSummary summary;
+  summary.step_dir = step_dir;
+  summary.step = meta.step;
+  for (const auto& [name, ts] : ck.value().state.tensors) {
+    params.emplace(name, ts.value);
+    ++summary.tensors;
+    summary.elements += ts.value.numel();
+  }
+  const std::map<std::string, std::string> metadata{
+      {"format", "spindle-export"},
+      {"version", "1"},
+      {"model", meta.model_name},
+      {"model_sha256", meta.model_sha256},
+      {"step", std::to_string(meta.step)},
+      {"seed", std::to_string(meta.seed)},
+      {"plan_strategy", meta.plan_strategy},
+      {"plan_devices", std::to_string(meta.plan_devices)},
+      {"layout", "row-major; weights [in, out] (y = x W); names M/k.r/tensor (docs/spec/ops.md)"},
+  };
+  const std::string bytes = encode_safetensors(params, metadata);
+  summary.bytes = static_cast<int64_t>(bytes.size());
+  if (plan::Status st = plan::write_file_atomic(out_path, bytes); !st.ok()) {
+    *write_failed = true;
+    return st.error();
+  }
+  return summary;
+}
+
+}  // namespace spindle::exec

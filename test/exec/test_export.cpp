@@ -1,0 +1,229 @@
+// Weights out (libexec/exec/export.h, spindle-export): the safetensors file
+// read back here by hand (header length, JSON header, dtype, shapes,
+// contiguous offsets, the raw values) against the checkpoint it came from;
+// bad checkpoints refused naming the file, nothing written. The names of a
+// trained tiny-clip are the documented ones (docs/spec/ops.md). The
+// command line and an independent NumPy reader: test/exec/mpi/run_checks.sh
+// export.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "helpers.h"
+#include "libexec/backend/backend.h"
+#include "libexec/comm/fake_comm.h"
+#include "libexec/exec/checkpoint.h"
+#include "libexec/exec/executor.h"
+#include "libexec/exec/export.h"
+#include "libplan/model/model.h"
+#include "libplan/util/files.h"
+
+using namespace spindle::exec;
+namespace sp = spindle::plan;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() / ("spindle-export-" + tag + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// A safetensors file parsed by hand (the format, not export.cpp's code).
+struct Read {
+  nlohmann::json header;
+  std::map<std::string, Tensor> tensors;
+};
+
+Read read_safetensors(const std::string& path) {
+  const auto bytes = sp::read_file(path);
+  REQUIRE(bytes.ok());
+  const std::string& b = *bytes;
+  REQUIRE(b.size() >= 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
+  REQUIRE(n % 8 == 0);
+  REQUIRE(8 + n <= b.size());
+  Read r;
+  r.header = nlohmann::json::parse(b.substr(8, n));
+  const size_t data = 8 + n;
+  uint64_t expect_begin = 0;
+  std::map<uint64_t, std::string> by_offset;
+  for (const auto& [name, t] : r.header.items()) {
+    if (name == "__metadata__") continue;
+    INFO(name);
+    REQUIRE(t.at("dtype") == "F32");
+    const Shape shape = t.at("shape").get<Shape>();
+    const uint64_t begin = t.at("data_offsets")[0], end = t.at("data_offsets")[1];
+    REQUIRE(end - begin == static_cast<uint64_t>(shape_numel(shape)) * 4);
+    REQUIRE(data + end <= b.size());
+    Tensor v = Tensor::zeros(shape);
+    std::memcpy(v.data(), b.data() + data + begin, end - begin);  // little-endian host
+    r.tensors.emplace(name, v);
+    by_offset[begin] = name;
+  }
+  // Contiguous, in ascending name order, and nothing after the last tensor.
+  std::string previous;
+  for (const auto& [begin, name] : by_offset) {
+    CHECK(begin == expect_begin);
+    CHECK(name > previous);
+    previous = name;
+    expect_begin = r.header.at(name).at("data_offsets")[1];
+  }
+  CHECK(data + expect_begin == b.size());
+  return r;
+}
+
+TrainingState small_state() {
+  TrainingState s;
+  s.step = 3;
+  for (const auto& [name, shape] : std::map<std::string, Shape>{{"x/0.0/w", {2, 3}}, {"x/0.0/bias", {3}},
+                                                                 {"a/1.2/table", {4, 1, 2}}}) {
+    TensorState t;
+    t.value = test::random_tensor(shape, std::hash<std::string>{}(name));
+    t.m = Tensor::zeros(shape);
+    t.v = Tensor::zeros(shape);
+    t.adam_steps = 3;
+    s.tensors[name] = t;
+  }
+  return s;
+}
+
+CheckpointMeta small_meta() {
+  CheckpointMeta m;
+  m.step = 3;
+  m.model_name = "x";
+  m.model_sha256 = "abc";
+  m.plan_sha256 = "def";
+  m.plan_strategy = "spindle";
+  m.plan_devices = 2;
+  m.seed = 5;
+  m.task_batch = {{"t", 8}};
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("export: safetensors read back by hand equals the checkpoint, bit for bit", "[export]") {
+  TempDir dir("roundtrip");
+  const TrainingState state = small_state();
+  REQUIRE(save_checkpoint((dir.path / "ck").string(), small_meta(), state, 3).ok());
+  const std::string out = (dir.path / "model.safetensors").string();
+  bool write_failed = true;
+  // The checkpoint directory (newest step) and the step directory give the same file.
+  const auto s = export_checkpoint((dir.path / "ck").string(), out, &write_failed);
+  REQUIRE(s.ok());
+  CHECK_FALSE(write_failed);
+  CHECK(s->step == 3);
+  CHECK(s->tensors == 3);
+  CHECK(s->elements == 6 + 3 + 8);
+  CHECK(s->step_dir == (dir.path / "ck" / "step-000003").string());
+  const Read r = read_safetensors(out);
+  CHECK(static_cast<int64_t>(fs::file_size(out)) == s->bytes);
+  REQUIRE(r.tensors.size() == state.tensors.size());
+  for (const auto& [name, ts] : state.tensors) {
+    INFO(name);
+    REQUIRE(r.tensors.count(name) == 1);
+    const Tensor& got = r.tensors.at(name);
+    CHECK(got.shape() == ts.value.shape());
+    CHECK(std::memcmp(got.data(), ts.value.data(), static_cast<size_t>(ts.value.numel()) * 4) == 0);
+  }
+  const auto& meta = r.header.at("__metadata__");
+  CHECK(meta.at("format") == "spindle-export");
+  CHECK(meta.at("model") == "x");
+  CHECK(meta.at("step") == "3");
+  CHECK(meta.at("seed") == "5");
+  for (const auto& [k, v] : meta.items()) CHECK(v.is_string());  // safetensors: string to string
+
+  const std::string again = (dir.path / "again.safetensors").string();
+  REQUIRE(export_checkpoint((dir.path / "ck" / "step-000003").string(), again, &write_failed).ok());
+  CHECK(*sp::read_file(again) == *sp::read_file(out));
+}
+
+TEST_CASE("export: a missing, empty or corrupt checkpoint is refused naming the file, nothing written",
+          "[export]") {
+  TempDir dir("bad");
+  const std::string out = (dir.path / "out.safetensors").string();
+  bool write_failed = true;
+  auto r = export_checkpoint((dir.path / "nowhere").string(), out, &write_failed);
+  REQUIRE_FALSE(r.ok());
+  CHECK_FALSE(write_failed);
+  CHECK(r.error().message.find("nowhere") != std::string::npos);
+
+  fs::create_directories(dir.path / "empty");
+  r = export_checkpoint((dir.path / "empty").string(), out, &write_failed);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("empty") != std::string::npos);
+
+  REQUIRE(save_checkpoint((dir.path / "ck").string(), small_meta(), small_state(), 3).ok());
+  const std::string params = (dir.path / "ck" / "step-000003" / "params.bin").string();
+  std::string bytes = *sp::read_file(params);
+  bytes[bytes.size() - 1] ^= 0x01;
+  std::ofstream(params, std::ios::binary | std::ios::trunc) << bytes;
+  r = export_checkpoint((dir.path / "ck").string(), out, &write_failed);
+  REQUIRE_FALSE(r.ok());
+  CHECK_FALSE(write_failed);
+  CHECK(r.error().message.find("params.bin") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+
+  // An output folder that does not exist: a write failure, nothing left behind.
+  bytes[bytes.size() - 1] ^= 0x01;
+  std::ofstream(params, std::ios::binary | std::ios::trunc) << bytes;
+  r = export_checkpoint((dir.path / "ck").string(), (dir.path / "no-dir" / "m.safetensors").string(),
+                        &write_failed);
+  REQUIRE_FALSE(r.ok());
+  CHECK(write_failed);
+  CHECK_FALSE(fs::exists(dir.path / "no-dir"));
+}
+
+TEST_CASE("export: a trained tiny-clip exports every parameter under its documented name", "[export]") {
+  const auto model = sp::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/tiny-clip.yaml");
+  REQUIRE(model.ok());
+  const sp::Plan plan = test::one_device_plan(*model);
+  SelfComm world;
+  std::unique_ptr<Backend> backend = make_backend("cpu");
+  GroupComms groups;
+  groups[{0}] = std::make_unique<SelfComm>();
+  Executor ex(*model, plan, world, std::move(groups), *backend, ExecOptions{});
+  ex.step();
+  TempDir dir("tiny");
+  CheckpointMeta meta = small_meta();
+  meta.step = 1;
+  REQUIRE(save_checkpoint((dir.path / "ck").string(), meta, ex.gather_state(), 3).ok());
+  const std::string out = (dir.path / "tiny.safetensors").string();
+  bool write_failed = false;
+  REQUIRE(export_checkpoint((dir.path / "ck").string(), out, &write_failed).ok());
+  const Read r = read_safetensors(out);
+  const auto params = ex.gather_params();
+  const auto shapes = ex.param_shapes();
+  REQUIRE(r.tensors.size() == shapes.size());
+  const std::string doc = *sp::read_file(std::string(SPINDLE_SOURCE_DIR) + "/docs/spec/ops.md");
+  std::set<std::string> suffixes;
+  for (const auto& [name, shape] : shapes) {
+    INFO(name);
+    REQUIRE(r.tensors.count(name) == 1);
+    CHECK(r.tensors.at(name).shape() == shape);
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * 4;
+    CHECK(std::memcmp(r.tensors.at(name).data(), params.at(name).data(), bytes) == 0);
+    suffixes.insert(name.substr(name.rfind('/') + 1));
+  }
+  // Every tensor name of the model is in the spec's table of tensors.
+  for (const std::string& s : suffixes) {
+    INFO("tensor name " << s << " in docs/spec/ops.md");
+    CHECK(doc.find("| `" + s + "` |") != std::string::npos);
+  }
+  CHECK(suffixes.size() >= 10);
+}
