@@ -23,6 +23,7 @@
 #include "libplan/plan/plan_io.h"
 #include "libplan/lower/lower.h"
 #include "libplan/planner/planner.h"
+#include "libplan/sim/sim.h"
 #include "libplan/util/files.h"
 
 namespace sp = spindle::plan;
@@ -61,7 +62,7 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels) {
+void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, const sp::Simulation& sim) {
   const sp::Predicted& p = plan.predicted;
   int64_t peak = 0;
   int peak_dev = 0;
@@ -75,6 +76,14 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels) {
               plan.metaops.size(), levels, plan.waves.size());
   std::printf("predicted iteration %.3f ms = compute %.3f + transfer %.3f (%.1f%%) + sync %.3f (%.1f%%)\n",
               p.iteration_ms, p.compute_ms, p.transfer_ms, share(p.transfer_ms), p.sync_ms, share(p.sync_ms));
+  // The simulated programs (libplan/sim): device-ms shares of devices x iteration.
+  const double device_ms = sim.iteration_ms * static_cast<double>(sim.devices.size());
+  auto of_all = [&](double ms) { return device_ms > 0 ? 100.0 * ms / device_ms : 0.0; };
+  std::printf("simulated iteration %.3f ms (%+.2f%% vs predicted), no wave barriers: device time compute %.1f%%, "
+              "transfer %.1f%%, sync %.1f%%, idle %.1f%%\n",
+              sim.iteration_ms, p.iteration_ms > 0 ? (sim.iteration_ms / p.iteration_ms - 1.0) * 100.0 : 0.0,
+              of_all(sim.compute_device_ms()), of_all(sim.transfer_device_ms()), of_all(sim.sync_device_ms()),
+              of_all(device_ms - sim.compute_device_ms() - sim.transfer_device_ms() - sim.sync_device_ms()));
   std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%%\n", p.relaxed_optimum_ms, gap);
   std::printf("memory    peak %s on device %d (of %s)\n", gib(peak).c_str(), peak_dev, gib(plan.memory_bytes).c_str());
   std::printf("planning  %.2f ms\n", plan.planning_ms);
@@ -119,9 +128,11 @@ int main(int argc, char** argv) {
                  "islands (island-, locality- and memory-aware) | sequential (naive, contiguous)")
       ->capture_default_str();
   app.add_flag("--compare", compare, "plan every strategy and print the comparison table");
-  app.add_option("--trace", trace_path, "write the planned timeline as a Chrome trace (Perfetto)");
+  app.add_option("--trace", trace_path,
+                 "write the simulated timeline (compute and communication tracks per device) as a Chrome trace (Perfetto)");
   app.add_option("--plot", plot_path,
-                 "write cluster utilisation over one iteration as SVG: every strategy with --compare, else the one planned");
+                 "write simulated cluster utilisation over one iteration as SVG: every strategy with --compare, else the "
+                 "one planned");
   app.add_option("--check", check_path, "check an existing plan against the model instead of planning")
       ->check(CLI::ExistingFile);
   app.add_option("--lower", lower_dir,
@@ -183,8 +194,8 @@ int main(int argc, char** argv) {
   std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
 
   if (compare) {
-    std::printf("%-12s %14s %9s %9s %9s %9s %10s\n", "strategy", "iteration_ms", "speedup", "gap", "transfer",
-                "sync", "plan_ms");
+    std::printf("%-12s %14s %11s %9s %9s %9s %9s %10s\n", "strategy", "iteration_ms", "sim_ms", "speedup", "gap",
+                "transfer", "sync", "plan_ms");
     double sequential_ms = 0;
     for (sp::Strategy s : {sp::Strategy::sequential, sp::Strategy::task_level, sp::Strategy::intra_task,
                            sp::Strategy::spindle}) {
@@ -195,12 +206,15 @@ int main(int argc, char** argv) {
         continue;
       }
       const sp::Predicted& p = plan->predicted;
+      auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get());
+      if (!sim) return fail(kExitFailure, "internal error: cannot simulate the " + std::string(sp::strategy_name(s)) +
+                                              " plan: " + sim.error().message);
       if (s == sp::Strategy::sequential) sequential_ms = p.iteration_ms;
-      std::printf("%-12s %14.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %10.2f\n", sp::strategy_name(s), p.iteration_ms,
-                  sequential_ms > 0 ? sequential_ms / p.iteration_ms : 0.0,
+      std::printf("%-12s %14.3f %11.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %10.2f\n", sp::strategy_name(s),
+                  p.iteration_ms, sim->iteration_ms, sequential_ms > 0 ? sequential_ms / p.iteration_ms : 0.0,
                   (p.compute_ms / p.relaxed_optimum_ms - 1) * 100, 100 * p.transfer_ms / p.iteration_ms,
                   100 * p.sync_ms / p.iteration_ms, plan->planning_ms);
-      if (!plot_path.empty()) plotted.push_back(sp::utilisation(*plan));
+      if (!plot_path.empty()) plotted.push_back(sp::utilisation(*sim, *plan));
     }
     request.strategy = *strategy;
   }
@@ -211,12 +225,14 @@ int main(int argc, char** argv) {
   if (sp::Status st = sp::check_plan_status(*plan, *model, graph, out_path); !st)
     return fail(kExitFailure, "internal error: the planner produced an invalid plan: " + st.error().message);
 
+  auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get());
+  if (!sim) return fail(kExitFailure, "internal error: cannot simulate the plan: " + sim.error().message);
   if (!trace_path.empty()) {
-    sp::Status st = sp::write_file_atomic(trace_path, sp::trace_to_json(sp::planned_trace(*plan), plan->devices));
+    sp::Status st = sp::write_file_atomic(trace_path, sp::trace_to_json(sp::simulated_trace(*sim), plan->devices));
     if (!st) return fail(kExitFailure, st.error().message);
   }
   if (!plot_path.empty()) {
-    if (!compare) plotted.push_back(sp::utilisation(*plan));
+    if (!compare) plotted.push_back(sp::utilisation(*sim, *plan));
     if (sp::Status st = sp::write_file_atomic(plot_path, sp::utilisation_svg(plotted)); !st)
       return fail(kExitFailure, st.error().message);
   }
@@ -225,7 +241,7 @@ int main(int argc, char** argv) {
   if (!lower_dir.empty())
     if (int rc = write_programs(lower_dir, *plan, *model, graph); rc != 0) return rc;
   if (compare) std::printf("\n");
-  print_summary(*plan, graph, levels);
+  print_summary(*plan, graph, levels, *sim);
   if (profile.links) {
     const sp::ProfileLinks& l = *profile.links;
     auto fig = [](const sp::Link& k) {

@@ -4,7 +4,8 @@
 // For multitask-clip-4/7/10 on 8, 16 and 32 A800s, ofasys-7 on 8 and 16 and
 // qwen-val-3 on 32 and 64, plans every strategy with island-aware placement
 // and Spindle once more with the naive sequential placement, and reports per
-// case: predicted iteration time of each, speedup over sequential, compute
+// case: predicted iteration time of each (and the simulated one of its
+// lowered programs, docs/simulation.md), speedup over sequential, compute
 // gap to the relaxed optimum, transfer share with both placements, average
 // utilisation and planning time (median of the repeats, cost-model fit
 // included, as bench/plan_time times it). Writes OUT_DIR/paper.md and one
@@ -30,6 +31,7 @@
 #include "libplan/plan/check.h"
 #include "libplan/planner/feasibility.h"
 #include "libplan/planner/planner.h"
+#include "libplan/sim/sim.h"
 #include "libplan/util/files.h"
 
 namespace sp = spindle::plan;
@@ -62,6 +64,7 @@ struct Run {
   std::string error;          // when !ok
   sp::Plan plan;
   double plan_ms = 0;         // median over the repeats
+  double sim_ms = 0;          // simulated iteration of the lowered programs (docs/simulation.md)
   bool valid = false;         // check_plan
   bool fits = false;          // check_plan_memory
   std::string problem;        // the first checker violation, else the memory error, else ""
@@ -144,6 +147,15 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
     run.valid = violations.empty();
     run.fits = memory.ok();
     run.problem = !run.valid ? violations[0] : !run.fits ? memory.error().message : "";
+    if (run.valid) {
+      auto sim = sp::simulate_plan(run.plan, *model, graph, **cost);
+      if (!sim) {
+        run.valid = false;
+        run.problem = "cannot simulate: " + sim.error().message;
+      } else {
+        run.sim_ms = sim->iteration_ms;
+      }
+    }
     // Planning time as bench/plan_time measures it: curve fitting and planning.
     std::vector<double> times;
     for (int r = 0; r < repeats; ++r)
@@ -160,20 +172,20 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
 
 std::string case_table(const Result& r) {
   std::string s = "### " + r.name() + " (" + std::to_string(r.devices) + " devices)\n\n";
-  s += "| strategy | placement | iteration ms | speedup | compute ms | transfer ms | transfer % | sync ms | sync % "
-       "| gap % | utilisation % | waves | plan ms | valid, fits memory |\n";
-  s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  s += "| strategy | placement | iteration ms | simulated ms | speedup | compute ms | transfer ms | transfer % | "
+       "sync ms | sync % | gap % | utilisation % | waves | plan ms | valid, fits memory |\n";
+  s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   const double seq_ms = r.seq().ok ? r.seq().plan.predicted.iteration_ms : 0;
   for (const Run& run : r.runs) {
     const std::string strategy = sp::strategy_name(run.strategy);
     const std::string placement = sp::placement_name(run.placement);
     if (!run.ok) {
-      s += "| " + strategy + " | " + placement + " | not available: " + run.error + " |" + std::string(11, '|') + "\n";
+      s += "| " + strategy + " | " + placement + " | not available: " + run.error + " |" + std::string(12, '|') + "\n";
       continue;
     }
     const sp::Predicted& p = run.plan.predicted;
-    s += "| " + strategy + " | " + placement + " | " + fmt("%.3f", p.iteration_ms) + " | " +
-         (seq_ms > 0 ? fmt("%.3fx", seq_ms / p.iteration_ms) : "-") + " | " + fmt("%.3f", p.compute_ms) + " | " +
+    s += "| " + strategy + " | " + placement + " | " + fmt("%.3f", p.iteration_ms) + " | " + fmt("%.3f", run.sim_ms) +
+         " | " + (seq_ms > 0 ? fmt("%.3fx", seq_ms / p.iteration_ms) : "-") + " | " + fmt("%.3f", p.compute_ms) + " | " +
          fmt("%.3f", p.transfer_ms) + " | " + fmt("%.2f", share_pct(p, p.transfer_ms)) + " | " +
          fmt("%.3f", p.sync_ms) + " | " + fmt("%.2f", share_pct(p, p.sync_ms)) + " | " + fmt("%.2f", gap_pct(p)) +
          " | " + fmt("%.1f", 100 * sp::average_utilisation(run.plan)) + " | " +
@@ -196,15 +208,16 @@ double over_best_baseline(const Result& r) {
 
 std::string summary_table(const std::vector<Result>& results) {
   std::string s =
-      "| workload | cluster | devices | sequential ms | task-level ms | intra-task ms | spindle ms | speedup | "
-      "vs best baseline | gap % | transfer % (islands) | transfer % (sequential placement) | utilisation % | "
-      "plan ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "| workload | cluster | devices | sequential ms | task-level ms | intra-task ms | spindle ms | spindle simulated "
+      "ms | speedup | vs best baseline | gap % | transfer % (islands) | transfer % (sequential placement) | "
+      "utilisation % | plan ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Result& r : results) {
     auto ms = [](const Run& run) { return run.ok ? fmt("%.3f", run.plan.predicted.iteration_ms) : std::string("-"); };
     const Run& sp_run = r.spindle();
     const Run& naive = r.spindle_naive();
     s += "| " + r.c.model + " | " + r.c.cluster + " | " + std::to_string(r.devices) + " | " + ms(r.runs[0]) + " | " +
-         ms(r.runs[1]) + " | " + ms(r.runs[2]) + " | " + ms(sp_run) + " | ";
+         ms(r.runs[1]) + " | " + ms(r.runs[2]) + " | " + ms(sp_run) + " | " +
+         (sp_run.ok ? fmt("%.3f", sp_run.sim_ms) : std::string("-")) + " | ";
     if (!sp_run.ok) {
       s += "- | - | - | - | - | - | - |\n";
       continue;
@@ -306,7 +319,9 @@ int main(int argc, char** argv) {
   md += "Columns: *speedup* is sequential's iteration time over the row's; *vs best baseline* is the fastest of "
         "sequential, task-level and intra-task over Spindle; *gap* is compute time over the relaxed optimum, minus "
         "1; *transfer %* is the inter-wave transfer time's share of the iteration; *utilisation* is busy device-ms "
-        "over devices x iteration; *plan ms* is the median planning time (cost-model fit included).\n\n";
+        "over devices x iteration; *plan ms* is the median planning time (cost-model fit included); *simulated ms* "
+        "is the iteration of the lowered per-device programs simulated without wave barriers, fp32 on the wire "
+        "(docs/simulation.md), where *iteration ms* is the planner's wave-barrier prediction.\n\n";
   md += "## Summary (Spindle, island-aware placement)\n\n" + summary + "\n```\n" + lines + "```\n\n## Cases\n\n";
   for (const Result& r : results) md += case_table(r);
 

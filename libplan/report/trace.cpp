@@ -48,4 +48,26 @@ std::vector<TraceEvent> planned_trace(const Plan& plan) {
   return ev;
 }
 
+std::vector<TraceEvent> simulated_trace(const Simulation& sim) {
+  std::vector<TraceEvent> ev;
+  ev.reserve(sim.boxes.size());
+  for (const SimBox& b : sim.boxes) {
+    const std::string cat = b.cat == "exchange"    ? "transfer"
+                            : b.cat == "allreduce" ? "sync"
+                            : b.cat == "wait"      ? "wait"
+                                                   : "compute";
+    nlohmann::json args = {{"kind", b.cat}, {"instr", b.instr}};
+    if (b.wave >= 0) args["wave"] = b.wave;
+    if (b.slice >= 0) args["slice"] = b.slice;
+    if (b.bucket >= 0) args["bucket"] = b.bucket;
+    if (b.cat == "exchange") {
+      args["sent_bytes"] = b.sent_bytes;
+      args["received_bytes"] = b.received_bytes;
+    }
+    if (b.cat == "allreduce") args["bytes"] = b.sent_bytes;
+    ev.push_back({b.name, cat, b.device, static_cast<int>(b.track), b.start_ms * 1000, b.dur_ms * 1000, std::move(args)});
+  }
+  return ev;
+}
+
 }  // namespace spindle::plan

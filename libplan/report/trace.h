@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libplan/plan/plan.h"
+#include "libplan/sim/sim.h"
 
 namespace spindle::plan {
 
@@ -29,5 +30,12 @@ std::string trace_to_json(const std::vector<TraceEvent>& events, int devices);
 // The planned timeline of one iteration: per wave its transfers, then its
 // slices (forward + backward as one box), then gradient sync.
 std::vector<TraceEvent> planned_trace(const Plan& plan);
+
+// The simulated timeline (libplan/sim/sim.h): every box of `sim`, forward,
+// backward and optimizer on the compute track (cat "compute"), exchanges
+// (cat "transfer"), all-reduces (cat "sync") and waits for an all-reduce's
+// group (cat "wait") on the communication track; args name the kind, wave,
+// slice or bucket, and bytes. Deterministic.
+std::vector<TraceEvent> simulated_trace(const Simulation& sim);
 
 }  // namespace spindle::plan

@@ -61,6 +61,24 @@ const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b",
 constexpr const char* kTransferFill = "#f2b134";
 constexpr const char* kSyncFill = "#7f7f7f";
 
+// Fills u.bucket_ms and u.busy (buckets already sized, u.timeline_ms and
+// u.devices > 0): per bucket the overlap of every compute event with it,
+// over devices x bucket_ms.
+void add_busy(Utilisation& u, const std::vector<TraceEvent>& events) {
+  const int buckets = static_cast<int>(u.busy.size());
+  u.bucket_ms = u.timeline_ms / buckets;
+  for (const TraceEvent& e : events) {
+    if (e.cat != "compute" || e.dur_us <= 0) continue;
+    const double a = e.start_us / 1000, b = (e.start_us + e.dur_us) / 1000;
+    for (int k = std::clamp(static_cast<int>(a / u.bucket_ms), 0, buckets - 1); k < buckets; ++k) {
+      const double lo = k * u.bucket_ms, hi = (k + 1) * u.bucket_ms;
+      if (lo >= b) break;
+      u.busy[k] += std::max(0.0, std::min(b, hi) - std::max(a, lo));
+    }
+  }
+  for (double& v : u.busy) v /= u.devices * u.bucket_ms;
+}
+
 }  // namespace
 
 double average_utilisation(const Plan& plan) {
@@ -94,18 +112,35 @@ Utilisation utilisation(const Plan& plan, int buckets) {
   u.syncs = merge(std::move(syncs));
   if (u.timeline_ms <= 0 || plan.devices <= 0) return u;
 
-  // Busy device-ms per bucket: the overlap of every compute box with it.
-  u.bucket_ms = u.timeline_ms / buckets;
-  for (const TraceEvent& e : events) {
-    if (e.cat != "compute" || e.dur_us <= 0) continue;
-    const double a = e.start_us / 1000, b = (e.start_us + e.dur_us) / 1000;
-    for (int k = std::clamp(static_cast<int>(a / u.bucket_ms), 0, buckets - 1); k < buckets; ++k) {
-      const double lo = k * u.bucket_ms, hi = (k + 1) * u.bucket_ms;
-      if (lo >= b) break;
-      u.busy[k] += std::max(0.0, std::min(b, hi) - std::max(a, lo));
-    }
-  }
-  for (double& v : u.busy) v /= plan.devices * u.bucket_ms;
+  add_busy(u, events);
+  return u;
+}
+
+double average_utilisation(const Simulation& sim) {
+  if (sim.devices.empty() || sim.iteration_ms <= 0) return 0;
+  return sim.compute_device_ms() / (static_cast<double>(sim.devices.size()) * sim.iteration_ms);
+}
+
+Utilisation utilisation(const Simulation& sim, const Plan& plan, int buckets) {
+  buckets = std::max(buckets, 1);
+  Utilisation u;
+  u.label = plan.strategy;
+  u.model_name = plan.model_name;
+  u.cluster_name = plan.cluster_name;
+  u.devices = static_cast<int>(sim.devices.size());
+  u.iteration_ms = sim.iteration_ms;
+  u.timeline_ms = sim.iteration_ms;
+  u.average = average_utilisation(sim);
+  u.busy.assign(static_cast<size_t>(buckets), 0.0);
+  std::vector<Interval> transfers, syncs;
+  for (const SimMessage& m : sim.messages)
+    if (m.end_ms > m.start_ms) transfers.push_back({m.start_ms, m.end_ms});
+  for (const SimBox& b : sim.boxes)
+    if (b.cat == "allreduce" && b.dur_ms > 0) syncs.push_back({b.start_ms, b.start_ms + b.dur_ms});
+  u.transfers = merge(std::move(transfers));
+  u.syncs = merge(std::move(syncs));
+  if (u.timeline_ms <= 0 || u.devices <= 0) return u;
+  add_busy(u, simulated_trace(sim));
   return u;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "libplan/plan/plan.h"
+#include "libplan/sim/sim.h"
 
 namespace spindle::plan {
 
@@ -43,6 +44,16 @@ double average_utilisation(const Plan& plan);
 // as 1) covering [0, timeline_ms). A plan without time gives all-zero buckets
 // of width 0. Deterministic.
 Utilisation utilisation(const Plan& plan, int buckets = 400);
+
+// The same from a simulation of `plan` (libplan/sim/sim.h): busy from its
+// compute boxes, transfer spans where any message moves, sync spans where any
+// all-reduce runs; iteration_ms and timeline_ms are sim.iteration_ms, and
+// average is average_utilisation(sim). Labels from `plan`.
+Utilisation utilisation(const Simulation& sim, const Plan& plan, int buckets = 400);
+
+// Compute device-ms of `sim` over devices x sim.iteration_ms, in [0, 1]; 0
+// without devices or time.
+double average_utilisation(const Simulation& sim);
 
 // SVG 1.1 text (no scripts, no external resources): one panel per series,
 // stacked in the given order, sharing the x axis (time in ms, 0 to the

@@ -1,0 +1,389 @@
+#include "libplan/sim/sim.h"
+
+#include <algorithm>
+#include <queue>
+#include <set>
+#include <tuple>
+
+namespace spindle::plan {
+
+namespace {
+
+// An event: a message delivered (kind 0, index = transfer) or a device ready
+// for instruction `index` of its program (kind 1). Deliveries at one time
+// come first, so links they free are seen by devices arriving then.
+struct Event {
+  double t = 0;
+  int kind = 0;
+  int device = 0;
+  int index = 0;
+  bool operator>(const Event& o) const {
+    return std::tie(t, kind, device, index) > std::tie(o.t, o.kind, o.device, o.index);
+  }
+};
+constexpr int kDelivered = 0;
+constexpr int kReady = 1;
+
+// When one instruction of one device ran: reached (the previous one was
+// done), began (its work started: the all-reduce's start; else reached),
+// ended.
+struct InstrTimes {
+  double reached = 0, began = 0, ended = 0;
+};
+
+// Length of the union of `spans` clipped to [lo, hi].
+double covered_ms(std::vector<std::pair<double, double>> spans, double lo, double hi) {
+  std::sort(spans.begin(), spans.end());
+  double total = 0, cur_lo = 0, cur_hi = 0;
+  bool open = false;
+  for (auto [a, b] : spans) {
+    a = std::max(a, lo);
+    b = std::min(b, hi);
+    if (b <= a) continue;
+    if (open && a <= cur_hi) {
+      cur_hi = std::max(cur_hi, b);
+      continue;
+    }
+    if (open) total += cur_hi - cur_lo;
+    cur_lo = a, cur_hi = b, open = true;
+  }
+  if (open) total += cur_hi - cur_lo;
+  return total;
+}
+
+class Simulator {
+ public:
+  Simulator(const Lowered& l, const std::vector<double>& slice_ms, const CostModel& cost, int devices_per_island,
+            const SimOptions& options)
+      : l_(l), slice_ms_(slice_ms), cost_(cost), per_island_(std::max(1, devices_per_island)), options_(options) {}
+
+  Result<Simulation> run();
+
+ private:
+  void ready(int d, int pc, double t);
+  void enter_exchange(int d, int pc, double t);
+  void enter_allreduce(int d, int pc, double t);
+  void delivered(int transfer, double t);
+  void dispatch(double t);
+  bool cross_island(const Transfer& tr) const { return tr.src / per_island_ != tr.dst / per_island_; }
+  std::vector<int> links_of(const Transfer& tr) const;
+  Simulation collect() const;
+
+  const Lowered& l_;
+  const std::vector<double>& slice_ms_;
+  const CostModel& cost_;
+  const int per_island_;
+  const SimOptions options_;
+
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::vector<int> pc_;                          // by device: instruction reached; size(): done
+  std::vector<std::vector<InstrTimes>> times_;   // [device][instr]
+  std::vector<std::vector<int>> pending_;        // [device][instr]: messages of an exchange not yet delivered
+  std::vector<int> src_instr_, dst_instr_;       // by transfer: its exchange in the sender's, receiver's program
+  std::vector<char> link_busy_;                  // devices inbound, then island uplinks, then island downlinks
+  std::set<std::tuple<double, int, int>> waiting_;   // messages ready but not started: (ready, src, transfer)
+  std::vector<SimMessage> messages_;             // by transfer
+  std::vector<int> started_;                     // transfers in order of start
+  std::vector<int> arrived_;                     // by bucket: devices that reached it
+  std::vector<std::vector<std::pair<int, int>>> at_bucket_;   // by bucket: (device, instr) waiting there
+  std::vector<double> finish_;                   // by device
+};
+
+std::vector<int> Simulator::links_of(const Transfer& tr) const {
+  if (!cross_island(tr)) return {tr.dst};
+  const int islands = (l_.devices + per_island_ - 1) / per_island_;
+  return {l_.devices + tr.src / per_island_, l_.devices + islands + tr.dst / per_island_};
+}
+
+Result<Simulation> Simulator::run() {
+  const size_t devices = static_cast<size_t>(l_.devices);
+  if (slice_ms_.size() != l_.slices.size())
+    return Error{"simulate: " + std::to_string(slice_ms_.size()) + " slice times for " +
+                 std::to_string(l_.slices.size()) + " slices"};
+  if (l_.programs.size() != devices)
+    return Error{"simulate: " + std::to_string(l_.programs.size()) + " programs for " + std::to_string(devices) +
+                 " devices"};
+  const int islands = (l_.devices + per_island_ - 1) / per_island_;
+  pc_.assign(devices, 0);
+  finish_.assign(devices, 0.0);
+  times_.resize(devices);
+  pending_.resize(devices);
+  src_instr_.assign(l_.transfers.size(), -1);
+  dst_instr_.assign(l_.transfers.size(), -1);
+  messages_.resize(l_.transfers.size());
+  link_busy_.assign(devices + 2 * static_cast<size_t>(islands), 0);
+  arrived_.assign(l_.buckets.size(), 0);
+  at_bucket_.resize(l_.buckets.size());
+  for (size_t d = 0; d < devices; ++d) {
+    const Program& prog = l_.programs[d];
+    times_[d].resize(prog.instrs.size());
+    pending_[d].assign(prog.instrs.size(), 0);
+    for (size_t i = 0; i < prog.instrs.size(); ++i) {
+      const Instr& in = prog.instrs[i];
+      if (in.kind != InstrKind::exchange) continue;
+      for (int t : in.transfers) {
+        const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
+        if (tr.src == tr.dst) continue;
+        ++pending_[d][i];
+        (tr.src == static_cast<int>(d) ? src_instr_ : dst_instr_)[static_cast<size_t>(t)] = static_cast<int>(i);
+      }
+    }
+  }
+  for (size_t t = 0; t < l_.transfers.size(); ++t) {
+    const Transfer& tr = l_.transfers[t];
+    if (tr.src != tr.dst && (src_instr_[t] < 0 || dst_instr_[t] < 0))
+      return Error{"simulate: transfer " + std::to_string(t) + " from device " + std::to_string(tr.src) + " to " +
+                   std::to_string(tr.dst) + " is missing from an exchange of either program"};
+  }
+
+  for (int d = 0; d < l_.devices; ++d) events_.push({0.0, kReady, d, 0});
+  while (!events_.empty()) {
+    const Event e = events_.top();
+    events_.pop();
+    if (e.kind == kDelivered)
+      delivered(e.index, e.t);
+    else
+      ready(e.device, e.index, e.t);
+  }
+  for (int d = 0; d < l_.devices; ++d) {
+    const Program& prog = l_.programs[static_cast<size_t>(d)];
+    const size_t pc = static_cast<size_t>(pc_[static_cast<size_t>(d)]);
+    if (pc < prog.instrs.size()) {
+      const Instr& in = prog.instrs[pc];
+      return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
+                   (in.kind == InstrKind::allreduce ? " (all-reduce of bucket " + std::to_string(in.bucket) + ")"
+                                                    : " (exchange of wave " + std::to_string(in.wave) + ")")};
+    }
+  }
+  return collect();
+}
+
+void Simulator::ready(int d, int pc, double t) {
+  const Program& prog = l_.programs[static_cast<size_t>(d)];
+  pc_[static_cast<size_t>(d)] = pc;
+  if (pc >= static_cast<int>(prog.instrs.size())) {
+    finish_[static_cast<size_t>(d)] = t;
+    return;
+  }
+  const Instr& in = prog.instrs[static_cast<size_t>(pc)];
+  InstrTimes& times = times_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+  times.reached = times.began = t;
+  double ms = 0;
+  switch (in.kind) {
+    case InstrKind::exchange: enter_exchange(d, pc, t); return;
+    case InstrKind::allreduce: enter_allreduce(d, pc, t); return;
+    case InstrKind::forward:
+    case InstrKind::backward: {
+      const double share = in.kind == InstrKind::forward ? options_.forward_share : 1.0 - options_.forward_share;
+      ms = options_.price_compute ? slice_ms_[static_cast<size_t>(in.slice)] * share : 0.0;
+      break;
+    }
+    case InstrKind::optimizer: ms = 0; break;
+  }
+  times.ended = t + ms;
+  events_.push({t + ms, kReady, d, pc + 1});
+}
+
+void Simulator::enter_exchange(int d, int pc, double t) {
+  for (int tr : l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].transfers) {
+    const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
+    if (x.src == d && x.dst != d) {
+      messages_[static_cast<size_t>(tr)].transfer = tr;
+      messages_[static_cast<size_t>(tr)].ready_ms = t;
+      waiting_.insert({t, d, tr});
+    }
+  }
+  dispatch(t);
+  if (pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)] == 0) {
+    times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].ended = t;
+    events_.push({t, kReady, d, pc + 1});
+  }
+}
+
+void Simulator::enter_allreduce(int d, int pc, double t) {
+  const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
+  const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
+  at_bucket_[static_cast<size_t>(b)].push_back({d, pc});
+  if (++arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
+  // The last member arrived: the all-reduce runs now.
+  const double ms = options_.price_communication && bucket.devices.size() >= 2
+                        ? cost_.allreduce_ms(static_cast<double>(bucket.bytes), bucket.devices)
+                        : 0.0;
+  for (auto [m, mpc] : at_bucket_[static_cast<size_t>(b)]) {
+    InstrTimes& times = times_[static_cast<size_t>(m)][static_cast<size_t>(mpc)];
+    times.began = t;
+    times.ended = t + ms;
+    events_.push({t + ms, kReady, m, mpc + 1});
+  }
+}
+
+void Simulator::dispatch(double t) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const int tr = std::get<2>(*it);
+    const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
+    const std::vector<int> links = links_of(x);
+    if (std::any_of(links.begin(), links.end(), [&](int k) { return link_busy_[static_cast<size_t>(k)] != 0; })) {
+      ++it;
+      continue;
+    }
+    for (int k : links) link_busy_[static_cast<size_t>(k)] = 1;
+    const double ms = options_.price_communication ? cost_.p2p_ms(static_cast<double>(x.bytes), cross_island(x)) : 0.0;
+    SimMessage& m = messages_[static_cast<size_t>(tr)];
+    m.start_ms = t;
+    m.end_ms = t + ms;
+    started_.push_back(tr);
+    events_.push({t + ms, kDelivered, x.dst, tr});
+    it = waiting_.erase(it);
+  }
+}
+
+void Simulator::delivered(int tr, double t) {
+  const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
+  for (int k : links_of(x)) link_busy_[static_cast<size_t>(k)] = 0;
+  for (auto [d, pc] : {std::pair{x.src, src_instr_[static_cast<size_t>(tr)]},
+                       std::pair{x.dst, dst_instr_[static_cast<size_t>(tr)]}}) {
+    int& left = pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+    // The device is blocked in this exchange and it is now complete.
+    if (--left == 0 && pc_[static_cast<size_t>(d)] == pc) {
+      times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].ended = t;
+      events_.push({t, kReady, d, pc + 1});
+    }
+  }
+  dispatch(t);
+}
+
+Simulation Simulator::collect() const {
+  Simulation sim;
+  sim.devices.resize(static_cast<size_t>(l_.devices));
+  for (int d = 0; d < l_.devices; ++d) {
+    const Program& prog = l_.programs[static_cast<size_t>(d)];
+    SimDevice& dev = sim.devices[static_cast<size_t>(d)];
+    dev.finish_ms = finish_[static_cast<size_t>(d)];
+    sim.iteration_ms = std::max(sim.iteration_ms, dev.finish_ms);
+    for (size_t i = 0; i < prog.instrs.size(); ++i) {
+      const Instr& in = prog.instrs[i];
+      const InstrTimes& tm = times_[static_cast<size_t>(d)][i];
+      SimBox box;
+      box.device = d;
+      box.instr = static_cast<int>(i);
+      box.start_ms = tm.began;
+      box.dur_ms = tm.ended - tm.began;
+      switch (in.kind) {
+        case InstrKind::forward:
+        case InstrKind::backward: {
+          const bool fwd = in.kind == InstrKind::forward;
+          dev.compute_ms += box.dur_ms;
+          box.cat = fwd ? "forward" : "backward";
+          box.wave = in.wave;
+          box.slice = in.slice;
+          box.name = "slice " + std::to_string(in.slice) + (fwd ? " fwd" : " bwd");
+          break;
+        }
+        case InstrKind::optimizer:
+          dev.compute_ms += box.dur_ms;
+          box.cat = "optimizer";
+          box.name = "optimizer";
+          if (box.dur_ms <= 0) continue;
+          break;
+        case InstrKind::exchange: {
+          std::vector<std::pair<double, double>> spans;
+          for (int t : in.transfers) {
+            const Transfer& x = l_.transfers[static_cast<size_t>(t)];
+            if (x.src == x.dst) continue;
+            const SimMessage& m = messages_[static_cast<size_t>(t)];
+            spans.push_back({m.start_ms, m.end_ms});
+            (x.src == d ? box.sent_bytes : box.received_bytes) += x.bytes;
+          }
+          const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
+          dev.transfer_ms += moving;
+          dev.wait_ms += box.dur_ms - moving;
+          box.track = SimTrack::communication;
+          box.cat = "exchange";
+          box.wave = in.wave;
+          box.name = std::string("exchange ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " wave " +
+                     std::to_string(in.wave);
+          break;
+        }
+        case InstrKind::allreduce: {
+          const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
+          if (tm.began > tm.reached) {
+            SimBox wait = box;
+            wait.track = SimTrack::communication;
+            wait.cat = "wait";
+            wait.name = "wait for bucket " + std::to_string(in.bucket);
+            wait.bucket = in.bucket;
+            wait.start_ms = tm.reached;
+            wait.dur_ms = tm.began - tm.reached;
+            dev.wait_ms += wait.dur_ms;
+            sim.boxes.push_back(std::move(wait));
+          }
+          dev.sync_ms += box.dur_ms;
+          box.track = SimTrack::communication;
+          box.cat = "allreduce";
+          box.bucket = in.bucket;
+          box.sent_bytes = b.bytes;
+          box.name = "all-reduce bucket " + std::to_string(in.bucket) + " (" + std::to_string(b.devices.size()) +
+                     " devices)";
+          break;
+        }
+      }
+      sim.boxes.push_back(std::move(box));
+    }
+  }
+  for (SimDevice& dev : sim.devices) dev.idle_ms = sim.iteration_ms - dev.busy_ms();
+  for (int t : started_) sim.messages.push_back(messages_[static_cast<size_t>(t)]);
+  return sim;
+}
+
+}  // namespace
+
+double Simulation::compute_device_ms() const {
+  double s = 0;
+  for (const SimDevice& d : devices) s += d.compute_ms;
+  return s;
+}
+
+double Simulation::transfer_device_ms() const {
+  double s = 0;
+  for (const SimDevice& d : devices) s += d.transfer_ms;
+  return s;
+}
+
+double Simulation::sync_device_ms() const {
+  double s = 0;
+  for (const SimDevice& d : devices) s += d.sync_ms;
+  return s;
+}
+
+std::vector<double> lowered_slice_ms(const Plan& plan) {
+  std::vector<double> ms;
+  for (const Wave& w : plan.waves)
+    for (const Slice& s : w.slices) ms.push_back(s.ms);
+  return ms;
+}
+
+Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
+                            int devices_per_island, const SimOptions& options) {
+  if (!(options.forward_share >= 0 && options.forward_share <= 1))
+    return Error{"simulate: forward_share " + std::to_string(options.forward_share) + " is outside [0, 1]"};
+  return Simulator(lowered, slice_ms, cost, devices_per_island, options).run();
+}
+
+Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost,
+                                 const SimOptions& options) {
+  auto lowered = lower(plan, model, graph);
+  if (!lowered) return lowered.error();
+  auto sim = simulate(*lowered, lowered_slice_ms(plan), cost, plan.devices_per_island, options);
+  if (!sim) return sim;
+  // Name compute boxes after their MetaOps, as the planned trace does.
+  for (SimBox& box : sim->boxes) {
+    if (box.slice < 0) continue;
+    const LoweredSlice& s = lowered->slices[static_cast<size_t>(box.slice)];
+    const PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
+    box.name = m.task + " " + m.workload.op + " x" + std::to_string(s.ops.size()) +
+               (box.cat == "forward" ? " fwd" : " bwd");
+  }
+  return sim;
+}
+
+}  // namespace spindle::plan

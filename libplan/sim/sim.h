@@ -1,0 +1,125 @@
+// Discrete-event simulation of the lowered programs (docs/simulation.md):
+// every device runs its program (libplan/lower/lower.h) in order, as
+// spindle-run does, with costs in place of kernels and messages. No wave
+// barrier: an instruction starts as soon as the device has finished the one
+// before it (its deps are earlier instructions of the same program, so they
+// are done by then) and, for an exchange or an all-reduce, as soon as its
+// peers allow.
+//
+// What is priced:
+//   forward, backward  the slice's plan time (slice.ms = count x T(n), forward
+//                      plus backward) split forward_share : 1 - forward_share
+//                      (1/3 : 2/3 by default: a backward costs two forwards,
+//                      the 3 x forward FLOPs of design.md)
+//   optimizer          0 ms (not in the profile; AdamW is memory-bound and
+//                      small next to the step)
+//   exchange           done on a device when every message it receives has
+//                      arrived and every message it sends has been delivered.
+//                      A message leaves once its sender has reached the
+//                      exchange (eager: the receiver need not be there yet)
+//                      and all the links it needs are idle; it takes
+//                      CostModel::p2p_ms(bytes, cross_island). Links: the
+//                      destination device's inbound link (a message inside
+//                      an island); the source island's uplink and the
+//                      destination island's downlink (a message across
+//                      islands). A link carries one message at a time
+//                      (serialised, full bandwidth each). Whenever a link
+//                      frees or a message becomes ready, the waiting
+//                      messages are started in order of readiness (ties:
+//                      source device, then transfer index), each one whose
+//                      links are all idle; one waiting for a busy link does
+//                      not hold back a later one whose links are idle (no
+//                      reservations). Local copies cost 0.
+//   all-reduce         starts when every device of the bucket has reached it
+//                      and takes CostModel::allreduce_ms(bytes, devices); it
+//                      does not contend with messages or other all-reduces.
+//
+// Deterministic: events ordered by time, then kind, then device, then index.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libplan/cost/cost_model.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/lower/lower.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/plan.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+struct SimOptions {
+  double forward_share = 1.0 / 3.0;   // of a slice's ms spent in its forward, in [0, 1]
+  bool price_compute = true;          // false: forward and backward take 0 ms
+  bool price_communication = true;    // false: messages and all-reduces take 0 ms
+};
+
+enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's tid
+
+// One box of the simulated timeline.
+struct SimBox {
+  int device = 0;
+  SimTrack track = SimTrack::compute;
+  std::string cat;      // forward | backward | optimizer | exchange | allreduce | wait
+  std::string name;     // e.g. "vision transformer_layer x16 fwd", "exchange fwd wave 3"
+  double start_ms = 0;
+  double dur_ms = 0;
+  int instr = 0;        // index in the device's program
+  int wave = -1;        // forward, backward, exchange
+  int slice = -1;       // forward, backward: index into Lowered::slices
+  int bucket = -1;      // allreduce, wait
+  int64_t sent_bytes = 0;      // exchange, allreduce (the bucket's bytes)
+  int64_t received_bytes = 0;  // exchange
+};
+
+// Where one device's time went. busy = compute + transfer + sync; every
+// part is inside [0, finish_ms] and they do not overlap, so busy <= finish.
+struct SimDevice {
+  double compute_ms = 0;    // forward, backward, optimizer
+  double transfer_ms = 0;   // inside its exchanges, while one of their messages moves
+  double sync_ms = 0;       // its all-reduces, from start to end
+  double wait_ms = 0;       // inside exchanges and all-reduces with nothing moving
+  double idle_ms = 0;       // iteration_ms - busy: waits plus the tail after finish_ms
+  double finish_ms = 0;     // end of its last instruction
+  double busy_ms() const { return compute_ms + transfer_ms + sync_ms; }
+};
+
+// One message (a Transfer between two devices), as simulated.
+struct SimMessage {
+  int transfer = 0;         // index into Lowered::transfers
+  double ready_ms = 0;      // its sender reached the exchange
+  double start_ms = 0;      // its links were free
+  double end_ms = 0;        // delivered
+};
+
+struct Simulation {
+  double iteration_ms = 0;            // makespan: the last device's finish
+  std::vector<SimDevice> devices;     // by device
+  std::vector<SimBox> boxes;          // by device, then program order
+  std::vector<SimMessage> messages;   // in order of start
+  // Sums over devices (device-ms) of the parts of SimDevice.
+  double compute_device_ms() const;
+  double transfer_device_ms() const;
+  double sync_device_ms() const;
+};
+
+// The time of each slice of `lowered` from `plan`: lowered slice i is the
+// i-th slice of plan.waves[].slices[] in order (lower() keeps that order).
+std::vector<double> lowered_slice_ms(const Plan& plan);
+
+// Simulates `lowered` with `slice_ms[i]` the forward + backward time of
+// lowered slice i, `cost` for messages and all-reduces, and islands of
+// `devices_per_island` (<= 0: one island). Errors when the programs cannot
+// finish (an exchange or all-reduce waits for ever, which lowered programs
+// never do) or slice_ms has the wrong size.
+Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
+                            int devices_per_island, const SimOptions& options = {});
+
+// Lowers `plan` and simulates it: the plan's slice times, its
+// devices_per_island, box names from its MetaOps. What the planner calls to
+// cost a placed plan by simulation (not yet its objective).
+Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost,
+                                 const SimOptions& options = {});
+
+}  // namespace spindle::plan

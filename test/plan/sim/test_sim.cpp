@@ -1,0 +1,424 @@
+// The discrete-event simulation of the lowered programs (libplan/sim/sim.h):
+// hand-built programs whose timelines are worked out by hand, and properties
+// of the simulation of every shipped workload.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libplan/cost/cost_model.h"
+#include "libplan/io/profile.h"
+#include "libplan/lower/lower.h"
+#include "libplan/planner/planner.h"
+#include "libplan/report/trace.h"
+#include "libplan/report/utilisation.h"
+#include "libplan/sim/sim.h"
+#include "test/plan/shipped_fixture.h"
+
+namespace sp = spindle::plan;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Links for hand computation: inside an island 1 GB/s (1e6 bytes: 1 ms),
+// across islands 0.5 GB/s (1e6 bytes: 2 ms), no latency unless given.
+sp::Cluster hand_cluster(int islands, int per_island, double intra_latency_us = 0) {
+  sp::Cluster c;
+  c.name = "hand";
+  c.islands = islands;
+  c.devices_per_island = per_island;
+  c.memory_gib = 80;
+  c.peak_tflops = 100;
+  c.memory_gbytes_per_s = 1000;
+  c.intra_island = {1, intra_latency_us};
+  c.inter_island = {0.5, 0};
+  return c;
+}
+
+// Programs written by hand, instruction by instruction.
+struct Programs {
+  sp::Lowered l;
+  std::vector<double> slice_ms;
+
+  explicit Programs(int devices) {
+    l.devices = devices;
+    for (int d = 0; d < devices; ++d) l.programs.push_back({d, {}});
+  }
+  int slice(int wave, std::vector<int> devices, double ms) {
+    sp::LoweredSlice s;
+    s.wave = wave;
+    s.devices = std::move(devices);
+    l.slices.push_back(s);
+    slice_ms.push_back(ms);
+    return static_cast<int>(l.slices.size()) - 1;
+  }
+  int transfer(sp::Direction dir, int wave, int src, int dst, int64_t bytes) {
+    sp::Transfer t;
+    t.dir = dir;
+    t.wave = wave;
+    t.src = src;
+    t.dst = dst;
+    t.bytes = src == dst ? 0 : bytes;
+    t.values = bytes / sp::kWireBytesPerValue;
+    l.transfers.push_back(t);
+    return static_cast<int>(l.transfers.size()) - 1;
+  }
+  int bucket(std::vector<int> devices, int64_t bytes) {
+    sp::Bucket b;
+    b.devices = std::move(devices);
+    b.bytes = bytes;
+    l.buckets.push_back(b);
+    return static_cast<int>(l.buckets.size()) - 1;
+  }
+  void add(int d, sp::Instr in) { l.programs[static_cast<size_t>(d)].instrs.push_back(std::move(in)); }
+  void compute(int d, sp::InstrKind kind, int slice) {
+    sp::Instr in;
+    in.kind = kind;
+    in.slice = slice;
+    in.wave = l.slices[static_cast<size_t>(slice)].wave;
+    add(d, in);
+  }
+  void fwd(int d, int slice) { compute(d, sp::InstrKind::forward, slice); }
+  void bwd(int d, int slice) { compute(d, sp::InstrKind::backward, slice); }
+  void exchange(int d, sp::Direction dir, int wave, std::vector<int> transfers) {
+    sp::Instr in;
+    in.kind = sp::InstrKind::exchange;
+    in.dir = dir;
+    in.wave = wave;
+    in.transfers = std::move(transfers);
+    add(d, in);
+  }
+  void allreduce(int d, int bucket) {
+    sp::Instr in;
+    in.kind = sp::InstrKind::allreduce;
+    in.bucket = bucket;
+    add(d, in);
+  }
+  void optimizer(int d) {
+    sp::Instr in;
+    in.kind = sp::InstrKind::optimizer;
+    add(d, in);
+  }
+  sp::Simulation run(const sp::Cluster& cluster, const sp::SimOptions& options = {}) const {
+    const sp::TableCostModel cost(cluster);
+    auto sim = sp::simulate(l, slice_ms, cost, cluster.devices_per_island, options);
+    REQUIRE(sim.ok());
+    return *sim;
+  }
+};
+
+const sp::SimBox& box(const sp::Simulation& sim, int device, int instr, const std::string& cat) {
+  for (const sp::SimBox& b : sim.boxes)
+    if (b.device == device && b.instr == instr && b.cat == cat) return b;
+  FAIL("no box " << cat << " of instruction " << instr << " on device " << device);
+  return sim.boxes.front();
+}
+
+}  // namespace
+
+TEST_CASE("one transfer each way between two devices: the makespan by hand", "[sim]") {
+  // Device 0 runs slice A (3 ms: forward 1, backward 2), device 1 slice B
+  // (6 ms: forward 2, backward 4) on A's output; 2e6 bytes each way at 1 GB/s
+  // (2 ms).
+  //   d0: fwd A [0,1], exchange fwd [1,3], exchange bwd [3,11], bwd A [11,13]
+  //   d1: exchange fwd [0,3], fwd B [3,5], bwd B [5,9], exchange bwd [9,11]
+  Programs p(2);
+  const int a = p.slice(0, {0}, 3.0), b = p.slice(1, {1}, 6.0);
+  const int f = p.transfer(sp::Direction::forward, 1, 0, 1, 2'000'000);
+  const int g = p.transfer(sp::Direction::backward, 1, 1, 0, 2'000'000);
+  p.fwd(0, a);
+  p.exchange(0, sp::Direction::forward, 1, {f});
+  p.exchange(0, sp::Direction::backward, 1, {g});
+  p.bwd(0, a);
+  p.optimizer(0);
+  p.exchange(1, sp::Direction::forward, 1, {f});
+  p.fwd(1, b);
+  p.bwd(1, b);
+  p.exchange(1, sp::Direction::backward, 1, {g});
+  p.optimizer(1);
+
+  const sp::Simulation sim = p.run(hand_cluster(1, 2));
+  CHECK(sim.iteration_ms == Approx(13.0));
+  CHECK(sim.devices[0].finish_ms == Approx(13.0));
+  CHECK(sim.devices[1].finish_ms == Approx(11.0));
+  // Device 0: compute 3, moving 2 + 2, waiting 8 - 2 in the backward exchange.
+  CHECK(sim.devices[0].compute_ms == Approx(3.0));
+  CHECK(sim.devices[0].transfer_ms == Approx(4.0));
+  CHECK(sim.devices[0].sync_ms == 0);
+  CHECK(sim.devices[0].wait_ms == Approx(6.0));
+  CHECK(sim.devices[0].idle_ms == Approx(6.0));
+  // Device 1: compute 6, moving 2 + 2, waiting 1 for device 0 to send, 2 at the end.
+  CHECK(sim.devices[1].compute_ms == Approx(6.0));
+  CHECK(sim.devices[1].transfer_ms == Approx(4.0));
+  CHECK(sim.devices[1].wait_ms == Approx(1.0));
+  CHECK(sim.devices[1].idle_ms == Approx(3.0));
+  CHECK(box(sim, 1, 1, "forward").start_ms == Approx(3.0));
+  CHECK(box(sim, 0, 3, "backward").start_ms == Approx(11.0));
+  const sp::SimBox& ex = box(sim, 0, 1, "exchange");
+  CHECK(ex.track == sp::SimTrack::communication);
+  CHECK(ex.sent_bytes == 2'000'000);
+  CHECK(ex.start_ms == Approx(1.0));
+  CHECK(ex.dur_ms == Approx(2.0));
+  REQUIRE(sim.messages.size() == 2);
+  CHECK(sim.messages[0].ready_ms == Approx(1.0));
+  CHECK(sim.messages[1].start_ms == Approx(9.0));
+
+  // Latency adds to every message: 10 us each way.
+  CHECK(p.run(hand_cluster(1, 2, 10)).iteration_ms == Approx(13.02));
+  // Forward and backward split by forward_share; compute or communication priced at zero.
+  sp::SimOptions half;
+  half.forward_share = 0.5;
+  // d0 fwd [0,1.5], send [1.5,3.5]; d1 fwd [3.5,6.5], bwd [6.5,9.5], send [9.5,11.5]; d0 bwd [11.5,13]
+  CHECK(p.run(hand_cluster(1, 2), half).iteration_ms == Approx(13.0));
+  sp::SimOptions no_comm;
+  no_comm.price_communication = false;
+  CHECK(p.run(hand_cluster(1, 2), no_comm).iteration_ms == Approx(9.0));   // 1 + 2 + 4 + 2
+  sp::SimOptions no_compute;
+  no_compute.price_compute = false;
+  CHECK(p.run(hand_cluster(1, 2), no_compute).iteration_ms == Approx(4.0));
+}
+
+TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
+  // d0 runs a 3 ms slice, d1 a 9 ms one; then a 1e6-byte bucket over both:
+  // ring all-reduce 2 (p-1)/p x 1e6 B at 1 GB/s = 1 ms, from 9 to 10.
+  Programs p(2);
+  const int a = p.slice(0, {0}, 3.0), b = p.slice(0, {1}, 9.0);
+  const int k = p.bucket({0, 1}, 1'000'000);
+  for (auto [d, s] : {std::pair{0, a}, std::pair{1, b}}) {
+    p.fwd(d, s);
+    p.bwd(d, s);
+    p.allreduce(d, k);
+    p.optimizer(d);
+  }
+  const sp::Simulation sim = p.run(hand_cluster(1, 2));
+  CHECK(sim.iteration_ms == Approx(10.0));
+  CHECK(sim.devices[0].sync_ms == Approx(1.0));
+  CHECK(sim.devices[0].wait_ms == Approx(6.0));
+  CHECK(sim.devices[1].wait_ms == 0);
+  CHECK(box(sim, 0, 2, "allreduce").start_ms == Approx(9.0));
+  CHECK(box(sim, 0, 2, "wait").start_ms == Approx(3.0));
+  CHECK(box(sim, 0, 2, "wait").dur_ms == Approx(6.0));
+  // Across two islands (1 device each) the inter-island link decides: 2 ms.
+  CHECK(p.run(hand_cluster(2, 1)).iteration_ms == Approx(11.0));
+}
+
+TEST_CASE("messages share links: an island's uplink and a device's inbound link serialise", "[sim]") {
+  // Islands {0,1} and {2,3}. Two messages of 1e6 bytes, each 2 ms across islands.
+  auto two_messages = [](int s0, int d0, int s1, int d1) {
+    Programs p(4);
+    const int t0 = p.transfer(sp::Direction::forward, 0, s0, d0, 1'000'000);
+    const int t1 = p.transfer(sp::Direction::forward, 0, s1, d1, 1'000'000);
+    for (int d = 0; d < 4; ++d) {
+      std::vector<int> mine;
+      for (int t : {t0, t1})
+        if (p.l.transfers[static_cast<size_t>(t)].src == d || p.l.transfers[static_cast<size_t>(t)].dst == d)
+          mine.push_back(t);
+      if (!mine.empty()) p.exchange(d, sp::Direction::forward, 0, mine);
+      p.optimizer(d);
+    }
+    return p;
+  };
+  // 0 -> 2 and 1 -> 3 share island 0's uplink: one after the other, 4 ms;
+  // the first ready (ties: lower source device) goes first.
+  const sp::Simulation up = two_messages(0, 2, 1, 3).run(hand_cluster(2, 2));
+  CHECK(up.iteration_ms == Approx(4.0));
+  REQUIRE(up.messages.size() == 2);
+  CHECK(up.messages[0].transfer == 0);
+  CHECK(up.messages[0].end_ms == Approx(2.0));
+  CHECK(up.messages[1].start_ms == Approx(2.0));
+  CHECK(up.devices[3].wait_ms == Approx(2.0));
+  CHECK(up.devices[3].transfer_ms == Approx(2.0));
+  // 0 -> 2 and 3 -> 1 cross in opposite directions: no shared link, 2 ms.
+  CHECK(two_messages(0, 2, 3, 1).run(hand_cluster(2, 2)).iteration_ms == Approx(2.0));
+  // Inside one island of 4: 0 -> 1 and 2 -> 3 in parallel (1 ms), 0 -> 2 and 1 -> 2 into one device serialise (2 ms).
+  CHECK(two_messages(0, 1, 2, 3).run(hand_cluster(1, 4)).iteration_ms == Approx(1.0));
+  CHECK(two_messages(0, 2, 1, 2).run(hand_cluster(1, 4)).iteration_ms == Approx(2.0));
+}
+
+TEST_CASE("programs that cannot finish are an error, not a hang", "[sim]") {
+  Programs p(2);
+  const int k = p.bucket({0, 1}, 1000);
+  p.allreduce(0, k);   // device 1 never joins
+  p.optimizer(0);
+  p.optimizer(1);
+  const sp::TableCostModel cost(hand_cluster(1, 2));
+  auto sim = sp::simulate(p.l, p.slice_ms, cost, 2);
+  REQUIRE_FALSE(sim.ok());
+  CHECK(sim.error().message.find("device 0 never finishes instruction 0") != std::string::npos);
+  auto wrong = sp::simulate(p.l, {1.0}, cost, 2);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message.find("slice times") != std::string::npos);
+}
+
+TEST_CASE("the simulated trace and utilisation show the simulated boxes", "[sim]") {
+  spindle::plan::testing::Fixture f;
+  const sp::Plan plan = f.plan();
+  auto sim = sp::simulate_plan(plan, f.model, f.graph, *f.cost);
+  REQUIRE(sim.ok());
+  const std::vector<sp::TraceEvent> trace = sp::simulated_trace(*sim);
+  CHECK(trace.size() == sim->boxes.size());
+  int compute = 0, comm = 0;
+  for (const sp::TraceEvent& e : trace) {
+    (e.track == 0 ? compute : comm) += 1;
+    CHECK((e.track == 0) == (e.cat == "compute"));
+    CHECK(e.start_us + e.dur_us <= sim->iteration_ms * 1000 * (1 + 1e-9));
+  }
+  CHECK(compute > 0);
+  CHECK(comm > 0);
+  const sp::Utilisation u = sp::utilisation(*sim, plan, 50);
+  CHECK(u.iteration_ms == sim->iteration_ms);
+  CHECK(u.label == plan.strategy);
+  double busy = 0;
+  for (double b : u.busy) busy += b;
+  CHECK(busy / 50 == Approx(sp::average_utilisation(*sim)));
+  CHECK(sp::average_utilisation(*sim) > 0);
+  CHECK(sp::average_utilisation(*sim) <= 1.0 + 1e-9);
+}
+
+namespace {
+
+// The longest chain of gradient buckets, ms: bucket b after bucket a when
+// they share a device and a comes first (every device runs its all-reduces
+// in bucket order and each waits for its whole group). Once every device
+// has finished its backward, the all-reduces take at most this long.
+double longest_bucket_chain_ms(const sp::Lowered& l, const sp::CostModel& cost) {
+  std::vector<double> end(l.buckets.size(), 0.0);
+  double longest = 0;
+  for (size_t b = 0; b < l.buckets.size(); ++b) {
+    double start = 0;
+    for (size_t a = 0; a < b; ++a) {
+      const auto& x = l.buckets[a].devices;
+      const auto& y = l.buckets[b].devices;
+      std::vector<int> common;
+      std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(common));
+      if (!common.empty()) start = std::max(start, end[a]);
+    }
+    end[b] = start + cost.allreduce_ms(static_cast<double>(l.buckets[b].bytes), l.buckets[b].devices);
+    longest = std::max(longest, end[b]);
+  }
+  return longest;
+}
+
+struct Workload {
+  std::string model_name, cluster_name;
+  sp::Model model;
+  sp::Cluster cluster;
+  sp::Profile profile;
+  sp::OpGraph graph;
+  std::unique_ptr<sp::ProfileCostModel> cost;
+};
+
+// Every shipped workload: profiles/MODEL.CLUSTER.json with its model and cluster, by file name.
+std::vector<Workload> shipped_workloads() {
+  const fs::path root = SPINDLE_SOURCE_DIR;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(root / "profiles"))
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::vector<Workload> out;
+  for (const fs::path& path : files) {
+    Workload w;
+    const std::string stem = path.stem().string();
+    w.model_name = stem.substr(0, stem.find('.'));
+    w.cluster_name = stem.substr(stem.find('.') + 1);
+    w.model = sp::load_model((root / "configs/models" / (w.model_name + ".yaml")).string()).value();
+    w.cluster = sp::load_cluster((root / "configs/clusters" / (w.cluster_name + ".yaml")).string()).value();
+    w.profile = sp::load_profile(path.string()).value();
+    w.graph = sp::expand(w.model);
+    w.cost = std::move(sp::ProfileCostModel::create(w.profile, w.cluster, w.graph).value());
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+constexpr sp::Strategy kStrategies[] = {sp::Strategy::sequential, sp::Strategy::task_level,
+                                        sp::Strategy::intra_task, sp::Strategy::spindle};
+
+}  // namespace
+
+// Every shipped workload, every strategy (docs/simulation.md, "Against the
+// wave-barrier prediction"):
+//  - every device's busy time is at most the makespan;
+//  - the same inputs simulate to the same result;
+//  - with communication priced at zero the makespan is at most the barrier
+//    compute time (sum of wave.ms: a device's wave w cannot start later than
+//    all waves before it have ended) and, for the paper's workloads, at least
+//    the relaxed optimum (the tiny models, with few operators per level, can
+//    overlap levels without barriers and go below this per-level bound);
+//  - the makespan is at most kSlack x (barrier compute + transfers at the wire
+//    width + the longest chain of bucket all-reduces): the programs move fp32
+//    where the barrier model prices the model dtype, and run their
+//    all-reduces one bucket after another, each waiting for its whole group.
+TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim][shipped]") {
+  constexpr double kSlack = 1.10;
+  int simulated = 0;
+  for (const Workload& w : shipped_workloads()) {
+    const double wire = static_cast<double>(sp::kWireBytesPerValue) / sp::dtype_bytes(w.model.dtype);
+    for (sp::Strategy s : kStrategies) {
+      INFO(w.model_name << " on " << w.cluster_name << ", " << sp::strategy_name(s));
+      auto plan = sp::make_plan({&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, s});
+      if (!plan) continue;   // a baseline may have no valid plan on a cluster
+      auto sim = sp::simulate_plan(*plan, w.model, w.graph, *w.cost);
+      REQUIRE(sim.ok());
+      const sp::Predicted& p = plan->predicted;
+      const double m = sim->iteration_ms;
+      INFO("simulated " << m << " ms, predicted " << p.iteration_ms << " ms");
+      for (const sp::SimDevice& d : sim->devices) {
+        CHECK(d.busy_ms() <= m * (1 + 1e-9));
+        CHECK(d.finish_ms <= m);
+        CHECK(d.wait_ms >= -1e-9 * m);
+      }
+      auto lowered = sp::lower(*plan, w.model, w.graph);
+      REQUIRE(lowered.ok());
+      const double chain = longest_bucket_chain_ms(*lowered, *w.cost);
+      CHECK(m <= kSlack * (p.compute_ms + wire * p.transfer_ms + chain));
+
+      auto again = sp::simulate_plan(*plan, w.model, w.graph, *w.cost);
+      REQUIRE(again.ok());
+      CHECK(again->iteration_ms == m);
+      REQUIRE(again->boxes.size() == sim->boxes.size());
+      bool same = true;
+      for (size_t i = 0; i < sim->boxes.size(); ++i)
+        same = same && again->boxes[i].start_ms == sim->boxes[i].start_ms &&
+               again->boxes[i].dur_ms == sim->boxes[i].dur_ms && again->boxes[i].name == sim->boxes[i].name;
+      CHECK(same);
+
+      sp::SimOptions compute_only;
+      compute_only.price_communication = false;
+      auto c = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, compute_only);
+      REQUIRE(c.ok());
+      CHECK(c->iteration_ms <= p.compute_ms * (1 + 1e-9));
+      if (w.model_name.rfind("tiny-", 0) != 0) CHECK(c->iteration_ms >= p.relaxed_optimum_ms * (1 - 1e-9));
+      ++simulated;
+    }
+  }
+  CHECK(simulated >= 100);
+}
+
+// The figures of docs/simulation.md: simulated against predicted, every
+// shipped workload and strategy (hidden: build/test/test_sim "[.figures]").
+TEST_CASE("simulated and predicted iteration of every shipped workload", "[.figures]") {
+  std::printf("%-18s %-9s %-10s %10s %10s %8s %10s %10s %10s\n", "model", "cluster", "strategy", "predicted",
+              "simulated", "change", "compute", "sim_comm0", "relaxed");
+  for (const Workload& w : shipped_workloads())
+    for (sp::Strategy s : kStrategies) {
+      auto plan = sp::make_plan({&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, s});
+      if (!plan) continue;
+      auto sim = sp::simulate_plan(*plan, w.model, w.graph, *w.cost);
+      sp::SimOptions compute_only;
+      compute_only.price_communication = false;
+      auto c = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, compute_only);
+      REQUIRE(sim.ok());
+      REQUIRE(c.ok());
+      const sp::Predicted& p = plan->predicted;
+      std::printf("%-18s %-9s %-10s %10.3f %10.3f %+7.1f%% %10.3f %10.3f %10.3f\n", w.model_name.c_str(),
+                  w.cluster_name.c_str(), sp::strategy_name(s), p.iteration_ms, sim->iteration_ms,
+                  100 * (sim->iteration_ms / p.iteration_ms - 1), p.compute_ms, c->iteration_ms,
+                  p.relaxed_optimum_ms);
+    }
+}
