@@ -119,6 +119,39 @@ Status lower_transfers(const Plan& plan, const OpGraph& graph, Lowered& out) {
   return {};
 }
 
+// Orders the buckets so that all-reduces over disjoint groups overlap:
+// list scheduling, largest estimated time first (bytes x 2 (p - 1) / p, the
+// ring's traffic per device), each bucket starting when every device of its
+// group is free; the buckets are then sorted by that start (ties: the
+// earlier scheduled first). Every device runs its buckets in this one
+// order, so blocking all-reduces cannot deadlock; ordered by device list
+// instead, buckets over overlapping groups would wait for each other in a
+// chain across the cluster.
+void order_buckets(std::vector<Bucket>& buckets, int devices) {
+  auto estimate = [](const Bucket& b) {
+    const double p = static_cast<double>(b.devices.size());
+    return static_cast<double>(b.bytes) * 2.0 * (p - 1.0) / p;
+  };
+  std::vector<size_t> by_size(buckets.size());
+  for (size_t i = 0; i < by_size.size(); ++i) by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return estimate(buckets[a]) > estimate(buckets[b]); });
+  std::vector<double> free_at(static_cast<size_t>(std::max(devices, 0)), 0.0);
+  std::vector<std::pair<double, size_t>> start;  // (start, rank in by_size)
+  for (size_t r = 0; r < by_size.size(); ++r) {
+    const Bucket& b = buckets[by_size[r]];
+    double t = 0;
+    for (int d : b.devices) t = std::max(t, free_at[static_cast<size_t>(d)]);
+    for (int d : b.devices) free_at[static_cast<size_t>(d)] = t + estimate(b);
+    start.push_back({t, r});
+  }
+  std::sort(start.begin(), start.end());
+  std::vector<Bucket> ordered;
+  ordered.reserve(buckets.size());
+  for (const auto& [t, r] : start) ordered.push_back(std::move(buckets[by_size[r]]));
+  buckets = std::move(ordered);
+}
+
 // Parameter shards, their holders and the gradient buckets.
 void lower_shards(const Model& model, const OpGraph& graph, Lowered& out) {
   std::map<ShardKey, std::set<int>> holders;
@@ -148,6 +181,7 @@ void lower_shards(const Model& model, const OpGraph& graph, Lowered& out) {
     b.bytes = b.values * kWireBytesPerValue;
     out.buckets.push_back(std::move(b));
   }
+  order_buckets(out.buckets, out.devices);
 }
 
 // Device d's program in the order of the header, with its dependencies.

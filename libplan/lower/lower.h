@@ -10,7 +10,8 @@
 // Each device's program, in order:
 //   for every wave w:            [exchange forward w] forward of each of its slices of w
 //   for every wave w, reversed:  backward of each of its slices of w (reversed) [exchange backward w]
-//   all-reduce of each gradient bucket it is in (buckets in order)
+//   all-reduce of each gradient bucket it is in (buckets in one global order
+//   chosen so that all-reduces over disjoint groups can run side by side)
 //   optimizer
 // An exchange is every transfer of one wave and direction that this device
 // sends or receives (or copies locally), posted together; a device with no
@@ -109,7 +110,7 @@ struct Lowered {
   std::vector<LoweredSlice> slices;      // wave by wave, in plan order
   std::vector<int> slice_of;             // graph operator -> slice
   std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending
-  std::vector<Bucket> buckets;           // ascending by devices
+  std::vector<Bucket> buckets;           // in the one order every device runs them (lower.cpp, order_buckets)
   // Every parameter shard: the devices holding it (ascending), its
   // tensor-parallel degree, and one operator using it.
   std::map<ShardKey, std::vector<int>> shard_devices;
