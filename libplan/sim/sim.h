@@ -10,7 +10,7 @@
 //   forward, backward  the slice's plan time (slice.ms = count x T(n), forward
 //                      plus backward) split forward_share : 1 - forward_share
 //                      (1/3 : 2/3 by default: a backward costs two forwards,
-//                      the 3 x forward FLOPs of design.md)
+//                      the 3 x forward FLOPs of docs/workloads.md)
 //   optimizer          0 ms (not in the profile; AdamW is memory-bound and
 //                      small next to the step)
 //   exchange           done on a device when every message it receives has
