@@ -2,6 +2,7 @@
 // (bench/loop.sh runs the whole loop: measure a profile, plan, run, compare).
 //
 //   loop PLAN.json TRACE.json METRICS.jsonl [--skip K]
+//        [--model M.yaml --cluster C.yaml --profile P.json]
 //
 // PLAN.json is spindle-plan's output, TRACE.json and METRICS.jsonl are
 // spindle-run's --trace and --metrics of that plan. The first K steps
@@ -13,6 +14,11 @@
 // and the rest of the step (which the planner does not model), and the
 // whole step (rank 0's step_ms). Medians are taken per row, so the rows need
 // not add up to the step.
+// With --model, --cluster and --profile (the inputs of the plan) it also
+// simulates the plan's lowered programs (libplan/sim) and compares, per
+// rank, the simulated compute, transfer, sync and finish time with the
+// measured ones (--metrics "ranks": the median over steps of each rank's
+// host time per phase, and its step time), and the bytes each rank moved.
 // Ratios are measured / predicted. Exit 0, or 2 on unreadable input.
 #include <algorithm>
 #include <cstdio>
@@ -25,7 +31,11 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "libplan/io/profile.h"
+#include "libplan/model/cluster.h"
+#include "libplan/model/model.h"
 #include "libplan/plan/plan_io.h"
+#include "libplan/sim/sim.h"
 
 namespace {
 
@@ -54,6 +64,68 @@ std::pair<std::string, int> phase_of(const json& e) {
   return {"", 0};
 }
 
+// Per rank, the simulated figures of the plan against the measured ones
+// (median over the steps in `ranks_by_step`: step -> the metrics' "ranks").
+int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path, const std::string& cluster_path,
+                  const std::string& profile_path, const std::map<int, json>& ranks_by_step,
+                  const std::map<int, double>& step_ms) {
+  namespace sp = spindle::plan;
+  auto model = sp::load_model(model_path);
+  auto cluster = sp::load_cluster(cluster_path);
+  auto profile = sp::load_profile(profile_path);
+  if (!model.ok() || !cluster.ok() || !profile.ok()) {
+    std::fprintf(stderr, "loop: %s\n",
+                 (!model.ok() ? model.error() : !cluster.ok() ? cluster.error() : profile.error()).message.c_str());
+    return 2;
+  }
+  const sp::OpGraph graph = sp::expand(*model);
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  if (!cost.ok()) {
+    std::fprintf(stderr, "loop: %s\n", cost.error().message.c_str());
+    return 2;
+  }
+  auto sim = sp::simulate_plan(plan, *model, graph, **cost);
+  auto lowered = sp::lower(plan, *model, graph);
+  if (!sim.ok() || !lowered.ok()) {
+    std::fprintf(stderr, "loop: %s\n", (!sim.ok() ? sim.error() : lowered.error()).message.c_str());
+    return 2;
+  }
+  std::printf("\nper rank: simulated programs (libplan/sim) against measured (--metrics ranks), medians over steps\n");
+  std::printf("%-5s %-9s %12s %12s %7s\n", "rank", "part", "simulated_ms", "measured_ms", "ratio");
+  for (int r = 0; r < plan.devices; ++r) {
+    std::map<std::string, std::vector<double>> got;
+    for (const auto& [step, ranks] : ranks_by_step)
+      for (const json& e : ranks)
+        if (e.value("rank", -1) == r)
+          for (const char* k : {"compute_ms", "transfer_ms", "sync_ms", "sent_bytes", "received_bytes"})
+            got[k].push_back(e.value(k, 0.0));
+    const sp::SimDevice& d = sim->devices[static_cast<size_t>(r)];
+    const auto med = [&](const char* k) { return spindle::bench::median(got[k]); };
+    std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "compute", d.compute_ms, med("compute_ms"),
+                ratio(med("compute_ms"), d.compute_ms).c_str());
+    // The runtime's transfer and sync times include waiting for peers; the
+    // simulation keeps waits apart (wait_ms): compared together.
+    std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "transfer", d.transfer_ms, med("transfer_ms"),
+                ratio(med("transfer_ms"), d.transfer_ms).c_str());
+    std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync", d.sync_ms, med("sync_ms"),
+                ratio(med("sync_ms"), d.sync_ms).c_str());
+    const double comm_sim = d.transfer_ms + d.sync_ms + d.wait_ms, comm_got = med("transfer_ms") + med("sync_ms");
+    std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "comm+wait", comm_sim, comm_got, ratio(comm_got, comm_sim).c_str());
+    const sp::ProgramBytes b = lowered->bytes(r);
+    std::printf("%-5d %-9s %12lld %12.0f %7s\n", r, "bytes out", static_cast<long long>(b.sent), med("sent_bytes"),
+                static_cast<double>(b.sent) == med("sent_bytes") ? "equal" : "DIFFER");
+    std::printf("%-5d %-9s %12lld %12.0f %7s\n", r, "bytes in", static_cast<long long>(b.received),
+                med("received_bytes"), static_cast<double>(b.received) == med("received_bytes") ? "equal" : "DIFFER");
+  }
+  std::vector<double> steps;
+  for (const auto& [step, ms] : step_ms) steps.push_back(ms);
+  const double step = spindle::bench::median(steps);
+  const double r = step / sim->iteration_ms;
+  std::printf("%-15s %12.3f %12.3f %7s   %s\n", "step (sim)", sim->iteration_ms, step,
+              ratio(step, sim->iteration_ms).c_str(), r >= 0.85 && r <= 1.15 ? "within 15%" : "OUTSIDE 15%");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,6 +136,10 @@ int main(int argc, char** argv) {
   app.add_option("trace", trace_path, "measured trace (spindle-run --trace)")->required();
   app.add_option("metrics", metrics_path, "metrics (spindle-run --metrics)")->required();
   app.add_option("--skip", skip, "warm-up steps left out")->capture_default_str();
+  std::string model_path, cluster_path, profile_path;
+  app.add_option("--model", model_path, "the plan's model: with --cluster and --profile, also compare per rank with the simulation");
+  app.add_option("--cluster", cluster_path, "the plan's cluster");
+  app.add_option("--profile", profile_path, "the plan's profile");
   CLI11_PARSE(app, argc, argv);
 
   auto plan = spindle::plan::load_plan(plan_path);
@@ -73,6 +149,7 @@ int main(int argc, char** argv) {
   }
   json trace;
   std::map<int, double> step_ms;   // step -> rank 0's step_ms
+  std::map<int, json> ranks_by_step;  // step -> the metrics' "ranks"
   try {
     std::ifstream tf(trace_path);
     trace = json::parse(tf);
@@ -81,7 +158,10 @@ int main(int argc, char** argv) {
     while (std::getline(mf, line))
       if (!line.empty()) {
         const json m = json::parse(line);
-        if (m.value("step", 0) > skip) step_ms[m.value("step", 0)] = m.at("step_ms").get<double>();
+        if (m.value("step", 0) > skip) {
+          step_ms[m.value("step", 0)] = m.at("step_ms").get<double>();
+          if (m.contains("ranks")) ranks_by_step[m.value("step", 0)] = m["ranks"];
+        }
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loop: %s / %s: %s\n", trace_path.c_str(), metrics_path.c_str(), e.what());
@@ -156,5 +236,7 @@ int main(int argc, char** argv) {
   const double slowest = *std::max_element(steps.begin(), steps.end());
   std::printf("%-15s %12s %12.3f %7s   (slowest %.3f ms)\n", "fastest step", "", fastest,
               ratio(fastest, pred.iteration_ms).c_str(), slowest);
+  if (!model_path.empty() && !cluster_path.empty() && !profile_path.empty())
+    return compare_ranks(*plan, model_path, cluster_path, profile_path, ranks_by_step, step_ms);
   return 0;
 }

@@ -29,4 +29,5 @@ echo "== 3. run: ${mpirun[*]} spindle-run ($steps steps)"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" \
     --metrics "$out/metrics.jsonl" --trace "$out/trace.json" | tail -n 2
 echo "== 4. predicted against measured"
-"$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip 5
+"$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip 5 \
+    --model "$model" --cluster "$cluster" --profile "$out/profile.json"
