@@ -102,6 +102,58 @@ class Placer {
                                           bool ignore_memory) const;
 
  private:
+  // Buffers place_wave reuses from slot to slot (sized once per wave).
+  struct SlotScratch {
+    SlotScratch(int devices, int islands)
+        : held(static_cast<size_t>(devices)), held_island(static_cast<size_t>(islands)),
+          island_candidates(static_cast<size_t>(islands)), candidates_known(static_cast<size_t>(islands)) {}
+    std::vector<double> held;                          // input bytes per device
+    std::vector<double> held_island;                   // input bytes per island
+    std::vector<std::vector<int>> island_candidates;   // per island: free devices that fit, best first
+    std::vector<char> candidates_known;
+    std::vector<int> slot_params;                      // the slot's parameters, in operator order
+    std::vector<int> sole_island_k;                    // its operators whose parameter is in exactly one island
+  };
+
+  // Where one slot of a wave may go given the state so far (steps 2-3 of
+  // place_wave): its inputs per device and island, the devices each island
+  // can give it, what putting it on an island costs. Valid until the slot
+  // is committed.
+  class SlotChoice {
+   public:
+    SlotChoice(const Placer& p, const State& s, const std::vector<char>& used, const AbstractSlot& slot,
+               bool balance, bool ignore_memory, SlotScratch& scratch);
+    // The slot's devices (unsorted); fewer than slot.devices when memory
+    // leaves no room.
+    std::vector<int> devices();
+
+   private:
+    double need_on(int d);
+    const std::vector<int>& candidates(int i);   // free devices of island i that fit, best first
+    double island_cost(int i) const;             // ms of putting the slot into island i
+    int best_island(int k, const std::vector<char>& skip);   // among those with k candidates; -1: none
+    void take_whole_islands(std::vector<int>& devs, std::vector<char>& skip, int& rest);
+    void take_fragments(std::vector<int>& devs, int& rest);
+
+    const Placer& p_;
+    const State& s_;
+    const std::vector<char>& used_;
+    const AbstractSlot& slot_;
+    const PlaceMetaOp& m_;
+    bool balance_, ignore_memory_;
+    SlotScratch& x_;
+    double total_ = 0;   // input bytes
+    bool fresh_known_ = false;
+    double fresh_bytes_ = 0;
+  };
+
+  // Step 1 of place_wave.
+  void keep_previous_devices(State& s, const AbstractWave& wave, bool ignore_memory, std::vector<char>& used,
+                             WavePlacement& placed) const;
+  // The slots step 1 left, in the order steps 2-3 place them.
+  std::vector<size_t> remaining_in_order(const State& s, const AbstractWave& wave,
+                                         const WavePlacement& placed) const;
+
   int island_of(int d) const { return d / island_; }
 
   double need(const State& s, const AbstractSlot& slot, int d) const {
@@ -175,31 +227,52 @@ class Placer {
 
 std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wave, bool balance,
                                                bool ignore_memory) const {
-  const size_t slots = wave.slots.size();
   WavePlacement placed;
-  placed.slot_devices.resize(slots);
-  State& next = s;   // updated in place (see the contract)
+  placed.slot_devices.resize(wave.slots.size());
   std::vector<char> used(static_cast<size_t>(n_), 0);
-
-  // 1. Same device count as the MetaOp's previous slice: keep its devices.
-  for (size_t si = 0; si < slots; ++si) {
+  // 1. A slot with the device count of its MetaOp's previous slice keeps
+  //    those devices when they are free and fit.
+  keep_previous_devices(s, wave, ignore_memory, used, placed);
+  // 2-3. The others, larger slots first, each into whole islands and one
+  //    best island, else wherever there is room.
+  SlotScratch scratch(n_, islands_);
+  for (size_t si : remaining_in_order(s, wave, placed)) {
     const AbstractSlot& slot = wave.slots[si];
-    const auto& prev = next.last[static_cast<size_t>(slot.metaop)];
+    SlotChoice choice(*this, s, used, slot, balance, ignore_memory, scratch);
+    std::vector<int> devs = choice.devices();
+    if (static_cast<int>(devs.size()) < slot.devices) return std::nullopt;   // memory: no device left
+    std::sort(devs.begin(), devs.end());
+    placed.slot_devices[si] = devs;
+    take(s, used, slot, devs);
+  }
+  for (size_t si = 0; si < wave.slots.size(); ++si)
+    s.last[static_cast<size_t>(wave.slots[si].metaop)] = placed.slot_devices[si];
+  return placed;
+}
+
+void Placer::keep_previous_devices(State& s, const AbstractWave& wave, bool ignore_memory, std::vector<char>& used,
+                                   WavePlacement& placed) const {
+  for (size_t si = 0; si < wave.slots.size(); ++si) {
+    const AbstractSlot& slot = wave.slots[si];
+    const auto& prev = s.last[static_cast<size_t>(slot.metaop)];
     if (static_cast<int>(prev.size()) != slot.devices) continue;
     bool ok = true;
-    for (int d : prev) ok = ok && !used[static_cast<size_t>(d)] && fits(next, slot, d, ignore_memory);
+    for (int d : prev) ok = ok && !used[static_cast<size_t>(d)] && fits(s, slot, d, ignore_memory);
     if (!ok) continue;
     placed.slot_devices[si] = prev;
-    take(next, used, slot, prev);
+    take(s, used, slot, prev);
   }
+}
 
-  // The rest: larger slots first, then more input bytes, then lower MetaOp id.
+std::vector<size_t> Placer::remaining_in_order(const State& s, const AbstractWave& wave,
+                                               const WavePlacement& placed) const {
+  // Larger slots first, then more input bytes, then lower MetaOp id.
   std::vector<size_t> order;
-  std::vector<double> input_bytes(slots, 0.0);
-  for (size_t si = 0; si < slots; ++si) {
+  std::vector<double> input_bytes(wave.slots.size(), 0.0);
+  for (size_t si = 0; si < wave.slots.size(); ++si) {
     if (!placed.slot_devices[si].empty()) continue;
     order.push_back(si);
-    for (const Source& src : sources(next, wave.slots[si])) input_bytes[si] += src.bytes;
+    for (const Source& src : sources(s, wave.slots[si])) input_bytes[si] += src.bytes;
   }
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const AbstractSlot& x = wave.slots[a];
@@ -207,167 +280,161 @@ std::optional<WavePlacement> Placer::place_wave(State& s, const AbstractWave& wa
     return std::make_tuple(-x.devices, -input_bytes[a], x.metaop) <
            std::make_tuple(-y.devices, -input_bytes[b], y.metaop);
   });
+  return order;
+}
 
-  std::vector<double> held(static_cast<size_t>(n_));
-  std::vector<double> held_island(static_cast<size_t>(islands_));
-  std::vector<std::vector<int>> island_candidates(static_cast<size_t>(islands_));
-  std::vector<char> candidates_known(static_cast<size_t>(islands_));
-  std::vector<int> slot_params;     // per slot: its parameters, in operator order
-  std::vector<int> sole_island_k;   // per slot: operators whose parameter is held in exactly one island
-  for (size_t si : order) {
-    const AbstractSlot& slot = wave.slots[si];
-    const PlaceMetaOp& m = in_.metaops[static_cast<size_t>(slot.metaop)];
-    // Where the slot's inputs are: bytes per device and per island.
-    std::fill(held.begin(), held.end(), 0.0);
-    std::fill(held_island.begin(), held_island.end(), 0.0);
-    double total = 0;
-    for (const Source& src : sources(next, slot)) {
-      total += src.bytes;
-      const double per_device = src.bytes / static_cast<double>(src.devices->size());
-      for (int d : *src.devices) {
-        held[static_cast<size_t>(d)] += per_device;
-        held_island[static_cast<size_t>(island_of(d))] += per_device;
-      }
+Placer::SlotChoice::SlotChoice(const Placer& p, const State& s, const std::vector<char>& used,
+                               const AbstractSlot& slot, bool balance, bool ignore_memory, SlotScratch& scratch)
+    : p_(p), s_(s), used_(used), slot_(slot), m_(p.in_.metaops[static_cast<size_t>(slot.metaop)]),
+      balance_(balance), ignore_memory_(ignore_memory), x_(scratch) {
+  // Where the slot's inputs are: bytes per device and per island.
+  std::fill(x_.held.begin(), x_.held.end(), 0.0);
+  std::fill(x_.held_island.begin(), x_.held_island.end(), 0.0);
+  for (const Source& src : p_.sources(s_, slot_)) {
+    total_ += src.bytes;
+    const double per_device = src.bytes / static_cast<double>(src.devices->size());
+    for (int d : *src.devices) {
+      x_.held[static_cast<size_t>(d)] += per_device;
+      x_.held_island[static_cast<size_t>(p_.island_of(d))] += per_device;
     }
-    // What the slot charges device d (need()): the same for every device
-    // holding none of its parameters, so that sum is made once.
-    slot_params.clear();
-    for (int k = slot.first; k < slot.first + slot.count; ++k)
-      if (m.param[static_cast<size_t>(k)] >= 0) slot_params.push_back(m.param[static_cast<size_t>(k)]);
-    bool fresh_known = false;
-    double fresh_bytes = 0;
-    auto need_on = [&](int d) {
-      const size_t base = static_cast<size_t>(d) * params_;
-      for (int p : slot_params)
-        if (next.has[base + static_cast<size_t>(p)]) return need(next, slot, d);
-      if (!fresh_known) {
-        fresh_bytes = need(next, slot, d);
-        fresh_known = true;
-      }
-      return fresh_bytes;
-    };
-    // Free devices of island i that could take the slot, best first.
-    // Computed once per island and slot: what they depend on (used, memory,
-    // parameters held, held) changes only when the slot is committed.
-    std::fill(candidates_known.begin(), candidates_known.end(), 0);
-    auto candidates = [&](int i) -> const std::vector<int>& {
-      std::vector<int>& c = island_candidates[static_cast<size_t>(i)];
-      if (candidates_known[static_cast<size_t>(i)]) return c;
-      candidates_known[static_cast<size_t>(i)] = 1;
-      c.clear();
-      const bool check_memory = !ignore_memory && in_.memory_bytes > 0;   // as fits()
-      for (int d = i * island_; d < std::min(n_, (i + 1) * island_); ++d)
-        if (!used[static_cast<size_t>(d)] &&
-            (!check_memory || next.mem[static_cast<size_t>(d)] + need_on(d) <= in_.memory_bytes))
-          c.push_back(d);
-      std::sort(c.begin(), c.end(), [&](int a, int b) {
-        const auto au = static_cast<size_t>(a), bu = static_cast<size_t>(b);
-        if (balance && next.mem[au] != next.mem[bu]) return next.mem[au] < next.mem[bu];
-        if (held[au] != held[bu]) return held[au] > held[bu];
-        if (next.mem[au] != next.mem[bu]) return next.mem[au] < next.mem[bu];
-        return a < b;
-      });
-      return c;
-    };
-    // The slot's parameters held so far in exactly one island (its
-    // operators, in order): the ones island_cost may charge.
-    sole_island_k.clear();
-    if (!cross_sync_per_param_.empty()) {
-      for (int k = slot.first; k < slot.first + slot.count; ++k) {
-        const int p = m.param[static_cast<size_t>(k)];
-        if (p < 0) continue;
-        const size_t row = static_cast<size_t>(p) * static_cast<size_t>(islands_);
-        int held_in = 0;
-        for (int j = 0; j < islands_; ++j) held_in += next.in_island[row + static_cast<size_t>(j)];
-        if (held_in == 1) sole_island_k.push_back(k);
-      }
-    }
-    // Cost of putting the slot (or `k` of its devices) in island i, ms.
-    auto island_cost = [&](int i) {
-      const double outside = total - held_island[static_cast<size_t>(i)];
-      double ms = outside > 0 ? 2.0 * (in_.cost->p2p_ms(outside, true) - in_.cost->p2p_ms(outside, false)) : 0.0;
-      for (int k : sole_island_k) {
-        const int p = m.param[static_cast<size_t>(k)];
-        if (!next.in_island[static_cast<size_t>(p) * static_cast<size_t>(islands_) + static_cast<size_t>(i)])
-          ms += cross_sync_per_param_[static_cast<size_t>(p)];
-      }
-      return ms;
-    };
-    // The best island among those with `k` candidates, excluding `skip`.
-    auto best_island = [&](int k, const std::vector<char>& skip) {
-      int best = -1;
-      std::tuple<double, double, double, int> best_key{};
-      for (int i = 0; i < islands_; ++i) {
-        if (skip[static_cast<size_t>(i)]) continue;
-        const std::vector<int>& c = candidates(i);
-        if (static_cast<int>(c.size()) < k) continue;
-        double free_mem = 0;
-        if (balance)
-          for (int d : c) free_mem -= next.mem[static_cast<size_t>(d)];
-        const std::tuple<double, double, double, int> key{island_cost(i), balance ? free_mem : 0.0,
-                                                          -held_island[static_cast<size_t>(i)], i};
-        if (best < 0 || key < best_key) {
-          best = i;
-          best_key = key;
-        }
-      }
-      return best;
-    };
-
-    std::vector<int> devs;
-    std::vector<char> skip(static_cast<size_t>(islands_), 0);
-    int rest = slot.devices;
-    if (slot.devices > island_) {
-      // 2. Whole free islands, those holding most of the inputs first.
-      std::vector<int> whole;
-      for (int i = 0; i < islands_; ++i)
-        if (static_cast<int>(candidates(i).size()) == std::min(n_, (i + 1) * island_) - i * island_)
-          whole.push_back(i);
-      std::stable_sort(whole.begin(), whole.end(), [&](int a, int b) {
-        return held_island[static_cast<size_t>(a)] > held_island[static_cast<size_t>(b)];
-      });
-      for (int i : whole) {
-        const int size = std::min(n_, (i + 1) * island_) - i * island_;
-        if (size > rest) continue;
-        for (int d = i * island_; d < i * island_ + size; ++d) devs.push_back(d);
-        skip[static_cast<size_t>(i)] = 1;
-        rest -= size;
-        if (rest < island_) break;
-      }
-    }
-    if (rest > 0) {
-      // 3. One island for what is left of the slot.
-      const int i = best_island(rest, skip);
-      if (i >= 0) {
-        const std::vector<int>& c = candidates(i);
-        devs.insert(devs.end(), c.begin(), c.begin() + rest);
-        rest = 0;
-      }
-    }
-    if (rest > 0) {
-      // Fragmented: islands with the most room first.
-      std::vector<std::pair<int, std::vector<int>>> room;
-      for (int i = 0; i < islands_; ++i) {
-        std::vector<int> c = candidates(i);
-        c.erase(std::remove_if(c.begin(), c.end(),
-                               [&](int d) { return std::find(devs.begin(), devs.end(), d) != devs.end(); }),
-                c.end());
-        if (!c.empty()) room.emplace_back(i, std::move(c));
-      }
-      std::stable_sort(room.begin(), room.end(),
-                       [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
-      for (const auto& [i, c] : room)
-        for (int d : c)
-          if (rest > 0) devs.push_back(d), --rest;
-    }
-    if (rest > 0) return std::nullopt;   // memory: no device left that can take it
-    std::sort(devs.begin(), devs.end());
-    placed.slot_devices[si] = devs;
-    take(next, used, slot, devs);
   }
-  for (size_t si = 0; si < slots; ++si)
-    next.last[static_cast<size_t>(wave.slots[si].metaop)] = placed.slot_devices[si];
-  return placed;
+  x_.slot_params.clear();
+  for (int k = slot_.first; k < slot_.first + slot_.count; ++k)
+    if (m_.param[static_cast<size_t>(k)] >= 0) x_.slot_params.push_back(m_.param[static_cast<size_t>(k)]);
+  std::fill(x_.candidates_known.begin(), x_.candidates_known.end(), 0);
+  // The slot's parameters held so far in exactly one island (its operators,
+  // in order): the ones island_cost may charge.
+  x_.sole_island_k.clear();
+  if (!p_.cross_sync_per_param_.empty()) {
+    for (int k = slot_.first; k < slot_.first + slot_.count; ++k) {
+      const int q = m_.param[static_cast<size_t>(k)];
+      if (q < 0) continue;
+      const size_t row = static_cast<size_t>(q) * static_cast<size_t>(p_.islands_);
+      int held_in = 0;
+      for (int j = 0; j < p_.islands_; ++j) held_in += s_.in_island[row + static_cast<size_t>(j)];
+      if (held_in == 1) x_.sole_island_k.push_back(k);
+    }
+  }
+}
+
+double Placer::SlotChoice::need_on(int d) {
+  // What the slot charges device d (need()): the same for every device
+  // holding none of its parameters, so that sum is made once.
+  const size_t base = static_cast<size_t>(d) * p_.params_;
+  for (int q : x_.slot_params)
+    if (s_.has[base + static_cast<size_t>(q)]) return p_.need(s_, slot_, d);
+  if (!fresh_known_) {
+    fresh_bytes_ = p_.need(s_, slot_, d);
+    fresh_known_ = true;
+  }
+  return fresh_bytes_;
+}
+
+const std::vector<int>& Placer::SlotChoice::candidates(int i) {
+  // Computed once per island and slot: what they depend on (used, memory,
+  // parameters held, held) changes only when the slot is committed.
+  std::vector<int>& c = x_.island_candidates[static_cast<size_t>(i)];
+  if (x_.candidates_known[static_cast<size_t>(i)]) return c;
+  x_.candidates_known[static_cast<size_t>(i)] = 1;
+  c.clear();
+  const bool check_memory = !ignore_memory_ && p_.in_.memory_bytes > 0;   // as fits()
+  for (int d = i * p_.island_; d < std::min(p_.n_, (i + 1) * p_.island_); ++d)
+    if (!used_[static_cast<size_t>(d)] &&
+        (!check_memory || s_.mem[static_cast<size_t>(d)] + need_on(d) <= p_.in_.memory_bytes))
+      c.push_back(d);
+  std::sort(c.begin(), c.end(), [&](int a, int b) {
+    const auto au = static_cast<size_t>(a), bu = static_cast<size_t>(b);
+    if (balance_ && s_.mem[au] != s_.mem[bu]) return s_.mem[au] < s_.mem[bu];
+    if (x_.held[au] != x_.held[bu]) return x_.held[au] > x_.held[bu];
+    if (s_.mem[au] != s_.mem[bu]) return s_.mem[au] < s_.mem[bu];
+    return a < b;
+  });
+  return c;
+}
+
+double Placer::SlotChoice::island_cost(int i) const {
+  const double outside = total_ - x_.held_island[static_cast<size_t>(i)];
+  double ms = outside > 0 ? 2.0 * (p_.in_.cost->p2p_ms(outside, true) - p_.in_.cost->p2p_ms(outside, false)) : 0.0;
+  for (int k : x_.sole_island_k) {
+    const int q = m_.param[static_cast<size_t>(k)];
+    if (!s_.in_island[static_cast<size_t>(q) * static_cast<size_t>(p_.islands_) + static_cast<size_t>(i)])
+      ms += p_.cross_sync_per_param_[static_cast<size_t>(q)];
+  }
+  return ms;
+}
+
+int Placer::SlotChoice::best_island(int k, const std::vector<char>& skip) {
+  int best = -1;
+  std::tuple<double, double, double, int> best_key{};
+  for (int i = 0; i < p_.islands_; ++i) {
+    if (skip[static_cast<size_t>(i)]) continue;
+    const std::vector<int>& c = candidates(i);
+    if (static_cast<int>(c.size()) < k) continue;
+    double free_mem = 0;
+    if (balance_)
+      for (int d : c) free_mem -= s_.mem[static_cast<size_t>(d)];
+    const std::tuple<double, double, double, int> key{island_cost(i), balance_ ? free_mem : 0.0,
+                                                      -x_.held_island[static_cast<size_t>(i)], i};
+    if (best < 0 || key < best_key) {
+      best = i;
+      best_key = key;
+    }
+  }
+  return best;
+}
+
+std::vector<int> Placer::SlotChoice::devices() {
+  std::vector<int> devs;
+  std::vector<char> skip(static_cast<size_t>(p_.islands_), 0);
+  int rest = slot_.devices;
+  if (slot_.devices > p_.island_) take_whole_islands(devs, skip, rest);
+  if (rest > 0) {
+    // One island for what is left of the slot.
+    const int i = best_island(rest, skip);
+    if (i >= 0) {
+      const std::vector<int>& c = candidates(i);
+      devs.insert(devs.end(), c.begin(), c.begin() + rest);
+      rest = 0;
+    }
+  }
+  if (rest > 0) take_fragments(devs, rest);
+  return devs;
+}
+
+void Placer::SlotChoice::take_whole_islands(std::vector<int>& devs, std::vector<char>& skip, int& rest) {
+  // Whole free islands, those holding most of the inputs first.
+  std::vector<int> whole;
+  for (int i = 0; i < p_.islands_; ++i)
+    if (static_cast<int>(candidates(i).size()) == std::min(p_.n_, (i + 1) * p_.island_) - i * p_.island_)
+      whole.push_back(i);
+  std::stable_sort(whole.begin(), whole.end(), [&](int a, int b) {
+    return x_.held_island[static_cast<size_t>(a)] > x_.held_island[static_cast<size_t>(b)];
+  });
+  for (int i : whole) {
+    const int size = std::min(p_.n_, (i + 1) * p_.island_) - i * p_.island_;
+    if (size > rest) continue;
+    for (int d = i * p_.island_; d < i * p_.island_ + size; ++d) devs.push_back(d);
+    skip[static_cast<size_t>(i)] = 1;
+    rest -= size;
+    if (rest < p_.island_) break;
+  }
+}
+
+void Placer::SlotChoice::take_fragments(std::vector<int>& devs, int& rest) {
+  // Fragmented: islands with the most room first.
+  std::vector<std::pair<int, std::vector<int>>> room;
+  for (int i = 0; i < p_.islands_; ++i) {
+    std::vector<int> c = candidates(i);
+    c.erase(std::remove_if(c.begin(), c.end(),
+                           [&](int d) { return std::find(devs.begin(), devs.end(), d) != devs.end(); }),
+            c.end());
+    if (!c.empty()) room.emplace_back(i, std::move(c));
+  }
+  std::stable_sort(room.begin(), room.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  for (const auto& [i, c] : room)
+    for (int d : c)
+      if (rest > 0) devs.push_back(d), --rest;
 }
 
 // One placement of every wave by `placer` (the steps of place_islands, with
