@@ -10,6 +10,7 @@
 #include "libplan/place/place.h"
 #include "libplan/planner/baselines.h"
 #include "libplan/planner/cost_plan.h"
+#include "libplan/waves/portfolio.h"
 #include "libplan/waves/schedule.h"
 
 namespace spindle::plan {
@@ -49,27 +50,8 @@ Result<Placement> parse_placement(const std::string& name) {
 
 namespace {
 
-// Scheduler variants tried by the Spindle strategy (waves/schedule.h):
-// lengths tried per wave by the rollout variants, and slack thresholds.
-constexpr int kLookahead = 8;
-// Spindle schedules placed and costed: at most kScheduleCandidates of the
-// paper's rounding and the per-level combination, each with compute time
-// within kCandidateSlack of the shortest schedule of the paper's rounding.
-constexpr int kScheduleCandidates = 4;
-constexpr double kCandidateSlack = 0.01;
 // Island placement passes (place_islands with the previous pass as hint).
 constexpr int kPlacementPasses = 3;
-constexpr double kDeferFractions[] = {0.0, 0.2, 0.3};
-// Waves before a level whose idle devices the extended combination tries to
-// give to the level's first operators (the last 1..kFillWaves).
-constexpr int kFillWaves = 4;
-// Level-by-level variants tried for the extended combination only (rollout
-// lookahead, widening by size): the defer fraction and the rounding.
-struct ExtraVariant {
-  double defer_fraction;
-  bool level_rounded;
-};
-constexpr ExtraVariant kExtraVariants[] = {{0.7, false}, {0.3, true}};
 
 // What the strategies share: the contraction, each MetaOp's curve and valid
 // device counts, and the relaxed optimum per level.
@@ -185,22 +167,11 @@ bool same_tuples(const std::vector<AllocTuple>& a, const std::vector<AllocTuple>
   });
 }
 
-// Same slots (MetaOp, operators, device count) in the same order.
-bool same_wave(const AbstractWave& a, const AbstractWave& b) {
-  if (a.slots.size() != b.slots.size()) return false;
-  for (size_t i = 0; i < a.slots.size(); ++i) {
-    const AbstractSlot& x = a.slots[i];
-    const AbstractSlot& y = b.slots[i];
-    if (x.metaop != y.metaop || x.first != y.first || x.count != y.count || x.devices != y.devices) return false;
-  }
-  return true;
-}
 
-// Spindle: per level, bi-point discretisation of the relaxed optimum, then
-// wavefront scheduling (docs/planner.md, step 5-7). Returns a few distinct
-// schedules (placement and costing pick among them): the shortest few of
-// the paper's rounding by compute time, then the per-level combination of
-// every level-by-level schedule of both roundings.
+// Spindle: per level, bi-point discretisation of the relaxed optimum
+// (docs/planner.md, steps 5-6), then the scheduler's portfolio (step 7,
+// waves/portfolio.h). Returns a few distinct schedules (placement and
+// costing pick among them).
 std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_dev, int island,
                                                      bool start_early) {
   // Two discretisations: l_hi rounded to the nearest integer per MetaOp (the
@@ -240,182 +211,14 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
     for (size_t id = 0; id < items.size(); ++id) level_rounded[id].tuples = std::move(level_tuples[id]);
   }
 
-  // A small deterministic portfolio: our rules (greedy, and with a rollout
-  // lookahead deferring MetaOps with slack or not; widening by remaining work
-  // or by size) and the paper's Algorithm 1 as written, level by level and,
-  // with start_early, also as one pool. Variants that never won on the
-  // shipped workloads (greedy with deferral; one pool widening by size) are
-  // left out to save time.
-  std::vector<ScheduleOptions> variants;
-  for (bool cross : {false, true}) {
-    if (cross && !start_early) break;
-    for (bool by_work : {true, false}) {
-      if (cross && !by_work) continue;
-      for (double defer : kDeferFractions) {
-        for (int look : {0, kLookahead}) {
-          if (look == 0 && defer > 0) continue;
-          ScheduleOptions o;
-          o.cross_level = cross;
-          o.widen_by_work = by_work;
-          o.defer_fraction = defer;
-          o.lookahead = look;
-          variants.push_back(o);
-        }
-      }
-    }
-    variants.emplace_back();
-    variants.back().cross_level = cross;
-    variants.back().paper_rules = true;
-  }
-  struct Draft {
-    double ms = 0;                   // compute time
-    std::vector<AbstractWave> waves;
-    bool level_rounded = false;      // scheduled from level_rounded
-    bool by_level = false;           // levels one after another
-    const std::vector<ScheduleItem>* with = nullptr;   // the rounding scheduled
-    ScheduleOptions options;
-  };
-  std::vector<Draft> drafts;
-  auto run = [&](const std::vector<ScheduleItem>& with, const ScheduleOptions& o) {
-    Draft d{0, schedule_waves(with, n_dev, o), &with == &level_rounded, !o.cross_level, &with, o};
-    bool wider = false;   // some slot wider than an island
-    for (const AbstractWave& w : d.waves) {
-      d.ms += w.ms;
-      for (const AbstractSlot& s : w.slots) wider = wider || s.devices > island;
-    }
-    drafts.push_back(std::move(d));
-    return wider;
-  };
-  // Every variant runs on the paper's rounding; our level-by-level rules
-  // widening by work also run on the level rounding. On several islands,
-  // each level-by-level lookahead variant whose schedule spreads a slot over
-  // more than an island runs again with tails kept inside an island
-  // (placement and costing decide whether that pays).
-  for (const ScheduleOptions& o : variants) {
-    for (const std::vector<ScheduleItem>* with : {&items, &level_rounded}) {
-      if (with == &level_rounded && (with->empty() || o.cross_level || o.paper_rules || !o.widen_by_work))
-        continue;
-      const bool wider = run(*with, o);
-      if (wider && !o.paper_rules && !o.cross_level && o.lookahead > 0 && island > 0 && island < n_dev) {
-        ScheduleOptions capped = o;
-        capped.extend_cap = island;
-        run(*with, capped);
-      }
-    }
-  }
-
-  // Extra level-by-level variants, for the extended combination only (they
-  // join neither the candidates of the paper's rounding nor the
-  // combination, so those stay what they were): widening by size, MetaOps
-  // with under 70% of the largest remaining work deferred on the paper's
-  // rounding, under 30% on the level rounding. A deferred MetaOp leaves its
-  // devices to widen the critical ones and later takes what they leave
-  // (ofasys-7 on 8 devices: level 3 in 112.9 ms instead of 122.0).
-  const size_t first_extra = drafts.size();
-  for (const ExtraVariant& e : kExtraVariants) {
-    const std::vector<ScheduleItem>& with = e.level_rounded ? level_rounded : items;
-    if (with.empty()) continue;
-    ScheduleOptions o;
-    o.lookahead = kLookahead;
-    o.defer_fraction = e.defer_fraction;
-    o.widen_by_work = false;
-    run(with, o);
-  }
-
-  // Levels are independent in a level-by-level schedule (a level's waves
-  // depend only on its own MetaOps): the combination takes each level's
-  // waves from the level-by-level draft that runs it fastest (ties: the
-  // earlier draft), so its compute time is at most every such draft's. The
-  // extended combination does the same over the extra variants too.
-  const size_t levels = p.by_level.size();
-  auto level_of = [&](const AbstractWave& w) {
-    return static_cast<size_t>(items[static_cast<size_t>(w.slots.front().metaop)].level);
-  };
-  std::vector<double> best_ms(levels, std::numeric_limits<double>::infinity());
-  std::vector<size_t> best_draft(levels, 0);
-  std::vector<double> level_ms(levels);
-  Draft combined;
-  auto combine = [&](size_t end) {
-    for (size_t d = 0; d < end; ++d) {
-      if (!drafts[d].by_level) continue;
-      std::fill(level_ms.begin(), level_ms.end(), 0.0);
-      for (const AbstractWave& w : drafts[d].waves) level_ms[level_of(w)] += w.ms;
-      for (size_t l = 0; l < levels; ++l)
-        if (level_ms[l] < best_ms[l] * (1 - 1e-12)) {
-          best_ms[l] = level_ms[l];
-          best_draft[l] = d;
-        }
-    }
-  };
-  combine(first_extra);
-  for (size_t l = 0; l < levels; ++l)
-    for (const AbstractWave& w : drafts[best_draft[l]].waves)
-      if (level_of(w) == l) {
-        combined.ms += w.ms;
-        combined.waves.push_back(w);
-      }
-  combine(drafts.size());   // best_* now over every draft
-
-  // Beyond the paper: the extended combination, where each level may also
-  // start in the idle devices (in no slot) of the last waves before it
-  // (fill_idle), when rescheduling the level after that (with its draft's
-  // options and rounding) finishes it sooner. The filled waves keep their
-  // length, so its compute time is at most the combination's.
-  Draft extended;
-  for (size_t l = 0; l < levels; ++l) {
-    const Draft& src = drafts[best_draft[l]];
-    std::vector<AbstractWave> best_before, best_level;
-    double best_level_ms = best_ms[l];
-    for (int k = 1; l > 0 && k <= kFillWaves && static_cast<size_t>(k) <= extended.waves.size(); ++k) {
-      std::vector<AbstractWave> before = extended.waves;
-      if (fill_idle(*src.with, n_dev, before, before.size() - static_cast<size_t>(k), static_cast<int>(l)) == 0)
-        continue;
-      std::vector<AbstractWave> rest = schedule_level(*src.with, n_dev, src.options, before, static_cast<int>(l));
-      double ms = 0;
-      for (const AbstractWave& w : rest) ms += w.ms;
-      if (ms < best_level_ms * (1 - 1e-9)) {
-        best_level_ms = ms;
-        best_before = std::move(before);
-        best_level = std::move(rest);
-      }
-    }
-    if (!best_before.empty()) {
-      extended.waves = std::move(best_before);
-      for (AbstractWave& w : best_level) extended.waves.push_back(std::move(w));
-    } else {
-      for (const AbstractWave& w : src.waves)
-        if (level_of(w) == l) extended.waves.push_back(w);
-    }
-  }
-  for (const AbstractWave& w : extended.waves) extended.ms += w.ms;
-
-  // Candidates: the shortest kScheduleCandidates distinct drafts of the
-  // paper's rounding within kCandidateSlack of the shortest of them (stable:
-  // ties keep the variant order), as before the combination existed, so no
-  // plan gets worse; then the combination and the extended combination, each
-  // when distinct and within the same window. They do not take another's
-  // place: compute time is a poor guide to transfers and gradient sync, and
-  // a schedule a little longer may place much better.
-  std::vector<Draft*> nearest;
-  for (size_t d = 0; d < first_extra; ++d)
-    if (!drafts[d].level_rounded) nearest.push_back(&drafts[d]);
-  std::stable_sort(nearest.begin(), nearest.end(), [](const Draft* a, const Draft* b) { return a->ms < b->ms; });
-  const double window_ms = nearest.front()->ms * (1 + kCandidateSlack);
-  std::vector<std::vector<AbstractWave>> out;
-  auto add = [&](Draft& d) {
-    if (d.ms > window_ms) return;
-    for (const auto& o : out)
-      if (o.size() == d.waves.size() && std::equal(o.begin(), o.end(), d.waves.begin(), same_wave)) return;
-    out.push_back(std::move(d.waves));
-  };
-  for (Draft* d : nearest) {
-    if (static_cast<int>(out.size()) == kScheduleCandidates) break;
-    add(*d);
-  }
-  const double combined_ms = combined.ms;
-  add(combined);
-  if (extended.ms < combined_ms * (1 - 1e-9)) add(extended);
-  return out;
+  PortfolioInput in;
+  in.items = &items;
+  in.level_rounded = &level_rounded;
+  in.levels = static_cast<int>(p.by_level.size());
+  in.devices = n_dev;
+  in.island = island;
+  in.start_early = start_early;
+  return schedule_portfolio(in);
 }
 
 // Sequential (Megatron-LM / DeepSpeed style): task after task, each MetaOp in
