@@ -18,7 +18,8 @@
 #       1-device run (compare_runs).
 #   data-resume     digits-mm with --data: 6 steps straight on 4 ranks equal
 #       3 steps on 4 ranks + resume for 3 on 2 ranks (another plan): the data
-#       position carries over; the manifest records it per task.
+#       position carries over; the manifest records it per task. Resuming
+#       onto other data (another S, or synthetic) says so and trains on.
 #   bad-data        every case of docs/spec/data.md "Bad data" (and bad
 #       DATA.yaml files): exit 2, one message naming the file; a bad value
 #       met at step 3 leaves the checkpoints of steps 1 and 2 only.
@@ -138,6 +139,16 @@ case "$MODE" in
     [ "$rc" -eq 0 ] || die "resume on 2 ranks: exit $rc"
     grep -q "resumed from ck/step-000003 (step 3" run.log || die "did not resume from step 3"
     "$COMPARE" straight.jsonl straight.json resumed.jsonl resumed.json || die "resume on another plan differs"
+    # Resumed onto other data: said in one line per task, and training goes on.
+    run 2 p2.json "$model" --steps 7 --seed 3 --data "$SRC/configs/data/digits/val.yaml" --checkpoint ck --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume onto other data: exit $rc"
+    grep -q "data: task image-text's dataset had 1500 samples, now 297" run.log || die "no line about the changed data"
+    run 2 p2.json "$model" --steps 8 --seed 3 --checkpoint ck --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume onto synthetic data: exit $rc"
+    grep -q "data: task caption was trained on files, continues on synthetic data" run.log ||
+      die "no line about synthetic data"
     echo "PASS: resume continues with the next unseen samples on another plan" ;;
   bad-data)
     model=$MODELS/digits-mm.yaml
