@@ -199,14 +199,14 @@ std::string log_line(const sp::Model& model, const se::StepStats& st, int steps,
 
 // Opens DATA.yaml (`eval`: an --eval-data file) and its files for `model`;
 // "" or the error in *error.
-std::unique_ptr<se::NpySource> open_data(const std::string& path, const sp::Model& model, uint64_t seed, bool eval,
+std::unique_ptr<se::FileSource> open_data(const std::string& path, const sp::Model& model, uint64_t seed, bool eval,
                                          std::string* error) {
   const auto spec = se::load_data_spec(path, model, eval);
   if (!spec.ok()) {
     *error = spec.error().message;
     return nullptr;
   }
-  auto src = se::NpySource::open(*spec, model, seed, eval ? 1 : 0);
+  auto src = se::FileSource::open(*spec, model, seed, eval ? 1 : 0);
   if (!src.ok()) {
     *error = src.error().message;
     return nullptr;
@@ -216,7 +216,7 @@ std::unique_ptr<se::NpySource> open_data(const std::string& path, const sp::Mode
 
 // The checkpoint's "data"."tasks": where each task's data stands after
 // `steps` steps (checkpoint.h).
-nlohmann::json data_position(const sp::Model& model, const se::NpySource& data, int64_t steps) {
+nlohmann::json data_position(const sp::Model& model, const se::FileSource& data, int64_t steps) {
   nlohmann::json out = nlohmann::json::object();
   for (size_t t = 0; t < model.tasks.size(); ++t) {
     const se::TaskFiles& tf = data.task(static_cast<int>(t));
@@ -235,7 +235,7 @@ nlohmann::json data_position(const sp::Model& model, const se::NpySource& data, 
 
 // Lines saying how a checkpoint's data position maps onto this run's data.
 std::vector<std::string> data_changes(const sp::Model& model, const nlohmann::json& saved,
-                                      const se::NpySource* data) {
+                                      const se::FileSource* data) {
   std::vector<std::string> out;
   if (saved.empty()) return out;
   for (size_t t = 0; t < model.tasks.size(); ++t) {
@@ -336,7 +336,7 @@ int run(const Args& args, int rank, int size) {
   }
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
   // Data files: every rank opens and checks them (headers, dtypes, shapes).
-  std::unique_ptr<se::NpySource> data, eval_data;
+  std::unique_ptr<se::FileSource> data, eval_data;
   if (!args.data_path.empty()) data = open_data(args.data_path, *model, args.seed, false, &error);
   if (error.empty() && !args.eval_path.empty())
     eval_data = open_data(args.eval_path, *model, args.seed, true, &error);

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.error().message.c_str()), 2;
   auto spec = exec::load_data_spec(root + "/configs/data/digits/train.yaml", *model, false);
   if (!spec.ok()) return std::fprintf(stderr, "%s\n", spec.error().message.c_str()), 2;
-  auto data = exec::NpySource::open(*spec, *model, 0);
+  auto data = exec::FileSource::open(*spec, *model, 0);
   if (!data.ok()) return std::fprintf(stderr, "%s\n", data.error().message.c_str()), 2;
 
   const plan::Plan plan = one_device_plan(*model);

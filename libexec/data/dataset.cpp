@@ -80,13 +80,13 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
-bool dtype_allowed(DataKind kind, NpyDType t) {
+bool dtype_allowed(DataKind kind, ElementType t) {
   switch (kind) {
-    case DataKind::features: return t == NpyDType::f32 || t == NpyDType::f16 || t == NpyDType::u8;
+    case DataKind::features: return t == ElementType::f32 || t == ElementType::f16 || t == ElementType::u8;
     case DataKind::tokens:
-      return t == NpyDType::i32 || t == NpyDType::i64 || t == NpyDType::u16 || t == NpyDType::u8;
+      return t == ElementType::i32 || t == ElementType::i64 || t == ElementType::u16 || t == ElementType::u8;
     case DataKind::targets:
-    case DataKind::labels: return t == NpyDType::i32 || t == NpyDType::i64;
+    case DataKind::labels: return t == ElementType::i32 || t == ElementType::i64;
   }
   return false;
 }
@@ -101,12 +101,13 @@ const char* allowed_text(DataKind kind) {
   return "";
 }
 
-std::string file_of(const DataRead& r) {
+// The file stem a read names (the file: sample_file_path).
+std::string stem_of(const DataRead& r) {
   switch (r.kind) {
     case DataKind::features:
-    case DataKind::tokens: return r.node + ".npy";
-    case DataKind::targets: return r.node + ".targets.npy";
-    case DataKind::labels: return "labels.npy";
+    case DataKind::tokens: return r.node;
+    case DataKind::targets: return r.node + ".targets";
+    case DataKind::labels: return "labels";
   }
   return "";
 }
@@ -180,9 +181,9 @@ BatchPosition batch_position(int64_t batch, int64_t per_epoch) {
   return {batch / per_epoch, batch % per_epoch};
 }
 
-Result<std::unique_ptr<NpySource>> NpySource::open(const DataSpec& spec, const plan::Model& model, uint64_t seed,
+Result<std::unique_ptr<FileSource>> FileSource::open(const DataSpec& spec, const plan::Model& model, uint64_t seed,
                                                    uint64_t synthetic_stream) {
-  std::unique_ptr<NpySource> src(new NpySource(seed, synthetic_stream));
+  std::unique_ptr<FileSource> src(new FileSource(seed, synthetic_stream));
   src->model_ = &model;
   src->tasks_.resize(model.tasks.size());
   // What every task reads (one entry per node and kind), from the operator graph.
@@ -201,8 +202,7 @@ Result<std::unique_ptr<NpySource>> NpySource::open(const DataSpec& spec, const p
     tf.shuffle = ts.shuffle;
     tf.batch = model.tasks[t].batch;
     if (ts.synthetic) continue;
-    const std::string labels = (std::filesystem::path(ts.dir) / "labels.npy").string();
-    if (std::filesystem::exists(labels)) {
+    if (std::filesystem::exists(sample_file_path(ts.dir, "labels"))) {
       DataRead lr;
       lr.task = static_cast<int>(t);
       lr.kind = DataKind::labels;
@@ -211,15 +211,15 @@ Result<std::unique_ptr<NpySource>> NpySource::open(const DataSpec& spec, const p
     }
     std::string first_path;  // the file that set S
     for (const DataRead& r : reads[t]) {
-      const std::string file = file_of(r);
-      const std::string path = (std::filesystem::path(ts.dir) / file).string();
-      SPINDLE_ASSIGN(arr, NpyArray::open(path));
-      if (!dtype_allowed(r.kind, arr.dtype()))
-        return Error{path + ": dtype " + npy_dtype_name(arr.dtype()) + " is not allowed for " + what_of(r) +
+      const std::string stem = stem_of(r);
+      SPINDLE_ASSIGN(file, open_sample_file(ts.dir, stem));
+      const std::string& path = file->path();
+      if (!dtype_allowed(r.kind, file->dtype()))
+        return Error{path + ": dtype " + element_type_name(file->dtype()) + " is not allowed for " + what_of(r) +
                      " of task " + model.tasks[t].name + " (expected " + allowed_text(r.kind) + ")"};
-      const int64_t samples = arr.rows();
-      if (arr.shape().empty() || arr.shape() != expected_shape(r, samples))
-        return Error{path + ": shape " + shape_text(arr.shape()) + " does not match " + what_of(r) + " of task " +
+      const int64_t samples = file->samples();
+      if (file->shape().empty() || file->shape() != expected_shape(r, samples))
+        return Error{path + ": shape " + shape_text(file->shape()) + " does not match " + what_of(r) + " of task " +
                      model.tasks[t].name + " in model " + model.name + ": expected " +
                      expected_text(r)};
       if (first_path.empty()) {
@@ -231,7 +231,7 @@ Result<std::unique_ptr<NpySource>> NpySource::open(const DataSpec& spec, const p
                      " needs the same first dimension)"};
       }
       if (r.kind == DataKind::targets) tf.has_targets = true;
-      src->arrays_[{static_cast<int>(t), file}] = std::make_shared<NpyArray>(std::move(arr));
+      src->files_[{static_cast<int>(t), stem}] = std::move(file);
     }
     if (first_path.empty())
       return Error{ts.dir + ": task " + model.tasks[t].name + " reads no data (no patch_embed, token_embed or lm_loss node)"};
@@ -243,19 +243,20 @@ Result<std::unique_ptr<NpySource>> NpySource::open(const DataSpec& spec, const p
   return src;
 }
 
-bool NpySource::may_ignore_targets(int task) const {
+bool FileSource::may_ignore_targets(int task) const {
   const TaskFiles& tf = tasks_.at(static_cast<size_t>(task));
   return !tf.synthetic && tf.has_targets;
 }
 
-const NpyArray& NpySource::array(int task, const std::string& file) const {
-  const auto it = arrays_.find({task, file});
-  if (it == arrays_.end())
-    throw DataError(tasks_.at(static_cast<size_t>(task)).dir + "/" + file + ": not opened (no such node in the model)");
+const SampleFile& FileSource::file(int task, const std::string& stem) const {
+  const auto it = files_.find({task, stem});
+  if (it == files_.end())
+    throw DataError(sample_file_path(tasks_.at(static_cast<size_t>(task)).dir, stem) +
+                    ": not opened (no such node in the model)");
   return *it->second;
 }
 
-int64_t NpySource::sample_of(int t, int64_t batch, int64_t row) {
+int64_t FileSource::sample_of(int t, int64_t batch, int64_t row) {
   const TaskFiles& tf = tasks_.at(static_cast<size_t>(t));
   const BatchPosition pos = batch_position(batch, tf.per_epoch);
   const int64_t at = pos.index * tf.batch + row;
@@ -268,16 +269,16 @@ int64_t NpySource::sample_of(int t, int64_t batch, int64_t row) {
   return order[static_cast<size_t>(at)];
 }
 
-Tensor NpySource::load(const DataRead& r, int64_t batch) {
+Tensor FileSource::load(const DataRead& r, int64_t batch) {
   const TaskFiles& tf = tasks_.at(static_cast<size_t>(r.task));
   if (tf.synthetic) return synthetic_.read(r, batch);
   if (r.kind == DataKind::labels && !tf.has_labels) return Tensor();
-  const NpyArray& arr = array(r.task, file_of(r));
+  const SampleFile& arr = file(r.task, stem_of(r));
   const int64_t per_row = arr.row_elems();
   Tensor out = Tensor::zeros(expected_shape(r, r.rows()));
   std::vector<double> row;
   row.reserve(static_cast<size_t>(per_row));
-  const bool u8 = arr.dtype() == NpyDType::u8;
+  const bool u8 = arr.dtype() == ElementType::u8;
   for (int64_t i = 0; i < r.rows(); ++i) {
     const int64_t sample = sample_of(r.task, batch, r.row_begin + i);
     row.clear();

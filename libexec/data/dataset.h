@@ -1,6 +1,7 @@
 // Training and evaluation data from files (docs/spec/data.md): the
-// DATA.yaml reader, the sampling of a task's batches, and NpySource, the
-// DataSource over one .npy file per data-reading node.
+// DATA.yaml reader, the sampling of a task's batches, and FileSource, the
+// DataSource over one file per data-reading node (SampleFile, sample_file.h:
+// .npy today).
 //
 // Sampling. Task T with batch B over S samples has k = floor(S / B)
 // batches per epoch (drop last: the S - k B samples left over in an epoch
@@ -20,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "libexec/data/npy.h"
+#include "libexec/data/sample_file.h"
 #include "libexec/data/source.h"
 #include "libplan/model/model.h"
 #include "libplan/util/status.h"
@@ -65,7 +66,7 @@ struct BatchPosition {
 };
 BatchPosition batch_position(int64_t batch, int64_t per_epoch);
 
-// One task's files as NpySource reads them.
+// One task's files as FileSource reads them.
 struct TaskFiles {
   bool synthetic = false;
   std::string dir;
@@ -77,7 +78,7 @@ struct TaskFiles {
   bool has_labels = false;        // labels.npy present
 };
 
-class NpySource final : public DataSource {
+class FileSource final : public DataSource {
  public:
   // Opens and checks, for every task that is not synthetic, every file its
   // nodes read (ID.npy per patch_embed / token_embed node, ID.targets.npy
@@ -86,7 +87,7 @@ class NpySource final : public DataSource {
   // the same S in every file of the task, S >= B. Errors name the file.
   // Values are checked when read (DataSource::prepare). `seed` drives the
   // shuffle and the synthetic tasks; `synthetic_stream` as SyntheticSource.
-  static plan::Result<std::unique_ptr<NpySource>> open(const DataSpec& spec, const plan::Model& model,
+  static plan::Result<std::unique_ptr<FileSource>> open(const DataSpec& spec, const plan::Model& model,
                                                        uint64_t seed, uint64_t synthetic_stream = 0);
 
   bool may_ignore_targets(int task) const override;
@@ -98,15 +99,15 @@ class NpySource final : public DataSource {
   Tensor load(const DataRead& r, int64_t batch) override;
 
  private:
-  NpySource(uint64_t seed, uint64_t stream) : seed_(seed), synthetic_(seed, stream) {}
-  const NpyArray& array(int task, const std::string& file) const;
+  FileSource(uint64_t seed, uint64_t stream) : seed_(seed), synthetic_(seed, stream) {}
+  const SampleFile& file(int task, const std::string& stem) const;
 
   const plan::Model* model_ = nullptr;
   uint64_t seed_;
   SyntheticSource synthetic_;
   std::vector<TaskFiles> tasks_;
-  // (task, file name) -> array; several tasks may map one file.
-  std::map<std::pair<int, std::string>, std::shared_ptr<NpyArray>> arrays_;
+  // (task, file stem) -> file; several tasks may open one file.
+  std::map<std::pair<int, std::string>, std::unique_ptr<SampleFile>> files_;
   std::map<int, std::pair<int64_t, std::vector<int64_t>>> order_cache_;  // task -> (epoch, order)
 };
 

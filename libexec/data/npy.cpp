@@ -71,7 +71,7 @@ struct Text {
   }
 };
 
-bool parse_descr(const std::string& d, NpyDType* t, std::string* why) {
+bool parse_descr(const std::string& d, ElementType* t, std::string* why) {
   if (d.size() < 2) {
     *why = "dtype '" + d + "' is not supported";
     return false;
@@ -80,13 +80,13 @@ bool parse_descr(const std::string& d, NpyDType* t, std::string* why) {
   const std::string code = d.substr(1);
   struct Code {
     const char* code;
-    NpyDType type;
+    ElementType type;
   };
-  static const Code codes[] = {{"f4", NpyDType::f32}, {"f2", NpyDType::f16}, {"u1", NpyDType::u8},
-                               {"u2", NpyDType::u16}, {"i4", NpyDType::i32}, {"i8", NpyDType::i64}};
+  static const Code codes[] = {{"f4", ElementType::f32}, {"f2", ElementType::f16}, {"u1", ElementType::u8},
+                               {"u2", ElementType::u16}, {"i4", ElementType::i32}, {"i8", ElementType::i64}};
   for (const Code& c : codes) {
     if (code != c.code) continue;
-    if (order == '>' && npy_itemsize(c.type) > 1) {
+    if (order == '>' && element_size(c.type) > 1) {
       *why = "big-endian dtype '" + d + "' is not supported (save little-endian: arr.astype('<" + code + "'))";
       return false;
     }
@@ -102,30 +102,6 @@ bool parse_descr(const std::string& d, NpyDType* t, std::string* why) {
 }
 
 }  // namespace
-
-const char* npy_dtype_name(NpyDType t) {
-  switch (t) {
-    case NpyDType::f32: return "float32";
-    case NpyDType::f16: return "float16";
-    case NpyDType::u8: return "uint8";
-    case NpyDType::u16: return "uint16";
-    case NpyDType::i32: return "int32";
-    case NpyDType::i64: return "int64";
-  }
-  return "?";
-}
-
-size_t npy_itemsize(NpyDType t) {
-  switch (t) {
-    case NpyDType::u8: return 1;
-    case NpyDType::f16:
-    case NpyDType::u16: return 2;
-    case NpyDType::f32:
-    case NpyDType::i32: return 4;
-    case NpyDType::i64: return 8;
-  }
-  return 1;
-}
 
 int64_t NpyHeader::numel() const {
   int64_t n = 1;
@@ -251,23 +227,17 @@ Result<NpyArray> NpyArray::open(const std::string& path) {
   auto header = parse_npy_header(std::string_view(reinterpret_cast<const char*>(a.map_), size), path);
   if (!header.ok()) return header.error();
   a.header_ = std::move(*header);
-  const uint64_t need = static_cast<uint64_t>(a.header_.numel()) * npy_itemsize(a.header_.dtype);
+  const uint64_t need = static_cast<uint64_t>(a.header_.numel()) * element_size(a.header_.dtype);
   if (size - a.header_.data_offset < need)
     return Error{path + ": truncated: shape (" + [&] {
       std::string s;
       for (int64_t d : a.header_.shape) s += std::to_string(d) + ",";
       return s;
-    }() + ") of " + npy_dtype_name(a.header_.dtype) + " needs " + std::to_string(need) + " data bytes, the file has " +
+    }() + ") of " + element_type_name(a.header_.dtype) + " needs " + std::to_string(need) + " data bytes, the file has " +
                  std::to_string(size - a.header_.data_offset)};
   // Rows are read in the order the sampler asks: no read-ahead of the rest.
   ::madvise(const_cast<unsigned char*>(a.map_), size, MADV_RANDOM);
   return a;
-}
-
-int64_t NpyArray::row_elems() const {
-  int64_t n = 1;
-  for (size_t d = 1; d < header_.shape.size(); ++d) n *= header_.shape[d];
-  return n;
 }
 
 float half_to_float(uint16_t h) {
@@ -291,7 +261,7 @@ float half_to_float(uint16_t h) {
 
 void NpyArray::read_row(int64_t r, std::vector<double>& out) const {
   const int64_t n = row_elems();
-  const size_t item = npy_itemsize(header_.dtype);
+  const size_t item = element_size(header_.dtype);
   const unsigned char* p = map_ + header_.data_offset + static_cast<size_t>(r) * static_cast<size_t>(n) * item;
   const size_t base = out.size();
   out.resize(base + static_cast<size_t>(n));
@@ -305,12 +275,12 @@ void NpyArray::read_row(int64_t r, std::vector<double>& out) const {
     }
   };
   switch (header_.dtype) {
-    case NpyDType::f32: load(float{}); break;
-    case NpyDType::u8: load(uint8_t{}); break;
-    case NpyDType::u16: load(uint16_t{}); break;
-    case NpyDType::i32: load(int32_t{}); break;
-    case NpyDType::i64: load(int64_t{}); break;
-    case NpyDType::f16:
+    case ElementType::f32: load(float{}); break;
+    case ElementType::u8: load(uint8_t{}); break;
+    case ElementType::u16: load(uint16_t{}); break;
+    case ElementType::i32: load(int32_t{}); break;
+    case ElementType::i64: load(int64_t{}); break;
+    case ElementType::f16:
       for (int64_t i = 0; i < n; ++i) {
         uint16_t v;
         std::memcpy(&v, p + static_cast<size_t>(i) * 2, 2);

@@ -15,7 +15,7 @@
 // data is mmap'd read-only and only the rows asked for are touched.
 //
 // Accepted: keys descr, fortran_order, shape in any order, each once, no
-// others; descr one of the NpyDType codes below, little-endian ('<'), or
+// others; descr one of the ElementType codes below, little-endian ('<'), or
 // '|' for one-byte types ('=' is read as '<': the runtime is little-endian
 // only); fortran_order False; shape a tuple of non-negative ints (at most 8
 // dimensions, at most 2^40 elements). Rejected with a message naming the
@@ -29,20 +29,14 @@
 #include <string_view>
 #include <vector>
 
+#include "libexec/data/sample_file.h"
 #include "libplan/util/status.h"
 
 namespace spindle::exec {
 
-// The element types the data contract reads.
-enum class NpyDType { f32, f16, u8, u16, i32, i64 };
-
-// "float32", "float16", "uint8", "uint16", "int32", "int64".
-const char* npy_dtype_name(NpyDType t);
-size_t npy_itemsize(NpyDType t);
-
 struct NpyHeader {
   int major = 1, minor = 0;    // format version
-  NpyDType dtype = NpyDType::f32;
+  ElementType dtype = ElementType::f32;
   std::vector<int64_t> shape;  // () for a scalar
   size_t data_offset = 0;      // bytes before the data
   int64_t numel() const;       // product of shape (1 for a scalar)
@@ -52,9 +46,9 @@ struct NpyHeader {
 // whole header must be there). Errors start with `path`. Pure, never throws.
 plan::Result<NpyHeader> parse_npy_header(std::string_view bytes, const std::string& path);
 
-// A read-only memory map of one .npy file. Move-only; unmaps on
-// destruction. Thread-safe for concurrent reads.
-class NpyArray {
+// A read-only memory map of one .npy file, the SampleFile of the .npy
+// format. Move-only; unmaps on destruction. Thread-safe for concurrent reads.
+class NpyArray final : public SampleFile {
  public:
   // Opens, maps and checks `path`: the header (parse_npy_header) and that
   // the file holds all numel() elements. Errors name the file.
@@ -67,17 +61,14 @@ class NpyArray {
   NpyArray& operator=(const NpyArray&) = delete;
   ~NpyArray();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
   const NpyHeader& header() const { return header_; }
-  NpyDType dtype() const { return header_.dtype; }
-  const std::vector<int64_t>& shape() const { return header_.shape; }
-  int64_t rows() const { return header_.shape.empty() ? 0 : header_.shape[0]; }
-  // Elements per row (product of shape[1:]).
-  int64_t row_elems() const;
-  // Row r's elements (0 <= r < rows()) converted to double, appended to
+  ElementType dtype() const override { return header_.dtype; }
+  const std::vector<int64_t>& shape() const override { return header_.shape; }
+  // Row r's elements (0 <= r < samples()) converted to double, appended to
   // `out` (f16 and the integer types exactly; f32 widened). Touches only
   // that row's bytes.
-  void read_row(int64_t r, std::vector<double>& out) const;
+  void read_row(int64_t r, std::vector<double>& out) const override;
 
  private:
   std::string path_;

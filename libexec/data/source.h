@@ -9,7 +9,7 @@
 // or the device count.
 //
 // Two implementations: SyntheticSource (below; the default without --data)
-// and NpySource (dataset.h, .npy files). A second file format joins by
+// and FileSource (dataset.h, .npy files). A second file format joins by
 // implementing load() for its files.
 //
 // Errors: bad values (a token id out of range, a NaN feature) are found

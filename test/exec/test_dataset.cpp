@@ -1,5 +1,5 @@
 // Training data from files (docs/spec/data.md): the .npy reader, DATA.yaml,
-// sampling, NpySource's checks, and retrieval accuracy.
+// sampling, FileSource's checks, and retrieval accuracy.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -113,7 +113,7 @@ fs::path good_dataset(const std::string& name, int64_t samples) {
 std::string open_error(const fs::path& dir, const plan::Model& m) {
   auto spec = load_data_spec((dir / "data.yaml").string(), m, false);
   if (!spec.ok()) return spec.error().message;
-  auto src = NpySource::open(*spec, m, 0);
+  auto src = FileSource::open(*spec, m, 0);
   return src.ok() ? "" : src.error().message;
 }
 
@@ -139,16 +139,16 @@ TEST_CASE("npy header: versions 1.0, 2.0 and 3.0, every dtype of the contract", 
     const auto h = parse_npy_header(npy_bytes(dict("<f4", "(5, 2, 3)"), ""), "a.npy");
     REQUIRE(h.ok());
     CHECK(h->shape == std::vector<int64_t>{5, 2, 3});
-    CHECK(h->dtype == NpyDType::f32);
+    CHECK(h->dtype == ElementType::f32);
     const auto v = parse_npy_header(npy_bytes(dict("<i8", "(7,)"), "", major), "a.npy");
     REQUIRE(v.ok());
     CHECK(v->major == major);
     CHECK(v->data_offset % 64 == 0);
     CHECK(v->shape == std::vector<int64_t>{7});
   }
-  const std::pair<const char*, NpyDType> types[] = {{"<f4", NpyDType::f32}, {"<f2", NpyDType::f16},
-                                                    {"|u1", NpyDType::u8},  {"<u2", NpyDType::u16},
-                                                    {"<i4", NpyDType::i32}, {"<i8", NpyDType::i64}};
+  const std::pair<const char*, ElementType> types[] = {{"<f4", ElementType::f32}, {"<f2", ElementType::f16},
+                                                    {"|u1", ElementType::u8},  {"<u2", ElementType::u16},
+                                                    {"<i4", ElementType::i32}, {"<i8", ElementType::i64}};
   for (const auto& [descr, type] : types) {
     const auto h = parse_npy_header(npy_bytes(dict(descr, "(1,)"), ""), "a.npy");
     REQUIRE(h.ok());
@@ -203,7 +203,7 @@ TEST_CASE("npy: a mapped file gives exactly the rows asked for, a short file is 
   write(d / "a.npy", npy_bytes(dict("<u2", "(3, 2)"), raw(std::vector<uint16_t>{1, 2, 3, 4, 65535, 6}), 2));
   auto a = NpyArray::open((d / "a.npy").string());
   REQUIRE(a.ok());
-  CHECK(a->rows() == 3);
+  CHECK(a->samples() == 3);
   CHECK(a->row_elems() == 2);
   std::vector<double> row;
   a->read_row(2, row);
@@ -222,20 +222,20 @@ TEST_CASE("npy: the shipped digits data reads as numpy wrote it", "[data]") {
   const std::string dir = std::string(SPINDLE_SOURCE_DIR) + "/configs/data/digits/train/";
   auto img = NpyArray::open(dir + "img.npy");
   REQUIRE(img.ok());
-  CHECK(img->dtype() == NpyDType::u8);
+  CHECK(img->dtype() == ElementType::u8);
   CHECK(img->shape() == std::vector<int64_t>{1500, 16, 4});
   std::vector<double> row;
   img->read_row(0, row);
   CHECK(std::vector<double>(row.begin() + 4, row.begin() + 8) == std::vector<double>{80, 207, 207, 239});
   auto tgt = NpyArray::open(dir + "llm.targets.npy");
   REQUIRE(tgt.ok());
-  CHECK(tgt->dtype() == NpyDType::i64);
+  CHECK(tgt->dtype() == ElementType::i64);
   row.clear();
   tgt->read_row(1, row);  // "one": o n e end
   CHECK(std::vector<double>(row.begin() + 14, row.begin() + 20) == std::vector<double>{-1, 15, 14, 5, 27, -1});
   auto aud = NpyArray::open(dir + "aud.npy");
   REQUIRE(aud.ok());
-  CHECK(aud->dtype() == NpyDType::f16);
+  CHECK(aud->dtype() == ElementType::f16);
   CHECK(aud->shape() == std::vector<int64_t>{1500, 32, 16});
 }
 
@@ -265,9 +265,9 @@ TEST_CASE("sampling: epochs of floor(S/B) batches, drop last, rows split anyhow"
   const fs::path d = good_dataset("sampling", 5);  // S 5, B 2: k = 2, sample order[4] never read
   auto spec = load_data_spec((d / "data.yaml").string(), m, false);
   REQUIRE(spec.ok());
-  auto src = NpySource::open(*spec, m, 0);
+  auto src = FileSource::open(*spec, m, 0);
   REQUIRE(src.ok());
-  NpySource& s = **src;
+  FileSource& s = **src;
   CHECK(s.task(0).samples == 5);
   CHECK(s.task(0).per_epoch == 2);
   CHECK(batch_position(5, 2).epoch == 2);
@@ -324,7 +324,7 @@ TEST_CASE("DATA.yaml: unknown keys, tasks missing or unknown, path and synthetic
   CHECK(parse_data_spec("tasks:\n  pairs: {path: x}\n  lm: {path: x}\n", "d.yaml", m, false)->tasks[0].shuffle);
 }
 
-TEST_CASE("bad data: NpySource names the file and what is wrong", "[data]") {
+TEST_CASE("bad data: FileSource names the file and what is wrong", "[data]") {
   const plan::Model m = model();
   SECTION("a missing file") {
     const fs::path d = good_dataset("missing", 4);
@@ -375,9 +375,9 @@ TEST_CASE("bad data: values are checked when read, naming file, sample and value
   write(d / "txt.npy", npy_bytes(dict("<i4", "(4, 3)"), raw(txt)));
   auto spec = load_data_spec((d / "data.yaml").string(), m, false);
   REQUIRE(spec.ok());
-  auto src = NpySource::open(*spec, m, 0);
+  auto src = FileSource::open(*spec, m, 0);
   REQUIRE(src.ok());
-  NpySource& s = **src;
+  FileSource& s = **src;
   // Task lm reads in file order: batch 1 is samples 2 and 3.
   const std::vector<DataRead> lm_tokens{read_of(1, "lm", "txt", DataKind::tokens, 3, 10, 0, 2)};
   CHECK(s.prepare(lm_tokens, 0).empty());
@@ -392,7 +392,7 @@ TEST_CASE("bad data: values are checked when read, naming file, sample and value
   std::vector<int64_t> tgt(12, -1);
   tgt[5] = -3;
   write(d / "out.targets.npy", npy_bytes(dict("<i8", "(4, 3)"), raw(tgt)));
-  auto src2 = NpySource::open(*spec, m, 0);
+  auto src2 = FileSource::open(*spec, m, 0);
   REQUIRE(src2.ok());
   CHECK_THAT((*src2)->prepare({read_of(1, "lm", "out", DataKind::targets, 3, 10, 0, 2)}, 0),
              Catch::Contains("out.targets.npy: sample 1, element 2: target -3 outside [0, 10) (or -1: ignored)"));

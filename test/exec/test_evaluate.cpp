@@ -39,10 +39,10 @@ struct OneDevice {
   }
 };
 
-std::unique_ptr<NpySource> digits(const sp::Model& model, const std::string& split, bool eval) {
+std::unique_ptr<FileSource> digits(const sp::Model& model, const std::string& split, bool eval) {
   auto spec = load_data_spec(std::string(SPINDLE_SOURCE_DIR) + "/configs/data/digits/" + split + ".yaml", model, eval);
   REQUIRE(spec.ok());
-  auto src = NpySource::open(*spec, model, 0, eval ? 1 : 0);
+  auto src = FileSource::open(*spec, model, 0, eval ? 1 : 0);
   REQUIRE(src.ok());
   return std::move(*src);
 }

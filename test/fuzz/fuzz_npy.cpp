@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     numel *= d;
   }
   fuzz::require(numel == h->numel() && numel <= (int64_t{1} << 40), "at most 2^40 elements");
-  fuzz::require(exec::npy_itemsize(h->dtype) >= 1 && exec::npy_itemsize(h->dtype) <= 8, "a contract dtype");
+  fuzz::require(exec::element_size(h->dtype) >= 1 && exec::element_size(h->dtype) <= 8, "a contract dtype");
   fuzz::require(h->major >= 1 && h->major <= 3 && h->minor == 0, "version 1.0-3.0");
   return 0;
 }
