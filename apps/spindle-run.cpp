@@ -200,12 +200,13 @@ std::string log_line(const sp::Model& model, const se::StepStats& st, int steps,
 // Opens DATA.yaml (`eval`: an --eval-data file) and its files for `model`;
 // "" or the error in *error.
 std::unique_ptr<se::FileSource> open_data(const std::string& path, const sp::Model& model, uint64_t seed, bool eval,
-                                         std::string* error) {
+                                         std::string* error, std::string* sha256) {
   const auto spec = se::load_data_spec(path, model, eval);
   if (!spec.ok()) {
     *error = spec.error().message;
     return nullptr;
   }
+  *sha256 = spec->sha256;
   auto src = se::FileSource::open(*spec, model, seed, eval ? 1 : 0);
   if (!src.ok()) {
     *error = src.error().message;
@@ -337,15 +338,17 @@ int run(const Args& args, int rank, int size) {
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
   // Data files: every rank opens and checks them (headers, dtypes, shapes).
   std::unique_ptr<se::FileSource> data, eval_data;
-  if (!args.data_path.empty()) data = open_data(args.data_path, *model, args.seed, false, &error);
+  std::string data_sha, eval_sha;
+  if (!args.data_path.empty()) data = open_data(args.data_path, *model, args.seed, false, &error, &data_sha);
   if (error.empty() && !args.eval_path.empty())
-    eval_data = open_data(args.eval_path, *model, args.seed, true, &error);
+    eval_data = open_data(args.eval_path, *model, args.seed, true, &error, &eval_sha);
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
-  // Same files on every rank (sha256 of plan and model bytes).
-  const std::vector<std::string> hashes = all_gather_strings(MPI_COMM_WORLD, plan_sha + "/" + model->sha256);
+  // Same files on every rank (sha256 of plan, model and DATA.yaml bytes).
+  const std::vector<std::string> hashes =
+      all_gather_strings(MPI_COMM_WORLD, plan_sha + "/" + model->sha256 + "/" + data_sha + "/" + eval_sha);
   error.clear();
   if (hashes[static_cast<size_t>(rank)] != hashes[0])
-    error = "plan or model differs from rank 0's (sha256 of the files' bytes)";
+    error = "plan, model or data description differs from rank 0's (sha256 of the files' bytes)";
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
   const std::vector<std::string> locals = all_gather_strings(MPI_COMM_WORLD, std::to_string(local_rank));
 

@@ -388,6 +388,19 @@ TEST_CASE("bad data: values are checked when read, naming file, sample and value
   while (s.sample_of(0, batch, 0) != 2 && s.sample_of(0, batch, 1) != 2) ++batch;
   const std::vector<DataRead> feats{read_of(0, "pairs", "img", DataKind::features, 2, 3, 0, 2)};
   CHECK_THAT(s.prepare(feats, batch), Catch::Contains("img.npy: sample 2, element 4: value nan"));
+  // Infinite features too, in float16 (0xfc00: -inf).
+  std::vector<uint16_t> half(24, 0x3c00);
+  half[1 * 6 + 2] = 0xfc00;  // sample 1, element 2
+  write(d / "img.npy", npy_bytes(dict("<f2", "(4, 2, 3)"), raw(half)));
+  auto src_inf = FileSource::open(*spec, m, 0);
+  REQUIRE(src_inf.ok());
+  batch = 0;
+  while ((*src_inf)->sample_of(0, batch, 0) != 1 && (*src_inf)->sample_of(0, batch, 1) != 1) ++batch;
+  CHECK_THAT((*src_inf)->prepare(feats, batch), Catch::Contains("img.npy: sample 1, element 2: value -inf"));
+  int64_t clean = 0;  // a batch without sample 1 reads the halves as 1.0
+  while ((*src_inf)->sample_of(0, clean, 0) == 1 || (*src_inf)->sample_of(0, clean, 1) == 1) ++clean;
+  const Tensor ones = (*src_inf)->read(feats[0], clean);
+  for (int64_t e = 0; e < ones.numel(); ++e) CHECK(ones[e] == 1.0f);
   // A target that is neither an id nor -1.
   std::vector<int64_t> tgt(12, -1);
   tgt[5] = -3;
