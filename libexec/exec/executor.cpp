@@ -861,6 +861,7 @@ void Executor::record(const std::string& name, const char* cat, int track, Clock
   backend_.synchronize();
   const Clock::time_point t1 = Clock::now();
   args["step"] = step_;
+  if (eval_) args["eval"] = true;  // an evaluation after step step_
   trace_.push_back({name, cat, rank_, track, wall_us(t0), wall_us(t1) - wall_us(t0), std::move(args)});
 }
 
