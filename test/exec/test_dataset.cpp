@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 #include <set>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "libexec/data/dataset.h"
 #include "libexec/data/npy.h"
+#include "libexec/exec/checkpoint.h"
 #include "libexec/exec/eval.h"
 #include "libplan/model/model.h"
 
@@ -428,4 +430,36 @@ TEST_CASE("retrieval accuracy: top-1 both ways by cosine, labels, lowest row on 
   CHECK(h.a_to_b == 2);
   CHECK(h.b_to_a == 2);
   CHECK_THROWS_AS(retrieval_hits(a, Tensor::from({2, 1, 2}, {1, 0, 0, 1}), Tensor()), std::invalid_argument);
+}
+
+TEST_CASE("checkpoint: the data position per task round-trips, a manifest without it loads as before", "[data]") {
+  TrainingState state;
+  state.step = 3;
+  TensorState ts;
+  ts.value = Tensor::from({1}, {1});
+  ts.m = Tensor::from({1}, {0});
+  ts.v = Tensor::from({1}, {0});
+  ts.adam_steps = 3;
+  state.tensors["m/0.0/w"] = ts;
+  CheckpointMeta meta;
+  meta.step = 3;
+  meta.model_name = std::string("pairs-model");
+  meta.task_batch = {{"pairs", 2}};
+  const fs::path dir = temp_dir("ckpt");
+  // Without a data position (synthetic runs, older builds): no data.tasks.
+  REQUIRE(save_checkpoint((dir / "old").string(), meta, state, 1).ok());
+  auto old = load_checkpoint((dir / "old" / checkpoint_name(3)).string());
+  REQUIRE(old.ok());
+  CHECK(old->meta.data_tasks.empty());
+  std::ifstream old_manifest(dir / "old" / checkpoint_name(3) / "manifest.json");
+  const std::string old_text((std::istreambuf_iterator<char>(old_manifest)), std::istreambuf_iterator<char>());
+  CHECK(old_text.find("\"tasks\"") == std::string::npos);
+  // With one: written under data.tasks and read back as written.
+  meta.data_tasks = {{"pairs", {{"source", "npy"}, {"samples", 5}, {"batches_per_epoch", 2}, {"next_batch", 3},
+                                {"epoch", 1}, {"batch_in_epoch", 1}}}};
+  REQUIRE(save_checkpoint((dir / "new").string(), meta, state, 1).ok());
+  auto back = load_checkpoint((dir / "new" / checkpoint_name(3)).string());
+  REQUIRE(back.ok());
+  CHECK(back->meta.data_tasks == meta.data_tasks);
+  CHECK(back->meta.task_batch == meta.task_batch);
 }
