@@ -5,6 +5,13 @@
 //          [--backend cpu|cuda] [--seed K] [--lr X] [--metrics M.jsonl]
 //          [--trace T.json] [--dump-params P.json] [--dump-grads G.json]
 //          [--checkpoint DIR [--every K] [--keep N]] [--resume]
+//          [--data DATA.yaml] [--eval-data EVAL.yaml [--eval-every K]
+//          [--eval-batches M]]
+//
+// --data reads the training batches from files (docs/spec/data.md); without
+// it the synthetic data stays. Before every step each rank reads and checks
+// its rows of the step's batch; a bad value stops every rank with exit 2
+// before the step (so no checkpoint holds a step that read it).
 //
 // --steps is the step the run ends at: a resumed run trains steps
 // (checkpoint step + 1) .. S, so the same command line continues a run.
@@ -50,6 +57,7 @@
 #include "libexec/comm/launch_env.h"
 #include "libexec/comm/mpi_check.h"
 #include "libexec/comm/mpi_comm.h"
+#include "libexec/data/dataset.h"
 #include "libexec/exec/checkpoint.h"
 #include "libexec/exec/executor.h"
 #include "libplan/report/trace.h"
@@ -74,6 +82,9 @@ struct Args {
   int steps = 10;
   uint64_t seed = 0;
   float lr = 3e-3f;
+  std::string data_path, eval_path;  // "" = synthetic training data / no evaluation
+  int eval_every = 0;                // 0: evaluate after the last step only
+  int eval_batches = 0;              // 0: one pass over the evaluation set (drop last)
 };
 
 // What each rank counted in one step (Executor's StepCounters), on rank 0:
@@ -220,6 +231,66 @@ std::string log_line(const sp::Model& model, const se::StepStats& st, int steps,
   return line;
 }
 
+// Opens DATA.yaml (`eval`: an --eval-data file) and its files for `model`;
+// "" or the error in *error.
+std::unique_ptr<se::FileSource> open_data(const std::string& path, const sp::Model& model, uint64_t seed, bool eval,
+                                         std::string* error, std::string* sha256) {
+  const auto spec = se::load_data_spec(path, model, eval);
+  if (!spec.ok()) {
+    *error = spec.error().message;
+    return nullptr;
+  }
+  *sha256 = spec->sha256;
+  auto src = se::FileSource::open(*spec, model, seed, eval ? 1 : 0);
+  if (!src.ok()) {
+    *error = src.error().message;
+    return nullptr;
+  }
+  return std::move(*src);
+}
+
+// The checkpoint's "data"."tasks": where each task's data stands after
+// `steps` steps (checkpoint.h).
+nlohmann::json data_position(const sp::Model& model, const se::FileSource& data, int64_t steps) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t t = 0; t < model.tasks.size(); ++t) {
+    const se::TaskFiles& tf = data.task(static_cast<int>(t));
+    nlohmann::json& j = out[model.tasks[t].name];
+    if (tf.synthetic) {
+      j = {{"source", "synthetic"}, {"next_batch", steps}};
+      continue;
+    }
+    const se::BatchPosition pos = se::batch_position(steps, tf.per_epoch);
+    j = {{"source", "npy"},        {"dir", tf.dir},       {"samples", tf.samples},
+         {"batches_per_epoch", tf.per_epoch}, {"shuffle", tf.shuffle}, {"next_batch", steps},
+         {"epoch", pos.epoch},     {"batch_in_epoch", pos.index}};
+  }
+  return out;
+}
+
+// Lines saying how a checkpoint's data position maps onto this run's data.
+std::vector<std::string> data_changes(const sp::Model& model, const nlohmann::json& saved,
+                                      const se::FileSource* data) {
+  std::vector<std::string> out;
+  if (saved.empty()) return out;
+  for (size_t t = 0; t < model.tasks.size(); ++t) {
+    const std::string& name = model.tasks[t].name;
+    if (!saved.contains(name)) continue;
+    const nlohmann::json& j = saved[name];
+    const bool was_files = j.value("source", "") == "npy";
+    const bool files = data && !data->task(static_cast<int>(t)).synthetic;
+    if (was_files != files) {
+      out.push_back("task " + name + " was trained on " + (was_files ? "files" : "synthetic data") +
+                    ", continues on " + (files ? "files" : "synthetic data"));
+    } else if (files && j.value("samples", int64_t{-1}) != data->task(static_cast<int>(t)).samples) {
+      out.push_back("task " + name + "'s dataset had " + std::to_string(j.value("samples", int64_t{-1})) +
+                    " samples, now " + std::to_string(data->task(static_cast<int>(t)).samples) +
+                    ": its batches are counted afresh over the new data");
+    }
+  }
+  return out;
+}
+
 nlohmann::json params_json(const std::map<std::string, se::Tensor>& params, int64_t steps) {
   nlohmann::json j = {{"format", "spindle-params"}, {"version", 1}, {"steps", steps}};
   nlohmann::json& ps = j["params"] = nlohmann::json::object();
@@ -299,11 +370,19 @@ int run(const Args& args, int rank, int size) {
     else error = bytes.error().message;
   }
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
-  // Same files on every rank (sha256 of plan and model bytes).
-  const std::vector<std::string> hashes = all_gather_strings(MPI_COMM_WORLD, plan_sha + "/" + model->sha256);
+  // Data files: every rank opens and checks them (headers, dtypes, shapes).
+  std::unique_ptr<se::FileSource> data, eval_data;
+  std::string data_sha, eval_sha;
+  if (!args.data_path.empty()) data = open_data(args.data_path, *model, args.seed, false, &error, &data_sha);
+  if (error.empty() && !args.eval_path.empty())
+    eval_data = open_data(args.eval_path, *model, args.seed, true, &error, &eval_sha);
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+  // Same files on every rank (sha256 of plan, model and DATA.yaml bytes).
+  const std::vector<std::string> hashes =
+      all_gather_strings(MPI_COMM_WORLD, plan_sha + "/" + model->sha256 + "/" + data_sha + "/" + eval_sha);
   error.clear();
   if (hashes[static_cast<size_t>(rank)] != hashes[0])
-    error = "plan or model differs from rank 0's (sha256 of the files' bytes)";
+    error = "plan, model or data description differs from rank 0's (sha256 of the files' bytes)";
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
   const std::vector<std::string> locals = all_gather_strings(MPI_COMM_WORLD, std::to_string(local_rank));
 
@@ -360,6 +439,8 @@ int run(const Args& args, int rank, int size) {
 #endif
   if (!use_nccl) groups = se::create_group_comms(*world, device_groups);
   se::Executor executor(*model, *plan, nccl_world ? *nccl_world : *world, std::move(groups), *backend, options);
+  executor.set_data(data.get());
+  const std::vector<se::DataRead> reads = executor.data_reads(false), eval_reads = executor.data_reads(true);
   if (rank == 0)
     std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
                 model->name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan->strategy.c_str(),
@@ -386,6 +467,8 @@ int run(const Args& args, int rank, int size) {
       if (replan)
         std::printf("spindle-run: re-planned: model %s changed (sha256 %s -> %s): %s\n", model->name.c_str(),
                     ck->meta.model_sha256.substr(0, 12).c_str(), model->sha256.substr(0, 12).c_str(), note.c_str());
+      for (const std::string& line : data_changes(*model, ck->meta.data_tasks, data.get()))
+        std::printf("spindle-run: data: %s\n", line.c_str());
       if (ck->meta.lr != args.lr)
         std::printf("spindle-run: warning: the checkpoint was trained with --lr %g, continuing with %g\n",
                     static_cast<double>(ck->meta.lr), static_cast<double>(args.lr));
@@ -418,6 +501,7 @@ int run(const Args& args, int rank, int size) {
     const se::TrainingState state = executor.gather_state();
     if (rank != 0) return;
     meta.step = state.step;
+    if (data) meta.data_tasks = data_position(*model, *data, state.step);
     const auto path = se::save_checkpoint(args.checkpoint_dir, meta, state, args.keep);
     if (!path.ok()) throw std::runtime_error(path.error().message);
     std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
@@ -432,6 +516,59 @@ int run(const Args& args, int rank, int size) {
     metrics.open(args.metrics_path, std::ios::app);
     if (!metrics) throw std::runtime_error("cannot open --metrics file " + args.metrics_path);
   }
+  // Evaluation after step `step`: forward passes over the evaluation set,
+  // per task the mean loss and retrieval accuracy over its batches. False
+  // when a bad value stopped every rank (the error printed).
+  auto evaluate = [&](int64_t step) -> bool {
+    if (!eval_data) return true;
+    const size_t tasks = model->tasks.size();
+    int64_t passes = args.eval_batches;
+    if (passes == 0) {  // one pass: the longest task's batches; shorter tasks stop at their own
+      passes = 1;
+      for (size_t t = 0; t < tasks; ++t) passes = std::max(passes, eval_data->task(static_cast<int>(t)).per_epoch);
+    }
+    std::vector<double> loss(tasks), ab(tasks), ba(tasks), queries(tasks);
+    std::vector<int64_t> batches(tasks);
+    for (int64_t b = 0; b < passes; ++b) {
+      if (!all_ok(MPI_COMM_WORLD, rank, eval_data->prepare(eval_reads, b))) return false;
+      const se::EvalStats e = executor.evaluate(*eval_data, b);
+      for (size_t t = 0; t < tasks; ++t) {
+        const se::TaskFiles& tf = eval_data->task(static_cast<int>(t));
+        if (args.eval_batches == 0 && !tf.synthetic && b >= tf.per_epoch) continue;
+        ++batches[t];
+        loss[t] += e.task_loss[t];
+        ab[t] += e.hits_ab[t];
+        ba[t] += e.hits_ba[t];
+        queries[t] += e.queries[t];
+      }
+    }
+    if (rank != 0) return true;
+    std::string line = "evaluation at iteration " + std::to_string(step) + " |";
+    nlohmann::json j = {{"step", step}, {"eval", nlohmann::json::object()}};
+    char buf[256];
+    for (size_t t = 0; t < tasks; ++t) {
+      const std::string& name = model->tasks[t].name;
+      nlohmann::json& jt = j["eval"][name];
+      jt["loss"] = loss[t] / static_cast<double>(batches[t]);
+      jt["batches"] = batches[t];
+      std::snprintf(buf, sizeof buf, " loss %s: %.6f |", name.c_str(), loss[t] / static_cast<double>(batches[t]));
+      line += buf;
+      if (queries[t] > 0) {
+        const double acc = (ab[t] + ba[t]) / (2 * queries[t]);
+        jt["acc"] = acc;
+        jt["acc_a_to_b"] = ab[t] / queries[t];
+        jt["acc_b_to_a"] = ba[t] / queries[t];
+        std::snprintf(buf, sizeof buf, " acc %s: %.4f (%.4f, %.4f) |", name.c_str(), acc, ab[t] / queries[t],
+                      ba[t] / queries[t]);
+        line += buf;
+      }
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    if (metrics) metrics << j.dump() << "\n" << std::flush;
+    return true;
+  };
+
   const char* die = std::getenv("SPINDLE_TEST_DIE_AT_STEP");
   const int die_rank = size > 1 ? 1 : 0;
 
@@ -445,6 +582,7 @@ int run(const Args& args, int rank, int size) {
       std::fflush(stderr);
       _exit(9);
     }
+    if (data && !all_ok(MPI_COMM_WORLD, rank, data->prepare(reads, s - 1))) return kExitInvalid;
     const se::StepStats st = executor.step();
     // Every rank's counters on rank 0 (one small gather per step), for --metrics.
     const std::vector<double> per_rank = gather_counters(st.counters, rank, size);
@@ -474,6 +612,7 @@ int run(const Args& args, int rank, int size) {
       }
     }
     if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) save();
+    if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(s)) return kExitInvalid;
   }
 
   // 4. Outputs: the measured trace of every rank, the final parameters.
@@ -530,6 +669,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->needs(ckpt);
   app.add_option("--keep", args.keep, "complete checkpoints to keep (newest)")->capture_default_str()->needs(ckpt);
+  app.add_option("--data", args.data_path, "training data (DATA.yaml, docs/spec/data.md); default: synthetic");
+  CLI::Option* eval = app.add_option("--eval-data", args.eval_path, "evaluation data (same format)");
+  app.add_option("--eval-every", args.eval_every, "evaluate after every K-th step (and after the last)")
+      ->needs(eval)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--eval-batches", args.eval_batches, "batches per task and evaluation (default: one pass)")
+      ->needs(eval)
+      ->check(CLI::PositiveNumber);
   app.add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --checkpoint DIR")
       ->needs(ckpt);
   try {

@@ -181,7 +181,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
   }
   nlohmann::json samples = nlohmann::json::object();
   for (const auto& [task, batch] : meta.task_batch) samples[task] = batch * meta.step;
-  const nlohmann::json manifest = {
+  nlohmann::json manifest = {
       {"format", "spindle-checkpoint"},
       {"version", kManifestVersion},
       {"step", meta.step},
@@ -193,6 +193,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
        {{"name", "adamw"}, {"lr", meta.lr}, {"beta1", meta.beta1}, {"beta2", meta.beta2}, {"eps", meta.eps},
         {"weight_decay", meta.weight_decay}, {"steps", steps}}},
       {"files", files}};
+  if (!meta.data_tasks.empty()) manifest["data"]["tasks"] = meta.data_tasks;
   const plan::Status st = plan::write_file_atomic(tmp + "/manifest.json", manifest.dump(1) + "\n");
   if (!st.ok()) return fail(st.error().message);
   fsync_dir(tmp);
@@ -247,6 +248,10 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
     m.seed = j.at("seed").get<uint64_t>();
     for (const auto& [task, n] : j.at("data").at("samples").items())
       m.task_batch[task] = m.step > 0 ? n.get<int64_t>() / m.step : 0;
+    if (j.at("data").contains("tasks")) {
+      m.data_tasks = j.at("data").at("tasks");
+      if (!m.data_tasks.is_object()) return Error{manifest_path + ": data.tasks: expected an object"};
+    }
     const nlohmann::json& opt = j.at("optimizer");
     m.lr = opt.at("lr").get<float>();
     m.beta1 = opt.at("beta1").get<float>();

@@ -19,9 +19,15 @@
 //           u32 name bytes, name (UTF-8), u32 rank, rank x i64 dims,
 //           product(dims) x f32 values (row-major)
 //   nothing after the last record.
-// The synthetic data position is the step alone (step s reads samples
-// (s-1) B .. s B - 1 of each task, data.h), so "data" records it for
-// readers; the seed and step restore it.
+// The data position is the step alone (step s reads batch s - 1 of every
+// task, whether synthetic or from files: libexec/data/dataset.h), so the
+// seed and step restore it; "data" records it for readers, and, from runs
+// with --data, "data": {"tasks": {TASK: {"source": "npy", "dir",
+// "samples" (S), "batches_per_epoch", "shuffle", "next_batch", "epoch",
+// "batch_in_epoch"}}} ({"source": "synthetic", "next_batch"} for synthetic
+// tasks), by which a resumed run sees whether a dataset changed. The key is
+// optional: manifests without it (older builds, synthetic runs) read as
+// before, and builds that do not know it ignore it.
 //
 // Writing: into DIR/step-NNNNNN.tmp.XXXXXX, every file fsynced, then renamed
 // to DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
@@ -33,6 +39,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "libexec/tensor.h"
 #include "libplan/util/status.h"
@@ -60,6 +68,7 @@ struct CheckpointMeta {
   uint64_t seed = 0;
   std::map<std::string, int64_t> task_batch;  // task -> batch (for "data")
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  nlohmann::json data_tasks = nlohmann::json::object();  // "data"."tasks" (empty: not written)
 };
 
 struct Checkpoint {

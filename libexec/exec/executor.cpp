@@ -4,7 +4,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "libexec/exec/data.h"
+#include "libexec/exec/eval.h"
 #include "libplan/rules/devices.h"
 #include "libplan/rules/rows.h"
 #include "libplan/graph/op_graph.h"
@@ -339,7 +339,8 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
                    Backend& backend, ExecOptions options)
     : model_(model), plan_(plan), world_(world), groups_(std::move(groups)), backend_(backend),
       options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan)),
-      loss_(model.tasks.size(), 0.0), origin_(Clock::now()) {
+      loss_(model.tasks.size(), 0.0), synthetic_(std::make_unique<SyntheticSource>(options.seed)),
+      data_(synthetic_.get()), origin_(Clock::now()) {
   if (world.size() != plan.devices)
     throw std::invalid_argument("the plan is for " + std::to_string(plan.devices) +
                                 " devices but the world has " + std::to_string(world.size()) + " ranks");
@@ -401,6 +402,7 @@ StepStats Executor::step() {
   din_.clear();
   std::fill(loss_.begin(), loss_.end(), 0.0);
   counters_ = StepCounters{};
+  data_batch_ = step_ - 1;
   zero_grads();
 
   // This device's lowered program (libplan/lower/lower.h), in order: per
@@ -469,23 +471,14 @@ void Executor::forward_slice(int slice) {
   const plan::LoweredSlice& s = sched_->slice(slice);
   const int pos = sched_->position(slice, rank_);
   const RowRange rows = s.layout.rows_of(pos);
-  const int64_t batch = s.layout.batch;
-  const SampleRange samples{options_.seed, "", (step_ - 1) * batch + rows.begin, rows.size()};
   for (size_t j = 0; j < s.ops.size(); ++j) {
     const int o = s.ops[j];
     const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
     const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
-    const plan::Node& node = task.nodes[static_cast<size_t>(op.node)];
-    SampleRange data = samples;
-    data.task = task.name;
     const std::string& kind = op.workload.op;
     std::vector<Tensor> in;
-    if (kind == "patch_embed") {
-      in.push_back(to_backend(backend_, synth_features(data, node.id, node.module, op.workload.seq,
-                                                       op.workload.dims.at("in_dim").get<int64_t>())));
-    } else if (kind == "token_embed") {
-      in.push_back(to_backend(backend_, synth_tokens(data, node.module, op.workload.seq,
-                                                     op.workload.dims.at("vocab").get<int64_t>())));
+    if (kind == "patch_embed" || kind == "token_embed") {
+      in.push_back(to_backend(backend_, read_rows(op, rows.begin, rows.end)));
     } else if (j > 0) {
       in.push_back(out_.at(s.ops[j - 1]));
     } else {
@@ -505,16 +498,29 @@ void Executor::forward_slice(int slice) {
         in = {concat_seq(backend_, in)};
       }
     }
-    if (kind == "lm_loss")
-      in.push_back(to_backend(backend_, synth_targets(data, node.module, op.workload.seq,
-                                                      op.workload.dims.at("vocab").get<int64_t>())));
+    if (kind == "lm_loss") {
+      const Tensor targets = read_rows(op, rows.begin, rows.end);
+      lm_share_[o] = lm_share(slice, op, targets);
+      in.push_back(to_backend(backend_, targets));
+    }
+    if (kind == "contrastive_loss" && eval_ && pos == 0) {
+      DataRead labels;  // the whole batch's, if the data has them
+      labels.task = op.task;
+      labels.task_name = task.name;
+      labels.kind = DataKind::labels;
+      labels.row_end = s.layout.batch;
+      const RetrievalHits h = retrieval_hits(to_host(backend_, in[0]), to_host(backend_, in[1]),
+                                             data_->read(labels, data_batch_));
+      eval_->hits_ab[static_cast<size_t>(op.task)] += static_cast<double>(h.a_to_b);
+      eval_->hits_ba[static_cast<size_t>(op.task)] += static_cast<double>(h.b_to_a);
+      eval_->queries[static_cast<size_t>(op.task)] += static_cast<double>(h.queries);
+    }
     Tensor y = backend_.forward(ops_.at(o), in);
     if (kind == "contrastive_loss") {
       if (pos == 0) loss_[static_cast<size_t>(op.task)] += task.weight * to_host(backend_, y)[0];
     } else if (kind == "lm_loss") {
       if (s.layout.tp_rank_of(pos) == 0)
-        loss_[static_cast<size_t>(op.task)] +=
-            task.weight * to_host(backend_, y)[0] * static_cast<double>(rows.size()) / static_cast<double>(batch);
+        loss_[static_cast<size_t>(op.task)] += task.weight * to_host(backend_, y)[0] * lm_share_.at(o);
     }
     out_[o] = std::move(y);
   }
@@ -538,8 +544,7 @@ void Executor::backward_slice(int slice) {
     if (kind == "contrastive_loss") {
       dy = Tensor::from({1}, {static_cast<float>(weight)});
     } else if (kind == "lm_loss") {
-      dy = Tensor::from({1}, {static_cast<float>(weight * static_cast<double>(rows.size()) /
-                                                 static_cast<double>(s.layout.batch))});
+      dy = Tensor::from({1}, {static_cast<float>(weight * lm_share_.at(o))});
     } else {
       dy = dout_.at(o);
     }
@@ -640,6 +645,96 @@ void Executor::optimizer_step() {
 }
 
 // ---------------------------------------------------------------------------
+// Data and evaluation.
+
+void Executor::set_data(DataSource* source) { data_ = source ? source : synthetic_.get(); }
+
+Tensor Executor::read_rows(const plan::Operator& op, int64_t row_begin, int64_t row_end) {
+  DataRead r;
+  op_data_read(model_, op, &r);
+  r.row_begin = row_begin;
+  r.row_end = row_end;
+  return data_->read(r, data_batch_);
+}
+
+// Share of the task's loss that this device's rows of lm_loss `op` carry:
+// counted tokens here over counted tokens of the whole batch (design:
+// "Runtime semantics"; -1 targets are not counted).
+double Executor::lm_share(int slice, const plan::Operator& op, const Tensor& targets) {
+  const plan::LoweredSlice& s = sched_->slice(slice);
+  const RowRange rows = s.layout.rows_of(sched_->position(slice, rank_));
+  if (!data_->may_ignore_targets(op.task))
+    return static_cast<double>(rows.size()) / static_cast<double>(s.layout.batch);
+  float counted = 0;  // exact below 2^24 tokens
+  for (int64_t i = 0; i < targets.numel(); ++i) counted += targets[i] != -1.0f ? 1.0f : 0.0f;
+  std::vector<float> total{counted};
+  groups_.at(s.devices)->all_reduce_sum(total);  // every TP rank of a group counts its rows once
+  total[0] /= static_cast<float>(s.layout.tp);
+  return total[0] > 0 ? static_cast<double>(counted) / static_cast<double>(total[0]) : 0.0;
+}
+
+std::vector<DataRead> Executor::data_reads(bool labels) const {
+  std::vector<DataRead> out;
+  for (size_t si = 0; si < sched_->lowered.slices.size(); ++si) {
+    const plan::LoweredSlice& s = sched_->slice(static_cast<int>(si));
+    const int pos = sched_->position(static_cast<int>(si), rank_);
+    if (pos < 0) continue;
+    const RowRange rows = s.layout.rows_of(pos);
+    for (int o : s.ops) {
+      const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
+      DataRead r;
+      if (op_data_read(model_, op, &r)) {
+        r.row_begin = rows.begin;
+        r.row_end = rows.end;
+        out.push_back(std::move(r));
+      } else if (labels && op.workload.op == "contrastive_loss" && pos == 0) {
+        r.task = op.task;
+        r.task_name = model_.tasks[static_cast<size_t>(op.task)].name;
+        r.kind = DataKind::labels;
+        r.row_end = s.layout.batch;
+        out.push_back(std::move(r));
+      }
+    }
+  }
+  return out;
+}
+
+EvalStats Executor::evaluate(DataSource& source, int64_t batch) {
+  const size_t tasks = model_.tasks.size();
+  EvalStats stats{std::vector<double>(tasks), std::vector<double>(tasks), std::vector<double>(tasks),
+                  std::vector<double>(tasks)};
+  DataSource* const training = data_;
+  data_ = &source;
+  data_batch_ = batch;
+  eval_ = &stats;
+  out_.clear();
+  pieces_.clear();
+  std::fill(loss_.begin(), loss_.end(), 0.0);
+  // The forward part of this device's program: its forward exchanges and
+  // forwards, in program order.
+  for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
+    if (in.kind == plan::InstrKind::exchange && in.dir == plan::Direction::forward) forward_exchange(in);
+    else if (in.kind == plan::InstrKind::forward) forward_slice(in.slice);
+  }
+  eval_ = nullptr;
+  data_ = training;
+  out_.clear();
+  pieces_.clear();
+  // One all-reduce: losses, hits both ways, queries.
+  std::vector<float> all;
+  for (const std::vector<double>* v : {&loss_, &stats.hits_ab, &stats.hits_ba, &stats.queries})
+    all.insert(all.end(), v->begin(), v->end());
+  world_.all_reduce_sum(all);
+  for (size_t t = 0; t < tasks; ++t) {
+    stats.task_loss[t] = all[t] / model_.tasks[t].weight;
+    stats.hits_ab[t] = all[tasks + t];
+    stats.hits_ba[t] = all[2 * tasks + t];
+    stats.queries[t] = all[3 * tasks + t];
+  }
+  return stats;
+}
+
+// ---------------------------------------------------------------------------
 // Diagnostics.
 
 double Executor::wall_us(Clock::time_point t) const {
@@ -654,6 +749,7 @@ void Executor::record(const std::string& name, const char* cat, int track, Clock
   backend_.synchronize();
   const Clock::time_point t1 = Clock::now();
   args["step"] = step_;
+  if (eval_) args["eval"] = true;  // an evaluation after step step_
   trace_.push_back({name, cat, rank_, track, wall_us(t0), wall_us(t1) - wall_us(t0), std::move(args)});
 }
 

@@ -8,8 +8,11 @@
 // per bucket, AdamW step. Transfers and sync groups come from the lowering;
 // the executor derives none itself. Gradients are scaled so that the all-reduced sum
 // equals single-device training on the whole batch:
-//   - lm_loss returns the mean over its local rows' tokens; a data-parallel
-//     group with b of the B rows back-propagates weight * b / B;
+//   - lm_loss returns the mean over its local rows' counted tokens (targets
+//     -1 are ignored); a data-parallel group whose rows hold c of the C
+//     counted tokens of the whole task batch back-propagates weight * c / C
+//     (C by an all-reduce over the slice when the data can ignore tokens,
+//     else c / C = b / B for b of the B rows);
 //   - contrastive_loss all-gathers its slice's embeddings, computes the
 //     full-batch loss on every device, back-propagates weight, and keeps only
 //     the gradient rows of its own group (the encoders are row-wise, so the
@@ -49,6 +52,7 @@
 
 #include "libexec/backend/backend.h"
 #include "libexec/comm/comm.h"
+#include "libexec/data/source.h"
 #include "libexec/exec/checkpoint.h"
 #include "libexec/optim/adamw.h"
 #include "libplan/report/trace.h"
@@ -92,6 +96,16 @@ struct StepStats {
   StepCounters counters;           // this rank's
 };
 
+// One forward-only pass over one batch (Executor::evaluate), reduced over
+// world: every rank returns the same values. Per model task:
+struct EvalStats {
+  std::vector<double> task_loss;  // unweighted loss of the batch (sum over the task's losses)
+  // Top-1 retrieval hits of the task's contrastive_loss nodes within the
+  // batch (eval.h), first input's rows as queries against the second's, and
+  // back; queries: rows asked per direction (0 when the task has none).
+  std::vector<double> hits_ab, hits_ba, queries;
+};
+
 // Parameter tensors of this rank set by Executor::load_state.
 struct LoadCounts {
   int64_t carried = 0;  // taken from the state (their shard of the full tensor)
@@ -122,6 +136,21 @@ class Executor {
   // One synchronous training step; collective over world. Losses are
   // reduced over world: every rank returns the same task_loss.
   StepStats step();
+
+  // The training data: step s reads batch s - 1 of `source` (not owned; it
+  // must outlive the executor's steps). Default (nullptr): the synthetic
+  // data of data.h with options.seed.
+  void set_data(DataSource* source);
+
+  // What this rank reads per batch: one entry per data-reading operator of
+  // its slices, with this device's rows; with `labels`, also the whole
+  // batch's labels for each contrastive_loss slice it leads. Pure.
+  std::vector<DataRead> data_reads(bool labels) const;
+
+  // Forward only, batch `batch` of `source`, on the same plan: no
+  // gradients, no optimizer step, steps_done() unchanged. Collective over
+  // world (the same batch on every rank).
+  EvalStats evaluate(DataSource& source, int64_t batch);
 
   // Measured boxes of this rank (device = rank), microseconds since the
   // clock origin; empty unless options.record_trace.
@@ -168,6 +197,8 @@ class Executor {
 
   // One instruction kind of the lowered program each.
   void forward_exchange(const plan::Instr& instr);
+  Tensor read_rows(const plan::Operator& op, int64_t row_begin, int64_t row_end);  // from data_ (host)
+  double lm_share(int slice, const plan::Operator& op, const Tensor& targets);
   void forward_slice(int slice);
   void backward_slice(int slice);
   void backward_exchange(const plan::Instr& instr);
@@ -197,6 +228,13 @@ class Executor {
   std::map<std::pair<int, int>, Tensor> din_;  // (slice, input) -> input gradient, this group's rows
   std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
   StepCounters counters_;
+  std::map<int, double> lm_share_;  // lm_loss operator -> share of the task's loss its rows carry
+
+  // Data: the source the current pass reads, and its batch.
+  std::unique_ptr<DataSource> synthetic_;  // the default training data
+  DataSource* data_ = nullptr;
+  int64_t data_batch_ = 0;
+  EvalStats* eval_ = nullptr;  // non-null inside evaluate()
 
   int64_t step_ = 0;
   Clock::time_point origin_;

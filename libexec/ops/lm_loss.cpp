@@ -12,7 +12,11 @@ void check_dims(const OpConfig& cfg) {
                                 " does not divide vocab " + std::to_string(cfg.dim("vocab")));
 }
 
+constexpr float kIgnored = -1.0f;
+
+// The target id, or -1 for an ignored position.
 int64_t target_id(float v, int64_t vocab) {
+  if (v == kIgnored) return -1;
   const auto id = static_cast<int64_t>(v);
   if (id < 0 || id >= vocab || static_cast<float>(id) != v)
     throw std::out_of_range("lm_loss: target " + std::to_string(v) + " outside the vocabulary");
@@ -67,25 +71,33 @@ Tensor lm_loss_forward(LmLossState& s, const Tensor& x, const Tensor& targets) {
   }
   tp_all_reduce(s.cfg, red.data(), 2 * n);
   double loss = 0;
+  s.counted = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float sum = red[static_cast<size_t>(i)];
     pr.row(i) /= sum;
+    if (targets[i] == kIgnored) continue;
     loss += std::log(static_cast<double>(sum)) + mx[i] - red[static_cast<size_t>(n + i)];
+    ++s.counted;
   }
-  return Tensor::from({1}, {static_cast<float>(loss / static_cast<double>(n))});
+  return Tensor::from({1}, {s.counted > 0 ? static_cast<float>(loss / static_cast<double>(s.counted)) : 0.0f});
 }
 
 Tensor lm_loss_backward(LmLossState& s, const Tensor& dloss) {
   std::vector<Param>& p = s.params->params;
   const int64_t n = s.probs.size(0), vl = s.probs.size(1), first = s.cfg.tp_rank * vl;
-  // dL/dlogits = g/n * (softmax - onehot(target)), local columns.
+  // dL/dlogits = g/n * (softmax - onehot(target)) for counted tokens, 0 for
+  // ignored ones; local columns.
   Tensor dlogits = s.probs.clone();
   MatMap dl = dlogits.mat(n, vl);
   for (int64_t i = 0; i < n; ++i) {
+    if (s.targets[i] == kIgnored) {
+      dl.row(i).setZero();
+      continue;
+    }
     const int64_t t = target_id(s.targets[i], s.vocab) - first;
     if (t >= 0 && t < vl) dl(i, t) -= 1.0f;
   }
-  dl *= dloss[0] / static_cast<float>(n);
+  dl *= s.counted > 0 ? dloss[0] / static_cast<float>(s.counted) : 0.0f;
   Tensor dz = linear_rows_backward(s.z, p[2].value, dlogits.reshaped(with_last(s.z.shape(), vl)),
                                    p[2].grad, nullptr, true);
   tp_all_reduce(s.cfg, dz.data(), dz.numel());

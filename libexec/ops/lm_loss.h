@@ -1,6 +1,8 @@
 // lm_loss: [b, s, hidden] hidden states and [b, s] targets (fp32 holding
-// ids in 0..vocab-1) -> scalar [1]: LayerNorm, linear to vocab (no bias),
-// mean over the b*s tokens of the softmax cross-entropy against the targets.
+// ids in 0..vocab-1, or -1: position ignored) -> scalar [1]: LayerNorm,
+// linear to vocab (no bias), mean over the n counted tokens (targets not
+// -1) of the softmax cross-entropy against the targets; 0 when n = 0.
+// Ignored positions get no gradient.
 // Parameters: ln_g, ln_b [hidden]; w [hidden, vocab] (hidden*vocab + 2*hidden).
 //
 // Tensor parallel over cfg.tp (K ranks, vocab-parallel): rank t holds
@@ -25,12 +27,13 @@ struct LmLossState {
   Tensor z;        // LayerNorm output [b, s, hidden]
   Tensor probs;    // softmax over the full vocabulary, local columns [b*s, vocab/K]
   Tensor targets;  // saved input [b, s]
+  int64_t counted = 0;  // tokens whose target is not -1
 };
 
 void lm_loss_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set);
 // Throws std::invalid_argument when the TP size does not divide vocab.
 void lm_loss_init(LmLossState& s, const OpConfig& cfg, ParamSet& params);
-// Throws std::out_of_range for a target outside the vocabulary.
+// Throws std::out_of_range for a target outside the vocabulary (and not -1).
 Tensor lm_loss_forward(LmLossState& s, const Tensor& x, const Tensor& targets);
 // dloss: [1], dL/dloss. Adds parameter gradients; returns dL/dx.
 Tensor lm_loss_backward(LmLossState& s, const Tensor& dloss);

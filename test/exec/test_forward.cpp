@@ -63,6 +63,29 @@ TEST_CASE("lm_loss forward: softmax cross-entropy on a 2-token, 2-word case", "[
   CHECK(loss[0] == Approx(1.1269242031060018).epsilon(1e-6));
 }
 
+TEST_CASE("lm_loss forward: targets -1 are ignored, the mean is over the counted tokens", "[forward]") {
+  // As above, token 0 with target 1: CE = log(e^-r + e^r) - r; token 1 ignored.
+  OpConfig cfg = op_config(OpKind::lm_loss, {{"hidden", 2}, {"vocab", 2}});
+  ParamSet ps = make_params(cfg, "m/0.0", 0);
+  set(ps, "w", {1, 0, 0, 1});
+  Op op = make_op(cfg, ps);
+  const double r = 1.0 / std::sqrt(1.0 + 1e-5);
+  const Tensor x = Tensor::from({1, 2, 2}, {0, 2, 0, 2});
+  const std::vector<Tensor> one{x, Tensor::from({1, 2}, {1, -1})};
+  CHECK(op_forward(op, one)[0] == Approx(std::log(std::exp(-r) + std::exp(r)) - r).epsilon(1e-5));
+  CHECK(op_forward(op, one)[0] == Approx(0.12692920).epsilon(1e-5));
+  // Every token ignored: loss 0 and no gradient anywhere.
+  const std::vector<Tensor> none{x, Tensor::from({1, 2}, {-1, -1})};
+  CHECK(op_forward(op, none)[0] == 0.0f);
+  const std::vector<Tensor> dx = op_backward(op, Tensor::from({1}, {1.0f}));
+  for (int64_t i = 0; i < dx[0].numel(); ++i) CHECK(dx[0][i] == 0.0f);
+  for (const Param& p : ps.params)
+    for (int64_t i = 0; i < p.grad.numel(); ++i) CHECK(p.grad[i] == 0.0f);
+  // -2 is neither an id nor the ignore marker.
+  const std::vector<Tensor> bad{x, Tensor::from({1, 2}, {1, -2})};
+  CHECK_THROWS_AS(op_forward(op, bad), std::out_of_range);
+}
+
 TEST_CASE("contrastive_loss forward: symmetric InfoNCE on a 2x2 case", "[forward]") {
   // a = I, b = [[1,0],[1,1]] -> u = I, w = [[1,0],[s,s]], s = 1/sqrt(2).
   // logits (T = 1) = [[1, s], [0, s]].

@@ -119,3 +119,11 @@ TEST_CASE("lm_loss backward matches finite differences", "[grad]") {
   check_op(op_config(OpKind::lm_loss, {{"hidden", 6}, {"vocab", 5}}),
            {random_tensor({2, 3, 6}, 1), random_ids({2, 3}, 5, 4)}, {true, false});
 }
+
+TEST_CASE("lm_loss backward with ignored targets (-1) matches finite differences", "[grad]") {
+  Tensor targets = random_ids({2, 3}, 5, 4);
+  targets[0] = -1;
+  targets[4] = -1;
+  check_op(op_config(OpKind::lm_loss, {{"hidden", 6}, {"vocab", 5}}), {random_tensor({2, 3, 6}, 1), targets},
+           {true, false});
+}

@@ -149,6 +149,10 @@ std::vector<Case> catalogue() {
                 {random_tensor({5, 1, 8}, 7), random_tensor({5, 1, 8}, 8)}});
   cs.push_back({op_config(OpKind::lm_loss, {{"hidden", 16}, {"vocab", 40}}),
                 {random_tensor({2, 5, 16}, 9), random_ids({2, 5}, 40, 10)}});
+  // Targets -1 (ignored positions, docs/spec/data.md): mean over the others.
+  Tensor ignored = random_ids({2, 5}, 40, 11);
+  for (int64_t i : {0, 3, 4, 7}) ignored[i] = -1;
+  cs.push_back({op_config(OpKind::lm_loss, {{"hidden", 16}, {"vocab", 40}}), {random_tensor({2, 5, 16}, 12), ignored}});
   return cs;
 }
 

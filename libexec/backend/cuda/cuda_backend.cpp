@@ -142,6 +142,7 @@ int as_int(int64_t v, const char* what) {
 struct Saved {
   bool host_io = false;  // forward's inputs were host tensors
   int64_t b = 0, seq = 0, n = 0;
+  int64_t counted = 0;  // lm_loss: tokens whose target is not -1
   Tensor x, ids, targets;                // inputs
   Tensor ln_in;                          // LayerNorm input of pool_project, lm_loss
   Tensor z, lm_probs;                    // pool_project, lm_loss
@@ -757,12 +758,17 @@ class CudaBackend final : public Backend {
     if (flag_set()) throw std::out_of_range("lm_loss: a target outside the vocabulary");
     tp_reduce(st.cfg, red.data(), 2 * n);
     const std::vector<float> redh = download_vec(red.data(), 2 * n);
+    const std::vector<float> th = download_vec(targets.data(), n);
     k::scale_rows_inv(s.lm_probs.data(), red.data(), n, vl);
     double loss = 0;
-    for (int64_t i = 0; i < n; ++i)
+    s.counted = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (th[static_cast<size_t>(i)] == -1.0f) continue;  // ignored position
       loss += std::log(static_cast<double>(redh[static_cast<size_t>(i)])) + mxh[static_cast<size_t>(i)] -
               redh[static_cast<size_t>(n + i)];
-    return Tensor::from({1}, {static_cast<float>(loss / static_cast<double>(n))});
+      ++s.counted;
+    }
+    return Tensor::from({1}, {s.counted > 0 ? static_cast<float>(loss / static_cast<double>(s.counted)) : 0.0f});
   }
 
   Tensor lm_loss_bwd(LmLossState& st, float g_loss, Saved& s) {
@@ -770,7 +776,8 @@ class CudaBackend final : public Backend {
     auto g = grads(*st.params);
     const int64_t n = s.n, vl = s.lm_probs.size(1), h = s.z.shape().back(), first = st.cfg.tp_rank * vl;
     Tensor dl = device_tensor({n, vl}, false);
-    k::lm_dlogits(s.lm_probs.data(), s.targets.data(), dl.data(), n, vl, first, g_loss / static_cast<float>(n));
+    k::lm_dlogits(s.lm_probs.data(), s.targets.data(), dl.data(), n, vl, first,
+                  s.counted > 0 ? g_loss / static_cast<float>(s.counted) : 0.0f);
     Tensor dz = linear_backward(s.z, n, h, p[2], vl, dl.data(), g[2], nullptr, true);
     dl = {};
     tp_reduce(st.cfg, dz.data(), dz.numel());

@@ -400,8 +400,9 @@ __global__ void lm_exp_sums_k(float* logits, const float* mx, const float* targe
   const int lane = threadIdx.x % kWarp;
   float* lr = logits + r * vl;
   const float tv = targets[r];
+  const bool ignored = tv == -1.0f;  // position without a target: no logit picked
   const bool ok = valid_id(tv, vocab);
-  if (!ok && lane == 0) *bad = 1;
+  if (!ok && !ignored && lane == 0) *bad = 1;
   const int64_t t = ok ? static_cast<int64_t>(tv) - first : -1;
   const float target_logit = (t >= 0 && t < vl) ? lr[t] : 0.0f;
   __syncwarp();
@@ -429,8 +430,10 @@ __global__ void scale_rows_inv_k(float* x, const float* sums, int64_t rows, int6
 __global__ void lm_dlogits_k(const float* p, const float* targets, float* dl, int64_t rows, int64_t vl,
                              int64_t first, float scale) {
   ROW_STRIDE(r, rows) {
-    const int64_t t = static_cast<int64_t>(targets[r]) - first;
-    COL_STRIDE(c, vl) dl[r * vl + c] = scale * (p[r * vl + c] - (t == c ? 1.0f : 0.0f));
+    const float tv = targets[r];
+    const int64_t t = static_cast<int64_t>(tv) - first;
+    const float s = tv == -1.0f ? 0.0f : scale;  // ignored positions get no gradient
+    COL_STRIDE(c, vl) dl[r * vl + c] = s * (p[r * vl + c] - (t == c ? 1.0f : 0.0f));
   }
 }
 

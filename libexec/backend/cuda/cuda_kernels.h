@@ -101,12 +101,14 @@ void row_max(const float* x, float* mx, int64_t rows, int64_t cols);
 // lm_loss, vocab-parallel: p = exp(logits - mx[r]) in place over [rows,
 // vl]; red[r] = sum of the row, red[rows + r] = logits[r, t - first] when
 // the target t lies in [first, first + vl), else 0. A target outside
-// [0, vocab) or not an integer sets *bad = 1.
+// [0, vocab) or not an integer sets *bad = 1, except -1 (an ignored
+// position: red[rows + r] = 0).
 void lm_exp_sums(float* logits, const float* mx, const float* targets, float* red, int64_t rows, int64_t vl,
                  int64_t first, int64_t vocab, int* bad);
 // x[r, :] /= sums[r].
 void scale_rows_inv(float* x, const float* sums, int64_t rows, int64_t cols);
-// dl = scale * (p - onehot(t - first)) over local columns.
+// dl = scale * (p - onehot(t - first)) over local columns; 0 on rows whose
+// target is -1 (ignored).
 void lm_dlogits(const float* p, const float* targets, float* dl, int64_t rows, int64_t vl, int64_t first,
                 float scale);
 

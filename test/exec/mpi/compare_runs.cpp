@@ -19,6 +19,10 @@
 //
 //   compare_runs --losses REF.metrics.jsonl GOT.metrics.jsonl
 //
+// Lines with "eval" (spindle-run --eval-data) are compared apart from the
+// training steps: the same evaluations, every task's loss and accuracies
+// within the same tolerance.
+//
 // Only losses, matched by "step": every task loss of every step in GOT must
 // equal REF's loss of that task at that step (same tolerance). GOT may hold
 // fewer steps and fewer tasks (a resumed run; a model with a task removed);
@@ -56,12 +60,18 @@ namespace {
 double kRtol = 1e-5;  // --rtol
 constexpr double kFloor = 0.1;
 
-std::vector<nlohmann::json> read_lines(const std::string& path) {
+// The lines of a --metrics file: training steps (evals == nullptr) or,
+// with `evals`, the training steps and the evaluations apart.
+std::vector<nlohmann::json> read_lines(const std::string& path, std::vector<nlohmann::json>* evals = nullptr) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path);
   std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("eval")) out.push_back(std::move(j));
+    else if (evals) evals->push_back(std::move(j));
+  }
   return out;
 }
 
@@ -222,7 +232,8 @@ int main(int argc, char** argv) {
                            "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n");
       return 2;
     }
-    const auto ref_m = read_lines(args[0]), got_m = read_lines(args[2]);
+    std::vector<nlohmann::json> ref_e, got_e;
+    const auto ref_m = read_lines(args[0], &ref_e), got_m = read_lines(args[2], &got_e);
     const auto ref_p = read_json(args[1]), got_p = read_json(args[3]);
     bool ok = true;
     if (ref_m.size() != got_m.size() || ref_m.empty()) {
@@ -242,6 +253,24 @@ int main(int argc, char** argv) {
                  "step " + std::to_string(s + 1) + " loss " + task);
         ++losses;
       }
+    if (ref_e.size() != got_e.size()) {
+      std::fprintf(stderr, "evaluations differ: reference %zu, got %zu\n", ref_e.size(), got_e.size());
+      ok = false;
+    }
+    size_t evals = 0;
+    for (size_t e = 0; e < std::min(ref_e.size(), got_e.size()); ++e)
+      for (const auto& [task, fields] : ref_e[e]["eval"].items())
+        for (const auto& [key, v] : fields.items()) {
+          const std::string where = "eval " + std::to_string(e) + " " + task + " " + key;
+          if (!got_e[e]["eval"].contains(task) || !got_e[e]["eval"][task].contains(key)) {
+            std::fprintf(stderr, "%s: missing\n", where.c_str());
+            ok = false;
+            continue;
+          }
+          loss.see(got_e[e]["eval"][task][key].get<double>(), v.get<double>(), where);
+          ++evals;
+        }
+    if (evals > 0) std::printf("compared %zu evaluation figures\n", evals);
     if (!compare_params(ref_p, got_p)) ok = false;
     std::printf("compared %zu losses (worst %.3g of tolerance%s%s)\n", losses, loss.excess,
                 loss.what.empty() ? "" : ": ", loss.what.c_str());

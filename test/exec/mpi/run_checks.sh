@@ -16,6 +16,18 @@
 #       has tensor_parallel 2, which no 1-device plan can hold: its reference
 #       is the same model with tensor_parallel 1 (same parameter names, so
 #       the same initial values and data; TP only splits the arithmetic).
+#   data-equiv    the real example (digits-mm on configs/data/digits, with
+#       ignored lm targets): planned for 1, 2, 3 and 4 devices (spindle) and
+#       2 and 4 devices (sequential), 6 steps with --data and an evaluation
+#       every 3 steps; losses, evaluations and final parameters against the
+#       1-device run (compare_runs).
+#   data-resume     digits-mm with --data: 6 steps straight on 4 ranks equal
+#       3 steps on 4 ranks + resume for 3 on 2 ranks (another plan): the data
+#       position carries over; the manifest records it per task. Resuming
+#       onto other data (another S, or synthetic) says so and trains on.
+#   bad-data        every case of docs/spec/data.md "Bad data" (and bad
+#       DATA.yaml files): exit 2, one message naming the file; a bad value
+#       met at step 3 leaves the checkpoints of steps 1 and 2 only.
 #   wrong-world     a 4-device plan on 2 ranks: exit 2 with a message, fast.
 #   other-model     tiny-lm's plan run with tiny-clip's model: rejected (exit 2).
 #   corrupt-plan    a truncated plan file: rejected (exit 2).
@@ -110,6 +122,129 @@ case "$MODE" in
       fi
     done
     exit $status ;;
+  data-equiv)
+    model=$MODELS/digits-mm.yaml data=$SRC/configs/data/digits
+    for v in 1 2 3 4; do plan "$model" "$v" "p$v.json"; done
+    plan "$model" 2 p2seq.json --strategy sequential
+    plan "$model" 4 p4seq.json --strategy sequential
+    status=0
+    for v in 1 2 3 4 2seq 4seq; do
+      np=${v%seq}
+      rm -f "m$v.jsonl" "params$v.json"
+      run "$np" "p$v.json" "$model" --steps 6 --seed 3 --data "$data/train.yaml" --eval-data "$data/val.yaml" \
+          --eval-every 3 --eval-batches 2 --metrics "m$v.jsonl" --dump-params "params$v.json"
+      [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
+      grep '^evaluation' run.log | tail -n 1
+      [ "$(grep -c '^evaluation at iteration' run.log)" -eq 2 ] || die "run $v: expected evaluations after steps 3 and 6"
+      if [ "$v" != 1 ]; then
+        echo "== digits-mm: plan $v against 1 device"
+        "$COMPARE" m1.jsonl params1.json "m$v.jsonl" "params$v.json" || status=1
+      fi
+    done
+    exit $status ;;
+  data-resume)
+    model=$MODELS/digits-mm.yaml data=$SRC/configs/data/digits/train.yaml
+    plan "$model" 4 p4.json
+    plan "$model" 2 p2.json
+    rm -rf ck ./*.jsonl
+    run 4 p4.json "$model" --steps 6 --seed 3 --data "$data" --metrics straight.jsonl --dump-params straight.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
+    run 4 p4.json "$model" --steps 3 --seed 3 --data "$data" --metrics resumed.jsonl --checkpoint ck --every 3
+    [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
+    grep -q '"batch_in_epoch": 3' ck/step-000003/manifest.json && grep -q '"next_batch": 3' ck/step-000003/manifest.json ||
+      die "the manifest does not record the data position"
+    run 2 p2.json "$model" --steps 6 --seed 3 --data "$data" --metrics resumed.jsonl --checkpoint ck --resume \
+        --dump-params resumed.json
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume on 2 ranks: exit $rc"
+    grep -q "resumed from ck/step-000003 (step 3" run.log || die "did not resume from step 3"
+    "$COMPARE" straight.jsonl straight.json resumed.jsonl resumed.json || die "resume on another plan differs"
+    # Resumed onto other data: said in one line per task, and training goes on.
+    run 2 p2.json "$model" --steps 7 --seed 3 --data "$SRC/configs/data/digits/val.yaml" --checkpoint ck --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume onto other data: exit $rc"
+    grep -q "data: task image-text's dataset had 1500 samples, now 297" run.log || die "no line about the changed data"
+    run 2 p2.json "$model" --steps 8 --seed 3 --checkpoint ck --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume onto synthetic data: exit $rc"
+    grep -q "data: task caption was trained on files, continues on synthetic data" run.log ||
+      die "no line about synthetic data"
+    echo "PASS: resume continues with the next unseen samples on another plan" ;;
+  bad-data)
+    model=$MODELS/digits-mm.yaml
+    plan "$model" 2 p2.json
+    # fresh NAME: a copy of the validation set in NAME/ with NAME.yaml (shuffle off).
+    fresh() {
+      rm -rf "$1" && cp -r "$SRC/configs/data/digits/val" "$1"
+      printf 'tasks:\n  image-text: {path: %s, shuffle: false}\n  audio-text: {path: %s, shuffle: false}\n  caption: {path: %s, shuffle: false}\n' \
+        "$1" "$1" "$1" > "$1.yaml"
+    }
+    # header_sub FILE FROM TO: replace header text (same length) in an .npy file.
+    header_sub() { LC_ALL=C sed -i "1s/$2/$3/" "$1"; }
+    # poke FILE INDEX ITEMSIZE HEXBYTES: overwrite element INDEX of the data.
+    poke() {
+      local hdr=$((10 + $(od -An -tu2 -j8 -N2 "$1" | tr -d ' ')))
+      printf "$4" | dd of="$1" bs=1 seek=$((hdr + $2 * $3)) conv=notrunc status=none
+    }
+    check() {  # check WHAT PATTERN DATA.yaml: run 2 steps, expect exit 2 naming it
+      rm -rf ck
+      run 2 p2.json "$model" --steps 2 --data "$3" --checkpoint ck
+      expect_reject "$1" "$2"
+      [ ! -e ck ] || die "$1: a checkpoint directory was written"
+    }
+    fresh d && rm d/txt.npy
+    check "a missing file" "d/txt.npy: cannot open: No such file" d.yaml
+    fresh d && echo "not,an,array" > d/img.npy
+    check "not an npy file" "d/img.npy: not a NumPy .npy file" d.yaml
+    fresh d && header_sub d/img.npy "'fortran_order': False" "'fortran_order': True "
+    check "Fortran order" "d/img.npy: Fortran-order arrays are not supported" d.yaml
+    fresh d && header_sub d/aud.npy "'<f2'" "'>f2'"
+    check "big-endian" "d/aud.npy: big-endian dtype '>f2' is not supported" d.yaml
+    fresh d && header_sub d/img.npy "'|u1'" "'|O' "
+    check "object dtype" "d/img.npy: object dtype" d.yaml
+    fresh d && header_sub d/aud.npy "'<f2'" "'<f8'"
+    check "a dtype not in the table" "d/aud.npy: dtype '<f8' is not supported" d.yaml
+    fresh d && header_sub d/txt.npy "'<i4'" "'<f4'"
+    check "a dtype not for the node" "d/txt.npy: dtype float32 is not allowed for token_embed node txt" d.yaml
+    fresh d && header_sub d/img.npy "(297, 16, 4)" "(297, 16, 2)"
+    check "a shape unlike the model's" "d/img.npy: shape (297, 16, 2) does not match .*expected (S, 16, 4)" d.yaml
+    fresh d && header_sub d/txt.npy "(297, 8)" "(296, 8)"
+    check "files of a task with different S" "d/txt.npy: 296 samples, but .*d/img.npy has 297" d.yaml
+    fresh d && for f in d/*.npy; do header_sub "$f" "(297," "(  7,"; done
+    check "fewer samples than the batch" "d/img.npy: 7 samples, fewer than task image-text's batch 48" d.yaml
+    printf 'tasks:\n  image-text: {pth: d}\n' > bad.yaml
+    check "an unknown key in DATA.yaml" "bad.yaml:2:.*tasks.image-text.pth: unknown key 'pth'" bad.yaml
+    printf 'tasks:\n  image-text: {path: d}\n  audio-text: {path: d}\n' > bad.yaml
+    check "a model task missing" "bad.yaml:.*no entry for task 'caption'" bad.yaml
+    printf 'tasks:\n  image-text: {path: d}\n  audio-text: {path: d}\n  caption: {path: d}\n  speech: {path: d}\n' > bad.yaml
+    check "a task the model lacks" "bad.yaml:5:3: tasks.speech: model digits-mm has no task 'speech'" bad.yaml
+    # Values: found when read, before the step's update; the checkpoints of
+    # the steps before stay, none of the failed step. Step 3 reads samples
+    # 96..143 of the 48-sample tasks (shuffle off), steps 1 and 2 none of them.
+    for case in token nan target; do
+      fresh d
+      case $case in
+        token) poke d/txt.npy $((100 * 8)) 4 '\x63\x00\x00\x00'
+               want="d/txt.npy: sample 100, element 0: token id 99 outside \[0, 32)" ;;
+        nan) poke d/aud.npy $((120 * 512 + 5)) 2 '\x00\x7e'
+             want="d/aud.npy: sample 120, element 5: value nan (features must be finite)" ;;
+        target) poke d/llm.targets.npy $((50 * 24 + 20)) 8 '\x40\x00\x00\x00\x00\x00\x00\x00'
+                want="d/llm.targets.npy: sample 50, element 20: target 64 outside \[0, 32)" ;;
+      esac
+      rm -rf ck
+      run 2 p2.json "$model" --steps 5 --data d.yaml --checkpoint ck --every 1 --metrics bad.jsonl
+      expect_reject "a bad $case value" "$want"
+      [ -d ck/step-000002 ] && [ ! -e ck/step-000003 ] && ! ls -d ck/step-000003.tmp.* 2>/dev/null ||
+        die "a bad $case value: expected the checkpoints of steps 1 and 2 only: $(ls ck)"
+      [ "$(grep -c '^iteration' run.log)" -eq 2 ] || die "a bad $case value: steps after step 2 ran"
+    done
+    # A bad value in the evaluation set stops the run too (exit 2, named).
+    fresh d && poke d/txt.npy 3 4 '\xff\xff\xff\xff'
+    printf 'tasks:\n  image-text: {path: %s/configs/data/digits/train}\n  audio-text: {path: %s/configs/data/digits/train}\n  caption: {path: %s/configs/data/digits/train}\n' \
+      "$SRC" "$SRC" "$SRC" > train.yaml
+    run 2 p2.json "$model" --steps 1 --data train.yaml --eval-data d.yaml
+    expect_reject "a bad evaluation value" "d/txt.npy: sample 0, element 3: token id -1 outside"
+    echo "PASS: every bad-data case exits 2 naming the file" ;;
   wrong-world)
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     start=$SECONDS

@@ -227,7 +227,10 @@ TEST_CASE("every shipped model on a800-2x8: all strategies valid, Spindle fastes
   std::vector<fs::path> paths;
   for (const fs::directory_entry& e : fs::directory_iterator(SPINDLE_SOURCE_DIR "/configs/models")) {
     const std::string name = e.path().filename().string();
-    if (e.path().extension() == ".yaml" && name.rfind("tiny-", 0) != 0) paths.push_back(e.path());
+    // The paper's workloads: not the test models (tiny-*) nor the real
+    // example's small model (digits-mm).
+    if (e.path().extension() == ".yaml" && name.rfind("tiny-", 0) != 0 && name != "digits-mm.yaml")
+      paths.push_back(e.path());
   }
   std::sort(paths.begin(), paths.end());
   REQUIRE(paths.size() >= 5);

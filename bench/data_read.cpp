@@ -1,0 +1,104 @@
+// data_read: what reading training data from files costs, as a share of a
+// CPU training step, on the shipped real example (configs/models/digits-mm
+// on configs/data/digits, docs/spec/data.md).
+//
+//   build/bench/data_read [--steps 40] [--warmup 5]
+//
+// One device (one process, CPU backend, a one-device plan: every operator
+// its own wave): per step, the time to read and check the step's batch from
+// the memory-mapped .npy files (DataSource::prepare: sampling, the shuffle,
+// dtype conversion, value checks) and the time of the training step itself
+// (Executor::step). Prints medians and the share read / (read + step)
+// against the target (< 5%, issue 15). One device reads every row of every
+// task: with N devices each reads about 1/N of the rows and steps take
+// longer per row, so the share on one device is the upper end.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/bench_util.h"
+#include "libexec/backend/backend.h"
+#include "libexec/comm/fake_comm.h"
+#include "libexec/data/dataset.h"
+#include "libexec/exec/executor.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/model/model.h"
+
+using namespace spindle;
+
+namespace {
+
+// Every operator in its own wave on device 0.
+plan::Plan one_device_plan(const plan::Model& model) {
+  const plan::OpGraph g = plan::expand(model);
+  plan::Plan p;
+  p.model_name = model.name;
+  p.model_sha256 = model.sha256;
+  p.devices = 1;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    plan::PlanMetaOp m;
+    m.id = static_cast<int>(i);
+    m.task = model.tasks[static_cast<size_t>(g.ops[i].task)].name;
+    m.workload = g.ops[i].workload;
+    m.operators = {g.ops[i].id};
+    p.metaops.push_back(m);
+    plan::Wave w;
+    w.index = static_cast<int>(i);
+    w.slices.push_back({static_cast<int>(i), 0, 1, {0}, 0.0});
+    p.waves.push_back(w);
+  }
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 40, warmup = 5;
+  CLI::App app{"data_read: data-reading cost as a share of a CPU step on the shipped digits example"};
+  app.add_option("--steps", steps, "measured steps")->capture_default_str();
+  app.add_option("--warmup", warmup, "steps before measuring")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  const std::string root = SPINDLE_SOURCE_DIR;
+  auto model = plan::load_model(root + "/configs/models/digits-mm.yaml");
+  if (!model.ok()) return std::fprintf(stderr, "%s\n", model.error().message.c_str()), 2;
+  auto spec = exec::load_data_spec(root + "/configs/data/digits/train.yaml", *model, false);
+  if (!spec.ok()) return std::fprintf(stderr, "%s\n", spec.error().message.c_str()), 2;
+  auto data = exec::FileSource::open(*spec, *model, 0);
+  if (!data.ok()) return std::fprintf(stderr, "%s\n", data.error().message.c_str()), 2;
+
+  const plan::Plan plan = one_device_plan(*model);
+  exec::SelfComm world;
+  exec::GroupComms groups;
+  groups[{0}] = std::make_unique<exec::SelfComm>();
+  auto backend = exec::make_backend("cpu");
+  exec::Executor ex(*model, plan, world, std::move(groups), *backend, exec::ExecOptions{});
+  ex.set_data(data->get());
+  const std::vector<exec::DataRead> reads = ex.data_reads(false);
+
+  std::vector<double> read_ms, step_ms;
+  for (int s = 0; s < warmup + steps; ++s) {
+    std::string error;
+    const double r = bench::time_ms([&] { error = (*data)->prepare(reads, s); });
+    if (!error.empty()) return std::fprintf(stderr, "%s\n", error.c_str()), 1;
+    const double t = bench::time_ms([&] { ex.step(); });
+    if (s >= warmup) {
+      read_ms.push_back(r);
+      step_ms.push_back(t);
+    }
+  }
+  int64_t rows = 0;
+  for (const exec::DataRead& r : reads) rows += r.rows();
+  const double read = bench::median(read_ms), step = bench::median(step_ms);
+  const double share = read / (read + step);
+  std::printf("data_read: %s, %s\n", bench::utc_date().c_str(), bench::machine_line().c_str());
+  std::printf("model digits-mm on configs/data/digits/train, one CPU device, %zu reads (%lld node rows) per step, "
+              "median of %d steps\n",
+              reads.size(), static_cast<long long>(rows), steps);
+  std::printf("read and check a step's batch  %8.3f ms\n", read);
+  std::printf("training step                  %8.3f ms\n", step);
+  std::printf("data-reading share of a step   %8.3f %%  target 5%% -> ratio %.3f\n", 100 * share, share / 0.05);
+  return 0;
+}
