@@ -4,10 +4,12 @@ namespace spindle::plan {
 
 Error make_error(const Where& where, const std::string& what) {
   std::string m = where.file.empty() ? std::string("<input>") : where.file;
-  if (where.line > 0) m += ":" + std::to_string(where.line) + ":" + std::to_string(where.column);
-  m += ": ";
-  if (!where.key.empty()) m += where.key + ": ";
-  m += what;
+  // append() rather than operator+ chains: GCC 12 at -O3 warns falsely
+  // (-Wrestrict) on `":" + std::to_string(...)`.
+  if (where.line > 0) m.append(":").append(std::to_string(where.line)).append(":").append(std::to_string(where.column));
+  m.append(": ");
+  if (!where.key.empty()) m.append(where.key).append(": ");
+  m.append(what);
   return Error{m};
 }
 
