@@ -19,6 +19,19 @@ double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector
 
 // ---- ProfileCostModel ----
 
+namespace {
+
+// Whether more than one device count n <= devices is valid for a module with
+// tensor_parallel `tp` and a task batch `batch` (n a multiple of tp, n / tp
+// dividing the batch): the counts tp and 2 tp, 3 tp, ... up to the devices.
+bool more_than_one_count(int devices, int tp, int64_t batch) {
+  int valid = 0;
+  for (int64_t q = 1; q * tp <= devices && valid < 2; ++q) valid += batch % q == 0;
+  return valid > 1;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile& profile,
                                                                     const Cluster& cluster,
                                                                     const OpGraph& graph) {
@@ -39,6 +52,12 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
                    "); regenerate the profile for this model with spindle-profile"};
     }
     const ProfileEntry& e = profile.entries[it->second];
+    if (e.points.size() < 2 && more_than_one_count(cluster.devices(), op.tensor_parallel, op.workload.batch)) {
+      return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key + "): one point (" +
+                   std::to_string(e.points.front().devices) + " devices), but several device counts are valid on " +
+                   std::to_string(cluster.devices()) + " devices: a profile gives at least two points wherever "
+                   "more than one count is valid (spec/profile.md)"};
+    }
     auto curve = ScalingCurve::fit(e.points);
     if (!curve.ok()) {
       return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key +

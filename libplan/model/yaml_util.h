@@ -9,13 +9,16 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "libplan/model/model.h"
 #include "libplan/util/files.h"
+#include "libplan/util/limits.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan::yamlu {
@@ -110,8 +113,17 @@ struct Reader {
     return Status::Ok();
   }
 
+  // A scalar without control characters (a NUL or newline in a name or an
+  // op would end up in ids, file names and messages).
   Status get_string(const std::string& path, const YAML::Node& node, std::string& out) const {
     if (!node.IsScalar()) return error(path, node, "expected a string, found " + describe(node));
+    for (const char c : node.Scalar()) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return error(path, node,
+                     "expected a string without control characters, found byte " +
+                         std::to_string(static_cast<unsigned char>(c)));
+      }
+    }
     out = node.Scalar();
     return Status::Ok();
   }
@@ -158,6 +170,71 @@ struct Reader {
   }
 };
 
+// The reader policy for YAML inputs (docs/hardening.md, "Limits"): events
+// only, no tree is built; the handler stops the parse at the first sequence
+// or map nested deeper than limits::kMaxNestingDepth, so yaml-cpp's own
+// recursion never goes deeper than that.
+class ShapeCheck : public YAML::EventHandler {
+ public:
+  struct TooDeep {
+    YAML::Mark mark;
+  };
+  void OnDocumentStart(const YAML::Mark& m) override { last_document = m; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    enter(m);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    enter(m);
+  }
+  void OnMapEnd() override { --depth_; }
+
+  YAML::Mark last_document;  // where the latest document started
+
+ private:
+  void enter(const YAML::Mark& m) {
+    if (++depth_ > limits::kMaxNestingDepth) throw TooDeep{m};
+  }
+  int depth_ = 0;
+};
+
+// Size, nesting depth and number of documents of `text` (one document,
+// limits::kMaxYamlBytes, limits::kMaxNestingDepth), before any tree is built.
+inline Status check_yaml_shape(const std::string& text, const std::string& path) {
+  if (static_cast<int64_t>(text.size()) > limits::kMaxYamlBytes) {
+    return Error{path + ": " + std::to_string(text.size()) + " bytes, more than the " +
+                 std::to_string(limits::kMaxYamlBytes >> 20) + " MiB a YAML input may have"};
+  }
+  if (text.find('\0') != std::string::npos) {
+    return make_error(Where{path, "", 0, 0},
+                      "a NUL byte at byte " + std::to_string(text.find('\0')) + " (YAML text has none)");
+  }
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  ShapeCheck shape;
+  int documents = 0;
+  try {
+    while (parser.HandleNextDocument(shape)) {
+      if (++documents > 1) break;
+    }
+  } catch (const ShapeCheck::TooDeep& e) {
+    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
+                      "nested more than " + std::to_string(limits::kMaxNestingDepth) +
+                          " sequences or maps deep");
+  } catch (const YAML::Exception& e) {
+    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1}, "malformed YAML: " + e.msg);
+  }
+  if (documents > 1) {
+    return make_error(Where{path, "", shape.last_document.line + 1, shape.last_document.column + 1},
+                      "more than one YAML document ('---' starts a second one); a file holds exactly one");
+  }
+  return Status::Ok();
+}
+
 // Parses `text` as one YAML document and returns parse(reader, root), with
 // `path` and the SHA-256 of `text` recorded in the result. Every yaml-cpp
 // exception becomes an error naming the file, line and column; `what` names
@@ -165,6 +242,7 @@ struct Reader {
 template <class T, class Parse>
 Result<T> parse_yaml_document(const std::string& text, const std::string& path, const char* what, Parse parse) {
   const Reader r{path};
+  SPINDLE_TRY(check_yaml_shape(text, path));
   try {
     YAML::Node root;
     try {

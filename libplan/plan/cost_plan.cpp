@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "libplan/model/ops.h"
+#include "libplan/util/limits.h"
 
 namespace spindle::plan {
 
@@ -255,7 +256,7 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
   plan.param_groups.resize(groups);
   for (int d = 0; d < plan.devices; ++d) {
     pred.sync_ms = std::max(pred.sync_ms, sync_ms[d]);
-    pred.memory_bytes[d] = static_cast<int64_t>(state_bytes[d] + act_bytes[d]);
+    pred.memory_bytes[d] = limits::bytes_to_int64(state_bytes[d] + act_bytes[d]);  // saturates, never wraps
   }
   pred.iteration_ms = pred.compute_ms + pred.transfer_ms + pred.sync_ms;
 }
