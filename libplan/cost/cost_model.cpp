@@ -24,10 +24,18 @@ namespace {
 // Whether more than one device count n <= devices is valid for a module with
 // tensor_parallel `tp` and a task batch `batch` (n a multiple of tp, n / tp
 // dividing the batch): the counts tp and 2 tp, 3 tp, ... up to the devices.
+// That is, batch's smallest factor above 1 (found by trial division up to
+// sqrt(batch), at most 31623 steps for batch <= 10^9) fits in devices / tp.
 bool more_than_one_count(int devices, int tp, int64_t batch) {
-  int valid = 0;
-  for (int64_t q = 1; q * tp <= devices && valid < 2; ++q) valid += batch % q == 0;
-  return valid > 1;
+  const int64_t most = devices / std::max(tp, 1);
+  if (most < 2 || batch < 2) return false;
+  int64_t smallest = batch;
+  for (int64_t q = 2; q * q <= batch; ++q)
+    if (batch % q == 0) {
+      smallest = q;
+      break;
+    }
+  return smallest <= most;
 }
 
 }  // namespace

@@ -31,6 +31,10 @@ inline constexpr int64_t kMaxSize = 1000000000;    // an integer dimension, seq,
 inline constexpr double kMinTemperature = 1e-4;    // contrastive_loss temperature
 inline constexpr double kMaxTemperature = 1e4;
 
+// Planning: MetaOps x devices of one plan (the scheduler keeps a time per
+// MetaOp and device count: 2^26 cells, 512 MiB).
+inline constexpr int64_t kMaxMetaOpDevices = int64_t{1} << 26;
+
 // Clusters, profiles and plans.
 inline constexpr int64_t kMaxDevices = 1000000;                 // devices of a cluster or plan
 inline constexpr double kMaxMs = 1e9;                          // one profiled operator time (11.6 days)

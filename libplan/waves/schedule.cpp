@@ -119,14 +119,24 @@ class PoolScheduler {
                  std::vector<double>* waves_ms);
 
  private:
-  // order_ = ready_ by remaining work, most first (ties: the lower id),
-  // sorted on contiguous (work, id) keys.
-  void sort_by_work() {
+  // ready_ by remaining work, most first (ties: the lower id), produced on
+  // demand from a heap: a wave whose devices fill after k MetaOps costs
+  // O(ready + k log ready) rather than a sort of every ready MetaOp (with
+  // few devices and many tasks, most are never reached).
+  void start_by_work() {
     keyed_.clear();
     for (int m : ready_) keyed_.emplace_back(-work_[static_cast<size_t>(m)], m);
-    std::sort(keyed_.begin(), keyed_.end());
+    std::make_heap(keyed_.begin(), keyed_.end(), std::greater<>());
     order_.clear();
-    for (const auto& [w, m] : keyed_) order_.push_back(m);
+  }
+  // The i-th ready MetaOp in that order; -1 past the last.
+  int by_work(size_t i) {
+    while (order_.size() <= i && !keyed_.empty()) {
+      std::pop_heap(keyed_.begin(), keyed_.end(), std::greater<>());
+      order_.push_back(keyed_.back().second);
+      keyed_.pop_back();
+    }
+    return i < order_.size() ? order_[i] : -1;
   }
 
   double op_ms(const Pick& pk) const {
@@ -139,7 +149,7 @@ class PoolScheduler {
   std::vector<int> pick_of_;   // scratch: index into the draft's picks, -1 when none
   std::vector<double> work_;   // scratch: remaining work per ready MetaOp, ms
   std::vector<int> ready_, order_;
-  std::vector<std::pair<double, int>> keyed_;   // scratch of sort_by_work
+  std::vector<std::pair<double, int>> keyed_;   // heap of start_by_work / by_work
   // Scratch: per pick, its operator count at the current candidate length
   // (0 before the first), the length from which it may grow (+infinity once
   // it runs all its remaining operators) and its busy device-ms.
@@ -201,10 +211,12 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
     // remaining work first), so none is starved by a few wide tuples...
     // ready_ is ascending, so ties on work go to the lower id: the order a
     // stable sort by work gives, without its temporary buffer.
-    sort_by_work();
+    start_by_work();
     const double defer_below_ms =
-        order_.empty() ? 0 : options_.defer_fraction * work_[static_cast<size_t>(order_.front())];
-    for (int m : order_) {
+        by_work(0) < 0 ? 0 : options_.defer_fraction * work_[static_cast<size_t>(by_work(0))];
+    for (size_t i = 0; free > 0; ++i) {   // once no device is free, no tuple fits
+      const int m = by_work(i);
+      if (m < 0) break;
       if (work_[static_cast<size_t>(m)] < defer_below_ms) break;   // has slack: runs later
       const ItemState& st = state[static_cast<size_t>(m)];
       int best = 0;
@@ -258,9 +270,10 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   // a MetaOp that cannot use the idle devices now cannot later either (its
   // largest fitting count only shrinks, its one-operator time only grows),
   // and one that grew took the largest count it could.
-  if (options_.paper_rules) sort_by_work();
-  for (int m : order_) {
-    if (free <= 0) break;
+  if (options_.paper_rules) start_by_work();
+  for (size_t i = 0; free > 0; ++i) {
+    const int m = by_work(i);
+    if (m < 0) break;
     int best = -1, best_devices = 0;
     {
       const ScheduleItem& it = items_[static_cast<size_t>(m)];
