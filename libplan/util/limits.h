@@ -34,6 +34,9 @@ inline constexpr double kMaxTemperature = 1e4;
 // Planning: MetaOps x devices of one plan (the scheduler keeps a time per
 // MetaOp and device count: 2^26 cells, 512 MiB).
 inline constexpr int64_t kMaxMetaOpDevices = int64_t{1} << 26;
+// Planning: MetaOps x operators / devices (MetaOps times a lower bound on the
+// waves: the scheduler's work), about 10 s of planning at the limit.
+inline constexpr int64_t kMaxScheduleWork = 50000000;
 
 // Clusters, profiles and plans.
 inline constexpr int64_t kMaxDevices = 1000000;                 // devices of a cluster or plan

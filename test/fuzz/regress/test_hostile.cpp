@@ -461,3 +461,30 @@ TEST_CASE("a checkpoint folder that is a file, or under a file, is refused", "[h
   CHECK(sp::check_output_dir("--checkpoint", s.path("new/deeper")).ok());
   CHECK(sp::check_output_dir("--checkpoint", s.dir.string()).ok());
 }
+
+// ---- 6. Planning work: bounded before scheduling ----
+
+TEST_CASE("many tasks on one device are refused before scheduling, not planned for minutes", "[hostile]") {
+  std::string text = R"(name: many
+modules:
+  t: [{op: token_embed, vocab: 16, hidden: 8}]
+  lm: [{op: transformer_layer, hidden: 8, heads: 1, ffn: 16}, {op: lm_loss, hidden: 8, vocab: 16}]
+tasks:
+)";
+  for (int i = 0; i < 3000; ++i)
+    text += "  - {name: t" + std::to_string(i) + ", batch: 4, nodes: [{id: x, module: t, seq: " +
+            std::to_string(4 + i % 7) + "}, {id: l, module: lm, inputs: [x]}]}\n";
+  auto model = sp::parse_model_string(text, "many.yaml");
+  REQUIRE(model.ok());
+  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x1.yaml");
+  REQUIRE(cluster.ok());
+  const sp::OpGraph graph = sp::expand(*model);
+  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
+  REQUIRE(profile.ok());
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  REQUIRE(cost.ok());
+  const std::string e =
+      error_of(sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle}));
+  CHECK(e.find("many.yaml: 9000 MetaOps and 9000 operators on 1 devices") == 0);
+  CHECK(e.find("more than the planner's limit 50000000") != std::string::npos);
+}
