@@ -122,6 +122,9 @@ std::string join(const std::vector<std::string>& names) {
 Status check_name(const Reader& r, const std::string& path, const YAML::Node& node,
                   const std::string& name, const char* what) {
   if (name.empty()) return r.error(path, node, std::string("expected a non-empty ") + what);
+  if (yamlu::invalid_utf8_at(name) != std::string::npos) {
+    return r.error(path, node, std::string("expected a ") + what + " of valid UTF-8");
+  }
   for (const char c : name) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       return r.error(path, node,

@@ -54,6 +54,39 @@ inline std::string describe(const YAML::Node& node) {
   return (node.Tag() == "!" ? "the quoted string '" : "'") + s + "'";
 }
 
+// Offset of the first byte of `text` that is not valid UTF-8 (overlong
+// forms, surrogates and code points above U+10FFFF included); npos if none.
+inline std::size_t invalid_utf8_at(const std::string& text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    std::size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((b[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (b[i + k] & 0x3F);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 struct Entry {
   YAML::Node key;
   YAML::Node value;
@@ -117,6 +150,9 @@ struct Reader {
   // op would end up in ids, file names and messages).
   Status get_string(const std::string& path, const YAML::Node& node, std::string& out) const {
     if (!node.IsScalar()) return error(path, node, "expected a string, found " + describe(node));
+    if (invalid_utf8_at(node.Scalar()) != std::string::npos) {
+      return error(path, node, "expected a string of valid UTF-8 (an escape gave a lone surrogate?)");
+    }
     for (const char c : node.Scalar()) {
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
         return error(path, node,
@@ -202,8 +238,9 @@ class ShapeCheck : public YAML::EventHandler {
   int depth_ = 0;
 };
 
-// Size, nesting depth and number of documents of `text` (one document,
-// limits::kMaxYamlBytes, limits::kMaxNestingDepth), before any tree is built.
+// Size, encoding, nesting depth and number of documents of `text` (one
+// document of UTF-8, limits::kMaxYamlBytes, limits::kMaxNestingDepth), before
+// any tree is built.
 inline Status check_yaml_shape(const std::string& text, const std::string& path) {
   if (static_cast<int64_t>(text.size()) > limits::kMaxYamlBytes) {
     return Error{path + ": " + std::to_string(text.size()) + " bytes, more than the " +
@@ -212,6 +249,10 @@ inline Status check_yaml_shape(const std::string& text, const std::string& path)
   if (text.find('\0') != std::string::npos) {
     return make_error(Where{path, "", 0, 0},
                       "a NUL byte at byte " + std::to_string(text.find('\0')) + " (YAML text has none)");
+  }
+  // Names end up in JSON files, which hold UTF-8 only (YAML is Unicode too).
+  if (const std::size_t bad = invalid_utf8_at(text); bad != std::string::npos) {
+    return make_error(Where{path, "", 0, 0}, "not valid UTF-8 at byte " + std::to_string(bad));
   }
   std::istringstream in(text);
   YAML::Parser parser(in);

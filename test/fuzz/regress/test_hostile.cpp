@@ -488,3 +488,38 @@ tasks:
   CHECK(e.find("many.yaml: 9000 MetaOps and 9000 operators on 1 devices") == 0);
   CHECK(e.find("more than the planner's limit 50000000") != std::string::npos);
 }
+
+// ---- Second pass: encodings and aliases ----
+
+TEST_CASE("invalid UTF-8 in a model is refused, never written into a plan", "[hostile]") {
+  std::string text = replace_once(kTinyModel, "REPEAT", "1");
+  text = replace_once(text, "name: m\n", "name: m\xff\xfe\n");
+  CHECK(error_of(sp::parse_model_string(text, "u.yaml")).find("u.yaml: not valid UTF-8 at byte 7") == 0);
+  // Overlong and surrogate forms too.
+  CHECK_FALSE(sp::parse_model_string(replace_once(kTinyModel, "name: m\n", "name: m\xc0\xaf\n"), "u.yaml").ok());
+  CHECK_FALSE(sp::parse_model_string(replace_once(kTinyModel, "name: m\n", "name: m\xed\xa0\x80\n"), "u.yaml").ok());
+  // A lone surrogate by escape.
+  const std::string e = error_of(sp::parse_model_string(
+      replace_once(replace_once(kTinyModel, "REPEAT", "1"), "name: m\n", "name: \"m\\ud800\"\n"), "u.yaml"));
+  CHECK(e.find("u.yaml:1:") == 0);
+  // Valid multi-byte names are fine.
+  CHECK(sp::parse_model_string(replace_once(replace_once(kTinyModel, "REPEAT", "1"), "name: m\n", "name: m\xc3\xa9\n"),
+                               "u.yaml")
+            .ok());
+}
+
+TEST_CASE("an alias bomb under an extension key stays cheap", "[hostile]") {
+  std::string bomb = "x:\n  a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i < 30; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "  a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + prev;
+    for (int k = 1; k < 10; ++k) bomb += ", " + prev;
+    bomb += "]\n";
+  }
+  const std::string text = replace_once(replace_once(kTinyModel, "REPEAT", "1"), "modules:\n", bomb + "modules:\n");
+  CHECK(sp::parse_model_string(text, "bomb.yaml").ok());
+  // The same aliases as tasks: each alias is one task, and a repeated task is a duplicate.
+  const std::string tasks = replace_once(replace_once(kTinyModel, "REPEAT", "1"), "  - {name: a,", "  - &t {name: a,") +
+                            "  - *t\n  - *t\n";
+  CHECK(error_of(sp::parse_model_string(tasks, "t.yaml")).find("duplicate task name 'a'") != std::string::npos);
+}
