@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "libplan/io/json_reader.h"
 #include "libplan/util/files.h"
 
 namespace spindle::exec {
@@ -249,6 +250,7 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   Checkpoint ck;
   ck.path = step_dir;
   nlohmann::json files;
+  SPINDLE_TRY(plan::check_json_shape(text, manifest_path));   // bounded depth: the messages dump values
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     if (j.value("format", "") != "spindle-checkpoint")

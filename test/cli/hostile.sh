@@ -143,6 +143,11 @@ run-owner)
     echo "FAIL: --overwrite left $(ls ck)"; failures=$((failures + 1))
   fi
   grep -q "removed the checkpoints of another run" out.txt || { echo "FAIL: --overwrite did not say so"; failures=$((failures + 1)); }
+  # A manifest nested 100000 arrays deep: refused by name, no crash.
+  python3 -c "import sys; open(sys.argv[1], 'w').write('{\"version\": ' + '[' * 100000 + ']' * 100000 + '}')" \
+    ck/step-000001/manifest.json
+  expect 2 "manifest.json: nested more than 64" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 3 --checkpoint ck --seed 7 --resume
   ;;
 *) echo "unknown mode $mode"; exit 1 ;;
 esac
