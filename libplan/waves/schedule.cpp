@@ -15,9 +15,9 @@ namespace {
 constexpr double kAlignSlack = 0.01;
 
 // Lookahead budget: lengths tried per wave x MetaOps of the pool, at most
-// this (so up to 1024 MetaOps a pool keeps a lookahead of 8; the shipped
+// this (so up to 2048 MetaOps a pool keeps a lookahead of 8; the shipped
 // workloads have at most a few dozen per level).
-constexpr int kLookaheadBudget = 8192;
+constexpr int kLookaheadBudget = 16384;
 
 // Mutable per-MetaOp state while scheduling.
 struct ItemState {

@@ -38,7 +38,7 @@ struct ScheduleOptions {
   // best-filling lengths, each followed by a greedy rollout of the rest of
   // the level (or pool), and keeps the one that finishes first. Costs about
   // lookahead x waves more drafting; 1 or 0 is purely greedy. Bounded by a
-  // step budget: at most 8192 / (MetaOps in the pool) lengths are tried, so
+  // step budget: at most 16384 / (MetaOps in the pool) lengths are tried, so
   // large pools (hundreds of tasks) are scheduled near-linearly.
   int lookahead = 0;
   // Without paper_rules: a ready MetaOp whose remaining work (ms on its
