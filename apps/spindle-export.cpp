@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "libexec/exec/export.h"
+#include "libplan/util/files.h"
 
 namespace {
 constexpr int kExitInvalid = 2;
@@ -30,6 +31,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
+  }
+  // The output policy of every app (docs/hardening.md, "Outputs"): checked
+  // before anything is read.
+  if (const auto st = spindle::plan::check_output_paths({{"-o", out_path}}, {checkpoint}); !st.ok()) {
+    std::fprintf(stderr, "spindle-export: error: %s\n", st.error().message.c_str());
+    return kExitInvalid;
   }
   bool write_failed = false;
   const auto summary = spindle::exec::export_checkpoint(checkpoint, out_path, &write_failed);

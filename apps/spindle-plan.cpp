@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,9 +95,7 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
 int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
   auto lowered = sp::lower(plan, model, graph);
   if (!lowered) return fail(kExitInvalid, lowered.error().message);
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    return fail(kExitInvalid, dir + ": --lower: exists and is not a directory");
+  std::error_code ec;  // the folder passed check_output_dir before anything was read
   fs::create_directories(dir, ec);
   if (ec) return fail(kExitFailure, dir + ": --lower: cannot create the directory: " + ec.message());
   for (int d = 0; d < plan.devices; ++d) {
@@ -115,7 +114,7 @@ int main(int argc, char** argv) {
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
   std::string placement_name = "islands";
   std::string trace_path, check_path, plot_path, lower_dir;
-  bool compare = false;
+  bool compare = false, accept_profile_mismatch = false;
   app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
   app.add_option("--model", model_path, "the model, as an option (same as the positional)")->check(CLI::ExistingFile);
   app.add_option("--cluster", cluster_path, "cluster description (YAML); default configs/clusters/a800-1x8.yaml")
@@ -133,8 +132,12 @@ int main(int argc, char** argv) {
   app.add_option("--plot", plot_path,
                  "write simulated cluster utilisation over one iteration as SVG: every strategy with --compare, else the "
                  "one planned");
-  app.add_option("--check", check_path, "check an existing plan against the model instead of planning")
+  app.add_option("--check", check_path,
+                 "check an existing plan against the model (and the cluster, when --cluster is given) instead of "
+                 "planning")
       ->check(CLI::ExistingFile);
+  app.add_flag("--accept-profile-mismatch", accept_profile_mismatch,
+               "plan with a profile made for another device or cluster (a warning instead of an error)");
   app.add_option("--lower", lower_dir,
                  "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json");
   try {
@@ -145,6 +148,18 @@ int main(int argc, char** argv) {
   }
   if (model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
 
+  const bool cluster_given = !cluster_path.empty();
+  if (cluster_path.empty()) cluster_path = default_cluster_path(argv[0]);
+  // Outputs are checked before anything is read or written (files.h policy).
+  if (check_path.empty()) {
+    sp::Status st = sp::check_output_paths({{"-o", out_path}, {"--trace", trace_path}, {"--plot", plot_path}},
+                                           {model_path, cluster_path, profile_path});
+    if (!st) return fail(kExitInvalid, st.error().message);
+  }
+  if (!lower_dir.empty()) {
+    if (sp::Status st = sp::check_output_dir("--lower", lower_dir); !st) return fail(kExitInvalid, st.error().message);
+  }
+
   auto model = sp::load_model(model_path);
   if (!model) return fail(kExitInvalid, model.error().message);
   const sp::OpGraph graph = sp::expand(*model);
@@ -152,6 +167,12 @@ int main(int argc, char** argv) {
   if (!check_path.empty()) {
     auto plan = sp::load_plan(check_path);
     if (!plan) return fail(kExitInvalid, plan.error().message);
+    std::optional<sp::Cluster> against;
+    if (cluster_given) {
+      auto cluster = sp::load_cluster(cluster_path);
+      if (!cluster) return fail(kExitInvalid, cluster.error().message);
+      against = std::move(*cluster);
+    }
     if (!profile_path.empty()) {
       auto bytes = sp::read_file(profile_path);
       if (!bytes) return fail(kExitInvalid, bytes.error().message);
@@ -159,14 +180,14 @@ int main(int argc, char** argv) {
         return fail(kExitInvalid, check_path + ": profile.sha256: the plan was made from another profile than " +
                                       profile_path);
     }
-    sp::Status st = sp::check_plan_status(*plan, *model, graph, check_path);
+    sp::Status st = sp::check_plan_status(*plan, *model, graph, check_path, against ? &*against : nullptr);
     if (!st) return fail(kExitInvalid, st.error().message);
-    std::printf("%s: valid %s plan for %s on %d devices (%zu waves)\n", check_path.c_str(), plan->strategy.c_str(),
-                plan->model_name.c_str(), plan->devices, plan->waves.size());
+    std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", check_path.c_str(),
+                plan->strategy.c_str(), plan->model_name.c_str(), plan->devices, plan->waves.size(),
+                against ? (", cluster " + cluster_path).c_str() : "");
     return lower_dir.empty() ? 0 : write_programs(lower_dir, *plan, *model, graph);
   }
 
-  if (cluster_path.empty()) cluster_path = default_cluster_path(argv[0]);
   auto cluster = sp::load_cluster(cluster_path);
   if (!cluster) return fail(kExitInvalid, cluster.error().message);
   if (sp::Status st = sp::check_model_fits_cluster(*model, *cluster); !st) return fail(kExitInvalid, st.error().message);
@@ -179,6 +200,14 @@ int main(int argc, char** argv) {
   } else {
     auto loaded = sp::load_profile(profile_path);
     if (!loaded) return fail(kExitInvalid, loaded.error().message);
+    const std::vector<std::string> mismatches = sp::profile_mismatches(*loaded, *cluster);
+    if (!mismatches.empty()) {
+      std::string msg = profile_path + ": made for another device or cluster than " + cluster_path + ":";
+      for (const std::string& m : mismatches) msg += "\n  " + m;
+      if (!accept_profile_mismatch)
+        return fail(kExitInvalid, msg + "\n  (regenerate it with spindle-profile, or pass --accept-profile-mismatch)");
+      std::fprintf(stderr, "spindle-plan: warning: %s\n  (accepted: --accept-profile-mismatch)\n", msg.c_str());
+    }
     profile = std::move(*loaded);
   }
   auto cost = sp::ProfileCostModel::create(profile, *cluster, graph);

@@ -180,13 +180,8 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
   if (!model.ok()) return invalid(model.error().message);
   auto cluster = sp::load_cluster(cluster_path);
   if (!cluster.ok()) return invalid(cluster.error().message);
-  {
-    namespace fs = std::filesystem;
-    const fs::path dir = fs::path(out_path).parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !fs::is_directory(dir, ec))
-      return invalid("-o " + out_path + ": folder " + dir.string() + " does not exist");
-  }
+  if (sp::Status st = sp::check_output_paths({{"-o", out_path}}, {model_path, cluster_path}); !st.ok())
+    return invalid(st.error().message);
   const sp::OpGraph graph = sp::expand(*model);
   // The skeleton (keys, sizes, valid counts) comes from the analytic profile;
   // its times are replaced. Device figures only matter to those times.
@@ -285,6 +280,10 @@ int main(int argc, char** argv) {
 #endif
   }
 
+  if (sp::Status st = sp::check_output_paths({{"-o", out_path}}, {model_path, cluster_path}); !st.ok()) {
+    std::fprintf(stderr, "spindle-profile: error: %s\n", st.error().message.c_str());
+    return kExitInvalid;
+  }
   auto model = sp::load_model(model_path);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.error().message.c_str());

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -79,6 +80,7 @@ struct Args {
   int every = 100;             // checkpoint every K steps (and at the end)
   int keep = 3;                // complete checkpoints kept
   bool resume = false;
+  bool overwrite = false;      // a fresh run may delete DIR's checkpoints of another run
   int steps = 10;
   uint64_t seed = 0;
   float lr = 3e-3f;
@@ -329,6 +331,39 @@ bool cuda_backend_usable(std::string* error) {
   return false;
 }
 
+// Numeric flags (docs/hardening.md, "Limits"): "" or what is wrong.
+std::string check_numbers(const Args& args) {
+  if (!(std::isfinite(args.lr) && args.lr > 0 && args.lr <= 1))
+    return "--lr " + std::to_string(args.lr) + ": expected a learning rate above 0 and at most 1";
+  if (args.steps < 1) return "--steps must be at least 1";
+  if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
+  return "";
+}
+
+// Every path the run will write, checked before the first step (files.h
+// policy): the outputs, and the checkpoint folder, which belongs to one
+// run: a fresh run (no --resume) refuses a folder holding checkpoints unless
+// --overwrite. "" or what is wrong.
+std::string check_paths(const Args& args) {
+  sp::Status st = sp::check_output_paths(
+      {{"--metrics", args.metrics_path},
+       {"--trace", args.trace_path},
+       {"--dump-params", args.dump_path},
+       {"--dump-grads", args.grads_path}},
+      {args.plan_path, args.model_path, args.data_path, args.eval_path});
+  if (!st.ok()) return st.error().message;
+  if (args.checkpoint_dir.empty()) return "";
+  st = sp::check_output_dir("--checkpoint", args.checkpoint_dir);
+  if (!st.ok()) return st.error().message;
+  const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
+  if (!args.resume && !args.overwrite && !found.empty())
+    return "--checkpoint " + args.checkpoint_dir + ": holds checkpoints of another run (" +
+           se::checkpoint_name(found.front()) + (found.size() > 1 ? " .. " + se::checkpoint_name(found.back()) : "") +
+           "); pass --resume to continue that run, --overwrite to delete them and start afresh, or name an "
+           "empty folder";
+  return "";
+}
+
 int run(const Args& args, int rank, int size) {
   // 1. Inputs: load and check on every rank; all ranks agree before going on.
   // Launcher variables first: a wrong launch (e.g. srun starting singleton
@@ -340,10 +375,9 @@ int run(const Args& args, int rank, int size) {
   } else if (args.backend == "cuda" && !cuda_backend_usable(&error)) {
   } else if (args.backend != "cuda" && !se::make_backend(args.backend)) {
     error = "--backend " + args.backend + ": unknown backend (built: cpu)";
-  } else if (args.steps < 1) {
-    error = "--steps must be at least 1";
-  } else if (args.every < 1 || args.keep < 1) {
-    error = "--every and --keep must be at least 1";
+  } else if (error = check_numbers(args); !error.empty()) {
+  } else {
+    error = check_paths(args);
   }
   sp::Result<sp::Model> model = sp::Error{"not loaded"};
   sp::Result<sp::Plan> plan = sp::Error{"not loaded"};
@@ -516,6 +550,15 @@ int run(const Args& args, int rank, int size) {
     metrics.open(args.metrics_path, std::ios::app);
     if (!metrics) throw std::runtime_error("cannot open --metrics file " + args.metrics_path);
   }
+  // --overwrite: this run owns the folder from now on.
+  if (rank == 0 && !args.resume && args.overwrite && !args.checkpoint_dir.empty() &&
+      !se::list_checkpoints(args.checkpoint_dir).empty()) {
+    const sp::Status st = se::remove_checkpoints(args.checkpoint_dir);
+    if (!st.ok()) throw std::runtime_error(st.error().message);
+    std::printf("spindle-run: --overwrite: removed the checkpoints of another run from %s\n",
+                args.checkpoint_dir.c_str());
+  }
+
   // Evaluation after step `step`: forward passes over the evaluation set,
   // per task the mean loss and retrieval accuracy over its batches. False
   // when a bad value stopped every rank (the error printed).
@@ -590,7 +633,7 @@ int run(const Args& args, int rank, int size) {
       std::printf("%s\n", log_line(*model, st, args.steps, samples_per_step).c_str());
       std::fflush(stdout);
     }
-    if (rank == 0 && metrics) {
+    if (rank == 0 && metrics.is_open()) {
       nlohmann::json j = {{"step", st.step},
                           {"step_ms", st.step_ms},
                           {"samples_per_s", static_cast<double>(samples_per_step) * 1000.0 / st.step_ms}};
@@ -602,6 +645,7 @@ int run(const Args& args, int rank, int size) {
       j["total_loss"] = total;
       j["ranks"] = counters_json(per_rank, size);
       metrics << j.dump() << "\n" << std::flush;
+      if (!metrics) throw std::runtime_error(args.metrics_path + ": write failed (--metrics; disk full?)");
     }
     if (!args.grads_path.empty() && s == first_step) {
       const auto grads = executor.gather_grads();
@@ -613,6 +657,11 @@ int run(const Args& args, int rank, int size) {
     }
     if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) save();
     if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(s)) return kExitInvalid;
+  }
+
+  if (rank == 0 && metrics.is_open()) {
+    metrics.close();
+    if (metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");
   }
 
   // 4. Outputs: the measured trace of every rank, the final parameters.
@@ -656,7 +705,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required();
   app.add_option("--steps", args.steps, "training steps")->capture_default_str();
   app.add_option("--backend", args.backend, "compute backend: cpu | cuda")->capture_default_str();
-  app.add_option("--seed", args.seed, "seed of parameters and synthetic data")->capture_default_str();
+  app.add_option("--seed", args.seed, "seed of parameters and synthetic data")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);  // before conversion: "-1" would wrap to 2^64 - 1
   app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)");
   app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)");
@@ -677,8 +728,13 @@ int main(int argc, char** argv) {
   app.add_option("--eval-batches", args.eval_batches, "batches per task and evaluation (default: one pass)")
       ->needs(eval)
       ->check(CLI::PositiveNumber);
-  app.add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --checkpoint DIR")
-      ->needs(ckpt);
+  CLI::Option* resume =
+      app.add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --checkpoint DIR")
+          ->needs(ckpt);
+  app.add_flag("--overwrite", args.overwrite,
+               "a fresh run into a --checkpoint DIR holding another run's checkpoints deletes them")
+      ->needs(ckpt)
+      ->excludes(resume);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "libplan/io/json_reader.h"
 #include "libplan/util/files.h"
 
 namespace spindle::exec {
@@ -225,12 +227,31 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
   return final_dir;
 }
 
+plan::Status remove_checkpoints(const std::string& dir) {
+  std::error_code ec;
+  std::vector<fs::path> doomed;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) != 0) continue;
+    const size_t end = n.find(".tmp.");
+    const std::string digits = n.substr(5, end == std::string::npos ? std::string::npos : end - 5);
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) doomed.push_back(e.path());
+  }
+  if (ec) return Error{dir + ": cannot list: " + ec.message()};
+  for (const fs::path& p : doomed) {
+    fs::remove_all(p, ec);
+    if (ec) return Error{p.string() + ": cannot remove: " + ec.message()};
+  }
+  return plan::Status::Ok();
+}
+
 Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   const std::string manifest_path = step_dir + "/manifest.json";
   SPINDLE_ASSIGN(text, plan::read_file(manifest_path));
   Checkpoint ck;
   ck.path = step_dir;
   nlohmann::json files;
+  SPINDLE_TRY(plan::check_json_shape(text, manifest_path));   // bounded depth: the messages dump values
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     if (j.value("format", "") != "spindle-checkpoint")
@@ -270,7 +291,8 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   for (int f = 0; f < 3; ++f) {
     const std::string path = step_dir + "/" + kFiles[f];
     if (!files.contains(kFiles[f])) return Error{manifest_path + ": files: no entry for " + kFiles[f]};
-    SPINDLE_ASSIGN(bytes, plan::read_file(path));
+    // Tensor files are as large as the model: no input-size cap (the manifest's size is checked below).
+    SPINDLE_ASSIGN(bytes, plan::read_file(path, std::numeric_limits<int64_t>::max()));
     std::string want_sha;
     uint64_t want_bytes = 0;
     try {

@@ -97,6 +97,11 @@ plan::Result<std::string> save_checkpoint(const std::string& dir, const Checkpoi
 // ".tmp."), ascending; empty when none or `dir` is missing.
 std::vector<int64_t> list_checkpoints(const std::string& dir);
 
+// Removes every checkpoint in `dir` (complete step-N directories and
+// step-N.tmp.* leftovers), nothing else; for a fresh run told to overwrite
+// another run's checkpoints. Error names what could not be removed.
+plan::Status remove_checkpoints(const std::string& dir);
+
 // Reads and verifies DIR/step-N: manifest format and version, every file's
 // size and SHA-256, tensor files, and that params/m/v name the same tensors
 // with the same shapes. Errors name the offending file.

@@ -431,6 +431,7 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   // 3. The profile: the skeleton's entries with measured times.
   plan::Profile& prof = report.profile;
   prof.device = skeleton.device;
+  prof.cluster = skeleton.cluster;
   prof.source = "measured";
   prof.entries = skeleton.entries;
   size_t p = 0;

@@ -10,6 +10,7 @@
 #include "libplan/cost/analytic.h"
 
 #include "libplan/rules/devices.h"
+#include "libplan/util/limits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -140,7 +141,7 @@ const AnalyticConstants& analytic_constants() { return kConstants; }
 double analytic_flops_per_sample(const Workload& w) { return shape_of(w, DType::bf16).flops; }
 
 int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype) {
-  return int64_t(std::llround(shape_of(w, dtype).kept_bytes));
+  return limits::bytes_to_int64(std::round(shape_of(w, dtype).kept_bytes));
 }
 
 double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,
@@ -253,6 +254,7 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
 
   Profile p;
   p.device = cluster.device_name;
+  p.cluster = ProfileCluster{cluster.name, cluster.devices(), cluster.devices_per_island};
   p.source = "analytic";
   for (const auto& [key, use] : uses) {
     ProfileEntry e;
@@ -269,10 +271,22 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
                    ": a count must be a multiple of tensor_parallel "
                    "that divides the batch"};
     }
+    // The profile format's bounds (limits.h): a figure beyond them would be
+    // written and then refused by every reader.
+    const std::string where = (model.path.empty() ? std::string("<model>") : model.path) + ": operator " +
+                              use.first_op + " (" + use.workload.op + ")";
+    if (e.param_bytes > limits::kMaxBytes || e.activation_bytes_per_sample > limits::kMaxBytes) {
+      return Error{where + ": more than " + std::to_string(limits::kMaxBytes) +
+                   " parameter or activation bytes per sample, beyond what a profile may hold"};
+    }
     for (int n : counts) {
-      e.points.push_back(ProfilePoint{
-          n, analytic_op_ms(use.workload, use.tensor_parallel, n, cluster, model.dtype, use.param_bytes),
-          0.0});
+      const double ms = analytic_op_ms(use.workload, use.tensor_parallel, n, cluster, model.dtype, use.param_bytes);
+      if (!(ms <= limits::kMaxMs)) {
+        return Error{where + ": would take " + std::to_string(ms) + " ms on " + std::to_string(n) +
+                     " devices of cluster " + cfile + ", more than the " + std::to_string(limits::kMaxMs) +
+                     " ms a profile may hold"};
+      }
+      e.points.push_back(ProfilePoint{n, ms, 0.0});
     }
     p.entries.push_back(std::move(e));
   }

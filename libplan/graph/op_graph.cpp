@@ -10,7 +10,19 @@
 namespace spindle::plan {
 
 std::string Workload::key() const {
-  return op + dims.dump() + "/s" + std::to_string(seq) + "/b" + std::to_string(batch);
+  // The bytes of dims.dump() for a flat object (the only dims a reader
+  // accepts), built without recursing: a nested value would be written "?".
+  std::string k = op + "{";
+  if (dims.is_object()) {
+    bool first = true;
+    for (const auto& item : dims.items()) {
+      k += first ? "" : ",";
+      k += nlohmann::json(item.key()).dump() + ":";
+      k += item.value().is_structured() ? std::string("?") : item.value().dump();
+      first = false;
+    }
+  }
+  return k + "}/s" + std::to_string(seq) + "/b" + std::to_string(batch);
 }
 
 OpGraph expand(const Model& model) {

@@ -4,9 +4,46 @@
 #include <limits>
 #include <set>
 
+#include "libplan/util/limits.h"
+
 namespace spindle::plan {
 
+Status check_json_shape(const std::string& text, const std::string& path) {
+  if (static_cast<int64_t>(text.size()) > limits::kMaxJsonBytes) {
+    return Error{path + ": " + std::to_string(text.size()) + " bytes, more than the " +
+                 std::to_string(limits::kMaxJsonBytes >> 20) + " MiB a JSON input may have"};
+  }
+  // One pass, no recursion: nesting depth outside strings.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limits::kMaxNestingDepth) {
+        return Error{path + ": nested more than " + std::to_string(limits::kMaxNestingDepth) +
+                     " arrays or objects deep (byte " + std::to_string(i) + ")"};
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& path) {
+  SPINDLE_TRY(check_json_shape(text, path));
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

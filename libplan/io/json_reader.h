@@ -13,7 +13,14 @@
 
 namespace spindle::plan {
 
-// Parses text; error names the file and the byte offset of a syntax error.
+// The reader policy for JSON inputs (docs/hardening.md, "Limits"): at most
+// limits::kMaxJsonBytes bytes and limits::kMaxNestingDepth nested arrays or
+// objects, checked in one pass without recursion before anything is parsed,
+// so no later step (copy, dump, compare) can recurse deeper than that.
+Status check_json_shape(const std::string& text, const std::string& path);
+
+// Parses text after check_json_shape; error names the file and the byte
+// offset of a syntax error.
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& path);
 
 // A read cursor over one JSON value, carrying the file name and key path.

@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "libplan/io/json_reader.h"
 #include "libplan/model/ops.h"
 #include "libplan/util/files.h"
+#include "libplan/util/limits.h"
 
 namespace spindle::plan {
 namespace {
@@ -71,15 +74,18 @@ class Reader {
     return v.get<std::string>();
   }
 
-  Result<int64_t> get_int(const json& obj, const std::string& at, const char* k, int64_t min) const {
+  // An integer in min..max (limits.h).
+  Result<int64_t> get_int(const json& obj, const std::string& at, const char* k, int64_t min,
+                          int64_t max) const {
     const json& v = obj.at(k);
     if (!v.is_number_integer()) {
       return err(join(at, k), std::string("expected an integer, found ") + type_name(v));
     }
-    const int64_t x = v.get<int64_t>();
-    if (x < min) {
-      return err(join(at, k), "expected an integer >= " + std::to_string(min) + ", found " +
-                                  std::to_string(x));
+    const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(max);
+    const int64_t x = too_big ? max : v.get<int64_t>();
+    if (too_big || x < min || x > max) {
+      return err(join(at, k), "expected an integer from " + std::to_string(min) + " to " + std::to_string(max) +
+                                  ", found " + v.dump());
     }
     return x;
   }
@@ -110,9 +116,9 @@ Result<ProfileLinks> parse_links(const Reader& r, const json& j) {
   if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
   SPINDLE_TRY(r.check_keys(j, at, {"ranks"}, {"intra_island", "inter_island"}));
   ProfileLinks l;
-  auto ranks = r.get_int(j, at, "ranks", 1);
+  auto ranks = r.get_int(j, at, "ranks", 1, limits::kMaxDevices);
   SPINDLE_TRY(ranks);
-  l.ranks = int(std::min<int64_t>(*ranks, 1 << 30));
+  l.ranks = int(*ranks);
   for (const char* level : {"intra_island", "inter_island"}) {
     if (!j.contains(level)) continue;
     const std::string lat = at + "." + level;
@@ -127,10 +133,16 @@ Result<ProfileLinks> parse_links(const Reader& r, const json& j) {
       SPINDLE_TRY(r.check_keys(jk, kat, {"gbytes_per_s", "latency_us"}, {}));
       auto bw = r.get_number(jk, kat, "gbytes_per_s");
       SPINDLE_TRY(bw);
-      if (!(*bw > 0)) return r.err(kat + ".gbytes_per_s", "expected a positive bandwidth");
+      if (!(*bw >= limits::kMinRate && *bw <= limits::kMaxRate)) {
+        return r.err(kat + ".gbytes_per_s", "expected a bandwidth from " + json(limits::kMinRate).dump() + " to " +
+                                                json(limits::kMaxRate).dump() + ", found " + jk["gbytes_per_s"].dump());
+      }
       auto lat_us = r.get_number(jk, kat, "latency_us");
       SPINDLE_TRY(lat_us);
-      if (*lat_us < 0) return r.err(kat + ".latency_us", "expected a latency >= 0");
+      if (!(*lat_us >= 0 && *lat_us <= limits::kMaxLatencyUs)) {
+        return r.err(kat + ".latency_us", "expected a latency from 0 to " + json(limits::kMaxLatencyUs).dump() +
+                                              ", found " + jk["latency_us"].dump());
+      }
       const bool intra = std::string(level) == "intra_island";
       const bool p2p = std::string(kind) == "p2p";
       Link& link = intra ? (p2p ? l.intra_p2p : l.intra_allreduce) : (p2p ? l.inter_p2p : l.inter_allreduce);
@@ -167,12 +179,8 @@ const ProfileEntry* Profile::find(const Workload& w) const {
 
 Result<Profile> parse_profile_string(const std::string& json_text, const std::string& path) {
   Reader r(path);
-  json doc;
-  try {
-    doc = json::parse(json_text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large for a double
-    return r.err("", std::string("not valid JSON: ") + e.what());
-  }
+  // Size and nesting bounded before parsing (json_reader.h).
+  SPINDLE_ASSIGN(doc, parse_json_text(json_text, path));
   if (!doc.is_object()) return r.err("", std::string("expected a JSON object, found ") + type_name(doc));
 
   // format and version first, so a different or newer file gets the right hint.
@@ -183,7 +191,7 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
   }
   if (!doc.contains("version")) return r.err("version", "missing required key");
   {
-    auto v = r.get_int(doc, "", "version", 1);
+    auto v = r.get_int(doc, "", "version", 1, std::numeric_limits<int>::max());
     SPINDLE_TRY(v);
     if (*v > kProfileVersion) {
       return r.err("version", "version " + std::to_string(*v) +
@@ -193,7 +201,17 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
                                   "version's spindle-profile");
     }
   }
-  SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "source", "entries"}, {}));
+  int version = 1;
+  {
+    auto v = r.get_int(doc, "", "version", 1, kProfileVersion);
+    SPINDLE_TRY(v);
+    version = int(*v);
+  }
+  if (version >= 2) {
+    SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "cluster", "source", "entries"}, {}));
+  } else {
+    SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "source", "entries"}, {}));
+  }
 
   Profile p;
   p.path = path;
@@ -210,6 +228,22 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
     if (!valid_source(p.source) && p.source != "mixed") {
       return r.err("source", "expected \"analytic\", \"measured\" or \"mixed\", found \"" + p.source + "\"");
     }
+  }
+  if (version >= 2) {
+    const json& jc = doc["cluster"];
+    if (!jc.is_object()) return r.err("cluster", std::string("expected an object, found ") + type_name(jc));
+    SPINDLE_TRY(r.check_keys(jc, "cluster", {"name", "devices", "devices_per_island"}, {}));
+    ProfileCluster c;
+    auto name = r.get_string(jc, "cluster", "name");
+    SPINDLE_TRY(name);
+    c.name = *name;
+    auto devices = r.get_int(jc, "cluster", "devices", 1, limits::kMaxDevices);
+    SPINDLE_TRY(devices);
+    auto dpi = r.get_int(jc, "cluster", "devices_per_island", 1, limits::kMaxDevices);
+    SPINDLE_TRY(dpi);
+    c.devices = int(*devices);
+    c.devices_per_island = int(*dpi);
+    p.cluster = c;
   }
   if (doc.contains("x-links")) {
     auto links = parse_links(r, doc["x-links"]);
@@ -235,27 +269,28 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
       if (!find_op(*s)) return r.err(at + ".op", "unknown operator \"" + *s + "\"");
       e.workload.op = *s;
     }
-    if (!je["dims"].is_object()) {
-      return r.err(at + ".dims", std::string("expected an object, found ") + type_name(je["dims"]));
+    // Exactly the op's dimensions, flat: workload keys never recurse.
+    if (const std::string problem = op_dims_problem(*find_op(e.workload.op), je["dims"]); !problem.empty()) {
+      return r.err(at + ".dims", problem);
     }
     e.workload.dims = je["dims"];
     {
-      auto v = r.get_int(je, at, "seq", 1);
+      auto v = r.get_int(je, at, "seq", 1, limits::kMaxSize);
       SPINDLE_TRY(v);
       e.workload.seq = *v;
     }
     {
-      auto v = r.get_int(je, at, "batch", 1);
+      auto v = r.get_int(je, at, "batch", 1, limits::kMaxSize);
       SPINDLE_TRY(v);
       e.workload.batch = *v;
     }
     {
-      auto v = r.get_int(je, at, "param_bytes", 0);
+      auto v = r.get_int(je, at, "param_bytes", 0, limits::kMaxBytes);
       SPINDLE_TRY(v);
       e.param_bytes = *v;
     }
     {
-      auto v = r.get_int(je, at, "activation_bytes_per_sample", 0);
+      auto v = r.get_int(je, at, "activation_bytes_per_sample", 0, limits::kMaxBytes);
       SPINDLE_TRY(v);
       e.activation_bytes_per_sample = *v;
     }
@@ -282,9 +317,8 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
       if (!jp[k].is_object()) return r.err(pat, std::string("expected an object, found ") + type_name(jp[k]));
       SPINDLE_TRY(r.check_keys(jp[k], pat, {"devices", "ms"}, {"spread"}));
       ProfilePoint pt;
-      auto d = r.get_int(jp[k], pat, "devices", 1);
+      auto d = r.get_int(jp[k], pat, "devices", 1, limits::kMaxDevices);
       SPINDLE_TRY(d);
-      if (*d > (1 << 30)) return r.err(pat + ".devices", "device count out of range");
       pt.devices = int(*d);
       if (!e.points.empty() && pt.devices <= e.points.back().devices) {
         return r.err(pat + ".devices", "device counts must be strictly increasing, found " +
@@ -293,12 +327,15 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
       }
       auto ms = r.get_number(jp[k], pat, "ms");
       SPINDLE_TRY(ms);
-      if (!(*ms > 0)) return r.err(pat + ".ms", "expected a positive time, found " + jp[k]["ms"].dump());
+      if (!(*ms > 0 && *ms <= limits::kMaxMs)) {
+        return r.err(pat + ".ms", "expected a positive time of at most " + json(limits::kMaxMs).dump() +
+                                      " ms, found " + jp[k]["ms"].dump());
+      }
       pt.ms = *ms;
       if (jp[k].contains("spread")) {
         auto sp = r.get_number(jp[k], pat, "spread");
         SPINDLE_TRY(sp);
-        if (*sp < 0) return r.err(pat + ".spread", "expected a number >= 0");
+        if (!(*sp >= 0 && *sp <= limits::kMaxMs)) return r.err(pat + ".spread", "expected a number from 0 to 1e9");
         pt.spread = *sp;
       }
       e.points.push_back(pt);
@@ -320,6 +357,27 @@ Result<Profile> load_profile(const std::string& path) {
   return parse_profile_string(*text, path);
 }
 
+std::vector<std::string> profile_mismatches(const Profile& profile, const Cluster& cluster) {
+  std::vector<std::string> out;
+  if (profile.device != cluster.device_name) {
+    out.push_back("device: the profile was made for \"" + profile.device + "\", cluster '" + cluster.name +
+                  "' has \"" + cluster.device_name + "\"");
+  }
+  if (profile.cluster) {
+    const ProfileCluster& c = *profile.cluster;
+    if (c.name != cluster.name) {
+      out.push_back("cluster.name: the profile was made for cluster '" + c.name + "', not '" + cluster.name + "'");
+    }
+    if (c.devices != cluster.devices() || c.devices_per_island != cluster.devices_per_island) {
+      out.push_back("cluster.devices: the profile was made for " + std::to_string(c.devices) + " devices (" +
+                    std::to_string(c.devices_per_island) + " per island), cluster '" + cluster.name + "' has " +
+                    std::to_string(cluster.devices()) + " (" + std::to_string(cluster.devices_per_island) +
+                    " per island)");
+    }
+  }
+  return out;
+}
+
 std::string profile_to_json(const Profile& profile) {
   std::map<std::string, const ProfileEntry*> sorted;   // by Workload::key()
   for (const auto& e : profile.entries) sorted.emplace(e.workload.key(), &e);
@@ -327,6 +385,12 @@ std::string profile_to_json(const Profile& profile) {
   // Top-level keys in sorted order (as nlohmann sorts object keys); one entry
   // per line, compact.
   std::string out = "{\n";
+  if (profile.cluster) {
+    const json jc = {{"name", profile.cluster->name},
+                     {"devices", profile.cluster->devices},
+                     {"devices_per_island", profile.cluster->devices_per_island}};
+    out += "  \"cluster\": " + jc.dump() + ",\n";
+  }
   out += "  \"device\": " + json(profile.device).dump() + ",\n";
   out += "  \"entries\": [";
   bool first = true;
@@ -356,7 +420,7 @@ std::string profile_to_json(const Profile& profile) {
   out += first ? "],\n" : "\n  ],\n";
   out += "  \"format\": \"spindle-profile\",\n";
   out += "  \"source\": " + json(profile.source).dump() + ",\n";
-  out += "  \"version\": " + std::to_string(kProfileVersion);
+  out += "  \"version\": " + std::to_string(profile.cluster ? kProfileVersion : 1);
   if (profile.links) out += ",\n  \"x-links\": " + links_to_json(*profile.links).dump();
   out += "\n}\n";
   return out;

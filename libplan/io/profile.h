@@ -12,7 +12,9 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProfileVersion = 1;
+// Version 2 adds "cluster" (the cluster the profile was made for); version 1
+// files stay readable (they name only the device).
+inline constexpr int kProfileVersion = 2;
 
 struct ProfilePoint {
   int devices = 0;
@@ -39,8 +41,16 @@ struct ProfileLinks {
   int ranks = 0;                        // MPI ranks that measured them
 };
 
+// The cluster a profile was made for ("cluster" of a version 2 file).
+struct ProfileCluster {
+  std::string name;
+  int devices = 0;
+  int devices_per_island = 0;
+};
+
 struct Profile {
   std::string device;
+  std::optional<ProfileCluster> cluster;  // absent in version 1 files and when unknown
   std::string source;                   // "analytic" | "measured" | "mixed"
   std::vector<ProfileEntry> entries;    // sorted by Workload::key() when written
   std::optional<ProfileLinks> links;    // "x-links"; absent unless measured under mpirun
@@ -56,7 +66,13 @@ struct Profile {
 Result<Profile> parse_profile_string(const std::string& json_text, const std::string& path);
 Result<Profile> load_profile(const std::string& path);
 
-// Deterministic bytes: sorted keys, entries sorted by workload key, fixed
+// How the profile's device and cluster differ from `cluster`, one line each
+// (empty when they agree). A profile without a cluster (version 1) is
+// compared by its device only.
+std::vector<std::string> profile_mismatches(const Profile& profile, const Cluster& cluster);
+
+// Deterministic bytes: a version 2 file when the profile names its cluster,
+// else version 1 (so a version 1 file re-encodes to the same bytes); sorted keys, entries sorted by workload key, fixed
 // float formatting. encode(decode(encode(p))) == encode(p).
 std::string profile_to_json(const Profile& profile);
 

@@ -8,6 +8,7 @@
 
 #include "libplan/model/yaml_util.h"
 #include "libplan/util/files.h"
+#include "libplan/util/limits.h"
 
 namespace spindle::plan {
 
@@ -38,14 +39,14 @@ Status open_map(const Reader& r, const std::string& path, const YAML::Node& node
   return Status::Ok();
 }
 
-// A number > 0 (or >= 0 when `allow_zero`) at `path`.
-Status positive(const Reader& r, const std::string& path, const YAML::Node& node, double& out,
-                bool allow_zero = false) {
+// A number in lo..hi at `path` (limits.h: bounds keep every derived time finite).
+Status bounded(const Reader& r, const std::string& path, const YAML::Node& node, double& out, double lo,
+               double hi, const char* unit) {
   SPINDLE_TRY(r.get_number(path, node, out));
-  if (out < 0 || (!allow_zero && out == 0)) {
+  if (!(out >= lo && out <= hi)) {
     return r.error(path, node,
-                   std::string(allow_zero ? "expected a number >= 0" : "expected a positive number") +
-                       ", found " + node.Scalar());
+                   "expected " + std::string(unit) + " from " + nlohmann::json(lo).dump() + " to " +
+                       nlohmann::json(hi).dump() + ", found " + node.Scalar());
   }
   return Status::Ok();
 }
@@ -54,20 +55,21 @@ Status parse_link(const Reader& r, const std::string& path, const YAML::Node& no
   MapView view;
   SPINDLE_TRY(open_map(r, path, node, {"gbytes_per_s", "latency_us"}, {"gbytes_per_s", "latency_us"},
                        "a link {gbytes_per_s, latency_us}", view));
-  SPINDLE_TRY(positive(r, yamlu::child(path, "gbytes_per_s"), view.find("gbytes_per_s")->value,
-                       out.gbytes_per_s));
+  SPINDLE_TRY(bounded(r, yamlu::child(path, "gbytes_per_s"), view.find("gbytes_per_s")->value, out.gbytes_per_s,
+                      limits::kMinRate, limits::kMaxRate, "a bandwidth (GB/s)"));
   // A zero latency is allowed (idealised links in tests); negative is not.
-  SPINDLE_TRY(positive(r, yamlu::child(path, "latency_us"), view.find("latency_us")->value,
-                       out.latency_us, /*allow_zero=*/true));
+  SPINDLE_TRY(bounded(r, yamlu::child(path, "latency_us"), view.find("latency_us")->value, out.latency_us, 0,
+                      limits::kMaxLatencyUs, "a latency (us)"));
   return Status::Ok();
 }
 
 Status parse_count(const Reader& r, const std::string& key, const YAML::Node& node, int& out) {
   int64_t v = 0;
   SPINDLE_TRY(r.get_int(key, node, v));
-  if (v < 1 || v > 1000000) {
+  if (v < 1 || v > limits::kMaxDevices) {
     return r.error(key, node,
-                   "expected an integer >= 1, found " + std::to_string(v) +
+                   "expected an integer from 1 to " + std::to_string(limits::kMaxDevices) + ", found " +
+                       std::to_string(v) +
                        (v == 0 ? " (a cluster needs at least one device)" : ""));
   }
   out = static_cast<int>(v);
@@ -86,7 +88,7 @@ Result<Cluster> parse_cluster_yaml(const Reader& r, const YAML::Node& root) {
   SPINDLE_TRY(parse_count(r, "devices_per_island", view.find("devices_per_island")->value,
                           c.devices_per_island));
   // devices() is an int: keep the product in range.
-  if (static_cast<int64_t>(c.islands) * c.devices_per_island > 1000000) {
+  if (static_cast<int64_t>(c.islands) * c.devices_per_island > limits::kMaxDevices) {
     return r.error("devices_per_island", view.find("devices_per_island")->value,
                    "islands x devices_per_island = " +
                        std::to_string(static_cast<int64_t>(c.islands) * c.devices_per_island) +
@@ -99,14 +101,14 @@ Result<Cluster> parse_cluster_yaml(const Reader& r, const YAML::Node& root) {
                        {"name", "memory_gib", "peak_tflops", "memory_gbytes_per_s"},
                        {"name", "memory_gib", "peak_tflops"}, "a device", dev));
   SPINDLE_TRY(r.get_string("device.name", dev.find("name")->value, c.device_name));
-  SPINDLE_TRY(positive(r, "device.memory_gib", dev.find("memory_gib")->value, c.memory_gib));
-  if (c.memory_gib > 1048576) {  // memory_bytes() must fit in int64_t
-    return r.error("device.memory_gib", dev.find("memory_gib")->value,
-                   "expected at most 1048576 GiB per device, found " + dev.find("memory_gib")->value.Scalar());
-  }
-  SPINDLE_TRY(positive(r, "device.peak_tflops", dev.find("peak_tflops")->value, c.peak_tflops));
+  // memory_bytes() must fit in int64_t and be at least 1 MiB.
+  SPINDLE_TRY(bounded(r, "device.memory_gib", dev.find("memory_gib")->value, c.memory_gib, 1.0 / 1024, 1048576,
+                      "a memory size (GiB)"));
+  SPINDLE_TRY(bounded(r, "device.peak_tflops", dev.find("peak_tflops")->value, c.peak_tflops, limits::kMinRate,
+                      limits::kMaxRate, "a peak (TFLOP/s)"));
   if (const Entry* e = dev.find("memory_gbytes_per_s")) {
-    SPINDLE_TRY(positive(r, "device.memory_gbytes_per_s", e->value, c.memory_gbytes_per_s));
+    SPINDLE_TRY(bounded(r, "device.memory_gbytes_per_s", e->value, c.memory_gbytes_per_s, limits::kMinRate,
+                        limits::kMaxRate, "a bandwidth (GB/s)"));
   }
 
   MapView links;

@@ -20,6 +20,7 @@
 #include "libplan/model/ops.h"
 #include "libplan/model/yaml_util.h"
 #include "libplan/util/files.h"
+#include "libplan/util/limits.h"
 
 namespace spindle::plan {
 
@@ -99,7 +100,7 @@ using yamlu::MapView;
 using yamlu::Reader;
 
 // Largest integer dimension, seq and batch: products of two stay in int64_t.
-constexpr int64_t kMaxSize = 1000000000;
+constexpr int64_t kMaxSize = limits::kMaxSize;
 // Largest total parameter count (10^15), so byte counts stay in int64_t.
 constexpr int64_t kMaxParameters = 1000000000000000;
 
@@ -121,6 +122,16 @@ std::string join(const std::vector<std::string>& names) {
 Status check_name(const Reader& r, const std::string& path, const YAML::Node& node,
                   const std::string& name, const char* what) {
   if (name.empty()) return r.error(path, node, std::string("expected a non-empty ") + what);
+  if (yamlu::invalid_utf8_at(name) != std::string::npos) {
+    return r.error(path, node, std::string("expected a ") + what + " of valid UTF-8");
+  }
+  for (const char c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return r.error(path, node,
+                     std::string("expected a ") + what + " without control characters (found byte " +
+                         std::to_string(static_cast<unsigned char>(c)) + ")");
+    }
+  }
   if (name.find('/') != std::string::npos || name.find_first_of(" \t\n") != std::string::npos) {
     return r.error(path, node,
                    std::string("expected a ") + what +
@@ -165,9 +176,10 @@ Status parse_block(const Reader& r, const std::string& path, const YAML::Node& n
   if (const Entry* e = view.find("repeat")) {
     int64_t rep = 0;
     SPINDLE_TRY(r.get_int(yamlu::child(path, "repeat"), e->value, rep));
-    if (rep < 1 || rep > 1000000) {
+    if (rep < 1 || rep > limits::kMaxOperators) {
       return r.error(yamlu::child(path, "repeat"), e->value,
-                     "expected a repeat count >= 1, found " + std::to_string(rep));
+                     "expected a repeat count from 1 to " + std::to_string(limits::kMaxOperators) +
+                         " (the most operators a model may have), found " + std::to_string(rep));
     }
     out.repeat = static_cast<int>(rep);
   }
@@ -206,7 +218,11 @@ Status parse_block(const Reader& r, const std::string& path, const YAML::Node& n
       case DimKind::Float: {
         double v = 0;
         SPINDLE_TRY(r.get_number(key, e->value, v));
-        if (!(v > 0)) return r.error(key, e->value, "expected a positive number, found " + e->value.Scalar());
+        if (!(v >= limits::kMinTemperature && v <= limits::kMaxTemperature)) {
+          return r.error(key, e->value,
+                         "expected a number from " + nlohmann::json(limits::kMinTemperature).dump() + " to " +
+                             nlohmann::json(limits::kMaxTemperature).dump() + ", found " + e->value.Scalar());
+        }
         out.dims[d.name] = v;
         break;
       }
@@ -244,9 +260,10 @@ Status parse_module(const Reader& r, const std::string& path, const YAML::Node& 
     if (const Entry* tp = view.find("tensor_parallel")) {
       int64_t k = 0;
       SPINDLE_TRY(r.get_int(yamlu::child(path, "tensor_parallel"), tp->value, k));
-      if (k < 1 || k > 1000000) {
+      if (k < 1 || k > limits::kMaxDevices) {
         return r.error(yamlu::child(path, "tensor_parallel"), tp->value,
-                       "expected tensor_parallel >= 1, found " + std::to_string(k));
+                       "expected tensor_parallel from 1 to " + std::to_string(limits::kMaxDevices) + ", found " +
+                           std::to_string(k));
       }
       out.tensor_parallel = static_cast<int>(k);
       tp_node = &tp->value;
@@ -589,6 +606,7 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
   }
   SPINDLE_TRY(r.get_string("name", view.find("name")->value, model.name));
   if (model.name.empty()) return r.error("name", view.find("name")->value, "expected a non-empty name");
+  SPINDLE_TRY(check_name(r, "name", view.find("name")->value, model.name, "model name"));
 
   if (const Entry* d = view.find("dtype")) {
     std::string dt;
@@ -663,6 +681,24 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
         return make_error(Where{r.file, yamlu::child("modules", m.name), m.mark.line, m.mark.column},
                           "the model has more than " + std::to_string(kMaxParameters) +
                               " parameters (at module '" + m.name + "')");
+      }
+    }
+  }
+  // The operator graph's size, before anything is expanded: every node
+  // expands its module's blocks, repeat included. Each count is at most
+  // kMaxOperators, so the sums below cannot overflow before the check.
+  int64_t operators = 0;
+  for (std::size_t t = 0; t < model.tasks.size(); ++t) {
+    for (const Node& n : model.tasks[t].nodes) {
+      const Module* m = model.find_module(n.module);
+      if (m == nullptr) continue;
+      for (const Block& b : m->blocks) operators += b.repeat;
+      if (operators > limits::kMaxOperators) {
+        const Mark& at = model.tasks[t].mark;
+        return make_error(Where{r.file, yamlu::index("tasks", t), at.line, at.column},
+                          "the model expands to more than " + std::to_string(limits::kMaxOperators) +
+                              " operators (blocks x repeat over every node of every task; reached at task '" +
+                              model.tasks[t].name + "', node '" + n.id + "')");
       }
     }
   }

@@ -2,6 +2,10 @@
 // parameter counts of its table row "input -> output" and "parameters".
 #include "libplan/model/ops.h"
 
+#include <cmath>
+
+#include "libplan/util/limits.h"
+
 namespace spindle::plan {
 
 namespace {
@@ -77,6 +81,41 @@ const OpSpec* find_op(const std::string& name) {
     if (name == spec.name) return &spec;
   }
   return nullptr;
+}
+
+std::string op_dims_problem(const OpSpec& spec, const json& dims) {
+  if (!dims.is_object()) return std::string("expected an object of dimensions, found ") + dims.type_name();
+  for (const auto& item : dims.items()) {
+    bool known = false;
+    for (const DimSpec& d : spec.dims) known = known || item.key() == d.name;
+    if (!known) return "unknown dimension '" + item.key() + "' for op '" + spec.name + "'";
+  }
+  for (const DimSpec& d : spec.dims) {
+    auto it = dims.find(d.name);
+    const std::string name = std::string("dimension '") + d.name + "'";
+    if (it == dims.end()) return name + " missing (dims are written with defaults filled in)";
+    switch (d.kind) {
+      case DimKind::Int:
+        if (!it->is_number_integer()) return name + ": expected an integer, found " + it->type_name();
+        if (it->is_number_unsigned() ? it->get<uint64_t>() > uint64_t(limits::kMaxSize)
+                                     : (it->get<int64_t>() < 1 || it->get<int64_t>() > limits::kMaxSize)) {
+          return name + ": expected an integer from 1 to " + std::to_string(limits::kMaxSize);
+        }
+        if (it->is_number_unsigned() && it->get<uint64_t>() < 1) return name + ": expected at least 1";
+        break;
+      case DimKind::Bool:
+        if (!it->is_boolean()) return name + ": expected true or false, found " + it->type_name();
+        break;
+      case DimKind::Float:
+        if (!it->is_number() || !(it->get<double>() >= limits::kMinTemperature) ||
+            !(it->get<double>() <= limits::kMaxTemperature)) {
+          return name + ": expected a number from " + json(limits::kMinTemperature).dump() + " to " +
+                 json(limits::kMaxTemperature).dump();
+        }
+        break;
+    }
+  }
+  return "";
 }
 
 int64_t op_in_width(const std::string& op, const json& dims) {

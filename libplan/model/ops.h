@@ -34,6 +34,13 @@ const std::vector<OpSpec>& op_catalogue();
 // nullptr when `name` is not in the catalogue.
 const OpSpec* find_op(const std::string& name);
 
+// Empty when `dims` is exactly the filled-in dims of `spec` (every dimension
+// of the catalogue and no other key, each of its kind: integers in
+// 1..limits::kMaxSize, booleans, finite positive numbers); otherwise what is
+// wrong, naming the dimension. Never recurses into a value, so it is safe on
+// unvalidated input (profile and plan readers).
+std::string op_dims_problem(const OpSpec& spec, const nlohmann::json& dims);
+
 // Shapes and sizes of one operator given its filled-in dims.
 // `max_seq` is S of the module (for position tables).
 int64_t op_in_width(const std::string& op, const nlohmann::json& dims);   // 0 for data readers

@@ -9,13 +9,16 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "libplan/model/model.h"
 #include "libplan/util/files.h"
+#include "libplan/util/limits.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan::yamlu {
@@ -49,6 +52,39 @@ inline std::string describe(const YAML::Node& node) {
   std::string s = node.Scalar();
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return (node.Tag() == "!" ? "the quoted string '" : "'") + s + "'";
+}
+
+// Offset of the first byte of `text` that is not valid UTF-8 (overlong
+// forms, surrogates and code points above U+10FFFF included); npos if none.
+inline std::size_t invalid_utf8_at(const std::string& text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    std::size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((b[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (b[i + k] & 0x3F);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
 }
 
 struct Entry {
@@ -110,8 +146,20 @@ struct Reader {
     return Status::Ok();
   }
 
+  // A scalar without control characters (a NUL or newline in a name or an
+  // op would end up in ids, file names and messages).
   Status get_string(const std::string& path, const YAML::Node& node, std::string& out) const {
     if (!node.IsScalar()) return error(path, node, "expected a string, found " + describe(node));
+    if (invalid_utf8_at(node.Scalar()) != std::string::npos) {
+      return error(path, node, "expected a string of valid UTF-8 (an escape gave a lone surrogate?)");
+    }
+    for (const char c : node.Scalar()) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return error(path, node,
+                     "expected a string without control characters, found byte " +
+                         std::to_string(static_cast<unsigned char>(c)));
+      }
+    }
     out = node.Scalar();
     return Status::Ok();
   }
@@ -158,6 +206,76 @@ struct Reader {
   }
 };
 
+// The reader policy for YAML inputs (docs/hardening.md, "Limits"): events
+// only, no tree is built; the handler stops the parse at the first sequence
+// or map nested deeper than limits::kMaxNestingDepth, so yaml-cpp's own
+// recursion never goes deeper than that.
+class ShapeCheck : public YAML::EventHandler {
+ public:
+  struct TooDeep {
+    YAML::Mark mark;
+  };
+  void OnDocumentStart(const YAML::Mark& m) override { last_document = m; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    enter(m);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    enter(m);
+  }
+  void OnMapEnd() override { --depth_; }
+
+  YAML::Mark last_document;  // where the latest document started
+
+ private:
+  void enter(const YAML::Mark& m) {
+    if (++depth_ > limits::kMaxNestingDepth) throw TooDeep{m};
+  }
+  int depth_ = 0;
+};
+
+// Size, encoding, nesting depth and number of documents of `text` (one
+// document of UTF-8, limits::kMaxYamlBytes, limits::kMaxNestingDepth), before
+// any tree is built.
+inline Status check_yaml_shape(const std::string& text, const std::string& path) {
+  if (static_cast<int64_t>(text.size()) > limits::kMaxYamlBytes) {
+    return Error{path + ": " + std::to_string(text.size()) + " bytes, more than the " +
+                 std::to_string(limits::kMaxYamlBytes >> 20) + " MiB a YAML input may have"};
+  }
+  if (text.find('\0') != std::string::npos) {
+    return make_error(Where{path, "", 0, 0},
+                      "a NUL byte at byte " + std::to_string(text.find('\0')) + " (YAML text has none)");
+  }
+  // Names end up in JSON files, which hold UTF-8 only (YAML is Unicode too).
+  if (const std::size_t bad = invalid_utf8_at(text); bad != std::string::npos) {
+    return make_error(Where{path, "", 0, 0}, "not valid UTF-8 at byte " + std::to_string(bad));
+  }
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  ShapeCheck shape;
+  int documents = 0;
+  try {
+    while (parser.HandleNextDocument(shape)) {
+      if (++documents > 1) break;
+    }
+  } catch (const ShapeCheck::TooDeep& e) {
+    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1},
+                      "nested more than " + std::to_string(limits::kMaxNestingDepth) +
+                          " sequences or maps deep");
+  } catch (const YAML::Exception& e) {
+    return make_error(Where{path, "", e.mark.line + 1, e.mark.column + 1}, "malformed YAML: " + e.msg);
+  }
+  if (documents > 1) {
+    return make_error(Where{path, "", shape.last_document.line + 1, shape.last_document.column + 1},
+                      "more than one YAML document ('---' starts a second one); a file holds exactly one");
+  }
+  return Status::Ok();
+}
+
 // Parses `text` as one YAML document and returns parse(reader, root), with
 // `path` and the SHA-256 of `text` recorded in the result. Every yaml-cpp
 // exception becomes an error naming the file, line and column; `what` names
@@ -165,6 +283,7 @@ struct Reader {
 template <class T, class Parse>
 Result<T> parse_yaml_document(const std::string& text, const std::string& path, const char* what, Parse parse) {
   const Reader r{path};
+  SPINDLE_TRY(check_yaml_shape(text, path));
   try {
     YAML::Node root;
     try {

@@ -3,6 +3,7 @@
 #include "libplan/rules/devices.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -101,10 +102,54 @@ bool check_metaops(const Plan& plan, const Model& model, const OpGraph& graph, s
   return true;
 }
 
+// Every time and byte figure of the plan is a finite number >= 0 (the
+// readers' bounds keep the planner's sums finite; docs/hardening.md).
+void check_figures(const Plan& plan, std::vector<std::string>& out) {
+  auto figure = [&](double v, const std::string& where) {
+    if (!std::isfinite(v) || v < 0) out.push_back(where + ": " + std::to_string(v) + " is not a finite number >= 0");
+  };
+  for (size_t w = 0; w < plan.waves.size(); ++w) {
+    const std::string wh = "waves[" + std::to_string(w) + "]";
+    figure(plan.waves[w].ms, wh + ".ms");
+    figure(plan.waves[w].transfer_ms, wh + ".transfer_ms");
+    for (size_t s = 0; s < plan.waves[w].slices.size(); ++s)
+      figure(plan.waves[w].slices[s].ms, wh + ".slices[" + std::to_string(s) + "].ms");
+  }
+  const Predicted& q = plan.predicted;
+  figure(q.iteration_ms, "predicted.iteration_ms");
+  figure(q.compute_ms, "predicted.compute_ms");
+  figure(q.transfer_ms, "predicted.transfer_ms");
+  figure(q.sync_ms, "predicted.sync_ms");
+  figure(q.relaxed_optimum_ms, "predicted.relaxed_optimum_ms");
+  for (size_t d = 0; d < q.memory_bytes.size(); ++d)
+    if (q.memory_bytes[d] < 0)
+      out.push_back("predicted.memory_bytes[" + std::to_string(d) + "]: " + std::to_string(q.memory_bytes[d]) +
+                    " is negative");
+  if (plan.memory_bytes < 1) out.push_back("cluster.memory_bytes: " + std::to_string(plan.memory_bytes) + " is not positive");
+}
+
 }  // namespace
+
+std::vector<std::string> check_plan_cluster(const Plan& plan, const Cluster& cluster) {
+  std::vector<std::string> out;
+  if (plan.devices != cluster.devices())
+    out.push_back("cluster.devices: the plan is for " + std::to_string(plan.devices) + " devices, cluster '" +
+                  cluster.name + "' has " + std::to_string(cluster.devices()));
+  if (plan.devices_per_island != cluster.devices_per_island)
+    out.push_back("cluster.devices_per_island: the plan has " + std::to_string(plan.devices_per_island) +
+                  " devices per island, cluster '" + cluster.name + "' has " +
+                  std::to_string(cluster.devices_per_island));
+  if (plan.memory_bytes != cluster.memory_bytes())
+    out.push_back("cluster.memory_bytes: the plan assumes " + std::to_string(plan.memory_bytes) +
+                  " bytes per device, cluster '" + cluster.name + "' has " + std::to_string(cluster.memory_bytes()));
+  if (plan.cluster_name != cluster.name)
+    out.push_back("cluster.name: the plan is for '" + plan.cluster_name + "', the cluster is '" + cluster.name + "'");
+  return out;
+}
 
 std::vector<std::string> check_plan(const Plan& plan, const Model& model, const OpGraph& graph) {
   std::vector<std::string> out;
+  check_figures(plan, out);
   if (!plan.model_sha256.empty() && !model.sha256.empty() && plan.model_sha256 != model.sha256)
     out.push_back("model.sha256: the plan was made for another version of the model file (plan " +
                   plan.model_sha256.substr(0, 12) + "..., model " + model.sha256.substr(0, 12) + "...)");
@@ -234,8 +279,13 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
   return out;
 }
 
-Status check_plan_status(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& plan_path) {
+Status check_plan_status(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& plan_path,
+                         const Cluster* cluster) {
   std::vector<std::string> v = check_plan(plan, model, graph);
+  if (cluster != nullptr) {
+    std::vector<std::string> c = check_plan_cluster(plan, *cluster);
+    v.insert(v.begin(), c.begin(), c.end());
+  }
   if (v.empty()) return Status::Ok();
   std::string msg = plan_path + ": invalid plan (" + std::to_string(v.size()) + " violation" +
                     (v.size() == 1 ? "" : "s") + "):";

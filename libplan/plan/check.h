@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "libplan/graph/op_graph.h"
+#include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
 #include "libplan/plan/plan.h"
 #include "libplan/util/status.h"
@@ -15,14 +16,19 @@ namespace spindle::plan {
 
 // Checks, in order: the model hash and name; that the MetaOps partition the
 // model's operators into chains of identical workload with correct inputs and
-// levels; rules 1-6 of spec/plan.md; waves indexed in order. Returns every
+// levels; rules 1-6 of spec/plan.md; waves indexed in order; every time and
+// byte figure finite and >= 0. Returns every
 // violation found (empty when the plan is valid), each naming the rule and
 // the wave/slice/MetaOp/param it concerns.
 std::vector<std::string> check_plan(const Plan& plan, const Model& model, const OpGraph& graph);
 
+// Consistency of the plan with the cluster it is to run on: the same device
+// count, island size, device memory and name. Empty when they agree.
+std::vector<std::string> check_plan_cluster(const Plan& plan, const Cluster& cluster);
+
 // As above, folded into one error (the first few violations) for callers
-// that only need pass/fail.
+// that only need pass/fail; with `cluster`, check_plan_cluster too.
 Status check_plan_status(const Plan& plan, const Model& model, const OpGraph& graph,
-                         const std::string& plan_path);
+                         const std::string& plan_path, const Cluster* cluster = nullptr);
 
 }  // namespace spindle::plan

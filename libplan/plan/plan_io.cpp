@@ -3,7 +3,9 @@
 #include <limits>
 
 #include "libplan/io/json_reader.h"
+#include "libplan/model/ops.h"
 #include "libplan/util/files.h"
+#include "libplan/util/limits.h"
 
 namespace spindle::plan {
 
@@ -87,6 +89,23 @@ Result<int> get_int32(const JsonReader& r) {
   return static_cast<int>(v);
 }
 
+// An int in lo..hi.
+Result<int> get_int_in(const JsonReader& r, int64_t lo, int64_t hi) {
+  SPINDLE_ASSIGN(v, r.get_int());
+  if (v < lo || v > hi) {
+    return r.error("expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found " +
+                   std::to_string(v));
+  }
+  return static_cast<int>(v);
+}
+
+// A time or figure of the plan: finite (get_number) and >= 0.
+Result<double> get_ms(const JsonReader& r) {
+  SPINDLE_ASSIGN(v, r.get_number());
+  if (v < 0) return r.error("expected a number >= 0, found " + r.value().dump());
+  return v;
+}
+
 Result<std::vector<int>> read_ints(const JsonReader& r) {
   SPINDLE_TRY(r.require_array());
   std::vector<int> out;
@@ -104,16 +123,21 @@ Result<PlanMetaOp> read_metaop(const JsonReader& r) {
   SPINDLE_ASSIGN(id, get_int32(r.at("id")));
   SPINDLE_ASSIGN(task, r.at("task").get_string());
   SPINDLE_ASSIGN(op, r.at("op").get_string());
-  SPINDLE_ASSIGN(seq, r.at("seq").get_int());
-  SPINDLE_ASSIGN(batch, r.at("batch").get_int());
+  SPINDLE_ASSIGN(seq, get_int_in(r.at("seq"), 1, limits::kMaxSize));
+  SPINDLE_ASSIGN(batch, get_int_in(r.at("batch"), 1, limits::kMaxSize));
   SPINDLE_ASSIGN(level, get_int32(r.at("level")));
-  if (!r.at("dims").value().is_object()) return r.at("dims").error("expected an object");
+  const OpSpec* spec = find_op(op);
+  if (spec == nullptr) return r.at("op").error("unknown op '" + op + "'");
+  // Exactly the op's dimensions, flat: workload keys never recurse.
+  if (const std::string problem = op_dims_problem(*spec, r.at("dims").value()); !problem.empty()) {
+    return r.at("dims").error(problem);
+  }
   m.id = id;
   m.task = task;
   m.workload = Workload{op, r.at("dims").value(), seq, batch};
   m.level = level;
   if (r.has("tensor_parallel")) {
-    SPINDLE_ASSIGN(tp, get_int32(r.at("tensor_parallel")));
+    SPINDLE_ASSIGN(tp, get_int_in(r.at("tensor_parallel"), 1, limits::kMaxDevices));
     m.tensor_parallel = tp;
   }
   JsonReader ops = r.at("operators");
@@ -131,8 +155,8 @@ Result<Wave> read_wave(const JsonReader& r) {
   SPINDLE_TRY(r.require_object({"index", "ms", "transfer_ms", "slices"}, {}));
   Wave w;
   SPINDLE_ASSIGN(index, get_int32(r.at("index")));
-  SPINDLE_ASSIGN(ms, r.at("ms").get_number());
-  SPINDLE_ASSIGN(tms, r.at("transfer_ms").get_number());
+  SPINDLE_ASSIGN(ms, get_ms(r.at("ms")));
+  SPINDLE_ASSIGN(tms, get_ms(r.at("transfer_ms")));
   w.index = index;
   w.ms = ms;
   w.transfer_ms = tms;
@@ -143,9 +167,10 @@ Result<Wave> read_wave(const JsonReader& r) {
     SPINDLE_TRY(s.require_object({"metaop", "first", "count", "devices", "ms"}, {}));
     Slice sl;
     SPINDLE_ASSIGN(metaop, get_int32(s.at("metaop")));
-    SPINDLE_ASSIGN(first, get_int32(s.at("first")));
-    SPINDLE_ASSIGN(count, get_int32(s.at("count")));
-    SPINDLE_ASSIGN(sms, s.at("ms").get_number());
+    // Operator positions: first + count stays in int.
+    SPINDLE_ASSIGN(first, get_int_in(s.at("first"), 0, limits::kMaxOperators));
+    SPINDLE_ASSIGN(count, get_int_in(s.at("count"), 0, limits::kMaxOperators));
+    SPINDLE_ASSIGN(sms, get_ms(s.at("ms")));
     SPINDLE_ASSIGN(devices, read_ints(s.at("devices")));
     sl.metaop = metaop;
     sl.first = first;
@@ -180,11 +205,15 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   JsonReader cluster = r.at("cluster");
   SPINDLE_TRY(cluster.require_object({"name", "devices", "devices_per_island", "memory_bytes"}, {}));
   SPINDLE_ASSIGN(cname, cluster.at("name").get_string());
-  SPINDLE_ASSIGN(devices, get_int32(cluster.at("devices")));
-  SPINDLE_ASSIGN(dpi, get_int32(cluster.at("devices_per_island")));
+  SPINDLE_ASSIGN(devices, get_int_in(cluster.at("devices"), 1, limits::kMaxDevices));
+  SPINDLE_ASSIGN(dpi, get_int_in(cluster.at("devices_per_island"), 1, limits::kMaxDevices));
   SPINDLE_ASSIGN(mem, cluster.at("memory_bytes").get_int());
-  if (devices < 1) return cluster.at("devices").error("expected at least 1 device");
-  if (dpi < 1) return cluster.at("devices_per_island").error("expected at least 1");
+  if (devices % dpi != 0) {
+    return cluster.at("devices_per_island")
+        .error(std::to_string(dpi) + " does not divide the " + std::to_string(devices) +
+               " devices (a cluster is whole islands)");
+  }
+  if (mem < 1) return cluster.at("memory_bytes").error("expected at least 1 byte, found " + std::to_string(mem));
   p.cluster_name = cname;
   p.devices = devices;
   p.devices_per_island = dpi;
@@ -220,16 +249,17 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   JsonReader pred = r.at("predicted");
   SPINDLE_TRY(pred.require_object(
       {"iteration_ms", "compute_ms", "transfer_ms", "sync_ms", "relaxed_optimum_ms", "memory_bytes"}, {}));
-  SPINDLE_ASSIGN(it, pred.at("iteration_ms").get_number());
-  SPINDLE_ASSIGN(cm, pred.at("compute_ms").get_number());
-  SPINDLE_ASSIGN(tr, pred.at("transfer_ms").get_number());
-  SPINDLE_ASSIGN(sy, pred.at("sync_ms").get_number());
-  SPINDLE_ASSIGN(ro, pred.at("relaxed_optimum_ms").get_number());
+  SPINDLE_ASSIGN(it, get_ms(pred.at("iteration_ms")));
+  SPINDLE_ASSIGN(cm, get_ms(pred.at("compute_ms")));
+  SPINDLE_ASSIGN(tr, get_ms(pred.at("transfer_ms")));
+  SPINDLE_ASSIGN(sy, get_ms(pred.at("sync_ms")));
+  SPINDLE_ASSIGN(ro, get_ms(pred.at("relaxed_optimum_ms")));
   p.predicted = Predicted{it, cm, tr, sy, ro, {}};
   JsonReader memb = pred.at("memory_bytes");
   SPINDLE_TRY(memb.require_array());
   for (size_t i = 0; i < memb.value().size(); ++i) {
     SPINDLE_ASSIGN(b, memb.at(i).get_int());
+    if (b < 0) return memb.at(i).error("expected a byte count >= 0, found " + std::to_string(b));
     p.predicted.memory_bytes.push_back(b);
   }
   return p;

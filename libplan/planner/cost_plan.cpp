@@ -7,6 +7,7 @@
 #include "libplan/model/ops.h"
 #include "libplan/rules/memory.h"
 #include "libplan/rules/rows.h"
+#include "libplan/util/limits.h"
 
 namespace spindle::plan {
 
@@ -212,7 +213,7 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
   plan.param_groups.resize(groups);
   for (int d = 0; d < plan.devices; ++d) {
     pred.sync_ms = std::max(pred.sync_ms, sync_ms[d]);
-    pred.memory_bytes[d] = static_cast<int64_t>(state_bytes[d] + act_bytes[d]);
+    pred.memory_bytes[d] = limits::bytes_to_int64(state_bytes[d] + act_bytes[d]);  // saturates, never wraps
   }
   pred.iteration_ms = pred.compute_ms + pred.transfer_ms + pred.sync_ms;
 }

@@ -11,6 +11,7 @@
 #include "libplan/planner/baselines.h"
 #include "libplan/planner/cost_plan.h"
 #include "libplan/waves/portfolio.h"
+#include "libplan/util/limits.h"
 #include "libplan/waves/schedule.h"
 
 namespace spindle::plan {
@@ -69,6 +70,26 @@ Result<Prepared> prepare(const PlanRequest& req) {
   const Model& model = *req.model;
   const int n_dev = req.cluster->devices();
   p.contraction = contract(*req.graph);
+  // The scheduler keeps a time per MetaOp and device count: bounded (limits.h)
+  // so that a huge cluster under a large model is an error, not bad_alloc.
+  const int64_t cells = static_cast<int64_t>(p.contraction.metaops.size()) * n_dev;
+  if (cells > limits::kMaxMetaOpDevices)
+    return Error{(model.path.empty() ? model.name : model.path) + ": " +
+                 std::to_string(p.contraction.metaops.size()) + " MetaOps on cluster '" + req.cluster->name +
+                 "' (" + std::to_string(n_dev) + " devices): MetaOps x devices = " + std::to_string(cells) +
+                 " is more than the planner's limit " + std::to_string(limits::kMaxMetaOpDevices) +
+                 " (docs/hardening.md); plan on fewer devices or a smaller model"};
+  // Scheduling costs about MetaOps x waves, and there are at least about
+  // operators / devices waves: bounded so that no model plans for minutes.
+  const int64_t work = static_cast<int64_t>(p.contraction.metaops.size()) *
+                       static_cast<int64_t>(req.graph->ops.size()) / std::max(n_dev, 1);
+  if (work > limits::kMaxScheduleWork)
+    return Error{(model.path.empty() ? model.name : model.path) + ": " +
+                 std::to_string(p.contraction.metaops.size()) + " MetaOps and " +
+                 std::to_string(req.graph->ops.size()) + " operators on " + std::to_string(n_dev) +
+                 " devices: MetaOps x operators / devices = " + std::to_string(work) +
+                 " is more than the planner's limit " + std::to_string(limits::kMaxScheduleWork) +
+                 " (docs/hardening.md); plan on more devices or with fewer tasks"};
   for (const MetaOp& m : p.contraction.metaops) {
     const Operator& first = req.graph->ops[static_cast<size_t>(m.operators.front())];
     const std::string& task = model.tasks[static_cast<size_t>(m.task)].name;

@@ -6,38 +6,155 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <filesystem>
 #include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace spindle::plan {
 
-Result<std::string> read_file(const std::string& path) {
+Result<std::string> read_file(const std::string& path, int64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Error{path + ": is a directory, not a file"};
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error{path + ": cannot open: " + std::strerror(errno)};
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string out;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    out.append(buf, static_cast<size_t>(in.gcount()));
+    if (static_cast<int64_t>(out.size()) > max_bytes) {
+      return Error{path + ": larger than " + std::to_string(max_bytes) + " bytes, more than any input may have"};
+    }
+  }
   if (in.bad()) return Error{path + ": read failed: " + std::strerror(errno)};
-  return ss.str();
+  return out;
+}
+
+namespace {
+
+// What is at `path` without following a final symbolic link; "" when it may
+// be written (a regular file, or nothing). Else the reason to refuse it.
+std::string output_refusal(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return "";
+    return std::string("cannot inspect: ") + std::strerror(errno);
+  }
+  if (S_ISREG(st.st_mode)) return "";
+  if (S_ISLNK(st.st_mode)) return "is a symbolic link (refused: name the file it points to)";
+  if (S_ISDIR(st.st_mode)) return "is a directory";
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "is a device node";
+  if (S_ISFIFO(st.st_mode)) return "is a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "is a socket";
+  return "is not a regular file";
+}
+
+std::string parent_of(const std::string& path) {
+  const std::string p = std::filesystem::path(path).parent_path().string();
+  return p.empty() ? "." : p;
+}
+
+// The folder `dir` exists, is a folder and is writable; else the reason.
+std::string folder_refusal(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return "folder " + dir + (errno == ENOENT ? std::string(" does not exist") : ": " + std::string(std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a folder";
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return "folder " + dir + " is not writable: " + std::strerror(errno);
+  return "";
+}
+
+void fsync_folder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);  // best effort: some file systems refuse fsync on folders
+  ::close(fd);
+}
+
+}  // namespace
+
+Status check_output_paths(const std::vector<OutputPath>& outputs, const std::vector<std::string>& inputs) {
+  std::vector<std::string> seen;  // normalised output paths
+  for (const OutputPath& o : outputs) {
+    if (o.path.empty()) continue;
+    const std::string who = o.flag + " " + o.path;
+    if (std::string why = output_refusal(o.path); !why.empty()) return Error{who + ": " + why};
+    if (std::string why = folder_refusal(parent_of(o.path)); !why.empty()) return Error{who + ": " + why};
+    struct stat out {};
+    if (::stat(o.path.c_str(), &out) == 0) {
+      for (const std::string& in : inputs) {
+        struct stat ist {};
+        if (!in.empty() && ::stat(in.c_str(), &ist) == 0 && ist.st_dev == out.st_dev && ist.st_ino == out.st_ino) {
+          return Error{who + ": is the input " + in + " (refused: it would be overwritten)"};
+        }
+      }
+    }
+    std::error_code ec;
+    std::string norm = std::filesystem::weakly_canonical(std::filesystem::absolute(o.path, ec), ec).string();
+    if (ec) norm = o.path;
+    for (const std::string& other : seen) {
+      if (other == norm) return Error{who + ": the same file as another output of this command"};
+    }
+    seen.push_back(norm);
+  }
+  return Status::Ok();
+}
+
+Status check_output_dir(const std::string& flag, const std::string& dir) {
+  const std::string who = flag + " " + dir;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {  // follows links: a linked folder is fine
+    if (!S_ISDIR(st.st_mode)) return Error{who + ": exists and is not a folder"};
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) return Error{who + ": not writable: " + std::strerror(errno)};
+    return Status::Ok();
+  }
+  if (errno == ENOTDIR) return Error{who + ": a parent of it is not a folder"};
+  if (errno != ENOENT) return Error{who + ": " + std::strerror(errno)};
+  // Missing: it will be created; its nearest existing ancestor must be a writable folder.
+  std::filesystem::path p = std::filesystem::absolute(dir);
+  while (p.has_parent_path() && p != p.parent_path()) {
+    p = p.parent_path();
+    if (::stat(p.c_str(), &st) == 0) {
+      if (std::string why = folder_refusal(p.string()); !why.empty()) return Error{who + ": " + why};
+      return Status::Ok();
+    }
+  }
+  return Error{who + ": no existing folder above it"};
 }
 
 Status write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Error{path + ": cannot write: " + std::strerror(errno)};
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (::fsync(::fileno(f)) == 0) && ok;
-  int saved = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
+  if (std::string why = output_refusal(path); !why.empty()) return Error{path + ": " + why};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // O_EXCL | O_NOFOLLOW: never write through a link or into another file.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
+  int saved = 0;
+  size_t done = 0;
+  while (done < bytes.size() && saved == 0) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      saved = n < 0 ? errno : EIO;
+    } else {
+      done += static_cast<size_t>(n);
+    }
+  }
+  if (saved == 0 && ::fsync(fd) != 0) saved = errno;
+  if (::close(fd) != 0 && saved == 0) saved = errno;
+  if (saved != 0) {
+    ::unlink(tmp.c_str());
     return Error{path + ": write failed: " + std::strerror(saved)};
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     saved = errno;
-    std::remove(tmp.c_str());
+    ::unlink(tmp.c_str());
     return Error{path + ": cannot rename into place: " + std::strerror(saved)};
   }
+  fsync_folder(parent_of(path));
   return Status::Ok();
 }
 

@@ -1,18 +1,54 @@
 // File helpers shared by every reader and writer.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "libplan/util/limits.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
 
-// Reads a whole file. Error names the file and the OS reason.
-Result<std::string> read_file(const std::string& path);
+// The largest file read_file reads by default: the largest input of any
+// reader.
+inline constexpr int64_t kMaxReadBytes = limits::kMaxJsonBytes;
 
-// Writes `bytes` to `path` atomically: a temporary file in the same folder,
-// flushed, then renamed over `path`. On error nothing at `path` changes and
-// the temporary is removed.
+// Reads a whole file of at most `max_bytes` (default: the largest input any
+// reader takes, limits.h), so an endless input (/dev/zero) ends with an
+// Error instead of exhausting memory. Error names the file and the reason.
+Result<std::string> read_file(const std::string& path, int64_t max_bytes = kMaxReadBytes);
+
+// The output-file policy of every program (docs/hardening.md, "Outputs").
+// An output path is refused, before anything is written, when
+//   - it is a directory, a device node, a FIFO or a socket (an output is a
+//     regular file or nothing yet);
+//   - it is a symbolic link: refused on purpose, since replacing it would
+//     replace the link and writing through it could reach any file (name the
+//     link's target instead);
+//   - it is the same file as one of `inputs` (device and inode), or names
+//     the same path as another output in `outputs`;
+//   - its folder is missing, not a folder, or not writable.
+// Each output is {flag, path}; messages name the flag and the path.
+struct OutputPath {
+  std::string flag;  // "-o", "--trace", ...
+  std::string path;
+};
+Status check_output_paths(const std::vector<OutputPath>& outputs, const std::vector<std::string>& inputs);
+
+// A folder output (checkpoints): `dir` is a folder or does not exist yet
+// (then its nearest existing parent is a writable folder); it is not a
+// device node, FIFO, socket or regular file; if it exists it is writable.
+// Symbolic links to folders are followed (a shared file system is often
+// linked in). `flag` names the option in messages.
+Status check_output_dir(const std::string& flag, const std::string& dir);
+
+// Writes `bytes` to `path` atomically: a temporary file in the same folder
+// (created exclusively, never through a link), written, flushed, fsynced and
+// closed, then renamed over `path`, and the folder fsynced. Every failure,
+// of write, fsync and close included, is an Error naming `path`; on error
+// nothing at `path` changes and the temporary is removed. Refuses a `path`
+// that is a directory, device node, FIFO, socket or symbolic link.
 Status write_file_atomic(const std::string& path, const std::string& bytes);
 
 // Lower-case hex SHA-256 of `bytes` (OpenSSL).

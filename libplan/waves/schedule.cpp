@@ -14,6 +14,11 @@ namespace {
 // operator (also absorbs rounding of exact multiples). Default 1%.
 constexpr double kAlignSlack = 0.01;
 
+// Lookahead budget: lengths tried per wave x MetaOps of the pool, at most
+// this (so up to 2048 MetaOps a pool keeps a lookahead of 8; the shipped
+// workloads have at most a few dozen per level).
+constexpr int kLookaheadBudget = 16384;
+
 // Mutable per-MetaOp state while scheduling.
 struct ItemState {
   std::vector<AllocTuple> queue;   // remaining tuples (count > 0), in order
@@ -114,6 +119,26 @@ class PoolScheduler {
                  std::vector<double>* waves_ms);
 
  private:
+  // ready_ by remaining work, most first (ties: the lower id), produced on
+  // demand from a heap: a wave whose devices fill after k MetaOps costs
+  // O(ready + k log ready) rather than a sort of every ready MetaOp (with
+  // few devices and many tasks, most are never reached).
+  void start_by_work() {
+    keyed_.clear();
+    for (int m : ready_) keyed_.emplace_back(-work_[static_cast<size_t>(m)], m);
+    std::make_heap(keyed_.begin(), keyed_.end(), std::greater<>());
+    order_.clear();
+  }
+  // The i-th ready MetaOp in that order; -1 past the last.
+  int by_work(size_t i) {
+    while (order_.size() <= i && !keyed_.empty()) {
+      std::pop_heap(keyed_.begin(), keyed_.end(), std::greater<>());
+      order_.push_back(keyed_.back().second);
+      keyed_.pop_back();
+    }
+    return i < order_.size() ? order_[i] : -1;
+  }
+
   double op_ms(const Pick& pk) const {
     return items_[static_cast<size_t>(pk.metaop)].time_ms[static_cast<size_t>(pk.devices)];
   }
@@ -124,6 +149,7 @@ class PoolScheduler {
   std::vector<int> pick_of_;   // scratch: index into the draft's picks, -1 when none
   std::vector<double> work_;   // scratch: remaining work per ready MetaOp, ms
   std::vector<int> ready_, order_;
+  std::vector<std::pair<double, int>> keyed_;   // heap of start_by_work / by_work
   // Scratch: per pick, its operator count at the current candidate length
   // (0 before the first), the length from which it may grow (+infinity once
   // it runs all its remaining operators) and its busy device-ms.
@@ -134,7 +160,6 @@ class PoolScheduler {
     double busy_ms;   // count * op_ms * devices
   };
   std::vector<SlotFit> fits_;
-  std::vector<double> merged_;   // scratch: candidate lengths merged so far
   std::vector<Candidate> cands_;
   Draft rollout_draft_;
 };
@@ -186,14 +211,12 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
     // remaining work first), so none is starved by a few wide tuples...
     // ready_ is ascending, so ties on work go to the lower id: the order a
     // stable sort by work gives, without its temporary buffer.
-    order_.assign(ready_.begin(), ready_.end());
-    std::sort(order_.begin(), order_.end(), [&](int a, int b) {
-      const double wa = work_[static_cast<size_t>(a)], wb = work_[static_cast<size_t>(b)];
-      return wa != wb ? wa > wb : a < b;
-    });
+    start_by_work();
     const double defer_below_ms =
-        order_.empty() ? 0 : options_.defer_fraction * work_[static_cast<size_t>(order_.front())];
-    for (int m : order_) {
+        by_work(0) < 0 ? 0 : options_.defer_fraction * work_[static_cast<size_t>(by_work(0))];
+    for (size_t i = 0; free > 0; ++i) {   // once no device is free, no tuple fits
+      const int m = by_work(i);
+      if (m < 0) break;
       if (work_[static_cast<size_t>(m)] < defer_below_ms) break;   // has slack: runs later
       const ItemState& st = state[static_cast<size_t>(m)];
       int best = 0;
@@ -241,10 +264,18 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   for (const Pick& pk : picks)
     proposed_ms = std::max(proposed_ms, pk.align_count * items_[static_cast<size_t>(pk.metaop)]
                                                               .time_ms[static_cast<size_t>(pk.devices)]);
-  while (free > 0) {
+  //
+  // One pass in order of remaining work (ties: the lower id) picks the same
+  // MetaOps as rescanning for the most work each time: free only shrinks, so
+  // a MetaOp that cannot use the idle devices now cannot later either (its
+  // largest fitting count only shrinks, its one-operator time only grows),
+  // and one that grew took the largest count it could.
+  if (options_.paper_rules) start_by_work();
+  for (size_t i = 0; free > 0; ++i) {
+    const int m = by_work(i);
+    if (m < 0) break;
     int best = -1, best_devices = 0;
-    double best_work = -1;
-    for (int m : ready_) {
+    {
       const ScheduleItem& it = items_[static_cast<size_t>(m)];
       const int p = pick_of_[static_cast<size_t>(m)];
       const int have = p >= 0 ? picks[static_cast<size_t>(p)].devices : 0;
@@ -252,17 +283,11 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
       if (options_.extend_cap > 0) most = std::min(most, std::max(have, options_.extend_cap));
       const auto up = std::upper_bound(it.valid.begin(), it.valid.end(), most);
       if (up == it.valid.begin() || *(up - 1) <= have) continue;
-      if (p < 0 && !picks.empty() &&
-          it.time_ms[static_cast<size_t>(*(up - 1))] > proposed_ms * (1 + kAlignSlack))
+      if (p < 0 && !picks.empty() && it.time_ms[static_cast<size_t>(*(up - 1))] > proposed_ms * (1 + kAlignSlack))
         continue;
-      const double left_ms = work_[static_cast<size_t>(m)];
-      if (left_ms > best_work) {   // ready is ascending: ties keep the lower id
-        best = m;
-        best_work = left_ms;
-        best_devices = *(up - 1);
-      }
+      best = m;
+      best_devices = *(up - 1);
     }
-    if (best < 0) break;
     const int p = pick_of_[static_cast<size_t>(best)];
     const int total = state[static_cast<size_t>(best)].remaining;
     if (p >= 0) {
@@ -296,21 +321,17 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   if (options_.paper_rules) return true;
 
   // Candidate lengths: wherever some slot ends an operator, ascending and
-  // distinct. Each slot's multiples k * t (k from the first reaching the
-  // longest operator up to its remaining operators) are ascending, so each
-  // run is merged into the sorted lengths so far rather than sorting them all.
+  // distinct: each slot's multiples k * t (k from the first reaching the
+  // longest operator up to its remaining operators), sorted once. (Merging
+  // each slot's run into the lengths so far costs slots x lengths: quadratic
+  // in the tasks.)
   for (const Pick& pk : picks) {
     const double t = op_ms(pk);
     const int r = state[static_cast<size_t>(pk.metaop)].remaining;
-    const size_t from = d.lengths_ms.size();
     for (int k = std::max(1, static_cast<int>(std::ceil(longest_op_ms / t * (1 - 1e-12)))); k <= r; ++k)
       d.lengths_ms.push_back(k * t);
-    if (from == 0 || from == d.lengths_ms.size()) continue;
-    merged_.resize(d.lengths_ms.size());
-    std::merge(d.lengths_ms.begin(), d.lengths_ms.begin() + static_cast<std::ptrdiff_t>(from),
-               d.lengths_ms.begin() + static_cast<std::ptrdiff_t>(from), d.lengths_ms.end(), merged_.begin());
-    d.lengths_ms.swap(merged_);
   }
+  std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
   d.lengths_ms.erase(std::unique(d.lengths_ms.begin(), d.lengths_ms.end()), d.lengths_ms.end());
   // Fill of each length: busy device-ms per ms of the longest slot. A
   // slot's operator count only grows with the length, so it is recomputed
@@ -421,16 +442,23 @@ void run_pool(const std::vector<ScheduleItem>& items, std::vector<ItemState>& st
   std::vector<int> tried_counts;   // counts_id of the lengths tried at this wave
   size_t greedy_at = 0;
   bool greedy_known = false;
+  // The lookahead's budget in steps, not time (style: deterministic): each
+  // tried length rolls out the rest of the pool, so the lengths tried shrink
+  // as the pool grows and the scheduler stays near-linear in the MetaOps.
+  const int lookahead =
+      options.lookahead > 1
+          ? std::min(options.lookahead, std::max(1, kLookaheadBudget / std::max(1, static_cast<int>(pool.size()))))
+          : options.lookahead;
   for (;;) {
     const int wave = static_cast<int>(out.size());
     if (!sched.draft(state, pool, wave, d)) return;
     double align_ms = sched.default_align(d);
-    if (options.lookahead > 1 && !options.paper_rules && d.lengths_ms.size() > 1) {
+    if (lookahead > 1 && !options.paper_rules && d.lengths_ms.size() > 1) {
       // The `lookahead` best fills (ties: the longer first). The order is
       // total, so only those need sorting.
       by_fill.resize(d.lengths_ms.size());
       std::iota(by_fill.begin(), by_fill.end(), size_t{0});
-      const auto tried = std::min(by_fill.size(), static_cast<size_t>(options.lookahead));
+      const auto tried = std::min(by_fill.size(), static_cast<size_t>(lookahead));
       std::partial_sort(by_fill.begin(), by_fill.begin() + static_cast<std::ptrdiff_t>(tried), by_fill.end(),
                         [&](size_t a, size_t b) {
                           if (d.fills[a] != d.fills[b]) return d.fills[a] > d.fills[b];

@@ -37,7 +37,9 @@ struct ScheduleOptions {
   // Without paper_rules, when > 1: each wave tries this many of the
   // best-filling lengths, each followed by a greedy rollout of the rest of
   // the level (or pool), and keeps the one that finishes first. Costs about
-  // lookahead x waves more drafting; 1 or 0 is purely greedy.
+  // lookahead x waves more drafting; 1 or 0 is purely greedy. Bounded by a
+  // step budget: at most 16384 / (MetaOps in the pool) lengths are tried, so
+  // large pools (hundreds of tasks) are scheduled near-linearly.
   int lookahead = 0;
   // Without paper_rules: a ready MetaOp whose remaining work (ms on its
   // tuples) is below this fraction of the largest one's waits for a later

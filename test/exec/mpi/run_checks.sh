@@ -56,7 +56,8 @@
 #       spindle-export writes it as safetensors; an independent NumPy reader
 #       (check_export.py, when python3 has NumPy) finds every tensor of
 #       --dump-params bit for bit; a missing or corrupt checkpoint exits 2
-#       naming the file and writes nothing; an unwritable output exits 1.
+#       naming the file and writes nothing; an output in a missing folder or
+#       onto a device node is refused with exit 2 before anything is read.
 #   launch-env      RANK=0 exported to a 2-rank job: exit 2 naming rank 1 and
 #       the variable; SLURM_* variables under mpirun are ignored; local ranks
 #       are logged.
@@ -497,7 +498,8 @@ case "$MODE" in
       cat bad.log
       [ "$rc" -eq "$2" ] || die "$1: exit code $rc, expected $2"
       grep -q "spindle-export: error: .*$3" bad.log || die "$1: no message naming $3"
-      [ ! -e "$5" ] || die "$1: $5 was written"
+      if [ "$5" = /dev/null ]; then [ -c /dev/null ] || die "$1: /dev/null is no longer a device"
+      else [ ! -e "$5" ] || die "$1: $5 was written"; fi
       echo "PASS: $1 refused with exit $2"
     }
     expect_export_reject "missing checkpoint" 2 "no-such-ck" no-such-ck out/a.safetensors
@@ -506,7 +508,10 @@ case "$MODE" in
     cp -r ck ck2
     printf '\x7f' | dd of=ck2/step-000003/params.bin bs=1 seek=3000 conv=notrunc status=none
     expect_export_reject "corrupt checkpoint" 2 "step-000003/params.bin" ck2 out/c.safetensors
-    expect_export_reject "unwritable output" 1 "no-dir" ck no-dir/d.safetensors
+    # The output policy refuses an output whose folder does not exist before
+    # anything is read (exit 2); a device node is refused the same way.
+    expect_export_reject "output in a missing folder" 2 "no-dir" ck no-dir/d.safetensors
+    expect_export_reject "output onto a device node" 2 "/dev/null" ck /dev/null
     "$BIN/spindle-export" ck > bad.log 2>&1
     [ $? -eq 2 ] || die "no -o: expected exit 2"
     echo "PASS: spindle-export writes the checkpoint as safetensors" ;;

@@ -105,7 +105,7 @@ TEST_CASE("bad cluster files are rejected with file, key path, line and reason",
        "unknown key 'bandwidth'"},
       {"clusters/bad/missing-key.yaml", "device.peak_tflops", 6, "missing required key 'peak_tflops'"},
       {"clusters/bad/negative-bandwidth.yaml", "links.intra_island.gbytes_per_s", 10,
-       "expected a positive number, found -200"},
+       "expected a bandwidth (GB/s) from 0.001 to 1000000000.0, found -200"},
   };
   for (const BadCase& c : cases) {
     SECTION(c.file) {

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Hostile command lines (issue 14 and a second pass of our own): each case
+# must exit with the stated code, say the stated things on stderr, and leave
+# every file and device it was pointed at as it was.
+#
+# Usage: hostile.sh MODE BIN_DIR SOURCE_DIR WORK_DIR [MPIEXEC]
+#   MODE: outputs | check-cluster | profile-mismatch | run-flags | run-paths | run-owner
+set -u
+mode="$1"; bin="$2"; src="$3"; work="$4/$1"; mpiexec="${5:-mpirun}"
+plan="$bin/spindle-plan"; profile="$bin/spindle-profile"; run="$bin/spindle-run"
+models="$src/configs/models"; clusters="$src/configs/clusters"
+rm -rf "$work"; mkdir -p "$work"; cd "$work" || exit 1
+failures=0
+
+# expect CODE FRAGMENT -- COMMAND...: exit code CODE and FRAGMENT on stderr.
+expect() {
+  local code="$1" fragment="$2"; shift 3
+  "$@" >"$work/out.txt" 2>"$work/err.txt"
+  local rc=$?
+  if [ "$rc" -ne "$code" ]; then
+    echo "FAIL: exit $rc, expected $code: $*"; sed 's/^/  /' "$work/err.txt" | head -5; failures=$((failures + 1))
+  elif [ -n "$fragment" ] && ! grep -qF -- "$fragment" "$work/err.txt"; then
+    echo "FAIL: stderr lacks '$fragment': $*"; sed 's/^/  /' "$work/err.txt" | head -5; failures=$((failures + 1))
+  else
+    echo "ok: $*"
+  fi
+}
+same() {  # same FILE CONTENT
+  if [ "$(cat "$1")" != "$2" ]; then echo "FAIL: $1 changed"; failures=$((failures + 1)); fi
+}
+mpi() { "$mpiexec" --oversubscribe -np "$1" "${@:2}"; }
+
+case "$mode" in
+outputs)
+  cp "$models/tiny-clip.yaml" model.yaml
+  cp "$clusters/cpu-1x4.yaml" cluster.yaml
+  before="$(cat model.yaml)"
+  expect 2 "-o /dev/null: is a device node" -- "$plan" model.yaml --cluster cluster.yaml -o /dev/null
+  [ -c /dev/null ] || { echo "FAIL: /dev/null is no longer a device"; failures=$((failures + 1)); }
+  expect 2 "--trace /dev/null: is a device node" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --trace /dev/null
+  expect 2 "-o model.yaml: is the input model.yaml" -- "$plan" model.yaml --cluster cluster.yaml -o model.yaml
+  same model.yaml "$before"
+  expect 2 "is the input" -- "$plan" model.yaml --cluster cluster.yaml -o ./cluster.yaml
+  expect 2 "--trace model.yaml: is the input" -- "$plan" model.yaml --cluster cluster.yaml --trace model.yaml
+  same model.yaml "$before"
+  expect 2 "the same file as another output" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --trace ./p.json
+  mkdir adir
+  expect 2 "-o adir: is a directory" -- "$plan" model.yaml --cluster cluster.yaml -o adir
+  echo precious > target.json; ln -s target.json link.json
+  expect 2 "-o link.json: is a symbolic link" -- "$plan" model.yaml --cluster cluster.yaml -o link.json
+  [ -L link.json ] && same target.json precious || { echo "FAIL: link replaced"; failures=$((failures + 1)); }
+  expect 2 "folder" -- "$plan" model.yaml --cluster cluster.yaml -o missing/p.json
+  expect 2 "--plot model.yaml: is the input" -- "$plan" model.yaml --cluster cluster.yaml --plot model.yaml
+  expect 2 "-o model.yaml: is the input" -- "$profile" model.yaml --cluster cluster.yaml -o model.yaml
+  same model.yaml "$before"
+  expect 2 "-o /dev/null: is a device node" -- "$profile" model.yaml --cluster cluster.yaml -o /dev/null
+  expect 2 "-o link.json: is a symbolic link" -- "$profile" model.yaml --cluster cluster.yaml -o link.json
+  # An unreadable input that never ends is refused, not read forever.
+  expect 2 "larger than" -- "$plan" /dev/zero --cluster cluster.yaml -o p.json
+  # Nothing was written by any refusal; a good run still writes.
+  ls *.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary file left"; failures=$((failures + 1)); }
+  [ -e p.json ] && { echo "FAIL: p.json written by a refused run"; failures=$((failures + 1)); }
+  expect 0 "" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --trace t.json
+  ;;
+check-cluster)
+  "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --check two.json --cluster "$clusters/cpu-1x2.yaml"
+  expect 2 "cluster.devices: the plan is for 2 devices, cluster 'cpu-1x4' has 4" -- \
+    "$plan" "$models/tiny-clip.yaml" --check two.json --cluster "$clusters/cpu-1x4.yaml"
+  # An island size that does not divide the device count.
+  python3 - two.json <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1])); p["cluster"]["devices_per_island"] = 3
+json.dump(p, open("islands.json", "w"))
+p = json.load(open(sys.argv[1])); p["predicted"]["memory_bytes"] = [-1, -1]
+json.dump(p, open("negative.json", "w"))
+EOF
+  expect 2 "cluster.devices_per_island: 3 does not divide the 2 devices" -- \
+    "$plan" "$models/tiny-clip.yaml" --check islands.json
+  expect 2 "predicted.memory_bytes[0]: expected a byte count >= 0" -- \
+    "$plan" "$models/tiny-clip.yaml" --check negative.json
+  ;;
+profile-mismatch)
+  "$profile" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o p2.json >/dev/null || exit 1
+  grep -q '"cluster": {"devices":2,"devices_per_island":2,"name":"cpu-1x2"}' p2.json ||
+    { echo "FAIL: the profile does not record its cluster"; failures=$((failures + 1)); }
+  expect 2 "cluster.devices: the profile was made for 2 devices" -- \
+    "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --profile p2.json -o p.json
+  [ -e p.json ] && { echo "FAIL: p.json written"; failures=$((failures + 1)); }
+  expect 2 "device: the profile was made for \"cpu-core\"" -- \
+    "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/a800-1x8.yaml" --profile p2.json -o p.json
+  expect 0 "warning" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --profile p2.json \
+    -o p.json --accept-profile-mismatch
+  # A version 1 profile (no cluster) stays readable.
+  grep -v '"cluster":' p2.json | sed 's/"version": 2/"version": 1/' > v1.json
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v1.json -o p1.json
+  ;;
+run-flags)
+  "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
+  for lr in nan inf -1 0 1e30; do
+    expect 2 "--lr" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --lr "$lr" --metrics m.jsonl
+  done
+  [ -e m.jsonl ] && { echo "FAIL: metrics written by a refused run"; failures=$((failures + 1)); }
+  expect 2 "--steps" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 0
+  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps -5
+  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1e30
+  expect 2 "--every and --keep" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --keep 0
+  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed -1
+  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed 1e30
+  [ -e ck ] && { echo "FAIL: checkpoint folder made by a refused run"; failures=$((failures + 1)); }
+  ;;
+run-paths)
+  "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
+  echo precious > afile
+  expect 2 "--checkpoint afile: exists and is not a folder" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint afile
+  same afile precious
+  expect 2 "--trace missing/t.json: folder" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --trace missing/t.json
+  expect 2 "--metrics one.json: is the input one.json" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --metrics one.json
+  expect 2 "--dump-params /dev/null: is a device node" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --dump-params /dev/null
+  expect 2 "--metrics adir: is a directory" -- \
+    bash -c "mkdir -p adir; $mpiexec --oversubscribe -np 1 $run one.json --model $models/tiny-clip.yaml --steps 2 --metrics adir"
+  if [ -w /dev/full ]; then   # a full disk: the run fails, it does not exit 0
+    ln -sf /dev/full full.jsonl
+    expect 2 "symbolic link" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --metrics full.jsonl
+  fi
+  ;;
+run-owner)
+  "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 4 --every 2 --checkpoint ck
+  [ -d ck/step-000004 ] || { echo "FAIL: no checkpoint"; failures=$((failures + 1)); }
+  # A fresh run into that folder is refused; --resume continues; --overwrite starts afresh.
+  expect 2 "holds checkpoints of another run (step-000002 .. step-000004)" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --seed 7
+  [ -d ck/step-000004 ] || { echo "FAIL: the other run's checkpoint was lost"; failures=$((failures + 1)); }
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 6 --checkpoint ck --every 2 --resume
+  [ -d ck/step-000006 ] || { echo "FAIL: resume did not save"; failures=$((failures + 1)); }
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --checkpoint ck --seed 7 --overwrite
+  if [ -d ck/step-000006 ] || [ ! -d ck/step-000001 ]; then
+    echo "FAIL: --overwrite left $(ls ck)"; failures=$((failures + 1))
+  fi
+  grep -q "removed the checkpoints of another run" out.txt || { echo "FAIL: --overwrite did not say so"; failures=$((failures + 1)); }
+  # A manifest nested 100000 arrays deep: refused by name, no crash.
+  python3 -c "import sys; open(sys.argv[1], 'w').write('{\"version\": ' + '[' * 100000 + ']' * 100000 + '}')" \
+    ck/step-000001/manifest.json
+  expect 2 "manifest.json: nested more than 64" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 3 --checkpoint ck --seed 7 --resume
+  ;;
+*) echo "unknown mode $mode"; exit 1 ;;
+esac
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

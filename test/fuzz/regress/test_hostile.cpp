@@ -1,0 +1,525 @@
+// Hostile inputs, written as a careless or hostile user would (issue 14 and
+// a second pass of our own): each must be an Error naming the file (and the
+// key where there is one), never a crash, a hang or a silently wrong value.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/io/json_reader.h"
+#include "libplan/io/profile.h"
+#include "libplan/model/cluster.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/check.h"
+#include "libplan/plan/plan_io.h"
+#include "libplan/planner/planner.h"
+#include "libplan/util/files.h"
+#include "libplan/util/limits.h"
+
+namespace sp = spindle::plan;
+namespace fs = std::filesystem;
+
+namespace {
+
+template <class T>
+std::string error_of(const sp::Result<T>& r) {
+  REQUIRE_FALSE(r.ok());
+  return r.error().message;
+}
+
+std::string status_error(const sp::Status& s) {
+  REQUIRE_FALSE(s.ok());
+  return s.error().message;
+}
+
+const std::string kRoot = SPINDLE_SOURCE_DIR;
+
+std::string slurp(const std::string& path) {
+  auto r = sp::read_file(path);
+  REQUIRE(r.ok());
+  return *r;
+}
+
+std::string replace_once(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+const char* kTinyModel = R"(name: m
+modules:
+  t: [{op: token_embed, vocab: 16, hidden: 8}]
+  lm: [{op: transformer_layer, repeat: REPEAT, hidden: 8, heads: 1, ffn: 16}, {op: lm_loss, hidden: 8, vocab: 16}]
+tasks:
+  - {name: a, batch: 4, nodes: [{id: x, module: t, seq: 4}, {id: l, module: lm, inputs: [x]}]}
+)";
+
+const char* kCluster = R"(name: c
+islands: 1
+devices_per_island: 4
+device: {name: d, memory_gib: 1, peak_tflops: PEAK}
+links:
+  intra_island: {gbytes_per_s: 10, latency_us: LATENCY}
+  inter_island: {gbytes_per_s: 1, latency_us: 5}
+)";
+
+std::string cluster_with(const std::string& peak, const std::string& latency) {
+  return replace_once(replace_once(kCluster, "PEAK", peak), "LATENCY", latency);
+}
+
+// A small valid profile and plan of tiny-clip on 4 CPU devices.
+std::string tiny_profile() { return slurp(kRoot + "/profiles/tiny-clip.cpu-1x4.json"); }
+
+struct TinyPlan {
+  sp::Model model;
+  sp::Cluster cluster;
+  sp::OpGraph graph;
+  sp::Plan plan;
+};
+
+TinyPlan tiny_plan() {
+  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
+  REQUIRE(model.ok());
+  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x4.yaml");
+  REQUIRE(cluster.ok());
+  sp::OpGraph graph = sp::expand(*model);
+  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
+  REQUIRE(profile.ok());
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  REQUIRE(cost.ok());
+  auto plan = sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle});
+  REQUIRE(plan.ok());
+  return {*model, *cluster, graph, *plan};
+}
+
+// A scratch folder, removed at the end of the test.
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    std::string t = (fs::temp_directory_path() / "spindle-hostile-XXXXXX").string();
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    dir = t;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+};
+
+}  // namespace
+
+// ---- 1. Nesting and size: bounded before any recursion ----
+
+TEST_CASE("a profile whose dims nest 100000 arrays deep is refused before parsing", "[hostile]") {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string text = replace_once(tiny_profile(), "\"dims\":{", "\"dims\":{\"x-deep\":" + deep + ",");
+  const std::string e = error_of(sp::parse_profile_string(text, "deep.json"));
+  CHECK(e.find("deep.json: nested more than 64 arrays or objects deep") == 0);
+}
+
+TEST_CASE("a plan whose dims nest 100000 objects deep is refused before parsing", "[hostile]") {
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
+  deep += "1" + std::string(100000, '}');
+  const std::string text =
+      replace_once(sp::plan_to_json(tiny_plan().plan), "\"dims\": {", "\"dims\": {\"hidden\": " + deep + ",");
+  CHECK(error_of(sp::parse_plan_string(text, "deep.json")).find("deep.json: nested more than 64") == 0);
+}
+
+TEST_CASE("brackets inside JSON strings do not count as nesting", "[hostile]") {
+  const std::string text = replace_once(tiny_profile(), "\"device\": ", "\"x-note\": \"" + std::string(1000, '[') +
+                                                                           "\\\"[\",\n  \"device\": ");
+  CHECK(sp::parse_profile_string(text, "p.json").ok());
+}
+
+TEST_CASE("dims nested within the depth limit are refused by the op's dimension list", "[hostile]") {
+  const std::string text =
+      replace_once(tiny_profile(), "\"hidden\":32", "\"hidden\":[[[[[[[[[[1]]]]]]]]]]");
+  const std::string e = error_of(sp::parse_profile_string(text, "p.json"));
+  CHECK(e.find("p.json: entries[") == 0);
+  CHECK(e.find(".dims: dimension 'hidden': expected an integer") != std::string::npos);
+}
+
+TEST_CASE("profile dims with an unknown or a missing dimension are refused", "[hostile]") {
+  std::string text = replace_once(tiny_profile(), "\"hidden\":32", "\"hidden\":32,\"extra\":1");
+  CHECK(error_of(sp::parse_profile_string(text, "p.json")).find("unknown dimension 'extra'") != std::string::npos);
+  text = replace_once(tiny_profile(), "\"causal\":false,", "");
+  CHECK(error_of(sp::parse_profile_string(text, "p.json")).find("dimension 'causal' missing") != std::string::npos);
+}
+
+TEST_CASE("a workload key is the bytes of a flat dims dump and never recurses", "[hostile]") {
+  sp::Workload w{"linear", nlohmann::json{{"in", 4}, {"out", 8}}, 3, 16};
+  CHECK(w.key() == "linear" + w.dims.dump() + "/s3/b16");
+  w.dims["nested"] = nlohmann::json::array({nlohmann::json::array({1})});
+  CHECK(w.key() == "linear{\"in\":4,\"nested\":?,\"out\":8}/s3/b16");
+}
+
+TEST_CASE("a model nested 100000 flow sequences deep is refused with its line", "[hostile]") {
+  const std::string text = "name: m\nx: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
+  const std::string e = error_of(sp::parse_model_string(text, "deep.yaml"));
+  CHECK(e.find("deep.yaml:2:") == 0);
+  CHECK(e.find("nested more than 64 sequences or maps deep") != std::string::npos);
+}
+
+TEST_CASE("a cluster nested 100 block maps deep is refused", "[hostile]") {
+  std::string text = "name: c\nx:\n";
+  for (int i = 0; i < 100; ++i) text += std::string(2 * (i + 1), ' ') + "k:\n";
+  const std::string e = error_of(sp::parse_cluster_string(text, "deep.yaml"));
+  CHECK(e.find("deep.yaml:") == 0);
+  CHECK(e.find("nested more than 64") != std::string::npos);
+}
+
+TEST_CASE("inputs above the size limits are refused without parsing", "[hostile]") {
+  const std::string big_yaml(static_cast<size_t>(sp::limits::kMaxYamlBytes) + 1, ' ');
+  CHECK(error_of(sp::parse_model_string(big_yaml, "big.yaml")).find("big.yaml: ") == 0);
+  CHECK(error_of(sp::parse_model_string(big_yaml, "big.yaml")).find("MiB a YAML input may have") !=
+        std::string::npos);
+  // read_file stops at the cap: an endless input ends with an Error.
+  CHECK(error_of(sp::read_file("/dev/zero", 1 << 20)).find("/dev/zero: larger than") == 0);
+  CHECK(error_of(sp::read_file("/tmp")).find("/tmp: is a directory") == 0);
+}
+
+TEST_CASE("a second YAML document is refused, not ignored", "[hostile]") {
+  const std::string text = slurp(kRoot + "/configs/clusters/cpu-1x4.yaml") + "---\nname: other\n";
+  const std::string e = error_of(sp::parse_cluster_string(text, "two.yaml"));
+  CHECK(e.find("two.yaml:") == 0);
+  CHECK(e.find("more than one YAML document") != std::string::npos);
+}
+
+TEST_CASE("NUL bytes and control characters in names are refused", "[hostile]") {
+  std::string raw = replace_once(kTinyModel, "REPEAT", "1");
+  raw = replace_once(raw, "name: a,", std::string("name: a\0b,", 10));
+  CHECK(error_of(sp::parse_model_string(raw, "nul.yaml")).find("a NUL byte") != std::string::npos);
+  const std::string escaped = replace_once(replace_once(kTinyModel, "REPEAT", "1"), "name: a,", "name: \"a\\0b\",");
+  const std::string e = error_of(sp::parse_model_string(escaped, "nul.yaml"));
+  CHECK(e.find("nul.yaml:6:") == 0);
+  CHECK(e.find("tasks[0].name") != std::string::npos);
+  CHECK(e.find("control characters") != std::string::npos);
+  const std::string tab_module = replace_once(replace_once(kTinyModel, "REPEAT", "1"), "  t: [", "  \"t\\tx\": [");
+  CHECK(error_of(sp::parse_model_string(tab_module, "tab.yaml")).find("control characters") != std::string::npos);
+}
+
+// ---- 2. Operator counts: checked before anything is expanded ----
+
+TEST_CASE("the repeat message names the real limit", "[hostile]") {
+  const std::string e = error_of(sp::parse_model_string(replace_once(kTinyModel, "REPEAT", "1000000"), "r.yaml"));
+  CHECK(e.find("r.yaml:4:40: modules.lm[0].repeat: ") == 0);
+  CHECK(e.find("expected a repeat count from 1 to 200000") != std::string::npos);
+  CHECK(e.find("found 1000000") != std::string::npos);
+}
+
+TEST_CASE("a few blocks of large repeats over the operator limit are refused before expansion", "[hostile]") {
+  const std::string text = R"(name: m
+modules:
+  t: [{op: token_embed, vocab: 16, hidden: 8}]
+  lm:
+    - {op: transformer_layer, repeat: 150000, hidden: 8, heads: 1, ffn: 16}
+    - {op: transformer_layer, repeat: 150000, hidden: 8, heads: 1, ffn: 16, causal: true}
+    - {op: lm_loss, hidden: 8, vocab: 16}
+tasks:
+  - {name: a, batch: 4, nodes: [{id: x, module: t, seq: 4}, {id: l, module: lm, inputs: [x]}]}
+)";
+  const std::string e = error_of(sp::parse_model_string(text, "many.yaml"));
+  CHECK(e.find("many.yaml:9:") == 0);
+  CHECK(e.find("tasks[0]: the model expands to more than 200000 operators") != std::string::npos);
+  // At the limit it is accepted.
+  CHECK(sp::parse_model_string(replace_once(kTinyModel, "REPEAT", "199998"), "ok.yaml").ok());
+}
+
+// ---- 3. Numbers: finite, non-negative and bounded at the readers ----
+
+TEST_CASE("profile byte counts near 2^62 are refused", "[hostile]") {
+  const std::string text = replace_once(tiny_profile(), "\"param_bytes\":", "\"param_bytes\":4611686018427387904,\"x-was\":");
+  const std::string e = error_of(sp::parse_profile_string(text, "p.json"));
+  CHECK(e.find(".param_bytes: expected an integer from 0 to 9007199254740992") != std::string::npos);
+}
+
+TEST_CASE("profile times of 1e308 and of 0 are refused", "[hostile]") {
+  std::string text = tiny_profile();
+  const size_t at = text.find("\"ms\":");
+  REQUIRE(at != std::string::npos);
+  const size_t end = text.find_first_of(",}", at);
+  std::string huge = text;
+  huge.replace(at, end - at, "\"ms\":1e308");
+  CHECK(error_of(sp::parse_profile_string(huge, "p.json")).find("expected a positive time of at most 1000000000") !=
+        std::string::npos);
+  std::string zero = text;
+  zero.replace(at, end - at, "\"ms\":0");
+  CHECK(error_of(sp::parse_profile_string(zero, "p.json")).find(".ms: expected a positive time") != std::string::npos);
+}
+
+TEST_CASE("cluster figures that would make times infinite are refused", "[hostile]") {
+  CHECK(sp::parse_cluster_string(cluster_with("1", "1"), "c.yaml").ok());
+  std::string e = error_of(sp::parse_cluster_string(cluster_with("1e-300", "1"), "c.yaml"));
+  CHECK(e.find("c.yaml:4:") == 0);
+  CHECK(e.find("device.peak_tflops: expected a peak (TFLOP/s) from 0.001 to 1000000000.0") != std::string::npos);
+  e = error_of(sp::parse_cluster_string(cluster_with("1", "1e308"), "c.yaml"));
+  CHECK(e.find("links.intra_island.latency_us") != std::string::npos);
+  e = error_of(sp::parse_cluster_string(cluster_with("1", "-1"), "c.yaml"));
+  CHECK(e.find("links.intra_island.latency_us") != std::string::npos);
+}
+
+TEST_CASE("a plan with negative memory or times, or islands that do not divide, is refused", "[hostile]") {
+  const std::string good = sp::plan_to_json(tiny_plan().plan);
+  REQUIRE(sp::parse_plan_string(good, "q.json").ok());
+  nlohmann::json j = nlohmann::json::parse(good);
+  j["predicted"]["memory_bytes"] = {-1, -1, -1, -1};
+  CHECK(error_of(sp::parse_plan_string(j.dump(), "q.json")).find("q.json: predicted.memory_bytes[0]: expected a byte count >= 0") == 0);
+  j = nlohmann::json::parse(good);
+  j["waves"][0]["ms"] = -5.0;
+  CHECK(error_of(sp::parse_plan_string(j.dump(), "q.json")).find("waves[0].ms: expected a number >= 0") != std::string::npos);
+  j = nlohmann::json::parse(good);
+  j["cluster"]["devices_per_island"] = 3;
+  CHECK(error_of(sp::parse_plan_string(j.dump(), "q.json")).find("cluster.devices_per_island: 3 does not divide the 4 devices") != std::string::npos);
+  j = nlohmann::json::parse(good);
+  j["cluster"]["devices"] = 2000000000;
+  CHECK(error_of(sp::parse_plan_string(j.dump(), "q.json")).find("cluster.devices: expected an integer from 1 to 1000000") != std::string::npos);
+  j = nlohmann::json::parse(good);
+  j["waves"][0]["slices"][0]["count"] = 2147483647;
+  CHECK(error_of(sp::parse_plan_string(j.dump(), "q.json")).find(".count: expected an integer from 0 to 200000") != std::string::npos);
+}
+
+TEST_CASE("the checker refuses non-finite and negative figures in an in-memory plan", "[hostile]") {
+  TinyPlan t = tiny_plan();
+  REQUIRE(sp::check_plan(t.plan, t.model, t.graph).empty());
+  t.plan.predicted.iteration_ms = std::numeric_limits<double>::infinity();
+  t.plan.waves[0].slices[0].ms = std::nan("");
+  t.plan.predicted.memory_bytes[1] = -7;
+  const std::vector<std::string> v = sp::check_plan(t.plan, t.model, t.graph);
+  auto has = [&](const std::string& s) {
+    for (const std::string& x : v)
+      if (x.find(s) != std::string::npos) return true;
+    return false;
+  };
+  CHECK(has("predicted.iteration_ms: inf is not a finite number >= 0"));
+  CHECK(has("waves[0].slices[0].ms"));
+  CHECK(has("predicted.memory_bytes[1]: -7 is negative"));
+}
+
+TEST_CASE("bytes_to_int64 saturates instead of wrapping", "[hostile]") {
+  CHECK(sp::limits::bytes_to_int64(1e30) == std::numeric_limits<int64_t>::max());
+  CHECK(sp::limits::bytes_to_int64(std::nan("")) == std::numeric_limits<int64_t>::max());
+  CHECK(sp::limits::bytes_to_int64(std::ldexp(1.0, 63)) == std::numeric_limits<int64_t>::max());
+  CHECK(sp::limits::bytes_to_int64(12345.0) == 12345);
+}
+
+TEST_CASE("huge profiled byte counts make an infeasible plan, never a negative memory figure", "[hostile]") {
+  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
+  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x4.yaml");
+  REQUIRE((model.ok() && cluster.ok()));
+  const sp::OpGraph graph = sp::expand(*model);
+  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
+  REQUIRE(profile.ok());
+  for (sp::ProfileEntry& e : profile->entries) {
+    e.param_bytes = sp::limits::kMaxBytes;
+    e.activation_bytes_per_sample = sp::limits::kMaxBytes;
+  }
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  REQUIRE(cost.ok());
+  sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::sequential};
+  request.placement = sp::Placement::sequential;
+  auto plan = sp::make_plan(request);
+  if (!plan.ok()) return;  // refused as infeasible: fine
+  for (int64_t b : plan->predicted.memory_bytes) CHECK(b >= 0);
+  bool over = false;
+  for (const std::string& v : sp::check_plan(*plan, *model, graph)) over = over || v.find("rule 6") == 0;
+  CHECK(over);
+}
+
+// ---- 4. Profiles and plans against the cluster they are used with ----
+
+TEST_CASE("a one-point profile entry on a multi-device cluster is refused", "[hostile]") {
+  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
+  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x4.yaml");
+  REQUIRE((model.ok() && cluster.ok()));
+  const sp::OpGraph graph = sp::expand(*model);
+  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
+  REQUIRE(profile.ok());
+  profile->entries[0].points.resize(1);
+  const std::string e = error_of(sp::ProfileCostModel::create(*profile, *cluster, graph));
+  CHECK(e.find("entries[0]") != std::string::npos);
+  CHECK(e.find("one point (1 devices), but several device counts are valid on 4 devices") != std::string::npos);
+}
+
+TEST_CASE("profiles record their device and cluster, and a mismatch is named", "[hostile]") {
+  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
+  auto c4 = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x4.yaml");
+  auto c2 = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x2.yaml");
+  REQUIRE((model.ok() && c4.ok() && c2.ok()));
+  auto profile = sp::analytic_profile(*model, sp::expand(*model), *c4, nullptr);
+  REQUIRE(profile.ok());
+  const std::string text = sp::profile_to_json(*profile);
+  CHECK(text.find("\"version\": 2") != std::string::npos);
+  auto back = sp::parse_profile_string(text, "p.json");
+  REQUIRE(back.ok());
+  REQUIRE(back->cluster.has_value());
+  CHECK(back->cluster->name == c4->name);
+  CHECK(back->cluster->devices == 4);
+  CHECK(sp::profile_to_json(*back) == text);
+  CHECK(sp::profile_mismatches(*back, *c4).empty());
+  const std::vector<std::string> m = sp::profile_mismatches(*back, *c2);
+  REQUIRE(m.size() == 2);
+  CHECK(m[0].find("cluster.name") == 0);
+  CHECK(m[1].find("cluster.devices: the profile was made for 4 devices") == 0);
+  sp::Cluster other = *c4;
+  other.device_name = "H200";
+  CHECK(sp::profile_mismatches(*back, other).front().find("device: the profile was made for") == 0);
+  // A version 1 file (no cluster) stays readable and re-encodes to the same bytes.
+  std::string v1 = tiny_profile();
+  v1 = replace_once(v1, "  \"cluster\": {\"devices\":4,\"devices_per_island\":4,\"name\":\"cpu-1x4\"},\n", "");
+  v1 = replace_once(v1, "\"version\": 2", "\"version\": 1");
+  auto old = sp::parse_profile_string(v1, "v1.json");
+  REQUIRE(old.ok());
+  CHECK_FALSE(old->cluster.has_value());
+  CHECK(sp::profile_to_json(*old) == v1);
+  CHECK(sp::profile_mismatches(*old, *c2).empty());
+}
+
+TEST_CASE("a plan is checked against the cluster it is given", "[hostile]") {
+  TinyPlan t = tiny_plan();
+  CHECK(sp::check_plan_cluster(t.plan, t.cluster).empty());
+  sp::Cluster bigger = t.cluster;
+  bigger.islands = 2;
+  const std::vector<std::string> v = sp::check_plan_cluster(t.plan, bigger);
+  REQUIRE_FALSE(v.empty());
+  CHECK(v[0].find("cluster.devices: the plan is for 4 devices") == 0);
+  const std::string e = status_error(sp::check_plan_status(t.plan, t.model, t.graph, "q.json", &bigger));
+  CHECK(e.find("q.json: invalid plan") == 0);
+  sp::Cluster islands = t.cluster;
+  islands.devices_per_island = 2;
+  islands.islands = 2;
+  CHECK_FALSE(sp::check_plan_cluster(t.plan, islands).empty());
+}
+
+// ---- 5. Outputs: never destroy a file or device ----
+
+TEST_CASE("write_file_atomic refuses devices, folders and links and keeps them intact", "[hostile]") {
+  Scratch s;
+  CHECK(status_error(sp::write_file_atomic("/dev/null", "x")).find("/dev/null: is a device node") == 0);
+  struct stat st {};
+  REQUIRE(::stat("/dev/null", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  CHECK(status_error(sp::write_file_atomic(s.dir.string(), "x")).find("is a directory") != std::string::npos);
+  const std::string target = s.path("target.txt"), link = s.path("link.txt");
+  REQUIRE(sp::write_file_atomic(target, "precious").ok());
+  fs::create_symlink(target, link);
+  CHECK(status_error(sp::write_file_atomic(link, "x")).find("is a symbolic link") != std::string::npos);
+  CHECK(fs::is_symlink(link));
+  CHECK(slurp(target) == "precious");
+  REQUIRE(::mkfifo(s.path("fifo").c_str(), 0600) == 0);
+  CHECK(status_error(sp::write_file_atomic(s.path("fifo"), "x")).find("is a FIFO") != std::string::npos);
+  // Nothing left behind by the refusals.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(s.dir)) entries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  CHECK(entries == 0);
+}
+
+TEST_CASE("write errors, at close and fsync too, are reported", "[hostile]") {
+  if (::access("/dev/full", W_OK) != 0) return;
+  // /dev/full itself is refused (a device); a write error is seen through a
+  // missing folder instead, and on a full device by the run tests.
+  CHECK(status_error(sp::write_file_atomic("/nonexistent-folder/x.json", "x")).find("/nonexistent-folder/x.json: cannot write") == 0);
+}
+
+TEST_CASE("an output that is an input, or another output, is refused", "[hostile]") {
+  Scratch s;
+  const std::string model = s.path("model.yaml");
+  REQUIRE(sp::write_file_atomic(model, "name: m\n").ok());
+  CHECK(status_error(sp::check_output_paths({{"-o", model}}, {model})).find("-o " + model + ": is the input " + model) == 0);
+  // The same file under another spelling.
+  const std::string other = s.dir.string() + "/./model.yaml";
+  CHECK(status_error(sp::check_output_paths({{"--metrics", other}}, {model})).find("is the input") != std::string::npos);
+  // A hard link is the same file.
+  fs::create_hard_link(model, s.path("hard.yaml"));
+  CHECK(status_error(sp::check_output_paths({{"--trace", s.path("hard.yaml")}}, {model})).find("is the input") !=
+        std::string::npos);
+  CHECK(status_error(sp::check_output_paths({{"-o", s.path("a.json")}, {"--trace", s.dir.string() + "/a.json"}}, {}))
+            .find("the same file as another output") != std::string::npos);
+  CHECK(status_error(sp::check_output_paths({{"-o", s.path("missing/a.json")}}, {})).find("folder") != std::string::npos);
+  CHECK(sp::check_output_paths({{"-o", s.path("new.json")}, {"--trace", ""}}, {model}).ok());
+  CHECK(slurp(model) == "name: m\n");
+}
+
+TEST_CASE("a checkpoint folder that is a file, or under a file, is refused", "[hostile]") {
+  Scratch s;
+  REQUIRE(sp::write_file_atomic(s.path("file"), "x").ok());
+  CHECK(status_error(sp::check_output_dir("--checkpoint", s.path("file"))).find("exists and is not a folder") !=
+        std::string::npos);
+  CHECK(status_error(sp::check_output_dir("--checkpoint", s.path("file/sub"))).find("not a folder") !=
+        std::string::npos);
+  CHECK(sp::check_output_dir("--checkpoint", s.path("new/deeper")).ok());
+  CHECK(sp::check_output_dir("--checkpoint", s.dir.string()).ok());
+}
+
+// ---- 6. Planning work: bounded before scheduling ----
+
+TEST_CASE("many tasks on one device are refused before scheduling, not planned for minutes", "[hostile]") {
+  std::string text = R"(name: many
+modules:
+  t: [{op: token_embed, vocab: 16, hidden: 8}]
+  lm: [{op: transformer_layer, hidden: 8, heads: 1, ffn: 16}, {op: lm_loss, hidden: 8, vocab: 16}]
+tasks:
+)";
+  for (int i = 0; i < 3000; ++i)
+    text += "  - {name: t" + std::to_string(i) + ", batch: 4, nodes: [{id: x, module: t, seq: " +
+            std::to_string(4 + i % 7) + "}, {id: l, module: lm, inputs: [x]}]}\n";
+  auto model = sp::parse_model_string(text, "many.yaml");
+  REQUIRE(model.ok());
+  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x1.yaml");
+  REQUIRE(cluster.ok());
+  const sp::OpGraph graph = sp::expand(*model);
+  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
+  REQUIRE(profile.ok());
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  REQUIRE(cost.ok());
+  const std::string e =
+      error_of(sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle}));
+  CHECK(e.find("many.yaml: 9000 MetaOps and 9000 operators on 1 devices") == 0);
+  CHECK(e.find("more than the planner's limit 50000000") != std::string::npos);
+}
+
+// ---- Second pass: encodings and aliases ----
+
+TEST_CASE("invalid UTF-8 in a model is refused, never written into a plan", "[hostile]") {
+  std::string text = replace_once(kTinyModel, "REPEAT", "1");
+  text = replace_once(text, "name: m\n", "name: m\xff\xfe\n");
+  CHECK(error_of(sp::parse_model_string(text, "u.yaml")).find("u.yaml: not valid UTF-8 at byte 7") == 0);
+  // Overlong and surrogate forms too.
+  CHECK_FALSE(sp::parse_model_string(replace_once(kTinyModel, "name: m\n", "name: m\xc0\xaf\n"), "u.yaml").ok());
+  CHECK_FALSE(sp::parse_model_string(replace_once(kTinyModel, "name: m\n", "name: m\xed\xa0\x80\n"), "u.yaml").ok());
+  // A lone surrogate by escape.
+  const std::string e = error_of(sp::parse_model_string(
+      replace_once(replace_once(kTinyModel, "REPEAT", "1"), "name: m\n", "name: \"m\\ud800\"\n"), "u.yaml"));
+  CHECK(e.find("u.yaml:1:") == 0);
+  // Valid multi-byte names are fine.
+  CHECK(sp::parse_model_string(replace_once(replace_once(kTinyModel, "REPEAT", "1"), "name: m\n", "name: m\xc3\xa9\n"),
+                               "u.yaml")
+            .ok());
+}
+
+TEST_CASE("an alias bomb under an extension key stays cheap", "[hostile]") {
+  std::string bomb = "x:\n  a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i < 30; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "  a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + prev;
+    for (int k = 1; k < 10; ++k) bomb += ", " + prev;
+    bomb += "]\n";
+  }
+  const std::string text = replace_once(replace_once(kTinyModel, "REPEAT", "1"), "modules:\n", bomb + "modules:\n");
+  CHECK(sp::parse_model_string(text, "bomb.yaml").ok());
+  // The same aliases as tasks: each alias is one task, and a repeated task is a duplicate.
+  const std::string tasks = replace_once(replace_once(kTinyModel, "REPEAT", "1"), "  - {name: a,", "  - &t {name: a,") +
+                            "  - *t\n  - *t\n";
+  CHECK(error_of(sp::parse_model_string(tasks, "t.yaml")).find("duplicate task name 'a'") != std::string::npos);
+}
