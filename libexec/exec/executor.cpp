@@ -337,7 +337,7 @@ struct Executor::ParamState {
 
 Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
                    Backend& backend, ExecOptions options)
-    : model_(model), plan_(plan), world_(world), groups_(std::move(groups)), backend_(backend),
+    : model_(model), world_(world), groups_(std::move(groups)), backend_(backend),
       options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan)),
       loss_(model.tasks.size(), 0.0), synthetic_(std::make_unique<SyntheticSource>(options.seed)),
       data_(synthetic_.get()), origin_(Clock::now()) {

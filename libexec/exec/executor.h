@@ -123,8 +123,9 @@ class Executor {
   static std::vector<std::vector<int>> device_groups(const plan::Model& model,
                                                      const plan::Plan& plan);
 
-  // `model` and `plan` must have passed check_plan_status and outlive the
-  // executor; world.size() == plan.devices (else std::invalid_argument).
+  // `model` and `plan` must have passed check_plan_status; `model` must
+  // outlive the executor (the plan is lowered here and not kept).
+  // world.size() == plan.devices (else std::invalid_argument).
   // `groups` holds the communicators of the groups of device_groups() that
   // contain world.rank(). `backend` runs the operators.
   Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
@@ -211,7 +212,6 @@ class Executor {
   double wall_us(Clock::time_point t) const;
 
   const plan::Model& model_;
-  const plan::Plan& plan_;
   Comm& world_;
   GroupComms groups_;
   Backend& backend_;
