@@ -35,12 +35,18 @@ struct RowLayout {
   int groups() const { return devices / tp; }
   int group_of(int position) const { return position / tp; }
   int tp_rank_of(int position) const { return position % tp; }
-  RowRange group_rows(int group) const;
+  RowRange group_rows(int group) const {
+    const int64_t g = groups();
+    return {group * batch / g, (group + 1) * batch / g};
+  }
   RowRange rows_of(int position) const { return group_rows(group_of(position)); }
 };
 
 // Intersection of two ranges (size 0 when disjoint).
-RowRange intersect(RowRange a, RowRange b);
+inline RowRange intersect(RowRange a, RowRange b) {
+  const int64_t lo = a.begin > b.begin ? a.begin : b.begin, hi = a.end < b.end ? a.end : b.end;
+  return hi > lo ? RowRange{lo, hi} : RowRange{lo, lo};
+}
 
 // One piece of a re-sharding: rows `rows` (absolute batch rows) go from
 // device `src` to device `dst`. src == dst is a local copy (no message).
@@ -85,17 +91,13 @@ void for_each_reshard_move(const std::vector<int>& from, int from_tp, const std:
     const int d = to[static_cast<size_t>(j)];
     const RowRange need = dst.rows_of(j);
     // Source groups overlapping `need`: their row ranges ascend with g, so
-    // start at the first group ending after need.begin (binary search).
-    int g = 0, count = groups;
-    while (count > 0) {
-      const int half = count / 2;
-      if (src.group_rows(g + half).end <= need.begin) {
-        g += half + 1;
-        count -= half + 1;
-      } else {
-        count = half;
-      }
-    }
+    // start at the first group ending after need.begin: estimated from the
+    // row (groups are about batch / groups rows each), then corrected (at
+    // most a step or two; this runs in the planner's inner loops).
+    int g = batch > 0 ? static_cast<int>(need.begin * groups / batch) : 0;
+    g = g < 0 ? 0 : (g > groups - 1 ? groups - 1 : g);
+    while (g > 0 && src.group_rows(g - 1).end > need.begin) --g;
+    while (g < groups - 1 && src.group_rows(g).end <= need.begin) ++g;
     for (; g < groups; ++g) {
       const RowRange rows = intersect(need, src.group_rows(g));
       if (rows.begin >= need.end) break;

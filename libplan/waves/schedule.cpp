@@ -19,6 +19,10 @@ constexpr double kAlignSlack = 0.01;
 // workloads have at most a few dozen per level).
 constexpr int kLookaheadBudget = 16384;
 
+// Slots of a wave up to which candidate lengths are merged run by run rather
+// than sorted at once (see draft).
+constexpr size_t kMergeRunsUpTo = 32;
+
 // Mutable per-MetaOp state while scheduling.
 struct ItemState {
   std::vector<AllocTuple> queue;   // remaining tuples (count > 0), in order
@@ -161,6 +165,7 @@ class PoolScheduler {
   };
   std::vector<SlotFit> fits_;
   std::vector<Candidate> cands_;
+  std::vector<double> merged_;   // scratch: candidate lengths merged so far
   Draft rollout_draft_;
 };
 
@@ -322,16 +327,25 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
 
   // Candidate lengths: wherever some slot ends an operator, ascending and
   // distinct: each slot's multiples k * t (k from the first reaching the
-  // longest operator up to its remaining operators), sorted once. (Merging
-  // each slot's run into the lengths so far costs slots x lengths: quadratic
-  // in the tasks.)
+  // longest operator up to its remaining operators). Each run is ascending:
+  // with few slots each is merged into the lengths so far (linear per run,
+  // cheaper than a sort for the shipped workloads); with many, merging costs
+  // slots x lengths (quadratic in the tasks), so they are sorted once. Both
+  // give the same list.
+  const bool merge_runs = picks.size() <= kMergeRunsUpTo;
   for (const Pick& pk : picks) {
     const double t = op_ms(pk);
     const int r = state[static_cast<size_t>(pk.metaop)].remaining;
+    const size_t from = d.lengths_ms.size();
     for (int k = std::max(1, static_cast<int>(std::ceil(longest_op_ms / t * (1 - 1e-12)))); k <= r; ++k)
       d.lengths_ms.push_back(k * t);
+    if (!merge_runs || from == 0 || from == d.lengths_ms.size()) continue;
+    merged_.resize(d.lengths_ms.size());
+    std::merge(d.lengths_ms.begin(), d.lengths_ms.begin() + static_cast<std::ptrdiff_t>(from),
+               d.lengths_ms.begin() + static_cast<std::ptrdiff_t>(from), d.lengths_ms.end(), merged_.begin());
+    d.lengths_ms.swap(merged_);
   }
-  std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
+  if (!merge_runs) std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
   d.lengths_ms.erase(std::unique(d.lengths_ms.begin(), d.lengths_ms.end()), d.lengths_ms.end());
   // Fill of each length: busy device-ms per ms of the longest slot. A
   // slot's operator count only grows with the length, so it is recomputed
