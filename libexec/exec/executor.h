@@ -35,7 +35,7 @@
 // the same global sequence (each wave's transfers as one Comm::exchange, in
 // which this rank's sends and receives complete in any order, then the
 // wave's slices, whose collectives stay inside disjoint groups; gradient
-// buckets in sorted order), so the earliest unfinished exchange always has
+// buckets in the lowering's one global order), so the earliest unfinished exchange always has
 // all parties.
 //
 // Errors: a plan that does not match the model or world throws
