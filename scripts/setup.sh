@@ -8,6 +8,7 @@ PACKAGES=(
   libcli11-dev libyaml-cpp-dev libeigen3-dev nlohmann-json3-dev libspdlog-dev
   catch2 libopenmpi-dev openmpi-bin libssl-dev
   clang libclang-rt-dev   # sanitizer and libFuzzer build (docs/hardening.md)
+  ccache                  # used by CMake when present: rebuilds after the first are faster
 )
 
 missing=()
