@@ -364,13 +364,27 @@ std::string check_paths(const Args& args) {
   return "";
 }
 
-int run(const Args& args, int rank, int size) {
-  // 1. Inputs: load and check on every rank; all ranks agree before going on.
+// What every rank loaded and checked before training (step 1 of run).
+struct Inputs {
+  int local_rank = 0;
+  std::string local_source;             // where local_rank came from
+  std::vector<std::string> locals;      // every rank's local rank, in rank order
+  sp::Result<sp::Model> model = sp::Error{"not loaded"};
+  sp::Result<sp::Plan> plan = sp::Error{"not loaded"};
+  std::string plan_sha;                 // sha256 of the plan file's bytes
+  std::unique_ptr<se::FileSource> data, eval_data;   // null: synthetic / no evaluation
+  std::optional<se::Checkpoint> ck;     // --resume: the newest complete checkpoint
+};
+
+// Step 1 of run: the launch, the numeric flags and every path, the model,
+// the plan (against the model and the world size), the data files and the
+// checkpoint to resume from, loaded and checked on every rank; any rank's
+// failure is shared with all (all_ok) and rank 0 prints it. False then.
+// Collective over MPI_COMM_WORLD.
+bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   // Launcher variables first: a wrong launch (e.g. srun starting singleton
   // MPI processes) is named as such rather than as a world-size mismatch.
-  int local_rank = 0;
-  std::string local_source;
-  std::string error = check_launch_env(rank, size, &local_rank, &local_source);
+  std::string error = check_launch_env(rank, size, &in.local_rank, &in.local_source);
   if (!error.empty()) {
   } else if (args.backend == "cuda" && !cuda_backend_usable(&error)) {
   } else if (args.backend != "cuda" && !se::make_backend(args.backend)) {
@@ -379,100 +393,129 @@ int run(const Args& args, int rank, int size) {
   } else {
     error = check_paths(args);
   }
-  sp::Result<sp::Model> model = sp::Error{"not loaded"};
-  sp::Result<sp::Plan> plan = sp::Error{"not loaded"};
-  std::string plan_sha;
   if (error.empty()) {
-    model = sp::load_model(args.model_path);
-    if (!model.ok()) error = model.error().message;
+    in.model = sp::load_model(args.model_path);
+    if (!in.model.ok()) error = in.model.error().message;
   }
   if (error.empty()) {
-    plan = sp::load_plan(args.plan_path);
-    if (!plan.ok()) error = plan.error().message;
+    in.plan = sp::load_plan(args.plan_path);
+    if (!in.plan.ok()) error = in.plan.error().message;
   }
   if (error.empty()) {
-    const sp::Status st = sp::check_plan_status(*plan, *model, sp::expand(*model), args.plan_path);
+    const sp::Status st = sp::check_plan_status(*in.plan, *in.model, sp::expand(*in.model), args.plan_path);
     if (!st.ok()) error = st.error().message;
   }
-  if (error.empty() && plan->devices != size)
-    error = args.plan_path + ": the plan is for " + std::to_string(plan->devices) +
+  if (error.empty() && in.plan->devices != size)
+    error = args.plan_path + ": the plan is for " + std::to_string(in.plan->devices) +
             " devices but mpirun started " + std::to_string(size) + " ranks (use mpirun -np " +
-            std::to_string(plan->devices) + ")";
+            std::to_string(in.plan->devices) + ")";
   if (error.empty()) {
     const auto bytes = sp::read_file(args.plan_path);
-    if (bytes.ok()) plan_sha = sp::sha256_hex(*bytes);
+    if (bytes.ok()) in.plan_sha = sp::sha256_hex(*bytes);
     else error = bytes.error().message;
   }
-  if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   // Data files: every rank opens and checks them (headers, dtypes, shapes).
-  std::unique_ptr<se::FileSource> data, eval_data;
   std::string data_sha, eval_sha;
-  if (!args.data_path.empty()) data = open_data(args.data_path, *model, args.seed, false, &error, &data_sha);
+  if (!args.data_path.empty())
+    in.data = open_data(args.data_path, *in.model, args.seed, false, &error, &data_sha);
   if (error.empty() && !args.eval_path.empty())
-    eval_data = open_data(args.eval_path, *model, args.seed, true, &error, &eval_sha);
-  if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+    in.eval_data = open_data(args.eval_path, *in.model, args.seed, true, &error, &eval_sha);
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   // Same files on every rank (sha256 of plan, model and DATA.yaml bytes).
   const std::vector<std::string> hashes =
-      all_gather_strings(MPI_COMM_WORLD, plan_sha + "/" + model->sha256 + "/" + data_sha + "/" + eval_sha);
+      all_gather_strings(MPI_COMM_WORLD, in.plan_sha + "/" + in.model->sha256 + "/" + data_sha + "/" + eval_sha);
   error.clear();
   if (hashes[static_cast<size_t>(rank)] != hashes[0])
     error = "plan, model or data description differs from rank 0's (sha256 of the files' bytes)";
-  if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
-  const std::vector<std::string> locals = all_gather_strings(MPI_COMM_WORLD, std::to_string(local_rank));
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
+  in.locals = all_gather_strings(MPI_COMM_WORLD, std::to_string(in.local_rank));
 
   // Resume: every rank reads and verifies the newest complete checkpoint
   // (DIR must be visible to every rank, e.g. a shared filesystem).
-  std::optional<se::Checkpoint> ck;
   if (args.resume) {
-    error.clear();
     const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
     if (found.empty()) {
       error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
     } else {
       auto loaded = se::load_checkpoint(args.checkpoint_dir + "/" + se::checkpoint_name(found.back()));
-      if (loaded.ok()) ck = std::move(*loaded);
+      if (loaded.ok()) in.ck = std::move(*loaded);
       else error = loaded.error().message;
     }
-    if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
+    if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   }
+  return true;
+}
 
-  // 2. Communicators and executor.
-  std::unique_ptr<se::MpiComm> world = se::MpiComm::world();
-  // --backend cuda: GPU local_rank % device count (docs/gpu.md); group
-  // communicators over NCCL when every rank has a GPU of its own (no two
-  // ranks of a node on one physical GPU, by PCI bus id, so per-rank
-  // CUDA_VISIBLE_DEVICES works too; all ranks must agree: NCCL setup is
-  // collective), else over MPI, staged.
-  int gpu = -1;
-  bool use_nccl = false;
-#ifdef SPINDLE_HAVE_CUDA
-  if (args.backend == "cuda") gpu = se::cuda_bind_device(local_rank);
-#endif
-#ifdef SPINDLE_HAVE_NCCL
-  if (args.backend == "cuda") {
-    use_nccl = gpus_all_distinct(se::cuda_device_info().pci_bus_id);
-  }
-#endif
-  std::unique_ptr<se::Backend> backend = se::make_backend(args.backend);
+// The communicators, backend and executor of this rank (step 2 of run).
+struct Runtime {
+  std::unique_ptr<se::MpiComm> world;
+  std::unique_ptr<se::Comm> nccl_world;    // the executor's world with NCCL, else null
+  std::unique_ptr<se::Backend> backend;
   se::ExecOptions options;
-  options.seed = args.seed;
-  options.adamw.lr = args.lr;
-  options.record_trace = !args.trace_path.empty();
-  const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*model, *plan);
-  // With NCCL: one world NCCL communicator, the executor's world (inter-wave
-  // transfers device to device, one NCCL group per wave), and the group
-  // communicators split from it.
-  se::GroupComms groups;
-  std::unique_ptr<se::Comm> nccl_world;
+  std::unique_ptr<se::Executor> executor;
+  int gpu = -1;                            // the bound GPU (--backend cuda), else -1
+  bool use_nccl = false;
+};
+
+// Step 2 of run. --backend cuda binds GPU local_rank % device count
+// (docs/gpu.md); group communicators go over NCCL when every rank has a GPU
+// of its own (no two ranks of a node on one physical GPU, by PCI bus id, so
+// per-rank CUDA_VISIBLE_DEVICES works too; all ranks must agree: NCCL setup
+// is collective), else over MPI, staged. With NCCL: one world NCCL
+// communicator, the executor's world (inter-wave transfers device to
+// device, one NCCL group per wave), and the group communicators split from
+// it. Collective over MPI_COMM_WORLD.
+Runtime make_runtime(const Args& args, const Inputs& in) {
+  Runtime rt;
+  rt.world = se::MpiComm::world();
+#ifdef SPINDLE_HAVE_CUDA
+  if (args.backend == "cuda") rt.gpu = se::cuda_bind_device(in.local_rank);
+#endif
 #ifdef SPINDLE_HAVE_NCCL
-  if (use_nccl) {
-    auto nw = se::NcclComm::create(*world);
+  if (args.backend == "cuda") rt.use_nccl = gpus_all_distinct(se::cuda_device_info().pci_bus_id);
+#endif
+  rt.backend = se::make_backend(args.backend);
+  rt.options.seed = args.seed;
+  rt.options.adamw.lr = args.lr;
+  rt.options.record_trace = !args.trace_path.empty();
+  const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
+  se::GroupComms groups;
+#ifdef SPINDLE_HAVE_NCCL
+  if (rt.use_nccl) {
+    auto nw = se::NcclComm::create(*rt.world);
     groups = se::create_nccl_group_comms(*nw, device_groups);
-    nccl_world = std::move(nw);
+    rt.nccl_world = std::move(nw);
   }
 #endif
-  if (!use_nccl) groups = se::create_group_comms(*world, device_groups);
-  se::Executor executor(*model, *plan, nccl_world ? *nccl_world : *world, std::move(groups), *backend, options);
+  if (!rt.use_nccl) groups = se::create_group_comms(*rt.world, device_groups);
+  rt.executor = std::make_unique<se::Executor>(*in.model, *in.plan, rt.nccl_world ? *rt.nccl_world : *rt.world,
+                                               std::move(groups), *rt.backend, rt.options);
+  return rt;
+}
+
+int run(const Args& args, int rank, int size) {
+  // 1. Inputs: load and check on every rank; all ranks agree before going on.
+  Inputs in;
+  if (!load_inputs(args, rank, size, in)) return kExitInvalid;
+  const sp::Result<sp::Model>& model = in.model;
+  const sp::Result<sp::Plan>& plan = in.plan;
+  const std::string& local_source = in.local_source;
+  const std::vector<std::string>& locals = in.locals;
+  const std::string& plan_sha = in.plan_sha;
+  std::unique_ptr<se::FileSource>& data = in.data;
+  std::unique_ptr<se::FileSource>& eval_data = in.eval_data;
+  std::optional<se::Checkpoint>& ck = in.ck;
+  std::string error;
+
+  // 2. Communicators, backend and executor.
+  Runtime rt = make_runtime(args, in);
+  se::MpiComm* world = rt.world.get();
+  se::Backend* backend = rt.backend.get();
+  se::Executor& executor = *rt.executor;
+  const se::ExecOptions& options = rt.options;
+  const int gpu = rt.gpu;
+  const bool use_nccl = rt.use_nccl;
   executor.set_data(data.get());
   const std::vector<se::DataRead> reads = executor.data_reads(false), eval_reads = executor.data_reads(true);
   if (rank == 0)
