@@ -18,39 +18,18 @@
 #include "libexec/exec/checkpoint.h"
 #include "helpers.h"
 #include "libexec/exec/executor.h"
+#include "fixtures.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/util/files.h"
 
 using namespace spindle::exec;
 using spindle::exec::test::one_device_plan;
+using spindle::exec::test::OneDevice;
+using spindle::exec::test::TempDir;
 namespace sp = spindle::plan;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh empty directory under the system temp folder, removed at scope end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("spindle-ckpt-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
-
-
-struct OneDevice {
-  SelfComm world;
-  std::unique_ptr<Backend> backend = make_backend("cpu");
-  std::unique_ptr<Executor> ex;
-  OneDevice(const sp::Model& model, const sp::Plan& plan) {
-    GroupComms groups;
-    groups[{0}] = std::make_unique<SelfComm>();
-    ex = std::make_unique<Executor>(model, plan, world, std::move(groups), *backend, ExecOptions{});
-  }
-};
 
 TrainingState small_state() {
   TrainingState s;
@@ -131,7 +110,7 @@ TEST_CASE("checkpoint: every truncation and trailing bytes are refused, naming t
 }
 
 TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and cleaned") {
-  TempDir dir("roundtrip");
+  TempDir dir("ckpt-roundtrip");
   const TrainingState state = small_state();
   // A crashed write of step 3 and of a later step 9.
   fs::create_directories(dir.path / "step-000003.tmp.abc123");
@@ -166,7 +145,7 @@ TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and c
 }
 
 TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the file") {
-  TempDir dir("corrupt");
+  TempDir dir("ckpt-corrupt");
   REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
   const std::string step = (dir.path / "step-000001").string();
   REQUIRE(load_checkpoint(step).ok());
@@ -205,7 +184,7 @@ TEST_CASE("checkpoint: training 2 steps, saving, loading into a new executor, 2 
   std::vector<std::vector<double>> losses;
   for (int s = 0; s < 4; ++s) losses.push_back(straight.ex->step().task_loss);
 
-  TempDir dir("resume");
+  TempDir dir("ckpt-resume");
   OneDevice first(*m, plan);
   first.ex->step();
   first.ex->step();

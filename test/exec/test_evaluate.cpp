@@ -14,30 +14,15 @@
 #include "libexec/comm/fake_comm.h"
 #include "libexec/data/dataset.h"
 #include "libexec/exec/executor.h"
+#include "fixtures.h"
 
 using namespace spindle::exec;
 using spindle::exec::test::one_device_plan;
+using spindle::exec::test::OneDevice;
 namespace sp = spindle::plan;
 
 namespace {
 
-sp::Model load(const std::string& name) {
-  auto m = sp::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
-  REQUIRE(m.ok());
-  return *m;
-}
-
-// One device executing `plan` (kept alive with it).
-struct OneDevice {
-  SelfComm world;
-  std::unique_ptr<Backend> backend = make_backend("cpu");
-  std::unique_ptr<Executor> ex;
-  OneDevice(const sp::Model& model, const sp::Plan& plan) {
-    GroupComms groups;
-    groups[{0}] = std::make_unique<SelfComm>();
-    ex = std::make_unique<Executor>(model, plan, world, std::move(groups), *backend, ExecOptions{});
-  }
-};
 
 std::unique_ptr<FileSource> digits(const sp::Model& model, const std::string& split, bool eval) {
   auto spec = load_data_spec(std::string(SPINDLE_SOURCE_DIR) + "/configs/data/digits/" + split + ".yaml", model, eval);
@@ -50,7 +35,7 @@ std::unique_ptr<FileSource> digits(const sp::Model& model, const std::string& sp
 }  // namespace
 
 TEST_CASE("evaluate is forward only: training with evaluations between steps is bitwise unchanged") {
-  const sp::Model model = load("digits-mm");
+  const sp::Model model = spindle::exec::test::shipped_model("digits-mm");
   const sp::Plan plan = one_device_plan(model);
   auto train_a = digits(model, "train", false), train_b = digits(model, "train", false);
   auto val = digits(model, "val", true);
@@ -88,7 +73,7 @@ TEST_CASE("evaluate is forward only: training with evaluations between steps is 
 }
 
 TEST_CASE("data_reads: one read per data-reading operator with the device's rows, labels on request") {
-  const sp::Model model = load("digits-mm");
+  const sp::Model model = spindle::exec::test::shipped_model("digits-mm");
   const sp::Plan plan = one_device_plan(model);
   OneDevice d(model, plan);
   const std::vector<DataRead> reads = d.ex->data_reads(false);

@@ -12,6 +12,7 @@
 #include "libexec/exec/data.h"
 #include "helpers.h"
 #include "libexec/exec/executor.h"
+#include "fixtures.h"
 #include "libplan/graph/op_graph.h"
 
 using namespace spindle::exec;
@@ -21,11 +22,6 @@ namespace sp = spindle::plan;
 namespace {
 
 
-sp::Model load(const std::string& name) {
-  auto m = sp::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
-  REQUIRE(m.ok());
-  return *m;
-}
 
 double total(const StepStats& s) {
   double t = 0;
@@ -48,7 +44,7 @@ TEST_CASE("data: a sample depends on (seed, task, index), not on how rows are sp
 }
 
 TEST_CASE("executor: one device with SelfComm trains tiny-clip, loss falls over 20 steps") {
-  const sp::Model model = load("tiny-clip");
+  const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
   const sp::Plan plan = one_device_plan(model);
   REQUIRE(Executor::device_groups(model, plan) == std::vector<std::vector<int>>{{0}});
   SelfComm world;
@@ -79,7 +75,7 @@ TEST_CASE("executor: one device with SelfComm trains tiny-clip, loss falls over 
 }
 
 TEST_CASE("executor: the same seed gives the same losses, another seed others") {
-  const sp::Model model = load("tiny-clip");
+  const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
   const sp::Plan plan = one_device_plan(model);
   auto run = [&](uint64_t seed) {
     SelfComm world;
@@ -98,7 +94,7 @@ TEST_CASE("executor: the same seed gives the same losses, another seed others") 
 }
 
 TEST_CASE("executor: a plan for another world size is rejected") {
-  const sp::Model model = load("tiny-clip");
+  const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
   sp::Plan plan = one_device_plan(model);
   plan.devices = 2;
   SelfComm world;

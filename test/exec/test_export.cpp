@@ -25,22 +25,15 @@
 #include "libexec/exec/export.h"
 #include "libplan/model/model.h"
 #include "libplan/util/files.h"
+#include "fixtures.h"
 
 using namespace spindle::exec;
 namespace sp = spindle::plan;
 namespace fs = std::filesystem;
+using spindle::exec::test::TempDir;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("spindle-export-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 // A safetensors file parsed by hand (the format, not export.cpp's code).
 struct Read {
@@ -118,7 +111,7 @@ CheckpointMeta small_meta() {
 }  // namespace
 
 TEST_CASE("export: safetensors read back by hand equals the checkpoint, bit for bit", "[export]") {
-  TempDir dir("roundtrip");
+  TempDir dir("export-roundtrip");
   const TrainingState state = small_state();
   REQUIRE(save_checkpoint((dir.path / "ck").string(), small_meta(), state, 3).ok());
   const std::string out = (dir.path / "model.safetensors").string();
@@ -155,7 +148,7 @@ TEST_CASE("export: safetensors read back by hand equals the checkpoint, bit for 
 
 TEST_CASE("export: a missing, empty or corrupt checkpoint is refused naming the file, nothing written",
           "[export]") {
-  TempDir dir("bad");
+  TempDir dir("export-bad");
   const std::string out = (dir.path / "out.safetensors").string();
   bool write_failed = true;
   auto r = export_checkpoint((dir.path / "nowhere").string(), out, &write_failed);
@@ -199,7 +192,7 @@ TEST_CASE("export: a trained tiny-clip exports every parameter under its documen
   groups[{0}] = std::make_unique<SelfComm>();
   Executor ex(*model, plan, world, std::move(groups), *backend, ExecOptions{});
   ex.step();
-  TempDir dir("tiny");
+  TempDir dir("export-tiny");
   CheckpointMeta meta = small_meta();
   meta.step = 1;
   REQUIRE(save_checkpoint((dir.path / "ck").string(), meta, ex.gather_state(), 3).ok());

@@ -1,0 +1,54 @@
+// Fixtures shared by the executor, checkpoint, evaluation and export tests:
+// a scratch folder, a shipped model, one device running a plan.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/fake_comm.h"
+#include "libexec/exec/executor.h"
+#include "libplan/model/model.h"
+
+namespace spindle::exec::test {
+
+// A fresh empty folder under the system temp folder, named after `tag` and
+// this process, removed at scope end.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    path = std::filesystem::temp_directory_path() / ("spindle-" + tag + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return path.string(); }
+};
+
+// configs/models/NAME.yaml, which must parse.
+inline plan::Model shipped_model(const std::string& name) {
+  auto m = plan::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/" + name + ".yaml");
+  REQUIRE(m.ok());
+  return *m;
+}
+
+// One device (SelfComm, CPU backend) executing `plan`.
+struct OneDevice {
+  SelfComm world;
+  std::unique_ptr<Backend> backend = make_backend("cpu");
+  std::unique_ptr<Executor> ex;
+  OneDevice(const plan::Model& model, const plan::Plan& plan) {
+    GroupComms groups;
+    groups[{0}] = std::make_unique<SelfComm>();
+    ex = std::make_unique<Executor>(model, plan, world, std::move(groups), *backend, ExecOptions{});
+  }
+};
+
+}  // namespace spindle::exec::test
