@@ -1,5 +1,5 @@
 # Sourced by the scripts: build folder, parallelism and the Open MPI settings
-# that let mpirun work as root and in containers (build-notes.md).
+# that let mpirun work as root and in containers (docs/building.md).
 SPINDLE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$SPINDLE_ROOT/build}"
 JOBS="${JOBS:-$(nproc)}"

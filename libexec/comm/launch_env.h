@@ -1,4 +1,4 @@
-// Rank discovery from launcher variables (build-notes.md, "Rank discovery").
+// Rank discovery from launcher variables (docs/building.md, "Conventions users already parse").
 //
 // MPI's rank and size are the truth; the launcher's variables are
 // cross-checked against them and give the local rank (the device index on a

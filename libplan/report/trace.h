@@ -1,4 +1,4 @@
-// Chrome trace event files (build-notes.md, "Conventions"): one process per
+// Chrome trace event files (docs/building.md, "Conventions users already parse"): one process per
 // device, thread 0 for compute and thread 1 for communication; opens in
 // Perfetto and chrome://tracing.
 #pragma once
