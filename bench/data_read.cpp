@@ -25,34 +25,12 @@
 #include "libexec/exec/executor.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/model.h"
+#include "test/exec/helpers.h"
 
 using namespace spindle;
 
-namespace {
-
-// Every operator in its own wave on device 0.
-plan::Plan one_device_plan(const plan::Model& model) {
-  const plan::OpGraph g = plan::expand(model);
-  plan::Plan p;
-  p.model_name = model.name;
-  p.model_sha256 = model.sha256;
-  p.devices = 1;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    plan::PlanMetaOp m;
-    m.id = static_cast<int>(i);
-    m.task = model.tasks[static_cast<size_t>(g.ops[i].task)].name;
-    m.workload = g.ops[i].workload;
-    m.operators = {g.ops[i].id};
-    p.metaops.push_back(m);
-    plan::Wave w;
-    w.index = static_cast<int>(i);
-    w.slices.push_back({static_cast<int>(i), 0, 1, {0}, 0.0});
-    p.waves.push_back(w);
-  }
-  return p;
-}
-
-}  // namespace
+// Every operator in its own wave on device 0 (the executor tests' plan).
+using exec::test::one_device_plan;
 
 int main(int argc, char** argv) {
   int steps = 40, warmup = 5;
