@@ -152,30 +152,74 @@ void order_buckets(std::vector<Bucket>& buckets, int devices) {
   buckets = std::move(ordered);
 }
 
+// Parameter ids: every distinct Operator::param of the graph, numbered in
+// order of first appearance; -1 for an operator without parameters
+// (contrastive_loss). Lowering works on these ints, not on the strings.
+struct ParamIds {
+  std::vector<int> of_op;            // by graph operator
+  std::vector<std::string> names;    // by id
+  std::vector<int> sorted;           // ids in order of name
+};
+
+ParamIds param_ids(const OpGraph& graph) {
+  ParamIds ids;
+  std::map<std::string, int> index;
+  ids.of_op.reserve(graph.ops.size());
+  for (const Operator& op : graph.ops) {
+    if (op_param_count(op.workload.op, op.workload.dims, 1) == 0) {
+      ids.of_op.push_back(-1);
+      continue;
+    }
+    const auto [it, added] = index.emplace(op.param, static_cast<int>(ids.names.size()));
+    if (added) ids.names.push_back(op.param);
+    ids.of_op.push_back(it->second);
+  }
+  for (const auto& [name, id] : index) ids.sorted.push_back(id);
+  return ids;
+}
+
 // Parameter shards, their holders and the gradient buckets.
-void lower_shards(const Model& model, const OpGraph& graph, Lowered& out) {
-  std::map<ShardKey, std::set<int>> holders;
+void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids, Lowered& out) {
+  // Holders of shard (param id, tp rank), unsorted with repeats; the first
+  // operator (in slice order) using each param, and its tensor_parallel.
+  std::vector<std::vector<std::vector<int>>> holders(ids.names.size());
+  std::vector<int> first_op(ids.names.size(), -1);
   for (const LoweredSlice& s : out.slices)
     for (int o : s.ops) {
+      const int p = ids.of_op[static_cast<size_t>(o)];
+      if (p < 0) continue;
       const Operator& op = graph.ops[static_cast<size_t>(o)];
-      if (op_param_count(op.workload.op, op.workload.dims, 1) == 0) continue;  // no parameters (contrastive_loss)
-      out.param_tp[op.param] = op.tensor_parallel;
-      out.param_op.emplace(op.param, o);
+      if (first_op[static_cast<size_t>(p)] < 0) first_op[static_cast<size_t>(p)] = o;
+      std::vector<std::vector<int>>& by_rank = holders[static_cast<size_t>(p)];
+      if (by_rank.size() < static_cast<size_t>(op.tensor_parallel)) by_rank.resize(static_cast<size_t>(op.tensor_parallel));
       for (size_t i = 0; i < s.devices.size(); ++i)
-        holders[{op.param, s.layout.tp_rank_of(static_cast<int>(i))}].insert(s.devices[i]);
+        by_rank[static_cast<size_t>(s.layout.tp_rank_of(static_cast<int>(i)))].push_back(s.devices[i]);
     }
+  // Shards in key order (param name, then rank): the order of a bucket's shards.
   std::map<std::vector<int>, Bucket> buckets;
-  for (const auto& [key, devs] : holders) {
-    std::vector<int> list(devs.begin(), devs.end());
-    out.shard_devices[key] = list;
-    if (list.size() < 2) continue;
-    const Operator& op = graph.ops[static_cast<size_t>(out.param_op.at(key.first))];
+  for (int p : ids.sorted) {
+    if (first_op[static_cast<size_t>(p)] < 0) continue;
+    const std::string& name = ids.names[static_cast<size_t>(p)];
+    const Operator& op = graph.ops[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
+    out.param_tp[name] = op.tensor_parallel;
+    out.param_op.emplace(name, first_op[static_cast<size_t>(p)]);
     const Task& task = model.tasks[static_cast<size_t>(op.task)];
     const Module* module = model.find_module(task.nodes[static_cast<size_t>(op.node)].module);
-    Bucket& b = buckets[list];
-    b.devices = list;
-    b.shards.push_back(key);
-    b.values += op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
+    const int64_t values = op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
+    std::vector<std::vector<int>>& by_rank = holders[static_cast<size_t>(p)];
+    for (size_t rank = 0; rank < by_rank.size(); ++rank) {
+      std::vector<int>& list = by_rank[rank];
+      if (list.empty()) continue;
+      std::sort(list.begin(), list.end());
+      list.erase(std::unique(list.begin(), list.end()), list.end());
+      ShardKey key{name, static_cast<int>(rank)};
+      out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
+      if (list.size() < 2) continue;
+      Bucket& b = buckets[list];
+      b.devices = list;
+      b.shards.push_back(std::move(key));
+      b.values += values;
+    }
   }
   for (auto& [devs, b] : buckets) {
     b.bytes = b.values * kWireBytesPerValue;
@@ -184,19 +228,59 @@ void lower_shards(const Model& model, const OpGraph& graph, Lowered& out) {
   order_buckets(out.buckets, out.devices);
 }
 
+// What one device takes part in, gathered in one pass over the whole
+// lowering (so that building every program is linear in their sizes).
+struct DeviceShare {
+  std::vector<int> slices;     // ascending (so wave by wave)
+  std::vector<int> positions;  // its position in each of those slices
+  std::vector<int> transfers;  // ascending: grouped by exchange, in exchange order
+  std::vector<int> buckets;    // ascending: the global bucket order
+};
+
+std::vector<DeviceShare> device_shares(const Lowered& l) {
+  std::vector<DeviceShare> share(static_cast<size_t>(l.devices));
+  for (size_t s = 0; s < l.slices.size(); ++s) {
+    const std::vector<int>& devs = l.slices[s].devices;
+    for (size_t i = 0; i < devs.size(); ++i) {
+      share[static_cast<size_t>(devs[i])].slices.push_back(static_cast<int>(s));
+      share[static_cast<size_t>(devs[i])].positions.push_back(static_cast<int>(i));
+    }
+  }
+  for (size_t t = 0; t < l.transfers.size(); ++t) {
+    const Transfer& tr = l.transfers[t];
+    share[static_cast<size_t>(tr.src)].transfers.push_back(static_cast<int>(t));
+    if (tr.dst != tr.src) share[static_cast<size_t>(tr.dst)].transfers.push_back(static_cast<int>(t));
+  }
+  for (size_t b = 0; b < l.buckets.size(); ++b)
+    for (int d : l.buckets[b].devices) share[static_cast<size_t>(d)].buckets.push_back(static_cast<int>(b));
+  return share;
+}
+
+// Sorted, without repeats.
+std::vector<int> sorted_unique(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
 // Device d's program in the order of the header, with its dependencies.
-Program lower_program(const Lowered& l, const std::vector<std::string>& graph_params, int waves, int d) {
+Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d) {
   Program prog;
   prog.device = d;
   std::vector<std::vector<int>> wave_slices(static_cast<size_t>(waves));
-  for (size_t s = 0; s < l.slices.size(); ++s)
-    if (l.position(static_cast<int>(s), d) >= 0) wave_slices[static_cast<size_t>(l.slices[s].wave)].push_back(static_cast<int>(s));
-  // Transfers of d per (direction, wave).
-  std::map<std::pair<int, int>, std::vector<int>> mine;
-  for (size_t t = 0; t < l.transfers.size(); ++t) {
-    const Transfer& tr = l.transfers[t];
-    if (tr.src == d || tr.dst == d) mine[{static_cast<int>(tr.dir), tr.wave}].push_back(static_cast<int>(t));
-  }
+  for (int s : mine.slices) wave_slices[static_cast<size_t>(l.slices[static_cast<size_t>(s)].wave)].push_back(s);
+  // d's transfers of exchange (dir, w): a run of mine.transfers (they are in
+  // exchange order). Returns the run, advancing `next`; empty when d has none.
+  size_t next = 0;
+  auto exchange_of = [&](Direction dir, int w) {
+    std::vector<int> run;
+    while (next < mine.transfers.size()) {
+      const Transfer& tr = l.transfers[static_cast<size_t>(mine.transfers[next])];
+      if (tr.dir != dir || tr.wave != w) break;
+      run.push_back(mine.transfers[next++]);
+    }
+    return run;
+  };
   std::vector<int> fwd_of(l.slices.size(), -1), bwd_of(l.slices.size(), -1);
   // What each producer's output gradient waits for on d: the backward
   // exchanges that deliver it (several consumers may add into it).
@@ -208,17 +292,16 @@ Program lower_program(const Lowered& l, const std::vector<std::string>& graph_pa
 
   for (int w = 0; w < waves; ++w) {
     int ex = -1;
-    if (auto it = mine.find({static_cast<int>(Direction::forward), w}); it != mine.end()) {
+    if (std::vector<int> run = exchange_of(Direction::forward, w); !run.empty()) {
       Instr in;
       in.kind = InstrKind::exchange;
       in.wave = w;
       in.dir = Direction::forward;
-      in.transfers = it->second;
-      std::set<int> deps;  // the forward of every slice whose output d sends
-      for (int t : in.transfers)
+      in.transfers = std::move(run);
+      for (int t : in.transfers)  // the forward of every slice whose output d sends
         if (l.transfers[static_cast<size_t>(t)].src == d)
-          deps.insert(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
-      in.deps.assign(deps.begin(), deps.end());
+          in.deps.push_back(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
+      in.deps = sorted_unique(std::move(in.deps));
       ex = add(std::move(in));
     }
     for (int s : wave_slices[static_cast<size_t>(w)]) {
@@ -230,6 +313,9 @@ Program lower_program(const Lowered& l, const std::vector<std::string>& graph_pa
       fwd_of[static_cast<size_t>(s)] = add(std::move(in));
     }
   }
+  // Instructions a parameter's gradient on d waits for: the backward of
+  // every slice of d that uses it (by param id).
+  std::map<int, std::vector<int>> param_bwd;
   for (int w = waves - 1; w >= 0; --w) {
     const auto& list = wave_slices[static_cast<size_t>(w)];
     for (auto it = list.rbegin(); it != list.rend(); ++it) {
@@ -237,23 +323,26 @@ Program lower_program(const Lowered& l, const std::vector<std::string>& graph_pa
       in.kind = InstrKind::backward;
       in.wave = w;
       in.slice = *it;
-      std::set<int> deps{fwd_of[static_cast<size_t>(*it)]};
+      in.deps.push_back(fwd_of[static_cast<size_t>(*it)]);
       const LoweredSlice& s = l.slices[static_cast<size_t>(*it)];
-      if (auto g = grad_in.find(s.ops.back()); g != grad_in.end()) deps.insert(g->second.begin(), g->second.end());
-      in.deps.assign(deps.begin(), deps.end());
-      bwd_of[static_cast<size_t>(*it)] = add(std::move(in));
+      if (auto g = grad_in.find(s.ops.back()); g != grad_in.end())
+        in.deps.insert(in.deps.end(), g->second.begin(), g->second.end());
+      in.deps = sorted_unique(std::move(in.deps));
+      const int at = add(std::move(in));
+      bwd_of[static_cast<size_t>(*it)] = at;
+      for (int o : s.ops)
+        if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) param_bwd[p].push_back(at);
     }
-    if (auto it = mine.find({static_cast<int>(Direction::backward), w}); it != mine.end()) {
+    if (std::vector<int> run = exchange_of(Direction::backward, w); !run.empty()) {
       Instr in;
       in.kind = InstrKind::exchange;
       in.wave = w;
       in.dir = Direction::backward;
-      in.transfers = it->second;
-      std::set<int> deps;  // the backward of every consumer slice whose input gradient d sends
-      for (int t : in.transfers)
+      in.transfers = std::move(run);
+      for (int t : in.transfers)  // the backward of every consumer slice whose input gradient d sends
         if (l.transfers[static_cast<size_t>(t)].src == d)
-          deps.insert(bwd_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].slice)]);
-      in.deps.assign(deps.begin(), deps.end());
+          in.deps.push_back(bwd_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].slice)]);
+      in.deps = sorted_unique(std::move(in.deps));
       const int ex = add(std::move(in));
       for (int t : prog.instrs[static_cast<size_t>(ex)].transfers)
         if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
@@ -262,21 +351,17 @@ Program lower_program(const Lowered& l, const std::vector<std::string>& graph_pa
   // Gradient buckets: after the backward of every slice of d that uses one
   // of the bucket's parameters.
   std::vector<int> reductions;
-  for (size_t b = 0; b < l.buckets.size(); ++b) {
-    const Bucket& bucket = l.buckets[b];
-    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), d)) continue;
-    std::set<std::string> params;
-    for (const ShardKey& k : bucket.shards) params.insert(k.first);
+  for (int b : mine.buckets) {
     Instr in;
     in.kind = InstrKind::allreduce;
-    in.bucket = static_cast<int>(b);
-    std::set<int> deps;
-    for (size_t s = 0; s < l.slices.size(); ++s) {
-      if (bwd_of[s] < 0) continue;
-      for (int o : l.slices[s].ops)
-        if (params.count(graph_params[static_cast<size_t>(o)])) deps.insert(bwd_of[s]);
+    in.bucket = b;
+    for (const ShardKey& k : l.buckets[static_cast<size_t>(b)].shards) {
+      const auto name = std::lower_bound(ids.sorted.begin(), ids.sorted.end(), k.first,
+                                         [&](int id, const std::string& n) { return ids.names[static_cast<size_t>(id)] < n; });
+      if (const auto it = param_bwd.find(*name); it != param_bwd.end())
+        in.deps.insert(in.deps.end(), it->second.begin(), it->second.end());
     }
-    in.deps.assign(deps.begin(), deps.end());
+    in.deps = sorted_unique(std::move(in.deps));
     reductions.push_back(add(std::move(in)));
   }
   Instr opt;
@@ -327,11 +412,12 @@ Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph
   out.devices = plan.devices;
   SPINDLE_TRY(lower_slices(plan, model, graph, out));
   SPINDLE_TRY(lower_transfers(plan, graph, out));
-  lower_shards(model, graph, out);
-  std::vector<std::string> graph_params;
-  for (const Operator& op : graph.ops) graph_params.push_back(op.param);
+  const ParamIds ids = param_ids(graph);
+  lower_shards(model, graph, ids, out);
+  const std::vector<DeviceShare> shares = device_shares(out);
+  out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
-    out.programs.push_back(lower_program(out, graph_params, static_cast<int>(plan.waves.size()), d));
+    out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()), d));
   return out;
 }
 
