@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -16,8 +18,8 @@ namespace {
 // producers; checks that the plan names the model's operators.
 Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, Lowered& out) {
   const std::string where = plan.model_name.empty() ? std::string("plan") : "plan for " + plan.model_name;
-  std::map<std::string, int> op_index;
-  for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
+  std::unordered_map<std::string_view, int> op_index(graph.ops.size());
+  for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
   // Last operator of every (task, node), for a node's ordered inputs.
   std::map<std::pair<int, int>, int> node_last;
   for (size_t i = 0; i < graph.ops.size(); ++i)
@@ -152,6 +154,13 @@ void order_buckets(std::vector<Bucket>& buckets, int devices) {
   buckets = std::move(ordered);
 }
 
+// Sorted, without repeats.
+std::vector<int> sorted_unique(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
 // Parameter ids: every distinct Operator::param of the graph, numbered in
 // order of first appearance; -1 for an operator without parameters
 // (contrastive_loss). Lowering works on these ints, not on the strings.
@@ -228,6 +237,21 @@ void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids,
   order_buckets(out.buckets, out.devices);
 }
 
+// The parameter ids of every bucket's shards (distinct, ascending), by bucket.
+std::vector<std::vector<int>> bucket_params(const Lowered& l, const ParamIds& ids) {
+  std::vector<std::vector<int>> out(l.buckets.size());
+  for (size_t b = 0; b < l.buckets.size(); ++b) {
+    for (const ShardKey& k : l.buckets[b].shards) {
+      const auto it = std::lower_bound(ids.sorted.begin(), ids.sorted.end(), k.first, [&](int id, const std::string& n) {
+        return ids.names[static_cast<size_t>(id)] < n;
+      });
+      out[b].push_back(*it);
+    }
+    out[b] = sorted_unique(std::move(out[b]));
+  }
+  return out;
+}
+
 // What one device takes part in, gathered in one pass over the whole
 // lowering (so that building every program is linear in their sizes).
 struct DeviceShare {
@@ -256,15 +280,10 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
   return share;
 }
 
-// Sorted, without repeats.
-std::vector<int> sorted_unique(std::vector<int> v) {
-  std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-  return v;
-}
-
 // Device d's program in the order of the header, with its dependencies.
-Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d) {
+// `param_bwd` is scratch of ids.names.size() empty lists, left empty.
+Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<std::vector<int>>& bucket_param,
+                      const DeviceShare& mine, int waves, int d, std::vector<std::vector<int>>& param_bwd) {
   Program prog;
   prog.device = d;
   std::vector<std::vector<int>> wave_slices(static_cast<size_t>(waves));
@@ -313,9 +332,9 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& 
       fwd_of[static_cast<size_t>(s)] = add(std::move(in));
     }
   }
-  // Instructions a parameter's gradient on d waits for: the backward of
-  // every slice of d that uses it (by param id).
-  std::map<int, std::vector<int>> param_bwd;
+  // Instructions a parameter's gradient on d waits for (param_bwd, by param
+  // id): the backward of every slice of d that uses it.
+  std::vector<int> touched;
   for (int w = waves - 1; w >= 0; --w) {
     const auto& list = wave_slices[static_cast<size_t>(w)];
     for (auto it = list.rbegin(); it != list.rend(); ++it) {
@@ -331,7 +350,10 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& 
       const int at = add(std::move(in));
       bwd_of[static_cast<size_t>(*it)] = at;
       for (int o : s.ops)
-        if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) param_bwd[p].push_back(at);
+        if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
+          if (param_bwd[static_cast<size_t>(p)].empty()) touched.push_back(p);
+          param_bwd[static_cast<size_t>(p)].push_back(at);
+        }
     }
     if (std::vector<int> run = exchange_of(Direction::backward, w); !run.empty()) {
       Instr in;
@@ -355,11 +377,9 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& 
     Instr in;
     in.kind = InstrKind::allreduce;
     in.bucket = b;
-    for (const ShardKey& k : l.buckets[static_cast<size_t>(b)].shards) {
-      const auto name = std::lower_bound(ids.sorted.begin(), ids.sorted.end(), k.first,
-                                         [&](int id, const std::string& n) { return ids.names[static_cast<size_t>(id)] < n; });
-      if (const auto it = param_bwd.find(*name); it != param_bwd.end())
-        in.deps.insert(in.deps.end(), it->second.begin(), it->second.end());
+    for (int p : bucket_param[static_cast<size_t>(b)]) {
+      const std::vector<int>& after = param_bwd[static_cast<size_t>(p)];
+      in.deps.insert(in.deps.end(), after.begin(), after.end());
     }
     in.deps = sorted_unique(std::move(in.deps));
     reductions.push_back(add(std::move(in)));
@@ -371,6 +391,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& 
   opt.deps.insert(opt.deps.end(), reductions.begin(), reductions.end());
   std::sort(opt.deps.begin(), opt.deps.end());
   add(std::move(opt));
+  for (int p : touched) param_bwd[static_cast<size_t>(p)].clear();
   return prog;
 }
 
@@ -415,9 +436,12 @@ Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph
   const ParamIds ids = param_ids(graph);
   lower_shards(model, graph, ids, out);
   const std::vector<DeviceShare> shares = device_shares(out);
+  const std::vector<std::vector<int>> bucket_param = bucket_params(out, ids);
+  std::vector<std::vector<int>> param_bwd(ids.names.size());
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
-    out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()), d));
+    out.programs.push_back(lower_program(out, ids, bucket_param, shares[static_cast<size_t>(d)],
+                                         static_cast<int>(plan.waves.size()), d, param_bwd));
   return out;
 }
 
