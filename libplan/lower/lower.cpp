@@ -286,8 +286,13 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
                       const DeviceShare& mine, int waves, int d, std::vector<std::vector<int>>& param_bwd) {
   Program prog;
   prog.device = d;
-  std::vector<std::vector<int>> wave_slices(static_cast<size_t>(waves));
-  for (int s : mine.slices) wave_slices[static_cast<size_t>(l.slices[static_cast<size_t>(s)].wave)].push_back(s);
+  // Forward and backward of each slice, an exchange per wave and direction
+  // at most, the buckets and the optimizer.
+  prog.instrs.reserve(2 * mine.slices.size() + 2 * static_cast<size_t>(waves) + mine.buckets.size() + 1);
+  // mine.slices of wave w: [wave_begin[w], wave_begin[w + 1]).
+  std::vector<size_t> wave_begin(static_cast<size_t>(waves) + 1, 0);
+  for (int s : mine.slices) ++wave_begin[static_cast<size_t>(l.slices[static_cast<size_t>(s)].wave) + 1];
+  for (size_t w = 0; w < static_cast<size_t>(waves); ++w) wave_begin[w + 1] += wave_begin[w];
   // d's transfers of exchange (dir, w): a run of mine.transfers (they are in
   // exchange order). Returns the run, advancing `next`; empty when d has none.
   size_t next = 0;
@@ -323,7 +328,8 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
       in.deps = sorted_unique(std::move(in.deps));
       ex = add(std::move(in));
     }
-    for (int s : wave_slices[static_cast<size_t>(w)]) {
+    for (size_t k = wave_begin[static_cast<size_t>(w)]; k < wave_begin[static_cast<size_t>(w) + 1]; ++k) {
+      const int s = mine.slices[k];
       Instr in;
       in.kind = InstrKind::forward;
       in.wave = w;
@@ -336,19 +342,19 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
   // id): the backward of every slice of d that uses it.
   std::vector<int> touched;
   for (int w = waves - 1; w >= 0; --w) {
-    const auto& list = wave_slices[static_cast<size_t>(w)];
-    for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    for (size_t k = wave_begin[static_cast<size_t>(w) + 1]; k-- > wave_begin[static_cast<size_t>(w)];) {
+      const int slice = mine.slices[k];
       Instr in;
       in.kind = InstrKind::backward;
       in.wave = w;
-      in.slice = *it;
-      in.deps.push_back(fwd_of[static_cast<size_t>(*it)]);
-      const LoweredSlice& s = l.slices[static_cast<size_t>(*it)];
+      in.slice = slice;
+      in.deps.push_back(fwd_of[static_cast<size_t>(slice)]);
+      const LoweredSlice& s = l.slices[static_cast<size_t>(slice)];
       if (auto g = grad_in.find(s.ops.back()); g != grad_in.end())
         in.deps.insert(in.deps.end(), g->second.begin(), g->second.end());
       in.deps = sorted_unique(std::move(in.deps));
       const int at = add(std::move(in));
-      bwd_of[static_cast<size_t>(*it)] = at;
+      bwd_of[static_cast<size_t>(slice)] = at;
       for (int o : s.ops)
         if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
           if (param_bwd[static_cast<size_t>(p)].empty()) touched.push_back(p);

@@ -21,6 +21,7 @@ namespace spindle::plan {
 // list ascending.
 struct WavePlacement {
   std::vector<std::vector<int>> slot_devices;
+  bool operator==(const WavePlacement&) const = default;
 };
 
 // What placement needs to know of one MetaOp (index = MetaOp id).

@@ -50,6 +50,10 @@ struct Predicted {
   double sync_ms = 0;                  // gradient all-reduce
   double relaxed_optimum_ms = 0;       // sum over levels of C*
   std::vector<int64_t> memory_bytes;   // peak estimate per device
+  // Makespan of the simulated lowered programs (libplan/sim: no wave
+  // barriers, what spindle-run executes): the planner's objective. 0 when
+  // the plan was not simulated (a plan file without the field).
+  double simulated_ms = 0;
 };
 
 struct Plan {

@@ -74,6 +74,7 @@ std::string plan_to_json(const Plan& p) {
                       {"sync_ms", round_to(q.sync_ms, kMsDecimals)},
                       {"relaxed_optimum_ms", round_to(q.relaxed_optimum_ms, kMsDecimals)},
                       {"memory_bytes", q.memory_bytes}};
+  if (q.simulated_ms > 0) doc["predicted"]["simulated_ms"] = round_to(q.simulated_ms, kMsDecimals);
   return doc.dump(1) + "\n";
 }
 
@@ -248,13 +249,18 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
 
   JsonReader pred = r.at("predicted");
   SPINDLE_TRY(pred.require_object(
-      {"iteration_ms", "compute_ms", "transfer_ms", "sync_ms", "relaxed_optimum_ms", "memory_bytes"}, {}));
+      {"iteration_ms", "compute_ms", "transfer_ms", "sync_ms", "relaxed_optimum_ms", "memory_bytes"},
+      {"simulated_ms"}));
   SPINDLE_ASSIGN(it, get_ms(pred.at("iteration_ms")));
   SPINDLE_ASSIGN(cm, get_ms(pred.at("compute_ms")));
   SPINDLE_ASSIGN(tr, get_ms(pred.at("transfer_ms")));
   SPINDLE_ASSIGN(sy, get_ms(pred.at("sync_ms")));
   SPINDLE_ASSIGN(ro, get_ms(pred.at("relaxed_optimum_ms")));
-  p.predicted = Predicted{it, cm, tr, sy, ro, {}};
+  p.predicted = Predicted{it, cm, tr, sy, ro, {}, 0.0};
+  if (pred.has("simulated_ms")) {
+    SPINDLE_ASSIGN(sim, get_ms(pred.at("simulated_ms")));
+    p.predicted.simulated_ms = sim;
+  }
   JsonReader memb = pred.at("memory_bytes");
   SPINDLE_TRY(memb.require_array());
   for (size_t i = 0; i < memb.value().size(); ++i) {

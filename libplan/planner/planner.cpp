@@ -10,6 +10,7 @@
 #include "libplan/place/place.h"
 #include "libplan/planner/baselines.h"
 #include "libplan/planner/cost_plan.h"
+#include "libplan/sim/sim.h"
 #include "libplan/waves/portfolio.h"
 #include "libplan/util/limits.h"
 #include "libplan/waves/schedule.h"
@@ -307,38 +308,55 @@ Result<Plan> make_plan(const PlanRequest& request) {
     case Strategy::task_level: candidates = {task_level_waves(baseline)}; break;
     case Strategy::intra_task: candidates = {intra_task_waves(baseline)}; break;
   }
-  // Placement, then costing. Island placement refines itself: each pass
-  // knows where the previous one sent every slot's output. Over the
-  // candidate schedules and passes, the plan with the shortest predicted
-  // iteration wins (ties: the earlier one). `plan` is the scratch plan:
-  // what costing writes (waves, param_groups, predicted) of a better one is
+  // Placement, then costing. Every placed candidate is costed by the
+  // wave-barrier model (cost_plan: parameter groups, memory, the predicted
+  // parts) and by simulating its lowered programs (libplan/sim): the
+  // shortest simulated iteration wins (ties: the earlier candidate). Island
+  // placement refines itself (each pass knows where the previous one sent
+  // every slot's output): every schedule gets one pass, then the best
+  // schedule gets the further passes. `plan` is the scratch plan: what
+  // costing writes (waves, param_groups, predicted) of a better one is
   // swapped into best_*, and the costing tables are built once.
   const CostTables tables = cost_tables(plan, model, *request.graph, *request.cost);
+  SimOptions sim_options;
+  sim_options.timeline = false;
   bool have_best = false;
+  size_t best_schedule = 0;
   std::vector<Wave> best_waves;
   std::vector<ParamGroup> best_groups;
   Predicted best_predicted;
-  auto consider = [&](const std::vector<AbstractWave>& waves, const std::vector<WavePlacement>& placed) {
-    emit_waves(waves, placed, plan);
+  auto consider = [&](size_t schedule, const std::vector<WavePlacement>& placed) -> Status {
+    emit_waves(candidates[schedule], placed, plan);
     cost_plan(plan, tables, *request.cost);
-    if (!have_best || plan.predicted.iteration_ms < best_predicted.iteration_ms * (1 - 1e-12)) {
+    // A candidate that cannot beat the best so far stops simulating early.
+    sim_options.stop_after_ms = have_best ? best_predicted.simulated_ms : std::numeric_limits<double>::infinity();
+    Result<Simulation> sim = simulate_plan(plan, model, *request.graph, *request.cost, sim_options);
+    if (!sim) return Error{"planner: simulating a " + plan.strategy + " candidate: " + sim.error().message};
+    plan.predicted.simulated_ms = sim->iteration_ms;
+    if (!have_best || plan.predicted.simulated_ms < best_predicted.simulated_ms * (1 - 1e-12)) {
       have_best = true;
+      best_schedule = schedule;
       best_waves.swap(plan.waves);
       best_groups.swap(plan.param_groups);
       best_predicted = plan.predicted;
     }
+    return {};
   };
   const PlaceInput in = placement_input(p, request);
-  for (const std::vector<AbstractWave>& waves : candidates) {
-    if (request.placement == Placement::sequential) {
-      consider(waves, place_sequential(waves, cluster.devices()));
-      continue;
-    }
-    std::vector<WavePlacement> placed = place_islands(waves, in);
-    consider(waves, placed);
+  std::vector<std::vector<WavePlacement>> first_pass(candidates.size());
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    first_pass[c] = request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
+                                                               : place_islands(candidates[c], in);
+    SPINDLE_TRY(consider(c, first_pass[c]));
+  }
+  if (request.placement == Placement::islands) {
+    const size_t c = best_schedule;
+    std::vector<WavePlacement> placed = std::move(first_pass[c]);
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
-      placed = place_islands(waves, in, &placed);
-      consider(waves, placed);
+      std::vector<WavePlacement> next = place_islands(candidates[c], in, &placed);
+      if (next == placed) break;  // a fixed point: further passes repeat it
+      placed = std::move(next);
+      SPINDLE_TRY(consider(c, placed));
     }
   }
   plan.waves = std::move(best_waves);

@@ -64,9 +64,22 @@ class Simulator {
   void enter_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
   void delivered(int transfer, double t);
-  void dispatch(double t);
+  // Starts, in order of readiness, every waiting message whose links are
+  // all idle, among those that need one of `links` (the links just freed,
+  // or a new message's). Invariant between events: no waiting message has
+  // all its links idle, so no other message can start.
+  void dispatch(const int* links, int n, double t);
+  void start(int transfer, double t);
   bool cross_island(const Transfer& tr) const { return tr.src / per_island_ != tr.dst / per_island_; }
-  std::vector<int> links_of(const Transfer& tr) const;
+  // The links one message needs: one (inside an island) or two.
+  struct Links {
+    int n = 0;
+    int k[2] = {0, 0};
+    const int* begin() const { return k; }
+    const int* end() const { return k + n; }
+  };
+  Links compute_links(const Transfer& tr) const;
+  const Links& links_of(int transfer) const { return links_[static_cast<size_t>(transfer)]; }
   Simulation collect() const;
 
   const Lowered& l_;
@@ -80,8 +93,10 @@ class Simulator {
   std::vector<std::vector<InstrTimes>> times_;   // [device][instr]
   std::vector<std::vector<int>> pending_;        // [device][instr]: messages of an exchange not yet delivered
   std::vector<int> src_instr_, dst_instr_;       // by transfer: its exchange in the sender's, receiver's program
+  std::vector<Links> links_;                     // by transfer
   std::vector<char> link_busy_;                  // devices inbound, then island uplinks, then island downlinks
-  std::set<std::tuple<double, int, int>> waiting_;   // messages ready but not started: (ready, src, transfer)
+  // By link: the messages ready but not started that need it, as (ready, src, transfer).
+  std::vector<std::set<std::tuple<double, int, int>>> waiting_;
   std::vector<SimMessage> messages_;             // by transfer
   std::vector<int> started_;                     // transfers in order of start
   std::vector<int> arrived_;                     // by bucket: devices that reached it
@@ -89,10 +104,10 @@ class Simulator {
   std::vector<double> finish_;                   // by device
 };
 
-std::vector<int> Simulator::links_of(const Transfer& tr) const {
-  if (!cross_island(tr)) return {tr.dst};
+Simulator::Links Simulator::compute_links(const Transfer& tr) const {
+  if (!cross_island(tr)) return {1, {tr.dst, 0}};
   const int islands = (l_.devices + per_island_ - 1) / per_island_;
-  return {l_.devices + tr.src / per_island_, l_.devices + islands + tr.dst / per_island_};
+  return {2, {l_.devices + tr.src / per_island_, l_.devices + islands + tr.dst / per_island_}};
 }
 
 Result<Simulation> Simulator::run() {
@@ -112,6 +127,9 @@ Result<Simulation> Simulator::run() {
   dst_instr_.assign(l_.transfers.size(), -1);
   messages_.resize(l_.transfers.size());
   link_busy_.assign(devices + 2 * static_cast<size_t>(islands), 0);
+  waiting_.assign(link_busy_.size(), {});
+  links_.reserve(l_.transfers.size());
+  for (const Transfer& tr : l_.transfers) links_.push_back(compute_links(tr));
   arrived_.assign(l_.buckets.size(), 0);
   at_bucket_.resize(l_.buckets.size());
   for (size_t d = 0; d < devices; ++d) {
@@ -140,6 +158,11 @@ Result<Simulation> Simulator::run() {
   while (!events_.empty()) {
     const Event e = events_.top();
     events_.pop();
+    if (e.t > options_.stop_after_ms) {
+      Simulation stopped;
+      stopped.iteration_ms = std::numeric_limits<double>::infinity();
+      return stopped;
+    }
     if (e.kind == kDelivered)
       delivered(e.index, e.t);
     else
@@ -190,10 +213,11 @@ void Simulator::enter_exchange(int d, int pc, double t) {
     if (x.src == d && x.dst != d) {
       messages_[static_cast<size_t>(tr)].transfer = tr;
       messages_[static_cast<size_t>(tr)].ready_ms = t;
-      waiting_.insert({t, d, tr});
+      const Links& links = links_of(tr);
+      for (int k : links) waiting_[static_cast<size_t>(k)].insert({t, d, tr});
+      dispatch(links.begin(), links.n, t);
     }
   }
-  dispatch(t);
   if (pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)] == 0) {
     times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].ended = t;
     events_.push({t, kReady, d, pc + 1});
@@ -217,29 +241,56 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   }
 }
 
-void Simulator::dispatch(double t) {
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    const int tr = std::get<2>(*it);
-    const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
-    const std::vector<int> links = links_of(x);
-    if (std::any_of(links.begin(), links.end(), [&](int k) { return link_busy_[static_cast<size_t>(k)] != 0; })) {
-      ++it;
-      continue;
-    }
-    for (int k : links) link_busy_[static_cast<size_t>(k)] = 1;
-    const double ms = options_.price_communication ? cost_.p2p_ms(static_cast<double>(x.bytes), cross_island(x)) : 0.0;
-    SimMessage& m = messages_[static_cast<size_t>(tr)];
-    m.start_ms = t;
-    m.end_ms = t + ms;
-    started_.push_back(tr);
-    events_.push({t + ms, kDelivered, x.dst, tr});
-    it = waiting_.erase(it);
+void Simulator::dispatch(const int* links, int n, double t) {
+  using Key = std::tuple<double, int, int>;
+  using Set = std::set<Key>;
+  // Walk the waiting lists of the given links (one or two) merged in order
+  // of readiness, a message on both lists once.
+  Set::const_iterator it[2], end[2];
+  for (int i = 0; i < n; ++i) {
+    it[i] = waiting_[static_cast<size_t>(links[i])].begin();
+    end[i] = waiting_[static_cast<size_t>(links[i])].end();
   }
+  auto all_busy = [&] {
+    for (int i = 0; i < n; ++i)
+      if (!link_busy_[static_cast<size_t>(links[i])]) return false;
+    return true;
+  };
+  while (!all_busy()) {
+    int pick = -1;
+    for (int i = 0; i < n; ++i)
+      if (!link_busy_[static_cast<size_t>(links[i])] && it[i] != end[i] && (pick < 0 || *it[i] < *it[pick])) pick = i;
+    if (pick < 0) return;
+    const Key key = *it[pick];
+    for (int i = 0; i < n; ++i)
+      if (it[i] != end[i] && *it[i] == key) ++it[i];
+    const int tr = std::get<2>(key);
+    const Links& need = links_of(tr);
+    if (std::any_of(need.begin(), need.end(), [&](int k) { return link_busy_[static_cast<size_t>(k)] != 0; }))
+      continue;
+    start(tr, t);  // erases `key` from the lists; the iterators already passed it
+  }
+}
+
+void Simulator::start(int tr, double t) {
+  const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
+  SimMessage& m = messages_[static_cast<size_t>(tr)];
+  const Links& links = links_of(tr);
+  for (int k : links) {
+    link_busy_[static_cast<size_t>(k)] = 1;
+    waiting_[static_cast<size_t>(k)].erase({m.ready_ms, x.src, tr});
+  }
+  const double ms = options_.price_communication ? cost_.p2p_ms(static_cast<double>(x.bytes), cross_island(x)) : 0.0;
+  m.start_ms = t;
+  m.end_ms = t + ms;
+  started_.push_back(tr);
+  events_.push({t + ms, kDelivered, x.dst, tr});
 }
 
 void Simulator::delivered(int tr, double t) {
   const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
-  for (int k : links_of(x)) link_busy_[static_cast<size_t>(k)] = 0;
+  const Links& links = links_of(tr);
+  for (int k : links) link_busy_[static_cast<size_t>(k)] = 0;
   for (auto [d, pc] : {std::pair{x.src, src_instr_[static_cast<size_t>(tr)]},
                        std::pair{x.dst, dst_instr_[static_cast<size_t>(tr)]}}) {
     int& left = pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
@@ -249,7 +300,7 @@ void Simulator::delivered(int tr, double t) {
       events_.push({t, kReady, d, pc + 1});
     }
   }
-  dispatch(t);
+  dispatch(links.begin(), links.n, t);
 }
 
 Simulation Simulator::collect() const {
@@ -260,6 +311,7 @@ Simulation Simulator::collect() const {
     SimDevice& dev = sim.devices[static_cast<size_t>(d)];
     dev.finish_ms = finish_[static_cast<size_t>(d)];
     sim.iteration_ms = std::max(sim.iteration_ms, dev.finish_ms);
+    if (!options_.timeline) continue;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
       const InstrTimes& tm = times_[static_cast<size_t>(d)][i];
@@ -330,6 +382,7 @@ Simulation Simulator::collect() const {
       sim.boxes.push_back(std::move(box));
     }
   }
+  if (!options_.timeline) return sim;
   for (SimDevice& dev : sim.devices) dev.idle_ms = sim.iteration_ms - dev.busy_ms();
   for (int t : started_) sim.messages.push_back(messages_[static_cast<size_t>(t)]);
   return sim;

@@ -37,6 +37,7 @@
 // Deterministic: events ordered by time, then kind, then device, then index.
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,13 @@ struct SimOptions {
   double forward_share = 1.0 / 3.0;   // of a slice's ms spent in its forward, in [0, 1]
   bool price_compute = true;          // false: forward and backward take 0 ms
   bool price_communication = true;    // false: messages and all-reduces take 0 ms
+  // false: only Simulation::iteration_ms and devices[].finish_ms are filled
+  // (no boxes, messages or parts): what the planner's objective needs, faster.
+  bool timeline = true;
+  // The simulation gives up once its clock passes this many ms: the
+  // result is then iteration_ms = infinity and nothing else (a bound for
+  // comparing candidates: one that cannot beat the best so far stops early).
+  double stop_after_ms = std::numeric_limits<double>::infinity();
 };
 
 enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's tid
