@@ -29,6 +29,7 @@
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/model.h"
 #include "libplan/plan/plan.h"
+#include "libplan/rules/links.h"
 #include "libplan/rules/rows.h"
 #include "libplan/util/status.h"
 
@@ -36,10 +37,7 @@ namespace spindle::plan {
 
 inline constexpr int kProgramVersion = 1;
 
-// Bytes per value that spindle-run moves between devices: activations, their
-// gradients and parameter gradients cross every boundary in fp32, whatever
-// the model dtype (kernels may compute in bf16 inside an operator).
-inline constexpr int kWireBytesPerValue = 4;
+// kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
 // One slice of the plan as the programs see it.
 struct LoweredSlice {

@@ -548,25 +548,48 @@ class Improver {
       slots_[id].params.erase(std::unique(slots_[id].params.begin(), slots_[id].params.end()),
                               slots_[id].params.end());
     }
-    scratch_inter_.assign(static_cast<size_t>(islands_), 0.0);
-    wave_intra_.assign(waves.size() * static_cast<size_t>(n_), 0.0);
-    wave_inter_.assign(waves.size() * static_cast<size_t>(islands_), 0.0);
+    scratch_inter_.assign(static_cast<size_t>(2 * islands_), 0.0);
+    wave_intra_.assign(waves.size() * intra_stride(), 0.0);
+    wave_inter_.assign(waves.size() * inter_stride(), 0.0);
     wave_ms_.resize(waves.size());
     for (size_t w = 0; w < waves.size(); ++w) wave_ms_[w] = wave_ms(static_cast<int>(w));
-    // Parameters: devices running each (counted per slot), all-reduce times.
+    // Parameters: devices running each (counted per slot) for memory; the
+    // holders of each shard (parameter, tensor-parallel rank: a device's
+    // position in its slot modulo K, as the lowering) and its all-reduce.
     const size_t params = in.param_bytes.size();
     count_.assign(params * static_cast<size_t>(n_), 0);
     tensor_parallel_.assign(params, 1);
-    for (const SlotRef& s : slots_) {
-      const PlaceMetaOp& m = in.metaops[static_cast<size_t>(s.slot->metaop)];
-      for (int p : s.params) {
-        tensor_parallel_[static_cast<size_t>(p)] = m.tensor_parallel;
-        for (int d : *s.devices) ++count_[static_cast<size_t>(p) * static_cast<size_t>(n_) + static_cast<size_t>(d)];
-      }
-    }
-    group_ms_.assign(params, 0.0);
+    for (const SlotRef& s : slots_)
+      for (int p : s.params)
+        tensor_parallel_[static_cast<size_t>(p)] = in.metaops[static_cast<size_t>(s.slot->metaop)].tensor_parallel;
+    shard_first_.assign(params + 1, 0);
+    for (size_t p = 0; p < params; ++p) shard_first_[p + 1] = shard_first_[p] + tensor_parallel_[p];
+    const auto shards = static_cast<size_t>(shard_first_[params]);
+    shard_count_.assign(shards * static_cast<size_t>(n_), 0);
+    for (size_t id = 0; id < slots_.size(); ++id) count_slot(static_cast<int>(id), +1);
+    shard_ms_.assign(shards, 0.0);
     sync_.assign(static_cast<size_t>(n_), 0.0);
-    for (size_t p = 0; p < params; ++p) set_group(static_cast<int>(p), +1);
+    for (size_t sh = 0; sh < shards; ++sh) add_shard(static_cast<int>(sh));
+  }
+
+  // The bytes counted now (placement_bytes).
+  PlacementBytes bytes() const {
+    PlacementBytes out;
+    for (size_t w = 0; w + 1 < wave_first_.size(); ++w) {
+      const double* intra = &wave_intra_[w * intra_stride()];
+      const double* inter = &wave_inter_[w * inter_stride()];
+      out.forward.push_back({{intra, intra + n_}, {inter, inter + islands_}});
+      out.backward.push_back({{intra + n_, intra + 2 * n_}, {inter + islands_, inter + 2 * islands_}});
+    }
+    out.reduced.assign(static_cast<size_t>(n_), 0.0);
+    for (size_t p = 0; p + 1 < shard_first_.size(); ++p)
+      for (int sh = shard_first_[p]; sh < shard_first_[p + 1]; ++sh) {
+        const int* count = &shard_count_[static_cast<size_t>(sh) * static_cast<size_t>(n_)];
+        if (std::count_if(count, count + n_, [](int c) { return c > 0; }) < 2) continue;
+        for (int d = 0; d < n_; ++d)
+          if (count[d] > 0) out.reduced[static_cast<size_t>(d)] += in_.param_sync_bytes[p];
+      }
+    return out;
   }
 
   // Up to `sweeps` sweeps and `evals` exchanges tried in all. Each sweep
@@ -647,31 +670,43 @@ class Improver {
     return ms + *std::max_element(sync_.begin(), sync_.end());
   }
 
-  // The wave's transfer time, as cost_plan (twice: forward and backward).
+  // Per wave, bytes delivered by its forward exchange ([0, n) by device,
+  // [0, islands) by island) then by its backward one ([n, 2n), [islands,
+  // 2 islands)).
+  size_t intra_stride() const { return 2 * static_cast<size_t>(n_); }
+  size_t inter_stride() const { return 2 * static_cast<size_t>(islands_); }
+
+  // The wave's transfer time: its forward exchange, then its backward one.
   // Recomputes wave w's traffic from its edges; returns its time.
   double wave_ms(int w) {
-    double* intra = &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)];
-    double* inter = &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)];
-    std::fill(intra, intra + n_, 0.0);
-    std::fill(inter, inter + islands_, 0.0);
+    double* intra = &wave_intra_[static_cast<size_t>(w) * intra_stride()];
+    double* inter = &wave_inter_[static_cast<size_t>(w) * inter_stride()];
+    std::fill(intra, intra + intra_stride(), 0.0);
+    std::fill(inter, inter + inter_stride(), 0.0);
     for (int id = wave_first_[static_cast<size_t>(w)]; id < wave_first_[static_cast<size_t>(w) + 1]; ++id)
       for (const Edge& e : slots_[static_cast<size_t>(id)].inputs) add_edge(e, id, 1.0);
     return traffic_ms(w);
   }
 
-  // Wave w's time from its traffic, as cost_plan: the slowest destination
-  // device (intra-island bytes) or island (inter-island bytes), twice. Link
-  // times grow with bytes, so the largest byte counts decide. Byte counts
-  // below half a byte are rounding left by subtracting an edge.
+  // Wave w's time from its traffic: per exchange (forward, backward) the
+  // slowest destination device (intra-island bytes) or island (inter-island
+  // bytes), as if each exchange ended on a barrier (a proxy for the
+  // simulation, cheap to update). Link times grow with bytes, so the largest
+  // byte counts decide. Byte counts below half a byte are rounding left by
+  // subtracting an edge.
   double traffic_ms(int w) const {
-    const double* intra = &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)];
-    const double* inter = &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)];
-    const double most_intra = *std::max_element(intra, intra + n_);
-    const double most_inter = *std::max_element(inter, inter + islands_);
-    double ms = 0;
-    if (most_intra > 0.5) ms = std::max(ms, in_.cost->p2p_ms(most_intra, false));
-    if (most_inter > 0.5) ms = std::max(ms, in_.cost->p2p_ms(most_inter, true));
-    return 2.0 * ms;
+    double total = 0;
+    for (int dir = 0; dir < 2; ++dir) {
+      const double* intra = &wave_intra_[static_cast<size_t>(w) * intra_stride() + static_cast<size_t>(dir * n_)];
+      const double* inter = &wave_inter_[static_cast<size_t>(w) * inter_stride() + static_cast<size_t>(dir * islands_)];
+      const double most_intra = *std::max_element(intra, intra + n_);
+      const double most_inter = *std::max_element(inter, inter + islands_);
+      double ms = 0;
+      if (most_intra > 0.5) ms = std::max(ms, in_.cost->p2p_ms(most_intra, false));
+      if (most_inter > 0.5) ms = std::max(ms, in_.cost->p2p_ms(most_inter, true));
+      total += ms;
+    }
+    return total;
   }
 
   // Bytes the inputs and outputs of every slot move across islands.
@@ -688,50 +723,76 @@ class Improver {
       }
   }
 
-  // Adds (sign 1) or takes off (-1) the bytes edge `e` into slot `id` moves:
-  // to its wave's intra-island bytes by destination device and inter-island
-  // bytes by destination island, as costing's re-sharding.
+  // Adds (sign 1) or takes off (-1) the bytes edge `e` into slot `id` moves,
+  // the moves of the lowering (rules/rows.h): forward, the activations from
+  // the source slot's devices to slot id's; backward, their gradients the
+  // other way. Into its wave's intra-island bytes by destination device and
+  // inter-island bytes by destination island (layout: intra_stride).
   void add_edge(const Edge& e, int id, double sign) {
     const int w = slots_[static_cast<size_t>(id)].wave;
-    add_edge_to(e, id, sign, &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)],
-                &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)]);
+    add_edge_to(e, id, sign, &wave_intra_[static_cast<size_t>(w) * intra_stride()],
+                &wave_inter_[static_cast<size_t>(w) * inter_stride()]);
   }
   void add_edge_to(const Edge& e, int id, double sign, double* intra, double* inter) const {
     const std::vector<int>& dst = *slots_[static_cast<size_t>(id)].devices;
     const std::vector<int>& src = *slots_[static_cast<size_t>(e.src)].devices;
-    if (src == dst) return;
-    for_each_reshard_move(src, e.ksrc, dst, e.kdst, e.batch, per_island_, [&](const RowMove& m) {
-      if (m.src == m.dst) return;
-      const double bytes = sign * static_cast<double>(m.rows.size()) * e.bytes_per_sample;
-      if (m.src / per_island_ == m.dst / per_island_) {
-        if (intra != nullptr) intra[m.dst] += bytes;
-      } else {
-        inter[m.dst / per_island_] += bytes;
-      }
-    });
+    if (src == dst && e.ksrc == e.kdst) return;   // every row stays where it is
+    auto add = [&](int dir) {
+      return [&, dir](const RowMove& m) {
+        if (m.src == m.dst) return;
+        const double bytes = sign * static_cast<double>(m.rows.size()) * e.bytes_per_sample;
+        if (m.src / per_island_ == m.dst / per_island_) {
+          if (intra != nullptr) intra[dir * n_ + m.dst] += bytes;
+        } else {
+          inter[dir * islands_ + m.dst / per_island_] += bytes;
+        }
+      };
+    };
+    for_each_reshard_move(src, e.ksrc, dst, e.kdst, e.batch, per_island_, add(0));
+    for_each_reshard_move(dst, e.kdst, src, e.ksrc, e.batch, per_island_, add(1));
   }
 
-  // Adds (sign +1) or removes (-1) parameter p's all-reduce on its devices.
-  void set_group(int p, int sign) {
-    const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
-    if (sign > 0) {
-      group_.clear();
-      for (int d = 0; d < n_; ++d)
-        if (count_[row + static_cast<size_t>(d)] > 0) group_.push_back(d);
-      group_ms_[static_cast<size_t>(p)] =
-          group_.size() > 1 ? in_.cost->allreduce_ms(in_.param_bytes[static_cast<size_t>(p)], group_) : 0.0;
+  // Counts (sign +1) or uncounts (-1) slot id's devices as holders of the
+  // shards of its parameters.
+  void count_slot(int id, int sign) {
+    const SlotRef& s = slots_[static_cast<size_t>(id)];
+    for (int p : s.params) {
+      const int k = tensor_parallel_[static_cast<size_t>(p)];
+      for (size_t i = 0; i < s.devices->size(); ++i) {
+        const auto sh = static_cast<size_t>(shard_first_[static_cast<size_t>(p)] + static_cast<int>(i) % k);
+        shard_count_[sh * static_cast<size_t>(n_) + static_cast<size_t>((*s.devices)[i])] += sign;
+      }
     }
-    const double ms = sign * group_ms_[static_cast<size_t>(p)];
+  }
+
+  // Shard sh's all-reduce over its holders, when there are two or more (as
+  // the lowering's buckets), added to their sync time.
+  void add_shard(int sh) {
+    const int* count = &shard_count_[static_cast<size_t>(sh) * static_cast<size_t>(n_)];
+    group_.clear();
+    for (int d = 0; d < n_; ++d)
+      if (count[d] > 0) group_.push_back(d);
+    const auto p = static_cast<size_t>(std::upper_bound(shard_first_.begin(), shard_first_.end(), sh) - shard_first_.begin() - 1);
+    const double ms = group_.size() >= 2 ? in_.cost->allreduce_ms(in_.param_sync_bytes[p], group_) : 0.0;
+    shard_ms_[static_cast<size_t>(sh)] = ms;
+    for (int d : group_) sync_[static_cast<size_t>(d)] += ms;
+  }
+  // Takes shard sh's all-reduce off its holders.
+  void remove_shard(int sh) {
+    const int* count = &shard_count_[static_cast<size_t>(sh) * static_cast<size_t>(n_)];
+    const double ms = shard_ms_[static_cast<size_t>(sh)];
     if (ms == 0) return;
     for (int d = 0; d < n_; ++d)
-      if (count_[row + static_cast<size_t>(d)] > 0) sync_[static_cast<size_t>(d)] += ms;
+      if (count[d] > 0) sync_[static_cast<size_t>(d)] -= ms;
   }
 
   // Moves slot `id` from device `from` to `to` (its list kept ascending).
   void move(int id, int from, int to) {
     std::vector<int>& devs = *slots_[static_cast<size_t>(id)].devices;
+    count_slot(id, -1);   // positions, hence shard ranks, change with the order
     *std::find(devs.begin(), devs.end(), from) = to;
     std::sort(devs.begin(), devs.end());
+    count_slot(id, +1);
     for (int p : slots_[static_cast<size_t>(id)].params) {
       const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
       --count_[row + static_cast<size_t>(from)];
@@ -786,15 +847,14 @@ class Improver {
 
     const double transfer_before = transfer_ms();
     sync_before_ = sync_;
+    // The shards of the changed parameters: their all-reduces come off now
+    // and go back on over their holders after the exchange.
     saved_ms_.clear();
-    for (int p : changed_) saved_ms_.push_back(group_ms_[static_cast<size_t>(p)]);
-    // Devices running p before the exchange, at x and y.
-    member_before_.clear();
-    for (int p : changed_) {
-      const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
-      member_before_.push_back((count_[row + static_cast<size_t>(x)] > 0 ? 1 : 0) |
-                               (count_[row + static_cast<size_t>(y)] > 0 ? 2 : 0));
-    }
+    for (int p : changed_)
+      for (int sh = shard_first_[static_cast<size_t>(p)]; sh < shard_first_[static_cast<size_t>(p) + 1]; ++sh) {
+        saved_ms_.push_back(shard_ms_[static_cast<size_t>(sh)]);
+        remove_shard(sh);
+      }
     // Edges whose bytes change: into a and b, and out of them.
     edges_touched_.clear();
     for (int s : {a, b}) {
@@ -806,30 +866,18 @@ class Improver {
     }
     saved_traffic_.clear();
     for (int w : waves_touched_) {
-      const double* intra = &wave_intra_[static_cast<size_t>(w) * static_cast<size_t>(n_)];
-      const double* inter = &wave_inter_[static_cast<size_t>(w) * static_cast<size_t>(islands_)];
-      saved_traffic_.insert(saved_traffic_.end(), intra, intra + n_);
-      saved_traffic_.insert(saved_traffic_.end(), inter, inter + islands_);
+      const double* intra = &wave_intra_[static_cast<size_t>(w) * intra_stride()];
+      const double* inter = &wave_inter_[static_cast<size_t>(w) * inter_stride()];
+      saved_traffic_.insert(saved_traffic_.end(), intra, intra + intra_stride());
+      saved_traffic_.insert(saved_traffic_.end(), inter, inter + inter_stride());
     }
     for (const auto& [e, dst] : edges_touched_) add_edge(*e, dst, -1.0);
     move(a, x, y);
     if (b >= 0) move(b, y, x);
     for (const auto& [e, dst] : edges_touched_) add_edge(*e, dst, 1.0);
-    for (size_t i = 0; i < changed_.size(); ++i) {
-      const int p = changed_[i];
-      const size_t row = static_cast<size_t>(p) * static_cast<size_t>(n_);
-      const int now = (count_[row + static_cast<size_t>(x)] > 0 ? 1 : 0) | (count_[row + static_cast<size_t>(y)] > 0 ? 2 : 0);
-      if (now == member_before_[i]) continue;   // same devices: same all-reduce
-      // Take the old all-reduce off the old members, put the new one on.
-      const double old_ms = group_ms_[static_cast<size_t>(p)];
-      for (int d = 0; d < n_; ++d) {
-        const bool was = d == x ? (member_before_[i] & 1) != 0
-                         : d == y ? (member_before_[i] & 2) != 0
-                                  : count_[row + static_cast<size_t>(d)] > 0;
-        if (was) sync_[static_cast<size_t>(d)] -= old_ms;
-      }
-      set_group(p, +1);
-    }
+    for (int p : changed_)
+      for (int sh = shard_first_[static_cast<size_t>(p)]; sh < shard_first_[static_cast<size_t>(p) + 1]; ++sh)
+        add_shard(sh);
     saved_wave_.clear();
     for (int w : waves_touched_) {
       saved_wave_.push_back(wave_ms_[static_cast<size_t>(w)]);
@@ -850,19 +898,22 @@ class Improver {
     move(a, y, x);
     if (b >= 0) move(b, x, y);
     sync_ = sync_before_;
-    for (size_t i = 0; i < changed_.size(); ++i) group_ms_[static_cast<size_t>(changed_[i])] = saved_ms_[i];
+    size_t k = 0;
+    for (int p : changed_)
+      for (int sh = shard_first_[static_cast<size_t>(p)]; sh < shard_first_[static_cast<size_t>(p) + 1]; ++sh)
+        shard_ms_[static_cast<size_t>(sh)] = saved_ms_[k++];
     size_t at = 0;
     for (size_t i = 0; i < waves_touched_.size(); ++i) {
       const int w = waves_touched_[i];
       wave_ms_[static_cast<size_t>(w)] = saved_wave_[i];
       std::copy(saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at),
-                saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(n_)),
-                wave_intra_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w) * static_cast<size_t>(n_)));
-      at += static_cast<size_t>(n_);
+                saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at + intra_stride()),
+                wave_intra_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w) * intra_stride()));
+      at += intra_stride();
       std::copy(saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at),
-                saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(islands_)),
-                wave_inter_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w) * static_cast<size_t>(islands_)));
-      at += static_cast<size_t>(islands_);
+                saved_traffic_.begin() + static_cast<std::ptrdiff_t>(at + inter_stride()),
+                wave_inter_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(w) * inter_stride()));
+      at += inter_stride();
     }
     return false;
   }
@@ -874,15 +925,17 @@ class Improver {
   std::vector<int> wave_first_;                // per wave: its first slot id; then the count
   std::vector<std::vector<int>> readers_;      // per slot: slots taking its output
   std::vector<double> wave_ms_;                // per wave: transfer ms
-  std::vector<int> count_;                     // [p * n + d]: slots running p on d
+  std::vector<int> count_;                     // [p * n + d]: slots running p on d (memory)
   std::vector<int> tensor_parallel_;           // per parameter
-  std::vector<double> group_ms_, sync_;        // per parameter all-reduce; per device sum
+  std::vector<int> shard_first_;               // per parameter: its first shard; then the shard count
+  std::vector<int> shard_count_;               // [shard * n + d]: slots holding the shard on d
+  std::vector<double> shard_ms_, sync_;        // per shard all-reduce; per device sum
   // Scratch.
-  std::vector<double> wave_intra_, wave_inter_;   // [w * n + d], [w * islands + i]: bytes moved
+  std::vector<double> wave_intra_, wave_inter_;   // [w * intra_stride() + ...]: bytes moved (wave_ms)
   std::vector<double> scratch_inter_, crossing_;
   std::vector<double> mem_, saved_ms_, saved_wave_, sync_before_, saved_traffic_;
   std::vector<std::pair<const Edge*, int>> edges_touched_;   // (edge, destination slot)
-  std::vector<int> group_, changed_, waves_touched_, member_before_;
+  std::vector<int> group_, changed_, waves_touched_;
 };
 
 }  // namespace
@@ -904,6 +957,12 @@ std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves,
   if (previous == nullptr && !over_memory)
     Improver(waves, in, out).run(kImproveSweeps, std::max(1, kImproveWork / in.devices));
   return out;
+}
+
+PlacementBytes placement_bytes(const std::vector<AbstractWave>& waves, const PlaceInput& in,
+                               const std::vector<WavePlacement>& placed) {
+  std::vector<WavePlacement> copy = placed;
+  return Improver(waves, in, copy).bytes();
 }
 
 std::vector<WavePlacement> place_sequential(const std::vector<AbstractWave>& waves, int devices) {

@@ -29,7 +29,9 @@ struct PlaceMetaOp {
   std::vector<int> inputs;             // MetaOp ids whose last operator feeds the first
   int tensor_parallel = 1;             // K: devices of one data-parallel replica
   int64_t batch = 0;                   // samples per iteration
-  double out_bytes_per_sample = 0;     // activation leaving each operator, bytes
+  // Activation leaving each operator, bytes per sample on the wire (values
+  // x kWireBytesPerValue, rules/links.h): what the lowering moves.
+  double out_bytes_per_sample = 0;
   // Per operator position: its parameter (index into PlaceInput::param_bytes,
   // -1 for none) and the activation bytes per sample it keeps for backward.
   std::vector<int> param;
@@ -38,8 +40,10 @@ struct PlaceMetaOp {
 
 struct PlaceInput {
   std::vector<PlaceMetaOp> metaops;
-  // Per parameter: bytes of one tensor-parallel shard in the model dtype.
+  // Per parameter: bytes of one tensor-parallel shard in the model dtype
+  // (memory), and of its gradient on the wire (the all-reduce's payload).
   std::vector<double> param_bytes;
+  std::vector<double> param_sync_bytes;
   int dtype_bytes = 2;
   int devices = 0;
   int devices_per_island = 0;          // 0: one island
@@ -90,6 +94,23 @@ double slot_bytes_per_device(const PlaceInput& in, const AbstractSlot& slot, Has
 // Deterministic.
 std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves, const PlaceInput& in,
                                          const std::vector<WavePlacement>* previous = nullptr);
+
+// The bytes the improvement of place_islands counts for a placement: per
+// wave, what its forward exchange delivers to each device from its island
+// (intra[d]) and to each island from others (inter[i]), the same for its
+// backward exchange; per device, the gradient bytes it all-reduces. A test
+// holds these equal to the lowered programs' transfers and buckets
+// (test_place.cpp), so the evaluator prices the messages the runtime sends.
+struct PlacementBytes {
+  struct Exchange {
+    std::vector<double> intra;   // by destination device
+    std::vector<double> inter;   // by destination island
+  };
+  std::vector<Exchange> forward, backward;   // by wave
+  std::vector<double> reduced;               // by device
+};
+PlacementBytes placement_bytes(const std::vector<AbstractWave>& waves, const PlaceInput& in,
+                               const std::vector<WavePlacement>& placed);
 
 // The naive placement: per wave, slots in their order each take the lowest
 // free devices. Requires each wave's device counts to sum to at most `devices`.

@@ -7,7 +7,9 @@
 
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
+#include "libplan/model/ops.h"
 #include "libplan/place/place.h"
+#include "libplan/rules/links.h"
 #include "libplan/planner/baselines.h"
 #include "libplan/planner/cost_plan.h"
 #include "libplan/sim/sim.h"
@@ -121,8 +123,9 @@ Result<Prepared> prepare(const PlanRequest& req) {
   return p;
 }
 
-// What placement needs of the MetaOps: inputs, sizes, parameters.
-PlaceInput placement_input(const Prepared& p, const PlanRequest& req) {
+}  // namespace
+
+PlaceInput placement_input(const Contraction& contraction, const PlanRequest& req) {
   const OpGraph& graph = *req.graph;
   const Cluster& cluster = *req.cluster;
   PlaceInput in;
@@ -132,23 +135,32 @@ PlaceInput placement_input(const Prepared& p, const PlanRequest& req) {
   in.memory_bytes = static_cast<double>(cluster.memory_bytes());
   in.cost = req.cost;
   std::map<std::string, int> param_index;
-  for (const MetaOp& m : p.contraction.metaops) {
+  for (const MetaOp& m : contraction.metaops) {
     PlaceMetaOp pm;
     pm.inputs = m.inputs;
     pm.tensor_parallel = m.tensor_parallel;
     pm.batch = m.workload.batch;
     const Operator& first = graph.ops[static_cast<size_t>(m.operators.front())];
-    pm.out_bytes_per_sample = output_bytes_per_sample(first, in.dtype_bytes);
+    // On the wire, as the lowering moves them (rules/links.h).
+    const Workload& w = first.workload;
+    pm.out_bytes_per_sample = static_cast<double>(op_out_values_per_sample(w.op, w.dims, w.seq)) * kWireBytesPerValue;
     // Every operator of a MetaOp has its workload and tensor_parallel
     // (contraction): the cost model is asked once per MetaOp.
     const double bytes = static_cast<double>(req.cost->param_bytes(m.workload)) / m.tensor_parallel;
     const auto act_bytes = static_cast<double>(req.cost->activation_bytes_per_sample(m.workload));
+    const Task& task = req.model->tasks[static_cast<size_t>(first.task)];
+    const Module* module = req.model->find_module(task.nodes[static_cast<size_t>(first.node)].module);
+    const double sync_bytes =
+        static_cast<double>(op_shard_param_count(w.op, w.dims, module->max_seq, m.tensor_parallel)) * kWireBytesPerValue;
     for (int o : m.operators) {
       const Operator& op = graph.ops[static_cast<size_t>(o)];
       int index = -1;
       if (bytes > 0) {
         auto [it, added] = param_index.emplace(op.param, static_cast<int>(in.param_bytes.size()));
-        if (added) in.param_bytes.push_back(bytes);
+        if (added) {
+          in.param_bytes.push_back(bytes);
+          in.param_sync_bytes.push_back(sync_bytes);
+        }
         index = it->second;
       }
       pm.param.push_back(index);
@@ -158,6 +170,8 @@ PlaceInput placement_input(const Prepared& p, const PlanRequest& req) {
   }
   return in;
 }
+
+namespace {
 
 // Sets the plan's waves to the placed abstract waves, slice ms = count *
 // T(n), transfer_ms 0 (costing fills it). Overwrites every field of the
@@ -342,7 +356,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
     }
     return {};
   };
-  const PlaceInput in = placement_input(p, request);
+  const PlaceInput in = placement_input(p.contraction, request);
   std::vector<std::vector<WavePlacement>> first_pass(candidates.size());
   for (size_t c = 0; c < candidates.size(); ++c) {
     first_pass[c] = request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())

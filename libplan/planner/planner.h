@@ -8,6 +8,7 @@
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
+#include "libplan/place/place.h"
 #include "libplan/plan/plan.h"
 #include "libplan/util/status.h"
 
@@ -40,6 +41,11 @@ struct PlanRequest {
   bool start_early = true;
   Placement placement = Placement::islands;
 };
+
+// What placement (libplan/place) is told of the MetaOps of `contraction`
+// (contract(*request.graph)): inputs, sizes, parameters, activation and
+// gradient bytes on the wire; and of the cluster and cost model.
+PlaceInput placement_input(const Contraction& contraction, const PlanRequest& request);
 
 // Plans one strategy. Errors (as values) when no valid plan exists, e.g. a
 // MetaOp with no valid device count on this cluster. The result obeys every

@@ -7,6 +7,12 @@
 
 namespace spindle::plan {
 
+// Bytes per value that spindle-run moves between devices: activations, their
+// gradients and parameter gradients cross every boundary in fp32, whatever
+// the model dtype (kernels may compute in bf16 inside an operator). The
+// lowering's byte counts and every estimate of them (placement) use it.
+inline constexpr int kWireBytesPerValue = 4;
+
 struct Link {
   double gbytes_per_s = 0;   // per direction (per device inside an island, per island across)
   double latency_us = 0;

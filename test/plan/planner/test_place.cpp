@@ -3,7 +3,10 @@
 // workloads, island placement against the naive one.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
+#include <random>
 #include <set>
 
 #include "../shipped_fixture.h"
@@ -11,6 +14,8 @@
 #include "libplan/cost/cost_model.h"
 #include "libplan/place/place.h"
 #include "libplan/planner/planner.h"
+#include "libplan/graph/contract.h"
+#include "libplan/lower/lower.h"
 #include "libplan/sim/sim.h"
 
 using namespace spindle::plan;
@@ -152,6 +157,7 @@ TEST_CASE("place: a MetaOp joins the island already holding its parameters", "[p
   // Parameter 0 (4 MB) is used by MetaOps 1 and 2 (two tasks sharing a
   // layer); 0, 3 and 4 have none. No activations move.
   in.param_bytes = {4e6};
+  in.param_sync_bytes = in.param_bytes;
   in.metaops[1].param = {0};
   in.metaops[2].param = {0};
   for (auto& m : in.metaops) m.out_bytes_per_sample = 0;
@@ -179,6 +185,7 @@ TEST_CASE("place: memory per device is never exceeded, earlier waves are placed 
   in.metaops[2].inputs = {0};   // MetaOp 2 prefers the device holding 0's output
   // Elements: 1000, 100, 500, 600 -> bytes 4x that in the dtype.
   in.param_bytes = {4000, 400, 2000, 2400};
+  in.param_sync_bytes = in.param_bytes;
   for (int m = 0; m < 4; ++m) in.metaops[static_cast<size_t>(m)].param = {m};
   const std::vector<AbstractWave> waves{{{slot(0, 1), slot(1, 1)}, 1.0},
                                         {{slot(2, 1)}, 1.0},
@@ -244,5 +251,105 @@ TEST_CASE("place: on two nodes, island placement moves less than the naive one",
           split += islands_of(s.devices, 8).size() > 1;
         }
     CHECK(split * 5 < small);   // fewer than 20% of the slices
+  }
+}
+
+namespace {
+
+// The plan's waves as the scheduler's abstract waves and their placement.
+void abstract_of(const Plan& plan, std::vector<AbstractWave>& waves, std::vector<WavePlacement>& placed) {
+  waves.clear();
+  placed.clear();
+  for (const Wave& w : plan.waves) {
+    AbstractWave a;
+    WavePlacement p;
+    for (const Slice& s : w.slices) {
+      a.slots.push_back({s.metaop, s.first, s.count, static_cast<int>(s.devices.size()), s.ms});
+      p.slot_devices.push_back(s.devices);
+      std::sort(p.slot_devices.back().begin(), p.slot_devices.back().end());
+    }
+    waves.push_back(std::move(a));
+    placed.push_back(std::move(p));
+  }
+}
+
+// What the lowered programs move: per wave and direction, bytes delivered to
+// each device from its island and to each island from the others; per
+// device, the bytes it all-reduces.
+PlacementBytes lowered_bytes(const Lowered& l, int waves, int per_island) {
+  const int islands = (l.devices + per_island - 1) / per_island;
+  PlacementBytes out;
+  const PlacementBytes::Exchange empty{std::vector<double>(static_cast<size_t>(l.devices), 0.0),
+                                       std::vector<double>(static_cast<size_t>(islands), 0.0)};
+  out.forward.assign(static_cast<size_t>(waves), empty);
+  out.backward.assign(static_cast<size_t>(waves), empty);
+  for (const Transfer& t : l.transfers) {
+    if (t.src == t.dst) continue;
+    auto& ex = (t.dir == Direction::forward ? out.forward : out.backward)[static_cast<size_t>(t.wave)];
+    if (t.src / per_island == t.dst / per_island)
+      ex.intra[static_cast<size_t>(t.dst)] += static_cast<double>(t.bytes);
+    else
+      ex.inter[static_cast<size_t>(t.dst / per_island)] += static_cast<double>(t.bytes);
+  }
+  for (int d = 0; d < l.devices; ++d) out.reduced.push_back(static_cast<double>(l.bytes(d).reduced));
+  return out;
+}
+
+void check_same_bytes(const PlacementBytes& evaluator, const PlacementBytes& lowered) {
+  REQUIRE(evaluator.forward.size() == lowered.forward.size());
+  for (size_t w = 0; w < lowered.forward.size(); ++w) {
+    INFO("wave " << w);
+    CHECK(evaluator.forward[w].intra == lowered.forward[w].intra);
+    CHECK(evaluator.forward[w].inter == lowered.forward[w].inter);
+    CHECK(evaluator.backward[w].intra == lowered.backward[w].intra);
+    CHECK(evaluator.backward[w].inter == lowered.backward[w].inter);
+  }
+  CHECK(evaluator.reduced == lowered.reduced);
+}
+
+}  // namespace
+
+TEST_CASE("place: the improvement counts the bytes the lowered programs move, on shipped and random placements",
+          "[place][shipped][lower]") {
+  struct Case {
+    const char* model;
+    const char* cluster;
+  };
+  // Every shipped model with a profile on two nodes (and tiny-lm, tensor
+  // parallel 2, on one): plans with producers and consumers of differing
+  // tensor parallelism, re-sharding within and across islands.
+  for (const Case c : {Case{"multitask-clip-4", "a800-2x8"}, Case{"multitask-clip-10", "a800-4x8"},
+                       Case{"ofasys-7", "a800-2x8"}, Case{"qwen-val-3", "a800-4x8"}, Case{"tiny-clip", "a800-2x8"},
+                       Case{"tiny-lm", "a800-1x8"}, Case{"tiny-lm", "cpu-1x4"}}) {
+    INFO(c.model << " on " << c.cluster);
+    spindle::plan::testing::Fixture f(c.model, c.cluster);
+    PlanRequest req{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    const PlaceInput in = placement_input(contract(f.graph), req);
+    std::mt19937 rng(12345);
+    for (Strategy s : {Strategy::spindle, Strategy::sequential, Strategy::intra_task}) {
+      req.strategy = s;
+      auto plan = make_plan(req);
+      REQUIRE(plan.ok());
+      for (int trial = 0; trial < 4; ++trial) {
+        INFO(strategy_name(s) << ", trial " << trial << (trial == 0 ? " (as planned)" : " (devices permuted)"));
+        if (trial > 0) {
+          // A random placement of the same waves: every device id renamed by
+          // one permutation (the plan stays valid).
+          std::vector<int> perm(static_cast<size_t>(plan->devices));
+          std::iota(perm.begin(), perm.end(), 0);
+          std::shuffle(perm.begin(), perm.end(), rng);
+          for (Wave& w : plan->waves)
+            for (Slice& sl : w.slices)
+              for (int& d : sl.devices) d = perm[static_cast<size_t>(d)];
+        }
+        std::vector<AbstractWave> waves;
+        std::vector<WavePlacement> placed;
+        abstract_of(*plan, waves, placed);
+        auto lowered = lower(*plan, f.model, f.graph);
+        REQUIRE(lowered.ok());
+        check_same_bytes(placement_bytes(waves, in, placed),
+                         lowered_bytes(*lowered, static_cast<int>(plan->waves.size()), f.cluster.devices_per_island));
+      }
+    }
   }
 }
