@@ -656,20 +656,9 @@ Status parse_task(const Reader& r, const std::string& path, const YAML::Node& no
   for (RawNode& rn : g.raw) out.nodes.push_back(std::move(rn.node));
   return Status::Ok();
 }
-
-Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
-  Model model;
-  if (!root.IsMap()) {
-    return r.error("", root, "expected a map with keys name, modules, tasks, found " + yamlu::describe(root));
-  }
-  MapView view;
-  SPINDLE_TRY(r.view_map("", root, view));
-  SPINDLE_TRY(r.reject_unknown("", view, {"name", "dtype", "modules", "tasks"}, "a model"));
-  for (const char* key : {"name", "modules", "tasks"}) {
-    if (view.find(key) == nullptr) {
-      return r.error(key, root, "missing required key '" + std::string(key) + "'");
-    }
-  }
+// The model's name (non-empty, a valid name) and dtype (bf16, fp16 or fp32;
+// default as in Model) from the root map's `view` into `model`.
+Status parse_model_header(const Reader& r, const MapView& view, Model& model) {
   SPINDLE_TRY(r.get_string("name", view.find("name")->value, model.name));
   if (model.name.empty()) return r.error("name", view.find("name")->value, "expected a non-empty name");
   SPINDLE_TRY(check_name(r, "name", view.find("name")->value, model.name, "model name"));
@@ -687,8 +676,12 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
       return r.error("dtype", d->value, "expected one of bf16, fp16, fp32, found '" + dt + "'");
     }
   }
+  return Status::Ok();
+}
 
-  const YAML::Node& modules_node = view.find("modules")->value;
+// The `modules` map (name -> module, at least one; extension keys skipped)
+// appended to model.modules in file order.
+Status parse_modules(const Reader& r, const YAML::Node& modules_node, Model& model) {
   if (!modules_node.IsMap()) {
     return r.error("modules", modules_node,
                    "expected a map of module name -> blocks, found " + yamlu::describe(modules_node));
@@ -708,8 +701,12 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
   if (model.modules.empty()) {
     return r.error("modules", modules_node, "expected at least one module, found none");
   }
+  return Status::Ok();
+}
 
-  const YAML::Node& tasks_node = view.find("tasks")->value;
+// The `tasks` list (at least one, unique names) appended to model.tasks in
+// file order; model.modules must be parsed already.
+Status parse_tasks(const Reader& r, const YAML::Node& tasks_node, Model& model) {
   if (!tasks_node.IsSequence() || tasks_node.size() == 0) {
     return r.error("tasks", tasks_node,
                    "expected a non-empty list of tasks, found " + yamlu::describe(tasks_node));
@@ -727,8 +724,11 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
     task_index[task.name] = t;
     model.tasks.push_back(std::move(task));
   }
+  return Status::Ok();
+}
 
-  // S of every module: the largest seq it is used with anywhere.
+// Sets every module's max_seq (S): the largest seq it is used with anywhere.
+void set_max_seq(Model& model) {
   for (Module& m : model.modules) {
     for (const Task& task : model.tasks) {
       for (const Node& n : task.nodes) {
@@ -736,6 +736,11 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
       }
     }
   }
+}
+
+// The parsed model's size: at most kMaxParameters parameters (max_seq set)
+// and at most limits::kMaxOperators operators once expanded.
+Status check_model_size(const Reader& r, const Model& model) {
   // Every size is at most kMaxSize, so one operator's count fits in int64_t;
   // the total (times repeat) is checked.
   int64_t total = 0;
@@ -768,6 +773,29 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
       }
     }
   }
+  return Status::Ok();
+}
+
+// A model document's root: its keys, then the header, the modules, the
+// tasks (against the modules), every module's max_seq and the model's size.
+Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
+  Model model;
+  if (!root.IsMap()) {
+    return r.error("", root, "expected a map with keys name, modules, tasks, found " + yamlu::describe(root));
+  }
+  MapView view;
+  SPINDLE_TRY(r.view_map("", root, view));
+  SPINDLE_TRY(r.reject_unknown("", view, {"name", "dtype", "modules", "tasks"}, "a model"));
+  for (const char* key : {"name", "modules", "tasks"}) {
+    if (view.find(key) == nullptr) {
+      return r.error(key, root, "missing required key '" + std::string(key) + "'");
+    }
+  }
+  SPINDLE_TRY(parse_model_header(r, view, model));
+  SPINDLE_TRY(parse_modules(r, view.find("modules")->value, model));
+  SPINDLE_TRY(parse_tasks(r, view.find("tasks")->value, model));
+  set_max_seq(model);
+  SPINDLE_TRY(check_model_size(r, model));
   return model;
 }
 
