@@ -494,220 +494,251 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   return rt;
 }
 
-int run(const Args& args, int rank, int size) {
-  // 1. Inputs: load and check on every rank; all ranks agree before going on.
-  Inputs in;
-  if (!load_inputs(args, rank, size, in)) return kExitInvalid;
-  const sp::Result<sp::Model>& model = in.model;
-  const sp::Result<sp::Plan>& plan = in.plan;
-  const std::string& local_source = in.local_source;
-  const std::vector<std::string>& locals = in.locals;
-  const std::string& plan_sha = in.plan_sha;
-  std::unique_ptr<se::FileSource>& data = in.data;
-  std::unique_ptr<se::FileSource>& eval_data = in.eval_data;
-  std::optional<se::Checkpoint>& ck = in.ck;
-  std::string error;
-
-  // 2. Communicators, backend and executor.
-  Runtime rt = make_runtime(args, in);
-  se::MpiComm* world = rt.world.get();
-  se::Backend* backend = rt.backend.get();
-  se::Executor& executor = *rt.executor;
-  const se::ExecOptions& options = rt.options;
-  const int gpu = rt.gpu;
-  const bool use_nccl = rt.use_nccl;
-  executor.set_data(data.get());
-  const std::vector<se::DataRead> reads = executor.data_reads(false), eval_reads = executor.data_reads(true);
+// Rank 0 prints what runs where: the model, the plan, the ranks, backend and
+// seed, every rank's local rank and, with a GPU, the transports.
+void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int rank, int size) {
+  const sp::Model& model = *in.model;
+  const sp::Plan& plan = *in.plan;
   if (rank == 0)
     std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
-                model->name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan->strategy.c_str(),
-                plan->waves.size(), size, backend->name(), static_cast<unsigned long long>(args.seed));
+                model.name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan.strategy.c_str(),
+                plan.waves.size(), size, rt.backend->name(), static_cast<unsigned long long>(args.seed));
   if (rank == 0) {
     std::string list;
-    for (const std::string& l : locals) list += (list.empty() ? "" : ",") + l;
-    std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), local_source.c_str());
-    if (gpu >= 0)
-      std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", gpu,
-                  use_nccl ? "NCCL" : "MPI (host-staged)");
+    for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
+    std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
+    if (rt.gpu >= 0)
+      std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", rt.gpu,
+                  rt.use_nccl ? "NCCL" : "MPI (host-staged)");
   }
-  if (ck) {
-    bool replan = false;
-    std::string note;
-    error = check_checkpoint(*ck, *model, args, executor.param_shapes(), &replan, &note);
-    if (!all_ok(MPI_COMM_WORLD, rank, error)) return kExitInvalid;
-    executor.load_state(ck->state);
-    if (rank == 0) {
-      std::printf("spindle-run: resumed from %s (step %lld; written under plan %s, %s on %d devices%s)\n",
-                  ck->path.c_str(), static_cast<long long>(ck->meta.step), ck->meta.plan_sha256.substr(0, 12).c_str(),
-                  ck->meta.plan_strategy.c_str(), ck->meta.plan_devices,
-                  ck->meta.plan_devices != size ? ", re-sharded by parameter" : "");
-      if (replan)
-        std::printf("spindle-run: re-planned: model %s changed (sha256 %s -> %s): %s\n", model->name.c_str(),
-                    ck->meta.model_sha256.substr(0, 12).c_str(), model->sha256.substr(0, 12).c_str(), note.c_str());
-      for (const std::string& line : data_changes(*model, ck->meta.data_tasks, data.get()))
-        std::printf("spindle-run: data: %s\n", line.c_str());
-      if (ck->meta.lr != args.lr)
-        std::printf("spindle-run: warning: the checkpoint was trained with --lr %g, continuing with %g\n",
-                    static_cast<double>(ck->meta.lr), static_cast<double>(args.lr));
-    }
-    ck.reset();  // free the full tensors
+}
+
+// Step 3 of run, with a checkpoint to resume from (in.ck): every rank checks
+// it against the model and flags (all_ok) and loads its state into
+// `executor`; rank 0 reports it (re-plan, data changes, another --lr). Frees
+// in.ck. False when it does not fit this run (rank 0 printed why).
+// Collective over MPI_COMM_WORLD.
+bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int size) {
+  const sp::Model& model = *in.model;
+  std::optional<se::Checkpoint>& ck = in.ck;
+  bool replan = false;
+  std::string note;
+  const std::string error = check_checkpoint(*ck, model, args, executor.param_shapes(), &replan, &note);
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
+  executor.load_state(ck->state);
+  if (rank == 0) {
+    std::printf("spindle-run: resumed from %s (step %lld; written under plan %s, %s on %d devices%s)\n",
+                ck->path.c_str(), static_cast<long long>(ck->meta.step), ck->meta.plan_sha256.substr(0, 12).c_str(),
+                ck->meta.plan_strategy.c_str(), ck->meta.plan_devices,
+                ck->meta.plan_devices != size ? ", re-sharded by parameter" : "");
+    if (replan)
+      std::printf("spindle-run: re-planned: model %s changed (sha256 %s -> %s): %s\n", model.name.c_str(),
+                  ck->meta.model_sha256.substr(0, 12).c_str(), model.sha256.substr(0, 12).c_str(), note.c_str());
+    for (const std::string& line : data_changes(model, ck->meta.data_tasks, in.data.get()))
+      std::printf("spindle-run: data: %s\n", line.c_str());
+    if (ck->meta.lr != args.lr)
+      std::printf("spindle-run: warning: the checkpoint was trained with --lr %g, continuing with %g\n",
+                  static_cast<double>(ck->meta.lr), static_cast<double>(args.lr));
   }
-  if (executor.steps_done() >= args.steps) {
-    if (rank == 0)
-      std::printf("spindle-run: the checkpoint is at step %lld, --steps %d: nothing to train\n",
-                  static_cast<long long>(executor.steps_done()), args.steps);
-    world->barrier();
-    return 0;
-  }
+  ck.reset();  // free the full tensors
+  return true;
+}
+
+// What every checkpoint of this run records but its step and data position
+// (set when it is saved): model, plan, seed, batches and AdamW settings.
+se::CheckpointMeta checkpoint_meta(const Args& args, const Inputs& in, const se::ExecOptions& options) {
+  const sp::Model& model = *in.model;
   se::CheckpointMeta meta;
-  meta.model_name = model->name;
-  meta.model_sha256 = model->sha256;
-  meta.plan_sha256 = plan_sha;
-  meta.plan_strategy = plan->strategy;
-  meta.plan_devices = plan->devices;
+  meta.model_name = model.name;
+  meta.model_sha256 = model.sha256;
+  meta.plan_sha256 = in.plan_sha;
+  meta.plan_strategy = in.plan->strategy;
+  meta.plan_devices = in.plan->devices;
   meta.seed = args.seed;
-  for (const sp::Task& t : model->tasks) meta.task_batch[t.name] = t.batch;
+  for (const sp::Task& t : model.tasks) meta.task_batch[t.name] = t.batch;
   meta.lr = options.adamw.lr;
   meta.beta1 = options.adamw.beta1;
   meta.beta2 = options.adamw.beta2;
   meta.eps = options.adamw.eps;
   meta.weight_decay = options.adamw.weight_decay;
-  // Collective: rank 0 writes the checkpoint of the steps done so far.
-  auto save = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    const se::TrainingState state = executor.gather_state();
-    if (rank != 0) return;
-    meta.step = state.step;
-    if (data) meta.data_tasks = data_position(*model, *data, state.step);
-    const auto path = se::save_checkpoint(args.checkpoint_dir, meta, state, args.keep);
-    if (!path.ok()) throw std::runtime_error(path.error().message);
-    std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    std::fflush(stdout);
-  };
+  return meta;
+}
 
-  int64_t samples_per_step = 0;
-  for (const sp::Task& t : model->tasks) samples_per_step += t.batch;
-  std::ofstream metrics;
-  if (rank == 0 && !args.metrics_path.empty()) {
-    metrics.open(args.metrics_path, std::ios::app);
-    if (!metrics) throw std::runtime_error("cannot open --metrics file " + args.metrics_path);
+// What the training loop (step 4 of run) and its steps work with. The
+// references point into run's Inputs and Runtime, which outlive it.
+struct Training {
+  const Args& args;
+  int rank, size;
+  const sp::Model& model;
+  se::Executor& executor;
+  se::FileSource* data;                  // null: synthetic training data
+  se::FileSource* eval_data;             // null: no evaluation
+  std::vector<se::DataRead> reads;       // this rank's rows of a training batch
+  std::vector<se::DataRead> eval_reads;  // ... of an evaluation batch
+  se::CheckpointMeta meta;               // step and data_tasks set by each save
+  int64_t samples_per_step;              // the tasks' batches, summed
+  std::ofstream metrics;                 // rank 0 with --metrics: open for appending
+};
+
+// Before training, on rank 0: opens --metrics for appending and, with
+// --overwrite, removes another run's checkpoints from --checkpoint DIR.
+// Throws std::runtime_error when either fails.
+void prepare_outputs(Training& tr) {
+  const Args& args = tr.args;
+  if (tr.rank == 0 && !args.metrics_path.empty()) {
+    tr.metrics.open(args.metrics_path, std::ios::app);
+    if (!tr.metrics) throw std::runtime_error("cannot open --metrics file " + args.metrics_path);
   }
   // --overwrite: this run owns the folder from now on.
-  if (rank == 0 && !args.resume && args.overwrite && !args.checkpoint_dir.empty() &&
+  if (tr.rank == 0 && !args.resume && args.overwrite && !args.checkpoint_dir.empty() &&
       !se::list_checkpoints(args.checkpoint_dir).empty()) {
     const sp::Status st = se::remove_checkpoints(args.checkpoint_dir);
     if (!st.ok()) throw std::runtime_error(st.error().message);
     std::printf("spindle-run: --overwrite: removed the checkpoints of another run from %s\n",
                 args.checkpoint_dir.c_str());
   }
+}
 
-  // Evaluation after step `step`: forward passes over the evaluation set,
-  // per task the mean loss and retrieval accuracy over its batches. False
-  // when a bad value stopped every rank (the error printed).
-  auto evaluate = [&](int64_t step) -> bool {
-    if (!eval_data) return true;
-    const size_t tasks = model->tasks.size();
-    int64_t passes = args.eval_batches;
-    if (passes == 0) {  // one pass: the longest task's batches; shorter tasks stop at their own
-      passes = 1;
-      for (size_t t = 0; t < tasks; ++t) passes = std::max(passes, eval_data->task(static_cast<int>(t)).per_epoch);
-    }
-    std::vector<double> loss(tasks), ab(tasks), ba(tasks), queries(tasks);
-    std::vector<int64_t> batches(tasks);
-    for (int64_t b = 0; b < passes; ++b) {
-      if (!all_ok(MPI_COMM_WORLD, rank, eval_data->prepare(eval_reads, b))) return false;
-      const se::EvalStats e = executor.evaluate(*eval_data, b);
-      for (size_t t = 0; t < tasks; ++t) {
-        const se::TaskFiles& tf = eval_data->task(static_cast<int>(t));
-        if (args.eval_batches == 0 && !tf.synthetic && b >= tf.per_epoch) continue;
-        ++batches[t];
-        loss[t] += e.task_loss[t];
-        ab[t] += e.hits_ab[t];
-        ba[t] += e.hits_ba[t];
-        queries[t] += e.queries[t];
-      }
-    }
-    if (rank != 0) return true;
-    std::string line = "evaluation at iteration " + std::to_string(step) + " |";
-    nlohmann::json j = {{"step", step}, {"eval", nlohmann::json::object()}};
-    char buf[256];
+// Collective: rank 0 writes the checkpoint of the steps done so far (keeping
+// --keep), and prints its path and the time it took, ms. Throws
+// std::runtime_error when writing fails.
+void write_checkpoint(Training& tr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const se::TrainingState state = tr.executor.gather_state();
+  if (tr.rank != 0) return;
+  tr.meta.step = state.step;
+  if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
+  const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep);
+  if (!path.ok()) throw std::runtime_error(path.error().message);
+  std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  std::fflush(stdout);
+}
+
+// Evaluation after step `step`: forward passes over the evaluation set,
+// per task the mean loss and retrieval accuracy over its batches; rank 0
+// prints them and appends them to --metrics. False when a bad value stopped
+// every rank (the error printed). Collective over MPI_COMM_WORLD.
+bool evaluate(Training& tr, int64_t step) {
+  if (!tr.eval_data) return true;
+  const Args& args = tr.args;
+  se::FileSource& eval_data = *tr.eval_data;
+  const size_t tasks = tr.model.tasks.size();
+  int64_t passes = args.eval_batches;
+  if (passes == 0) {  // one pass: the longest task's batches; shorter tasks stop at their own
+    passes = 1;
+    for (size_t t = 0; t < tasks; ++t) passes = std::max(passes, eval_data.task(static_cast<int>(t)).per_epoch);
+  }
+  std::vector<double> loss(tasks), ab(tasks), ba(tasks), queries(tasks);
+  std::vector<int64_t> batches(tasks);
+  for (int64_t b = 0; b < passes; ++b) {
+    if (!all_ok(MPI_COMM_WORLD, tr.rank, eval_data.prepare(tr.eval_reads, b))) return false;
+    const se::EvalStats e = tr.executor.evaluate(eval_data, b);
     for (size_t t = 0; t < tasks; ++t) {
-      const std::string& name = model->tasks[t].name;
-      nlohmann::json& jt = j["eval"][name];
-      jt["loss"] = loss[t] / static_cast<double>(batches[t]);
-      jt["batches"] = batches[t];
-      std::snprintf(buf, sizeof buf, " loss %s: %.6f |", name.c_str(), loss[t] / static_cast<double>(batches[t]));
-      line += buf;
-      if (queries[t] > 0) {
-        const double acc = (ab[t] + ba[t]) / (2 * queries[t]);
-        jt["acc"] = acc;
-        jt["acc_a_to_b"] = ab[t] / queries[t];
-        jt["acc_b_to_a"] = ba[t] / queries[t];
-        std::snprintf(buf, sizeof buf, " acc %s: %.4f (%.4f, %.4f) |", name.c_str(), acc, ab[t] / queries[t],
-                      ba[t] / queries[t]);
-        line += buf;
-      }
+      const se::TaskFiles& tf = eval_data.task(static_cast<int>(t));
+      if (args.eval_batches == 0 && !tf.synthetic && b >= tf.per_epoch) continue;
+      ++batches[t];
+      loss[t] += e.task_loss[t];
+      ab[t] += e.hits_ab[t];
+      ba[t] += e.hits_ba[t];
+      queries[t] += e.queries[t];
     }
-    std::printf("%s\n", line.c_str());
+  }
+  if (tr.rank != 0) return true;
+  std::string line = "evaluation at iteration " + std::to_string(step) + " |";
+  nlohmann::json j = {{"step", step}, {"eval", nlohmann::json::object()}};
+  char buf[256];
+  for (size_t t = 0; t < tasks; ++t) {
+    const std::string& name = tr.model.tasks[t].name;
+    nlohmann::json& jt = j["eval"][name];
+    jt["loss"] = loss[t] / static_cast<double>(batches[t]);
+    jt["batches"] = batches[t];
+    std::snprintf(buf, sizeof buf, " loss %s: %.6f |", name.c_str(), loss[t] / static_cast<double>(batches[t]));
+    line += buf;
+    if (queries[t] > 0) {
+      const double acc = (ab[t] + ba[t]) / (2 * queries[t]);
+      jt["acc"] = acc;
+      jt["acc_a_to_b"] = ab[t] / queries[t];
+      jt["acc_b_to_a"] = ba[t] / queries[t];
+      std::snprintf(buf, sizeof buf, " acc %s: %.4f (%.4f, %.4f) |", name.c_str(), acc, ab[t] / queries[t],
+                    ba[t] / queries[t]);
+      line += buf;
+    }
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (tr.metrics) tr.metrics << j.dump() << "\n" << std::flush;
+  return true;
+}
+
+// After step `st`: every rank's counters gathered on rank 0 (one small
+// gather per step), which prints the log line and appends the step's
+// object to --metrics (throws std::runtime_error when that write fails).
+// Collective over MPI_COMM_WORLD.
+void report_step(Training& tr, const se::StepStats& st) {
+  const std::vector<double> per_rank = gather_counters(st.counters, tr.rank, tr.size);
+  if (tr.rank == 0) {
+    std::printf("%s\n", log_line(tr.model, st, tr.args.steps, tr.samples_per_step).c_str());
     std::fflush(stdout);
-    if (metrics) metrics << j.dump() << "\n" << std::flush;
-    return true;
-  };
+  }
+  if (tr.rank == 0 && tr.metrics.is_open()) {
+    nlohmann::json j = {{"step", st.step},
+                        {"step_ms", st.step_ms},
+                        {"samples_per_s", static_cast<double>(tr.samples_per_step) * 1000.0 / st.step_ms}};
+    double total = 0;
+    for (size_t t = 0; t < tr.model.tasks.size(); ++t) {
+      j["loss"][tr.model.tasks[t].name] = st.task_loss[t];
+      total += st.task_loss[t];
+    }
+    j["total_loss"] = total;
+    j["ranks"] = counters_json(per_rank, tr.size);
+    tr.metrics << j.dump() << "\n" << std::flush;
+    if (!tr.metrics) throw std::runtime_error(tr.args.metrics_path + ": write failed (--metrics; disk full?)");
+  }
+}
 
+// --dump-grads: the full gradients of the step just trained, written by rank
+// 0. Throws std::runtime_error when writing fails. Collective.
+void dump_grads(Training& tr) {
+  const auto grads = tr.executor.gather_grads();
+  if (tr.rank == 0) {
+    const sp::Status written =
+        sp::write_file_atomic(tr.args.grads_path, params_json(grads, tr.executor.steps_done()).dump() + "\n");
+    if (!written.ok()) throw std::runtime_error(written.error().message);
+  }
+}
+
+// Step 4 of run: trains steps (steps done + 1) .. --steps. Each step reads
+// its data (--data), runs the executor's step, reports it, and when due
+// dumps the gradients (the first step), saves a checkpoint (every --every
+// steps and the last) and evaluates (every --eval-every steps and the last).
+// False when a bad data value stopped every rank before a step or an
+// evaluation (the error printed). Collective over MPI_COMM_WORLD.
+bool train(Training& tr) {
+  const Args& args = tr.args;
   const char* die = std::getenv("SPINDLE_TEST_DIE_AT_STEP");
-  const int die_rank = size > 1 ? 1 : 0;
-
-  // 3. Training.
-  world->barrier();
-  executor.reset_clock();
-  const int first_step = static_cast<int>(executor.steps_done()) + 1;
+  const int die_rank = tr.size > 1 ? 1 : 0;
+  const int first_step = static_cast<int>(tr.executor.steps_done()) + 1;
   for (int s = first_step; s <= args.steps; ++s) {
-    if (die && std::atoi(die) == s && rank == die_rank) {
-      std::fprintf(stderr, "spindle-run: rank %d: SPINDLE_TEST_DIE_AT_STEP=%d: exiting\n", rank, s);
+    if (die && std::atoi(die) == s && tr.rank == die_rank) {
+      std::fprintf(stderr, "spindle-run: rank %d: SPINDLE_TEST_DIE_AT_STEP=%d: exiting\n", tr.rank, s);
       std::fflush(stderr);
       _exit(9);
     }
-    if (data && !all_ok(MPI_COMM_WORLD, rank, data->prepare(reads, s - 1))) return kExitInvalid;
-    const se::StepStats st = executor.step();
-    // Every rank's counters on rank 0 (one small gather per step), for --metrics.
-    const std::vector<double> per_rank = gather_counters(st.counters, rank, size);
-    if (rank == 0) {
-      std::printf("%s\n", log_line(*model, st, args.steps, samples_per_step).c_str());
-      std::fflush(stdout);
-    }
-    if (rank == 0 && metrics.is_open()) {
-      nlohmann::json j = {{"step", st.step},
-                          {"step_ms", st.step_ms},
-                          {"samples_per_s", static_cast<double>(samples_per_step) * 1000.0 / st.step_ms}};
-      double total = 0;
-      for (size_t t = 0; t < model->tasks.size(); ++t) {
-        j["loss"][model->tasks[t].name] = st.task_loss[t];
-        total += st.task_loss[t];
-      }
-      j["total_loss"] = total;
-      j["ranks"] = counters_json(per_rank, size);
-      metrics << j.dump() << "\n" << std::flush;
-      if (!metrics) throw std::runtime_error(args.metrics_path + ": write failed (--metrics; disk full?)");
-    }
-    if (!args.grads_path.empty() && s == first_step) {
-      const auto grads = executor.gather_grads();
-      if (rank == 0) {
-        const sp::Status written =
-            sp::write_file_atomic(args.grads_path, params_json(grads, executor.steps_done()).dump() + "\n");
-        if (!written.ok()) throw std::runtime_error(written.error().message);
-      }
-    }
-    if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) save();
-    if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(s)) return kExitInvalid;
+    if (tr.data && !all_ok(MPI_COMM_WORLD, tr.rank, tr.data->prepare(tr.reads, s - 1))) return false;
+    const se::StepStats st = tr.executor.step();
+    report_step(tr, st);
+    if (!args.grads_path.empty() && s == first_step) dump_grads(tr);
+    if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) write_checkpoint(tr);
+    if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(tr, s)) return false;
   }
+  return true;
+}
 
-  if (rank == 0 && metrics.is_open()) {
-    metrics.close();
-    if (metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");
-  }
-
-  // 4. Outputs: the measured trace of every rank, the final parameters.
+// Step 5 of run: the measured trace of every rank (--trace) and the final
+// parameters (--dump-params), written by rank 0. Throws std::runtime_error
+// when writing fails. Collective over MPI_COMM_WORLD.
+void write_outputs(const Args& args, se::Executor& executor, int rank, int size) {
   if (!args.trace_path.empty()) {
     nlohmann::json mine = nlohmann::json::array();
     for (const sp::TraceEvent& e : executor.trace())
@@ -730,7 +761,61 @@ int run(const Args& args, int rank, int size) {
       if (!st.ok()) throw std::runtime_error(st.error().message);
     }
   }
-  world->barrier();
+}
+
+// This rank's whole run, in the five steps below. Returns the exit code: 0,
+// or kExitInvalid when an input, a checkpoint or a data value was refused
+// (every rank agrees); throws std::runtime_error on a failure while training
+// (main then aborts the job). Collective over MPI_COMM_WORLD.
+int run(const Args& args, int rank, int size) {
+  // 1. Inputs: load and check on every rank; all ranks agree before going on.
+  Inputs in;
+  if (!load_inputs(args, rank, size, in)) return kExitInvalid;
+
+  // 2. Communicators, backend and executor.
+  Runtime rt = make_runtime(args, in);
+  se::Executor& executor = *rt.executor;
+  executor.set_data(in.data.get());
+  std::vector<se::DataRead> reads = executor.data_reads(false), eval_reads = executor.data_reads(true);
+  print_banner(args, in, rt, rank, size);
+
+  // 3. Resume: the checkpoint's state, if any; nothing to do past --steps.
+  if (in.ck && !resume(args, in, executor, rank, size)) return kExitInvalid;
+  if (executor.steps_done() >= args.steps) {
+    if (rank == 0)
+      std::printf("spindle-run: the checkpoint is at step %lld, --steps %d: nothing to train\n",
+                  static_cast<long long>(executor.steps_done()), args.steps);
+    rt.world->barrier();
+    return 0;
+  }
+
+  // 4. Training.
+  int64_t samples_per_step = 0;
+  for (const sp::Task& t : in.model->tasks) samples_per_step += t.batch;
+  Training tr{args,
+              rank,
+              size,
+              *in.model,
+              executor,
+              in.data.get(),
+              in.eval_data.get(),
+              std::move(reads),
+              std::move(eval_reads),
+              checkpoint_meta(args, in, rt.options),
+              samples_per_step,
+              std::ofstream()};
+  prepare_outputs(tr);
+  rt.world->barrier();
+  executor.reset_clock();
+  if (!train(tr)) return kExitInvalid;
+  if (rank == 0 && tr.metrics.is_open()) {
+    tr.metrics.close();
+    if (tr.metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");
+  }
+
+  // 5. Outputs: the measured trace of every rank, the final parameters.
+  write_outputs(args, executor, rank, size);
+  rt.world->barrier();
   return 0;
 }
 

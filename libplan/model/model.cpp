@@ -342,14 +342,22 @@ struct RawNode {
   std::vector<YAML::Node> input_yaml;  // one per input
 };
 
-Status parse_task(const Reader& r, const std::string& path, const YAML::Node& node,
-                  const Model& model, Task& out) {
-  if (!node.IsMap()) {
-    return r.error(path, node, "expected a task map {name, batch, nodes}, found " + yamlu::describe(node));
-  }
-  out.mark = yamlu::mark_of(node);
-  MapView view;
-  SPINDLE_TRY(r.view_map(path, node, view));
+// One task's nodes while parse_task checks them. raw and index_of are filled
+// by read_node (pass 1); the rest by link_node (pass 2), for nodes 0..i.
+struct TaskGraph {
+  std::vector<RawNode> raw;                         // file order
+  std::map<std::string, std::size_t> index_of;      // node id -> index into raw
+  std::vector<int64_t> out_seq;                     // per node: its output's seq (1 once pooled)
+  std::vector<bool> is_loss;                        // per node: its module ends in a loss
+  std::vector<std::vector<std::size_t>> consumers;  // per node: the later nodes it feeds
+};
+
+// The task's own keys, `node` being a map viewed as `view` at `path`: rejects
+// unknown keys, requires name, batch and nodes, and reads name (a valid name),
+// batch (1..kMaxSize samples) and weight (a positive loss weight, default 1)
+// into `out`. The nodes are left to the caller.
+Status parse_task_keys(const Reader& r, const std::string& path, const YAML::Node& node, const MapView& view,
+                       Task& out) {
   SPINDLE_TRY(r.reject_unknown(path, view, {"name", "batch", "weight", "nodes"}, "a task"));
   for (const char* key : {"name", "batch", "nodes"}) {
     if (view.find(key) == nullptr) {
@@ -375,6 +383,251 @@ Status parse_task(const Reader& r, const std::string& path, const YAML::Node& no
                      "expected a positive loss weight, found " + w->value.Scalar());
     }
   }
+  return Status::Ok();
+}
+
+// Pass 1 for node i, `nn` at `npath`: its syntax alone. Fills g.raw[i] (id,
+// module, seq if given, input ids as written, and the YAML nodes for later
+// messages) and g.index_of; the id must be new to the task and the module one
+// of `model`'s. Nothing is checked against other nodes but the id.
+Status read_node(const Reader& r, const std::string& npath, const YAML::Node& nn, const Model& model,
+                 std::size_t i, TaskGraph& g) {
+  RawNode& rn = g.raw[i];
+  rn.yaml = nn;
+  if (!nn.IsMap()) {
+    return r.error(npath, nn, "expected a node map {id, module, ...}, found " + yamlu::describe(nn));
+  }
+  rn.node.mark = yamlu::mark_of(nn);
+  MapView nv;
+  SPINDLE_TRY(r.view_map(npath, nn, nv));
+  SPINDLE_TRY(r.reject_unknown(npath, nv, {"id", "module", "seq", "inputs"}, "a node"));
+  for (const char* key : {"id", "module"}) {
+    if (nv.find(key) == nullptr) {
+      return r.error(yamlu::child(npath, key), nn, "missing required key '" + std::string(key) + "'");
+    }
+  }
+  const YAML::Node& id_node = nv.find("id")->value;
+  SPINDLE_TRY(r.get_string(yamlu::child(npath, "id"), id_node, rn.node.id));
+  SPINDLE_TRY(check_name(r, yamlu::child(npath, "id"), id_node, rn.node.id, "node id"));
+  if (auto it = g.index_of.find(rn.node.id); it != g.index_of.end()) {
+    return r.error(yamlu::child(npath, "id"), id_node,
+                   "duplicate node id '" + rn.node.id + "' (first used by nodes[" +
+                       std::to_string(it->second) + "], line " +
+                       std::to_string(g.raw[it->second].node.mark.line) + ")");
+  }
+  g.index_of[rn.node.id] = i;
+  const YAML::Node& module_node = nv.find("module")->value;
+  SPINDLE_TRY(r.get_string(yamlu::child(npath, "module"), module_node, rn.node.module));
+  if (model.find_module(rn.node.module) == nullptr) {
+    std::vector<std::string> names;
+    for (const Module& m : model.modules) names.push_back(m.name);
+    return r.error(yamlu::child(npath, "module"), module_node,
+                   "unknown module '" + rn.node.module + "', expected one of " + join(names));
+  }
+  if (const Entry* s = nv.find("seq")) {
+    SPINDLE_TRY(r.get_int(yamlu::child(npath, "seq"), s->value, rn.node.seq));
+    if (rn.node.seq <= 0 || rn.node.seq > kMaxSize) {
+      return r.error(yamlu::child(npath, "seq"), s->value,
+                     (rn.node.seq <= 0 ? std::string("expected a positive sequence length")
+                                       : "expected a sequence length of at most " + std::to_string(kMaxSize)) +
+                         ", found " + std::to_string(rn.node.seq));
+    }
+    rn.seq_yaml = s->value;
+  }
+  if (const Entry* in = nv.find("inputs")) {
+    rn.inputs_yaml = in->value;
+    const std::string ipath = yamlu::child(npath, "inputs");
+    if (!in->value.IsSequence()) {
+      return r.error(ipath, in->value,
+                     "expected a list of node ids, found " + yamlu::describe(in->value));
+    }
+    for (std::size_t j = 0; j < in->value.size(); ++j) {
+      std::string id;
+      SPINDLE_TRY(r.get_string(yamlu::index(ipath, j), in->value[j], id));
+      rn.node.inputs.push_back(id);
+      rn.input_yaml.push_back(in->value[j]);
+    }
+  }
+  return Status::Ok();
+}
+
+// Pass 2, the inputs of node i (of module m, which does not read data; its
+// inputs list at `ipath`): each names an earlier node of task `task_name`,
+// once, that is not a loss, whose output width is m's input width (and, for a
+// contrastive_loss, is pooled). Appends i to each input's consumers; sets
+// seq_sum to the sum of the inputs' output seqs and seq_terms to that sum
+// spelled out ("a 16 + b 32") for messages.
+Status link_inputs(const Reader& r, const std::string& ipath, const Model& model, const std::string& task_name,
+                   const Module& m, std::size_t i, TaskGraph& g, int64_t& seq_sum, std::string& seq_terms) {
+  const RawNode& rn = g.raw[i];
+  const Node& n = rn.node;
+  std::set<std::string> seen;
+  for (std::size_t j = 0; j < n.inputs.size(); ++j) {
+    const std::string& in_id = n.inputs[j];
+    const std::string jpath = yamlu::index(ipath, j);
+    const YAML::Node& jy = rn.input_yaml[j];
+    auto it = g.index_of.find(in_id);
+    if (it == g.index_of.end()) {
+      std::vector<std::string> earlier;
+      for (std::size_t e = 0; e < i; ++e) earlier.push_back(g.raw[e].node.id);
+      return r.error(jpath, jy,
+                     "unknown input '" + in_id + "': task '" + task_name +
+                         "' has no node with this id (earlier nodes: " +
+                         (earlier.empty() ? std::string("none") : join(earlier)) + ")");
+    }
+    const std::size_t src = it->second;
+    if (src == i) {
+      return r.error(jpath, jy,
+                     "node '" + n.id + "' lists itself as an input, which creates a cycle");
+    }
+    if (src > i) {
+      return r.error(jpath, jy,
+                     "input '" + in_id + "' is not an earlier node: it is defined later (nodes[" +
+                         std::to_string(src) + "], line " +
+                         std::to_string(g.raw[src].node.mark.line) +
+                         "); inputs must name earlier nodes, and this one creates a cycle "
+                         "or a forward reference");
+    }
+    if (!seen.insert(in_id).second) {
+      return r.error(jpath, jy, "input '" + in_id + "' is listed twice");
+    }
+    const Module& sm = *model.find_module(g.raw[src].node.module);
+    if (g.is_loss[src]) {
+      return r.error(jpath, jy,
+                     "input '" + in_id + "' is a loss node (module '" + sm.name +
+                         "'); a loss cannot feed another node");
+    }
+    const int64_t want = m.in_width();
+    const int64_t have = sm.out_width();
+    if (m.blocks.front().op == "contrastive_loss" && !sm.pools()) {
+      return r.error(jpath, jy,
+                     "input '" + in_id + "' is not pooled: contrastive_loss needs [b, 1, " +
+                         std::to_string(want) + "] inputs, but module '" + sm.name +
+                         "' has no pool_project (its output has seq " +
+                         std::to_string(g.out_seq[src]) + ")");
+    }
+    if (have != want) {
+      return r.error(jpath, jy,
+                     "width mismatch: input '" + in_id + "' has width " + std::to_string(have) +
+                         " (output of module '" + sm.name + "'), but module '" + m.name +
+                         "' expects width " + std::to_string(want));
+    }
+    seq_sum += g.out_seq[src];
+    seq_terms += (seq_terms.empty() ? "" : " + ") + in_id + " " + std::to_string(g.out_seq[src]);
+    g.consumers[src].push_back(i);
+  }
+  return Status::Ok();
+}
+
+// Pass 2 for node i at `npath`, nodes 0..i-1 linked already. A node whose
+// module reads data takes no inputs and must give seq. Any other must list
+// inputs (link_inputs); its seq is derived, 1 for a contrastive_loss (exactly
+// two inputs) and else the sum of its inputs' seqs (an lm_loss: exactly one
+// input), at most kMaxSize and equal to seq when given. Sets g.is_loss[i]
+// and g.out_seq[i] (1 when the module pools) and the node's seq.
+Status link_node(const Reader& r, const std::string& npath, const Model& model, const std::string& task_name,
+                 std::size_t i, TaskGraph& g) {
+  RawNode& rn = g.raw[i];
+  Node& n = rn.node;
+  const std::string ipath = yamlu::child(npath, "inputs");
+  const Module& m = *model.find_module(n.module);
+  g.is_loss[i] = m.is_loss();
+
+  if (m.reads_data()) {
+    if (rn.inputs_yaml) {
+      return r.error(ipath, *rn.inputs_yaml,
+                     "node '" + n.id + "' of module '" + m.name + "' (" + m.blocks[0].op +
+                         ") reads data and takes no inputs, found " +
+                         yamlu::describe(*rn.inputs_yaml));
+    }
+    if (!rn.seq_yaml) {
+      return r.error(yamlu::child(npath, "seq"), rn.yaml,
+                     "missing required key 'seq': node '" + n.id + "' of module '" + m.name +
+                         "' reads data and must give its sequence length");
+    }
+  } else {
+    if (n.inputs.empty()) {
+      const YAML::Node& at = rn.inputs_yaml ? *rn.inputs_yaml : rn.yaml;
+      return r.error(ipath, at,
+                     "missing inputs: node '" + n.id + "' of module '" + m.name +
+                         "' does not read data and must list its inputs (ids of earlier "
+                         "nodes of task '" + task_name + "')");
+    }
+    int64_t seq_sum = 0;
+    std::string seq_terms;
+    SPINDLE_TRY(link_inputs(r, ipath, model, task_name, m, i, g, seq_sum, seq_terms));
+    const std::string& first_op = m.blocks.front().op;
+    if (first_op == "contrastive_loss" && n.inputs.size() != 2) {
+      return r.error(ipath, *rn.inputs_yaml,
+                     "contrastive_loss needs exactly two pooled inputs, found " +
+                         std::to_string(n.inputs.size()));
+    }
+    if (first_op == "lm_loss" && n.inputs.size() != 1) {
+      return r.error(ipath, *rn.inputs_yaml,
+                     "lm_loss takes exactly one input, found " + std::to_string(n.inputs.size()));
+    }
+    const int64_t derived = first_op == "contrastive_loss" ? 1 : seq_sum;
+    if (derived > kMaxSize) {  // each term is at most kMaxSize, so the sum did not overflow
+      return r.error(ipath, *rn.inputs_yaml,
+                     "sequence length " + std::to_string(derived) + " (" + seq_terms +
+                         ") is more than " + std::to_string(kMaxSize));
+    }
+    if (rn.seq_yaml && n.seq != derived) {
+      const std::string why = first_op == "contrastive_loss"
+                                  ? std::string("a contrastive_loss node has seq 1")
+                                  : "the sum of its inputs' sequence lengths (" + seq_terms + ")";
+      return r.error(yamlu::child(npath, "seq"), *rn.seq_yaml,
+                     "seq mismatch: expected " + std::to_string(derived) + ", " + why +
+                         ", found " + std::to_string(n.seq));
+    }
+    n.seq = derived;
+  }
+  g.out_seq[i] = m.pools() ? 1 : n.seq;
+  return Status::Ok();
+}
+
+// After pass 2: task `task_name` (its nodes list `nodes_node` at `nodes_path`)
+// has at least one loss node, and every node reaches a loss (some loss
+// depends on it).
+Status check_losses(const Reader& r, const std::string& nodes_path, const YAML::Node& nodes_node,
+                    const std::string& task_name, const TaskGraph& g) {
+  bool any_loss = false;
+  for (bool l : g.is_loss) any_loss = any_loss || l;
+  if (!any_loss) {
+    return r.error(nodes_path, nodes_node,
+                   "task '" + task_name +
+                       "' has no loss node: every task must end in at least one loss "
+                       "(a module ending in contrastive_loss or lm_loss)");
+  }
+  // Consumers come later in file order, so one backward sweep decides reach.
+  std::vector<bool> reaches(g.raw.size(), false);
+  for (std::size_t i = g.raw.size(); i-- > 0;) {
+    reaches[i] = g.is_loss[i];
+    for (std::size_t c : g.consumers[i]) reaches[i] = reaches[i] || reaches[c];
+  }
+  for (std::size_t i = 0; i < g.raw.size(); ++i) {
+    if (!reaches[i]) {
+      return r.error(yamlu::index(nodes_path, i), g.raw[i].yaml,
+                     "node '" + g.raw[i].node.id + "' does not reach a loss: no loss of task '" +
+                         task_name + "' depends on it");
+    }
+  }
+  return Status::Ok();
+}
+
+// Parses task `node` at `path` into `out`, against the modules of `model`:
+// its keys (parse_task_keys), then every node's syntax (read_node), then the
+// graph in file order (link_node), then its losses (check_losses). The first
+// error found is returned, naming file, key and line.
+Status parse_task(const Reader& r, const std::string& path, const YAML::Node& node,
+                  const Model& model, Task& out) {
+  if (!node.IsMap()) {
+    return r.error(path, node, "expected a task map {name, batch, nodes}, found " + yamlu::describe(node));
+  }
+  out.mark = yamlu::mark_of(node);
+  MapView view;
+  SPINDLE_TRY(r.view_map(path, node, view));
+  SPINDLE_TRY(parse_task_keys(r, path, node, view, out));
 
   const std::string nodes_path = yamlu::child(path, "nodes");
   const YAML::Node& nodes_node = view.find("nodes")->value;
@@ -384,226 +637,28 @@ Status parse_task(const Reader& r, const std::string& path, const YAML::Node& no
   }
 
   // Pass 1: syntax of every node, unique ids.
-  std::vector<RawNode> raw(nodes_node.size());
-  std::map<std::string, std::size_t> index_of;
+  TaskGraph g;
+  g.raw.resize(nodes_node.size());
   for (std::size_t i = 0; i < nodes_node.size(); ++i) {
-    const std::string npath = yamlu::index(nodes_path, i);
-    const YAML::Node& nn = nodes_node[i];
-    RawNode& rn = raw[i];
-    rn.yaml = nn;
-    if (!nn.IsMap()) {
-      return r.error(npath, nn, "expected a node map {id, module, ...}, found " + yamlu::describe(nn));
-    }
-    rn.node.mark = yamlu::mark_of(nn);
-    MapView nv;
-    SPINDLE_TRY(r.view_map(npath, nn, nv));
-    SPINDLE_TRY(r.reject_unknown(npath, nv, {"id", "module", "seq", "inputs"}, "a node"));
-    for (const char* key : {"id", "module"}) {
-      if (nv.find(key) == nullptr) {
-        return r.error(yamlu::child(npath, key), nn, "missing required key '" + std::string(key) + "'");
-      }
-    }
-    const YAML::Node& id_node = nv.find("id")->value;
-    SPINDLE_TRY(r.get_string(yamlu::child(npath, "id"), id_node, rn.node.id));
-    SPINDLE_TRY(check_name(r, yamlu::child(npath, "id"), id_node, rn.node.id, "node id"));
-    if (auto it = index_of.find(rn.node.id); it != index_of.end()) {
-      return r.error(yamlu::child(npath, "id"), id_node,
-                     "duplicate node id '" + rn.node.id + "' (first used by nodes[" +
-                         std::to_string(it->second) + "], line " +
-                         std::to_string(raw[it->second].node.mark.line) + ")");
-    }
-    index_of[rn.node.id] = i;
-    const YAML::Node& module_node = nv.find("module")->value;
-    SPINDLE_TRY(r.get_string(yamlu::child(npath, "module"), module_node, rn.node.module));
-    if (model.find_module(rn.node.module) == nullptr) {
-      std::vector<std::string> names;
-      for (const Module& m : model.modules) names.push_back(m.name);
-      return r.error(yamlu::child(npath, "module"), module_node,
-                     "unknown module '" + rn.node.module + "', expected one of " + join(names));
-    }
-    if (const Entry* s = nv.find("seq")) {
-      SPINDLE_TRY(r.get_int(yamlu::child(npath, "seq"), s->value, rn.node.seq));
-      if (rn.node.seq <= 0 || rn.node.seq > kMaxSize) {
-        return r.error(yamlu::child(npath, "seq"), s->value,
-                       (rn.node.seq <= 0 ? std::string("expected a positive sequence length")
-                                         : "expected a sequence length of at most " + std::to_string(kMaxSize)) +
-                           ", found " + std::to_string(rn.node.seq));
-      }
-      rn.seq_yaml = s->value;
-    }
-    if (const Entry* in = nv.find("inputs")) {
-      rn.inputs_yaml = in->value;
-      const std::string ipath = yamlu::child(npath, "inputs");
-      if (!in->value.IsSequence()) {
-        return r.error(ipath, in->value,
-                       "expected a list of node ids, found " + yamlu::describe(in->value));
-      }
-      for (std::size_t j = 0; j < in->value.size(); ++j) {
-        std::string id;
-        SPINDLE_TRY(r.get_string(yamlu::index(ipath, j), in->value[j], id));
-        rn.node.inputs.push_back(id);
-        rn.input_yaml.push_back(in->value[j]);
-      }
-    }
+    SPINDLE_TRY(read_node(r, yamlu::index(nodes_path, i), nodes_node[i], model, i, g));
   }
 
   // Pass 2: the graph. Inputs name earlier nodes only, so file order is a
   // topological order and the graph is acyclic by construction.
-  std::vector<int64_t> out_seq(raw.size(), 0);
-  std::vector<bool> is_loss(raw.size(), false);
-  std::vector<std::vector<std::size_t>> consumers(raw.size());
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    RawNode& rn = raw[i];
-    Node& n = rn.node;
-    const std::string npath = yamlu::index(nodes_path, i);
-    const std::string ipath = yamlu::child(npath, "inputs");
-    const Module& m = *model.find_module(n.module);
-    is_loss[i] = m.is_loss();
-
-    if (m.reads_data()) {
-      if (rn.inputs_yaml) {
-        return r.error(ipath, *rn.inputs_yaml,
-                       "node '" + n.id + "' of module '" + m.name + "' (" + m.blocks[0].op +
-                           ") reads data and takes no inputs, found " +
-                           yamlu::describe(*rn.inputs_yaml));
-      }
-      if (!rn.seq_yaml) {
-        return r.error(yamlu::child(npath, "seq"), rn.yaml,
-                       "missing required key 'seq': node '" + n.id + "' of module '" + m.name +
-                           "' reads data and must give its sequence length");
-      }
-    } else {
-      if (n.inputs.empty()) {
-        const YAML::Node& at = rn.inputs_yaml ? *rn.inputs_yaml : rn.yaml;
-        return r.error(ipath, at,
-                       "missing inputs: node '" + n.id + "' of module '" + m.name +
-                           "' does not read data and must list its inputs (ids of earlier "
-                           "nodes of task '" + out.name + "')");
-      }
-      std::set<std::string> seen;
-      int64_t seq_sum = 0;
-      std::string seq_terms;
-      for (std::size_t j = 0; j < n.inputs.size(); ++j) {
-        const std::string& in_id = n.inputs[j];
-        const std::string jpath = yamlu::index(ipath, j);
-        const YAML::Node& jy = rn.input_yaml[j];
-        auto it = index_of.find(in_id);
-        if (it == index_of.end()) {
-          std::vector<std::string> earlier;
-          for (std::size_t e = 0; e < i; ++e) earlier.push_back(raw[e].node.id);
-          return r.error(jpath, jy,
-                         "unknown input '" + in_id + "': task '" + out.name +
-                             "' has no node with this id (earlier nodes: " +
-                             (earlier.empty() ? std::string("none") : join(earlier)) + ")");
-        }
-        const std::size_t src = it->second;
-        if (src == i) {
-          return r.error(jpath, jy,
-                         "node '" + n.id + "' lists itself as an input, which creates a cycle");
-        }
-        if (src > i) {
-          return r.error(jpath, jy,
-                         "input '" + in_id + "' is not an earlier node: it is defined later (nodes[" +
-                             std::to_string(src) + "], line " +
-                             std::to_string(raw[src].node.mark.line) +
-                             "); inputs must name earlier nodes, and this one creates a cycle "
-                             "or a forward reference");
-        }
-        if (!seen.insert(in_id).second) {
-          return r.error(jpath, jy, "input '" + in_id + "' is listed twice");
-        }
-        const Module& sm = *model.find_module(raw[src].node.module);
-        if (is_loss[src]) {
-          return r.error(jpath, jy,
-                         "input '" + in_id + "' is a loss node (module '" + sm.name +
-                             "'); a loss cannot feed another node");
-        }
-        const int64_t want = m.in_width();
-        const int64_t have = sm.out_width();
-        if (m.blocks.front().op == "contrastive_loss" && !sm.pools()) {
-          return r.error(jpath, jy,
-                         "input '" + in_id + "' is not pooled: contrastive_loss needs [b, 1, " +
-                             std::to_string(want) + "] inputs, but module '" + sm.name +
-                             "' has no pool_project (its output has seq " +
-                             std::to_string(out_seq[src]) + ")");
-        }
-        if (have != want) {
-          return r.error(jpath, jy,
-                         "width mismatch: input '" + in_id + "' has width " + std::to_string(have) +
-                             " (output of module '" + sm.name + "'), but module '" + m.name +
-                             "' expects width " + std::to_string(want));
-        }
-        seq_sum += out_seq[src];
-        seq_terms += (seq_terms.empty() ? "" : " + ") + in_id + " " + std::to_string(out_seq[src]);
-        consumers[src].push_back(i);
-      }
-      const std::string& first_op = m.blocks.front().op;
-      if (first_op == "contrastive_loss" && n.inputs.size() != 2) {
-        return r.error(ipath, *rn.inputs_yaml,
-                       "contrastive_loss needs exactly two pooled inputs, found " +
-                           std::to_string(n.inputs.size()));
-      }
-      if (first_op == "lm_loss" && n.inputs.size() != 1) {
-        return r.error(ipath, *rn.inputs_yaml,
-                       "lm_loss takes exactly one input, found " + std::to_string(n.inputs.size()));
-      }
-      const int64_t derived = first_op == "contrastive_loss" ? 1 : seq_sum;
-      if (derived > kMaxSize) {  // each term is at most kMaxSize, so the sum did not overflow
-        return r.error(ipath, *rn.inputs_yaml,
-                       "sequence length " + std::to_string(derived) + " (" + seq_terms +
-                           ") is more than " + std::to_string(kMaxSize));
-      }
-      if (rn.seq_yaml && n.seq != derived) {
-        const std::string why = first_op == "contrastive_loss"
-                                    ? std::string("a contrastive_loss node has seq 1")
-                                    : "the sum of its inputs' sequence lengths (" + seq_terms + ")";
-        return r.error(yamlu::child(npath, "seq"), *rn.seq_yaml,
-                       "seq mismatch: expected " + std::to_string(derived) + ", " + why +
-                           ", found " + std::to_string(n.seq));
-      }
-      n.seq = derived;
-    }
-    out_seq[i] = m.pools() ? 1 : n.seq;
+  g.out_seq.assign(g.raw.size(), 0);
+  g.is_loss.assign(g.raw.size(), false);
+  g.consumers.assign(g.raw.size(), {});
+  for (std::size_t i = 0; i < g.raw.size(); ++i) {
+    SPINDLE_TRY(link_node(r, yamlu::index(nodes_path, i), model, out.name, i, g));
   }
 
-  bool any_loss = false;
-  for (bool l : is_loss) any_loss = any_loss || l;
-  if (!any_loss) {
-    return r.error(nodes_path, nodes_node,
-                   "task '" + out.name +
-                       "' has no loss node: every task must end in at least one loss "
-                       "(a module ending in contrastive_loss or lm_loss)");
-  }
-  // Consumers come later in file order, so one backward sweep decides reach.
-  std::vector<bool> reaches(raw.size(), false);
-  for (std::size_t i = raw.size(); i-- > 0;) {
-    reaches[i] = is_loss[i];
-    for (std::size_t c : consumers[i]) reaches[i] = reaches[i] || reaches[c];
-  }
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    if (!reaches[i]) {
-      return r.error(yamlu::index(nodes_path, i), raw[i].yaml,
-                     "node '" + raw[i].node.id + "' does not reach a loss: no loss of task '" +
-                         out.name + "' depends on it");
-    }
-  }
-  for (RawNode& rn : raw) out.nodes.push_back(std::move(rn.node));
+  SPINDLE_TRY(check_losses(r, nodes_path, nodes_node, out.name, g));
+  for (RawNode& rn : g.raw) out.nodes.push_back(std::move(rn.node));
   return Status::Ok();
 }
-
-Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
-  Model model;
-  if (!root.IsMap()) {
-    return r.error("", root, "expected a map with keys name, modules, tasks, found " + yamlu::describe(root));
-  }
-  MapView view;
-  SPINDLE_TRY(r.view_map("", root, view));
-  SPINDLE_TRY(r.reject_unknown("", view, {"name", "dtype", "modules", "tasks"}, "a model"));
-  for (const char* key : {"name", "modules", "tasks"}) {
-    if (view.find(key) == nullptr) {
-      return r.error(key, root, "missing required key '" + std::string(key) + "'");
-    }
-  }
+// The model's name (non-empty, a valid name) and dtype (bf16, fp16 or fp32;
+// default as in Model) from the root map's `view` into `model`.
+Status parse_model_header(const Reader& r, const MapView& view, Model& model) {
   SPINDLE_TRY(r.get_string("name", view.find("name")->value, model.name));
   if (model.name.empty()) return r.error("name", view.find("name")->value, "expected a non-empty name");
   SPINDLE_TRY(check_name(r, "name", view.find("name")->value, model.name, "model name"));
@@ -621,8 +676,12 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
       return r.error("dtype", d->value, "expected one of bf16, fp16, fp32, found '" + dt + "'");
     }
   }
+  return Status::Ok();
+}
 
-  const YAML::Node& modules_node = view.find("modules")->value;
+// The `modules` map (name -> module, at least one; extension keys skipped)
+// appended to model.modules in file order.
+Status parse_modules(const Reader& r, const YAML::Node& modules_node, Model& model) {
   if (!modules_node.IsMap()) {
     return r.error("modules", modules_node,
                    "expected a map of module name -> blocks, found " + yamlu::describe(modules_node));
@@ -642,8 +701,12 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
   if (model.modules.empty()) {
     return r.error("modules", modules_node, "expected at least one module, found none");
   }
+  return Status::Ok();
+}
 
-  const YAML::Node& tasks_node = view.find("tasks")->value;
+// The `tasks` list (at least one, unique names) appended to model.tasks in
+// file order; model.modules must be parsed already.
+Status parse_tasks(const Reader& r, const YAML::Node& tasks_node, Model& model) {
   if (!tasks_node.IsSequence() || tasks_node.size() == 0) {
     return r.error("tasks", tasks_node,
                    "expected a non-empty list of tasks, found " + yamlu::describe(tasks_node));
@@ -661,8 +724,11 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
     task_index[task.name] = t;
     model.tasks.push_back(std::move(task));
   }
+  return Status::Ok();
+}
 
-  // S of every module: the largest seq it is used with anywhere.
+// Sets every module's max_seq (S): the largest seq it is used with anywhere.
+void set_max_seq(Model& model) {
   for (Module& m : model.modules) {
     for (const Task& task : model.tasks) {
       for (const Node& n : task.nodes) {
@@ -670,6 +736,11 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
       }
     }
   }
+}
+
+// The parsed model's size: at most kMaxParameters parameters (max_seq set)
+// and at most limits::kMaxOperators operators once expanded.
+Status check_model_size(const Reader& r, const Model& model) {
   // Every size is at most kMaxSize, so one operator's count fits in int64_t;
   // the total (times repeat) is checked.
   int64_t total = 0;
@@ -702,6 +773,29 @@ Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
       }
     }
   }
+  return Status::Ok();
+}
+
+// A model document's root: its keys, then the header, the modules, the
+// tasks (against the modules), every module's max_seq and the model's size.
+Result<Model> parse_model_yaml(const Reader& r, const YAML::Node& root) {
+  Model model;
+  if (!root.IsMap()) {
+    return r.error("", root, "expected a map with keys name, modules, tasks, found " + yamlu::describe(root));
+  }
+  MapView view;
+  SPINDLE_TRY(r.view_map("", root, view));
+  SPINDLE_TRY(r.reject_unknown("", view, {"name", "dtype", "modules", "tasks"}, "a model"));
+  for (const char* key : {"name", "modules", "tasks"}) {
+    if (view.find(key) == nullptr) {
+      return r.error(key, root, "missing required key '" + std::string(key) + "'");
+    }
+  }
+  SPINDLE_TRY(parse_model_header(r, view, model));
+  SPINDLE_TRY(parse_modules(r, view.find("modules")->value, model));
+  SPINDLE_TRY(parse_tasks(r, view.find("tasks")->value, model));
+  set_max_seq(model);
+  SPINDLE_TRY(check_model_size(r, model));
   return model;
 }
 

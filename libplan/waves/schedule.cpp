@@ -143,6 +143,14 @@ class PoolScheduler {
     return i < order_.size() ? order_[i] : -1;
   }
 
+  // The steps of draft, in order (contracts at their definitions).
+  bool collect_ready(const std::vector<ItemState>& state, const std::vector<int>& pool, int wave);
+  void propose_first_fit(const std::vector<ItemState>& state, std::vector<Pick>& picks, int& free);
+  void propose_smallest_then_widen(const std::vector<ItemState>& state, std::vector<Pick>& picks, int& free);
+  void extend(const std::vector<ItemState>& state, std::vector<Pick>& picks, int free);
+  void candidate_lengths(const std::vector<ItemState>& state, double longest_op_ms, Draft& d);
+  void candidate_fills(const std::vector<ItemState>& state, Draft& d);
+
   double op_ms(const Pick& pk) const {
     return items_[static_cast<size_t>(pk.metaop)].time_ms[static_cast<size_t>(pk.devices)];
   }
@@ -169,8 +177,10 @@ class PoolScheduler {
   Draft rollout_draft_;
 };
 
-bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector<int>& pool,
-                          int wave, Draft& d) {
+// Step 1 of draft: ready_ = the MetaOps of `pool` with operators left whose
+// inputs all finished before wave `wave`, ascending; work_ of each = its
+// remaining work, ms. False when no MetaOp of the pool has operators left.
+bool PoolScheduler::collect_ready(const std::vector<ItemState>& state, const std::vector<int>& pool, int wave) {
   ready_.clear();
   bool pending = false;
   for (int m : pool) {
@@ -190,76 +200,92 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   for (int m : ready_)
     work_[static_cast<size_t>(m)] =
         remaining_work_ms(items_[static_cast<size_t>(m)], state[static_cast<size_t>(m)]);
+  return true;
+}
 
-  std::vector<Pick>& picks = d.picks;
-  picks.clear();
-  int free = devices_;
-  if (options_.paper_rules) {
-    // Propose: first fit, more devices first, then longer time, then lower id.
-    cands_.clear();
-    for (int m : ready_) {
-      const ScheduleItem& it = items_[static_cast<size_t>(m)];
-      const ItemState& st = state[static_cast<size_t>(m)];
-      for (size_t t = 0; t < st.queue.size(); ++t)
-        cands_.push_back({st.queue[t].devices, tuple_ms(it, st.queue[t]), m, static_cast<int>(t)});
-    }
-    std::sort(cands_.begin(), cands_.end(), by_devices_then_time);
-    for (const Candidate& c : cands_) {
-      if (pick_of_[static_cast<size_t>(c.metaop)] >= 0 || c.devices > free) continue;
-      pick_of_[static_cast<size_t>(c.metaop)] = static_cast<int>(picks.size());
-      const AllocTuple& t = state[static_cast<size_t>(c.metaop)].queue[static_cast<size_t>(c.tuple)];
-      picks.push_back({c.metaop, c.devices, c.tuple, t.count});
-      free -= c.devices;
-    }
-  } else {
-    // Propose: every ready MetaOp first gets its smallest tuple (most
-    // remaining work first), so none is starved by a few wide tuples...
-    // ready_ is ascending, so ties on work go to the lower id: the order a
-    // stable sort by work gives, without its temporary buffer.
-    start_by_work();
-    const double defer_below_ms =
-        by_work(0) < 0 ? 0 : options_.defer_fraction * work_[static_cast<size_t>(by_work(0))];
-    for (size_t i = 0; free > 0; ++i) {   // once no device is free, no tuple fits
-      const int m = by_work(i);
-      if (m < 0) break;
-      if (work_[static_cast<size_t>(m)] < defer_below_ms) break;   // has slack: runs later
-      const ItemState& st = state[static_cast<size_t>(m)];
-      int best = 0;
-      for (size_t t = 1; t < st.queue.size(); ++t)
-        if (st.queue[t].devices < st.queue[static_cast<size_t>(best)].devices) best = static_cast<int>(t);
-      const AllocTuple& t = st.queue[static_cast<size_t>(best)];
-      if (t.devices > free) continue;   // waits: a starved slot would stretch the wave
-      pick_of_[static_cast<size_t>(m)] = static_cast<int>(picks.size());
-      picks.push_back({m, t.devices, best, t.count});
-      free -= t.devices;
-    }
-    // ...then wider tuples replace them where the devices allow: with
-    // widen_by_work the MetaOp with the most remaining work (the level's
-    // critical path) first, then (or else) in the paper's order (more
-    // devices, longer time, lower id).
-    cands_.clear();
-    for (const Pick& pk : picks) {
-      const ScheduleItem& it = items_[static_cast<size_t>(pk.metaop)];
-      const ItemState& st = state[static_cast<size_t>(pk.metaop)];
-      for (size_t t = 0; t < st.queue.size(); ++t)
-        if (st.queue[t].devices > pk.devices)
-          cands_.push_back({st.queue[t].devices, tuple_ms(it, st.queue[t]), pk.metaop, static_cast<int>(t)});
-    }
-    std::sort(cands_.begin(), cands_.end(), [&](const Candidate& a, const Candidate& b) {
-      const double wa = work_[static_cast<size_t>(a.metaop)], wb = work_[static_cast<size_t>(b.metaop)];
-      if (options_.widen_by_work && wa != wb) return wa > wb;
-      return by_devices_then_time(a, b);
-    });
-    for (const Candidate& c : cands_) {
-      Pick& pk = picks[static_cast<size_t>(pick_of_[static_cast<size_t>(c.metaop)])];
-      if (pk.devices >= c.devices || c.devices - pk.devices > free) continue;
-      free -= c.devices - pk.devices;
-      pk.devices = c.devices;
-      pk.tuple = c.tuple;
-      pk.align_count = state[static_cast<size_t>(c.metaop)].queue[static_cast<size_t>(c.tuple)].count;
-    }
+// Step 2 of draft with paper_rules: first fit over every queued tuple of the
+// ready MetaOps, more devices first, then longer time, then lower id; at
+// most one slot per MetaOp. Appends to `picks` (pick_of_ set) and takes the
+// devices from `free`.
+void PoolScheduler::propose_first_fit(const std::vector<ItemState>& state, std::vector<Pick>& picks, int& free) {
+  // Propose: first fit, more devices first, then longer time, then lower id.
+  cands_.clear();
+  for (int m : ready_) {
+    const ScheduleItem& it = items_[static_cast<size_t>(m)];
+    const ItemState& st = state[static_cast<size_t>(m)];
+    for (size_t t = 0; t < st.queue.size(); ++t)
+      cands_.push_back({st.queue[t].devices, tuple_ms(it, st.queue[t]), m, static_cast<int>(t)});
   }
+  std::sort(cands_.begin(), cands_.end(), by_devices_then_time);
+  for (const Candidate& c : cands_) {
+    if (pick_of_[static_cast<size_t>(c.metaop)] >= 0 || c.devices > free) continue;
+    pick_of_[static_cast<size_t>(c.metaop)] = static_cast<int>(picks.size());
+    const AllocTuple& t = state[static_cast<size_t>(c.metaop)].queue[static_cast<size_t>(c.tuple)];
+    picks.push_back({c.metaop, c.devices, c.tuple, t.count});
+    free -= c.devices;
+  }
+}
 
+// Step 2 of draft without paper_rules: each ready MetaOp, most remaining
+// work first, gets its smallest tuple where it fits (those with less than
+// defer_fraction of the most work wait for a later wave), then wider tuples
+// of the same MetaOps replace them where the devices allow. Appends to `picks` (pick_of_ set) and takes
+// the devices from `free`.
+void PoolScheduler::propose_smallest_then_widen(const std::vector<ItemState>& state, std::vector<Pick>& picks,
+                                                int& free) {
+  // Propose: every ready MetaOp first gets its smallest tuple (most
+  // remaining work first), so none is starved by a few wide tuples...
+  // ready_ is ascending, so ties on work go to the lower id: the order a
+  // stable sort by work gives, without its temporary buffer.
+  start_by_work();
+  const double defer_below_ms =
+      by_work(0) < 0 ? 0 : options_.defer_fraction * work_[static_cast<size_t>(by_work(0))];
+  for (size_t i = 0; free > 0; ++i) {   // once no device is free, no tuple fits
+    const int m = by_work(i);
+    if (m < 0) break;
+    if (work_[static_cast<size_t>(m)] < defer_below_ms) break;   // has slack: runs later
+    const ItemState& st = state[static_cast<size_t>(m)];
+    int best = 0;
+    for (size_t t = 1; t < st.queue.size(); ++t)
+      if (st.queue[t].devices < st.queue[static_cast<size_t>(best)].devices) best = static_cast<int>(t);
+    const AllocTuple& t = st.queue[static_cast<size_t>(best)];
+    if (t.devices > free) continue;   // waits: a starved slot would stretch the wave
+    pick_of_[static_cast<size_t>(m)] = static_cast<int>(picks.size());
+    picks.push_back({m, t.devices, best, t.count});
+    free -= t.devices;
+  }
+  // ...then wider tuples replace them where the devices allow: with
+  // widen_by_work the MetaOp with the most remaining work (the level's
+  // critical path) first, then (or else) in the paper's order (more
+  // devices, longer time, lower id).
+  cands_.clear();
+  for (const Pick& pk : picks) {
+    const ScheduleItem& it = items_[static_cast<size_t>(pk.metaop)];
+    const ItemState& st = state[static_cast<size_t>(pk.metaop)];
+    for (size_t t = 0; t < st.queue.size(); ++t)
+      if (st.queue[t].devices > pk.devices)
+        cands_.push_back({st.queue[t].devices, tuple_ms(it, st.queue[t]), pk.metaop, static_cast<int>(t)});
+  }
+  std::sort(cands_.begin(), cands_.end(), [&](const Candidate& a, const Candidate& b) {
+    const double wa = work_[static_cast<size_t>(a.metaop)], wb = work_[static_cast<size_t>(b.metaop)];
+    if (options_.widen_by_work && wa != wb) return wa > wb;
+    return by_devices_then_time(a, b);
+  });
+  for (const Candidate& c : cands_) {
+    Pick& pk = picks[static_cast<size_t>(pick_of_[static_cast<size_t>(c.metaop)])];
+    if (pk.devices >= c.devices || c.devices - pk.devices > free) continue;
+    free -= c.devices - pk.devices;
+    pk.devices = c.devices;
+    pk.tuple = c.tuple;
+    pk.align_count = state[static_cast<size_t>(c.metaop)].queue[static_cast<size_t>(c.tuple)].count;
+  }
+}
+
+// Step 3 of draft: the `free` devices left after proposing go to ready
+// MetaOps (see below); grown or added slots in `picks` ask to run all their
+// MetaOp's remaining operators. Needs the by_work order (started here with
+// paper_rules; propose_smallest_then_widen started it otherwise).
+void PoolScheduler::extend(const std::vector<ItemState>& state, std::vector<Pick>& picks, int free) {
   // Extend: idle devices go to the ready MetaOp with the most remaining
   // work that can use them (each MetaOp at most once: it takes the largest
   // valid count that fits, so it cannot grow again in this wave). A MetaOp
@@ -306,25 +332,12 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
       free -= best_devices;
     }
   }
-  for (const Pick& pk : picks) pick_of_[static_cast<size_t>(pk.metaop)] = -1;
-  std::sort(picks.begin(), picks.end(),
-            [](const Pick& a, const Pick& b) { return a.metaop < b.metaop; });
+}
 
-  // The paper's alignment: the shortest tuple's time. Every slot runs at
-  // least one operator, so the wave lasts at least the longest single
-  // operator: align to that when it is longer, so the others fill it.
-  double shortest_ms = std::numeric_limits<double>::infinity();
-  double longest_op_ms = 0;
-  for (const Pick& pk : picks) {
-    shortest_ms = std::min(shortest_ms, pk.align_count * op_ms(pk));
-    longest_op_ms = std::max(longest_op_ms, op_ms(pk));
-  }
-  d.paper_align_ms = std::max(shortest_ms, longest_op_ms);
-  d.lengths_ms.clear();
-  d.fills.clear();
-  d.counts_id.clear();
-  if (options_.paper_rules) return true;
-
+// Step 5 of draft, without paper_rules: d.lengths_ms = the candidate
+// alignments, ascending and distinct, for d.picks (ascending metaop);
+// longest_op_ms is the longest single operator of any slot, ms.
+void PoolScheduler::candidate_lengths(const std::vector<ItemState>& state, double longest_op_ms, Draft& d) {
   // Candidate lengths: wherever some slot ends an operator, ascending and
   // distinct: each slot's multiples k * t (k from the first reaching the
   // longest operator up to its remaining operators). Each run is ascending:
@@ -332,8 +345,8 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   // cheaper than a sort for the shipped workloads); with many, merging costs
   // slots x lengths (quadratic in the tasks), so they are sorted once. Both
   // give the same list.
-  const bool merge_runs = picks.size() <= kMergeRunsUpTo;
-  for (const Pick& pk : picks) {
+  const bool merge_runs = d.picks.size() <= kMergeRunsUpTo;
+  for (const Pick& pk : d.picks) {
     const double t = op_ms(pk);
     const int r = state[static_cast<size_t>(pk.metaop)].remaining;
     const size_t from = d.lengths_ms.size();
@@ -347,6 +360,11 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   }
   if (!merge_runs) std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
   d.lengths_ms.erase(std::unique(d.lengths_ms.begin(), d.lengths_ms.end()), d.lengths_ms.end());
+}
+
+// Step 6 of draft, without paper_rules: d.fills and d.counts_id, one per
+// d.lengths_ms (see Draft), for d.picks.
+void PoolScheduler::candidate_fills(const std::vector<ItemState>& state, Draft& d) {
   // Fill of each length: busy device-ms per ms of the longest slot. A
   // slot's operator count only grows with the length, so it is recomputed
   // only once the length may have reached the next count (a threshold a hair
@@ -356,7 +374,7 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   // summed over the slots in order as always, and the longest slot, which
   // only grows, is kept up to date.
   fits_.clear();
-  for (const Pick& pk : picks)
+  for (const Pick& pk : d.picks)
     fits_.push_back({op_ms(pk), state[static_cast<size_t>(pk.metaop)].remaining, pk.devices, 0, 0.0, 0.0});
   d.fills.reserve(d.lengths_ms.size());
   d.counts_id.reserve(d.lengths_ms.size());
@@ -385,6 +403,45 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
     d.fills.push_back(fill);
     d.counts_id.push_back(counts_id);
   }
+}
+
+bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector<int>& pool,
+                          int wave, Draft& d) {
+  // 1. The ready MetaOps and their remaining work.
+  if (!collect_ready(state, pool, wave)) return false;
+
+  // 2-3. The slots: propose tuples, then give idle devices away.
+  std::vector<Pick>& picks = d.picks;
+  picks.clear();
+  int free = devices_;
+  if (options_.paper_rules) {
+    propose_first_fit(state, picks, free);
+  } else {
+    propose_smallest_then_widen(state, picks, free);
+  }
+  extend(state, picks, free);
+  for (const Pick& pk : picks) pick_of_[static_cast<size_t>(pk.metaop)] = -1;
+  std::sort(picks.begin(), picks.end(),
+            [](const Pick& a, const Pick& b) { return a.metaop < b.metaop; });
+
+  // 4. The paper's alignment: the shortest tuple's time. Every slot runs at
+  // least one operator, so the wave lasts at least the longest single
+  // operator: align to that when it is longer, so the others fill it.
+  double shortest_ms = std::numeric_limits<double>::infinity();
+  double longest_op_ms = 0;
+  for (const Pick& pk : picks) {
+    shortest_ms = std::min(shortest_ms, pk.align_count * op_ms(pk));
+    longest_op_ms = std::max(longest_op_ms, op_ms(pk));
+  }
+  d.paper_align_ms = std::max(shortest_ms, longest_op_ms);
+  d.lengths_ms.clear();
+  d.fills.clear();
+  d.counts_id.clear();
+  if (options_.paper_rules) return true;
+
+  // 5-6. The candidate lengths and their fill.
+  candidate_lengths(state, longest_op_ms, d);
+  candidate_fills(state, d);
   return true;
 }
 
