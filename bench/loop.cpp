@@ -19,6 +19,10 @@
 // rank, the simulated compute, transfer, sync and finish time with the
 // measured ones (--metrics "ranks": the median over steps of each rank's
 // host time per phase, and its step time), and the bytes each rank moved.
+// The runtime's transfer and sync times include waiting for peers; the
+// simulation's transfer and sync do not (its waits are apart), so each is
+// also compared with the simulated exchange and all-reduce boxes including
+// their waits (rows xfer+wait, sync+wait).
 // Ratios are measured / predicted. Exit 0, or 2 on unreadable input.
 #include <algorithm>
 #include <cstdio>
@@ -109,6 +113,18 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
                 ratio(med("transfer_ms"), d.transfer_ms).c_str());
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync", d.sync_ms, med("sync_ms"),
                 ratio(med("sync_ms"), d.sync_ms).c_str());
+    // Like with like: the simulated exchanges and all-reduces with their waits
+    // (exchange boxes; all-reduce and wait-for-bucket boxes).
+    double xfer_wait = 0, sync_wait = 0;
+    for (const sp::SimBox& box : sim->boxes)
+      if (box.device == r) {
+        if (box.cat == "exchange") xfer_wait += box.dur_ms;
+        if (box.cat == "allreduce" || box.cat == "wait") sync_wait += box.dur_ms;
+      }
+    std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "xfer+wait", xfer_wait, med("transfer_ms"),
+                ratio(med("transfer_ms"), xfer_wait).c_str());
+    std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync+wait", sync_wait, med("sync_ms"),
+                ratio(med("sync_ms"), sync_wait).c_str());
     const double comm_sim = d.transfer_ms + d.sync_ms + d.wait_ms, comm_got = med("transfer_ms") + med("sync_ms");
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "comm+wait", comm_sim, comm_got, ratio(comm_got, comm_sim).c_str());
     const sp::ProgramBytes b = lowered->bytes(r);

@@ -72,6 +72,81 @@ plan::Result<plan::Link> fit_allreduce_link(const std::vector<double>& bytes, co
   return plan::Link{1e-6 / f->slope, f->intercept / (2.0 * (p - 1.0)) * 1e3};
 }
 
+plan::Result<LineFit> fit_line_relative(const std::vector<double>& x, const std::vector<double>& t) {
+  if (x.size() != t.size() || x.size() < 2) return plan::Error{"line fit: needs at least two points"};
+  // Weighted normal equations, weight 1 / t^2.
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(t[i] > 0)) return plan::Error{"line fit: times must be positive"};
+    const double w = 1.0 / (t[i] * t[i]);
+    sw += w;
+    sx += w * x[i];
+    st += w * t[i];
+    sxx += w * x[i] * x[i];
+    sxt += w * x[i] * t[i];
+  }
+  const double den = sw * sxx - sx * sx;
+  if (!(den > 1e-12 * sw * sxx)) return plan::Error{"line fit: needs at least two distinct sizes"};
+  LineFit f;
+  f.slope = (sw * sxt - sx * st) / den;
+  f.intercept = (st - f.slope * sx) / sw;
+  if (f.intercept < 0) {   // through the origin
+    f.intercept = 0;
+    f.slope = sxt / sxx;
+  }
+  if (!(f.slope > 0) || !std::isfinite(f.slope))
+    return plan::Error{"line fit: time does not grow with size (slope " + std::to_string(f.slope) + ")"};
+  for (size_t i = 0; i < x.size(); ++i)
+    f.max_rel_residual = std::max(f.max_rel_residual, std::abs(f.intercept + f.slope * x[i] - t[i]) / t[i]);
+  return f;
+}
+
+plan::Result<CopyFit> fit_copy(const std::vector<double>& bytes, const std::vector<double>& ms) {
+  auto f = fit_line_relative(bytes, ms);
+  SPINDLE_TRY(f);
+  return CopyFit{1e-6 / f->slope, f->intercept * 1e3};
+}
+
+plan::Result<AllreduceFit> fit_allreduce(const std::vector<double>& bytes, const std::vector<double>& ms, int ranks,
+                                         double p2p_latency_us) {
+  if (ranks < 2) return plan::Error{"all-reduce fit: needs at least two ranks"};
+  const double p = ranks;
+  std::vector<double> x;
+  for (double b : bytes) x.push_back(2.0 * (p - 1.0) / p * b);
+  auto f = fit_line_relative(x, ms);
+  SPINDLE_TRY(f);
+  const double latency_us = std::max(p2p_latency_us, 0.0);
+  AllreduceFit out;
+  out.link = plan::Link{1e-6 / f->slope, latency_us};
+  out.allreduce_us = std::max(0.0, f->intercept * 1e3 - 2.0 * (p - 1.0) * latency_us);
+  return out;
+}
+
+plan::Result<ExchangeFit> fit_exchange(const std::vector<double>& messages, const std::vector<double>& ms,
+                                       double wire_ms) {
+  if (messages.size() != ms.size() || messages.size() < 2) return plan::Error{"exchange fit: needs two or more points"};
+  const double n = static_cast<double>(messages.size());
+  double sk = 0, sr = 0, skk = 0, skr = 0;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const double k = 2.0 * messages[i];   // messages sent and received per rank
+    const double r = ms[i] - messages[i] * wire_ms;
+    sk += k, sr += r, skk += k * k, skr += k * r;
+  }
+  const double den = n * skk - sk * sk;
+  if (!(den > 1e-12 * n * skk)) return plan::Error{"exchange fit: needs two or more distinct message counts"};
+  double slope = (n * skr - sk * sr) / den;
+  double intercept = (sr - slope * sk) / n;
+  if (slope < 0) {
+    slope = 0;
+    intercept = sr / n;
+  }
+  if (intercept < 0) {   // through the origin
+    intercept = 0;
+    slope = std::max(0.0, skr / skk);
+  }
+  return ExchangeFit{intercept * 1e3, slope * 1e3};
+}
+
 std::vector<double> leave_one_out_errors(const std::vector<plan::ProfilePoint>& points) {
   std::vector<double> errors;
   if (points.size() < 3) return errors;

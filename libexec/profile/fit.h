@@ -42,6 +42,50 @@ plan::Result<plan::Link> fit_p2p_link(const std::vector<double>& bytes, const st
 plan::Result<plan::Link> fit_allreduce_link(const std::vector<double>& bytes, const std::vector<double>& ms,
                                             int ranks);
 
+// Relative least squares: t = intercept + slope * x minimising
+// sum ((intercept + slope x_i - t_i) / t_i)^2 (every t_i > 0), intercept
+// forced >= 0 as in fit_line. Small sizes weigh as much as large ones, so a
+// fixed per-call cost that only shows at small sizes is fitted (as
+// NCCL-tests-style alpha-beta fits do). Same errors as fit_line.
+plan::Result<LineFit> fit_line_relative(const std::vector<double>& x, const std::vector<double>& t);
+
+// Copies around the wire (rules/links.h CommOverhead): `ms` of one copy of
+// `bytes` (allocate + copy, as the runtime packs a message), fitted by
+// fit_line_relative: pack_gbytes_per_s from the slope, copy_us the
+// intercept (per copy, i.e. per message).
+struct CopyFit {
+  double pack_gbytes_per_s = 0;
+  double copy_us = 0;
+};
+plan::Result<CopyFit> fit_copy(const std::vector<double>& bytes, const std::vector<double>& ms);
+
+// All-reduce as alpha + beta * bytes (fit_line_relative over
+// x = 2 (p-1)/p * bytes): the link's bandwidth is 1 / beta; its latency is
+// `p2p_latency_us` (a ring step is one message); the rest of alpha is the
+// call's fixed cost, allreduce_us = max(0, alpha - 2 (p-1) p2p_latency_us),
+// so ring_allreduce_ms + allreduce_us reproduces the fit at p = ranks.
+struct AllreduceFit {
+  plan::Link link;
+  double allreduce_us = 0;
+};
+plan::Result<AllreduceFit> fit_allreduce(const std::vector<double>& bytes, const std::vector<double>& ms, int ranks,
+                                         double p2p_latency_us);
+
+// Exchange overhead from `ms`, the time of one exchange in which each of two
+// ranks sends k = `messages`[i] messages to the other and receives k; the
+// simulation prices it as exchange_us + 2k message_us + k wire_ms, with
+// wire_ms what one message costs beyond the software (its p2p_ms plus
+// packing and unpacking its bytes). The residual t - k wire_ms is fitted as
+// exchange_us + 2k message_us by least squares, both clamped >= 0 (a
+// negative slope gives message_us 0 and exchange_us the mean residual).
+// Needs two or more distinct k.
+struct ExchangeFit {
+  double exchange_us = 0;
+  double message_us = 0;
+};
+plan::Result<ExchangeFit> fit_exchange(const std::vector<double>& messages, const std::vector<double>& ms,
+                                       double wire_ms);
+
 // Leave-one-out check of ScalingCurve::fit on one entry's points: for every
 // interior point i (not the first nor the last: the curve does not
 // extrapolate), the curve is fitted without i and its relative error at

@@ -322,6 +322,69 @@ LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const M
   return out;
 }
 
+LinkSamples time_copy(Backend& backend, const std::vector<double>& sizes, const MeasureOptions& o) {
+  LinkSamples out;
+  for (double bytes : sizes) {
+    const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4.0));
+    const Tensor src = to_backend(backend, Tensor::zeros({n}));
+    auto once = [&]() {
+      Tensor dst = backend.allocate({n});
+      backend.copy(src, dst);
+      backend.synchronize();
+    };
+    Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < 3; ++i) once();
+    const double one_ms = ms_since(t0) / 3.0;
+    const int reps = std::clamp(one_ms > 0 ? static_cast<int>(o.link_budget_ms / one_ms) : o.max_repeats,
+                                o.min_repeats, o.max_repeats);
+    std::vector<double> samples;
+    for (int i = 0; i < reps; ++i) {
+      t0 = Clock::now();
+      once();
+      samples.push_back(ms_since(t0));
+    }
+    out.bytes.push_back(bytes);
+    out.ms.push_back(timing_stats(samples).median);
+  }
+  return out;
+}
+
+LinkSamples time_exchange(Comm& comm, double bytes, const std::vector<int>& messages, const MeasureOptions& o) {
+  LinkSamples out;
+  const int me = comm.rank();
+  const size_t floats = static_cast<size_t>(std::max(1.0, bytes / 4.0));
+  for (int k : messages) {
+    std::vector<std::vector<float>> send(static_cast<size_t>(k), std::vector<float>(floats, 1.0f));
+    std::vector<std::vector<float>> recv(static_cast<size_t>(k), std::vector<float>(floats, 0.0f));
+    std::vector<Comm::SendBuf> sends;
+    std::vector<Comm::RecvBuf> recvs;
+    if (me <= 1) {
+      const int peer = 1 - me;
+      for (int i = 0; i < k; ++i) {
+        sends.push_back({send[static_cast<size_t>(i)], peer});
+        recvs.push_back({recv[static_cast<size_t>(i)], peer});
+      }
+    }
+    auto once = [&]() {
+      if (me <= 1) comm.exchange(sends, recvs, 0);
+    };
+    comm.barrier();
+    Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < 3; ++i) once();
+    const int reps = agree_repeats(comm, ms_since(t0) / 3.0, o);
+    std::vector<double> samples;
+    for (int i = 0; i < reps; ++i) {
+      t0 = Clock::now();
+      once();
+      samples.push_back(ms_since(t0));
+    }
+    comm.barrier();
+    out.bytes.push_back(k);
+    out.ms.push_back(timing_stats(samples).median);
+  }
+  return out;
+}
+
 plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan::OpGraph& graph,
                                             const plan::Profile& skeleton, const plan::Cluster& cluster,
                                             Comm& world, Backend& backend, const MeasureOptions& o,
@@ -333,6 +396,7 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   const int ranks = world.size(), me = world.rank();
   char line[256];
 
+  std::string overhead_note;
   // 1. Links (under mpirun): fitted figures replace the cluster's below.
   plan::Cluster links = cluster;
   if (ranks > 1) {
@@ -350,12 +414,55 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
     };
     if (dpi >= 2) p2p(1, measured.intra_p2p, "intra_island");
     if (ranks > dpi) p2p(dpi, measured.inter_p2p, "inter_island");
+    // Software overhead (rules/links.h CommOverhead): copies, exchanges, the all-reduce's fixed cost.
+    plan::CommOverhead overhead = skeleton.overhead.value_or(plan::CommOverhead{});
+    bool overhead_measured = false;
+    if (progress) progress({"copies", 0, 0, ms_since(start) / 1e3, 0});
+    const LinkSamples copies = time_copy(backend, sizes, o);
+    auto copy = fit_copy(copies.bytes, copies.ms);
+    if (!copy.ok()) failed.push_back("copies: " + copy.error().message);
+    const plan::Link& ring_link = ranks > dpi ? measured.inter_p2p : measured.intra_p2p;
+    if (dpi >= 2) {   // the same decision on every rank: time_exchange is collective
+      if (progress) progress({"exchange", 0, 0, ms_since(start) / 1e3, 0});
+      const std::vector<int> counts = {1, 2, 4, 8};
+      const LinkSamples ex = time_exchange(world, sizes.front(), counts, o);
+      // One message beyond the software: its send/recv time plus packing and unpacking its bytes.
+      plan::CommOverhead copies_only;
+      if (copy.ok()) copies_only.pack_gbytes_per_s = copy->pack_gbytes_per_s;
+      const double wire_ms =
+          plan::link_ms(measured.intra_p2p, sizes.front()) + 2.0 * plan::pack_ms(copies_only, sizes.front());
+      auto efit = fit_exchange(ex.bytes, ex.ms, wire_ms);
+      if (!copy.ok() || !(measured.intra_p2p.gbytes_per_s > 0)) {
+        failed.push_back("exchange: no copy or intra-island send/recv figure to subtract");
+      } else if (!efit.ok()) {
+        failed.push_back("exchange: " + efit.error().message);
+      } else {
+        overhead.pack_gbytes_per_s = copy->pack_gbytes_per_s;
+        overhead.exchange_us = efit->exchange_us;
+        overhead.message_us = efit->message_us + copy->copy_us;
+        overhead_measured = true;
+      }
+    }
     if (progress) progress({"all-reduce", 0, 0, ms_since(start) / 1e3, 0});
     const LinkSamples s = time_allreduce(world, sizes, o);
-    auto fit = fit_allreduce_link(s.bytes, s.ms, ranks);
+    auto fit = fit_allreduce(s.bytes, s.ms, ranks, ring_link.latency_us);
     plan::Link& into = ranks > dpi ? measured.inter_allreduce : measured.intra_allreduce;
-    if (fit.ok()) into = *fit;
-    else failed.push_back("all-reduce: " + fit.error().message);
+    if (fit.ok()) {
+      into = fit->link;
+      overhead.allreduce_us = fit->allreduce_us;
+    } else {
+      failed.push_back("all-reduce: " + fit.error().message);
+      overhead_measured = false;
+    }
+    if (overhead_measured) {
+      report.overhead = overhead;
+      std::snprintf(line, sizeof line,
+                    "overhead: exchange %.2f us + %.2f us per message (copy %.2f us), packing %.3f GB/s, "
+                    "all-reduce %.2f us per call",
+                    overhead.exchange_us, overhead.message_us, copy->copy_us, overhead.pack_gbytes_per_s,
+                    overhead.allreduce_us);
+      overhead_note = line;
+    }
     measured.ranks = ranks;
     // Rank 0's figures are the ones that count: make every rank use them.
     std::vector<float> share{static_cast<float>(measured.intra_p2p.gbytes_per_s), static_cast<float>(measured.intra_p2p.latency_us),
@@ -376,6 +483,7 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
                   sizes.front(), sizes.back(), ranks);
     report.notes.push_back(line);
     for (const std::string& f : failed) report.notes.push_back("links: not measured: " + f);
+    if (!overhead_note.empty()) report.notes.push_back(overhead_note);
   } else {
     report.notes.push_back("links: one rank, none measured (run under mpirun -np 2 or more); the cluster's "
                            "figures stay in use");
@@ -433,6 +541,7 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   prof.device = skeleton.device;
   prof.cluster = skeleton.cluster;
   prof.source = "measured";
+  prof.overhead = report.overhead ? report.overhead : skeleton.overhead;
   prof.entries = skeleton.entries;
   size_t p = 0;
   int total_repeats = 0;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,17 @@ LinkSamples time_p2p(Comm& comm, int a, int b, const std::vector<double>& sizes,
 // before each). Collective over comm; valid on rank 0.
 LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const MeasureOptions& options);
 
+// One copy of `bytes` on `backend` as the runtime packs a message
+// (allocate a tensor, copy rows into it, synchronize), median ms per size.
+// Local: every rank may call it alone.
+LinkSamples time_copy(Backend& backend, const std::vector<double>& sizes, const MeasureOptions& options);
+// Comm::exchange between ranks 0 and 1 of `comm`, each sending k messages of
+// `bytes` to the other and receiving k, for each k of `messages`: median ms
+// of one exchange (back to back; the exchange itself pairs the ranks).
+// LinkSamples::bytes holds k. Collective over comm (other ranks wait);
+// valid on rank 0.
+LinkSamples time_exchange(Comm& comm, double bytes, const std::vector<int>& messages, const MeasureOptions& options);
+
 // Progress of a measurement, for the terminal line.
 struct MeasureProgress {
   std::string what;       // the workload (or collective) being timed
@@ -123,6 +135,7 @@ using ProgressFn = std::function<void(const MeasureProgress&)>;
 
 struct MeasureReport {
   plan::Profile profile;          // valid on rank 0 of world
+  std::optional<plan::CommOverhead> overhead;   // measured (under mpirun, rank 0); else absent
   std::vector<std::string> notes; // what was measured and assumed, one line each
   int points = 0;
 };
@@ -130,7 +143,14 @@ struct MeasureReport {
 // The whole measurement. `skeleton` is analytic_profile(model, graph, cluster,
 // counts) (keys, sizes, counts); the result keeps its entries and sizes with
 // measured times, source "measured", and, when world has more than one rank,
-// measured link figures in profile.links:
+// measured link figures in profile.links and the runtime's software overhead
+// in profile.overhead (else the skeleton's analytic figures):
+//  - copies: time_copy over the link sizes, fit_copy;
+//  - exchanges: time_exchange of 1, 2, 4, 8 messages of the smallest link
+//    size between ranks 0 and 1, fit_exchange (message_us adds the
+//    per-copy intercept: one copy per message);
+//  - all-reduce: fit_allreduce over the link sizes (alpha + beta * bytes);
+// and measured link figures in profile.links:
 //  - all ranks within one island: intra-island p2p (ranks 0 and 1) and
 //    all-reduce (whole world);
 //  - ranks across islands: intra p2p (0 and 1, if an island holds two),

@@ -42,6 +42,15 @@ constexpr double kOpLatencyMs = 0.03;
 // forward plus backward (read forward, read backward, write gradient).
 constexpr double kMemoryPasses = 3.0;
 
+// The runtime's software cost around the wire (rules/links.h CommOverhead),
+// microseconds: an NCCL group call (one exchange) or collective launches a
+// kernel and synchronises, a few microseconds; each message in a group adds
+// about one; copies around the wire read and write device memory once each
+// (pack rate = memory bandwidth / 2).
+constexpr double kExchangeUs = 5.0;
+constexpr double kMessageUs = 1.0;
+constexpr double kAllreduceUs = 5.0;
+
 constexpr AnalyticConstants kConstants{kEfficiencyMax, kHalfEfficiencyUs, kOpLatencyMs,
                                        kMemoryPasses};
 
@@ -137,6 +146,15 @@ std::vector<int> first_k_devices(int k) {
 }  // namespace
 
 const AnalyticConstants& analytic_constants() { return kConstants; }
+
+CommOverhead analytic_comm_overhead(const Cluster& cluster) {
+  CommOverhead o;
+  o.exchange_us = kExchangeUs;
+  o.message_us = kMessageUs;
+  o.allreduce_us = kAllreduceUs;
+  o.pack_gbytes_per_s = cluster.memory_gbytes_per_s / 2.0;
+  return o;
+}
 
 double analytic_flops_per_sample(const Workload& w) { return shape_of(w, DType::bf16).flops; }
 
@@ -256,6 +274,7 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
   p.device = cluster.device_name;
   p.cluster = ProfileCluster{cluster.name, cluster.devices(), cluster.devices_per_island};
   p.source = "analytic";
+  p.overhead = analytic_comm_overhead(cluster);
   for (const auto& [key, use] : uses) {
     ProfileEntry e;
     e.workload = use.workload;

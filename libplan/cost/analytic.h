@@ -26,6 +26,12 @@ struct AnalyticConstants {
 };
 const AnalyticConstants& analytic_constants();
 
+// The analytic profile's software overhead figures (its "comm_overhead"):
+// 5 us per exchange, 1 us per message, 5 us per all-reduce call (NCCL-like
+// launch costs), copies at half the cluster's memory bandwidth
+// (docs/analytic-profile.md).
+CommOverhead analytic_comm_overhead(const Cluster& cluster);
+
 // FLOPs of one operator per sample, forward plus backward (3x forward), for
 // the whole operator (not divided by tensor parallelism). For contrastive_loss
 // it depends on the global batch (each sample meets every other one).

@@ -65,6 +65,7 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
     model->set_entry(key, Entry{std::move(curve).value(), e.param_bytes, e.activation_bytes_per_sample});
   }
   if (profile.links) model->use_measured_links(*profile.links);
+  if (profile.overhead) model->set_overhead(*profile.overhead);
   return model;
 }
 
@@ -95,7 +96,8 @@ double TableCostModel::p2p_ms(double bytes, bool cross_island) const {
 }
 
 double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {
-  return ring_allreduce_ms(allreduce_cluster_, bytes, devices);
+  if (devices.size() <= 1) return 0.0;
+  return ring_allreduce_ms(allreduce_cluster_, bytes, devices) + allreduce_overhead_ms(overhead_, bytes);
 }
 
 void TableCostModel::use_measured_links(const ProfileLinks& links) {

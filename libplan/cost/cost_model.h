@@ -37,8 +37,13 @@ class CostModel {
   // Point-to-point: time to move `bytes` from one device to another, ms.
   virtual double p2p_ms(double bytes, bool cross_island) const = 0;
   // Ring all-reduce of `bytes` over `devices` (sorted device ids), ms:
-  // 2 (p-1)/p * bytes / bw + 2 (p-1) * latency, slowest link deciding.
+  // 2 (p-1)/p * bytes / bw + 2 (p-1) * latency, slowest link deciding, plus
+  // the call's software overhead allreduce_overhead_ms(overhead(), bytes)
+  // (rules/links.h); 0 for p <= 1.
   virtual double allreduce_ms(double bytes, const std::vector<int>& devices) const = 0;
+  // The runtime's software cost around messages and all-reduces
+  // (rules/links.h); all zero unless the profile carries figures.
+  virtual CommOverhead overhead() const { return {}; }
 };
 
 // Ring all-reduce cost of spec/cluster.md over the given cluster's links.
@@ -55,6 +60,9 @@ class TableCostModel : public CostModel {
   // cluster's: p2p_ms takes the p2p fits, allreduce_ms the all-reduce fits;
   // links not measured (gbytes_per_s == 0) keep the cluster's figures.
   void use_measured_links(const ProfileLinks& links);
+  // Prices the runtime's software overhead (a profile's "comm_overhead").
+  void set_overhead(const CommOverhead& overhead) { overhead_ = overhead; }
+  CommOverhead overhead() const override { return overhead_; }
   const ScalingCurve* curve(const Workload& w) const override;
   int64_t param_bytes(const Workload& w) const override;
   int64_t activation_bytes_per_sample(const Workload& w) const override;
@@ -76,6 +84,7 @@ class TableCostModel : public CostModel {
   std::map<std::string, Entry> entries_;   // by Workload::key()
   Cluster cluster_;             // links for p2p_ms
   Cluster allreduce_cluster_;   // links for allreduce_ms (differ only when measured)
+  CommOverhead overhead_;       // zero unless set
 };
 
 // Backed by a profile database and a cluster. create() fits every curve

@@ -167,6 +167,39 @@ json links_to_json(const ProfileLinks& l) {
   return j;
 }
 
+// "comm_overhead" (version 3): {"exchange_us", "message_us", "allreduce_us":
+// 0 .. kMaxLatencyUs; "pack_gbytes_per_s": 0 (copies free) or a rate}, all
+// required.
+Result<CommOverhead> parse_overhead(const Reader& r, const json& doc) {
+  const std::string at = "comm_overhead";
+  if (!doc.contains(at)) return r.err(at, "missing required key (version 3 profiles carry it)");
+  const json& j = doc[at];
+  if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
+  const std::set<std::string> keys = {"exchange_us", "message_us", "allreduce_us", "pack_gbytes_per_s"};
+  SPINDLE_TRY(r.check_keys(j, at, keys, {}));
+  CommOverhead o;
+  for (const std::string& k : keys) {
+    if (!j.contains(k)) return r.err(at + "." + k, "missing required key");
+    auto v = r.get_number(j, at, k.c_str());
+    SPINDLE_TRY(v);
+    const bool rate = k == "pack_gbytes_per_s";
+    const double hi = rate ? limits::kMaxRate : limits::kMaxLatencyUs;
+    if (!(*v >= 0 && *v <= hi)) {
+      return r.err(at + "." + k, "expected a number from 0 to " + json(hi).dump() + ", found " + j[k].dump());
+    }
+    (k == "exchange_us" ? o.exchange_us : k == "message_us" ? o.message_us : k == "allreduce_us" ? o.allreduce_us
+                                                                                : o.pack_gbytes_per_s) = *v;
+  }
+  return o;
+}
+
+json overhead_to_json(const CommOverhead& o) {
+  return {{"exchange_us", round_significant(o.exchange_us, kMsSignificantDigits)},
+          {"message_us", round_significant(o.message_us, kMsSignificantDigits)},
+          {"allreduce_us", round_significant(o.allreduce_us, kMsSignificantDigits)},
+          {"pack_gbytes_per_s", round_significant(o.pack_gbytes_per_s, kMsSignificantDigits)}};
+}
+
 }  // namespace
 
 const ProfileEntry* Profile::find(const Workload& w) const {
@@ -207,7 +240,10 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
     SPINDLE_TRY(v);
     version = int(*v);
   }
-  if (version >= 2) {
+  if (version >= 3) {
+    SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "cluster", "source", "entries", "comm_overhead"},
+                             {}));
+  } else if (version == 2) {
     SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "cluster", "source", "entries"}, {}));
   } else {
     SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "source", "entries"}, {}));
@@ -244,6 +280,11 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
     c.devices = int(*devices);
     c.devices_per_island = int(*dpi);
     p.cluster = c;
+  }
+  if (version >= 3) {
+    auto o = parse_overhead(r, doc);
+    SPINDLE_TRY(o);
+    p.overhead = *o;
   }
   if (doc.contains("x-links")) {
     auto links = parse_links(r, doc["x-links"]);
@@ -385,12 +426,14 @@ std::string profile_to_json(const Profile& profile) {
   // Top-level keys in sorted order (as nlohmann sorts object keys); one entry
   // per line, compact.
   std::string out = "{\n";
+  const bool overhead = profile.cluster && profile.overhead;
   if (profile.cluster) {
     const json jc = {{"name", profile.cluster->name},
                      {"devices", profile.cluster->devices},
                      {"devices_per_island", profile.cluster->devices_per_island}};
     out += "  \"cluster\": " + jc.dump() + ",\n";
   }
+  if (overhead) out += "  \"comm_overhead\": " + overhead_to_json(*profile.overhead).dump() + ",\n";
   out += "  \"device\": " + json(profile.device).dump() + ",\n";
   out += "  \"entries\": [";
   bool first = true;
@@ -420,7 +463,7 @@ std::string profile_to_json(const Profile& profile) {
   out += first ? "],\n" : "\n  ],\n";
   out += "  \"format\": \"spindle-profile\",\n";
   out += "  \"source\": " + json(profile.source).dump() + ",\n";
-  out += "  \"version\": " + std::to_string(profile.cluster ? kProfileVersion : 1);
+  out += "  \"version\": " + std::to_string(overhead ? 3 : profile.cluster ? 2 : 1);
   if (profile.links) out += ",\n  \"x-links\": " + links_to_json(*profile.links).dump();
   out += "\n}\n";
   return out;

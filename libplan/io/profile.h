@@ -12,9 +12,11 @@
 
 namespace spindle::plan {
 
-// Version 2 adds "cluster" (the cluster the profile was made for); version 1
-// files stay readable (they name only the device).
-inline constexpr int kProfileVersion = 2;
+// Version 2 adds "cluster" (the cluster the profile was made for); version 3
+// adds "comm_overhead" (the runtime's software cost around messages and
+// all-reduces). Versions 1 and 2 stay readable (they name only the device,
+// resp. carry no overhead figures: the cost model then prices none).
+inline constexpr int kProfileVersion = 3;
 
 struct ProfilePoint {
   int devices = 0;
@@ -54,6 +56,7 @@ struct Profile {
   std::string source;                   // "analytic" | "measured" | "mixed"
   std::vector<ProfileEntry> entries;    // sorted by Workload::key() when written
   std::optional<ProfileLinks> links;    // "x-links"; absent unless measured under mpirun
+  std::optional<CommOverhead> overhead; // "comm_overhead" (version 3); absent in older files
   std::string path;
   std::string sha256;                   // of the file's bytes ("" if built in memory)
 
@@ -71,8 +74,9 @@ Result<Profile> load_profile(const std::string& path);
 // compared by its device only.
 std::vector<std::string> profile_mismatches(const Profile& profile, const Cluster& cluster);
 
-// Deterministic bytes: a version 2 file when the profile names its cluster,
-// else version 1 (so a version 1 file re-encodes to the same bytes); sorted keys, entries sorted by workload key, fixed
+// Deterministic bytes: a version 3 file when the profile names its cluster
+// and has overhead figures, a version 2 file when it names its cluster only
+// (overhead figures without a cluster are not written), else version 1 (so a version 1 file re-encodes to the same bytes); sorted keys, entries sorted by workload key, fixed
 // float formatting. encode(decode(encode(p))) == encode(p).
 std::string profile_to_json(const Profile& profile);
 

@@ -23,4 +23,17 @@ double ring_allreduce_ms(const Link& intra_island, const Link& inter_island, int
   return transfer_ms + latency_ms;
 }
 
+double pack_ms(const CommOverhead& o, double bytes) {
+  return o.pack_gbytes_per_s > 0 ? bytes / (o.pack_gbytes_per_s * 1e9) * 1e3 : 0.0;
+}
+
+double exchange_overhead_ms(const CommOverhead& o, int messages, double sent_bytes) {
+  if (messages <= 0) return 0.0;
+  return (o.exchange_us + messages * o.message_us) * 1e-3 + pack_ms(o, sent_bytes);
+}
+
+double allreduce_overhead_ms(const CommOverhead& o, double bytes) {
+  return o.allreduce_us * 1e-3 + 2.0 * pack_ms(o, bytes);
+}
+
 }  // namespace spindle::plan

@@ -28,4 +28,32 @@ double link_ms(const Link& link, double bytes);
 double ring_allreduce_ms(const Link& intra_island, const Link& inter_island, int devices_per_island,
                          double bytes, const std::vector<int>& devices);
 
+// The runtime's software cost around the wire (docs/simulation.md,
+// "Software overhead"), on the device that runs the exchange or all-reduce.
+// Every figure >= 0; a zero figure (the default) prices nothing, so a
+// CommOverhead{} leaves every time as the link formulas above give it.
+struct CommOverhead {
+  double exchange_us = 0;        // per exchange instruction that moves at least one message, per device:
+                                 // posting and completing the exchange call, bookkeeping
+  double message_us = 0;         // per message the device sends or receives in an exchange
+  double pack_gbytes_per_s = 0;  // rate of the host or device copies around the wire: the rows a
+                                 // device sends are packed once, the rows it receives unpacked once,
+                                 // a bucket is flattened and unflattened (0: copies are free)
+  double allreduce_us = 0;       // per all-reduce call, beyond the ring formula's latency terms
+  bool any() const { return exchange_us > 0 || message_us > 0 || pack_gbytes_per_s > 0 || allreduce_us > 0; }
+};
+
+// Time to copy `bytes` once at `o.pack_gbytes_per_s`, ms (0 when the rate is 0).
+double pack_ms(const CommOverhead& o, double bytes);
+// Software time of one exchange on one device before its messages leave,
+// ms: exchange_us + messages x message_us + pack_ms(sent_bytes), where
+// `messages` counts the messages it sends and receives (0 when messages is
+// 0: an exchange of local copies only costs nothing). After its last message
+// arrives it spends pack_ms(received_bytes) unpacking.
+double exchange_overhead_ms(const CommOverhead& o, int messages, double sent_bytes);
+// Software time of one all-reduce of `bytes` on each device of its group,
+// ms: allreduce_us + 2 pack_ms(bytes) (flatten the bucket's gradients into
+// one buffer and copy them back). Added to ring_allreduce_ms for p >= 2.
+double allreduce_overhead_ms(const CommOverhead& o, double bytes);
+
 }  // namespace spindle::plan

@@ -9,9 +9,11 @@ namespace spindle::plan {
 
 namespace {
 
-// An event: a message delivered (kind 0, index = transfer) or a device ready
-// for instruction `index` of its program (kind 1). Deliveries at one time
-// come first, so links they free are seen by devices arriving then.
+// An event: a message delivered (kind 0, index = transfer), a device ready
+// for instruction `index` of its program (kind 1), or a device done with the
+// software part of exchange `index` before its messages leave (kind 2:
+// packed). Deliveries at one time come first, so links they free are seen by
+// devices arriving then.
 struct Event {
   double t = 0;
   int kind = 0;
@@ -23,12 +25,16 @@ struct Event {
 };
 constexpr int kDelivered = 0;
 constexpr int kReady = 1;
+constexpr int kPacked = 2;
 
 // When one instruction of one device ran: reached (the previous one was
 // done), began (its work started: the all-reduce's start; else reached),
-// ended.
+// ended. Exchanges: packed (its software part before the messages leave was
+// done; -1 until then) and unpack_ms (its software part after the last
+// message arrived).
 struct InstrTimes {
   double reached = 0, began = 0, ended = 0;
+  double packed = -1, unpack_ms = 0;
 };
 
 // Length of the union of `spans` clipped to [lo, hi].
@@ -62,6 +68,8 @@ class Simulator {
  private:
   void ready(int d, int pc, double t);
   void enter_exchange(int d, int pc, double t);
+  void packed(int d, int pc, double t);
+  void end_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
@@ -165,6 +173,8 @@ Result<Simulation> Simulator::run() {
     }
     if (e.kind == kDelivered)
       delivered(e.index, e.t);
+    else if (e.kind == kPacked)
+      packed(e.device, e.index, e.t);
     else
       ready(e.device, e.index, e.t);
   }
@@ -207,7 +217,30 @@ void Simulator::ready(int d, int pc, double t) {
   events_.push({t + ms, kReady, d, pc + 1});
 }
 
+// Software overhead (rules/links.h exchange_overhead_ms): the device first
+// packs (fixed + per-message + sent bytes), then its messages leave; once
+// its last message is delivered it unpacks the received bytes, then goes on.
 void Simulator::enter_exchange(int d, int pc, double t) {
+  const Instr& in = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)];
+  int messages = 0;
+  double sent = 0, received = 0;
+  for (int tr : in.transfers) {
+    const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
+    if (x.src == x.dst) continue;
+    ++messages;
+    (x.src == d ? sent : received) += static_cast<double>(x.bytes);
+  }
+  const CommOverhead o = options_.price_communication ? cost_.overhead() : CommOverhead{};
+  const double pack = exchange_overhead_ms(o, messages, sent);
+  times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].unpack_ms = messages > 0 ? pack_ms(o, received) : 0.0;
+  if (pack > 0)
+    events_.push({t + pack, kPacked, d, pc});
+  else
+    packed(d, pc, t);
+}
+
+void Simulator::packed(int d, int pc, double t) {
+  times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].packed = t;
   for (int tr : l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].transfers) {
     const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
     if (x.src == d && x.dst != d) {
@@ -218,10 +251,15 @@ void Simulator::enter_exchange(int d, int pc, double t) {
       dispatch(links.begin(), links.n, t);
     }
   }
-  if (pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)] == 0) {
-    times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].ended = t;
-    events_.push({t, kReady, d, pc + 1});
-  }
+  if (pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)] == 0) end_exchange(d, pc, t);
+}
+
+// Every message of the exchange is delivered and the device has packed:
+// it unpacks, then goes on.
+void Simulator::end_exchange(int d, int pc, double t) {
+  InstrTimes& times = times_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+  times.ended = t + times.unpack_ms;
+  events_.push({times.ended, kReady, d, pc + 1});
 }
 
 void Simulator::enter_allreduce(int d, int pc, double t) {
@@ -294,11 +332,10 @@ void Simulator::delivered(int tr, double t) {
   for (auto [d, pc] : {std::pair{x.src, src_instr_[static_cast<size_t>(tr)]},
                        std::pair{x.dst, dst_instr_[static_cast<size_t>(tr)]}}) {
     int& left = pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
-    // The device is blocked in this exchange and it is now complete.
-    if (--left == 0 && pc_[static_cast<size_t>(d)] == pc) {
-      times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].ended = t;
-      events_.push({t, kReady, d, pc + 1});
-    }
+    // The device is blocked in this exchange, has packed, and it is now complete.
+    if (--left == 0 && pc_[static_cast<size_t>(d)] == pc &&
+        times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].packed >= 0)
+      end_exchange(d, pc, t);
   }
   dispatch(links.begin(), links.n, t);
 }
@@ -346,6 +383,9 @@ Simulation Simulator::collect() const {
             spans.push_back({m.start_ms, m.end_ms});
             (x.src == d ? box.sent_bytes : box.received_bytes) += x.bytes;
           }
+          // The software parts (packing before, unpacking after) are transfer work too.
+          spans.push_back({tm.reached, tm.packed});
+          spans.push_back({tm.ended - tm.unpack_ms, tm.ended});
           const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
           dev.transfer_ms += moving;
           dev.wait_ms += box.dur_ms - moving;

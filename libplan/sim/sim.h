@@ -85,7 +85,8 @@ struct SimBox {
 // part is inside [0, finish_ms] and they do not overlap, so busy <= finish.
 struct SimDevice {
   double compute_ms = 0;    // forward, backward, optimizer
-  double transfer_ms = 0;   // inside its exchanges, while one of their messages moves
+  double transfer_ms = 0;   // inside its exchanges, while one of their messages moves or the
+                            // device packs or unpacks (CostModel::overhead)
   double sync_ms = 0;       // its all-reduces, from start to end
   double wait_ms = 0;       // inside exchanges and all-reduces with nothing moving
   double idle_ms = 0;       // iteration_ms - busy: waits plus the tail after finish_ms
@@ -96,7 +97,7 @@ struct SimDevice {
 // One message (a Transfer between two devices), as simulated.
 struct SimMessage {
   int transfer = 0;         // index into Lowered::transfers
-  double ready_ms = 0;      // its sender reached the exchange
+  double ready_ms = 0;      // its sender reached the exchange and packed it
   double start_ms = 0;      // its links were free
   double end_ms = 0;        // delivered
 };

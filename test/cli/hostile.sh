@@ -91,8 +91,10 @@ profile-mismatch)
     "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/a800-1x8.yaml" --profile p2.json -o p.json
   expect 0 "warning" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --profile p2.json \
     -o p.json --accept-profile-mismatch
-  # A version 1 profile (no cluster) stays readable.
-  grep -v '"cluster":' p2.json | sed 's/"version": 2/"version": 1/' > v1.json
+  # Version 1 (no cluster) and version 2 (no comm_overhead) profiles stay readable.
+  grep -v '"comm_overhead":' p2.json | sed 's/"version": 3/"version": 2/' > v2.json
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v2.json -o p1.json
+  grep -v '"cluster":' v2.json | sed 's/"version": 2/"version": 1/' > v1.json
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v1.json -o p1.json
   ;;
 run-flags)

@@ -84,3 +84,63 @@ TEST_CASE("leave_one_out_errors on hand-made curves", "[profile][fit]") {
 
   CHECK(leave_one_out_errors({{1, 10, 0}, {2, 6, 0}}).empty());
 }
+
+TEST_CASE("fit_line_relative weighs small sizes: the intercept of a known alpha-beta line", "[profile][fit]") {
+  // t = 0.02 ms + x / 1e6 (1 GB/s), exact: both fits recover it.
+  std::vector<double> x{64, 1024, 65536, 4 << 20}, t;
+  for (double b : x) t.push_back(0.02 + b * 1e-6);
+  auto f = spindle::exec::fit_line_relative(x, t);
+  REQUIRE(f.ok());
+  CHECK(f->intercept == Approx(0.02).epsilon(1e-9));
+  CHECK(f->slope == Approx(1e-6).epsilon(1e-9));
+  // +10% on the largest point only: the plain fit's intercept absorbs the
+  // large point's error (0.0178 ms, 11% off), the relative one stays within
+  // 1% of 0.02 ms (0.01986).
+  t.back() *= 1.1;
+  auto rel = spindle::exec::fit_line_relative(x, t);
+  auto plain = fit_line(x, t);
+  REQUIRE(rel.ok());
+  REQUIRE(plain.ok());
+  CHECK(rel->intercept == Approx(0.02).epsilon(0.01));
+  CHECK(std::abs(plain->intercept - 0.02) > 0.002);
+  CHECK_FALSE(spindle::exec::fit_line_relative({1, 2}, {1, 0}).ok());   // times must be positive
+}
+
+TEST_CASE("fit_copy, fit_allreduce and fit_exchange recover hand-set overhead figures", "[profile][fit]") {
+  // Copies: 3 us + bytes / 8 GB/s.
+  std::vector<double> bytes{256, 4096, 65536, 1 << 20}, ms;
+  for (double b : bytes) ms.push_back(3e-3 + b / 8e9 * 1e3);
+  auto copy = spindle::exec::fit_copy(bytes, ms);
+  REQUIRE(copy.ok());
+  CHECK(copy->copy_us == Approx(3.0).epsilon(1e-9));
+  CHECK(copy->pack_gbytes_per_s == Approx(8.0).epsilon(1e-9));
+
+  // All-reduce over 2 ranks at 4 GB/s with 20 us per call and a 1.5 us
+  // send/recv latency: t = 1/2 * 2 * B / 4e9 s + 2 * 1.5 us + 20 us.
+  ms.clear();
+  for (double b : bytes) ms.push_back(b / 4e9 * 1e3 + (2 * 1.5 + 20) * 1e-3);
+  auto ar = spindle::exec::fit_allreduce(bytes, ms, 2, 1.5);
+  REQUIRE(ar.ok());
+  CHECK(ar->link.gbytes_per_s == Approx(4.0).epsilon(1e-9));
+  CHECK(ar->link.latency_us == 1.5);
+  CHECK(ar->allreduce_us == Approx(20.0).epsilon(1e-9));
+  // A latency larger than the intercept: no negative fixed cost.
+  CHECK(spindle::exec::fit_allreduce(bytes, ms, 2, 50)->allreduce_us == 0.0);
+  CHECK_FALSE(spindle::exec::fit_allreduce(bytes, ms, 1, 1.5).ok());
+
+  // Exchanges of k = 1, 2, 4, 8 messages each way, 0.01 ms per message on
+  // the wire: t = 30 us + 2k * 4 us + k * 0.01 ms.
+  const std::vector<double> k{1, 2, 4, 8};
+  ms.clear();
+  for (double m : k) ms.push_back(0.030 + 2 * m * 0.004 + m * 0.01);
+  auto ex = spindle::exec::fit_exchange(k, ms, 0.01);
+  REQUIRE(ex.ok());
+  CHECK(ex->exchange_us == Approx(30.0).epsilon(1e-9));
+  CHECK(ex->message_us == Approx(4.0).epsilon(1e-9));
+  // Times that fall with k (noise): message_us 0, exchange_us the mean residual.
+  auto flat = spindle::exec::fit_exchange(k, {0.05, 0.06, 0.08, 0.11}, 0.01);
+  REQUIRE(flat.ok());
+  CHECK(flat->message_us == 0.0);
+  CHECK(flat->exchange_us == Approx((0.04 + 0.04 + 0.04 + 0.03) / 4 * 1e3));
+  CHECK_FALSE(spindle::exec::fit_exchange({2, 2}, {0.1, 0.1}, 0.01).ok());
+}

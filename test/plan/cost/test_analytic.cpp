@@ -126,6 +126,12 @@ TEST_CASE("analytic profile of a small model: one entry per workload, TP points 
   REQUIRE(p.ok());
   CHECK(p->device == "A800-SXM4-80GB");
   CHECK(p->source == "analytic");
+  // Software overhead: NCCL-like launch costs, copies at half the memory bandwidth.
+  REQUIRE(p->overhead.has_value());
+  CHECK(p->overhead->exchange_us == 5.0);
+  CHECK(p->overhead->message_us == 1.0);
+  CHECK(p->overhead->allreduce_us == 5.0);
+  CHECK(p->overhead->pack_gbytes_per_s == Approx(c.memory_gbytes_per_s / 2));
   CHECK(p->entries.size() == 7);   // patch, layer, pool; token, layer, pool; loss
   for (const auto& e : p->entries) {
     const bool text = e.workload.seq == 77 || e.workload.op == "token_embed" ||

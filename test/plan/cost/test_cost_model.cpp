@@ -101,3 +101,29 @@ TEST_CASE("ProfileCostModel fits every workload of the graph, and names a missin
   CHECK_THAT(msg, Catch::Contains("seq 257"));
   CHECK_THAT(msg, Catch::Contains("batch 128"));
 }
+
+TEST_CASE("software overhead: the rules of rules/links.h and the cost model's all-reduce, hand-computed") {
+  CommOverhead o;
+  o.exchange_us = 10;
+  o.message_us = 2;
+  o.pack_gbytes_per_s = 4;
+  o.allreduce_us = 30;
+  // 1e6 bytes at 4 GB/s: 0.25 ms.
+  CHECK(pack_ms(o, 1e6) == Approx(0.25));
+  // 3 messages, 1e6 bytes sent: 10 + 3 * 2 us + 0.25 ms.
+  CHECK(exchange_overhead_ms(o, 3, 1e6) == Approx(0.016 + 0.25));
+  CHECK(exchange_overhead_ms(o, 0, 1e6) == 0.0);   // local copies only
+  // 30 us + flatten and unflatten 2 x 0.25 ms.
+  CHECK(allreduce_overhead_ms(o, 1e6) == Approx(0.53));
+  CHECK(pack_ms(CommOverhead{}, 1e6) == 0.0);
+  CHECK_FALSE(CommOverhead{}.any());
+
+  TableCostModel m(two_islands());
+  CHECK(m.allreduce_ms(1e9, {0, 1}) == Approx(5.006));   // no overhead set: the ring formula
+  m.set_overhead(o);
+  CHECK(m.overhead().exchange_us == 10);
+  // Ring 5.006 ms + 30 us + 2 x 1e9 / 4e9 s.
+  CHECK(m.allreduce_ms(1e9, {0, 1}) == Approx(5.006 + 0.03 + 500.0));
+  CHECK(m.allreduce_ms(1e9, {3}) == 0.0);
+  CHECK(m.p2p_ms(1e6, false) == Approx(0.003 + 0.005));   // messages keep the link formula
+}

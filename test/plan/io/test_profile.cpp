@@ -121,3 +121,47 @@ TEST_CASE("profile reader rejects malformed JSON, mixed sources without per-entr
   REQUIRE_FALSE(c.ok());
   CHECK_THAT(c.error().message, Catch::Contains("does-not-exist.json"));
 }
+
+TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad figures are rejected") {
+  Profile p = sample();
+  p.cluster = ProfileCluster{"a800-1x8", 8, 8};
+  CommOverhead o;
+  o.exchange_us = 5;
+  o.message_us = 1.25;
+  o.pack_gbytes_per_s = 1019.5;
+  o.allreduce_us = 12.3456789;
+  p.overhead = o;
+  const std::string a = profile_to_json(p);
+  CHECK_THAT(a, Catch::Contains("\"version\": 3"));
+  auto q = parse_profile_string(a, "v3.json");
+  REQUIRE(q.ok());
+  REQUIRE(q->overhead.has_value());
+  CHECK(q->overhead->exchange_us == 5.0);
+  CHECK(q->overhead->message_us == 1.25);
+  CHECK(q->overhead->pack_gbytes_per_s == 1019.5);
+  CHECK(q->overhead->allreduce_us == 12.3457);   // 6 significant digits
+  CHECK(profile_to_json(*q) == a);
+
+  // Without overhead figures: version 2 (with a cluster), read back without any.
+  p.overhead.reset();
+  const std::string v2 = profile_to_json(p);
+  CHECK_THAT(v2, Catch::Contains("\"version\": 2"));
+  auto r = parse_profile_string(v2, "v2.json");
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->overhead.has_value());
+
+  // Version 3 requires the object; each figure >= 0.
+  std::string missing = a;
+  const size_t at = missing.find("  \"comm_overhead\"");
+  missing.erase(at, missing.find('\n', at) + 1 - at);
+  auto m = parse_profile_string(missing, "v3.json");
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.error().message, Catch::Contains("comm_overhead: missing required key"));
+  std::string negative = a;
+  const size_t ex = negative.find("\"exchange_us\":5");
+  REQUIRE(ex != std::string::npos);
+  negative.replace(ex, 15, "\"exchange_us\":-5");
+  auto n = parse_profile_string(negative, "v3.json");
+  REQUIRE_FALSE(n.ok());
+  CHECK_THAT(n.error().message, Catch::Contains("comm_overhead.exchange_us"));
+}

@@ -104,8 +104,10 @@ struct Programs {
     in.kind = sp::InstrKind::optimizer;
     add(d, in);
   }
-  sp::Simulation run(const sp::Cluster& cluster, const sp::SimOptions& options = {}) const {
-    const sp::TableCostModel cost(cluster);
+  sp::Simulation run(const sp::Cluster& cluster, const sp::SimOptions& options = {},
+                     const sp::CommOverhead& overhead = {}) const {
+    sp::TableCostModel cost(cluster);
+    cost.set_overhead(overhead);
     auto sim = sp::simulate(l, slice_ms, cost, cluster.devices_per_island, options);
     REQUIRE(sim.ok());
     return *sim;
@@ -205,6 +207,67 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   CHECK(box(sim, 0, 2, "wait").dur_ms == Approx(6.0));
   // Across two islands (1 device each) the inter-island link decides: 2 ms.
   CHECK(p.run(hand_cluster(2, 1)).iteration_ms == Approx(11.0));
+}
+
+TEST_CASE("software overhead: packing before, unpacking after an exchange, an all-reduce fixed cost", "[sim]") {
+  // The two-device program of the first case with overhead: 100 us per
+  // exchange, 50 us per message, packing at 2 GB/s (2e6 bytes: 1 ms), 200 us
+  // per all-reduce. Each exchange of one message: before it leaves, the
+  // device spends 0.1 + 0.05 (+ 1 packing on the sender) ms; after the
+  // message arrives, 1 ms unpacking on the receiver.
+  //   d0: fwd A [0,1], exchange fwd: packs [1,2.15], wire [2.15,4.15];
+  //   d1: exchange fwd: packs [0,0.15], waits, unpacks [4.15,5.15];
+  //       fwd B [5.15,7.15], bwd B [7.15,11.15], exchange bwd: packs
+  //       [11.15,12.30], wire [12.30,14.30]
+  //   d0: exchange bwd: reached 4.15, packs [4.15,4.30], waits, unpacks
+  //       [14.30,15.30]; bwd A [15.30,17.30]
+  Programs p(2);
+  const int a = p.slice(0, {0}, 3.0), b = p.slice(1, {1}, 6.0);
+  const int f = p.transfer(sp::Direction::forward, 1, 0, 1, 2'000'000);
+  const int g = p.transfer(sp::Direction::backward, 1, 1, 0, 2'000'000);
+  p.fwd(0, a);
+  p.exchange(0, sp::Direction::forward, 1, {f});
+  p.exchange(0, sp::Direction::backward, 1, {g});
+  p.bwd(0, a);
+  p.exchange(1, sp::Direction::forward, 1, {f});
+  p.fwd(1, b);
+  p.bwd(1, b);
+  p.exchange(1, sp::Direction::backward, 1, {g});
+  sp::CommOverhead o;
+  o.exchange_us = 100;
+  o.message_us = 50;
+  o.pack_gbytes_per_s = 2;
+  o.allreduce_us = 200;
+  const sp::Simulation sim = p.run(hand_cluster(1, 2), {}, o);
+  CHECK(sim.iteration_ms == Approx(17.3));
+  CHECK(box(sim, 0, 1, "exchange").dur_ms == Approx(3.15));   // [1, 4.15]
+  CHECK(box(sim, 1, 0, "exchange").dur_ms == Approx(5.15));   // [0, 5.15]
+  CHECK(box(sim, 1, 1, "forward").start_ms == Approx(5.15));
+  CHECK(sim.messages[0].ready_ms == Approx(2.15));
+  CHECK(sim.messages[1].start_ms == Approx(12.3));
+  // Transfer = software + wire: d0 1.15 + 2 (fwd) + 0.15 + 2 + 1 (bwd).
+  CHECK(sim.devices[0].transfer_ms == Approx(6.3));
+  // d1: 0.15 + 2 + 1 (fwd) + 1.15 + 2 (bwd).
+  CHECK(sim.devices[1].transfer_ms == Approx(6.3));
+  CHECK(sim.devices[1].wait_ms == Approx(2.0));   // [0.15, 2.15]: device 0 still computes and packs
+  // Without communication pricing the overhead is not priced either.
+  sp::SimOptions no_comm;
+  no_comm.price_communication = false;
+  CHECK(p.run(hand_cluster(1, 2), no_comm, o).iteration_ms == Approx(9.0));
+
+  // All-reduce of 1e6 bytes over two devices: ring 1 ms + 0.2 ms fixed +
+  // flatten and unflatten 2 x 0.5 ms = 2.2 ms.
+  Programs q(2);
+  const int c = q.slice(0, {0}, 3.0), e = q.slice(0, {1}, 3.0);
+  const int k = q.bucket({0, 1}, 1'000'000);
+  for (auto [d, s] : {std::pair{0, c}, std::pair{1, e}}) {
+    q.fwd(d, s);
+    q.bwd(d, s);
+    q.allreduce(d, k);
+  }
+  const sp::Simulation ar = q.run(hand_cluster(1, 2), {}, o);
+  CHECK(ar.devices[0].sync_ms == Approx(2.2));
+  CHECK(ar.iteration_ms == Approx(5.2));
 }
 
 TEST_CASE("messages share links: an island's uplink and a device's inbound link serialise", "[sim]") {
