@@ -152,11 +152,15 @@ bool on_device(const Backend& be, const Comm& comm) {
 // Sums the tensors `grads` (backend memory) over `comm`, in place, as one
 // flat buffer: in device memory when the backend's memory is a device's and
 // `comm` carries device memory (NCCL), else staged through host memory (MPI
-// and the fakes carry host buffers). Returns the element count.
-int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& grads) {
+// and the fakes carry host buffers). `flat` is the caller's buffer, kept
+// from step to step (allocated here when it has the wrong size or memory):
+// no allocation, page faults or zeroing per step. Returns the element count.
+int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& grads, Tensor& flat) {
   int64_t n = 0;
   for (const Tensor* g : grads) n += g->numel();
-  Tensor flat = on_device(be, comm) ? be.allocate({n}) : Tensor::zeros({n});
+  const bool device = on_device(be, comm);
+  if (flat.numel() != n || (flat.device() != Device::host) != device)
+    flat = device ? be.allocate({n}) : Tensor::zeros({n});
   int64_t off = 0;
   for (const Tensor* g : grads) {
     Tensor dst = row_view(flat, off, g->numel());
@@ -625,7 +629,7 @@ void Executor::reduce_bucket(int bucket) {
   std::vector<Tensor*> grads;
   for (const plan::ShardKey& key : b.shards)
     for (Param& p : params_.at(key).set.params) grads.push_back(&p.grad);
-  const int64_t floats = all_reduce_flat(backend_, *groups_.at(b.devices), grads);
+  const int64_t floats = all_reduce_flat(backend_, *groups_.at(b.devices), grads, bucket_buffers_[bucket]);
   counters_.reduced_bytes += floats * kBytesPerFloat;
   counters_.sync_ms += ms_since(t0);
   record("gradient sync", "sync", 1, t0, {{"floats", floats}, {"group", b.devices}});

@@ -229,6 +229,8 @@ class Executor {
   std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
   StepCounters counters_;
   std::map<int, double> lm_share_;  // lm_loss operator -> share of the task's loss its rows carry
+  // Kept across steps: per gradient bucket, its flat all-reduce buffer.
+  std::map<int, Tensor> bucket_buffers_;
 
   // Data: the source the current pass reads, and its batch.
   std::unique_ptr<DataSource> synthetic_;  // the default training data
