@@ -65,7 +65,7 @@ struct Run {
   sp::Plan plan;
   double plan_ms = 0;         // median over the repeats
   sp::Simulation sim;         // of the lowered programs (docs/simulation.md): what every figure is read from
-  double compute_only_ms = 0; // the same simulation with communication priced at 0
+  double gap = 0;             // simulated_compute_gap: communication priced at 0, over the relaxed optimum, - 1
   bool valid = false;         // check_plan
   bool fits = false;          // check_plan_memory
   std::string problem;        // the first checker violation, else the memory error, else ""
@@ -95,10 +95,7 @@ double device_share_pct(const Run& run, double device_ms) {
 double transfer_pct(const Run& run) { return device_share_pct(run, run.sim.transfer_device_ms()); }
 double sync_pct(const Run& run) { return device_share_pct(run, run.sim.sync_device_ms()); }
 double utilisation_pct(const Run& run) { return device_share_pct(run, run.sim.compute_device_ms()); }
-double gap_pct(const Run& run) {
-  const double relaxed = run.plan.predicted.relaxed_optimum_ms;
-  return relaxed > 0 ? 100 * (run.compute_only_ms / relaxed - 1) : 0;
-}
+double gap_pct(const Run& run) { return 100 * run.gap; }
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -162,15 +159,13 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
     run.problem = !run.valid ? violations[0] : !run.fits ? memory.error().message : "";
     if (run.valid) {
       auto sim = sp::simulate_plan(run.plan, *model, graph, **cost);
-      sp::SimOptions compute_only;
-      compute_only.price_communication = false;
-      auto free_comm = sp::simulate_plan(run.plan, *model, graph, **cost, compute_only);
-      if (!sim || !free_comm) {
+      auto gap = sp::simulated_compute_gap(run.plan, *model, graph, **cost);
+      if (!sim || !gap) {
         run.valid = false;
-        run.problem = "cannot simulate: " + (sim ? free_comm.error() : sim.error()).message;
+        run.problem = "cannot simulate: " + (sim ? gap.error() : sim.error()).message;
       } else {
         run.sim = std::move(*sim);
-        run.compute_only_ms = free_comm->iteration_ms;
+        run.gap = *gap;
       }
     }
     // Planning time as bench/plan_time measures it: curve fitting and planning.

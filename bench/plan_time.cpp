@@ -115,19 +115,14 @@ Row run(const sp::Model& model, const sp::Cluster& cluster, int repeats) {
     if (r == 0) {
       row.metaops = plan->metaops.size();
       row.waves = plan->waves.size();
-      // The compute gap on the simulated timeline: the lowered programs
-      // with communication priced at 0 (docs/simulation.md), over the
-      // relaxed optimum: no wave barriers, so a slot that ends early hands
-      // its devices on to the next wave's work.
-      sp::SimOptions compute_only;
-      compute_only.price_communication = false;
-      compute_only.timeline = false;
-      auto sim = sp::simulate_plan(*plan, model, graph, **cost, compute_only);
-      if (!sim) {
-        std::fprintf(stderr, "%s on %d: %s\n", model.name.c_str(), cluster.devices(), sim.error().message.c_str());
+      // The compute gap on the simulated timeline (communication at 0):
+      // no wave barriers, so a slot that ends early hands its devices on.
+      auto gap = sp::simulated_compute_gap(*plan, model, graph, **cost);
+      if (!gap) {
+        std::fprintf(stderr, "%s on %d: %s\n", model.name.c_str(), cluster.devices(), gap.error().message.c_str());
         return row;
       }
-      row.gap_pct = (sim->iteration_ms / plan->predicted.relaxed_optimum_ms - 1) * 100;
+      row.gap_pct = *gap * 100;
       row.valid = sp::check_plan(*plan, model, graph).empty();
     }
   }

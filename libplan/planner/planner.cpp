@@ -317,6 +317,15 @@ Result<Plan> make_plan(const PlanRequest& request) {
   switch (request.strategy) {
     case Strategy::spindle:
       candidates = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
+      // The baselines' schedules are wave plans too: Spindle also places
+      // and simulates them, so its plan is never predicted slower than a
+      // baseline's (task-level wins on ofasys-7 with 32 and 64 devices,
+      // where its small per-task groups all-reduce less).
+      if (request.baseline_candidates) {
+        candidates.push_back(sequential_waves(p, baseline));
+        candidates.push_back(task_level_waves(baseline));
+        candidates.push_back(intra_task_waves(baseline));
+      }
       break;
     case Strategy::sequential: candidates = {sequential_waves(p, baseline)}; break;
     case Strategy::task_level: candidates = {task_level_waves(baseline)}; break;

@@ -39,6 +39,11 @@ struct PlanRequest {
   // only, as the paper does. Such a plan may beat the per-level relaxed
   // optimum (its gap below 1).
   bool start_early = true;
+  // Spindle only: also place and simulate the baselines' schedules
+  // (sequential, task-level, intra-task) and keep one when it simulates
+  // fastest, so that Spindle is never predicted slower than a baseline. Off:
+  // Spindle's own portfolio only.
+  bool baseline_candidates = true;
   Placement placement = Placement::islands;
 };
 

@@ -479,4 +479,15 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
   return sim;
 }
 
+Result<double> simulated_compute_gap(const Plan& plan, const Model& model, const OpGraph& graph,
+                                     const CostModel& cost) {
+  SimOptions compute_only;
+  compute_only.price_communication = false;
+  compute_only.timeline = false;
+  auto sim = simulate_plan(plan, model, graph, cost, compute_only);
+  if (!sim) return sim.error();
+  const double relaxed = plan.predicted.relaxed_optimum_ms;
+  return relaxed > 0 ? sim->iteration_ms / relaxed - 1.0 : 0.0;
+}
+
 }  // namespace spindle::plan

@@ -127,8 +127,15 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 
 // Lowers `plan` and simulates it: the plan's slice times, its
 // devices_per_island, box names from its MetaOps. What the planner calls to
-// cost a placed plan by simulation (not yet its objective).
+// cost every placed candidate: the makespan is its objective.
 Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost,
                                  const SimOptions& options = {});
+
+// The compute gap of `plan`: the makespan of its programs simulated with
+// communication priced at 0 (so a slot that ends early hands its devices on)
+// over plan.predicted.relaxed_optimum_ms, minus 1; 0 without an optimum.
+// Negative when the plan beats the per-level optimum (start_early).
+Result<double> simulated_compute_gap(const Plan& plan, const Model& model, const OpGraph& graph,
+                                     const CostModel& cost);
 
 }  // namespace spindle::plan

@@ -210,8 +210,17 @@ TEST_CASE("make_plan spindle: single-operator losses reach the level's optimum",
     cost.set(op.workload, alpha_beta_curve(0, a, counts), 0, 0);
   }
   PlanRequest req{&*m, &graph, &cluster, &cost, "", Strategy::spindle};
+  // With the baselines' schedules among the candidates, the sequential one
+  // wins here: every loss on all 4 devices is as short (T = a/n scales
+  // perfectly: 1.5 + 1.5 + 2 = 5 ms) and moves nothing between waves.
+  Result<Plan> with_baselines = make_plan(req);
+  REQUIRE(with_baselines.ok());
+  // Spindle's own portfolio:
+  req.baseline_candidates = false;
   Result<Plan> plan = make_plan(req);
   REQUIRE(plan.ok());
+  CHECK(with_baselines->predicted.simulated_ms <= plan->predicted.simulated_ms);
+  CHECK(with_baselines->predicted.compute_ms == Approx(5.0).margin(0.001));   // + the embeddings
   CHECK(check_plan(*plan, *m, graph) == std::vector<std::string>{});
   // The extended combination does better still: its variant deferring
   // MetaOps with under 70% of the largest remaining work, on the paper's
