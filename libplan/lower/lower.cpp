@@ -188,7 +188,8 @@ ParamIds param_ids(const OpGraph& graph) {
 }
 
 // Parameter shards, their holders and the gradient buckets.
-void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids, Lowered& out) {
+// With `runtime_maps` false, shard_devices, param_tp and param_op stay empty.
+void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids, bool runtime_maps, Lowered& out) {
   // Holders of shard (param id, tp rank), unsorted with repeats; the first
   // operator (in slice order) using each param, and its tensor_parallel.
   std::vector<std::vector<std::vector<int>>> holders(ids.names.size());
@@ -210,8 +211,10 @@ void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids,
     if (first_op[static_cast<size_t>(p)] < 0) continue;
     const std::string& name = ids.names[static_cast<size_t>(p)];
     const Operator& op = graph.ops[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
-    out.param_tp[name] = op.tensor_parallel;
-    out.param_op.emplace(name, first_op[static_cast<size_t>(p)]);
+    if (runtime_maps) {
+      out.param_tp[name] = op.tensor_parallel;
+      out.param_op.emplace(name, first_op[static_cast<size_t>(p)]);
+    }
     const Task& task = model.tasks[static_cast<size_t>(op.task)];
     const Module* module = model.find_module(task.nodes[static_cast<size_t>(op.node)].module);
     const int64_t values = op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
@@ -221,8 +224,9 @@ void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids,
       if (list.empty()) continue;
       std::sort(list.begin(), list.end());
       list.erase(std::unique(list.begin(), list.end()), list.end());
+      if (list.size() < 2 && !runtime_maps) continue;
       ShardKey key{name, static_cast<int>(rank)};
-      out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
+      if (runtime_maps) out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
       if (list.size() < 2) continue;
       Bucket& b = buckets[list];
       b.devices = list;
@@ -282,8 +286,9 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 
 // Device d's program in the order of the header, with its dependencies.
 // `param_bwd` is scratch of ids.names.size() empty lists, left empty.
+// With `deps` false, every Instr::deps is left empty (LowerOptions).
 Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<std::vector<int>>& bucket_param,
-                      const DeviceShare& mine, int waves, int d, std::vector<std::vector<int>>& param_bwd) {
+                      const DeviceShare& mine, int waves, int d, std::vector<std::vector<int>>& param_bwd, bool deps) {
   Program prog;
   prog.device = d;
   // Forward and backward of each slice, an exchange per wave and direction
@@ -322,10 +327,12 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
       in.wave = w;
       in.dir = Direction::forward;
       in.transfers = std::move(run);
-      for (int t : in.transfers)  // the forward of every slice whose output d sends
-        if (l.transfers[static_cast<size_t>(t)].src == d)
-          in.deps.push_back(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
-      in.deps = sorted_unique(std::move(in.deps));
+      if (deps) {
+        for (int t : in.transfers)  // the forward of every slice whose output d sends
+          if (l.transfers[static_cast<size_t>(t)].src == d)
+            in.deps.push_back(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
+        in.deps = sorted_unique(std::move(in.deps));
+      }
       ex = add(std::move(in));
     }
     for (size_t k = wave_begin[static_cast<size_t>(w)]; k < wave_begin[static_cast<size_t>(w) + 1]; ++k) {
@@ -334,7 +341,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
       in.kind = InstrKind::forward;
       in.wave = w;
       in.slice = s;
-      if (ex >= 0 && !l.slices[static_cast<size_t>(s)].producers.empty()) in.deps.push_back(ex);
+      if (deps && ex >= 0 && !l.slices[static_cast<size_t>(s)].producers.empty()) in.deps.push_back(ex);
       fwd_of[static_cast<size_t>(s)] = add(std::move(in));
     }
   }
@@ -348,18 +355,21 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
       in.kind = InstrKind::backward;
       in.wave = w;
       in.slice = slice;
-      in.deps.push_back(fwd_of[static_cast<size_t>(slice)]);
       const LoweredSlice& s = l.slices[static_cast<size_t>(slice)];
-      if (auto g = grad_in.find(s.ops.back()); g != grad_in.end())
-        in.deps.insert(in.deps.end(), g->second.begin(), g->second.end());
-      in.deps = sorted_unique(std::move(in.deps));
+      if (deps) {
+        in.deps.push_back(fwd_of[static_cast<size_t>(slice)]);
+        if (auto g = grad_in.find(s.ops.back()); g != grad_in.end())
+          in.deps.insert(in.deps.end(), g->second.begin(), g->second.end());
+        in.deps = sorted_unique(std::move(in.deps));
+      }
       const int at = add(std::move(in));
       bwd_of[static_cast<size_t>(slice)] = at;
-      for (int o : s.ops)
-        if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
-          if (param_bwd[static_cast<size_t>(p)].empty()) touched.push_back(p);
-          param_bwd[static_cast<size_t>(p)].push_back(at);
-        }
+      if (deps)
+        for (int o : s.ops)
+          if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
+            if (param_bwd[static_cast<size_t>(p)].empty()) touched.push_back(p);
+            param_bwd[static_cast<size_t>(p)].push_back(at);
+          }
     }
     if (std::vector<int> run = exchange_of(Direction::backward, w); !run.empty()) {
       Instr in;
@@ -367,13 +377,16 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
       in.wave = w;
       in.dir = Direction::backward;
       in.transfers = std::move(run);
-      for (int t : in.transfers)  // the backward of every consumer slice whose input gradient d sends
-        if (l.transfers[static_cast<size_t>(t)].src == d)
-          in.deps.push_back(bwd_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].slice)]);
-      in.deps = sorted_unique(std::move(in.deps));
+      if (deps) {
+        for (int t : in.transfers)  // the backward of every consumer slice whose input gradient d sends
+          if (l.transfers[static_cast<size_t>(t)].src == d)
+            in.deps.push_back(bwd_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].slice)]);
+        in.deps = sorted_unique(std::move(in.deps));
+      }
       const int ex = add(std::move(in));
-      for (int t : prog.instrs[static_cast<size_t>(ex)].transfers)
-        if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
+      if (deps)
+        for (int t : prog.instrs[static_cast<size_t>(ex)].transfers)
+          if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
     }
   }
   // Gradient buckets: after the backward of every slice of d that uses one
@@ -383,19 +396,23 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
     Instr in;
     in.kind = InstrKind::allreduce;
     in.bucket = b;
-    for (int p : bucket_param[static_cast<size_t>(b)]) {
-      const std::vector<int>& after = param_bwd[static_cast<size_t>(p)];
-      in.deps.insert(in.deps.end(), after.begin(), after.end());
+    if (deps) {
+      for (int p : bucket_param[static_cast<size_t>(b)]) {
+        const std::vector<int>& after = param_bwd[static_cast<size_t>(p)];
+        in.deps.insert(in.deps.end(), after.begin(), after.end());
+      }
+      in.deps = sorted_unique(std::move(in.deps));
     }
-    in.deps = sorted_unique(std::move(in.deps));
     reductions.push_back(add(std::move(in)));
   }
   Instr opt;
   opt.kind = InstrKind::optimizer;
-  for (int s : bwd_of)
-    if (s >= 0) opt.deps.push_back(s);
-  opt.deps.insert(opt.deps.end(), reductions.begin(), reductions.end());
-  std::sort(opt.deps.begin(), opt.deps.end());
+  if (deps) {
+    for (int s : bwd_of)
+      if (s >= 0) opt.deps.push_back(s);
+    opt.deps.insert(opt.deps.end(), reductions.begin(), reductions.end());
+    std::sort(opt.deps.begin(), opt.deps.end());
+  }
   add(std::move(opt));
   for (int p : touched) param_bwd[static_cast<size_t>(p)].clear();
   return prog;
@@ -434,20 +451,20 @@ ProgramBytes Lowered::bytes(int device) const {
   return b;
 }
 
-Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph) {
+Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options) {
   Lowered out;
   out.devices = plan.devices;
   SPINDLE_TRY(lower_slices(plan, model, graph, out));
   SPINDLE_TRY(lower_transfers(plan, graph, out));
   const ParamIds ids = param_ids(graph);
-  lower_shards(model, graph, ids, out);
+  lower_shards(model, graph, ids, options.runtime_maps, out);
   const std::vector<DeviceShare> shares = device_shares(out);
   const std::vector<std::vector<int>> bucket_param = bucket_params(out, ids);
   std::vector<std::vector<int>> param_bwd(ids.names.size());
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(lower_program(out, ids, bucket_param, shares[static_cast<size_t>(d)],
-                                         static_cast<int>(plan.waves.size()), d, param_bwd));
+                                         static_cast<int>(plan.waves.size()), d, param_bwd, options.deps));
   return out;
 }
 

@@ -124,7 +124,13 @@ struct Lowered {
 // Lowers `plan` for `model` (whose expanded graph is `graph`). The plan must
 // name the model's operators; errors name the plan and the offending slice
 // or operator (a plan that passed check_plan_status lowers without error).
-Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph);
+// What lower() fills beyond the instructions every consumer needs.
+struct LowerOptions {
+  bool deps = true;           // Instr::deps (what --lower shows; the executor and the simulation run in order)
+  bool runtime_maps = true;   // Lowered::shard_devices, param_tp, param_op (the executor's)
+};
+
+Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options = {});
 
 // The programs as versioned JSON (docs/lowering.md): one document per
 // device, {"format": "spindle-program", "version": 1, "device": d, ...}.

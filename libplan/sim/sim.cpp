@@ -464,7 +464,11 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 
 Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost,
                                  const SimOptions& options) {
-  auto lowered = lower(plan, model, graph);
+  // The same instructions, without what only readers and the executor use.
+  LowerOptions lite;
+  lite.deps = false;
+  lite.runtime_maps = false;
+  auto lowered = lower(plan, model, graph, lite);
   if (!lowered) return lowered.error();
   auto sim = simulate(*lowered, lowered_slice_ms(plan), cost, plan.devices_per_island, options);
   if (!sim) return sim;

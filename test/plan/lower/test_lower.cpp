@@ -177,6 +177,35 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       REQUIRE(again.ok());
       for (int d = 0; d < plan->devices; ++d)
         CHECK(sp::program_json(*lowered, f.graph, d) == sp::program_json(*again, f.graph, d));
+      // The planner's lite lowering (no deps, no executor maps): the same
+      // instructions, transfers and buckets.
+      sp::LowerOptions lite;
+      lite.deps = false;
+      lite.runtime_maps = false;
+      auto bare = sp::lower(*plan, f.model, f.graph, lite);
+      REQUIRE(bare.ok());
+      CHECK(bare->shard_devices.empty());
+      CHECK(bare->buckets.size() == lowered->buckets.size());
+      CHECK(bare->transfers.size() == lowered->transfers.size());
+      for (size_t b = 0; b < bare->buckets.size(); ++b) {
+        CHECK(bare->buckets[b].devices == lowered->buckets[b].devices);
+        CHECK(bare->buckets[b].shards == lowered->buckets[b].shards);
+        CHECK(bare->buckets[b].bytes == lowered->buckets[b].bytes);
+      }
+      for (size_t t = 0; t < bare->transfers.size(); ++t)
+        CHECK((bare->transfers[t].src == lowered->transfers[t].src && bare->transfers[t].dst == lowered->transfers[t].dst &&
+               bare->transfers[t].bytes == lowered->transfers[t].bytes && bare->transfers[t].wave == lowered->transfers[t].wave));
+      for (int d = 0; d < plan->devices; ++d) {
+        const auto& full = lowered->programs[static_cast<size_t>(d)].instrs;
+        const auto& lean = bare->programs[static_cast<size_t>(d)].instrs;
+        REQUIRE(full.size() == lean.size());
+        for (size_t i = 0; i < full.size(); ++i) {
+          CHECK(lean[i].deps.empty());
+          CHECK((lean[i].kind == full[i].kind && lean[i].wave == full[i].wave && lean[i].dir == full[i].dir &&
+                 lean[i].slice == full[i].slice && lean[i].transfers == full[i].transfers &&
+                 lean[i].bucket == full[i].bucket));
+        }
+      }
       ++lowered_plans;
     }
   }
