@@ -57,6 +57,20 @@ namespace {
 // Island placement passes (place_islands with the previous pass as hint).
 constexpr int kPlacementPasses = 3;
 
+// A baseline's schedule joins Spindle's candidates only up to this many
+// (slot, device) pairs: lowering and simulating it costs about that many
+// instructions twice over (the sequential schedule of 1000 tasks on 1024
+// devices has 7.2 million and would take seconds; multitask-clip-10's on 64
+// devices has 4480).
+constexpr int64_t kMaxBaselineCandidateSlots = 200000;
+
+int64_t slot_devices(const std::vector<AbstractWave>& waves) {
+  int64_t n = 0;
+  for (const AbstractWave& w : waves)
+    for (const AbstractSlot& s : w.slots) n += s.devices;
+  return n;
+}
+
 // What the strategies share: the contraction, each MetaOp's curve and valid
 // device counts, and the relaxed optimum per level.
 struct Prepared {
@@ -322,9 +336,12 @@ Result<Plan> make_plan(const PlanRequest& request) {
       // baseline's (task-level wins on ofasys-7 with 32 and 64 devices,
       // where its small per-task groups all-reduce less).
       if (request.baseline_candidates) {
-        candidates.push_back(sequential_waves(p, baseline));
-        candidates.push_back(task_level_waves(baseline));
-        candidates.push_back(intra_task_waves(baseline));
+        std::vector<std::vector<AbstractWave>> baselines;
+        baselines.push_back(sequential_waves(p, baseline));
+        baselines.push_back(task_level_waves(baseline));
+        baselines.push_back(intra_task_waves(baseline));
+        for (std::vector<AbstractWave>& waves : baselines)
+          if (slot_devices(waves) <= kMaxBaselineCandidateSlots) candidates.push_back(std::move(waves));
       }
       break;
     case Strategy::sequential: candidates = {sequential_waves(p, baseline)}; break;
