@@ -27,58 +27,18 @@ TimingStats timing_stats(std::vector<double> samples) {
   return {quantile(samples, 0.5), quantile(samples, 0.1), quantile(samples, 0.9)};
 }
 
-plan::Result<LineFit> fit_line(const std::vector<double>& x, const std::vector<double>& t) {
+namespace {
+
+// Least squares of t = intercept + slope x with weight 1 (relative false)
+// or 1 / t^2 (relative true: every point's relative error weighs the same);
+// a negative intercept is refitted through the origin. The contract of
+// fit_line and fit_line_relative (fit.h).
+plan::Result<LineFit> fit_weighted_line(const std::vector<double>& x, const std::vector<double>& t, bool relative) {
   if (x.size() != t.size() || x.size() < 2) return plan::Error{"line fit: needs at least two points"};
-  const double n = static_cast<double>(x.size());
-  double sx = 0, st = 0, sxx = 0, sxt = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    sx += x[i];
-    st += t[i];
-    sxx += x[i] * x[i];
-    sxt += x[i] * t[i];
-  }
-  const double den = n * sxx - sx * sx;
-  if (!(den > 1e-12 * n * sxx)) return plan::Error{"line fit: needs at least two distinct sizes"};
-  LineFit f;
-  f.slope = (n * sxt - sx * st) / den;
-  f.intercept = (st - f.slope * sx) / n;
-  if (f.intercept < 0) {   // through the origin
-    f.intercept = 0;
-    f.slope = sxt / sxx;
-  }
-  if (!(f.slope > 0) || !std::isfinite(f.slope))
-    return plan::Error{"line fit: time does not grow with size (slope " + std::to_string(f.slope) + ")"};
-  for (size_t i = 0; i < x.size(); ++i)
-    if (t[i] > 0)
-      f.max_rel_residual = std::max(f.max_rel_residual, std::abs(f.intercept + f.slope * x[i] - t[i]) / t[i]);
-  return f;
-}
-
-plan::Result<plan::Link> fit_p2p_link(const std::vector<double>& bytes, const std::vector<double>& ms) {
-  auto f = fit_line(bytes, ms);
-  SPINDLE_TRY(f);
-  // slope: ms per byte -> GB/s = 1e-6 / slope; intercept ms -> us.
-  return plan::Link{1e-6 / f->slope, f->intercept * 1e3};
-}
-
-plan::Result<plan::Link> fit_allreduce_link(const std::vector<double>& bytes, const std::vector<double>& ms,
-                                            int ranks) {
-  if (ranks < 2) return plan::Error{"all-reduce fit: needs at least two ranks"};
-  const double p = ranks;
-  std::vector<double> x;
-  for (double b : bytes) x.push_back(2.0 * (p - 1.0) / p * b);
-  auto f = fit_line(x, ms);
-  SPINDLE_TRY(f);
-  return plan::Link{1e-6 / f->slope, f->intercept / (2.0 * (p - 1.0)) * 1e3};
-}
-
-plan::Result<LineFit> fit_line_relative(const std::vector<double>& x, const std::vector<double>& t) {
-  if (x.size() != t.size() || x.size() < 2) return plan::Error{"line fit: needs at least two points"};
-  // Weighted normal equations, weight 1 / t^2.
   double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    if (!(t[i] > 0)) return plan::Error{"line fit: times must be positive"};
-    const double w = 1.0 / (t[i] * t[i]);
+    if (relative && !(t[i] > 0)) return plan::Error{"line fit: times must be positive"};
+    const double w = relative ? 1.0 / (t[i] * t[i]) : 1.0;
     sw += w;
     sx += w * x[i];
     st += w * t[i];
@@ -97,8 +57,26 @@ plan::Result<LineFit> fit_line_relative(const std::vector<double>& x, const std:
   if (!(f.slope > 0) || !std::isfinite(f.slope))
     return plan::Error{"line fit: time does not grow with size (slope " + std::to_string(f.slope) + ")"};
   for (size_t i = 0; i < x.size(); ++i)
-    f.max_rel_residual = std::max(f.max_rel_residual, std::abs(f.intercept + f.slope * x[i] - t[i]) / t[i]);
+    if (t[i] > 0)
+      f.max_rel_residual = std::max(f.max_rel_residual, std::abs(f.intercept + f.slope * x[i] - t[i]) / t[i]);
   return f;
+}
+
+}  // namespace
+
+plan::Result<LineFit> fit_line(const std::vector<double>& x, const std::vector<double>& t) {
+  return fit_weighted_line(x, t, false);
+}
+
+plan::Result<plan::Link> fit_p2p_link(const std::vector<double>& bytes, const std::vector<double>& ms) {
+  auto f = fit_line(bytes, ms);
+  SPINDLE_TRY(f);
+  // slope: ms per byte -> GB/s = 1e-6 / slope; intercept ms -> us.
+  return plan::Link{1e-6 / f->slope, f->intercept * 1e3};
+}
+
+plan::Result<LineFit> fit_line_relative(const std::vector<double>& x, const std::vector<double>& t) {
+  return fit_weighted_line(x, t, true);
 }
 
 plan::Result<CopyFit> fit_copy(const std::vector<double>& bytes, const std::vector<double>& ms) {

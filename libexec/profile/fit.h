@@ -37,10 +37,6 @@ plan::Result<LineFit> fit_line(const std::vector<double>& x, const std::vector<d
 // Link figures from timings: p2p `ms` of one send of `bytes`, fitted as
 // latency + bytes / bandwidth.
 plan::Result<plan::Link> fit_p2p_link(const std::vector<double>& bytes, const std::vector<double>& ms);
-// From ring all-reduces of `bytes` over `ranks` (>= 2) ranks, fitted with the
-// cost model's formula 2 (p-1)/p * bytes / bandwidth + 2 (p-1) * latency.
-plan::Result<plan::Link> fit_allreduce_link(const std::vector<double>& bytes, const std::vector<double>& ms,
-                                            int ranks);
 
 // Relative least squares: t = intercept + slope * x minimising
 // sum ((intercept + slope x_i - t_i) / t_i)^2 (every t_i > 0), intercept

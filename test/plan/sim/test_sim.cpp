@@ -121,14 +121,10 @@ const sp::SimBox& box(const sp::Simulation& sim, int device, int instr, const st
   return sim.boxes.front();
 }
 
-}  // namespace
-
-TEST_CASE("one transfer each way between two devices: the makespan by hand", "[sim]") {
-  // Device 0 runs slice A (3 ms: forward 1, backward 2), device 1 slice B
-  // (6 ms: forward 2, backward 4) on A's output; 2e6 bytes each way at 1 GB/s
-  // (2 ms).
-  //   d0: fwd A [0,1], exchange fwd [1,3], exchange bwd [3,11], bwd A [11,13]
-  //   d1: exchange fwd [0,3], fwd B [3,5], bwd B [5,9], exchange bwd [9,11]
+// Device 0 runs slice A (3 ms: forward 1, backward 2), device 1 slice B
+// (6 ms: forward 2, backward 4) on A's output; 2e6 bytes each way. With
+// `optimizer`, each program ends with an optimizer step.
+Programs one_transfer_each_way(bool optimizer) {
   Programs p(2);
   const int a = p.slice(0, {0}, 3.0), b = p.slice(1, {1}, 6.0);
   const int f = p.transfer(sp::Direction::forward, 1, 0, 1, 2'000'000);
@@ -137,12 +133,24 @@ TEST_CASE("one transfer each way between two devices: the makespan by hand", "[s
   p.exchange(0, sp::Direction::forward, 1, {f});
   p.exchange(0, sp::Direction::backward, 1, {g});
   p.bwd(0, a);
-  p.optimizer(0);
+  if (optimizer) p.optimizer(0);
   p.exchange(1, sp::Direction::forward, 1, {f});
   p.fwd(1, b);
   p.bwd(1, b);
   p.exchange(1, sp::Direction::backward, 1, {g});
-  p.optimizer(1);
+  if (optimizer) p.optimizer(1);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("one transfer each way between two devices: the makespan by hand", "[sim]") {
+  // Device 0 runs slice A (3 ms: forward 1, backward 2), device 1 slice B
+  // (6 ms: forward 2, backward 4) on A's output; 2e6 bytes each way at 1 GB/s
+  // (2 ms).
+  //   d0: fwd A [0,1], exchange fwd [1,3], exchange bwd [3,11], bwd A [11,13]
+  //   d1: exchange fwd [0,3], fwd B [3,5], bwd B [5,9], exchange bwd [9,11]
+  Programs p = one_transfer_each_way(true);
 
   const sp::Simulation sim = p.run(hand_cluster(1, 2));
   CHECK(sim.iteration_ms == Approx(13.0));
@@ -221,18 +229,7 @@ TEST_CASE("software overhead: packing before, unpacking after an exchange, an al
   //       [11.15,12.30], wire [12.30,14.30]
   //   d0: exchange bwd: reached 4.15, packs [4.15,4.30], waits, unpacks
   //       [14.30,15.30]; bwd A [15.30,17.30]
-  Programs p(2);
-  const int a = p.slice(0, {0}, 3.0), b = p.slice(1, {1}, 6.0);
-  const int f = p.transfer(sp::Direction::forward, 1, 0, 1, 2'000'000);
-  const int g = p.transfer(sp::Direction::backward, 1, 1, 0, 2'000'000);
-  p.fwd(0, a);
-  p.exchange(0, sp::Direction::forward, 1, {f});
-  p.exchange(0, sp::Direction::backward, 1, {g});
-  p.bwd(0, a);
-  p.exchange(1, sp::Direction::forward, 1, {f});
-  p.fwd(1, b);
-  p.bwd(1, b);
-  p.exchange(1, sp::Direction::backward, 1, {g});
+  Programs p = one_transfer_each_way(false);
   sp::CommOverhead o;
   o.exchange_us = 100;
   o.message_us = 50;
