@@ -15,6 +15,7 @@
 #include "libplan/sim/sim.h"
 #include "libplan/waves/portfolio.h"
 #include "libplan/util/limits.h"
+#include "libplan/util/parallel.h"
 #include "libplan/waves/schedule.h"
 
 namespace spindle::plan {
@@ -187,6 +188,13 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
 
 namespace {
 
+// What costing writes into a plan for one placed candidate.
+struct Costed {
+  std::vector<Wave> waves;
+  std::vector<ParamGroup> groups;
+  Predicted predicted;   // simulated_ms: the objective; infinity when it stopped at its bound
+};
+
 // Sets the plan's waves to the placed abstract waves, slice ms = count *
 // T(n), transfer_ms 0 (costing fills it). Overwrites every field of the
 // waves already there, reusing their storage.
@@ -353,55 +361,69 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // parts) and by simulating its lowered programs (libplan/sim): the
   // shortest simulated iteration wins (ties: the earlier candidate). Island
   // placement refines itself (each pass knows where the previous one sent
-  // every slot's output): every schedule gets one pass, then the best
-  // schedule gets the further passes. `plan` is the scratch plan: what
-  // costing writes (waves, param_groups, predicted) of a better one is
-  // swapped into best_*, and the costing tables are built once.
+  // every slot's output): every schedule gets one pass (on parallel
+  // threads: the candidates are independent), then the best schedule gets
+  // the further passes. The costing tables are built once.
   const CostTables tables = cost_tables(plan, model, *request.graph, *request.cost);
-  SimOptions sim_options;
-  sim_options.timeline = false;
-  bool have_best = false;
-  size_t best_schedule = 0;
-  std::vector<Wave> best_waves;
-  std::vector<ParamGroup> best_groups;
-  Predicted best_predicted;
-  auto consider = [&](size_t schedule, const std::vector<WavePlacement>& placed) -> Status {
-    emit_waves(candidates[schedule], placed, plan);
-    cost_plan(plan, tables, *request.cost);
-    // A candidate that cannot beat the best so far stops simulating early.
-    sim_options.stop_after_ms = have_best ? best_predicted.simulated_ms : std::numeric_limits<double>::infinity();
-    Result<Simulation> sim = simulate_plan(plan, model, *request.graph, *request.cost, sim_options);
-    if (!sim) return Error{"planner: simulating a " + plan.strategy + " candidate: " + sim.error().message};
-    plan.predicted.simulated_ms = sim->iteration_ms;
-    if (!have_best || plan.predicted.simulated_ms < best_predicted.simulated_ms * (1 - 1e-12)) {
-      have_best = true;
-      best_schedule = schedule;
-      best_waves.swap(plan.waves);
-      best_groups.swap(plan.param_groups);
-      best_predicted = plan.predicted;
-    }
+  const PlaceInput in = placement_input(p.contraction, request);
+  // Places and costs schedule c in `scratch` (the plan's header and
+  // MetaOps); a candidate whose simulation passes `bound_ms` stops there
+  // (simulated_ms infinity: it cannot win).
+  auto evaluate = [&](size_t c, const std::vector<WavePlacement>& placed, double bound_ms, Plan& scratch,
+                      Costed& out) -> Status {
+    emit_waves(candidates[c], placed, scratch);
+    cost_plan(scratch, tables, *request.cost);
+    SimOptions options;
+    options.timeline = false;
+    options.stop_after_ms = bound_ms;
+    Result<Simulation> sim = simulate_plan(scratch, model, *request.graph, *request.cost, options);
+    if (!sim) return Error{"planner: simulating a " + scratch.strategy + " candidate: " + sim.error().message};
+    scratch.predicted.simulated_ms = sim->iteration_ms;
+    out.waves.swap(scratch.waves);
+    out.groups.swap(scratch.param_groups);
+    out.predicted = scratch.predicted;
     return {};
   };
-  const PlaceInput in = placement_input(p.contraction, request);
+  auto better = [](const Costed& a, const Costed& b) {
+    return a.predicted.simulated_ms < b.predicted.simulated_ms * (1 - 1e-12);
+  };
+
+  // First pass of every schedule. Each worker bounds its simulations by
+  // the best it has seen: a stopped candidate is slower than that, so the
+  // winner does not depend on how the candidates were shared out.
   std::vector<std::vector<WavePlacement>> first_pass(candidates.size());
-  for (size_t c = 0; c < candidates.size(); ++c) {
+  std::vector<Costed> costed(candidates.size());
+  std::vector<Status> status(candidates.size());
+  const size_t workers = parallel_workers(candidates.size());
+  std::vector<Plan> scratch(workers, plan);
+  std::vector<double> bound_ms(workers, std::numeric_limits<double>::infinity());
+  parallel_for(candidates.size(), [&](size_t w, size_t c) {
     first_pass[c] = request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
                                                                : place_islands(candidates[c], in);
-    SPINDLE_TRY(consider(c, first_pass[c]));
+    status[c] = evaluate(c, first_pass[c], bound_ms[w], scratch[w], costed[c]);
+    if (status[c].ok()) bound_ms[w] = std::min(bound_ms[w], costed[c].predicted.simulated_ms);
+  });
+  size_t best = 0;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    SPINDLE_TRY(status[c]);
+    if (c > 0 && better(costed[c], costed[best])) best = c;
   }
+  Costed winner = std::move(costed[best]);
+  // Further passes of the best schedule.
   if (request.placement == Placement::islands) {
-    const size_t c = best_schedule;
-    std::vector<WavePlacement> placed = std::move(first_pass[c]);
+    std::vector<WavePlacement> placed = std::move(first_pass[best]);
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
-      std::vector<WavePlacement> next = place_islands(candidates[c], in, &placed);
+      std::vector<WavePlacement> next = place_islands(candidates[best], in, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
-      SPINDLE_TRY(consider(c, placed));
+      Costed refined;
+      SPINDLE_TRY(evaluate(best, placed, winner.predicted.simulated_ms, plan, refined));
+      if (better(refined, winner)) winner = std::move(refined);
     }
   }
-  plan.waves = std::move(best_waves);
-  plan.param_groups = std::move(best_groups);
-  plan.predicted = std::move(best_predicted);
+  plan.waves = std::move(winner.waves);
+  plan.param_groups = std::move(winner.groups);
+  plan.predicted = std::move(winner.predicted);
   plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

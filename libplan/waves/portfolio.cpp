@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "libplan/util/parallel.h"
+
 namespace spindle::plan {
 
 namespace {
@@ -84,37 +86,58 @@ class Portfolio {
   }
 
  private:
-  // Schedules `with` with `o` into a new draft; true when some slot is wider
-  // than an island.
-  bool draft(const std::vector<ScheduleItem>& with, const ScheduleOptions& o) {
+  // A draft of `with` scheduled with `o`, not yet in drafts_.
+  Draft make_draft(const std::vector<ScheduleItem>& with, const ScheduleOptions& o) const {
     Draft d{0, schedule_waves(with, in_.devices, o), &with == &level_rounded_, !o.cross_level, &with, o};
-    bool wider = false;
-    for (const AbstractWave& w : d.waves) {
-      d.ms += w.ms;
-      for (const AbstractSlot& s : w.slots) wider = wider || s.devices > in_.island;
-    }
-    drafts_.push_back(std::move(d));
-    return wider;
+    for (const AbstractWave& w : d.waves) d.ms += w.ms;
+    return d;
+  }
+  bool wider_than_island(const Draft& d) const {
+    for (const AbstractWave& w : d.waves)
+      for (const AbstractSlot& s : w.slots)
+        if (s.devices > in_.island) return true;
+    return false;
+  }
+
+  // Schedules each (rounding, options) of `jobs` on parallel threads (the
+  // scheduler runs are independent); the drafts in job order.
+  std::vector<Draft> make_drafts(const std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>>& jobs) const {
+    std::vector<Draft> out(jobs.size());
+    parallel_for(jobs.size(), [&](size_t, size_t j) { out[j] = make_draft(*jobs[j].first, jobs[j].second); });
+    return out;
   }
 
   // Every variant runs on the paper's rounding; our level-by-level rules
   // widening by work also run on the level rounding. On several islands,
   // each level-by-level lookahead variant whose schedule spreads a slot over
   // more than an island runs again with tails kept inside an island
-  // (placement and costing decide whether that pays).
+  // (placement and costing decide whether that pays), its draft right after
+  // the uncapped one.
   void run_variants() {
-    for (const ScheduleOptions& o : portfolio_variants(in_.start_early)) {
+    std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> jobs;
+    for (const ScheduleOptions& o : portfolio_variants(in_.start_early))
       for (const std::vector<ScheduleItem>* with : {&items_, &level_rounded_}) {
         if (with == &level_rounded_ && (with->empty() || o.cross_level || o.paper_rules || !o.widen_by_work))
           continue;
-        const bool wider = draft(*with, o);
-        if (wider && !o.paper_rules && !o.cross_level && o.lookahead > 0 && in_.island > 0 &&
-            in_.island < in_.devices) {
-          ScheduleOptions capped = o;
-          capped.extend_cap = in_.island;
-          draft(*with, capped);
-        }
+        jobs.push_back({with, o});
       }
+    std::vector<Draft> drafts = make_drafts(jobs);
+    std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> capped_jobs;
+    std::vector<int> capped_of(jobs.size(), -1);   // job -> its index in capped_jobs
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const ScheduleOptions& o = jobs[j].second;
+      if (!o.paper_rules && !o.cross_level && o.lookahead > 0 && in_.island > 0 && in_.island < in_.devices &&
+          wider_than_island(drafts[j])) {
+        ScheduleOptions capped = o;
+        capped.extend_cap = in_.island;
+        capped_of[j] = static_cast<int>(capped_jobs.size());
+        capped_jobs.push_back({jobs[j].first, capped});
+      }
+    }
+    std::vector<Draft> capped = make_drafts(capped_jobs);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      drafts_.push_back(std::move(drafts[j]));
+      if (capped_of[j] >= 0) drafts_.push_back(std::move(capped[static_cast<size_t>(capped_of[j])]));
     }
   }
 
@@ -126,6 +149,7 @@ class Portfolio {
   // devices to widen the critical ones and later takes what they leave
   // (ofasys-7 on 8 devices: level 3 in 112.9 ms instead of 122.0).
   void run_extra_variants() {
+    std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> jobs;
     for (const ExtraVariant& e : kExtraVariants) {
       const std::vector<ScheduleItem>& with = e.level_rounded ? level_rounded_ : items_;
       if (with.empty()) continue;
@@ -133,8 +157,9 @@ class Portfolio {
       o.lookahead = kLookahead;
       o.defer_fraction = e.defer_fraction;
       o.widen_by_work = false;
-      draft(with, o);
+      jobs.push_back({&with, o});
     }
+    for (Draft& d : make_drafts(jobs)) drafts_.push_back(std::move(d));
   }
 
   size_t level_of(const AbstractWave& w) const {

@@ -1,0 +1,38 @@
+// A parallel loop for the planner's independent work items (candidate
+// schedules, scheduler variants). Results must be written by index so that
+// the output does not depend on which thread ran which item.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <thread>
+#include <vector>
+
+namespace spindle::plan {
+
+// Threads parallel_for uses for n items: std::thread::hardware_concurrency()
+// (at least 1), at most n.
+inline size_t parallel_workers(size_t n) {
+  return std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Runs f(worker, i) for every i in [0, n), each exactly once, on
+// parallel_workers(n) threads (the calling one is worker 0); returns when all
+// are done. Items are taken in increasing order; which worker takes which is
+// not fixed. f must not throw (the planner reports errors as values).
+template <class F>
+void parallel_for(size_t n, F f) {
+  const size_t workers = parallel_workers(n);
+  std::atomic<size_t> next{0};
+  auto work = [&](size_t worker) {
+    for (size_t i = next++; i < n; i = next++) f(worker, i);
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(workers > 0 ? workers - 1 : 0);
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace spindle::plan
