@@ -60,3 +60,29 @@ TEST_CASE("plan JSON: other formats, newer versions, unknown keys are rejected",
   CHECK_FALSE(sp::parse_plan_string("{\"format\": ", "p.json").ok());
 }
 
+
+TEST_CASE("plan JSON: predicted.simulated_ms is written, read back, optional, and checked", "[plan_io]") {
+  Fixture f;
+  const sp::Plan plan = f.plan();
+  REQUIRE(plan.predicted.simulated_ms > 0);   // the planner's objective, always simulated
+  nlohmann::json doc = nlohmann::json::parse(sp::plan_to_json(plan));
+  CHECK(doc["predicted"]["simulated_ms"].get<double>() == Approx(plan.predicted.simulated_ms).margin(5e-4));  // 3 decimals
+  auto back = sp::parse_plan_string(doc.dump(), "p.json");
+  REQUIRE(back.ok());
+  CHECK(back->predicted.simulated_ms == doc["predicted"]["simulated_ms"].get<double>());
+  // A plan without it (written before the field existed) reads as not simulated.
+  nlohmann::json old = doc;
+  old["predicted"].erase("simulated_ms");
+  auto older = sp::parse_plan_string(old.dump(), "p.json");
+  REQUIRE(older.ok());
+  CHECK(older->predicted.simulated_ms == 0);
+  CHECK(sp::plan_to_json(*older).find("simulated_ms") == std::string::npos);
+  // Negative, non-numeric: refused, naming the key.
+  for (const nlohmann::json& bad : {nlohmann::json(-1.0), nlohmann::json("fast")}) {
+    nlohmann::json d = doc;
+    d["predicted"]["simulated_ms"] = bad;
+    auto r = sp::parse_plan_string(d.dump(), "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("predicted.simulated_ms"));
+  }
+}
