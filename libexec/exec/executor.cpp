@@ -161,11 +161,21 @@ int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& gra
   const bool device = on_device(be, comm);
   if (flat.numel() != n || (flat.device() != Device::host) != device)
     flat = device ? be.allocate({n}) : Tensor::zeros({n});
+  // Gradients that are views of `flat` in order (bind_bucket_views) are
+  // reduced where they are.
+  bool in_place = true;
   int64_t off = 0;
   for (const Tensor* g : grads) {
-    Tensor dst = row_view(flat, off, g->numel());
-    be.copy(*g, dst);
+    in_place = in_place && g->data() == flat.data() + off;
     off += g->numel();
+  }
+  if (!in_place) {
+    off = 0;
+    for (const Tensor* g : grads) {
+      Tensor dst = row_view(flat, off, g->numel());
+      be.copy(*g, dst);
+      off += g->numel();
+    }
   }
   if (flat.device() == Device::host) {
     be.synchronize();
@@ -173,6 +183,7 @@ int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& gra
   } else {
     comm.all_reduce_sum_device(flat.data(), n);
   }
+  if (in_place) return n;
   off = 0;
   for (Tensor* g : grads) {
     be.copy(row_view(flat, off, g->numel()), *g);
@@ -389,6 +400,33 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
       }
       ops_.emplace(o, make_op(cfg, ps.set));
     }
+  }
+  bind_bucket_views();
+}
+
+// In host memory (the CPU backend), the gradients of each bucket this rank
+// is in live in the bucket's flat all-reduce buffer, in the bucket's order
+// (shards in key order, each shard's tensors in order): backward adds into
+// it and the all-reduce runs on it in place, without copying the gradients
+// in and out (as PyTorch DDP's gradient_as_bucket_view). Device backends
+// keep their own gradient tensors (zero_grads reallocates them) and copy.
+void Executor::bind_bucket_views() {
+  if (backend_.device() != Device::host) return;
+  const std::vector<plan::Bucket>& buckets = sched_->lowered.buckets;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!std::binary_search(buckets[b].devices.begin(), buckets[b].devices.end(), rank_)) continue;
+    int64_t n = 0;
+    for (const plan::ShardKey& key : buckets[b].shards)
+      for (const Param& p : params_.at(key).set.params) n += p.grad.numel();
+    Tensor& flat = bucket_buffers_[static_cast<int>(b)];
+    flat = Tensor::zeros({n});
+    int64_t off = 0;
+    for (const plan::ShardKey& key : buckets[b].shards)
+      for (Param& p : params_.at(key).set.params) {
+        const int64_t numel = p.grad.numel();
+        p.grad = row_view(flat, off, numel).reshaped(p.value.shape());
+        off += numel;
+      }
   }
 }
 

@@ -206,6 +206,7 @@ class Executor {
   void reduce_bucket(int bucket);
   void optimizer_step();
   void zero_grads();
+  void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
   void record(const std::string& name, const char* cat, int track, Clock::time_point t0,
               nlohmann::json args = nlohmann::json::object());
@@ -229,7 +230,8 @@ class Executor {
   std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
   StepCounters counters_;
   std::map<int, double> lm_share_;  // lm_loss operator -> share of the task's loss its rows carry
-  // Kept across steps: per gradient bucket, its flat all-reduce buffer.
+  // Kept across steps: per gradient bucket, its flat all-reduce buffer (in
+  // host memory, also the storage of its gradients: bind_bucket_views).
   std::map<int, Tensor> bucket_buffers_;
 
   // Data: the source the current pass reads, and its batch.
