@@ -1,5 +1,7 @@
-// Costing a placed plan (docs/planner.md, step 9): fills wave.transfer_ms,
-// param_groups and every field of Plan::predicted except relaxed_optimum_ms.
+// Wave-barrier costing of a placed plan (docs/planner.md, step 9): fills
+// wave.transfer_ms, param_groups and every field of Plan::predicted except
+// relaxed_optimum_ms and simulated_ms (the planner's objective, libplan/sim),
+// resetting simulated_ms to 0.
 #pragma once
 
 #include <string>

@@ -52,9 +52,12 @@ struct PlanRequest {
 // gradient bytes on the wire; and of the cluster and cost model.
 PlaceInput placement_input(const Contraction& contraction, const PlanRequest& request);
 
-// Plans one strategy. Errors (as values) when no valid plan exists, e.g. a
-// MetaOp with no valid device count on this cluster. The result obeys every
-// rule of spec/plan.md (check_plan) and is deterministic.
+// Plans one strategy: of its candidate schedules, each placed, the one whose
+// lowered programs simulate fastest (predicted.simulated_ms; docs/planner.md,
+// section 9). Errors (as values) when no valid plan exists, e.g. a MetaOp
+// with no valid device count on this cluster. The result obeys every rule of
+// spec/plan.md (check_plan) and is deterministic (the same whatever the
+// number of threads it runs on).
 Result<Plan> make_plan(const PlanRequest& request);
 
 }  // namespace spindle::plan
