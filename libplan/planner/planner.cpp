@@ -57,6 +57,9 @@ namespace {
 
 // Island placement passes (place_islands with the previous pass as hint).
 constexpr int kPlacementPasses = 3;
+// Schedules whose first placement pass simulates fastest that get the
+// further passes.
+constexpr size_t kRefinedSchedules = 2;
 
 // A baseline's schedule joins Spindle's candidates only up to this many
 // (slot, device) pairs: lowering and simulating it costs about that many
@@ -388,39 +391,62 @@ Result<Plan> make_plan(const PlanRequest& request) {
     return a.predicted.simulated_ms < b.predicted.simulated_ms * (1 - 1e-12);
   };
 
-  // First pass of every schedule. Each worker bounds its simulations by
-  // the best it has seen: a stopped candidate is slower than that, so the
-  // winner does not depend on how the candidates were shared out.
+  // First pass of every schedule. A worker bounds its simulations by the
+  // kRefinedSchedules-th best makespan it has seen: a candidate stopped there
+  // has that many faster ones, so the best kRefinedSchedules (which are
+  // refined below) are always simulated to the end, whichever thread ran
+  // what.
   std::vector<std::vector<WavePlacement>> first_pass(candidates.size());
   std::vector<Costed> costed(candidates.size());
   std::vector<Status> status(candidates.size());
   const size_t workers = parallel_workers(candidates.size());
   std::vector<Plan> scratch(workers, plan);
-  std::vector<double> bound_ms(workers, std::numeric_limits<double>::infinity());
+  std::vector<std::vector<double>> seen(workers);   // per worker: makespans, ascending, at most kRefinedSchedules
+  auto bound_of = [](const std::vector<double>& best) {
+    return best.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : best.back();
+  };
   parallel_for(candidates.size(), [&](size_t w, size_t c) {
     first_pass[c] = request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
                                                                : place_islands(candidates[c], in);
-    status[c] = evaluate(c, first_pass[c], bound_ms[w], scratch[w], costed[c]);
-    if (status[c].ok()) bound_ms[w] = std::min(bound_ms[w], costed[c].predicted.simulated_ms);
+    status[c] = evaluate(c, first_pass[c], bound_of(seen[w]), scratch[w], costed[c]);
+    if (!status[c].ok()) return;
+    std::vector<double>& best = seen[w];
+    best.insert(std::upper_bound(best.begin(), best.end(), costed[c].predicted.simulated_ms),
+                costed[c].predicted.simulated_ms);
+    if (best.size() > kRefinedSchedules) best.pop_back();
   });
-  size_t best = 0;
-  for (size_t c = 0; c < candidates.size(); ++c) {
-    SPINDLE_TRY(status[c]);
-    if (c > 0 && better(costed[c], costed[best])) best = c;
-  }
-  Costed winner = std::move(costed[best]);
-  // Further passes of the best schedule.
-  if (request.placement == Placement::islands) {
-    std::vector<WavePlacement> placed = std::move(first_pass[best]);
+  for (const Status& st : status) SPINDLE_TRY(st);
+  // The schedules in order of their first pass (ties: the earlier).
+  std::vector<size_t> order(candidates.size());
+  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return better(costed[a], costed[b]); });
+  order.resize(std::min(order.size(), kRefinedSchedules));
+
+  // Further passes of the best kRefinedSchedules schedules, side by side:
+  // the best schedule after one pass is not always the best after three.
+  std::vector<Costed> refined(order.size());
+  std::vector<Status> refine_status(order.size());
+  std::vector<Plan> refine_scratch(parallel_workers(order.size()), plan);
+  parallel_for(order.size(), [&](size_t w, size_t k) {
+    const size_t c = order[k];
+    refined[k] = costed[c];
+    if (request.placement != Placement::islands) return;
+    std::vector<WavePlacement> placed = first_pass[c];
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
-      std::vector<WavePlacement> next = place_islands(candidates[best], in, &placed);
+      std::vector<WavePlacement> next = place_islands(candidates[c], in, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
-      Costed refined;
-      SPINDLE_TRY(evaluate(best, placed, winner.predicted.simulated_ms, plan, refined));
-      if (better(refined, winner)) winner = std::move(refined);
+      Costed again;
+      refine_status[k] = evaluate(c, placed, refined[k].predicted.simulated_ms, refine_scratch[w], again);
+      if (!refine_status[k].ok()) return;
+      if (better(again, refined[k])) refined[k] = std::move(again);
     }
-  }
+  });
+  for (const Status& st : refine_status) SPINDLE_TRY(st);
+  size_t win = 0;
+  for (size_t k = 1; k < refined.size(); ++k)
+    if (better(refined[k], refined[win])) win = k;
+  Costed winner = std::move(refined[win]);
   plan.waves = std::move(winner.waves);
   plan.param_groups = std::move(winner.groups);
   plan.predicted = std::move(winner.predicted);

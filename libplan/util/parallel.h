@@ -6,15 +6,23 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
 namespace spindle::plan {
 
 // Threads parallel_for uses for n items: std::thread::hardware_concurrency()
-// (at least 1), at most n.
+// (at least 1), or SPINDLE_PLAN_THREADS when set to a number from 1 to 1024
+// (other values are ignored), at most n.
 inline size_t parallel_workers(size_t n) {
-  return std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  if (const char* env = std::getenv("SPINDLE_PLAN_THREADS")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1 && v <= 1024) threads = static_cast<size_t>(v);
+  }
+  return std::min(n, threads);
 }
 
 // Runs f(worker, i) for every i in [0, n), each exactly once, on

@@ -7,6 +7,8 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
+#include <thread>
 #include <set>
 
 #include "../shipped_fixture.h"
@@ -16,7 +18,9 @@
 #include "libplan/planner/planner.h"
 #include "libplan/graph/contract.h"
 #include "libplan/lower/lower.h"
+#include "libplan/plan/plan_io.h"
 #include "libplan/sim/sim.h"
+#include "libplan/util/parallel.h"
 
 using namespace spindle::plan;
 using spindle::plan::test::test_cluster;
@@ -352,4 +356,32 @@ TEST_CASE("place: the improvement counts the bytes the lowered programs move, on
       }
     }
   }
+}
+
+TEST_CASE("make_plan: the same plan on 1, 2 and 3 threads (SPINDLE_PLAN_THREADS)", "[planner][shipped]") {
+  // Candidates and scheduler variants run on parallel threads; each thread
+  // bounds its simulations by what it has seen, so the plan must not depend
+  // on how many there are or which ran what.
+  const char* before = std::getenv("SPINDLE_PLAN_THREADS");
+  const std::string saved = before ? before : "";
+  for (const char* model : {"multitask-clip-10", "ofasys-7", "qwen-val-3"}) {
+    INFO(model);
+    spindle::plan::testing::Fixture f(model, "a800-2x8");
+    PlanRequest req{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    std::vector<std::string> plans;
+    for (const char* threads : {"1", "2", "3"}) {
+      setenv("SPINDLE_PLAN_THREADS", threads, 1);
+      CHECK(parallel_workers(100) == static_cast<size_t>(std::stoi(threads)));
+      auto plan = make_plan(req);
+      REQUIRE(plan.ok());
+      plan->planning_ms = 0;
+      plans.push_back(plan_to_json(*plan));
+    }
+    CHECK(plans[0] == plans[1]);
+    CHECK(plans[0] == plans[2]);
+  }
+  setenv("SPINDLE_PLAN_THREADS", "0", 1);   // out of range: ignored
+  CHECK(parallel_workers(1000) == std::min<size_t>(1000, std::max(1u, std::thread::hardware_concurrency())));
+  if (before) setenv("SPINDLE_PLAN_THREADS", saved.c_str(), 1);
+  else unsetenv("SPINDLE_PLAN_THREADS");
 }
