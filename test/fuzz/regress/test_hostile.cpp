@@ -25,8 +25,10 @@
 #include "libplan/planner/planner.h"
 #include "libplan/util/files.h"
 #include "libplan/util/limits.h"
+#include "test/plan/shipped_fixture.h"
 
 namespace sp = spindle::plan;
+using spindle::plan::testing::Fixture;
 namespace fs = std::filesystem;
 
 namespace {
@@ -88,18 +90,8 @@ struct TinyPlan {
 };
 
 TinyPlan tiny_plan() {
-  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
-  REQUIRE(model.ok());
-  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x4.yaml");
-  REQUIRE(cluster.ok());
-  sp::OpGraph graph = sp::expand(*model);
-  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
-  REQUIRE(profile.ok());
-  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
-  REQUIRE(cost.ok());
-  auto plan = sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle});
-  REQUIRE(plan.ok());
-  return {*model, *cluster, graph, *plan};
+  const Fixture f;   // tiny-clip on cpu-1x4, analytic profile
+  return {f.model, f.cluster, f.graph, f.plan()};
 }
 
 // A scratch folder, removed at the end of the test.
@@ -315,39 +307,29 @@ TEST_CASE("bytes_to_int64 saturates instead of wrapping", "[hostile]") {
 }
 
 TEST_CASE("huge profiled byte counts make an infeasible plan, never a negative memory figure", "[hostile]") {
-  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
-  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x4.yaml");
-  REQUIRE((model.ok() && cluster.ok()));
-  const sp::OpGraph graph = sp::expand(*model);
-  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
-  REQUIRE(profile.ok());
-  for (sp::ProfileEntry& e : profile->entries) {
+  Fixture f;
+  for (sp::ProfileEntry& e : f.profile.entries) {
     e.param_bytes = sp::limits::kMaxBytes;
     e.activation_bytes_per_sample = sp::limits::kMaxBytes;
   }
-  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  auto cost = sp::ProfileCostModel::create(f.profile, f.cluster, f.graph);
   REQUIRE(cost.ok());
-  sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::sequential};
+  sp::PlanRequest request{&f.model, &f.graph, &f.cluster, cost->get(), "", sp::Strategy::sequential};
   request.placement = sp::Placement::sequential;
   auto plan = sp::make_plan(request);
   if (!plan.ok()) return;  // refused as infeasible: fine
   for (int64_t b : plan->predicted.memory_bytes) CHECK(b >= 0);
   bool over = false;
-  for (const std::string& v : sp::check_plan(*plan, *model, graph)) over = over || v.find("rule 6") == 0;
+  for (const std::string& v : sp::check_plan(*plan, f.model, f.graph)) over = over || v.find("rule 6") == 0;
   CHECK(over);
 }
 
 // ---- 4. Profiles and plans against the cluster they are used with ----
 
 TEST_CASE("a one-point profile entry on a multi-device cluster is refused", "[hostile]") {
-  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
-  auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x4.yaml");
-  REQUIRE((model.ok() && cluster.ok()));
-  const sp::OpGraph graph = sp::expand(*model);
-  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
-  REQUIRE(profile.ok());
-  profile->entries[0].points.resize(1);
-  const std::string e = error_of(sp::ProfileCostModel::create(*profile, *cluster, graph));
+  Fixture f;   // tiny-clip on cpu-1x4
+  f.profile.entries[0].points.resize(1);
+  const std::string e = error_of(sp::ProfileCostModel::create(f.profile, f.cluster, f.graph));
   CHECK(e.find("entries[0]") != std::string::npos);
   CHECK(e.find("one point (1 devices), but several device counts are valid on 4 devices") != std::string::npos);
 }
