@@ -748,18 +748,7 @@ class Improver {
         }
       };
     };
-    if (e.ksrc == 1 && e.kdst == 1) {
-      // Every row has one holder on either side: the backward moves are the
-      // forward ones reversed (same device pairs, same rows).
-      const auto fwd = add(0), bwd = add(1);
-      for_each_reshard_move(src, 1, dst, 1, e.batch, per_island_, [&](const RowMove& m) {
-        fwd(m);
-        bwd(RowMove{m.dst, m.src, m.rows});
-      });
-      return;
-    }
-    for_each_reshard_move(src, e.ksrc, dst, e.kdst, e.batch, per_island_, add(0));
-    for_each_reshard_move(dst, e.kdst, src, e.ksrc, e.batch, per_island_, add(1));
+    for_each_reshard_move_both_ways(src, e.ksrc, dst, e.kdst, e.batch, per_island_, add(0), add(1));
   }
 
   // Counts (sign +1) or uncounts (-1) slot id's devices as holders of the

@@ -78,6 +78,27 @@ template <class F>
 void for_each_reshard_move(const std::vector<int>& from, int from_tp, const std::vector<int>& to, int to_tp,
                            int64_t batch, int devices_per_island, F&& f);
 
+// A re-sharding's forward moves (producer `from` -> consumer `to`) to
+// fwd(const RowMove&) and its backward moves (`to` -> `from`, the gradients)
+// to bwd(const RowMove&), each as the two for_each_reshard_move calls would
+// give them (the backward ones in another order when both sides have one
+// holder per row: then they are the forward moves reversed, the same device
+// pairs and rows, and the rows are walked once). For consumers of the moves
+// as sums (placement's evaluator); the lowering keeps the calls' order.
+template <class Fwd, class Bwd>
+void for_each_reshard_move_both_ways(const std::vector<int>& from, int from_tp, const std::vector<int>& to,
+                                     int to_tp, int64_t batch, int devices_per_island, Fwd&& fwd, Bwd&& bwd) {
+  if (from_tp == 1 && to_tp == 1) {
+    for_each_reshard_move(from, 1, to, 1, batch, devices_per_island, [&](const RowMove& m) {
+      fwd(m);
+      bwd(RowMove{m.dst, m.src, m.rows});
+    });
+    return;
+  }
+  for_each_reshard_move(from, from_tp, to, to_tp, batch, devices_per_island, fwd);
+  for_each_reshard_move(to, to_tp, from, from_tp, batch, devices_per_island, bwd);
+}
+
 // --- implementation of the template ---
 
 template <class F>

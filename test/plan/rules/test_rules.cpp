@@ -3,6 +3,8 @@
 // hand.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "libplan/rules/devices.h"
@@ -71,6 +73,36 @@ TEST_CASE("re-shard moves by hand: each receiver gets its rows from the nearest 
   CHECK(reshard_moves(b, 1, tp, 2, 12, 8) ==
         std::vector<RowMove>{{2, 0, {0, 4}}, {3, 0, {4, 6}}, {2, 1, {0, 4}}, {3, 1, {4, 6}},
                              {3, 2, {6, 8}}, {4, 2, {8, 12}}, {3, 3, {6, 8}}, {4, 3, {8, 12}}});
+}
+
+TEST_CASE("re-shard moves both ways: the two walks' moves, as multisets") {
+  // Both ways at once gives the moves of reshard_moves(from, to) and of
+  // reshard_moves(to, from), whatever the layouts (with one holder per row
+  // on both sides, the backward ones come in another order).
+  auto sorted = [](std::vector<RowMove> v) {
+    std::sort(v.begin(), v.end(), [](const RowMove& a, const RowMove& b) {
+      return std::tie(a.src, a.dst, a.rows.begin, a.rows.end) < std::tie(b.src, b.dst, b.rows.begin, b.rows.end);
+    });
+    return v;
+  };
+  struct Case {
+    std::vector<int> from;
+    int from_tp;
+    std::vector<int> to;
+    int to_tp;
+    int64_t batch;
+    int per_island;
+  };
+  for (const Case& c : {Case{{0, 1}, 1, {2, 3, 4}, 1, 12, 8}, Case{{0, 1, 2, 3}, 1, {5, 9}, 1, 24, 4},
+                        Case{{0, 1, 2, 3}, 2, {1, 4, 5}, 1, 12, 4}, Case{{2, 3, 4}, 1, {0, 1, 2, 3}, 2, 12, 8},
+                        Case{{0, 1, 2}, 1, {0, 1, 2}, 1, 6, 2}}) {
+    std::vector<RowMove> fwd, bwd;
+    for_each_reshard_move_both_ways(
+        c.from, c.from_tp, c.to, c.to_tp, c.batch, c.per_island, [&](const RowMove& m) { fwd.push_back(m); },
+        [&](const RowMove& m) { bwd.push_back(m); });
+    CHECK(fwd == reshard_moves(c.from, c.from_tp, c.to, c.to_tp, c.batch, c.per_island));
+    CHECK(sorted(bwd) == sorted(reshard_moves(c.to, c.to_tp, c.from, c.from_tp, c.batch, c.per_island)));
+  }
 }
 
 TEST_CASE("memory: parameter state and activations per device, by hand") {
