@@ -9,20 +9,52 @@
 
 namespace spindle::plan {
 
+namespace {
+
+// A string json::dump() writes as it is, between quotes: printable ASCII
+// without '"' or '\\'.
+bool plain_json_string(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
+}
+
+}  // namespace
+
 std::string Workload::key() const {
   // The bytes of dims.dump() for a flat object (the only dims a reader
   // accepts), built without recursing: a nested value would be written "?".
-  std::string k = op + "{";
+  // Catalogue names, integers and booleans (every dims a reader accepts but
+  // `temperature`) are written here as dump() writes them; anything else
+  // goes through dump(). Called once per operator by planning: kept cheap.
+  std::string k = op;
+  k += '{';
   if (dims.is_object()) {
     bool first = true;
-    for (const auto& item : dims.items()) {
-      k += first ? "" : ",";
-      k += nlohmann::json(item.key()).dump() + ":";
-      k += item.value().is_structured() ? std::string("?") : item.value().dump();
+    for (const auto& [name, value] : dims.items()) {
+      if (!first) k += ',';
       first = false;
+      if (plain_json_string(name)) {
+        k += '"';
+        k += name;
+        k += '"';
+      } else {
+        k += nlohmann::json(name).dump();
+      }
+      k += ':';
+      if (value.is_structured())
+        k += '?';
+      else if (value.is_number_integer())
+        k += value.is_number_unsigned() ? std::to_string(value.get<uint64_t>()) : std::to_string(value.get<int64_t>());
+      else if (value.is_boolean())
+        k += value.get<bool>() ? "true" : "false";
+      else
+        k += value.dump();
     }
   }
-  return k + "}/s" + std::to_string(seq) + "/b" + std::to_string(batch);
+  k += "}/s";
+  k += std::to_string(seq);
+  k += "/b";
+  k += std::to_string(batch);
+  return k;
 }
 
 OpGraph expand(const Model& model) {

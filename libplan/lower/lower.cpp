@@ -29,12 +29,12 @@ Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, 
   for (const Wave& wave : plan.waves) {
     for (size_t k = 0; k < wave.slices.size(); ++k) {
       const Slice& s = wave.slices[k];
-      const std::string sh = where + ": waves[" + std::to_string(wave.index) + "].slices[" + std::to_string(k) + "]";
+      auto sh = [&] { return where + ": waves[" + std::to_string(wave.index) + "].slices[" + std::to_string(k) + "]"; };
       if (s.metaop < 0 || s.metaop >= static_cast<int>(plan.metaops.size()))
-        return Error{sh + " names unknown MetaOp " + std::to_string(s.metaop)};
+        return Error{sh() + " names unknown MetaOp " + std::to_string(s.metaop)};
       const PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
       if (s.count < 1 || s.first < 0 || s.first + s.count > static_cast<int>(m.operators.size()))
-        return Error{sh + ": operators " + std::to_string(s.first) + " + " + std::to_string(s.count) +
+        return Error{sh() + ": operators " + std::to_string(s.first) + " + " + std::to_string(s.count) +
                      " outside MetaOp " + std::to_string(s.metaop)};
       LoweredSlice info;
       info.wave = wave.index;
@@ -42,16 +42,16 @@ Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, 
       info.devices = s.devices;
       std::sort(info.devices.begin(), info.devices.end());
       for (int d : info.devices)
-        if (d < 0 || d >= plan.devices) return Error{sh + ": device " + std::to_string(d) + " outside the plan"};
+        if (d < 0 || d >= plan.devices) return Error{sh() + ": device " + std::to_string(d) + " outside the plan"};
       for (int j = s.first; j < s.first + s.count; ++j) {
         const auto it = op_index.find(m.operators[static_cast<size_t>(j)]);
-        if (it == op_index.end()) return Error{sh + " names unknown operator " + m.operators[static_cast<size_t>(j)]};
+        if (it == op_index.end()) return Error{sh() + " names unknown operator " + m.operators[static_cast<size_t>(j)]};
         info.ops.push_back(it->second);
       }
       const Operator& first = graph.ops[static_cast<size_t>(info.ops[0])];
       info.layout = {first.workload.batch, static_cast<int>(info.devices.size()), first.tensor_parallel};
       if (!valid_device_count(info.layout.devices, info.layout.tp, info.layout.batch))
-        return Error{sh + ": " + std::to_string(info.layout.devices) + " devices do not split batch " +
+        return Error{sh() + ": " + std::to_string(info.layout.devices) + " devices do not split batch " +
                      std::to_string(info.layout.batch) + " with tensor_parallel " + std::to_string(info.layout.tp)};
       if (first.block == 0 && first.rep == 0) {
         const Task& task = model.tasks[static_cast<size_t>(first.task)];
@@ -161,15 +161,6 @@ std::vector<int> sorted_unique(std::vector<int> v) {
   return v;
 }
 
-// Parameter ids: every distinct Operator::param of the graph, numbered in
-// order of first appearance; -1 for an operator without parameters
-// (contrastive_loss). Lowering works on these ints, not on the strings.
-struct ParamIds {
-  std::vector<int> of_op;            // by graph operator
-  std::vector<std::string> names;    // by id
-  std::vector<int> sorted;           // ids in order of name
-};
-
 ParamIds param_ids(const OpGraph& graph) {
   ParamIds ids;
   std::map<std::string, int> index;
@@ -190,21 +181,38 @@ ParamIds param_ids(const OpGraph& graph) {
 // Parameter shards, their holders and the gradient buckets.
 // With `runtime_maps` false, shard_devices, param_tp and param_op stay empty.
 void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids, bool runtime_maps, Lowered& out) {
-  // Holders of shard (param id, tp rank), unsorted with repeats; the first
-  // operator (in slice order) using each param, and its tensor_parallel.
-  std::vector<std::vector<std::vector<int>>> holders(ids.names.size());
+  // The slices using each param (ascending, each once) and its first
+  // operator (in slice order). Params used by the same slices have the same
+  // holders: those are worked out once per distinct list of slices.
+  std::vector<std::vector<int>> users(ids.names.size());
   std::vector<int> first_op(ids.names.size(), -1);
-  for (const LoweredSlice& s : out.slices)
-    for (int o : s.ops) {
+  for (size_t s = 0; s < out.slices.size(); ++s)
+    for (int o : out.slices[s].ops) {
       const int p = ids.of_op[static_cast<size_t>(o)];
       if (p < 0) continue;
-      const Operator& op = graph.ops[static_cast<size_t>(o)];
       if (first_op[static_cast<size_t>(p)] < 0) first_op[static_cast<size_t>(p)] = o;
-      std::vector<std::vector<int>>& by_rank = holders[static_cast<size_t>(p)];
-      if (by_rank.size() < static_cast<size_t>(op.tensor_parallel)) by_rank.resize(static_cast<size_t>(op.tensor_parallel));
-      for (size_t i = 0; i < s.devices.size(); ++i)
-        by_rank[static_cast<size_t>(s.layout.tp_rank_of(static_cast<int>(i)))].push_back(s.devices[i]);
+      std::vector<int>& u = users[static_cast<size_t>(p)];
+      if (u.empty() || u.back() != static_cast<int>(s)) u.push_back(static_cast<int>(s));
     }
+  // Holders by rank (ascending, without repeats) of each distinct list of
+  // slices: the devices of those slices at that tensor-parallel rank.
+  std::map<std::vector<int>, std::vector<std::vector<int>>> holders_of;
+  auto holders = [&](const std::vector<int>& slices, int tp) -> std::vector<std::vector<int>>& {
+    auto [it, added] = holders_of.try_emplace(slices);
+    std::vector<std::vector<int>>& by_rank = it->second;
+    if (!added) return by_rank;
+    by_rank.resize(static_cast<size_t>(tp));
+    for (int s : slices) {
+      const LoweredSlice& slice = out.slices[static_cast<size_t>(s)];
+      for (size_t i = 0; i < slice.devices.size(); ++i)
+        by_rank[static_cast<size_t>(slice.layout.tp_rank_of(static_cast<int>(i)))].push_back(slice.devices[i]);
+    }
+    for (std::vector<int>& list : by_rank) {
+      if (slices.size() > 1) std::sort(list.begin(), list.end());   // one slice's devices are ascending
+      list.erase(std::unique(list.begin(), list.end()), list.end());
+    }
+    return by_rank;
+  };
   // Shards in key order (param name, then rank): the order of a bucket's shards.
   std::map<std::vector<int>, Bucket> buckets;
   for (int p : ids.sorted) {
@@ -218,18 +226,16 @@ void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids,
     const Task& task = model.tasks[static_cast<size_t>(op.task)];
     const Module* module = model.find_module(task.nodes[static_cast<size_t>(op.node)].module);
     const int64_t values = op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
-    std::vector<std::vector<int>>& by_rank = holders[static_cast<size_t>(p)];
+    const std::vector<std::vector<int>>& by_rank = holders(users[static_cast<size_t>(p)], op.tensor_parallel);
     for (size_t rank = 0; rank < by_rank.size(); ++rank) {
-      std::vector<int>& list = by_rank[rank];
+      const std::vector<int>& list = by_rank[rank];
       if (list.empty()) continue;
-      std::sort(list.begin(), list.end());
-      list.erase(std::unique(list.begin(), list.end()), list.end());
       if (list.size() < 2 && !runtime_maps) continue;
       ShardKey key{name, static_cast<int>(rank)};
       if (runtime_maps) out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
       if (list.size() < 2) continue;
       Bucket& b = buckets[list];
-      b.devices = list;
+      if (b.devices.empty()) b.devices = list;
       b.shards.push_back(std::move(key));
       b.values += values;
     }
@@ -451,13 +457,19 @@ ProgramBytes Lowered::bytes(int device) const {
   return b;
 }
 
-Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options) {
+Result<Lowered> lower_header(const Plan& plan, const Model& model, const OpGraph& graph,
+                             const LowerOptions& options) {
   Lowered out;
   out.devices = plan.devices;
   SPINDLE_TRY(lower_slices(plan, model, graph, out));
+  out.params = param_ids(graph);
+  lower_shards(model, graph, out.params, options.runtime_maps, out);
+  return out;
+}
+
+Status lower_programs(const Plan& plan, const OpGraph& graph, Lowered& out, const LowerOptions& options) {
   SPINDLE_TRY(lower_transfers(plan, graph, out));
-  const ParamIds ids = param_ids(graph);
-  lower_shards(model, graph, ids, options.runtime_maps, out);
+  const ParamIds& ids = out.params;
   const std::vector<DeviceShare> shares = device_shares(out);
   const std::vector<std::vector<int>> bucket_param = bucket_params(out, ids);
   std::vector<std::vector<int>> param_bwd(ids.names.size());
@@ -465,6 +477,13 @@ Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(lower_program(out, ids, bucket_param, shares[static_cast<size_t>(d)],
                                          static_cast<int>(plan.waves.size()), d, param_bwd, options.deps));
+  return {};
+}
+
+Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options) {
+  Result<Lowered> out = lower_header(plan, model, graph, options);
+  if (!out) return out;
+  SPINDLE_TRY(lower_programs(plan, graph, *out, options));
   return out;
 }
 

@@ -103,8 +103,18 @@ struct ProgramBytes {
   bool operator==(const ProgramBytes&) const = default;
 };
 
+// Parameter ids: every distinct Operator::param of the graph, numbered in
+// order of first appearance; -1 for an operator without parameters
+// (contrastive_loss). Lowering works on these ints, not on the strings.
+struct ParamIds {
+  std::vector<int> of_op;            // by graph operator
+  std::vector<std::string> names;    // by id
+  std::vector<int> sorted;           // ids in order of name
+};
+
 struct Lowered {
   int devices = 0;
+  ParamIds params;                       // of the graph lowered
   std::vector<LoweredSlice> slices;      // wave by wave, in plan order
   std::vector<int> slice_of;             // graph operator -> slice
   std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending
@@ -131,6 +141,14 @@ struct LowerOptions {
 };
 
 Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options = {});
+
+// lower() in two stages, for a caller that may stop after the first
+// (the simulation's lower bound needs only the slices and buckets):
+// lower_header fills devices, slices, slice_of, buckets (and the runtime
+// maps); lower_programs then adds the transfers and the programs.
+Result<Lowered> lower_header(const Plan& plan, const Model& model, const OpGraph& graph,
+                             const LowerOptions& options = {});
+Status lower_programs(const Plan& plan, const OpGraph& graph, Lowered& header, const LowerOptions& options = {});
 
 // The programs as versioned JSON (docs/lowering.md): one document per
 // device, {"format": "spindle-program", "version": 1, "device": d, ...}.

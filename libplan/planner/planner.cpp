@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <mutex>
 
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
@@ -191,11 +192,10 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
 
 namespace {
 
-// What costing writes into a plan for one placed candidate.
+// One placed candidate and its objective.
 struct Costed {
-  std::vector<Wave> waves;
-  std::vector<ParamGroup> groups;
-  Predicted predicted;   // simulated_ms: the objective; infinity when it stopped at its bound
+  std::vector<WavePlacement> placed;
+  double simulated_ms = 0;   // infinity when its simulation stopped at its bound
 };
 
 // Sets the plan's waves to the placed abstract waves, slice ms = count *
@@ -359,61 +359,57 @@ Result<Plan> make_plan(const PlanRequest& request) {
     case Strategy::task_level: candidates = {task_level_waves(baseline)}; break;
     case Strategy::intra_task: candidates = {intra_task_waves(baseline)}; break;
   }
-  // Placement, then costing. Every placed candidate is costed by the
-  // wave-barrier model (cost_plan: parameter groups, memory, the predicted
-  // parts) and by simulating its lowered programs (libplan/sim): the
-  // shortest simulated iteration wins (ties: the earlier candidate). Island
-  // placement refines itself (each pass knows where the previous one sent
-  // every slot's output): every schedule gets one pass (on parallel
-  // threads: the candidates are independent), then the best schedule gets
-  // the further passes. The costing tables are built once.
-  const CostTables tables = cost_tables(plan, model, *request.graph, *request.cost);
+  // Placement, then costing. Every placed candidate is costed by
+  // simulating its lowered programs (libplan/sim): the shortest simulated
+  // iteration wins (ties: the earlier candidate); the winner alone is then
+  // costed by the wave-barrier model too (cost_plan: parameter groups,
+  // memory, the predicted parts). Island placement refines itself (each
+  // pass knows where the previous one sent every slot's output): every
+  // schedule gets one pass (on parallel threads: the candidates are
+  // independent), then the best schedules get the further passes.
   const PlaceInput in = placement_input(p.contraction, request);
-  // Places and costs schedule c in `scratch` (the plan's header and
-  // MetaOps); a candidate whose simulation passes `bound_ms` stops there
-  // (simulated_ms infinity: it cannot win).
-  auto evaluate = [&](size_t c, const std::vector<WavePlacement>& placed, double bound_ms, Plan& scratch,
+  // Simulates schedule c placed as `placed` in `scratch` (the plan's header
+  // and MetaOps); a simulation that passes `bound_ms` stops there
+  // (infinity: it cannot win).
+  auto evaluate = [&](size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
                       Costed& out) -> Status {
     emit_waves(candidates[c], placed, scratch);
-    cost_plan(scratch, tables, *request.cost);
     SimOptions options;
     options.timeline = false;
     options.stop_after_ms = bound_ms;
     Result<Simulation> sim = simulate_plan(scratch, model, *request.graph, *request.cost, options);
     if (!sim) return Error{"planner: simulating a " + scratch.strategy + " candidate: " + sim.error().message};
-    scratch.predicted.simulated_ms = sim->iteration_ms;
-    out.waves.swap(scratch.waves);
-    out.groups.swap(scratch.param_groups);
-    out.predicted = scratch.predicted;
+    out.placed = std::move(placed);
+    out.simulated_ms = sim->iteration_ms;
     return {};
   };
-  auto better = [](const Costed& a, const Costed& b) {
-    return a.predicted.simulated_ms < b.predicted.simulated_ms * (1 - 1e-12);
-  };
+  auto better = [](const Costed& a, const Costed& b) { return a.simulated_ms < b.simulated_ms * (1 - 1e-12); };
 
-  // First pass of every schedule. A worker bounds its simulations by the
-  // kRefinedSchedules-th best makespan it has seen: a candidate stopped there
-  // has that many faster ones, so the best kRefinedSchedules (which are
-  // refined below) are always simulated to the end, whichever thread ran
-  // what.
-  std::vector<std::vector<WavePlacement>> first_pass(candidates.size());
+  // First pass of every schedule. Simulations are bounded by the
+  // kRefinedSchedules-th best makespan any worker has finished: a candidate
+  // stopped there has that many faster ones, so the best kRefinedSchedules
+  // (which are refined below) are always simulated to the end, whichever
+  // thread ran what.
   std::vector<Costed> costed(candidates.size());
   std::vector<Status> status(candidates.size());
   const size_t workers = parallel_workers(candidates.size());
   std::vector<Plan> scratch(workers, plan);
-  std::vector<std::vector<double>> seen(workers);   // per worker: makespans, ascending, at most kRefinedSchedules
-  auto bound_of = [](const std::vector<double>& best) {
-    return best.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : best.back();
+  std::mutex seen_mutex;
+  std::vector<double> seen;   // the best makespans finished, ascending, at most kRefinedSchedules
+  auto bound = [&] {
+    const std::lock_guard<std::mutex> lock(seen_mutex);
+    return seen.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : seen.back();
   };
   parallel_for(candidates.size(), [&](size_t w, size_t c) {
-    first_pass[c] = request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
-                                                               : place_islands(candidates[c], in);
-    status[c] = evaluate(c, first_pass[c], bound_of(seen[w]), scratch[w], costed[c]);
+    status[c] = evaluate(c,
+                         request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
+                                                                    : place_islands(candidates[c], in),
+                         bound(), scratch[w], costed[c]);
     if (!status[c].ok()) return;
-    std::vector<double>& best = seen[w];
-    best.insert(std::upper_bound(best.begin(), best.end(), costed[c].predicted.simulated_ms),
-                costed[c].predicted.simulated_ms);
-    if (best.size() > kRefinedSchedules) best.pop_back();
+    const double ms = costed[c].simulated_ms;
+    const std::lock_guard<std::mutex> lock(seen_mutex);
+    seen.insert(std::upper_bound(seen.begin(), seen.end(), ms), ms);
+    if (seen.size() > kRefinedSchedules) seen.pop_back();
   });
   for (const Status& st : status) SPINDLE_TRY(st);
   // The schedules in order of their first pass (ties: the earlier).
@@ -431,13 +427,13 @@ Result<Plan> make_plan(const PlanRequest& request) {
     const size_t c = order[k];
     refined[k] = costed[c];
     if (request.placement != Placement::islands) return;
-    std::vector<WavePlacement> placed = first_pass[c];
+    std::vector<WavePlacement> placed = costed[c].placed;
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
       std::vector<WavePlacement> next = place_islands(candidates[c], in, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
       Costed again;
-      refine_status[k] = evaluate(c, placed, refined[k].predicted.simulated_ms, refine_scratch[w], again);
+      refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, refine_scratch[w], again);
       if (!refine_status[k].ok()) return;
       if (better(again, refined[k])) refined[k] = std::move(again);
     }
@@ -446,10 +442,9 @@ Result<Plan> make_plan(const PlanRequest& request) {
   size_t win = 0;
   for (size_t k = 1; k < refined.size(); ++k)
     if (better(refined[k], refined[win])) win = k;
-  Costed winner = std::move(refined[win]);
-  plan.waves = std::move(winner.waves);
-  plan.param_groups = std::move(winner.groups);
-  plan.predicted = std::move(winner.predicted);
+  emit_waves(candidates[order[win]], refined[win].placed, plan);
+  cost_plan(plan, cost_tables(plan, model, *request.graph, *request.cost), *request.cost);
+  plan.predicted.simulated_ms = refined[win].simulated_ms;
   plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -1,8 +1,8 @@
 #include "libplan/sim/sim.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <queue>
-#include <set>
 #include <tuple>
 
 namespace spindle::plan {
@@ -14,14 +14,19 @@ namespace {
 // software part of exchange `index` before its messages leave (kind 2:
 // packed). Deliveries at one time come first, so links they free are seen by
 // devices arriving then.
+// Ordered by (t, kind, device, index): the three non-negative ints are
+// packed into one key (kind: 2 bits, device and index: 31 bits each) so
+// that the queue compares a double and an integer.
 struct Event {
   double t = 0;
-  int kind = 0;
-  int device = 0;
-  int index = 0;
-  bool operator>(const Event& o) const {
-    return std::tie(t, kind, device, index) > std::tie(o.t, o.kind, o.device, o.index);
-  }
+  uint64_t key = 0;
+  Event(double time, int kind, int device, int index)
+      : t(time),
+        key(static_cast<uint64_t>(kind) << 62 | static_cast<uint64_t>(device) << 31 | static_cast<uint64_t>(index)) {}
+  int kind() const { return static_cast<int>(key >> 62); }
+  int device() const { return static_cast<int>((key >> 31) & 0x7fffffffu); }
+  int index() const { return static_cast<int>(key & 0x7fffffffu); }
+  bool operator>(const Event& o) const { return t > o.t || (t == o.t && key > o.key); }
 };
 constexpr int kDelivered = 0;
 constexpr int kReady = 1;
@@ -104,7 +109,11 @@ class Simulator {
   std::vector<Links> links_;                     // by transfer
   std::vector<char> link_busy_;                  // devices inbound, then island uplinks, then island downlinks
   // By link: the messages ready but not started that need it, as (ready, src, transfer).
-  std::vector<std::set<std::tuple<double, int, int>>> waiting_;
+  // Each list is sorted; a message joins at its sender's current time, so
+  // it goes at or near the end, and a list holds the few messages its link
+  // has not carried yet: sorted vectors, not trees.
+  using Waiting = std::tuple<double, int, int>;
+  std::vector<std::vector<Waiting>> waiting_;
   std::vector<SimMessage> messages_;             // by transfer
   std::vector<int> started_;                     // transfers in order of start
   std::vector<int> arrived_;                     // by bucket: devices that reached it
@@ -171,12 +180,12 @@ Result<Simulation> Simulator::run() {
       stopped.iteration_ms = std::numeric_limits<double>::infinity();
       return stopped;
     }
-    if (e.kind == kDelivered)
-      delivered(e.index, e.t);
-    else if (e.kind == kPacked)
-      packed(e.device, e.index, e.t);
+    if (e.kind() == kDelivered)
+      delivered(e.index(), e.t);
+    else if (e.kind() == kPacked)
+      packed(e.device(), e.index(), e.t);
     else
-      ready(e.device, e.index, e.t);
+      ready(e.device(), e.index(), e.t);
   }
   for (int d = 0; d < l_.devices; ++d) {
     const Program& prog = l_.programs[static_cast<size_t>(d)];
@@ -191,30 +200,40 @@ Result<Simulation> Simulator::run() {
   return collect();
 }
 
+// Compute instructions touch nothing shared: the device runs through them
+// here, and the next event is the one for the instruction after the last of
+// them (the same event, at the same time, that running them one event at a
+// time would push).
 void Simulator::ready(int d, int pc, double t) {
   const Program& prog = l_.programs[static_cast<size_t>(d)];
+  const int end = static_cast<int>(prog.instrs.size());
   pc_[static_cast<size_t>(d)] = pc;
-  if (pc >= static_cast<int>(prog.instrs.size())) {
+  if (pc >= end) {
     finish_[static_cast<size_t>(d)] = t;
     return;
   }
   const Instr& in = prog.instrs[static_cast<size_t>(pc)];
   InstrTimes& times = times_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
   times.reached = times.began = t;
-  double ms = 0;
-  switch (in.kind) {
-    case InstrKind::exchange: enter_exchange(d, pc, t); return;
-    case InstrKind::allreduce: enter_allreduce(d, pc, t); return;
-    case InstrKind::forward:
-    case InstrKind::backward: {
-      const double share = in.kind == InstrKind::forward ? options_.forward_share : 1.0 - options_.forward_share;
-      ms = options_.price_compute ? slice_ms_[static_cast<size_t>(in.slice)] * share : 0.0;
-      break;
+  if (in.kind == InstrKind::exchange) return enter_exchange(d, pc, t);
+  if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
+  for (;;) {
+    const Instr& c = prog.instrs[static_cast<size_t>(pc)];
+    double ms = 0;   // the optimizer: 0
+    if (c.kind == InstrKind::forward || c.kind == InstrKind::backward) {
+      const double share = c.kind == InstrKind::forward ? options_.forward_share : 1.0 - options_.forward_share;
+      ms = options_.price_compute ? slice_ms_[static_cast<size_t>(c.slice)] * share : 0.0;
     }
-    case InstrKind::optimizer: ms = 0; break;
+    InstrTimes& tm = times_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+    tm.reached = tm.began = t;
+    tm.ended = t + ms;
+    t += ms;
+    ++pc;
+    if (pc >= end || prog.instrs[static_cast<size_t>(pc)].kind == InstrKind::exchange ||
+        prog.instrs[static_cast<size_t>(pc)].kind == InstrKind::allreduce)
+      break;
   }
-  times.ended = t + ms;
-  events_.push({t + ms, kReady, d, pc + 1});
+  events_.push({t, kReady, d, pc});
 }
 
 // Software overhead (rules/links.h exchange_overhead_ms): the device first
@@ -247,7 +266,11 @@ void Simulator::packed(int d, int pc, double t) {
       messages_[static_cast<size_t>(tr)].transfer = tr;
       messages_[static_cast<size_t>(tr)].ready_ms = t;
       const Links& links = links_of(tr);
-      for (int k : links) waiting_[static_cast<size_t>(k)].insert({t, d, tr});
+      for (int k : links) {
+        std::vector<Waiting>& list = waiting_[static_cast<size_t>(k)];
+        const Waiting key{t, d, tr};
+        list.insert(std::upper_bound(list.begin(), list.end(), key), key);
+      }
       dispatch(links.begin(), links.n, t);
     }
   }
@@ -280,15 +303,12 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
 }
 
 void Simulator::dispatch(const int* links, int n, double t) {
-  using Key = std::tuple<double, int, int>;
-  using Set = std::set<Key>;
   // Walk the waiting lists of the given links (one or two) merged in order
-  // of readiness, a message on both lists once.
-  Set::const_iterator it[2], end[2];
-  for (int i = 0; i < n; ++i) {
-    it[i] = waiting_[static_cast<size_t>(links[i])].begin();
-    end[i] = waiting_[static_cast<size_t>(links[i])].end();
-  }
+  // of readiness, a message on both lists once. pos[i]: the next entry of
+  // list i not yet looked at.
+  std::vector<Waiting>* list[2] = {nullptr, nullptr};
+  size_t pos[2] = {0, 0};
+  for (int i = 0; i < n; ++i) list[i] = &waiting_[static_cast<size_t>(links[i])];
   auto all_busy = [&] {
     for (int i = 0; i < n; ++i)
       if (!link_busy_[static_cast<size_t>(links[i])]) return false;
@@ -297,27 +317,37 @@ void Simulator::dispatch(const int* links, int n, double t) {
   while (!all_busy()) {
     int pick = -1;
     for (int i = 0; i < n; ++i)
-      if (!link_busy_[static_cast<size_t>(links[i])] && it[i] != end[i] && (pick < 0 || *it[i] < *it[pick])) pick = i;
+      if (!link_busy_[static_cast<size_t>(links[i])] && pos[i] < list[i]->size() &&
+          (pick < 0 || (*list[i])[pos[i]] < (*list[pick])[pos[pick]]))
+        pick = i;
     if (pick < 0) return;
-    const Key key = *it[pick];
+    const Waiting key = (*list[pick])[pos[pick]];
+    bool passed[2] = {false, false};
     for (int i = 0; i < n; ++i)
-      if (it[i] != end[i] && *it[i] == key) ++it[i];
+      if (pos[i] < list[i]->size() && (*list[i])[pos[i]] == key) {
+        ++pos[i];
+        passed[i] = true;
+      }
     const int tr = std::get<2>(key);
     const Links& need = links_of(tr);
     if (std::any_of(need.begin(), need.end(), [&](int k) { return link_busy_[static_cast<size_t>(k)] != 0; }))
       continue;
-    start(tr, t);  // erases `key` from the lists; the iterators already passed it
+    // Off every list it waits on: those walked here hold it just before pos.
+    for (int i = 0; i < n; ++i)
+      if (passed[i]) list[i]->erase(list[i]->begin() + static_cast<std::ptrdiff_t>(--pos[i]));
+    for (int k : need) {
+      if (std::find(links, links + n, k) != links + n) continue;
+      std::vector<Waiting>& other = waiting_[static_cast<size_t>(k)];
+      other.erase(std::lower_bound(other.begin(), other.end(), key));
+    }
+    start(tr, t);
   }
 }
 
 void Simulator::start(int tr, double t) {
   const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
   SimMessage& m = messages_[static_cast<size_t>(tr)];
-  const Links& links = links_of(tr);
-  for (int k : links) {
-    link_busy_[static_cast<size_t>(k)] = 1;
-    waiting_[static_cast<size_t>(k)].erase({m.ready_ms, x.src, tr});
-  }
+  for (int k : links_of(tr)) link_busy_[static_cast<size_t>(k)] = 1;
   const double ms = options_.price_communication ? cost_.p2p_ms(static_cast<double>(x.bytes), cross_island(x)) : 0.0;
   m.start_ms = t;
   m.end_ms = t + ms;
@@ -455,6 +485,23 @@ std::vector<double> lowered_slice_ms(const Plan& plan) {
   return ms;
 }
 
+double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
+                             const SimOptions& options) {
+  std::vector<double> busy(static_cast<size_t>(lowered.devices), 0.0);
+  if (options.price_compute)
+    for (size_t s = 0; s < lowered.slices.size() && s < slice_ms.size(); ++s)
+      for (int d : lowered.slices[s].devices) busy[static_cast<size_t>(d)] += slice_ms[s];
+  if (options.price_communication)
+    for (const Bucket& b : lowered.buckets) {
+      const double ms = cost.allreduce_ms(static_cast<double>(b.bytes), b.devices);
+      for (int d : b.devices) busy[static_cast<size_t>(d)] += ms;
+    }
+  double bound = 0;
+  for (double b : busy) bound = std::max(bound, b);
+  // Summed in another order than the simulation's clock: a few ulps below.
+  return bound * (1 - 1e-12);
+}
+
 Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                             int devices_per_island, const SimOptions& options) {
   if (!(options.forward_share >= 0 && options.forward_share <= 1))
@@ -468,9 +515,18 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
   LowerOptions lite;
   lite.deps = false;
   lite.runtime_maps = false;
-  auto lowered = lower(plan, model, graph, lite);
+  auto lowered = lower_header(plan, model, graph, lite);
   if (!lowered) return lowered.error();
-  auto sim = simulate(*lowered, lowered_slice_ms(plan), cost, plan.devices_per_island, options);
+  const std::vector<double> slice_ms = lowered_slice_ms(plan);
+  // A bounded simulation that cannot finish in time ends before the
+  // programs are built.
+  if (device_lower_bound_ms(*lowered, slice_ms, cost, options) > options.stop_after_ms) {
+    Simulation stopped;
+    stopped.iteration_ms = std::numeric_limits<double>::infinity();
+    return stopped;
+  }
+  SPINDLE_TRY(lower_programs(plan, graph, *lowered, lite));
+  auto sim = simulate(*lowered, slice_ms, cost, plan.devices_per_island, options);
   if (!sim) return sim;
   // Name compute boxes after their MetaOps, as the planned trace does.
   for (SimBox& box : sim->boxes) {

@@ -125,9 +125,18 @@ std::vector<double> lowered_slice_ms(const Plan& plan);
 Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                             int devices_per_island, const SimOptions& options = {});
 
+// A lower bound on the makespan of `lowered` as simulate() prices it: the
+// most any device is busy with its own compute (its slices' slice_ms) and
+// all-reduces (allreduce_ms of each bucket it is in), which it runs one
+// after another. Needs only lower_header's slices and buckets.
+double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
+                             const SimOptions& options = {});
+
 // Lowers `plan` and simulates it: the plan's slice times, its
 // devices_per_island, box names from its MetaOps. What the planner calls to
-// cost every placed candidate: the makespan is its objective.
+// cost every placed candidate: the makespan is its objective. With a finite
+// stop_after_ms below device_lower_bound_ms, it returns the stopped result
+// before building the programs.
 Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost,
                                  const SimOptions& options = {});
 

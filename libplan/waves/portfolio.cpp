@@ -75,9 +75,7 @@ class Portfolio {
         best_ms_(levels_, std::numeric_limits<double>::infinity()), best_draft_(levels_, 0), level_ms_(levels_) {}
 
   std::vector<std::vector<AbstractWave>> run() {
-    run_variants();
-    const size_t first_extra = drafts_.size();
-    run_extra_variants();
+    const size_t first_extra = run_variants();
     best_per_level(first_extra);
     Draft combined = combination();
     best_per_level(drafts_.size());   // best_* now over every draft
@@ -112,8 +110,10 @@ class Portfolio {
   // each level-by-level lookahead variant whose schedule spreads a slot over
   // more than an island runs again with tails kept inside an island
   // (placement and costing decide whether that pays), its draft right after
-  // the uncapped one.
-  void run_variants() {
+  // the uncapped one. The extra variants (extra_variant_jobs) are scheduled
+  // in the same parallel batch and their drafts appended last; returns the
+  // index of the first of them.
+  size_t run_variants() {
     std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> jobs;
     for (const ScheduleOptions& o : portfolio_variants(in_.start_early))
       for (const std::vector<ScheduleItem>* with : {&items_, &level_rounded_}) {
@@ -121,7 +121,13 @@ class Portfolio {
           continue;
         jobs.push_back({with, o});
       }
+    const size_t variants = jobs.size();
+    for (const auto& job : extra_variant_jobs()) jobs.push_back(job);
     std::vector<Draft> drafts = make_drafts(jobs);
+    std::vector<Draft> extra(std::make_move_iterator(drafts.begin() + static_cast<std::ptrdiff_t>(variants)),
+                             std::make_move_iterator(drafts.end()));
+    drafts.resize(variants);
+    jobs.resize(variants);
     std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> capped_jobs;
     std::vector<int> capped_of(jobs.size(), -1);   // job -> its index in capped_jobs
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -139,6 +145,9 @@ class Portfolio {
       drafts_.push_back(std::move(drafts[j]));
       if (capped_of[j] >= 0) drafts_.push_back(std::move(capped[static_cast<size_t>(capped_of[j])]));
     }
+    const size_t first_extra = drafts_.size();
+    for (Draft& d : extra) drafts_.push_back(std::move(d));
+    return first_extra;
   }
 
   // Extra level-by-level variants, for the extended combination only (they
@@ -148,7 +157,7 @@ class Portfolio {
   // rounding, under 30% on the level rounding. A deferred MetaOp leaves its
   // devices to widen the critical ones and later takes what they leave
   // (ofasys-7 on 8 devices: level 3 in 112.9 ms instead of 122.0).
-  void run_extra_variants() {
+  std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> extra_variant_jobs() const {
     std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> jobs;
     for (const ExtraVariant& e : kExtraVariants) {
       const std::vector<ScheduleItem>& with = e.level_rounded ? level_rounded_ : items_;
@@ -159,7 +168,7 @@ class Portfolio {
       o.widen_by_work = false;
       jobs.push_back({&with, o});
     }
-    for (Draft& d : make_drafts(jobs)) drafts_.push_back(std::move(d));
+    return jobs;
   }
 
   size_t level_of(const AbstractWave& w) const {

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "libplan/graph/op_graph.h"
 
@@ -125,6 +126,28 @@ TEST_CASE("workload keys identify (op, dims, seq, batch)", "[graph]") {
   // Same op and dims but another batch: another workload.
   CHECK_FALSE(g.ops[4].workload == g.ops[8].workload);
   CHECK((g.ops[4].workload < g.ops[8].workload) != (g.ops[8].workload < g.ops[4].workload));
+}
+
+TEST_CASE("workload keys write dims exactly as json::dump does, whatever the dims", "[graph]") {
+  // Hostile dims (a reader rejects them, but error messages and lookups
+  // still key them): names needing escapes, non-ASCII, negative, unsigned,
+  // large and fractional numbers, null; a flat object's key is its dump().
+  const std::vector<nlohmann::json> cases = {
+      nlohmann::json::object(),
+      {{"hidden", 8}, {"causal", true}, {"ffn", -3}},
+      {{"a\"b", 1}, {"back\\slash", 2}, {"tab\t", 3}, {"\u00e9t\u00e9", 4}, {"\x7f", 5}},
+      {{"big", 9007199254740993LL}, {"neg", -9223372036854775807LL - 1}, {"u", 18446744073709551615ULL}},
+      {{"t", 0.07}, {"e", 1e300}, {"z", -0.0}, {"n", nullptr}, {"s", "text \"q\""}, {"f", false}},
+  };
+  for (const nlohmann::json& dims : cases) {
+    Workload w{"linear", dims, 5, 12};
+    CHECK(w.key() == "linear" + dims.dump() + "/s5/b12");
+  }
+  // A nested value is written "?" (never recursed into).
+  Workload nested{"linear", {{"in", {{"deep", 1}}}, {"out", 2}}, 1, 1};
+  CHECK(nested.key() == R"(linear{"in":?,"out":2}/s1/b1)");
+  Workload not_object{"linear", nlohmann::json::array({1, 2}), 1, 1};
+  CHECK(not_object.key() == "linear{}/s1/b1");
 }
 
 TEST_CASE("shared modules share parameter ids across tasks", "[graph]") {

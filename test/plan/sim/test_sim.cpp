@@ -1,6 +1,7 @@
 // The discrete-event simulation of the lowered programs (libplan/sim/sim.h):
 // hand-built programs whose timelines are worked out by hand, and properties
 // of the simulation of every shipped workload.
+#include <cmath>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -215,6 +216,13 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   CHECK(box(sim, 0, 2, "wait").dur_ms == Approx(6.0));
   // Across two islands (1 device each) the inter-island link decides: 2 ms.
   CHECK(p.run(hand_cluster(2, 1)).iteration_ms == Approx(11.0));
+  // The per-device lower bound: d1's 9 ms of compute and its 1 ms all-reduce.
+  const sp::Cluster one = hand_cluster(1, 2);
+  const sp::TableCostModel cost(one);
+  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(10.0));
+  sp::SimOptions compute_only;
+  compute_only.price_communication = false;
+  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, compute_only) == Approx(9.0));
 }
 
 TEST_CASE("software overhead: packing before, unpacking after an exchange, an all-reduce fixed cost", "[sim]") {
@@ -437,6 +445,25 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       REQUIRE(lowered.ok());
       const double chain = longest_bucket_chain_ms(*lowered, *w.cost);
       CHECK(m <= kSlack * (p.compute_ms + wire * p.transfer_ms + chain));
+
+      // The per-device bound is one (compute and own all-reduces run one
+      // after another), and a bounded simulation stops exactly when the
+      // makespan passes its bound, before or after building the programs.
+      const double bound = sp::device_lower_bound_ms(*lowered, sp::lowered_slice_ms(*plan), *w.cost);
+      CHECK(bound <= m);
+      CHECK(bound > 0);
+      sp::SimOptions bounded;
+      bounded.timeline = false;
+      bounded.stop_after_ms = m * (1 + 1e-9);
+      auto kept = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, bounded);
+      REQUIRE(kept.ok());
+      CHECK(kept->iteration_ms == m);
+      for (double stop : {m * (1 - 1e-6), bound * (1 - 1e-6), bound * 0.5}) {
+        bounded.stop_after_ms = stop;
+        auto stopped = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, bounded);
+        REQUIRE(stopped.ok());
+        CHECK(std::isinf(stopped->iteration_ms));
+      }
 
       auto again = sp::simulate_plan(*plan, w.model, w.graph, *w.cost);
       REQUIRE(again.ok());
