@@ -97,22 +97,15 @@ class Portfolio {
     return false;
   }
 
-  // Schedules each (rounding, options) of `jobs` on parallel threads (the
-  // scheduler runs are independent); the drafts in job order.
-  std::vector<Draft> make_drafts(const std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>>& jobs) const {
-    std::vector<Draft> out(jobs.size());
-    parallel_for(jobs.size(), [&](size_t, size_t j) { out[j] = make_draft(*jobs[j].first, jobs[j].second); });
-    return out;
-  }
-
   // Every variant runs on the paper's rounding; our level-by-level rules
   // widening by work also run on the level rounding. On several islands,
   // each level-by-level lookahead variant whose schedule spreads a slot over
   // more than an island runs again with tails kept inside an island
   // (placement and costing decide whether that pays), its draft right after
-  // the uncapped one. The extra variants (extra_variant_jobs) are scheduled
-  // in the same parallel batch and their drafts appended last; returns the
-  // index of the first of them.
+  // the uncapped one. Then the extra variants (extra_variant_jobs). Every
+  // job runs on parallel threads (the scheduler runs are independent; a
+  // capped run follows its uncapped one in the same job), the drafts kept
+  // in job order. Returns the index of the first extra variant's draft.
   size_t run_variants() {
     std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> jobs;
     for (const ScheduleOptions& o : portfolio_variants(in_.start_early))
@@ -123,31 +116,23 @@ class Portfolio {
       }
     const size_t variants = jobs.size();
     for (const auto& job : extra_variant_jobs()) jobs.push_back(job);
-    std::vector<Draft> drafts = make_drafts(jobs);
-    std::vector<Draft> extra(std::make_move_iterator(drafts.begin() + static_cast<std::ptrdiff_t>(variants)),
-                             std::make_move_iterator(drafts.end()));
-    drafts.resize(variants);
-    jobs.resize(variants);
-    std::vector<std::pair<const std::vector<ScheduleItem>*, ScheduleOptions>> capped_jobs;
-    std::vector<int> capped_of(jobs.size(), -1);   // job -> its index in capped_jobs
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      const ScheduleOptions& o = jobs[j].second;
-      if (!o.paper_rules && !o.cross_level && o.lookahead > 0 && in_.island > 0 && in_.island < in_.devices &&
-          wider_than_island(drafts[j])) {
+    std::vector<std::vector<Draft>> drafts(jobs.size());
+    parallel_for(jobs.size(), [&](size_t, size_t j) {
+      const auto& [with, o] = jobs[j];
+      drafts[j].push_back(make_draft(*with, o));
+      if (j < variants && !o.paper_rules && !o.cross_level && o.lookahead > 0 && in_.island > 0 &&
+          in_.island < in_.devices && wider_than_island(drafts[j].front())) {
         ScheduleOptions capped = o;
         capped.extend_cap = in_.island;
-        capped_of[j] = static_cast<int>(capped_jobs.size());
-        capped_jobs.push_back({jobs[j].first, capped});
+        drafts[j].push_back(make_draft(*with, capped));
       }
-    }
-    std::vector<Draft> capped = make_drafts(capped_jobs);
+    });
+    size_t first_extra = 0;
     for (size_t j = 0; j < jobs.size(); ++j) {
-      drafts_.push_back(std::move(drafts[j]));
-      if (capped_of[j] >= 0) drafts_.push_back(std::move(capped[static_cast<size_t>(capped_of[j])]));
+      if (j == variants) first_extra = drafts_.size();
+      for (Draft& d : drafts[j]) drafts_.push_back(std::move(d));
     }
-    const size_t first_extra = drafts_.size();
-    for (Draft& d : extra) drafts_.push_back(std::move(d));
-    return first_extra;
+    return variants == jobs.size() ? drafts_.size() : first_extra;
   }
 
   // Extra level-by-level variants, for the extended combination only (they
