@@ -18,12 +18,26 @@ namespace {
 // producers; checks that the plan names the model's operators.
 Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, Lowered& out) {
   const std::string where = plan.model_name.empty() ? std::string("plan") : "plan for " + plan.model_name;
-  std::unordered_map<std::string_view, int> op_index(graph.ops.size());
-  for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
-  // Last operator of every (task, node), for a node's ordered inputs.
-  std::map<std::pair<int, int>, int> node_last;
+  // Graph operator named `id`, -1 when none. A MetaOp's operators are
+  // usually consecutive in the graph: the one after `prev` is tried first,
+  // and the index by name is built only when that guess fails.
+  std::unordered_map<std::string_view, int> op_index;
+  auto find_op = [&](const std::string& id, int prev) {
+    const auto next = static_cast<size_t>(prev + 1);
+    if (prev >= 0 && next < graph.ops.size() && graph.ops[next].id == id) return static_cast<int>(next);
+    if (op_index.empty())
+      for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
+    const auto it = op_index.find(id);
+    return it == op_index.end() ? -1 : it->second;
+  };
+  // Last operator of every (task, node), for a node's ordered inputs:
+  // node_last[task_first[t] + n].
+  std::vector<size_t> task_first(model.tasks.size() + 1, 0);
+  for (size_t t = 0; t < model.tasks.size(); ++t) task_first[t + 1] = task_first[t] + model.tasks[t].nodes.size();
+  std::vector<int> node_last(task_first.back(), -1);
   for (size_t i = 0; i < graph.ops.size(); ++i)
-    node_last[{graph.ops[i].task, graph.ops[i].node}] = static_cast<int>(i);
+    node_last[task_first[static_cast<size_t>(graph.ops[i].task)] + static_cast<size_t>(graph.ops[i].node)] =
+        static_cast<int>(i);
 
   out.slice_of.assign(graph.ops.size(), -1);
   for (const Wave& wave : plan.waves) {
@@ -43,10 +57,11 @@ Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, 
       std::sort(info.devices.begin(), info.devices.end());
       for (int d : info.devices)
         if (d < 0 || d >= plan.devices) return Error{sh() + ": device " + std::to_string(d) + " outside the plan"};
-      for (int j = s.first; j < s.first + s.count; ++j) {
-        const auto it = op_index.find(m.operators[static_cast<size_t>(j)]);
-        if (it == op_index.end()) return Error{sh() + " names unknown operator " + m.operators[static_cast<size_t>(j)]};
-        info.ops.push_back(it->second);
+      info.ops.reserve(static_cast<size_t>(s.count));
+      for (int j = s.first, prev = -1; j < s.first + s.count; ++j) {
+        prev = find_op(m.operators[static_cast<size_t>(j)], prev);
+        if (prev < 0) return Error{sh() + " names unknown operator " + m.operators[static_cast<size_t>(j)]};
+        info.ops.push_back(prev);
       }
       const Operator& first = graph.ops[static_cast<size_t>(info.ops[0])];
       info.layout = {first.workload.batch, static_cast<int>(info.devices.size()), first.tensor_parallel};
@@ -58,7 +73,8 @@ Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, 
         for (const std::string& in : task.nodes[static_cast<size_t>(first.node)].inputs) {
           size_t n = 0;
           while (n < task.nodes.size() && task.nodes[n].id != in) ++n;
-          info.producers.push_back(node_last.at({first.task, static_cast<int>(n)}));
+          if (n == task.nodes.size()) return Error{sh() + ": input '" + in + "' of its first operator is no node"};
+          info.producers.push_back(node_last.at(task_first[static_cast<size_t>(first.task)] + n));
         }
       } else {
         info.producers = first.inputs;
@@ -316,7 +332,8 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
     }
     return run;
   };
-  std::vector<int> fwd_of(l.slices.size(), -1), bwd_of(l.slices.size(), -1);
+  // Only the dependencies need these.
+  std::vector<int> fwd_of(deps ? l.slices.size() : 0, -1), bwd_of(deps ? l.slices.size() : 0, -1);
   // What each producer's output gradient waits for on d: the backward
   // exchanges that deliver it (several consumers may add into it).
   std::map<int, std::vector<int>> grad_in;
@@ -348,7 +365,8 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
       in.wave = w;
       in.slice = s;
       if (deps && ex >= 0 && !l.slices[static_cast<size_t>(s)].producers.empty()) in.deps.push_back(ex);
-      fwd_of[static_cast<size_t>(s)] = add(std::move(in));
+      const int at = add(std::move(in));
+      if (deps) fwd_of[static_cast<size_t>(s)] = at;
     }
   }
   // Instructions a parameter's gradient on d waits for (param_bwd, by param
@@ -369,13 +387,14 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
         in.deps = sorted_unique(std::move(in.deps));
       }
       const int at = add(std::move(in));
-      bwd_of[static_cast<size_t>(slice)] = at;
-      if (deps)
+      if (deps) {
+        bwd_of[static_cast<size_t>(slice)] = at;
         for (int o : s.ops)
           if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
             if (param_bwd[static_cast<size_t>(p)].empty()) touched.push_back(p);
             param_bwd[static_cast<size_t>(p)].push_back(at);
           }
+      }
     }
     if (std::vector<int> run = exchange_of(Direction::backward, w); !run.empty()) {
       Instr in;
@@ -471,7 +490,8 @@ Status lower_programs(const Plan& plan, const OpGraph& graph, Lowered& out, cons
   SPINDLE_TRY(lower_transfers(plan, graph, out));
   const ParamIds& ids = out.params;
   const std::vector<DeviceShare> shares = device_shares(out);
-  const std::vector<std::vector<int>> bucket_param = bucket_params(out, ids);
+  const std::vector<std::vector<int>> bucket_param =
+      options.deps ? bucket_params(out, ids) : std::vector<std::vector<int>>(out.buckets.size());
   std::vector<std::vector<int>> param_bwd(ids.names.size());
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
