@@ -220,6 +220,23 @@ TEST_CASE("lowering rejects a plan that does not match the model, naming what is
   auto a = sp::lower(bad, f.model, f.graph);
   REQUIRE_FALSE(a.ok());
   CHECK(a.error().message.find("no/such/0.0") != std::string::npos);
+  // A later operator of a MetaOp (found by the next graph index when well
+  // named): misnamed, it is reported too; out of chain order, the plan is
+  // rejected (the lowering finds them by name, not by position).
+  size_t chain = 0;
+  while (chain < plan.metaops.size() && plan.metaops[chain].operators.size() < 2) ++chain;
+  REQUIRE(chain < plan.metaops.size());
+  bad = plan;
+  bad.metaops[chain].operators[1] = "no/such/1.0";
+  auto later = sp::lower(bad, f.model, f.graph);
+  REQUIRE_FALSE(later.ok());
+  CHECK(later.error().message.find("no/such/1.0") != std::string::npos);
+  bad = plan;
+  std::swap(bad.metaops[chain].operators[0], bad.metaops[chain].operators[1]);
+  auto swapped = sp::lower(bad, f.model, f.graph);
+  REQUIRE_FALSE(swapped.ok());
+  INFO(swapped.error().message);
+  CHECK(swapped.error().message.find("runs no later than its input") != std::string::npos);
   bad = plan;
   bad.waves[0].slices[0].devices = {0, 1, 2};
   auto b = sp::lower(bad, f.model, f.graph);
