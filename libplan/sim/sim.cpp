@@ -26,7 +26,8 @@ struct Event {
   int kind() const { return static_cast<int>(key >> 62); }
   int device() const { return static_cast<int>((key >> 31) & 0x7fffffffu); }
   int index() const { return static_cast<int>(key & 0x7fffffffu); }
-  bool operator>(const Event& o) const { return t > o.t || (t == o.t && key > o.key); }
+  // Without branches (& and |, not && and ||): the heap compares a lot.
+  bool operator>(const Event& o) const { return (t > o.t) | ((t == o.t) & (key > o.key)); }
 };
 constexpr int kDelivered = 0;
 constexpr int kReady = 1;
@@ -103,8 +104,11 @@ class Simulator {
 
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<int> pc_;                          // by device: instruction reached; size(): done
-  std::vector<std::vector<InstrTimes>> times_;   // [device][instr]
-  std::vector<std::vector<int>> pending_;        // [device][instr]: messages of an exchange not yet delivered
+  // By instruction, flat: device d's instruction pc is at first_[d] + pc.
+  std::vector<size_t> first_;                    // by device
+  std::vector<InstrTimes> times_;
+  std::vector<int> pending_;                     // exchanges: messages not yet delivered
+  size_t at(int d, int pc) const { return first_[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
   std::vector<int> src_instr_, dst_instr_;       // by transfer: its exchange in the sender's, receiver's program
   std::vector<Links> links_;                     // by transfer
   std::vector<char> link_busy_;                  // devices inbound, then island uplinks, then island downlinks
@@ -138,8 +142,10 @@ Result<Simulation> Simulator::run() {
   const int islands = (l_.devices + per_island_ - 1) / per_island_;
   pc_.assign(devices, 0);
   finish_.assign(devices, 0.0);
-  times_.resize(devices);
-  pending_.resize(devices);
+  first_.assign(devices + 1, 0);
+  for (size_t d = 0; d < devices; ++d) first_[d + 1] = first_[d] + l_.programs[d].instrs.size();
+  times_.assign(first_[devices], InstrTimes{});
+  pending_.assign(first_[devices], 0);
   src_instr_.assign(l_.transfers.size(), -1);
   dst_instr_.assign(l_.transfers.size(), -1);
   messages_.resize(l_.transfers.size());
@@ -151,15 +157,13 @@ Result<Simulation> Simulator::run() {
   at_bucket_.resize(l_.buckets.size());
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
-    times_[d].resize(prog.instrs.size());
-    pending_[d].assign(prog.instrs.size(), 0);
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
       if (in.kind != InstrKind::exchange) continue;
       for (int t : in.transfers) {
         const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
         if (tr.src == tr.dst) continue;
-        ++pending_[d][i];
+        ++pending_[first_[d] + i];
         (tr.src == static_cast<int>(d) ? src_instr_ : dst_instr_)[static_cast<size_t>(t)] = static_cast<int>(i);
       }
     }
@@ -213,7 +217,7 @@ void Simulator::ready(int d, int pc, double t) {
     return;
   }
   const Instr& in = prog.instrs[static_cast<size_t>(pc)];
-  InstrTimes& times = times_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+  InstrTimes& times = times_[at(d, pc)];
   times.reached = times.began = t;
   if (in.kind == InstrKind::exchange) return enter_exchange(d, pc, t);
   if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
@@ -224,7 +228,7 @@ void Simulator::ready(int d, int pc, double t) {
       const double share = c.kind == InstrKind::forward ? options_.forward_share : 1.0 - options_.forward_share;
       ms = options_.price_compute ? slice_ms_[static_cast<size_t>(c.slice)] * share : 0.0;
     }
-    InstrTimes& tm = times_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+    InstrTimes& tm = times_[at(d, pc)];
     tm.reached = tm.began = t;
     tm.ended = t + ms;
     t += ms;
@@ -251,7 +255,7 @@ void Simulator::enter_exchange(int d, int pc, double t) {
   }
   const CommOverhead o = options_.price_communication ? cost_.overhead() : CommOverhead{};
   const double pack = exchange_overhead_ms(o, messages, sent);
-  times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].unpack_ms = messages > 0 ? pack_ms(o, received) : 0.0;
+  times_[at(d, pc)].unpack_ms = messages > 0 ? pack_ms(o, received) : 0.0;
   if (pack > 0)
     events_.push({t + pack, kPacked, d, pc});
   else
@@ -259,7 +263,7 @@ void Simulator::enter_exchange(int d, int pc, double t) {
 }
 
 void Simulator::packed(int d, int pc, double t) {
-  times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].packed = t;
+  times_[at(d, pc)].packed = t;
   for (int tr : l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].transfers) {
     const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
     if (x.src == d && x.dst != d) {
@@ -274,13 +278,13 @@ void Simulator::packed(int d, int pc, double t) {
       dispatch(links.begin(), links.n, t);
     }
   }
-  if (pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)] == 0) end_exchange(d, pc, t);
+  if (pending_[at(d, pc)] == 0) end_exchange(d, pc, t);
 }
 
 // Every message of the exchange is delivered and the device has packed:
 // it unpacks, then goes on.
 void Simulator::end_exchange(int d, int pc, double t) {
-  InstrTimes& times = times_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+  InstrTimes& times = times_[at(d, pc)];
   times.ended = t + times.unpack_ms;
   events_.push({times.ended, kReady, d, pc + 1});
 }
@@ -295,7 +299,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
                         ? cost_.allreduce_ms(static_cast<double>(bucket.bytes), bucket.devices)
                         : 0.0;
   for (auto [m, mpc] : at_bucket_[static_cast<size_t>(b)]) {
-    InstrTimes& times = times_[static_cast<size_t>(m)][static_cast<size_t>(mpc)];
+    InstrTimes& times = times_[at(m, mpc)];
     times.began = t;
     times.ended = t + ms;
     events_.push({t + ms, kReady, m, mpc + 1});
@@ -361,10 +365,10 @@ void Simulator::delivered(int tr, double t) {
   for (int k : links) link_busy_[static_cast<size_t>(k)] = 0;
   for (auto [d, pc] : {std::pair{x.src, src_instr_[static_cast<size_t>(tr)]},
                        std::pair{x.dst, dst_instr_[static_cast<size_t>(tr)]}}) {
-    int& left = pending_[static_cast<size_t>(d)][static_cast<size_t>(pc)];
+    int& left = pending_[at(d, pc)];
     // The device is blocked in this exchange, has packed, and it is now complete.
     if (--left == 0 && pc_[static_cast<size_t>(d)] == pc &&
-        times_[static_cast<size_t>(d)][static_cast<size_t>(pc)].packed >= 0)
+        times_[at(d, pc)].packed >= 0)
       end_exchange(d, pc, t);
   }
   dispatch(links.begin(), links.n, t);
@@ -381,7 +385,7 @@ Simulation Simulator::collect() const {
     if (!options_.timeline) continue;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
-      const InstrTimes& tm = times_[static_cast<size_t>(d)][i];
+      const InstrTimes& tm = times_[first_[static_cast<size_t>(d)] + i];
       SimBox box;
       box.device = d;
       box.instr = static_cast<int>(i);
