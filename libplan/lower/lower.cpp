@@ -289,6 +289,22 @@ struct DeviceShare {
 
 std::vector<DeviceShare> device_shares(const Lowered& l) {
   std::vector<DeviceShare> share(static_cast<size_t>(l.devices));
+  // Sized first: one allocation per list.
+  std::vector<size_t> slices(share.size(), 0), transfers(share.size(), 0), buckets(share.size(), 0);
+  for (const LoweredSlice& s : l.slices)
+    for (int d : s.devices) ++slices[static_cast<size_t>(d)];
+  for (const Transfer& tr : l.transfers) {
+    ++transfers[static_cast<size_t>(tr.src)];
+    if (tr.dst != tr.src) ++transfers[static_cast<size_t>(tr.dst)];
+  }
+  for (const Bucket& b : l.buckets)
+    for (int d : b.devices) ++buckets[static_cast<size_t>(d)];
+  for (size_t d = 0; d < share.size(); ++d) {
+    share[d].slices.reserve(slices[d]);
+    share[d].positions.reserve(slices[d]);
+    share[d].transfers.reserve(transfers[d]);
+    share[d].buckets.reserve(buckets[d]);
+  }
   for (size_t s = 0; s < l.slices.size(); ++s) {
     const std::vector<int>& devs = l.slices[s].devices;
     for (size_t i = 0; i < devs.size(); ++i) {

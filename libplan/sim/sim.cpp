@@ -175,6 +175,12 @@ Result<Simulation> Simulator::run() {
                    std::to_string(tr.dst) + " is missing from an exchange of either program"};
   }
 
+  {
+    // At most one pending event per device and per message in flight.
+    std::vector<Event> storage;
+    storage.reserve(devices + l_.transfers.size());
+    events_ = decltype(events_)(std::greater<Event>(), std::move(storage));
+  }
   for (int d = 0; d < l_.devices; ++d) events_.push({0.0, kReady, d, 0});
   while (!events_.empty()) {
     const Event e = events_.top();
