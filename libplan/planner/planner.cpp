@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <numeric>
 
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
@@ -68,6 +69,12 @@ constexpr size_t kRefinedSchedules = 2;
 // devices has 7.2 million and would take seconds; multitask-clip-10's on 64
 // devices has 4480).
 constexpr int64_t kMaxBaselineCandidateSlots = 200000;
+
+size_t slot_count(const std::vector<AbstractWave>& waves) {
+  size_t n = 0;
+  for (const AbstractWave& w : waves) n += w.slots.size();
+  return n;
+}
 
 int64_t slot_devices(const std::vector<AbstractWave>& waves) {
   int64_t n = 0;
@@ -339,9 +346,11 @@ Result<Plan> make_plan(const PlanRequest& request) {
   const BaselineInput baseline{&p.contraction, &p.curves, &p.valid,
                                static_cast<int>(model.tasks.size()), cluster.devices()};
   std::vector<std::vector<AbstractWave>> candidates;
+  size_t own_candidates = 0;   // Spindle's portfolio: the first candidates; the baselines' follow
   switch (request.strategy) {
     case Strategy::spindle:
       candidates = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
+      own_candidates = candidates.size();
       // The baselines' schedules are wave plans too: Spindle also places
       // and simulates them, so its plan is never predicted slower than a
       // baseline's (task-level wins on ofasys-7 with 32 and 64 devices,
@@ -400,7 +409,16 @@ Result<Plan> make_plan(const PlanRequest& request) {
     const std::lock_guard<std::mutex> lock(seen_mutex);
     return seen.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : seen.back();
   };
-  parallel_for(candidates.size(), [&](size_t w, size_t c) {
+  // The threads take the schedules in this order: Spindle's own first (they
+  // set the bound the others must beat), then the baselines' by their slot
+  // count, most first (placing them is what costs; a long one taken last
+  // would leave the other threads idle). Results stay by index.
+  std::vector<size_t> run_order(candidates.size());
+  std::iota(run_order.begin(), run_order.end(), size_t{0});
+  std::stable_sort(run_order.begin() + static_cast<std::ptrdiff_t>(own_candidates), run_order.end(),
+                   [&](size_t a, size_t b) { return slot_count(candidates[a]) > slot_count(candidates[b]); });
+  parallel_for(candidates.size(), [&](size_t w, size_t k) {
+    const size_t c = run_order[k];
     status[c] = evaluate(c,
                          request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
                                                                     : place_islands(candidates[c], in),
@@ -422,7 +440,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // the best schedule after one pass is not always the best after three.
   std::vector<Costed> refined(order.size());
   std::vector<Status> refine_status(order.size());
-  std::vector<Plan> refine_scratch(parallel_workers(order.size()), plan);
+  std::vector<Plan>& refine_scratch = scratch;   // at least as many workers
   parallel_for(order.size(), [&](size_t w, size_t k) {
     const size_t c = order[k];
     refined[k] = costed[c];
