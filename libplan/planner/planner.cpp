@@ -433,7 +433,12 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // The schedules in order of their first pass (ties: the earlier).
   std::vector<size_t> order(candidates.size());
   for (size_t c = 0; c < order.size(); ++c) order[c] = c;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return better(costed[a], costed[b]); });
+  // Exact comparison here (ties: the earlier), not `better`'s tolerance:
+  // which candidates stopped at their bound depends on the threads' timing,
+  // and only an exact order keeps every one of them behind the schedules
+  // kept (a stopped one is slower, exactly, than kRefinedSchedules others).
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return costed[a].simulated_ms < costed[b].simulated_ms; });
   order.resize(std::min(order.size(), kRefinedSchedules));
 
   // Further passes of the best kRefinedSchedules schedules, side by side:
