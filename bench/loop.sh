@@ -3,9 +3,11 @@
 # this machine, plan with it, run the plan under mpirun, and compare the
 # predicted step and per-wave times with the measured ones (bench/loop.cpp).
 #
-#   bench/loop.sh [BUILD_DIR] [RANKS] [MODEL] [STEPS]
+#   bench/loop.sh [BUILD_DIR] [RANKS] [MODEL] [STEPS] [STRATEGY]
 #     BUILD_DIR  default build           RANKS  default 2 (cluster cpu-1xRANKS)
 #     MODEL      default tiny-clip       STEPS  default 30 (the first 5 are warm-up)
+#     STRATEGY   default spindle (spindle-plan --strategy: e.g. intra-task, for
+#                a plan that moves activations between the ranks)
 # Prints the profile summary, the plan summary and the comparison table;
 # files go to $BUILD_DIR/loop/. Exit 0 when every command ran (the ratio is
 # reported, not enforced: see "within 20%" in the last line).
@@ -13,9 +15,10 @@ set -eu
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/common.sh"
 build="$(cd "${1:-$root/build}" && pwd)"; ranks="${2:-2}"; model_name="${3:-tiny-clip}"; steps="${4:-30}"
+strategy="${5:-spindle}"
 model="$root/configs/models/$model_name.yaml"
 cluster="$root/configs/clusters/cpu-1x$ranks.yaml"
-out="$build/loop/$model_name.cpu-1x$ranks"
+out="$build/loop/$model_name.cpu-1x$ranks${5:+.$strategy}"
 mkdir -p "$out"
 rm -f "$out/metrics.jsonl"
 mpirun=(mpirun -np "$ranks" --oversubscribe)
@@ -23,7 +26,7 @@ mpirun=(mpirun -np "$ranks" --oversubscribe)
 echo "== 1. measure: ${mpirun[*]} spindle-profile --measure"
 "${mpirun[@]}" "$build/apps/spindle-profile" "$model" --cluster "$cluster" --measure -o "$out/profile.json"
 echo "== 2. plan with the measured profile"
-"$build/apps/spindle-plan" "$model" --cluster "$cluster" --profile "$out/profile.json" \
+"$build/apps/spindle-plan" "$model" --cluster "$cluster" --profile "$out/profile.json" --strategy "$strategy" \
     -o "$out/plan.json" --trace "$out/planned-trace.json"
 echo "== 3. run: ${mpirun[*]} spindle-run ($steps steps)"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" \
