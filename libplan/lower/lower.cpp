@@ -35,9 +35,13 @@ Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, 
   std::vector<size_t> task_first(model.tasks.size() + 1, 0);
   for (size_t t = 0; t < model.tasks.size(); ++t) task_first[t + 1] = task_first[t] + model.tasks[t].nodes.size();
   std::vector<int> node_last(task_first.back(), -1);
-  for (size_t i = 0; i < graph.ops.size(); ++i)
-    node_last[task_first[static_cast<size_t>(graph.ops[i].task)] + static_cast<size_t>(graph.ops[i].node)] =
-        static_cast<int>(i);
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Operator& op = graph.ops[i];
+    if (op.task < 0 || static_cast<size_t>(op.task) >= model.tasks.size() || op.node < 0 ||
+        static_cast<size_t>(op.node) >= model.tasks[static_cast<size_t>(op.task)].nodes.size())
+      return Error{where + ": operator " + op.id + " is not of the model's graph"};
+    node_last[task_first[static_cast<size_t>(op.task)] + static_cast<size_t>(op.node)] = static_cast<int>(i);
+  }
 
   out.slice_of.assign(graph.ops.size(), -1);
   for (const Wave& wave : plan.waves) {

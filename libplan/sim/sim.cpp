@@ -1,7 +1,7 @@
 #include "libplan/sim/sim.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <queue>
 #include <tuple>
 

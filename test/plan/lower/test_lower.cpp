@@ -237,6 +237,13 @@ TEST_CASE("lowering rejects a plan that does not match the model, naming what is
   REQUIRE_FALSE(swapped.ok());
   INFO(swapped.error().message);
   CHECK(swapped.error().message.find("runs no later than its input") != std::string::npos);
+  // A graph that is not the model's (tiny-clip's three tasks against
+  // tiny-lm's): an error, not a read past the model's tasks.
+  Fixture lm("tiny-lm", "cpu-1x2");
+  REQUIRE(lm.model.tasks.size() < f.model.tasks.size());
+  auto mismatched = sp::lower(plan, lm.model, f.graph);
+  REQUIRE_FALSE(mismatched.ok());
+  CHECK(mismatched.error().message.find("is not of the model's graph") != std::string::npos);
   bad = plan;
   bad.waves[0].slices[0].devices = {0, 1, 2};
   auto b = sp::lower(bad, f.model, f.graph);
