@@ -21,7 +21,7 @@ ASAN_DIR="${ASAN_BUILD_DIR:-$SPINDLE_ROOT/build-asan}"
 # stay quick; -gline-tables-only is enough for file:line in reports.
 CXX=clang++ cmake -S "$SPINDLE_ROOT" -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=Debug \
   "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -gline-tables-only" -DSPINDLE_WERROR=ON \
-  -DSPINDLE_SANITIZE=address,undefined
+  -DSPINDLE_SANITIZE=address,undefined -DSPINDLE_BUILD_BENCH=OFF
 cmake --build "$ASAN_DIR" -j "$JOBS"
 # Any undefined behaviour stops the test (it is also compiled with
 # -fno-sanitize-recover=undefined).
