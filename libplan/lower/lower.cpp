@@ -249,14 +249,12 @@ void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids,
     const std::vector<std::vector<int>>& by_rank = holders(users[static_cast<size_t>(p)], op.tensor_parallel);
     for (size_t rank = 0; rank < by_rank.size(); ++rank) {
       const std::vector<int>& list = by_rank[rank];
-      if (list.empty()) continue;
-      if (list.size() < 2 && !runtime_maps) continue;
-      ShardKey key{name, static_cast<int>(rank)};
-      if (runtime_maps) out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
-      if (list.size() < 2) continue;
+      const ShardKey key{name, static_cast<int>(rank)};
+      if (runtime_maps && !list.empty()) out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
+      if (list.size() < 2) continue;   // one holder: nothing to all-reduce
       Bucket& b = buckets[list];
       if (b.devices.empty()) b.devices = list;
-      b.shards.push_back(std::move(key));
+      b.shards.push_back(key);
       b.values += values;
     }
   }

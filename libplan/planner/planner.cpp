@@ -430,13 +430,13 @@ Result<Plan> make_plan(const PlanRequest& request) {
     if (seen.size() > kRefinedSchedules) seen.pop_back();
   });
   for (const Status& st : status) SPINDLE_TRY(st);
-  // The schedules in order of their first pass (ties: the earlier).
+  // The schedules in order of their first pass, compared exactly (ties: the
+  // earlier), not within `better`'s tolerance: which candidates stopped at
+  // their bound depends on the threads' timing, and only an exact order
+  // keeps every one of them behind the schedules kept (a stopped one is
+  // slower, exactly, than kRefinedSchedules others).
   std::vector<size_t> order(candidates.size());
-  for (size_t c = 0; c < order.size(); ++c) order[c] = c;
-  // Exact comparison here (ties: the earlier), not `better`'s tolerance:
-  // which candidates stopped at their bound depends on the threads' timing,
-  // and only an exact order keeps every one of them behind the schedules
-  // kept (a stopped one is slower, exactly, than kRefinedSchedules others).
+  std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return costed[a].simulated_ms < costed[b].simulated_ms; });
   order.resize(std::min(order.size(), kRefinedSchedules));
@@ -445,7 +445,6 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // the best schedule after one pass is not always the best after three.
   std::vector<Costed> refined(order.size());
   std::vector<Status> refine_status(order.size());
-  std::vector<Plan>& refine_scratch = scratch;   // at least as many workers
   parallel_for(order.size(), [&](size_t w, size_t k) {
     const size_t c = order[k];
     refined[k] = costed[c];
@@ -456,7 +455,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
       Costed again;
-      refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, refine_scratch[w], again);
+      refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch[w], again);  // no more workers than above
       if (!refine_status[k].ok()) return;
       if (better(again, refined[k])) refined[k] = std::move(again);
     }

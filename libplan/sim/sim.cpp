@@ -43,6 +43,21 @@ struct InstrTimes {
   double packed = -1, unpack_ms = 0;
 };
 
+// How long bucket `b`'s all-reduce takes once its whole group is there, as
+// the simulation and its lower bound price it.
+double bucket_ms(const Bucket& b, const CostModel& cost, const SimOptions& options) {
+  return options.price_communication && b.devices.size() >= 2
+             ? cost.allreduce_ms(static_cast<double>(b.bytes), b.devices)
+             : 0.0;
+}
+
+// What a simulation that passed its stop_after_ms returns.
+Simulation stopped_at_bound() {
+  Simulation stopped;
+  stopped.iteration_ms = std::numeric_limits<double>::infinity();
+  return stopped;
+}
+
 // Length of the union of `spans` clipped to [lo, hi].
 double covered_ms(std::vector<std::pair<double, double>> spans, double lo, double hi) {
   std::sort(spans.begin(), spans.end());
@@ -186,9 +201,7 @@ Result<Simulation> Simulator::run() {
     const Event e = events_.top();
     events_.pop();
     if (e.t > options_.stop_after_ms) {
-      Simulation stopped;
-      stopped.iteration_ms = std::numeric_limits<double>::infinity();
-      return stopped;
+      return stopped_at_bound();
     }
     if (e.kind() == kDelivered)
       delivered(e.index(), e.t);
@@ -301,9 +314,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   at_bucket_[static_cast<size_t>(b)].push_back({d, pc});
   if (++arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
   // The last member arrived: the all-reduce runs now.
-  const double ms = options_.price_communication && bucket.devices.size() >= 2
-                        ? cost_.allreduce_ms(static_cast<double>(bucket.bytes), bucket.devices)
-                        : 0.0;
+  const double ms = bucket_ms(bucket, cost_, options_);
   for (auto [m, mpc] : at_bucket_[static_cast<size_t>(b)]) {
     InstrTimes& times = times_[at(m, mpc)];
     times.began = t;
@@ -501,11 +512,10 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
   if (options.price_compute)
     for (size_t s = 0; s < lowered.slices.size() && s < slice_ms.size(); ++s)
       for (int d : lowered.slices[s].devices) busy[static_cast<size_t>(d)] += slice_ms[s];
-  if (options.price_communication)
-    for (const Bucket& b : lowered.buckets) {
-      const double ms = cost.allreduce_ms(static_cast<double>(b.bytes), b.devices);
-      for (int d : b.devices) busy[static_cast<size_t>(d)] += ms;
-    }
+  for (const Bucket& b : lowered.buckets) {
+    const double ms = bucket_ms(b, cost, options);
+    for (int d : b.devices) busy[static_cast<size_t>(d)] += ms;
+  }
   double bound = 0;
   for (double b : busy) bound = std::max(bound, b);
   // Summed in another order than the simulation's clock: a few ulps below.
@@ -531,9 +541,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
   // A bounded simulation that cannot finish in time ends before the
   // programs are built.
   if (device_lower_bound_ms(*lowered, slice_ms, cost, options) > options.stop_after_ms) {
-    Simulation stopped;
-    stopped.iteration_ms = std::numeric_limits<double>::infinity();
-    return stopped;
+    return stopped_at_bound();
   }
   SPINDLE_TRY(lower_programs(plan, graph, *lowered, lite));
   auto sim = simulate(*lowered, slice_ms, cost, plan.devices_per_island, options);
