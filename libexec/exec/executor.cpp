@@ -486,7 +486,7 @@ void Executor::forward_exchange(const plan::Instr& instr) {
   std::vector<std::pair<std::pair<int, int>, Tensor>> arrived;
   std::vector<size_t> received;  // indices into arrived, in recv order
   Exchange ex;
-  for (int ti : instr.transfers) {
+  for (int ti : sched_->lowered.programs[static_cast<size_t>(rank_)].transfers_of(instr)) {
     const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
     if (t.src == rank_) {
@@ -621,7 +621,7 @@ void Executor::backward_exchange(const plan::Instr& instr) {
   std::vector<std::pair<const plan::Transfer*, Tensor>> arrived;
   std::vector<size_t> received;  // indices into arrived, in recv order
   Exchange ex;
-  for (int ti : instr.transfers) {
+  for (int ti : sched_->lowered.programs[static_cast<size_t>(rank_)].transfers_of(instr)) {
     const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
     if (t.src == rank_) {

@@ -16,35 +16,22 @@ namespace {
 
 // The slices of the plan with their graph operators, devices, layouts and
 // producers; checks that the plan names the model's operators.
-Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, Lowered& out) {
+Status lower_slices(const Plan& plan, const LowerContext& ctx, Lowered& out) {
+  const OpGraph& graph = *ctx.graph;
   const std::string where = plan.model_name.empty() ? std::string("plan") : "plan for " + plan.model_name;
   // Graph operator named `id`, -1 when none. A MetaOp's operators are
-  // usually consecutive in the graph: the one after `prev` is tried first,
-  // and the index by name is built only when that guess fails.
-  std::unordered_map<std::string_view, int> op_index;
+  // usually consecutive in the graph: the one after `prev` is tried first.
   auto find_op = [&](const std::string& id, int prev) {
     const auto next = static_cast<size_t>(prev + 1);
     if (prev >= 0 && next < graph.ops.size() && graph.ops[next].id == id) return static_cast<int>(next);
-    if (op_index.empty())
-      for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
-    const auto it = op_index.find(id);
-    return it == op_index.end() ? -1 : it->second;
+    const auto it = ctx.op_index.find(id);
+    return it == ctx.op_index.end() ? -1 : it->second;
   };
-  // Last operator of every (task, node), for a node's ordered inputs:
-  // node_last[task_first[t] + n].
-  std::vector<size_t> task_first(model.tasks.size() + 1, 0);
-  for (size_t t = 0; t < model.tasks.size(); ++t) task_first[t + 1] = task_first[t] + model.tasks[t].nodes.size();
-  std::vector<int> node_last(task_first.back(), -1);
-  for (size_t i = 0; i < graph.ops.size(); ++i) {
-    const Operator& op = graph.ops[i];
-    if (op.task < 0 || static_cast<size_t>(op.task) >= model.tasks.size() || op.node < 0 ||
-        static_cast<size_t>(op.node) >= model.tasks[static_cast<size_t>(op.task)].nodes.size())
-      return Error{where + ": operator " + op.id + " is not of the model's graph"};
-    node_last[task_first[static_cast<size_t>(op.task)] + static_cast<size_t>(op.node)] = static_cast<int>(i);
-  }
-
   out.slice_of.assign(graph.ops.size(), -1);
-  for (const Wave& wave : plan.waves) {
+  for (size_t w = 0; w < plan.waves.size(); ++w) {
+    const Wave& wave = plan.waves[w];
+    if (wave.index != static_cast<int>(w))
+      return Error{where + ": waves[" + std::to_string(w) + "].index is " + std::to_string(wave.index)};
     for (size_t k = 0; k < wave.slices.size(); ++k) {
       const Slice& s = wave.slices[k];
       auto sh = [&] { return where + ": waves[" + std::to_string(wave.index) + "].slices[" + std::to_string(k) + "]"; };
@@ -72,17 +59,7 @@ Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, 
       if (!valid_device_count(info.layout.devices, info.layout.tp, info.layout.batch))
         return Error{sh() + ": " + std::to_string(info.layout.devices) + " devices do not split batch " +
                      std::to_string(info.layout.batch) + " with tensor_parallel " + std::to_string(info.layout.tp)};
-      if (first.block == 0 && first.rep == 0) {
-        const Task& task = model.tasks[static_cast<size_t>(first.task)];
-        for (const std::string& in : task.nodes[static_cast<size_t>(first.node)].inputs) {
-          size_t n = 0;
-          while (n < task.nodes.size() && task.nodes[n].id != in) ++n;
-          if (n == task.nodes.size()) return Error{sh() + ": input '" + in + "' of its first operator is no node"};
-          info.producers.push_back(node_last.at(task_first[static_cast<size_t>(first.task)] + n));
-        }
-      } else {
-        info.producers = first.inputs;
-      }
+      info.producers = ctx.producers[static_cast<size_t>(info.ops[0])];
       const int index = static_cast<int>(out.slices.size());
       for (int o : info.ops) out.slice_of[static_cast<size_t>(o)] = index;
       out.slices.push_back(std::move(info));
@@ -96,9 +73,13 @@ Status lower_slices(const Plan& plan, const Model& model, const OpGraph& graph, 
 // Every transfer: forward exchanges wave by wave, then backward exchanges
 // from the last wave to the first; inside one, consumer slices in plan
 // order, their inputs in order, the moves of rules/rows.h in order.
-Status lower_transfers(const Plan& plan, const OpGraph& graph, Lowered& out) {
+Status lower_transfers(const Plan& plan, const LowerContext& ctx, Lowered& out) {
+  const OpGraph& graph = *ctx.graph;
   const int waves = static_cast<int>(plan.waves.size());
-  std::vector<std::vector<Transfer>> fwd(static_cast<size_t>(waves)), bwd(static_cast<size_t>(waves));
+  // Made in slice order, then put in exchange order by a stable counting
+  // sort on the exchange: forward of wave w is exchange w, backward of wave
+  // w is exchange 2 waves - 1 - w.
+  std::vector<Transfer> made;
   for (size_t si = 0; si < out.slices.size(); ++si) {
     const LoweredSlice& c = out.slices[si];
     for (size_t k = 0; k < c.producers.size(); ++k) {
@@ -112,7 +93,7 @@ Status lower_transfers(const Plan& plan, const OpGraph& graph, Lowered& out) {
         return Error{"plan: operator " + graph.ops[static_cast<size_t>(c.ops[0])].id + " (batch " +
                      std::to_string(c.layout.batch) + ") reads " + pop.id + " (batch " +
                      std::to_string(ps.layout.batch) + ")"};
-      const int64_t per_row = op_out_values_per_sample(pop.workload.op, pop.workload.dims, pop.workload.seq);
+      const int64_t per_row = ctx.out_values_per_row[static_cast<size_t>(p)];
       auto make = [&](Direction dir, const RowMove& m) {
         Transfer t;
         t.dir = dir;
@@ -125,19 +106,22 @@ Status lower_transfers(const Plan& plan, const OpGraph& graph, Lowered& out) {
         t.rows = m.rows;
         t.values = m.rows.size() * per_row;
         t.bytes = m.src == m.dst ? 0 : t.values * kWireBytesPerValue;
-        return t;
+        made.push_back(t);
       };
       for_each_reshard_move(ps.devices, ps.layout.tp, c.devices, c.layout.tp, c.layout.batch,
-                            plan.devices_per_island,
-                            [&](const RowMove& m) { fwd[static_cast<size_t>(c.wave)].push_back(make(Direction::forward, m)); });
+                            plan.devices_per_island, [&](const RowMove& m) { make(Direction::forward, m); });
       for_each_reshard_move(c.devices, c.layout.tp, ps.devices, ps.layout.tp, c.layout.batch,
-                            plan.devices_per_island,
-                            [&](const RowMove& m) { bwd[static_cast<size_t>(c.wave)].push_back(make(Direction::backward, m)); });
+                            plan.devices_per_island, [&](const RowMove& m) { make(Direction::backward, m); });
     }
   }
-  for (const auto& list : fwd) out.transfers.insert(out.transfers.end(), list.begin(), list.end());
-  for (int w = waves - 1; w >= 0; --w)
-    out.transfers.insert(out.transfers.end(), bwd[static_cast<size_t>(w)].begin(), bwd[static_cast<size_t>(w)].end());
+  auto exchange = [&](const Transfer& t) {
+    return static_cast<size_t>(t.dir == Direction::forward ? t.wave : 2 * waves - 1 - t.wave);
+  };
+  std::vector<size_t> next(2 * static_cast<size_t>(waves) + 1, 0);
+  for (const Transfer& t : made) ++next[exchange(t) + 1];
+  for (size_t e = 1; e < next.size(); ++e) next[e] += next[e - 1];
+  out.transfers.resize(made.size());
+  for (const Transfer& t : made) out.transfers[next[exchange(t)]++] = t;
   return {};
 }
 
@@ -200,7 +184,9 @@ ParamIds param_ids(const OpGraph& graph) {
 
 // Parameter shards, their holders and the gradient buckets.
 // With `runtime_maps` false, shard_devices, param_tp and param_op stay empty.
-void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids, bool runtime_maps, Lowered& out) {
+void lower_shards(const LowerContext& ctx, bool runtime_maps, Lowered& out) {
+  const ParamIds& ids = ctx.params;
+  const OpGraph& graph = *ctx.graph;
   // The slices using each param (ascending, each once) and its first
   // operator (in slice order). Params used by the same slices have the same
   // holders: those are worked out once per distinct list of slices.
@@ -243,9 +229,7 @@ void lower_shards(const Model& model, const OpGraph& graph, const ParamIds& ids,
       out.param_tp[name] = op.tensor_parallel;
       out.param_op.emplace(name, first_op[static_cast<size_t>(p)]);
     }
-    const Task& task = model.tasks[static_cast<size_t>(op.task)];
-    const Module* module = model.find_module(task.nodes[static_cast<size_t>(op.node)].module);
-    const int64_t values = op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
+    const int64_t values = ctx.shard_values[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
     const std::vector<std::vector<int>>& by_rank = holders(users[static_cast<size_t>(p)], op.tensor_parallel);
     for (size_t rank = 0; rank < by_rank.size(); ++rank) {
       const std::vector<int>& list = by_rank[rank];
@@ -328,7 +312,7 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 // `param_bwd` is scratch of ids.names.size() empty lists, left empty.
 // With `deps` false, every Instr::deps is left empty (LowerOptions).
 Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<std::vector<int>>& bucket_param,
-                      const DeviceShare& mine, int waves, int d, std::vector<std::vector<int>>& param_bwd, bool deps) {
+                      DeviceShare& mine, int waves, int d, std::vector<std::vector<int>>& param_bwd, bool deps) {
   Program prog;
   prog.device = d;
   // Forward and backward of each slice, an exchange per wave and direction
@@ -339,16 +323,23 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
   for (int s : mine.slices) ++wave_begin[static_cast<size_t>(l.slices[static_cast<size_t>(s)].wave) + 1];
   for (size_t w = 0; w < static_cast<size_t>(waves); ++w) wave_begin[w + 1] += wave_begin[w];
   // d's transfers of exchange (dir, w): a run of mine.transfers (they are in
-  // exchange order). Returns the run, advancing `next`; empty when d has none.
+  // exchange order, so they are the program's transfers as they stand).
+  // Sets the run of `in`, advancing `next`; returns false when d has none.
   size_t next = 0;
-  auto exchange_of = [&](Direction dir, int w) {
-    std::vector<int> run;
-    while (next < mine.transfers.size()) {
-      const Transfer& tr = l.transfers[static_cast<size_t>(mine.transfers[next])];
+  auto exchange_of = [&](Direction dir, int w, Instr& in) {
+    size_t end = next;
+    while (end < mine.transfers.size()) {
+      const Transfer& tr = l.transfers[static_cast<size_t>(mine.transfers[end])];
       if (tr.dir != dir || tr.wave != w) break;
-      run.push_back(mine.transfers[next++]);
+      ++end;
     }
-    return run;
+    in.transfers_begin = static_cast<int>(next);
+    in.transfers_end = static_cast<int>(end);
+    next = end;
+    return end > static_cast<size_t>(in.transfers_begin);
+  };
+  auto transfers_of = [&](const Instr& in) {
+    return std::span<const int>(mine.transfers.data() + in.transfers_begin, mine.transfers.data() + in.transfers_end);
   };
   // Only the dependencies need these.
   std::vector<int> fwd_of(deps ? l.slices.size() : 0, -1), bwd_of(deps ? l.slices.size() : 0, -1);
@@ -362,14 +353,12 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
 
   for (int w = 0; w < waves; ++w) {
     int ex = -1;
-    if (std::vector<int> run = exchange_of(Direction::forward, w); !run.empty()) {
-      Instr in;
+    if (Instr in; exchange_of(Direction::forward, w, in)) {
       in.kind = InstrKind::exchange;
       in.wave = w;
       in.dir = Direction::forward;
-      in.transfers = std::move(run);
       if (deps) {
-        for (int t : in.transfers)  // the forward of every slice whose output d sends
+        for (int t : transfers_of(in))  // the forward of every slice whose output d sends
           if (l.transfers[static_cast<size_t>(t)].src == d)
             in.deps.push_back(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
         in.deps = sorted_unique(std::move(in.deps));
@@ -414,21 +403,19 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
           }
       }
     }
-    if (std::vector<int> run = exchange_of(Direction::backward, w); !run.empty()) {
-      Instr in;
+    if (Instr in; exchange_of(Direction::backward, w, in)) {
       in.kind = InstrKind::exchange;
       in.wave = w;
       in.dir = Direction::backward;
-      in.transfers = std::move(run);
       if (deps) {
-        for (int t : in.transfers)  // the backward of every consumer slice whose input gradient d sends
+        for (int t : transfers_of(in))  // the backward of every consumer slice whose input gradient d sends
           if (l.transfers[static_cast<size_t>(t)].src == d)
             in.deps.push_back(bwd_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].slice)]);
         in.deps = sorted_unique(std::move(in.deps));
       }
       const int ex = add(std::move(in));
       if (deps)
-        for (int t : prog.instrs[static_cast<size_t>(ex)].transfers)
+        for (int t : transfers_of(prog.instrs[static_cast<size_t>(ex)]))
           if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
     }
   }
@@ -458,6 +445,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
   }
   add(std::move(opt));
   for (int p : touched) param_bwd[static_cast<size_t>(p)].clear();
+  prog.transfers = std::move(mine.transfers);
   return prog;
 }
 
@@ -494,20 +482,65 @@ ProgramBytes Lowered::bytes(int device) const {
   return b;
 }
 
-Result<Lowered> lower_header(const Plan& plan, const Model& model, const OpGraph& graph,
-                             const LowerOptions& options) {
+Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
+  LowerContext ctx;
+  ctx.model = &model;
+  ctx.graph = &graph;
+  ctx.params = param_ids(graph);
+  // Last operator of every (task, node), for a node's ordered inputs:
+  // node_last[task_first[t] + n].
+  std::vector<size_t> task_first(model.tasks.size() + 1, 0);
+  for (size_t t = 0; t < model.tasks.size(); ++t) task_first[t + 1] = task_first[t] + model.tasks[t].nodes.size();
+  std::vector<int> node_last(task_first.back(), -1);
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Operator& op = graph.ops[i];
+    if (op.task < 0 || static_cast<size_t>(op.task) >= model.tasks.size() || op.node < 0 ||
+        static_cast<size_t>(op.node) >= model.tasks[static_cast<size_t>(op.task)].nodes.size())
+      return Error{"lowering: operator " + op.id + " is not of the model's graph"};
+    node_last[task_first[static_cast<size_t>(op.task)] + static_cast<size_t>(op.node)] = static_cast<int>(i);
+  }
+  ctx.producers.resize(graph.ops.size());
+  ctx.shard_values.assign(graph.ops.size(), 0);
+  ctx.out_values_per_row.resize(graph.ops.size());
+  ctx.op_index.reserve(graph.ops.size());
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Operator& op = graph.ops[i];
+    ctx.op_index.emplace(op.id, static_cast<int>(i));
+    ctx.out_values_per_row[i] = op_out_values_per_sample(op.workload.op, op.workload.dims, op.workload.seq);
+    const Task& task = model.tasks[static_cast<size_t>(op.task)];
+    const Node& node = task.nodes[static_cast<size_t>(op.node)];
+    if (op.block == 0 && op.rep == 0) {
+      for (const std::string& in : node.inputs) {
+        size_t n = 0;
+        while (n < task.nodes.size() && task.nodes[n].id != in) ++n;
+        if (n == task.nodes.size() || node_last[task_first[static_cast<size_t>(op.task)] + n] < 0)
+          return Error{"lowering: input '" + in + "' of operator " + op.id + " is no node of the graph"};
+        ctx.producers[i].push_back(node_last[task_first[static_cast<size_t>(op.task)] + n]);
+      }
+    } else {
+      ctx.producers[i] = op.inputs;
+    }
+    if (ctx.params.of_op[i] >= 0) {
+      const Module* module = model.find_module(node.module);
+      if (module == nullptr) return Error{"lowering: operator " + op.id + " has no module '" + node.module + "'"};
+      ctx.shard_values[i] = op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
+    }
+  }
+  return ctx;
+}
+
+Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const LowerOptions& options) {
   Lowered out;
   out.devices = plan.devices;
-  SPINDLE_TRY(lower_slices(plan, model, graph, out));
-  out.params = param_ids(graph);
-  lower_shards(model, graph, out.params, options.runtime_maps, out);
+  SPINDLE_TRY(lower_slices(plan, ctx, out));
+  lower_shards(ctx, options.runtime_maps, out);
   return out;
 }
 
-Status lower_programs(const Plan& plan, const OpGraph& graph, Lowered& out, const LowerOptions& options) {
-  SPINDLE_TRY(lower_transfers(plan, graph, out));
-  const ParamIds& ids = out.params;
-  const std::vector<DeviceShare> shares = device_shares(out);
+Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, const LowerOptions& options) {
+  SPINDLE_TRY(lower_transfers(plan, ctx, out));
+  const ParamIds& ids = ctx.params;
+  std::vector<DeviceShare> shares = device_shares(out);
   const std::vector<std::vector<int>> bucket_param =
       options.deps ? bucket_params(out, ids) : std::vector<std::vector<int>>(out.buckets.size());
   std::vector<std::vector<int>> param_bwd(ids.names.size());
@@ -519,9 +552,11 @@ Status lower_programs(const Plan& plan, const OpGraph& graph, Lowered& out, cons
 }
 
 Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options) {
-  Result<Lowered> out = lower_header(plan, model, graph, options);
+  const Result<LowerContext> ctx = lower_context(model, graph);
+  if (!ctx) return ctx.error();
+  Result<Lowered> out = lower_header(plan, *ctx, options);
   if (!out) return out;
-  SPINDLE_TRY(lower_programs(plan, graph, *out, options));
+  SPINDLE_TRY(lower_programs(plan, *ctx, *out, options));
   return out;
 }
 
@@ -538,7 +573,7 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         j["wave"] = in.wave;
         j["dir"] = dir_name(in.dir);
         json sends = json::array(), recvs = json::array(), copies = json::array();
-        for (int t : in.transfers) {
+        for (int t : prog.transfers_of(in)) {
           const Transfer& tr = l.transfers[static_cast<size_t>(t)];
           const std::string& tensor = graph.ops[static_cast<size_t>(tr.producer)].id;
           if (tr.src == tr.dst)

@@ -22,7 +22,10 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -85,7 +88,9 @@ struct Instr {
   int wave = -1;               // exchange, forward, backward
   Direction dir = Direction::forward;  // exchange
   int slice = -1;              // forward, backward: index into Lowered::slices
-  std::vector<int> transfers;  // exchange: indices into Lowered::transfers this device takes part in
+  // exchange: the transfers this device takes part in, as the range
+  // [transfers_begin, transfers_end) of Program::transfers (Program::transfers_of)
+  int transfers_begin = 0, transfers_end = 0;
   int bucket = -1;             // allreduce: index into Lowered::buckets
   std::vector<int> deps;       // instructions of the same program that must be done first
 };
@@ -93,6 +98,12 @@ struct Instr {
 struct Program {
   int device = 0;
   std::vector<Instr> instrs;
+  // The transfers of every exchange, in program order: indices into
+  // Lowered::transfers (stored once per program, not per instruction).
+  std::vector<int> transfers;
+  std::span<const int> transfers_of(const Instr& in) const {
+    return {transfers.data() + in.transfers_begin, transfers.data() + in.transfers_end};
+  }
 };
 
 // What one device sends and receives in one step, bytes.
@@ -112,9 +123,33 @@ struct ParamIds {
   std::vector<int> sorted;           // ids in order of name
 };
 
+// What lowering takes from the model and its graph alone, worked out once
+// by lower_context and shared by every lowering of plans for them (the
+// planner lowers a dozen candidates per planning). Points into the model
+// and the graph, which must outlive it; read-only, so threads may share it.
+struct LowerContext {
+  const Model* model = nullptr;
+  const OpGraph* graph = nullptr;
+  ParamIds params;
+  // By graph operator: the operators feeding it, in its inputs' order (the
+  // first operator of a node reads the last operators of its input nodes).
+  std::vector<std::vector<int>> producers;
+  // By graph operator: the values of its parameter shard
+  // (op_shard_param_count with its module's max_seq and its
+  // tensor_parallel); 0 for an operator without parameters.
+  std::vector<int64_t> shard_values;
+  // By graph operator: the values of one batch row of its output
+  // (op_out_values_per_sample).
+  std::vector<int64_t> out_values_per_row;
+  std::unordered_map<std::string_view, int> op_index;   // operator id -> graph index
+};
+
+// Errors when `graph` is not the expansion of `model` (an operator of a
+// task or node the model lacks, an input that is no node).
+Result<LowerContext> lower_context(const Model& model, const OpGraph& graph);
+
 struct Lowered {
   int devices = 0;
-  ParamIds params;                       // of the graph lowered
   std::vector<LoweredSlice> slices;      // wave by wave, in plan order
   std::vector<int> slice_of;             // graph operator -> slice
   std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending
@@ -142,13 +177,14 @@ struct LowerOptions {
 
 Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options = {});
 
-// lower() in two stages, for a caller that may stop after the first
-// (the simulation's lower bound needs only the slices and buckets):
-// lower_header fills devices, slices, slice_of, buckets (and the runtime
-// maps); lower_programs then adds the transfers and the programs.
-Result<Lowered> lower_header(const Plan& plan, const Model& model, const OpGraph& graph,
-                             const LowerOptions& options = {});
-Status lower_programs(const Plan& plan, const OpGraph& graph, Lowered& header, const LowerOptions& options = {});
+// lower() in two stages with a context made once, for a caller that lowers
+// many plans or may stop after the first stage (the simulation's lower
+// bound needs only the slices and buckets): lower_header fills devices,
+// slices, slice_of, buckets (and the runtime maps); lower_programs then adds
+// the transfers and the programs.
+Result<Lowered> lower_header(const Plan& plan, const LowerContext& context, const LowerOptions& options = {});
+Status lower_programs(const Plan& plan, const LowerContext& context, Lowered& header,
+                      const LowerOptions& options = {});
 
 // The programs as versioned JSON (docs/lowering.md): one document per
 // device, {"format": "spindle-program", "version": 1, "device": d, ...}.

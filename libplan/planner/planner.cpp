@@ -377,6 +377,9 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // schedule gets one pass (on parallel threads: the candidates are
   // independent), then the best schedules get the further passes.
   const PlaceInput in = placement_input(p.contraction, request);
+  // What every candidate's lowering shares, worked out once.
+  const Result<LowerContext> lowering = lower_context(model, *request.graph);
+  if (!lowering) return Error{"planner: " + lowering.error().message};
   // Simulates schedule c placed as `placed` in `scratch` (the plan's header
   // and MetaOps); a simulation that passes `bound_ms` stops there
   // (infinity: it cannot win).
@@ -386,7 +389,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
     SimOptions options;
     options.timeline = false;
     options.stop_after_ms = bound_ms;
-    Result<Simulation> sim = simulate_plan(scratch, model, *request.graph, *request.cost, options);
+    Result<Simulation> sim = simulate_plan(scratch, *lowering, *request.cost, options);
     if (!sim) return Error{"planner: simulating a " + scratch.strategy + " candidate: " + sim.error().message};
     out.placed = std::move(placed);
     out.simulated_ms = sim->iteration_ms;

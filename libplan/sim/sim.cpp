@@ -175,7 +175,7 @@ Result<Simulation> Simulator::run() {
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
       if (in.kind != InstrKind::exchange) continue;
-      for (int t : in.transfers) {
+      for (int t : prog.transfers_of(in)) {
         const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
         if (tr.src == tr.dst) continue;
         ++pending_[first_[d] + i];
@@ -263,10 +263,10 @@ void Simulator::ready(int d, int pc, double t) {
 // packs (fixed + per-message + sent bytes), then its messages leave; once
 // its last message is delivered it unpacks the received bytes, then goes on.
 void Simulator::enter_exchange(int d, int pc, double t) {
-  const Instr& in = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)];
+  const Program& prog = l_.programs[static_cast<size_t>(d)];
   int messages = 0;
   double sent = 0, received = 0;
-  for (int tr : in.transfers) {
+  for (int tr : prog.transfers_of(prog.instrs[static_cast<size_t>(pc)])) {
     const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
     if (x.src == x.dst) continue;
     ++messages;
@@ -283,7 +283,8 @@ void Simulator::enter_exchange(int d, int pc, double t) {
 
 void Simulator::packed(int d, int pc, double t) {
   times_[at(d, pc)].packed = t;
-  for (int tr : l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].transfers) {
+  const Program& prog = l_.programs[static_cast<size_t>(d)];
+  for (int tr : prog.transfers_of(prog.instrs[static_cast<size_t>(pc)])) {
     const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
     if (x.src == d && x.dst != d) {
       messages_[static_cast<size_t>(tr)].transfer = tr;
@@ -427,7 +428,7 @@ Simulation Simulator::collect() const {
           break;
         case InstrKind::exchange: {
           std::vector<std::pair<double, double>> spans;
-          for (int t : in.transfers) {
+          for (int t : prog.transfers_of(in)) {
             const Transfer& x = l_.transfers[static_cast<size_t>(t)];
             if (x.src == x.dst) continue;
             const SimMessage& m = messages_[static_cast<size_t>(t)];
@@ -531,11 +532,18 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 
 Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost,
                                  const SimOptions& options) {
+  const Result<LowerContext> context = lower_context(model, graph);
+  if (!context) return context.error();
+  return simulate_plan(plan, *context, cost, options);
+}
+
+Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, const CostModel& cost,
+                                 const SimOptions& options) {
   // The same instructions, without what only readers and the executor use.
   LowerOptions lite;
   lite.deps = false;
   lite.runtime_maps = false;
-  auto lowered = lower_header(plan, model, graph, lite);
+  auto lowered = lower_header(plan, context, lite);
   if (!lowered) return lowered.error();
   const std::vector<double> slice_ms = lowered_slice_ms(plan);
   // A bounded simulation that cannot finish in time ends before the
@@ -543,7 +551,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
   if (device_lower_bound_ms(*lowered, slice_ms, cost, options) > options.stop_after_ms) {
     return stopped_at_bound();
   }
-  SPINDLE_TRY(lower_programs(plan, graph, *lowered, lite));
+  SPINDLE_TRY(lower_programs(plan, context, *lowered, lite));
   auto sim = simulate(*lowered, slice_ms, cost, plan.devices_per_island, options);
   if (!sim) return sim;
   // Name compute boxes after their MetaOps, as the planned trace does.

@@ -139,6 +139,10 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
 // before building the programs.
 Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost,
                                  const SimOptions& options = {});
+// The same with the lowering's context made once (lower_context), for a
+// caller that simulates many plans of one model.
+Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, const CostModel& cost,
+                                 const SimOptions& options = {});
 
 // The compute gap of `plan`: the makespan of its programs simulated with
 // communication priced at 0 (so a slot that ends early hands its devices on)

@@ -48,7 +48,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l) {
           CHECK(exchange_rank(in) > last_exchange);
           last_exchange = exchange_rank(in);
           CHECK(last_bucket < 0);
-          for (int t : in.transfers) {
+          for (int t : prog.transfers_of(in)) {
             const sp::Transfer& tr = l.transfers[static_cast<size_t>(t)];
             CHECK(tr.dir == in.dir);
             CHECK(tr.wave == in.wave);
@@ -164,6 +164,10 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
            {"tiny-clip", "cpu-1x3"}, {"tiny-clip", "cpu-1x4"}, {"tiny-lm", "cpu-1x3"}, {"tiny-lm", "cpu-1x4"},
            {"multitask-clip-10", "a800-4x8"}, {"ofasys-7", "a800-2x8"}, {"qwen-val-3", "a800-4x8"}}) {
     Fixture f(model, cluster);
+    // One context for the plans of every strategy, as the planner shares
+    // one among its candidates.
+    const auto context = sp::lower_context(f.model, f.graph);
+    REQUIRE(context.ok());
     for (sp::Strategy s : {sp::Strategy::spindle, sp::Strategy::sequential, sp::Strategy::task_level,
                            sp::Strategy::intra_task}) {
       INFO(model << " on " << cluster << ", " << sp::strategy_name(s));
@@ -177,13 +181,15 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       REQUIRE(again.ok());
       for (int d = 0; d < plan->devices; ++d)
         CHECK(sp::program_json(*lowered, f.graph, d) == sp::program_json(*again, f.graph, d));
-      // The planner's lite lowering (no deps, no executor maps): the same
-      // instructions, transfers and buckets.
+      // The planner's lite lowering (no deps, no executor maps; in two
+      // stages with the shared context): the same instructions, transfers
+      // and buckets.
       sp::LowerOptions lite;
       lite.deps = false;
       lite.runtime_maps = false;
-      auto bare = sp::lower(*plan, f.model, f.graph, lite);
+      auto bare = sp::lower_header(*plan, *context, lite);
       REQUIRE(bare.ok());
+      REQUIRE(sp::lower_programs(*plan, *context, *bare, lite).ok());
       CHECK(bare->shard_devices.empty());
       CHECK(bare->buckets.size() == lowered->buckets.size());
       CHECK(bare->transfers.size() == lowered->transfers.size());
@@ -196,13 +202,15 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
         CHECK((bare->transfers[t].src == lowered->transfers[t].src && bare->transfers[t].dst == lowered->transfers[t].dst &&
                bare->transfers[t].bytes == lowered->transfers[t].bytes && bare->transfers[t].wave == lowered->transfers[t].wave));
       for (int d = 0; d < plan->devices; ++d) {
-        const auto& full = lowered->programs[static_cast<size_t>(d)].instrs;
-        const auto& lean = bare->programs[static_cast<size_t>(d)].instrs;
+        const sp::Program& full_prog = lowered->programs[static_cast<size_t>(d)];
+        const sp::Program& lean_prog = bare->programs[static_cast<size_t>(d)];
+        const auto& full = full_prog.instrs;
+        const auto& lean = lean_prog.instrs;
         REQUIRE(full.size() == lean.size());
         for (size_t i = 0; i < full.size(); ++i) {
           CHECK(lean[i].deps.empty());
           CHECK((lean[i].kind == full[i].kind && lean[i].wave == full[i].wave && lean[i].dir == full[i].dir &&
-                 lean[i].slice == full[i].slice && lean[i].transfers == full[i].transfers &&
+                 lean[i].slice == full[i].slice && std::ranges::equal(lean_prog.transfers_of(lean[i]), full_prog.transfers_of(full[i])) &&
                  lean[i].bucket == full[i].bucket));
         }
       }
@@ -244,6 +252,11 @@ TEST_CASE("lowering rejects a plan that does not match the model, naming what is
   auto mismatched = sp::lower(plan, lm.model, f.graph);
   REQUIRE_FALSE(mismatched.ok());
   CHECK(mismatched.error().message.find("is not of the model's graph") != std::string::npos);
+  bad = plan;
+  bad.waves[0].index = 7;   // the exchanges are numbered by wave position
+  auto misnumbered = sp::lower(bad, f.model, f.graph);
+  REQUIRE_FALSE(misnumbered.ok());
+  CHECK(misnumbered.error().message.find("waves[0].index is 7") != std::string::npos);
   bad = plan;
   bad.waves[0].slices[0].devices = {0, 1, 2};
   auto b = sp::lower(bad, f.model, f.graph);

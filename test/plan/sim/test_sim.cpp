@@ -48,7 +48,7 @@ struct Programs {
 
   explicit Programs(int devices) {
     l.devices = devices;
-    for (int d = 0; d < devices; ++d) l.programs.push_back({d, {}});
+    for (int d = 0; d < devices; ++d) l.programs.push_back({d, {}, {}});
   }
   int slice(int wave, std::vector<int> devices, double ms) {
     sp::LoweredSlice s;
@@ -91,7 +91,10 @@ struct Programs {
     in.kind = sp::InstrKind::exchange;
     in.dir = dir;
     in.wave = wave;
-    in.transfers = std::move(transfers);
+    std::vector<int>& all = l.programs[static_cast<size_t>(d)].transfers;
+    in.transfers_begin = static_cast<int>(all.size());
+    all.insert(all.end(), transfers.begin(), transfers.end());
+    in.transfers_end = static_cast<int>(all.size());
     add(d, in);
   }
   void allreduce(int d, int bucket) {
