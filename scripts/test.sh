@@ -17,10 +17,12 @@ if [ "${SPINDLE_TEST_SANITIZE:-1}" = 0 ]; then
 fi
 start=$SECONDS
 ASAN_DIR="${ASAN_BUILD_DIR:-$SPINDLE_ROOT/build-asan}"
-# -O0: the sanitized build compiles twice as fast as with -O2 and the tests
-# stay quick; -gline-tables-only is enough for file:line in reports.
+# -O1 for the code under test: the sanitized suite runs three times as fast
+# as with -O0 (2 min against 6 on 2 cores). -O0 for the test programs' own
+# sources, which only call it: they compile in half the time.
+# -gline-tables-only is enough for file:line in reports.
 CXX=clang++ cmake -S "$SPINDLE_ROOT" -B "$ASAN_DIR" -DCMAKE_BUILD_TYPE=Debug \
-  "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -gline-tables-only" -DSPINDLE_WERROR=ON \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" -DSPINDLE_TEST_COMPILE_OPTIONS=-O0 -DSPINDLE_WERROR=ON \
   -DSPINDLE_SANITIZE=address,undefined -DSPINDLE_BUILD_BENCH=OFF
 cmake --build "$ASAN_DIR" -j "$JOBS"
 # Any undefined behaviour stops the test (it is also compiled with
