@@ -87,6 +87,11 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
               sim.iteration_ms, of_all(sim.compute_device_ms()), of_all(sim.transfer_device_ms()),
               of_all(sim.sync_device_ms()),
               of_all(device_ms - sim.compute_device_ms() - sim.transfer_device_ms() - sim.sync_device_ms()));
+  // Gradient all-reduces behind the backward pass (not in the shares above).
+  const double all_sync = sim.sync_device_ms() + sim.hidden_sync_device_ms();
+  std::printf("overlap   %.1f%% of all-reduce time hidden behind compute (%.3f of %.3f device-ms)\n",
+              all_sync > 0 ? 100.0 * sim.hidden_sync_device_ms() / all_sync : 0.0, sim.hidden_sync_device_ms(),
+              all_sync);
   std::printf("barrier   %.3f ms if every wave ended on a barrier = compute %.3f + transfer %.3f + sync %.3f\n",
               p.iteration_ms, p.compute_ms, p.transfer_ms, p.sync_ms);
   std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%% (simulated with communication at 0)\n",
@@ -97,8 +102,11 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
 
 // --lower DIR: the plan's per-device programs (libplan/lower), one file per
 // device, DIR/device-D.json, each written atomically. Exit code or 0.
-int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
-  auto lowered = sp::lower(plan, model, graph);
+int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph,
+                   bool overlap) {
+  sp::LowerOptions options;
+  options.overlap = overlap;
+  auto lowered = sp::lower(plan, model, graph, options);
   if (!lowered) return fail(kExitInvalid, lowered.error().message);
   std::error_code ec;  // the folder passed check_output_dir before anything was read
   fs::create_directories(dir, ec);
@@ -119,7 +127,7 @@ int main(int argc, char** argv) {
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
   std::string placement_name = "islands";
   std::string trace_path, check_path, plot_path, lower_dir;
-  bool compare = false, accept_profile_mismatch = false;
+  bool compare = false, accept_profile_mismatch = false, no_overlap = false;
   app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
   app.add_option("--model", model_path, "the model, as an option (same as the positional)")->check(CLI::ExistingFile);
   app.add_option("--cluster", cluster_path, "cluster description (YAML); default configs/clusters/a800-1x8.yaml")
@@ -145,6 +153,9 @@ int main(int argc, char** argv) {
                "plan with a profile made for another device or cluster (a warning instead of an error)");
   app.add_option("--lower", lower_dir,
                  "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json");
+  app.add_flag("--no-overlap", no_overlap,
+               "plan, simulate and lower for spindle-run --no-overlap: gradient all-reduces after the backward "
+               "pass, blocking (default: started during it)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -190,7 +201,7 @@ int main(int argc, char** argv) {
     std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", check_path.c_str(),
                 plan->strategy.c_str(), plan->model_name.c_str(), plan->devices, plan->waves.size(),
                 against ? (", cluster " + cluster_path).c_str() : "");
-    return lower_dir.empty() ? 0 : write_programs(lower_dir, *plan, *model, graph);
+    return lower_dir.empty() ? 0 : write_programs(lower_dir, *plan, *model, graph, !no_overlap);
   }
 
   auto cluster = sp::load_cluster(cluster_path);
@@ -224,6 +235,9 @@ int main(int argc, char** argv) {
   if (!placement) return fail(kExitInvalid, placement.error().message);
   sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile.sha256, *strategy};
   request.placement = *placement;
+  request.overlap = !no_overlap;
+  sp::SimOptions sim_options;
+  sim_options.overlap = !no_overlap;
   const int levels = sp::contract(graph).levels;
   std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
 
@@ -241,7 +255,7 @@ int main(int argc, char** argv) {
         std::printf("%-12s  not available: %s\n", sp::strategy_name(s), plan.error().message.c_str());
         continue;
       }
-      auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get());
+      auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get(), sim_options);
       auto gap = sp::simulated_compute_gap(*plan, *model, graph, *cost->get());
       if (!sim || !gap)
         return fail(kExitFailure, "internal error: cannot simulate the " + std::string(sp::strategy_name(s)) +
@@ -264,7 +278,7 @@ int main(int argc, char** argv) {
   if (sp::Status st = sp::check_plan_status(*plan, *model, graph, out_path); !st)
     return fail(kExitFailure, "internal error: the planner produced an invalid plan: " + st.error().message);
 
-  auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get());
+  auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get(), sim_options);
   auto gap = sp::simulated_compute_gap(*plan, *model, graph, *cost->get());
   if (!sim || !gap)
     return fail(kExitFailure, "internal error: cannot simulate the plan: " + (sim ? gap.error() : sim.error()).message);
@@ -280,7 +294,7 @@ int main(int argc, char** argv) {
   if (sp::Status st = sp::write_file_atomic(out_path, sp::plan_to_json(*plan)); !st)
     return fail(kExitFailure, st.error().message);
   if (!lower_dir.empty())
-    if (int rc = write_programs(lower_dir, *plan, *model, graph); rc != 0) return rc;
+    if (int rc = write_programs(lower_dir, *plan, *model, graph, !no_overlap); rc != 0) return rc;
   if (compare) std::printf("\n");
   print_summary(*plan, graph, levels, *sim, *gap);
   if (profile.links) {

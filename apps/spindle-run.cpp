@@ -81,6 +81,7 @@ struct Args {
   int keep = 3;                // complete checkpoints kept
   bool resume = false;
   bool overwrite = false;      // a fresh run may delete DIR's checkpoints of another run
+  bool no_overlap = false;     // gradient all-reduces after the backward pass, blocking
   int steps = 10;
   uint64_t seed = 0;
   float lr = 3e-3f;
@@ -479,6 +480,7 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   rt.options.seed = args.seed;
   rt.options.adamw.lr = args.lr;
   rt.options.record_trace = !args.trace_path.empty();
+  rt.options.overlap = !args.no_overlap;
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;
 #ifdef SPINDLE_HAVE_NCCL
@@ -839,6 +841,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)");
   app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)");
+  app.add_flag("--no-overlap", args.no_overlap,
+               "all-reduce each gradient bucket after the backward pass, blocking, instead of starting it "
+               "during the backward pass (same results; for comparison)");
   app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)");
   app.add_option("--dump-grads", args.grads_path,
                  "write every full gradient of the first step trained, after the gradient sync (JSON; for tests)");

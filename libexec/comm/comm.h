@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace spindle::exec {
 
@@ -61,6 +62,21 @@ class Comm {
     for (const RecvBuf& r : recvs) recv(r.data, r.peer, tag);
   }
 
+  // Non-blocking all-reduce (a gradient bucket during the backward pass):
+  // starts summing `data` in place, with all_reduce_sum's rules (every
+  // rank, in the same order, the same counts; every rank gets bitwise the
+  // same result); the result is there once wait_all_reduce(request)
+  // returns. `data` stays alive and untouched until then. Requests are
+  // waited for in the order they were started, each once. The default
+  // runs the blocking all_reduce_sum at the wait (the fakes: correct, no
+  // overlap); MPI starts it at once (MPI_Iallreduce).
+  virtual int start_all_reduce_sum(std::span<float> data);
+  virtual void wait_all_reduce(int request);
+  // Lets started all-reduces advance. MPI moves non-blocking collectives
+  // only inside MPI calls, so the executor calls this between operators
+  // (polling, no progress thread). Default: nothing to do.
+  virtual void progress() {}
+
   // Device memory. A communicator that moves buffers in the memory of the
   // current CUDA device directly (NCCL) returns true from device_memory()
   // and implements the three methods below, with the same ordering rules as
@@ -77,6 +93,11 @@ class Comm {
   };
   // Posts every send and receive at once and waits for all of them.
   virtual void exchange_device(std::span<const DeviceTransfer> sends, std::span<const DeviceTransfer> recvs);
+
+ private:
+  // The default non-blocking all-reduce: started, not yet waited for.
+  std::vector<std::span<float>> deferred_;
+  size_t next_wait_ = 0;
 };
 
 }  // namespace spindle::exec

@@ -71,6 +71,30 @@ void MpiComm::all_reduce_sum(std::span<float> data) {
                           comm_));
 }
 
+int MpiComm::start_all_reduce_sum(std::span<float> data) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size()), MPI_FLOAT, MPI_SUM, comm_, &request));
+  started_.push_back(request);
+  return static_cast<int>(started_.size()) - 1;
+}
+
+void MpiComm::wait_all_reduce(int request) {
+  SPINDLE_MPI_REQUIRE(request >= 0 && static_cast<size_t>(request) == next_wait_ && next_wait_ < started_.size(),
+                      "wait_all_reduce: not the next request started and not yet waited for");
+  MPI_CHECK(MPI_Wait(&started_[next_wait_++], MPI_STATUS_IGNORE));
+  if (next_wait_ == started_.size()) {
+    started_.clear();
+    next_wait_ = 0;
+  }
+}
+
+void MpiComm::progress() {
+  if (next_wait_ == started_.size()) return;
+  int done = 0;
+  MPI_CHECK(MPI_Testall(static_cast<int>(started_.size() - next_wait_), started_.data() + next_wait_, &done,
+                        MPI_STATUSES_IGNORE));
+}
+
 void MpiComm::all_gather(std::span<const float> send, std::span<float> recv) {
   SPINDLE_MPI_REQUIRE(recv.size() == send.size() * static_cast<size_t>(size_),
                       "all_gather: recv must hold size() * send elements");

@@ -44,11 +44,18 @@ class MpiComm final : public Comm {
   // MPI_Irecv every receive, MPI_Isend every send, MPI_Waitall.
   void exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int tag) override;
 
+  // MPI_Iallreduce in place; MPI_Wait; MPI_Testall over the started ones.
+  int start_all_reduce_sum(std::span<float> data) override;
+  void wait_all_reduce(int request) override;
+  void progress() override;
+
   MPI_Comm handle() const { return comm_; }
 
  private:
   MPI_Comm comm_;
   bool owned_;
+  std::vector<MPI_Request> started_;   // by request; MPI_REQUEST_NULL once complete
+  size_t next_wait_ = 0;
   int rank_ = 0;
   int size_ = 0;
 };

@@ -149,27 +149,30 @@ bool on_device(const Backend& be, const Comm& comm) {
   return be.device() != Device::host && comm.device_memory();
 }
 
-// Sums the tensors `grads` (backend memory) over `comm`, in place, as one
-// flat buffer: in device memory when the backend's memory is a device's and
-// `comm` carries device memory (NCCL), else staged through host memory (MPI
-// and the fakes carry host buffers). `flat` is the caller's buffer, kept
-// from step to step (allocated here when it has the wrong size or memory):
-// no allocation, page faults or zeroing per step. Returns the element count.
-int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& grads, Tensor& flat) {
-  int64_t n = 0;
-  for (const Tensor* g : grads) n += g->numel();
-  const bool device = on_device(be, comm);
-  if (flat.numel() != n || (flat.device() != Device::host) != device)
-    flat = device ? be.allocate({n}) : Tensor::zeros({n});
-  // Gradients that are views of `flat` in order (bind_bucket_views) are
-  // reduced where they are.
+// The tensors `grads` (backend memory) as one flat buffer, to be summed
+// over a communicator in place: in device memory when the backend's memory
+// is a device's and the communicator carries device memory (NCCL), else
+// staged through host memory (MPI and the fakes carry host buffers).
+// `flat` is the caller's buffer, kept from step to step (allocated here
+// when it has the wrong size or memory): no allocation, page faults or
+// zeroing per step. Gradients that are views of `flat` in order
+// (bind_bucket_views) are reduced where they are: `in_place`.
+struct FlatBucket {
+  int64_t floats = 0;
   bool in_place = true;
+};
+
+FlatBucket pack_flat(Backend& be, bool device, const std::vector<Tensor*>& grads, Tensor& flat) {
+  FlatBucket f;
+  for (const Tensor* g : grads) f.floats += g->numel();
+  if (flat.numel() != f.floats || (flat.device() != Device::host) != device)
+    flat = device ? be.allocate({f.floats}) : Tensor::zeros({f.floats});
   int64_t off = 0;
   for (const Tensor* g : grads) {
-    in_place = in_place && g->data() == flat.data() + off;
+    f.in_place = f.in_place && g->data() == flat.data() + off;
     off += g->numel();
   }
-  if (!in_place) {
+  if (!f.in_place) {
     off = 0;
     for (const Tensor* g : grads) {
       Tensor dst = row_view(flat, off, g->numel());
@@ -177,19 +180,18 @@ int64_t all_reduce_flat(Backend& be, Comm& comm, const std::vector<Tensor*>& gra
       off += g->numel();
     }
   }
-  if (flat.device() == Device::host) {
-    be.synchronize();
-    comm.all_reduce_sum({flat.data(), static_cast<size_t>(n)});
-  } else {
-    comm.all_reduce_sum_device(flat.data(), n);
-  }
-  if (in_place) return n;
-  off = 0;
+  if (flat.device() == Device::host) be.synchronize();
+  return f;
+}
+
+// Copies the summed `flat` back into `grads` (nothing when in place).
+void unpack_flat(Backend& be, const FlatBucket& f, const Tensor& flat, const std::vector<Tensor*>& grads) {
+  if (f.in_place) return;
+  int64_t off = 0;
   for (Tensor* g : grads) {
     be.copy(row_view(flat, off, g->numel()), *g);
     off += g->numel();
   }
-  return n;
 }
 
 // One rank's sends and receives of one wave's transfers (tensors in the
@@ -310,9 +312,11 @@ void take_shard(Tensor& local, const Tensor& full, int axis, int t, int k) {
 // identically on every rank from (model, plan).
 
 namespace {
-plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan) {
+plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan, bool overlap) {
   const plan::OpGraph graph = plan::expand(model);
-  auto lowered = plan::lower(plan, model, graph);
+  plan::LowerOptions options;
+  options.overlap = overlap;
+  auto lowered = plan::lower(plan, model, graph, options);
   if (!lowered.ok()) throw std::invalid_argument(lowered.error().message);
   return std::move(lowered).value();
 }
@@ -322,8 +326,8 @@ struct Schedule {
   plan::OpGraph graph;
   plan::Lowered lowered;
 
-  Schedule(const plan::Model& model, const plan::Plan& plan)
-      : graph(plan::expand(model)), lowered(lower_or_throw(model, plan)) {}
+  Schedule(const plan::Model& model, const plan::Plan& plan, bool overlap = true)
+      : graph(plan::expand(model)), lowered(lower_or_throw(model, plan, overlap)) {}
   const plan::LoweredSlice& slice(int s) const { return lowered.slices[static_cast<size_t>(s)]; }
   int position(int s, int device) const { return lowered.position(s, device); }
 };
@@ -353,7 +357,7 @@ struct Executor::ParamState {
 Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
                    Backend& backend, ExecOptions options)
     : model_(model), world_(world), groups_(std::move(groups)), backend_(backend),
-      options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan)),
+      options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan, options.overlap)),
       loss_(model.tasks.size(), 0.0), synthetic_(std::make_unique<SyntheticSource>(options.seed)),
       data_(synthetic_.get()), origin_(Clock::now()) {
   if (world.size() != plan.devices)
@@ -459,11 +463,20 @@ StepStats Executor::step() {
         else backward_exchange(in);
         break;
       case plan::InstrKind::forward: forward_slice(in.slice); break;
-      case plan::InstrKind::backward: backward_slice(in.slice); break;
-      case plan::InstrKind::allreduce: reduce_bucket(in.bucket); break;
+      case plan::InstrKind::backward:
+        backward_slice(in.slice);
+        progress_buckets();
+        break;
+      case plan::InstrKind::allreduce:
+        start_bucket(in.bucket);
+        finish_bucket(in.bucket);
+        break;
+      case plan::InstrKind::allreduce_start: start_bucket(in.bucket); break;
+      case plan::InstrKind::allreduce_wait: finish_bucket(in.bucket); break;
       case plan::InstrKind::optimizer: optimizer_step(); break;
     }
   }
+  started_.clear();
 
   // Losses: each rank holds its share of every task's full-batch loss.
   StepStats stats;
@@ -659,18 +672,52 @@ void Executor::zero_grads() {
     }
 }
 
-void Executor::reduce_bucket(int bucket) {
+// A gradient bucket's all-reduce: started once this device's gradients
+// of it are final (allreduce_start, during the backward pass), finished
+// before the optimizer (allreduce_wait); a blocking allreduce
+// (--no-overlap) is both at once, through the same calls, so the sums are
+// bitwise the same either way. Over device memory (NCCL) the reduction
+// itself runs at the finish, in the global bucket order, as before.
+void Executor::start_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
+  const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
+  Comm& comm = *groups_.at(b.devices);
+  StartedBucket& started = started_[bucket];
+  started.comm = &comm;
+  started.start = t0;
+  started.grads.clear();
   // The bucket's shards in key order, each shard's tensors in order: the
   // same flat layout on every member of the group.
-  const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
-  std::vector<Tensor*> grads;
   for (const plan::ShardKey& key : b.shards)
-    for (Param& p : params_.at(key).set.params) grads.push_back(&p.grad);
-  const int64_t floats = all_reduce_flat(backend_, *groups_.at(b.devices), grads, bucket_buffers_[bucket]);
-  counters_.reduced_bytes += floats * kBytesPerFloat;
+    for (Param& p : params_.at(key).set.params) started.grads.push_back(&p.grad);
+  Tensor& flat = bucket_buffers_[bucket];
+  const bool device = on_device(backend_, comm);
+  const FlatBucket f = pack_flat(backend_, device, started.grads, flat);
+  started.floats = f.floats;
+  started.in_place = f.in_place;
+  started.request = device ? -1 : comm.start_all_reduce_sum({flat.data(), static_cast<size_t>(f.floats)});
   counters_.sync_ms += ms_since(t0);
-  record("gradient sync", "sync", 1, t0, {{"floats", floats}, {"group", b.devices}});
+}
+
+void Executor::finish_bucket(int bucket) {
+  const Clock::time_point t0 = Clock::now();
+  const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
+  StartedBucket& started = started_.at(bucket);
+  Tensor& flat = bucket_buffers_[bucket];
+  if (started.request >= 0) started.comm->wait_all_reduce(started.request);
+  else started.comm->all_reduce_sum_device(flat.data(), started.floats);
+  unpack_flat(backend_, {started.floats, started.in_place}, flat, started.grads);
+  counters_.reduced_bytes += started.floats * kBytesPerFloat;
+  counters_.sync_ms += ms_since(t0);
+  // From its start to its end: behind the backward pass when overlapped.
+  record("gradient sync", "sync", 1, started.start, {{"floats", started.floats}, {"group", b.devices}});
+}
+
+// Lets the started all-reduces advance between operators (MPI progresses
+// non-blocking collectives only inside MPI calls).
+void Executor::progress_buckets() {
+  for (auto& [bucket, started] : started_)
+    if (started.request >= 0) started.comm->progress();
 }
 
 void Executor::optimizer_step() {

@@ -72,6 +72,11 @@ struct ExecOptions {
   // AdamW for tiny models: lr 3e-3, weight decay 0.01.
   AdamWConfig adamw{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
   bool record_trace = false;  // keep measured boxes for trace()
+  // Gradient all-reduces start during the backward pass and are waited for
+  // before the optimizer (plan::LowerOptions::overlap); false: each after
+  // the backward pass, blocking (spindle-run --no-overlap). The sums are
+  // bitwise the same either way.
+  bool overlap = true;
 };
 
 // What this rank did in one step, by phase of its lowered program. Bytes
@@ -203,7 +208,9 @@ class Executor {
   void forward_slice(int slice);
   void backward_slice(int slice);
   void backward_exchange(const plan::Instr& instr);
-  void reduce_bucket(int bucket);
+  void start_bucket(int bucket);
+  void finish_bucket(int bucket);
+  void progress_buckets();
   void optimizer_step();
   void zero_grads();
   void bind_bucket_views();
@@ -233,6 +240,16 @@ class Executor {
   // Kept across steps: per gradient bucket, its flat all-reduce buffer (in
   // host memory, also the storage of its gradients: bind_bucket_views).
   std::map<int, Tensor> bucket_buffers_;
+  // Per step: the gradient buckets started and not yet finished.
+  struct StartedBucket {
+    Comm* comm = nullptr;
+    int request = -1;               // Comm::start_all_reduce_sum's; -1: over device memory, at the finish
+    std::vector<Tensor*> grads;
+    int64_t floats = 0;
+    bool in_place = true;
+    Clock::time_point start;
+  };
+  std::map<int, StartedBucket> started_;
 
   // Data: the source the current pass reads, and its batch.
   std::unique_ptr<DataSource> synthetic_;  // the default training data

@@ -239,6 +239,7 @@ void lower_shards(const LowerContext& ctx, bool runtime_maps, Lowered& out) {
       Bucket& b = buckets[list];
       if (b.devices.empty()) b.devices = list;
       b.shards.push_back(key);
+      if (b.params.empty() || b.params.back() != p) b.params.push_back(p);
       b.values += values;
     }
   }
@@ -247,21 +248,6 @@ void lower_shards(const LowerContext& ctx, bool runtime_maps, Lowered& out) {
     out.buckets.push_back(std::move(b));
   }
   order_buckets(out.buckets, out.devices);
-}
-
-// The parameter ids of every bucket's shards (distinct, ascending), by bucket.
-std::vector<std::vector<int>> bucket_params(const Lowered& l, const ParamIds& ids) {
-  std::vector<std::vector<int>> out(l.buckets.size());
-  for (size_t b = 0; b < l.buckets.size(); ++b) {
-    for (const ShardKey& k : l.buckets[b].shards) {
-      const auto it = std::lower_bound(ids.sorted.begin(), ids.sorted.end(), k.first, [&](int id, const std::string& n) {
-        return ids.names[static_cast<size_t>(id)] < n;
-      });
-      out[b].push_back(*it);
-    }
-    out[b] = sorted_unique(std::move(out[b]));
-  }
-  return out;
 }
 
 // What one device takes part in, gathered in one pass over the whole
@@ -311,8 +297,8 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 // Device d's program in the order of the header, with its dependencies.
 // `param_bwd` is scratch of ids.names.size() empty lists, left empty.
 // With `deps` false, every Instr::deps is left empty (LowerOptions).
-Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<std::vector<int>>& bucket_param,
-                      DeviceShare& mine, int waves, int d, std::vector<std::vector<int>>& param_bwd, bool deps) {
+Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, int waves, int d,
+                      std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps, bool overlap) {
   Program prog;
   prog.device = d;
   // Forward and backward of each slice, an exchange per wave and direction
@@ -376,9 +362,51 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
       if (deps) fwd_of[static_cast<size_t>(s)] = at;
     }
   }
+  // With overlap: the backward step (0, 1, ... in program order) after
+  // which each bucket's gradients on d are final: the last backward of d
+  // using one of its parameters (last_step, by param id, is scratch of -1s,
+  // left so).
+  std::vector<int> ready_step;
+  std::vector<int> stepped;
+  if (overlap) {
+    int step = 0;
+    for (int w = waves - 1; w >= 0; --w)
+      for (size_t k = wave_begin[static_cast<size_t>(w) + 1]; k-- > wave_begin[static_cast<size_t>(w)]; ++step)
+        for (int o : l.slices[static_cast<size_t>(mine.slices[k])].ops)
+          if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
+            if (last_step[static_cast<size_t>(p)] < 0) stepped.push_back(p);
+            last_step[static_cast<size_t>(p)] = step;
+          }
+    ready_step.reserve(mine.buckets.size());
+    for (int b : mine.buckets) {
+      int ready = -1;
+      for (int p : l.buckets[static_cast<size_t>(b)].params) ready = std::max(ready, last_step[static_cast<size_t>(p)]);
+      ready_step.push_back(ready);
+    }
+    for (int p : stepped) last_step[static_cast<size_t>(p)] = -1;
+  }
+  // The all-reduce of bucket mine.buckets[i] (blocking, or its start), after
+  // the backward of every slice of d that uses one of its parameters.
+  std::vector<int> reductions;
+  auto reduce = [&](size_t i, InstrKind kind) {
+    const int b = mine.buckets[i];
+    Instr in;
+    in.kind = kind;
+    in.bucket = b;
+    if (deps) {
+      for (int p : l.buckets[static_cast<size_t>(b)].params) {
+        const std::vector<int>& after = param_bwd[static_cast<size_t>(p)];
+        in.deps.insert(in.deps.end(), after.begin(), after.end());
+      }
+      in.deps = sorted_unique(std::move(in.deps));
+    }
+    reductions.push_back(add(std::move(in)));
+  };
   // Instructions a parameter's gradient on d waits for (param_bwd, by param
   // id): the backward of every slice of d that uses it.
   std::vector<int> touched;
+  size_t started = 0;   // buckets started so far, in the global order
+  int step = 0;
   for (int w = waves - 1; w >= 0; --w) {
     for (size_t k = wave_begin[static_cast<size_t>(w) + 1]; k-- > wave_begin[static_cast<size_t>(w)];) {
       const int slice = mine.slices[k];
@@ -402,6 +430,11 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
             param_bwd[static_cast<size_t>(p)].push_back(at);
           }
       }
+      // Started in the global order: a bucket ready early waits for the
+      // ones before it, so every device starts its buckets in that order.
+      while (overlap && started < mine.buckets.size() && ready_step[started] <= step)
+        reduce(started++, InstrKind::allreduce_start);
+      ++step;
     }
     if (Instr in; exchange_of(Direction::backward, w, in)) {
       in.kind = InstrKind::exchange;
@@ -419,21 +452,18 @@ Program lower_program(const Lowered& l, const ParamIds& ids, const std::vector<s
           if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
     }
   }
-  // Gradient buckets: after the backward of every slice of d that uses one
-  // of the bucket's parameters.
-  std::vector<int> reductions;
-  for (int b : mine.buckets) {
-    Instr in;
-    in.kind = InstrKind::allreduce;
-    in.bucket = b;
-    if (deps) {
-      for (int p : bucket_param[static_cast<size_t>(b)]) {
-        const std::vector<int>& after = param_bwd[static_cast<size_t>(p)];
-        in.deps.insert(in.deps.end(), after.begin(), after.end());
-      }
-      in.deps = sorted_unique(std::move(in.deps));
+  if (overlap) {
+    // Every bucket has started (its last backward has run); each wait
+    // follows its start, in the same order.
+    for (size_t i = 0; i < mine.buckets.size(); ++i) {
+      Instr in;
+      in.kind = InstrKind::allreduce_wait;
+      in.bucket = mine.buckets[i];
+      if (deps) in.deps.push_back(reductions[i]);
+      reductions[i] = add(std::move(in));
     }
-    reductions.push_back(add(std::move(in)));
+  } else {
+    for (size_t i = 0; i < mine.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
   }
   Instr opt;
   opt.kind = InstrKind::optimizer;
@@ -455,6 +485,8 @@ const char* kind_name(InstrKind k) {
     case InstrKind::forward: return "forward";
     case InstrKind::backward: return "backward";
     case InstrKind::allreduce: return "allreduce";
+    case InstrKind::allreduce_start: return "allreduce_start";
+    case InstrKind::allreduce_wait: return "allreduce_wait";
     case InstrKind::optimizer: return "optimizer";
   }
   return "?";
@@ -541,13 +573,12 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   SPINDLE_TRY(lower_transfers(plan, ctx, out));
   const ParamIds& ids = ctx.params;
   std::vector<DeviceShare> shares = device_shares(out);
-  const std::vector<std::vector<int>> bucket_param =
-      options.deps ? bucket_params(out, ids) : std::vector<std::vector<int>>(out.buckets.size());
   std::vector<std::vector<int>> param_bwd(ids.names.size());
+  std::vector<int> last_step(ids.names.size(), -1);
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
-    out.programs.push_back(lower_program(out, ids, bucket_param, shares[static_cast<size_t>(d)],
-                                         static_cast<int>(plan.waves.size()), d, param_bwd, options.deps));
+    out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
+                                         d, param_bwd, last_step, options.deps, options.overlap));
   return {};
 }
 
@@ -602,7 +633,11 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         j["group"] = s.devices;
         break;
       }
-      case InstrKind::allreduce: {
+      case InstrKind::allreduce_wait:
+        j["group"] = l.buckets[static_cast<size_t>(in.bucket)].devices;
+        break;
+      case InstrKind::allreduce:
+      case InstrKind::allreduce_start: {
         const Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
         json shards = json::array();
         for (const ShardKey& k : b.shards) shards.push_back(k.first + "@" + std::to_string(k.second));

@@ -9,15 +9,19 @@
 //
 // Each device's program, in order:
 //   for every wave w:            [exchange forward w] forward of each of its slices of w
-//   for every wave w, reversed:  backward of each of its slices of w (reversed) [exchange backward w]
+//   for every wave w, reversed:  backward of each of its slices of w (reversed) [exchange backward w],
+//                                with overlap: after a backward, the start of every bucket whose
+//                                gradients on this device are now final (and all before it started)
 //   all-reduce of each gradient bucket it is in (buckets in one global order
-//   chosen so that all-reduces over disjoint groups can run side by side)
+//   chosen so that all-reduces over disjoint groups can run side by side);
+//   with overlap: the wait for each, in that order
 //   optimizer
 // An exchange is every transfer of one wave and direction that this device
 // sends or receives (or copies locally), posted together; a device with no
 // transfer in that exchange has no instruction for it. Because every device
 // follows the same global order of exchanges and collectives, blocking
-// execution of the programs cannot deadlock.
+// execution of the programs cannot deadlock; a started all-reduce does not
+// block, and its wait comes after every exchange.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +42,7 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 1;
+inline constexpr int kProgramVersion = 2;   // 2: allreduce_start, allreduce_wait
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -77,11 +81,17 @@ using ShardKey = std::pair<std::string, int>;
 struct Bucket {
   std::vector<int> devices;     // ascending, at least 2
   std::vector<ShardKey> shards; // ascending
+  std::vector<int> params;      // the shards' parameter ids (LowerContext::params), in shard order, distinct
   int64_t values = 0;           // gradient values summed: op_shard_param_count of each shard
   int64_t bytes = 0;            // values x kWireBytesPerValue
 };
 
-enum class InstrKind { exchange, forward, backward, allreduce, optimizer };
+// allreduce: a blocking all-reduce of a gradient bucket (every bucket after
+// the backward pass: LowerOptions::overlap false). allreduce_start starts
+// one without waiting (as soon as this device's gradients of the bucket
+// are final, during the backward pass) and allreduce_wait waits for it
+// (before the optimizer): the reduction overlaps the backward pass.
+enum class InstrKind { exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer };
 
 struct Instr {
   InstrKind kind = InstrKind::forward;
@@ -91,7 +101,7 @@ struct Instr {
   // exchange: the transfers this device takes part in, as the range
   // [transfers_begin, transfers_end) of Program::transfers (Program::transfers_of)
   int transfers_begin = 0, transfers_end = 0;
-  int bucket = -1;             // allreduce: index into Lowered::buckets
+  int bucket = -1;             // allreduce, allreduce_start, allreduce_wait: index into Lowered::buckets
   std::vector<int> deps;       // instructions of the same program that must be done first
 };
 
@@ -173,6 +183,11 @@ struct Lowered {
 struct LowerOptions {
   bool deps = true;           // Instr::deps (what --lower shows; the executor and the simulation run in order)
   bool runtime_maps = true;   // Lowered::shard_devices, param_tp, param_op (the executor's)
+  // Gradient all-reduces overlap the backward pass (allreduce_start as
+  // early as the bucket's gradients allow, allreduce_wait before the
+  // optimizer); false: a blocking allreduce per bucket after the backward
+  // pass (spindle-run --no-overlap, spindle-plan --no-overlap).
+  bool overlap = true;
 };
 
 Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options = {});
@@ -187,7 +202,7 @@ Status lower_programs(const Plan& plan, const LowerContext& context, Lowered& he
                       const LowerOptions& options = {});
 
 // The programs as versioned JSON (docs/lowering.md): one document per
-// device, {"format": "spindle-program", "version": 1, "device": d, ...}.
+// device, {"format": "spindle-program", "version": 2, "device": d, ...}.
 std::string program_json(const Lowered& lowered, const OpGraph& graph, int device);
 
 }  // namespace spindle::plan

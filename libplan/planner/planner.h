@@ -45,6 +45,10 @@ struct PlanRequest {
   // Spindle's own portfolio only.
   bool baseline_candidates = true;
   Placement placement = Placement::islands;
+  // Every strategy: gradient all-reduces overlap the backward pass, as
+  // spindle-run runs them by default (LowerOptions::overlap); false: after
+  // it, blocking (spindle-run --no-overlap). The objective follows.
+  bool overlap = true;
 };
 
 // What placement (libplan/place) is told of the MetaOps of `contraction`

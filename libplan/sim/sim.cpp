@@ -92,6 +92,7 @@ class Simulator {
   void packed(int d, int pc, double t);
   void end_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
+  void enter_wait(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
   // all idle, among those that need one of `links` (the links just freed,
@@ -135,8 +136,10 @@ class Simulator {
   std::vector<std::vector<Waiting>> waiting_;
   std::vector<SimMessage> messages_;             // by transfer
   std::vector<int> started_;                     // transfers in order of start
-  std::vector<int> arrived_;                     // by bucket: devices that reached it
-  std::vector<std::vector<std::pair<int, int>>> at_bucket_;   // by bucket: (device, instr) waiting there
+  std::vector<int> arrived_;                     // by bucket: devices that reached it (allreduce or its start)
+  std::vector<std::vector<std::pair<int, int>>> at_bucket_;   // by bucket: (device, instr) that reached it
+  std::vector<double> bucket_begin_, bucket_end_;   // by bucket: when its all-reduce runs; -1 until it does
+  std::vector<std::vector<std::pair<int, int>>> at_wait_;     // by bucket: (device, allreduce_wait) blocked there
   std::vector<double> finish_;                   // by device
 };
 
@@ -170,6 +173,9 @@ Result<Simulation> Simulator::run() {
   for (const Transfer& tr : l_.transfers) links_.push_back(compute_links(tr));
   arrived_.assign(l_.buckets.size(), 0);
   at_bucket_.resize(l_.buckets.size());
+  bucket_begin_.assign(l_.buckets.size(), -1.0);
+  bucket_end_.assign(l_.buckets.size(), -1.0);
+  at_wait_.resize(l_.buckets.size());
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
@@ -216,8 +222,8 @@ Result<Simulation> Simulator::run() {
     if (pc < prog.instrs.size()) {
       const Instr& in = prog.instrs[pc];
       return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
-                   (in.kind == InstrKind::allreduce ? " (all-reduce of bucket " + std::to_string(in.bucket) + ")"
-                                                    : " (exchange of wave " + std::to_string(in.wave) + ")")};
+                   (in.kind == InstrKind::exchange ? " (exchange of wave " + std::to_string(in.wave) + ")"
+                                                   : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
     }
   }
   return collect();
@@ -240,6 +246,11 @@ void Simulator::ready(int d, int pc, double t) {
   times.reached = times.began = t;
   if (in.kind == InstrKind::exchange) return enter_exchange(d, pc, t);
   if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
+  if (in.kind == InstrKind::allreduce_wait) return enter_wait(d, pc, t);
+  if (in.kind == InstrKind::allreduce_start) {
+    enter_allreduce(d, pc, t);   // the device goes on at once
+    return ready(d, pc + 1, t);
+  }
   for (;;) {
     const Instr& c = prog.instrs[static_cast<size_t>(pc)];
     double ms = 0;   // the optimizer: 0
@@ -252,9 +263,9 @@ void Simulator::ready(int d, int pc, double t) {
     tm.ended = t + ms;
     t += ms;
     ++pc;
-    if (pc >= end || prog.instrs[static_cast<size_t>(pc)].kind == InstrKind::exchange ||
-        prog.instrs[static_cast<size_t>(pc)].kind == InstrKind::allreduce)
-      break;
+    if (pc >= end) break;
+    const InstrKind next = prog.instrs[static_cast<size_t>(pc)].kind;
+    if (next != InstrKind::forward && next != InstrKind::backward && next != InstrKind::optimizer) break;
   }
   events_.push({t, kReady, d, pc});
 }
@@ -309,19 +320,43 @@ void Simulator::end_exchange(int d, int pc, double t) {
   events_.push({times.ended, kReady, d, pc + 1});
 }
 
+// A device reaches a bucket's all-reduce (blocking) or its start; the
+// all-reduce runs once every member has. Members at a blocking one go on
+// when it ends; those that started it went on already, and those blocked
+// at its wait go on when it ends.
 void Simulator::enter_allreduce(int d, int pc, double t) {
   const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
   const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
   at_bucket_[static_cast<size_t>(b)].push_back({d, pc});
   if (++arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
   // The last member arrived: the all-reduce runs now.
-  const double ms = bucket_ms(bucket, cost_, options_);
+  const double end = t + bucket_ms(bucket, cost_, options_);
+  bucket_begin_[static_cast<size_t>(b)] = t;
+  bucket_end_[static_cast<size_t>(b)] = end;
   for (auto [m, mpc] : at_bucket_[static_cast<size_t>(b)]) {
     InstrTimes& times = times_[at(m, mpc)];
     times.began = t;
-    times.ended = t + ms;
-    events_.push({t + ms, kReady, m, mpc + 1});
+    times.ended = end;
+    if (l_.programs[static_cast<size_t>(m)].instrs[static_cast<size_t>(mpc)].kind == InstrKind::allreduce)
+      events_.push({end, kReady, m, mpc + 1});
   }
+  for (auto [m, wpc] : at_wait_[static_cast<size_t>(b)]) {
+    times_[at(m, wpc)].ended = end;
+    events_.push({end, kReady, m, wpc + 1});
+  }
+}
+
+// The wait for a started all-reduce: done at once if it has ended, else
+// when it ends (once it runs: when its last member starts it).
+void Simulator::enter_wait(int d, int pc, double t) {
+  const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
+  const double end = bucket_end_[static_cast<size_t>(b)];
+  if (end < 0) {
+    at_wait_[static_cast<size_t>(b)].push_back({d, pc});
+    return;
+  }
+  times_[at(d, pc)].ended = std::max(t, end);
+  events_.push({std::max(t, end), kReady, d, pc + 1});
 }
 
 void Simulator::dispatch(const int* links, int n, double t) {
@@ -448,9 +483,32 @@ Simulation Simulator::collect() const {
                      std::to_string(in.wave);
           break;
         }
+        case InstrKind::allreduce_wait: {
+          // Blocked from reached to ended: on the collective while it ran
+          // (exposed), else waiting for the group to start it. The rest of
+          // the collective ran behind this device's other work (hidden).
+          const double cb = bucket_begin_[static_cast<size_t>(in.bucket)];
+          const double ce = bucket_end_[static_cast<size_t>(in.bucket)];
+          const double exposed = std::max(0.0, tm.ended - std::max(tm.reached, cb));
+          dev.sync_ms += exposed;
+          dev.wait_ms += box.dur_ms - exposed;
+          dev.hidden_sync_ms += (ce - cb) - exposed;
+          if (box.dur_ms <= 0) continue;
+          // On the communication track: it ends with the all-reduce, so it
+          // nests with the all-reduce's box there.
+          box.track = SimTrack::communication;
+          box.start_ms = tm.reached;
+          box.dur_ms = tm.ended - tm.reached;
+          box.cat = "wait";
+          box.bucket = in.bucket;
+          box.name = "wait for all-reduce of bucket " + std::to_string(in.bucket);
+          break;
+        }
+        case InstrKind::allreduce_start:
         case InstrKind::allreduce: {
           const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
-          if (tm.began > tm.reached) {
+          const bool started = in.kind == InstrKind::allreduce_start;
+          if (!started && tm.began > tm.reached) {
             SimBox wait = box;
             wait.track = SimTrack::communication;
             wait.cat = "wait";
@@ -461,7 +519,7 @@ Simulation Simulator::collect() const {
             dev.wait_ms += wait.dur_ms;
             sim.boxes.push_back(std::move(wait));
           }
-          dev.sync_ms += box.dur_ms;
+          if (!started) dev.sync_ms += box.dur_ms;   // a started one: counted at its wait
           box.track = SimTrack::communication;
           box.cat = "allreduce";
           box.bucket = in.bucket;
@@ -500,6 +558,12 @@ double Simulation::sync_device_ms() const {
   return s;
 }
 
+double Simulation::hidden_sync_device_ms() const {
+  double s = 0;
+  for (const SimDevice& d : devices) s += d.hidden_sync_ms;
+  return s;
+}
+
 std::vector<double> lowered_slice_ms(const Plan& plan) {
   std::vector<double> ms;
   for (const Wave& w : plan.waves)
@@ -515,7 +579,10 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
       for (int d : lowered.slices[s].devices) busy[static_cast<size_t>(d)] += slice_ms[s];
   for (const Bucket& b : lowered.buckets) {
     const double ms = bucket_ms(b, cost, options);
-    for (int d : b.devices) busy[static_cast<size_t>(d)] += ms;
+    for (int d : b.devices) {
+      double& bound = busy[static_cast<size_t>(d)];
+      bound = options.overlap ? std::max(bound, ms) : bound + ms;
+    }
   }
   double bound = 0;
   for (double b : busy) bound = std::max(bound, b);
@@ -543,6 +610,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
   LowerOptions lite;
   lite.deps = false;
   lite.runtime_maps = false;
+  lite.overlap = options.overlap;
   auto lowered = lower_header(plan, context, lite);
   if (!lowered) return lowered.error();
   const std::vector<double> slice_ms = lowered_slice_ms(plan);

@@ -31,8 +31,12 @@
 //                      not hold back a later one whose links are idle (no
 //                      reservations). Local copies cost 0.
 //   all-reduce         starts when every device of the bucket has reached it
-//                      and takes CostModel::allreduce_ms(bytes, devices); it
-//                      does not contend with messages or other all-reduces.
+//                      (the blocking allreduce, or allreduce_start) and takes
+//                      CostModel::allreduce_ms(bytes, devices); it does not
+//                      contend with messages, other all-reduces or compute.
+//                      A device goes on past allreduce_start at once (the
+//                      all-reduce runs beside its backward pass) and past
+//                      allreduce_wait once the all-reduce has ended.
 //
 // Deterministic: events ordered by time, then kind, then device, then index.
 #pragma once
@@ -61,6 +65,9 @@ struct SimOptions {
   // result is then iteration_ms = infinity and nothing else (a bound for
   // comparing candidates: one that cannot beat the best so far stops early).
   double stop_after_ms = std::numeric_limits<double>::infinity();
+  // simulate_plan lowers with LowerOptions::overlap = this (gradient
+  // all-reduces during the backward pass), as spindle-run runs by default.
+  bool overlap = true;
 };
 
 enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's tid
@@ -87,8 +94,11 @@ struct SimDevice {
   double compute_ms = 0;    // forward, backward, optimizer
   double transfer_ms = 0;   // inside its exchanges, while one of their messages moves or the
                             // device packs or unpacks (CostModel::overhead)
-  double sync_ms = 0;       // its all-reduces, from start to end
-  double wait_ms = 0;       // inside exchanges and all-reduces with nothing moving
+  double sync_ms = 0;       // its blocking all-reduces, from start to end; of a started one
+                            // (allreduce_start), the part its wait was blocked on it (exposed)
+  double wait_ms = 0;       // inside exchanges and all-reduces (or their waits) with nothing moving
+  double hidden_sync_ms = 0;   // the rest of its started all-reduces: run while it did other work
+                               // (not in busy_ms)
   double idle_ms = 0;       // iteration_ms - busy: waits plus the tail after finish_ms
   double finish_ms = 0;     // end of its last instruction
   double busy_ms() const { return compute_ms + transfer_ms + sync_ms; }
@@ -111,6 +121,7 @@ struct Simulation {
   double compute_device_ms() const;
   double transfer_device_ms() const;
   double sync_device_ms() const;
+  double hidden_sync_device_ms() const;
 };
 
 // The time of each slice of `lowered` from `plan`: lowered slice i is the
@@ -128,7 +139,9 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 // A lower bound on the makespan of `lowered` as simulate() prices it: the
 // most any device is busy with its own compute (its slices' slice_ms) and
 // all-reduces (allreduce_ms of each bucket it is in), which it runs one
-// after another. Needs only lower_header's slices and buckets.
+// after another; with options.overlap, where all-reduces run beside
+// compute and each other, the larger of its compute and its longest
+// all-reduce. Needs only lower_header's slices and buckets.
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options = {});
 

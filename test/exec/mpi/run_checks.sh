@@ -16,6 +16,9 @@
 #       has tensor_parallel 2, which no 1-device plan can hold: its reference
 #       is the same model with tensor_parallel 1 (same parameter names, so
 #       the same initial values and data; TP only splits the arithmetic).
+#       Plans 3 and 4seq also run with --no-overlap (gradient all-reduces
+#       after the backward pass instead of during it): gradients, final
+#       parameters and every step's losses must be bitwise the same.
 #       Under the sanitizers (SPINDLE_TEST_SANITIZED=1, set by scripts/test.sh
 #       for its build-asan pass) only plans 3 and 4seq run against the
 #       reference: the uninstrumented pass covers every variant, and each run
@@ -128,6 +131,20 @@ case "$MODE" in
         "$COMPARE" m1.jsonl params1.json "m$v.jsonl" "params$v.json" || status=1
         echo "== $name: plan $v against 1 device: gradients of step 1 after the sync"
         "$COMPARE" --params grads1.json "grads$v.json" || status=1
+      fi
+      # Gradient all-reduces during the backward pass (the default) or after
+      # it (--no-overlap): bitwise the same gradients, losses and parameters.
+      if [ "$v" = 3 ] || [ "$v" = 4seq ]; then
+        rm -f "m$v-no.jsonl" "params$v-no.json" "grads$v-no.json"
+        run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v-no.jsonl" --dump-params "params$v-no.json" \
+            --dump-grads "grads$v-no.json" --no-overlap
+        [ "$rc" -eq 0 ] || { cat run.log; die "run $v --no-overlap (np $np) exit $rc"; }
+        echo "== $name: plan $v, --no-overlap: bitwise the same gradients, parameters and losses"
+        losses() { grep -o '"loss":{[^}]*}' "$1"; }
+        [ "$(losses "m$v.jsonl" | wc -l)" -eq 5 ] || die "plan $v: expected 5 steps of losses in m$v.jsonl"
+        { cmp "grads$v.json" "grads$v-no.json" && cmp "params$v.json" "params$v-no.json" &&
+          diff <(losses "m$v.jsonl") <(losses "m$v-no.jsonl"); } || status=1
+        "$COMPARE" --bytes "prog$v" "m$v-no.jsonl" || status=1
       fi
     done
     exit $status ;;

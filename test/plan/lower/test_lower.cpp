@@ -24,8 +24,9 @@ using sp::testing::Fixture;
 
 namespace {
 
-// The invariants of the header, on one lowered plan.
-void check_invariants(const sp::Plan& plan, const sp::Lowered& l) {
+// The invariants of the header, on one lowered plan; `ctx` (the graph's
+// parameter ids) for the all-reduce starts' position.
+void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::LowerContext& ctx) {
   REQUIRE(static_cast<int>(l.programs.size()) == plan.devices);
   // Global order of exchanges: (direction, wave) pairs; each program visits
   // its own in the same relative order.
@@ -35,9 +36,11 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l) {
   };
   std::map<int, int> sent_by, received_by;  // transfer -> device whose program has it
   sp::ProgramBytes sum;
+  std::map<int, int> reduced_by;   // bucket -> members whose program reduces it
   for (const sp::Program& prog : l.programs) {
-    int last_exchange = -1, last_bucket = -1;
-    bool optimizer = false;
+    int last_exchange = -1, last_bucket = -1, last_started = -1, last_waited = -1;
+    bool optimizer = false, blocking = false, overlapped = false;
+    std::set<int> started;
     std::multiset<int> fwd, bwd;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const sp::Instr& in = prog.instrs[i];
@@ -48,6 +51,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l) {
           CHECK(exchange_rank(in) > last_exchange);
           last_exchange = exchange_rank(in);
           CHECK(last_bucket < 0);
+          CHECK(last_waited < 0);   // a started all-reduce is waited for after every exchange
           for (int t : prog.transfers_of(in)) {
             const sp::Transfer& tr = l.transfers[static_cast<size_t>(t)];
             CHECK(tr.dir == in.dir);
@@ -63,15 +67,42 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l) {
           CHECK(fwd.count(in.slice) == 1);
           break;
         case sp::InstrKind::allreduce:
+          blocking = true;
           CHECK(in.bucket > last_bucket);
           last_bucket = in.bucket;
           CHECK(std::binary_search(l.buckets[static_cast<size_t>(in.bucket)].devices.begin(),
                                    l.buckets[static_cast<size_t>(in.bucket)].devices.end(), prog.device));
+          ++reduced_by[in.bucket];
+          break;
+        case sp::InstrKind::allreduce_start: {
+          overlapped = true;
+          CHECK(in.bucket > last_started);   // started in the one global order
+          last_started = in.bucket;
+          started.insert(in.bucket);
+          const sp::Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
+          CHECK(std::binary_search(b.devices.begin(), b.devices.end(), prog.device));
+          // Every backward of this device using one of its parameters ran.
+          for (size_t sl = 0; sl < l.slices.size(); ++sl) {
+            if (l.position(static_cast<int>(sl), prog.device) < 0) continue;
+            for (int o : l.slices[sl].ops)
+              if (std::find(b.params.begin(), b.params.end(), ctx.params.of_op[static_cast<size_t>(o)]) != b.params.end())
+                CHECK(bwd.count(static_cast<int>(sl)) == 1);
+          }
+          ++reduced_by[in.bucket];
+          break;
+        }
+        case sp::InstrKind::allreduce_wait:
+          overlapped = true;
+          CHECK(in.bucket > last_waited);
+          last_waited = in.bucket;
+          CHECK(started.count(in.bucket) == 1);
           break;
         case sp::InstrKind::optimizer: optimizer = true; break;
       }
     }
     CHECK(optimizer);
+    CHECK_FALSE((blocking && overlapped));
+    CHECK(last_waited == last_started);   // every started one waited for
     CHECK(fwd == bwd);
     for (size_t s = 0; s < l.slices.size(); ++s)
       CHECK(static_cast<int>(fwd.count(static_cast<int>(s))) == (l.position(static_cast<int>(s), prog.device) >= 0 ? 1 : 0));
@@ -91,7 +122,9 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l) {
     CHECK(tr.bytes == tr.values * sp::kWireBytesPerValue);
   }
   CHECK(sum.sent == sum.received);
-  for (const sp::Bucket& b : l.buckets) {
+  for (size_t k = 0; k < l.buckets.size(); ++k) {
+    const sp::Bucket& b = l.buckets[k];
+    CHECK(reduced_by[static_cast<int>(k)] == static_cast<int>(b.devices.size()));   // by every member, once
     CHECK(b.devices.size() >= 2);
     CHECK(b.bytes == b.values * sp::kWireBytesPerValue);
     CHECK(b.values > 0);
@@ -105,9 +138,13 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   // it is (local copies only) and every parameter is all-reduced over {0, 1}.
   Fixture f("tiny-clip", "cpu-1x2");
   const sp::Plan plan = f.plan(sp::Strategy::sequential);
-  auto lowered = sp::lower(plan, f.model, f.graph);
+  const auto ctx = sp::lower_context(f.model, f.graph);
+  REQUIRE(ctx.ok());
+  sp::LowerOptions blocking;
+  blocking.overlap = false;
+  auto lowered = sp::lower(plan, f.model, f.graph, blocking);
   REQUIRE(lowered.ok());
-  check_invariants(plan, *lowered);
+  check_invariants(plan, *lowered, *ctx);
   for (const sp::Transfer& t : lowered->transfers) CHECK(t.src == t.dst);
   REQUIRE(lowered->buckets.size() == 1);
   CHECK(lowered->buckets[0].devices == std::vector<int>{0, 1});
@@ -129,6 +166,21 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   CHECK(p0.instrs.front().kind == sp::InstrKind::forward);
   CHECK(p0.instrs[p0.instrs.size() - 2].kind == sp::InstrKind::allreduce);
   CHECK(p0.instrs.back().kind == sp::InstrKind::optimizer);
+  // Overlapped: the bucket holds a parameter of the first wave's MetaOp, so
+  // it starts right after that MetaOp's backward, the last one, and is
+  // waited for just before the optimizer, after the last exchange.
+  auto overlapped = sp::lower(plan, f.model, f.graph);
+  REQUIRE(overlapped.ok());
+  check_invariants(plan, *overlapped, *ctx);
+  const sp::Program& q0 = overlapped->programs[0];
+  size_t last_bwd = 0, start = 0;
+  for (size_t i = 0; i < q0.instrs.size(); ++i) {
+    if (q0.instrs[i].kind == sp::InstrKind::backward) last_bwd = i;
+    if (q0.instrs[i].kind == sp::InstrKind::allreduce_start) start = i;
+  }
+  CHECK(start == last_bwd + 1);
+  CHECK(q0.instrs[q0.instrs.size() - 2].kind == sp::InstrKind::allreduce_wait);
+  CHECK(q0.instrs.size() == p0.instrs.size() + 1);
 }
 
 TEST_CASE("lowering by hand: a transfer between two one-device slices") {
@@ -144,7 +196,9 @@ TEST_CASE("lowering by hand: a transfer between two one-device slices") {
     }
   auto lowered = sp::lower(plan, f.model, f.graph);
   REQUIRE(lowered.ok());
-  check_invariants(plan, *lowered);
+  const auto ctx = sp::lower_context(f.model, f.graph);
+  REQUIRE(ctx.ok());
+  check_invariants(plan, *lowered, *ctx);
   int64_t expected = 0;  // bytes of every embedding entering a loss: B x dim x 4, per input
   for (const sp::PlanMetaOp& m : plan.metaops)
     if (m.workload.op == "contrastive_loss")
@@ -175,7 +229,26 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       if (!plan.ok()) continue;  // a strategy not available for this model
       auto lowered = sp::lower(*plan, f.model, f.graph);
       REQUIRE(lowered.ok());
-      check_invariants(*plan, *lowered);
+      check_invariants(*plan, *lowered, *context);
+      // Without overlap: the same programs but for the all-reduces, one
+      // blocking one per bucket after the backward pass.
+      sp::LowerOptions blocking;
+      blocking.overlap = false;
+      auto after = sp::lower(*plan, f.model, f.graph, blocking);
+      REQUIRE(after.ok());
+      check_invariants(*plan, *after, *context);
+      for (int d = 0; d < plan->devices; ++d) {
+        auto without_reductions = [](const sp::Program& prog) {
+          std::vector<std::pair<sp::InstrKind, int>> kept;
+          for (const sp::Instr& in : prog.instrs)
+            if (in.kind != sp::InstrKind::allreduce && in.kind != sp::InstrKind::allreduce_start &&
+                in.kind != sp::InstrKind::allreduce_wait)
+              kept.push_back({in.kind, in.kind == sp::InstrKind::exchange ? in.wave : in.slice});
+          return kept;
+        };
+        CHECK(without_reductions(lowered->programs[static_cast<size_t>(d)]) ==
+              without_reductions(after->programs[static_cast<size_t>(d)]));
+      }
       // Deterministic: the same programs twice.
       auto again = sp::lower(*plan, f.model, f.graph);
       REQUIRE(again.ok());

@@ -254,7 +254,12 @@ TEST_CASE("place: on two nodes, island placement moves less than the naive one",
           ++small;
           split += islands_of(s.devices, 8).size() > 1;
         }
-    CHECK(split * 5 < small);   // fewer than 20% of the slices
+    // Fewer than a quarter of the slices. With the gradient all-reduces
+    // behind the backward pass (overlap), spreading a slice over both
+    // islands costs less sync time than with blocking all-reduces, and the
+    // improver does it more often (ofasys-7: 16 of 74 slices; 6 of 73
+    // planned with --no-overlap).
+    CHECK(split * 4 < small);
   }
 }
 

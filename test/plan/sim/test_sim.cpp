@@ -103,6 +103,14 @@ struct Programs {
     in.bucket = bucket;
     add(d, in);
   }
+  void reduction(int d, sp::InstrKind kind, int bucket) {
+    sp::Instr in;
+    in.kind = kind;
+    in.bucket = bucket;
+    add(d, in);
+  }
+  void start(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_start, bucket); }
+  void wait(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_wait, bucket); }
   void optimizer(int d) {
     sp::Instr in;
     in.kind = sp::InstrKind::optimizer;
@@ -219,13 +227,86 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   CHECK(box(sim, 0, 2, "wait").dur_ms == Approx(6.0));
   // Across two islands (1 device each) the inter-island link decides: 2 ms.
   CHECK(p.run(hand_cluster(2, 1)).iteration_ms == Approx(11.0));
-  // The per-device lower bound: d1's 9 ms of compute and its 1 ms all-reduce.
+  // The per-device lower bound: d1's 9 ms of compute and its 1 ms all-reduce
+  // after it (blocking all-reduces); with overlap, the larger of the two.
   const sp::Cluster one = hand_cluster(1, 2);
   const sp::TableCostModel cost(one);
-  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(10.0));
-  sp::SimOptions compute_only;
+  sp::SimOptions blocking;
+  blocking.overlap = false;
+  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, blocking) == Approx(10.0));
+  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(9.0));
+  sp::SimOptions compute_only = blocking;
   compute_only.price_communication = false;
   CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, compute_only) == Approx(9.0));
+}
+
+TEST_CASE("gradient all-reduces started during the backward pass run beside it", "[sim]") {
+  // Both devices run s1 (wave 0, 3 ms: forward 1, backward 2) and s2 (wave
+  // 1, 6 ms: 2 + 4). s2's parameters are bucket k2 (1e6 bytes: 1 ms over
+  // 2 devices at 1 GB/s), s1's are k1 (2e6 bytes: 2 ms). Forward 0-3,
+  // backward of s2 3-7, k2 starts at 7 and runs 7-8 beside the backward of
+  // s1 (7-9); k1 starts at 9 and runs 9-11; the wait for k2 passes at 9,
+  // the wait for k1 blocks 9-11. Blocking all-reduces after the backward
+  // pass: 9 + 1 + 2 = 12.
+  auto programs = [](bool overlap) {
+    Programs p(2);
+    const int s1 = p.slice(0, {0, 1}, 3.0), s2 = p.slice(1, {0, 1}, 6.0);
+    const int k2 = p.bucket({0, 1}, 1'000'000), k1 = p.bucket({0, 1}, 2'000'000);
+    for (int d : {0, 1}) {
+      p.fwd(d, s1);
+      p.fwd(d, s2);
+      p.bwd(d, s2);
+      if (overlap) p.start(d, k2);
+      p.bwd(d, s1);
+      if (overlap) {
+        p.start(d, k1);
+        p.wait(d, k2);
+        p.wait(d, k1);
+      } else {
+        p.allreduce(d, k2);
+        p.allreduce(d, k1);
+      }
+      p.optimizer(d);
+    }
+    return p;
+  };
+  const Programs overlapped = programs(true);
+  const sp::Simulation sim = overlapped.run(hand_cluster(1, 2));
+  CHECK(sim.iteration_ms == Approx(11.0));
+  for (const sp::SimDevice& d : sim.devices) {
+    CHECK(d.sync_ms == Approx(2.0));          // k1, waited for
+    CHECK(d.hidden_sync_ms == Approx(1.0));   // k2, behind the backward of s1
+    CHECK(d.wait_ms == Approx(0.0));
+    CHECK(d.compute_ms == Approx(9.0));
+    CHECK(d.busy_ms() <= d.finish_ms + 1e-9);
+  }
+  CHECK(box(sim, 0, 3, "allreduce").start_ms == Approx(7.0));
+  CHECK(box(sim, 0, 3, "allreduce").dur_ms == Approx(1.0));
+  CHECK(box(sim, 0, 5, "allreduce").start_ms == Approx(9.0));
+  CHECK(box(sim, 1, 7, "wait").start_ms == Approx(9.0));
+  CHECK(box(sim, 1, 7, "wait").dur_ms == Approx(2.0));
+  CHECK(programs(false).run(hand_cluster(1, 2)).iteration_ms == Approx(12.0));
+  // The overlapped bound: compute 9 and the longest all-reduce 2.
+  const sp::Cluster one = hand_cluster(1, 2);
+  const sp::TableCostModel cost(one);
+  CHECK(sp::device_lower_bound_ms(overlapped.l, overlapped.slice_ms, cost) == Approx(9.0));
+  // One member late: the all-reduce runs once both started, and the early
+  // one's wait covers the gap as waiting, not sync.
+  Programs late(2);
+  const int a = late.slice(0, {0}, 3.0), b = late.slice(0, {1}, 9.0);
+  const int k = late.bucket({0, 1}, 1'000'000);
+  for (auto [d, s] : {std::pair{0, a}, std::pair{1, b}}) {
+    late.fwd(d, s);
+    late.bwd(d, s);
+    late.start(d, k);
+    late.wait(d, k);
+    late.optimizer(d);
+  }
+  const sp::Simulation lsim = late.run(hand_cluster(1, 2));
+  CHECK(lsim.iteration_ms == Approx(10.0));
+  CHECK(lsim.devices[0].wait_ms == Approx(6.0));
+  CHECK(lsim.devices[0].sync_ms == Approx(1.0));
+  CHECK(lsim.devices[0].hidden_sync_ms == Approx(0.0));
 }
 
 TEST_CASE("software overhead: packing before, unpacking after an exchange, an all-reduce fixed cost", "[sim]") {
