@@ -103,9 +103,9 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
 // --lower DIR: the plan's per-device programs (libplan/lower), one file per
 // device, DIR/device-D.json, each written atomically. Exit code or 0.
 int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph,
-                   bool overlap) {
+                   const sp::GradSync& sync) {
   sp::LowerOptions options;
-  options.overlap = overlap;
+  options.sync = sync;
   auto lowered = sp::lower(plan, model, graph, options);
   if (!lowered) return fail(kExitInvalid, lowered.error().message);
   std::error_code ec;  // the folder passed check_output_dir before anything was read
@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
   std::string placement_name = "islands";
   std::string trace_path, check_path, plot_path, lower_dir;
   bool compare = false, accept_profile_mismatch = false, no_overlap = false;
+  double bucket_mb = 25;
   app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
   app.add_option("--model", model_path, "the model, as an option (same as the positional)")->check(CLI::ExistingFile);
   app.add_option("--cluster", cluster_path, "cluster description (YAML); default configs/clusters/a800-1x8.yaml")
@@ -156,6 +157,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-overlap", no_overlap,
                "plan, simulate and lower for spindle-run --no-overlap: gradient all-reduces after the backward "
                "pass, blocking (default: started during it)");
+  app.add_option("--bucket-mb", bucket_mb,
+                 "gradient buckets of at most this many MiB (as PyTorch DDP's bucket_cap_mb; pass spindle-run the same)")
+      ->capture_default_str()
+      ->check(CLI::Range(sp::kMinBucketMb, sp::kMaxBucketMb));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -164,6 +169,9 @@ int main(int argc, char** argv) {
   }
   if (model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
 
+  sp::GradSync sync;
+  sync.overlap = !no_overlap;
+  sync.bucket_bytes = sp::bucket_bytes_of_mb(bucket_mb);
   const bool cluster_given = !cluster_path.empty();
   if (cluster_path.empty()) cluster_path = default_cluster_path(argv[0]);
   // Outputs are checked before anything is read or written (files.h policy).
@@ -201,7 +209,7 @@ int main(int argc, char** argv) {
     std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", check_path.c_str(),
                 plan->strategy.c_str(), plan->model_name.c_str(), plan->devices, plan->waves.size(),
                 against ? (", cluster " + cluster_path).c_str() : "");
-    return lower_dir.empty() ? 0 : write_programs(lower_dir, *plan, *model, graph, !no_overlap);
+    return lower_dir.empty() ? 0 : write_programs(lower_dir, *plan, *model, graph, sync);
   }
 
   auto cluster = sp::load_cluster(cluster_path);
@@ -235,9 +243,9 @@ int main(int argc, char** argv) {
   if (!placement) return fail(kExitInvalid, placement.error().message);
   sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile.sha256, *strategy};
   request.placement = *placement;
-  request.overlap = !no_overlap;
+  request.sync = sync;
   sp::SimOptions sim_options;
-  sim_options.overlap = !no_overlap;
+  sim_options.sync = sync;
   const int levels = sp::contract(graph).levels;
   std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
 
@@ -294,7 +302,7 @@ int main(int argc, char** argv) {
   if (sp::Status st = sp::write_file_atomic(out_path, sp::plan_to_json(*plan)); !st)
     return fail(kExitFailure, st.error().message);
   if (!lower_dir.empty())
-    if (int rc = write_programs(lower_dir, *plan, *model, graph, !no_overlap); rc != 0) return rc;
+    if (int rc = write_programs(lower_dir, *plan, *model, graph, sync); rc != 0) return rc;
   if (compare) std::printf("\n");
   print_summary(*plan, graph, levels, *sim, *gap);
   if (profile.links) {

@@ -82,6 +82,7 @@ struct Args {
   bool resume = false;
   bool overwrite = false;      // a fresh run may delete DIR's checkpoints of another run
   bool no_overlap = false;     // gradient all-reduces after the backward pass, blocking
+  double bucket_mb = 25;       // gradient bucket cap, MiB
   int steps = 10;
   uint64_t seed = 0;
   float lr = 3e-3f;
@@ -480,7 +481,8 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   rt.options.seed = args.seed;
   rt.options.adamw.lr = args.lr;
   rt.options.record_trace = !args.trace_path.empty();
-  rt.options.overlap = !args.no_overlap;
+  rt.options.sync.overlap = !args.no_overlap;
+  rt.options.sync.bucket_bytes = sp::bucket_bytes_of_mb(args.bucket_mb);
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;
 #ifdef SPINDLE_HAVE_NCCL
@@ -844,6 +846,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-overlap", args.no_overlap,
                "all-reduce each gradient bucket after the backward pass, blocking, instead of starting it "
                "during the backward pass (same results; for comparison)");
+  app.add_option("--bucket-mb", args.bucket_mb,
+                 "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (pass spindle-plan the same)")
+      ->capture_default_str()
+      ->check(CLI::Range(sp::kMinBucketMb, sp::kMaxBucketMb));
   app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)");
   app.add_option("--dump-grads", args.grads_path,
                  "write every full gradient of the first step trained, after the gradient sync (JSON; for tests)");

@@ -312,10 +312,10 @@ void take_shard(Tensor& local, const Tensor& full, int axis, int t, int k) {
 // identically on every rank from (model, plan).
 
 namespace {
-plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan, bool overlap) {
+plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan, const plan::GradSync& sync) {
   const plan::OpGraph graph = plan::expand(model);
   plan::LowerOptions options;
-  options.overlap = overlap;
+  options.sync = sync;
   auto lowered = plan::lower(plan, model, graph, options);
   if (!lowered.ok()) throw std::invalid_argument(lowered.error().message);
   return std::move(lowered).value();
@@ -326,8 +326,8 @@ struct Schedule {
   plan::OpGraph graph;
   plan::Lowered lowered;
 
-  Schedule(const plan::Model& model, const plan::Plan& plan, bool overlap = true)
-      : graph(plan::expand(model)), lowered(lower_or_throw(model, plan, overlap)) {}
+  Schedule(const plan::Model& model, const plan::Plan& plan, const plan::GradSync& sync = {})
+      : graph(plan::expand(model)), lowered(lower_or_throw(model, plan, sync)) {}
   const plan::LoweredSlice& slice(int s) const { return lowered.slices[static_cast<size_t>(s)]; }
   int position(int s, int device) const { return lowered.position(s, device); }
 };
@@ -357,7 +357,7 @@ struct Executor::ParamState {
 Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
                    Backend& backend, ExecOptions options)
     : model_(model), world_(world), groups_(std::move(groups)), backend_(backend),
-      options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan, options.overlap)),
+      options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan, options.sync)),
       loss_(model.tasks.size(), 0.0), synthetic_(std::make_unique<SyntheticSource>(options.seed)),
       data_(synthetic_.get()), origin_(Clock::now()) {
   if (world.size() != plan.devices)

@@ -73,10 +73,10 @@ struct ExecOptions {
   AdamWConfig adamw{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
   bool record_trace = false;  // keep measured boxes for trace()
   // Gradient all-reduces start during the backward pass and are waited for
-  // before the optimizer (plan::LowerOptions::overlap); false: each after
-  // the backward pass, blocking (spindle-run --no-overlap). The sums are
-  // bitwise the same either way.
-  bool overlap = true;
+  // before the optimizer, in buckets of at most 25 MiB (plan::GradSync);
+  // sync.overlap false: each after the backward pass, blocking (spindle-run
+  // --no-overlap). The sums are bitwise the same either way.
+  plan::GradSync sync = {};
 };
 
 // What this rank did in one step, by phase of its lowered program. Bytes

@@ -1,6 +1,7 @@
 #include "libplan/lower/lower.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -184,7 +185,41 @@ ParamIds param_ids(const OpGraph& graph) {
 
 // Parameter shards, their holders and the gradient buckets.
 // With `runtime_maps` false, shard_devices, param_tp and param_op stay empty.
-void lower_shards(const LowerContext& ctx, bool runtime_maps, Lowered& out) {
+// Cuts bucket `b` into pieces of at most `cap` bytes (a larger shard alone),
+// its shards in the order their gradients become final: latest first wave
+// first (the backward pass runs the waves backwards), then key order.
+// `first_wave` and `shard_values` by param id.
+void split_bucket(Bucket b, const std::vector<int>& first_wave, const LowerContext& ctx,
+                  const std::vector<int>& first_op, int64_t cap, std::vector<Bucket>& out) {
+  const std::vector<int>& param_of = b.params;
+  std::vector<size_t> order(b.shards.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return first_wave[static_cast<size_t>(param_of[x])] > first_wave[static_cast<size_t>(param_of[y])];
+  });
+  Bucket piece;
+  auto close = [&] {
+    if (piece.shards.empty()) return;
+    piece.devices = b.devices;
+    piece.bytes = piece.values * kWireBytesPerValue;
+    out.push_back(std::move(piece));
+    piece = Bucket{};
+  };
+  for (size_t i : order) {
+    const int p = param_of[i];
+    const int64_t values = ctx.shard_values[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
+    if (!piece.shards.empty() && (piece.values + values) * kWireBytesPerValue > cap) close();
+    if (piece.shards.empty()) piece.first_wave = first_wave[static_cast<size_t>(p)];
+    piece.first_wave = std::min(piece.first_wave, first_wave[static_cast<size_t>(p)]);
+    piece.shards.push_back(b.shards[i]);
+    piece.params.push_back(p);
+    piece.values += values;
+  }
+  close();
+}
+
+void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered& out) {
+  const bool runtime_maps = options.runtime_maps;
   const ParamIds& ids = ctx.params;
   const OpGraph& graph = *ctx.graph;
   // The slices using each param (ascending, each once) and its first
@@ -239,15 +274,21 @@ void lower_shards(const LowerContext& ctx, bool runtime_maps, Lowered& out) {
       Bucket& b = buckets[list];
       if (b.devices.empty()) b.devices = list;
       b.shards.push_back(key);
-      if (b.params.empty() || b.params.back() != p) b.params.push_back(p);
+      b.params.push_back(p);
       b.values += values;
     }
   }
-  for (auto& [devs, b] : buckets) {
-    b.bytes = b.values * kWireBytesPerValue;
-    out.buckets.push_back(std::move(b));
-  }
+  std::vector<int> first_wave(ids.names.size(), 0);
+  for (size_t p = 0; p < ids.names.size(); ++p)
+    if (!users[p].empty()) first_wave[p] = out.slices[static_cast<size_t>(users[p].front())].wave;
+  for (auto& [devs, b] : buckets) split_bucket(std::move(b), first_wave, ctx, first_op, options.sync.bucket_bytes, out.buckets);
   order_buckets(out.buckets, out.devices);
+  // Started as their gradients become final: the global order follows
+  // readiness (latest first wave first), else one ready late would hold
+  // back the ones after it.
+  if (options.sync.overlap)
+    std::stable_sort(out.buckets.begin(), out.buckets.end(),
+                     [](const Bucket& a, const Bucket& b) { return a.first_wave > b.first_wave; });
 }
 
 // What one device takes part in, gathered in one pass over the whole
@@ -565,7 +606,7 @@ Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const Lo
   Lowered out;
   out.devices = plan.devices;
   SPINDLE_TRY(lower_slices(plan, ctx, out));
-  lower_shards(ctx, options.runtime_maps, out);
+  lower_shards(ctx, options, out);
   return out;
 }
 
@@ -578,7 +619,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
-                                         d, param_bwd, last_step, options.deps, options.overlap));
+                                         d, param_bwd, last_step, options.deps, options.sync.overlap));
   return {};
 }
 

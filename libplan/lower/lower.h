@@ -24,6 +24,7 @@
 // block, and its wait comes after every exchange.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -81,7 +82,9 @@ using ShardKey = std::pair<std::string, int>;
 struct Bucket {
   std::vector<int> devices;     // ascending, at least 2
   std::vector<ShardKey> shards; // ascending
-  std::vector<int> params;      // the shards' parameter ids (LowerContext::params), in shard order, distinct
+  std::vector<int> params;      // by shard: its parameter id (LowerContext::params)
+  int first_wave = 0;           // the earliest wave using one of them: their gradients are final once
+                                // the backward pass is past it
   int64_t values = 0;           // gradient values summed: op_shard_param_count of each shard
   int64_t bytes = 0;            // values x kWireBytesPerValue
 };
@@ -179,15 +182,33 @@ struct Lowered {
 // Lowers `plan` for `model` (whose expanded graph is `graph`). The plan must
 // name the model's operators; errors name the plan and the offending slice
 // or operator (a plan that passed check_plan_status lowers without error).
+// How gradients are synchronised; the planner, the simulation and
+// spindle-run must use the same (spindle-plan and spindle-run take the same
+// --no-overlap and --bucket-mb).
+struct GradSync {
+  // Gradient all-reduces overlap the backward pass (allreduce_start as
+  // early as the bucket's gradients allow, allreduce_wait before the
+  // optimizer); false: a blocking allreduce per bucket after the backward
+  // pass (--no-overlap).
+  bool overlap = true;
+  // A bucket (the shards with one holder set) is cut into pieces of at most
+  // this many bytes, in the order their gradients become final (latest wave
+  // first), as PyTorch DDP cuts its buckets (bucket_cap_mb, 25 MiB by
+  // default); a shard larger than this is a piece alone. --bucket-mb.
+  int64_t bucket_bytes = int64_t{25} << 20;
+};
+
+// --bucket-mb's range (MiB) and its value in bytes (at least 1).
+inline constexpr double kMinBucketMb = 0.001, kMaxBucketMb = 1 << 20;
+inline int64_t bucket_bytes_of_mb(double mb) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::clamp(mb, kMinBucketMb, kMaxBucketMb) * (1 << 20)));
+}
+
 // What lower() fills beyond the instructions every consumer needs.
 struct LowerOptions {
   bool deps = true;           // Instr::deps (what --lower shows; the executor and the simulation run in order)
   bool runtime_maps = true;   // Lowered::shard_devices, param_tp, param_op (the executor's)
-  // Gradient all-reduces overlap the backward pass (allreduce_start as
-  // early as the bucket's gradients allow, allreduce_wait before the
-  // optimizer); false: a blocking allreduce per bucket after the backward
-  // pass (spindle-run --no-overlap, spindle-plan --no-overlap).
-  bool overlap = true;
+  GradSync sync = {};
 };
 
 Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options = {});

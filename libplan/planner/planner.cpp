@@ -389,7 +389,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
     SimOptions options;
     options.timeline = false;
     options.stop_after_ms = bound_ms;
-    options.overlap = request.overlap;
+    options.sync = request.sync;
     Result<Simulation> sim = simulate_plan(scratch, *lowering, *request.cost, options);
     if (!sim) return Error{"planner: simulating a " + scratch.strategy + " candidate: " + sim.error().message};
     out.placed = std::move(placed);

@@ -7,6 +7,7 @@
 #include "libplan/graph/contract.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/cluster.h"
+#include "libplan/lower/lower.h"
 #include "libplan/model/model.h"
 #include "libplan/place/place.h"
 #include "libplan/plan/plan.h"
@@ -45,10 +46,10 @@ struct PlanRequest {
   // Spindle's own portfolio only.
   bool baseline_candidates = true;
   Placement placement = Placement::islands;
-  // Every strategy: gradient all-reduces overlap the backward pass, as
-  // spindle-run runs them by default (LowerOptions::overlap); false: after
-  // it, blocking (spindle-run --no-overlap). The objective follows.
-  bool overlap = true;
+  // Every strategy: how gradients are synchronised (by default overlapping
+  // the backward pass, in buckets of at most 25 MiB, as spindle-run runs
+  // them; lower.h). The objective follows.
+  GradSync sync = {};
 };
 
 // What placement (libplan/place) is told of the MetaOps of `contraction`

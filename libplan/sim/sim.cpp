@@ -581,7 +581,7 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
     const double ms = bucket_ms(b, cost, options);
     for (int d : b.devices) {
       double& bound = busy[static_cast<size_t>(d)];
-      bound = options.overlap ? std::max(bound, ms) : bound + ms;
+      bound = options.sync.overlap ? std::max(bound, ms) : bound + ms;
     }
   }
   double bound = 0;
@@ -610,7 +610,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
   LowerOptions lite;
   lite.deps = false;
   lite.runtime_maps = false;
-  lite.overlap = options.overlap;
+  lite.sync = options.sync;
   auto lowered = lower_header(plan, context, lite);
   if (!lowered) return lowered.error();
   const std::vector<double> slice_ms = lowered_slice_ms(plan);

@@ -65,9 +65,9 @@ struct SimOptions {
   // result is then iteration_ms = infinity and nothing else (a bound for
   // comparing candidates: one that cannot beat the best so far stops early).
   double stop_after_ms = std::numeric_limits<double>::infinity();
-  // simulate_plan lowers with LowerOptions::overlap = this (gradient
-  // all-reduces during the backward pass), as spindle-run runs by default.
-  bool overlap = true;
+  // simulate_plan lowers with this LowerOptions::sync (by default gradient
+  // all-reduces during the backward pass, as spindle-run runs them).
+  GradSync sync = {};
 };
 
 enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's tid
@@ -139,7 +139,7 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 // A lower bound on the makespan of `lowered` as simulate() prices it: the
 // most any device is busy with its own compute (its slices' slice_ms) and
 // all-reduces (allreduce_ms of each bucket it is in), which it runs one
-// after another; with options.overlap, where all-reduces run beside
+// after another; with options.sync.overlap, where all-reduces run beside
 // compute and each other, the larger of its compute and its longest
 // all-reduce. Needs only lower_header's slices and buckets.
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,

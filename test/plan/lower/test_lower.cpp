@@ -141,7 +141,7 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   const auto ctx = sp::lower_context(f.model, f.graph);
   REQUIRE(ctx.ok());
   sp::LowerOptions blocking;
-  blocking.overlap = false;
+  blocking.sync.overlap = false;
   auto lowered = sp::lower(plan, f.model, f.graph, blocking);
   REQUIRE(lowered.ok());
   check_invariants(plan, *lowered, *ctx);
@@ -233,7 +233,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       // Without overlap: the same programs but for the all-reduces, one
       // blocking one per bucket after the backward pass.
       sp::LowerOptions blocking;
-      blocking.overlap = false;
+      blocking.sync.overlap = false;
       auto after = sp::lower(*plan, f.model, f.graph, blocking);
       REQUIRE(after.ok());
       check_invariants(*plan, *after, *context);

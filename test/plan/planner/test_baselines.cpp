@@ -243,7 +243,7 @@ TEST_CASE("every shipped model on a800-2x8: all strategies valid, Spindle fastes
     REQUIRE(profile.ok());
     auto cost = ProfileCostModel::create(*profile, *cluster, graph);
     REQUIRE(cost.ok());
-    std::map<Strategy, double> compute;
+    std::map<Strategy, double> simulated;
     for (Strategy s : {Strategy::spindle, Strategy::sequential, Strategy::task_level,
                        Strategy::intra_task}) {
       INFO(strategy_name(s));
@@ -252,11 +252,15 @@ TEST_CASE("every shipped model on a800-2x8: all strategies valid, Spindle fastes
       REQUIRE(plan.ok());
       const std::vector<std::string> violations = check_plan(*plan, *model, graph);
       CHECK(violations == std::vector<std::string>{});
-      compute[s] = plan->predicted.compute_ms;
+      simulated[s] = plan->predicted.simulated_ms;
     }
+    // Fastest by the planner's objective, the simulated iteration (with the
+    // gradient all-reduces behind the backward pass). Not necessarily by the
+    // wave-barrier model's compute: on qwen-val-3 Spindle's plan has 0.06%
+    // more compute there than intra-task's, and simulates faster.
     for (Strategy s : {Strategy::sequential, Strategy::task_level, Strategy::intra_task}) {
       INFO(strategy_name(s));
-      CHECK(compute[Strategy::spindle] <= compute[s]);
+      CHECK(simulated[Strategy::spindle] <= simulated[s] * (1 + 1e-12));
     }
   }
 }

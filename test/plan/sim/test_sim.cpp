@@ -232,7 +232,7 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   const sp::Cluster one = hand_cluster(1, 2);
   const sp::TableCostModel cost(one);
   sp::SimOptions blocking;
-  blocking.overlap = false;
+  blocking.sync.overlap = false;
   CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, blocking) == Approx(10.0));
   CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(9.0));
   sp::SimOptions compute_only = blocking;
