@@ -169,6 +169,9 @@ int main(int argc, char** argv) {
   }
   if (model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
 
+  if (!sp::valid_bucket_mb(bucket_mb))
+    return fail(kExitInvalid, "--bucket-mb " + std::to_string(bucket_mb) + ": expected MiB in [" +
+                                  std::to_string(sp::kMinBucketMb) + ", " + std::to_string(sp::kMaxBucketMb) + "]");
   sp::GradSync sync;
   sync.overlap = !no_overlap;
   sync.bucket_bytes = sp::bucket_bytes_of_mb(bucket_mb);

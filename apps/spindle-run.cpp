@@ -339,6 +339,9 @@ std::string check_numbers(const Args& args) {
     return "--lr " + std::to_string(args.lr) + ": expected a learning rate above 0 and at most 1";
   if (args.steps < 1) return "--steps must be at least 1";
   if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
+  if (!sp::valid_bucket_mb(args.bucket_mb))
+    return "--bucket-mb " + std::to_string(args.bucket_mb) + ": expected MiB in [" + std::to_string(sp::kMinBucketMb) +
+           ", " + std::to_string(sp::kMaxBucketMb) + "]";
   return "";
 }
 

@@ -110,6 +110,16 @@ run-flags)
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed -1
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed 1e30
   [ -e ck ] && { echo "FAIL: checkpoint folder made by a refused run"; failures=$((failures + 1)); }
+  # Both programs check --bucket-mb with sp::valid_bucket_mb: spindle-run
+  # (each case an mpirun, ~2 s) with two, spindle-plan with all of them.
+  for mb in nan 0; do
+    expect 2 "--bucket-mb" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --bucket-mb "$mb"
+  done
+  for mb in nan inf -1 0 1e30 x; do
+    expect 2 "--bucket-mb" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json \
+      --bucket-mb "$mb"
+  done
+  [ -e mb.json ] && { echo "FAIL: a plan written with a refused --bucket-mb"; failures=$((failures + 1)); }
   ;;
 run-paths)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1

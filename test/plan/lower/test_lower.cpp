@@ -183,6 +183,49 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   CHECK(q0.instrs.size() == p0.instrs.size() + 1);
 }
 
+TEST_CASE("gradient buckets are cut at the size cap, in the order their gradients become final") {
+  // tiny-clip's sequential plan on 2 devices: every parameter in one bucket
+  // over {0, 1} (92096 bytes). Cut at 30000 bytes: pieces of at most that
+  // (a larger shard alone), every shard once, latest first wave first.
+  Fixture f("tiny-clip", "cpu-1x2");
+  const sp::Plan plan = f.plan(sp::Strategy::sequential);
+  const auto ctx = sp::lower_context(f.model, f.graph);
+  REQUIRE(ctx.ok());
+  auto whole = sp::lower(plan, f.model, f.graph);
+  REQUIRE(whole.ok());
+  REQUIRE(whole->buckets.size() == 1);
+  sp::LowerOptions cut;
+  cut.sync.bucket_bytes = 30000;
+  auto pieces = sp::lower(plan, f.model, f.graph, cut);
+  REQUIRE(pieces.ok());
+  check_invariants(plan, *pieces, *ctx);
+  REQUIRE(pieces->buckets.size() >= 4);
+  std::multiset<sp::ShardKey> shards;
+  int64_t values = 0;
+  for (size_t k = 0; k < pieces->buckets.size(); ++k) {
+    const sp::Bucket& b = pieces->buckets[k];
+    CHECK(b.devices == std::vector<int>{0, 1});
+    CHECK((b.bytes <= 30000 || b.shards.size() == 1));
+    if (k > 0) CHECK(b.first_wave <= pieces->buckets[k - 1].first_wave);
+    shards.insert(b.shards.begin(), b.shards.end());
+    values += b.values;
+  }
+  CHECK(values == whole->buckets[0].values);
+  CHECK(shards == std::multiset<sp::ShardKey>(whole->buckets[0].shards.begin(), whole->buckets[0].shards.end()));
+  CHECK(pieces->bytes(0) == whole->bytes(0));
+  // The first piece (the last waves' parameters) starts before the last
+  // backward: it overlaps the rest of the backward pass.
+  const sp::Program& p0 = pieces->programs[0];
+  size_t first_start = 0, last_bwd = 0;
+  for (size_t i = p0.instrs.size(); i-- > 0;) {
+    if (p0.instrs[i].kind == sp::InstrKind::allreduce_start) first_start = i;
+    if (p0.instrs[i].kind == sp::InstrKind::backward && last_bwd == 0) last_bwd = i;
+  }
+  CHECK(first_start < last_bwd);
+  CHECK(sp::bucket_bytes_of_mb(25) == int64_t{25} << 20);
+  CHECK(sp::bucket_bytes_of_mb(-1) >= 1);
+}
+
 TEST_CASE("lowering by hand: a transfer between two one-device slices") {
   // tiny-clip on 2 devices with hand-made waves: every MetaOp of the first
   // level on device 0, every later one on device 1. The loss's inputs cross:
