@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -72,6 +73,13 @@ class Comm {
   // overlap); MPI starts it at once (MPI_Iallreduce).
   virtual int start_all_reduce_sum(std::span<float> data);
   virtual void wait_all_reduce(int request);
+  // A communicator over the same ranks whose collectives never match this
+  // one's, for all-reduces started while this one still runs blocking
+  // collectives in between (a gradient bucket's group that is also a
+  // slice's, whose backward calls collectives): MPI_Comm_dup, called by
+  // every rank of the group in the same order. nullptr when none is needed:
+  // a communicator whose started all-reduces run at their wait, in order.
+  virtual std::unique_ptr<Comm> duplicate() { return nullptr; }
   // Lets started all-reduces advance. MPI moves non-blocking collectives
   // only inside MPI calls, so the executor calls this between operators
   // (polling, no progress thread). Default: nothing to do.

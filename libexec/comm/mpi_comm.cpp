@@ -71,6 +71,12 @@ void MpiComm::all_reduce_sum(std::span<float> data) {
                           comm_));
 }
 
+std::unique_ptr<Comm> MpiComm::duplicate() {
+  MPI_Comm dup;
+  MPI_CHECK(MPI_Comm_dup(comm_, &dup));
+  return std::make_unique<MpiComm>(dup, true);
+}
+
 int MpiComm::start_all_reduce_sum(std::span<float> data) {
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size()), MPI_FLOAT, MPI_SUM, comm_, &request));

@@ -46,6 +46,7 @@ class MpiComm final : public Comm {
 
   // MPI_Iallreduce in place; MPI_Wait; MPI_Testall over the started ones.
   int start_all_reduce_sum(std::span<float> data) override;
+  std::unique_ptr<Comm> duplicate() override;   // MPI_Comm_dup
   void wait_all_reduce(int request) override;
   void progress() override;
 

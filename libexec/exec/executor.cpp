@@ -406,6 +406,14 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
     }
   }
   bind_bucket_views();
+  // Started all-reduces get communicators of their own, so that they never
+  // match the blocking collectives a slice over the same group runs during
+  // the backward pass. Made in one order (the groups sorted) on every rank.
+  std::set<std::vector<int>> bucket_groups;
+  for (const plan::Bucket& b : sched_->lowered.buckets)
+    if (std::binary_search(b.devices.begin(), b.devices.end(), rank_)) bucket_groups.insert(b.devices);
+  for (const std::vector<int>& devs : bucket_groups)
+    if (std::unique_ptr<Comm> dup = groups_.at(devs)->duplicate()) bucket_comms_.emplace(devs, std::move(dup));
 }
 
 // In host memory (the CPU backend), the gradients of each bucket this rank
@@ -681,7 +689,8 @@ void Executor::zero_grads() {
 void Executor::start_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
   const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
-  Comm& comm = *groups_.at(b.devices);
+  const auto own = bucket_comms_.find(b.devices);
+  Comm& comm = own != bucket_comms_.end() ? *own->second : *groups_.at(b.devices);
   StartedBucket& started = started_[bucket];
   started.comm = &comm;
   started.start = t0;

@@ -250,6 +250,9 @@ class Executor {
     Clock::time_point start;
   };
   std::map<int, StartedBucket> started_;
+  // Per bucket group this rank is in: the communicator its all-reduces are
+  // started on (Comm::duplicate of the group's; absent: the group's own).
+  GroupComms bucket_comms_;
 
   // Data: the source the current pass reads, and its batch.
   std::unique_ptr<DataSource> synthetic_;  // the default training data
