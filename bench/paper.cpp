@@ -94,6 +94,11 @@ double device_share_pct(const Run& run, double device_ms) {
 }
 double transfer_pct(const Run& run) { return device_share_pct(run, run.sim.transfer_device_ms()); }
 double sync_pct(const Run& run) { return device_share_pct(run, run.sim.sync_device_ms()); }
+// Of the all-reduce time, the share that ran behind other work (overlap).
+double hidden_pct(const Run& run) {
+  const double all = run.sim.sync_device_ms() + run.sim.hidden_sync_device_ms();
+  return all > 0 ? 100 * run.sim.hidden_sync_device_ms() / all : 0;
+}
 double utilisation_pct(const Run& run) { return device_share_pct(run, run.sim.compute_device_ms()); }
 double gap_pct(const Run& run) { return 100 * run.gap; }
 
@@ -184,20 +189,21 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
 
 std::string case_table(const Result& r) {
   std::string s = "### " + r.name() + " (" + std::to_string(r.devices) + " devices)\n\n";
-  s += "| strategy | placement | iteration ms | speedup | transfer % | sync % | gap % | utilisation % | "
-       "wave-barrier ms | waves | plan ms | valid, fits memory |\n";
-  s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  s += "| strategy | placement | iteration ms | speedup | transfer % | sync % | hidden sync % | gap % | "
+       "utilisation % | wave-barrier ms | waves | plan ms | valid, fits memory |\n";
+  s += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   const double seq_ms = r.seq().ok && r.seq().valid ? iteration_ms(r.seq()) : 0;
   for (const Run& run : r.runs) {
     const std::string strategy = sp::strategy_name(run.strategy);
     const std::string placement = sp::placement_name(run.placement);
     if (!run.ok) {
-      s += "| " + strategy + " | " + placement + " | not available: " + run.error + " |" + std::string(9, '|') + "\n";
+      s += "| " + strategy + " | " + placement + " | not available: " + run.error + " |" + std::string(10, '|') + "\n";
       continue;
     }
     s += "| " + strategy + " | " + placement + " | " + fmt("%.3f", iteration_ms(run)) + " | " +
          (seq_ms > 0 && run.valid ? fmt("%.3fx", seq_ms / iteration_ms(run)) : "-") + " | " +
-         fmt("%.2f", transfer_pct(run)) + " | " + fmt("%.2f", sync_pct(run)) + " | " + fmt("%.2f", gap_pct(run)) +
+         fmt("%.2f", transfer_pct(run)) + " | " + fmt("%.2f", sync_pct(run)) + " | " + fmt("%.1f", hidden_pct(run)) +
+         " | " + fmt("%.2f", gap_pct(run)) +
          " | " + fmt("%.1f", utilisation_pct(run)) + " | " + fmt("%.3f", run.plan.predicted.iteration_ms) + " | " +
          std::to_string(run.plan.waves.size()) + " | " + fmt("%.2f", run.plan_ms) + " | " +
          (run.valid ? "yes" : "NO") + ", " + (run.fits ? "yes" : "NO") + " |\n";
@@ -218,8 +224,8 @@ double over_best_baseline(const Result& r) {
 std::string summary_table(const std::vector<Result>& results) {
   std::string s =
       "| workload | cluster | devices | sequential ms | task-level ms | intra-task ms | spindle ms | speedup | vs best "
-      "baseline | gap % | transfer % (islands) | transfer % (sequential placement) | sync % | utilisation % | "
-      "plan ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "baseline | gap % | transfer % (islands) | transfer % (sequential placement) | sync % | hidden sync % | "
+      "utilisation % | plan ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Result& r : results) {
     auto ms = [](const Run& run) { return run.ok && run.valid ? fmt("%.3f", iteration_ms(run)) : std::string("-"); };
     const Run& sp_run = r.spindle();
@@ -227,13 +233,14 @@ std::string summary_table(const std::vector<Result>& results) {
     s += "| " + r.c.model + " | " + r.c.cluster + " | " + std::to_string(r.devices) + " | " + ms(r.runs[0]) + " | " +
          ms(r.runs[1]) + " | " + ms(r.runs[2]) + " | " + ms(sp_run) + " | ";
     if (!sp_run.ok || !sp_run.valid) {
-      s += "- | - | - | - | - | - | - | - |\n";
+      s += "- | - | - | - | - | - | - | - | - |\n";
       continue;
     }
     s += (r.seq().ok && r.seq().valid ? fmt("%.3fx", iteration_ms(r.seq()) / iteration_ms(sp_run)) : "-") + " | " +
          fmt("%.3fx", over_best_baseline(r)) + " | " + fmt("%.2f", gap_pct(sp_run)) + " | " +
          fmt("%.2f", transfer_pct(sp_run)) + " | " + (naive.ok && naive.valid ? fmt("%.2f", transfer_pct(naive)) : "-") +
-         " | " + fmt("%.2f", sync_pct(sp_run)) + " | " + fmt("%.1f", utilisation_pct(sp_run)) + " | " +
+         " | " + fmt("%.2f", sync_pct(sp_run)) + " | " + fmt("%.1f", hidden_pct(sp_run)) + " | " +
+         fmt("%.1f", utilisation_pct(sp_run)) + " | " +
          fmt("%.2f", sp_run.plan_ms) + " |\n";
   }
   return s;
@@ -327,7 +334,8 @@ int main(int argc, char** argv) {
         "is sequential's over the row's; *vs best baseline* is the fastest of sequential, task-level and intra-task "
         "over Spindle; *gap* is the makespan simulated with communication priced at 0 over the relaxed optimum, "
         "minus 1; *transfer %*, *sync %* and *utilisation* are the device time spent moving activations, "
-        "all-reducing gradients and computing, over devices x iteration; *wave-barrier ms* is the plan's "
+        "waiting for gradient all-reduces (the part not hidden) and computing, over devices x iteration; "
+        "*hidden sync %* is the share of all-reduce time that ran behind the backward pass (overlap); *wave-barrier ms* is the plan's "
         "`predicted.iteration_ms` (waves + transfers + sync, as if every wave ended on a barrier); *plan ms* is the "
         "median planning time (cost-model fit included).\n\n";
   md += "## Summary (Spindle, island-aware placement)\n\n" + summary + "\n```\n" + lines + "```\n\n## Cases\n\n";
