@@ -159,8 +159,7 @@ int main(int argc, char** argv) {
                "pass, blocking (default: started during it)");
   app.add_option("--bucket-mb", bucket_mb,
                  "gradient buckets of at most this many MiB (as PyTorch DDP's bucket_cap_mb; pass spindle-run the same)")
-      ->capture_default_str()
-      ->check(CLI::Range(sp::kMinBucketMb, sp::kMaxBucketMb));
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -169,9 +168,7 @@ int main(int argc, char** argv) {
   }
   if (model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
 
-  if (!sp::valid_bucket_mb(bucket_mb))
-    return fail(kExitInvalid, "--bucket-mb " + std::to_string(bucket_mb) + ": expected MiB in [" +
-                                  std::to_string(sp::kMinBucketMb) + ", " + std::to_string(sp::kMaxBucketMb) + "]");
+  if (sp::Status st = sp::check_bucket_mb(bucket_mb); !st) return fail(kExitInvalid, st.error().message);
   sp::GradSync sync;
   sync.overlap = !no_overlap;
   sync.bucket_bytes = sp::bucket_bytes_of_mb(bucket_mb);

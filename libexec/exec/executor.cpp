@@ -156,23 +156,19 @@ bool on_device(const Backend& be, const Comm& comm) {
 // `flat` is the caller's buffer, kept from step to step (allocated here
 // when it has the wrong size or memory): no allocation, page faults or
 // zeroing per step. Gradients that are views of `flat` in order
-// (bind_bucket_views) are reduced where they are: `in_place`.
-struct FlatBucket {
+// (bind_bucket_views) are reduced where they are: returns true then.
+bool pack_flat(Backend& be, bool device, const std::vector<Tensor*>& grads, Tensor& flat) {
   int64_t floats = 0;
+  for (const Tensor* g : grads) floats += g->numel();
+  if (flat.numel() != floats || (flat.device() != Device::host) != device)
+    flat = device ? be.allocate({floats}) : Tensor::zeros({floats});
   bool in_place = true;
-};
-
-FlatBucket pack_flat(Backend& be, bool device, const std::vector<Tensor*>& grads, Tensor& flat) {
-  FlatBucket f;
-  for (const Tensor* g : grads) f.floats += g->numel();
-  if (flat.numel() != f.floats || (flat.device() != Device::host) != device)
-    flat = device ? be.allocate({f.floats}) : Tensor::zeros({f.floats});
   int64_t off = 0;
   for (const Tensor* g : grads) {
-    f.in_place = f.in_place && g->data() == flat.data() + off;
+    in_place = in_place && g->data() == flat.data() + off;
     off += g->numel();
   }
-  if (!f.in_place) {
+  if (!in_place) {
     off = 0;
     for (const Tensor* g : grads) {
       Tensor dst = row_view(flat, off, g->numel());
@@ -181,12 +177,12 @@ FlatBucket pack_flat(Backend& be, bool device, const std::vector<Tensor*>& grads
     }
   }
   if (flat.device() == Device::host) be.synchronize();
-  return f;
+  return in_place;
 }
 
 // Copies the summed `flat` back into `grads` (nothing when in place).
-void unpack_flat(Backend& be, const FlatBucket& f, const Tensor& flat, const std::vector<Tensor*>& grads) {
-  if (f.in_place) return;
+void unpack_flat(Backend& be, bool in_place, const Tensor& flat, const std::vector<Tensor*>& grads) {
+  if (in_place) return;
   int64_t off = 0;
   for (Tensor* g : grads) {
     be.copy(row_view(flat, off, g->numel()), *g);
@@ -701,10 +697,8 @@ void Executor::start_bucket(int bucket) {
     for (Param& p : params_.at(key).set.params) started.grads.push_back(&p.grad);
   Tensor& flat = bucket_buffers_[bucket];
   const bool device = on_device(backend_, comm);
-  const FlatBucket f = pack_flat(backend_, device, started.grads, flat);
-  started.floats = f.floats;
-  started.in_place = f.in_place;
-  started.request = device ? -1 : comm.start_all_reduce_sum({flat.data(), static_cast<size_t>(f.floats)});
+  started.in_place = pack_flat(backend_, device, started.grads, flat);
+  started.request = device ? -1 : comm.start_all_reduce_sum({flat.data(), static_cast<size_t>(flat.numel())});
   counters_.sync_ms += ms_since(t0);
 }
 
@@ -714,12 +708,12 @@ void Executor::finish_bucket(int bucket) {
   StartedBucket& started = started_.at(bucket);
   Tensor& flat = bucket_buffers_[bucket];
   if (started.request >= 0) started.comm->wait_all_reduce(started.request);
-  else started.comm->all_reduce_sum_device(flat.data(), started.floats);
-  unpack_flat(backend_, {started.floats, started.in_place}, flat, started.grads);
-  counters_.reduced_bytes += started.floats * kBytesPerFloat;
+  else started.comm->all_reduce_sum_device(flat.data(), flat.numel());
+  unpack_flat(backend_, started.in_place, flat, started.grads);
+  counters_.reduced_bytes += flat.numel() * kBytesPerFloat;
   counters_.sync_ms += ms_since(t0);
   // From its start to its end: behind the backward pass when overlapped.
-  record("gradient sync", "sync", 1, started.start, {{"floats", started.floats}, {"group", b.devices}});
+  record("gradient sync", "sync", 1, started.start, {{"floats", flat.numel()}, {"group", b.devices}});
 }
 
 // Lets the started all-reduces advance between operators (MPI progresses

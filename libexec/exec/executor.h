@@ -244,9 +244,8 @@ class Executor {
   struct StartedBucket {
     Comm* comm = nullptr;
     int request = -1;               // Comm::start_all_reduce_sum's; -1: over device memory, at the finish
-    std::vector<Tensor*> grads;
-    int64_t floats = 0;
-    bool in_place = true;
+    std::vector<Tensor*> grads;     // its flat buffer is bucket_buffers_[bucket]
+    bool in_place = true;           // the grads are views of it (nothing to copy back)
     Clock::time_point start;
   };
   std::map<int, StartedBucket> started_;

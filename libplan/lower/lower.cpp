@@ -188,9 +188,9 @@ ParamIds param_ids(const OpGraph& graph) {
 // Cuts bucket `b` into pieces of at most `cap` bytes (a larger shard alone),
 // its shards in the order their gradients become final: latest first wave
 // first (the backward pass runs the waves backwards), then key order.
-// `first_wave` and `shard_values` by param id.
-void split_bucket(Bucket b, const std::vector<int>& first_wave, const LowerContext& ctx,
-                  const std::vector<int>& first_op, int64_t cap, std::vector<Bucket>& out) {
+// `first_wave` and `shard_values` (one shard's values) by param id.
+void split_bucket(Bucket b, const std::vector<int>& first_wave, const std::vector<int64_t>& shard_values, int64_t cap,
+                  std::vector<Bucket>& out) {
   const std::vector<int>& param_of = b.params;
   std::vector<size_t> order(b.shards.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -207,10 +207,9 @@ void split_bucket(Bucket b, const std::vector<int>& first_wave, const LowerConte
   };
   for (size_t i : order) {
     const int p = param_of[i];
-    const int64_t values = ctx.shard_values[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
+    const int64_t values = shard_values[static_cast<size_t>(p)];
     if (!piece.shards.empty() && (piece.values + values) * kWireBytesPerValue > cap) close();
-    if (piece.shards.empty()) piece.first_wave = first_wave[static_cast<size_t>(p)];
-    piece.first_wave = std::min(piece.first_wave, first_wave[static_cast<size_t>(p)]);
+    piece.first_wave = first_wave[static_cast<size_t>(p)];   // non-increasing: the piece's earliest
     piece.shards.push_back(b.shards[i]);
     piece.params.push_back(p);
     piece.values += values;
@@ -256,6 +255,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
   };
   // Shards in key order (param name, then rank): the order of a bucket's shards.
   std::map<std::vector<int>, Bucket> buckets;
+  std::vector<int64_t> shard_values(ids.names.size(), 0);   // by param: one shard's values
   for (int p : ids.sorted) {
     if (first_op[static_cast<size_t>(p)] < 0) continue;
     const std::string& name = ids.names[static_cast<size_t>(p)];
@@ -265,6 +265,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
       out.param_op.emplace(name, first_op[static_cast<size_t>(p)]);
     }
     const int64_t values = ctx.shard_values[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
+    shard_values[static_cast<size_t>(p)] = values;
     const std::vector<std::vector<int>>& by_rank = holders(users[static_cast<size_t>(p)], op.tensor_parallel);
     for (size_t rank = 0; rank < by_rank.size(); ++rank) {
       const std::vector<int>& list = by_rank[rank];
@@ -281,7 +282,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
   std::vector<int> first_wave(ids.names.size(), 0);
   for (size_t p = 0; p < ids.names.size(); ++p)
     if (!users[p].empty()) first_wave[p] = out.slices[static_cast<size_t>(users[p].front())].wave;
-  for (auto& [devs, b] : buckets) split_bucket(std::move(b), first_wave, ctx, first_op, options.sync.bucket_bytes, out.buckets);
+  for (auto& [devs, b] : buckets) split_bucket(std::move(b), first_wave, shard_values, options.sync.bucket_bytes, out.buckets);
   order_buckets(out.buckets, out.devices);
   // Started as their gradients become final: the global order follows
   // readiness (latest first wave first), else one ready late would hold

@@ -198,9 +198,14 @@ struct GradSync {
   int64_t bucket_bytes = int64_t{25} << 20;
 };
 
-// --bucket-mb's range (MiB; not NaN) and its value in bytes (at least 1).
+// --bucket-mb: an error naming the flag unless `mb` is in [kMinBucketMb,
+// kMaxBucketMb] (NaN is not); and its value in bytes (at least 1).
 inline constexpr double kMinBucketMb = 0.001, kMaxBucketMb = 1 << 20;
-inline bool valid_bucket_mb(double mb) { return mb >= kMinBucketMb && mb <= kMaxBucketMb; }
+inline Status check_bucket_mb(double mb) {
+  if (mb >= kMinBucketMb && mb <= kMaxBucketMb) return {};
+  return Error{"--bucket-mb " + std::to_string(mb) + ": expected MiB in [" + std::to_string(kMinBucketMb) + ", " +
+               std::to_string(kMaxBucketMb) + "]"};
+}
 inline int64_t bucket_bytes_of_mb(double mb) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::clamp(mb, kMinBucketMb, kMaxBucketMb) * (1 << 20)));
 }

@@ -496,9 +496,7 @@ Simulation Simulator::collect() const {
           if (box.dur_ms <= 0) continue;
           // On the communication track: it ends with the all-reduce, so it
           // nests with the all-reduce's box there.
-          box.track = SimTrack::communication;
-          box.start_ms = tm.reached;
-          box.dur_ms = tm.ended - tm.reached;
+          box.track = SimTrack::communication;   // began == reached: the box is the blocked time
           box.cat = "wait";
           box.bucket = in.bucket;
           box.name = "wait for all-reduce of bucket " + std::to_string(in.bucket);
