@@ -6,14 +6,14 @@ namespace spindle::exec {
 
 namespace {
 
-struct Group {
+struct LauncherVars {
   const char* launcher;
   const char* rank_var;
   const char* local_var;
   const char* size_var;
 };
 
-constexpr Group kGroups[] = {
+constexpr LauncherVars kGroups[] = {
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"},
     {"slurm", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"},
     {"generic", "RANK", "LOCAL_RANK", "WORLD_SIZE"},
@@ -37,7 +37,7 @@ std::string value_of(const EnvMap& env, const char* var) { return env.at(var); }
 const std::vector<std::string>& launch_env_vars() {
   static const std::vector<std::string> vars = [] {
     std::vector<std::string> v;
-    for (const Group& g : kGroups)
+    for (const LauncherVars& g : kGroups)
       for (const char* name : {g.rank_var, g.local_var, g.size_var}) v.emplace_back(name);
     return v;
   }();
@@ -54,7 +54,7 @@ EnvMap process_launch_env() {
 std::string discover_launch_env(const EnvMap& env, int mpi_rank, int mpi_size, LaunchEnv* out) {
   LaunchEnv found;
   const bool openmpi = env.count(kGroups[0].rank_var) > 0;
-  for (const Group& g : kGroups) {
+  for (const LauncherVars& g : kGroups) {
     const std::string launcher = g.launcher;
     // Which groups speak for this job (header): slurm's variables describe
     // mpirun's Slurm task when Open MPI launched us; the generic group is

@@ -91,7 +91,7 @@ int fitting_count(double align_ms, double t_ms, int remaining) {
 
 // The next wave before its length is fixed: the slots (device counts) and,
 // without paper_rules, the candidate lengths with their fill.
-struct Draft {
+struct WaveDraft {
   std::vector<Pick> picks;          // ascending metaop id
   double paper_align_ms = 0;        // shortest tuple, or longest single operator
   std::vector<double> lengths_ms;   // candidate alignments, ascending
@@ -108,13 +108,13 @@ class PoolScheduler {
         work_(items.size()) {}
 
   // Drafts wave `wave` of `pool` from `state`; false when the pool is done.
-  bool draft(const std::vector<ItemState>& state, const std::vector<int>& pool, int wave, Draft& d);
+  bool draft(const std::vector<ItemState>& state, const std::vector<int>& pool, int wave, WaveDraft& d);
   // The alignment the options choose without lookahead.
-  double default_align(const Draft& d) const;
+  double default_align(const WaveDraft& d) const;
   // Applies a draft aligned to align_ms: advances `state`; appends the
   // slots to `out` when not null (out->ms is left to the caller). Returns the
   // wave's length, ms (its longest slot).
-  double commit(std::vector<ItemState>& state, const Draft& d, double align_ms, int wave,
+  double commit(std::vector<ItemState>& state, const WaveDraft& d, double align_ms, int wave,
                 AbstractWave* out) const;
   // Completes the pool greedily from `state` (consumed: left at the end of
   // the pool); returns the time it takes, the sum of its waves' ms in order.
@@ -148,8 +148,8 @@ class PoolScheduler {
   void propose_first_fit(const std::vector<ItemState>& state, std::vector<Pick>& picks, int& free);
   void propose_smallest_then_widen(const std::vector<ItemState>& state, std::vector<Pick>& picks, int& free);
   void extend(const std::vector<ItemState>& state, std::vector<Pick>& picks, int free);
-  void candidate_lengths(const std::vector<ItemState>& state, double longest_op_ms, Draft& d);
-  void candidate_fills(const std::vector<ItemState>& state, Draft& d);
+  void candidate_lengths(const std::vector<ItemState>& state, double longest_op_ms, WaveDraft& d);
+  void candidate_fills(const std::vector<ItemState>& state, WaveDraft& d);
 
   double op_ms(const Pick& pk) const {
     return items_[static_cast<size_t>(pk.metaop)].time_ms[static_cast<size_t>(pk.devices)];
@@ -174,7 +174,7 @@ class PoolScheduler {
   std::vector<SlotFit> fits_;
   std::vector<Candidate> cands_;
   std::vector<double> merged_;   // scratch: candidate lengths merged so far
-  Draft rollout_draft_;
+  WaveDraft rollout_draft_;
 };
 
 // Step 1 of draft: ready_ = the MetaOps of `pool` with operators left whose
@@ -337,7 +337,7 @@ void PoolScheduler::extend(const std::vector<ItemState>& state, std::vector<Pick
 // Step 5 of draft, without paper_rules: d.lengths_ms = the candidate
 // alignments, ascending and distinct, for d.picks (ascending metaop);
 // longest_op_ms is the longest single operator of any slot, ms.
-void PoolScheduler::candidate_lengths(const std::vector<ItemState>& state, double longest_op_ms, Draft& d) {
+void PoolScheduler::candidate_lengths(const std::vector<ItemState>& state, double longest_op_ms, WaveDraft& d) {
   // Candidate lengths: wherever some slot ends an operator, ascending and
   // distinct: each slot's multiples k * t (k from the first reaching the
   // longest operator up to its remaining operators). Each run is ascending:
@@ -363,8 +363,8 @@ void PoolScheduler::candidate_lengths(const std::vector<ItemState>& state, doubl
 }
 
 // Step 6 of draft, without paper_rules: d.fills and d.counts_id, one per
-// d.lengths_ms (see Draft), for d.picks.
-void PoolScheduler::candidate_fills(const std::vector<ItemState>& state, Draft& d) {
+// d.lengths_ms (see WaveDraft), for d.picks.
+void PoolScheduler::candidate_fills(const std::vector<ItemState>& state, WaveDraft& d) {
   // Fill of each length: busy device-ms per ms of the longest slot. A
   // slot's operator count only grows with the length, so it is recomputed
   // only once the length may have reached the next count (a threshold a hair
@@ -406,7 +406,7 @@ void PoolScheduler::candidate_fills(const std::vector<ItemState>& state, Draft& 
 }
 
 bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector<int>& pool,
-                          int wave, Draft& d) {
+                          int wave, WaveDraft& d) {
   // 1. The ready MetaOps and their remaining work.
   if (!collect_ready(state, pool, wave)) return false;
 
@@ -445,7 +445,7 @@ bool PoolScheduler::draft(const std::vector<ItemState>& state, const std::vector
   return true;
 }
 
-double PoolScheduler::default_align(const Draft& d) const {
+double PoolScheduler::default_align(const WaveDraft& d) const {
   if (options_.paper_rules || d.lengths_ms.empty()) return d.paper_align_ms;
   // Best fill; ties: the longer wave (fewer boundaries).
   size_t best = 0;
@@ -454,7 +454,7 @@ double PoolScheduler::default_align(const Draft& d) const {
   return d.lengths_ms[best];
 }
 
-double PoolScheduler::commit(std::vector<ItemState>& state, const Draft& d, double align_ms, int wave,
+double PoolScheduler::commit(std::vector<ItemState>& state, const WaveDraft& d, double align_ms, int wave,
                              AbstractWave* out) const {
   double wave_ms = 0;
   for (const Pick& pk : d.picks) {
@@ -502,7 +502,7 @@ void run_pool(const std::vector<ScheduleItem>& items, std::vector<ItemState>& st
               const std::vector<int>& pool, int devices, const ScheduleOptions& options,
               std::vector<AbstractWave>& out) {
   PoolScheduler sched(items, devices, options);
-  Draft d;
+  WaveDraft d;
   std::vector<size_t> by_fill;
   // Scratch state of the rollouts. Commits change only MetaOps of the pool,
   // so after this full copy only those are reset from `state` per trial.

@@ -80,7 +80,7 @@ Read read_safetensors(const std::string& path) {
   return r;
 }
 
-TrainingState small_state() {
+TrainingState export_state() {
   TrainingState s;
   s.step = 3;
   for (const auto& [name, shape] : std::map<std::string, Shape>{{"x/0.0/w", {2, 3}}, {"x/0.0/bias", {3}},
@@ -95,7 +95,7 @@ TrainingState small_state() {
   return s;
 }
 
-CheckpointMeta small_meta() {
+CheckpointMeta export_meta() {
   CheckpointMeta m;
   m.step = 3;
   m.model_name = "x";
@@ -112,8 +112,8 @@ CheckpointMeta small_meta() {
 
 TEST_CASE("export: safetensors read back by hand equals the checkpoint, bit for bit", "[export]") {
   TempDir dir("export-roundtrip");
-  const TrainingState state = small_state();
-  REQUIRE(save_checkpoint((dir.path / "ck").string(), small_meta(), state, 3).ok());
+  const TrainingState state = export_state();
+  REQUIRE(save_checkpoint((dir.path / "ck").string(), export_meta(), state, 3).ok());
   const std::string out = (dir.path / "model.safetensors").string();
   bool write_failed = true;
   // The checkpoint directory (newest step) and the step directory give the same file.
@@ -161,7 +161,7 @@ TEST_CASE("export: a missing, empty or corrupt checkpoint is refused naming the 
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("empty") != std::string::npos);
 
-  REQUIRE(save_checkpoint((dir.path / "ck").string(), small_meta(), small_state(), 3).ok());
+  REQUIRE(save_checkpoint((dir.path / "ck").string(), export_meta(), export_state(), 3).ok());
   const std::string params = (dir.path / "ck" / "step-000003" / "params.bin").string();
   std::string bytes = *sp::read_file(params);
   bytes[bytes.size() - 1] ^= 0x01;
@@ -193,7 +193,7 @@ TEST_CASE("export: a trained tiny-clip exports every parameter under its documen
   Executor ex(*model, plan, world, std::move(groups), *backend, ExecOptions{});
   ex.step();
   TempDir dir("export-tiny");
-  CheckpointMeta meta = small_meta();
+  CheckpointMeta meta = export_meta();
   meta.step = 1;
   REQUIRE(save_checkpoint((dir.path / "ck").string(), meta, ex.gather_state(), 3).ok());
   const std::string out = (dir.path / "tiny.safetensors").string();

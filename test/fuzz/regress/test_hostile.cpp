@@ -25,19 +25,16 @@
 #include "libplan/planner/planner.h"
 #include "libplan/util/files.h"
 #include "libplan/util/limits.h"
+#include "test/fuzz/regress/regress_helpers.h"
 #include "test/plan/shipped_fixture.h"
 
 namespace sp = spindle::plan;
+using spindle::plan::testing::error_of;
 using spindle::plan::testing::Fixture;
+using spindle::plan::testing::slurp;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <class T>
-std::string error_of(const sp::Result<T>& r) {
-  REQUIRE_FALSE(r.ok());
-  return r.error().message;
-}
 
 std::string status_error(const sp::Status& s) {
   REQUIRE_FALSE(s.ok());
@@ -45,12 +42,6 @@ std::string status_error(const sp::Status& s) {
 }
 
 const std::string kRoot = SPINDLE_SOURCE_DIR;
-
-std::string slurp(const std::string& path) {
-  auto r = sp::read_file(path);
-  REQUIRE(r.ok());
-  return *r;
-}
 
 std::string replace_once(std::string s, const std::string& from, const std::string& to) {
   const size_t at = s.find(from);

@@ -3,8 +3,6 @@
 // made the reader throw. Each must now be an Error naming the file and key.
 #include <catch2/catch.hpp>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,29 +11,17 @@
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
 #include "libplan/plan/plan_io.h"
+#include "test/fuzz/regress/regress_helpers.h"
 
 namespace sp = spindle::plan;
+using spindle::plan::testing::error_of;
+using spindle::plan::testing::slurp;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 const std::string kCorpus = std::string(SPINDLE_SOURCE_DIR) + "/test/fuzz/corpus/";
 
-// The error of `r`, which must have failed.
-template <class T>
-std::string error_of(const sp::Result<T>& r) {
-  REQUIRE_FALSE(r.ok());
-  return r.error().message;
-}
-
-const char* kCluster = R"(name: c
+const char* kSizedCluster = R"(name: c
 islands: ISLANDS
 devices_per_island: 8
 device: {name: d, memory_gib: MEMORY, peak_tflops: 1}
@@ -44,8 +30,8 @@ links:
   inter_island: {gbytes_per_s: 1, latency_us: 5}
 )";
 
-std::string cluster_with(const std::string& islands, const std::string& memory) {
-  std::string s = kCluster;
+std::string sized_cluster(const std::string& islands, const std::string& memory) {
+  std::string s = kSizedCluster;
   s.replace(s.find("ISLANDS"), 7, islands);
   s.replace(s.find("MEMORY"), 6, memory);
   return s;
@@ -107,13 +93,13 @@ TEST_CASE("plan reader: integers out of int range are errors, not truncated", "[
 }
 
 TEST_CASE("cluster reader: device count and memory that overflow are errors", "[fuzz]") {
-  REQUIRE(sp::parse_cluster_string(cluster_with("125000", "80"), "c.yaml").ok());   // 10^6 devices
-  std::string e = error_of(sp::parse_cluster_string(cluster_with("125001", "80"), "c.yaml"));
+  REQUIRE(sp::parse_cluster_string(sized_cluster("125000", "80"), "c.yaml").ok());   // 10^6 devices
+  std::string e = error_of(sp::parse_cluster_string(sized_cluster("125001", "80"), "c.yaml"));
   CHECK(e.find("c.yaml:3:21: devices_per_island:") == 0);
   CHECK(e.find("1000008 devices") != std::string::npos);
 
-  REQUIRE(sp::parse_cluster_string(cluster_with("1", "1048576"), "c.yaml").ok());
-  e = error_of(sp::parse_cluster_string(cluster_with("1", "1e300"), "c.yaml"));
+  REQUIRE(sp::parse_cluster_string(sized_cluster("1", "1048576"), "c.yaml").ok());
+  e = error_of(sp::parse_cluster_string(sized_cluster("1", "1e300"), "c.yaml"));
   CHECK(e.find("c.yaml:4:31: device.memory_gib:") == 0);
 }
 

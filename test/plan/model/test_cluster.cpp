@@ -9,7 +9,7 @@ using namespace spindle::plan;
 
 namespace {
 
-Cluster load_shipped(const std::string& name) {
+Cluster load_shipped_cluster(const std::string& name) {
   const std::string path = std::string(SPINDLE_SOURCE_DIR) + "/configs/clusters/" + name + ".yaml";
   Result<Cluster> c = load_cluster(path);
   INFO(path << ": " << (c.ok() ? std::string("ok") : c.error().message));
@@ -21,7 +21,7 @@ Cluster load_shipped(const std::string& name) {
 
 TEST_CASE("shipped A800 clusters parse", "[cluster]") {
   for (int n : {1, 2, 4, 8}) {
-    const Cluster c = load_shipped("a800-" + std::to_string(n) + "x8");
+    const Cluster c = load_shipped_cluster("a800-" + std::to_string(n) + "x8");
     CHECK(c.name == "a800-" + std::to_string(n) + "x8");
     CHECK(c.islands == n);
     CHECK(c.devices_per_island == 8);
@@ -36,7 +36,7 @@ TEST_CASE("shipped A800 clusters parse", "[cluster]") {
     CHECK(c.inter_island.latency_us == 8);
     CHECK(c.sha256.size() == 64);
   }
-  const Cluster big = load_shipped("a800-8x8");
+  const Cluster big = load_shipped_cluster("a800-8x8");
   CHECK(big.island_of(0) == 0);
   CHECK(big.island_of(7) == 0);
   CHECK(big.island_of(8) == 1);
@@ -44,7 +44,7 @@ TEST_CASE("shipped A800 clusters parse", "[cluster]") {
 }
 
 TEST_CASE("shipped H200 cluster parses", "[cluster]") {
-  const Cluster c = load_shipped("h200-1x8");
+  const Cluster c = load_shipped_cluster("h200-1x8");
   CHECK(c.devices() == 8);
   CHECK(c.memory_bytes() == 139LL * 1073741824LL);
   CHECK(c.peak_tflops == 989);

@@ -11,7 +11,7 @@ using namespace spindle::plan;
 
 namespace {
 
-Model load_shipped(const std::string& name) {
+Model load_shipped_model(const std::string& name) {
   const std::string path = std::string(SPINDLE_SOURCE_DIR) + "/configs/models/" + name + ".yaml";
   Result<Model> m = load_model(path);
   INFO(path << ": " << (m.ok() ? std::string("ok") : m.error().message));
@@ -59,7 +59,7 @@ tasks:
 }  // namespace
 
 TEST_CASE("tiny-clip parses with a hand-checked parameter count", "[model]") {
-  const Model m = load_shipped("tiny-clip");
+  const Model m = load_shipped_model("tiny-clip");
   CHECK(m.name == "tiny-clip");
   CHECK(m.dtype == DType::fp32);
   REQUIRE(m.modules.size() == 4);
@@ -85,7 +85,7 @@ TEST_CASE("tiny-clip parses with a hand-checked parameter count", "[model]") {
 }
 
 TEST_CASE("tiny-lm parses: tensor_parallel, derived seq, parameter count", "[model]") {
-  const Model m = load_shipped("tiny-lm");
+  const Model m = load_shipped_model("tiny-lm");
   const Module* trunk = m.find_module("trunk");
   REQUIRE(trunk != nullptr);
   CHECK(trunk->tensor_parallel == 2);
@@ -115,7 +115,7 @@ TEST_CASE("every shipped model parses with the intended size", "[model][configs]
   };
   for (const Expect& e : expected) {
     SECTION(e.name) {
-      const Model m = load_shipped(e.name);
+      const Model m = load_shipped_model(e.name);
       CHECK(m.name == e.name);
       CHECK(m.tasks.size() == e.tasks);
       CHECK(static_cast<double>(m.parameter_count()) / 1e9 == Approx(e.params_b).epsilon(0.03));
@@ -128,7 +128,7 @@ TEST_CASE("every shipped model parses with the intended size", "[model][configs]
 }
 
 TEST_CASE("multitask-clip-10 has ImageBind-huge encoders and heterogeneous batches", "[model][configs]") {
-  const Model m = load_shipped("multitask-clip-10");
+  const Model m = load_shipped_model("multitask-clip-10");
   const Module* v = m.find_module("vision");
   REQUIRE(v != nullptr);
   REQUIRE(v->blocks.size() == 3);
@@ -145,7 +145,7 @@ TEST_CASE("multitask-clip-10 has ImageBind-huge encoders and heterogeneous batch
 }
 
 TEST_CASE("qwen-val-3 concatenates adapters and text into the LLM", "[model][configs]") {
-  const Model m = load_shipped("qwen-val-3");
+  const Model m = load_shipped_model("qwen-val-3");
   const Module* llm = m.find_module("llm");
   REQUIRE(llm != nullptr);
   CHECK(llm->tensor_parallel == 4);

@@ -75,19 +75,19 @@ TableCostModel curves(const OpGraph& g, const Cluster& cluster) {
   return cost;
 }
 
-struct Fixture {
+struct BaselineSetup {
   Model model;
   OpGraph graph;
   Cluster cluster;
 };
 
-Fixture two_tasks(int devices, int enc_a_tensor_parallel = 1) {
+BaselineSetup baseline_two_tasks(int devices, int enc_a_tensor_parallel = 1) {
   Result<Model> m = parse_model_string(two_task_yaml(enc_a_tensor_parallel), "baseline-two.yaml");
   REQUIRE(m.ok());
-  return Fixture{*m, expand(*m), test_cluster(1, devices)};
+  return BaselineSetup{*m, expand(*m), test_cluster(1, devices)};
 }
 
-Plan plan_for(const Fixture& f, const CostModel& cost, Strategy s) {
+Plan plan_for(const BaselineSetup& f, const CostModel& cost, Strategy s) {
   PlanRequest req{&f.model, &f.graph, &f.cluster, &cost, "", s};
   Result<Plan> plan = make_plan(req);
   REQUIRE(plan.ok());
@@ -116,7 +116,7 @@ void check_whole(const Plan& plan, const Slice& s) {
 }  // namespace
 
 TEST_CASE("task-level shares by marginal gain", "[planner][baselines]") {
-  Fixture f = two_tasks(8);
+  BaselineSetup f = baseline_two_tasks(8);
   TableCostModel cost = curves(f.graph, f.cluster);
   const Contraction c = contract(f.graph);
   std::vector<const ScalingCurve*> cv;
@@ -137,7 +137,7 @@ TEST_CASE("task-level shares by marginal gain", "[planner][baselines]") {
 }
 
 TEST_CASE("make_plan task-level: tasks side by side, waves aligned", "[planner][baselines]") {
-  Fixture f = two_tasks(8);
+  BaselineSetup f = baseline_two_tasks(8);
   TableCostModel cost = curves(f.graph, f.cluster);
   const Plan plan = plan_for(f, cost, Strategy::task_level);
   const auto by_task = ids_by_task(plan);
@@ -164,7 +164,7 @@ TEST_CASE("make_plan task-level: tasks side by side, waves aligned", "[planner][
 
 TEST_CASE("make_plan intra-task: tasks in turn, a level's MetaOps split by curves",
           "[planner][baselines]") {
-  Fixture f = two_tasks(8);
+  BaselineSetup f = baseline_two_tasks(8);
   TableCostModel cost = curves(f.graph, f.cluster);
   const Plan plan = plan_for(f, cost, Strategy::intra_task);
   // Per task: levels 0 (embeds), 1 (layer chains), 2 (pools), 3 (loss).
@@ -198,7 +198,7 @@ TEST_CASE("baselines fall back when the smallest counts do not fit", "[planner][
   // enc_a with tensor_parallel 4 on 4 devices: each task needs all 4, so
   // task-level runs the tasks in groups (one after another), and intra-task
   // splits level 0 (a 4-device embed beside a 1-device one) into two waves.
-  Fixture f = two_tasks(4, 4);
+  BaselineSetup f = baseline_two_tasks(4, 4);
   TableCostModel cost = curves(f.graph, f.cluster);
   const Plan tl = plan_for(f, cost, Strategy::task_level);
   REQUIRE(tl.waves.size() == 14);
