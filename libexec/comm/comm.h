@@ -80,10 +80,12 @@ class Comm {
   // every rank of the group in the same order. nullptr when none is needed:
   // a communicator whose started all-reduces run at their wait, in order.
   virtual std::unique_ptr<Comm> duplicate() { return nullptr; }
-  // Lets started all-reduces advance. MPI moves non-blocking collectives
-  // only inside MPI calls, so the executor calls this between operators
-  // (polling, no progress thread). Default: nothing to do.
-  virtual void progress() {}
+  // Lets started all-reduces advance; true once every one started and not
+  // yet waited for has completed (its wait returns at once). MPI moves
+  // non-blocking collectives only inside MPI calls, so the executor calls
+  // this between operators (polling, no progress thread). The default
+  // runs them at their wait: true only when none is outstanding.
+  virtual bool progress();
 
   // Device memory. A communicator that moves buffers in the memory of the
   // current CUDA device directly (NCCL) returns true from device_memory()

@@ -94,11 +94,13 @@ void MpiComm::wait_all_reduce(int request) {
   }
 }
 
-void MpiComm::progress() {
-  if (next_wait_ == started_.size()) return;
+bool MpiComm::progress() {
+  if (next_wait_ == started_.size()) return true;
+  // All done: the requests become MPI_REQUEST_NULL, their waits return at once.
   int done = 0;
   MPI_CHECK(MPI_Testall(static_cast<int>(started_.size() - next_wait_), started_.data() + next_wait_, &done,
                         MPI_STATUSES_IGNORE));
+  return done != 0;
 }
 
 void MpiComm::all_gather(std::span<const float> send, std::span<float> recv) {

@@ -48,7 +48,7 @@ class MpiComm final : public Comm {
   int start_all_reduce_sum(std::span<float> data) override;
   std::unique_ptr<Comm> duplicate() override;   // MPI_Comm_dup
   void wait_all_reduce(int request) override;
-  void progress() override;
+  bool progress() override;   // MPI_Testall
 
   MPI_Comm handle() const { return comm_; }
 

@@ -720,7 +720,7 @@ void Executor::finish_bucket(int bucket) {
 // non-blocking collectives only inside MPI calls).
 void Executor::progress_buckets() {
   for (auto& [bucket, started] : started_)
-    if (started.request >= 0) started.comm->progress();
+    if (started.request >= 0) (void)started.comm->progress();
 }
 
 void Executor::optimizer_step() {

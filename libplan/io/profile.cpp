@@ -46,9 +46,9 @@ const char* type_name(const json& j) {
 
 bool is_extension_key(const std::string& k) { return k == "x" || k.rfind("x-", 0) == 0; }
 
-class Reader {
+class ProfileReader {
  public:
-  explicit Reader(std::string path) : path_(std::move(path)) {}
+  explicit ProfileReader(std::string path) : path_(std::move(path)) {}
 
   Error err(const std::string& key, const std::string& what) const {
     return make_error(Where{path_, key, 0, 0}, what);
@@ -111,7 +111,7 @@ bool valid_source(const std::string& s) { return s == "analytic" || s == "measur
 // "x-links" (docs/profiling.md): {"ranks": N, "intra_island"|"inter_island":
 // {"p2p"|"allreduce": {"gbytes_per_s": > 0, "latency_us": >= 0}}}, every
 // part optional except ranks.
-Result<ProfileLinks> parse_links(const Reader& r, const json& j) {
+Result<ProfileLinks> parse_links(const ProfileReader& r, const json& j) {
   const std::string at = "x-links";
   if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
   SPINDLE_TRY(r.check_keys(j, at, {"ranks"}, {"intra_island", "inter_island"}));
@@ -170,7 +170,7 @@ json links_to_json(const ProfileLinks& l) {
 // "comm_overhead" (version 3): {"exchange_us", "message_us", "allreduce_us":
 // 0 .. kMaxLatencyUs; "pack_gbytes_per_s": 0 (copies free) or a rate}, all
 // required.
-Result<CommOverhead> parse_overhead(const Reader& r, const json& doc) {
+Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
   const std::string at = "comm_overhead";
   if (!doc.contains(at)) return r.err(at, "missing required key (version 3 profiles carry it)");
   const json& j = doc[at];
@@ -211,7 +211,7 @@ const ProfileEntry* Profile::find(const Workload& w) const {
 }
 
 Result<Profile> parse_profile_string(const std::string& json_text, const std::string& path) {
-  Reader r(path);
+  ProfileReader r(path);
   // Size and nesting bounded before parsing (json_reader.h).
   SPINDLE_ASSIGN(doc, parse_json_text(json_text, path));
   if (!doc.is_object()) return r.err("", std::string("expected a JSON object, found ") + type_name(doc));

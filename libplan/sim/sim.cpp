@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <queue>
 #include <tuple>
 
@@ -92,6 +93,10 @@ class Simulator {
   void packed(int d, int pc, double t);
   void end_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
+  // Runs bucket b's all-reduce if its whole group has reached it and it is
+  // next on each member's communication stream; then tries the members'
+  // next ones.
+  void begin_if_first(int b);
   void enter_wait(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
@@ -139,6 +144,9 @@ class Simulator {
   std::vector<int> arrived_;                     // by bucket: devices that reached it (allreduce or its start)
   std::vector<std::vector<std::pair<int, int>>> at_bucket_;   // by bucket: (device, instr) that reached it
   std::vector<double> bucket_begin_, bucket_end_;   // by bucket: when its all-reduce runs; -1 until it does
+  std::vector<double> complete_at_;              // by bucket: when its last member reached it
+  std::vector<std::deque<int>> comm_queue_;      // by device: buckets reached, not yet begun, in order
+  std::vector<double> comm_free_;                // by device: when its last all-reduce begun ends
   std::vector<std::vector<std::pair<int, int>>> at_wait_;     // by bucket: (device, allreduce_wait) blocked there
   std::vector<double> finish_;                   // by device
 };
@@ -175,6 +183,9 @@ Result<Simulation> Simulator::run() {
   at_bucket_.resize(l_.buckets.size());
   bucket_begin_.assign(l_.buckets.size(), -1.0);
   bucket_end_.assign(l_.buckets.size(), -1.0);
+  complete_at_.assign(l_.buckets.size(), -1.0);
+  comm_queue_.assign(devices, {});
+  comm_free_.assign(devices, 0.0);
   at_wait_.resize(l_.buckets.size());
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
@@ -324,18 +335,37 @@ void Simulator::end_exchange(int d, int pc, double t) {
 // all-reduce runs once every member has. Members at a blocking one go on
 // when it ends; those that started it went on already, and those blocked
 // at its wait go on when it ends.
+// A device's all-reduces run one after another, in the order it reached
+// them (one communication stream, as NCCL and DDP run them; every device
+// reaches its buckets in the one global order, so no two devices disagree):
+// bucket b runs once its whole group has reached it and each member's
+// earlier all-reduces have begun, from when the last of its members arrived
+// or the last member's previous all-reduce ended, whichever is later.
 void Simulator::enter_allreduce(int d, int pc, double t) {
   const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
   const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
   at_bucket_[static_cast<size_t>(b)].push_back({d, pc});
+  comm_queue_[static_cast<size_t>(d)].push_back(b);
   if (++arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
-  // The last member arrived: the all-reduce runs now.
-  const double end = t + bucket_ms(bucket, cost_, options_);
-  bucket_begin_[static_cast<size_t>(b)] = t;
+  complete_at_[static_cast<size_t>(b)] = t;
+  begin_if_first(b);
+}
+
+void Simulator::begin_if_first(int b) {
+  const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
+  if (arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
+  double begin = complete_at_[static_cast<size_t>(b)];
+  for (int m : bucket.devices) {
+    const std::deque<int>& q = comm_queue_[static_cast<size_t>(m)];
+    if (q.front() != b) return;   // an earlier all-reduce of m has not begun
+    begin = std::max(begin, comm_free_[static_cast<size_t>(m)]);
+  }
+  const double end = begin + bucket_ms(bucket, cost_, options_);
+  bucket_begin_[static_cast<size_t>(b)] = begin;
   bucket_end_[static_cast<size_t>(b)] = end;
   for (auto [m, mpc] : at_bucket_[static_cast<size_t>(b)]) {
     InstrTimes& times = times_[at(m, mpc)];
-    times.began = t;
+    times.began = begin;
     times.ended = end;
     if (l_.programs[static_cast<size_t>(m)].instrs[static_cast<size_t>(mpc)].kind == InstrKind::allreduce)
       events_.push({end, kReady, m, mpc + 1});
@@ -343,6 +373,15 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   for (auto [m, wpc] : at_wait_[static_cast<size_t>(b)]) {
     times_[at(m, wpc)].ended = end;
     events_.push({end, kReady, m, wpc + 1});
+  }
+  for (int m : bucket.devices) {
+    comm_free_[static_cast<size_t>(m)] = end;
+    comm_queue_[static_cast<size_t>(m)].pop_front();
+  }
+  // The next all-reduce of each member may now begin.
+  for (int m : bucket.devices) {
+    const std::deque<int>& q = comm_queue_[static_cast<size_t>(m)];
+    if (!q.empty()) begin_if_first(q.front());
   }
 }
 
@@ -571,19 +610,23 @@ std::vector<double> lowered_slice_ms(const Plan& plan) {
 
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options) {
-  std::vector<double> busy(static_cast<size_t>(lowered.devices), 0.0);
+  const size_t n = static_cast<size_t>(lowered.devices);
+  std::vector<double> compute(n, 0.0), forward(n, 0.0), sync(n, 0.0);
   if (options.price_compute)
     for (size_t s = 0; s < lowered.slices.size() && s < slice_ms.size(); ++s)
-      for (int d : lowered.slices[s].devices) busy[static_cast<size_t>(d)] += slice_ms[s];
+      for (int d : lowered.slices[s].devices) {
+        compute[static_cast<size_t>(d)] += slice_ms[s];
+        forward[static_cast<size_t>(d)] += slice_ms[s] * options.forward_share;
+      }
   for (const Bucket& b : lowered.buckets) {
     const double ms = bucket_ms(b, cost, options);
-    for (int d : b.devices) {
-      double& bound = busy[static_cast<size_t>(d)];
-      bound = options.sync.overlap ? std::max(bound, ms) : bound + ms;
-    }
+    for (int d : b.devices) sync[static_cast<size_t>(d)] += ms;
   }
+  // Blocking: compute, then every all-reduce. Overlapped: a device's
+  // all-reduces run one after another, none before its forward pass is done.
   double bound = 0;
-  for (double b : busy) bound = std::max(bound, b);
+  for (size_t d = 0; d < n; ++d)
+    bound = std::max(bound, options.sync.overlap ? std::max(compute[d], forward[d] + sync[d]) : compute[d] + sync[d]);
   // Summed in another order than the simulation's clock: a few ulps below.
   return bound * (1 - 1e-12);
 }

@@ -30,10 +30,14 @@
 //                      links are all idle; one waiting for a busy link does
 //                      not hold back a later one whose links are idle (no
 //                      reservations). Local copies cost 0.
-//   all-reduce         starts when every device of the bucket has reached it
-//                      (the blocking allreduce, or allreduce_start) and takes
-//                      CostModel::allreduce_ms(bytes, devices); it does not
-//                      contend with messages, other all-reduces or compute.
+//   all-reduce         takes CostModel::allreduce_ms(bytes, devices). A
+//                      device runs its all-reduces one after another, in
+//                      the order it reaches them (one communication stream,
+//                      as NCCL and DDP do): one starts when every device of
+//                      the bucket has reached it (the blocking allreduce,
+//                      or allreduce_start) and each has ended the
+//                      all-reduces it reached before. It does not contend
+//                      with messages or compute.
 //                      A device goes on past allreduce_start at once (the
 //                      all-reduce runs beside its backward pass) and past
 //                      allreduce_wait once the all-reduce has ended.
@@ -140,8 +144,9 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 // most any device is busy with its own compute (its slices' slice_ms) and
 // all-reduces (allreduce_ms of each bucket it is in), which it runs one
 // after another; with options.sync.overlap, where all-reduces run beside
-// compute and each other, the larger of its compute and its longest
-// all-reduce. Needs only lower_header's slices and buckets.
+// compute but still one after another, none before the device's forward
+// pass is done, the larger of its compute and its forward compute plus all
+// its all-reduces. Needs only lower_header's slices and buckets.
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options = {});
 

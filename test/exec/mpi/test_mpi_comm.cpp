@@ -1,10 +1,13 @@
 // MpiComm and create_group_comms under mpiexec -n 2 or 4: closed-form
 // all-reduce, all-gather, send/recv and exchange on the world and on device groups,
 // and a tensor-parallel transformer layer over an MPI group equal to the
-// unsplit layer (1e-5 relative). Prints one line per failed check and
+// unsplit layer (1e-5 relative); started all-reduces completed by progress()
+// alone. Prints one line per failed check and
 // exits 1 if any failed.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -93,6 +96,41 @@ void check_collectives(Comm& c, const std::vector<int>& members) {
   c.barrier();
 }
 
+// Started all-reduces (gradient buckets during the backward pass), on a
+// duplicate of `c` as the executor runs them: the sums are right, waited
+// for in start order; and progress() alone completes them. Rank 0 never
+// waits until progress() says done, and the sum must be in its buffer by
+// then: a progress() that did not move the reduction (MPI moves it only
+// inside MPI calls) would time out or leave the buffer unsummed. The other
+// ranks wait at once, as a member that reached its wait would.
+void check_started_all_reduce(Comm& group) {
+  std::unique_ptr<Comm> dup = group.duplicate();
+  EXPECT(dup != nullptr);
+  if (!dup) return;
+  Comm& c = *dup;
+  const int n = c.size(), r = c.rank();
+  const float sum_ranks = static_cast<float>(n * (n - 1) / 2);
+  // Two at once, 4 MiB each (beyond eager sizes), waited for in order.
+  const size_t count = size_t{1} << 20;
+  std::vector<float> a(count, static_cast<float>(r)), b(count, 1.0f);
+  const int ra = c.start_all_reduce_sum(a);
+  const int rb = c.start_all_reduce_sum(b);
+  if (r == 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool done = false;
+    while (!done && std::chrono::steady_clock::now() < deadline) done = c.progress();
+    EXPECT(done);
+    EXPECT(a.front() == sum_ranks && a.back() == sum_ranks);   // summed before any wait
+    EXPECT(b.front() == static_cast<float>(n) && b.back() == static_cast<float>(n));
+  }
+  c.wait_all_reduce(ra);
+  c.wait_all_reduce(rb);
+  EXPECT(c.progress());   // nothing outstanding
+  EXPECT(a.front() == sum_ranks && a.back() == sum_ranks);
+  EXPECT(b.front() == static_cast<float>(n) && b.back() == static_cast<float>(n));
+  c.barrier();
+}
+
 // A TP group's transformer layer equals the unsplit one computed locally.
 void check_tp_layer(Comm& tp) {
   OpConfig cfg;
@@ -150,6 +188,9 @@ int main(int argc, char** argv) {
   // Tensor parallel over the pair groups and over everyone.
   check_tp_layer(*comms.at({pair0, pair0 + 1}));
   check_tp_layer(*comms.at(everyone));
+
+  check_started_all_reduce(*world);
+  check_started_all_reduce(*comms.at({pair0, pair0 + 1}));
 
   float f = static_cast<float>(failures);
   world->all_reduce_sum({&f, 1});

@@ -309,6 +309,58 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   CHECK(lsim.devices[0].hidden_sync_ms == Approx(0.0));
 }
 
+TEST_CASE("a device runs its all-reduces one after another, in the order it started them", "[sim]") {
+  // The programs of the case above, but both buckets start after the
+  // backward of s2 (at 7): k2 runs 7-8, then k1 8-10 (not 7-9 beside it);
+  // the backward of s1 ends at 9 and the wait for k1 blocks 9-10.
+  Programs p(2);
+  const int s1 = p.slice(0, {0, 1}, 3.0), s2 = p.slice(1, {0, 1}, 6.0);
+  const int k2 = p.bucket({0, 1}, 1'000'000), k1 = p.bucket({0, 1}, 2'000'000);
+  for (int d : {0, 1}) {
+    p.fwd(d, s1);
+    p.fwd(d, s2);
+    p.bwd(d, s2);
+    p.start(d, k2);
+    p.start(d, k1);
+    p.bwd(d, s1);
+    p.wait(d, k2);
+    p.wait(d, k1);
+    p.optimizer(d);
+  }
+  const sp::Simulation sim = p.run(hand_cluster(1, 2));
+  CHECK(sim.iteration_ms == Approx(10.0));
+  CHECK(box(sim, 0, 3, "allreduce").start_ms == Approx(7.0));
+  CHECK(box(sim, 0, 4, "allreduce").start_ms == Approx(8.0));
+  CHECK(box(sim, 0, 4, "allreduce").dur_ms == Approx(2.0));
+  for (const sp::SimDevice& d : sim.devices) {
+    CHECK(d.sync_ms == Approx(1.0));          // k1 after the last backward, 9-10
+    CHECK(d.hidden_sync_ms == Approx(2.0));   // k2 and the first ms of k1
+  }
+  // The bound: compute 9; forward 3 plus both all-reduces 3.
+  const sp::Cluster one = hand_cluster(1, 2);
+  const sp::TableCostModel cost(one);
+  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(9.0));
+
+  // Across groups: d0 starts X (with d1) and then Y (with d2) at 3; d2
+  // starts Y at 3 too, but Y waits on d0's stream behind X, which waits for
+  // d1 (at 9): X runs 9-10, Y 10-11. Each all-reduce: 1e6 bytes over 2
+  // devices at 1 GB/s, 1 ms.
+  Programs q(3);
+  const int a = q.slice(0, {0}, 3.0), b = q.slice(0, {1}, 9.0), c = q.slice(0, {2}, 3.0);
+  const int x = q.bucket({0, 1}, 1'000'000), y = q.bucket({0, 2}, 1'000'000);
+  q.fwd(0, a), q.bwd(0, a), q.start(0, x), q.start(0, y), q.wait(0, x), q.wait(0, y), q.optimizer(0);
+  q.fwd(1, b), q.bwd(1, b), q.start(1, x), q.wait(1, x), q.optimizer(1);
+  q.fwd(2, c), q.bwd(2, c), q.start(2, y), q.wait(2, y), q.optimizer(2);
+  const sp::Simulation qsim = q.run(hand_cluster(1, 3));
+  CHECK(qsim.iteration_ms == Approx(11.0));
+  CHECK(box(qsim, 0, 2, "allreduce").start_ms == Approx(9.0));
+  CHECK(box(qsim, 0, 3, "allreduce").start_ms == Approx(10.0));
+  CHECK(box(qsim, 2, 2, "allreduce").start_ms == Approx(10.0));
+  CHECK(qsim.devices[2].finish_ms == Approx(11.0));
+  CHECK(qsim.devices[2].sync_ms == Approx(1.0));   // Y, 10-11
+  CHECK(qsim.devices[2].wait_ms == Approx(7.0));   // 3-10: before Y ran
+}
+
 TEST_CASE("software overhead: packing before, unpacking after an exchange, an all-reduce fixed cost", "[sim]") {
   // The two-device program of the first case with overhead: 100 us per
   // exchange, 50 us per message, packing at 2 GB/s (2e6 bytes: 1 ms), 200 us
