@@ -348,6 +348,7 @@ struct Executor::ParamState {
   std::vector<Tensor> m, v;  // AdamW moments, one per tensor of set
   int64_t adam_steps = 0;    // AdamW steps taken (bias correction); step_ unless resumed as new
   std::vector<int> sync;     // devices holding this shard (ascending)
+  int64_t stepped = 0;       // the training step of its last optimizer step
 };
 
 Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
@@ -459,7 +460,9 @@ StepStats Executor::step() {
   // wave the exchange that brings its slices' inputs and the forward of its
   // slices; per wave reversed the backward of its slices and the exchange
   // that sends their input gradients back; the all-reduce of each gradient
-  // bucket it holds; the optimizer step.
+  // bucket it holds (started during the backward pass, waited for after
+  // it), each followed by the optimizer step of its shards; the optimizer
+  // step of the shards in no bucket.
   for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
     switch (in.kind) {
       case plan::InstrKind::exchange:
@@ -477,7 +480,7 @@ StepStats Executor::step() {
         break;
       case plan::InstrKind::allreduce_start: start_bucket(in.bucket); break;
       case plan::InstrKind::allreduce_wait: finish_bucket(in.bucket); break;
-      case plan::InstrKind::optimizer: optimizer_step(); break;
+      case plan::InstrKind::optimizer: optimizer_step(in.bucket); break;
     }
   }
   started_.clear();
@@ -723,17 +726,31 @@ void Executor::progress_buckets() {
     if (started.request >= 0) (void)started.comm->progress();
 }
 
-void Executor::optimizer_step() {
+// AdamW on the shards of `bucket` (its gradients just summed), or with
+// bucket -1 on every shard not stepped yet this step. Each shard's update
+// depends on its own gradient and moments alone, so stepping bucket by
+// bucket gives bitwise the step of all at once.
+void Executor::optimizer_step(int bucket) {
   const Clock::time_point t0 = Clock::now();
-  for (auto& [key, ps] : params_) {
+  auto step_shard = [&](ParamState& ps) {
+    if (ps.stepped >= step_)   // a lowering bug: every shard is stepped once per step
+      throw std::logic_error("optimizer: a parameter shard stepped twice in step " + std::to_string(step_));
+    ps.stepped = step_;
     ++ps.adam_steps;
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       Param& p = ps.set.params[i];
       backend_.adamw_step(options_.adamw, ps.adam_steps, p.value, p.grad, ps.m[i], ps.v[i]);
     }
+  };
+  if (bucket >= 0) {
+    for (const plan::ShardKey& key : sched_->lowered.buckets[static_cast<size_t>(bucket)].shards)
+      step_shard(params_.at(key));
+  } else {
+    for (auto& [key, ps] : params_)
+      if (ps.stepped < step_) step_shard(ps);
   }
   counters_.compute_ms += ms_since(t0);
-  record("optimizer", "compute", 0, t0);
+  record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
 }
 
 // ---------------------------------------------------------------------------

@@ -211,7 +211,7 @@ class Executor {
   void start_bucket(int bucket);
   void finish_bucket(int bucket);
   void progress_buckets();
-  void optimizer_step();
+  void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
   void zero_grads();
   void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes

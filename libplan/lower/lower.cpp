@@ -494,28 +494,37 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
           if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
     }
   }
+  // The optimizer step of bucket b's shards (b >= 0), or of every shard
+  // of d in no bucket (b = -1: last, after every backward and reduction).
+  auto step_shards = [&](int b, std::vector<int> after) {
+    Instr in;
+    in.kind = InstrKind::optimizer;
+    in.bucket = b;
+    if (deps) {
+      if (b < 0)
+        for (int s : bwd_of)
+          if (s >= 0) after.push_back(s);
+      in.deps = sorted_unique(std::move(after));
+    }
+    add(std::move(in));
+  };
   if (overlap) {
     // Every bucket has started (its last backward has run); each wait
-    // follows its start, in the same order.
+    // follows its start, in the same order, and the optimizer step of the
+    // bucket's shards follows its wait: it need not wait for the others.
     for (size_t i = 0; i < mine.buckets.size(); ++i) {
       Instr in;
       in.kind = InstrKind::allreduce_wait;
       in.bucket = mine.buckets[i];
       if (deps) in.deps.push_back(reductions[i]);
       reductions[i] = add(std::move(in));
+      step_shards(mine.buckets[i], {reductions[i]});
     }
+    step_shards(-1, {});
   } else {
     for (size_t i = 0; i < mine.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
+    step_shards(-1, reductions);
   }
-  Instr opt;
-  opt.kind = InstrKind::optimizer;
-  if (deps) {
-    for (int s : bwd_of)
-      if (s >= 0) opt.deps.push_back(s);
-    opt.deps.insert(opt.deps.end(), reductions.begin(), reductions.end());
-    std::sort(opt.deps.begin(), opt.deps.end());
-  }
-  add(std::move(opt));
   for (int p : touched) param_bwd[static_cast<size_t>(p)].clear();
   prog.transfers = std::move(mine.transfers);
   return prog;
@@ -633,6 +642,15 @@ Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph
   return out;
 }
 
+namespace {
+// A bucket's shards as the program JSON names them: "param@tp_rank".
+nlohmann::json shard_names(const Bucket& b) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const ShardKey& k : b.shards) shards.push_back(k.first + "@" + std::to_string(k.second));
+  return shards;
+}
+}  // namespace
+
 std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
   using nlohmann::json;
   const Program& prog = l.programs.at(static_cast<size_t>(device));
@@ -681,14 +699,14 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
       case InstrKind::allreduce:
       case InstrKind::allreduce_start: {
         const Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
-        json shards = json::array();
-        for (const ShardKey& k : b.shards) shards.push_back(k.first + "@" + std::to_string(k.second));
         j["group"] = b.devices;
-        j["shards"] = shards;
+        j["shards"] = shard_names(b);
         j["bytes"] = b.bytes;
         break;
       }
-      case InstrKind::optimizer: break;
+      case InstrKind::optimizer:   // a bucket's shards; else every other one held here
+        if (in.bucket >= 0) j["shards"] = shard_names(l.buckets[static_cast<size_t>(in.bucket)]);
+        break;
     }
     instrs.push_back(std::move(j));
   }

@@ -14,8 +14,9 @@
 //                                gradients on this device are now final (and all before it started)
 //   all-reduce of each gradient bucket it is in (buckets in one global order
 //   chosen so that all-reduces over disjoint groups can run side by side);
-//   with overlap: the wait for each, in that order
-//   optimizer
+//   with overlap: the wait for each, in that order, each followed by the
+//   optimizer step of that bucket's shards
+//   optimizer (every shard not stepped above)
 // An exchange is every transfer of one wave and direction that this device
 // sends or receives (or copies locally), posted together; a device with no
 // transfer in that exchange has no instruction for it. Because every device
@@ -43,7 +44,7 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 2;   // 2: allreduce_start, allreduce_wait
+inline constexpr int kProgramVersion = 3;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -104,7 +105,9 @@ struct Instr {
   // exchange: the transfers this device takes part in, as the range
   // [transfers_begin, transfers_end) of Program::transfers (Program::transfers_of)
   int transfers_begin = 0, transfers_end = 0;
-  int bucket = -1;             // allreduce, allreduce_start, allreduce_wait: index into Lowered::buckets
+  int bucket = -1;             // allreduce, allreduce_start, allreduce_wait: index into Lowered::buckets;
+                               // optimizer: the bucket whose shards it steps, -1: every shard of this
+                               // device in no bucket stepped before
   std::vector<int> deps;       // instructions of the same program that must be done first
 };
 
@@ -229,7 +232,7 @@ Status lower_programs(const Plan& plan, const LowerContext& context, Lowered& he
                       const LowerOptions& options = {});
 
 // The programs as versioned JSON (docs/lowering.md): one document per
-// device, {"format": "spindle-program", "version": 2, "device": d, ...}.
+// device, {"format": "spindle-program", "version": 3, "device": d, ...}.
 std::string program_json(const Lowered& lowered, const OpGraph& graph, int device);
 
 }  // namespace spindle::plan

@@ -331,16 +331,15 @@ void Simulator::end_exchange(int d, int pc, double t) {
   events_.push({times.ended, kReady, d, pc + 1});
 }
 
-// A device reaches a bucket's all-reduce (blocking) or its start; the
-// all-reduce runs once every member has. Members at a blocking one go on
-// when it ends; those that started it went on already, and those blocked
-// at its wait go on when it ends.
-// A device's all-reduces run one after another, in the order it reached
-// them (one communication stream, as NCCL and DDP run them; every device
-// reaches its buckets in the one global order, so no two devices disagree):
-// bucket b runs once its whole group has reached it and each member's
-// earlier all-reduces have begun, from when the last of its members arrived
-// or the last member's previous all-reduce ended, whichever is later.
+// A device reaches a bucket's all-reduce (blocking) or its start. Members
+// at a blocking one go on when it ends; those that started it went on
+// already, and those blocked at its wait go on when it ends. A device's
+// all-reduces run one after another, in the order it reached them (one
+// communication stream, as NCCL and DDP run them; every device reaches its
+// buckets in the one global order, so no two devices disagree): bucket b
+// runs once its whole group has reached it and each member's earlier
+// all-reduces have begun, from when the last of its members arrived or the
+// last member's previous all-reduce ended, whichever is later.
 void Simulator::enter_allreduce(int d, int pc, double t) {
   const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
   const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];

@@ -24,6 +24,7 @@ MODE=$1 BIN=$2 SRC=$3 WORK=$4 MPIEXEC=$5 TOOL=$6 COMPARE=$7
 MODELS=$SRC/configs/models CLUSTERS=$SRC/configs/clusters
 mkdir -p "$WORK/$MODE" && cd "$WORK/$MODE" || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_odls_base_sigkill_timeout=0   # no 2 s grace after a refused run (test/CMakeLists.txt)
 
 die() { echo "FAIL: $*" >&2; exit 1; }
 gpus=$("$TOOL" count) || die "gpu_tool count failed"

@@ -32,6 +32,7 @@
 set -uo pipefail
 BIN=$1 SRC=$2 WORK=$3 COMPARE=$4
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_odls_base_sigkill_timeout=0   # no 2 s grace after a refused run (test/CMakeLists.txt)
 
 die() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*"; exit 77; }

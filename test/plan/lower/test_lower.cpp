@@ -40,12 +40,12 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
   for (const sp::Program& prog : l.programs) {
     int last_exchange = -1, last_bucket = -1, last_started = -1, last_waited = -1;
     bool optimizer = false, blocking = false, overlapped = false;
-    std::set<int> started;
+    std::set<int> started, stepped;
     std::multiset<int> fwd, bwd;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const sp::Instr& in = prog.instrs[i];
       for (int d : in.deps) CHECK((d >= 0 && d < static_cast<int>(i)));
-      CHECK_FALSE(optimizer);  // the optimizer is last
+      CHECK_FALSE(optimizer);  // the optimizer step of the shards in no bucket is last
       switch (in.kind) {
         case sp::InstrKind::exchange:
           CHECK(exchange_rank(in) > last_exchange);
@@ -97,10 +97,22 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           last_waited = in.bucket;
           CHECK(started.count(in.bucket) == 1);
           break;
-        case sp::InstrKind::optimizer: optimizer = true; break;
+        case sp::InstrKind::optimizer:
+          if (in.bucket >= 0) {   // a bucket's shards, right after its wait
+            CHECK(overlapped);
+            CHECK(in.bucket == last_waited);
+            CHECK(prog.instrs[i - 1].kind == sp::InstrKind::allreduce_wait);
+            CHECK(stepped.insert(in.bucket).second);
+          } else {
+            CHECK_FALSE(optimizer);
+            optimizer = true;
+            CHECK(i + 1 == prog.instrs.size());   // the rest, last
+          }
+          break;
       }
     }
     CHECK(optimizer);
+    if (overlapped) CHECK(stepped == started);   // every bucket's shards stepped after its wait
     CHECK_FALSE((blocking && overlapped));
     CHECK(last_waited == last_started);   // every started one waited for
     CHECK(fwd == bwd);
@@ -179,8 +191,12 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
     if (q0.instrs[i].kind == sp::InstrKind::allreduce_start) start = i;
   }
   CHECK(start == last_bwd + 1);
-  CHECK(q0.instrs[q0.instrs.size() - 2].kind == sp::InstrKind::allreduce_wait);
-  CHECK(q0.instrs.size() == p0.instrs.size() + 1);
+  // The wait, the optimizer step of the bucket's shards, and of the rest.
+  CHECK(q0.instrs[q0.instrs.size() - 3].kind == sp::InstrKind::allreduce_wait);
+  CHECK(q0.instrs[q0.instrs.size() - 2].kind == sp::InstrKind::optimizer);
+  CHECK(q0.instrs[q0.instrs.size() - 2].bucket == 0);
+  CHECK(q0.instrs.back().bucket == -1);
+  CHECK(q0.instrs.size() == p0.instrs.size() + 2);
 }
 
 TEST_CASE("gradient buckets are cut at the size cap, in the order their gradients become final") {
@@ -274,7 +290,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       REQUIRE(lowered.ok());
       check_invariants(*plan, *lowered, *context);
       // Without overlap: the same programs but for the all-reduces, one
-      // blocking one per bucket after the backward pass.
+      // blocking one per bucket after the backward pass, and one optimizer
+      // step at the end instead of one per bucket and one for the rest.
       sp::LowerOptions blocking;
       blocking.sync.overlap = false;
       auto after = sp::lower(*plan, f.model, f.graph, blocking);
@@ -285,7 +302,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           std::vector<std::pair<sp::InstrKind, int>> kept;
           for (const sp::Instr& in : prog.instrs)
             if (in.kind != sp::InstrKind::allreduce && in.kind != sp::InstrKind::allreduce_start &&
-                in.kind != sp::InstrKind::allreduce_wait)
+                in.kind != sp::InstrKind::allreduce_wait &&
+                !(in.kind == sp::InstrKind::optimizer && in.bucket >= 0))   // a bucket's step
               kept.push_back({in.kind, in.kind == sp::InstrKind::exchange ? in.wave : in.slice});
           return kept;
         };
