@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <queue>
 #include <tuple>
 
@@ -93,10 +92,6 @@ class Simulator {
   void packed(int d, int pc, double t);
   void end_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
-  // Runs bucket b's all-reduce if its whole group has reached it and it is
-  // next on each member's communication stream; then tries the members'
-  // next ones.
-  void begin_if_first(int b);
   void enter_wait(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
@@ -144,9 +139,7 @@ class Simulator {
   std::vector<int> arrived_;                     // by bucket: devices that reached it (allreduce or its start)
   std::vector<std::vector<std::pair<int, int>>> at_bucket_;   // by bucket: (device, instr) that reached it
   std::vector<double> bucket_begin_, bucket_end_;   // by bucket: when its all-reduce runs; -1 until it does
-  std::vector<double> complete_at_;              // by bucket: when its last member reached it
-  std::vector<std::deque<int>> comm_queue_;      // by device: buckets reached, not yet begun, in order
-  std::vector<double> comm_free_;                // by device: when its last all-reduce begun ends
+  std::vector<double> comm_free_;                // by device: when the last all-reduce it is in ends
   std::vector<std::vector<std::pair<int, int>>> at_wait_;     // by bucket: (device, allreduce_wait) blocked there
   std::vector<double> finish_;                   // by device
 };
@@ -183,8 +176,6 @@ Result<Simulation> Simulator::run() {
   at_bucket_.resize(l_.buckets.size());
   bucket_begin_.assign(l_.buckets.size(), -1.0);
   bucket_end_.assign(l_.buckets.size(), -1.0);
-  complete_at_.assign(l_.buckets.size(), -1.0);
-  comm_queue_.assign(devices, {});
   comm_free_.assign(devices, 0.0);
   at_wait_.resize(l_.buckets.size());
   for (size_t d = 0; d < devices; ++d) {
@@ -333,33 +324,23 @@ void Simulator::end_exchange(int d, int pc, double t) {
 
 // A device reaches a bucket's all-reduce (blocking) or its start. Members
 // at a blocking one go on when it ends; those that started it went on
-// already, and those blocked at its wait go on when it ends. A device's
-// all-reduces run one after another, in the order it reached them (one
-// communication stream, as NCCL and DDP run them; every device reaches its
-// buckets in the one global order, so no two devices disagree): bucket b
-// runs once its whole group has reached it and each member's earlier
-// all-reduces have begun, from when the last of its members arrived or the
-// last member's previous all-reduce ended, whichever is later.
+// already, and those blocked at its wait go on when it ends. A device runs
+// one all-reduce at a time (they share its links): an all-reduce begins
+// once its whole group has reached it and every member has ended the
+// all-reduces that began before, served in the order their groups
+// completed. No head-of-line blocking across groups: each group's
+// communicator progresses on its own (MPI_Iallreduce on its own
+// communicator; NCCL, a stream per group), so one whose group is complete
+// need not wait for an earlier-started one whose group is not.
 void Simulator::enter_allreduce(int d, int pc, double t) {
   const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
   const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
   at_bucket_[static_cast<size_t>(b)].push_back({d, pc});
-  comm_queue_[static_cast<size_t>(d)].push_back(b);
   if (++arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
-  complete_at_[static_cast<size_t>(b)] = t;
-  begin_if_first(b);
-}
-
-void Simulator::begin_if_first(int b) {
-  const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
-  if (arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
-  double begin = complete_at_[static_cast<size_t>(b)];
-  for (int m : bucket.devices) {
-    const std::deque<int>& q = comm_queue_[static_cast<size_t>(m)];
-    if (q.front() != b) return;   // an earlier all-reduce of m has not begun
-    begin = std::max(begin, comm_free_[static_cast<size_t>(m)]);
-  }
+  double begin = t;
+  for (int m : bucket.devices) begin = std::max(begin, comm_free_[static_cast<size_t>(m)]);
   const double end = begin + bucket_ms(bucket, cost_, options_);
+  for (int m : bucket.devices) comm_free_[static_cast<size_t>(m)] = end;
   bucket_begin_[static_cast<size_t>(b)] = begin;
   bucket_end_[static_cast<size_t>(b)] = end;
   for (auto [m, mpc] : at_bucket_[static_cast<size_t>(b)]) {
@@ -372,15 +353,6 @@ void Simulator::begin_if_first(int b) {
   for (auto [m, wpc] : at_wait_[static_cast<size_t>(b)]) {
     times_[at(m, wpc)].ended = end;
     events_.push({end, kReady, m, wpc + 1});
-  }
-  for (int m : bucket.devices) {
-    comm_free_[static_cast<size_t>(m)] = end;
-    comm_queue_[static_cast<size_t>(m)].pop_front();
-  }
-  // The next all-reduce of each member may now begin.
-  for (int m : bucket.devices) {
-    const std::deque<int>& q = comm_queue_[static_cast<size_t>(m)];
-    if (!q.empty()) begin_if_first(q.front());
   }
 }
 

@@ -31,13 +31,14 @@
 //                      not hold back a later one whose links are idle (no
 //                      reservations). Local copies cost 0.
 //   all-reduce         takes CostModel::allreduce_ms(bytes, devices). A
-//                      device runs its all-reduces one after another, in
-//                      the order it reaches them (one communication stream,
-//                      as NCCL and DDP do): one starts when every device of
-//                      the bucket has reached it (the blocking allreduce,
-//                      or allreduce_start) and each has ended the
-//                      all-reduces it reached before. It does not contend
-//                      with messages or compute.
+//                      device runs one all-reduce at a time (they share its
+//                      links): one starts when every device of the bucket
+//                      has reached it (the blocking allreduce, or
+//                      allreduce_start) and each has ended the all-reduces
+//                      that began before; groups are served in the order
+//                      they complete (each group's communicator progresses
+//                      on its own: no head-of-line blocking). It does not
+//                      contend with messages or compute.
 //                      A device goes on past allreduce_start at once (the
 //                      all-reduce runs beside its backward pass) and past
 //                      allreduce_wait once the all-reduce has ended.
