@@ -1,11 +1,13 @@
 #include "libplan/planner/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "libplan/alloc/alloc.h"
 #include "libplan/graph/contract.h"
@@ -62,6 +64,9 @@ constexpr int kPlacementPasses = 3;
 // Schedules whose first placement pass simulates fastest that get the
 // further passes.
 constexpr size_t kRefinedSchedules = 2;
+// Of the portfolio on the communication-aware allocation, the first
+// schedules placed and simulated (each costs as much as one of the paper's).
+constexpr size_t kCappedSchedules = 2;
 
 // A baseline's schedule joins Spindle's candidates only up to this many
 // (slot, device) pairs: lowering and simulating it costs about that many
@@ -289,6 +294,44 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
   return schedule_portfolio(in);
 }
 
+// Communication-aware allocation (issue 13): `p` with each MetaOp's valid
+// device counts cut at the count n that minimises L T(n) + the all-reduce of
+// its L operators' gradients over n devices (a block from an island's
+// start, as placement packs them), ties to the smaller: spread wider, a
+// MetaOp gains less compute than its gradients cost to sum. Levels
+// re-relaxed with those caps. Empty when no MetaOp is cut (the caller
+// already has those schedules).
+std::optional<Prepared> comm_capped(const Prepared& p, const PlanRequest& req) {
+  const Model& model = *req.model;
+  Prepared q = p;
+  bool cut = false;
+  for (const MetaOp& m : p.contraction.metaops) {
+    const Operator& first = req.graph->ops[static_cast<size_t>(m.operators.front())];
+    const Task& task = model.tasks[static_cast<size_t>(first.task)];
+    const Module* module = model.find_module(task.nodes[static_cast<size_t>(first.node)].module);
+    const double grad_bytes = static_cast<double>(m.length()) * kWireBytesPerValue *
+                              static_cast<double>(op_shard_param_count(first.workload.op, first.workload.dims,
+                                                                       module->max_seq, m.tensor_parallel));
+    std::vector<int>& valid = q.valid[static_cast<size_t>(m.id)];
+    const int cap = comm_aware_cap(m.length(), *p.curves[static_cast<size_t>(m.id)], valid, m.tensor_parallel,
+                                   grad_bytes, *req.cost);
+    if (cap < valid.back()) {
+      valid.erase(std::upper_bound(valid.begin(), valid.end(), cap), valid.end());
+      cut = true;
+    }
+  }
+  if (!cut) return std::nullopt;
+  q.relaxed.clear();
+  for (const std::vector<int>& ids : q.by_level) {
+    std::vector<AllocItem> items;
+    for (int id : ids)
+      items.push_back({q.contraction.metaops[static_cast<size_t>(id)].length(), q.curves[static_cast<size_t>(id)],
+                       q.valid[static_cast<size_t>(id)].back()});
+    q.relaxed.push_back(relax_level(items, req.cluster->devices()));
+  }
+  return q;
+}
+
 // Sequential (Megatron-LM / DeepSpeed style): task after task, each MetaOp in
 // topological order alone in one wave on its largest valid device count.
 std::vector<AbstractWave> sequential_waves(const Prepared& p, const BaselineInput& baseline) {
@@ -347,9 +390,24 @@ Result<Plan> make_plan(const PlanRequest& request) {
                                static_cast<int>(model.tasks.size()), cluster.devices()};
   std::vector<std::vector<AbstractWave>> candidates;
   size_t own_candidates = 0;   // Spindle's portfolio: the first candidates; the baselines' follow
+  // Spindle's portfolio on the communication-aware allocation:
+  // [capped_begin, own_candidates), when there is one.
+  size_t capped_begin = 0;
   switch (request.strategy) {
     case Strategy::spindle:
       candidates = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
+      // And the same portfolio with no MetaOp spread wider than its
+      // gradients' sum pays for: on many islands the widest counts cost
+      // more in all-reduce than they save in compute. Ranked and refined
+      // as a group of their own (below).
+      if (const std::optional<Prepared> capped =
+              request.comm_aware_candidates ? comm_capped(p, request) : std::nullopt) {
+        capped_begin = candidates.size();
+        std::vector<std::vector<AbstractWave>> more =
+            spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early);
+        more.resize(std::min(more.size(), kCappedSchedules));
+        for (std::vector<AbstractWave>& waves : more) candidates.push_back(std::move(waves));
+      }
       own_candidates = candidates.size();
       // The baselines' schedules are wave plans too: Spindle also places
       // and simulates them, so its plan is never predicted slower than a
@@ -398,20 +456,28 @@ Result<Plan> make_plan(const PlanRequest& request) {
   };
   auto better = [](const Costed& a, const Costed& b) { return a.simulated_ms < b.simulated_ms * (1 - 1e-12); };
 
-  // First pass of every schedule. Simulations are bounded by the
+  // First pass of every schedule. Candidates are ranked in two groups:
+  // the paper's allocation with the baselines' schedules (0), and the
+  // communication-aware allocation (1); each group's best kRefinedSchedules
+  // get the further passes, so adding the second group never costs the
+  // first its refinement (a plan is never worse for the extra
+  // candidates). Simulations are bounded by their group's
   // kRefinedSchedules-th best makespan any worker has finished: a candidate
-  // stopped there has that many faster ones, so the best kRefinedSchedules
-  // (which are refined below) are always simulated to the end, whichever
+  // stopped there has that many faster ones in its group, so each group's
+  // best kRefinedSchedules are always simulated to the end, whichever
   // thread ran what.
+  auto group_of = [&](size_t c) { return capped_begin > 0 && c >= capped_begin && c < own_candidates ? 1 : 0; };
   std::vector<Costed> costed(candidates.size());
   std::vector<Status> status(candidates.size());
   const size_t workers = parallel_workers(candidates.size());
   std::vector<Plan> scratch(workers, plan);
   std::mutex seen_mutex;
-  std::vector<double> seen;   // the best makespans finished, ascending, at most kRefinedSchedules
-  auto bound = [&] {
+  // Per group: the best makespans finished, ascending, at most kRefinedSchedules.
+  std::array<std::vector<double>, 2> seen;
+  auto bound = [&](int g) {
     const std::lock_guard<std::mutex> lock(seen_mutex);
-    return seen.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : seen.back();
+    const std::vector<double>& best = seen[static_cast<size_t>(g)];
+    return best.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : best.back();
   };
   // The threads take the schedules in this order: Spindle's own first (they
   // set the bound the others must beat), then the baselines' by their slot
@@ -423,29 +489,37 @@ Result<Plan> make_plan(const PlanRequest& request) {
                    [&](size_t a, size_t b) { return slot_count(candidates[a]) > slot_count(candidates[b]); });
   parallel_for(candidates.size(), [&](size_t w, size_t k) {
     const size_t c = run_order[k];
+    const int g = group_of(c);
     status[c] = evaluate(c,
                          request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
                                                                     : place_islands(candidates[c], in),
-                         bound(), scratch[w], costed[c]);
+                         bound(g), scratch[w], costed[c]);
     if (!status[c].ok()) return;
     const double ms = costed[c].simulated_ms;
     const std::lock_guard<std::mutex> lock(seen_mutex);
-    seen.insert(std::upper_bound(seen.begin(), seen.end(), ms), ms);
-    if (seen.size() > kRefinedSchedules) seen.pop_back();
+    std::vector<double>& best = seen[static_cast<size_t>(g)];
+    best.insert(std::upper_bound(best.begin(), best.end(), ms), ms);
+    if (best.size() > kRefinedSchedules) best.pop_back();
   });
   for (const Status& st : status) SPINDLE_TRY(st);
-  // The schedules in order of their first pass, compared exactly (ties: the
-  // earlier), not within `better`'s tolerance: which candidates stopped at
-  // their bound depends on the threads' timing, and only an exact order
-  // keeps every one of them behind the schedules kept (a stopped one is
-  // slower, exactly, than kRefinedSchedules others).
-  std::vector<size_t> order(candidates.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return costed[a].simulated_ms < costed[b].simulated_ms; });
-  order.resize(std::min(order.size(), kRefinedSchedules));
+  // Each group's schedules in order of their first pass, compared exactly
+  // (ties: the earlier), not within `better`'s tolerance: which candidates
+  // stopped at their bound depends on the threads' timing, and only an
+  // exact order keeps every one of them behind the schedules kept (a
+  // stopped one is slower, exactly, than kRefinedSchedules others of its
+  // group).
+  std::vector<size_t> order;
+  for (int g = 0; g < 2; ++g) {
+    std::vector<size_t> mine;
+    for (size_t c = 0; c < candidates.size(); ++c)
+      if (group_of(c) == g) mine.push_back(c);
+    std::stable_sort(mine.begin(), mine.end(),
+                     [&](size_t a, size_t b) { return costed[a].simulated_ms < costed[b].simulated_ms; });
+    mine.resize(std::min(mine.size(), kRefinedSchedules));
+    order.insert(order.end(), mine.begin(), mine.end());
+  }
 
-  // Further passes of the best kRefinedSchedules schedules, side by side:
+  // Further passes of each group's best kRefinedSchedules schedules, side by side:
   // the best schedule after one pass is not always the best after three.
   std::vector<Costed> refined(order.size());
   std::vector<Status> refine_status(order.size());
@@ -475,6 +549,25 @@ Result<Plan> make_plan(const PlanRequest& request) {
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
+}
+
+int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,
+                   double grad_bytes, const CostModel& cost) {
+  int best = valid.front();
+  double best_ms = std::numeric_limits<double>::infinity();
+  std::vector<int> replicas;
+  for (int n : valid) {
+    // Gradients are summed over the data-parallel replicas of each TP
+    // rank: devices 0, K, 2K, ... of a block of n from an island's start.
+    replicas.resize(static_cast<size_t>(n / tensor_parallel));
+    for (size_t k = 0; k < replicas.size(); ++k) replicas[k] = static_cast<int>(k) * tensor_parallel;
+    const double ms = length * curve.time_ms(n) + cost.allreduce_ms(grad_bytes, replicas);
+    if (ms < best_ms * (1 - 1e-9)) {
+      best_ms = ms;
+      best = n;
+    }
+  }
+  return best;
 }
 
 }  // namespace spindle::plan

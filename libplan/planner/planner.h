@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "libplan/cost/cost_model.h"
 #include "libplan/graph/contract.h"
@@ -45,6 +46,13 @@ struct PlanRequest {
   // fastest, so that Spindle is never predicted slower than a baseline. Off:
   // Spindle's own portfolio only.
   bool baseline_candidates = true;
+  // Spindle only (issue 13): also schedule the allocation in which no
+  // MetaOp runs on more devices than its gradients' all-reduce pays for
+  // (its count n minimising L T(n) + that all-reduce), and keep it when it
+  // simulates fastest. Such a plan trades compute for sync: its compute gap
+  // to the (uncapped) relaxed optimum may be large. Off: the paper's
+  // allocation only.
+  bool comm_aware_candidates = true;
   Placement placement = Placement::islands;
   // Every strategy: how gradients are synchronised (by default overlapping
   // the backward pass, in buckets of at most 25 MiB, as spindle-run runs
@@ -64,5 +72,14 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
 // spec/plan.md (check_plan) and is deterministic (the same whatever the
 // number of threads it runs on).
 Result<Plan> make_plan(const PlanRequest& request);
+
+// Communication-aware allocation: of `valid` (ascending, non-empty), the
+// device count n that minimises length x curve.time_ms(n) + the all-reduce
+// of `grad_bytes` over its data-parallel replicas (n / tensor_parallel of
+// them, devices 0, K, 2K, ... of a block from an island's start), ties to
+// the smaller: the most devices a MetaOp of `length` operators is worth
+// once its gradients must be summed. PlanRequest::comm_aware_candidates.
+int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,
+                   double grad_bytes, const CostModel& cost);
 
 }  // namespace spindle::plan

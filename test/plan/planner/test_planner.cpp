@@ -255,3 +255,25 @@ TEST_CASE("make_plan errors: missing curve", "[planner]") {
   CHECK(plan.error().message.find("no scaling curve for workload patch_embed") != std::string::npos);
   CHECK(plan.error().message.find("image-text") != std::string::npos);
 }
+
+TEST_CASE("communication-aware cap: the count minimising compute plus gradient all-reduce, by hand", "[planner]") {
+  // 2 islands of 8; inside 1 GB/s, across 0.5 GB/s, no latency. T(n) = 10/n ms.
+  Cluster c = test_cluster(2, 8);
+  c.intra_island = {1, 0};
+  c.inter_island = {0.5, 0};
+  const TableCostModel cost(c);
+  const std::vector<int> counts{1, 2, 4, 8, 16};
+  const ScalingCurve curve = alpha_beta_curve(0, 10, counts);
+  // 1e6 gradient bytes, one operator: n = 1: 10 ms; 2: 5 + 2 * 1/2 * 1 ms =
+  // 6; 4: 2.5 + 1.5 = 4; 8: 1.25 + 1.75 = 3; 16 (across islands, 0.5
+  // GB/s): 0.625 + 2 * 15/16 * 2 = 4.375. Eight devices are worth it.
+  CHECK(comm_aware_cap(1, curve, counts, 1, 1e6, cost) == 8);
+  // Four operators: 8: 5 + 1.75 = 6.75; 16: 2.5 + 3.75 = 6.25.
+  CHECK(comm_aware_cap(4, curve, counts, 1, 1e6, cost) == 16);
+  // Tensor parallel 2: the gradients are summed over n/2 replicas, devices
+  // 0, 2, 4, ...: 4 -> {0, 2}: 2.5 + 1 = 3.5; 8 -> 4 replicas on one
+  // island: 1.25 + 1.5 = 2.75; 16 -> 8 replicas across: 0.625 + 3.5 = 4.125.
+  CHECK(comm_aware_cap(1, curve, {2, 4, 8, 16}, 2, 1e6, cost) == 8);
+  // Nothing to sum: as wide as allowed.
+  CHECK(comm_aware_cap(1, curve, counts, 1, 0, cost) == 16);
+}
