@@ -83,6 +83,7 @@ struct Args {
   bool overwrite = false;      // a fresh run may delete DIR's checkpoints of another run
   bool no_overlap = false;     // gradient all-reduces after the backward pass, blocking
   double bucket_mb = 25;       // gradient bucket cap, MiB
+  double comm_timeout_s = 600; // NCCL: how long a call waits for its peers before the job ends
   int steps = 10;
   uint64_t seed = 0;
   float lr = 3e-3f;
@@ -340,6 +341,8 @@ std::string check_numbers(const Args& args) {
   if (args.steps < 1) return "--steps must be at least 1";
   if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
+  if (!(std::isfinite(args.comm_timeout_s) && args.comm_timeout_s > 0 && args.comm_timeout_s <= 1e6))
+    return "--comm-timeout " + std::to_string(args.comm_timeout_s) + ": expected seconds above 0 and at most 1e6";
   return "";
 }
 
@@ -488,7 +491,7 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   se::GroupComms groups;
 #ifdef SPINDLE_HAVE_NCCL
   if (rt.use_nccl) {
-    auto nw = se::NcclComm::create(*rt.world);
+    auto nw = se::NcclComm::create(*rt.world, args.comm_timeout_s);
     groups = se::create_nccl_group_comms(*nw, device_groups);
     rt.nccl_world = std::move(nw);
   }
@@ -849,6 +852,10 @@ int main(int argc, char** argv) {
                "during the backward pass (same results; for comparison)");
   app.add_option("--bucket-mb", args.bucket_mb,
                  "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (pass spindle-plan the same)")
+      ->capture_default_str();
+  app.add_option("--comm-timeout", args.comm_timeout_s,
+                 "NCCL: seconds a collective or transfer waits for its peers before the job ends with a message "
+                 "naming the rank (a stalled or dead peer)")
       ->capture_default_str();
   app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)");
   app.add_option("--dump-grads", args.grads_path,

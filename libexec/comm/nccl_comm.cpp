@@ -3,17 +3,20 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "libexec/backend/cuda/cuda_check.h"
 #include "libexec/comm/mpi_check.h"
+#include "libexec/comm/watchdog.h"
 
 namespace spindle::exec {
 
 namespace {
-constexpr size_t kF = sizeof(float);
 
 void sync() { CUDA_CHECK(cudaStreamSynchronize(0)); }
 
@@ -38,13 +41,18 @@ void* device_alloc(size_t bytes) {
 }
 }  // namespace
 
-std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group) {
+std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group, double timeout_s) {
+  // Every connection (the p2p ones too, which NCCL otherwise makes at their
+  // first send) at init, before the CUDA backend's pool holds the device's
+  // memory: a connection made mid-run could find none left. A value the
+  // user set wins.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   ncclUniqueId id{};
   if (group.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, group.handle()));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, group.size(), id, group.rank()));
-  std::unique_ptr<NcclComm> out(new NcclComm(comm, group.rank(), group.size()));
+  std::unique_ptr<NcclComm> out(new NcclComm(comm, group.rank(), group.size(), timeout_s));
   out->barrier();  // NCCL sets up its collective buffers now, before the pool holds the device's memory
   return out;
 }
@@ -58,22 +66,51 @@ NcclComm::~NcclComm() {
 float* NcclComm::scratch(int64_t count) {
   if (count > scratch_count_) {
     if (scratch_) CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = static_cast<float*>(device_alloc(static_cast<size_t>(count) * kF));
+    scratch_ = static_cast<float*>(device_alloc(static_cast<size_t>(count) * kFloatBytes));
     scratch_count_ = count;
   }
   return scratch_;
 }
 
+// Until the stream's NCCL work is done, or a peer failed (the
+// communicator's asynchronous error), or timeout_s_ passed: then the
+// communicator is aborted (so no NCCL kernel waits for ever) and the job
+// ends with a message naming this rank and the call.
+void NcclComm::wait(const char* what) {
+  const Waited w = wait_or_give_up(
+      [] {
+        const cudaError_t rc = cudaStreamQuery(0);
+        if (rc == cudaErrorNotReady) return false;
+        CUDA_CHECK(rc);
+        return true;
+      },
+      [this] {
+        ncclResult_t async = ncclSuccess;
+        NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+        if (async == ncclSuccess || async == ncclInProgress) return std::string();
+        return std::string(ncclGetErrorString(async)) + ": " + ncclGetLastError(comm_);
+      },
+      timeout_s_);
+  if (w.end == WaitEnd::done) return;
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  (void)ncclCommAbort(comm_);
+  std::fprintf(stderr, "spindle: %s\n", gave_up_message(w, world_rank, what, size_).c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
 void NcclComm::all_reduce_sum_device(float* data, int64_t count) {
   if (count <= 0) return;
   NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, 0));
-  sync();
+  wait("NCCL all-reduce");
 }
 
 void NcclComm::all_gather_device(const float* send, float* recv, int64_t count) {
   if (count <= 0) return;
   NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat32, comm_, 0));
-  sync();
+  wait("NCCL all-gather");
 }
 
 void NcclComm::exchange_device(std::span<const Transfer> sends, std::span<const Transfer> recvs) {
@@ -83,16 +120,16 @@ void NcclComm::exchange_device(std::span<const Transfer> sends, std::span<const 
   for (const Transfer& t : recvs)
     if (t.count > 0) NCCL_CHECK(ncclRecv(t.data, static_cast<size_t>(t.count), ncclFloat32, t.peer, comm_, 0));
   NCCL_CHECK(ncclGroupEnd());
-  sync();
+  wait("NCCL send/receive");
 }
 
 void NcclComm::all_reduce_sum(std::span<float> data) {
   const auto n = static_cast<int64_t>(data.size());
   if (n == 0) return;
   float* d = scratch(n);
-  CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kF, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kFloatBytes, cudaMemcpyHostToDevice));
   all_reduce_sum_device(d, n);
-  CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kF, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kFloatBytes, cudaMemcpyDeviceToHost));
 }
 
 void NcclComm::all_gather(std::span<const float> send, std::span<float> recv) {
@@ -101,16 +138,16 @@ void NcclComm::all_gather(std::span<const float> send, std::span<float> recv) {
     throw std::invalid_argument("NcclComm::all_gather: recv must hold size() * send.size() floats");
   if (n == 0) return;
   float* d = scratch(n * (size_ + 1));
-  CUDA_CHECK(cudaMemcpy(d, send.data(), send.size() * kF, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d, send.data(), send.size() * kFloatBytes, cudaMemcpyHostToDevice));
   all_gather_device(d, d + n, n);
-  CUDA_CHECK(cudaMemcpy(recv.data(), d + n, recv.size() * kF, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(recv.data(), d + n, recv.size() * kFloatBytes, cudaMemcpyDeviceToHost));
 }
 
 void NcclComm::send(std::span<const float> data, int peer, int /*tag*/) {
   const auto n = static_cast<int64_t>(data.size());
   if (n == 0) return;
   float* d = scratch(n);
-  CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kF, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kFloatBytes, cudaMemcpyHostToDevice));
   const Transfer t{d, n, peer};
   exchange_device({&t, 1}, {});
 }
@@ -121,7 +158,7 @@ void NcclComm::recv(std::span<float> data, int peer, int /*tag*/) {
   float* d = scratch(n);
   const Transfer t{d, n, peer};
   exchange_device({}, {&t, 1});
-  CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kF, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kFloatBytes, cudaMemcpyDeviceToHost));
 }
 
 void NcclComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int /*tag*/) {
@@ -131,7 +168,7 @@ void NcclComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf>
   float* d = scratch(std::max<int64_t>(total, 1));
   std::vector<Transfer> ds, dr;
   for (const SendBuf& s : sends) {
-    if (!s.data.empty()) CUDA_CHECK(cudaMemcpy(d, s.data.data(), s.data.size() * kF, cudaMemcpyHostToDevice));
+    if (!s.data.empty()) CUDA_CHECK(cudaMemcpy(d, s.data.data(), s.data.size() * kFloatBytes, cudaMemcpyHostToDevice));
     ds.push_back({d, static_cast<int64_t>(s.data.size()), s.peer});
     d += s.data.size();
   }
@@ -142,12 +179,12 @@ void NcclComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf>
   exchange_device(ds, dr);
   for (size_t i = 0; i < recvs.size(); ++i)
     if (!recvs[i].data.empty())
-      CUDA_CHECK(cudaMemcpy(recvs[i].data.data(), dr[i].data, recvs[i].data.size() * kF, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(recvs[i].data.data(), dr[i].data, recvs[i].data.size() * kFloatBytes, cudaMemcpyDeviceToHost));
 }
 
 void NcclComm::barrier() {
   float* d = scratch(1);
-  CUDA_CHECK(cudaMemset(d, 0, kF));
+  CUDA_CHECK(cudaMemset(d, 0, kFloatBytes));
   all_reduce_sum_device(d, 1);
 }
 
@@ -167,7 +204,7 @@ std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
     ncclComm_t comm = nullptr;
     NCCL_CHECK(ncclCommSplit(world.handle(), member ? 0 : NCCL_SPLIT_NOCOLOR, key, &comm, nullptr));
     if (!member) continue;
-    std::unique_ptr<NcclComm> c(new NcclComm(comm, key, static_cast<int>(g.size())));
+    std::unique_ptr<NcclComm> c(new NcclComm(comm, key, static_cast<int>(g.size()), world.timeout_s_));
     c->barrier();  // as in create(): NCCL's buffers before the pool's
     out[g] = std::move(c);
   }

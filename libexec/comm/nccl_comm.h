@@ -17,7 +17,13 @@
 // (ncclGroupStart/End): the inter-wave transfers of one rank need no order.
 //
 // Errors: every NCCL and CUDA call is checked (NCCL_CHECK / CUDA_CHECK):
-// rank, file, line and the error string, then the whole job aborts.
+// rank, file, line and the error string, then the whole job aborts. A call
+// does not wait for ever on a peer that stalled or died: completion is
+// polled (cudaStreamQuery) with ncclCommGetAsyncError between polls, and
+// after the timeout (spindle-run --comm-timeout, 600 s by default) or on
+// an asynchronous error the communicator is aborted and the job ends with
+// a message naming the rank and the call (watchdog.h). Connections are made
+// at creation (NCCL_RUNTIME_CONNECT=0 unless the user set it).
 #pragma once
 
 #include <map>
@@ -44,8 +50,10 @@ class NcclComm final : public Comm {
  public:
   // Collective over `group` (an MPI communicator of the same ranks): rank 0
   // makes the NCCL unique id, MPI broadcasts it, every rank joins with
-  // ncclCommInitRank. Group rank i is NCCL rank i.
-  static std::unique_ptr<NcclComm> create(const MpiComm& group);
+  // ncclCommInitRank. Group rank i is NCCL rank i. timeout_s (> 0): how
+  // long any call waits for its peers (this communicator and the group
+  // communicators split from it).
+  static std::unique_ptr<NcclComm> create(const MpiComm& group, double timeout_s);
   ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -73,11 +81,14 @@ class NcclComm final : public Comm {
  private:
   friend std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
       const NcclComm& world, const std::vector<std::vector<int>>& groups);
-  NcclComm(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  NcclComm(ncclComm_t comm, int rank, int size, double timeout_s)
+      : comm_(comm), rank_(rank), size_(size), timeout_s_(timeout_s) {}
   float* scratch(int64_t count);  // device buffer of at least count floats
+  void wait(const char* what);    // the default stream's work done, or the job ends
 
   ncclComm_t comm_;
   int rank_, size_;
+  double timeout_s_;
   float* scratch_ = nullptr;
   int64_t scratch_count_ = 0;
 };

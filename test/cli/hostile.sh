@@ -115,6 +115,10 @@ run-flags)
   for mb in nan 0; do
     expect 2 "--bucket-mb" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --bucket-mb "$mb"
   done
+  # --comm-timeout (NCCL's wait): seconds above 0, finite, at most 1e6.
+  for t in nan inf 0 -5 1e30 x; do
+    expect 2 "--comm-timeout" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout "$t"
+  done
   for mb in nan inf -1 0 1e30 x; do
     expect 2 "--bucket-mb" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json \
       --bucket-mb "$mb"

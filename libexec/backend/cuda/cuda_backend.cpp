@@ -65,7 +65,6 @@ namespace {
 
 namespace k = spindle::exec::cuda;
 
-constexpr size_t kF = sizeof(float);
 // Device copies of host parameters (values and gradients) beyond this many
 // bytes are dropped before the next forward (host memory is the truth for
 // them, so dropping is always safe; it bounds what freed host ParamSets,
@@ -76,8 +75,8 @@ constexpr int64_t kMirrorLimitBytes = int64_t{4} << 30;
 Tensor device_tensor(Shape shape, bool zero) {
   const int64_t n = shape_numel(shape);
   void* p = nullptr;
-  CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * kF, 0));
-  if (zero && n > 0) CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * kF, 0));
+  CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * kFloatBytes, 0));
+  if (zero && n > 0) CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * kFloatBytes, 0));
   std::shared_ptr<float[]> storage(static_cast<float*>(p), [](float* q) { (void)cudaFreeAsync(q, 0); });
   return Tensor::wrap(std::move(shape), Device::cuda, std::move(storage));
 }
@@ -108,14 +107,14 @@ constexpr cudaDataType_t data_type() {
 Tensor upload(const Tensor& host) {
   Tensor d = device_tensor(host.shape(), false);
   if (host.numel() > 0)
-    CUDA_CHECK(cudaMemcpy(d.data(), host.data(), static_cast<size_t>(host.numel()) * kF, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d.data(), host.data(), static_cast<size_t>(host.numel()) * kFloatBytes, cudaMemcpyHostToDevice));
   return d;
 }
 
 Tensor download(const Tensor& dev) {
   Tensor h = Tensor::zeros(dev.shape());
   if (dev.numel() > 0)
-    CUDA_CHECK(cudaMemcpy(h.data(), dev.data(), static_cast<size_t>(dev.numel()) * kF, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(h.data(), dev.data(), static_cast<size_t>(dev.numel()) * kFloatBytes, cudaMemcpyDeviceToHost));
   return h;
 }
 
@@ -123,12 +122,12 @@ Tensor to_device(const Tensor& t) { return t.device() == Device::cuda ? t : uplo
 
 std::vector<float> download_vec(const float* d, int64_t n) {
   std::vector<float> h(static_cast<size_t>(n));
-  if (n > 0) CUDA_CHECK(cudaMemcpy(h.data(), d, static_cast<size_t>(n) * kF, cudaMemcpyDeviceToHost));
+  if (n > 0) CUDA_CHECK(cudaMemcpy(h.data(), d, static_cast<size_t>(n) * kFloatBytes, cudaMemcpyDeviceToHost));
   return h;
 }
 
 void upload_vec(float* d, const std::vector<float>& h) {
-  if (!h.empty()) CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * kF, cudaMemcpyHostToDevice));
+  if (!h.empty()) CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * kFloatBytes, cudaMemcpyHostToDevice));
 }
 
 int as_int(int64_t v, const char* what) {
@@ -192,7 +191,7 @@ class CudaBackend final : public Backend {
     if (src.numel() != dst.numel())
       throw std::invalid_argument("cuda backend: copy " + shape_str(src.shape()) + " into " + shape_str(dst.shape()));
     if (src.numel() > 0)
-      CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), static_cast<size_t>(src.numel()) * kF, cudaMemcpyDefault));
+      CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), static_cast<size_t>(src.numel()) * kFloatBytes, cudaMemcpyDefault));
   }
 
   void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
@@ -288,7 +287,7 @@ class CudaBackend final : public Backend {
     Tensor dp = upload(param), dg = upload(grad), dm = upload(m), dv = upload(v);
     k::adamw(dp.data(), dg.data(), dm.data(), dv.data(), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, bc1, bc2);
     for (auto [dst, src] : {std::pair<Tensor*, Tensor*>{&param, &dp}, {&m, &dm}, {&v, &dv}})
-      CUDA_CHECK(cudaMemcpy(dst->data(), src->data(), static_cast<size_t>(n) * kF, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(dst->data(), src->data(), static_cast<size_t>(n) * kFloatBytes, cudaMemcpyDeviceToHost));
   }
 
  private:
@@ -375,7 +374,7 @@ class CudaBackend final : public Backend {
   float* mirror(const Tensor& host) {
     Tensor& m = mirrors_[host.data()];
     if (m.empty() || m.numel() != host.numel()) {
-      mirror_bytes_ += (host.numel() - m.numel()) * static_cast<int64_t>(kF);
+      mirror_bytes_ += (host.numel() - m.numel()) * static_cast<int64_t>(kFloatBytes);
       m = device_tensor(host.shape(), false);
     }
     return m.data();
@@ -393,7 +392,7 @@ class CudaBackend final : public Backend {
       const bool fresh = !mirrors_.count(p.value.data());
       float* d = mirror(p.value);
       if (upload_host || fresh)
-        CUDA_CHECK(cudaMemcpy(d, p.value.data(), static_cast<size_t>(p.value.numel()) * kF, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d, p.value.data(), static_cast<size_t>(p.value.numel()) * kFloatBytes, cudaMemcpyHostToDevice));
       out.push_back(d);
     }
     return out;
@@ -409,7 +408,7 @@ class CudaBackend final : public Backend {
         continue;
       }
       float* d = mirror(p.grad);
-      CUDA_CHECK(cudaMemcpy(d, p.grad.data(), static_cast<size_t>(p.grad.numel()) * kF, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(d, p.grad.data(), static_cast<size_t>(p.grad.numel()) * kFloatBytes, cudaMemcpyHostToDevice));
       out.push_back(d);
     }
     return out;
@@ -419,7 +418,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < set.params.size(); ++i) {
       Param& p = set.params[i];
       if (p.grad.device() == Device::host)
-        CUDA_CHECK(cudaMemcpy(p.grad.data(), g[i], static_cast<size_t>(p.grad.numel()) * kF, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(p.grad.data(), g[i], static_cast<size_t>(p.grad.numel()) * kFloatBytes, cudaMemcpyDeviceToHost));
     }
   }
 
@@ -428,7 +427,7 @@ class CudaBackend final : public Backend {
       throw std::invalid_argument("loss gradient: expected a [1] tensor, got " + shape_str(t.shape()));
     if (t.device() == Device::host) return t[0];
     float v = 0;
-    CUDA_CHECK(cudaMemcpy(&v, t.data(), kF, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&v, t.data(), kFloatBytes, cudaMemcpyDeviceToHost));
     return v;
   }
 

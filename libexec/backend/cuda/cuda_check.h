@@ -8,7 +8,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 namespace spindle::exec {
+
+// Bytes of one fp32 value in device buffers (sizes of copies and allocations).
+inline constexpr size_t kFloatBytes = sizeof(float);
 
 [[noreturn]] void cuda_fail(const char* library, const char* what, const char* call, const char* file,
                             int line);

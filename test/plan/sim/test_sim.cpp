@@ -154,6 +154,37 @@ Programs one_transfer_each_way(bool optimizer) {
   return p;
 }
 
+// Both devices run s1 (wave 0, 3 ms: forward 1, backward 2) and s2 (wave 1,
+// 6 ms: 2 + 4). Bucket k2 (index 0: 1e6 bytes, 1 ms over 2 devices at 1
+// GB/s) holds s2's parameters, k1 (index 1: 2e6 bytes, 2 ms) s1's.
+// blocking: both all-reduced after the backward pass; each_when_ready: k2
+// started after the backward of s2, k1 after that of s1, both waited for
+// at the end; both_early: both started after the backward of s2.
+enum class Reduce { blocking, each_when_ready, both_early };
+Programs two_buckets(Reduce how) {
+  Programs p(2);
+  const int s1 = p.slice(0, {0, 1}, 3.0), s2 = p.slice(1, {0, 1}, 6.0);
+  const int k2 = p.bucket({0, 1}, 1'000'000), k1 = p.bucket({0, 1}, 2'000'000);
+  for (int d : {0, 1}) {
+    p.fwd(d, s1);
+    p.fwd(d, s2);
+    p.bwd(d, s2);
+    if (how != Reduce::blocking) p.start(d, k2);
+    if (how == Reduce::both_early) p.start(d, k1);
+    p.bwd(d, s1);
+    if (how == Reduce::each_when_ready) p.start(d, k1);
+    if (how == Reduce::blocking) {
+      p.allreduce(d, k2);
+      p.allreduce(d, k1);
+    } else {
+      p.wait(d, k2);
+      p.wait(d, k1);
+    }
+    p.optimizer(d);
+  }
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("one transfer each way between two devices: the makespan by hand", "[sim]") {
@@ -248,29 +279,7 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   // s1 (7-9); k1 starts at 9 and runs 9-11; the wait for k2 passes at 9,
   // the wait for k1 blocks 9-11. Blocking all-reduces after the backward
   // pass: 9 + 1 + 2 = 12.
-  auto programs = [](bool overlap) {
-    Programs p(2);
-    const int s1 = p.slice(0, {0, 1}, 3.0), s2 = p.slice(1, {0, 1}, 6.0);
-    const int k2 = p.bucket({0, 1}, 1'000'000), k1 = p.bucket({0, 1}, 2'000'000);
-    for (int d : {0, 1}) {
-      p.fwd(d, s1);
-      p.fwd(d, s2);
-      p.bwd(d, s2);
-      if (overlap) p.start(d, k2);
-      p.bwd(d, s1);
-      if (overlap) {
-        p.start(d, k1);
-        p.wait(d, k2);
-        p.wait(d, k1);
-      } else {
-        p.allreduce(d, k2);
-        p.allreduce(d, k1);
-      }
-      p.optimizer(d);
-    }
-    return p;
-  };
-  const Programs overlapped = programs(true);
+  const Programs overlapped = two_buckets(Reduce::each_when_ready);
   const sp::Simulation sim = overlapped.run(hand_cluster(1, 2));
   CHECK(sim.iteration_ms == Approx(11.0));
   for (const sp::SimDevice& d : sim.devices) {
@@ -285,8 +294,8 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   CHECK(box(sim, 0, 5, "allreduce").start_ms == Approx(9.0));
   CHECK(box(sim, 1, 7, "wait").start_ms == Approx(9.0));
   CHECK(box(sim, 1, 7, "wait").dur_ms == Approx(2.0));
-  CHECK(programs(false).run(hand_cluster(1, 2)).iteration_ms == Approx(12.0));
-  // The overlapped bound: compute 9 and the longest all-reduce 2.
+  CHECK(two_buckets(Reduce::blocking).run(hand_cluster(1, 2)).iteration_ms == Approx(12.0));
+  // The overlapped bound: compute 9 (forward 3 plus both all-reduces: 6).
   const sp::Cluster one = hand_cluster(1, 2);
   const sp::TableCostModel cost(one);
   CHECK(sp::device_lower_bound_ms(overlapped.l, overlapped.slice_ms, cost) == Approx(9.0));
@@ -313,20 +322,7 @@ TEST_CASE("a device runs one all-reduce at a time, and a complete group does not
   // The programs of the case above, but both buckets start after the
   // backward of s2 (at 7): k2 runs 7-8, then k1 8-10 (not 7-9 beside it);
   // the backward of s1 ends at 9 and the wait for k1 blocks 9-10.
-  Programs p(2);
-  const int s1 = p.slice(0, {0, 1}, 3.0), s2 = p.slice(1, {0, 1}, 6.0);
-  const int k2 = p.bucket({0, 1}, 1'000'000), k1 = p.bucket({0, 1}, 2'000'000);
-  for (int d : {0, 1}) {
-    p.fwd(d, s1);
-    p.fwd(d, s2);
-    p.bwd(d, s2);
-    p.start(d, k2);
-    p.start(d, k1);
-    p.bwd(d, s1);
-    p.wait(d, k2);
-    p.wait(d, k1);
-    p.optimizer(d);
-  }
+  const Programs p = two_buckets(Reduce::both_early);
   const sp::Simulation sim = p.run(hand_cluster(1, 2));
   CHECK(sim.iteration_ms == Approx(10.0));
   CHECK(box(sim, 0, 3, "allreduce").start_ms == Approx(7.0));
