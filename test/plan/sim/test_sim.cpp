@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
@@ -160,6 +161,26 @@ Programs one_transfer_each_way(bool optimizer) {
 // blocking: both all-reduced after the backward pass; each_when_ready: k2
 // started after the backward of s2, k1 after that of s1, both waited for
 // at the end; both_early: both started after the backward of s2.
+// Three devices, one slice each (ms[d], forward 1/3, backward 2/3); bucket
+// X over {0, 1} (x_bytes) and Y over {0, 2} (y_bytes). d0 starts X then Y
+// after its backward, then waits for both; d1 starts and waits for X, d2
+// for Y.
+Programs two_groups(const std::array<double, 3>& ms, int64_t x_bytes, int64_t y_bytes) {
+  Programs p(3);
+  std::array<int, 3> s{};
+  for (int d = 0; d < 3; ++d) s[static_cast<size_t>(d)] = p.slice(0, {d}, ms[static_cast<size_t>(d)]);
+  const int x = p.bucket({0, 1}, x_bytes), y = p.bucket({0, 2}, y_bytes);
+  const std::array<std::vector<int>, 3> mine{std::vector<int>{x, y}, {x}, {y}};
+  for (int d = 0; d < 3; ++d) {
+    p.fwd(d, s[static_cast<size_t>(d)]);
+    p.bwd(d, s[static_cast<size_t>(d)]);
+    for (int b : mine[static_cast<size_t>(d)]) p.start(d, b);
+    for (int b : mine[static_cast<size_t>(d)]) p.wait(d, b);
+    p.optimizer(d);
+  }
+  return p;
+}
+
 enum class Reduce { blocking, each_when_ready, both_early };
 Programs two_buckets(Reduce how) {
   Programs p(2);
@@ -341,13 +362,7 @@ TEST_CASE("a device runs one all-reduce at a time, and a complete group does not
   // starts Y. Y's group is complete at 3: it runs 3-4, not behind X, whose
   // group completes when d1 starts it at 9: X runs 9-10. Each all-reduce:
   // 1e6 bytes over 2 devices at 1 GB/s, 1 ms.
-  Programs q(3);
-  const int a = q.slice(0, {0}, 3.0), b = q.slice(0, {1}, 9.0), c = q.slice(0, {2}, 3.0);
-  const int x = q.bucket({0, 1}, 1'000'000), y = q.bucket({0, 2}, 1'000'000);
-  q.fwd(0, a), q.bwd(0, a), q.start(0, x), q.start(0, y), q.wait(0, x), q.wait(0, y), q.optimizer(0);
-  q.fwd(1, b), q.bwd(1, b), q.start(1, x), q.wait(1, x), q.optimizer(1);
-  q.fwd(2, c), q.bwd(2, c), q.start(2, y), q.wait(2, y), q.optimizer(2);
-  const sp::Simulation qsim = q.run(hand_cluster(1, 3));
+  const sp::Simulation qsim = two_groups({3.0, 9.0, 3.0}, 1'000'000, 1'000'000).run(hand_cluster(1, 3));
   CHECK(qsim.iteration_ms == Approx(10.0));
   CHECK(box(qsim, 0, 2, "allreduce").start_ms == Approx(9.0));
   CHECK(box(qsim, 0, 3, "allreduce").start_ms == Approx(3.0));
@@ -355,15 +370,9 @@ TEST_CASE("a device runs one all-reduce at a time, and a complete group does not
   CHECK(qsim.devices[2].sync_ms == Approx(1.0));   // Y, 3-4, waited for from 3
   CHECK(qsim.devices[0].wait_ms == Approx(6.0));   // in X's wait 3-9: its group incomplete
   CHECK(qsim.devices[0].hidden_sync_ms == Approx(1.0));   // Y ran 3-4, while d0 waited for X
-  // Y's group complete at 3 but d0 busy with Z (started at 2, 2 ms, with
-  // d1): Y waits for d0, 4-5.
-  Programs z(3);
-  const int a2 = z.slice(0, {0}, 2.0), b2 = z.slice(0, {1}, 2.0), c2 = z.slice(0, {2}, 3.0);
-  const int zz = z.bucket({0, 1}, 2'000'000), yy = z.bucket({0, 2}, 1'000'000);
-  z.fwd(0, a2), z.bwd(0, a2), z.start(0, zz), z.start(0, yy), z.wait(0, zz), z.wait(0, yy), z.optimizer(0);
-  z.fwd(1, b2), z.bwd(1, b2), z.start(1, zz), z.wait(1, zz), z.optimizer(1);
-  z.fwd(2, c2), z.bwd(2, c2), z.start(2, yy), z.wait(2, yy), z.optimizer(2);
-  const sp::Simulation zsim = z.run(hand_cluster(1, 3));
+  // Y's group complete at 3 but d0 busy with X (started at 2, 2e6 bytes:
+  // 2 ms, with d1): Y waits for d0, 4-5.
+  const sp::Simulation zsim = two_groups({2.0, 2.0, 3.0}, 2'000'000, 1'000'000).run(hand_cluster(1, 3));
   CHECK(box(zsim, 0, 2, "allreduce").start_ms == Approx(2.0));
   CHECK(box(zsim, 0, 3, "allreduce").start_ms == Approx(4.0));
   CHECK(zsim.iteration_ms == Approx(5.0));
