@@ -483,7 +483,6 @@ StepStats Executor::step() {
       case plan::InstrKind::optimizer: optimizer_step(in.bucket); break;
     }
   }
-  started_.clear();
 
   // Losses: each rank holds its share of every task's full-batch loss.
   StepStats stats;
@@ -717,6 +716,7 @@ void Executor::finish_bucket(int bucket) {
   counters_.sync_ms += ms_since(t0);
   // From its start to its end: behind the backward pass when overlapped.
   record("gradient sync", "sync", 1, started.start, {{"floats", flat.numel()}, {"group", b.devices}});
+  started_.erase(bucket);
 }
 
 // Lets the started all-reduces advance between operators (MPI progresses

@@ -240,7 +240,7 @@ class Executor {
   // Kept across steps: per gradient bucket, its flat all-reduce buffer (in
   // host memory, also the storage of its gradients: bind_bucket_views).
   std::map<int, Tensor> bucket_buffers_;
-  // Per step: the gradient buckets started and not yet finished.
+  // The gradient buckets started and not yet finished (finish_bucket erases).
   struct StartedBucket {
     Comm* comm = nullptr;
     int request = -1;               // Comm::start_all_reduce_sum's; -1: over device memory, at the finish

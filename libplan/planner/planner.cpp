@@ -99,6 +99,32 @@ struct Prepared {
   double relaxed_optimum_ms = 0;             // sum over levels of C*
 };
 
+// The relaxed optimum of every level (each MetaOp capped at its largest
+// valid count) and their sum.
+void relax_levels(Prepared& p, int n_dev) {
+  p.relaxed.clear();
+  p.relaxed_optimum_ms = 0;
+  for (const std::vector<int>& ids : p.by_level) {
+    std::vector<AllocItem> items;
+    for (int id : ids)
+      items.push_back({p.contraction.metaops[static_cast<size_t>(id)].length(),
+                       p.curves[static_cast<size_t>(id)], p.valid[static_cast<size_t>(id)].back()});
+    p.relaxed.push_back(relax_level(items, n_dev));
+    p.relaxed_optimum_ms += p.relaxed.back().c_star_ms;
+  }
+}
+
+// Gradient bytes on the wire of one operator of `m` (one TP shard), as the
+// lowering all-reduces them.
+double op_sync_bytes(const MetaOp& m, const PlanRequest& req) {
+  const Operator& first = req.graph->ops[static_cast<size_t>(m.operators.front())];
+  const Task& task = req.model->tasks[static_cast<size_t>(first.task)];
+  const Module* module = req.model->find_module(task.nodes[static_cast<size_t>(first.node)].module);
+  const Workload& w = first.workload;
+  return static_cast<double>(op_shard_param_count(w.op, w.dims, module->max_seq, m.tensor_parallel)) *
+         kWireBytesPerValue;
+}
+
 Result<Prepared> prepare(const PlanRequest& req) {
   Prepared p;
   const Model& model = *req.model;
@@ -143,14 +169,7 @@ Result<Prepared> prepare(const PlanRequest& req) {
   p.by_level.resize(static_cast<size_t>(p.contraction.levels));
   for (const MetaOp& m : p.contraction.metaops)
     p.by_level[static_cast<size_t>(m.level)].push_back(m.id);
-  for (const std::vector<int>& ids : p.by_level) {
-    std::vector<AllocItem> items;
-    for (int id : ids)
-      items.push_back({p.contraction.metaops[static_cast<size_t>(id)].length(),
-                       p.curves[static_cast<size_t>(id)], p.valid[static_cast<size_t>(id)].back()});
-    p.relaxed.push_back(relax_level(items, n_dev));
-    p.relaxed_optimum_ms += p.relaxed.back().c_star_ms;
-  }
+  relax_levels(p, n_dev);
   return p;
 }
 
@@ -179,10 +198,7 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
     // (contraction): the cost model is asked once per MetaOp.
     const double bytes = static_cast<double>(req.cost->param_bytes(m.workload)) / m.tensor_parallel;
     const auto act_bytes = static_cast<double>(req.cost->activation_bytes_per_sample(m.workload));
-    const Task& task = req.model->tasks[static_cast<size_t>(first.task)];
-    const Module* module = req.model->find_module(task.nodes[static_cast<size_t>(first.node)].module);
-    const double sync_bytes =
-        static_cast<double>(op_shard_param_count(w.op, w.dims, module->max_seq, m.tensor_parallel)) * kWireBytesPerValue;
+    const double sync_bytes = op_sync_bytes(m, req);
     for (int o : m.operators) {
       const Operator& op = graph.ops[static_cast<size_t>(o)];
       int index = -1;
@@ -302,16 +318,10 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
 // re-relaxed with those caps. Empty when no MetaOp is cut (the caller
 // already has those schedules).
 std::optional<Prepared> comm_capped(const Prepared& p, const PlanRequest& req) {
-  const Model& model = *req.model;
   Prepared q = p;
   bool cut = false;
   for (const MetaOp& m : p.contraction.metaops) {
-    const Operator& first = req.graph->ops[static_cast<size_t>(m.operators.front())];
-    const Task& task = model.tasks[static_cast<size_t>(first.task)];
-    const Module* module = model.find_module(task.nodes[static_cast<size_t>(first.node)].module);
-    const double grad_bytes = static_cast<double>(m.length()) * kWireBytesPerValue *
-                              static_cast<double>(op_shard_param_count(first.workload.op, first.workload.dims,
-                                                                       module->max_seq, m.tensor_parallel));
+    const double grad_bytes = m.length() * op_sync_bytes(m, req);
     std::vector<int>& valid = q.valid[static_cast<size_t>(m.id)];
     const int cap = comm_aware_cap(m.length(), *p.curves[static_cast<size_t>(m.id)], valid, m.tensor_parallel,
                                    grad_bytes, *req.cost);
@@ -321,14 +331,7 @@ std::optional<Prepared> comm_capped(const Prepared& p, const PlanRequest& req) {
     }
   }
   if (!cut) return std::nullopt;
-  q.relaxed.clear();
-  for (const std::vector<int>& ids : q.by_level) {
-    std::vector<AllocItem> items;
-    for (int id : ids)
-      items.push_back({q.contraction.metaops[static_cast<size_t>(id)].length(), q.curves[static_cast<size_t>(id)],
-                       q.valid[static_cast<size_t>(id)].back()});
-    q.relaxed.push_back(relax_level(items, req.cluster->devices()));
-  }
+  relax_levels(q, req.cluster->devices());
   return q;
 }
 

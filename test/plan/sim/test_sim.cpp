@@ -155,6 +155,26 @@ Programs one_transfer_each_way(bool optimizer) {
   return p;
 }
 
+// d0 runs a 3 ms slice, d1 a 9 ms one, then both all-reduce one 1e6-byte
+// bucket: blocking, or `started` and then waited for.
+Programs slow_member(bool started) {
+  Programs p(2);
+  const int a = p.slice(0, {0}, 3.0), b = p.slice(0, {1}, 9.0);
+  const int k = p.bucket({0, 1}, 1'000'000);
+  for (auto [d, s] : {std::pair{0, a}, std::pair{1, b}}) {
+    p.fwd(d, s);
+    p.bwd(d, s);
+    if (started) {
+      p.start(d, k);
+      p.wait(d, k);
+    } else {
+      p.allreduce(d, k);
+    }
+    p.optimizer(d);
+  }
+  return p;
+}
+
 // Both devices run s1 (wave 0, 3 ms: forward 1, backward 2) and s2 (wave 1,
 // 6 ms: 2 + 4). Bucket k2 (index 0: 1e6 bytes, 1 ms over 2 devices at 1
 // GB/s) holds s2's parameters, k1 (index 1: 2e6 bytes, 2 ms) s1's.
@@ -260,15 +280,7 @@ TEST_CASE("one transfer each way between two devices: the makespan by hand", "[s
 TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   // d0 runs a 3 ms slice, d1 a 9 ms one; then a 1e6-byte bucket over both:
   // ring all-reduce 2 (p-1)/p x 1e6 B at 1 GB/s = 1 ms, from 9 to 10.
-  Programs p(2);
-  const int a = p.slice(0, {0}, 3.0), b = p.slice(0, {1}, 9.0);
-  const int k = p.bucket({0, 1}, 1'000'000);
-  for (auto [d, s] : {std::pair{0, a}, std::pair{1, b}}) {
-    p.fwd(d, s);
-    p.bwd(d, s);
-    p.allreduce(d, k);
-    p.optimizer(d);
-  }
+  const Programs p = slow_member(false);
   const sp::Simulation sim = p.run(hand_cluster(1, 2));
   CHECK(sim.iteration_ms == Approx(10.0));
   CHECK(sim.devices[0].sync_ms == Approx(1.0));
@@ -280,7 +292,8 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   // Across two islands (1 device each) the inter-island link decides: 2 ms.
   CHECK(p.run(hand_cluster(2, 1)).iteration_ms == Approx(11.0));
   // The per-device lower bound: d1's 9 ms of compute and its 1 ms all-reduce
-  // after it (blocking all-reduces); with overlap, the larger of the two.
+  // after it (blocking all-reduces); with overlap, the larger of its compute
+  // (9) and its forward plus the all-reduce (3 + 1).
   const sp::Cluster one = hand_cluster(1, 2);
   const sp::TableCostModel cost(one);
   sp::SimOptions blocking;
@@ -322,17 +335,7 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   CHECK(sp::device_lower_bound_ms(overlapped.l, overlapped.slice_ms, cost) == Approx(9.0));
   // One member late: the all-reduce runs once both started, and the early
   // one's wait covers the gap as waiting, not sync.
-  Programs late(2);
-  const int a = late.slice(0, {0}, 3.0), b = late.slice(0, {1}, 9.0);
-  const int k = late.bucket({0, 1}, 1'000'000);
-  for (auto [d, s] : {std::pair{0, a}, std::pair{1, b}}) {
-    late.fwd(d, s);
-    late.bwd(d, s);
-    late.start(d, k);
-    late.wait(d, k);
-    late.optimizer(d);
-  }
-  const sp::Simulation lsim = late.run(hand_cluster(1, 2));
+  const sp::Simulation lsim = slow_member(true).run(hand_cluster(1, 2));
   CHECK(lsim.iteration_ms == Approx(10.0));
   CHECK(lsim.devices[0].wait_ms == Approx(6.0));
   CHECK(lsim.devices[0].sync_ms == Approx(1.0));
