@@ -29,6 +29,28 @@ void Comm::wait_all_reduce(int request) {
 
 bool Comm::progress() { return next_wait_ == deferred_.size(); }
 
+int Comm::post_send(std::span<const float> data, int peer, int tag) {
+  send(data, peer, tag);
+  p2p_.push_back({{}, peer, tag, false, true});
+  ++p2p_open_;
+  return static_cast<int>(p2p_.size()) - 1;
+}
+
+int Comm::post_recv(std::span<float> data, int peer, int tag) {
+  p2p_.push_back({data, peer, tag, true, true});
+  ++p2p_open_;
+  return static_cast<int>(p2p_.size()) - 1;
+}
+
+void Comm::wait_p2p(int request) {
+  if (request < 0 || static_cast<size_t>(request) >= p2p_.size() || !p2p_[static_cast<size_t>(request)].open)
+    throw std::logic_error("Comm::wait_p2p: request " + std::to_string(request) + " is not open");
+  Deferred& r = p2p_[static_cast<size_t>(request)];
+  r.open = false;
+  if (r.receive) recv(r.data, r.peer, r.tag);
+  if (--p2p_open_ == 0) p2p_.clear();
+}
+
 void Comm::all_reduce_sum_device(float*, int64_t) { no_device_memory("all_reduce_sum_device"); }
 void Comm::all_gather_device(const float*, float*, int64_t) { no_device_memory("all_gather_device"); }
 void Comm::exchange_device(std::span<const DeviceTransfer>, std::span<const DeviceTransfer>) {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -63,6 +64,21 @@ class Comm {
     for (const RecvBuf& r : recvs) recv(r.data, r.peer, tag);
   }
 
+  // Non-blocking point-to-point (transfers posted early: the lowering's
+  // post_send and post_recv). post_send starts sending `data` to rank
+  // `peer`, post_recv starts receiving into `data` from `peer`; each
+  // returns a request that wait_p2p completes (each once, in any order).
+  // `data` stays alive and untouched until then. Messages match by (peer,
+  // tag): give each message in flight between two ranks its own tag, in
+  // [0, max_tag()]. A message of another size than the receive buffer
+  // aborts. Unlike send, post_send never blocks, so two ranks may post
+  // sends to each other and then wait. The default sends at once (right
+  // for the fakes, whose sends never block) and receives at the wait.
+  virtual int post_send(std::span<const float> data, int peer, int tag);
+  virtual int post_recv(std::span<float> data, int peer, int tag);
+  virtual void wait_p2p(int request);
+  virtual int max_tag() const { return std::numeric_limits<int>::max(); }
+
   // Non-blocking all-reduce (a gradient bucket during the backward pass):
   // starts summing `data` in place, with all_reduce_sum's rules (every
   // rank, in the same order, the same counts; every rank gets bitwise the
@@ -80,11 +96,12 @@ class Comm {
   // every rank of the group in the same order. nullptr when none is needed:
   // a communicator whose started all-reduces run at their wait, in order.
   virtual std::unique_ptr<Comm> duplicate() { return nullptr; }
-  // Lets started all-reduces advance; true once every one started and not
-  // yet waited for has completed (its wait returns at once). MPI moves
-  // non-blocking collectives only inside MPI calls, so the executor calls
-  // this between operators (polling, no progress thread). The default
-  // runs them at their wait: true only when none is outstanding.
+  // Lets started all-reduces and posted messages advance; true once every
+  // all-reduce started and not yet waited for has completed (its wait
+  // returns at once). MPI moves non-blocking operations only inside MPI
+  // calls, so the executor calls this between operators (polling, no
+  // progress thread). The default runs them at their wait: true only when
+  // none is outstanding.
   virtual bool progress();
 
   // Device memory. A communicator that moves buffers in the memory of the
@@ -108,6 +125,16 @@ class Comm {
   // The default non-blocking all-reduce: started, not yet waited for.
   std::vector<std::span<float>> deferred_;
   size_t next_wait_ = 0;
+  // The default point-to-point requests: a receive to run at its wait
+  // (a send is done at once); cleared once none is open.
+  struct Deferred {
+    std::span<float> data;
+    int peer = 0, tag = 0;
+    bool receive = false;
+    bool open = true;
+  };
+  std::vector<Deferred> p2p_;
+  size_t p2p_open_ = 0;
 };
 
 }  // namespace spindle::exec

@@ -54,6 +54,10 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  int* ub = nullptr;
+  int has = 0;
+  MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has));
+  if (has && ub != nullptr) tag_ub_ = *ub;
 }
 
 MpiComm::~MpiComm() {
@@ -94,7 +98,64 @@ void MpiComm::wait_all_reduce(int request) {
   }
 }
 
+int MpiComm::post_send(std::span<const float> data, int peer, int tag) {
+  SPINDLE_MPI_REQUIRE(tag >= 0 && tag <= tag_ub_, "post_send: tag outside [0, MPI_TAG_UB] (a plan with more transfers "
+                                                  "than this MPI has tags: run with --no-overlap)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Isend(data.data(), count_of(data.size()), MPI_FLOAT, peer, tag, comm_, &request));
+  p2p_.push_back(request);
+  p2p_count_.push_back(-1);
+  ++p2p_open_;
+  return static_cast<int>(p2p_.size()) - 1;
+}
+
+int MpiComm::post_recv(std::span<float> data, int peer, int tag) {
+  SPINDLE_MPI_REQUIRE(tag >= 0 && tag <= tag_ub_, "post_recv: tag outside [0, MPI_TAG_UB] (a plan with more transfers "
+                                                  "than this MPI has tags: run with --no-overlap)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Irecv(data.data(), count_of(data.size()), MPI_FLOAT, peer, tag, comm_, &request));
+  p2p_.push_back(request);
+  p2p_count_.push_back(count_of(data.size()));
+  ++p2p_open_;
+  return static_cast<int>(p2p_.size()) - 1;
+}
+
+void MpiComm::wait_p2p(int request) {
+  SPINDLE_MPI_REQUIRE(request >= 0 && static_cast<size_t>(request) < p2p_.size() &&
+                          p2p_count_[static_cast<size_t>(request)] != -2,
+                      "wait_p2p: not an open request");
+  MPI_Status status;
+  MPI_CHECK(MPI_Wait(&p2p_[static_cast<size_t>(request)], &status));
+  if (const int want = p2p_count_[static_cast<size_t>(request)]; want >= 0) {
+    int got = 0;
+    MPI_CHECK(MPI_Get_count(&status, MPI_FLOAT, &got));
+    SPINDLE_MPI_REQUIRE(got == want, "wait_p2p: message size differs from the receive buffer");
+  }
+  p2p_count_[static_cast<size_t>(request)] = -2;   // waited for
+  if (--p2p_open_ == 0) {
+    p2p_.clear();
+    p2p_count_.clear();
+  }
+}
+
 bool MpiComm::progress() {
+  if (p2p_open_ > 0) {
+    // Drives the progress engine for the posted messages. One that
+    // completes here becomes MPI_REQUEST_NULL, so its received count is
+    // checked now (its wait then has an empty status).
+    int index = MPI_UNDEFINED, flag = 0;
+    MPI_Status status;
+    MPI_CHECK(MPI_Testany(static_cast<int>(p2p_.size()), p2p_.data(), &index, &flag, &status));
+    if (flag && index != MPI_UNDEFINED) {
+      int& want = p2p_count_[static_cast<size_t>(index)];
+      if (want >= 0) {
+        int got = 0;
+        MPI_CHECK(MPI_Get_count(&status, MPI_FLOAT, &got));
+        SPINDLE_MPI_REQUIRE(got == want, "progress: message size differs from the receive buffer");
+        want = -1;   // checked
+      }
+    }
+  }
   if (next_wait_ == started_.size()) return true;
   // All done: the requests become MPI_REQUEST_NULL, their waits return at once.
   int done = 0;

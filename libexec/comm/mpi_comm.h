@@ -44,11 +44,18 @@ class MpiComm final : public Comm {
   // MPI_Irecv every receive, MPI_Isend every send, MPI_Waitall.
   void exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int tag) override;
 
+  // MPI_Isend, MPI_Irecv; MPI_Wait (and the received count checked). A tag
+  // above MPI_TAG_UB aborts naming it.
+  int post_send(std::span<const float> data, int peer, int tag) override;
+  int post_recv(std::span<float> data, int peer, int tag) override;
+  void wait_p2p(int request) override;
+  int max_tag() const override { return tag_ub_; }
+
   // MPI_Iallreduce in place; MPI_Wait; MPI_Testall over the started ones.
   int start_all_reduce_sum(std::span<float> data) override;
   std::unique_ptr<Comm> duplicate() override;   // MPI_Comm_dup
   void wait_all_reduce(int request) override;
-  bool progress() override;   // MPI_Testall
+  bool progress() override;   // MPI_Testall (all-reduces), MPI_Testany (messages)
 
   MPI_Comm handle() const { return comm_; }
 
@@ -57,6 +64,12 @@ class MpiComm final : public Comm {
   bool owned_;
   std::vector<MPI_Request> started_;   // by request; MPI_REQUEST_NULL once complete
   size_t next_wait_ = 0;
+  // Posted messages by request (MPI_REQUEST_NULL once complete), their
+  // receive sizes (-1: a send); cleared once none is open.
+  std::vector<MPI_Request> p2p_;
+  std::vector<int> p2p_count_;
+  size_t p2p_open_ = 0;
+  int tag_ub_ = 32767;   // MPI_TAG_UB of comm_ (the standard's minimum until read)
   int rank_ = 0;
   int size_ = 0;
 };

@@ -19,10 +19,11 @@ using plan::reshard_moves;
 
 namespace {
 
-// Tags of point-to-point messages on world: one per wave and direction, and
-// one for gathering parameters.
-int forward_tag(int wave) { return 2 * wave; }
-int backward_tag(int wave) { return 2 * wave + 1; }
+// Tags of point-to-point messages on world: a transfer's is its index in
+// the lowering (Lowered::transfers; every rank numbers them alike, and
+// transfers in flight at once between two ranks never share one); one for
+// gathering parameters, which never runs inside a step.
+int transfer_tag(int transfer) { return transfer; }
 constexpr int kDumpTag = 30000;
 constexpr int64_t kBytesPerFloat = 4;  // every buffer crossing a Comm is fp32
 
@@ -190,9 +191,9 @@ void unpack_flat(Backend& be, bool in_place, const Tensor& flat, const std::vect
   }
 }
 
-// One rank's sends and receives of one wave's transfers (tensors in the
-// backend's memory), posted together by exchange().
-struct Exchange {
+// One rank's sends and receives of one exchange in device memory (NCCL),
+// posted together by exchange_on_device().
+struct DeviceExchange {
   struct Send {
     Tensor data;
     int peer;
@@ -203,52 +204,22 @@ struct Exchange {
   };
   std::vector<Send> sends;
   std::vector<Recv> recvs;
-
-  int64_t floats_sent() const {
-    int64_t n = 0;
-    for (const Send& s : sends) n += s.data.numel();
-    return n;
-  }
 };
 
-// Runs `ex` over `comm` (Comm::exchange: every send and receive at once) and
-// returns the received tensors, in the backend's memory, in ex.recvs order.
-// A CUDA backend with an NCCL comm sends device memory directly (one NCCL
-// group); otherwise the data is staged through host memory.
-std::vector<Tensor> exchange(Backend& be, Comm& comm, const Exchange& ex, int tag) {
+// Runs `ex` over `comm` (a communicator of device memory: every send and
+// receive at once, one NCCL group) and returns the received tensors, in the
+// backend's memory, in ex.recvs order.
+std::vector<Tensor> exchange_on_device(Backend& be, Comm& comm, const DeviceExchange& ex) {
   std::vector<Tensor> got;
-  if (on_device(be, comm)) {
-    std::vector<Comm::DeviceTransfer> sends, recvs;
-    for (const Exchange::Send& s : ex.sends)
-      sends.push_back({const_cast<float*>(s.data.data()), s.data.numel(), s.peer});
-    for (const Exchange::Recv& r : ex.recvs) {
-      got.push_back(be.allocate(r.shape));
-      recvs.push_back({got.back().data(), got.back().numel(), r.peer});
-    }
-    comm.exchange_device(sends, recvs);
-    return got;
+  std::vector<Comm::DeviceTransfer> sends, recvs;
+  for (const DeviceExchange::Send& s : ex.sends)
+    sends.push_back({const_cast<float*>(s.data.data()), s.data.numel(), s.peer});
+  for (const DeviceExchange::Recv& r : ex.recvs) {
+    got.push_back(be.allocate(r.shape));
+    recvs.push_back({got.back().data(), got.back().numel(), r.peer});
   }
-  std::vector<Tensor> staged;  // host copies of the sends
-  std::vector<Comm::SendBuf> sends;
-  std::vector<Comm::RecvBuf> recvs;
-  for (const Exchange::Send& s : ex.sends) {
-    staged.push_back(to_host(be, s.data));
-    sends.push_back({{staged.back().data(), static_cast<size_t>(staged.back().numel())}, s.peer});
-  }
-  for (const Exchange::Recv& r : ex.recvs) {
-    got.push_back(Tensor::zeros(r.shape));
-    recvs.push_back({{got.back().data(), static_cast<size_t>(got.back().numel())}, r.peer});
-  }
-  comm.exchange(sends, recvs, tag);
-  for (Tensor& t : got) t = to_backend(be, t);
+  comm.exchange_device(sends, recvs);
   return got;
-}
-
-// exchange() counting the bytes of the buffers this rank sends and receives.
-std::vector<Tensor> counted_exchange(Backend& be, Comm& comm, const Exchange& ex, int tag, StepCounters& counters) {
-  for (const Exchange::Send& s : ex.sends) counters.sent_bytes += s.data.numel() * kBytesPerFloat;
-  for (const Exchange::Recv& r : ex.recvs) counters.received_bytes += shape_numel(r.shape) * kBytesPerFloat;
-  return exchange(be, comm, ex, tag);
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -308,6 +279,15 @@ void take_shard(Tensor& local, const Tensor& full, int axis, int t, int k) {
 // identically on every rank from (model, plan).
 
 namespace {
+// The lowering this rank runs: as asked, except that over device memory
+// (NCCL) sends stay in their exchanges (no early transfers: NCCL's
+// point-to-point calls do not run on a stream of their own yet, so a send
+// posted early would hold the compute stream until its receiver came).
+plan::GradSync runtime_sync(plan::GradSync sync, const Backend& backend, const Comm& world) {
+  if (on_device(backend, world)) sync.early_transfers = false;
+  return sync;
+}
+
 plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan, const plan::GradSync& sync) {
   const plan::OpGraph graph = plan::expand(model);
   plan::LowerOptions options;
@@ -354,12 +334,18 @@ struct Executor::ParamState {
 Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
                    Backend& backend, ExecOptions options)
     : model_(model), world_(world), groups_(std::move(groups)), backend_(backend),
-      options_(options), rank_(world.rank()), sched_(std::make_unique<Schedule>(model, plan, options.sync)),
+      options_(options), rank_(world.rank()),
+      sched_(std::make_unique<Schedule>(model, plan, runtime_sync(options.sync, backend, world))),
       loss_(model.tasks.size(), 0.0), synthetic_(std::make_unique<SyntheticSource>(options.seed)),
       data_(synthetic_.get()), origin_(Clock::now()) {
   if (world.size() != plan.devices)
     throw std::invalid_argument("the plan is for " + std::to_string(plan.devices) +
                                 " devices but the world has " + std::to_string(world.size()) + " ranks");
+  if (!sched_->lowered.transfers.empty() &&
+      transfer_tag(static_cast<int>(sched_->lowered.transfers.size()) - 1) > world.max_tag())
+    throw std::invalid_argument("the plan has " + std::to_string(sched_->lowered.transfers.size()) +
+                                " transfers, more than this communicator has message tags (" +
+                                std::to_string(world.max_tag()) + ")");
   auto comm_of = [&](const std::vector<int>& devs) -> Comm* {
     const auto it = groups_.find(devs);
     if (it == groups_.end())
@@ -462,16 +448,25 @@ StepStats Executor::step() {
   // that sends their input gradients back; the all-reduce of each gradient
   // bucket it holds (started during the backward pass, waited for after
   // it), each followed by the optimizer step of its shards; the optimizer
-  // step of the shards in no bucket.
+  // step of the shards in no bucket. With overlap, each compute's outputs
+  // for other ranks are sent right after it (post_send) and an exchange's
+  // receives are posted one exchange ahead (post_recv). After each compute
+  // the communicators get a poll (MPI moves messages only inside calls).
   for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
     switch (in.kind) {
       case plan::InstrKind::exchange:
         if (in.dir == plan::Direction::forward) forward_exchange(in);
         else backward_exchange(in);
         break;
-      case plan::InstrKind::forward: forward_slice(in.slice); break;
+      case plan::InstrKind::post_send:
+      case plan::InstrKind::post_recv: post_transfers(in); break;
+      case plan::InstrKind::forward:
+        forward_slice(in.slice);
+        world_.progress();
+        break;
       case plan::InstrKind::backward:
         backward_slice(in.slice);
+        world_.progress();
         progress_buckets();
         break;
       case plan::InstrKind::allreduce:
@@ -483,6 +478,9 @@ StepStats Executor::step() {
       case plan::InstrKind::optimizer: optimizer_step(in.bucket); break;
     }
   }
+
+  finish_sends();
+  if (!posted_recvs_.empty()) throw std::logic_error("a receive posted early was never waited for");
 
   // Losses: each rank holds its share of every task's full-batch loss.
   StepStats stats;
@@ -498,33 +496,136 @@ StepStats Executor::step() {
 // ---------------------------------------------------------------------------
 // Phases.
 
-void Executor::forward_exchange(const plan::Instr& instr) {
+// ---------------------------------------------------------------------------
+// Transfers. A transfer's rows leave this rank from a host buffer (MPI, the
+// fakes) posted with the transfer's tag, or, over device memory (NCCL), in
+// one group per exchange. Sends posted early (post_send) are waited for at
+// the end of the step; receives posted early (post_recv) by the exchange
+// that uses them.
+
+Tensor Executor::outgoing(const plan::Transfer& t) {
+  if (t.dir == plan::Direction::forward) {
+    const int ps = sched_->lowered.slice_of[static_cast<size_t>(t.producer)];
+    const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
+    return copy_rows(backend_, out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
+  }
+  const RowRange mine = sched_->slice(t.slice).layout.rows_of(sched_->position(t.slice, rank_));
+  return copy_rows(backend_, din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
+}
+
+void Executor::post_send(int transfer) {
+  const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(transfer)];
+  Tensor host = to_host(backend_, outgoing(t));
+  const int request =
+      world_.post_send({host.data(), static_cast<size_t>(host.numel())}, t.dst, transfer_tag(transfer));
+  counters_.sent_bytes += host.numel() * kBytesPerFloat;
+  posted_sends_.emplace(transfer, Posted{request, std::move(host)});
+}
+
+void Executor::post_recv(int transfer) {
+  const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(transfer)];
+  const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
+  Tensor host = Tensor::zeros(with_rows(t.rows.size(), out_row_shape(p)));
+  const int request = world_.post_recv({host.data(), static_cast<size_t>(host.numel())}, t.src, transfer_tag(transfer));
+  counters_.received_bytes += host.numel() * kBytesPerFloat;
+  posted_recvs_.emplace(transfer, Posted{request, std::move(host)});
+}
+
+void Executor::post_transfers(const plan::Instr& instr) {
   const Clock::time_point t0 = Clock::now();
-  // Pieces for this rank's slices in program order (local ones copied here,
-  // the others received), so each input's rows concatenate in order.
-  std::vector<std::pair<std::pair<int, int>, Tensor>> arrived;
-  std::vector<size_t> received;  // indices into arrived, in recv order
-  Exchange ex;
+  if (on_device(backend_, world_))
+    throw std::logic_error("post_send/post_recv over device memory: lowered with early transfers for NCCL");
+  int64_t bytes = 0;
   for (int ti : sched_->lowered.programs[static_cast<size_t>(rank_)].transfers_of(instr)) {
+    bytes += sched_->lowered.transfers[static_cast<size_t>(ti)].bytes;
+    if (instr.kind == plan::InstrKind::post_send) post_send(ti);
+    else post_recv(ti);
+  }
+  counters_.transfer_ms += ms_since(t0);
+  if (instr.kind == plan::InstrKind::post_send)
+    record(std::string("post sends ") + (instr.dir == plan::Direction::forward ? "fwd" : "bwd") + " wave " +
+               std::to_string(instr.wave),
+           "transfer", 1, t0, {{"bytes", bytes}});
+}
+
+void Executor::finish_sends() {
+  if (posted_sends_.empty()) return;
+  const Clock::time_point t0 = Clock::now();
+  for (auto& [transfer, posted] : posted_sends_) world_.wait_p2p(posted.request);
+  posted_sends_.clear();
+  counters_.transfer_ms += ms_since(t0);
+  record("wait for sends", "transfer", 1, t0);
+}
+
+std::vector<std::pair<int, Tensor>> Executor::complete_exchange(const plan::Instr& instr) {
+  std::vector<std::pair<int, Tensor>> got;   // (transfer, piece), transfers ending here in program order
+  const std::span<const int> transfers = sched_->lowered.programs[static_cast<size_t>(rank_)].transfers_of(instr);
+  if (on_device(backend_, world_)) {
+    DeviceExchange ex;
+    std::vector<size_t> received;   // indices into got, in ex.recvs order
+    for (int ti : transfers) {
+      const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
+      if (t.src == rank_ && t.dst == rank_) {
+        got.emplace_back(ti, outgoing(t));
+      } else if (t.src == rank_) {
+        ex.sends.push_back({outgoing(t), t.dst});
+        counters_.sent_bytes += ex.sends.back().data.numel() * kBytesPerFloat;
+      } else {
+        const Shape shape = with_rows(t.rows.size(), out_row_shape(sched_->graph.ops[static_cast<size_t>(t.producer)]));
+        received.push_back(got.size());
+        got.emplace_back(ti, Tensor());
+        ex.recvs.push_back({shape, t.src});
+        counters_.received_bytes += shape_numel(shape) * kBytesPerFloat;
+      }
+    }
+    std::vector<Tensor> pieces = exchange_on_device(backend_, world_, ex);
+    for (size_t i = 0; i < pieces.size(); ++i) got[received[i]].second = std::move(pieces[i]);
+    return got;
+  }
+  // Receives first, then sends (as MPI exchanges post them), each unless
+  // posted already; then every receive and this exchange's sends complete.
+  for (int ti : transfers) {
     const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
-    const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
-    if (t.src == rank_) {
-      const int ps = sched_->lowered.slice_of[static_cast<size_t>(t.producer)];
-      const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
-      Tensor piece = copy_rows(backend_, out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
-      if (t.dst == rank_) arrived.push_back({{t.slice, t.input}, std::move(piece)});
-      else ex.sends.push_back({std::move(piece), t.dst});
-    } else {
-      received.push_back(arrived.size());
-      arrived.push_back({{t.slice, t.input}, Tensor()});
-      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src});
+    if (t.dst == rank_ && t.src != rank_ && !posted_recvs_.contains(ti)) post_recv(ti);
+  }
+  std::vector<int> sent_here;
+  for (int ti : transfers) {
+    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
+    if (t.src == rank_ && t.dst != rank_) {
+      post_send(ti);
+      sent_here.push_back(ti);
     }
   }
-  std::vector<Tensor> got = counted_exchange(backend_, world_, ex, forward_tag(instr.wave), counters_);
-  for (size_t i = 0; i < got.size(); ++i) arrived[received[i]].second = std::move(got[i]);
-  for (auto& [key, piece] : arrived) pieces_[key].push_back(std::move(piece));
+  for (int ti : transfers) {
+    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
+    if (t.dst != rank_) continue;
+    if (t.src == rank_) {
+      got.emplace_back(ti, outgoing(t));
+      continue;
+    }
+    const auto it = posted_recvs_.find(ti);
+    world_.wait_p2p(it->second.request);
+    got.emplace_back(ti, to_backend(backend_, it->second.host));
+    posted_recvs_.erase(it);
+  }
+  for (int ti : sent_here) {
+    const auto it = posted_sends_.find(ti);
+    world_.wait_p2p(it->second.request);
+    posted_sends_.erase(it);
+  }
+  return got;
+}
+
+void Executor::forward_exchange(const plan::Instr& instr) {
+  const Clock::time_point t0 = Clock::now();
+  // Pieces for this rank's slices in program order (local ones copied, the
+  // others received), so each input's rows concatenate in order.
+  for (auto& [ti, piece] : complete_exchange(instr)) {
+    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
+    pieces_[{t.slice, t.input}].push_back(std::move(piece));
+  }
   counters_.transfer_ms += ms_since(t0);
-  record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"floats_sent", ex.floats_sent()}});
+  record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0);
 }
 
 void Executor::forward_slice(int slice) {
@@ -636,38 +737,20 @@ void Executor::backward_slice(int slice) {
 void Executor::backward_exchange(const plan::Instr& instr) {
   const Clock::time_point t0 = Clock::now();
   // Gradient pieces for this rank's producers in program order (local ones
-  // copied here, the others received); they are added up in that order.
-  std::vector<std::pair<const plan::Transfer*, Tensor>> arrived;
-  std::vector<size_t> received;  // indices into arrived, in recv order
-  Exchange ex;
-  for (int ti : sched_->lowered.programs[static_cast<size_t>(rank_)].transfers_of(instr)) {
+  // copied, the others received), added up in that order (several
+  // consumers add into one producer's output gradient).
+  for (const auto& [ti, piece] : complete_exchange(instr)) {
     const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
     const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
-    if (t.src == rank_) {
-      const RowRange mine = sched_->slice(t.slice).layout.rows_of(sched_->position(t.slice, rank_));
-      Tensor piece = copy_rows(backend_, din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
-      if (t.dst == rank_) arrived.push_back({&t, std::move(piece)});
-      else ex.sends.push_back({std::move(piece), t.dst});
-    } else {
-      received.push_back(arrived.size());
-      arrived.push_back({&t, Tensor()});
-      ex.recvs.push_back({with_rows(t.rows.size(), out_row_shape(p)), t.src});
-    }
-  }
-  std::vector<Tensor> got = counted_exchange(backend_, world_, ex, backward_tag(instr.wave), counters_);
-  for (size_t i = 0; i < got.size(); ++i) arrived[received[i]].second = std::move(got[i]);
-  // Accumulate into the producers' output gradients (several consumers add up).
-  for (const auto& [t, piece] : arrived) {
-    const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t->producer)];
-    const int ps = sched_->lowered.slice_of[static_cast<size_t>(t->producer)];
+    const int ps = sched_->lowered.slice_of[static_cast<size_t>(t.producer)];
     const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
-    auto [it, fresh] = dout_.try_emplace(t->producer);
+    auto [it, fresh] = dout_.try_emplace(t.producer);
     if (fresh) it->second = backend_.allocate(with_rows(mine.size(), out_row_shape(p)));
-    Tensor dst = row_view(it->second, t->rows.begin - mine.begin, t->rows.size());
+    Tensor dst = row_view(it->second, t.rows.begin - mine.begin, t.rows.size());
     backend_.add(piece, dst);
   }
   counters_.transfer_ms += ms_since(t0);
-  record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"floats_sent", ex.floats_sent()}});
+  record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0);
 }
 
 void Executor::zero_grads() {
@@ -822,9 +905,12 @@ EvalStats Executor::evaluate(DataSource& source, int64_t batch) {
   // The forward part of this device's program: its forward exchanges and
   // forwards, in program order.
   for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
-    if (in.kind == plan::InstrKind::exchange && in.dir == plan::Direction::forward) forward_exchange(in);
+    if (in.dir != plan::Direction::forward) continue;
+    if (in.kind == plan::InstrKind::exchange) forward_exchange(in);
     else if (in.kind == plan::InstrKind::forward) forward_slice(in.slice);
+    else if (in.kind == plan::InstrKind::post_send || in.kind == plan::InstrKind::post_recv) post_transfers(in);
   }
+  finish_sends();
   eval_ = nullptr;
   data_ = training;
   out_.clear();

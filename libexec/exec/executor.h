@@ -32,11 +32,13 @@
 // and synthetic data (docs/gpu.md, "What the executor does on a device").
 //
 // Blocking communication is deadlock-free by construction: every rank walks
-// the same global sequence (each wave's transfers as one Comm::exchange, in
-// which this rank's sends and receives complete in any order, then the
-// wave's slices, whose collectives stay inside disjoint groups; gradient
-// buckets in the lowering's one global order), so the earliest unfinished exchange always has
-// all parties.
+// the same global sequence (each wave's transfers as one exchange, in which
+// this rank's sends and receives complete in any order, then the wave's
+// slices, whose collectives stay inside disjoint groups; gradient buckets in
+// the lowering's one global order), so the earliest unfinished exchange
+// always has all parties. Sends and receives posted early (overlap) never
+// block, and a send is posted no later than its exchange would have sent
+// it, so they add no wait.
 //
 // Errors: a plan that does not match the model or world throws
 // std::invalid_argument from the constructor; communication errors abort the
@@ -203,6 +205,15 @@ class Executor {
 
   // One instruction kind of the lowered program each.
   void forward_exchange(const plan::Instr& instr);
+  void post_transfers(const plan::Instr& instr);   // post_send, post_recv
+  // Transfers: the rows this rank sends for a transfer; posting one send
+  // or receive; the exchange's pieces that end on this rank (transfer,
+  // piece) in program order; waiting for the sends posted early.
+  Tensor outgoing(const plan::Transfer& t);
+  void post_send(int transfer);
+  void post_recv(int transfer);
+  std::vector<std::pair<int, Tensor>> complete_exchange(const plan::Instr& instr);
+  void finish_sends();
   Tensor read_rows(const plan::Operator& op, int64_t row_begin, int64_t row_end);  // from data_ (host)
   double lm_share(int slice, const plan::Operator& op, const Tensor& targets);
   void forward_slice(int slice);
@@ -237,6 +248,13 @@ class Executor {
   std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
   StepCounters counters_;
   std::map<int, double> lm_share_;  // lm_loss operator -> share of the task's loss its rows carry
+  // Messages posted and not yet waited for, by transfer: the request and
+  // the host buffer it reads (a send) or fills (a receive).
+  struct Posted {
+    int request = -1;
+    Tensor host;
+  };
+  std::map<int, Posted> posted_sends_, posted_recvs_;
   // Kept across steps: per gradient bucket, its flat all-reduce buffer (in
   // host memory, also the storage of its gradients: bind_bucket_views).
   std::map<int, Tensor> bucket_buffers_;

@@ -340,35 +340,57 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 // `param_bwd` is scratch of ids.names.size() empty lists, left empty.
 // With `deps` false, every Instr::deps is left empty (LowerOptions).
 Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, int waves, int d,
-                      std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps, bool overlap) {
+                      std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
+                      const GradSync& sync) {
+  const bool overlap = sync.overlap;
+  const bool early = sync.overlap && sync.early_transfers;
   Program prog;
   prog.device = d;
   // Forward and backward of each slice, an exchange per wave and direction
-  // at most, the buckets and the optimizer.
-  prog.instrs.reserve(2 * mine.slices.size() + 2 * static_cast<size_t>(waves) + mine.buckets.size() + 1);
+  // at most (with early transfers, a post_recv before each and a post_send
+  // after a compute at most), the buckets and the optimizer.
+  prog.instrs.reserve((early ? 4 : 2) * (mine.slices.size() + static_cast<size_t>(waves)) + 2 * mine.buckets.size() +
+                      1);
+  prog.transfers.reserve(early ? 2 * mine.transfers.size() : mine.transfers.size());
   // mine.slices of wave w: [wave_begin[w], wave_begin[w + 1]).
   std::vector<size_t> wave_begin(static_cast<size_t>(waves) + 1, 0);
   for (int s : mine.slices) ++wave_begin[static_cast<size_t>(l.slices[static_cast<size_t>(s)].wave) + 1];
   for (size_t w = 0; w < static_cast<size_t>(waves); ++w) wave_begin[w + 1] += wave_begin[w];
-  // d's transfers of exchange (dir, w): a run of mine.transfers (they are in
-  // exchange order, so they are the program's transfers as they stand).
-  // Sets the run of `in`, advancing `next`; returns false when d has none.
-  size_t next = 0;
-  auto exchange_of = [&](Direction dir, int w, Instr& in) {
-    size_t end = next;
-    while (end < mine.transfers.size()) {
-      const Transfer& tr = l.transfers[static_cast<size_t>(mine.transfers[end])];
-      if (tr.dir != dir || tr.wave != w) break;
-      ++end;
-    }
-    in.transfers_begin = static_cast<int>(next);
-    in.transfers_end = static_cast<int>(end);
-    next = end;
-    return end > static_cast<size_t>(in.transfers_begin);
+  // d's exchanges: runs of mine.transfers (which is in exchange order), in
+  // program order. With early transfers an exchange keeps what d receives
+  // or copies; what d sends leaves in post_sends (sends_after, by the
+  // slice whose compute made it: the producer's for a forward transfer,
+  // the consumer's for a backward one), in transfer order.
+  struct Run {
+    Direction dir;
+    int wave;
+    size_t begin, end;   // in mine.transfers
+    bool receives;       // d receives one of them
   };
-  auto transfers_of = [&](const Instr& in) {
-    return std::span<const int>(mine.transfers.data() + in.transfers_begin, mine.transfers.data() + in.transfers_end);
+  std::vector<Run> runs;
+  std::vector<std::pair<int, int>> sends_after;   // (slice, transfer), sorted
+  for (size_t i = 0; i < mine.transfers.size(); ++i) {
+    const int t = mine.transfers[i];
+    const Transfer& tr = l.transfers[static_cast<size_t>(t)];
+    if (runs.empty() || runs.back().dir != tr.dir || runs.back().wave != tr.wave)
+      runs.push_back({tr.dir, tr.wave, i, i, false});
+    runs.back().end = i + 1;
+    runs.back().receives |= tr.dst == d && tr.src != d;
+    if (early && tr.src == d && tr.dst != d)
+      sends_after.push_back({tr.dir == Direction::forward ? l.slice_of[static_cast<size_t>(tr.producer)] : tr.slice, t});
+  }
+  std::sort(sends_after.begin(), sends_after.end());
+  auto sent_early = [&](const Transfer& tr) { return early && tr.src == d && tr.dst != d; };
+  // Appends to prog.transfers the transfers of run r that `keep` takes,
+  // as the range of `in`; false when it took none.
+  auto take = [&](const Run& r, Instr& in, auto keep) {
+    in.transfers_begin = static_cast<int>(prog.transfers.size());
+    for (size_t i = r.begin; i < r.end; ++i)
+      if (keep(l.transfers[static_cast<size_t>(mine.transfers[i])])) prog.transfers.push_back(mine.transfers[i]);
+    in.transfers_end = static_cast<int>(prog.transfers.size());
+    return in.transfers_end > in.transfers_begin;
   };
+  auto transfers_of = [&](const Instr& in) { return prog.transfers_of(in); };
   // Only the dependencies need these.
   std::vector<int> fwd_of(deps ? l.slices.size() : 0, -1), bwd_of(deps ? l.slices.size() : 0, -1);
   // What each producer's output gradient waits for on d: the backward
@@ -378,6 +400,53 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     prog.instrs.push_back(std::move(in));
     return static_cast<int>(prog.instrs.size()) - 1;
   };
+  // Exchanges in program order: next_run is the next one to emit, and
+  // posted[r] the post_recv that posted run r's receives (-1: none).
+  size_t next_run = 0;
+  std::vector<int> posted(runs.size(), -1);
+  // With early transfers: the post_recv of the next exchange with receives
+  // (after the exchange before it, or at the program's start).
+  auto post_next_receives = [&](int after) {
+    if (!early) return;
+    size_t r = next_run;
+    while (r < runs.size() && !runs[r].receives) ++r;
+    if (r == runs.size() || posted[r] >= 0) return;
+    Instr in;
+    in.kind = InstrKind::post_recv;
+    in.dir = runs[r].dir;
+    in.wave = runs[r].wave;
+    take(runs[r], in, [&](const Transfer& tr) { return tr.dst == d && tr.src != d; });
+    if (deps && after >= 0) in.deps.push_back(after);
+    posted[r] = add(std::move(in));
+  };
+  // The exchange (dir, w) of d: false when d has none.
+  auto exchange_of = [&](Direction dir, int w, Instr& in) {
+    if (next_run >= runs.size() || runs[next_run].dir != dir || runs[next_run].wave != w) return false;
+    const bool any = take(runs[next_run], in, [&](const Transfer& tr) { return !sent_early(tr); });
+    if (deps && posted[next_run] >= 0) in.deps.push_back(posted[next_run]);
+    ++next_run;
+    return any;
+  };
+  // With early transfers: the post_send of what compute instruction `at`
+  // (slice `slice`) made for other devices.
+  auto post_sends = [&](int slice, int at) {
+    if (!early) return;
+    auto it = std::lower_bound(sends_after.begin(), sends_after.end(), std::pair{slice, -1});
+    if (it == sends_after.end() || it->first != slice) return;
+    Instr in;
+    in.kind = InstrKind::post_send;
+    in.wave = l.slices[static_cast<size_t>(slice)].wave;
+    in.dir = prog.instrs[static_cast<size_t>(at)].kind == InstrKind::forward ? Direction::forward : Direction::backward;
+    in.slice = slice;
+    in.transfers_begin = static_cast<int>(prog.transfers.size());
+    for (; it != sends_after.end() && it->first == slice; ++it)
+      if (l.transfers[static_cast<size_t>(it->second)].dir == in.dir) prog.transfers.push_back(it->second);
+    in.transfers_end = static_cast<int>(prog.transfers.size());
+    if (in.transfers_end == in.transfers_begin) return;
+    if (deps) in.deps.push_back(at);
+    add(std::move(in));
+  };
+  post_next_receives(-1);
 
   for (int w = 0; w < waves; ++w) {
     int ex = -1;
@@ -386,12 +455,13 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
       in.wave = w;
       in.dir = Direction::forward;
       if (deps) {
-        for (int t : transfers_of(in))  // the forward of every slice whose output d sends
+        for (int t : transfers_of(in))  // the forward of every slice whose output d sends or copies
           if (l.transfers[static_cast<size_t>(t)].src == d)
             in.deps.push_back(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
         in.deps = sorted_unique(std::move(in.deps));
       }
       ex = add(std::move(in));
+      post_next_receives(ex);
     }
     for (size_t k = wave_begin[static_cast<size_t>(w)]; k < wave_begin[static_cast<size_t>(w) + 1]; ++k) {
       const int s = mine.slices[k];
@@ -402,6 +472,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
       if (deps && ex >= 0 && !l.slices[static_cast<size_t>(s)].producers.empty()) in.deps.push_back(ex);
       const int at = add(std::move(in));
       if (deps) fwd_of[static_cast<size_t>(s)] = at;
+      post_sends(s, at);
     }
   }
   // With overlap: the backward step (0, 1, ... in program order) after
@@ -464,6 +535,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
         in.deps = sorted_unique(std::move(in.deps));
       }
       const int at = add(std::move(in));
+      post_sends(slice, at);
       if (deps) {
         bwd_of[static_cast<size_t>(slice)] = at;
         for (int o : s.ops)
@@ -489,6 +561,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
         in.deps = sorted_unique(std::move(in.deps));
       }
       const int ex = add(std::move(in));
+      post_next_receives(ex);
       if (deps)
         for (int t : transfers_of(prog.instrs[static_cast<size_t>(ex)]))
           if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
@@ -526,7 +599,6 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     step_shards(-1, reductions);
   }
   for (int p : touched) param_bwd[static_cast<size_t>(p)].clear();
-  prog.transfers = std::move(mine.transfers);
   return prog;
 }
 
@@ -539,6 +611,8 @@ const char* kind_name(InstrKind k) {
     case InstrKind::allreduce_start: return "allreduce_start";
     case InstrKind::allreduce_wait: return "allreduce_wait";
     case InstrKind::optimizer: return "optimizer";
+    case InstrKind::post_send: return "post_send";
+    case InstrKind::post_recv: return "post_recv";
   }
   return "?";
 }
@@ -629,7 +703,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
-                                         d, param_bwd, last_step, options.deps, options.sync.overlap));
+                                         d, param_bwd, last_step, options.deps, options.sync));
   return {};
 }
 
@@ -660,6 +734,10 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
     const Instr& in = prog.instrs[i];
     json j = {{"i", i}, {"kind", kind_name(in.kind)}, {"deps", in.deps}};
     switch (in.kind) {
+      case InstrKind::post_send:
+        j["slice"] = in.slice;
+        [[fallthrough]];
+      case InstrKind::post_recv:
       case InstrKind::exchange: {
         j["wave"] = in.wave;
         j["dir"] = dir_name(in.dir);
@@ -670,13 +748,15 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
           if (tr.src == tr.dst)
             copies.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}});
           else if (tr.src == device)
-            sends.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"to", tr.dst}, {"bytes", tr.bytes}});
+            sends.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"to", tr.dst}, {"bytes", tr.bytes},
+                             {"tag", t}});
           else
-            recvs.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"from", tr.src}, {"bytes", tr.bytes}});
+            recvs.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"from", tr.src}, {"bytes", tr.bytes},
+                             {"tag", t}});
         }
-        j["sends"] = sends;
-        j["recvs"] = recvs;
-        j["copies"] = copies;
+        if (in.kind != InstrKind::post_recv) j["sends"] = sends;
+        if (in.kind != InstrKind::post_send) j["recvs"] = recvs;
+        if (in.kind == InstrKind::exchange) j["copies"] = copies;
         break;
       }
       case InstrKind::forward:

@@ -12,6 +12,9 @@
 //   for every wave w, reversed:  backward of each of its slices of w (reversed) [exchange backward w],
 //                                with overlap: after a backward, the start of every bucket whose
 //                                gradients on this device are now final (and all before it started)
+//   with overlap (early transfers): right after a forward or backward, a post_send of what it made
+//   for other devices (those sends are then in no exchange), and right after each exchange (the
+//   first: at the start) a post_recv of the receives of the next exchange that has any
 //   all-reduce of each gradient bucket it is in (buckets in one global order
 //   chosen so that all-reduces over disjoint groups can run side by side);
 //   with overlap: the wait for each, in that order, each followed by the
@@ -22,7 +25,11 @@
 // transfer in that exchange has no instruction for it. Because every device
 // follows the same global order of exchanges and collectives, blocking
 // execution of the programs cannot deadlock; a started all-reduce does not
-// block, and its wait comes after every exchange.
+// block, and its wait comes after every exchange. A post_send or post_recv
+// does not block either: an exchange waits for its receives (and for the
+// sends it posts itself), a send posted early is waited for at the end of
+// the step, and it is posted no later than the exchange that would
+// otherwise have sent it, so early posting removes waits and adds none.
 #pragma once
 
 #include <algorithm>
@@ -44,7 +51,8 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 3;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step
+inline constexpr int kProgramVersion = 4;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+                                            // 4: post_send, post_recv (transfers posted early)
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -95,15 +103,27 @@ struct Bucket {
 // one without waiting (as soon as this device's gradients of the bucket
 // are final, during the backward pass) and allreduce_wait waits for it
 // (before the optimizer): the reduction overlaps the backward pass.
-enum class InstrKind { exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer };
+//
+// post_send posts, without waiting, this device's sends of the rows a
+// forward (or backward) it just ran made for other devices, each tagged
+// with its transfer index; post_recv posts, without waiting, the receives
+// of its next exchange that has any (the exchange then waits for them).
+enum class InstrKind {
+  exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv
+};
 
 struct Instr {
   InstrKind kind = InstrKind::forward;
-  int wave = -1;               // exchange, forward, backward
-  Direction dir = Direction::forward;  // exchange
-  int slice = -1;              // forward, backward: index into Lowered::slices
-  // exchange: the transfers this device takes part in, as the range
-  // [transfers_begin, transfers_end) of Program::transfers (Program::transfers_of)
+  int wave = -1;               // exchange, forward, backward, post_send (the slice's wave), post_recv
+                               // (the exchange's)
+  Direction dir = Direction::forward;  // exchange, post_send, post_recv
+  int slice = -1;              // forward, backward, post_send (the slice whose compute made the rows):
+                               // index into Lowered::slices
+  // exchange, post_send, post_recv: the transfers this device takes part
+  // in, as the range [transfers_begin, transfers_end) of Program::transfers
+  // (Program::transfers_of). An exchange's are those it sends (none with
+  // early transfers), receives or copies; a post_send's those it sends; a
+  // post_recv's those it receives (again in their exchange).
   int transfers_begin = 0, transfers_end = 0;
   int bucket = -1;             // allreduce, allreduce_start, allreduce_wait: index into Lowered::buckets;
                                // optimizer: the bucket whose shards it steps, -1: every shard of this
@@ -114,8 +134,9 @@ struct Instr {
 struct Program {
   int device = 0;
   std::vector<Instr> instrs;
-  // The transfers of every exchange, in program order: indices into
-  // Lowered::transfers (stored once per program, not per instruction).
+  // The transfers of every exchange, post_send and post_recv, in program
+  // order: indices into Lowered::transfers (one list per program, not per
+  // instruction).
   std::vector<int> transfers;
   std::span<const int> transfers_of(const Instr& in) const {
     return {transfers.data() + in.transfers_begin, transfers.data() + in.transfers_end};
@@ -199,6 +220,13 @@ struct GradSync {
   // first), as PyTorch DDP cuts its buckets (bucket_cap_mb, 25 MiB by
   // default); a shard larger than this is a piece alone. --bucket-mb.
   int64_t bucket_bytes = int64_t{25} << 20;
+  // With overlap, transfers are posted early as well: each device posts
+  // its sends right after the compute that made the rows (post_send) and
+  // the receives of an exchange right after the exchange before it
+  // (post_recv). false keeps every send in its exchange: what spindle-run
+  // lowers for NCCL, whose point-to-point calls it does not yet run on a
+  // stream of their own (docs/gpu.md).
+  bool early_transfers = true;
 };
 
 // --bucket-mb: an error naming the flag unless `mb` is in [kMinBucketMb,

@@ -52,7 +52,7 @@ std::vector<TraceEvent> simulated_trace(const Simulation& sim) {
   std::vector<TraceEvent> ev;
   ev.reserve(sim.boxes.size());
   for (const SimBox& b : sim.boxes) {
-    const std::string cat = b.cat == "exchange"    ? "transfer"
+    const std::string cat = b.cat == "exchange" || b.cat == "send" ? "transfer"
                             : b.cat == "allreduce" ? "sync"
                             : b.cat == "wait"      ? "wait"
                                                    : "compute";
@@ -60,6 +60,7 @@ std::vector<TraceEvent> simulated_trace(const Simulation& sim) {
     if (b.wave >= 0) args["wave"] = b.wave;
     if (b.slice >= 0) args["slice"] = b.slice;
     if (b.bucket >= 0) args["bucket"] = b.bucket;
+    if (b.cat == "send") args["sent_bytes"] = b.sent_bytes;
     if (b.cat == "exchange") {
       args["sent_bytes"] = b.sent_bytes;
       args["received_bytes"] = b.received_bytes;

@@ -182,11 +182,12 @@ Result<Simulation> Simulator::run() {
     const Program& prog = l_.programs[d];
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
-      if (in.kind != InstrKind::exchange) continue;
+      if (in.kind != InstrKind::exchange && in.kind != InstrKind::post_send) continue;
       for (int t : prog.transfers_of(in)) {
         const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
         if (tr.src == tr.dst) continue;
-        ++pending_[first_[d] + i];
+        // A post_send does not wait for its messages: nothing pending.
+        if (in.kind == InstrKind::exchange) ++pending_[first_[d] + i];
         (tr.src == static_cast<int>(d) ? src_instr_ : dst_instr_)[static_cast<size_t>(t)] = static_cast<int>(i);
       }
     }
@@ -195,7 +196,7 @@ Result<Simulation> Simulator::run() {
     const Transfer& tr = l_.transfers[t];
     if (tr.src != tr.dst && (src_instr_[t] < 0 || dst_instr_[t] < 0))
       return Error{"simulate: transfer " + std::to_string(t) + " from device " + std::to_string(tr.src) + " to " +
-                   std::to_string(tr.dst) + " is missing from an exchange of either program"};
+                   std::to_string(tr.dst) + " is missing from the exchanges and post_sends of either program"};
   }
 
   {
@@ -246,7 +247,7 @@ void Simulator::ready(int d, int pc, double t) {
   const Instr& in = prog.instrs[static_cast<size_t>(pc)];
   InstrTimes& times = times_[at(d, pc)];
   times.reached = times.began = t;
-  if (in.kind == InstrKind::exchange) return enter_exchange(d, pc, t);
+  if (in.kind == InstrKind::exchange || in.kind == InstrKind::post_send) return enter_exchange(d, pc, t);
   if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
   if (in.kind == InstrKind::allreduce_wait) return enter_wait(d, pc, t);
   if (in.kind == InstrKind::allreduce_start) {
@@ -267,7 +268,9 @@ void Simulator::ready(int d, int pc, double t) {
     ++pc;
     if (pc >= end) break;
     const InstrKind next = prog.instrs[static_cast<size_t>(pc)].kind;
-    if (next != InstrKind::forward && next != InstrKind::backward && next != InstrKind::optimizer) break;
+    if (next != InstrKind::forward && next != InstrKind::backward && next != InstrKind::optimizer &&
+        next != InstrKind::post_recv)
+      break;
   }
   events_.push({t, kReady, d, pc});
 }
@@ -275,6 +278,9 @@ void Simulator::ready(int d, int pc, double t) {
 // Software overhead (rules/links.h exchange_overhead_ms): the device first
 // packs (fixed + per-message + sent bytes), then its messages leave; once
 // its last message is delivered it unpacks the received bytes, then goes on.
+// A post_send is the first half alone: the device goes on once it has
+// packed, its messages move on their own (and an exchange then has only
+// the messages it receives).
 void Simulator::enter_exchange(int d, int pc, double t) {
   const Program& prog = l_.programs[static_cast<size_t>(d)];
   int messages = 0;
@@ -311,7 +317,12 @@ void Simulator::packed(int d, int pc, double t) {
       dispatch(links.begin(), links.n, t);
     }
   }
-  if (pending_[at(d, pc)] == 0) end_exchange(d, pc, t);
+  if (prog.instrs[static_cast<size_t>(pc)].kind == InstrKind::post_send) {
+    times_[at(d, pc)].ended = t;
+    events_.push({t, kReady, d, pc + 1});
+  } else if (pending_[at(d, pc)] == 0) {
+    end_exchange(d, pc, t);
+  }
 }
 
 // Every message of the exchange is delivered and the device has packed:
@@ -428,6 +439,8 @@ void Simulator::delivered(int tr, double t) {
   for (int k : links) link_busy_[static_cast<size_t>(k)] = 0;
   for (auto [d, pc] : {std::pair{x.src, src_instr_[static_cast<size_t>(tr)]},
                        std::pair{x.dst, dst_instr_[static_cast<size_t>(tr)]}}) {
+    if (l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].kind != InstrKind::exchange)
+      continue;   // posted early: its sender did not wait
     int& left = pending_[at(d, pc)];
     // The device is blocked in this exchange, has packed, and it is now complete.
     if (--left == 0 && pc_[static_cast<size_t>(d)] == pc &&
@@ -471,6 +484,20 @@ Simulation Simulator::collect() const {
           box.name = "optimizer";
           if (box.dur_ms <= 0) continue;
           break;
+        case InstrKind::post_recv: continue;   // 0 ms, nothing to show
+        case InstrKind::post_send: {
+          // Packing is the device's work; the messages then move beside
+          // whatever it does next.
+          dev.transfer_ms += box.dur_ms;
+          for (int t : prog.transfers_of(in)) box.sent_bytes += l_.transfers[static_cast<size_t>(t)].bytes;
+          box.track = SimTrack::communication;
+          box.cat = "send";
+          box.wave = in.wave;
+          box.slice = in.slice;
+          box.name = std::string("post sends ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " of slice " +
+                     std::to_string(in.slice);
+          break;
+        }
         case InstrKind::exchange: {
           std::vector<std::pair<double, double>> spans;
           for (int t : prog.transfers_of(in)) {
@@ -636,7 +663,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
   if (!sim) return sim;
   // Name compute boxes after their MetaOps, as the planned trace does.
   for (SimBox& box : sim->boxes) {
-    if (box.slice < 0) continue;
+    if (box.cat != "forward" && box.cat != "backward") continue;
     const LoweredSlice& s = lowered->slices[static_cast<size_t>(box.slice)];
     const PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
     box.name = m.task + " " + m.workload.op + " x" + std::to_string(s.ops.size()) +

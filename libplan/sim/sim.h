@@ -16,7 +16,8 @@
 //   exchange           done on a device when every message it receives has
 //                      arrived and every message it sends has been delivered.
 //                      A message leaves once its sender has reached the
-//                      exchange (eager: the receiver need not be there yet)
+//                      exchange or, posted early, the post_send (eager: the
+//                      receiver need not be there yet)
 //                      and all the links it needs are idle; it takes
 //                      CostModel::p2p_ms(bytes, cross_island). Links: the
 //                      destination device's inbound link (a message inside
@@ -30,6 +31,10 @@
 //                      links are all idle; one waiting for a busy link does
 //                      not hold back a later one whose links are idle (no
 //                      reservations). Local copies cost 0.
+//   post_send          the sender's packing (exchange overhead with its
+//                      messages and sent bytes); then it goes on, and its
+//                      messages move beside its work (its exchange, if any,
+//                      no longer waits for them). post_recv: 0 ms.
 //   all-reduce         takes CostModel::allreduce_ms(bytes, devices). A
 //                      device runs one all-reduce at a time (they share its
 //                      links): one starts when every device of the bucket
@@ -81,15 +86,15 @@ enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's 
 struct SimBox {
   int device = 0;
   SimTrack track = SimTrack::compute;
-  std::string cat;      // forward | backward | optimizer | exchange | allreduce | wait
+  std::string cat;      // forward | backward | optimizer | exchange | send (a post_send) | allreduce | wait
   std::string name;     // e.g. "vision transformer_layer x16 fwd", "exchange fwd wave 3"
   double start_ms = 0;
   double dur_ms = 0;
   int instr = 0;        // index in the device's program
-  int wave = -1;        // forward, backward, exchange
-  int slice = -1;       // forward, backward: index into Lowered::slices
+  int wave = -1;        // forward, backward, exchange, send
+  int slice = -1;       // forward, backward, send: index into Lowered::slices
   int bucket = -1;      // allreduce, wait
-  int64_t sent_bytes = 0;      // exchange, allreduce (the bucket's bytes)
+  int64_t sent_bytes = 0;      // exchange, send, allreduce (the bucket's bytes)
   int64_t received_bytes = 0;  // exchange
 };
 
@@ -112,7 +117,7 @@ struct SimDevice {
 // One message (a Transfer between two devices), as simulated.
 struct SimMessage {
   int transfer = 0;         // index into Lowered::transfers
-  double ready_ms = 0;      // its sender reached the exchange and packed it
+  double ready_ms = 0;      // its sender reached the exchange (or post_send) and packed it
   double start_ms = 0;      // its links were free
   double end_ms = 0;        // delivered
 };

@@ -1,5 +1,5 @@
 // MpiComm and create_group_comms under mpiexec -n 2 or 4: closed-form
-// all-reduce, all-gather, send/recv and exchange on the world and on device groups,
+// all-reduce, all-gather, send/recv, exchange and posted messages on the world and on device groups,
 // and a tensor-parallel transformer layer over an MPI group equal to the
 // unsplit layer (1e-5 relative); started all-reduces completed by progress()
 // alone. Prints one line per failed check and
@@ -96,6 +96,45 @@ void check_collectives(Comm& c, const std::vector<int>& members) {
   c.barrier();
 }
 
+// Messages posted early (the executor's post_send and post_recv): every
+// rank posts two sends to every other rank before any receive, far beyond
+// eager sizes (blocking sends would deadlock), and posts its receives in
+// the other order of tags; each matches by its tag, whatever the posting
+// order, and a wait in any order completes it.
+void check_posted_messages(Comm& c) {
+  const int n = c.size(), r = c.rank();
+  if (n < 2) return;
+  const size_t big = size_t{1} << 18;
+  auto tag = [](int from, int to, int k) { return 100 * from + 10 * to + k; };
+  std::vector<std::vector<float>> out, in;
+  std::vector<int> sends, recvs, recv_from, recv_k;
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    for (int k = 0; k < 2; ++k) {
+      out.emplace_back(big, static_cast<float>(tag(r, q, k)));
+      sends.push_back(c.post_send(out.back(), q, tag(r, q, k)));
+    }
+  }
+  in.reserve(2 * static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    for (int k = 1; k >= 0; --k) {
+      in.emplace_back(big, -1.0f);
+      recvs.push_back(c.post_recv(in.back(), q, tag(q, r, k)));
+      recv_from.push_back(q);
+      recv_k.push_back(k);
+    }
+  }
+  EXPECT(c.max_tag() >= 32767);
+  for (size_t i = recvs.size(); i-- > 0;) c.wait_p2p(recvs[i]);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const float want = static_cast<float>(tag(recv_from[i], r, recv_k[i]));
+    EXPECT(in[i].front() == want && in[i].back() == want);
+  }
+  for (int s : sends) c.wait_p2p(s);
+  c.barrier();
+}
+
 // Started all-reduces (gradient buckets during the backward pass), on a
 // duplicate of `c` as the executor runs them: the sums are right, waited
 // for in start order; and progress() alone completes them. Rank 0 never
@@ -189,6 +228,7 @@ int main(int argc, char** argv) {
   check_tp_layer(*comms.at({pair0, pair0 + 1}));
   check_tp_layer(*comms.at(everyone));
 
+  check_posted_messages(*world);
   check_started_all_reduce(*world);
   check_started_all_reduce(*comms.at({pair0, pair0 + 1}));
 

@@ -42,6 +42,8 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     bool optimizer = false, blocking = false, overlapped = false;
     std::set<int> started, stepped;
     std::multiset<int> fwd, bwd;
+    std::set<int> posted_recvs;   // transfers whose receive a post_recv posted, not yet in an exchange
+    bool early = false;           // a post_send or post_recv seen
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const sp::Instr& in = prog.instrs[i];
       for (int d : in.deps) CHECK((d >= 0 && d < static_cast<int>(i)));
@@ -57,10 +59,55 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
             CHECK(tr.dir == in.dir);
             CHECK(tr.wave == in.wave);
             CHECK((tr.src == prog.device || tr.dst == prog.device));
-            if (tr.src == prog.device && tr.dst != prog.device) CHECK(sent_by.emplace(t, prog.device).second);
-            if (tr.dst == prog.device && tr.src != prog.device) CHECK(received_by.emplace(t, prog.device).second);
+            if (tr.src == prog.device && tr.dst != prog.device) {
+              CHECK_FALSE(early);   // posted early: in a post_send, not here
+              CHECK(sent_by.emplace(t, prog.device).second);
+            }
+            if (tr.dst == prog.device && tr.src != prog.device) {
+              CHECK(received_by.emplace(t, prog.device).second);
+              if (early) CHECK(posted_recvs.erase(t) == 1);   // posted by an earlier post_recv
+            }
           }
           break;
+        case sp::InstrKind::post_send: {
+          early = true;
+          // Right after the compute that made the rows: the producer's
+          // forward, or the consumer's backward (its input gradient); and
+          // before the exchange that would have sent them.
+          REQUIRE(i > 0);
+          const sp::Instr& before = prog.instrs[i - 1];
+          CHECK(in.deps == std::vector<int>{static_cast<int>(i) - 1});
+          CHECK(before.slice == in.slice);
+          CHECK(before.kind == (in.dir == sp::Direction::forward ? sp::InstrKind::forward : sp::InstrKind::backward));
+          CHECK(prog.transfers_of(in).size() > 0);
+          for (int t : prog.transfers_of(in)) {
+            const sp::Transfer& tr = l.transfers[static_cast<size_t>(t)];
+            CHECK(tr.dir == in.dir);
+            CHECK(tr.src == prog.device);
+            CHECK(tr.dst != prog.device);
+            CHECK((in.dir == sp::Direction::forward ? l.slice_of[static_cast<size_t>(tr.producer)] : tr.slice) == in.slice);
+            sp::Instr at;
+            at.dir = tr.dir;
+            at.wave = tr.wave;
+            CHECK(exchange_rank(at) > last_exchange);
+            CHECK(sent_by.emplace(t, prog.device).second);
+          }
+          break;
+        }
+        case sp::InstrKind::post_recv: {
+          early = true;
+          CHECK(posted_recvs.empty());   // one exchange ahead: the one before has taken its receives
+          CHECK(prog.transfers_of(in).size() > 0);
+          for (int t : prog.transfers_of(in)) {
+            const sp::Transfer& tr = l.transfers[static_cast<size_t>(t)];
+            CHECK(tr.dst == prog.device);
+            CHECK(tr.src != prog.device);
+            CHECK(tr.dir == in.dir);
+            CHECK(tr.wave == in.wave);
+            posted_recvs.insert(t);
+          }
+          break;
+        }
         case sp::InstrKind::forward: fwd.insert(in.slice); break;
         case sp::InstrKind::backward:
           bwd.insert(in.slice);
@@ -112,6 +159,8 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
       }
     }
     CHECK(optimizer);
+    CHECK(posted_recvs.empty());   // every receive posted early is waited for by its exchange
+    CHECK_FALSE((early && blocking));  // early transfers come with overlap only
     if (overlapped) CHECK(stepped == started);   // every bucket's shards stepped after its wait
     CHECK_FALSE((blocking && overlapped));
     CHECK(last_waited == last_started);   // every started one waited for
@@ -268,6 +317,51 @@ TEST_CASE("lowering by hand: a transfer between two one-device slices") {
   CHECK(lowered->bytes(1).sent == expected);      // the gradients go back
   CHECK(lowered->bytes(0).received == expected);
   CHECK(lowered->buckets.empty());                // no parameter on two devices
+  // Early transfers (the default): device 0 sends each embedding right
+  // after the forward that made it, in no exchange; device 1 posts the
+  // first loss's receives first thing (the others one exchange ahead), and
+  // sends the embeddings' gradients right after each loss's backward.
+  const sp::Program& p0 = lowered->programs[0];
+  const sp::Program& p1 = lowered->programs[1];
+  int64_t posted0 = 0, posted1 = 0;
+  for (size_t i = 0; i < p0.instrs.size(); ++i) {
+    const sp::Instr& in = p0.instrs[i];
+    if (in.kind == sp::InstrKind::exchange)
+      for (int t : p0.transfers_of(in)) CHECK(lowered->transfers[static_cast<size_t>(t)].dst == 0);
+    if (in.kind != sp::InstrKind::post_send) continue;
+    CHECK(p0.instrs[i - 1].kind == sp::InstrKind::forward);
+    CHECK(f.graph.ops[static_cast<size_t>(lowered->slices[static_cast<size_t>(in.slice)].ops.back())].workload.op ==
+          "pool_project");
+    for (int t : p0.transfers_of(in)) posted0 += lowered->transfers[static_cast<size_t>(t)].bytes;
+  }
+  CHECK(posted0 == expected);
+  REQUIRE(p1.instrs.size() >= 2);
+  CHECK(p1.instrs[0].kind == sp::InstrKind::post_recv);
+  for (const sp::Instr& in : p1.instrs)
+    if (in.kind == sp::InstrKind::post_recv)
+      for (int t : p1.transfers_of(in)) posted1 += lowered->transfers[static_cast<size_t>(t)].bytes;
+  CHECK(posted1 == expected);
+  size_t sends1 = 0;
+  for (size_t i = 0; i < p1.instrs.size(); ++i)
+    if (p1.instrs[i].kind == sp::InstrKind::post_send) {
+      CHECK(p1.instrs[i - 1].kind == sp::InstrKind::backward);
+      ++sends1;
+    }
+  CHECK(sends1 >= 1);
+  // Device 0 receives nothing in the forward pass: it posts the receives of
+  // its first backward exchange that has any first thing.
+  CHECK(p0.instrs[0].kind == sp::InstrKind::post_recv);
+  CHECK(p0.instrs[0].dir == sp::Direction::backward);
+  // Without early transfers, sends are in their exchanges again, and there
+  // is no post_send or post_recv.
+  sp::LowerOptions late;
+  late.sync.early_transfers = false;
+  auto at_exchanges = sp::lower(plan, f.model, f.graph, late);
+  REQUIRE(at_exchanges.ok());
+  check_invariants(plan, *at_exchanges, *ctx);
+  for (const sp::Program& prog : at_exchanges->programs)
+    for (const sp::Instr& in : prog.instrs)
+      CHECK((in.kind != sp::InstrKind::post_send && in.kind != sp::InstrKind::post_recv));
 }
 
 TEST_CASE("lowering keeps its invariants on every shipped workload and strategy") {
@@ -292,11 +386,18 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       // Without overlap: the same programs but for the all-reduces, one
       // blocking one per bucket after the backward pass, and one optimizer
       // step at the end instead of one per bucket and one for the rest.
+      // (Compared with the overlapped programs without early transfers;
+      // with them, below.)
       sp::LowerOptions blocking;
       blocking.sync.overlap = false;
       auto after = sp::lower(*plan, f.model, f.graph, blocking);
       REQUIRE(after.ok());
       check_invariants(*plan, *after, *context);
+      sp::LowerOptions late;
+      late.sync.early_transfers = false;
+      auto at_exchanges = sp::lower(*plan, f.model, f.graph, late);
+      REQUIRE(at_exchanges.ok());
+      check_invariants(*plan, *at_exchanges, *context);
       for (int d = 0; d < plan->devices; ++d) {
         auto without_reductions = [](const sp::Program& prog) {
           std::vector<std::pair<sp::InstrKind, int>> kept;
@@ -307,8 +408,29 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
               kept.push_back({in.kind, in.kind == sp::InstrKind::exchange ? in.wave : in.slice});
           return kept;
         };
-        CHECK(without_reductions(lowered->programs[static_cast<size_t>(d)]) ==
+        CHECK(without_reductions(at_exchanges->programs[static_cast<size_t>(d)]) ==
               without_reductions(after->programs[static_cast<size_t>(d)]));
+        // Early transfers: the same compute and all-reduces in the same
+        // order, and the same transfers, only posted elsewhere.
+        auto compute_and_sync = [](const sp::Program& prog) {
+          std::vector<std::pair<sp::InstrKind, int>> kept;
+          for (const sp::Instr& in : prog.instrs)
+            if (in.kind != sp::InstrKind::exchange && in.kind != sp::InstrKind::post_send &&
+                in.kind != sp::InstrKind::post_recv)
+              kept.push_back({in.kind, in.slice >= 0 ? in.slice : in.bucket});
+          return kept;
+        };
+        auto transfers_in = [](const sp::Program& prog) {
+          std::multiset<int> all;
+          for (const sp::Instr& in : prog.instrs)
+            if (in.kind == sp::InstrKind::exchange || in.kind == sp::InstrKind::post_send)
+              for (int t : prog.transfers_of(in)) all.insert(t);
+          return all;
+        };
+        CHECK(compute_and_sync(lowered->programs[static_cast<size_t>(d)]) ==
+              compute_and_sync(at_exchanges->programs[static_cast<size_t>(d)]));
+        CHECK(transfers_in(lowered->programs[static_cast<size_t>(d)]) ==
+              transfers_in(at_exchanges->programs[static_cast<size_t>(d)]));
       }
       // Deterministic: the same programs twice.
       auto again = sp::lower(*plan, f.model, f.graph);

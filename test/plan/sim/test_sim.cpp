@@ -98,6 +98,23 @@ struct Programs {
     in.transfers_end = static_cast<int>(all.size());
     add(d, in);
   }
+  // A post_send or post_recv of `transfers`, as lowering makes them.
+  void post(int d, sp::InstrKind kind, sp::Direction dir, int slice_or_wave, std::vector<int> transfers) {
+    sp::Instr in;
+    in.kind = kind;
+    in.dir = dir;
+    if (kind == sp::InstrKind::post_send) {
+      in.slice = slice_or_wave;
+      in.wave = l.slices[static_cast<size_t>(slice_or_wave)].wave;
+    } else {
+      in.wave = slice_or_wave;
+    }
+    std::vector<int>& all = l.programs[static_cast<size_t>(d)].transfers;
+    in.transfers_begin = static_cast<int>(all.size());
+    all.insert(all.end(), transfers.begin(), transfers.end());
+    in.transfers_end = static_cast<int>(all.size());
+    add(d, in);
+  }
   void allreduce(int d, int bucket) {
     sp::Instr in;
     in.kind = sp::InstrKind::allreduce;
@@ -152,6 +169,37 @@ Programs one_transfer_each_way(bool optimizer) {
   p.bwd(1, b);
   p.exchange(1, sp::Direction::backward, 1, {g});
   if (optimizer) p.optimizer(1);
+  return p;
+}
+
+// Device 0 runs slice A (wave 0, 3 ms: forward 1, backward 2), then slice
+// C (wave 1, 6 ms) of its own; device 1 runs B (wave 2, 6 ms) on A's output,
+// 2e6 bytes each way (2 ms at 1 GB/s). `early`: A's output is sent right
+// after A's forward (post_send) and B's input gradient right after B's
+// backward, receives posted ahead; else each in its wave's exchange.
+Programs send_before_other_work(bool early) {
+  Programs p(2);
+  const int a = p.slice(0, {0}, 3.0), c = p.slice(1, {0}, 6.0), b = p.slice(2, {1}, 6.0);
+  const int f = p.transfer(sp::Direction::forward, 2, 0, 1, 2'000'000);
+  const int g = p.transfer(sp::Direction::backward, 2, 1, 0, 2'000'000);
+  p.fwd(0, a);
+  if (early) p.post(0, sp::InstrKind::post_send, sp::Direction::forward, a, {f});
+  p.fwd(0, c);
+  if (early) {
+    p.post(0, sp::InstrKind::post_recv, sp::Direction::backward, 2, {g});
+    p.exchange(0, sp::Direction::backward, 2, {g});
+  } else {
+    p.exchange(0, sp::Direction::forward, 2, {f});
+    p.exchange(0, sp::Direction::backward, 2, {g});
+  }
+  p.bwd(0, c);
+  p.bwd(0, a);
+  if (early) p.post(1, sp::InstrKind::post_recv, sp::Direction::forward, 2, {f});
+  p.exchange(1, sp::Direction::forward, 2, {f});
+  p.fwd(1, b);
+  p.bwd(1, b);
+  if (early) p.post(1, sp::InstrKind::post_send, sp::Direction::backward, b, {g});
+  else p.exchange(1, sp::Direction::backward, 2, {g});
   return p;
 }
 
@@ -275,6 +323,46 @@ TEST_CASE("one transfer each way between two devices: the makespan by hand", "[s
   sp::SimOptions no_compute;
   no_compute.price_compute = false;
   CHECK(p.run(hand_cluster(1, 2), no_compute).iteration_ms == Approx(4.0));
+}
+
+TEST_CASE("transfers posted early leave when their rows are made, not at their wave's exchange", "[sim]") {
+  // At the exchanges:
+  //   d0: fwd A [0,1], fwd C [1,3], exchange fwd [3,5], exchange bwd [5,13], bwd C [13,17], bwd A [17,19]
+  //   d1: exchange fwd [0,5], fwd B [5,7], bwd B [7,11], exchange bwd [11,13]
+  const sp::Simulation late = send_before_other_work(false).run(hand_cluster(1, 2));
+  CHECK(late.iteration_ms == Approx(19.0));
+  CHECK(late.messages[0].start_ms == Approx(3.0));
+  // Posted early: A's rows leave at 1 and move while d0 runs C.
+  //   d0: fwd A [0,1], post_send, fwd C [1,3], exchange bwd [3,11], bwd C [11,15], bwd A [15,17]
+  //   d1: exchange fwd [0,3], fwd B [3,5], bwd B [5,9], post_send (the gradient moves [9,11]); done at 9
+  const sp::Simulation early = send_before_other_work(true).run(hand_cluster(1, 2));
+  CHECK(early.iteration_ms == Approx(17.0));
+  REQUIRE(early.messages.size() == 2);
+  CHECK(early.messages[0].ready_ms == Approx(1.0));
+  CHECK(early.messages[0].end_ms == Approx(3.0));
+  CHECK(early.messages[1].start_ms == Approx(9.0));
+  CHECK(early.devices[1].finish_ms == Approx(9.0));   // it does not wait for its send
+  CHECK(box(early, 1, 2, "forward").start_ms == Approx(3.0));
+  CHECK(box(early, 0, 5, "backward").start_ms == Approx(11.0));
+  // d1 waited [0,3] in its exchange while the message moved [1,3]: 2 ms transfer, 1 ms wait.
+  CHECK(early.devices[1].transfer_ms == Approx(2.0));
+  CHECK(early.devices[1].wait_ms == Approx(1.0));
+  // With overhead (100 us per exchange or post_send, 50 us per message,
+  // packing at 2 GB/s: 1 ms per 2e6 bytes): the sender packs in its
+  // post_send [1, 2.15], then goes on; the receiver's exchange costs 0.15
+  // before and 1 ms unpacking after the message [2.15, 4.15].
+  //   d0: fwd C [2.15,4.15]; d1: exchange [0,5.15], fwd B [5.15,7.15], bwd B [7.15,11.15],
+  //   post_send [11.15,12.30], message [12.30,14.30]; d0: exchange bwd [4.15,15.30], bwd C, bwd A: 21.30
+  sp::CommOverhead o;
+  o.exchange_us = 100;
+  o.message_us = 50;
+  o.pack_gbytes_per_s = 2;
+  const sp::Simulation costly = send_before_other_work(true).run(hand_cluster(1, 2), {}, o);
+  CHECK(costly.messages[0].ready_ms == Approx(2.15));
+  CHECK(box(costly, 0, 1, "send").dur_ms == Approx(1.15));
+  CHECK(box(costly, 0, 2, "forward").start_ms == Approx(2.15));
+  CHECK(box(costly, 1, 2, "forward").start_ms == Approx(5.15));
+  CHECK(costly.iteration_ms == Approx(21.3));
 }
 
 TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
