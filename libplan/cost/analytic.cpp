@@ -274,7 +274,12 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
   p.device = cluster.device_name;
   p.cluster = ProfileCluster{cluster.name, cluster.devices(), cluster.devices_per_island};
   p.source = "analytic";
+  // Every figure as a file stores it (profile_figure): the profile in
+  // memory and the one spindle-profile writes plan alike.
   p.overhead = analytic_comm_overhead(cluster);
+  for (double* f : {&p.overhead->exchange_us, &p.overhead->message_us, &p.overhead->allreduce_us,
+                    &p.overhead->pack_gbytes_per_s})
+    *f = profile_figure(*f);
   for (const auto& [key, use] : uses) {
     ProfileEntry e;
     e.workload = use.workload;
@@ -305,7 +310,7 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
                      " devices of cluster " + cfile + ", more than the " + std::to_string(limits::kMaxMs) +
                      " ms a profile may hold"};
       }
-      e.points.push_back(ProfilePoint{n, ms, 0.0});
+      e.points.push_back(ProfilePoint{n, profile_figure(ms), 0.0});
     }
     p.entries.push_back(std::move(e));
   }

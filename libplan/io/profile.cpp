@@ -157,8 +157,8 @@ json links_to_json(const ProfileLinks& l) {
   j["ranks"] = l.ranks;
   auto put = [&](const char* level, const char* kind, const Link& link) {
     if (!(link.gbytes_per_s > 0)) return;
-    j[level][kind] = {{"gbytes_per_s", round_significant(link.gbytes_per_s, kMsSignificantDigits)},
-                      {"latency_us", round_significant(link.latency_us, kMsSignificantDigits)}};
+    j[level][kind] = {{"gbytes_per_s", profile_figure(link.gbytes_per_s)},
+                      {"latency_us", profile_figure(link.latency_us)}};
   };
   put("intra_island", "p2p", l.intra_p2p);
   put("intra_island", "allreduce", l.intra_allreduce);
@@ -194,13 +194,15 @@ Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
 }
 
 json overhead_to_json(const CommOverhead& o) {
-  return {{"exchange_us", round_significant(o.exchange_us, kMsSignificantDigits)},
-          {"message_us", round_significant(o.message_us, kMsSignificantDigits)},
-          {"allreduce_us", round_significant(o.allreduce_us, kMsSignificantDigits)},
-          {"pack_gbytes_per_s", round_significant(o.pack_gbytes_per_s, kMsSignificantDigits)}};
+  return {{"exchange_us", profile_figure(o.exchange_us)},
+          {"message_us", profile_figure(o.message_us)},
+          {"allreduce_us", profile_figure(o.allreduce_us)},
+          {"pack_gbytes_per_s", profile_figure(o.pack_gbytes_per_s)}};
 }
 
 }  // namespace
+
+double profile_figure(double v) { return round_significant(v, kMsSignificantDigits); }
 
 const ProfileEntry* Profile::find(const Workload& w) const {
   const std::string key = w.key();
@@ -451,7 +453,7 @@ std::string profile_to_json(const Profile& profile) {
     for (const auto& pt : e->points) {
       json jp;
       jp["devices"] = pt.devices;
-      jp["ms"] = round_significant(pt.ms, kMsSignificantDigits);
+      jp["ms"] = profile_figure(pt.ms);
       if (pt.spread > 0) jp["spread"] = round_significant(pt.spread, 3);
       pts.push_back(std::move(jp));
     }

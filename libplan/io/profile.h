@@ -74,6 +74,15 @@ Result<Profile> load_profile(const std::string& path);
 // compared by its device only.
 std::vector<std::string> profile_mismatches(const Profile& profile, const Cluster& cluster);
 
+// A figure of the profile (a point's ms, a link's or overhead's number) as
+// the file stores it: 6 significant digits. Profiles made in memory round
+// their figures so too (analytic_profile), so planning from a file that
+// spindle-profile wrote gives exactly the plan made from the profile in
+// memory: the planner's greedy steps can turn a difference in the 7th
+// digit into another schedule (multitask-clip-10 on a800-4x8: 204.9 against
+// 218.1 ms before both rounded alike).
+double profile_figure(double v);
+
 // Deterministic bytes: a version 3 file when the profile names its cluster
 // and has overhead figures, a version 2 file when it names its cluster only
 // (overhead figures without a cluster are not written), else version 1 (so a version 1 file re-encodes to the same bytes); sorted keys, entries sorted by workload key, fixed

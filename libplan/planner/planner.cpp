@@ -59,14 +59,31 @@ Result<Placement> parse_placement(const std::string& name) {
 
 namespace {
 
+// Spindle also plans on half the islands (PlanRequest::fewer_islands) on
+// clusters of at least this many: each halving costs about one more
+// planning, and up to the paper's 8 islands more islands have made every
+// shipped workload faster (bench/README.md), while beyond them the batch
+// runs out and the same work's gradient sums only spread wider.
+constexpr int kFewerIslandsFrom = 16;
+// The half is not planned when its compute alone, packed as this plan packs
+// its own (at most this much over the work bound), cannot beat this plan.
+constexpr double kMaxPackingSlack = 0.1;
 // Island placement passes (place_islands with the previous pass as hint).
 constexpr int kPlacementPasses = 3;
 // Schedules whose first placement pass simulates fastest that get the
 // further passes.
 constexpr size_t kRefinedSchedules = 2;
-// Of the portfolio on the communication-aware allocation, the first
-// schedules placed and simulated (each costs as much as one of the paper's).
+// Of the portfolio on the communication-aware allocation, the schedules
+// placed and simulated (each costs as much as one of the paper's): the
+// first kCappedSchedules as one candidate group, the next
+// kMoreCappedSchedules as another. The portfolio ranks its schedules by
+// compute time, which on many islands predicts the simulated makespan
+// poorly; a group of their own keeps the further ones from taking the
+// first ones' refinement (on multitask-clip-10, a800-4x8, the first two
+// give 218.1 ms and the next two 204.9; a change in the profile's 7th
+// digit had swapped them).
 constexpr size_t kCappedSchedules = 2;
+constexpr size_t kMoreCappedSchedules = 2;
 
 // A baseline's schedule joins Spindle's candidates only up to this many
 // (slot, device) pairs: lowering and simulating it costs about that many
@@ -112,6 +129,20 @@ void relax_levels(Prepared& p, int n_dev) {
     p.relaxed.push_back(relax_level(items, n_dev));
     p.relaxed_optimum_ms += p.relaxed.back().c_star_ms;
   }
+}
+
+// A lower bound on any schedule's makespan of `p` on `devices` devices:
+// every MetaOp occupies at least L min_n n T(n) device-ms (n over its
+// valid counts), and the devices share that work.
+double work_bound_ms(const Prepared& p, int devices) {
+  double area = 0;
+  for (const MetaOp& m : p.contraction.metaops) {
+    double least = std::numeric_limits<double>::infinity();
+    for (int n : p.valid[static_cast<size_t>(m.id)])
+      least = std::min(least, n * p.curves[static_cast<size_t>(m.id)]->time_ms(n));
+    area += m.length() * least;
+  }
+  return area / devices;
 }
 
 // Gradient bytes on the wire of one operator of `m` (one TP shard), as the
@@ -355,7 +386,15 @@ std::vector<AbstractWave> sequential_waves(const Prepared& p, const BaselineInpu
 
 }  // namespace
 
-Result<Plan> make_plan(const PlanRequest& request) {
+namespace {
+
+// make_plan on the request's cluster alone; an error when its compute alone
+// (work_bound_ms x `packing` >= 1) cannot beat `beat_ms` (the caller has a
+// plan that fast).
+// Candidates are not bounded by beat_ms: a first placement pass slower than
+// it may refine to a faster plan, and the plan must be the one make_plan
+// gives on this cluster.
+Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double packing) {
   const auto start = std::chrono::steady_clock::now();
   if (!request.model || !request.graph || !request.cluster || !request.cost)
     return Error{"make_plan: model, graph, cluster and cost model are all required"};
@@ -367,6 +406,9 @@ Result<Plan> make_plan(const PlanRequest& request) {
   Result<Prepared> prepared = prepare(request);
   if (!prepared.ok()) return prepared.error();
   const Prepared& p = *prepared;
+  if (const double bound = work_bound_ms(p, cluster.devices()) * packing; bound >= beat_ms)
+    return Error{"planner: on " + std::to_string(cluster.devices()) + " devices the compute alone takes about " +
+                 std::to_string(bound) + " ms"};
 
   Plan plan;
   plan.strategy = strategy_name(request.strategy);
@@ -393,23 +435,27 @@ Result<Plan> make_plan(const PlanRequest& request) {
                                static_cast<int>(model.tasks.size()), cluster.devices()};
   std::vector<std::vector<AbstractWave>> candidates;
   size_t own_candidates = 0;   // Spindle's portfolio: the first candidates; the baselines' follow
-  // Spindle's portfolio on the communication-aware allocation:
-  // [capped_begin, own_candidates), when there is one.
-  size_t capped_begin = 0;
+  // Candidate groups (below): each begins at an index of candidates;
+  // group 0 is Spindle's portfolio on the paper's allocation and, from
+  // own_candidates on, the baselines' schedules.
+  std::vector<size_t> group_begin{0};
   switch (request.strategy) {
     case Strategy::spindle:
       candidates = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
       // And the same portfolio with no MetaOp spread wider than its
       // gradients' sum pays for: on many islands the widest counts cost
-      // more in all-reduce than they save in compute. Ranked and refined
-      // as a group of their own (below).
+      // more in all-reduce than they save in compute (groups 1 and 2).
       if (const std::optional<Prepared> capped =
               request.comm_aware_candidates ? comm_capped(p, request) : std::nullopt) {
-        capped_begin = candidates.size();
         std::vector<std::vector<AbstractWave>> more =
             spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early);
-        more.resize(std::min(more.size(), kCappedSchedules));
-        for (std::vector<AbstractWave>& waves : more) candidates.push_back(std::move(waves));
+        size_t next = 0;
+        for (size_t size : {kCappedSchedules, kMoreCappedSchedules}) {
+          if (next >= more.size()) break;
+          group_begin.push_back(candidates.size());
+          for (size_t k = next; k < std::min(more.size(), next + size); ++k) candidates.push_back(std::move(more[k]));
+          next += size;
+        }
       }
       own_candidates = candidates.size();
       // The baselines' schedules are wave plans too: Spindle also places
@@ -459,9 +505,10 @@ Result<Plan> make_plan(const PlanRequest& request) {
   };
   auto better = [](const Costed& a, const Costed& b) { return a.simulated_ms < b.simulated_ms * (1 - 1e-12); };
 
-  // First pass of every schedule. Candidates are ranked in two groups:
-  // the paper's allocation with the baselines' schedules (0), and the
-  // communication-aware allocation (1); each group's best kRefinedSchedules
+  // First pass of every schedule. Candidates are ranked in groups: the
+  // paper's allocation with the baselines' schedules (0), the
+  // communication-aware allocation (1, 2);
+  // each group's best kRefinedSchedules
   // get the further passes, so adding the second group never costs the
   // first its refinement (a plan is never worse for the extra
   // candidates). Simulations are bounded by their group's
@@ -469,14 +516,23 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // stopped there has that many faster ones in its group, so each group's
   // best kRefinedSchedules are always simulated to the end, whichever
   // thread ran what.
-  auto group_of = [&](size_t c) { return capped_begin > 0 && c >= capped_begin && c < own_candidates ? 1 : 0; };
+  auto group_of = [&](size_t c) {
+    if (c >= own_candidates) return 0;
+    return static_cast<int>(std::upper_bound(group_begin.begin(), group_begin.end(), c) - group_begin.begin()) - 1;
+  };
+  const int groups = static_cast<int>(group_begin.size());
+  // Candidate c placed (a refinement pass with `hint`: the pass before).
+  auto place_first = [&](size_t c, const std::vector<WavePlacement>* hint) {
+    if (request.placement == Placement::sequential) return place_sequential(candidates[c], cluster.devices());
+    return place_islands(candidates[c], in, hint);
+  };
   std::vector<Costed> costed(candidates.size());
   std::vector<Status> status(candidates.size());
   const size_t workers = parallel_workers(candidates.size());
   std::vector<Plan> scratch(workers, plan);
   std::mutex seen_mutex;
   // Per group: the best makespans finished, ascending, at most kRefinedSchedules.
-  std::array<std::vector<double>, 2> seen;
+  std::vector<std::vector<double>> seen(static_cast<size_t>(groups));
   auto bound = [&](int g) {
     const std::lock_guard<std::mutex> lock(seen_mutex);
     const std::vector<double>& best = seen[static_cast<size_t>(g)];
@@ -493,10 +549,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
   parallel_for(candidates.size(), [&](size_t w, size_t k) {
     const size_t c = run_order[k];
     const int g = group_of(c);
-    status[c] = evaluate(c,
-                         request.placement == Placement::sequential ? place_sequential(candidates[c], cluster.devices())
-                                                                    : place_islands(candidates[c], in),
-                         bound(g), scratch[w], costed[c]);
+    status[c] = evaluate(c, place_first(c, nullptr), bound(g), scratch[w], costed[c]);
     if (!status[c].ok()) return;
     const double ms = costed[c].simulated_ms;
     const std::lock_guard<std::mutex> lock(seen_mutex);
@@ -512,7 +565,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // stopped one is slower, exactly, than kRefinedSchedules others of its
   // group).
   std::vector<size_t> order;
-  for (int g = 0; g < 2; ++g) {
+  for (int g = 0; g < groups; ++g) {
     std::vector<size_t> mine;
     for (size_t c = 0; c < candidates.size(); ++c)
       if (group_of(c) == g) mine.push_back(c);
@@ -532,7 +585,7 @@ Result<Plan> make_plan(const PlanRequest& request) {
     if (request.placement != Placement::islands) return;
     std::vector<WavePlacement> placed = costed[c].placed;
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
-      std::vector<WavePlacement> next = place_islands(candidates[c], in, &placed);
+      std::vector<WavePlacement> next = place_first(c, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
       Costed again;
@@ -552,6 +605,68 @@ Result<Plan> make_plan(const PlanRequest& request) {
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
+}
+
+// The peak of plan.predicted.memory_bytes fits the plan's device memory.
+bool fits_memory(const Plan& plan) {
+  for (int64_t b : plan.predicted.memory_bytes)
+    if (b > plan.memory_bytes) return false;
+  return true;
+}
+
+// make_plan, or an error when it cannot beat `beat_ms` (plan_on_cluster).
+Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double packing) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<Plan> plan = plan_on_cluster(request, beat_ms, packing);
+  if (!plan || request.strategy != Strategy::spindle || !request.fewer_islands ||
+      request.cluster->islands < kFewerIslandsFrom)
+    return plan;
+  // Spindle on the cluster's first half of the islands (and so, by
+  // recursion, on its first quarter, ...): when that simulates faster (its
+  // all-reduce groups spread over fewer islands), it is the plan, the
+  // other devices idle. So more islands never make Spindle's plan slower
+  // (multitask-clip-10, batch fixed: 8 islands of 8 A800s are as fast as
+  // Spindle gets; 16 or 128 islands only spread the same work's gradient
+  // sums wider).
+  Cluster half = *request.cluster;
+  half.islands /= 2;
+  PlanRequest on_half = request;
+  on_half.cluster = &half;
+  // Skipped when its compute alone, packed no better than this plan packs
+  // its own (its compute gap to the relaxed optimum, at most
+  // kMaxPackingSlack), cannot beat both this plan and the caller's: a
+  // heuristic, so that a cluster whose plan is compute-bound (1000 tasks on
+  // 1024 devices) is not planned again on every halving; a plan slowed by
+  // its all-reduces always is.
+  const double gap = plan->predicted.relaxed_optimum_ms > 0
+                         ? plan->predicted.compute_ms / plan->predicted.relaxed_optimum_ms - 1.0
+                         : 0.0;
+  Result<Plan> smaller = plan_beating(on_half, std::min(beat_ms, plan->predicted.simulated_ms),
+                                      1.0 + std::clamp(gap, 0.0, kMaxPackingSlack));
+  if (smaller && smaller->predicted.simulated_ms < plan->predicted.simulated_ms * (1 - 1e-12) &&
+      (fits_memory(*smaller) || !fits_memory(*plan))) {
+    // The same waves, on the whole cluster's header; its costing redone
+    // there (the simulation is the same: idle devices change nothing).
+    Plan wide = std::move(*smaller);
+    const Cluster& cluster = *request.cluster;
+    wide.cluster_name = cluster.name;
+    wide.devices = cluster.devices();
+    wide.devices_per_island = cluster.devices_per_island;
+    wide.memory_bytes = cluster.memory_bytes();
+    const double simulated_ms = wide.predicted.simulated_ms;
+    cost_plan(wide, cost_tables(wide, *request.model, *request.graph, *request.cost), *request.cost);
+    wide.predicted.simulated_ms = simulated_ms;
+    wide.predicted.relaxed_optimum_ms = plan->predicted.relaxed_optimum_ms;
+    *plan = std::move(wide);
+  }
+  plan->planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return plan;
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const PlanRequest& request) {
+  return plan_beating(request, std::numeric_limits<double>::infinity(), 1.0);
 }
 
 int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,

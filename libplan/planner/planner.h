@@ -53,6 +53,12 @@ struct PlanRequest {
   // to the (uncapped) relaxed optimum may be large. Off: the paper's
   // allocation only.
   bool comm_aware_candidates = true;
+  // Spindle only (issue 13), on clusters of 16 islands or more: also plan
+  // on the cluster's first half of the islands (recursively, down to 8) and
+  // keep that plan, the other devices idle, when it simulates faster: from
+  // 8 islands on, doubling the islands never makes Spindle's plan
+  // predicted slower. Off: the whole cluster only.
+  bool fewer_islands = true;
   Placement placement = Placement::islands;
   // Every strategy: how gradients are synchronised (by default overlapping
   // the backward pass, in buckets of at most 25 MiB, as spindle-run runs

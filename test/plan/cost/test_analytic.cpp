@@ -174,6 +174,37 @@ TEST_CASE("analytic profile of a small model: one entry per workload, TP points 
   }
 }
 
+TEST_CASE("an analytic profile in memory holds exactly what its file holds") {
+  // spindle-plan without --profile plans from the profile in memory; with
+  // the file spindle-profile wrote it must get the same plan, so every
+  // figure is already rounded as the file stores it (profile_figure).
+  auto model = parse_model_string(kModel, "analytic-test.yaml");
+  REQUIRE(model.ok());
+  const OpGraph g = expand(*model);
+  const Cluster c = a800(4);
+  auto p = analytic_profile(*model, g, c, nullptr);
+  REQUIRE(p.ok());
+  auto back = parse_profile_string(profile_to_json(*p), "analytic.json");
+  REQUIRE(back.ok());
+  REQUIRE(back->entries.size() == p->entries.size());
+  int points = 0;
+  for (size_t i = 0; i < p->entries.size(); ++i) {
+    REQUIRE(back->entries[i].points.size() == p->entries[i].points.size());
+    for (size_t k = 0; k < p->entries[i].points.size(); ++k) {
+      CHECK(back->entries[i].points[k].ms == p->entries[i].points[k].ms);   // bit for bit
+      CHECK(p->entries[i].points[k].ms == profile_figure(p->entries[i].points[k].ms));
+      ++points;
+    }
+  }
+  CHECK(points > 20);
+  REQUIRE(back->overhead.has_value());
+  CHECK(back->overhead->pack_gbytes_per_s == p->overhead->pack_gbytes_per_s);
+  // Six significant digits, by hand.
+  CHECK(profile_figure(0.1294684321) == 0.129468);
+  CHECK(profile_figure(1019.5) == 1019.5);
+  CHECK(profile_figure(123456789.0) == 123457000.0);
+}
+
 TEST_CASE("analytic profile errors name the cluster key") {
   auto model = parse_model_string(kModel, "analytic-test.yaml");
   REQUIRE(model.ok());
