@@ -53,17 +53,18 @@ std::string ratio(double measured, double predicted) {
 }
 
 // Phase key of a measured box: ("wave", W) for compute of wave W,
-// ("transfer", W), ("sync", 0), ("optimizer", 0); ("", 0) for others.
+// ("transfer", W) (W = -1: the wait for sends posted early), ("sync", 0),
+// ("optimizer", 0); ("", 0) for others.
 std::pair<std::string, int> phase_of(const json& e) {
   const std::string name = e.value("name", "");
   const std::string cat = e.value("cat", "");
   const json& args = e.contains("args") ? e["args"] : json::object();
   if (cat == "compute" && args.contains("wave")) return {"wave", args["wave"].get<int>()};
   if (cat == "compute" && name == "optimizer") return {"optimizer", 0};
-  if (cat == "transfer") {
-    const size_t at = name.rfind(' ');
-    return {"transfer", at == std::string::npos ? 0 : std::stoi(name.substr(at + 1))};
-  }
+  // The runtime names a transfer box's wave in its args (a send posted
+  // early: its producer's wave); the end-of-step wait for those sends has
+  // none (-1).
+  if (cat == "transfer") return {"transfer", args.contains("wave") ? args["wave"].get<int>() : -1};
   if (cat == "sync") return {"sync", 0};
   return {"", 0};
 }
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
   std::printf("loop: plan %s (%s, %d devices, %zu waves), %zu measured steps after %d warm-up\n", plan_path.c_str(),
               plan->strategy.c_str(), plan->devices, plan->waves.size(), step_ms.size(), skip);
   std::printf("%-6s %-8s %12s %12s %7s\n", "wave", "part", "predicted_ms", "measured_ms", "ratio");
-  double sum_compute = 0, sum_transfer = 0;
+  double sum_compute = 0, sum_transfer = measured("transfer", -1);
   for (const auto& w : plan->waves) {
     const double c = measured("wave", w.index), t = measured("transfer", w.index);
     sum_compute += c;

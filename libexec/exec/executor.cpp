@@ -545,7 +545,7 @@ void Executor::post_transfers(const plan::Instr& instr) {
   if (instr.kind == plan::InstrKind::post_send)
     record(std::string("post sends ") + (instr.dir == plan::Direction::forward ? "fwd" : "bwd") + " wave " +
                std::to_string(instr.wave),
-           "transfer", 1, t0, {{"bytes", bytes}});
+           "transfer", 1, t0, {{"bytes", bytes}, {"wave", instr.wave}});
 }
 
 void Executor::finish_sends() {
@@ -625,7 +625,7 @@ void Executor::forward_exchange(const plan::Instr& instr) {
     pieces_[{t.slice, t.input}].push_back(std::move(piece));
   }
   counters_.transfer_ms += ms_since(t0);
-  record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0);
+  record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
 }
 
 void Executor::forward_slice(int slice) {
@@ -750,7 +750,7 @@ void Executor::backward_exchange(const plan::Instr& instr) {
     backend_.add(piece, dst);
   }
   counters_.transfer_ms += ms_since(t0);
-  record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0);
+  record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
 }
 
 void Executor::zero_grads() {
