@@ -117,13 +117,29 @@ TEST_CASE("valid device counts honour tensor parallelism and the batch") {
   CHECK(analytic_valid_counts(12, 2, c, &list) == std::vector<int>{2, 4, 8});  // 16: 8 groups do not split 12
 }
 
-TEST_CASE("analytic profile of a small model: one entry per workload, TP points only at valid counts") {
+// kModel's analytic profile on a800(islands), with the model and graph.
+struct SmallProfile {
+  Model model;
+  OpGraph graph;
+  Cluster cluster;
+  Profile profile;
+};
+SmallProfile small_profile(int islands) {
   auto model = parse_model_string(kModel, "analytic-test.yaml");
   REQUIRE(model.ok());
-  const OpGraph g = expand(*model);
-  const Cluster c = a800(2);
-  auto p = analytic_profile(*model, g, c, nullptr);
+  SmallProfile s{*model, expand(*model), a800(islands), {}};
+  auto p = analytic_profile(s.model, s.graph, s.cluster, nullptr);
   REQUIRE(p.ok());
+  s.profile = std::move(*p);
+  return s;
+}
+
+TEST_CASE("analytic profile of a small model: one entry per workload, TP points only at valid counts") {
+  const SmallProfile small = small_profile(2);
+  const Model& model = small.model;
+  const OpGraph& g = small.graph;
+  const Cluster& c = small.cluster;
+  const Profile* p = &small.profile;
   CHECK(p->device == "A800-SXM4-80GB");
   CHECK(p->source == "analytic");
   // Software overhead: NCCL-like launch costs, copies at half the memory bandwidth.
@@ -160,12 +176,12 @@ TEST_CASE("analytic profile of a small model: one entry per workload, TP points 
     }
   }
   // Deterministic bytes.
-  auto q = analytic_profile(*model, g, c, nullptr);
+  auto q = analytic_profile(model, g, c, nullptr);
   REQUIRE(q.ok());
   CHECK(profile_to_json(*p) == profile_to_json(*q));
 
   const std::vector<int> list{1, 2, 4, 8, 16};
-  auto r = analytic_profile(*model, g, c, &list);
+  auto r = analytic_profile(model, g, c, &list);
   REQUIRE(r.ok());
   for (const auto& e : r->entries) {
     std::vector<int> counts;
@@ -178,12 +194,8 @@ TEST_CASE("an analytic profile in memory holds exactly what its file holds") {
   // spindle-plan without --profile plans from the profile in memory; with
   // the file spindle-profile wrote it must get the same plan, so every
   // figure is already rounded as the file stores it (profile_figure).
-  auto model = parse_model_string(kModel, "analytic-test.yaml");
-  REQUIRE(model.ok());
-  const OpGraph g = expand(*model);
-  const Cluster c = a800(4);
-  auto p = analytic_profile(*model, g, c, nullptr);
-  REQUIRE(p.ok());
+  const SmallProfile small = small_profile(4);
+  const Profile* p = &small.profile;
   auto back = parse_profile_string(profile_to_json(*p), "analytic.json");
   REQUIRE(back.ok());
   REQUIRE(back->entries.size() == p->entries.size());

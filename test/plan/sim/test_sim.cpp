@@ -87,33 +87,31 @@ struct Programs {
   }
   void fwd(int d, int slice) { compute(d, sp::InstrKind::forward, slice); }
   void bwd(int d, int slice) { compute(d, sp::InstrKind::backward, slice); }
-  void exchange(int d, sp::Direction dir, int wave, std::vector<int> transfers) {
-    sp::Instr in;
-    in.kind = sp::InstrKind::exchange;
-    in.dir = dir;
-    in.wave = wave;
+  // Adds `in` to device d's program with `transfers` as its range.
+  void add_with(int d, sp::Instr in, const std::vector<int>& transfers) {
     std::vector<int>& all = l.programs[static_cast<size_t>(d)].transfers;
     in.transfers_begin = static_cast<int>(all.size());
     all.insert(all.end(), transfers.begin(), transfers.end());
     in.transfers_end = static_cast<int>(all.size());
     add(d, in);
   }
-  // A post_send or post_recv of `transfers`, as lowering makes them.
-  void post(int d, sp::InstrKind kind, sp::Direction dir, int slice_or_wave, std::vector<int> transfers) {
+  void exchange(int d, sp::Direction dir, int wave, const std::vector<int>& transfers) {
+    sp::Instr in;
+    in.kind = sp::InstrKind::exchange;
+    in.dir = dir;
+    in.wave = wave;
+    add_with(d, in, transfers);
+  }
+  // A post_send (of slice `slice_or_wave`'s rows) or post_recv (of wave
+  // `slice_or_wave`'s exchange) of `transfers`, as lowering makes them.
+  void post(int d, sp::InstrKind kind, sp::Direction dir, int slice_or_wave, const std::vector<int>& transfers) {
     sp::Instr in;
     in.kind = kind;
     in.dir = dir;
-    if (kind == sp::InstrKind::post_send) {
-      in.slice = slice_or_wave;
-      in.wave = l.slices[static_cast<size_t>(slice_or_wave)].wave;
-    } else {
-      in.wave = slice_or_wave;
-    }
-    std::vector<int>& all = l.programs[static_cast<size_t>(d)].transfers;
-    in.transfers_begin = static_cast<int>(all.size());
-    all.insert(all.end(), transfers.begin(), transfers.end());
-    in.transfers_end = static_cast<int>(all.size());
-    add(d, in);
+    const bool send = kind == sp::InstrKind::post_send;
+    in.slice = send ? slice_or_wave : -1;
+    in.wave = send ? l.slices[static_cast<size_t>(slice_or_wave)].wave : slice_or_wave;
+    add_with(d, in, transfers);
   }
   void allreduce(int d, int bucket) {
     sp::Instr in;
