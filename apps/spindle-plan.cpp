@@ -6,6 +6,7 @@
 //
 // Exit codes: 0 success, 2 bad usage or invalid input (nothing written),
 // 1 runtime failure (e.g. the output cannot be written).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -75,6 +76,16 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
               plan.model_name.c_str(), plan.cluster_name.c_str(), plan.devices, plan.devices_per_island);
   std::printf("graph     %zu operators -> %zu MetaOps in %d levels -> %zu waves\n", graph.ops.size(),
               plan.metaops.size(), levels, plan.waves.size());
+  // A plan may leave devices idle: where spreading wider costs more in
+  // gradient all-reduce than it saves (docs/planner.md, "Fewer islands").
+  std::vector<char> used(static_cast<size_t>(plan.devices), 0);
+  for (const sp::Wave& w : plan.waves)
+    for (const sp::Slice& s : w.slices)
+      for (int d : s.devices) used[static_cast<size_t>(d)] = 1;
+  if (const auto n = std::count(used.begin(), used.end(), 1); n < plan.devices)
+    std::printf("devices   %td of %d run a slice; the others stay idle (more would only spread the gradient "
+                "all-reduces wider)\n",
+                n, plan.devices);
   // The simulated programs (libplan/sim): device-ms shares of devices x iteration.
   const double device_ms = sim.iteration_ms * static_cast<double>(sim.devices.size());
   auto of_all = [&](double ms) { return device_ms > 0 ? 100.0 * ms / device_ms : 0.0; };
