@@ -449,8 +449,9 @@ StepStats Executor::step() {
   // bucket it holds (started during the backward pass, waited for after
   // it), each followed by the optimizer step of its shards; the optimizer
   // step of the shards in no bucket. With overlap, each compute's outputs
-  // for other ranks are sent right after it (post_send) and an exchange's
-  // receives are posted one exchange ahead (post_recv). After each compute
+  // for other ranks are sent right after it (post_send), an exchange's
+  // receives are posted one exchange ahead (post_recv), and the step ends
+  // waiting for those sends (wait_sends). After each compute
   // the communicators get a poll (MPI moves messages only inside calls).
   for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
     switch (in.kind) {
@@ -460,6 +461,7 @@ StepStats Executor::step() {
         break;
       case plan::InstrKind::post_send:
       case plan::InstrKind::post_recv: post_transfers(in); break;
+      case plan::InstrKind::wait_sends: finish_sends(); break;
       case plan::InstrKind::forward:
         forward_slice(in.slice);
         world_.progress();
@@ -479,8 +481,8 @@ StepStats Executor::step() {
     }
   }
 
-  finish_sends();
-  if (!posted_recvs_.empty()) throw std::logic_error("a receive posted early was never waited for");
+  if (!posted_sends_.empty() || !posted_recvs_.empty())
+    throw std::logic_error("a send or receive posted early was never waited for");
 
   // Losses: each rank holds its share of every task's full-batch loss.
   StepStats stats;

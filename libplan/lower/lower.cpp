@@ -428,7 +428,8 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     return any;
   };
   // With early transfers: the post_send of what compute instruction `at`
-  // (slice `slice`) made for other devices.
+  // (slice `slice`) made for other devices (posted_sends: their indices).
+  std::vector<int> posted_sends;
   auto post_sends = [&](int slice, int at) {
     if (!early) return;
     auto it = std::lower_bound(sends_after.begin(), sends_after.end(), std::pair{slice, -1});
@@ -444,7 +445,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     in.transfers_end = static_cast<int>(prog.transfers.size());
     if (in.transfers_end == in.transfers_begin) return;
     if (deps) in.deps.push_back(at);
-    add(std::move(in));
+    posted_sends.push_back(add(std::move(in)));
   };
   post_next_receives(-1);
 
@@ -598,6 +599,14 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     for (size_t i = 0; i < mine.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
     step_shards(-1, reductions);
   }
+  // Last, the wait for every send posted early to be delivered (their
+  // buffers are then free for the next step).
+  if (!posted_sends.empty()) {
+    Instr in;
+    in.kind = InstrKind::wait_sends;
+    if (deps) in.deps = std::move(posted_sends);
+    add(std::move(in));
+  }
   for (int p : touched) param_bwd[static_cast<size_t>(p)].clear();
   return prog;
 }
@@ -613,6 +622,7 @@ const char* kind_name(InstrKind k) {
     case InstrKind::optimizer: return "optimizer";
     case InstrKind::post_send: return "post_send";
     case InstrKind::post_recv: return "post_recv";
+    case InstrKind::wait_sends: return "wait_sends";
   }
   return "?";
 }
@@ -784,6 +794,7 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         j["bytes"] = b.bytes;
         break;
       }
+      case InstrKind::wait_sends: break;
       case InstrKind::optimizer:   // a bucket's shards; else every other one held here
         if (in.bucket >= 0) j["shards"] = shard_names(l.buckets[static_cast<size_t>(in.bucket)]);
         break;

@@ -14,7 +14,8 @@
 //                                gradients on this device are now final (and all before it started)
 //   with overlap (early transfers): right after a forward or backward, a post_send of what it made
 //   for other devices (those sends are then in no exchange), and right after each exchange (the
-//   first: at the start) a post_recv of the receives of the next exchange that has any
+//   first: at the start) a post_recv of the receives of the next exchange that has any; last, a
+//   wait_sends for those sends' delivery
 //   all-reduce of each gradient bucket it is in (buckets in one global order
 //   chosen so that all-reduces over disjoint groups can run side by side);
 //   with overlap: the wait for each, in that order, each followed by the
@@ -28,7 +29,7 @@
 // block, and its wait comes after every exchange. A post_send or post_recv
 // does not block either: an exchange waits for its receives (and for the
 // sends it posts itself), a send posted early is waited for at the end of
-// the step, and it is posted no later than the exchange that would
+// the program (wait_sends), and it is posted no later than the exchange that would
 // otherwise have sent it, so early posting removes waits and adds none.
 #pragma once
 
@@ -52,7 +53,7 @@
 namespace spindle::plan {
 
 inline constexpr int kProgramVersion = 4;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
-                                            // 4: post_send, post_recv (transfers posted early)
+                                            // 4: post_send, post_recv, wait_sends (transfers posted early)
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -108,8 +109,11 @@ struct Bucket {
 // forward (or backward) it just ran made for other devices, each tagged
 // with its transfer index; post_recv posts, without waiting, the receives
 // of its next exchange that has any (the exchange then waits for them).
+// wait_sends, last, waits until every send of its post_sends has been
+// delivered.
 enum class InstrKind {
-  exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv
+  exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv,
+  wait_sends
 };
 
 struct Instr {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <queue>
 #include <tuple>
+#include <utility>
 
 namespace spindle::plan {
 
@@ -93,6 +94,7 @@ class Simulator {
   void end_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
   void enter_wait(int d, int pc, double t);
+  void enter_wait_sends(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
   // all idle, among those that need one of `links` (the links just freed,
@@ -142,6 +144,8 @@ class Simulator {
   std::vector<double> comm_free_;                // by device: when the last all-reduce it is in ends
   std::vector<std::vector<std::pair<int, int>>> at_wait_;     // by bucket: (device, allreduce_wait) blocked there
   std::vector<double> finish_;                   // by device
+  std::vector<int> early_left_;                  // by device: messages of its post_sends not yet delivered
+  std::vector<int> at_wait_sends_;               // by device: its wait_sends while blocked there, else -1
 };
 
 Simulator::Links Simulator::compute_links(const Transfer& tr) const {
@@ -178,6 +182,8 @@ Result<Simulation> Simulator::run() {
   bucket_end_.assign(l_.buckets.size(), -1.0);
   comm_free_.assign(devices, 0.0);
   at_wait_.resize(l_.buckets.size());
+  early_left_.assign(devices, 0);
+  at_wait_sends_.assign(devices, -1);
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
@@ -186,8 +192,10 @@ Result<Simulation> Simulator::run() {
       for (int t : prog.transfers_of(in)) {
         const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
         if (tr.src == tr.dst) continue;
-        // A post_send does not wait for its messages: nothing pending.
+        // A post_send does not wait for its messages: nothing pending
+        // there; the program's wait_sends waits for them.
         if (in.kind == InstrKind::exchange) ++pending_[first_[d] + i];
+        else ++early_left_[d];
         (tr.src == static_cast<int>(d) ? src_instr_ : dst_instr_)[static_cast<size_t>(t)] = static_cast<int>(i);
       }
     }
@@ -225,8 +233,9 @@ Result<Simulation> Simulator::run() {
     if (pc < prog.instrs.size()) {
       const Instr& in = prog.instrs[pc];
       return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
-                   (in.kind == InstrKind::exchange ? " (exchange of wave " + std::to_string(in.wave) + ")"
-                                                   : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
+                   (in.kind == InstrKind::exchange     ? " (exchange of wave " + std::to_string(in.wave) + ")"
+                    : in.kind == InstrKind::wait_sends ? " (wait for its sends)"
+                                                       : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
     }
   }
   return collect();
@@ -250,6 +259,7 @@ void Simulator::ready(int d, int pc, double t) {
   if (in.kind == InstrKind::exchange || in.kind == InstrKind::post_send) return enter_exchange(d, pc, t);
   if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
   if (in.kind == InstrKind::allreduce_wait) return enter_wait(d, pc, t);
+  if (in.kind == InstrKind::wait_sends) return enter_wait_sends(d, pc, t);
   if (in.kind == InstrKind::allreduce_start) {
     enter_allreduce(d, pc, t);   // the device goes on at once
     return ready(d, pc + 1, t);
@@ -380,6 +390,17 @@ void Simulator::enter_wait(int d, int pc, double t) {
   events_.push({std::max(t, end), kReady, d, pc + 1});
 }
 
+// The wait for every message of the device's post_sends: done at once if
+// all are delivered, else when the last one is.
+void Simulator::enter_wait_sends(int d, int pc, double t) {
+  if (early_left_[static_cast<size_t>(d)] > 0) {
+    at_wait_sends_[static_cast<size_t>(d)] = pc;
+    return;
+  }
+  times_[at(d, pc)].ended = t;
+  events_.push({t, kReady, d, pc + 1});
+}
+
 void Simulator::dispatch(const int* links, int n, double t) {
   // Walk the waiting lists of the given links (one or two) merged in order
   // of readiness, a message on both lists once. pos[i]: the next entry of
@@ -439,8 +460,15 @@ void Simulator::delivered(int tr, double t) {
   for (int k : links) link_busy_[static_cast<size_t>(k)] = 0;
   for (auto [d, pc] : {std::pair{x.src, src_instr_[static_cast<size_t>(tr)]},
                        std::pair{x.dst, dst_instr_[static_cast<size_t>(tr)]}}) {
-    if (l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].kind != InstrKind::exchange)
-      continue;   // posted early: its sender did not wait
+    if (l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].kind != InstrKind::exchange) {
+      // Posted early: its sender went on; its wait_sends may be waiting.
+      if (--early_left_[static_cast<size_t>(d)] == 0 && at_wait_sends_[static_cast<size_t>(d)] >= 0) {
+        const int wpc = std::exchange(at_wait_sends_[static_cast<size_t>(d)], -1);
+        times_[at(d, wpc)].ended = t;
+        events_.push({t, kReady, d, wpc + 1});
+      }
+      continue;
+    }
     int& left = pending_[at(d, pc)];
     // The device is blocked in this exchange, has packed, and it is now complete.
     if (--left == 0 && pc_[static_cast<size_t>(d)] == pc &&
@@ -485,6 +513,24 @@ Simulation Simulator::collect() const {
           if (box.dur_ms <= 0) continue;
           break;
         case InstrKind::post_recv: continue;   // 0 ms, nothing to show
+        case InstrKind::wait_sends: {
+          // Blocked until its early sends are delivered: transfer while one
+          // of them moves, else wait.
+          std::vector<std::pair<double, double>> spans;
+          for (size_t j = 0; j < i; ++j) {
+            if (prog.instrs[j].kind != InstrKind::post_send) continue;
+            for (int t : prog.transfers_of(prog.instrs[j]))
+              spans.push_back({messages_[static_cast<size_t>(t)].start_ms, messages_[static_cast<size_t>(t)].end_ms});
+          }
+          const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
+          dev.transfer_ms += moving;
+          dev.wait_ms += box.dur_ms - moving;
+          if (box.dur_ms <= 0) continue;
+          box.track = SimTrack::communication;
+          box.cat = "wait";
+          box.name = "wait for sends posted early";
+          break;
+        }
         case InstrKind::post_send: {
           // Packing is the device's work; the messages then move beside
           // whatever it does next.

@@ -35,6 +35,8 @@
 //                      messages and sent bytes); then it goes on, and its
 //                      messages move beside its work (its exchange, if any,
 //                      no longer waits for them). post_recv: 0 ms.
+//                      wait_sends: until every message of the device's
+//                      post_sends has been delivered.
 //   all-reduce         takes CostModel::allreduce_ms(bytes, devices). A
 //                      device runs one all-reduce at a time (they share its
 //                      links): one starts when every device of the bucket

@@ -47,7 +47,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const sp::Instr& in = prog.instrs[i];
       for (int d : in.deps) CHECK((d >= 0 && d < static_cast<int>(i)));
-      CHECK_FALSE(optimizer);  // the optimizer step of the shards in no bucket is last
+      CHECK((!optimizer || in.kind == sp::InstrKind::wait_sends));  // the rest's optimizer step is last but for that
       switch (in.kind) {
         case sp::InstrKind::exchange:
           CHECK(exchange_rank(in) > last_exchange);
@@ -153,13 +153,28 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           } else {
             CHECK_FALSE(optimizer);
             optimizer = true;
-            CHECK(i + 1 == prog.instrs.size());   // the rest, last
+            // The rest, last but for the wait for the sends posted early.
+            CHECK((i + 1 == prog.instrs.size() ||
+                   (i + 2 == prog.instrs.size() && prog.instrs[i + 1].kind == sp::InstrKind::wait_sends)));
           }
           break;
+        case sp::InstrKind::wait_sends: {
+          // Last, after every post_send, waiting for each of them.
+          CHECK(i + 1 == prog.instrs.size());
+          std::vector<int> sends;
+          for (size_t j = 0; j < i; ++j)
+            if (prog.instrs[j].kind == sp::InstrKind::post_send) sends.push_back(static_cast<int>(j));
+          CHECK_FALSE(sends.empty());
+          if (!in.deps.empty()) CHECK(in.deps == sends);
+          break;
+        }
       }
     }
     CHECK(optimizer);
     CHECK(posted_recvs.empty());   // every receive posted early is waited for by its exchange
+    const bool sends_posted = std::any_of(prog.instrs.begin(), prog.instrs.end(),
+                                          [](const sp::Instr& x) { return x.kind == sp::InstrKind::post_send; });
+    CHECK(sends_posted == (prog.instrs.back().kind == sp::InstrKind::wait_sends));
     CHECK_FALSE((early && blocking));  // early transfers come with overlap only
     if (overlapped) CHECK(stepped == started);   // every bucket's shards stepped after its wait
     CHECK_FALSE((blocking && overlapped));
@@ -416,7 +431,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           std::vector<std::pair<sp::InstrKind, int>> kept;
           for (const sp::Instr& in : prog.instrs)
             if (in.kind != sp::InstrKind::exchange && in.kind != sp::InstrKind::post_send &&
-                in.kind != sp::InstrKind::post_recv)
+                in.kind != sp::InstrKind::post_recv && in.kind != sp::InstrKind::wait_sends)
               kept.push_back({in.kind, in.slice >= 0 ? in.slice : in.bucket});
           return kept;
         };

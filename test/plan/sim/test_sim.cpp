@@ -198,6 +198,12 @@ Programs send_before_other_work(bool early) {
   p.bwd(1, b);
   if (early) p.post(1, sp::InstrKind::post_send, sp::Direction::backward, b, {g});
   else p.exchange(1, sp::Direction::backward, 2, {g});
+  if (early)
+    for (int d : {0, 1}) {
+      sp::Instr wait;
+      wait.kind = sp::InstrKind::wait_sends;
+      p.add(d, wait);
+    }
   return p;
 }
 
@@ -331,19 +337,26 @@ TEST_CASE("transfers posted early leave when their rows are made, not at their w
   CHECK(late.iteration_ms == Approx(19.0));
   CHECK(late.messages[0].start_ms == Approx(3.0));
   // Posted early: A's rows leave at 1 and move while d0 runs C.
-  //   d0: fwd A [0,1], post_send, fwd C [1,3], exchange bwd [3,11], bwd C [11,15], bwd A [15,17]
-  //   d1: exchange fwd [0,3], fwd B [3,5], bwd B [5,9], post_send (the gradient moves [9,11]); done at 9
+  //   d0: fwd A [0,1], post_send, fwd C [1,3], exchange bwd [3,11], bwd C [11,15], bwd A [15,17],
+  //       wait_sends (A's rows were delivered at 3)
+  //   d1: exchange fwd [0,3], fwd B [3,5], bwd B [5,9], post_send (the gradient moves [9,11]),
+  //       wait_sends [9,11]
   const sp::Simulation early = send_before_other_work(true).run(hand_cluster(1, 2));
   CHECK(early.iteration_ms == Approx(17.0));
   REQUIRE(early.messages.size() == 2);
   CHECK(early.messages[0].ready_ms == Approx(1.0));
   CHECK(early.messages[0].end_ms == Approx(3.0));
   CHECK(early.messages[1].start_ms == Approx(9.0));
-  CHECK(early.devices[1].finish_ms == Approx(9.0));   // it does not wait for its send
+  CHECK(early.devices[1].finish_ms == Approx(11.0));   // its last instruction waits for its send
+  CHECK(early.devices[0].finish_ms == Approx(17.0));
   CHECK(box(early, 1, 2, "forward").start_ms == Approx(3.0));
   CHECK(box(early, 0, 5, "backward").start_ms == Approx(11.0));
-  // d1 waited [0,3] in its exchange while the message moved [1,3]: 2 ms transfer, 1 ms wait.
-  CHECK(early.devices[1].transfer_ms == Approx(2.0));
+  const sp::SimBox& sends_wait = box(early, 1, 5, "wait");
+  CHECK(sends_wait.start_ms == Approx(9.0));
+  CHECK(sends_wait.dur_ms == Approx(2.0));
+  // d1 waited [0,3] in its exchange while the message moved [1,3] (2 ms
+  // transfer, 1 ms wait), then [9,11] for its own send (2 ms transfer).
+  CHECK(early.devices[1].transfer_ms == Approx(4.0));
   CHECK(early.devices[1].wait_ms == Approx(1.0));
   // With overhead (100 us per exchange or post_send, 50 us per message,
   // packing at 2 GB/s: 1 ms per 2e6 bytes): the sender packs in its
