@@ -82,6 +82,7 @@ struct Args {
   bool resume = false;
   bool overwrite = false;      // a fresh run may delete DIR's checkpoints of another run
   bool no_overlap = false;     // gradient all-reduces after the backward pass, blocking
+  bool no_early = false;       // transfers in their exchanges, not posted early
   double bucket_mb = 25;       // gradient bucket cap, MiB
   double comm_timeout_s = 600; // NCCL: how long a call waits for its peers before the job ends
   int steps = 10;
@@ -486,6 +487,7 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   rt.options.adamw.lr = args.lr;
   rt.options.record_trace = !args.trace_path.empty();
   rt.options.sync.overlap = !args.no_overlap;
+  rt.options.sync.early_transfers = !args.no_early;
   rt.options.sync.bucket_bytes = sp::bucket_bytes_of_mb(args.bucket_mb);
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;
@@ -853,6 +855,9 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", args.bucket_mb,
                  "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (pass spindle-plan the same)")
       ->capture_default_str();
+  app.add_flag("--no-early-transfers", args.no_early,
+               "send each transfer in its wave's exchange instead of right after the compute that made it "
+               "(same results; pass spindle-plan the same)");
   app.add_option("--comm-timeout", args.comm_timeout_s,
                  "NCCL: seconds a collective or transfer waits for its peers before the job ends with a message "
                  "naming the rank (a stalled or dead peer)")

@@ -17,8 +17,10 @@
 #       is the same model with tensor_parallel 1 (same parameter names, so
 #       the same initial values and data; TP only splits the arithmetic).
 #       Plans 3 and 4seq also run with --no-overlap (gradient all-reduces
-#       after the backward pass instead of during it): gradients, final
-#       parameters and every step's losses must be bitwise the same.
+#       after the backward pass instead of during it, transfers in their
+#       exchanges) and with --no-early-transfers (transfers in their
+#       exchanges only): gradients, final parameters and every step's
+#       losses must be bitwise the same.
 #       Under the sanitizers (SPINDLE_TEST_SANITIZED=1, set by scripts/test.sh
 #       for its build-asan pass) only plans 3 and 4seq run against the
 #       reference: the uninstrumented pass covers every variant, and each run
@@ -146,6 +148,15 @@ case "$MODE" in
         { cmp "grads$v.json" "grads$v-no.json" && cmp "params$v.json" "params$v-no.json" &&
           diff <(losses "m$v.jsonl") <(losses "m$v-no.jsonl"); } || status=1
         "$COMPARE" --bytes "prog$v" "m$v-no.jsonl" || status=1
+        # Transfers in their exchanges instead of posted early: the same again.
+        rm -f "m$v-late.jsonl" "params$v-late.json" "grads$v-late.json"
+        run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v-late.jsonl" --dump-params "params$v-late.json" \
+            --dump-grads "grads$v-late.json" --no-early-transfers
+        [ "$rc" -eq 0 ] || { cat run.log; die "run $v --no-early-transfers (np $np) exit $rc"; }
+        echo "== $name: plan $v, --no-early-transfers: bitwise the same gradients, parameters and losses"
+        { cmp "grads$v.json" "grads$v-late.json" && cmp "params$v.json" "params$v-late.json" &&
+          diff <(losses "m$v.jsonl") <(losses "m$v-late.jsonl"); } || status=1
+        "$COMPARE" --bytes "prog$v" "m$v-late.jsonl" || status=1
       fi
     done
     exit $status ;;
