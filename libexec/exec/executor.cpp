@@ -501,9 +501,9 @@ StepStats Executor::step() {
 // ---------------------------------------------------------------------------
 // Transfers. A transfer's rows leave this rank from a host buffer (MPI, the
 // fakes) posted with the transfer's tag, or, over device memory (NCCL), in
-// one group per exchange. Sends posted early (post_send) are waited for at
-// the end of the step; receives posted early (post_recv) by the exchange
-// that uses them.
+// one group per exchange. Sends posted early (post_send) are waited for by
+// the program's last instruction (wait_sends); receives posted early
+// (post_recv) by the exchange that uses them.
 
 Tensor Executor::outgoing(const plan::Transfer& t) {
   if (t.dir == plan::Direction::forward) {
@@ -906,11 +906,15 @@ EvalStats Executor::evaluate(DataSource& source, int64_t batch) {
   std::fill(loss_.begin(), loss_.end(), 0.0);
   // The forward part of this device's program: its forward exchanges and
   // forwards, in program order.
+  // With early transfers also the forward post_sends and post_recvs, and
+  // the wait for those sends at the end (not the program's wait_sends,
+  // which comes after the backward pass).
   for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
-    if (in.dir != plan::Direction::forward) continue;
-    if (in.kind == plan::InstrKind::exchange) forward_exchange(in);
+    const bool forward_comm = in.dir == plan::Direction::forward;
+    if (in.kind == plan::InstrKind::exchange && forward_comm) forward_exchange(in);
     else if (in.kind == plan::InstrKind::forward) forward_slice(in.slice);
-    else if (in.kind == plan::InstrKind::post_send || in.kind == plan::InstrKind::post_recv) post_transfers(in);
+    else if ((in.kind == plan::InstrKind::post_send || in.kind == plan::InstrKind::post_recv) && forward_comm)
+      post_transfers(in);
   }
   finish_sends();
   eval_ = nullptr;

@@ -1,7 +1,6 @@
 #include "libplan/planner/planner.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -16,6 +15,7 @@
 #include "libplan/rules/links.h"
 #include "libplan/planner/baselines.h"
 #include "libplan/planner/cost_plan.h"
+#include "libplan/planner/feasibility.h"
 #include "libplan/sim/sim.h"
 #include "libplan/waves/portfolio.h"
 #include "libplan/util/limits.h"
@@ -507,10 +507,9 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
 
   // First pass of every schedule. Candidates are ranked in groups: the
   // paper's allocation with the baselines' schedules (0), the
-  // communication-aware allocation (1, 2);
-  // each group's best kRefinedSchedules
-  // get the further passes, so adding the second group never costs the
-  // first its refinement (a plan is never worse for the extra
+  // communication-aware allocation (1, 2); each group's best
+  // kRefinedSchedules get the further passes, so a group added never costs
+  // the others their refinement (a plan is never worse for the extra
   // candidates). Simulations are bounded by their group's
   // kRefinedSchedules-th best makespan any worker has finished: a candidate
   // stopped there has that many faster ones in its group, so each group's
@@ -607,13 +606,6 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   return plan;
 }
 
-// The peak of plan.predicted.memory_bytes fits the plan's device memory.
-bool fits_memory(const Plan& plan) {
-  for (int64_t b : plan.predicted.memory_bytes)
-    if (b > plan.memory_bytes) return false;
-  return true;
-}
-
 // make_plan, or an error when it cannot beat `beat_ms` (plan_on_cluster).
 Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double packing) {
   const auto start = std::chrono::steady_clock::now();
@@ -643,8 +635,9 @@ Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double pac
                          : 0.0;
   Result<Plan> smaller = plan_beating(on_half, std::min(beat_ms, plan->predicted.simulated_ms),
                                       1.0 + std::clamp(gap, 0.0, kMaxPackingSlack));
+  auto fits = [&](const Plan& x) { return check_plan_memory(x, *request.model).ok(); };
   if (smaller && smaller->predicted.simulated_ms < plan->predicted.simulated_ms * (1 - 1e-12) &&
-      (fits_memory(*smaller) || !fits_memory(*plan))) {
+      (fits(*smaller) || !fits(*plan))) {
     // The same waves, on the whole cluster's header; its costing redone
     // there (the simulation is the same: idle devices change nothing).
     Plan wide = std::move(*smaller);

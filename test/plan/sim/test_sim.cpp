@@ -207,11 +207,12 @@ Programs send_before_other_work(bool early) {
   return p;
 }
 
-// d0 runs a 3 ms slice, d1 a 9 ms one, then both all-reduce one 1e6-byte
-// bucket: blocking, or `started` and then waited for.
-Programs slow_member(bool started) {
+// d0 runs a slice of ms[0], d1 one of ms[1], then both all-reduce one
+// 1e6-byte bucket: blocking, or `started` and then waited for; then the
+// optimizer (0 ms).
+Programs one_bucket(std::array<double, 2> ms, bool started) {
   Programs p(2);
-  const int a = p.slice(0, {0}, 3.0), b = p.slice(0, {1}, 9.0);
+  const int a = p.slice(0, {0}, ms[0]), b = p.slice(0, {1}, ms[1]);
   const int k = p.bucket({0, 1}, 1'000'000);
   for (auto [d, s] : {std::pair{0, a}, std::pair{1, b}}) {
     p.fwd(d, s);
@@ -226,6 +227,9 @@ Programs slow_member(bool started) {
   }
   return p;
 }
+
+// d0 runs a 3 ms slice, d1 a 9 ms one: the all-reduce waits for d1.
+Programs slow_member(bool started) { return one_bucket({3.0, 9.0}, started); }
 
 // Both devices run s1 (wave 0, 3 ms: forward 1, backward 2) and s2 (wave 1,
 // 6 ms: 2 + 4). Bucket k2 (index 0: 1e6 bytes, 1 ms over 2 devices at 1
@@ -517,15 +521,7 @@ TEST_CASE("software overhead: packing before, unpacking after an exchange, an al
 
   // All-reduce of 1e6 bytes over two devices: ring 1 ms + 0.2 ms fixed +
   // flatten and unflatten 2 x 0.5 ms = 2.2 ms.
-  Programs q(2);
-  const int c = q.slice(0, {0}, 3.0), e = q.slice(0, {1}, 3.0);
-  const int k = q.bucket({0, 1}, 1'000'000);
-  for (auto [d, s] : {std::pair{0, c}, std::pair{1, e}}) {
-    q.fwd(d, s);
-    q.bwd(d, s);
-    q.allreduce(d, k);
-  }
-  const sp::Simulation ar = q.run(hand_cluster(1, 2), {}, o);
+  const sp::Simulation ar = one_bucket({3.0, 3.0}, false).run(hand_cluster(1, 2), {}, o);
   CHECK(ar.devices[0].sync_ms == Approx(2.2));
   CHECK(ar.iteration_ms == Approx(5.2));
 }
