@@ -56,5 +56,7 @@ void Comm::all_gather_device(const float*, float*, int64_t) { no_device_memory("
 void Comm::exchange_device(std::span<const DeviceTransfer>, std::span<const DeviceTransfer>) {
   no_device_memory("exchange_device");
 }
+int Comm::start_all_reduce_sum_device(float*, int64_t) { no_device_memory("start_all_reduce_sum_device"); }
+void Comm::wait_all_reduce_device(int) { no_device_memory("wait_all_reduce_device"); }
 
 }  // namespace spindle::exec

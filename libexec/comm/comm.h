@@ -106,7 +106,7 @@ class Comm {
 
   // Device memory. A communicator that moves buffers in the memory of the
   // current CUDA device directly (NCCL) returns true from device_memory()
-  // and implements the three methods below, with the same ordering rules as
+  // and implements the methods below, with the same ordering rules as
   // their host versions; callers with device buffers check device_memory()
   // and otherwise stage through host memory. The defaults throw
   // std::logic_error: a caller that skipped the check is a bug.
@@ -120,6 +120,13 @@ class Comm {
   };
   // Posts every send and receive at once and waits for all of them.
   virtual void exchange_device(std::span<const DeviceTransfer> sends, std::span<const DeviceTransfer> recvs);
+  // start_all_reduce_sum / wait_all_reduce over device memory, with their
+  // rules; the wait orders the device's later work after the sum and need
+  // not return only once it is done (NCCL: the sum runs on the
+  // communicator's own stream and the compute stream waits for it, the
+  // host does not; progress() asks whether it is done).
+  virtual int start_all_reduce_sum_device(float* data, int64_t count);
+  virtual void wait_all_reduce_device(int request);
 
  private:
   // The default non-blocking all-reduce: started, not yet waited for.

@@ -39,7 +39,82 @@ void* device_alloc(size_t bytes) {
   CUDA_CHECK(rc);
   return p;
 }
+
+// Every NCCL communicator of this rank not yet destroyed: a wait for the
+// compute stream asks each for an asynchronous error, since the stream may
+// wait for another communicator's started all-reduce. One thread uses
+// the communicators (Comm's rule), so no lock.
+std::vector<ncclComm_t>& live_comms() {
+  static std::vector<ncclComm_t> live;
+  return live;
+}
+
+// The first asynchronous error of a live communicator ("" when none):
+// its error string and NCCL's last message.
+std::string live_comm_error() {
+  for (ncclComm_t c : live_comms()) {
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(c, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+      return std::string(ncclGetErrorString(async)) + ": " + ncclGetLastError(c);
+  }
+  return {};
+}
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// CudaStreams
+
+CudaStreams::~CudaStreams() {
+  finish();
+  for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  if (comm_) (void)cudaStreamDestroy(comm_);
+}
+
+cudaStream_t CudaStreams::comm() {
+  if (!comm_) CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  return comm_;
+}
+
+void CudaStreams::finish() noexcept {
+  if (comm_) (void)cudaStreamSynchronize(comm_);
+}
+
+int CudaStreams::make_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  events_.push_back(e);
+  return static_cast<int>(events_.size()) - 1;
+}
+
+void CudaStreams::record(int event, Stream on) {
+  CUDA_CHECK(cudaEventRecord(events_.at(static_cast<size_t>(event)), stream(on)));
+}
+
+void CudaStreams::wait(Stream s, int event) {
+  CUDA_CHECK(cudaStreamWaitEvent(stream(s), events_.at(static_cast<size_t>(event)), 0));
+}
+
+bool CudaStreams::done(int event) {
+  const cudaError_t rc = cudaEventQuery(events_.at(static_cast<size_t>(event)));
+  if (rc == cudaErrorNotReady) return false;
+  CUDA_CHECK(rc);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// NcclComm
+
+NcclComm::NcclComm(ncclComm_t comm, int rank, int size, double timeout_s)
+    : comm_(comm), rank_(rank), size_(size), timeout_s_(timeout_s) {
+  live_comms().push_back(comm_);
+}
+
+std::unique_ptr<NcclComm> NcclComm::adopt(ncclComm_t comm, int rank, int size, double timeout_s) {
+  std::unique_ptr<NcclComm> c(new NcclComm(comm, rank, size, timeout_s));
+  c->barrier();  // NCCL sets up its collective buffers now, before the pool holds the device's memory
+  return c;
+}
 
 std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group, double timeout_s) {
   // Every connection (the p2p ones too, which NCCL otherwise makes at their
@@ -52,14 +127,15 @@ std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group, double timeout_
   MPI_CHECK(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, group.handle()));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, group.size(), id, group.rank()));
-  std::unique_ptr<NcclComm> out(new NcclComm(comm, group.rank(), group.size(), timeout_s));
-  out->barrier();  // NCCL sets up its collective buffers now, before the pool holds the device's memory
-  return out;
+  return adopt(comm, group.rank(), group.size(), timeout_s);
 }
 
 NcclComm::~NcclComm() {
   (void)cudaStreamSynchronize(0);
+  streams_.finish();  // no NCCL work left in flight on this communicator's stream
   if (scratch_) (void)cudaFree(scratch_);
+  std::vector<ncclComm_t>& live = live_comms();
+  live.erase(std::remove(live.begin(), live.end(), comm_), live.end());
   (void)ncclCommDestroy(comm_);
 }
 
@@ -84,13 +160,7 @@ void NcclComm::wait(const char* what) {
         CUDA_CHECK(rc);
         return true;
       },
-      [this] {
-        ncclResult_t async = ncclSuccess;
-        NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-        if (async == ncclSuccess || async == ncclInProgress) return std::string();
-        return std::string(ncclGetErrorString(async)) + ": " + ncclGetLastError(comm_);
-      },
-      timeout_s_);
+      [] { return live_comm_error(); }, timeout_s_);
   if (w.end == WaitEnd::done) return;
   int world_rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -123,9 +193,30 @@ void NcclComm::exchange_device(std::span<const Transfer> sends, std::span<const 
   wait("NCCL send/receive");
 }
 
+int NcclComm::start_all_reduce_sum_device(float* data, int64_t count) {
+  return started_.start([&] {
+    if (count > 0)
+      NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, comm_, streams_.comm()));
+  });
+}
+
+void NcclComm::wait_all_reduce_device(int request) { started_.wait(request); }
+
+bool NcclComm::progress() { return started_.complete(); }
+
+std::unique_ptr<Comm> NcclComm::duplicate() {
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommSplit(comm_, 0, rank_, &comm, nullptr));
+  return adopt(comm, rank_, size_, timeout_s_);
+}
+
+// The host-staged calls copy with cudaMemcpy, which waits for the compute
+// stream without a timeout: they first wait for it under the watchdog
+// (it may be waiting for a started all-reduce whose peer stalled).
 void NcclComm::all_reduce_sum(std::span<float> data) {
   const auto n = static_cast<int64_t>(data.size());
   if (n == 0) return;
+  wait("NCCL (the device's earlier work, before an all-reduce of host memory)");
   float* d = scratch(n);
   CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kFloatBytes, cudaMemcpyHostToDevice));
   all_reduce_sum_device(d, n);
@@ -137,6 +228,7 @@ void NcclComm::all_gather(std::span<const float> send, std::span<float> recv) {
   if (recv.size() != send.size() * static_cast<size_t>(size_))
     throw std::invalid_argument("NcclComm::all_gather: recv must hold size() * send.size() floats");
   if (n == 0) return;
+  wait("NCCL (the device's earlier work, before an all-gather of host memory)");
   float* d = scratch(n * (size_ + 1));
   CUDA_CHECK(cudaMemcpy(d, send.data(), send.size() * kFloatBytes, cudaMemcpyHostToDevice));
   all_gather_device(d, d + n, n);
@@ -146,6 +238,7 @@ void NcclComm::all_gather(std::span<const float> send, std::span<float> recv) {
 void NcclComm::send(std::span<const float> data, int peer, int /*tag*/) {
   const auto n = static_cast<int64_t>(data.size());
   if (n == 0) return;
+  wait("NCCL (the device's earlier work, before a send of host memory)");
   float* d = scratch(n);
   CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kFloatBytes, cudaMemcpyHostToDevice));
   const Transfer t{d, n, peer};
@@ -165,6 +258,7 @@ void NcclComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf>
   int64_t total = 0;
   for (const SendBuf& s : sends) total += static_cast<int64_t>(s.data.size());
   for (const RecvBuf& r : recvs) total += static_cast<int64_t>(r.data.size());
+  wait("NCCL (the device's earlier work, before an exchange of host memory)");
   float* d = scratch(std::max<int64_t>(total, 1));
   std::vector<Transfer> ds, dr;
   for (const SendBuf& s : sends) {
@@ -204,9 +298,7 @@ std::map<std::vector<int>, std::unique_ptr<Comm>> create_nccl_group_comms(
     ncclComm_t comm = nullptr;
     NCCL_CHECK(ncclCommSplit(world.handle(), member ? 0 : NCCL_SPLIT_NOCOLOR, key, &comm, nullptr));
     if (!member) continue;
-    std::unique_ptr<NcclComm> c(new NcclComm(comm, key, static_cast<int>(g.size()), world.timeout_s_));
-    c->barrier();  // as in create(): NCCL's buffers before the pool's
-    out[g] = std::move(c);
+    out[g] = NcclComm::adopt(comm, key, static_cast<int>(g.size()), world.timeout_s_);
   }
   return out;
 }

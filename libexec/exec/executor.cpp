@@ -767,8 +767,9 @@ void Executor::zero_grads() {
 // of it are final (allreduce_start, during the backward pass), finished
 // before the optimizer (allreduce_wait); a blocking allreduce
 // (--no-overlap) is both at once, through the same calls, so the sums are
-// bitwise the same either way. Over device memory (NCCL) the reduction
-// itself runs at the finish, in the global bucket order, as before.
+// bitwise the same either way. Over device memory (NCCL) the reduction runs
+// on the bucket communicator's own stream and the finish makes the compute
+// stream wait for it, not the host (nccl_comm.h).
 void Executor::start_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
   const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
@@ -783,9 +784,10 @@ void Executor::start_bucket(int bucket) {
   for (const plan::ShardKey& key : b.shards)
     for (Param& p : params_.at(key).set.params) started.grads.push_back(&p.grad);
   Tensor& flat = bucket_buffers_[bucket];
-  const bool device = on_device(backend_, comm);
-  started.in_place = pack_flat(backend_, device, started.grads, flat);
-  started.request = device ? -1 : comm.start_all_reduce_sum({flat.data(), static_cast<size_t>(flat.numel())});
+  started.device = on_device(backend_, comm);
+  started.in_place = pack_flat(backend_, started.device, started.grads, flat);
+  started.request = started.device ? comm.start_all_reduce_sum_device(flat.data(), flat.numel())
+                                   : comm.start_all_reduce_sum({flat.data(), static_cast<size_t>(flat.numel())});
   counters_.sync_ms += ms_since(t0);
 }
 
@@ -794,8 +796,8 @@ void Executor::finish_bucket(int bucket) {
   const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
   StartedBucket& started = started_.at(bucket);
   Tensor& flat = bucket_buffers_[bucket];
-  if (started.request >= 0) started.comm->wait_all_reduce(started.request);
-  else started.comm->all_reduce_sum_device(flat.data(), flat.numel());
+  if (started.device) started.comm->wait_all_reduce_device(started.request);
+  else started.comm->wait_all_reduce(started.request);
   unpack_flat(backend_, started.in_place, flat, started.grads);
   counters_.reduced_bytes += flat.numel() * kBytesPerFloat;
   counters_.sync_ms += ms_since(t0);
@@ -807,8 +809,7 @@ void Executor::finish_bucket(int bucket) {
 // Lets the started all-reduces advance between operators (MPI progresses
 // non-blocking collectives only inside MPI calls).
 void Executor::progress_buckets() {
-  for (auto& [bucket, started] : started_)
-    if (started.request >= 0) (void)started.comm->progress();
+  for (auto& [bucket, started] : started_) (void)started.comm->progress();
 }
 
 // AdamW on the shards of `bucket` (its gradients just summed), or with

@@ -261,7 +261,8 @@ class Executor {
   // The gradient buckets started and not yet finished (finish_bucket erases).
   struct StartedBucket {
     Comm* comm = nullptr;
-    int request = -1;               // Comm::start_all_reduce_sum's; -1: over device memory, at the finish
+    int request = -1;               // Comm::start_all_reduce_sum's (device: start_all_reduce_sum_device's)
+    bool device = false;            // the flat buffer is in device memory (NCCL)
     std::vector<Tensor*> grads;     // its flat buffer is bucket_buffers_[bucket]
     bool in_place = true;           // the grads are views of it (nothing to copy back)
     Clock::time_point start;
