@@ -13,21 +13,24 @@ namespace {
 
 int Comm::start_all_reduce_sum(std::span<float> data) {
   deferred_.push_back(data);
+  deferred_open_.push_back(1);
   return static_cast<int>(deferred_.size()) - 1;
 }
 
 void Comm::wait_all_reduce(int request) {
-  if (request < 0 || static_cast<size_t>(request) != next_wait_ || next_wait_ >= deferred_.size())
+  if (request < 0 || static_cast<size_t>(request) >= deferred_.size() || deferred_open_[static_cast<size_t>(request)] == 0)
     throw std::logic_error("Comm::wait_all_reduce: request " + std::to_string(request) +
-                           " is not the next one started and not yet waited for");
-  all_reduce_sum(deferred_[next_wait_++]);
-  if (next_wait_ == deferred_.size()) {
+                           " was not started or was waited for already");
+  deferred_open_[static_cast<size_t>(request)] = 0;
+  all_reduce_sum(deferred_[static_cast<size_t>(request)]);
+  if (++waited_ == deferred_.size()) {
+    deferred_open_.clear();
     deferred_.clear();
-    next_wait_ = 0;
+    waited_ = 0;
   }
 }
 
-bool Comm::progress() { return next_wait_ == deferred_.size(); }
+bool Comm::progress() { return waited_ == deferred_.size(); }
 
 int Comm::post_send(std::span<const float> data, int peer, int tag) {
   send(data, peer, tag);

@@ -83,10 +83,12 @@ class Comm {
   // starts summing `data` in place, with all_reduce_sum's rules (every
   // rank, in the same order, the same counts; every rank gets bitwise the
   // same result); the result is there once wait_all_reduce(request)
-  // returns. `data` stays alive and untouched until then. Requests are
-  // waited for in the order they were started, each once. The default
-  // runs the blocking all_reduce_sum at the wait (the fakes: correct, no
-  // overlap); MPI starts it at once (MPI_Iallreduce).
+  // returns. `data` stays alive and untouched until then. Each request is
+  // waited for once: in the order started on MPI and NCCL (the executor
+  // starts one bucket per duplicate() when buckets start out of order), in
+  // any order by the default, which runs the blocking all_reduce_sum at
+  // the wait (the fakes: correct, no overlap; every rank must then wait in
+  // one order). MPI starts it at once (MPI_Iallreduce).
   virtual int start_all_reduce_sum(std::span<float> data);
   virtual void wait_all_reduce(int request);
   // A communicator over the same ranks whose collectives never match this
@@ -130,8 +132,9 @@ class Comm {
 
  private:
   // The default non-blocking all-reduce: started, not yet waited for.
-  std::vector<std::span<float>> deferred_;
-  size_t next_wait_ = 0;
+  std::vector<std::span<float>> deferred_;   // by request
+  std::vector<char> deferred_open_;          // by request: not yet waited for
+  size_t waited_ = 0;
   // The default point-to-point requests: a receive to run at its wait
   // (a send is done at once); cleared once none is open.
   struct Deferred {

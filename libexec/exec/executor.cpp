@@ -391,12 +391,25 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
   bind_bucket_views();
   // Started all-reduces get communicators of their own, so that they never
   // match the blocking collectives a slice over the same group runs during
-  // the backward pass. Made in one order (the groups sorted) on every rank.
-  std::set<std::vector<int>> bucket_groups;
-  for (const plan::Bucket& b : sched_->lowered.buckets)
-    if (std::binary_search(b.devices.begin(), b.devices.end(), rank_)) bucket_groups.insert(b.devices);
-  for (const std::vector<int>& devs : bucket_groups)
-    if (std::unique_ptr<Comm> dup = groups_.at(devs)->duplicate()) bucket_comms_.emplace(devs, std::move(dup));
+  // the backward pass. Made in one order (the lowering's bucket order) on
+  // every rank, each by every member of its group.
+  const std::vector<plan::Bucket>& buckets = sched_->lowered.buckets;
+  const bool per_bucket = plan.bucket_starts == plan::BucketStarts::when_ready;
+  std::map<std::vector<int>, Comm*> of_group;   // per_bucket false: the group's one duplicate
+  bucket_comm_.assign(buckets.size(), nullptr);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const std::vector<int>& devs = buckets[b].devices;
+    if (!std::binary_search(devs.begin(), devs.end(), rank_)) continue;
+    Comm& group = *groups_.at(devs);
+    if (const auto made = of_group.find(devs); made != of_group.end()) {
+      bucket_comm_[b] = made->second;
+      continue;
+    }
+    std::unique_ptr<Comm> dup = group.duplicate();
+    bucket_comm_[b] = dup ? dup.get() : &group;
+    if (dup) bucket_dups_.push_back(std::move(dup));
+    if (!per_bucket) of_group.emplace(devs, bucket_comm_[b]);
+  }
 }
 
 // In host memory (the CPU backend), the gradients of each bucket this rank
@@ -773,8 +786,7 @@ void Executor::zero_grads() {
 void Executor::start_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
   const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
-  const auto own = bucket_comms_.find(b.devices);
-  Comm& comm = own != bucket_comms_.end() ? *own->second : *groups_.at(b.devices);
+  Comm& comm = *bucket_comm_.at(static_cast<size_t>(bucket));
   StartedBucket& started = started_[bucket];
   started.comm = &comm;
   started.start = t0;

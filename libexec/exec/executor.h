@@ -268,9 +268,15 @@ class Executor {
     Clock::time_point start;
   };
   std::map<int, StartedBucket> started_;
-  // Per bucket group this rank is in: the communicator its all-reduces are
-  // started on (Comm::duplicate of the group's; absent: the group's own).
-  GroupComms bucket_comms_;
+  // By bucket (of the lowering; nullptr where this rank is not in it): the
+  // communicator its all-reduce is started on. Comm::duplicate of the
+  // group's, one per group when the plan starts buckets in order, one per
+  // bucket when it starts them when ready (a rank may start two buckets
+  // of one group in another order than its peers, which one communicator
+  // would not allow); the group's own where duplicate gives none (the
+  // fakes). bucket_dups_ owns the duplicates.
+  std::vector<Comm*> bucket_comm_;
+  std::vector<std::unique_ptr<Comm>> bucket_dups_;
 
   // Data: the source the current pass reads, and its batch.
   std::unique_ptr<DataSource> synthetic_;  // the default training data

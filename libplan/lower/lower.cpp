@@ -341,7 +341,7 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 // With `deps` false, every Instr::deps is left empty (LowerOptions).
 Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, int waves, int d,
                       std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
-                      const GradSync& sync) {
+                      const GradSync& sync, BucketStarts starts) {
   const bool overlap = sync.overlap;
   const bool early = sync.overlap && sync.early_transfers;
   Program prog;
@@ -500,8 +500,9 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     for (int p : stepped) last_step[static_cast<size_t>(p)] = -1;
   }
   // The all-reduce of bucket mine.buckets[i] (blocking, or its start), after
-  // the backward of every slice of d that uses one of its parameters.
-  std::vector<int> reductions;
+  // the backward of every slice of d that uses one of its parameters;
+  // reductions[i] is that instruction (-1 until it is made).
+  std::vector<int> reductions(mine.buckets.size(), -1);
   auto reduce = [&](size_t i, InstrKind kind) {
     const int b = mine.buckets[i];
     Instr in;
@@ -514,12 +515,27 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
       }
       in.deps = sorted_unique(std::move(in.deps));
     }
-    reductions.push_back(add(std::move(in)));
+    reductions[i] = add(std::move(in));
+  };
+  // With overlap, the starts of the buckets ready after backward step
+  // `step` (Plan::bucket_starts): in order, the ready ones whose
+  // predecessors all started (a bucket ready early waits for the ones
+  // before it); when ready, every ready one. `started` counts the leading
+  // buckets started.
+  size_t started = 0;
+  auto start_ready = [&](int step) {
+    if (starts == BucketStarts::in_order) {
+      while (started < mine.buckets.size() && ready_step[started] <= step)
+        reduce(started++, InstrKind::allreduce_start);
+      return;
+    }
+    for (size_t i = started; i < mine.buckets.size(); ++i)
+      if (reductions[i] < 0 && ready_step[i] <= step) reduce(i, InstrKind::allreduce_start);
+    while (started < mine.buckets.size() && reductions[started] >= 0) ++started;
   };
   // Instructions a parameter's gradient on d waits for (param_bwd, by param
   // id): the backward of every slice of d that uses it.
   std::vector<int> touched;
-  size_t started = 0;   // buckets started so far, in the global order
   int step = 0;
   for (int w = waves - 1; w >= 0; --w) {
     for (size_t k = wave_begin[static_cast<size_t>(w) + 1]; k-- > wave_begin[static_cast<size_t>(w)];) {
@@ -545,10 +561,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
             param_bwd[static_cast<size_t>(p)].push_back(at);
           }
       }
-      // Started in the global order: a bucket ready early waits for the
-      // ones before it, so every device starts its buckets in that order.
-      while (overlap && started < mine.buckets.size() && ready_step[started] <= step)
-        reduce(started++, InstrKind::allreduce_start);
+      if (overlap) start_ready(step);
       ++step;
     }
     if (Instr in; exchange_of(Direction::backward, w, in)) {
@@ -713,7 +726,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
-                                         d, param_bwd, last_step, options.deps, options.sync));
+                                         d, param_bwd, last_step, options.deps, options.sync, plan.bucket_starts));
   return {};
 }
 

@@ -56,6 +56,17 @@ struct Predicted {
   double simulated_ms = 0;
 };
 
+// When a device starts the all-reduce of a gradient bucket during the
+// backward pass (docs/lowering.md, "Bucket starts"). in_order: in the one
+// global bucket order, so a bucket ready early waits for the ones before
+// it (PyTorch DDP's rule). when_ready: as soon as its gradients on the
+// device are final, keeping the global order only among the buckets of one
+// device group (they share a communicator, whose collectives every member
+// must start in one order). The planner keeps whichever simulates faster;
+// the plan file says which as "x-lowering": {"bucket_starts": "when-ready"}
+// (absent: in-order), so spindle-run lowers the same programs.
+enum class BucketStarts { in_order, when_ready };
+
 struct Plan {
   std::string strategy = "spindle";
   std::string model_name;
@@ -69,6 +80,7 @@ struct Plan {
   std::vector<Wave> waves;             // execution order, index == position
   std::vector<ParamGroup> param_groups;  // sorted by param
   Predicted predicted;
+  BucketStarts bucket_starts = BucketStarts::in_order;
   double planning_ms = 0;              // not serialised (keeps bytes deterministic)
 };
 

@@ -75,6 +75,7 @@ std::string plan_to_json(const Plan& p) {
                       {"relaxed_optimum_ms", round_to(q.relaxed_optimum_ms, kMsDecimals)},
                       {"memory_bytes", q.memory_bytes}};
   if (q.simulated_ms > 0) doc["predicted"]["simulated_ms"] = round_to(q.simulated_ms, kMsDecimals);
+  if (p.bucket_starts == BucketStarts::when_ready) doc["x-lowering"] = {{"bucket_starts", "when-ready"}};
   return doc.dump(1) + "\n";
 }
 
@@ -267,6 +268,16 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
     SPINDLE_ASSIGN(b, memb.at(i).get_int());
     if (b < 0) return memb.at(i).error("expected a byte count >= 0, found " + std::to_string(b));
     p.predicted.memory_bytes.push_back(b);
+  }
+  if (r.has("x-lowering")) {
+    JsonReader lowering = r.at("x-lowering");
+    SPINDLE_TRY(lowering.require_object({}, {"bucket_starts"}));
+    if (lowering.has("bucket_starts")) {
+      SPINDLE_ASSIGN(starts, lowering.at("bucket_starts").get_string());
+      if (starts == "when-ready") p.bucket_starts = BucketStarts::when_ready;
+      else if (starts != "in-order")
+        return lowering.at("bucket_starts").error("expected \"in-order\" or \"when-ready\", found \"" + starts + "\"");
+    }
   }
   return p;
 }

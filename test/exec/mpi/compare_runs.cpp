@@ -36,6 +36,12 @@
 // rank of every step is compared; a run with no step, or a rank without its
 // program, fails.
 //
+//   compare_runs --flip-bucket-starts PLAN.json OUT.json
+//
+// Not a comparison: writes PLAN with its buckets started the other way
+// ("x-lowering": {"bucket_starts": "when-ready"} removed when present, else
+// added), for the runs that check both orders give bitwise the same result.
+//
 //   compare_runs --params REF.params.json GOT.params.json
 //
 // Only tensors (--dump-params or --dump-grads files), in RMS as above: the
@@ -219,6 +225,14 @@ int main(int argc, char** argv) {
   try {
     if (args.size() == 3 && args[0] == "--losses") return compare_losses(args[1], args[2]);
     if (args.size() == 3 && args[0] == "--bytes") return compare_bytes(args[1], args[2]);
+    if (args.size() == 3 && args[0] == "--flip-bucket-starts") {
+      nlohmann::json plan = read_json(args[1]);
+      if (plan.contains("x-lowering")) plan.erase("x-lowering");
+      else plan["x-lowering"] = {{"bucket_starts", "when-ready"}};
+      std::ofstream out(args[2]);
+      out << plan.dump(1) << "\n";
+      return out.good() ? 0 : 2;
+    }
     if (args.size() == 3 && args[0] == "--params") {
       const bool ok = compare_params(read_json(args[1]), read_json(args[2]));
       std::printf("%s (tolerance: RMS of the difference <= %g * max(RMS of the reference, %g))\n",
@@ -229,7 +243,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: compare_runs [--rtol X] REF.metrics REF.params GOT.metrics GOT.params\n"
                            "       compare_runs [--rtol X] --losses REF.metrics GOT.metrics\n"
                            "       compare_runs [--rtol X] --params REF.params GOT.params\n"
-                           "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n");
+                           "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n"
+                           "       compare_runs --flip-bucket-starts PLAN OUT\n");
       return 2;
     }
     std::vector<nlohmann::json> ref_e, got_e;

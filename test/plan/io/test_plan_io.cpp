@@ -86,3 +86,36 @@ TEST_CASE("plan JSON: predicted.simulated_ms is written, read back, optional, an
     CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("predicted.simulated_ms"));
   }
 }
+
+TEST_CASE("plan JSON: x-lowering.bucket_starts is written when ready, read back, optional, and checked", "[plan_io]") {
+  Fixture f;
+  sp::Plan plan = f.plan();
+  plan.bucket_starts = sp::BucketStarts::in_order;
+  const std::string in_order = sp::plan_to_json(plan);
+  CHECK(in_order.find("x-lowering") == std::string::npos);   // the default: the key is absent
+  plan.bucket_starts = sp::BucketStarts::when_ready;
+  const std::string when_ready = sp::plan_to_json(plan);
+  nlohmann::json doc = nlohmann::json::parse(when_ready);
+  CHECK(doc["x-lowering"] == nlohmann::json{{"bucket_starts", "when-ready"}});
+  auto back = sp::parse_plan_string(when_ready, "p.json");
+  REQUIRE(back.ok());
+  CHECK(back->bucket_starts == sp::BucketStarts::when_ready);
+  CHECK(sp::plan_to_json(*back) == when_ready);
+  auto absent = sp::parse_plan_string(in_order, "p.json");
+  REQUIRE(absent.ok());
+  CHECK(absent->bucket_starts == sp::BucketStarts::in_order);
+  nlohmann::json named = doc;
+  named["x-lowering"]["bucket_starts"] = "in-order";
+  auto spelled_out = sp::parse_plan_string(named.dump(), "p.json");
+  REQUIRE(spelled_out.ok());
+  CHECK(spelled_out->bucket_starts == sp::BucketStarts::in_order);
+  // Another value, another type, an unknown key under it: refused, naming the key.
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"bucket_starts", "eager"}, {"bucket_starts", 1}, {"bucket_start", "when-ready"}}) {
+    nlohmann::json d = doc;
+    d["x-lowering"] = {{key, value}};
+    auto r = sp::parse_plan_string(d.dump(), "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering." + key));
+  }
+}

@@ -39,8 +39,9 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
   std::map<int, int> reduced_by;   // bucket -> members whose program reduces it
   for (const sp::Program& prog : l.programs) {
     int last_exchange = -1, last_bucket = -1, last_started = -1, last_waited = -1;
+    int last_backward = -1;   // slice of the latest backward
     bool optimizer = false, blocking = false, overlapped = false;
-    std::set<int> started, stepped;
+    std::set<int> started, stepped, waited;
     std::multiset<int> fwd, bwd;
     std::set<int> posted_recvs;   // transfers whose receive a post_recv posted, not yet in an exchange
     bool early = false;           // a post_send or post_recv seen
@@ -112,6 +113,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
         case sp::InstrKind::backward:
           bwd.insert(in.slice);
           CHECK(fwd.count(in.slice) == 1);
+          last_backward = in.slice;
           break;
         case sp::InstrKind::allreduce:
           blocking = true;
@@ -123,26 +125,37 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           break;
         case sp::InstrKind::allreduce_start: {
           overlapped = true;
-          CHECK(in.bucket > last_started);   // started in the one global order
-          last_started = in.bucket;
-          started.insert(in.bucket);
           const sp::Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
-          CHECK(std::binary_search(b.devices.begin(), b.devices.end(), prog.device));
-          // Every backward of this device using one of its parameters ran.
-          for (size_t sl = 0; sl < l.slices.size(); ++sl) {
-            if (l.position(static_cast<int>(sl), prog.device) < 0) continue;
+          auto uses = [&](size_t sl) {   // slice sl has one of the bucket's parameters
             for (int o : l.slices[sl].ops)
               if (std::find(b.params.begin(), b.params.end(), ctx.params.of_op[static_cast<size_t>(o)]) != b.params.end())
-                CHECK(bwd.count(static_cast<int>(sl)) == 1);
+                return true;
+            return false;
+          };
+          if (plan.bucket_starts == sp::BucketStarts::in_order) {
+            CHECK(in.bucket > last_started);   // started in the one global order
+          } else {
+            // Started as soon as ready: the latest backward made its last
+            // gradient here, and each bucket starts once.
+            REQUIRE(last_backward >= 0);
+            CHECK(uses(static_cast<size_t>(last_backward)));
+            CHECK(started.count(in.bucket) == 0);
           }
+          last_started = std::max(last_started, in.bucket);
+          started.insert(in.bucket);
+          CHECK(std::binary_search(b.devices.begin(), b.devices.end(), prog.device));
+          // Every backward of this device using one of its parameters ran.
+          for (size_t sl = 0; sl < l.slices.size(); ++sl)
+            if (l.position(static_cast<int>(sl), prog.device) >= 0 && uses(sl)) CHECK(bwd.count(static_cast<int>(sl)) == 1);
           ++reduced_by[in.bucket];
           break;
         }
         case sp::InstrKind::allreduce_wait:
           overlapped = true;
-          CHECK(in.bucket > last_waited);
+          CHECK(in.bucket > last_waited);   // waited for in the one global order, whatever the starts
           last_waited = in.bucket;
           CHECK(started.count(in.bucket) == 1);
+          waited.insert(in.bucket);
           break;
         case sp::InstrKind::optimizer:
           if (in.bucket >= 0) {   // a bucket's shards, right after its wait
@@ -178,7 +191,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     CHECK_FALSE((early && blocking));  // early transfers come with overlap only
     if (overlapped) CHECK(stepped == started);   // every bucket's shards stepped after its wait
     CHECK_FALSE((blocking && overlapped));
-    CHECK(last_waited == last_started);   // every started one waited for
+    CHECK(waited == started);   // every started one waited for
     CHECK(fwd == bwd);
     for (size_t s = 0; s < l.slices.size(); ++s)
       CHECK(static_cast<int>(fwd.count(static_cast<int>(s))) == (l.position(static_cast<int>(s), prog.device) >= 0 ? 1 : 0));
@@ -382,6 +395,7 @@ TEST_CASE("lowering by hand: a transfer between two one-device slices") {
 TEST_CASE("lowering keeps its invariants on every shipped workload and strategy") {
   const fs::path root = SPINDLE_SOURCE_DIR;
   int lowered_plans = 0;
+  int started_earlier = 0;   // bucket starts that come earlier when ready than in order
   for (const auto& [model, cluster] : std::vector<std::pair<std::string, std::string>>{
            {"tiny-clip", "cpu-1x3"}, {"tiny-clip", "cpu-1x4"}, {"tiny-lm", "cpu-1x3"}, {"tiny-lm", "cpu-1x4"},
            {"multitask-clip-10", "a800-4x8"}, {"ofasys-7", "a800-2x8"}, {"qwen-val-3", "a800-4x8"}}) {
@@ -398,6 +412,38 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       auto lowered = sp::lower(*plan, f.model, f.graph);
       REQUIRE(lowered.ok());
       check_invariants(*plan, *lowered, *context);
+      // The other bucket starts (in order <-> when ready): the same
+      // programs but for where each allreduce_start stands, never later
+      // when ready than in order.
+      sp::Plan flipped = *plan;
+      flipped.bucket_starts = plan->bucket_starts == sp::BucketStarts::in_order ? sp::BucketStarts::when_ready
+                                                                                : sp::BucketStarts::in_order;
+      auto other = sp::lower(flipped, f.model, f.graph);
+      REQUIRE(other.ok());
+      check_invariants(flipped, *other, *context);
+      const sp::Lowered& ready = plan->bucket_starts == sp::BucketStarts::when_ready ? *lowered : *other;
+      const sp::Lowered& ordered = plan->bucket_starts == sp::BucketStarts::when_ready ? *other : *lowered;
+      for (int d = 0; d < plan->devices; ++d) {
+        // Position of each bucket's start among the program's other instructions.
+        auto starts = [](const sp::Program& prog, std::vector<std::pair<sp::InstrKind, int>>& rest) {
+          std::map<int, size_t> at;
+          rest.clear();
+          for (const sp::Instr& in : prog.instrs) {
+            if (in.kind == sp::InstrKind::allreduce_start) at[in.bucket] = rest.size();
+            else rest.push_back({in.kind, in.slice >= 0 ? in.slice : in.bucket});
+          }
+          return at;
+        };
+        std::vector<std::pair<sp::InstrKind, int>> rest_ready, rest_ordered;
+        const auto at_ready = starts(ready.programs[static_cast<size_t>(d)], rest_ready);
+        const auto at_ordered = starts(ordered.programs[static_cast<size_t>(d)], rest_ordered);
+        CHECK(rest_ready == rest_ordered);
+        REQUIRE(at_ready.size() == at_ordered.size());
+        for (const auto& [bucket, pos] : at_ready) {
+          CHECK(pos <= at_ordered.at(bucket));
+          if (pos < at_ordered.at(bucket)) ++started_earlier;
+        }
+      }
       // Without overlap: the same programs but for the all-reduces, one
       // blocking one per bucket after the backward pass, and one optimizer
       // step at the end instead of one per bucket and one for the rest.
@@ -489,6 +535,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
     }
   }
   CHECK(lowered_plans >= 20);
+  CHECK(started_earlier > 0);   // the two rules differ somewhere
 }
 
 TEST_CASE("lowering rejects a plan that does not match the model, naming what is wrong") {

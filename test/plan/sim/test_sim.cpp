@@ -675,7 +675,7 @@ constexpr sp::Strategy kStrategies[] = {sp::Strategy::sequential, sp::Strategy::
 //    all-reduces one bucket after another, each waiting for its whole group.
 TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim][shipped]") {
   constexpr double kSlack = 1.10;
-  int simulated = 0;
+  int simulated = 0, when_ready = 0;
   for (const Workload& w : shipped_workloads()) {
     const double wire = static_cast<double>(sp::kWireBytesPerValue) / sp::dtype_bytes(w.model.dtype);
     for (sp::Strategy s : kStrategies) {
@@ -687,6 +687,15 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       const sp::Predicted& p = plan->predicted;
       const double m = sim->iteration_ms;
       INFO("simulated " << m << " ms, predicted " << p.iteration_ms << " ms");
+      CHECK(m == p.simulated_ms);   // the planner's figure is this simulation
+      // Its bucket starts (Plan::bucket_starts) are the faster of the two.
+      sp::Plan flipped = *plan;
+      flipped.bucket_starts = plan->bucket_starts == sp::BucketStarts::in_order ? sp::BucketStarts::when_ready
+                                                                                : sp::BucketStarts::in_order;
+      auto other = sp::simulate_plan(flipped, w.model, w.graph, *w.cost);
+      REQUIRE(other.ok());
+      CHECK(other->iteration_ms >= m * (1 - 1e-12));
+      if (plan->bucket_starts == sp::BucketStarts::when_ready) ++when_ready;
       for (const sp::SimDevice& d : sim->devices) {
         CHECK(d.busy_ms() <= m * (1 + 1e-9));
         CHECK(d.finish_ms <= m);
@@ -736,6 +745,8 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
     }
   }
   CHECK(simulated >= 100);
+  CHECK(when_ready > 0);   // the choice is made both ways among them
+  CHECK(when_ready < simulated);
 }
 
 // The figures of docs/simulation.md: simulated against predicted, every
