@@ -517,6 +517,10 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     std::string list;
     for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
+    if (plan.bucket_starts == sp::BucketStarts::when_ready && !args.no_overlap)
+      std::printf("spindle-run: gradient buckets start when ready (the plan's x-lowering); rank 0 is in %d, "
+                  "with %d communicators of their own\n",
+                  rt.executor->buckets(), rt.executor->bucket_communicators());
     if (rt.gpu >= 0)
       std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", rt.gpu,
                   rt.use_nccl ? "NCCL" : "MPI (host-staged)");

@@ -45,6 +45,7 @@
 // job (comm.h). Not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -198,6 +199,12 @@ class Executor {
   std::map<std::string, Shape> param_shapes() const;
 
   int64_t steps_done() const { return step_; }
+  // Buckets of this rank and the communicators made for their started
+  // all-reduces (Comm::duplicate; 0 for communicators that give none).
+  int buckets() const {
+    return static_cast<int>(std::count_if(bucket_comm_.begin(), bucket_comm_.end(), [](const Comm* c) { return c; }));
+  }
+  int bucket_communicators() const { return static_cast<int>(bucket_dups_.size()); }
 
  private:
   using Clock = std::chrono::steady_clock;
