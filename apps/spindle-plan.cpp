@@ -107,6 +107,9 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   std::printf("overlap   %.1f%% of all-reduce time hidden behind compute (%.3f of %.3f device-ms)\n",
               all_sync > 0 ? 100.0 * sim.hidden_sync_device_ms() / all_sync : 0.0, sim.hidden_sync_device_ms(),
               all_sync);
+  if (plan.bucket_starts == sp::BucketStarts::when_ready && all_sync > 0)
+    std::printf("buckets   each started as soon as its gradients are final, not in one global order (simulates "
+                "faster here; the plan says so, spindle-run follows it)\n");
   std::printf("barrier   %.3f ms if every wave ended on a barrier = compute %.3f + transfer %.3f + sync %.3f\n",
               p.iteration_ms, p.compute_ms, p.transfer_ms, p.sync_ms);
   std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%% (simulated with communication at 0)\n",

@@ -489,36 +489,21 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   const Result<LowerContext> lowering = lower_context(model, *request.graph);
   if (!lowering) return Error{"planner: " + lowering.error().message};
   // Simulates schedule c placed as `placed` in `scratch` (the plan's header
-  // and MetaOps); a simulation that passes `bound_ms` stops there
-  // (infinity: it cannot win). With both_starts (the refinement passes),
-  // also with its buckets started when ready (Plan::bucket_starts), keeping
-  // the faster: neither order wins everywhere (multitask-clip-10 on
-  // a800-4x8 204.9 ms in order, 198.9 when ready; qwen-val-3 there 916.8
-  // and 964.9), and trying both on every first pass would cost a third
-  // more planning time for little more.
+  // and MetaOps) with its buckets started as `starts` says; a simulation
+  // that passes `bound_ms` stops there (infinity: it cannot win).
   auto evaluate = [&](size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
-                      Costed& out, bool both_starts) -> Status {
+                      Costed& out, BucketStarts starts) -> Status {
     emit_waves(candidates[c], placed, scratch);
+    scratch.bucket_starts = starts;
     SimOptions options;
     options.timeline = false;
     options.stop_after_ms = bound_ms;
     options.sync = request.sync;
-    scratch.bucket_starts = BucketStarts::in_order;
     Result<Simulation> sim = simulate_plan(scratch, *lowering, *request.cost, options);
     if (!sim) return Error{"planner: simulating a " + scratch.strategy + " candidate: " + sim.error().message};
     out.placed = std::move(placed);
     out.simulated_ms = sim->iteration_ms;
-    out.starts = BucketStarts::in_order;
-    if (both_starts && request.sync.overlap) {
-      scratch.bucket_starts = BucketStarts::when_ready;
-      options.stop_after_ms = std::min(bound_ms, out.simulated_ms);
-      Result<Simulation> ready = simulate_plan(scratch, *lowering, *request.cost, options);
-      if (!ready) return Error{"planner: simulating a " + scratch.strategy + " candidate: " + ready.error().message};
-      if (ready->iteration_ms < out.simulated_ms * (1 - 1e-12)) {
-        out.simulated_ms = ready->iteration_ms;
-        out.starts = BucketStarts::when_ready;
-      }
-    }
+    out.starts = starts;
     return {};
   };
   auto better = [](const Costed& a, const Costed& b) { return a.simulated_ms < b.simulated_ms * (1 - 1e-12); };
@@ -566,7 +551,7 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   parallel_for(candidates.size(), [&](size_t w, size_t k) {
     const size_t c = run_order[k];
     const int g = group_of(c);
-    status[c] = evaluate(c, place_first(c, nullptr), bound(g), scratch[w], costed[c], /*both_starts=*/false);
+    status[c] = evaluate(c, place_first(c, nullptr), bound(g), scratch[w], costed[c], BucketStarts::in_order);
     if (!status[c].ok()) return;
     const double ms = costed[c].simulated_ms;
     const std::lock_guard<std::mutex> lock(seen_mutex);
@@ -596,19 +581,34 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   // the best schedule after one pass is not always the best after three.
   std::vector<Costed> refined(order.size());
   std::vector<Status> refine_status(order.size());
+  // Every placement of these is simulated with its gradient buckets started
+  // in order and started when ready (Plan::bucket_starts), the faster
+  // kept: neither wins everywhere (multitask-clip-10 on a800-4x8: 204.9 ms
+  // in order, 198.9 when ready; qwen-val-3 there: 916.8 and 964.9). Trying
+  // both on every first pass too would cost a third more planning time.
   parallel_for(order.size(), [&](size_t w, size_t k) {
     const size_t c = order[k];
     refined[k] = costed[c];
-    if (request.placement != Placement::islands) return;
+    // Placement `placed` with each bucket-start rule (the first pass has
+    // been simulated in order), the best kept; no more workers than above.
+    auto try_starts = [&](const std::vector<WavePlacement>& placed, bool in_order_done) {
+      for (BucketStarts starts : {BucketStarts::in_order, BucketStarts::when_ready}) {
+        if (starts == BucketStarts::in_order ? in_order_done : !request.sync.overlap) continue;
+        Costed again;
+        refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch[w], again, starts);
+        if (!refine_status[k].ok()) return false;
+        if (better(again, refined[k])) refined[k] = std::move(again);
+      }
+      return true;
+    };
     std::vector<WavePlacement> placed = costed[c].placed;
+    if (!try_starts(placed, /*in_order_done=*/true)) return;
+    if (request.placement != Placement::islands) return;
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
       std::vector<WavePlacement> next = place_first(c, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
-      Costed again;
-      refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch[w], again, /*both_starts=*/true);  // no more workers than above
-      if (!refine_status[k].ok()) return;
-      if (better(again, refined[k])) refined[k] = std::move(again);
+      if (!try_starts(placed, /*in_order_done=*/false)) return;
     }
   });
   for (const Status& st : refine_status) SPINDLE_TRY(st);
@@ -617,25 +617,8 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
     if (better(refined[k], refined[win])) win = k;
   emit_waves(candidates[order[win]], refined[win].placed, plan);
   plan.bucket_starts = refined[win].starts;
-  // A winner whose refinement never tried buckets started when ready (it
-  // had no further pass) tries them now.
-  double simulated_ms = refined[win].simulated_ms;
-  if (request.sync.overlap && plan.bucket_starts == BucketStarts::in_order) {
-    Plan other = plan;
-    other.bucket_starts = BucketStarts::when_ready;
-    SimOptions options;
-    options.timeline = false;
-    options.stop_after_ms = simulated_ms;
-    options.sync = request.sync;
-    Result<Simulation> sim = simulate_plan(other, *lowering, *request.cost, options);
-    if (!sim) return Error{"planner: simulating the plan with buckets started when ready: " + sim.error().message};
-    if (sim->iteration_ms < simulated_ms * (1 - 1e-12)) {
-      plan.bucket_starts = BucketStarts::when_ready;
-      simulated_ms = sim->iteration_ms;
-    }
-  }
   cost_plan(plan, cost_tables(plan, model, *request.graph, *request.cost), *request.cost);
-  plan.predicted.simulated_ms = simulated_ms;
+  plan.predicted.simulated_ms = refined[win].simulated_ms;
   plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
