@@ -11,7 +11,8 @@
 //   for every wave w:            [exchange forward w] forward of each of its slices of w
 //   for every wave w, reversed:  backward of each of its slices of w (reversed) [exchange backward w],
 //                                with overlap: after a backward, the start of every bucket whose
-//                                gradients on this device are now final (and all before it started)
+//                                gradients on this device are now final (and, with the plan's
+//                                bucket starts in order, all before it started; Plan::bucket_starts)
 //   with overlap (early transfers): right after a forward or backward, a post_send of what it made
 //   for other devices (those sends are then in no exchange), and right after each exchange (the
 //   first: at the start) a post_recv of the receives of the next exchange that has any; last, a
@@ -26,7 +27,9 @@
 // transfer in that exchange has no instruction for it. Because every device
 // follows the same global order of exchanges and collectives, blocking
 // execution of the programs cannot deadlock; a started all-reduce does not
-// block, and its wait comes after every exchange. A post_send or post_recv
+// block, and its wait comes after every exchange (started when ready, two
+// devices may start two buckets in different orders: each bucket then
+// needs a communicator of its own, which spindle-run makes). A post_send or post_recv
 // does not block either: an exchange waits for its receives (and for the
 // sends it posts itself), a send posted early is waited for at the end of
 // the program (wait_sends), and it is posted no later than the exchange that would
