@@ -64,7 +64,7 @@ std::string gib(int64_t bytes) {
   return buf;
 }
 
-// spindle-plan hints at the other --no-early-transfers setting when it
+// spindle-plan hints at dropping --no-early-transfers when posting early
 // simulates the plan at least this much faster.
 constexpr double kHintMargin = 0.01;
 
@@ -179,8 +179,8 @@ int main(int argc, char** argv) {
                  "gradient buckets of at most this many MiB (as PyTorch DDP's bucket_cap_mb; pass spindle-run the same)")
       ->capture_default_str();
   app.add_flag("--no-early-transfers", no_early,
-               "plan, simulate and lower for spindle-run --no-early-transfers: each transfer in its wave's "
-               "exchange (default: sent right after the compute that made it)");
+               "each transfer in its wave's exchange, recorded in the plan for spindle-run (default: sent right "
+               "after the compute that made it, unless keeping it in its exchange simulates faster)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -327,20 +327,29 @@ int main(int argc, char** argv) {
     if (int rc = write_programs(lower_dir, *plan, *model, graph, sync); rc != 0) return rc;
   if (compare) std::printf("\n");
   print_summary(*plan, graph, levels, *sim, *gap);
-  // The runtime can post transfers early or keep them in their exchanges;
-  // the simulation may favour either for a given plan (devices that move on
-  // sooner start their all-reduces in another order). Say so when the
-  // other setting simulates this plan clearly faster.
+  // Transfers posted early or in their exchanges: the planner keeps the
+  // faster and the plan says which (Plan::early_transfers); say so when
+  // it keeps them in their exchanges, and hint when --no-early-transfers
+  // costs this plan clearly.
   if (sync.overlap) {
-    sp::SimOptions other = sim_options;
-    other.sync.early_transfers = !sync.early_transfers;
-    other.timeline = false;
-    if (auto alt = sp::simulate_plan(*plan, *model, graph, *cost->get(), other);
-        alt && alt->iteration_ms < sim->iteration_ms * (1 - kHintMargin))
-      std::printf("hint      %s: this plan simulates %.3f ms (%.1f%% faster); give spindle-plan and spindle-run "
-                  "the same flag\n",
-                  sync.early_transfers ? "--no-early-transfers" : "without --no-early-transfers", alt->iteration_ms,
-                  100.0 * (1 - alt->iteration_ms / sim->iteration_ms));
+    sp::SimOptions options = sim_options;
+    options.sync.early_transfers = true;
+    options.timeline = false;
+    const bool chose_late = sync.early_transfers && !plan->early_transfers;
+    const bool forced_late = !sync.early_transfers;
+    if (chose_late || forced_late) {
+      sp::Plan early = *plan;
+      early.early_transfers = true;
+      if (auto alt = sp::simulate_plan(early, *model, graph, *cost->get(), options); alt) {
+        if (chose_late)
+          std::printf("transfers kept in their wave's exchanges: posted early this plan simulates %.3f ms (the plan "
+                      "says so, spindle-run follows it)\n",
+                      alt->iteration_ms);
+        else if (alt->iteration_ms < sim->iteration_ms * (1 - kHintMargin))
+          std::printf("hint      without --no-early-transfers: this plan simulates %.3f ms (%.1f%% faster)\n",
+                      alt->iteration_ms, 100.0 * (1 - alt->iteration_ms / sim->iteration_ms));
+      }
+    }
   }
   if (profile.links) {
     const sp::ProfileLinks& l = *profile.links;

@@ -860,8 +860,8 @@ int main(int argc, char** argv) {
                  "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (pass spindle-plan the same)")
       ->capture_default_str();
   app.add_flag("--no-early-transfers", args.no_early,
-               "send each transfer in its wave's exchange instead of right after the compute that made it "
-               "(same results; pass spindle-plan the same)");
+               "send each transfer in its wave's exchange instead of right after the compute that made it, "
+               "whatever the plan says (same results)");
   app.add_option("--comm-timeout", args.comm_timeout_s,
                  "NCCL: seconds a collective or transfer waits for its peers before the job ends with a message "
                  "naming the rank (a stalled or dead peer)")

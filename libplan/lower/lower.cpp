@@ -723,10 +723,13 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   std::vector<DeviceShare> shares = device_shares(out);
   std::vector<std::vector<int>> param_bwd(ids.names.size());
   std::vector<int> last_step(ids.names.size(), -1);
+  // Transfers posted early when the caller allows it and the plan asks for it.
+  GradSync sync = options.sync;
+  sync.early_transfers = sync.early_transfers && plan.early_transfers;
   out.programs.reserve(static_cast<size_t>(plan.devices));
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
-                                         d, param_bwd, last_step, options.deps, options.sync, plan.bucket_starts));
+                                         d, param_bwd, last_step, options.deps, sync, plan.bucket_starts));
   return {};
 }
 

@@ -230,9 +230,10 @@ struct GradSync {
   // With overlap, transfers are posted early as well: each device posts
   // its sends right after the compute that made the rows (post_send) and
   // the receives of an exchange right after the exchange before it
-  // (post_recv). false keeps every send in its exchange: what spindle-run
-  // lowers for NCCL, whose point-to-point calls it does not yet run on a
-  // stream of their own (docs/gpu.md).
+  // (post_recv), when the plan also says so (Plan::early_transfers).
+  // false keeps every send in its exchange: --no-early-transfers, and what
+  // spindle-run lowers for NCCL, whose point-to-point calls it does not yet
+  // run on a stream of their own (docs/gpu.md).
   bool early_transfers = true;
 };
 

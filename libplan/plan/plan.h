@@ -81,6 +81,13 @@ struct Plan {
   std::vector<ParamGroup> param_groups;  // sorted by param
   Predicted predicted;
   BucketStarts bucket_starts = BucketStarts::in_order;
+  // Transfers posted early (docs/lowering.md): each device sends rows as
+  // soon as it has computed them and posts its receives one exchange
+  // ahead; false keeps every transfer in its wave's exchange. The planner
+  // keeps whichever simulates faster (false also when asked for
+  // --no-early-transfers); written as "x-lowering": {"early_transfers":
+  // false} (absent: true), so spindle-run lowers the same programs.
+  bool early_transfers = true;
   double planning_ms = 0;              // not serialised (keeps bytes deterministic)
 };
 

@@ -75,7 +75,8 @@ std::string plan_to_json(const Plan& p) {
                       {"relaxed_optimum_ms", round_to(q.relaxed_optimum_ms, kMsDecimals)},
                       {"memory_bytes", q.memory_bytes}};
   if (q.simulated_ms > 0) doc["predicted"]["simulated_ms"] = round_to(q.simulated_ms, kMsDecimals);
-  if (p.bucket_starts == BucketStarts::when_ready) doc["x-lowering"] = {{"bucket_starts", "when-ready"}};
+  if (p.bucket_starts == BucketStarts::when_ready) doc["x-lowering"]["bucket_starts"] = "when-ready";
+  if (!p.early_transfers) doc["x-lowering"]["early_transfers"] = false;
   return doc.dump(1) + "\n";
 }
 
@@ -271,12 +272,16 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   }
   if (r.has("x-lowering")) {
     JsonReader lowering = r.at("x-lowering");
-    SPINDLE_TRY(lowering.require_object({}, {"bucket_starts"}));
+    SPINDLE_TRY(lowering.require_object({}, {"bucket_starts", "early_transfers"}));
     if (lowering.has("bucket_starts")) {
       SPINDLE_ASSIGN(starts, lowering.at("bucket_starts").get_string());
       if (starts == "when-ready") p.bucket_starts = BucketStarts::when_ready;
       else if (starts != "in-order")
         return lowering.at("bucket_starts").error("expected \"in-order\" or \"when-ready\", found \"" + starts + "\"");
+    }
+    if (lowering.has("early_transfers")) {
+      SPINDLE_ASSIGN(early, lowering.at("early_transfers").get_bool());
+      p.early_transfers = early;
     }
   }
   return p;

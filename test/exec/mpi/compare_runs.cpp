@@ -37,10 +37,12 @@
 // program, fails.
 //
 //   compare_runs --flip-bucket-starts PLAN.json OUT.json
+//   compare_runs --late-transfers PLAN.json OUT.json
 //
-// Not a comparison: writes PLAN with its buckets started the other way
-// ("x-lowering": {"bucket_starts": "when-ready"} removed when present, else
-// added), for the runs that check both orders give bitwise the same result.
+// Not comparisons: write PLAN with its buckets started the other way
+// (x-lowering.bucket_starts "when-ready" removed when present, else added),
+// or with its transfers kept in their exchanges (x-lowering.early_transfers
+// false), for the runs that check each gives bitwise the same result.
 //
 //   compare_runs --params REF.params.json GOT.params.json
 //
@@ -225,10 +227,13 @@ int main(int argc, char** argv) {
   try {
     if (args.size() == 3 && args[0] == "--losses") return compare_losses(args[1], args[2]);
     if (args.size() == 3 && args[0] == "--bytes") return compare_bytes(args[1], args[2]);
-    if (args.size() == 3 && args[0] == "--flip-bucket-starts") {
+    if (args.size() == 3 && (args[0] == "--flip-bucket-starts" || args[0] == "--late-transfers")) {
       nlohmann::json plan = read_json(args[1]);
-      if (plan.contains("x-lowering")) plan.erase("x-lowering");
-      else plan["x-lowering"] = {{"bucket_starts", "when-ready"}};
+      nlohmann::json& lowering = plan["x-lowering"];
+      if (args[0] == "--late-transfers") lowering["early_transfers"] = false;
+      else if (lowering.contains("bucket_starts")) lowering.erase("bucket_starts");
+      else lowering["bucket_starts"] = "when-ready";
+      if (lowering.empty()) plan.erase("x-lowering");
       std::ofstream out(args[2]);
       out << plan.dump(1) << "\n";
       return out.good() ? 0 : 2;
@@ -244,7 +249,8 @@ int main(int argc, char** argv) {
                            "       compare_runs [--rtol X] --losses REF.metrics GOT.metrics\n"
                            "       compare_runs [--rtol X] --params REF.params GOT.params\n"
                            "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n"
-                           "       compare_runs --flip-bucket-starts PLAN OUT\n");
+                           "       compare_runs --flip-bucket-starts PLAN OUT\n"
+                           "       compare_runs --late-transfers PLAN OUT\n");
       return 2;
     }
     std::vector<nlohmann::json> ref_e, got_e;

@@ -157,6 +157,21 @@ case "$MODE" in
         { cmp "grads$v.json" "grads$v-late.json" && cmp "params$v.json" "params$v-late.json" &&
           diff <(losses "m$v.jsonl") <(losses "m$v-late.jsonl"); } || status=1
         "$COMPARE" --bytes "prog$v" "m$v-late.jsonl" || status=1
+        # The same, asked for by the plan (x-lowering.early_transfers false)
+        # instead of the flag: spindle-run follows the plan.
+        "$COMPARE" --late-transfers "p$v.json" "p$v-late.json" || die "writing p$v-late.json"
+        rm -f "m$v-planlate.jsonl" "params$v-planlate.json" "grads$v-planlate.json"
+        run "$np" "p$v-late.json" "$m" --steps 5 --seed 3 --metrics "m$v-planlate.jsonl" \
+            --dump-params "params$v-planlate.json" --dump-grads "grads$v-planlate.json"
+        [ "$rc" -eq 0 ] || { cat run.log; die "run $v with late transfers in the plan (np $np) exit $rc"; }
+        echo "== $name: plan $v, transfers in their exchanges by the plan: bitwise as with --no-early-transfers"
+        { cmp "grads$v-late.json" "grads$v-planlate.json" && cmp "params$v-late.json" "params$v-planlate.json" &&
+          diff <(losses "m$v-late.jsonl") <(losses "m$v-planlate.jsonl"); } || status=1
+        rm -rf "prog$v-late"
+        "$BIN/spindle-plan" "$m" --check "p$v-late.json" --lower "prog$v-late" > "prog$v-late.log" 2>&1 ||
+          die "spindle-plan --lower p$v-late.json: $(cat "prog$v-late.log")"
+        ! grep -q post_send "prog$v-late"/device-*.json || die "p$v-late.json: a lowered program posts sends early"
+        "$COMPARE" --bytes "prog$v-late" "m$v-planlate.jsonl" || status=1
         # The plan with its buckets started the other way (x-lowering
         # bucket_starts: in order <-> when ready; one communicator per
         # bucket when ready): the same again.

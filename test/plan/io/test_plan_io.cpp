@@ -119,3 +119,33 @@ TEST_CASE("plan JSON: x-lowering.bucket_starts is written when ready, read back,
     CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering." + key));
   }
 }
+
+TEST_CASE("plan JSON: x-lowering.early_transfers is written when false, read back, optional, and checked", "[plan_io]") {
+  Fixture f;
+  sp::Plan plan = f.plan();
+  plan.early_transfers = true;
+  plan.bucket_starts = sp::BucketStarts::in_order;
+  CHECK(sp::plan_to_json(plan).find("x-lowering") == std::string::npos);   // the default: absent
+  plan.early_transfers = false;
+  plan.bucket_starts = sp::BucketStarts::when_ready;
+  const std::string both = sp::plan_to_json(plan);
+  nlohmann::json doc = nlohmann::json::parse(both);
+  CHECK(doc["x-lowering"] == nlohmann::json{{"bucket_starts", "when-ready"}, {"early_transfers", false}});
+  auto back = sp::parse_plan_string(both, "p.json");
+  REQUIRE(back.ok());
+  CHECK_FALSE(back->early_transfers);
+  CHECK(back->bucket_starts == sp::BucketStarts::when_ready);
+  CHECK(sp::plan_to_json(*back) == both);
+  nlohmann::json spelled = doc;
+  spelled["x-lowering"]["early_transfers"] = true;
+  auto early = sp::parse_plan_string(spelled.dump(), "p.json");
+  REQUIRE(early.ok());
+  CHECK(early->early_transfers);
+  for (const nlohmann::json& bad : {nlohmann::json("no"), nlohmann::json(0)}) {
+    nlohmann::json d = doc;
+    d["x-lowering"]["early_transfers"] = bad;
+    auto r = sp::parse_plan_string(d.dump(), "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering.early_transfers"));
+  }
+}

@@ -675,7 +675,7 @@ constexpr sp::Strategy kStrategies[] = {sp::Strategy::sequential, sp::Strategy::
 //    all-reduces one bucket after another, each waiting for its whole group.
 TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim][shipped]") {
   constexpr double kSlack = 1.10;
-  int simulated = 0, when_ready = 0;
+  int simulated = 0, when_ready = 0, late = 0;
   for (const Workload& w : shipped_workloads()) {
     const double wire = static_cast<double>(sp::kWireBytesPerValue) / sp::dtype_bytes(w.model.dtype);
     for (sp::Strategy s : kStrategies) {
@@ -696,6 +696,13 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       REQUIRE(other.ok());
       CHECK(other->iteration_ms >= m * (1 - 1e-12));
       if (plan->bucket_starts == sp::BucketStarts::when_ready) ++when_ready;
+      // And its transfers (Plan::early_transfers): the faster way too.
+      sp::Plan moved = *plan;
+      moved.early_transfers = !plan->early_transfers;
+      auto elsewhere = sp::simulate_plan(moved, w.model, w.graph, *w.cost);
+      REQUIRE(elsewhere.ok());
+      CHECK(elsewhere->iteration_ms >= m * (1 - 1e-12));
+      if (!plan->early_transfers) ++late;
       for (const sp::SimDevice& d : sim->devices) {
         CHECK(d.busy_ms() <= m * (1 + 1e-9));
         CHECK(d.finish_ms <= m);
@@ -745,8 +752,10 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
     }
   }
   CHECK(simulated >= 100);
-  CHECK(when_ready > 0);   // the choice is made both ways among them
+  CHECK(when_ready > 0);   // each choice is made both ways among them
   CHECK(when_ready < simulated);
+  CHECK(late > 0);
+  CHECK(late < simulated);
 }
 
 // The figures of docs/simulation.md: simulated against predicted, every
