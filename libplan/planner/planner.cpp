@@ -491,18 +491,23 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   // Simulates schedule c placed as `placed` in `scratch` (the plan's header
   // and MetaOps) with its buckets started as `starts` says; a simulation
   // that passes `bound_ms` stops there (infinity: it cannot win).
-  auto evaluate = [&](size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
-                      Costed& out, BucketStarts starts) -> Status {
-    emit_waves(candidates[c], placed, scratch);
-    scratch.bucket_starts = starts;
+  // The simulated makespan of `candidate`, or infinity once it passes `bound_ms`.
+  auto simulated_ms_of = [&](const Plan& candidate, double bound_ms) -> Result<double> {
     SimOptions options;
     options.timeline = false;
     options.stop_after_ms = bound_ms;
     options.sync = request.sync;
-    Result<Simulation> sim = simulate_plan(scratch, *lowering, *request.cost, options);
-    if (!sim) return Error{"planner: simulating a " + scratch.strategy + " candidate: " + sim.error().message};
+    Result<Simulation> sim = simulate_plan(candidate, *lowering, *request.cost, options);
+    if (!sim) return Error{"planner: simulating a " + candidate.strategy + " candidate: " + sim.error().message};
+    return sim->iteration_ms;
+  };
+  auto evaluate = [&](size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
+                      Costed& out, BucketStarts starts) -> Status {
+    emit_waves(candidates[c], placed, scratch);
+    scratch.bucket_starts = starts;
+    SPINDLE_ASSIGN(ms, simulated_ms_of(scratch, bound_ms));
     out.placed = std::move(placed);
-    out.simulated_ms = sim->iteration_ms;
+    out.simulated_ms = ms;
     out.starts = starts;
     return {};
   };
@@ -627,24 +632,17 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   if (request.sync.overlap && request.sync.early_transfers) {
     Plan late = plan;
     late.early_transfers = false;
-    SimOptions options;
-    options.timeline = false;
-    options.stop_after_ms = simulated_ms;
-    options.sync = request.sync;
-    Result<Simulation> sim = simulate_plan(late, *lowering, *request.cost, options);
-    if (!sim) return Error{"planner: simulating the plan with its transfers in their exchanges: " + sim.error().message};
-    if (sim->iteration_ms < simulated_ms * (1 - 1e-12)) {
+    SPINDLE_ASSIGN(late_ms, simulated_ms_of(late, simulated_ms));
+    if (late_ms < simulated_ms * (1 - 1e-12)) {
       plan.early_transfers = false;
-      simulated_ms = sim->iteration_ms;
+      simulated_ms = late_ms;
       // Its bucket starts were chosen with early transfers: the other
       // rule again, so that the plan's is the faster with its transfers.
       late.bucket_starts = late.bucket_starts == BucketStarts::in_order ? BucketStarts::when_ready : BucketStarts::in_order;
-      options.stop_after_ms = simulated_ms;
-      Result<Simulation> again = simulate_plan(late, *lowering, *request.cost, options);
-      if (!again) return Error{"planner: simulating the plan with its transfers in their exchanges: " + again.error().message};
-      if (again->iteration_ms < simulated_ms * (1 - 1e-12)) {
+      SPINDLE_ASSIGN(other_ms, simulated_ms_of(late, simulated_ms));
+      if (other_ms < simulated_ms * (1 - 1e-12)) {
         plan.bucket_starts = late.bucket_starts;
-        simulated_ms = again->iteration_ms;
+        simulated_ms = other_ms;
       }
     }
   }
