@@ -191,13 +191,18 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
       inputs[1] = to_backend(backend, synth_targets(range, "profile", w.seq, dim(w, "vocab")));
   };
   Tensor dy;
+  // One forward + backward; returns the forward's ms (the data drawn with it).
   auto run_once = [&]() {
+    const Clock::time_point t0 = Clock::now();
     if (reader && o.include_data) synthesise();
     Tensor y = backend.forward(op, inputs);
+    backend.synchronize();
+    const double forward_ms = ms_since(t0);
     if (dy.empty())
       dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f}) : random_tensor(y.shape(), o.seed, hash_name("dy")));
     std::vector<Tensor> dx = backend.backward(op, dy);
     backend.synchronize();
+    return forward_ms;
   };
 
   for (int i = 0; i < o.warmup; ++i) run_once();
@@ -208,7 +213,7 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
          (spent_ms < o.point_budget_ms && static_cast<int>(samples.size()) < o.max_repeats)) {
     tp.calls = {};
     const Clock::time_point t0 = Clock::now();
-    run_once();
+    timing.forward_samples_ms.push_back(run_once());
     const double ms = ms_since(t0);
     samples.push_back(ms);
     spent_ms += ms;
@@ -510,7 +515,8 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   for (size_t i = 0; i < targets->size(); ++i)
     for (int n : (*targets)[i].counts) points.push_back({i, n});
   const size_t np = points.size();
-  std::vector<float> result(np * 5, 0.0f);   // median, p10, p90, repeats, comm ms
+  constexpr size_t kFields = 6;
+  std::vector<float> result(np * kFields, 0.0f);   // median, p10, p90, repeats, comm ms, forward median
   std::vector<size_t> own;   // the points this rank times
   for (size_t p = 0; p < np; ++p)
     if (static_cast<int>(p % static_cast<size_t>(ranks)) == me) own.push_back(p);
@@ -522,7 +528,7 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   per_pass.point_budget_ms = o.point_budget_ms / passes;
   per_pass.min_repeats = (o.min_repeats + passes - 1) / passes;
   per_pass.max_repeats = std::max(1, o.max_repeats / passes);
-  std::vector<std::vector<double>> samples(np);
+  std::vector<std::vector<double>> samples(np), forward(np);
   const int mine = static_cast<int>(own.size()) * passes;
   int done = 0;
   const Clock::time_point ops_start = Clock::now();
@@ -537,16 +543,18 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
       }
       const OpTiming tm = time_operator(t, points[p].n, backend, per_pass);
       samples[p].insert(samples[p].end(), tm.samples_ms.begin(), tm.samples_ms.end());
-      if (pass == 0) result[p * 5 + 4] = static_cast<float>(op_comm_ms(t, points[p].n, tm.tp, links));
+      forward[p].insert(forward[p].end(), tm.forward_samples_ms.begin(), tm.forward_samples_ms.end());
+      if (pass == 0) result[p * kFields + 4] = static_cast<float>(op_comm_ms(t, points[p].n, tm.tp, links));
       ++done;
     }
   }
   for (size_t p : own) {
     const TimingStats st = timing_stats(samples[p]);
-    result[p * 5 + 0] = static_cast<float>(st.median);
-    result[p * 5 + 1] = static_cast<float>(st.p10);
-    result[p * 5 + 2] = static_cast<float>(st.p90);
-    result[p * 5 + 3] = static_cast<float>(samples[p].size());
+    result[p * kFields + 0] = static_cast<float>(st.median);
+    result[p * kFields + 1] = static_cast<float>(st.p10);
+    result[p * kFields + 2] = static_cast<float>(st.p90);
+    result[p * kFields + 3] = static_cast<float>(samples[p].size());
+    result[p * kFields + 5] = static_cast<float>(timing_stats(forward[p]).median);
   }
   if (progress) progress({"done", done, mine, ms_since(start) / 1e3, 0});
   world.all_reduce_sum(result);   // each point is nonzero on exactly one rank
@@ -562,14 +570,20 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   int total_repeats = 0;
   for (plan::ProfileEntry& e : prof.entries) {
     e.source.clear();
+    // The forward's share of the compute, over every point of the entry
+    // (the simulation splits each slice's ms by it; x-forward_share).
+    double forward_ms = 0, compute_ms = 0;
     for (plan::ProfilePoint& pt : e.points) {
-      const float* r = &result[p * 5];
+      const float* r = &result[p * kFields];
       const TimingStats st{r[0], r[1], r[2]};
       pt.ms = std::max(static_cast<double>(r[0]) + r[4], 1e-6);
       pt.spread = st.spread();
       total_repeats += static_cast<int>(r[3]);
+      forward_ms += r[5];
+      compute_ms += r[0];
       ++p;
     }
+    e.forward_share = compute_ms > 0 ? std::clamp(forward_ms / compute_ms, 0.0, 1.0) : -1.0;
   }
   report.points = static_cast<int>(np);
   std::snprintf(line, sizeof line, "operators: %zu points on %d rank(s), %d timed runs, backend %s, %.1f s in all",

@@ -74,6 +74,7 @@ struct OpTiming {
   TimingStats compute_ms;   // forward + backward, this rank's compute only
   int repeats = 0;
   std::vector<double> samples_ms;   // every timed run, in order
+  std::vector<double> forward_samples_ms;   // the forward of each (with the data it draws)
   TpCalls tp;
 };
 

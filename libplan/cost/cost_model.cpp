@@ -1,6 +1,7 @@
 #include "libplan/cost/cost_model.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace spindle::plan {
 
@@ -62,7 +63,7 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
       return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key +
                    "): " + curve.error().message};
     }
-    model->set_entry(key, Entry{std::move(curve).value(), e.param_bytes, e.activation_bytes_per_sample});
+    model->set_entry(key, Entry{std::move(curve).value(), e.param_bytes, e.activation_bytes_per_sample, e.forward_share});
   }
   if (profile.links) model->use_measured_links(*profile.links);
   if (profile.overhead) model->set_overhead(*profile.overhead);
@@ -73,7 +74,20 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
 
 void TableCostModel::set(const Workload& w, ScalingCurve curve, int64_t param_bytes,
                          int64_t activation_bytes_per_sample) {
-  entries_[w.key()] = Entry{std::move(curve), param_bytes, activation_bytes_per_sample};
+  set_entry(w.key(), Entry{std::move(curve), param_bytes, activation_bytes_per_sample});
+}
+
+void TableCostModel::set_forward_share(const Workload& w, double share) {
+  auto it = entries_.find(w.key());
+  if (it == entries_.end() || !(share >= 0 && share <= 1))
+    throw std::invalid_argument("set_forward_share: " + w.key() + ": no entry, or a share outside [0, 1]");
+  if (it->second.forward_share < 0) ++forward_shares_;
+  it->second.forward_share = share;
+}
+
+double TableCostModel::forward_share(const Workload& w) const {
+  auto it = entries_.find(w.key());
+  return it == entries_.end() ? -1 : it->second.forward_share;
 }
 
 const ScalingCurve* TableCostModel::curve(const Workload& w) const {

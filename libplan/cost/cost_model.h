@@ -44,6 +44,12 @@ class CostModel {
   // The runtime's software cost around messages and all-reduces
   // (rules/links.h); all zero unless the profile carries figures.
   virtual CommOverhead overhead() const { return {}; }
+  // Share of one operator's time (curve) spent in its forward, in [0, 1],
+  // as measured (a profile's "x-forward_share"); -1 when not known (the
+  // simulation then takes SimOptions::forward_share). has_forward_shares:
+  // whether any workload has one (false: no caller need ask).
+  virtual double forward_share(const Workload& /*w*/) const { return -1; }
+  virtual bool has_forward_shares() const { return false; }
 };
 
 // Ring all-reduce cost of spec/cluster.md over the given cluster's links.
@@ -56,6 +62,8 @@ class TableCostModel : public CostModel {
   explicit TableCostModel(Cluster cluster) : cluster_(cluster), allreduce_cluster_(std::move(cluster)) {}
   void set(const Workload& w, ScalingCurve curve, int64_t param_bytes = 0,
            int64_t activation_bytes_per_sample = 0);
+  // The forward's share of w's time (after set(w, ...)), in [0, 1].
+  void set_forward_share(const Workload& w, double share);
   // Uses measured link figures (a profile's "x-links") in place of the
   // cluster's: p2p_ms takes the p2p fits, allreduce_ms the all-reduce fits;
   // links not measured (gbytes_per_s == 0) keep the cluster's figures.
@@ -66,6 +74,8 @@ class TableCostModel : public CostModel {
   const ScalingCurve* curve(const Workload& w) const override;
   int64_t param_bytes(const Workload& w) const override;
   int64_t activation_bytes_per_sample(const Workload& w) const override;
+  double forward_share(const Workload& w) const override;
+  bool has_forward_shares() const override { return forward_shares_ > 0; }
   double p2p_ms(double bytes, bool cross_island) const override;
   double allreduce_ms(double bytes, const std::vector<int>& devices) const override;
 
@@ -74,17 +84,23 @@ class TableCostModel : public CostModel {
     ScalingCurve curve;
     int64_t param_bytes = 0;
     int64_t activation_bytes_per_sample = 0;
+    double forward_share = -1;   // -1: not known
   };
   // By Workload::key(), for callers that already hold the key (set() and
   // the lookups compute it).
   bool has_entry(const std::string& key) const { return entries_.count(key) != 0; }
-  void set_entry(const std::string& key, Entry entry) { entries_[key] = std::move(entry); }
+  void set_entry(const std::string& key, Entry entry) {
+    if (auto it = entries_.find(key); it != entries_.end() && it->second.forward_share >= 0) --forward_shares_;
+    if (entry.forward_share >= 0) ++forward_shares_;
+    entries_[key] = std::move(entry);
+  }
 
  private:
   std::map<std::string, Entry> entries_;   // by Workload::key()
   Cluster cluster_;             // links for p2p_ms
   Cluster allreduce_cluster_;   // links for allreduce_ms (differ only when measured)
   CommOverhead overhead_;       // zero unless set
+  int forward_shares_ = 0;      // entries with a forward share
 };
 
 // Backed by a profile database and a cluster. create() fits every curve

@@ -304,7 +304,7 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
     SPINDLE_TRY(r.check_keys(je, at,
                              {"op", "dims", "seq", "batch", "points", "param_bytes",
                               "activation_bytes_per_sample"},
-                             {"source"}));
+                             {"source", "x-forward_share"}));
     ProfileEntry e;
     {
       auto s = r.get_string(je, at, "op");
@@ -336,6 +336,13 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
       auto v = r.get_int(je, at, "activation_bytes_per_sample", 0, limits::kMaxBytes);
       SPINDLE_TRY(v);
       e.activation_bytes_per_sample = *v;
+    }
+    if (je.contains("x-forward_share")) {
+      const json& f = je["x-forward_share"];
+      if (!f.is_number() || !(f.get<double>() >= 0 && f.get<double>() <= 1))
+        return r.err(at + ".x-forward_share", "expected a number in [0, 1] (the share of ms spent in the forward), "
+                                                "found " + f.dump());
+      e.forward_share = f.get<double>();
     }
     if (je.contains("source")) {
       auto s = r.get_string(je, at, "source");
@@ -449,6 +456,7 @@ std::string profile_to_json(const Profile& profile) {
     je["param_bytes"] = e->param_bytes;
     je["activation_bytes_per_sample"] = e->activation_bytes_per_sample;
     if (!e->source.empty()) je["source"] = e->source;
+    if (e->forward_share >= 0) je["x-forward_share"] = profile_figure(e->forward_share);
     json pts = json::array();
     for (const auto& pt : e->points) {
       json jp;

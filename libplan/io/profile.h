@@ -30,6 +30,11 @@ struct ProfileEntry {
   int64_t param_bytes = 0;              // in the model's dtype
   int64_t activation_bytes_per_sample = 0;
   std::string source;                   // per-entry source when the file mixes; else ""
+  // Share of each point's ms spent in the forward, in [0, 1]: measured by
+  // spindle-profile --measure (extension key "x-forward_share",
+  // docs/profiling.md); -1 when the entry does not say (the simulation
+  // then takes SimOptions::forward_share, a third).
+  double forward_share = -1;
 };
 
 // Link figures measured by `spindle-profile --measure` under mpirun

@@ -268,7 +268,10 @@ void Simulator::ready(int d, int pc, double t) {
     const Instr& c = prog.instrs[static_cast<size_t>(pc)];
     double ms = 0;   // the optimizer: 0
     if (c.kind == InstrKind::forward || c.kind == InstrKind::backward) {
-      const double share = c.kind == InstrKind::forward ? options_.forward_share : 1.0 - options_.forward_share;
+      const double fwd = options_.slice_forward_share.empty()
+                             ? options_.forward_share
+                             : options_.slice_forward_share[static_cast<size_t>(c.slice)];
+      const double share = c.kind == InstrKind::forward ? fwd : 1.0 - fwd;
       ms = options_.price_compute ? slice_ms_[static_cast<size_t>(c.slice)] * share : 0.0;
     }
     InstrTimes& tm = times_[at(d, pc)];
@@ -660,7 +663,8 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
     for (size_t s = 0; s < lowered.slices.size() && s < slice_ms.size(); ++s)
       for (int d : lowered.slices[s].devices) {
         compute[static_cast<size_t>(d)] += slice_ms[s];
-        forward[static_cast<size_t>(d)] += slice_ms[s] * options.forward_share;
+        forward[static_cast<size_t>(d)] +=
+            slice_ms[s] * (options.slice_forward_share.empty() ? options.forward_share : options.slice_forward_share[s]);
       }
   for (const Bucket& b : lowered.buckets) {
     const double ms = bucket_ms(b, cost, options);
@@ -679,6 +683,13 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
                             int devices_per_island, const SimOptions& options) {
   if (!(options.forward_share >= 0 && options.forward_share <= 1))
     return Error{"simulate: forward_share " + std::to_string(options.forward_share) + " is outside [0, 1]"};
+  if (!options.slice_forward_share.empty()) {
+    if (options.slice_forward_share.size() != lowered.slices.size())
+      return Error{"simulate: " + std::to_string(options.slice_forward_share.size()) + " forward shares for " +
+                   std::to_string(lowered.slices.size()) + " slices"};
+    for (double f : options.slice_forward_share)
+      if (!(f >= 0 && f <= 1)) return Error{"simulate: a slice's forward share " + std::to_string(f) + " is outside [0, 1]"};
+  }
   return Simulator(lowered, slice_ms, cost, devices_per_island, options).run();
 }
 
@@ -699,13 +710,26 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
   auto lowered = lower_header(plan, context, lite);
   if (!lowered) return lowered.error();
   const std::vector<double> slice_ms = lowered_slice_ms(plan);
+  // Measured forward shares, by slice (its MetaOp's workload), where the
+  // profile has them; the others keep options.forward_share.
+  const SimOptions* opts = &options;
+  SimOptions measured;
+  if (cost.has_forward_shares() && options.slice_forward_share.empty()) {
+    measured = options;
+    measured.slice_forward_share.reserve(lowered->slices.size());
+    for (const LoweredSlice& s : lowered->slices) {
+      const double f = cost.forward_share(plan.metaops[static_cast<size_t>(s.metaop)].workload);
+      measured.slice_forward_share.push_back(f >= 0 ? f : options.forward_share);
+    }
+    opts = &measured;
+  }
   // A bounded simulation that cannot finish in time ends before the
   // programs are built.
-  if (device_lower_bound_ms(*lowered, slice_ms, cost, options) > options.stop_after_ms) {
+  if (device_lower_bound_ms(*lowered, slice_ms, cost, *opts) > opts->stop_after_ms) {
     return stopped_at_bound();
   }
   SPINDLE_TRY(lower_programs(plan, context, *lowered, lite));
-  auto sim = simulate(*lowered, slice_ms, cost, plan.devices_per_island, options);
+  auto sim = simulate(*lowered, slice_ms, cost, plan.devices_per_island, *opts);
   if (!sim) return sim;
   // Name compute boxes after their MetaOps, as the planned trace does.
   for (SimBox& box : sim->boxes) {

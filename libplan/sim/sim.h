@@ -68,6 +68,10 @@ namespace spindle::plan {
 
 struct SimOptions {
   double forward_share = 1.0 / 3.0;   // of a slice's ms spent in its forward, in [0, 1]
+  // By lowered slice, its own forward share in [0, 1] (empty: forward_share
+  // for every slice). simulate_plan fills it from the cost model when the
+  // profile measured them (CostModel::forward_share, "x-forward_share").
+  std::vector<double> slice_forward_share;
   bool price_compute = true;          // false: forward and backward take 0 ms
   bool price_communication = true;    // false: messages and all-reduces take 0 ms
   // false: only Simulation::iteration_ms and devices[].finish_ms are filled

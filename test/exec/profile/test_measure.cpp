@@ -53,6 +53,12 @@ TEST_CASE("time_operator times forward+backward with at least min_repeats runs",
   CHECK(t.compute_ms.p10 <= t.compute_ms.median);
   CHECK(t.compute_ms.median <= t.compute_ms.p90);
   CHECK(t.tp.allreduce_floats.empty());
+  // The forward of each run, timed on its own: a part of that run.
+  REQUIRE(t.forward_samples_ms.size() == t.samples_ms.size());
+  for (size_t i = 0; i < t.samples_ms.size(); ++i) {
+    CHECK(t.forward_samples_ms[i] > 0);
+    CHECK(t.forward_samples_ms[i] < t.samples_ms[i]);
+  }
 }
 
 TEST_CASE("a TP shard records its collectives: 4 all-reduces of the local activations", "[profile][measure]") {
@@ -146,7 +152,20 @@ TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[p
       CHECK(pt.spread >= 0);
       ++points;
     }
+    // Every entry measured its forward's share (x-forward_share).
+    CHECK(p.entries[i].forward_share > 0);
+    CHECK(p.entries[i].forward_share < 1);
   }
+  // A data reader draws its batch in the forward and has no input
+  // gradient to compute: most of its time is forward; a transformer
+  // layer's backward costs more than its forward (two matmuls per one).
+  auto share_of = [&](const std::string& op) {
+    for (const sp::ProfileEntry& e : p.entries)
+      if (e.workload.op == op) return e.forward_share;
+    return -1.0;
+  };
+  CHECK(share_of("patch_embed") > 0.5);
+  CHECK(share_of("transformer_layer") < 0.5);
   // Every point once per pass (quick(): 3 passes), then the final "done".
   CHECK(report->points == points);
   CHECK(total == 3 * points);
@@ -158,6 +177,8 @@ TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[p
   auto back = sp::parse_profile_string(bytes, "measured.json");
   REQUIRE(back.ok());
   CHECK(back->source == "measured");
+  for (size_t i = 0; i < p.entries.size(); ++i)
+    CHECK(back->entries[i].forward_share == Approx(p.entries[i].forward_share).epsilon(1e-5));   // 6 digits
   auto cost = sp::ProfileCostModel::create(*back, *cluster, graph);
   REQUIRE(cost.ok());
   sp::PlanRequest req{&*model, &graph, &*cluster, cost->get(), back->sha256, sp::Strategy::spindle};

@@ -165,3 +165,30 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   REQUIRE_FALSE(n.ok());
   CHECK_THAT(n.error().message, Catch::Contains("comm_overhead.exchange_us"));
 }
+
+TEST_CASE("x-forward_share: written when known, read back, absent means unknown, checked") {
+  Profile p = sample();
+  p.entries[0].forward_share = 0.29;   // the layer
+  const std::string bytes = profile_to_json(p);
+  CHECK(bytes.find("\"x-forward_share\":0.29") != std::string::npos);
+  CHECK(bytes.find("x-forward_share") == bytes.rfind("x-forward_share"));   // only the one entry that has it
+  auto back = parse_profile_string(bytes, "p.json");
+  REQUIRE(back.ok());
+  int known = 0;
+  for (const ProfileEntry& e : back->entries) {
+    if (e.workload.op == "transformer_layer") CHECK(e.forward_share == 0.29);
+    else CHECK(e.forward_share == -1);
+    known += e.forward_share >= 0;
+  }
+  CHECK(known == 1);
+  CHECK(profile_to_json(*back) == bytes);
+  for (const char* bad_value : {"1.5", "-0.1", "\"half\""}) {
+    std::string text = bytes;
+    const size_t at = text.find("0.29");
+    text.replace(at, 4, bad_value);
+    auto r = parse_profile_string(text, "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-forward_share") &&
+                                      Catch::Contains("[0, 1]"));
+  }
+}

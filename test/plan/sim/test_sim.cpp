@@ -780,3 +780,49 @@ TEST_CASE("simulated and predicted iteration of every shipped workload", "[.figu
                   p.relaxed_optimum_ms);
     }
 }
+
+// A profile's measured forward shares (x-forward_share): each slice's
+// forward and backward split its ms by its workload's share; workloads
+// without one keep SimOptions::forward_share.
+TEST_CASE("measured forward shares split each slice's time by its workload", "[sim]") {
+  sp::testing::Fixture f("tiny-clip", "cpu-1x2");
+  const sp::Plan plan = f.plan();
+  const std::vector<double> slice_ms = sp::lowered_slice_ms(plan);
+  CHECK_FALSE(f.cost->has_forward_shares());
+  // Every workload but the transformer layers' at 0.9.
+  for (const sp::PlanMetaOp& m : plan.metaops)
+    if (m.workload.op != "transformer_layer") f.cost->set_forward_share(m.workload, 0.9);
+  CHECK(f.cost->has_forward_shares());
+  auto sim = sp::simulate_plan(plan, f.model, f.graph, *f.cost);
+  REQUIRE(sim.ok());
+  auto lowered = sp::lower(plan, f.model, f.graph);
+  REQUIRE(lowered.ok());
+  int boxes = 0, measured = 0;
+  for (const sp::SimBox& b : sim->boxes) {
+    if (b.cat != "forward" && b.cat != "backward") continue;
+    const sp::LoweredSlice& s = lowered->slices[static_cast<size_t>(b.slice)];
+    const bool layer = plan.metaops[static_cast<size_t>(s.metaop)].workload.op == "transformer_layer";
+    const double share = layer ? 1.0 / 3.0 : 0.9;
+    const double ms = slice_ms[static_cast<size_t>(b.slice)];
+    CHECK(b.dur_ms == Approx(b.cat == "forward" ? share * ms : (1 - share) * ms).margin(1e-12));
+    ++boxes;
+    measured += !layer;
+  }
+  CHECK(boxes > 0);
+  CHECK(measured > 0);
+  CHECK(measured < boxes);
+  // An explicit list wins; a wrong length or share is an error.
+  sp::SimOptions even;
+  even.slice_forward_share.assign(lowered->slices.size(), 0.5);
+  auto halves = sp::simulate_plan(plan, f.model, f.graph, *f.cost, even);
+  REQUIRE(halves.ok());
+  for (const sp::SimBox& b : halves->boxes)
+    if (b.cat == "forward" || b.cat == "backward")
+      CHECK(b.dur_ms == Approx(0.5 * slice_ms[static_cast<size_t>(b.slice)]).margin(1e-12));
+  sp::SimOptions short_list;
+  short_list.slice_forward_share = {0.5};
+  CHECK_FALSE(sp::simulate_plan(plan, f.model, f.graph, *f.cost, short_list).ok());
+  even.slice_forward_share.back() = 1.5;
+  CHECK_FALSE(sp::simulate_plan(plan, f.model, f.graph, *f.cost, even).ok());
+  CHECK_THROWS_AS(f.cost->set_forward_share(plan.metaops.front().workload, -0.5), std::invalid_argument);
+}
