@@ -664,7 +664,7 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
       for (int d : lowered.slices[s].devices) {
         compute[static_cast<size_t>(d)] += slice_ms[s];
         forward[static_cast<size_t>(d)] +=
-            slice_ms[s] * (options.slice_forward_share.empty() ? options.forward_share : options.slice_forward_share[s]);
+            slice_ms[s] * (s < options.slice_forward_share.size() ? options.slice_forward_share[s] : options.forward_share);
       }
   for (const Bucket& b : lowered.buckets) {
     const double ms = bucket_ms(b, cost, options);
@@ -679,17 +679,24 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
   return bound * (1 - 1e-12);
 }
 
-Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
-                            int devices_per_island, const SimOptions& options) {
+namespace {
+// SimOptions' forward shares: each in [0, 1], one per slice when listed.
+Status check_forward_shares(const SimOptions& options, size_t slices) {
   if (!(options.forward_share >= 0 && options.forward_share <= 1))
     return Error{"simulate: forward_share " + std::to_string(options.forward_share) + " is outside [0, 1]"};
-  if (!options.slice_forward_share.empty()) {
-    if (options.slice_forward_share.size() != lowered.slices.size())
-      return Error{"simulate: " + std::to_string(options.slice_forward_share.size()) + " forward shares for " +
-                   std::to_string(lowered.slices.size()) + " slices"};
-    for (double f : options.slice_forward_share)
-      if (!(f >= 0 && f <= 1)) return Error{"simulate: a slice's forward share " + std::to_string(f) + " is outside [0, 1]"};
-  }
+  if (options.slice_forward_share.empty()) return {};
+  if (options.slice_forward_share.size() != slices)
+    return Error{"simulate: " + std::to_string(options.slice_forward_share.size()) + " forward shares for " +
+                 std::to_string(slices) + " slices"};
+  for (double f : options.slice_forward_share)
+    if (!(f >= 0 && f <= 1)) return Error{"simulate: a slice's forward share " + std::to_string(f) + " is outside [0, 1]"};
+  return {};
+}
+}  // namespace
+
+Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
+                            int devices_per_island, const SimOptions& options) {
+  SPINDLE_TRY(check_forward_shares(options, lowered.slices.size()));
   return Simulator(lowered, slice_ms, cost, devices_per_island, options).run();
 }
 
@@ -723,6 +730,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
     }
     opts = &measured;
   }
+  SPINDLE_TRY(check_forward_shares(*opts, lowered->slices.size()));
   // A bounded simulation that cannot finish in time ends before the
   // programs are built.
   if (device_lower_bound_ms(*lowered, slice_ms, cost, *opts) > opts->stop_after_ms) {
