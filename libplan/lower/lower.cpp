@@ -341,7 +341,7 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 // With `deps` false, every Instr::deps is left empty (LowerOptions).
 Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, int waves, int d,
                       std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
-                      const GradSync& sync, BucketStarts starts) {
+                      const GradSync& sync, BucketStarts starts, bool& starts_matter) {
   const bool overlap = sync.overlap;
   const bool early = sync.overlap && sync.early_transfers;
   Program prog;
@@ -498,6 +498,10 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
       ready_step.push_back(ready);
     }
     for (int p : stepped) last_step[static_cast<size_t>(p)] = -1;
+    // In order starts bucket i after step max(ready_step[0..i]), when ready
+    // after ready_step[i]: the same programs iff they never decrease.
+    for (size_t i = 1; i < ready_step.size(); ++i)
+      if (ready_step[i] < ready_step[i - 1]) starts_matter = true;
   }
   // The all-reduce of bucket mine.buckets[i] (blocking, or its start), after
   // the backward of every slice of d that uses one of its parameters;
@@ -727,9 +731,11 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   GradSync sync = options.sync;
   sync.early_transfers = sync.early_transfers && plan.early_transfers;
   out.programs.reserve(static_cast<size_t>(plan.devices));
+  out.bucket_starts_matter = false;
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
-                                         d, param_bwd, last_step, options.deps, sync, plan.bucket_starts));
+                                         d, param_bwd, last_step, options.deps, sync, plan.bucket_starts,
+                                         out.bucket_starts_matter));
   return {};
 }
 

@@ -204,6 +204,11 @@ struct Lowered {
   std::map<std::string, int> param_tp;
   std::map<std::string, int> param_op;
   std::vector<Program> programs;         // by device
+  // With overlap: whether the other bucket-start rule (Plan::bucket_starts)
+  // would lower other programs: on some device a bucket is ready before
+  // one ahead of it in the global order, so in order holds it back. When
+  // false the two rules give the same programs (set by lower_programs).
+  bool bucket_starts_matter = false;
 
   // Position of `device` in slice `slice`'s device list; -1 when absent.
   int position(int slice, int device) const;

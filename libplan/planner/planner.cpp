@@ -256,6 +256,7 @@ struct Costed {
   std::vector<WavePlacement> placed;
   double simulated_ms = 0;   // infinity when its simulation stopped at its bound
   BucketStarts starts = BucketStarts::in_order;
+  bool starts_matter = true;  // the other bucket-start rule would lower other programs (Simulation)
 };
 
 // Sets the plan's waves to the placed abstract waves, slice ms = count *
@@ -491,24 +492,26 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   // Simulates schedule c placed as `placed` in `scratch` (the plan's header
   // and MetaOps) with its buckets started as `starts` says; a simulation
   // that passes `bound_ms` stops there (infinity: it cannot win).
-  // The simulated makespan of `candidate`, or infinity once it passes `bound_ms`.
-  auto simulated_ms_of = [&](const Plan& candidate, double bound_ms) -> Result<double> {
+  // `candidate` simulated, stopping once it passes `bound_ms` (then its
+  // iteration_ms is infinity).
+  auto simulated = [&](const Plan& candidate, double bound_ms) -> Result<Simulation> {
     SimOptions options;
     options.timeline = false;
     options.stop_after_ms = bound_ms;
     options.sync = request.sync;
     Result<Simulation> sim = simulate_plan(candidate, *lowering, *request.cost, options);
     if (!sim) return Error{"planner: simulating a " + candidate.strategy + " candidate: " + sim.error().message};
-    return sim->iteration_ms;
+    return sim;
   };
   auto evaluate = [&](size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
                       Costed& out, BucketStarts starts) -> Status {
     emit_waves(candidates[c], placed, scratch);
     scratch.bucket_starts = starts;
-    SPINDLE_ASSIGN(ms, simulated_ms_of(scratch, bound_ms));
+    SPINDLE_ASSIGN(sim, simulated(scratch, bound_ms));
     out.placed = std::move(placed);
-    out.simulated_ms = ms;
+    out.simulated_ms = sim.iteration_ms;
     out.starts = starts;
+    out.starts_matter = sim.bucket_starts_matter;
     return {};
   };
   auto better = [](const Costed& a, const Costed& b) { return a.simulated_ms < b.simulated_ms * (1 - 1e-12); };
@@ -594,26 +597,31 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   parallel_for(order.size(), [&](size_t w, size_t k) {
     const size_t c = order[k];
     refined[k] = costed[c];
-    // Placement `placed` with each bucket-start rule (the first pass has
-    // been simulated in order), the best kept; no more workers than above.
-    auto try_starts = [&](const std::vector<WavePlacement>& placed, bool in_order_done) {
+    // Placement `placed` with each bucket-start rule, the best kept; when
+    // ready is skipped where it would lower the same programs as in order
+    // (`matter` false: the in-order simulation's Simulation says so; pass
+    // the first pass's). No more workers than above.
+    auto try_starts = [&](const std::vector<WavePlacement>& placed, const bool* in_order_matter) {
+      bool matter = in_order_matter ? *in_order_matter : true;
       for (BucketStarts starts : {BucketStarts::in_order, BucketStarts::when_ready}) {
-        if (starts == BucketStarts::in_order ? in_order_done : !request.sync.overlap) continue;
+        if (starts == BucketStarts::in_order ? in_order_matter != nullptr : !(request.sync.overlap && matter))
+          continue;
         Costed again;
         refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch[w], again, starts);
         if (!refine_status[k].ok()) return false;
+        if (starts == BucketStarts::in_order) matter = again.starts_matter;
         if (better(again, refined[k])) refined[k] = std::move(again);
       }
       return true;
     };
     std::vector<WavePlacement> placed = costed[c].placed;
-    if (!try_starts(placed, /*in_order_done=*/true)) return;
+    if (!try_starts(placed, &costed[c].starts_matter)) return;
     if (request.placement != Placement::islands) return;
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
       std::vector<WavePlacement> next = place_first(c, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
-      if (!try_starts(placed, /*in_order_done=*/false)) return;
+      if (!try_starts(placed, nullptr)) return;
     }
   });
   for (const Status& st : refine_status) SPINDLE_TRY(st);
@@ -632,17 +640,18 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   if (request.sync.overlap && request.sync.early_transfers) {
     Plan late = plan;
     late.early_transfers = false;
-    SPINDLE_ASSIGN(late_ms, simulated_ms_of(late, simulated_ms));
+    SPINDLE_ASSIGN(late_sim, simulated(late, simulated_ms));
+    const double late_ms = late_sim.iteration_ms;
     if (late_ms < simulated_ms * (1 - 1e-12)) {
       plan.early_transfers = false;
       simulated_ms = late_ms;
       // Its bucket starts were chosen with early transfers: the other
       // rule again, so that the plan's is the faster with its transfers.
       late.bucket_starts = late.bucket_starts == BucketStarts::in_order ? BucketStarts::when_ready : BucketStarts::in_order;
-      SPINDLE_ASSIGN(other_ms, simulated_ms_of(late, simulated_ms));
-      if (other_ms < simulated_ms * (1 - 1e-12)) {
+      SPINDLE_ASSIGN(other, simulated(late, simulated_ms));
+      if (other.iteration_ms < simulated_ms * (1 - 1e-12)) {
         plan.bucket_starts = late.bucket_starts;
-        simulated_ms = other_ms;
+        simulated_ms = other.iteration_ms;
       }
     }
   }

@@ -739,6 +739,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
   SPINDLE_TRY(lower_programs(plan, context, *lowered, lite));
   auto sim = simulate(*lowered, slice_ms, cost, plan.devices_per_island, *opts);
   if (!sim) return sim;
+  sim->bucket_starts_matter = lowered->bucket_starts_matter;
   // Name compute boxes after their MetaOps, as the planned trace does.
   for (SimBox& box : sim->boxes) {
     if (box.cat != "forward" && box.cat != "backward") continue;

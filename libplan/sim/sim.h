@@ -133,6 +133,10 @@ struct Simulation {
   std::vector<SimDevice> devices;     // by device
   std::vector<SimBox> boxes;          // by device, then program order
   std::vector<SimMessage> messages;   // in order of start
+  // simulate_plan: whether the plan lowered with the other bucket-start
+  // rule would run other programs (Lowered::bucket_starts_matter); true
+  // when not known (a simulation stopped before its programs were built).
+  bool bucket_starts_matter = true;
   // Sums over devices (device-ms) of the parts of SimDevice.
   double compute_device_ms() const;
   double transfer_device_ms() const;

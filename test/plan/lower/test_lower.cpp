@@ -396,6 +396,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   const fs::path root = SPINDLE_SOURCE_DIR;
   int lowered_plans = 0;
   int started_earlier = 0;   // bucket starts that come earlier when ready than in order
+  bool matter_both_ways[2] = {false, false};   // plans whose bucket rule matters, and plans whose does not
   for (const auto& [model, cluster] : std::vector<std::pair<std::string, std::string>>{
            {"tiny-clip", "cpu-1x3"}, {"tiny-clip", "cpu-1x4"}, {"tiny-lm", "cpu-1x3"}, {"tiny-lm", "cpu-1x4"},
            {"multitask-clip-10", "a800-4x8"}, {"ofasys-7", "a800-2x8"}, {"qwen-val-3", "a800-4x8"}}) {
@@ -423,6 +424,20 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       check_invariants(flipped, *other, *context);
       const sp::Lowered& ready = plan->bucket_starts == sp::BucketStarts::when_ready ? *lowered : *other;
       const sp::Lowered& ordered = plan->bucket_starts == sp::BucketStarts::when_ready ? *other : *lowered;
+      // bucket_starts_matter says exactly whether the two rules' programs
+      // differ (the planner skips simulating the other rule when not).
+      CHECK(ready.bucket_starts_matter == ordered.bucket_starts_matter);
+      bool programs_differ = false;
+      for (int d = 0; d < plan->devices; ++d) {
+        const sp::Program& a = ready.programs[static_cast<size_t>(d)];
+        const sp::Program& b = ordered.programs[static_cast<size_t>(d)];
+        programs_differ = programs_differ || a.instrs.size() != b.instrs.size() ||
+                          !std::equal(a.instrs.begin(), a.instrs.end(), b.instrs.begin(), [](const sp::Instr& x, const sp::Instr& y) {
+                            return x.kind == y.kind && x.slice == y.slice && x.bucket == y.bucket && x.wave == y.wave;
+                          });
+      }
+      CHECK(programs_differ == ordered.bucket_starts_matter);
+      matter_both_ways[ordered.bucket_starts_matter ? 1 : 0] = true;
       for (int d = 0; d < plan->devices; ++d) {
         // Position of each bucket's start among the program's other instructions.
         auto starts = [](const sp::Program& prog, std::vector<std::pair<sp::InstrKind, int>>& rest) {
@@ -536,6 +551,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   }
   CHECK(lowered_plans >= 20);
   CHECK(started_earlier > 0);   // the two rules differ somewhere
+  CHECK(matter_both_ways[0]);
+  CHECK(matter_both_ways[1]);
 }
 
 TEST_CASE("lowering rejects a plan that does not match the model, naming what is wrong") {
