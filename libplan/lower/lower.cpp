@@ -367,6 +367,8 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     size_t begin, end;   // in mine.transfers
     bool receives;       // d receives one of them
   };
+  auto received = [&](const Transfer& tr) { return tr.dst == d && tr.src != d; };   // a message to d
+  auto sent_early = [&](const Transfer& tr) { return early && tr.src == d && tr.dst != d; };
   std::vector<Run> runs;
   std::vector<std::pair<int, int>> sends_after;   // (slice, transfer), sorted
   for (size_t i = 0; i < mine.transfers.size(); ++i) {
@@ -375,12 +377,11 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     if (runs.empty() || runs.back().dir != tr.dir || runs.back().wave != tr.wave)
       runs.push_back({tr.dir, tr.wave, i, i, false});
     runs.back().end = i + 1;
-    runs.back().receives |= tr.dst == d && tr.src != d;
-    if (early && tr.src == d && tr.dst != d)
+    runs.back().receives |= received(tr);
+    if (sent_early(tr))
       sends_after.push_back({tr.dir == Direction::forward ? l.slice_of[static_cast<size_t>(tr.producer)] : tr.slice, t});
   }
   std::sort(sends_after.begin(), sends_after.end());
-  auto sent_early = [&](const Transfer& tr) { return early && tr.src == d && tr.dst != d; };
   // Appends to prog.transfers the transfers of run r that `keep` takes,
   // as the range of `in`; false when it took none.
   auto take = [&](const Run& r, Instr& in, auto keep) {
@@ -415,7 +416,7 @@ Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, 
     in.kind = InstrKind::post_recv;
     in.dir = runs[r].dir;
     in.wave = runs[r].wave;
-    take(runs[r], in, [&](const Transfer& tr) { return tr.dst == d && tr.src != d; });
+    take(runs[r], in, received);
     if (deps && after >= 0) in.deps.push_back(after);
     posted[r] = add(std::move(in));
   };

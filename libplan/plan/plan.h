@@ -66,6 +66,10 @@ struct Predicted {
 // the plan file says which as "x-lowering": {"bucket_starts": "when-ready"}
 // (absent: in-order), so spindle-run lowers the same programs.
 enum class BucketStarts { in_order, when_ready };
+// The other rule.
+inline BucketStarts other_rule(BucketStarts s) {
+  return s == BucketStarts::in_order ? BucketStarts::when_ready : BucketStarts::in_order;
+}
 
 struct Plan {
   std::string strategy = "spindle";

@@ -489,11 +489,8 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   // What every candidate's lowering shares, worked out once.
   const Result<LowerContext> lowering = lower_context(model, *request.graph);
   if (!lowering) return Error{"planner: " + lowering.error().message};
-  // Simulates schedule c placed as `placed` in `scratch` (the plan's header
-  // and MetaOps) with its buckets started as `starts` says; a simulation
-  // that passes `bound_ms` stops there (infinity: it cannot win).
   // `candidate` simulated, stopping once it passes `bound_ms` (then its
-  // iteration_ms is infinity).
+  // iteration_ms is infinity: it cannot win).
   auto simulated = [&](const Plan& candidate, double bound_ms) -> Result<Simulation> {
     SimOptions options;
     options.timeline = false;
@@ -503,6 +500,8 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
     if (!sim) return Error{"planner: simulating a " + candidate.strategy + " candidate: " + sim.error().message};
     return sim;
   };
+  // Schedule c placed as `placed` in `scratch` (the plan's header and
+  // MetaOps), its buckets started as `starts` says, simulated into `out`.
   auto evaluate = [&](size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
                       Costed& out, BucketStarts starts) -> Status {
     emit_waves(candidates[c], placed, scratch);
@@ -597,31 +596,30 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   parallel_for(order.size(), [&](size_t w, size_t k) {
     const size_t c = order[k];
     refined[k] = costed[c];
-    // Placement `placed` with each bucket-start rule, the best kept; when
-    // ready is skipped where it would lower the same programs as in order
-    // (`matter` false: the in-order simulation's Simulation says so; pass
-    // the first pass's). No more workers than above.
-    auto try_starts = [&](const std::vector<WavePlacement>& placed, const bool* in_order_matter) {
-      bool matter = in_order_matter ? *in_order_matter : true;
-      for (BucketStarts starts : {BucketStarts::in_order, BucketStarts::when_ready}) {
-        if (starts == BucketStarts::in_order ? in_order_matter != nullptr : !(request.sync.overlap && matter))
-          continue;
+    // Placement `placed` simulated in order (unless that is done:
+    // `starts_matter` holds what its simulation said), then when ready
+    // unless the two rules lower the same programs; the best kept. No more
+    // workers than above.
+    auto try_starts = [&](const std::vector<WavePlacement>& placed, std::optional<bool> starts_matter) {
+      auto keep = [&](BucketStarts starts) {
         Costed again;
         refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch[w], again, starts);
-        if (!refine_status[k].ok()) return false;
-        if (starts == BucketStarts::in_order) matter = again.starts_matter;
-        if (better(again, refined[k])) refined[k] = std::move(again);
-      }
-      return true;
+        const bool matter = again.starts_matter;
+        if (refine_status[k].ok() && better(again, refined[k])) refined[k] = std::move(again);
+        return matter;
+      };
+      if (!starts_matter) starts_matter = keep(BucketStarts::in_order);
+      if (refine_status[k].ok() && request.sync.overlap && *starts_matter) keep(BucketStarts::when_ready);
+      return refine_status[k].ok();
     };
     std::vector<WavePlacement> placed = costed[c].placed;
-    if (!try_starts(placed, &costed[c].starts_matter)) return;
+    if (!try_starts(placed, costed[c].starts_matter)) return;
     if (request.placement != Placement::islands) return;
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
       std::vector<WavePlacement> next = place_first(c, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
-      if (!try_starts(placed, nullptr)) return;
+      if (!try_starts(placed, std::nullopt)) return;
     }
   });
   for (const Status& st : refine_status) SPINDLE_TRY(st);
@@ -647,7 +645,7 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
       simulated_ms = late_ms;
       // Its bucket starts were chosen with early transfers: the other
       // rule again, so that the plan's is the faster with its transfers.
-      late.bucket_starts = late.bucket_starts == BucketStarts::in_order ? BucketStarts::when_ready : BucketStarts::in_order;
+      late.bucket_starts = other_rule(late.bucket_starts);
       SPINDLE_ASSIGN(other, simulated(late, simulated_ms));
       if (other.iteration_ms < simulated_ms * (1 - 1e-12)) {
         plan.bucket_starts = late.bucket_starts;

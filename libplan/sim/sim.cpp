@@ -52,6 +52,12 @@ double bucket_ms(const Bucket& b, const CostModel& cost, const SimOptions& optio
              : 0.0;
 }
 
+// Slice s's share of its ms spent in its forward: its own when listed
+// (SimOptions::slice_forward_share), else the one for every slice.
+double forward_share_of(const SimOptions& options, size_t s) {
+  return s < options.slice_forward_share.size() ? options.slice_forward_share[s] : options.forward_share;
+}
+
 // What a simulation that passed its stop_after_ms returns.
 Simulation stopped_at_bound() {
   Simulation stopped;
@@ -268,9 +274,7 @@ void Simulator::ready(int d, int pc, double t) {
     const Instr& c = prog.instrs[static_cast<size_t>(pc)];
     double ms = 0;   // the optimizer: 0
     if (c.kind == InstrKind::forward || c.kind == InstrKind::backward) {
-      const double fwd = options_.slice_forward_share.empty()
-                             ? options_.forward_share
-                             : options_.slice_forward_share[static_cast<size_t>(c.slice)];
+      const double fwd = forward_share_of(options_, static_cast<size_t>(c.slice));
       const double share = c.kind == InstrKind::forward ? fwd : 1.0 - fwd;
       ms = options_.price_compute ? slice_ms_[static_cast<size_t>(c.slice)] * share : 0.0;
     }
@@ -663,8 +667,7 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
     for (size_t s = 0; s < lowered.slices.size() && s < slice_ms.size(); ++s)
       for (int d : lowered.slices[s].devices) {
         compute[static_cast<size_t>(d)] += slice_ms[s];
-        forward[static_cast<size_t>(d)] +=
-            slice_ms[s] * (s < options.slice_forward_share.size() ? options.slice_forward_share[s] : options.forward_share);
+        forward[static_cast<size_t>(d)] += slice_ms[s] * forward_share_of(options, s);
       }
   for (const Bucket& b : lowered.buckets) {
     const double ms = bucket_ms(b, cost, options);

@@ -417,8 +417,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       // programs but for where each allreduce_start stands, never later
       // when ready than in order.
       sp::Plan flipped = *plan;
-      flipped.bucket_starts = plan->bucket_starts == sp::BucketStarts::in_order ? sp::BucketStarts::when_ready
-                                                                                : sp::BucketStarts::in_order;
+      flipped.bucket_starts = sp::other_rule(plan->bucket_starts);
       auto other = sp::lower(flipped, f.model, f.graph);
       REQUIRE(other.ok());
       check_invariants(flipped, *other, *context);

@@ -690,8 +690,7 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       CHECK(m == p.simulated_ms);   // the planner's figure is this simulation
       // Its bucket starts (Plan::bucket_starts) are the faster of the two.
       sp::Plan flipped = *plan;
-      flipped.bucket_starts = plan->bucket_starts == sp::BucketStarts::in_order ? sp::BucketStarts::when_ready
-                                                                                : sp::BucketStarts::in_order;
+      flipped.bucket_starts = sp::other_rule(plan->bucket_starts);
       auto other = sp::simulate_plan(flipped, w.model, w.graph, *w.cost);
       REQUIRE(other.ok());
       CHECK(other->iteration_ms >= m * (1 - 1e-12));
