@@ -257,6 +257,7 @@ struct Costed {
   double simulated_ms = 0;   // infinity when its simulation stopped at its bound
   BucketStarts starts = BucketStarts::in_order;
   bool starts_matter = true;  // the other bucket-start rule would lower other programs (Simulation)
+  size_t schedule = 0;        // the candidate placed (CandidateSearch::refine's result)
 };
 
 // Sets the plan's waves to the placed abstract waves, slice ms = count *
@@ -390,28 +391,72 @@ std::vector<AbstractWave> sequential_waves(const Prepared& p, const BaselineInpu
 
 namespace {
 
-// make_plan on the request's cluster alone; an error when its compute alone
-// (work_bound_ms x `packing` >= 1) cannot beat `beat_ms` (the caller has a
-// plan that fast).
-// Candidates are not bounded by beat_ms: a first placement pass slower than
-// it may refine to a faster plan, and the plan must be the one make_plan
-// gives on this cluster.
-Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double packing) {
-  const auto start = std::chrono::steady_clock::now();
-  if (!request.model || !request.graph || !request.cluster || !request.cost)
-    return Error{"make_plan: model, graph, cluster and cost model are all required"};
+// The schedules a strategy places and simulates, in candidate groups: group
+// 0 is Spindle's portfolio on the paper's allocation and, from `own` on, the
+// baselines' schedules; groups 1 and 2 the portfolio on the
+// communication-aware allocation. Each group's best kRefinedSchedules get
+// the further placement passes (CandidateSearch), so a group added never
+// costs the others their refinement. Other strategies: one schedule.
+struct Candidates {
+  std::vector<std::vector<AbstractWave>> waves;
+  size_t own = 0;                      // Spindle's own schedules: waves[0, own)
+  std::vector<size_t> group_begin{0};  // each group's first index into waves
+
+  int groups() const { return static_cast<int>(group_begin.size()); }
+  int group_of(size_t c) const {
+    if (c >= own) return 0;
+    return static_cast<int>(std::upper_bound(group_begin.begin(), group_begin.end(), c) - group_begin.begin()) - 1;
+  }
+};
+
+Candidates strategy_candidates(const Prepared& p, const PlanRequest& request) {
+  const Cluster& cluster = *request.cluster;
+  const BaselineInput baseline{&p.contraction, &p.curves, &p.valid,
+                               static_cast<int>(request.model->tasks.size()), cluster.devices()};
+  Candidates c;
+  switch (request.strategy) {
+    case Strategy::spindle:
+      c.waves = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
+      // And the same portfolio with no MetaOp spread wider than its
+      // gradients' sum pays for: on many islands the widest counts cost
+      // more in all-reduce than they save in compute (groups 1 and 2).
+      if (const std::optional<Prepared> capped =
+              request.comm_aware_candidates ? comm_capped(p, request) : std::nullopt) {
+        std::vector<std::vector<AbstractWave>> more =
+            spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early);
+        size_t next = 0;
+        for (size_t size : {kCappedSchedules, kMoreCappedSchedules}) {
+          if (next >= more.size()) break;
+          c.group_begin.push_back(c.waves.size());
+          for (size_t k = next; k < std::min(more.size(), next + size); ++k) c.waves.push_back(std::move(more[k]));
+          next += size;
+        }
+      }
+      c.own = c.waves.size();
+      // The baselines' schedules are wave plans too: Spindle also places
+      // and simulates them, so its plan is never predicted slower than a
+      // baseline's (task-level wins on ofasys-7 with 32 and 64 devices,
+      // where its small per-task groups all-reduce less).
+      if (request.baseline_candidates) {
+        std::vector<std::vector<AbstractWave>> baselines;
+        baselines.push_back(sequential_waves(p, baseline));
+        baselines.push_back(task_level_waves(baseline));
+        baselines.push_back(intra_task_waves(baseline));
+        for (std::vector<AbstractWave>& waves : baselines)
+          if (slot_devices(waves) <= kMaxBaselineCandidateSlots) c.waves.push_back(std::move(waves));
+      }
+      break;
+    case Strategy::sequential: c.waves = {sequential_waves(p, baseline)}; break;
+    case Strategy::task_level: c.waves = {task_level_waves(baseline)}; break;
+    case Strategy::intra_task: c.waves = {intra_task_waves(baseline)}; break;
+  }
+  return c;
+}
+
+// A plan of `request` with its header and MetaOps filled in, no waves yet.
+Plan plan_header(const PlanRequest& request, const Prepared& p) {
   const Model& model = *request.model;
   const Cluster& cluster = *request.cluster;
-  if (cluster.devices() < 1)
-    return Error{"cluster '" + cluster.name + "' has no devices"};
-
-  Result<Prepared> prepared = prepare(request);
-  if (!prepared.ok()) return prepared.error();
-  const Prepared& p = *prepared;
-  if (const double bound = work_bound_ms(p, cluster.devices()) * packing; bound >= beat_ms)
-    return Error{"planner: on " + std::to_string(cluster.devices()) + " devices the compute alone takes about " +
-                 std::to_string(bound) + " ms"};
-
   Plan plan;
   plan.strategy = strategy_name(request.strategy);
   plan.model_name = model.name;
@@ -432,228 +477,250 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
     pm.inputs = m.inputs;
     plan.metaops.push_back(std::move(pm));
   }
+  return plan;
+}
 
-  const BaselineInput baseline{&p.contraction, &p.curves, &p.valid,
-                               static_cast<int>(model.tasks.size()), cluster.devices()};
-  std::vector<std::vector<AbstractWave>> candidates;
-  size_t own_candidates = 0;   // Spindle's portfolio: the first candidates; the baselines' follow
-  // Candidate groups (below): each begins at an index of candidates;
-  // group 0 is Spindle's portfolio on the paper's allocation and, from
-  // own_candidates on, the baselines' schedules.
-  std::vector<size_t> group_begin{0};
-  switch (request.strategy) {
-    case Strategy::spindle:
-      candidates = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
-      // And the same portfolio with no MetaOp spread wider than its
-      // gradients' sum pays for: on many islands the widest counts cost
-      // more in all-reduce than they save in compute (groups 1 and 2).
-      if (const std::optional<Prepared> capped =
-              request.comm_aware_candidates ? comm_capped(p, request) : std::nullopt) {
-        std::vector<std::vector<AbstractWave>> more =
-            spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early);
-        size_t next = 0;
-        for (size_t size : {kCappedSchedules, kMoreCappedSchedules}) {
-          if (next >= more.size()) break;
-          group_begin.push_back(candidates.size());
-          for (size_t k = next; k < std::min(more.size(), next + size); ++k) candidates.push_back(std::move(more[k]));
-          next += size;
-        }
-      }
-      own_candidates = candidates.size();
-      // The baselines' schedules are wave plans too: Spindle also places
-      // and simulates them, so its plan is never predicted slower than a
-      // baseline's (task-level wins on ofasys-7 with 32 and 64 devices,
-      // where its small per-task groups all-reduce less).
-      if (request.baseline_candidates) {
-        std::vector<std::vector<AbstractWave>> baselines;
-        baselines.push_back(sequential_waves(p, baseline));
-        baselines.push_back(task_level_waves(baseline));
-        baselines.push_back(intra_task_waves(baseline));
-        for (std::vector<AbstractWave>& waves : baselines)
-          if (slot_devices(waves) <= kMaxBaselineCandidateSlots) candidates.push_back(std::move(waves));
-      }
-      break;
-    case Strategy::sequential: candidates = {sequential_waves(p, baseline)}; break;
-    case Strategy::task_level: candidates = {task_level_waves(baseline)}; break;
-    case Strategy::intra_task: candidates = {intra_task_waves(baseline)}; break;
-  }
-  // Placement, then costing. Every placed candidate is costed by
-  // simulating its lowered programs (libplan/sim): the shortest simulated
-  // iteration wins (ties: the earlier candidate); the winner alone is then
-  // costed by the wave-barrier model too (cost_plan: parameter groups,
-  // memory, the predicted parts). Island placement refines itself (each
-  // pass knows where the previous one sent every slot's output): every
-  // schedule gets one pass (on parallel threads: the candidates are
-  // independent), then the best schedules get the further passes.
-  const PlaceInput in = placement_input(p.contraction, request);
-  // What every candidate's lowering shares, worked out once.
-  const Result<LowerContext> lowering = lower_context(model, *request.graph);
-  if (!lowering) return Error{"planner: " + lowering.error().message};
-  // `candidate` simulated, stopping once it passes `bound_ms` (then its
-  // iteration_ms is infinity: it cannot win).
-  auto simulated = [&](const Plan& candidate, double bound_ms) -> Result<Simulation> {
-    SimOptions options;
-    options.timeline = false;
-    options.stop_after_ms = bound_ms;
-    options.sync = request.sync;
-    Result<Simulation> sim = simulate_plan(candidate, *lowering, *request.cost, options);
-    if (!sim) return Error{"planner: simulating a " + candidate.strategy + " candidate: " + sim.error().message};
-    return sim;
-  };
-  // Schedule c placed as `placed` in `scratch` (the plan's header and
-  // MetaOps), its buckets started as `starts` says, simulated into `out`.
-  auto evaluate = [&](size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
-                      Costed& out, BucketStarts starts) -> Status {
-    emit_waves(candidates[c], placed, scratch);
-    scratch.bucket_starts = starts;
-    SPINDLE_ASSIGN(sim, simulated(scratch, bound_ms));
-    out.placed = std::move(placed);
-    out.simulated_ms = sim.iteration_ms;
-    out.starts = starts;
-    out.starts_matter = sim.bucket_starts_matter;
-    return {};
-  };
-  auto better = [](const Costed& a, const Costed& b) { return a.simulated_ms < b.simulated_ms * (1 - 1e-12); };
+// `candidate` simulated as the planner's objective, stopping once it passes
+// `bound_ms` (then its iteration_ms is infinity: it cannot win).
+Result<Simulation> simulate_candidate(const Plan& candidate, const LowerContext& lowering,
+                                      const PlanRequest& request, double bound_ms) {
+  SimOptions options;
+  options.timeline = false;
+  options.stop_after_ms = bound_ms;
+  options.sync = request.sync;
+  Result<Simulation> sim = simulate_plan(candidate, lowering, *request.cost, options);
+  if (!sim) return Error{"planner: simulating a " + candidate.strategy + " candidate: " + sim.error().message};
+  return sim;
+}
 
-  // First pass of every schedule. Candidates are ranked in groups: the
-  // paper's allocation with the baselines' schedules (0), the
-  // communication-aware allocation (1, 2); each group's best
-  // kRefinedSchedules get the further passes, so a group added never costs
-  // the others their refinement (a plan is never worse for the extra
-  // candidates). Simulations are bounded by their group's
+bool faster(const Costed& a, const Costed& b) { return a.simulated_ms < b.simulated_ms * (1 - 1e-12); }
+
+// Placement, then costing, of every candidate. Every placed candidate is
+// costed by simulating its lowered programs (libplan/sim): the shortest
+// simulated iteration wins (ties: the earlier candidate). Island placement
+// refines itself (each pass knows where the previous one sent every slot's
+// output): every schedule gets one pass (first_pass, on parallel threads:
+// the candidates are independent), then each group's best schedules get the
+// further passes (refine).
+class CandidateSearch {
+ public:
+  CandidateSearch(const Candidates& candidates, const PlanRequest& request, const PlaceInput& in,
+                  const LowerContext& lowering, const Plan& header)
+      : c_(candidates), request_(request), in_(in), lowering_(lowering), costed_(candidates.waves.size()),
+        scratch_(parallel_workers(candidates.waves.size()), header),
+        seen_(static_cast<size_t>(candidates.groups())) {}
+
+  // The first placement pass of every schedule, simulated with its buckets
+  // started in order. Simulations are bounded by their group's
   // kRefinedSchedules-th best makespan any worker has finished: a candidate
   // stopped there has that many faster ones in its group, so each group's
   // best kRefinedSchedules are always simulated to the end, whichever
   // thread ran what.
-  auto group_of = [&](size_t c) {
-    if (c >= own_candidates) return 0;
-    return static_cast<int>(std::upper_bound(group_begin.begin(), group_begin.end(), c) - group_begin.begin()) - 1;
-  };
-  const int groups = static_cast<int>(group_begin.size());
-  // Candidate c placed (a refinement pass with `hint`: the pass before).
-  auto place_first = [&](size_t c, const std::vector<WavePlacement>* hint) {
-    if (request.placement == Placement::sequential) return place_sequential(candidates[c], cluster.devices());
-    return place_islands(candidates[c], in, hint);
-  };
-  std::vector<Costed> costed(candidates.size());
-  std::vector<Status> status(candidates.size());
-  const size_t workers = parallel_workers(candidates.size());
-  std::vector<Plan> scratch(workers, plan);
-  std::mutex seen_mutex;
+  Status first_pass();
+  // The further passes of each group's best kRefinedSchedules schedules
+  // (after first_pass), side by side: the best schedule after one pass is
+  // not always the best after three. Returns the fastest placement found.
+  Result<Costed> refine();
+  // Schedule `c`'s waves in `plan`, placed as `placed`.
+  void emit(size_t c, const std::vector<WavePlacement>& placed, Plan& plan) const {
+    emit_waves(c_.waves[c], placed, plan);
+  }
+
+ private:
+  std::vector<WavePlacement> place(size_t c, const std::vector<WavePlacement>* hint) const {
+    if (request_.placement == Placement::sequential) return place_sequential(c_.waves[c], in_.devices);
+    return place_islands(c_.waves[c], in_, hint);
+  }
+  // Schedule c placed as `placed` in `scratch` (the plan's header and
+  // MetaOps), its buckets started as `starts` says, simulated into `out`.
+  Status evaluate(size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch, Costed& out,
+                  BucketStarts starts) const;
+  // The best kRefinedSchedules of each group by their first pass.
+  std::vector<size_t> refined_schedules() const;
+  double group_bound(int g);
+
+  const Candidates& c_;
+  const PlanRequest& request_;
+  const PlaceInput& in_;
+  const LowerContext& lowering_;
+  std::vector<Costed> costed_;     // by candidate: its first pass
+  std::vector<Plan> scratch_;      // by worker
+  std::mutex seen_mutex_;
   // Per group: the best makespans finished, ascending, at most kRefinedSchedules.
-  std::vector<std::vector<double>> seen(static_cast<size_t>(groups));
-  auto bound = [&](int g) {
-    const std::lock_guard<std::mutex> lock(seen_mutex);
-    const std::vector<double>& best = seen[static_cast<size_t>(g)];
-    return best.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : best.back();
-  };
+  std::vector<std::vector<double>> seen_;
+};
+
+Status CandidateSearch::evaluate(size_t c, std::vector<WavePlacement> placed, double bound_ms, Plan& scratch,
+                                 Costed& out, BucketStarts starts) const {
+  emit_waves(c_.waves[c], placed, scratch);
+  scratch.bucket_starts = starts;
+  SPINDLE_ASSIGN(sim, simulate_candidate(scratch, lowering_, request_, bound_ms));
+  out.placed = std::move(placed);
+  out.simulated_ms = sim.iteration_ms;
+  out.starts = starts;
+  out.starts_matter = sim.bucket_starts_matter;
+  return {};
+}
+
+double CandidateSearch::group_bound(int g) {
+  const std::lock_guard<std::mutex> lock(seen_mutex_);
+  const std::vector<double>& best = seen_[static_cast<size_t>(g)];
+  return best.size() < kRefinedSchedules ? std::numeric_limits<double>::infinity() : best.back();
+}
+
+Status CandidateSearch::first_pass() {
+  const size_t n = c_.waves.size();
+  std::vector<Status> status(n);
   // The threads take the schedules in this order: Spindle's own first (they
   // set the bound the others must beat), then the baselines' by their slot
   // count, most first (placing them is what costs; a long one taken last
   // would leave the other threads idle). Results stay by index.
-  std::vector<size_t> run_order(candidates.size());
+  std::vector<size_t> run_order(n);
   std::iota(run_order.begin(), run_order.end(), size_t{0});
-  std::stable_sort(run_order.begin() + static_cast<std::ptrdiff_t>(own_candidates), run_order.end(),
-                   [&](size_t a, size_t b) { return slot_count(candidates[a]) > slot_count(candidates[b]); });
-  parallel_for(candidates.size(), [&](size_t w, size_t k) {
+  std::stable_sort(run_order.begin() + static_cast<std::ptrdiff_t>(c_.own), run_order.end(),
+                   [&](size_t a, size_t b) { return slot_count(c_.waves[a]) > slot_count(c_.waves[b]); });
+  parallel_for(n, [&](size_t w, size_t k) {
     const size_t c = run_order[k];
-    const int g = group_of(c);
-    status[c] = evaluate(c, place_first(c, nullptr), bound(g), scratch[w], costed[c], BucketStarts::in_order);
+    const int g = c_.group_of(c);
+    status[c] = evaluate(c, place(c, nullptr), group_bound(g), scratch_[w], costed_[c], BucketStarts::in_order);
     if (!status[c].ok()) return;
-    const double ms = costed[c].simulated_ms;
-    const std::lock_guard<std::mutex> lock(seen_mutex);
-    std::vector<double>& best = seen[static_cast<size_t>(g)];
+    const double ms = costed_[c].simulated_ms;
+    const std::lock_guard<std::mutex> lock(seen_mutex_);
+    std::vector<double>& best = seen_[static_cast<size_t>(g)];
     best.insert(std::upper_bound(best.begin(), best.end(), ms), ms);
     if (best.size() > kRefinedSchedules) best.pop_back();
   });
   for (const Status& st : status) SPINDLE_TRY(st);
-  // Each group's schedules in order of their first pass, compared exactly
-  // (ties: the earlier), not within `better`'s tolerance: which candidates
-  // stopped at their bound depends on the threads' timing, and only an
-  // exact order keeps every one of them behind the schedules kept (a
-  // stopped one is slower, exactly, than kRefinedSchedules others of its
-  // group).
-  std::vector<size_t> order;
-  for (int g = 0; g < groups; ++g) {
-    std::vector<size_t> mine;
-    for (size_t c = 0; c < candidates.size(); ++c)
-      if (group_of(c) == g) mine.push_back(c);
-    std::stable_sort(mine.begin(), mine.end(),
-                     [&](size_t a, size_t b) { return costed[a].simulated_ms < costed[b].simulated_ms; });
-    mine.resize(std::min(mine.size(), kRefinedSchedules));
-    order.insert(order.end(), mine.begin(), mine.end());
-  }
+  return {};
+}
 
-  // Further passes of each group's best kRefinedSchedules schedules, side by side:
-  // the best schedule after one pass is not always the best after three.
+// Each group's schedules in order of their first pass, compared exactly
+// (ties: the earlier), not within `faster`'s tolerance: which candidates
+// stopped at their bound depends on the threads' timing, and only an exact
+// order keeps every one of them behind the schedules kept (a stopped one is
+// slower, exactly, than kRefinedSchedules others of its group).
+std::vector<size_t> CandidateSearch::refined_schedules() const {
+  std::vector<size_t> order;
+  for (int g = 0; g < c_.groups(); ++g) {
+    std::vector<size_t> mine;
+    for (size_t c = 0; c < c_.waves.size(); ++c)
+      if (c_.group_of(c) == g) mine.push_back(c);
+    std::stable_sort(mine.begin(), mine.end(),
+                     [&](size_t a, size_t b) { return costed_[a].simulated_ms < costed_[b].simulated_ms; });
+    order.insert(order.end(), mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), kRefinedSchedules)));
+  }
+  return order;
+}
+
+// Every placement refined is simulated with its gradient buckets started in
+// order and started when ready (Plan::bucket_starts), the faster kept:
+// neither wins everywhere (multitask-clip-10 on a800-4x8: 204.9 ms in
+// order, 198.9 when ready; qwen-val-3 there: 916.8 and 964.9). Trying both
+// on every first pass too would cost a third more planning time.
+Result<Costed> CandidateSearch::refine() {
+  const std::vector<size_t> order = refined_schedules();
   std::vector<Costed> refined(order.size());
-  std::vector<Status> refine_status(order.size());
-  // Every placement of these is simulated with its gradient buckets started
-  // in order and started when ready (Plan::bucket_starts), the faster
-  // kept: neither wins everywhere (multitask-clip-10 on a800-4x8: 204.9 ms
-  // in order, 198.9 when ready; qwen-val-3 there: 916.8 and 964.9). Trying
-  // both on every first pass too would cost a third more planning time.
+  std::vector<Status> status(order.size());
   parallel_for(order.size(), [&](size_t w, size_t k) {
     const size_t c = order[k];
-    refined[k] = costed[c];
+    refined[k] = costed_[c];
     // Placement `placed` simulated in order (unless that is done:
     // `starts_matter` holds what its simulation said), then when ready
     // unless the two rules lower the same programs; the best kept. No more
-    // workers than above.
+    // workers than first_pass has scratch plans for.
     auto try_starts = [&](const std::vector<WavePlacement>& placed, std::optional<bool> starts_matter) {
       auto keep = [&](BucketStarts starts) {
         Costed again;
-        refine_status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch[w], again, starts);
+        status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch_[w], again, starts);
         const bool matter = again.starts_matter;
-        if (refine_status[k].ok() && better(again, refined[k])) refined[k] = std::move(again);
+        if (status[k].ok() && faster(again, refined[k])) refined[k] = std::move(again);
         return matter;
       };
       if (!starts_matter) starts_matter = keep(BucketStarts::in_order);
-      if (refine_status[k].ok() && request.sync.overlap && *starts_matter) keep(BucketStarts::when_ready);
-      return refine_status[k].ok();
+      if (status[k].ok() && request_.sync.overlap && *starts_matter) keep(BucketStarts::when_ready);
+      return status[k].ok();
     };
-    std::vector<WavePlacement> placed = costed[c].placed;
-    if (!try_starts(placed, costed[c].starts_matter)) return;
-    if (request.placement != Placement::islands) return;
+    std::vector<WavePlacement> placed = costed_[c].placed;
+    if (!try_starts(placed, costed_[c].starts_matter)) return;
+    if (request_.placement != Placement::islands) return;
     for (int pass = 1; pass < kPlacementPasses; ++pass) {
-      std::vector<WavePlacement> next = place_first(c, &placed);
+      std::vector<WavePlacement> next = place(c, &placed);
       if (next == placed) break;  // a fixed point: further passes repeat it
       placed = std::move(next);
       if (!try_starts(placed, std::nullopt)) return;
     }
   });
-  for (const Status& st : refine_status) SPINDLE_TRY(st);
+  for (const Status& st : status) SPINDLE_TRY(st);
   size_t win = 0;
   for (size_t k = 1; k < refined.size(); ++k)
-    if (better(refined[k], refined[win])) win = k;
-  emit_waves(candidates[order[win]], refined[win].placed, plan);
-  plan.bucket_starts = refined[win].starts;
-  // Transfers posted early or in their exchanges (Plan::early_transfers):
-  // the winner tries the other way too, the faster kept. Posting early
-  // usually wins, but devices that move on sooner also start their
-  // all-reduces in another order (qwen-val-3 on a800-4x8: 916.8 ms posted
-  // early, 801.2 in the exchanges). --no-early-transfers: in the exchanges.
-  double simulated_ms = refined[win].simulated_ms;
+    if (faster(refined[k], refined[win])) win = k;
+  refined[win].schedule = order[win];
+  return std::move(refined[win]);
+}
+
+// Transfers posted early or in their exchanges (Plan::early_transfers): the
+// winner `plan` (simulating in `simulated_ms`) tries the other way too, the
+// faster kept. Posting early usually wins, but devices that move on sooner
+// also start their all-reduces in another order (qwen-val-3 on a800-4x8:
+// 916.8 ms posted early, 801.2 in the exchanges). --no-early-transfers: in
+// the exchanges. Returns the plan's simulated makespan.
+Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerContext& lowering,
+                                const PlanRequest& request) {
   plan.early_transfers = request.sync.early_transfers;
-  if (request.sync.overlap && request.sync.early_transfers) {
-    Plan late = plan;
-    late.early_transfers = false;
-    SPINDLE_ASSIGN(late_sim, simulated(late, simulated_ms));
-    const double late_ms = late_sim.iteration_ms;
-    if (late_ms < simulated_ms * (1 - 1e-12)) {
-      plan.early_transfers = false;
-      simulated_ms = late_ms;
-      // Its bucket starts were chosen with early transfers: the other
-      // rule again, so that the plan's is the faster with its transfers.
-      late.bucket_starts = other_rule(late.bucket_starts);
-      SPINDLE_ASSIGN(other, simulated(late, simulated_ms));
-      if (other.iteration_ms < simulated_ms * (1 - 1e-12)) {
-        plan.bucket_starts = late.bucket_starts;
-        simulated_ms = other.iteration_ms;
-      }
-    }
+  if (!request.sync.overlap || !request.sync.early_transfers) return simulated_ms;
+  Plan late = plan;
+  late.early_transfers = false;
+  SPINDLE_ASSIGN(late_sim, simulate_candidate(late, lowering, request, simulated_ms));
+  if (late_sim.iteration_ms >= simulated_ms * (1 - 1e-12)) return simulated_ms;
+  plan.early_transfers = false;
+  simulated_ms = late_sim.iteration_ms;
+  // Its bucket starts were chosen with early transfers: the other rule
+  // again, so that the plan's is the faster with its transfers.
+  late.bucket_starts = other_rule(late.bucket_starts);
+  SPINDLE_ASSIGN(other, simulate_candidate(late, lowering, request, simulated_ms));
+  if (other.iteration_ms < simulated_ms * (1 - 1e-12)) {
+    plan.bucket_starts = late.bucket_starts;
+    simulated_ms = other.iteration_ms;
   }
-  cost_plan(plan, cost_tables(plan, model, *request.graph, *request.cost), *request.cost);
+  return simulated_ms;
+}
+
+// make_plan on the request's cluster alone; an error when its compute alone
+// (work_bound_ms x `packing` >= 1) cannot beat `beat_ms` (the caller has a
+// plan that fast).
+// Candidates are not bounded by beat_ms: a first placement pass slower than
+// it may refine to a faster plan, and the plan must be the one make_plan
+// gives on this cluster.
+Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double packing) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!request.model || !request.graph || !request.cluster || !request.cost)
+    return Error{"make_plan: model, graph, cluster and cost model are all required"};
+  const Cluster& cluster = *request.cluster;
+  if (cluster.devices() < 1)
+    return Error{"cluster '" + cluster.name + "' has no devices"};
+
+  SPINDLE_ASSIGN(p, prepare(request));
+  if (const double bound = work_bound_ms(p, cluster.devices()) * packing; bound >= beat_ms)
+    return Error{"planner: on " + std::to_string(cluster.devices()) + " devices the compute alone takes about " +
+                 std::to_string(bound) + " ms"};
+
+  Plan plan = plan_header(request, p);
+  const Candidates candidates = strategy_candidates(p, request);
+  const PlaceInput in = placement_input(p.contraction, request);
+  // What every candidate's lowering shares, worked out once.
+  const Result<LowerContext> lowering = lower_context(*request.model, *request.graph);
+  if (!lowering) return Error{"planner: " + lowering.error().message};
+
+  CandidateSearch search(candidates, request, in, *lowering, plan);
+  SPINDLE_TRY(search.first_pass());
+  SPINDLE_ASSIGN(best, search.refine());
+  search.emit(best.schedule, best.placed, plan);
+  plan.bucket_starts = best.starts;
+  SPINDLE_ASSIGN(simulated_ms, choose_transfers(plan, best.simulated_ms, *lowering, request));
+
+  // The winner alone is also costed by the wave-barrier model (cost_plan:
+  // parameter groups, memory, the predicted parts).
+  cost_plan(plan, cost_tables(plan, *request.model, *request.graph, *request.cost), *request.cost);
   plan.predicted.simulated_ms = simulated_ms;
   plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
   plan.planning_ms =
