@@ -336,297 +336,383 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
   return share;
 }
 
-// Device d's program in the order of the header, with its dependencies.
-// `param_bwd` is scratch of ids.names.size() empty lists, left empty.
-// With `deps` false, every Instr::deps is left empty (LowerOptions).
-Program lower_program(const Lowered& l, const ParamIds& ids, DeviceShare& mine, int waves, int d,
-                      std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
-                      const GradSync& sync, BucketStarts starts, bool& starts_matter) {
-  const bool overlap = sync.overlap;
-  const bool early = sync.overlap && sync.early_transfers;
-  Program prog;
-  prog.device = d;
-  // Forward and backward of each slice, an exchange per wave and direction
-  // at most (with early transfers, a post_recv before each and a post_send
-  // after a compute at most), the buckets and the optimizer.
-  prog.instrs.reserve((early ? 4 : 2) * (mine.slices.size() + static_cast<size_t>(waves)) + 2 * mine.buckets.size() +
-                      1);
-  prog.transfers.reserve(early ? 2 * mine.transfers.size() : mine.transfers.size());
-  // mine.slices of wave w: [wave_begin[w], wave_begin[w + 1]).
-  std::vector<size_t> wave_begin(static_cast<size_t>(waves) + 1, 0);
-  for (int s : mine.slices) ++wave_begin[static_cast<size_t>(l.slices[static_cast<size_t>(s)].wave) + 1];
-  for (size_t w = 0; w < static_cast<size_t>(waves); ++w) wave_begin[w + 1] += wave_begin[w];
-  // d's exchanges: runs of mine.transfers (which is in exchange order), in
-  // program order. With early transfers an exchange keeps what d receives
-  // or copies; what d sends leaves in post_sends (sends_after, by the
-  // slice whose compute made it: the producer's for a forward transfer,
-  // the consumer's for a backward one), in transfer order.
+// Builds device d's program in the order of the header, with its
+// dependencies (lower_program below): the forward pass wave by wave, the
+// backward pass in reverse with the gradient all-reduces, the optimizer;
+// the exchanges between, or, with early transfers, posted receives and
+// sends around them.
+class ProgramBuilder {
+ public:
+  // `param_bwd` is scratch of ids.names.size() empty lists, left empty;
+  // `last_step` scratch of ids.names.size() -1s, left so. With `deps`
+  // false, every Instr::deps is left empty (LowerOptions). Sets
+  // `starts_matter` when the two bucket-start rules would give d other
+  // programs.
+  ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
+                 std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
+                 const GradSync& sync, BucketStarts starts, bool& starts_matter);
+
+  Program build() &&;
+
+ private:
+  // A run of mine.transfers (which is in exchange order): the transfers of
+  // one exchange of d, in program order.
   struct Run {
     Direction dir;
     int wave;
     size_t begin, end;   // in mine.transfers
     bool receives;       // d receives one of them
   };
-  auto received = [&](const Transfer& tr) { return tr.dst == d && tr.src != d; };   // a message to d
-  auto sent_early = [&](const Transfer& tr) { return early && tr.src == d && tr.dst != d; };
-  std::vector<Run> runs;
-  std::vector<std::pair<int, int>> sends_after;   // (slice, transfer), sorted
-  for (size_t i = 0; i < mine.transfers.size(); ++i) {
-    const int t = mine.transfers[i];
-    const Transfer& tr = l.transfers[static_cast<size_t>(t)];
-    if (runs.empty() || runs.back().dir != tr.dir || runs.back().wave != tr.wave)
-      runs.push_back({tr.dir, tr.wave, i, i, false});
-    runs.back().end = i + 1;
-    runs.back().receives |= received(tr);
-    if (sent_early(tr))
-      sends_after.push_back({tr.dir == Direction::forward ? l.slice_of[static_cast<size_t>(tr.producer)] : tr.slice, t});
+  bool received(const Transfer& tr) const { return tr.dst == d_ && tr.src != d_; }   // a message to d
+  bool sent_early(const Transfer& tr) const { return early_ && tr.src == d_ && tr.dst != d_; }
+  const Transfer& transfer(int t) const { return l_.transfers[static_cast<size_t>(t)]; }
+  const LoweredSlice& slice(int s) const { return l_.slices[static_cast<size_t>(s)]; }
+  int add(Instr in) {
+    prog_.instrs.push_back(std::move(in));
+    return static_cast<int>(prog_.instrs.size()) - 1;
   }
-  std::sort(sends_after.begin(), sends_after.end());
-  // Appends to prog.transfers the transfers of run r that `keep` takes,
-  // as the range of `in`; false when it took none.
-  auto take = [&](const Run& r, Instr& in, auto keep) {
-    in.transfers_begin = static_cast<int>(prog.transfers.size());
-    for (size_t i = r.begin; i < r.end; ++i)
-      if (keep(l.transfers[static_cast<size_t>(mine.transfers[i])])) prog.transfers.push_back(mine.transfers[i]);
-    in.transfers_end = static_cast<int>(prog.transfers.size());
-    return in.transfers_end > in.transfers_begin;
-  };
-  auto transfers_of = [&](const Instr& in) { return prog.transfers_of(in); };
-  // Only the dependencies need these.
-  std::vector<int> fwd_of(deps ? l.slices.size() : 0, -1), bwd_of(deps ? l.slices.size() : 0, -1);
+
+  void find_runs();
+  template <class Keep>
+  bool take(const Run& r, Instr& in, Keep keep);
+  void post_next_receives(int after);
+  bool exchange_of(Direction dir, int w, Instr& in);
+  void post_sends(int slice, int at);
+  void forward_pass();
+  void find_ready_steps();
+  void reduce(size_t i, InstrKind kind);
+  void start_ready(int step);
+  void backward_pass();
+  void step_shards(int b, std::vector<int> after);
+  void sync_and_step();
+
+  const Lowered& l_;
+  const ParamIds& ids_;
+  const DeviceShare& mine_;
+  const int waves_, d_;
+  std::vector<std::vector<int>>& param_bwd_;
+  std::vector<int>& last_step_;
+  const bool deps_, overlap_, early_;
+  const BucketStarts starts_;
+  bool& starts_matter_;
+
+  Program prog_;
+  std::vector<size_t> wave_begin_;   // mine.slices of wave w: [wave_begin_[w], wave_begin_[w + 1])
+  std::vector<Run> runs_;
+  // With early transfers an exchange keeps what d receives or copies; what
+  // d sends leaves in post_sends (sends_after_, by the slice whose compute
+  // made it: the producer's for a forward transfer, the consumer's for a
+  // backward one), in transfer order. (slice, transfer), sorted.
+  std::vector<std::pair<int, int>> sends_after_;
+  // Exchanges in program order: next_run_ is the next one to emit, and
+  // posted_[r] the post_recv that posted run r's receives (-1: none).
+  size_t next_run_ = 0;
+  std::vector<int> posted_;
+  std::vector<int> posted_sends_;    // the post_sends made
+  // Only the dependencies need these: each slice's forward and backward.
+  std::vector<int> fwd_of_, bwd_of_;
   // What each producer's output gradient waits for on d: the backward
   // exchanges that deliver it (several consumers may add into it).
-  std::map<int, std::vector<int>> grad_in;
-  auto add = [&](Instr in) {
-    prog.instrs.push_back(std::move(in));
-    return static_cast<int>(prog.instrs.size()) - 1;
-  };
-  // Exchanges in program order: next_run is the next one to emit, and
-  // posted[r] the post_recv that posted run r's receives (-1: none).
-  size_t next_run = 0;
-  std::vector<int> posted(runs.size(), -1);
-  // With early transfers: the post_recv of the next exchange with receives
-  // (after the exchange before it, or at the program's start).
-  auto post_next_receives = [&](int after) {
-    if (!early) return;
-    size_t r = next_run;
-    while (r < runs.size() && !runs[r].receives) ++r;
-    if (r == runs.size() || posted[r] >= 0) return;
-    Instr in;
-    in.kind = InstrKind::post_recv;
-    in.dir = runs[r].dir;
-    in.wave = runs[r].wave;
-    take(runs[r], in, received);
-    if (deps && after >= 0) in.deps.push_back(after);
-    posted[r] = add(std::move(in));
-  };
-  // The exchange (dir, w) of d: false when d has none.
-  auto exchange_of = [&](Direction dir, int w, Instr& in) {
-    if (next_run >= runs.size() || runs[next_run].dir != dir || runs[next_run].wave != w) return false;
-    const bool any = take(runs[next_run], in, [&](const Transfer& tr) { return !sent_early(tr); });
-    if (deps && posted[next_run] >= 0) in.deps.push_back(posted[next_run]);
-    ++next_run;
-    return any;
-  };
-  // With early transfers: the post_send of what compute instruction `at`
-  // (slice `slice`) made for other devices (posted_sends: their indices).
-  std::vector<int> posted_sends;
-  auto post_sends = [&](int slice, int at) {
-    if (!early) return;
-    auto it = std::lower_bound(sends_after.begin(), sends_after.end(), std::pair{slice, -1});
-    if (it == sends_after.end() || it->first != slice) return;
-    Instr in;
-    in.kind = InstrKind::post_send;
-    in.wave = l.slices[static_cast<size_t>(slice)].wave;
-    in.dir = prog.instrs[static_cast<size_t>(at)].kind == InstrKind::forward ? Direction::forward : Direction::backward;
-    in.slice = slice;
-    in.transfers_begin = static_cast<int>(prog.transfers.size());
-    for (; it != sends_after.end() && it->first == slice; ++it)
-      if (l.transfers[static_cast<size_t>(it->second)].dir == in.dir) prog.transfers.push_back(it->second);
-    in.transfers_end = static_cast<int>(prog.transfers.size());
-    if (in.transfers_end == in.transfers_begin) return;
-    if (deps) in.deps.push_back(at);
-    posted_sends.push_back(add(std::move(in)));
-  };
-  post_next_receives(-1);
+  std::map<int, std::vector<int>> grad_in_;
+  std::vector<int> touched_;         // params whose param_bwd_ list is filled
+  // With overlap: the backward step (0, 1, ... in program order) after
+  // which each of mine.buckets' gradients on d are final.
+  std::vector<int> ready_step_;
+  // The all-reduce of bucket mine.buckets[i] (blocking, or its start);
+  // -1 until it is made.
+  std::vector<int> reductions_;
+  size_t started_ = 0;               // leading buckets started
+};
 
-  for (int w = 0; w < waves; ++w) {
+ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
+                               std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
+                               const GradSync& sync, BucketStarts starts, bool& starts_matter)
+    : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(param_bwd), last_step_(last_step),
+      deps_(deps), overlap_(sync.overlap), early_(sync.overlap && sync.early_transfers), starts_(starts),
+      starts_matter_(starts_matter), fwd_of_(deps ? l.slices.size() : 0, -1),
+      bwd_of_(deps ? l.slices.size() : 0, -1), reductions_(mine.buckets.size(), -1) {
+  prog_.device = d;
+  // Forward and backward of each slice, an exchange per wave and direction
+  // at most (with early transfers, a post_recv before each and a post_send
+  // after a compute at most), the buckets and the optimizer.
+  prog_.instrs.reserve((early_ ? 4 : 2) * (mine.slices.size() + static_cast<size_t>(waves)) +
+                       2 * mine.buckets.size() + 1);
+  prog_.transfers.reserve(early_ ? 2 * mine.transfers.size() : mine.transfers.size());
+  wave_begin_.assign(static_cast<size_t>(waves) + 1, 0);
+  for (int s : mine.slices) ++wave_begin_[static_cast<size_t>(slice(s).wave) + 1];
+  for (size_t w = 0; w < static_cast<size_t>(waves); ++w) wave_begin_[w + 1] += wave_begin_[w];
+}
+
+Program ProgramBuilder::build() && {
+  find_runs();
+  post_next_receives(-1);
+  forward_pass();
+  if (overlap_) find_ready_steps();
+  backward_pass();
+  sync_and_step();
+  // Last, the wait for every send posted early to be delivered (their
+  // buffers are then free for the next step).
+  if (!posted_sends_.empty()) {
+    Instr in;
+    in.kind = InstrKind::wait_sends;
+    if (deps_) in.deps = std::move(posted_sends_);
+    add(std::move(in));
+  }
+  for (int p : touched_) param_bwd_[static_cast<size_t>(p)].clear();
+  return std::move(prog_);
+}
+
+void ProgramBuilder::find_runs() {
+  for (size_t i = 0; i < mine_.transfers.size(); ++i) {
+    const int t = mine_.transfers[i];
+    const Transfer& tr = transfer(t);
+    if (runs_.empty() || runs_.back().dir != tr.dir || runs_.back().wave != tr.wave)
+      runs_.push_back({tr.dir, tr.wave, i, i, false});
+    runs_.back().end = i + 1;
+    runs_.back().receives |= received(tr);
+    if (sent_early(tr))
+      sends_after_.push_back(
+          {tr.dir == Direction::forward ? l_.slice_of[static_cast<size_t>(tr.producer)] : tr.slice, t});
+  }
+  std::sort(sends_after_.begin(), sends_after_.end());
+  posted_.assign(runs_.size(), -1);
+}
+
+// Appends to prog_.transfers the transfers of run r that `keep` takes, as
+// the range of `in`; false when it took none.
+template <class Keep>
+bool ProgramBuilder::take(const Run& r, Instr& in, Keep keep) {
+  in.transfers_begin = static_cast<int>(prog_.transfers.size());
+  for (size_t i = r.begin; i < r.end; ++i)
+    if (keep(transfer(mine_.transfers[i]))) prog_.transfers.push_back(mine_.transfers[i]);
+  in.transfers_end = static_cast<int>(prog_.transfers.size());
+  return in.transfers_end > in.transfers_begin;
+}
+
+// With early transfers: the post_recv of the next exchange with receives
+// (after instruction `after`, the exchange before it, or at the program's
+// start: -1).
+void ProgramBuilder::post_next_receives(int after) {
+  if (!early_) return;
+  size_t r = next_run_;
+  while (r < runs_.size() && !runs_[r].receives) ++r;
+  if (r == runs_.size() || posted_[r] >= 0) return;
+  Instr in;
+  in.kind = InstrKind::post_recv;
+  in.dir = runs_[r].dir;
+  in.wave = runs_[r].wave;
+  take(runs_[r], in, [&](const Transfer& tr) { return received(tr); });
+  if (deps_ && after >= 0) in.deps.push_back(after);
+  posted_[r] = add(std::move(in));
+}
+
+// The exchange (dir, w) of d into `in`: false when d has none.
+bool ProgramBuilder::exchange_of(Direction dir, int w, Instr& in) {
+  if (next_run_ >= runs_.size() || runs_[next_run_].dir != dir || runs_[next_run_].wave != w) return false;
+  const bool any = take(runs_[next_run_], in, [&](const Transfer& tr) { return !sent_early(tr); });
+  if (deps_ && posted_[next_run_] >= 0) in.deps.push_back(posted_[next_run_]);
+  ++next_run_;
+  in.kind = InstrKind::exchange;
+  in.wave = w;
+  in.dir = dir;
+  return any;
+}
+
+// With early transfers: the post_send of what compute instruction `at`
+// (slice `s`) made for other devices.
+void ProgramBuilder::post_sends(int s, int at) {
+  if (!early_) return;
+  auto it = std::lower_bound(sends_after_.begin(), sends_after_.end(), std::pair{s, -1});
+  if (it == sends_after_.end() || it->first != s) return;
+  Instr in;
+  in.kind = InstrKind::post_send;
+  in.wave = slice(s).wave;
+  in.dir = prog_.instrs[static_cast<size_t>(at)].kind == InstrKind::forward ? Direction::forward : Direction::backward;
+  in.slice = s;
+  in.transfers_begin = static_cast<int>(prog_.transfers.size());
+  for (; it != sends_after_.end() && it->first == s; ++it)
+    if (transfer(it->second).dir == in.dir) prog_.transfers.push_back(it->second);
+  in.transfers_end = static_cast<int>(prog_.transfers.size());
+  if (in.transfers_end == in.transfers_begin) return;
+  if (deps_) in.deps.push_back(at);
+  posted_sends_.push_back(add(std::move(in)));
+}
+
+// Per wave: its forward exchange, then the forward of each of d's slices.
+void ProgramBuilder::forward_pass() {
+  for (int w = 0; w < waves_; ++w) {
     int ex = -1;
     if (Instr in; exchange_of(Direction::forward, w, in)) {
-      in.kind = InstrKind::exchange;
-      in.wave = w;
-      in.dir = Direction::forward;
-      if (deps) {
-        for (int t : transfers_of(in))  // the forward of every slice whose output d sends or copies
-          if (l.transfers[static_cast<size_t>(t)].src == d)
-            in.deps.push_back(fwd_of[static_cast<size_t>(l.slice_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].producer)])]);
+      if (deps_) {
+        for (int t : prog_.transfers_of(in))  // the forward of every slice whose output d sends or copies
+          if (transfer(t).src == d_)
+            in.deps.push_back(fwd_of_[static_cast<size_t>(l_.slice_of[static_cast<size_t>(transfer(t).producer)])]);
         in.deps = sorted_unique(std::move(in.deps));
       }
       ex = add(std::move(in));
       post_next_receives(ex);
     }
-    for (size_t k = wave_begin[static_cast<size_t>(w)]; k < wave_begin[static_cast<size_t>(w) + 1]; ++k) {
-      const int s = mine.slices[k];
+    for (size_t k = wave_begin_[static_cast<size_t>(w)]; k < wave_begin_[static_cast<size_t>(w) + 1]; ++k) {
+      const int s = mine_.slices[k];
       Instr in;
       in.kind = InstrKind::forward;
       in.wave = w;
       in.slice = s;
-      if (deps && ex >= 0 && !l.slices[static_cast<size_t>(s)].producers.empty()) in.deps.push_back(ex);
+      if (deps_ && ex >= 0 && !slice(s).producers.empty()) in.deps.push_back(ex);
       const int at = add(std::move(in));
-      if (deps) fwd_of[static_cast<size_t>(s)] = at;
+      if (deps_) fwd_of_[static_cast<size_t>(s)] = at;
       post_sends(s, at);
     }
   }
-  // With overlap: the backward step (0, 1, ... in program order) after
-  // which each bucket's gradients on d are final: the last backward of d
-  // using one of its parameters (last_step, by param id, is scratch of -1s,
-  // left so).
-  std::vector<int> ready_step;
+}
+
+// ready_step_: for each of d's buckets, the last backward step of d using
+// one of its parameters (last_step_, by param id, is scratch).
+void ProgramBuilder::find_ready_steps() {
   std::vector<int> stepped;
-  if (overlap) {
-    int step = 0;
-    for (int w = waves - 1; w >= 0; --w)
-      for (size_t k = wave_begin[static_cast<size_t>(w) + 1]; k-- > wave_begin[static_cast<size_t>(w)]; ++step)
-        for (int o : l.slices[static_cast<size_t>(mine.slices[k])].ops)
-          if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
-            if (last_step[static_cast<size_t>(p)] < 0) stepped.push_back(p);
-            last_step[static_cast<size_t>(p)] = step;
-          }
-    ready_step.reserve(mine.buckets.size());
-    for (int b : mine.buckets) {
-      int ready = -1;
-      for (int p : l.buckets[static_cast<size_t>(b)].params) ready = std::max(ready, last_step[static_cast<size_t>(p)]);
-      ready_step.push_back(ready);
-    }
-    for (int p : stepped) last_step[static_cast<size_t>(p)] = -1;
-    // In order starts bucket i after step max(ready_step[0..i]), when ready
-    // after ready_step[i]: the same programs iff they never decrease.
-    for (size_t i = 1; i < ready_step.size(); ++i)
-      if (ready_step[i] < ready_step[i - 1]) starts_matter = true;
-  }
-  // The all-reduce of bucket mine.buckets[i] (blocking, or its start), after
-  // the backward of every slice of d that uses one of its parameters;
-  // reductions[i] is that instruction (-1 until it is made).
-  std::vector<int> reductions(mine.buckets.size(), -1);
-  auto reduce = [&](size_t i, InstrKind kind) {
-    const int b = mine.buckets[i];
-    Instr in;
-    in.kind = kind;
-    in.bucket = b;
-    if (deps) {
-      for (int p : l.buckets[static_cast<size_t>(b)].params) {
-        const std::vector<int>& after = param_bwd[static_cast<size_t>(p)];
-        in.deps.insert(in.deps.end(), after.begin(), after.end());
-      }
-      in.deps = sorted_unique(std::move(in.deps));
-    }
-    reductions[i] = add(std::move(in));
-  };
-  // With overlap, the starts of the buckets ready after backward step
-  // `step` (Plan::bucket_starts): in order, the ready ones whose
-  // predecessors all started (a bucket ready early waits for the ones
-  // before it); when ready, every ready one. `started` counts the leading
-  // buckets started.
-  size_t started = 0;
-  auto start_ready = [&](int step) {
-    if (starts == BucketStarts::in_order) {
-      while (started < mine.buckets.size() && ready_step[started] <= step)
-        reduce(started++, InstrKind::allreduce_start);
-      return;
-    }
-    for (size_t i = started; i < mine.buckets.size(); ++i)
-      if (reductions[i] < 0 && ready_step[i] <= step) reduce(i, InstrKind::allreduce_start);
-    while (started < mine.buckets.size() && reductions[started] >= 0) ++started;
-  };
-  // Instructions a parameter's gradient on d waits for (param_bwd, by param
-  // id): the backward of every slice of d that uses it.
-  std::vector<int> touched;
   int step = 0;
-  for (int w = waves - 1; w >= 0; --w) {
-    for (size_t k = wave_begin[static_cast<size_t>(w) + 1]; k-- > wave_begin[static_cast<size_t>(w)];) {
-      const int slice = mine.slices[k];
+  for (int w = waves_ - 1; w >= 0; --w)
+    for (size_t k = wave_begin_[static_cast<size_t>(w) + 1]; k-- > wave_begin_[static_cast<size_t>(w)]; ++step)
+      for (int o : slice(mine_.slices[k]).ops)
+        if (const int p = ids_.of_op[static_cast<size_t>(o)]; p >= 0) {
+          if (last_step_[static_cast<size_t>(p)] < 0) stepped.push_back(p);
+          last_step_[static_cast<size_t>(p)] = step;
+        }
+  ready_step_.reserve(mine_.buckets.size());
+  for (int b : mine_.buckets) {
+    int ready = -1;
+    for (int p : l_.buckets[static_cast<size_t>(b)].params) ready = std::max(ready, last_step_[static_cast<size_t>(p)]);
+    ready_step_.push_back(ready);
+  }
+  for (int p : stepped) last_step_[static_cast<size_t>(p)] = -1;
+  // In order starts bucket i after step max(ready_step[0..i]), when ready
+  // after ready_step[i]: the same programs iff they never decrease.
+  for (size_t i = 1; i < ready_step_.size(); ++i)
+    if (ready_step_[i] < ready_step_[i - 1]) starts_matter_ = true;
+}
+
+// The all-reduce of bucket mine.buckets[i] (blocking, or its start), after
+// the backward of every slice of d that uses one of its parameters.
+void ProgramBuilder::reduce(size_t i, InstrKind kind) {
+  const int b = mine_.buckets[i];
+  Instr in;
+  in.kind = kind;
+  in.bucket = b;
+  if (deps_) {
+    for (int p : l_.buckets[static_cast<size_t>(b)].params) {
+      const std::vector<int>& after = param_bwd_[static_cast<size_t>(p)];
+      in.deps.insert(in.deps.end(), after.begin(), after.end());
+    }
+    in.deps = sorted_unique(std::move(in.deps));
+  }
+  reductions_[i] = add(std::move(in));
+}
+
+// With overlap, the starts of the buckets ready after backward step `step`
+// (Plan::bucket_starts): in order, the ready ones whose predecessors all
+// started (a bucket ready early waits for the ones before it); when ready,
+// every ready one.
+void ProgramBuilder::start_ready(int step) {
+  if (starts_ == BucketStarts::in_order) {
+    while (started_ < mine_.buckets.size() && ready_step_[started_] <= step)
+      reduce(started_++, InstrKind::allreduce_start);
+    return;
+  }
+  for (size_t i = started_; i < mine_.buckets.size(); ++i)
+    if (reductions_[i] < 0 && ready_step_[i] <= step) reduce(i, InstrKind::allreduce_start);
+  while (started_ < mine_.buckets.size() && reductions_[started_] >= 0) ++started_;
+}
+
+// Per wave, last first: the backward of each of d's slices (in reverse),
+// with overlap each followed by the starts of the buckets it makes ready,
+// then the wave's backward exchange. The instructions a parameter's
+// gradient on d waits for (param_bwd_, by param id) are the backward of
+// every slice of d that uses it.
+void ProgramBuilder::backward_pass() {
+  int step = 0;
+  for (int w = waves_ - 1; w >= 0; --w) {
+    for (size_t k = wave_begin_[static_cast<size_t>(w) + 1]; k-- > wave_begin_[static_cast<size_t>(w)];) {
+      const int slice_id = mine_.slices[k];
       Instr in;
       in.kind = InstrKind::backward;
       in.wave = w;
-      in.slice = slice;
-      const LoweredSlice& s = l.slices[static_cast<size_t>(slice)];
-      if (deps) {
-        in.deps.push_back(fwd_of[static_cast<size_t>(slice)]);
-        if (auto g = grad_in.find(s.ops.back()); g != grad_in.end())
+      in.slice = slice_id;
+      const LoweredSlice& s = slice(slice_id);
+      if (deps_) {
+        in.deps.push_back(fwd_of_[static_cast<size_t>(slice_id)]);
+        if (auto g = grad_in_.find(s.ops.back()); g != grad_in_.end())
           in.deps.insert(in.deps.end(), g->second.begin(), g->second.end());
         in.deps = sorted_unique(std::move(in.deps));
       }
       const int at = add(std::move(in));
-      post_sends(slice, at);
-      if (deps) {
-        bwd_of[static_cast<size_t>(slice)] = at;
+      post_sends(slice_id, at);
+      if (deps_) {
+        bwd_of_[static_cast<size_t>(slice_id)] = at;
         for (int o : s.ops)
-          if (const int p = ids.of_op[static_cast<size_t>(o)]; p >= 0) {
-            if (param_bwd[static_cast<size_t>(p)].empty()) touched.push_back(p);
-            param_bwd[static_cast<size_t>(p)].push_back(at);
+          if (const int p = ids_.of_op[static_cast<size_t>(o)]; p >= 0) {
+            if (param_bwd_[static_cast<size_t>(p)].empty()) touched_.push_back(p);
+            param_bwd_[static_cast<size_t>(p)].push_back(at);
           }
       }
-      if (overlap) start_ready(step);
+      if (overlap_) start_ready(step);
       ++step;
     }
     if (Instr in; exchange_of(Direction::backward, w, in)) {
-      in.kind = InstrKind::exchange;
-      in.wave = w;
-      in.dir = Direction::backward;
-      if (deps) {
-        for (int t : transfers_of(in))  // the backward of every consumer slice whose input gradient d sends
-          if (l.transfers[static_cast<size_t>(t)].src == d)
-            in.deps.push_back(bwd_of[static_cast<size_t>(l.transfers[static_cast<size_t>(t)].slice)]);
+      if (deps_) {
+        for (int t : prog_.transfers_of(in))  // the backward of every consumer slice whose input gradient d sends
+          if (transfer(t).src == d_) in.deps.push_back(bwd_of_[static_cast<size_t>(transfer(t).slice)]);
         in.deps = sorted_unique(std::move(in.deps));
       }
       const int ex = add(std::move(in));
       post_next_receives(ex);
-      if (deps)
-        for (int t : transfers_of(prog.instrs[static_cast<size_t>(ex)]))
-          if (l.transfers[static_cast<size_t>(t)].dst == d) grad_in[l.transfers[static_cast<size_t>(t)].producer].push_back(ex);
+      if (deps_)
+        for (int t : prog_.transfers_of(prog_.instrs[static_cast<size_t>(ex)]))
+          if (transfer(t).dst == d_) grad_in_[transfer(t).producer].push_back(ex);
     }
   }
-  // The optimizer step of bucket b's shards (b >= 0), or of every shard
-  // of d in no bucket (b = -1: last, after every backward and reduction).
-  auto step_shards = [&](int b, std::vector<int> after) {
-    Instr in;
-    in.kind = InstrKind::optimizer;
-    in.bucket = b;
-    if (deps) {
-      if (b < 0)
-        for (int s : bwd_of)
-          if (s >= 0) after.push_back(s);
-      in.deps = sorted_unique(std::move(after));
-    }
-    add(std::move(in));
-  };
-  if (overlap) {
-    // Every bucket has started (its last backward has run); each wait
-    // follows its start, in the same order, and the optimizer step of the
-    // bucket's shards follows its wait: it need not wait for the others.
-    for (size_t i = 0; i < mine.buckets.size(); ++i) {
+}
+
+// The optimizer step of bucket b's shards (b >= 0), or of every shard of d
+// in no bucket (b = -1: last, after every backward and reduction).
+void ProgramBuilder::step_shards(int b, std::vector<int> after) {
+  Instr in;
+  in.kind = InstrKind::optimizer;
+  in.bucket = b;
+  if (deps_) {
+    if (b < 0)
+      for (int s : bwd_of_)
+        if (s >= 0) after.push_back(s);
+    in.deps = sorted_unique(std::move(after));
+  }
+  add(std::move(in));
+}
+
+// After the backward pass. With overlap every bucket has started (its last
+// backward has run); each wait follows its start, in the same order, and
+// the optimizer step of the bucket's shards follows its wait: it need not
+// wait for the others. Without: blocking all-reduces, then one step.
+void ProgramBuilder::sync_and_step() {
+  if (overlap_) {
+    for (size_t i = 0; i < mine_.buckets.size(); ++i) {
       Instr in;
       in.kind = InstrKind::allreduce_wait;
-      in.bucket = mine.buckets[i];
-      if (deps) in.deps.push_back(reductions[i]);
-      reductions[i] = add(std::move(in));
-      step_shards(mine.buckets[i], {reductions[i]});
+      in.bucket = mine_.buckets[i];
+      if (deps_) in.deps.push_back(reductions_[i]);
+      reductions_[i] = add(std::move(in));
+      step_shards(mine_.buckets[i], {reductions_[i]});
     }
     step_shards(-1, {});
   } else {
-    for (size_t i = 0; i < mine.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
-    step_shards(-1, reductions);
+    for (size_t i = 0; i < mine_.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
+    step_shards(-1, reductions_);
   }
-  // Last, the wait for every send posted early to be delivered (their
-  // buffers are then free for the next step).
-  if (!posted_sends.empty()) {
-    Instr in;
-    in.kind = InstrKind::wait_sends;
-    if (deps) in.deps = std::move(posted_sends);
-    add(std::move(in));
-  }
-  for (int p : touched) param_bwd[static_cast<size_t>(p)].clear();
-  return prog;
+}
+
+// Device d's program (ProgramBuilder).
+Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
+                      std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
+                      const GradSync& sync, BucketStarts starts, bool& starts_matter) {
+  return ProgramBuilder(l, ids, mine, waves, d, param_bwd, last_step, deps, sync, starts, starts_matter).build();
 }
 
 const char* kind_name(InstrKind k) {
