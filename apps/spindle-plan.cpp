@@ -138,233 +138,266 @@ int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
+// The command line (spec/cli.md).
+struct Options {
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
   std::string placement_name = "islands";
   std::string trace_path, check_path, plot_path, lower_dir;
   bool compare = false, accept_profile_mismatch = false, no_overlap = false, no_early = false;
   double bucket_mb = 25;
-  app.add_option("model", model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
-  app.add_option("--model", model_path, "the model, as an option (same as the positional)")->check(CLI::ExistingFile);
-  app.add_option("--cluster", cluster_path, "cluster description (YAML); default configs/clusters/a800-1x8.yaml")
+  bool cluster_given = false;   // --cluster was passed (else cluster_path is the default)
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("model", o.model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
+  app.add_option("--model", o.model_path, "the model, as an option (same as the positional)")
       ->check(CLI::ExistingFile);
-  app.add_option("--profile", profile_path, "profile database (JSON); default: analytic, computed in memory")
+  app.add_option("--cluster", o.cluster_path, "cluster description (YAML); default configs/clusters/a800-1x8.yaml")
       ->check(CLI::ExistingFile);
-  app.add_option("-o,--output", out_path, "plan to write (JSON, spec/plan.md)")->capture_default_str();
-  app.add_option("--strategy", strategy_name, "spindle | sequential | task-level | intra-task")->capture_default_str();
-  app.add_option("--placement", placement_name,
+  app.add_option("--profile", o.profile_path, "profile database (JSON); default: analytic, computed in memory")
+      ->check(CLI::ExistingFile);
+  app.add_option("-o,--output", o.out_path, "plan to write (JSON, spec/plan.md)")->capture_default_str();
+  app.add_option("--strategy", o.strategy_name, "spindle | sequential | task-level | intra-task")
+      ->capture_default_str();
+  app.add_option("--placement", o.placement_name,
                  "islands (island-, locality- and memory-aware) | sequential (naive, contiguous)")
       ->capture_default_str();
-  app.add_flag("--compare", compare, "plan every strategy and print the comparison table");
-  app.add_option("--trace", trace_path,
+  app.add_flag("--compare", o.compare, "plan every strategy and print the comparison table");
+  app.add_option("--trace", o.trace_path,
                  "write the simulated timeline (compute and communication tracks per device) as a Chrome trace (Perfetto)");
-  app.add_option("--plot", plot_path,
+  app.add_option("--plot", o.plot_path,
                  "write simulated cluster utilisation over one iteration as SVG: every strategy with --compare, else the "
                  "one planned");
-  app.add_option("--check", check_path,
+  app.add_option("--check", o.check_path,
                  "check an existing plan against the model (and the cluster, when --cluster is given) instead of "
                  "planning")
       ->check(CLI::ExistingFile);
-  app.add_flag("--accept-profile-mismatch", accept_profile_mismatch,
+  app.add_flag("--accept-profile-mismatch", o.accept_profile_mismatch,
                "plan with a profile made for another device or cluster (a warning instead of an error)");
-  app.add_option("--lower", lower_dir,
+  app.add_option("--lower", o.lower_dir,
                  "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json");
-  app.add_flag("--no-overlap", no_overlap,
+  app.add_flag("--no-overlap", o.no_overlap,
                "plan, simulate and lower for spindle-run --no-overlap: gradient all-reduces after the backward "
                "pass, blocking (default: started during it)");
-  app.add_option("--bucket-mb", bucket_mb,
+  app.add_option("--bucket-mb", o.bucket_mb,
                  "gradient buckets of at most this many MiB (as PyTorch DDP's bucket_cap_mb; pass spindle-run the same)")
       ->capture_default_str();
-  app.add_flag("--no-early-transfers", no_early,
+  app.add_flag("--no-early-transfers", o.no_early,
                "each transfer in its wave's exchange, recorded in the plan for spindle-run (default: sent right "
                "after the compute that made it, unless keeping it in its exchange simulates faster)");
+}
+
+// --check PLAN: the plan checked against the model (and the cluster and the
+// profile when given), and lowered with --lower. Exit code.
+int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& graph, const sp::GradSync& sync) {
+  auto plan = sp::load_plan(o.check_path);
+  if (!plan) return fail(kExitInvalid, plan.error().message);
+  std::optional<sp::Cluster> against;
+  if (o.cluster_given) {
+    auto cluster = sp::load_cluster(o.cluster_path);
+    if (!cluster) return fail(kExitInvalid, cluster.error().message);
+    against = std::move(*cluster);
+  }
+  if (!o.profile_path.empty()) {
+    auto bytes = sp::read_file(o.profile_path);
+    if (!bytes) return fail(kExitInvalid, bytes.error().message);
+    if (sp::sha256_hex(*bytes) != plan->profile_sha256)
+      return fail(kExitInvalid, o.check_path + ": profile.sha256: the plan was made from another profile than " +
+                                    o.profile_path);
+  }
+  sp::Status st = sp::check_plan_status(*plan, model, graph, o.check_path, against ? &*against : nullptr);
+  if (!st) return fail(kExitInvalid, st.error().message);
+  std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", o.check_path.c_str(), plan->strategy.c_str(),
+              plan->model_name.c_str(), plan->devices, plan->waves.size(),
+              against ? (", cluster " + o.cluster_path).c_str() : "");
+  return o.lower_dir.empty() ? 0 : write_programs(o.lower_dir, *plan, model, graph, sync);
+}
+
+// The profile planned with: --profile (refused when made for another device
+// or cluster, unless --accept-profile-mismatch: then a warning), else the
+// analytic one, computed in memory.
+sp::Result<sp::Profile> profile_for(const Options& o, const sp::Model& model, const sp::OpGraph& graph,
+                                    const sp::Cluster& cluster) {
+  if (o.profile_path.empty()) return sp::analytic_profile(model, graph, cluster, nullptr);
+  SPINDLE_ASSIGN(loaded, sp::load_profile(o.profile_path));
+  const std::vector<std::string> mismatches = sp::profile_mismatches(loaded, cluster);
+  if (!mismatches.empty()) {
+    std::string msg = o.profile_path + ": made for another device or cluster than " + o.cluster_path + ":";
+    for (const std::string& m : mismatches) msg += "\n  " + m;
+    if (!o.accept_profile_mismatch)
+      return sp::Error{msg + "\n  (regenerate it with spindle-profile, or pass --accept-profile-mismatch)"};
+    std::fprintf(stderr, "spindle-plan: warning: %s\n  (accepted: --accept-profile-mismatch)\n", msg.c_str());
+  }
+  return loaded;
+}
+
+// --compare: every strategy planned and simulated, one table row each (every
+// figure from the simulation, the planner's objective, except barrier_ms,
+// the wave-barrier prediction: plan.predicted.iteration_ms). With --plot,
+// each plan's utilisation appended to `plotted`, in table order.
+sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_options, bool plot,
+                            std::vector<sp::Utilisation>& plotted) {
+  const sp::Model& model = *request.model;
+  const sp::OpGraph& graph = *request.graph;
+  std::printf("%-12s %13s %9s %9s %9s %9s %11s %10s\n", "strategy", "iteration_ms", "speedup", "gap", "transfer",
+              "sync", "barrier_ms", "plan_ms");
+  double sequential_ms = 0;
+  for (sp::Strategy s :
+       {sp::Strategy::sequential, sp::Strategy::task_level, sp::Strategy::intra_task, sp::Strategy::spindle}) {
+    request.strategy = s;
+    auto plan = sp::make_plan(request);
+    if (!plan) {
+      std::printf("%-12s  not available: %s\n", sp::strategy_name(s), plan.error().message.c_str());
+      continue;
+    }
+    auto sim = sp::simulate_plan(*plan, model, graph, *request.cost, sim_options);
+    auto gap = sp::simulated_compute_gap(*plan, model, graph, *request.cost);
+    if (!sim || !gap)
+      return sp::Error{"internal error: cannot simulate the " + std::string(sp::strategy_name(s)) +
+                       " plan: " + (sim ? gap.error() : sim.error()).message};
+    const double device_ms = sim->iteration_ms * static_cast<double>(sim->devices.size());
+    auto share = [&](double ms) { return device_ms > 0 ? 100 * ms / device_ms : 0.0; };
+    if (s == sp::Strategy::sequential) sequential_ms = sim->iteration_ms;
+    std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10.2f\n", sp::strategy_name(s),
+                sim->iteration_ms, sequential_ms > 0 ? sequential_ms / sim->iteration_ms : 0.0, *gap * 100,
+                share(sim->transfer_device_ms()), share(sim->sync_device_ms()), plan->predicted.iteration_ms,
+                plan->planning_ms);
+    if (plot) plotted.push_back(sp::utilisation(*sim, *plan));
+  }
+  return {};
+}
+
+// Transfers posted early or in their exchanges: the planner keeps the
+// faster and the plan says which (Plan::early_transfers); say so when it
+// keeps them in their exchanges, and hint when --no-early-transfers costs
+// this plan clearly. `sim` simulates `plan` with `sim_options`.
+void print_transfer_choice(const sp::Plan& plan, const sp::Simulation& sim, const sp::PlanRequest& request,
+                           const sp::SimOptions& sim_options) {
+  const sp::GradSync& sync = sim_options.sync;
+  if (!sync.overlap) return;
+  const bool chose_late = sync.early_transfers && !plan.early_transfers;
+  const bool forced_late = !sync.early_transfers;
+  if (!chose_late && !forced_late) return;
+  sp::SimOptions options = sim_options;
+  options.sync.early_transfers = true;
+  options.timeline = false;
+  sp::Plan early = plan;
+  early.early_transfers = true;
+  auto alt = sp::simulate_plan(early, *request.model, *request.graph, *request.cost, options);
+  if (!alt) return;
+  if (chose_late)
+    std::printf("transfers kept in their wave's exchanges: posted early this plan simulates %.3f ms (the plan "
+                "says so, spindle-run follows it)\n",
+                alt->iteration_ms);
+  else if (alt->iteration_ms < sim.iteration_ms * (1 - kHintMargin))
+    std::printf("hint      without --no-early-transfers: this plan simulates %.3f ms (%.1f%% faster)\n",
+                alt->iteration_ms, 100.0 * (1 - alt->iteration_ms / sim.iteration_ms));
+}
+
+// The link figures a measured profile carries (x-links), when it does.
+void print_profile_links(const sp::Profile& profile) {
+  if (!profile.links) return;
+  const sp::ProfileLinks& l = *profile.links;
+  auto fig = [](const sp::Link& k) {
+    char buf[64];
+    if (k.gbytes_per_s <= 0) return std::string("cluster's");
+    std::snprintf(buf, sizeof buf, "%.2f GB/s, %.1f us", k.gbytes_per_s, k.latency_us);
+    return std::string(buf);
+  };
+  std::printf("links     measured by the profile (x-links, %d ranks): in an island p2p %s, all-reduce %s; "
+              "across p2p %s, all-reduce %s\n",
+              l.ranks, fig(l.intra_p2p).c_str(), fig(l.intra_allreduce).c_str(), fig(l.inter_p2p).c_str(),
+              fig(l.inter_allreduce).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
+  Options o;
+  add_options(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitInvalid;
   }
-  if (model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
+  if (o.model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
 
-  if (sp::Status st = sp::check_bucket_mb(bucket_mb); !st) return fail(kExitInvalid, st.error().message);
+  if (sp::Status st = sp::check_bucket_mb(o.bucket_mb); !st) return fail(kExitInvalid, st.error().message);
   sp::GradSync sync;
-  sync.overlap = !no_overlap;
-  sync.early_transfers = !no_early;
-  sync.bucket_bytes = sp::bucket_bytes_of_mb(bucket_mb);
-  const bool cluster_given = !cluster_path.empty();
-  if (cluster_path.empty()) cluster_path = default_cluster_path(argv[0]);
+  sync.overlap = !o.no_overlap;
+  sync.early_transfers = !o.no_early;
+  sync.bucket_bytes = sp::bucket_bytes_of_mb(o.bucket_mb);
+  o.cluster_given = !o.cluster_path.empty();
+  if (o.cluster_path.empty()) o.cluster_path = default_cluster_path(argv[0]);
   // Outputs are checked before anything is read or written (files.h policy).
-  if (check_path.empty()) {
-    sp::Status st = sp::check_output_paths({{"-o", out_path}, {"--trace", trace_path}, {"--plot", plot_path}},
-                                           {model_path, cluster_path, profile_path});
+  if (o.check_path.empty()) {
+    sp::Status st = sp::check_output_paths({{"-o", o.out_path}, {"--trace", o.trace_path}, {"--plot", o.plot_path}},
+                                           {o.model_path, o.cluster_path, o.profile_path});
     if (!st) return fail(kExitInvalid, st.error().message);
   }
-  if (!lower_dir.empty()) {
-    if (sp::Status st = sp::check_output_dir("--lower", lower_dir); !st) return fail(kExitInvalid, st.error().message);
+  if (!o.lower_dir.empty()) {
+    if (sp::Status st = sp::check_output_dir("--lower", o.lower_dir); !st) return fail(kExitInvalid, st.error().message);
   }
 
-  auto model = sp::load_model(model_path);
+  auto model = sp::load_model(o.model_path);
   if (!model) return fail(kExitInvalid, model.error().message);
   const sp::OpGraph graph = sp::expand(*model);
+  if (!o.check_path.empty()) return check_existing(o, *model, graph, sync);
 
-  if (!check_path.empty()) {
-    auto plan = sp::load_plan(check_path);
-    if (!plan) return fail(kExitInvalid, plan.error().message);
-    std::optional<sp::Cluster> against;
-    if (cluster_given) {
-      auto cluster = sp::load_cluster(cluster_path);
-      if (!cluster) return fail(kExitInvalid, cluster.error().message);
-      against = std::move(*cluster);
-    }
-    if (!profile_path.empty()) {
-      auto bytes = sp::read_file(profile_path);
-      if (!bytes) return fail(kExitInvalid, bytes.error().message);
-      if (sp::sha256_hex(*bytes) != plan->profile_sha256)
-        return fail(kExitInvalid, check_path + ": profile.sha256: the plan was made from another profile than " +
-                                      profile_path);
-    }
-    sp::Status st = sp::check_plan_status(*plan, *model, graph, check_path, against ? &*against : nullptr);
-    if (!st) return fail(kExitInvalid, st.error().message);
-    std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", check_path.c_str(),
-                plan->strategy.c_str(), plan->model_name.c_str(), plan->devices, plan->waves.size(),
-                against ? (", cluster " + cluster_path).c_str() : "");
-    return lower_dir.empty() ? 0 : write_programs(lower_dir, *plan, *model, graph, sync);
-  }
-
-  auto cluster = sp::load_cluster(cluster_path);
+  auto cluster = sp::load_cluster(o.cluster_path);
   if (!cluster) return fail(kExitInvalid, cluster.error().message);
   if (sp::Status st = sp::check_model_fits_cluster(*model, *cluster); !st) return fail(kExitInvalid, st.error().message);
-
-  sp::Profile profile;
-  if (profile_path.empty()) {
-    auto analytic = sp::analytic_profile(*model, graph, *cluster, nullptr);
-    if (!analytic) return fail(kExitInvalid, analytic.error().message);
-    profile = std::move(*analytic);
-  } else {
-    auto loaded = sp::load_profile(profile_path);
-    if (!loaded) return fail(kExitInvalid, loaded.error().message);
-    const std::vector<std::string> mismatches = sp::profile_mismatches(*loaded, *cluster);
-    if (!mismatches.empty()) {
-      std::string msg = profile_path + ": made for another device or cluster than " + cluster_path + ":";
-      for (const std::string& m : mismatches) msg += "\n  " + m;
-      if (!accept_profile_mismatch)
-        return fail(kExitInvalid, msg + "\n  (regenerate it with spindle-profile, or pass --accept-profile-mismatch)");
-      std::fprintf(stderr, "spindle-plan: warning: %s\n  (accepted: --accept-profile-mismatch)\n", msg.c_str());
-    }
-    profile = std::move(*loaded);
-  }
-  auto cost = sp::ProfileCostModel::create(profile, *cluster, graph);
+  auto profile = profile_for(o, *model, graph, *cluster);
+  if (!profile) return fail(kExitInvalid, profile.error().message);
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
   if (!cost) return fail(kExitInvalid, cost.error().message);
-
-  auto strategy = sp::parse_strategy(strategy_name);
+  auto strategy = sp::parse_strategy(o.strategy_name);
   if (!strategy) return fail(kExitInvalid, strategy.error().message);
-  auto placement = sp::parse_placement(placement_name);
+  auto placement = sp::parse_placement(o.placement_name);
   if (!placement) return fail(kExitInvalid, placement.error().message);
-  sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile.sha256, *strategy};
+  sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile->sha256, *strategy};
   request.placement = *placement;
   request.sync = sync;
   sp::SimOptions sim_options;
   sim_options.sync = sync;
-  const int levels = sp::contract(graph).levels;
-  std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
 
-  if (compare) {
-    // Every figure from the simulation (the planner's objective) except
-    // barrier_ms, the wave-barrier prediction (plan.predicted.iteration_ms).
-    std::printf("%-12s %13s %9s %9s %9s %9s %11s %10s\n", "strategy", "iteration_ms", "speedup", "gap", "transfer",
-                "sync", "barrier_ms", "plan_ms");
-    double sequential_ms = 0;
-    for (sp::Strategy s : {sp::Strategy::sequential, sp::Strategy::task_level, sp::Strategy::intra_task,
-                           sp::Strategy::spindle}) {
-      request.strategy = s;
-      auto plan = sp::make_plan(request);
-      if (!plan) {
-        std::printf("%-12s  not available: %s\n", sp::strategy_name(s), plan.error().message.c_str());
-        continue;
-      }
-      auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get(), sim_options);
-      auto gap = sp::simulated_compute_gap(*plan, *model, graph, *cost->get());
-      if (!sim || !gap)
-        return fail(kExitFailure, "internal error: cannot simulate the " + std::string(sp::strategy_name(s)) +
-                                      " plan: " + (sim ? gap.error() : sim.error()).message);
-      const double device_ms = sim->iteration_ms * static_cast<double>(sim->devices.size());
-      auto share = [&](double ms) { return device_ms > 0 ? 100 * ms / device_ms : 0.0; };
-      if (s == sp::Strategy::sequential) sequential_ms = sim->iteration_ms;
-      std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10.2f\n", sp::strategy_name(s),
-                  sim->iteration_ms, sequential_ms > 0 ? sequential_ms / sim->iteration_ms : 0.0, *gap * 100,
-                  share(sim->transfer_device_ms()), share(sim->sync_device_ms()), plan->predicted.iteration_ms,
-                  plan->planning_ms);
-      if (!plot_path.empty()) plotted.push_back(sp::utilisation(*sim, *plan));
-    }
-    request.strategy = *strategy;
-  }
+  std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
+  if (o.compare)
+    if (sp::Status st = print_comparison(request, sim_options, !o.plot_path.empty(), plotted); !st)
+      return fail(kExitFailure, st.error().message);
 
   auto plan = sp::make_plan(request);
   if (!plan) return fail(kExitInvalid, plan.error().message);
   if (sp::Status st = sp::check_plan_memory(*plan, *model); !st) return fail(kExitInvalid, st.error().message);
-  if (sp::Status st = sp::check_plan_status(*plan, *model, graph, out_path); !st)
+  if (sp::Status st = sp::check_plan_status(*plan, *model, graph, o.out_path); !st)
     return fail(kExitFailure, "internal error: the planner produced an invalid plan: " + st.error().message);
-
   auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get(), sim_options);
   auto gap = sp::simulated_compute_gap(*plan, *model, graph, *cost->get());
   if (!sim || !gap)
     return fail(kExitFailure, "internal error: cannot simulate the plan: " + (sim ? gap.error() : sim.error()).message);
-  if (!trace_path.empty()) {
-    sp::Status st = sp::write_file_atomic(trace_path, sp::trace_to_json(sp::simulated_trace(*sim), plan->devices));
+
+  // Outputs, each written atomically: trace, plot, plan, programs.
+  if (!o.trace_path.empty()) {
+    sp::Status st = sp::write_file_atomic(o.trace_path, sp::trace_to_json(sp::simulated_trace(*sim), plan->devices));
     if (!st) return fail(kExitFailure, st.error().message);
   }
-  if (!plot_path.empty()) {
-    if (!compare) plotted.push_back(sp::utilisation(*sim, *plan));
-    if (sp::Status st = sp::write_file_atomic(plot_path, sp::utilisation_svg(plotted)); !st)
+  if (!o.plot_path.empty()) {
+    if (!o.compare) plotted.push_back(sp::utilisation(*sim, *plan));
+    if (sp::Status st = sp::write_file_atomic(o.plot_path, sp::utilisation_svg(plotted)); !st)
       return fail(kExitFailure, st.error().message);
   }
-  if (sp::Status st = sp::write_file_atomic(out_path, sp::plan_to_json(*plan)); !st)
+  if (sp::Status st = sp::write_file_atomic(o.out_path, sp::plan_to_json(*plan)); !st)
     return fail(kExitFailure, st.error().message);
-  if (!lower_dir.empty())
-    if (int rc = write_programs(lower_dir, *plan, *model, graph, sync); rc != 0) return rc;
-  if (compare) std::printf("\n");
-  print_summary(*plan, graph, levels, *sim, *gap);
-  // Transfers posted early or in their exchanges: the planner keeps the
-  // faster and the plan says which (Plan::early_transfers); say so when
-  // it keeps them in their exchanges, and hint when --no-early-transfers
-  // costs this plan clearly.
-  if (sync.overlap) {
-    sp::SimOptions options = sim_options;
-    options.sync.early_transfers = true;
-    options.timeline = false;
-    const bool chose_late = sync.early_transfers && !plan->early_transfers;
-    const bool forced_late = !sync.early_transfers;
-    if (chose_late || forced_late) {
-      sp::Plan early = *plan;
-      early.early_transfers = true;
-      if (auto alt = sp::simulate_plan(early, *model, graph, *cost->get(), options); alt) {
-        if (chose_late)
-          std::printf("transfers kept in their wave's exchanges: posted early this plan simulates %.3f ms (the plan "
-                      "says so, spindle-run follows it)\n",
-                      alt->iteration_ms);
-        else if (alt->iteration_ms < sim->iteration_ms * (1 - kHintMargin))
-          std::printf("hint      without --no-early-transfers: this plan simulates %.3f ms (%.1f%% faster)\n",
-                      alt->iteration_ms, 100.0 * (1 - alt->iteration_ms / sim->iteration_ms));
-      }
-    }
-  }
-  if (profile.links) {
-    const sp::ProfileLinks& l = *profile.links;
-    auto fig = [](const sp::Link& k) {
-      char buf[64];
-      if (k.gbytes_per_s <= 0) return std::string("cluster's");
-      std::snprintf(buf, sizeof buf, "%.2f GB/s, %.1f us", k.gbytes_per_s, k.latency_us);
-      return std::string(buf);
-    };
-    std::printf("links     measured by the profile (x-links, %d ranks): in an island p2p %s, all-reduce %s; "
-                "across p2p %s, all-reduce %s\n",
-                l.ranks, fig(l.intra_p2p).c_str(), fig(l.intra_allreduce).c_str(), fig(l.inter_p2p).c_str(),
-                fig(l.inter_allreduce).c_str());
-  }
-  std::printf("wrote     %s%s%s\n", out_path.c_str(), trace_path.empty() ? "" : ", ", trace_path.c_str());
-  if (!plot_path.empty()) std::printf("plot      %s (%zu strategies)\n", plot_path.c_str(), plotted.size());
+  if (!o.lower_dir.empty())
+    if (int rc = write_programs(o.lower_dir, *plan, *model, graph, sync); rc != 0) return rc;
+
+  if (o.compare) std::printf("\n");
+  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap);
+  print_transfer_choice(*plan, *sim, request, sim_options);
+  print_profile_links(*profile);
+  std::printf("wrote     %s%s%s\n", o.out_path.c_str(), o.trace_path.empty() ? "" : ", ", o.trace_path.c_str());
+  if (!o.plot_path.empty()) std::printf("plot      %s (%zu strategies)\n", o.plot_path.c_str(), plotted.size());
   return 0;
 }
