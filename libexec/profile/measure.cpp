@@ -393,155 +393,187 @@ LinkSamples time_exchange(Comm& comm, double bytes, const std::vector<int>& mess
   return out;
 }
 
-plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan::OpGraph& graph,
-                                            const plan::Profile& skeleton, const plan::Cluster& cluster,
-                                            Comm& world, Backend& backend, const MeasureOptions& o,
-                                            const ProgressFn& progress) {
-  auto targets = measure_targets(model, graph, skeleton);
-  SPINDLE_TRY(targets);
-  MeasureReport report;
-  const Clock::time_point start = Clock::now();
-  const int ranks = world.size(), me = world.rank();
-  char line[256];
+namespace {
 
-  std::string overhead_note;
-  // 1. Links (under mpirun): fitted figures replace the cluster's below.
+// What the steps of measure_profile share.
+struct Measuring {
+  Comm& world;
+  Backend& backend;
+  const MeasureOptions& o;
+  const ProgressFn& progress;
+  Clock::time_point start;
+
+  void report(const std::string& what, int done = 0, int total = 0, double left_s = 0) const {
+    if (progress) progress({what, done, total, ms_since(start) / 1e3, left_s});
+  }
+};
+
+// Send/recv between rank 0 and rank `b` over `sizes`, fitted into `into`.
+// A fit that is not physical (time not growing with size) means the ranks
+// were descheduled while timing (an oversubscribed or busy node): measured
+// again, up to kLinkAttempts times in all. Rank 0's fit is the one that
+// counts (shared later), so its verdict decides for every rank (time_p2p is
+// collective). Appends to `failed` when no attempt fits.
+void measure_p2p(const Measuring& m, int b, const std::vector<double>& sizes, plan::Link& into, const char* level,
+                 std::vector<std::string>& failed) {
+  m.report(std::string("send/recv ") + level);
+  std::string error;
+  for (int attempt = 1; attempt <= kLinkAttempts; ++attempt) {
+    const LinkSamples s = time_p2p(m.world, 0, b, sizes, m.o);
+    auto fit = fit_p2p_link(s.bytes, s.ms);
+    std::vector<float> ok{m.world.rank() == 0 && fit.ok() ? 1.0f : 0.0f};
+    m.world.all_reduce_sum(ok);
+    if (fit.ok()) into = *fit;
+    if (ok[0] > 0) return;
+    error = fit.ok() ? "rank 0's fit failed" : fit.error().message;
+  }
+  failed.push_back(std::string(level) + " p2p: " + error + " (" + std::to_string(kLinkAttempts) + " attempts)");
+}
+
+// Copies, and (with two ranks in an island) exchanges of 1, 2, 4, 8
+// messages: the software overhead's packing rate and per-exchange and
+// per-message costs, into `overhead`. False (and `failed` says why) when
+// not measured. `copy_us` is the per-copy intercept, for the note.
+bool measure_exchange_overhead(const Measuring& m, const std::vector<double>& sizes, const plan::Link& intra_p2p,
+                               int dpi, plan::CommOverhead& overhead, double& copy_us,
+                               std::vector<std::string>& failed) {
+  m.report("copies");
+  const LinkSamples copies = time_copy(m.backend, sizes, m.o);
+  auto copy = fit_copy(copies.bytes, copies.ms);
+  if (!copy.ok()) failed.push_back("copies: " + copy.error().message);
+  if (dpi < 2) return false;   // the same decision on every rank: time_exchange is collective
+  m.report("exchange");
+  const std::vector<int> counts = {1, 2, 4, 8};
+  const LinkSamples ex = time_exchange(m.world, sizes.front(), counts, m.o);
+  // One message beyond the software: its send/recv time plus packing and unpacking its bytes.
+  plan::CommOverhead copies_only;
+  if (copy.ok()) copies_only.pack_gbytes_per_s = copy->pack_gbytes_per_s;
+  const double wire_ms = plan::link_ms(intra_p2p, sizes.front()) + 2.0 * plan::pack_ms(copies_only, sizes.front());
+  auto efit = fit_exchange(ex.bytes, ex.ms, wire_ms);
+  if (!copy.ok() || !(intra_p2p.gbytes_per_s > 0)) {
+    failed.push_back("exchange: no copy or intra-island send/recv figure to subtract");
+    return false;
+  }
+  if (!efit.ok()) {
+    failed.push_back("exchange: " + efit.error().message);
+    return false;
+  }
+  overhead.pack_gbytes_per_s = copy->pack_gbytes_per_s;
+  overhead.exchange_us = efit->exchange_us;
+  overhead.message_us = efit->message_us + copy->copy_us;
+  copy_us = copy->copy_us;
+  return true;
+}
+
+// Rank 0's link figures on every rank (the ones that count).
+void share_rank0_links(Comm& world, plan::ProfileLinks& measured) {
+  std::vector<float> share{static_cast<float>(measured.intra_p2p.gbytes_per_s), static_cast<float>(measured.intra_p2p.latency_us),
+                           static_cast<float>(measured.inter_p2p.gbytes_per_s), static_cast<float>(measured.inter_p2p.latency_us),
+                           static_cast<float>(measured.intra_allreduce.gbytes_per_s), static_cast<float>(measured.intra_allreduce.latency_us),
+                           static_cast<float>(measured.inter_allreduce.gbytes_per_s), static_cast<float>(measured.inter_allreduce.latency_us)};
+  if (world.rank() != 0) std::fill(share.begin(), share.end(), 0.0f);
+  world.all_reduce_sum(share);
+  measured.intra_p2p = {share[0], share[1]};
+  measured.inter_p2p = {share[2], share[3]};
+  measured.intra_allreduce = {share[4], share[5]};
+  measured.inter_allreduce = {share[6], share[7]};
+}
+
+// Step 1 (under mpirun): links and the software overhead, into
+// report.profile.links, report.overhead and report.notes. Returns `cluster`
+// with the all-reduce fits as its island links (operators' own collectives
+// use them where measured).
+plan::Cluster measure_links(const Measuring& m, const std::vector<MeasureTarget>& targets, const plan::Model& model,
+                            const plan::Profile& skeleton, const plan::Cluster& cluster, MeasureReport& report) {
   plan::Cluster links = cluster;
-  if (ranks > 1) {
-    const std::vector<double> sizes = link_message_sizes(*targets, skeleton.entries, model.dtype, o.link_sizes);
-    plan::ProfileLinks measured;
-    measured.ranks = ranks;
-    const int dpi = std::max(cluster.devices_per_island, 1);
-    std::vector<std::string> failed;
-    // A fit that is not physical (time not growing with size) means the
-    // ranks were descheduled while timing (an oversubscribed or busy node):
-    // measured again, up to kLinkAttempts times in all. Rank 0's fit is the
-    // one that counts (shared below), so its verdict decides for every rank
-    // (time_p2p is collective).
-    auto p2p = [&](int b, plan::Link& into, const char* level) {
-      if (progress) progress({std::string("send/recv ") + level, 0, 0, ms_since(start) / 1e3, 0});
-      std::string error;
-      for (int attempt = 1; attempt <= kLinkAttempts; ++attempt) {
-        const LinkSamples s = time_p2p(world, 0, b, sizes, o);
-        auto fit = fit_p2p_link(s.bytes, s.ms);
-        std::vector<float> ok{me == 0 && fit.ok() ? 1.0f : 0.0f};
-        world.all_reduce_sum(ok);
-        if (fit.ok()) into = *fit;
-        if (ok[0] > 0) return;
-        error = fit.ok() ? "rank 0's fit failed" : fit.error().message;
-      }
-      failed.push_back(std::string(level) + " p2p: " + error + " (" + std::to_string(kLinkAttempts) + " attempts)");
-    };
-    if (dpi >= 2) p2p(1, measured.intra_p2p, "intra_island");
-    if (ranks > dpi) p2p(dpi, measured.inter_p2p, "inter_island");
-    // Software overhead (rules/links.h CommOverhead): copies, exchanges, the all-reduce's fixed cost.
-    plan::CommOverhead overhead = skeleton.overhead.value_or(plan::CommOverhead{});
-    bool overhead_measured = false;
-    if (progress) progress({"copies", 0, 0, ms_since(start) / 1e3, 0});
-    const LinkSamples copies = time_copy(backend, sizes, o);
-    auto copy = fit_copy(copies.bytes, copies.ms);
-    if (!copy.ok()) failed.push_back("copies: " + copy.error().message);
-    const plan::Link& ring_link = ranks > dpi ? measured.inter_p2p : measured.intra_p2p;
-    if (dpi >= 2) {   // the same decision on every rank: time_exchange is collective
-      if (progress) progress({"exchange", 0, 0, ms_since(start) / 1e3, 0});
-      const std::vector<int> counts = {1, 2, 4, 8};
-      const LinkSamples ex = time_exchange(world, sizes.front(), counts, o);
-      // One message beyond the software: its send/recv time plus packing and unpacking its bytes.
-      plan::CommOverhead copies_only;
-      if (copy.ok()) copies_only.pack_gbytes_per_s = copy->pack_gbytes_per_s;
-      const double wire_ms =
-          plan::link_ms(measured.intra_p2p, sizes.front()) + 2.0 * plan::pack_ms(copies_only, sizes.front());
-      auto efit = fit_exchange(ex.bytes, ex.ms, wire_ms);
-      if (!copy.ok() || !(measured.intra_p2p.gbytes_per_s > 0)) {
-        failed.push_back("exchange: no copy or intra-island send/recv figure to subtract");
-      } else if (!efit.ok()) {
-        failed.push_back("exchange: " + efit.error().message);
-      } else {
-        overhead.pack_gbytes_per_s = copy->pack_gbytes_per_s;
-        overhead.exchange_us = efit->exchange_us;
-        overhead.message_us = efit->message_us + copy->copy_us;
-        overhead_measured = true;
-      }
-    }
-    if (progress) progress({"all-reduce", 0, 0, ms_since(start) / 1e3, 0});
-    const LinkSamples s = time_allreduce(world, sizes, o);
-    auto fit = fit_allreduce(s.bytes, s.ms, ranks, ring_link.latency_us);
-    plan::Link& into = ranks > dpi ? measured.inter_allreduce : measured.intra_allreduce;
-    if (fit.ok()) {
-      into = fit->link;
-      overhead.allreduce_us = fit->allreduce_us;
-    } else {
-      failed.push_back("all-reduce: " + fit.error().message);
-      overhead_measured = false;
-    }
-    if (overhead_measured) {
-      report.overhead = overhead;
-      std::snprintf(line, sizeof line,
-                    "overhead: exchange %.2f us + %.2f us per message (copy %.2f us), packing %.3f GB/s, "
-                    "all-reduce %.2f us per call",
-                    overhead.exchange_us, overhead.message_us, copy->copy_us, overhead.pack_gbytes_per_s,
-                    overhead.allreduce_us);
-      overhead_note = line;
-    }
-    measured.ranks = ranks;
-    // Rank 0's figures are the ones that count: make every rank use them.
-    std::vector<float> share{static_cast<float>(measured.intra_p2p.gbytes_per_s), static_cast<float>(measured.intra_p2p.latency_us),
-                             static_cast<float>(measured.inter_p2p.gbytes_per_s), static_cast<float>(measured.inter_p2p.latency_us),
-                             static_cast<float>(measured.intra_allreduce.gbytes_per_s), static_cast<float>(measured.intra_allreduce.latency_us),
-                             static_cast<float>(measured.inter_allreduce.gbytes_per_s), static_cast<float>(measured.inter_allreduce.latency_us)};
-    if (me != 0) std::fill(share.begin(), share.end(), 0.0f);
-    world.all_reduce_sum(share);
-    measured.intra_p2p = {share[0], share[1]};
-    measured.inter_p2p = {share[2], share[3]};
-    measured.intra_allreduce = {share[4], share[5]};
-    measured.inter_allreduce = {share[6], share[7]};
-    report.profile.links = measured;
-    // Operators' own collectives use the all-reduce fit (ring model) where measured.
-    if (measured.intra_allreduce.gbytes_per_s > 0) links.intra_island = measured.intra_allreduce;
-    if (measured.inter_allreduce.gbytes_per_s > 0) links.inter_island = measured.inter_allreduce;
-    std::snprintf(line, sizeof line, "links: %zu message sizes %.0f..%.0f bytes over %d ranks", sizes.size(),
-                  sizes.front(), sizes.back(), ranks);
-    report.notes.push_back(line);
-    for (const std::string& f : failed) report.notes.push_back("links: not measured: " + f);
-    if (!overhead_note.empty()) report.notes.push_back(overhead_note);
-  } else {
+  const int ranks = m.world.size();
+  if (ranks < 2) {
     report.notes.push_back("links: one rank, none measured (run under mpirun -np 2 or more); the cluster's "
                            "figures stay in use");
+    return links;
   }
+  const std::vector<double> sizes = link_message_sizes(targets, skeleton.entries, model.dtype, m.o.link_sizes);
+  plan::ProfileLinks measured;
+  measured.ranks = ranks;
+  const int dpi = std::max(cluster.devices_per_island, 1);
+  std::vector<std::string> failed;
+  if (dpi >= 2) measure_p2p(m, 1, sizes, measured.intra_p2p, "intra_island", failed);
+  if (ranks > dpi) measure_p2p(m, dpi, sizes, measured.inter_p2p, "inter_island", failed);
+  // Software overhead (rules/links.h CommOverhead): copies, exchanges, the all-reduce's fixed cost.
+  plan::CommOverhead overhead = skeleton.overhead.value_or(plan::CommOverhead{});
+  double copy_us = 0;
+  bool overhead_measured = measure_exchange_overhead(m, sizes, measured.intra_p2p, dpi, overhead, copy_us, failed);
+  const plan::Link& ring_link = ranks > dpi ? measured.inter_p2p : measured.intra_p2p;
+  m.report("all-reduce");
+  const LinkSamples s = time_allreduce(m.world, sizes, m.o);
+  auto fit = fit_allreduce(s.bytes, s.ms, ranks, ring_link.latency_us);
+  plan::Link& into = ranks > dpi ? measured.inter_allreduce : measured.intra_allreduce;
+  if (fit.ok()) {
+    into = fit->link;
+    overhead.allreduce_us = fit->allreduce_us;
+  } else {
+    failed.push_back("all-reduce: " + fit.error().message);
+    overhead_measured = false;
+  }
+  char line[256];
+  std::string overhead_note;
+  if (overhead_measured) {
+    report.overhead = overhead;
+    std::snprintf(line, sizeof line,
+                  "overhead: exchange %.2f us + %.2f us per message (copy %.2f us), packing %.3f GB/s, "
+                  "all-reduce %.2f us per call",
+                  overhead.exchange_us, overhead.message_us, copy_us, overhead.pack_gbytes_per_s,
+                  overhead.allreduce_us);
+    overhead_note = line;
+  }
+  share_rank0_links(m.world, measured);
+  report.profile.links = measured;
+  if (measured.intra_allreduce.gbytes_per_s > 0) links.intra_island = measured.intra_allreduce;
+  if (measured.inter_allreduce.gbytes_per_s > 0) links.inter_island = measured.inter_allreduce;
+  std::snprintf(line, sizeof line, "links: %zu message sizes %.0f..%.0f bytes over %d ranks", sizes.size(),
+                sizes.front(), sizes.back(), ranks);
+  report.notes.push_back(line);
+  for (const std::string& f : failed) report.notes.push_back("links: not measured: " + f);
+  if (!overhead_note.empty()) report.notes.push_back(overhead_note);
+  return links;
+}
 
-  // 2. Operators: point p (in entry order, count order) is timed by rank p % ranks.
+// Per measured point (target, count), as timed by one rank.
+constexpr size_t kFields = 6;   // median, p10, p90, repeats, comm ms, forward median
+
+// Step 2: every (target, count) point timed, point p by rank p % ranks, in
+// passes: each pass times every own point with 1/passes of the budget; the
+// samples of all passes are pooled, so a burst of other work on the machine
+// spoils some samples of many points, not all samples of one. Returns
+// kFields figures per point, the same on every rank.
+std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarget>& targets,
+                               const plan::Cluster& links) {
   struct Point { size_t target; int n; };
   std::vector<Point> points;
-  for (size_t i = 0; i < targets->size(); ++i)
-    for (int n : (*targets)[i].counts) points.push_back({i, n});
+  for (size_t i = 0; i < targets.size(); ++i)
+    for (int n : targets[i].counts) points.push_back({i, n});
   const size_t np = points.size();
-  constexpr size_t kFields = 6;
-  std::vector<float> result(np * kFields, 0.0f);   // median, p10, p90, repeats, comm ms, forward median
+  const int ranks = m.world.size(), me = m.world.rank();
+  std::vector<float> result(np * kFields, 0.0f);
   std::vector<size_t> own;   // the points this rank times
   for (size_t p = 0; p < np; ++p)
     if (static_cast<int>(p % static_cast<size_t>(ranks)) == me) own.push_back(p);
-  // Passes: each pass times every own point with 1/passes of the budget;
-  // the samples of all passes are pooled, so a burst of other work on the
-  // machine spoils some samples of many points, not all samples of one.
-  const int passes = std::max(o.passes, 1);
-  MeasureOptions per_pass = o;
-  per_pass.point_budget_ms = o.point_budget_ms / passes;
-  per_pass.min_repeats = (o.min_repeats + passes - 1) / passes;
-  per_pass.max_repeats = std::max(1, o.max_repeats / passes);
+  const int passes = std::max(m.o.passes, 1);
+  MeasureOptions per_pass = m.o;
+  per_pass.point_budget_ms = m.o.point_budget_ms / passes;
+  per_pass.min_repeats = (m.o.min_repeats + passes - 1) / passes;
+  per_pass.max_repeats = std::max(1, m.o.max_repeats / passes);
   std::vector<std::vector<double>> samples(np), forward(np);
   const int mine = static_cast<int>(own.size()) * passes;
   int done = 0;
   const Clock::time_point ops_start = Clock::now();
   for (int pass = 0; pass < passes; ++pass) {
     for (size_t p : own) {
-      const MeasureTarget& t = (*targets)[points[p].target];
-      if (progress) {
-        const double spent = ms_since(ops_start) / 1e3;
-        const double left = done > 0 ? spent / done * (mine - done) : 0.0;
-        progress({short_name(t.workload) + " on " + std::to_string(points[p].n), done, mine,
-                  ms_since(start) / 1e3, left});
-      }
-      const OpTiming tm = time_operator(t, points[p].n, backend, per_pass);
+      const MeasureTarget& t = targets[points[p].target];
+      const double spent = ms_since(ops_start) / 1e3;
+      m.report(short_name(t.workload) + " on " + std::to_string(points[p].n), done, mine,
+               done > 0 ? spent / done * (mine - done) : 0.0);
+      const OpTiming tm = time_operator(t, points[p].n, m.backend, per_pass);
       samples[p].insert(samples[p].end(), tm.samples_ms.begin(), tm.samples_ms.end());
       forward[p].insert(forward[p].end(), tm.forward_samples_ms.begin(), tm.forward_samples_ms.end());
       if (pass == 0) result[p * kFields + 4] = static_cast<float>(op_comm_ms(t, points[p].n, tm.tp, links));
@@ -556,10 +588,15 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
     result[p * kFields + 3] = static_cast<float>(samples[p].size());
     result[p * kFields + 5] = static_cast<float>(timing_stats(forward[p]).median);
   }
-  if (progress) progress({"done", done, mine, ms_since(start) / 1e3, 0});
-  world.all_reduce_sum(result);   // each point is nonzero on exactly one rank
+  m.report("done", done, mine);
+  m.world.all_reduce_sum(result);   // each point is nonzero on exactly one rank
+  return result;
+}
 
-  // 3. The profile: the skeleton's entries with measured times.
+// Step 3: the skeleton's entries with the measured times of `result`
+// (time_points, points in entry order, count order), into report.profile.
+// Returns the number of timed runs.
+int fill_profile(const plan::Profile& skeleton, const std::vector<float>& result, MeasureReport& report) {
   plan::Profile& prof = report.profile;
   prof.device = skeleton.device;
   prof.cluster = skeleton.cluster;
@@ -585,9 +622,25 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
     }
     e.forward_share = compute_ms > 0 ? std::clamp(forward_ms / compute_ms, 0.0, 1.0) : -1.0;
   }
-  report.points = static_cast<int>(np);
-  std::snprintf(line, sizeof line, "operators: %zu points on %d rank(s), %d timed runs, backend %s, %.1f s in all",
-                np, ranks, total_repeats, backend.name(), ms_since(start) / 1e3);
+  return total_repeats;
+}
+
+}  // namespace
+
+plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan::OpGraph& graph,
+                                            const plan::Profile& skeleton, const plan::Cluster& cluster,
+                                            Comm& world, Backend& backend, const MeasureOptions& o,
+                                            const ProgressFn& progress) {
+  SPINDLE_ASSIGN(targets, measure_targets(model, graph, skeleton));
+  const Measuring m{world, backend, o, progress, Clock::now()};
+  MeasureReport report;
+  const plan::Cluster links = measure_links(m, targets, model, skeleton, cluster, report);
+  const std::vector<float> result = time_points(m, targets, links);
+  const int total_repeats = fill_profile(skeleton, result, report);
+  report.points = static_cast<int>(result.size() / kFields);
+  char line[256];
+  std::snprintf(line, sizeof line, "operators: %d points on %d rank(s), %d timed runs, backend %s, %.1f s in all",
+                report.points, world.size(), total_repeats, backend.name(), ms_since(m.start) / 1e3);
   report.notes.push_back(line);
   return report;
 }
