@@ -212,36 +212,24 @@ const ProfileEntry* Profile::find(const Workload& w) const {
   return nullptr;
 }
 
-Result<Profile> parse_profile_string(const std::string& json_text, const std::string& path) {
-  ProfileReader r(path);
-  // Size and nesting bounded before parsing (json_reader.h).
-  SPINDLE_ASSIGN(doc, parse_json_text(json_text, path));
-  if (!doc.is_object()) return r.err("", std::string("expected a JSON object, found ") + type_name(doc));
+namespace {
 
-  // format and version first, so a different or newer file gets the right hint.
+// format and version first, so a different or newer file gets the right
+// hint; then the top-level keys that version allows. Returns the version.
+Result<int> parse_version(const ProfileReader& r, const json& doc) {
   if (!doc.contains("format")) return r.err("format", "missing required key (expected \"spindle-profile\")");
   if (!doc["format"].is_string() || doc["format"].get<std::string>() != kFormat) {
     return r.err("format", "expected \"spindle-profile\", found " + doc["format"].dump() +
                                " (is this a profile database written by spindle-profile?)");
   }
   if (!doc.contains("version")) return r.err("version", "missing required key");
-  {
-    auto v = r.get_int(doc, "", "version", 1, std::numeric_limits<int>::max());
-    SPINDLE_TRY(v);
-    if (*v > kProfileVersion) {
-      return r.err("version", "version " + std::to_string(*v) +
-                                  " is newer than this spindle understands (" +
-                                  std::to_string(kProfileVersion) +
-                                  "): upgrade spindle, or regenerate the profile with this "
-                                  "version's spindle-profile");
-    }
+  SPINDLE_ASSIGN(any, r.get_int(doc, "", "version", 1, std::numeric_limits<int>::max()));
+  if (any > kProfileVersion) {
+    return r.err("version", "version " + std::to_string(any) + " is newer than this spindle understands (" +
+                                std::to_string(kProfileVersion) +
+                                "): upgrade spindle, or regenerate the profile with this version's spindle-profile");
   }
-  int version = 1;
-  {
-    auto v = r.get_int(doc, "", "version", 1, kProfileVersion);
-    SPINDLE_TRY(v);
-    version = int(*v);
-  }
+  const int version = static_cast<int>(any);
   if (version >= 3) {
     SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "cluster", "source", "entries", "comm_overhead"},
                              {}));
@@ -250,151 +238,136 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
   } else {
     SPINDLE_TRY(r.check_keys(doc, "", {"format", "version", "device", "source", "entries"}, {}));
   }
+  return version;
+}
 
-  Profile p;
-  p.path = path;
-  p.sha256 = sha256_hex(json_text);
-  {
-    auto s = r.get_string(doc, "", "device");
-    SPINDLE_TRY(s);
-    p.device = *s;
-  }
-  {
-    auto s = r.get_string(doc, "", "source");
-    SPINDLE_TRY(s);
-    p.source = *s;
-    if (!valid_source(p.source) && p.source != "mixed") {
-      return r.err("source", "expected \"analytic\", \"measured\" or \"mixed\", found \"" + p.source + "\"");
-    }
-  }
+// The profile's header: device, source, cluster (version 2 on), overhead
+// (version 3 on), measured links (x-links), into `p`.
+Status parse_header(const ProfileReader& r, const json& doc, int version, Profile& p) {
+  SPINDLE_ASSIGN(device, r.get_string(doc, "", "device"));
+  p.device = device;
+  SPINDLE_ASSIGN(source, r.get_string(doc, "", "source"));
+  p.source = source;
+  if (!valid_source(p.source) && p.source != "mixed")
+    return r.err("source", "expected \"analytic\", \"measured\" or \"mixed\", found \"" + p.source + "\"");
   if (version >= 2) {
     const json& jc = doc["cluster"];
     if (!jc.is_object()) return r.err("cluster", std::string("expected an object, found ") + type_name(jc));
     SPINDLE_TRY(r.check_keys(jc, "cluster", {"name", "devices", "devices_per_island"}, {}));
-    ProfileCluster c;
-    auto name = r.get_string(jc, "cluster", "name");
-    SPINDLE_TRY(name);
-    c.name = *name;
-    auto devices = r.get_int(jc, "cluster", "devices", 1, limits::kMaxDevices);
-    SPINDLE_TRY(devices);
-    auto dpi = r.get_int(jc, "cluster", "devices_per_island", 1, limits::kMaxDevices);
-    SPINDLE_TRY(dpi);
-    c.devices = int(*devices);
-    c.devices_per_island = int(*dpi);
-    p.cluster = c;
+    SPINDLE_ASSIGN(name, r.get_string(jc, "cluster", "name"));
+    SPINDLE_ASSIGN(devices, r.get_int(jc, "cluster", "devices", 1, limits::kMaxDevices));
+    SPINDLE_ASSIGN(dpi, r.get_int(jc, "cluster", "devices_per_island", 1, limits::kMaxDevices));
+    p.cluster = ProfileCluster{name, static_cast<int>(devices), static_cast<int>(dpi)};
   }
   if (version >= 3) {
-    auto o = parse_overhead(r, doc);
-    SPINDLE_TRY(o);
-    p.overhead = *o;
+    SPINDLE_ASSIGN(o, parse_overhead(r, doc));
+    p.overhead = o;
   }
   if (doc.contains("x-links")) {
-    auto links = parse_links(r, doc["x-links"]);
-    SPINDLE_TRY(links);
-    p.links = *links;
+    SPINDLE_ASSIGN(links, parse_links(r, doc["x-links"]));
+    p.links = links;
   }
+  return {};
+}
+
+// Point `pat` of an entry: {devices, ms[, spread]}, its count above
+// `previous` (the entry's last point so far; none: nullptr).
+Result<ProfilePoint> parse_point(const ProfileReader& r, const json& jp, const std::string& pat,
+                                 const ProfilePoint* previous) {
+  if (!jp.is_object()) return r.err(pat, std::string("expected an object, found ") + type_name(jp));
+  SPINDLE_TRY(r.check_keys(jp, pat, {"devices", "ms"}, {"spread"}));
+  ProfilePoint pt;
+  SPINDLE_ASSIGN(d, r.get_int(jp, pat, "devices", 1, limits::kMaxDevices));
+  pt.devices = static_cast<int>(d);
+  if (previous && pt.devices <= previous->devices) {
+    return r.err(pat + ".devices", "device counts must be strictly increasing, found " +
+                                       std::to_string(pt.devices) + " after " + std::to_string(previous->devices));
+  }
+  SPINDLE_ASSIGN(ms, r.get_number(jp, pat, "ms"));
+  if (!(ms > 0 && ms <= limits::kMaxMs)) {
+    return r.err(pat + ".ms", "expected a positive time of at most " + json(limits::kMaxMs).dump() + " ms, found " +
+                                  jp["ms"].dump());
+  }
+  pt.ms = ms;
+  if (jp.contains("spread")) {
+    SPINDLE_ASSIGN(spread, r.get_number(jp, pat, "spread"));
+    if (!(spread >= 0 && spread <= limits::kMaxMs)) return r.err(pat + ".spread", "expected a number from 0 to 1e9");
+    pt.spread = spread;
+  }
+  return pt;
+}
+
+// Entry `at` of a profile whose source is `file_source`.
+Result<ProfileEntry> parse_entry(const ProfileReader& r, const json& je, const std::string& at,
+                                 const std::string& file_source) {
+  if (!je.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(je));
+  SPINDLE_TRY(r.check_keys(je, at, {"op", "dims", "seq", "batch", "points", "param_bytes", "activation_bytes_per_sample"},
+                           {"source", "x-forward_share"}));
+  ProfileEntry e;
+  SPINDLE_ASSIGN(op, r.get_string(je, at, "op"));
+  if (!find_op(op)) return r.err(at + ".op", "unknown operator \"" + op + "\"");
+  e.workload.op = op;
+  // Exactly the op's dimensions, flat: workload keys never recurse.
+  if (const std::string problem = op_dims_problem(*find_op(e.workload.op), je["dims"]); !problem.empty())
+    return r.err(at + ".dims", problem);
+  e.workload.dims = je["dims"];
+  SPINDLE_ASSIGN(seq, r.get_int(je, at, "seq", 1, limits::kMaxSize));
+  e.workload.seq = seq;
+  SPINDLE_ASSIGN(batch, r.get_int(je, at, "batch", 1, limits::kMaxSize));
+  e.workload.batch = batch;
+  SPINDLE_ASSIGN(param_bytes, r.get_int(je, at, "param_bytes", 0, limits::kMaxBytes));
+  e.param_bytes = param_bytes;
+  SPINDLE_ASSIGN(act_bytes, r.get_int(je, at, "activation_bytes_per_sample", 0, limits::kMaxBytes));
+  e.activation_bytes_per_sample = act_bytes;
+  if (je.contains("x-forward_share")) {
+    const json& f = je["x-forward_share"];
+    if (!f.is_number() || !(f.get<double>() >= 0 && f.get<double>() <= 1))
+      return r.err(at + ".x-forward_share",
+                   "expected a number in [0, 1] (the share of ms spent in the forward), found " + f.dump());
+    e.forward_share = f.get<double>();
+  }
+  if (je.contains("source")) {
+    SPINDLE_ASSIGN(s, r.get_string(je, at, "source"));
+    if (!valid_source(s)) return r.err(at + ".source", "expected \"analytic\" or \"measured\", found \"" + s + "\"");
+    if (file_source != "mixed" && s != file_source) {
+      return r.err(at + ".source", "\"" + s + "\" differs from the file's source \"" + file_source +
+                                       "\" (a file that mixes sources says \"source\": \"mixed\")");
+    }
+    e.source = s;
+  } else if (file_source == "mixed") {
+    return r.err(at + ".source", "missing: every entry of a \"mixed\" profile names its source");
+  }
+  const json& jp = je["points"];
+  if (!jp.is_array() || jp.empty()) return r.err(at + ".points", "expected a non-empty array of {devices, ms}");
+  for (size_t k = 0; k < jp.size(); ++k) {
+    SPINDLE_ASSIGN(pt, parse_point(r, jp[k], at + ".points[" + std::to_string(k) + "]",
+                                   e.points.empty() ? nullptr : &e.points.back()));
+    e.points.push_back(pt);
+  }
+  return e;
+}
+
+}  // namespace
+
+Result<Profile> parse_profile_string(const std::string& json_text, const std::string& path) {
+  ProfileReader r(path);
+  // Size and nesting bounded before parsing (json_reader.h).
+  SPINDLE_ASSIGN(doc, parse_json_text(json_text, path));
+  if (!doc.is_object()) return r.err("", std::string("expected a JSON object, found ") + type_name(doc));
+  SPINDLE_ASSIGN(version, parse_version(r, doc));
+  Profile p;
+  p.path = path;
+  p.sha256 = sha256_hex(json_text);
+  SPINDLE_TRY(parse_header(r, doc, version, p));
   const json& entries = doc["entries"];
   if (!entries.is_array()) return r.err("entries", std::string("expected an array, found ") + type_name(entries));
-
-  std::map<std::string, size_t> seen;
+  std::map<std::string, size_t> seen;   // workload key -> its entry
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string at = "entries[" + std::to_string(i) + "]";
-    const json& je = entries[i];
-    if (!je.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(je));
-    SPINDLE_TRY(r.check_keys(je, at,
-                             {"op", "dims", "seq", "batch", "points", "param_bytes",
-                              "activation_bytes_per_sample"},
-                             {"source", "x-forward_share"}));
-    ProfileEntry e;
-    {
-      auto s = r.get_string(je, at, "op");
-      SPINDLE_TRY(s);
-      if (!find_op(*s)) return r.err(at + ".op", "unknown operator \"" + *s + "\"");
-      e.workload.op = *s;
-    }
-    // Exactly the op's dimensions, flat: workload keys never recurse.
-    if (const std::string problem = op_dims_problem(*find_op(e.workload.op), je["dims"]); !problem.empty()) {
-      return r.err(at + ".dims", problem);
-    }
-    e.workload.dims = je["dims"];
-    {
-      auto v = r.get_int(je, at, "seq", 1, limits::kMaxSize);
-      SPINDLE_TRY(v);
-      e.workload.seq = *v;
-    }
-    {
-      auto v = r.get_int(je, at, "batch", 1, limits::kMaxSize);
-      SPINDLE_TRY(v);
-      e.workload.batch = *v;
-    }
-    {
-      auto v = r.get_int(je, at, "param_bytes", 0, limits::kMaxBytes);
-      SPINDLE_TRY(v);
-      e.param_bytes = *v;
-    }
-    {
-      auto v = r.get_int(je, at, "activation_bytes_per_sample", 0, limits::kMaxBytes);
-      SPINDLE_TRY(v);
-      e.activation_bytes_per_sample = *v;
-    }
-    if (je.contains("x-forward_share")) {
-      const json& f = je["x-forward_share"];
-      if (!f.is_number() || !(f.get<double>() >= 0 && f.get<double>() <= 1))
-        return r.err(at + ".x-forward_share", "expected a number in [0, 1] (the share of ms spent in the forward), "
-                                                "found " + f.dump());
-      e.forward_share = f.get<double>();
-    }
-    if (je.contains("source")) {
-      auto s = r.get_string(je, at, "source");
-      SPINDLE_TRY(s);
-      if (!valid_source(*s)) {
-        return r.err(at + ".source", "expected \"analytic\" or \"measured\", found \"" + *s + "\"");
-      }
-      if (p.source != "mixed" && *s != p.source) {
-        return r.err(at + ".source", "\"" + *s + "\" differs from the file's source \"" + p.source +
-                                         "\" (a file that mixes sources says \"source\": \"mixed\")");
-      }
-      e.source = *s;
-    } else if (p.source == "mixed") {
-      return r.err(at + ".source", "missing: every entry of a \"mixed\" profile names its source");
-    }
-    const json& jp = je["points"];
-    if (!jp.is_array() || jp.empty()) {
-      return r.err(at + ".points", "expected a non-empty array of {devices, ms}");
-    }
-    for (size_t k = 0; k < jp.size(); ++k) {
-      const std::string pat = at + ".points[" + std::to_string(k) + "]";
-      if (!jp[k].is_object()) return r.err(pat, std::string("expected an object, found ") + type_name(jp[k]));
-      SPINDLE_TRY(r.check_keys(jp[k], pat, {"devices", "ms"}, {"spread"}));
-      ProfilePoint pt;
-      auto d = r.get_int(jp[k], pat, "devices", 1, limits::kMaxDevices);
-      SPINDLE_TRY(d);
-      pt.devices = int(*d);
-      if (!e.points.empty() && pt.devices <= e.points.back().devices) {
-        return r.err(pat + ".devices", "device counts must be strictly increasing, found " +
-                                           std::to_string(pt.devices) + " after " +
-                                           std::to_string(e.points.back().devices));
-      }
-      auto ms = r.get_number(jp[k], pat, "ms");
-      SPINDLE_TRY(ms);
-      if (!(*ms > 0 && *ms <= limits::kMaxMs)) {
-        return r.err(pat + ".ms", "expected a positive time of at most " + json(limits::kMaxMs).dump() +
-                                      " ms, found " + jp[k]["ms"].dump());
-      }
-      pt.ms = *ms;
-      if (jp[k].contains("spread")) {
-        auto sp = r.get_number(jp[k], pat, "spread");
-        SPINDLE_TRY(sp);
-        if (!(*sp >= 0 && *sp <= limits::kMaxMs)) return r.err(pat + ".spread", "expected a number from 0 to 1e9");
-        pt.spread = *sp;
-      }
-      e.points.push_back(pt);
-    }
+    SPINDLE_ASSIGN(e, parse_entry(r, entries[i], at, p.source));
     const std::string key = e.workload.key();
-    if (auto it = seen.find(key); it != seen.end()) {
-      return r.err(at, "duplicate entry: same op, dims, seq and batch as entries[" +
-                           std::to_string(it->second) + "]");
-    }
+    if (auto it = seen.find(key); it != seen.end())
+      return r.err(at, "duplicate entry: same op, dims, seq and batch as entries[" + std::to_string(it->second) + "]");
     seen.emplace(key, i);
     p.entries.push_back(std::move(e));
   }
