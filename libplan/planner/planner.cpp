@@ -13,6 +13,7 @@
 #include "libplan/model/ops.h"
 #include "libplan/place/place.h"
 #include "libplan/rules/links.h"
+#include "libplan/rules/rows.h"
 #include "libplan/planner/baselines.h"
 #include "libplan/planner/cost_plan.h"
 #include "libplan/planner/feasibility.h"
@@ -791,9 +792,12 @@ int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>
   std::vector<int> replicas;
   for (int n : valid) {
     // Gradients are summed over the data-parallel replicas of each TP
-    // rank: devices 0, K, 2K, ... of a block of n from an island's start.
-    replicas.resize(static_cast<size_t>(n / tensor_parallel));
-    for (size_t k = 0; k < replicas.size(); ++k) replicas[k] = static_cast<int>(k) * tensor_parallel;
+    // rank (rules/rows.h): TP rank 0's, in a block of n devices from an
+    // island's start, as placement packs them.
+    const RowLayout layout{0, n, tensor_parallel};   // rows do not matter here
+    replicas.clear();
+    for (int i = 0; i < n; ++i)
+      if (layout.tp_rank_of(i) == 0) replicas.push_back(i);
     const double ms = length * curve.time_ms(n) + cost.allreduce_ms(grad_bytes, replicas);
     if (ms < best_ms * (1 - 1e-9)) {
       best_ms = ms;

@@ -82,7 +82,7 @@ Result<Plan> make_plan(const PlanRequest& request);
 // Communication-aware allocation: of `valid` (ascending, non-empty), the
 // device count n that minimises length x curve.time_ms(n) + the all-reduce
 // of `grad_bytes` over its data-parallel replicas (n / tensor_parallel of
-// them, devices 0, K, 2K, ... of a block from an island's start), ties to
+// them, TP rank 0's of a block from an island's start), ties to
 // the smaller: the most devices a MetaOp of `length` operators is worth
 // once its gradients must be summed. PlanRequest::comm_aware_candidates.
 int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,
