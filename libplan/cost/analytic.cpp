@@ -292,8 +292,8 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
                    ", tensor_parallel " + std::to_string(use.tensor_parallel) + ") among " +
                    (device_counts ? std::string("the --devices list")
                                   : "1.." + std::to_string(cluster.devices())) +
-                   ": a count must be a multiple of tensor_parallel "
-                   "that divides the batch"};
+                   ": a count must be a multiple n of tensor_parallel with n / tensor_parallel "
+                   "dividing the batch"};
     }
     // The profile format's bounds (limits.h): a figure beyond them would be
     // written and then refused by every reader.

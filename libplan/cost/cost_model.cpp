@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "libplan/rules/devices.h"
+
 namespace spindle::plan {
 
 double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices) {
@@ -10,27 +12,6 @@ double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector
 }
 
 // ---- ProfileCostModel ----
-
-namespace {
-
-// Whether more than one device count n <= devices is valid for a module with
-// tensor_parallel `tp` and a task batch `batch` (n a multiple of tp, n / tp
-// dividing the batch): the counts tp and 2 tp, 3 tp, ... up to the devices.
-// That is, batch's smallest factor above 1 (found by trial division up to
-// sqrt(batch), at most 31623 steps for batch <= 10^9) fits in devices / tp.
-bool more_than_one_count(int devices, int tp, int64_t batch) {
-  const int64_t most = devices / std::max(tp, 1);
-  if (most < 2 || batch < 2) return false;
-  int64_t smallest = batch;
-  for (int64_t q = 2; q * q <= batch; ++q)
-    if (batch % q == 0) {
-      smallest = q;
-      break;
-    }
-  return smallest <= most;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile& profile,
                                                                     const Cluster& cluster,
@@ -52,7 +33,7 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
                    "); regenerate the profile for this model with spindle-profile"};
     }
     const ProfileEntry& e = profile.entries[it->second];
-    if (e.points.size() < 2 && more_than_one_count(cluster.devices(), op.tensor_parallel, op.workload.batch)) {
+    if (e.points.size() < 2 && several_valid_device_counts(cluster.devices(), op.tensor_parallel, op.workload.batch)) {
       return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key + "): one point (" +
                    std::to_string(e.points.front().devices) + " devices), but several device counts are valid on " +
                    std::to_string(cluster.devices()) + " devices: a profile gives at least two points wherever "

@@ -15,4 +15,17 @@ std::vector<int> valid_device_counts(int max_devices, int tensor_parallel, int64
   return out;
 }
 
+bool several_valid_device_counts(int max_devices, int tensor_parallel, int64_t batch) {
+  if (tensor_parallel < 1 || batch < 2) return false;
+  const int64_t most = max_devices / tensor_parallel;   // data-parallel sizes that fit
+  if (most < 2) return false;
+  int64_t smallest = batch;   // B's smallest factor above 1
+  for (int64_t q = 2; q * q <= batch; ++q)
+    if (batch % q == 0) {
+      smallest = q;
+      break;
+    }
+  return smallest <= most;
+}
+
 }  // namespace spindle::plan

@@ -23,4 +23,11 @@ bool valid_device_count(int n, int tensor_parallel, int64_t batch);
 // Every valid n in 1..max_devices, ascending. Empty when none.
 std::vector<int> valid_device_counts(int max_devices, int tensor_parallel, int64_t batch);
 
+// valid_device_counts(max_devices, tensor_parallel, batch).size() >= 2,
+// without listing them: the valid counts are K d for each divisor d of B
+// with K d <= max_devices, so there are two or more when 2 K <= max_devices
+// and B's smallest factor above 1 is at most max_devices / K (trial
+// division up to sqrt(B): at most 31623 steps for B <= 10^9).
+bool several_valid_device_counts(int max_devices, int tensor_parallel, int64_t batch);
+
 }  // namespace spindle::plan

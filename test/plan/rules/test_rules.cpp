@@ -29,6 +29,23 @@ TEST_CASE("valid device counts: a multiple of K whose data-parallel size divides
   CHECK_FALSE(valid_device_count(2, 1, 0));
 }
 
+TEST_CASE("several valid device counts: the same answer as listing them") {
+  // By hand: batch 7 (prime) on K = 2 has counts 2 and 14: two need 14 devices.
+  CHECK_FALSE(several_valid_device_counts(13, 2, 7));
+  CHECK(several_valid_device_counts(14, 2, 7));
+  CHECK_FALSE(several_valid_device_counts(64, 4, 1));   // batch 1: n = K only
+  CHECK_FALSE(several_valid_device_counts(4, 0, 8));
+  int several = 0;
+  for (int devices = 1; devices <= 40; ++devices)
+    for (int tp = 1; tp <= 8; ++tp)
+      for (int64_t batch = 1; batch <= 60; ++batch) {
+        const bool listed = valid_device_counts(devices, tp, batch).size() >= 2;
+        several += listed ? 1 : 0;
+        REQUIRE(several_valid_device_counts(devices, tp, batch) == listed);
+      }
+  CHECK(several > 1000);   // both answers were exercised
+}
+
 TEST_CASE("row layouts: groups of K devices hold the same rows") {
   const RowLayout two{12, 2, 1}, three{12, 3, 1}, tp{12, 4, 2};
   CHECK(two.rows_of(1) == RowRange{6, 12});
