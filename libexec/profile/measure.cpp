@@ -91,18 +91,6 @@ Tensor to_backend(Backend& backend, const Tensor& host) {
   return t;
 }
 
-// Ring collectives of `bytes` over p devices on `link` (spec/cluster.md), ms.
-double ring_allgather_ms(const plan::Link& link, double bytes_per_rank, int p) {
-  if (p <= 1) return 0.0;
-  return (p - 1.0) * (bytes_per_rank / (link.gbytes_per_s * 1e9) * 1e3 + link.latency_us * 1e-3);
-}
-
-std::vector<int> first_devices(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
-  return v;
-}
-
 // Repetitions both sides of a collective agree on: rank 0 proposes from its
 // calibration time, everyone gets it through one all-reduce.
 int agree_repeats(Comm& comm, double one_ms, const MeasureOptions& o) {
@@ -227,20 +215,19 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
 
 double op_comm_ms(const MeasureTarget& t, int n, const TpCalls& tp, const plan::Cluster& links) {
   // The runtime exchanges fp32 whatever the model's dtype (tensor.h).
-  constexpr double kFloatBytes = 4.0;
+  constexpr double kFloatBytes = plan::kWireBytesPerValue;
   double ms = 0;
   const int k = std::max(t.tensor_parallel, 1);
   if (k > 1) {
-    const std::vector<int> group = first_devices(k);
-    const plan::Link& link = k <= links.devices_per_island ? links.intra_island : links.inter_island;
+    const std::vector<int> group = plan::first_devices(k);
     for (int64_t f : tp.allreduce_floats) ms += plan::ring_allreduce_ms(links, static_cast<double>(f) * kFloatBytes, group);
-    for (int64_t f : tp.allgather_floats) ms += ring_allgather_ms(link, static_cast<double>(f) * kFloatBytes, k);
+    // A TP all-gather: each rank's f floats from every rank.
+    for (int64_t f : tp.allgather_floats) ms += plan::ring_allgather_ms(links, static_cast<double>(f) * kFloatBytes * k, group);
   }
   if (plan::op_needs_whole_batch(t.workload.op) && n > 1) {
     // Both embeddings [batch / n, dim] gathered over the slice's n devices.
-    const plan::Link& link = n <= links.devices_per_island ? links.intra_island : links.inter_island;
     const double bytes = static_cast<double>(t.workload.batch / n * dim(t.workload, "dim")) * kFloatBytes;
-    ms += 2.0 * ring_allgather_ms(link, bytes, n);
+    ms += 2.0 * plan::ring_allgather_ms(links, bytes * n, plan::first_devices(n));
   }
   return ms;
 }

@@ -137,12 +137,6 @@ OpShape shape_of(const Workload& w, DType dtype) {
   return r;
 }
 
-std::vector<int> first_k_devices(int k) {
-  std::vector<int> v(size_t(std::max(k, 0)));
-  for (int i = 0; i < k; ++i) v[size_t(i)] = i;
-  return v;
-}
-
 }  // namespace
 
 const AnalyticConstants& analytic_constants() { return kConstants; }
@@ -179,17 +173,13 @@ double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Clust
 
   double comm_ms = 0;
   if (tensor_parallel > 1 && sh.tp_allreduces > 0) {
-    const std::vector<int> group = first_k_devices(tensor_parallel);
+    const std::vector<int> group = first_devices(tensor_parallel);
     comm_ms += sh.tp_allreduces * ring_allreduce_ms(cluster, local_batch * sh.tp_allreduce_bytes, group);
   }
   if (sh.gather_bytes > 0 && n > 1) {
     // All-gather of the embeddings forward, reduce-scatter of their gradients
-    // backward: each (n-1)/n * bytes / bw + (n-1) latency over the ring.
-    const Link& link = n <= cluster.devices_per_island ? cluster.intra_island : cluster.inter_island;
-    const double bytes = double(w.batch) * sh.gather_bytes;
-    const double one_ms = (double(n) - 1.0) / double(n) * bytes / (link.gbytes_per_s * 1e9) * 1e3 +
-                          (double(n) - 1.0) * link.latency_us * 1e-3;
-    comm_ms += 2.0 * one_ms;
+    // backward, over the slice's n devices.
+    comm_ms += 2.0 * ring_allgather_ms(cluster, double(w.batch) * sh.gather_bytes, first_devices(n));
   }
   return std::max(compute_ms, memory_ms) + comm_ms + c.op_latency_ms;
 }

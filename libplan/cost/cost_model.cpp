@@ -11,6 +11,10 @@ double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector
   return ring_allreduce_ms(cluster.intra_island, cluster.inter_island, cluster.devices_per_island, bytes, devices);
 }
 
+double ring_allgather_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices) {
+  return ring_allgather_ms(cluster.intra_island, cluster.inter_island, cluster.devices_per_island, bytes, devices);
+}
+
 // ---- ProfileCostModel ----
 
 Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile& profile,

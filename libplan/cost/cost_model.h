@@ -52,8 +52,10 @@ class CostModel {
   virtual bool has_forward_shares() const { return false; }
 };
 
-// Ring all-reduce cost of spec/cluster.md over the given cluster's links.
+// Ring all-reduce and all-gather costs of spec/cluster.md (rules/links.h)
+// over the given cluster's links.
 double ring_allreduce_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices);
+double ring_allgather_ms(const Cluster& cluster, double bytes, const std::vector<int>& devices);
 
 // Curves and sizes looked up by workload, links from a Cluster. Filled by
 // hand in tests (set), or from a profile by ProfileCostModel::create.

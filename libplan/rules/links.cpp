@@ -8,19 +8,45 @@ double link_ms(const Link& link, double bytes) {
   return link.latency_us / 1000.0 + bytes / (link.gbytes_per_s * 1e9) * 1000.0;
 }
 
+namespace {
+
+// The link a ring over `devices` runs at: the intra-island one when every
+// device is on one island, else the inter-island one (the slowest decides).
+const Link& ring_link(const Link& intra_island, const Link& inter_island, int devices_per_island,
+                      const std::vector<int>& devices) {
+  const int per_island = devices_per_island > 0 ? devices_per_island : 1;
+  const int island = devices.front() / per_island;
+  for (int d : devices)
+    if (d / per_island != island) return inter_island;
+  return intra_island;
+}
+
+}  // namespace
+
 double ring_allreduce_ms(const Link& intra_island, const Link& inter_island, int devices_per_island,
                          double bytes, const std::vector<int>& devices) {
   const size_t p = devices.size();
   if (p <= 1) return 0.0;
-  const int per_island = devices_per_island > 0 ? devices_per_island : 1;
-  bool one_island = true;
-  const int island = devices.front() / per_island;
-  for (int d : devices) one_island = one_island && d / per_island == island;
-  const Link& link = one_island ? intra_island : inter_island;
+  const Link& link = ring_link(intra_island, inter_island, devices_per_island, devices);
   const double steps = double(p - 1);
   const double transfer_ms = 2.0 * steps / double(p) * bytes / (link.gbytes_per_s * 1e9) * 1e3;
   const double latency_ms = 2.0 * steps * link.latency_us * 1e-3;
   return transfer_ms + latency_ms;
+}
+
+double ring_allgather_ms(const Link& intra_island, const Link& inter_island, int devices_per_island,
+                         double bytes, const std::vector<int>& devices) {
+  const size_t p = devices.size();
+  if (p <= 1) return 0.0;
+  const Link& link = ring_link(intra_island, inter_island, devices_per_island, devices);
+  const double n = double(p);
+  return (n - 1.0) / n * bytes / (link.gbytes_per_s * 1e9) * 1e3 + (n - 1.0) * link.latency_us * 1e-3;
+}
+
+std::vector<int> first_devices(int n) {
+  std::vector<int> v(static_cast<size_t>(n > 0 ? n : 0));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
 }
 
 double pack_ms(const CommOverhead& o, double bytes) {

@@ -28,6 +28,17 @@ double link_ms(const Link& link, double bytes);
 double ring_allreduce_ms(const Link& intra_island, const Link& inter_island, int devices_per_island,
                          double bytes, const std::vector<int>& devices);
 
+// Ring all-gather (or reduce-scatter) of `bytes` in all, bytes / p from
+// each of `devices` (sorted device ids, islands of `devices_per_island`):
+// (p-1)/p * bytes / bandwidth + (p-1) * latency over the link
+// ring_allreduce_ms would use. 0 for p <= 1.
+double ring_allgather_ms(const Link& intra_island, const Link& inter_island, int devices_per_island,
+                         double bytes, const std::vector<int>& devices);
+
+// Devices 0 .. n-1: the group a profile point's collectives run over (a
+// block from an island's start, as placement packs slices).
+std::vector<int> first_devices(int n);
+
 // The runtime's software cost around the wire (docs/simulation.md,
 // "Software overhead"), on the device that runs the exchange or all-reduce.
 // Every figure >= 0; a zero figure (the default) prices nothing, so a

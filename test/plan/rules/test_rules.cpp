@@ -133,7 +133,7 @@ TEST_CASE("memory: parameter state and activations per device, by hand") {
   CHECK(activation_bytes(100, 32, 8) == Approx(400));
 }
 
-TEST_CASE("links: latency plus bytes over bandwidth and ring all-reduce over the slowest link") {
+TEST_CASE("links: latency plus bytes over bandwidth, ring all-reduce and all-gather over the slowest link") {
   const Link intra{200, 5}, inter{25, 10};
   CHECK(link_ms(intra, 0) == Approx(0.005));
   CHECK(link_ms(intra, 200e6) == Approx(1.005));
@@ -142,4 +142,12 @@ TEST_CASE("links: latency plus bytes over bandwidth and ring all-reduce over the
   // Across islands: 2 * 1/2 * 1e9 / 25e9 s = 40 ms, + 2 * 10 us.
   CHECK(ring_allreduce_ms(intra, inter, 8, 1e9, {7, 8}) == Approx(40.020));
   CHECK(ring_allreduce_ms(intra, inter, 8, 1e9, {3}) == 0.0);
+  // All-gather of 1e9 bytes in all: half the all-reduce's steps. 4 devices
+  // on one island: 3/4 * 1e9 / 200e9 s = 3.75 ms, + 3 * 5 us.
+  CHECK(ring_allgather_ms(intra, inter, 8, 1e9, first_devices(4)) == Approx(3.75 + 0.015));
+  // Devices 0..9 span two islands: 9/10 * 1e9 / 25e9 s = 36 ms, + 9 * 10 us.
+  CHECK(ring_allgather_ms(intra, inter, 8, 1e9, first_devices(10)) == Approx(36.090));
+  CHECK(ring_allgather_ms(intra, inter, 8, 1e9, first_devices(1)) == 0.0);
+  CHECK(first_devices(3) == std::vector<int>{0, 1, 2});
+  CHECK(first_devices(0).empty());
 }
