@@ -24,7 +24,7 @@ struct Cluster {
   std::string sha256;
 
   int devices() const { return islands * devices_per_island; }
-  int island_of(int device) const { return device / devices_per_island; }
+  int island_of(int device) const { return plan::island_of(device, devices_per_island); }
   int64_t memory_bytes() const;       // memory_gib * 2^30, rounded down
 };
 

@@ -44,7 +44,7 @@ class Placer {
       : in_(in), hint_(hint) {
     n_ = in.devices;
     island_ = in.devices_per_island > 0 ? in.devices_per_island : in.devices;
-    islands_ = (n_ + island_ - 1) / island_;
+    islands_ = island_count(n_, island_);
     params_ = in.param_bytes.size();
     consumers_.resize(in.metaops.size());
     for (size_t c = 0; c < in.metaops.size(); ++c)
@@ -154,7 +154,7 @@ class Placer {
   std::vector<size_t> remaining_in_order(const State& s, const AbstractWave& wave,
                                          const WavePlacement& placed) const;
 
-  int island_of(int d) const { return d / island_; }
+  int island_of(int d) const { return plan::island_of(d, island_); }
 
   double need(const State& s, const AbstractSlot& slot, int d) const {
     const size_t base = static_cast<size_t>(d) * params_;
@@ -507,7 +507,7 @@ class Improver {
       : in_(in) {
     n_ = in.devices;
     per_island_ = in.devices_per_island > 0 ? in.devices_per_island : n_;
-    islands_ = (n_ + per_island_ - 1) / per_island_;
+    islands_ = island_count(n_, per_island_);
     // Slots in wave order, their inputs (as costing: the MetaOp's previous
     // slice, else the final slices of its inputs) and who reads their output.
     std::vector<int> last(in.metaops.size(), -1), final_slot(in.metaops.size(), -1);
@@ -615,21 +615,24 @@ class Improver {
         // Islands holding the slot's inputs or readers.
         std::fill(wanted.begin(), wanted.end(), 0);
         for (const Edge& e : sa.inputs)
-          for (int d : *slots_[static_cast<size_t>(e.src)].devices) wanted[static_cast<size_t>(d / per_island_)] = 1;
+          for (int d : *slots_[static_cast<size_t>(e.src)].devices) wanted[static_cast<size_t>(island_of(d, per_island_))] = 1;
         for (int r : readers_[static_cast<size_t>(a)])
-          for (int d : *slots_[static_cast<size_t>(r)].devices) wanted[static_cast<size_t>(d / per_island_)] = 1;
+          for (int d : *slots_[static_cast<size_t>(r)].devices) wanted[static_cast<size_t>(island_of(d, per_island_))] = 1;
         for (size_t xi = 0; xi < sa.devices->size(); ++xi) {
           std::fill(slot_of.begin(), slot_of.end(), -1);
           for (int b = first; b < end; ++b)
             for (int d : *slots_[static_cast<size_t>(b)].devices) slot_of[static_cast<size_t>(d)] = b;
           const int x = (*sa.devices)[xi];
           for (int y = 0; y < n_; ++y) {
-            if (y / per_island_ == x / per_island_ || !wanted[static_cast<size_t>(y / per_island_)]) continue;
+            if (island_of(y, per_island_) == island_of(x, per_island_) ||
+                !wanted[static_cast<size_t>(island_of(y, per_island_))])
+              continue;
             const int b = slot_of[static_cast<size_t>(y)];
             if (b == a) continue;
             // One device per occupant (a slot, or idle) of y's island: the first.
             bool seen = false;
-            for (int z = (y / per_island_) * per_island_; z < y && !seen; ++z) seen = slot_of[static_cast<size_t>(z)] == b;
+            for (int z = island_of(y, per_island_) * per_island_; z < y && !seen; ++z)
+              seen = slot_of[static_cast<size_t>(z)] == b;
             if (seen) continue;
             if (evals_left_-- <= 0) return;
             if (try_swap(a, x, b, y, best)) {
@@ -741,10 +744,10 @@ class Improver {
       return [&, dir](const RowMove& m) {
         if (m.src == m.dst) return;
         const double bytes = sign * static_cast<double>(m.rows.size()) * e.bytes_per_sample;
-        if (m.src / per_island_ == m.dst / per_island_) {
+        if (island_of(m.src, per_island_) == island_of(m.dst, per_island_)) {
           if (intra != nullptr) intra[dir * n_ + m.dst] += bytes;
         } else {
-          inter[dir * islands_ + m.dst / per_island_] += bytes;
+          inter[dir * islands_ + island_of(m.dst, per_island_)] += bytes;
         }
       };
     };

@@ -14,10 +14,9 @@ namespace {
 // device is on one island, else the inter-island one (the slowest decides).
 const Link& ring_link(const Link& intra_island, const Link& inter_island, int devices_per_island,
                       const std::vector<int>& devices) {
-  const int per_island = devices_per_island > 0 ? devices_per_island : 1;
-  const int island = devices.front() / per_island;
+  const int island = island_of(devices.front(), devices_per_island);
   for (int d : devices)
-    if (d / per_island != island) return inter_island;
+    if (island_of(d, devices_per_island) != island) return inter_island;
   return intra_island;
 }
 

@@ -13,6 +13,17 @@ namespace spindle::plan {
 // lowering's byte counts and every estimate of them (placement) use it.
 inline constexpr int kWireBytesPerValue = 4;
 
+// Islands are runs of `devices_per_island` consecutive device ids
+// (docs/spec/cluster.md); a figure below 1 counts as 1.
+inline int island_of(int device, int devices_per_island) {
+  return device / (devices_per_island > 1 ? devices_per_island : 1);
+}
+// Islands that `devices` devices span (the last may be partial).
+inline int island_count(int devices, int devices_per_island) {
+  const int k = devices_per_island > 1 ? devices_per_island : 1;
+  return (devices + k - 1) / k;
+}
+
 struct Link {
   double gbytes_per_s = 0;   // per direction (per device inside an island, per island across)
   double latency_us = 0;

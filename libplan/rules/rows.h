@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "libplan/rules/links.h"
+
 namespace spindle::plan {
 
 // Half-open range of batch rows [begin, end).
@@ -106,7 +108,6 @@ void for_each_reshard_move(const std::vector<int>& from, int from_tp, const std:
                            int64_t batch, int devices_per_island, F&& f) {
   const RowLayout src{batch, static_cast<int>(from.size()), from_tp};
   const RowLayout dst{batch, static_cast<int>(to.size()), to_tp};
-  const int per_island = devices_per_island > 1 ? devices_per_island : 1;
   const int groups = src.groups();
   for (int j = 0; j < dst.devices; ++j) {
     const int d = to[static_cast<size_t>(j)];
@@ -128,7 +129,7 @@ void for_each_reshard_move(const std::vector<int>& from, int from_tp, const std:
       for (int r = 0; r < from_tp && chosen < 0; ++r)
         if (replicas[r] == d) chosen = d;
       for (int r = 0; r < from_tp && chosen < 0; ++r)
-        if (replicas[r] / per_island == d / per_island) chosen = replicas[r];
+        if (island_of(replicas[r], devices_per_island) == island_of(d, devices_per_island)) chosen = replicas[r];
       if (chosen < 0) chosen = replicas[0];
       f(RowMove{chosen, d, rows});
     }

@@ -108,7 +108,9 @@ class Simulator {
   // all its links idle, so no other message can start.
   void dispatch(const int* links, int n, double t);
   void start(int transfer, double t);
-  bool cross_island(const Transfer& tr) const { return tr.src / per_island_ != tr.dst / per_island_; }
+  bool cross_island(const Transfer& tr) const {
+    return island_of(tr.src, per_island_) != island_of(tr.dst, per_island_);
+  }
   // The links one message needs: one (inside an island) or two.
   struct Links {
     int n = 0;
@@ -156,8 +158,8 @@ class Simulator {
 
 Simulator::Links Simulator::compute_links(const Transfer& tr) const {
   if (!cross_island(tr)) return {1, {tr.dst, 0}};
-  const int islands = (l_.devices + per_island_ - 1) / per_island_;
-  return {2, {l_.devices + tr.src / per_island_, l_.devices + islands + tr.dst / per_island_}};
+  const int islands = island_count(l_.devices, per_island_);
+  return {2, {l_.devices + island_of(tr.src, per_island_), l_.devices + islands + island_of(tr.dst, per_island_)}};
 }
 
 Result<Simulation> Simulator::run() {
@@ -168,7 +170,7 @@ Result<Simulation> Simulator::run() {
   if (l_.programs.size() != devices)
     return Error{"simulate: " + std::to_string(l_.programs.size()) + " programs for " + std::to_string(devices) +
                  " devices"};
-  const int islands = (l_.devices + per_island_ - 1) / per_island_;
+  const int islands = island_count(l_.devices, per_island_);
   pc_.assign(devices, 0);
   finish_.assign(devices, 0.0);
   first_.assign(devices + 1, 0);

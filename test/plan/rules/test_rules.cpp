@@ -149,5 +149,12 @@ TEST_CASE("links: latency plus bytes over bandwidth, ring all-reduce and all-gat
   CHECK(ring_allgather_ms(intra, inter, 8, 1e9, first_devices(10)) == Approx(36.090));
   CHECK(ring_allgather_ms(intra, inter, 8, 1e9, first_devices(1)) == 0.0);
   CHECK(first_devices(3) == std::vector<int>{0, 1, 2});
+  // Islands: runs of consecutive ids; a figure below 1 counts as 1.
+  CHECK(island_of(7, 8) == 0);
+  CHECK(island_of(8, 8) == 1);
+  CHECK(island_of(5, 0) == 5);
+  CHECK(island_count(20, 8) == 3);
+  CHECK(island_count(16, 8) == 2);
+  CHECK(island_count(3, -1) == 3);
   CHECK(first_devices(0).empty());
 }
