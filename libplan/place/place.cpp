@@ -759,9 +759,11 @@ class Improver {
   void count_slot(int id, int sign) {
     const SlotRef& s = slots_[static_cast<size_t>(id)];
     for (int p : s.params) {
-      const int k = tensor_parallel_[static_cast<size_t>(p)];
+      // The device at position i holds its TP rank's shard (rules/rows.h; rows do not matter here).
+      const RowLayout layout{0, static_cast<int>(s.devices->size()), tensor_parallel_[static_cast<size_t>(p)]};
       for (size_t i = 0; i < s.devices->size(); ++i) {
-        const auto sh = static_cast<size_t>(shard_first_[static_cast<size_t>(p)] + static_cast<int>(i) % k);
+        const auto sh =
+            static_cast<size_t>(shard_first_[static_cast<size_t>(p)] + layout.tp_rank_of(static_cast<int>(i)));
         shard_count_[sh * static_cast<size_t>(n_) + static_cast<size_t>((*s.devices)[i])] += sign;
       }
     }
