@@ -7,6 +7,7 @@
 
 #include "libexec/rng.h"
 #include "libplan/graph/op_graph.h"
+#include "libplan/model/ops.h"
 #include "libplan/model/yaml_util.h"
 #include "libplan/util/files.h"
 
@@ -191,7 +192,7 @@ Result<std::unique_ptr<FileSource>> FileSource::open(const DataSpec& spec, const
   const plan::OpGraph graph = plan::expand(model);
   for (const plan::Operator& op : graph.ops) {
     DataRead r;
-    if ((op.block == 0 && op.rep == 0) || op.workload.op == "lm_loss")
+    if ((op.block == 0 && op.rep == 0) || plan::find_op(op.workload.op)->reads_targets)
       if (op_data_read(model, op, &r)) reads[static_cast<size_t>(op.task)].push_back(std::move(r));
   }
   for (size_t t = 0; t < model.tasks.size(); ++t) {

@@ -653,8 +653,9 @@ void Executor::forward_slice(int slice) {
     const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(o)];
     const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
     const std::string& kind = op.workload.op;
+    const plan::OpSpec& spec = *plan::find_op(kind);
     std::vector<Tensor> in;
-    if (kind == "patch_embed" || kind == "token_embed") {
+    if (spec.reads_data) {
       in.push_back(to_backend(backend_, read_rows(op, rows.begin, rows.end)));
     } else if (j > 0) {
       in.push_back(out_.at(s.ops[j - 1]));
@@ -675,9 +676,10 @@ void Executor::forward_slice(int slice) {
         in = {concat_seq(backend_, in)};
       }
     }
-    if (kind == "lm_loss") {
+    if (spec.reads_targets) {
       const Tensor targets = read_rows(op, rows.begin, rows.end);
-      lm_share_[o] = lm_share(slice, op, targets);
+      // lm_loss: this slice's share of the task's token-mean loss.
+      if (kind == "lm_loss") lm_share_[o] = lm_share(slice, op, targets);
       in.push_back(to_backend(backend_, targets));
     }
     if (kind == "contrastive_loss" && eval_ && pos == 0) {

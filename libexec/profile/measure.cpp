@@ -163,10 +163,10 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
 
   std::vector<Tensor> inputs;
   for (const Tensor& h : make_inputs(w, rows, o.seed)) inputs.push_back(to_backend(backend, h));
-  const bool loss = w.op == "contrastive_loss" || w.op == "lm_loss";
+  const bool loss = plan::find_op(w.op)->is_loss;
   // Data readers draw their batch inside spindle-run's forward (exec/data.h):
   // that is part of the operator's time there, so it is here too.
-  const bool reader = w.op == "patch_embed" || w.op == "token_embed" || w.op == "lm_loss";
+  const bool reader = plan::op_reads_from_data(w.op);
   int64_t drawn = 0;   // samples drawn so far: each run draws fresh ones
   auto synthesise = [&]() {
     const SampleRange range{o.seed, "profile", drawn, rows};

@@ -57,7 +57,10 @@ const std::vector<OpSpec>& op_catalogue() {
       {"lm_loss",
        {{"hidden", DimKind::Int, true, nullptr}, {"vocab", DimKind::Int, true, nullptr}},
        false,
-       true},
+       true,
+       /*one_token=*/false,
+       /*whole_batch=*/false,
+       /*reads_targets=*/true},
   };
   return catalogue;
 }
@@ -74,6 +77,11 @@ int64_t op_out_values_per_sample(const std::string& op, const json& dims, int64_
 bool op_needs_whole_batch(const std::string& op) {
   const OpSpec* spec = find_op(op);
   return spec != nullptr && spec->whole_batch;
+}
+
+bool op_reads_from_data(const std::string& op) {
+  const OpSpec* spec = find_op(op);
+  return spec != nullptr && (spec->reads_data || spec->reads_targets);
 }
 
 const OpSpec* find_op(const std::string& name) {

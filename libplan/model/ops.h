@@ -27,6 +27,7 @@ struct OpSpec {
   bool is_loss;      // contrastive_loss, lm_loss: scalar output
   bool one_token = false;    // pool_project: its output has seq 1, whatever its input's
   bool whole_batch = false;  // contrastive_loss: couples samples, gathers its slice's whole batch
+  bool reads_targets = false;  // lm_loss: its forward also reads the batch's targets from the data
 };
 
 // The whole catalogue, in a fixed order.
@@ -52,6 +53,10 @@ int64_t op_out_seq(const std::string& op, int64_t seq);
 int64_t op_out_values_per_sample(const std::string& op, const nlohmann::json& dims, int64_t seq);
 // True for ops whose spec says whole_batch (a loss that couples samples).
 bool op_needs_whole_batch(const std::string& op);
+// True for ops whose forward reads the data: its input (reads_data) or the
+// targets (reads_targets). The runtime draws that data inside the forward,
+// so spindle-profile times it there too.
+bool op_reads_from_data(const std::string& op);
 int64_t op_param_count(const std::string& op, const nlohmann::json& dims, int64_t max_seq);
 // Parameter values one tensor-parallel rank of `tensor_parallel` holds, as the
 // runtime allocates them: tensors split along one axis hold 1/K of their

@@ -23,6 +23,14 @@ TEST_CASE("catalogue lists the seven ops with defaults", "[ops]") {
   CHECK(find_op("token_embed")->reads_data);
   CHECK(find_op("lm_loss")->is_loss);
   CHECK_FALSE(find_op("linear")->reads_data);
+  // What a forward draws from the data: the readers' input, lm_loss's targets.
+  for (const OpSpec& op : op_catalogue()) {
+    const std::string name = op.name;
+    const bool reads = name == "patch_embed" || name == "token_embed" || name == "lm_loss";
+    CHECK(op_reads_from_data(name) == reads);
+    CHECK(op.reads_targets == (name == "lm_loss"));
+  }
+  CHECK_FALSE(op_reads_from_data("nope"));
 }
 
 TEST_CASE("widths and parameter counts follow the table", "[ops]") {
