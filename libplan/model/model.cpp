@@ -106,10 +106,8 @@ constexpr int64_t kMaxParameters = 1000000000000000;
 
 // The key under which a block's input width is given (for width messages).
 const char* in_width_key(const std::string& op) {
-  if (op == "transformer_layer" || op == "lm_loss") return "hidden";
-  if (op == "linear" || op == "pool_project") return "in";
-  if (op == "contrastive_loss") return "dim";
-  return "op";
+  const OpSpec* spec = find_op(op);
+  return spec != nullptr && spec->in_width != nullptr ? spec->in_width : "op";
 }
 
 std::string join(const std::vector<std::string>& names) {

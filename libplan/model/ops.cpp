@@ -24,43 +24,40 @@ int64_t dim_of(const json& dims, const char* name) {
 
 const std::vector<OpSpec>& op_catalogue() {
   static const std::vector<OpSpec> catalogue = {
-      {"patch_embed",
-       {{"in_dim", DimKind::Int, true, nullptr}, {"hidden", DimKind::Int, true, nullptr}},
-       true,
-       false},
-      {"token_embed",
-       {{"vocab", DimKind::Int, true, nullptr}, {"hidden", DimKind::Int, true, nullptr}},
-       true,
-       false},
-      {"transformer_layer",
-       {{"hidden", DimKind::Int, true, nullptr},
-        {"heads", DimKind::Int, true, nullptr},
-        {"ffn", DimKind::Int, true, nullptr},
-        {"causal", DimKind::Bool, false, json(false)}},
-       false,
-       false},
-      {"linear",
-       {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
-       false,
-       false},
-      {"pool_project",
-       {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
-       false,
-       false,
-       /*one_token=*/true},
-      {"contrastive_loss",
-       {{"dim", DimKind::Int, true, nullptr}, {"temperature", DimKind::Float, false, json(0.07)}},
-       false,
-       true,
-       /*one_token=*/false,
-       /*whole_batch=*/true},
-      {"lm_loss",
-       {{"hidden", DimKind::Int, true, nullptr}, {"vocab", DimKind::Int, true, nullptr}},
-       false,
-       true,
-       /*one_token=*/false,
-       /*whole_batch=*/false,
-       /*reads_targets=*/true},
+      {.name = "patch_embed",
+       .dims = {{"in_dim", DimKind::Int, true, nullptr}, {"hidden", DimKind::Int, true, nullptr}},
+       .reads_data = true,
+       .out_width = "hidden"},
+      {.name = "token_embed",
+       .dims = {{"vocab", DimKind::Int, true, nullptr}, {"hidden", DimKind::Int, true, nullptr}},
+       .reads_data = true,
+       .out_width = "hidden"},
+      {.name = "transformer_layer",
+       .dims = {{"hidden", DimKind::Int, true, nullptr},
+                {"heads", DimKind::Int, true, nullptr},
+                {"ffn", DimKind::Int, true, nullptr},
+                {"causal", DimKind::Bool, false, json(false)}},
+       .in_width = "hidden",
+       .out_width = "hidden"},
+      {.name = "linear",
+       .dims = {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
+       .in_width = "in",
+       .out_width = "out"},
+      {.name = "pool_project",
+       .dims = {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
+       .one_token = true,
+       .in_width = "in",
+       .out_width = "out"},
+      {.name = "contrastive_loss",
+       .dims = {{"dim", DimKind::Int, true, nullptr}, {"temperature", DimKind::Float, false, json(0.07)}},
+       .is_loss = true,
+       .whole_batch = true,
+       .in_width = "dim"},
+      {.name = "lm_loss",
+       .dims = {{"hidden", DimKind::Int, true, nullptr}, {"vocab", DimKind::Int, true, nullptr}},
+       .is_loss = true,
+       .reads_targets = true,
+       .in_width = "hidden"},
   };
   return catalogue;
 }
@@ -127,18 +124,13 @@ std::string op_dims_problem(const OpSpec& spec, const json& dims) {
 }
 
 int64_t op_in_width(const std::string& op, const json& dims) {
-  if (op == "transformer_layer" || op == "lm_loss") return dim_of(dims, "hidden");
-  if (op == "linear" || op == "pool_project") return dim_of(dims, "in");
-  if (op == "contrastive_loss") return dim_of(dims, "dim");
-  return 0;  // patch_embed, token_embed read data; unknown ops have no width
+  const OpSpec* spec = find_op(op);   // data readers and unknown ops have no input width
+  return spec != nullptr && spec->in_width != nullptr ? dim_of(dims, spec->in_width) : 0;
 }
 
 int64_t op_out_width(const std::string& op, const json& dims) {
-  if (op == "patch_embed" || op == "token_embed" || op == "transformer_layer") {
-    return dim_of(dims, "hidden");
-  }
-  if (op == "linear" || op == "pool_project") return dim_of(dims, "out");
-  return 0;  // losses produce a scalar
+  const OpSpec* spec = find_op(op);   // losses produce a scalar
+  return spec != nullptr && spec->out_width != nullptr ? dim_of(dims, spec->out_width) : 0;
 }
 
 int64_t op_param_count(const std::string& op, const json& dims, int64_t max_seq) {

@@ -23,11 +23,13 @@ struct DimSpec {
 struct OpSpec {
   const char* name;
   std::vector<DimSpec> dims;
-  bool reads_data;   // patch_embed, token_embed: no input activation
-  bool is_loss;      // contrastive_loss, lm_loss: scalar output
-  bool one_token = false;    // pool_project: its output has seq 1, whatever its input's
-  bool whole_batch = false;  // contrastive_loss: couples samples, gathers its slice's whole batch
+  bool reads_data = false;     // patch_embed, token_embed: no input activation
+  bool is_loss = false;        // contrastive_loss, lm_loss: scalar output
+  bool one_token = false;      // pool_project: its output has seq 1, whatever its input's
+  bool whole_batch = false;    // contrastive_loss: couples samples, gathers its slice's whole batch
   bool reads_targets = false;  // lm_loss: its forward also reads the batch's targets from the data
+  const char* in_width = nullptr;   // the dimension that is its input's width (nullptr: reads data)
+  const char* out_width = nullptr;  // the dimension that is its output's width (nullptr: a loss)
 };
 
 // The whole catalogue, in a fixed order.

@@ -31,6 +31,10 @@ TEST_CASE("catalogue lists the seven ops with defaults", "[ops]") {
     CHECK(op.reads_targets == (name == "lm_loss"));
   }
   CHECK_FALSE(op_reads_from_data("nope"));
+  // Widths come from the dimensions the catalogue names.
+  CHECK(find_op("pool_project")->in_width == std::string("in"));
+  CHECK(find_op("contrastive_loss")->out_width == nullptr);
+  CHECK(find_op("token_embed")->in_width == nullptr);
 }
 
 TEST_CASE("widths and parameter counts follow the table", "[ops]") {
