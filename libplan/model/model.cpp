@@ -315,10 +315,8 @@ Status parse_module(const Reader& r, const std::string& path, const YAML::Node& 
     const int64_t tp = out.tensor_parallel;
     for (std::size_t k = 0; k < out.blocks.size(); ++k) {
       const Block& b = out.blocks[k];
-      std::vector<const char*> keys;
-      if (b.op == "transformer_layer") keys = {"heads", "ffn"};
-      if (b.op == "lm_loss") keys = {"vocab"};
-      for (const char* key : keys) {
+      const OpSpec* spec = find_op(b.op);   // known: parse_block checked it
+      for (const char* key : spec != nullptr ? spec->tp_split : std::vector<const char*>{}) {
         if (b.dim(key) % tp != 0) {
           return r.error(yamlu::child(path, "tensor_parallel"), *tp_node,
                          "tensor_parallel " + std::to_string(tp) + " must divide " + key + " " +

@@ -38,7 +38,8 @@ const std::vector<OpSpec>& op_catalogue() {
                 {"ffn", DimKind::Int, true, nullptr},
                 {"causal", DimKind::Bool, false, json(false)}},
        .in_width = "hidden",
-       .out_width = "hidden"},
+       .out_width = "hidden",
+       .tp_split = {"heads", "ffn"}},
       {.name = "linear",
        .dims = {{"in", DimKind::Int, true, nullptr}, {"out", DimKind::Int, true, nullptr}},
        .in_width = "in",
@@ -57,7 +58,8 @@ const std::vector<OpSpec>& op_catalogue() {
        .dims = {{"hidden", DimKind::Int, true, nullptr}, {"vocab", DimKind::Int, true, nullptr}},
        .is_loss = true,
        .reads_targets = true,
-       .in_width = "hidden"},
+       .in_width = "hidden",
+       .tp_split = {"vocab"}},
   };
   return catalogue;
 }

@@ -30,6 +30,10 @@ struct OpSpec {
   bool reads_targets = false;  // lm_loss: its forward also reads the batch's targets from the data
   const char* in_width = nullptr;   // the dimension that is its input's width (nullptr: reads data)
   const char* out_width = nullptr;  // the dimension that is its output's width (nullptr: a loss)
+  // Dimensions split over the tensor-parallel ranks (Megatron's layout):
+  // each must be a multiple of the module's tensor_parallel. Ops with none
+  // run whole on every rank.
+  std::vector<const char*> tp_split = {};
 };
 
 // The whole catalogue, in a fixed order.

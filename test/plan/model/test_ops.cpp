@@ -35,6 +35,12 @@ TEST_CASE("catalogue lists the seven ops with defaults", "[ops]") {
   CHECK(find_op("pool_project")->in_width == std::string("in"));
   CHECK(find_op("contrastive_loss")->out_width == nullptr);
   CHECK(find_op("token_embed")->in_width == nullptr);
+  // Split over tensor-parallel ranks: the layer's heads and MLP, the LM head's vocabulary.
+  const std::vector<const char*>& layer = find_op("transformer_layer")->tp_split;
+  CHECK(std::vector<std::string>(layer.begin(), layer.end()) == std::vector<std::string>{"heads", "ffn"});
+  const std::vector<const char*>& head = find_op("lm_loss")->tp_split;
+  CHECK(std::vector<std::string>(head.begin(), head.end()) == std::vector<std::string>{"vocab"});
+  CHECK(find_op("linear")->tp_split.empty());
 }
 
 TEST_CASE("widths and parameter counts follow the table", "[ops]") {
