@@ -676,10 +676,9 @@ void Executor::forward_slice(int slice) {
         in = {concat_seq(backend_, in)};
       }
     }
-    if (spec.reads_targets) {
+    if (kind == "lm_loss") {   // its targets, and this slice's share of the task's token-mean loss
       const Tensor targets = read_rows(op, rows.begin, rows.end);
-      // lm_loss: this slice's share of the task's token-mean loss.
-      if (kind == "lm_loss") lm_share_[o] = lm_share(slice, op, targets);
+      lm_share_[o] = lm_share(slice, op, targets);
       in.push_back(to_backend(backend_, targets));
     }
     if (kind == "contrastive_loss" && eval_ && pos == 0) {

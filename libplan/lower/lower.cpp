@@ -337,10 +337,10 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 }
 
 // Builds device d's program in the order of the header, with its
-// dependencies (lower_program below): the forward pass wave by wave, the
-// backward pass in reverse with the gradient all-reduces, the optimizer;
-// the exchanges between, or, with early transfers, posted receives and
-// sends around them.
+// dependencies (lower_programs runs one per device): the forward pass wave
+// by wave, the backward pass in reverse with the gradient all-reduces, the
+// optimizer; the exchanges between, or, with early transfers, posted
+// receives and sends around them.
 class ProgramBuilder {
  public:
   // `param_bwd` is scratch of ids.names.size() empty lists, left empty;
@@ -708,13 +708,6 @@ void ProgramBuilder::sync_and_step() {
   }
 }
 
-// Device d's program (ProgramBuilder).
-Program lower_program(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
-                      std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
-                      const GradSync& sync, BucketStarts starts, bool& starts_matter) {
-  return ProgramBuilder(l, ids, mine, waves, d, param_bwd, last_step, deps, sync, starts, starts_matter).build();
-}
-
 const char* kind_name(InstrKind k) {
   switch (k) {
     case InstrKind::exchange: return "exchange";
@@ -820,9 +813,10 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   out.programs.reserve(static_cast<size_t>(plan.devices));
   out.bucket_starts_matter = false;
   for (int d = 0; d < plan.devices; ++d)
-    out.programs.push_back(lower_program(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
-                                         d, param_bwd, last_step, options.deps, sync, plan.bucket_starts,
-                                         out.bucket_starts_matter));
+    out.programs.push_back(ProgramBuilder(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
+                                          d, param_bwd, last_step, options.deps, sync, plan.bucket_starts,
+                                          out.bucket_starts_matter)
+                               .build());
   return {};
 }
 

@@ -315,8 +315,7 @@ Status parse_module(const Reader& r, const std::string& path, const YAML::Node& 
     const int64_t tp = out.tensor_parallel;
     for (std::size_t k = 0; k < out.blocks.size(); ++k) {
       const Block& b = out.blocks[k];
-      const OpSpec* spec = find_op(b.op);   // known: parse_block checked it
-      for (const char* key : spec != nullptr ? spec->tp_split : std::vector<const char*>{}) {
+      for (const char* key : find_op(b.op)->tp_split) {   // a known op: parse_block checked it
         if (b.dim(key) % tp != 0) {
           return r.error(yamlu::child(path, "tensor_parallel"), *tp_node,
                          "tensor_parallel " + std::to_string(tp) + " must divide " + key + " " +

@@ -30,14 +30,13 @@ struct WaveTraffic {
 void add_reshard(WaveTraffic& t, const std::vector<int>& src, int ksrc, const std::vector<int>& dst, int kdst,
                  int64_t batch, double bytes_per_sample, int devices_per_island) {
   if (bytes_per_sample <= 0) return;
-  const int per_island = std::max(1, devices_per_island);
-  for_each_reshard_move(src, ksrc, dst, kdst, batch, per_island, [&](const RowMove& m) {
+  for_each_reshard_move(src, ksrc, dst, kdst, batch, devices_per_island, [&](const RowMove& m) {
     if (m.src == m.dst) return;
     const double bytes = static_cast<double>(m.rows.size()) * bytes_per_sample;
-    if (island_of(m.src, per_island) == island_of(m.dst, per_island))
+    if (island_of(m.src, devices_per_island) == island_of(m.dst, devices_per_island))
       t.intra_bytes[static_cast<size_t>(m.dst)] += bytes;
     else
-      t.inter_bytes[static_cast<size_t>(island_of(m.dst, per_island))] += bytes;
+      t.inter_bytes[static_cast<size_t>(island_of(m.dst, devices_per_island))] += bytes;
   });
 }
 
@@ -137,8 +136,7 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
   std::vector<double> act_bytes(plan.devices, 0.0);
   Predicted& pred = plan.predicted;
   pred = Predicted{0, 0, 0, 0, pred.relaxed_optimum_ms, std::vector<int64_t>(plan.devices, 0)};
-  const int per_island = std::max(1, plan.devices_per_island);
-  const int islands = island_count(plan.devices, per_island);
+  const int islands = island_count(plan.devices, plan.devices_per_island);
   WaveTraffic traffic;
   for (Wave& wave : plan.waves) {
     wave.ms = 0;

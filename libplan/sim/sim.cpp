@@ -89,7 +89,7 @@ class Simulator {
  public:
   Simulator(const Lowered& l, const std::vector<double>& slice_ms, const CostModel& cost, int devices_per_island,
             const SimOptions& options)
-      : l_(l), slice_ms_(slice_ms), cost_(cost), per_island_(std::max(1, devices_per_island)), options_(options) {}
+      : l_(l), slice_ms_(slice_ms), cost_(cost), per_island_(devices_per_island), options_(options) {}
 
   Result<Simulation> run();
 
@@ -742,7 +742,8 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
     return stopped_at_bound();
   }
   SPINDLE_TRY(lower_programs(plan, context, *lowered, lite));
-  auto sim = simulate(*lowered, slice_ms, cost, plan.devices_per_island, *opts);
+  // The shares were checked above: the simulator itself, not simulate().
+  auto sim = Simulator(*lowered, slice_ms, cost, plan.devices_per_island, *opts).run();
   if (!sim) return sim;
   sim->bucket_starts_matter = lowered->bucket_starts_matter;
   // Name compute boxes after their MetaOps, as the planned trace does.
