@@ -35,6 +35,7 @@ struct Row {
   int devices = 0;
   size_t metaops = 0, waves = 0;
   double plan_ms = 0;     // median over repeats
+  size_t repeats = 0;     // timed plans
   double gap_pct = 0;     // simulated compute-only makespan / relaxed optimum - 1
   bool valid = false;
 };
@@ -127,6 +128,7 @@ Row run(const sp::Model& model, const sp::Cluster& cluster, int repeats) {
     }
   }
   row.plan_ms = spindle::bench::median(times);
+  row.repeats = times.size();
   return row;
 }
 
@@ -138,7 +140,12 @@ int main(int argc, char** argv) {
   std::string markdown;
   app.add_option("--repeats", repeats, "timed repeats per case (median kept)")->capture_default_str();
   app.add_option("--markdown", markdown, "also write the table as Markdown to this file");
+  std::string only;
+  app.add_option("--only", only, "plan only this case, MODEL:DEVICES (e.g. multitask-clip-10:64), for profiling");
   CLI11_PARSE(app, argc, argv);
+  auto wanted = [&](const std::string& name, int devices) {
+    return only.empty() || only == name + ":" + std::to_string(devices);
+  };
 
   const std::string root = SPINDLE_SOURCE_DIR;
   auto node = sp::load_cluster(root + "/configs/clusters/a800-1x8.yaml");
@@ -155,7 +162,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", model.error().message.c_str());
       return 1;
     }
-    for (int islands : {1, 2, 4, 8}) rows.push_back(run(*model, a800(*node, islands), repeats));
+    for (int islands : {1, 2, 4, 8})
+      if (wanted(name, 8 * islands)) rows.push_back(run(*model, a800(*node, islands), repeats));
   }
   auto scale = sp::parse_model_string(scale_model_yaml(root + "/configs/models/multitask-clip-10.yaml", 50),
                                       "<scale: 50 tasks>");
@@ -163,7 +171,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", scale.error().message.c_str());
     return 1;
   }
-  rows.push_back(run(*scale, a800(*node, 128), std::max(1, repeats / 2)));
+  if (wanted(scale->name, 1024)) rows.push_back(run(*scale, a800(*node, 128), std::max(1, repeats / 2)));
   // Many tasks (issue 14): the scheduler and placement near-linear in tasks x devices.
   auto many = sp::parse_model_string(scale_model_yaml(root + "/configs/models/multitask-clip-10.yaml", 1000),
                                      "<scale: 1000 tasks>");
@@ -171,7 +179,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", many.error().message.c_str());
     return 1;
   }
-  rows.push_back(run(*many, a800(*node, 128), 1));
+  if (wanted(many->name, 1024)) rows.push_back(run(*many, a800(*node, 128), 1));
+  if (!only.empty()) {
+    if (rows.empty()) {
+      std::fprintf(stderr, "--only %s: no such case (MODEL:DEVICES: devices 8, 16, 32 or 64; multitask-clip-50 and -1000 on 1024)\n",
+                   only.c_str());
+      return 1;
+    }
+    std::printf("%s on %d: %.3f ms (median of %zu), %zu waves, gap %.2f%%\n", rows[0].model.c_str(), rows[0].devices,
+                rows[0].plan_ms, rows[0].repeats, rows[0].waves, rows[0].gap_pct);
+    return rows[0].valid ? 0 : 1;
+  }
 
   std::string table = "| workload | devices | MetaOps | waves | plan ms | gap % | valid |\n|---|---:|---:|---:|---:|---:|---|\n";
   double worst_gap = 0, clip10_64 = 0, scale_ms = 0, many_ms = 0;

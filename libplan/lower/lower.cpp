@@ -434,9 +434,11 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
   prog_.device = d;
   // Forward and backward of each slice, an exchange per wave and direction
   // at most (with early transfers, a post_recv before each and a post_send
-  // after a compute at most), the buckets and the optimizer.
+  // after a compute at most), per bucket its all-reduce (with overlap, its
+  // start and wait) and an optimizer step at most, the last optimizer step
+  // and the wait for the sends.
   prog_.instrs.reserve((early_ ? 4 : 2) * (mine.slices.size() + static_cast<size_t>(waves)) +
-                       2 * mine.buckets.size() + 1);
+                       3 * mine.buckets.size() + 2);
   prog_.transfers.reserve(early_ ? 2 * mine.transfers.size() : mine.transfers.size());
   wave_begin_.assign(static_cast<size_t>(waves) + 1, 0);
   for (int s : mine.slices) ++wave_begin_[static_cast<size_t>(slice(s).wave) + 1];

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <queue>
 #include <tuple>
 #include <utility>
 
@@ -85,11 +84,61 @@ double covered_ms(std::vector<std::pair<double, double>> spans, double lo, doubl
   return total;
 }
 
+// The links one message needs: one (inside an island) or two.
+struct Links {
+  int n = 0;
+  int k[2] = {0, 0};
+  const int* begin() const { return k; }
+  const int* end() const { return k + n; }
+};
+
+// The simulator's working memory: one per thread, reused from one run to
+// the next (the planner simulates dozens of candidates), so that a run
+// allocates only where its programs are larger than any before on its
+// thread. Every field is reset at the start of a run.
+struct SimState {
+  using Waiting = std::tuple<double, int, int>;
+  std::vector<Event> events;                      // a min-heap (std::push_heap with std::greater)
+  std::vector<int> pc;                          // by device: instruction reached; size(): done
+  // By instruction, flat: device d's instruction pc is at first[d] + pc.
+  std::vector<size_t> first;                    // by device
+  std::vector<InstrTimes> times;
+  std::vector<int> pending;                     // exchanges: messages not yet delivered
+  std::vector<int> src_instr, dst_instr;       // by transfer: its exchange in the sender's, receiver's program
+  std::vector<Links> links;                     // by transfer
+  std::vector<char> link_busy;                  // devices inbound, then island uplinks, then island downlinks
+  // By link: the messages ready but not started that need it, as (ready, src, transfer).
+  // Each list is sorted; a message joins at its sender's current time, so
+  // it goes at or near the end, and a list holds the few messages its link
+  // has not carried yet: sorted vectors, not trees.
+  std::vector<std::vector<Waiting>> waiting;
+  std::vector<SimMessage> messages;             // by transfer
+  std::vector<int> started;                     // transfers in order of start
+  std::vector<int> arrived;                     // by bucket: devices that reached it (allreduce or its start)
+  std::vector<std::vector<std::pair<int, int>>> at_bucket;   // by bucket: (device, instr) that reached it
+  std::vector<double> bucket_begin, bucket_end;   // by bucket: when its all-reduce runs; -1 until it does
+  std::vector<double> comm_free;                // by device: when the last all-reduce it is in ends
+  std::vector<std::vector<std::pair<int, int>>> at_wait;     // by bucket: (device, allreduce_wait) blocked there
+  std::vector<double> finish;                   // by device
+  std::vector<int> early_left;                  // by device: messages of its post_sends not yet delivered
+  std::vector<int> at_wait_sends;               // by device: its wait_sends while blocked there, else -1
+  // With a finite stop_after_ms (else empty): by instruction (flat, as
+  // times), the compute its device still has from there to its end, ms;
+  // by device, its all-reduces that have not begun, ms.
+  std::vector<double> compute_left;
+  std::vector<double> sync_left;
+};
+
+SimState& thread_sim_state() {
+  thread_local SimState state;
+  return state;
+}
+
 class Simulator {
  public:
   Simulator(const Lowered& l, const std::vector<double>& slice_ms, const CostModel& cost, int devices_per_island,
             const SimOptions& options)
-      : l_(l), slice_ms_(slice_ms), cost_(cost), per_island_(devices_per_island), options_(options) {}
+      : l_(l), slice_ms_(slice_ms), cost_(cost), per_island_(devices_per_island), options_(options), s_(thread_sim_state()) {}
 
   Result<Simulation> run();
 
@@ -99,7 +148,6 @@ class Simulator {
   void packed(int d, int pc, double t);
   void end_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
-  void enter_wait(int d, int pc, double t);
   void enter_wait_sends(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
@@ -111,16 +159,34 @@ class Simulator {
   bool cross_island(const Transfer& tr) const {
     return island_of(tr.src, per_island_) != island_of(tr.dst, per_island_);
   }
-  // The links one message needs: one (inside an island) or two.
-  struct Links {
-    int n = 0;
-    int k[2] = {0, 0};
-    const int* begin() const { return k; }
-    const int* end() const { return k + n; }
-  };
+  using Waiting = SimState::Waiting;
   Links compute_links(const Transfer& tr) const;
-  const Links& links_of(int transfer) const { return links_[static_cast<size_t>(transfer)]; }
+  const Links& links_of(int transfer) const { return s_.links[static_cast<size_t>(transfer)]; }
   Simulation collect() const;
+  void push(const Event& e) {
+    s_.events.push_back(e);
+    std::push_heap(s_.events.begin(), s_.events.end(), std::greater<Event>());
+  }
+  // Whether instruction `c` touches nothing other devices see, so that a
+  // device can run through it without an event: compute, post_recv, and the
+  // wait for an all-reduce that has begun.
+  bool runs_alone(const Instr& c) const {
+    switch (c.kind) {
+      case InstrKind::forward:
+      case InstrKind::backward:
+      case InstrKind::optimizer:
+      case InstrKind::post_recv: return true;
+      case InstrKind::allreduce_wait: return s_.bucket_end[static_cast<size_t>(c.bucket)] >= 0;
+      default: return false;
+    }
+  }
+  // How long compute instruction `c` takes (forward, backward, optimizer: 0
+  // for the optimizer); 0 for every other kind.
+  double compute_ms(const Instr& c) const {
+    if (!options_.price_compute || (c.kind != InstrKind::forward && c.kind != InstrKind::backward)) return 0.0;
+    const double fwd = forward_share_of(options_, static_cast<size_t>(c.slice));
+    return slice_ms_[static_cast<size_t>(c.slice)] * (c.kind == InstrKind::forward ? fwd : 1.0 - fwd);
+  }
 
   const Lowered& l_;
   const std::vector<double>& slice_ms_;
@@ -128,35 +194,23 @@ class Simulator {
   const int per_island_;
   const SimOptions options_;
 
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
-  std::vector<int> pc_;                          // by device: instruction reached; size(): done
-  // By instruction, flat: device d's instruction pc is at first_[d] + pc.
-  std::vector<size_t> first_;                    // by device
-  std::vector<InstrTimes> times_;
-  std::vector<int> pending_;                     // exchanges: messages not yet delivered
-  size_t at(int d, int pc) const { return first_[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
-  std::vector<int> src_instr_, dst_instr_;       // by transfer: its exchange in the sender's, receiver's program
-  std::vector<Links> links_;                     // by transfer
-  std::vector<char> link_busy_;                  // devices inbound, then island uplinks, then island downlinks
-  // By link: the messages ready but not started that need it, as (ready, src, transfer).
-  // Each list is sorted; a message joins at its sender's current time, so
-  // it goes at or near the end, and a list holds the few messages its link
-  // has not carried yet: sorted vectors, not trees.
-  using Waiting = std::tuple<double, int, int>;
-  std::vector<std::vector<Waiting>> waiting_;
-  std::vector<SimMessage> messages_;             // by transfer
-  std::vector<int> started_;                     // transfers in order of start
-  std::vector<int> arrived_;                     // by bucket: devices that reached it (allreduce or its start)
-  std::vector<std::vector<std::pair<int, int>>> at_bucket_;   // by bucket: (device, instr) that reached it
-  std::vector<double> bucket_begin_, bucket_end_;   // by bucket: when its all-reduce runs; -1 until it does
-  std::vector<double> comm_free_;                // by device: when the last all-reduce it is in ends
-  std::vector<std::vector<std::pair<int, int>>> at_wait_;     // by bucket: (device, allreduce_wait) blocked there
-  std::vector<double> finish_;                   // by device
-  std::vector<int> early_left_;                  // by device: messages of its post_sends not yet delivered
-  std::vector<int> at_wait_sends_;               // by device: its wait_sends while blocked there, else -1
+  SimState& s_;
+  size_t at(int d, int pc) const { return s_.first[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
+  // Whether a device has passed the bound (stop_after_ms) already: its
+  // finish, and so the makespan, is later (passes_bound).
+  bool past_bound_ = false;
+  // Whether device d, at time t and instruction pc, cannot finish by the
+  // bound: its compute left runs one instruction after another, and its
+  // all-reduces not yet begun one after another from when its last one
+  // ends at the earliest.
+  bool passes_bound(int d, int pc, double t) const {
+    const size_t dev = static_cast<size_t>(d);
+    const double finish = std::max(t + s_.compute_left[at(d, pc)], std::max(t, s_.comm_free[dev]) + s_.sync_left[dev]);
+    return finish * (1 - 1e-12) > options_.stop_after_ms;
+  }
 };
 
-Simulator::Links Simulator::compute_links(const Transfer& tr) const {
+Links Simulator::compute_links(const Transfer& tr) const {
   if (!cross_island(tr)) return {1, {tr.dst, 0}};
   const int islands = island_count(l_.devices, per_island_);
   return {2, {l_.devices + island_of(tr.src, per_island_), l_.devices + islands + island_of(tr.dst, per_island_)}};
@@ -171,61 +225,78 @@ Result<Simulation> Simulator::run() {
     return Error{"simulate: " + std::to_string(l_.programs.size()) + " programs for " + std::to_string(devices) +
                  " devices"};
   const int islands = island_count(l_.devices, per_island_);
-  pc_.assign(devices, 0);
-  finish_.assign(devices, 0.0);
-  first_.assign(devices + 1, 0);
-  for (size_t d = 0; d < devices; ++d) first_[d + 1] = first_[d] + l_.programs[d].instrs.size();
-  times_.assign(first_[devices], InstrTimes{});
-  pending_.assign(first_[devices], 0);
-  src_instr_.assign(l_.transfers.size(), -1);
-  dst_instr_.assign(l_.transfers.size(), -1);
-  messages_.resize(l_.transfers.size());
-  link_busy_.assign(devices + 2 * static_cast<size_t>(islands), 0);
-  waiting_.assign(link_busy_.size(), {});
-  links_.reserve(l_.transfers.size());
-  for (const Transfer& tr : l_.transfers) links_.push_back(compute_links(tr));
-  arrived_.assign(l_.buckets.size(), 0);
-  at_bucket_.resize(l_.buckets.size());
-  bucket_begin_.assign(l_.buckets.size(), -1.0);
-  bucket_end_.assign(l_.buckets.size(), -1.0);
-  comm_free_.assign(devices, 0.0);
-  at_wait_.resize(l_.buckets.size());
-  early_left_.assign(devices, 0);
-  at_wait_sends_.assign(devices, -1);
+  s_.pc.assign(devices, 0);
+  s_.finish.assign(devices, 0.0);
+  s_.first.assign(devices + 1, 0);
+  for (size_t d = 0; d < devices; ++d) s_.first[d + 1] = s_.first[d] + l_.programs[d].instrs.size();
+  s_.times.assign(s_.first[devices], InstrTimes{});
+  s_.pending.assign(s_.first[devices], 0);
+  s_.src_instr.assign(l_.transfers.size(), -1);
+  s_.dst_instr.assign(l_.transfers.size(), -1);
+  s_.messages.assign(l_.transfers.size(), SimMessage{});
+  s_.started.clear();
+  s_.link_busy.assign(devices + 2 * static_cast<size_t>(islands), 0);
+  s_.waiting.resize(s_.link_busy.size());
+  for (auto& list : s_.waiting) list.clear();
+  s_.links.clear();
+  for (const Transfer& tr : l_.transfers) s_.links.push_back(compute_links(tr));
+  s_.arrived.assign(l_.buckets.size(), 0);
+  s_.at_bucket.resize(l_.buckets.size());
+  for (auto& list : s_.at_bucket) list.clear();
+  s_.bucket_begin.assign(l_.buckets.size(), -1.0);
+  s_.bucket_end.assign(l_.buckets.size(), -1.0);
+  s_.comm_free.assign(devices, 0.0);
+  s_.at_wait.resize(l_.buckets.size());
+  for (auto& list : s_.at_wait) list.clear();
+  s_.early_left.assign(devices, 0);
+  s_.at_wait_sends.assign(devices, -1);
+  s_.compute_left.clear();
+  s_.sync_left.clear();
+  s_.events.clear();
+  // With a finite bound: what each device has left, for passes_bound.
+  const bool bounded = options_.stop_after_ms < std::numeric_limits<double>::infinity() && options_.price_compute;
+  if (bounded) s_.compute_left.assign(s_.first[devices], 0.0);
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
-    for (size_t i = 0; i < prog.instrs.size(); ++i) {
+    double left = 0;
+    for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
+      if (bounded) {
+        left += compute_ms(in);
+        s_.compute_left[s_.first[d] + i] = left;
+      }
       if (in.kind != InstrKind::exchange && in.kind != InstrKind::post_send) continue;
       for (int t : prog.transfers_of(in)) {
         const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
         if (tr.src == tr.dst) continue;
         // A post_send does not wait for its messages: nothing pending
         // there; the program's wait_sends waits for them.
-        if (in.kind == InstrKind::exchange) ++pending_[first_[d] + i];
-        else ++early_left_[d];
-        (tr.src == static_cast<int>(d) ? src_instr_ : dst_instr_)[static_cast<size_t>(t)] = static_cast<int>(i);
+        if (in.kind == InstrKind::exchange) ++s_.pending[s_.first[d] + i];
+        else ++s_.early_left[d];
+        (tr.src == static_cast<int>(d) ? s_.src_instr : s_.dst_instr)[static_cast<size_t>(t)] = static_cast<int>(i);
       }
+    }
+  }
+  if (bounded) {
+    s_.sync_left.assign(devices, 0.0);
+    for (const Bucket& b : l_.buckets) {
+      const double ms = bucket_ms(b, cost_, options_);
+      for (int m : b.devices) s_.sync_left[static_cast<size_t>(m)] += ms;
     }
   }
   for (size_t t = 0; t < l_.transfers.size(); ++t) {
     const Transfer& tr = l_.transfers[t];
-    if (tr.src != tr.dst && (src_instr_[t] < 0 || dst_instr_[t] < 0))
+    if (tr.src != tr.dst && (s_.src_instr[t] < 0 || s_.dst_instr[t] < 0))
       return Error{"simulate: transfer " + std::to_string(t) + " from device " + std::to_string(tr.src) + " to " +
                    std::to_string(tr.dst) + " is missing from the exchanges and post_sends of either program"};
   }
 
-  {
-    // At most one pending event per device and per message in flight.
-    std::vector<Event> storage;
-    storage.reserve(devices + l_.transfers.size());
-    events_ = decltype(events_)(std::greater<Event>(), std::move(storage));
-  }
-  for (int d = 0; d < l_.devices; ++d) events_.push({0.0, kReady, d, 0});
-  while (!events_.empty()) {
-    const Event e = events_.top();
-    events_.pop();
-    if (e.t > options_.stop_after_ms) {
+  for (int d = 0; d < l_.devices; ++d) push({0.0, kReady, d, 0});
+  while (!s_.events.empty()) {
+    std::pop_heap(s_.events.begin(), s_.events.end(), std::greater<Event>());
+    const Event e = s_.events.back();
+    s_.events.pop_back();
+    if (e.t > options_.stop_after_ms || past_bound_) {
       return stopped_at_bound();
     }
     if (e.kind() == kDelivered)
@@ -235,9 +306,10 @@ Result<Simulation> Simulator::run() {
     else
       ready(e.device(), e.index(), e.t);
   }
+  if (past_bound_) return stopped_at_bound();
   for (int d = 0; d < l_.devices; ++d) {
     const Program& prog = l_.programs[static_cast<size_t>(d)];
-    const size_t pc = static_cast<size_t>(pc_[static_cast<size_t>(d)]);
+    const size_t pc = static_cast<size_t>(s_.pc[static_cast<size_t>(d)]);
     if (pc < prog.instrs.size()) {
       const Instr& in = prog.instrs[pc];
       return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
@@ -249,24 +321,32 @@ Result<Simulation> Simulator::run() {
   return collect();
 }
 
-// Compute instructions touch nothing shared: the device runs through them
-// here, and the next event is the one for the instruction after the last of
-// them (the same event, at the same time, that running them one event at a
-// time would push).
+// Compute instructions touch nothing shared, nor does the wait for an
+// all-reduce that has begun (its end is known): the device runs through
+// them here, and the next event is the one for the instruction after the
+// last of them (the same event, at the same time, that running them one
+// event at a time would push).
 void Simulator::ready(int d, int pc, double t) {
   const Program& prog = l_.programs[static_cast<size_t>(d)];
   const int end = static_cast<int>(prog.instrs.size());
-  pc_[static_cast<size_t>(d)] = pc;
+  s_.pc[static_cast<size_t>(d)] = pc;
   if (pc >= end) {
-    finish_[static_cast<size_t>(d)] = t;
+    s_.finish[static_cast<size_t>(d)] = t;
     return;
   }
   const Instr& in = prog.instrs[static_cast<size_t>(pc)];
-  InstrTimes& times = times_[at(d, pc)];
+  if (!s_.compute_left.empty() && passes_bound(d, pc, t)) {
+    past_bound_ = true;
+    return;
+  }
+  InstrTimes& times = s_.times[at(d, pc)];
   times.reached = times.began = t;
   if (in.kind == InstrKind::exchange || in.kind == InstrKind::post_send) return enter_exchange(d, pc, t);
   if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
-  if (in.kind == InstrKind::allreduce_wait) return enter_wait(d, pc, t);
+  if (in.kind == InstrKind::allreduce_wait && s_.bucket_end[static_cast<size_t>(in.bucket)] < 0) {
+    s_.at_wait[static_cast<size_t>(in.bucket)].push_back({d, pc});   // until the all-reduce ends
+    return;
+  }
   if (in.kind == InstrKind::wait_sends) return enter_wait_sends(d, pc, t);
   if (in.kind == InstrKind::allreduce_start) {
     enter_allreduce(d, pc, t);   // the device goes on at once
@@ -274,24 +354,14 @@ void Simulator::ready(int d, int pc, double t) {
   }
   for (;;) {
     const Instr& c = prog.instrs[static_cast<size_t>(pc)];
-    double ms = 0;   // the optimizer: 0
-    if (c.kind == InstrKind::forward || c.kind == InstrKind::backward) {
-      const double fwd = forward_share_of(options_, static_cast<size_t>(c.slice));
-      const double share = c.kind == InstrKind::forward ? fwd : 1.0 - fwd;
-      ms = options_.price_compute ? slice_ms_[static_cast<size_t>(c.slice)] * share : 0.0;
-    }
-    InstrTimes& tm = times_[at(d, pc)];
+    InstrTimes& tm = s_.times[at(d, pc)];
     tm.reached = tm.began = t;
-    tm.ended = t + ms;
-    t += ms;
+    t = c.kind == InstrKind::allreduce_wait ? std::max(t, s_.bucket_end[static_cast<size_t>(c.bucket)]) : t + compute_ms(c);
+    tm.ended = t;
     ++pc;
-    if (pc >= end) break;
-    const InstrKind next = prog.instrs[static_cast<size_t>(pc)].kind;
-    if (next != InstrKind::forward && next != InstrKind::backward && next != InstrKind::optimizer &&
-        next != InstrKind::post_recv)
-      break;
+    if (pc >= end || !runs_alone(prog.instrs[static_cast<size_t>(pc)])) break;
   }
-  events_.push({t, kReady, d, pc});
+  push({t, kReady, d, pc});
 }
 
 // Software overhead (rules/links.h exchange_overhead_ms): the device first
@@ -312,24 +382,24 @@ void Simulator::enter_exchange(int d, int pc, double t) {
   }
   const CommOverhead o = options_.price_communication ? cost_.overhead() : CommOverhead{};
   const double pack = exchange_overhead_ms(o, messages, sent);
-  times_[at(d, pc)].unpack_ms = messages > 0 ? pack_ms(o, received) : 0.0;
+  s_.times[at(d, pc)].unpack_ms = messages > 0 ? pack_ms(o, received) : 0.0;
   if (pack > 0)
-    events_.push({t + pack, kPacked, d, pc});
+    push({t + pack, kPacked, d, pc});
   else
     packed(d, pc, t);
 }
 
 void Simulator::packed(int d, int pc, double t) {
-  times_[at(d, pc)].packed = t;
+  s_.times[at(d, pc)].packed = t;
   const Program& prog = l_.programs[static_cast<size_t>(d)];
   for (int tr : prog.transfers_of(prog.instrs[static_cast<size_t>(pc)])) {
     const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
     if (x.src == d && x.dst != d) {
-      messages_[static_cast<size_t>(tr)].transfer = tr;
-      messages_[static_cast<size_t>(tr)].ready_ms = t;
+      s_.messages[static_cast<size_t>(tr)].transfer = tr;
+      s_.messages[static_cast<size_t>(tr)].ready_ms = t;
       const Links& links = links_of(tr);
       for (int k : links) {
-        std::vector<Waiting>& list = waiting_[static_cast<size_t>(k)];
+        std::vector<Waiting>& list = s_.waiting[static_cast<size_t>(k)];
         const Waiting key{t, d, tr};
         list.insert(std::upper_bound(list.begin(), list.end(), key), key);
       }
@@ -337,9 +407,9 @@ void Simulator::packed(int d, int pc, double t) {
     }
   }
   if (prog.instrs[static_cast<size_t>(pc)].kind == InstrKind::post_send) {
-    times_[at(d, pc)].ended = t;
-    events_.push({t, kReady, d, pc + 1});
-  } else if (pending_[at(d, pc)] == 0) {
+    s_.times[at(d, pc)].ended = t;
+    push({t, kReady, d, pc + 1});
+  } else if (s_.pending[at(d, pc)] == 0) {
     end_exchange(d, pc, t);
   }
 }
@@ -347,9 +417,9 @@ void Simulator::packed(int d, int pc, double t) {
 // Every message of the exchange is delivered and the device has packed:
 // it unpacks, then goes on.
 void Simulator::end_exchange(int d, int pc, double t) {
-  InstrTimes& times = times_[at(d, pc)];
+  InstrTimes& times = s_.times[at(d, pc)];
   times.ended = t + times.unpack_ms;
-  events_.push({times.ended, kReady, d, pc + 1});
+  push({times.ended, kReady, d, pc + 1});
 }
 
 // A device reaches a bucket's all-reduce (blocking) or its start. Members
@@ -365,49 +435,42 @@ void Simulator::end_exchange(int d, int pc, double t) {
 void Simulator::enter_allreduce(int d, int pc, double t) {
   const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
   const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
-  at_bucket_[static_cast<size_t>(b)].push_back({d, pc});
-  if (++arrived_[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
+  s_.at_bucket[static_cast<size_t>(b)].push_back({d, pc});
+  if (++s_.arrived[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
   double begin = t;
-  for (int m : bucket.devices) begin = std::max(begin, comm_free_[static_cast<size_t>(m)]);
-  const double end = begin + bucket_ms(bucket, cost_, options_);
-  for (int m : bucket.devices) comm_free_[static_cast<size_t>(m)] = end;
-  bucket_begin_[static_cast<size_t>(b)] = begin;
-  bucket_end_[static_cast<size_t>(b)] = end;
-  for (auto [m, mpc] : at_bucket_[static_cast<size_t>(b)]) {
-    InstrTimes& times = times_[at(m, mpc)];
+  for (int m : bucket.devices) begin = std::max(begin, s_.comm_free[static_cast<size_t>(m)]);
+  const double ms = bucket_ms(bucket, cost_, options_);
+  const double end = begin + ms;
+  for (int m : bucket.devices) {
+    s_.comm_free[static_cast<size_t>(m)] = end;
+    if (s_.sync_left.empty()) continue;
+    s_.sync_left[static_cast<size_t>(m)] -= ms;
+    past_bound_ = past_bound_ || (end + s_.sync_left[static_cast<size_t>(m)]) * (1 - 1e-12) > options_.stop_after_ms;
+  }
+  s_.bucket_begin[static_cast<size_t>(b)] = begin;
+  s_.bucket_end[static_cast<size_t>(b)] = end;
+  for (auto [m, mpc] : s_.at_bucket[static_cast<size_t>(b)]) {
+    InstrTimes& times = s_.times[at(m, mpc)];
     times.began = begin;
     times.ended = end;
     if (l_.programs[static_cast<size_t>(m)].instrs[static_cast<size_t>(mpc)].kind == InstrKind::allreduce)
-      events_.push({end, kReady, m, mpc + 1});
+      push({end, kReady, m, mpc + 1});
   }
-  for (auto [m, wpc] : at_wait_[static_cast<size_t>(b)]) {
-    times_[at(m, wpc)].ended = end;
-    events_.push({end, kReady, m, wpc + 1});
+  for (auto [m, wpc] : s_.at_wait[static_cast<size_t>(b)]) {
+    s_.times[at(m, wpc)].ended = end;
+    push({end, kReady, m, wpc + 1});
   }
-}
-
-// The wait for a started all-reduce: done at once if it has ended, else
-// when it ends (once it runs: when its last member starts it).
-void Simulator::enter_wait(int d, int pc, double t) {
-  const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
-  const double end = bucket_end_[static_cast<size_t>(b)];
-  if (end < 0) {
-    at_wait_[static_cast<size_t>(b)].push_back({d, pc});
-    return;
-  }
-  times_[at(d, pc)].ended = std::max(t, end);
-  events_.push({std::max(t, end), kReady, d, pc + 1});
 }
 
 // The wait for every message of the device's post_sends: done at once if
 // all are delivered, else when the last one is.
 void Simulator::enter_wait_sends(int d, int pc, double t) {
-  if (early_left_[static_cast<size_t>(d)] > 0) {
-    at_wait_sends_[static_cast<size_t>(d)] = pc;
+  if (s_.early_left[static_cast<size_t>(d)] > 0) {
+    s_.at_wait_sends[static_cast<size_t>(d)] = pc;
     return;
   }
-  times_[at(d, pc)].ended = t;
-  events_.push({t, kReady, d, pc + 1});
+  s_.times[at(d, pc)].ended = t;
+  push({t, kReady, d, pc + 1});
 }
 
 void Simulator::dispatch(const int* links, int n, double t) {
@@ -416,16 +479,16 @@ void Simulator::dispatch(const int* links, int n, double t) {
   // list i not yet looked at.
   std::vector<Waiting>* list[2] = {nullptr, nullptr};
   size_t pos[2] = {0, 0};
-  for (int i = 0; i < n; ++i) list[i] = &waiting_[static_cast<size_t>(links[i])];
+  for (int i = 0; i < n; ++i) list[i] = &s_.waiting[static_cast<size_t>(links[i])];
   auto all_busy = [&] {
     for (int i = 0; i < n; ++i)
-      if (!link_busy_[static_cast<size_t>(links[i])]) return false;
+      if (!s_.link_busy[static_cast<size_t>(links[i])]) return false;
     return true;
   };
   while (!all_busy()) {
     int pick = -1;
     for (int i = 0; i < n; ++i)
-      if (!link_busy_[static_cast<size_t>(links[i])] && pos[i] < list[i]->size() &&
+      if (!s_.link_busy[static_cast<size_t>(links[i])] && pos[i] < list[i]->size() &&
           (pick < 0 || (*list[i])[pos[i]] < (*list[pick])[pos[pick]]))
         pick = i;
     if (pick < 0) return;
@@ -438,14 +501,14 @@ void Simulator::dispatch(const int* links, int n, double t) {
       }
     const int tr = std::get<2>(key);
     const Links& need = links_of(tr);
-    if (std::any_of(need.begin(), need.end(), [&](int k) { return link_busy_[static_cast<size_t>(k)] != 0; }))
+    if (std::any_of(need.begin(), need.end(), [&](int k) { return s_.link_busy[static_cast<size_t>(k)] != 0; }))
       continue;
     // Off every list it waits on: those walked here hold it just before pos.
     for (int i = 0; i < n; ++i)
       if (passed[i]) list[i]->erase(list[i]->begin() + static_cast<std::ptrdiff_t>(--pos[i]));
     for (int k : need) {
       if (std::find(links, links + n, k) != links + n) continue;
-      std::vector<Waiting>& other = waiting_[static_cast<size_t>(k)];
+      std::vector<Waiting>& other = s_.waiting[static_cast<size_t>(k)];
       other.erase(std::lower_bound(other.begin(), other.end(), key));
     }
     start(tr, t);
@@ -454,34 +517,34 @@ void Simulator::dispatch(const int* links, int n, double t) {
 
 void Simulator::start(int tr, double t) {
   const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
-  SimMessage& m = messages_[static_cast<size_t>(tr)];
-  for (int k : links_of(tr)) link_busy_[static_cast<size_t>(k)] = 1;
+  SimMessage& m = s_.messages[static_cast<size_t>(tr)];
+  for (int k : links_of(tr)) s_.link_busy[static_cast<size_t>(k)] = 1;
   const double ms = options_.price_communication ? cost_.p2p_ms(static_cast<double>(x.bytes), cross_island(x)) : 0.0;
   m.start_ms = t;
   m.end_ms = t + ms;
-  started_.push_back(tr);
-  events_.push({t + ms, kDelivered, x.dst, tr});
+  s_.started.push_back(tr);
+  push({t + ms, kDelivered, x.dst, tr});
 }
 
 void Simulator::delivered(int tr, double t) {
   const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
   const Links& links = links_of(tr);
-  for (int k : links) link_busy_[static_cast<size_t>(k)] = 0;
-  for (auto [d, pc] : {std::pair{x.src, src_instr_[static_cast<size_t>(tr)]},
-                       std::pair{x.dst, dst_instr_[static_cast<size_t>(tr)]}}) {
+  for (int k : links) s_.link_busy[static_cast<size_t>(k)] = 0;
+  for (auto [d, pc] : {std::pair{x.src, s_.src_instr[static_cast<size_t>(tr)]},
+                       std::pair{x.dst, s_.dst_instr[static_cast<size_t>(tr)]}}) {
     if (l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].kind != InstrKind::exchange) {
       // Posted early: its sender went on; its wait_sends may be waiting.
-      if (--early_left_[static_cast<size_t>(d)] == 0 && at_wait_sends_[static_cast<size_t>(d)] >= 0) {
-        const int wpc = std::exchange(at_wait_sends_[static_cast<size_t>(d)], -1);
-        times_[at(d, wpc)].ended = t;
-        events_.push({t, kReady, d, wpc + 1});
+      if (--s_.early_left[static_cast<size_t>(d)] == 0 && s_.at_wait_sends[static_cast<size_t>(d)] >= 0) {
+        const int wpc = std::exchange(s_.at_wait_sends[static_cast<size_t>(d)], -1);
+        s_.times[at(d, wpc)].ended = t;
+        push({t, kReady, d, wpc + 1});
       }
       continue;
     }
-    int& left = pending_[at(d, pc)];
+    int& left = s_.pending[at(d, pc)];
     // The device is blocked in this exchange, has packed, and it is now complete.
-    if (--left == 0 && pc_[static_cast<size_t>(d)] == pc &&
-        times_[at(d, pc)].packed >= 0)
+    if (--left == 0 && s_.pc[static_cast<size_t>(d)] == pc &&
+        s_.times[at(d, pc)].packed >= 0)
       end_exchange(d, pc, t);
   }
   dispatch(links.begin(), links.n, t);
@@ -493,12 +556,12 @@ Simulation Simulator::collect() const {
   for (int d = 0; d < l_.devices; ++d) {
     const Program& prog = l_.programs[static_cast<size_t>(d)];
     SimDevice& dev = sim.devices[static_cast<size_t>(d)];
-    dev.finish_ms = finish_[static_cast<size_t>(d)];
+    dev.finish_ms = s_.finish[static_cast<size_t>(d)];
     sim.iteration_ms = std::max(sim.iteration_ms, dev.finish_ms);
     if (!options_.timeline) continue;
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const Instr& in = prog.instrs[i];
-      const InstrTimes& tm = times_[first_[static_cast<size_t>(d)] + i];
+      const InstrTimes& tm = s_.times[s_.first[static_cast<size_t>(d)] + i];
       SimBox box;
       box.device = d;
       box.instr = static_cast<int>(i);
@@ -529,7 +592,7 @@ Simulation Simulator::collect() const {
           for (size_t j = 0; j < i; ++j) {
             if (prog.instrs[j].kind != InstrKind::post_send) continue;
             for (int t : prog.transfers_of(prog.instrs[j]))
-              spans.push_back({messages_[static_cast<size_t>(t)].start_ms, messages_[static_cast<size_t>(t)].end_ms});
+              spans.push_back({s_.messages[static_cast<size_t>(t)].start_ms, s_.messages[static_cast<size_t>(t)].end_ms});
           }
           const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
           dev.transfer_ms += moving;
@@ -558,7 +621,7 @@ Simulation Simulator::collect() const {
           for (int t : prog.transfers_of(in)) {
             const Transfer& x = l_.transfers[static_cast<size_t>(t)];
             if (x.src == x.dst) continue;
-            const SimMessage& m = messages_[static_cast<size_t>(t)];
+            const SimMessage& m = s_.messages[static_cast<size_t>(t)];
             spans.push_back({m.start_ms, m.end_ms});
             (x.src == d ? box.sent_bytes : box.received_bytes) += x.bytes;
           }
@@ -579,8 +642,8 @@ Simulation Simulator::collect() const {
           // Blocked from reached to ended: on the collective while it ran
           // (exposed), else waiting for the group to start it. The rest of
           // the collective ran behind this device's other work (hidden).
-          const double cb = bucket_begin_[static_cast<size_t>(in.bucket)];
-          const double ce = bucket_end_[static_cast<size_t>(in.bucket)];
+          const double cb = s_.bucket_begin[static_cast<size_t>(in.bucket)];
+          const double ce = s_.bucket_end[static_cast<size_t>(in.bucket)];
           const double exposed = std::max(0.0, tm.ended - std::max(tm.reached, cb));
           dev.sync_ms += exposed;
           dev.wait_ms += box.dur_ms - exposed;
@@ -624,7 +687,7 @@ Simulation Simulator::collect() const {
   }
   if (!options_.timeline) return sim;
   for (SimDevice& dev : sim.devices) dev.idle_ms = sim.iteration_ms - dev.busy_ms();
-  for (int t : started_) sim.messages.push_back(messages_[static_cast<size_t>(t)]);
+  for (int t : s_.started) sim.messages.push_back(s_.messages[static_cast<size_t>(t)]);
   return sim;
 }
 

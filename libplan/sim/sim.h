@@ -77,9 +77,11 @@ struct SimOptions {
   // false: only Simulation::iteration_ms and devices[].finish_ms are filled
   // (no boxes, messages or parts): what the planner's objective needs, faster.
   bool timeline = true;
-  // The simulation gives up once its clock passes this many ms: the
-  // result is then iteration_ms = infinity and nothing else (a bound for
-  // comparing candidates: one that cannot beat the best so far stops early).
+  // The simulation gives up once its makespan must pass this many ms (its
+  // clock passes it, or a device's compute left and all-reduces not yet
+  // begun would end past it): the result is then iteration_ms = infinity
+  // and nothing else (a bound for comparing candidates: one that cannot
+  // beat the best so far stops early). Else the result is the unbounded one.
   double stop_after_ms = std::numeric_limits<double>::infinity();
   // simulate_plan lowers with this LowerOptions::sync (by default gradient
   // all-reduces during the backward pass, as spindle-run runs them).

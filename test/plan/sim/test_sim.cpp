@@ -730,6 +730,16 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
         REQUIRE(stopped.ok());
         CHECK(std::isinf(stopped->iteration_ms));
       }
+      // It stops early once a device's compute left, or its all-reduces
+      // not yet begun, would end past the bound; never one that would
+      // finish by it: bounds either side of the makespan.
+      for (int k = 0; k <= 8; ++k) {
+        bounded.stop_after_ms = m * (0.96 + 0.01 * k);
+        auto r = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, bounded);
+        REQUIRE(r.ok());
+        if (m <= bounded.stop_after_ms) CHECK(r->iteration_ms == m);
+        else CHECK(std::isinf(r->iteration_ms));
+      }
 
       auto again = sp::simulate_plan(*plan, w.model, w.graph, *w.cost);
       REQUIRE(again.ok());
