@@ -8,7 +8,7 @@
 // ratios against the targets from this one run, so a noisy
 // machine moves all rows together.
 //
-//   plan_time [--repeats R] [--markdown FILE]
+//   plan_time [--repeats R] [--markdown FILE] [--only MODEL:DEVICES]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

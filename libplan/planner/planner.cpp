@@ -623,7 +623,27 @@ Result<Costed> CandidateSearch::refine() {
   const std::vector<size_t> order = refined_schedules();
   std::vector<Costed> refined(order.size());
   std::vector<Status> status(order.size());
-  parallel_for(order.size(), [&](size_t w, size_t k) {
+  // Run fastest first pass first: the best makespan found so far (`best`,
+  // over every chain) bounds every later simulation, so the sooner it is
+  // low, the sooner the others stop. A simulation slower than it cannot
+  // make its chain the winner (the winner is at most as slow), so the
+  // bound changes no result, whichever thread finishes what first; its
+  // margin keeps every near-tie that `faster` would weigh simulated to
+  // the end.
+  std::vector<size_t> run_order(order.size());
+  std::iota(run_order.begin(), run_order.end(), size_t{0});
+  std::stable_sort(run_order.begin(), run_order.end(), [&](size_t a, size_t b) {
+    return costed_[order[a]].simulated_ms < costed_[order[b]].simulated_ms;
+  });
+  std::mutex best_mutex;
+  double best = std::numeric_limits<double>::infinity();   // every chain starts at its first pass
+  for (size_t c : order) best = std::min(best, costed_[c].simulated_ms);
+  auto bound = [&](double own) {
+    const std::lock_guard<std::mutex> lock(best_mutex);
+    return std::min(own, best * (1 + 1e-9));
+  };
+  parallel_for(order.size(), [&](size_t w, size_t i) {
+    const size_t k = run_order[i];
     const size_t c = order[k];
     refined[k] = costed_[c];
     // Placement `placed` simulated in order (unless that is done:
@@ -633,9 +653,11 @@ Result<Costed> CandidateSearch::refine() {
     auto try_starts = [&](const std::vector<WavePlacement>& placed, std::optional<bool> starts_matter) {
       auto keep = [&](BucketStarts starts) {
         Costed again;
-        status[k] = evaluate(c, placed, refined[k].simulated_ms, scratch_[w], again, starts);
+        status[k] = evaluate(c, placed, bound(refined[k].simulated_ms), scratch_[w], again, starts);
         const bool matter = again.starts_matter;
         if (status[k].ok() && faster(again, refined[k])) refined[k] = std::move(again);
+        const std::lock_guard<std::mutex> lock(best_mutex);
+        best = std::min(best, refined[k].simulated_ms);
         return matter;
       };
       if (!starts_matter) starts_matter = keep(BucketStarts::in_order);
