@@ -95,33 +95,34 @@ struct Links {
 // The simulator's working memory: one per thread, reused from one run to
 // the next (the planner simulates dozens of candidates), so that a run
 // allocates only where its programs are larger than any before on its
-// thread. Every field is reset at the start of a run.
+// thread. Every field is reset at the start of a run; a run must not
+// start another on its thread (none does).
 struct SimState {
   using Waiting = std::tuple<double, int, int>;
   std::vector<Event> events;                      // a min-heap (std::push_heap with std::greater)
-  std::vector<int> pc;                          // by device: instruction reached; size(): done
+  std::vector<int> pc;                            // by device: instruction reached; size(): done
   // By instruction, flat: device d's instruction pc is at first[d] + pc.
-  std::vector<size_t> first;                    // by device
+  std::vector<size_t> first;                      // by device
   std::vector<InstrTimes> times;
-  std::vector<int> pending;                     // exchanges: messages not yet delivered
-  std::vector<int> src_instr, dst_instr;       // by transfer: its exchange in the sender's, receiver's program
-  std::vector<Links> links;                     // by transfer
-  std::vector<char> link_busy;                  // devices inbound, then island uplinks, then island downlinks
+  std::vector<int> pending;                       // exchanges: messages not yet delivered
+  std::vector<int> src_instr, dst_instr;          // by transfer: its exchange in the sender's, receiver's program
+  std::vector<Links> links;                       // by transfer
+  std::vector<char> link_busy;                    // devices inbound, then island uplinks, then island downlinks
   // By link: the messages ready but not started that need it, as (ready, src, transfer).
   // Each list is sorted; a message joins at its sender's current time, so
   // it goes at or near the end, and a list holds the few messages its link
   // has not carried yet: sorted vectors, not trees.
   std::vector<std::vector<Waiting>> waiting;
-  std::vector<SimMessage> messages;             // by transfer
-  std::vector<int> started;                     // transfers in order of start
-  std::vector<int> arrived;                     // by bucket: devices that reached it (allreduce or its start)
-  std::vector<std::vector<std::pair<int, int>>> at_bucket;   // by bucket: (device, instr) that reached it
+  std::vector<SimMessage> messages;               // by transfer
+  std::vector<int> started;                       // transfers in order of start
+  std::vector<int> arrived;                       // by bucket: devices that reached it (allreduce or its start)
+  std::vector<std::vector<std::pair<int, int>>> at_bucket;  // by bucket: (device, instr) that reached it
   std::vector<double> bucket_begin, bucket_end;   // by bucket: when its all-reduce runs; -1 until it does
-  std::vector<double> comm_free;                // by device: when the last all-reduce it is in ends
-  std::vector<std::vector<std::pair<int, int>>> at_wait;     // by bucket: (device, allreduce_wait) blocked there
-  std::vector<double> finish;                   // by device
-  std::vector<int> early_left;                  // by device: messages of its post_sends not yet delivered
-  std::vector<int> at_wait_sends;               // by device: its wait_sends while blocked there, else -1
+  std::vector<double> comm_free;                  // by device: when the last all-reduce it is in ends
+  std::vector<std::vector<std::pair<int, int>>> at_wait;  // by bucket: (device, allreduce_wait) blocked there
+  std::vector<double> finish;                     // by device
+  std::vector<int> early_left;                    // by device: messages of its post_sends not yet delivered
+  std::vector<int> at_wait_sends;                 // by device: its wait_sends while blocked there, else -1
   // With a finite stop_after_ms (else empty): by instruction (flat, as
   // times), the compute its device still has from there to its end, ms;
   // by device, its all-reduces that have not begun, ms.
@@ -138,7 +139,8 @@ class Simulator {
  public:
   Simulator(const Lowered& l, const std::vector<double>& slice_ms, const CostModel& cost, int devices_per_island,
             const SimOptions& options)
-      : l_(l), slice_ms_(slice_ms), cost_(cost), per_island_(devices_per_island), options_(options), s_(thread_sim_state()) {}
+      : l_(l), slice_ms_(slice_ms), cost_(cost), per_island_(devices_per_island), options_(options),
+        s_(thread_sim_state()) {}
 
   Result<Simulation> run();
 
@@ -356,7 +358,8 @@ void Simulator::ready(int d, int pc, double t) {
     const Instr& c = prog.instrs[static_cast<size_t>(pc)];
     InstrTimes& tm = s_.times[at(d, pc)];
     tm.reached = tm.began = t;
-    t = c.kind == InstrKind::allreduce_wait ? std::max(t, s_.bucket_end[static_cast<size_t>(c.bucket)]) : t + compute_ms(c);
+    t = c.kind == InstrKind::allreduce_wait ? std::max(t, s_.bucket_end[static_cast<size_t>(c.bucket)])
+                                            : t + compute_ms(c);
     tm.ended = t;
     ++pc;
     if (pc >= end || !runs_alone(prog.instrs[static_cast<size_t>(pc)])) break;
@@ -591,8 +594,10 @@ Simulation Simulator::collect() const {
           std::vector<std::pair<double, double>> spans;
           for (size_t j = 0; j < i; ++j) {
             if (prog.instrs[j].kind != InstrKind::post_send) continue;
-            for (int t : prog.transfers_of(prog.instrs[j]))
-              spans.push_back({s_.messages[static_cast<size_t>(t)].start_ms, s_.messages[static_cast<size_t>(t)].end_ms});
+            for (int t : prog.transfers_of(prog.instrs[j])) {
+              const SimMessage& m = s_.messages[static_cast<size_t>(t)];
+              spans.push_back({m.start_ms, m.end_ms});
+            }
           }
           const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
           dev.transfer_ms += moving;
