@@ -165,21 +165,18 @@ int main(int argc, char** argv) {
     for (int islands : {1, 2, 4, 8})
       if (wanted(name, 8 * islands)) rows.push_back(run(*model, a800(*node, islands), repeats));
   }
-  auto scale = sp::parse_model_string(scale_model_yaml(root + "/configs/models/multitask-clip-10.yaml", 50),
-                                      "<scale: 50 tasks>");
-  if (!scale) {
-    std::fprintf(stderr, "%s\n", scale.error().message.c_str());
-    return 1;
+  // The scale case (50 tasks) and many tasks (issue 14: the scheduler and
+  // placement near-linear in tasks x devices), on 1024 devices.
+  for (const auto& [tasks, repeats_here] : {std::pair{50, std::max(1, repeats / 2)}, std::pair{1000, 1}}) {
+    if (!wanted("multitask-clip-" + std::to_string(tasks), 1024)) continue;
+    auto scale = sp::parse_model_string(scale_model_yaml(root + "/configs/models/multitask-clip-10.yaml", tasks),
+                                        "<scale: " + std::to_string(tasks) + " tasks>");
+    if (!scale) {
+      std::fprintf(stderr, "%s\n", scale.error().message.c_str());
+      return 1;
+    }
+    rows.push_back(run(*scale, a800(*node, 128), repeats_here));
   }
-  if (wanted(scale->name, 1024)) rows.push_back(run(*scale, a800(*node, 128), std::max(1, repeats / 2)));
-  // Many tasks (issue 14): the scheduler and placement near-linear in tasks x devices.
-  auto many = sp::parse_model_string(scale_model_yaml(root + "/configs/models/multitask-clip-10.yaml", 1000),
-                                     "<scale: 1000 tasks>");
-  if (!many) {
-    std::fprintf(stderr, "%s\n", many.error().message.c_str());
-    return 1;
-  }
-  if (wanted(many->name, 1024)) rows.push_back(run(*many, a800(*node, 128), 1));
   if (!only.empty()) {
     if (rows.empty()) {
       std::fprintf(stderr, "--only %s: no such case (MODEL:DEVICES: devices 8, 16, 32 or 64; multitask-clip-50 and -1000 on 1024)\n",
