@@ -23,12 +23,18 @@
 // simulation's transfer and sync do not (its waits are apart), so each is
 // also compared with the simulated exchange and all-reduce boxes including
 // their waits (rows xfer+wait, sync+wait).
+// Then, per rank, every forward and backward box of the simulation against
+// the measured one (medians over steps of its start, from the rank's first
+// box of the step, and of its duration): which operator's profile the run
+// disagrees with, and how far the drift has carried by then.
 // Ratios are measured / predicted. Exit 0, or 2 on unreadable input.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -69,11 +75,70 @@ std::pair<std::string, int> phase_of(const json& e) {
   return {"", 0};
 }
 
+// Per rank, each simulated forward and backward box against the measured
+// box of the same rank, wave and direction (a rank runs one slice per wave):
+// medians over the steps after `skip` of its start (from the rank's first
+// box of the step) and duration. Boxes under 1% of the rank's simulated
+// compute are left out (their ratios are noise).
+void compare_boxes(const spindle::plan::Simulation& sim, const json& trace, int skip) {
+  namespace sp = spindle::plan;
+  struct Seen {
+    std::vector<double> start, dur;
+  };
+  // (rank, wave, forward?) -> measured; (rank, step) -> the step's first box.
+  std::map<std::tuple<int, int, bool>, Seen> seen;
+  std::map<std::pair<int, int>, double> first_ts;
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    const int step = e["args"].value("step", 0);
+    if (step <= skip) continue;
+    const auto key = std::pair{e.value("pid", 0), step};
+    const double ts = e.value("ts", 0.0) / 1e3;
+    const auto it = first_ts.find(key);
+    if (it == first_ts.end() || ts < it->second) first_ts[key] = ts;
+  }
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || e.value("cat", "") != "compute" || !e.contains("args") ||
+        !e["args"].contains("wave"))
+      continue;
+    const int step = e["args"].value("step", 0), rank = e.value("pid", 0);
+    if (step <= skip) continue;
+    const std::string name = e.value("name", "");
+    Seen& s = seen[{rank, e["args"]["wave"].get<int>(), name.rfind("fwd", 0) == 0}];
+    s.start.push_back(e.value("ts", 0.0) / 1e3 - first_ts[{rank, step}]);
+    s.dur.push_back(e.value("dur", 0.0) / 1e3);
+  }
+  std::printf("\nper rank and box: simulated forward and backward boxes against measured, medians over steps\n");
+  std::printf("%-5s %-5s %-44s %9s %9s %9s %9s %7s\n", "rank", "wave", "box", "sim_start", "run_start", "sim_ms",
+              "run_ms", "ratio");
+  for (size_t r = 0; r < sim.devices.size(); ++r) {
+    const double floor_ms = 0.01 * sim.devices[r].compute_ms;
+    double worst = 0;
+    std::string worst_name;
+    for (const sp::SimBox& box : sim.boxes) {
+      if (box.device != static_cast<int>(r) || (box.cat != "forward" && box.cat != "backward") ||
+          box.dur_ms < floor_ms)
+        continue;
+      const auto it = seen.find({box.device, box.wave, box.cat == "forward"});
+      if (it == seen.end()) continue;
+      const double start = spindle::bench::median(it->second.start), dur = spindle::bench::median(it->second.dur);
+      std::printf("%-5zu %-5d %-44s %9.3f %9.3f %9.3f %9.3f %7s\n", r, box.wave, box.name.substr(0, 44).c_str(),
+                  box.start_ms, start, box.dur_ms, dur, ratio(dur, box.dur_ms).c_str());
+      if (std::abs(dur - box.dur_ms) > std::abs(worst)) {
+        worst = dur - box.dur_ms;
+        worst_name = box.name;
+      }
+    }
+    if (!worst_name.empty())
+      std::printf("rank %zu: the box furthest off is %s, %+.3f ms\n", r, worst_name.c_str(), worst);
+  }
+}
+
 // Per rank, the simulated figures of the plan against the measured ones
 // (median over the steps in `ranks_by_step`: step -> the metrics' "ranks").
 int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path, const std::string& cluster_path,
                   const std::string& profile_path, const std::map<int, json>& ranks_by_step,
-                  const std::map<int, double>& step_ms) {
+                  const std::map<int, double>& step_ms, const json& trace, int skip) {
   namespace sp = spindle::plan;
   auto model = sp::load_model(model_path);
   auto cluster = sp::load_cluster(cluster_path);
@@ -140,6 +205,7 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
   const double r = step / sim->iteration_ms;
   std::printf("%-15s %12.3f %12.3f %7s   %s\n", "step (sim)", sim->iteration_ms, step,
               ratio(step, sim->iteration_ms).c_str(), r >= 0.85 && r <= 1.15 ? "within 15%" : "OUTSIDE 15%");
+  compare_boxes(*sim, trace, skip);
   return 0;
 }
 
@@ -254,6 +320,6 @@ int main(int argc, char** argv) {
   std::printf("%-15s %12s %12.3f %7s   (slowest %.3f ms)\n", "fastest step", "", fastest,
               ratio(fastest, pred.iteration_ms).c_str(), slowest);
   if (!model_path.empty() && !cluster_path.empty() && !profile_path.empty())
-    return compare_ranks(*plan, model_path, cluster_path, profile_path, ranks_by_step, step_ms);
+    return compare_ranks(*plan, model_path, cluster_path, profile_path, ranks_by_step, step_ms, trace, skip);
   return 0;
 }
