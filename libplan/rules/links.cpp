@@ -1,6 +1,7 @@
 #include "libplan/rules/links.h"
 
 #include <cstddef>
+#include <numeric>
 
 namespace spindle::plan {
 
@@ -44,7 +45,7 @@ double ring_allgather_ms(const Link& intra_island, const Link& inter_island, int
 
 std::vector<int> first_devices(int n) {
   std::vector<int> v(static_cast<size_t>(n > 0 ? n : 0));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  std::iota(v.begin(), v.end(), 0);
   return v;
 }
 

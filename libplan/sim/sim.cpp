@@ -198,17 +198,20 @@ class Simulator {
 
   SimState& s_;
   size_t at(int d, int pc) const { return s_.first[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
-  // Whether a device has passed the bound (stop_after_ms) already: its
-  // finish, and so the makespan, is later (passes_bound).
+  // With a finite stop_after_ms: a device's finish is bounded from below
+  // as the run goes (s_.compute_left, s_.sync_left), and past_bound_ is set
+  // once one such bound passes stop_after_ms (the makespan will too).
+  bool bounded_ = false;
   bool past_bound_ = false;
-  // Whether device d, at time t and instruction pc, cannot finish by the
-  // bound: its compute left runs one instruction after another, and its
-  // all-reduces not yet begun one after another from when its last one
-  // ends at the earliest.
+  // Whether a finish no earlier than `finish_ms` passes the bound (the
+  // bounds are summed in another order than the clock: a few ulps of slack).
+  bool passes(double finish_ms) const { return finish_ms * (1 - 1e-12) > options_.stop_after_ms; }
+  // Device d at time t reaching instruction pc: its compute left runs one
+  // instruction after another, and its all-reduces not yet begun one after
+  // another from when its last one ends at the earliest.
   bool passes_bound(int d, int pc, double t) const {
     const size_t dev = static_cast<size_t>(d);
-    const double finish = std::max(t + s_.compute_left[at(d, pc)], std::max(t, s_.comm_free[dev]) + s_.sync_left[dev]);
-    return finish * (1 - 1e-12) > options_.stop_after_ms;
+    return passes(std::max(t + s_.compute_left[at(d, pc)], std::max(t, s_.comm_free[dev]) + s_.sync_left[dev]));
   }
 };
 
@@ -256,14 +259,14 @@ Result<Simulation> Simulator::run() {
   s_.sync_left.clear();
   s_.events.clear();
   // With a finite bound: what each device has left, for passes_bound.
-  const bool bounded = options_.stop_after_ms < std::numeric_limits<double>::infinity() && options_.price_compute;
-  if (bounded) s_.compute_left.assign(s_.first[devices], 0.0);
+  bounded_ = options_.stop_after_ms < std::numeric_limits<double>::infinity();
+  if (bounded_) s_.compute_left.assign(s_.first[devices], 0.0);
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
     double left = 0;
     for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
-      if (bounded) {
+      if (bounded_) {
         left += compute_ms(in);
         s_.compute_left[s_.first[d] + i] = left;
       }
@@ -279,7 +282,7 @@ Result<Simulation> Simulator::run() {
       }
     }
   }
-  if (bounded) {
+  if (bounded_) {
     s_.sync_left.assign(devices, 0.0);
     for (const Bucket& b : l_.buckets) {
       const double ms = bucket_ms(b, cost_, options_);
@@ -294,13 +297,11 @@ Result<Simulation> Simulator::run() {
   }
 
   for (int d = 0; d < l_.devices; ++d) push({0.0, kReady, d, 0});
-  while (!s_.events.empty()) {
+  while (!s_.events.empty() && !past_bound_) {
     std::pop_heap(s_.events.begin(), s_.events.end(), std::greater<Event>());
     const Event e = s_.events.back();
     s_.events.pop_back();
-    if (e.t > options_.stop_after_ms || past_bound_) {
-      return stopped_at_bound();
-    }
+    if (e.t > options_.stop_after_ms) return stopped_at_bound();
     if (e.kind() == kDelivered)
       delivered(e.index(), e.t);
     else if (e.kind() == kPacked)
@@ -337,7 +338,7 @@ void Simulator::ready(int d, int pc, double t) {
     return;
   }
   const Instr& in = prog.instrs[static_cast<size_t>(pc)];
-  if (!s_.compute_left.empty() && passes_bound(d, pc, t)) {
+  if (bounded_ && passes_bound(d, pc, t)) {
     past_bound_ = true;
     return;
   }
@@ -446,9 +447,9 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   const double end = begin + ms;
   for (int m : bucket.devices) {
     s_.comm_free[static_cast<size_t>(m)] = end;
-    if (s_.sync_left.empty()) continue;
+    if (!bounded_) continue;
     s_.sync_left[static_cast<size_t>(m)] -= ms;
-    past_bound_ = past_bound_ || (end + s_.sync_left[static_cast<size_t>(m)]) * (1 - 1e-12) > options_.stop_after_ms;
+    past_bound_ = past_bound_ || passes(end + s_.sync_left[static_cast<size_t>(m)]);
   }
   s_.bucket_begin[static_cast<size_t>(b)] = begin;
   s_.bucket_end[static_cast<size_t>(b)] = end;
