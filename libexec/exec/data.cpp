@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "libexec/rng.h"
 
@@ -19,11 +20,21 @@ Latent latent(const SampleRange& s, int64_t row) {
   return z;
 }
 
-// Projection row `index` of stream `stream` applied to z, about N(0, 1).
-float project(uint64_t seed, uint64_t stream, int64_t index, const Latent& z) {
+// Rows [0, count) of the fixed projection `stream`: row i is the
+// kLatentDim values normal01(seed, stream, i * kLatentDim + l). They do not
+// depend on the sample, so a read draws them once for all its rows (they
+// were most of its time when drawn per row: kLatentDim normals per value).
+std::vector<float> projection(uint64_t seed, uint64_t stream, int64_t count) {
+  std::vector<float> rows(static_cast<size_t>(count * kLatentDim));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = normal01(seed, stream, static_cast<int64_t>(i));
+  return rows;
+}
+
+// Projection row `index` (of projection(...)) applied to z, about N(0, 1).
+float project(const std::vector<float>& rows, int64_t index, const Latent& z) {
+  const float* row = rows.data() + index * kLatentDim;
   float u = 0;
-  for (int l = 0; l < kLatentDim; ++l)
-    u += normal01(seed, stream, index * kLatentDim + l) * z[static_cast<size_t>(l)];
+  for (int l = 0; l < kLatentDim; ++l) u += row[l] * z[static_cast<size_t>(l)];
   return u / std::sqrt(static_cast<float>(kLatentDim));
 }
 
@@ -36,11 +47,11 @@ float quantile_id(float u, int64_t vocab) {
 }
 
 Tensor ids(const SampleRange& s, const std::string& stream_name, int64_t seq, int64_t vocab) {
-  const uint64_t stream = hash_name(stream_name);
+  const std::vector<float> proj = projection(s.seed, hash_name(stream_name), seq);
   Tensor t = Tensor::zeros({s.rows, seq});
   for (int64_t r = 0; r < s.rows; ++r) {
     const Latent z = latent(s, r);
-    for (int64_t p = 0; p < seq; ++p) t[r * seq + p] = quantile_id(project(s.seed, stream, p, z), vocab);
+    for (int64_t p = 0; p < seq; ++p) t[r * seq + p] = quantile_id(project(proj, p, z), vocab);
   }
   return t;
 }
@@ -48,14 +59,14 @@ Tensor ids(const SampleRange& s, const std::string& stream_name, int64_t seq, in
 
 Tensor synth_features(const SampleRange& s, const std::string& node, const std::string& module,
                       int64_t seq, int64_t in_dim) {
-  const uint64_t proj = hash_name("data/features/" + module);
+  const int64_t per_row = seq * in_dim;
+  const std::vector<float> proj = projection(s.seed, hash_name("data/features/" + module), per_row);
   const uint64_t noise = hash_name("data/noise/" + s.task + "/" + node);
   Tensor t = Tensor::zeros({s.rows, seq, in_dim});
-  const int64_t per_row = seq * in_dim;
   for (int64_t r = 0; r < s.rows; ++r) {
     const Latent z = latent(s, r);
     for (int64_t e = 0; e < per_row; ++e)
-      t[r * per_row + e] = std::tanh(project(s.seed, proj, e, z)) +
+      t[r * per_row + e] = std::tanh(project(proj, e, z)) +
                            0.1f * normal01(s.seed, noise, (s.first_sample + r) * per_row + e);
   }
   return t;
