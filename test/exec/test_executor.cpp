@@ -4,6 +4,7 @@
 // The multi-rank equivalence runs under mpirun (test/exec/mpi/run_checks.sh).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <span>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "libexec/backend/backend.h"
 #include "libexec/comm/fake_comm.h"
 #include "libexec/exec/data.h"
+#include "libexec/rng.h"
 #include "helpers.h"
 #include "libexec/exec/executor.h"
 #include "fixtures.h"
@@ -83,6 +85,25 @@ TEST_CASE("data: a sample depends on (seed, task, index), not on how rows are sp
   // Another seed, other data.
   const Tensor other = synth_features({8, "image-text", 0, 8}, "img", "vision", 5, 6);
   CHECK(other[0] != f_all[0]);
+}
+
+TEST_CASE("data: features are the formula of data.h, value by value") {
+  // x[t, c] = tanh(P_M[t, c] . z / sqrt(L)) + 0.1 noise, every normal drawn
+  // here one by one from its (seed, stream, index) as data.h states.
+  const SampleRange s{5, "audio-image", 3, 2};
+  const int64_t seq = 3, in_dim = 4, per_row = seq * in_dim;
+  const Tensor f = synth_features(s, "img", "vision", seq, in_dim);
+  REQUIRE(f.numel() == s.rows * per_row);
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t e = 0; e < per_row; ++e) {
+      float u = 0;
+      for (int l = 0; l < kLatentDim; ++l)
+        u += normal01(s.seed, hash_name("data/features/vision"), e * kLatentDim + l) *
+             normal01(s.seed, hash_name("data/latent/audio-image"), (s.first_sample + r) * kLatentDim + l);
+      const float want = std::tanh(u / std::sqrt(static_cast<float>(kLatentDim))) +
+                         0.1f * normal01(s.seed, hash_name("data/noise/audio-image/img"), (s.first_sample + r) * per_row + e);
+      REQUIRE(f[r * per_row + e] == want);
+    }
 }
 
 TEST_CASE("executor: one device with SelfComm trains tiny-clip, loss falls over 20 steps") {
