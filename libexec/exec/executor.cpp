@@ -518,14 +518,21 @@ StepStats Executor::step() {
 // the program's last instruction (wait_sends); receives posted early
 // (post_recv) by the exchange that uses them.
 
-Tensor Executor::outgoing(const plan::Transfer& t) {
+Tensor Executor::transfer_rows(const plan::Transfer& t) const {
   if (t.dir == plan::Direction::forward) {
     const int ps = sched_->lowered.slice_of[static_cast<size_t>(t.producer)];
     const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
-    return copy_rows(backend_, out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
+    return row_view(out_.at(t.producer), t.rows.begin - mine.begin, t.rows.size());
   }
   const RowRange mine = sched_->slice(t.slice).layout.rows_of(sched_->position(t.slice, rank_));
-  return copy_rows(backend_, din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
+  return row_view(din_.at({t.slice, t.input}), t.rows.begin - mine.begin, t.rows.size());
+}
+
+Tensor Executor::outgoing(const plan::Transfer& t) {
+  const Tensor rows = transfer_rows(t);
+  Tensor out = backend_.allocate(rows.shape());
+  backend_.copy(rows, out);
+  return out;
 }
 
 void Executor::post_send(int transfer) {
@@ -581,7 +588,7 @@ std::vector<std::pair<int, Tensor>> Executor::complete_exchange(const plan::Inst
     for (int ti : transfers) {
       const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
       if (t.src == rank_ && t.dst == rank_) {
-        got.emplace_back(ti, outgoing(t));
+        got.emplace_back(ti, transfer_rows(t));   // a local copy: no copy
       } else if (t.src == rank_) {
         ex.sends.push_back({outgoing(t), t.dst});
         counters_.sent_bytes += ex.sends.back().data.numel() * kBytesPerFloat;
@@ -615,7 +622,7 @@ std::vector<std::pair<int, Tensor>> Executor::complete_exchange(const plan::Inst
     const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
     if (t.dst != rank_) continue;
     if (t.src == rank_) {
-      got.emplace_back(ti, outgoing(t));
+      got.emplace_back(ti, transfer_rows(t));   // a local copy: no copy
       continue;
     }
     const auto it = posted_recvs_.find(ti);

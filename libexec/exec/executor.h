@@ -213,9 +213,12 @@ class Executor {
   // One instruction kind of the lowered program each.
   void forward_exchange(const plan::Instr& instr);
   void post_transfers(const plan::Instr& instr);   // post_send, post_recv
-  // Transfers: the rows this rank sends for a transfer; posting one send
-  // or receive; the exchange's pieces that end on this rank (transfer,
-  // piece) in program order; waiting for the sends posted early.
+  // Transfers: the rows of a transfer on this rank, as a view of the
+  // tensor that holds them (a local transfer's piece: tensors are not
+  // written after they are made, tensor.h) and as a copy to send; posting
+  // one send or receive; the exchange's pieces that end on this rank
+  // (transfer, piece) in program order; waiting for the sends posted early.
+  Tensor transfer_rows(const plan::Transfer& t) const;
   Tensor outgoing(const plan::Transfer& t);
   void post_send(int transfer);
   void post_recv(int transfer);
