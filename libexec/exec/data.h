@@ -11,7 +11,9 @@
 // modality looks the same in every task), quantile_V maps N(0,1) to
 // 0..V-1 through its CDF, and the noise depends on (seed, T, node, j).
 // A value depends only on (seed, task, node/module, sample, position): the
-// same on every device count, whichever device draws it.
+// same on every device count, whichever device draws it. A read draws the
+// projection rows it needs once for all its samples (seq x in_dim x L
+// normals), then per value one noise normal and L multiply-adds.
 #pragma once
 
 #include <cstdint>

@@ -48,6 +48,30 @@ TEST_CASE("GELU (tanh approximation) at -1, 0, 1, 2", "[forward]") {
   CHECK(gelu(2.0f) == Approx(1.954597694087775).epsilon(1e-6));
 }
 
+TEST_CASE("GELU on a tensor: each value as on its own, within 1e-6 of std::tanh's, gradient by differences",
+          "[forward]") {
+  // 37 values: whole vector packets and a tail, so a value computed in
+  // either path must agree with the scalar one bit for bit (the rows a
+  // device holds decide where a value sits in its tensor).
+  std::vector<float> v;
+  for (int i = 0; i < 37; ++i) v.push_back(-6.0f + 0.33f * static_cast<float>(i));
+  const Tensor x = Tensor::from({37}, v);
+  const Tensor y = gelu_forward(x);
+  const Tensor dx = gelu_backward(x, Tensor::from({37}, std::vector<float>(37, 1.0f)));
+  for (int i = 0; i < 37; ++i) {
+    const float a = v[static_cast<size_t>(i)];
+    REQUIRE(y[i] == gelu(a));
+    REQUIRE(dx[i] == gelu_grad(a));
+    const double t = std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a));
+    CHECK(y[i] == Approx(0.5 * a * (1 + t)).margin(1e-6).epsilon(1e-6));
+    const double h = 1e-3;
+    const auto g = [](double u) {
+      return 0.5 * u * (1 + std::tanh(0.7978845608028654 * (u + 0.044715 * u * u * u)));
+    };
+    CHECK(dx[i] == Approx((g(a + h) - g(a - h)) / (2 * h)).margin(1e-5).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("lm_loss forward: softmax cross-entropy on a 2-token, 2-word case", "[forward]") {
   // hidden 2: LayerNorm of [0, 2] is [-r, r] with r = 1/sqrt(1 + 1e-5);
   // W = identity gives logits [-r, r]. Targets 1 and 0:
