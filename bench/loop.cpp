@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -162,6 +163,21 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
   }
   std::printf("\nper rank: simulated programs (libplan/sim) against measured (--metrics ranks), medians over steps\n");
   std::printf("%-5s %-9s %12s %12s %7s\n", "rank", "part", "simulated_ms", "measured_ms", "ratio");
+  // The per-rank targets: compute within 15%, transfers and sync (each with
+  // its waits) within 25%, as measured / simulated; those missed, for the
+  // verdict line.
+  std::vector<std::string> missed;
+  int parts = 0;
+  const auto judge = [&](int r, const char* part, double sim_ms, double got_ms, double within) {
+    ++parts;
+    if (sim_ms <= 0 && got_ms <= 0) return;   // nothing on either side
+    const double q = sim_ms > 0 ? got_ms / sim_ms : std::numeric_limits<double>::infinity();
+    if (q >= 1 - within && q <= 1 + within) return;
+    char buf[96];
+    if (sim_ms > 0) std::snprintf(buf, sizeof buf, "rank %d %s %.2f", r, part, q);
+    else std::snprintf(buf, sizeof buf, "rank %d %s (%.3f ms, simulated 0)", r, part, got_ms);
+    missed.push_back(buf);
+  };
   for (int r = 0; r < plan.devices; ++r) {
     std::map<std::string, std::vector<double>> got;
     for (const auto& [step, ranks] : ranks_by_step)
@@ -191,6 +207,9 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
                 ratio(med("transfer_ms"), xfer_wait).c_str());
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync+wait", sync_wait, med("sync_ms"),
                 ratio(med("sync_ms"), sync_wait).c_str());
+    judge(r, "compute", d.compute_ms, med("compute_ms"), 0.15);
+    judge(r, "xfer+wait", xfer_wait, med("transfer_ms"), 0.25);
+    judge(r, "sync+wait", sync_wait, med("sync_ms"), 0.25);
     const double comm_sim = d.transfer_ms + d.sync_ms + d.wait_ms, comm_got = med("transfer_ms") + med("sync_ms");
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "comm+wait", comm_sim, comm_got, ratio(comm_got, comm_sim).c_str());
     const sp::ProgramBytes b = lowered->bytes(r);
@@ -199,6 +218,10 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
     std::printf("%-5d %-9s %12lld %12.0f %7s\n", r, "bytes in", static_cast<long long>(b.received),
                 med("received_bytes"), static_cast<double>(b.received) == med("received_bytes") ? "equal" : "DIFFER");
   }
+  std::string verdict;
+  for (const std::string& m : missed) verdict += (verdict.empty() ? "" : ", ") + m;
+  std::printf("per-rank parts on target (compute within 15%%, xfer+wait and sync+wait within 25%%): %d of %d%s%s\n",
+              parts - static_cast<int>(missed.size()), parts, missed.empty() ? "" : "; outside: ", verdict.c_str());
   std::vector<double> steps;
   for (const auto& [step, ms] : step_ms) steps.push_back(ms);
   const double step = spindle::bench::median(steps);
