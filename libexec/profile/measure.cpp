@@ -528,11 +528,14 @@ plan::Cluster measure_links(const Measuring& m, const std::vector<MeasureTarget>
 // Per measured point (target, count), as timed by one rank.
 constexpr size_t kFields = 6;   // median, p10, p90, repeats, comm ms, forward median
 
-// Step 2: every (target, count) point timed, point p by rank p % ranks, in
-// passes: each pass times every own point with 1/passes of the budget; the
-// samples of all passes are pooled, so a burst of other work on the machine
-// spoils some samples of many points, not all samples of one. Returns
-// kFields figures per point, the same on every rank.
+// Step 2: every (target, count) point timed, in passes: each pass times
+// every point of this rank with 1/passes of the budget; the samples of all
+// passes are pooled, so a burst of other work on the machine spoils some
+// samples of many points, not all samples of one. A point is timed by one
+// rank (the points shared round-robin), or with o.together and n >= 2 by
+// ranks 0 .. min(n, ranks) - 1 at once, after a barrier (each its own copy;
+// the figures are the mean over those ranks). Returns kFields figures per
+// point, the same on every rank.
 std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarget>& targets,
                                const plan::Cluster& links) {
   struct Point { size_t target; int n; };
@@ -541,30 +544,42 @@ std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarg
     for (int n : targets[i].counts) points.push_back({i, n});
   const size_t np = points.size();
   const int ranks = m.world.size(), me = m.world.rank();
+  const auto group = [&](size_t p) { return m.o.together ? std::min(points[p].n, ranks) : 1; };
   std::vector<float> result(np * kFields, 0.0f);
-  std::vector<size_t> own;   // the points this rank times
-  for (size_t p = 0; p < np; ++p)
-    if (static_cast<int>(p % static_cast<size_t>(ranks)) == me) own.push_back(p);
+  std::vector<size_t> own, joint;   // the points this rank times alone; those all ranks time together
+  size_t alone = 0;
+  for (size_t p = 0; p < np; ++p) {
+    if (group(p) >= 2) joint.push_back(p);
+    else if (static_cast<int>(alone++ % static_cast<size_t>(ranks)) == me) own.push_back(p);
+  }
+  int in_joint = 0;   // joint points this rank takes part in
+  for (size_t p : joint) in_joint += me < group(p) ? 1 : 0;
   const int passes = std::max(m.o.passes, 1);
   MeasureOptions per_pass = m.o;
   per_pass.point_budget_ms = m.o.point_budget_ms / passes;
   per_pass.min_repeats = (m.o.min_repeats + passes - 1) / passes;
   per_pass.max_repeats = std::max(1, m.o.max_repeats / passes);
   std::vector<std::vector<double>> samples(np), forward(np);
-  const int mine = static_cast<int>(own.size()) * passes;
+  const int mine = (static_cast<int>(own.size()) + in_joint) * passes;
   int done = 0;
   const Clock::time_point ops_start = Clock::now();
+  const auto time_point = [&](size_t p, int pass) {
+    const MeasureTarget& t = targets[points[p].target];
+    const double spent = ms_since(ops_start) / 1e3;
+    m.report(short_name(t.workload) + " on " + std::to_string(points[p].n), done, mine,
+             done > 0 ? spent / done * (mine - done) : 0.0);
+    const OpTiming tm = time_operator(t, points[p].n, m.backend, per_pass);
+    samples[p].insert(samples[p].end(), tm.samples_ms.begin(), tm.samples_ms.end());
+    forward[p].insert(forward[p].end(), tm.forward_samples_ms.begin(), tm.forward_samples_ms.end());
+    if (pass == 0 && (group(p) < 2 || me == 0))   // a joint point's: rank 0's alone
+      result[p * kFields + 4] = static_cast<float>(op_comm_ms(t, points[p].n, tm.tp, links));
+    ++done;
+  };
   for (int pass = 0; pass < passes; ++pass) {
-    for (size_t p : own) {
-      const MeasureTarget& t = targets[points[p].target];
-      const double spent = ms_since(ops_start) / 1e3;
-      m.report(short_name(t.workload) + " on " + std::to_string(points[p].n), done, mine,
-               done > 0 ? spent / done * (mine - done) : 0.0);
-      const OpTiming tm = time_operator(t, points[p].n, m.backend, per_pass);
-      samples[p].insert(samples[p].end(), tm.samples_ms.begin(), tm.samples_ms.end());
-      forward[p].insert(forward[p].end(), tm.forward_samples_ms.begin(), tm.forward_samples_ms.end());
-      if (pass == 0) result[p * kFields + 4] = static_cast<float>(op_comm_ms(t, points[p].n, tm.tp, links));
-      ++done;
+    for (size_t p : own) time_point(p, pass);
+    for (size_t p : joint) {
+      m.world.barrier();   // the ranks of the group start together
+      if (me < group(p)) time_point(p, pass);
     }
   }
   for (size_t p : own) {
@@ -575,8 +590,20 @@ std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarg
     result[p * kFields + 3] = static_cast<float>(samples[p].size());
     result[p * kFields + 5] = static_cast<float>(timing_stats(forward[p]).median);
   }
+  for (size_t p : joint) {
+    if (me >= group(p)) continue;
+    const float share = 1.0f / static_cast<float>(group(p));   // the mean over the group's ranks
+    const TimingStats st = timing_stats(samples[p]);
+    result[p * kFields + 0] = static_cast<float>(st.median) * share;
+    result[p * kFields + 1] = static_cast<float>(st.p10) * share;
+    result[p * kFields + 2] = static_cast<float>(st.p90) * share;
+    result[p * kFields + 3] = static_cast<float>(samples[p].size());
+    result[p * kFields + 5] = static_cast<float>(timing_stats(forward[p]).median) * share;
+  }
   m.report("done", done, mine);
-  m.world.all_reduce_sum(result);   // each point is nonzero on exactly one rank
+  // Each point alone is nonzero on exactly one rank; a joint point's
+  // figures add up over its group (its comm figure: rank 0's alone).
+  m.world.all_reduce_sum(result);
   return result;
 }
 
@@ -625,9 +652,14 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   const std::vector<float> result = time_points(m, targets, links);
   const int total_repeats = fill_profile(skeleton, result, report);
   report.points = static_cast<int>(result.size() / kFields);
-  char line[256];
-  std::snprintf(line, sizeof line, "operators: %d points on %d rank(s), %d timed runs, backend %s, %.1f s in all",
-                report.points, world.size(), total_repeats, backend.name(), ms_since(m.start) / 1e3);
+  int together = 0;   // points timed on several ranks at once (time_points)
+  for (const MeasureTarget& t : targets)
+    for (int n : t.counts) together += o.together && std::min(n, world.size()) >= 2 ? 1 : 0;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "operators: %d points on %d rank(s) (%d of them on min(n, ranks) ranks at once), %d timed runs, "
+                "backend %s, %.1f s in all",
+                report.points, world.size(), together, total_repeats, backend.name(), ms_since(m.start) / 1e3);
   report.notes.push_back(line);
   return report;
 }

@@ -47,6 +47,14 @@ struct MeasureOptions {
   // Data readers (patch_embed, token_embed, lm_loss's targets) include the
   // synthetic data spindle-run draws inside their forward (exec/data.h).
   bool include_data = true;
+  // A point of n >= 2 devices timed on min(n, ranks) ranks at once, each
+  // with its own copy, as a slice of n devices runs (the figure: the mean of
+  // their medians); points of 1 device are shared among the ranks. For
+  // ranks that share one memory system (the CPU backend): an operator
+  // beside a copy of itself on the other cores runs slower than beside
+  // other work (tiny-clip on 2 CPU ranks: 15-25% on a data-parallel step).
+  // Off, every point is timed by one rank.
+  bool together = false;
 };
 
 // One profile entry's operator, as the runtime builds it.
@@ -158,7 +166,9 @@ struct MeasureReport {
 //    inter p2p (0 and devices_per_island) and the world all-reduce as the
 //    inter-island all-reduce (the slowest link decides the ring).
 // Points are shared round-robin among world's ranks, timed concurrently (as
-// the runtime's ranks compute concurrently) and summed back to every rank.
+// the runtime's ranks compute concurrently) and summed back to every rank;
+// with options.together, a point of n >= 2 devices is timed on min(n, ranks)
+// ranks at once instead (MeasureOptions::together).
 // Collective over world.
 plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan::OpGraph& graph,
                                             const plan::Profile& skeleton, const plan::Cluster& cluster,

@@ -36,6 +36,10 @@ mpi-links)
   grep -q '"x-links"' "$out/p.json" || fail "no x-links"
   grep -q 'intra_island send/recv' "$out/stdout" || fail "no link figures printed"
   grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
+  # CPU ranks time each point of 2 or more devices together (MeasureOptions::together):
+  # tiny-clip's 17 entries at 1, 2 devices, so 17 of its 34 points.
+  grep -q '^operators: 34 points on 2 rank(s) (17 of them on min(n, ranks) ranks at once)' "$out/stdout" \
+      || fail "points of 2 devices not timed on both ranks: $(grep '^operators' "$out/stdout")"
   [ "$(grep -c '^spindle-profile: .* entries' "$out/stdout")" = 1 ] || fail "summary not printed exactly once"
   "$bin/spindle-plan" "$model" --cluster "$src/configs/clusters/cpu-1x2.yaml" --profile "$out/p.json" \
       -o "$out/plan.json" >"$out/plan.stdout" || fail "plan exit $?"
