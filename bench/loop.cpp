@@ -195,14 +195,23 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
                 ratio(med("transfer_ms"), d.transfer_ms).c_str());
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync", d.sync_ms, med("sync_ms"),
                 ratio(med("sync_ms"), d.sync_ms).c_str());
-    // Like with like: the simulated exchanges and all-reduces with their waits
-    // (exchange boxes; all-reduce and wait-for-bucket boxes).
+    // Like with like: the time the simulated device spends in what the
+    // runtime times as transfer (exchanges, posting sends, the wait for the
+    // sends posted early) and as sync (a blocking all-reduce and the wait
+    // for its group; the wait for a started all-reduce). A started
+    // all-reduce's own box is not the device's time: it runs beside the
+    // backward, and what of it the device waits for is its wait box.
     double xfer_wait = 0, sync_wait = 0;
-    for (const sp::SimBox& box : sim->boxes)
-      if (box.device == r) {
-        if (box.cat == "exchange") xfer_wait += box.dur_ms;
-        if (box.cat == "allreduce" || box.cat == "wait") sync_wait += box.dur_ms;
-      }
+    const sp::Program& program = lowered->programs[static_cast<size_t>(r)];
+    for (const sp::SimBox& box : sim->boxes) {
+      if (box.device != r) continue;
+      const bool waits_for_bucket = box.cat == "wait" && box.bucket >= 0;
+      if (box.cat == "exchange" || box.cat == "send" || (box.cat == "wait" && !waits_for_bucket))
+        xfer_wait += box.dur_ms;
+      const bool blocking = box.cat == "allreduce" &&
+                            program.instrs[static_cast<size_t>(box.instr)].kind == sp::InstrKind::allreduce;
+      if (waits_for_bucket || blocking) sync_wait += box.dur_ms;
+    }
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "xfer+wait", xfer_wait, med("transfer_ms"),
                 ratio(med("transfer_ms"), xfer_wait).c_str());
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync+wait", sync_wait, med("sync_ms"),
