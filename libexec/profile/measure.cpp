@@ -300,15 +300,20 @@ LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const M
   LinkSamples out;
   for (double bytes : sizes) {
     std::vector<float> buf(static_cast<size_t>(bytes / 4.0), 1.0f);
+    // Started and waited for, as spindle-run sums a gradient bucket
+    // (Executor::start_bucket, finish_bucket; with --no-overlap too): a
+    // non-blocking all-reduce may take another algorithm than the blocking
+    // one (MPI's libnbc schedules, not its tuned collectives).
+    auto once = [&]() { comm.wait_all_reduce(comm.start_all_reduce_sum(buf)); };
     comm.barrier();
     Clock::time_point t0 = Clock::now();
-    for (int i = 0; i < 3; ++i) comm.all_reduce_sum(buf);
+    for (int i = 0; i < 3; ++i) once();
     const int reps = agree_repeats(comm, ms_since(t0) / 3.0, o);
     std::vector<double> samples;
     for (int i = 0; i < reps; ++i) {
       comm.barrier();
       t0 = Clock::now();
-      comm.all_reduce_sum(buf);
+      once();
       samples.push_back(ms_since(t0));
     }
     out.bytes.push_back(bytes);
