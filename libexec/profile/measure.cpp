@@ -551,7 +551,7 @@ std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarg
   const int ranks = m.world.size(), me = m.world.rank();
   const auto group = [&](size_t p) { return m.o.together ? std::min(points[p].n, ranks) : 1; };
   std::vector<float> result(np * kFields, 0.0f);
-  std::vector<size_t> own, joint;   // the points this rank times alone; those all ranks time together
+  std::vector<size_t> own, joint;   // the points this rank times alone; those timed by a group of ranks
   size_t alone = 0;
   for (size_t p = 0; p < np; ++p) {
     if (group(p) >= 2) joint.push_back(p);
@@ -587,24 +587,20 @@ std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarg
       if (me < group(p)) time_point(p, pass);
     }
   }
-  for (size_t p : own) {
-    const TimingStats st = timing_stats(samples[p]);
-    result[p * kFields + 0] = static_cast<float>(st.median);
-    result[p * kFields + 1] = static_cast<float>(st.p10);
-    result[p * kFields + 2] = static_cast<float>(st.p90);
-    result[p * kFields + 3] = static_cast<float>(samples[p].size());
-    result[p * kFields + 5] = static_cast<float>(timing_stats(forward[p]).median);
-  }
-  for (size_t p : joint) {
-    if (me >= group(p)) continue;
-    const float share = 1.0f / static_cast<float>(group(p));   // the mean over the group's ranks
+  // The figures of each point this rank timed, times 1 / its group's size:
+  // summed over the group below, a joint point's are the mean of its ranks'.
+  const auto write = [&](size_t p) {
+    const float share = 1.0f / static_cast<float>(group(p));
     const TimingStats st = timing_stats(samples[p]);
     result[p * kFields + 0] = static_cast<float>(st.median) * share;
     result[p * kFields + 1] = static_cast<float>(st.p10) * share;
     result[p * kFields + 2] = static_cast<float>(st.p90) * share;
     result[p * kFields + 3] = static_cast<float>(samples[p].size());
     result[p * kFields + 5] = static_cast<float>(timing_stats(forward[p]).median) * share;
-  }
+  };
+  for (size_t p : own) write(p);
+  for (size_t p : joint)
+    if (me < group(p)) write(p);
   m.report("done", done, mine);
   // Each point alone is nonzero on exactly one rank; a joint point's
   // figures add up over its group (its comm figure: rank 0's alone).
