@@ -77,31 +77,36 @@ constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 }  // namespace
 
-// tanh as Eigen computes it for floats (Eigen::numext::tanh: a rational
-// approximation within a few ulp of std::tanh), the same on a whole array
-// (vectorised) as on one value, so a value does not depend on where it
-// sits in its tensor (the rows a device holds). std::tanh per value was a
-// third of a CPU training step.
-float gelu(float x) { return 0.5f * x * (1.0f + Eigen::numext::tanh(kGeluC * (x + kGeluA * x * x * x))); }
+// GELU and its derivative over an array, the one place of the formula:
+// tanh as Eigen computes it for floats (a rational approximation within a
+// few ulp of std::tanh), vectorised over a tensor (std::tanh per value was
+// a third of a CPU training step). One value goes through the same
+// expression, so it does not depend on where it sits in its tensor (the
+// rows a device holds).
+template <typename A>
+Eigen::ArrayXf gelu_of(const Eigen::ArrayBase<A>& x) {
+  return 0.5f * x * (1.0f + (kGeluC * (x + kGeluA * x * x * x)).tanh());
+}
 
-float gelu_grad(float x) {
-  const float t = Eigen::numext::tanh(kGeluC * (x + kGeluA * x * x * x));
+template <typename A>
+Eigen::ArrayXf gelu_grad_of(const Eigen::ArrayBase<A>& x) {
+  const Eigen::ArrayXf t = (kGeluC * (x + kGeluA * x * x * x)).tanh();
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
 }
 
+float gelu(float x) { return gelu_of(Eigen::ArrayXf::Constant(1, x))(0); }
+
+float gelu_grad(float x) { return gelu_grad_of(Eigen::ArrayXf::Constant(1, x))(0); }
+
 Tensor gelu_forward(const Tensor& x) {
   Tensor y = Tensor::zeros(x.shape());
-  const auto a = x.vec().array();
-  y.vec().array() = 0.5f * a * (1.0f + (kGeluC * (a + kGeluA * a * a * a)).tanh());
+  y.vec().array() = gelu_of(x.vec().array());
   return y;
 }
 
 Tensor gelu_backward(const Tensor& x, const Tensor& dy) {
   Tensor dx = Tensor::zeros(x.shape());
-  const auto a = x.vec().array();
-  const Eigen::ArrayXf t = (kGeluC * (a + kGeluA * a * a * a)).tanh();
-  dx.vec().array() = dy.vec().array() * (0.5f * (1.0f + t) + 0.5f * a * (1.0f - t * t) * kGeluC *
-                                                                 (1.0f + 3.0f * kGeluA * a * a));
+  dx.vec().array() = dy.vec().array() * gelu_grad_of(x.vec().array());
   return dx;
 }
 
