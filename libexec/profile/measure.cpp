@@ -12,6 +12,7 @@
 #include "libexec/rng.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/model/ops.h"
+#include "libplan/rules/memory.h"
 
 namespace spindle::exec {
 
@@ -349,6 +350,44 @@ LinkSamples time_copy(Backend& backend, const std::vector<double>& sizes, const 
   return out;
 }
 
+double time_optimizer(Comm& comm, Backend& backend, int64_t values, const MeasureOptions& o) {
+  const int64_t n = std::max<int64_t>(1, values);
+  Tensor param = to_backend(backend, Tensor::zeros({n})), grad = to_backend(backend, Tensor::zeros({n}));
+  Tensor m = to_backend(backend, Tensor::zeros({n})), v = to_backend(backend, Tensor::zeros({n}));
+  const AdamWConfig cfg;
+  int64_t step = 0;
+  auto once = [&]() {
+    backend.adamw_step(cfg, ++step, param, grad, m, v);
+    backend.synchronize();
+  };
+  comm.barrier();
+  Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < 3; ++i) once();
+  const double one_ms = ms_since(t0) / 3.0;
+  const int reps = std::clamp(one_ms > 0 ? static_cast<int>(o.link_budget_ms / one_ms) : o.max_repeats,
+                              o.min_repeats, o.max_repeats);
+  std::vector<double> samples;
+  for (int i = 0; i < reps; ++i) {
+    t0 = Clock::now();
+    once();
+    samples.push_back(ms_since(t0));
+  }
+  const double ms = std::max(timing_stats(samples).median, 1e-6);
+  // bytes / ms / 1e6 = GB/s
+  float rate = static_cast<float>(static_cast<double>(n) * plan::kAdamWBytesPerValue / (ms * 1e6));
+  comm.all_reduce_sum({&rate, 1});
+  return static_cast<double>(rate) / comm.size();
+}
+
+int64_t optimizer_measure_values(const plan::OpGraph& graph, int ranks) {
+  std::map<std::string, int64_t> params;
+  for (const plan::Operator& op : graph.ops)
+    params.emplace(op.param, plan::op_param_count(op.workload.op, op.workload.dims, op.workload.seq));
+  int64_t total = 0;
+  for (const auto& [name, values] : params) total += values;
+  return std::clamp<int64_t>(total / std::max(ranks, 1), int64_t{1} << 12, int64_t{1} << 24);
+}
+
 LinkSamples time_exchange(Comm& comm, double bytes, const std::vector<int>& messages, const MeasureOptions& o) {
   LinkSamples out;
   const int me = comm.rank();
@@ -652,6 +691,8 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   const plan::Cluster links = measure_links(m, targets, model, skeleton, cluster, report);
   const std::vector<float> result = time_points(m, targets, links);
   const int total_repeats = fill_profile(skeleton, result, report);
+  const int64_t step_values = optimizer_measure_values(graph, world.size());
+  report.profile.optimizer_gbytes_per_s = time_optimizer(world, backend, step_values, o);
   report.points = static_cast<int>(result.size() / kFields);
   int together = 0;   // points timed on several ranks at once (time_points)
   for (const MeasureTarget& t : targets)
@@ -661,6 +702,10 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
                 "operators: %d points on %d rank(s) (%d of them on min(n, ranks) ranks at once), %d timed runs, "
                 "backend %s, %.1f s in all",
                 report.points, world.size(), together, total_repeats, backend.name(), ms_since(m.start) / 1e3);
+  report.notes.push_back(line);
+  std::snprintf(line, sizeof line, "optimizer: AdamW over %lld values per rank, %.3g GB/s (%d bytes per value)",
+                static_cast<long long>(step_values), *report.profile.optimizer_gbytes_per_s,
+                plan::kAdamWBytesPerValue);
   report.notes.push_back(line);
   return report;
 }

@@ -125,6 +125,17 @@ LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const M
 // (allocate a tensor, copy rows into it, synchronize), median ms per size.
 // Local: every rank may call it alone.
 LinkSamples time_copy(Backend& backend, const std::vector<double>& sizes, const MeasureOptions& options);
+// The optimizer's rate: one AdamW step (Backend::adamw_step, as the
+// executor steps a parameter) over `values` fp32 values, every rank of
+// `comm` its own at once after a barrier (as every rank steps its shards at
+// the end of a training step), median of the repeats. Returns GB/s of
+// rules/memory.h's kAdamWBytesPerValue per value, the mean over the ranks.
+// Collective over comm.
+double time_optimizer(Comm& comm, Backend& backend, int64_t values, const MeasureOptions& options);
+// The values time_optimizer steps for `graph`: its distinct parameters'
+// values over `ranks` (about what each rank steps), in [2^12, 2^24].
+int64_t optimizer_measure_values(const plan::OpGraph& graph, int ranks);
+
 // Comm::exchange between ranks 0 and 1 of `comm`, each sending k messages of
 // `bytes` to the other and receiving k, for each k of `messages`: median ms
 // of one exchange (back to back; the exchange itself pairs the ranks).
@@ -159,6 +170,8 @@ struct MeasureReport {
 //    size between ranks 0 and 1, fit_exchange (message_us adds the
 //    per-copy intercept: one copy per message);
 //  - all-reduce: fit_allreduce over the link sizes (alpha + beta * bytes);
+//  - the optimizer step: time_optimizer, in profile.optimizer_gbytes_per_s
+//    (with one rank too);
 // and measured link figures in profile.links:
 //  - all ranks within one island: intra-island p2p (ranks 0 and 1) and
 //    all-reduce (whole world);

@@ -270,6 +270,8 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
   for (double* f : {&p.overhead->exchange_us, &p.overhead->message_us, &p.overhead->allreduce_us,
                     &p.overhead->pack_gbytes_per_s})
     *f = profile_figure(*f);
+  // The optimizer step moves its bytes at the device's memory bandwidth.
+  p.optimizer_gbytes_per_s = profile_figure(cluster.memory_gbytes_per_s);
   for (const auto& [key, use] : uses) {
     ProfileEntry e;
     e.workload = use.workload;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "libplan/rules/devices.h"
+#include "libplan/rules/memory.h"
 
 namespace spindle::plan {
 
@@ -52,6 +53,7 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
   }
   if (profile.links) model->use_measured_links(*profile.links);
   if (profile.overhead) model->set_overhead(*profile.overhead);
+  if (profile.optimizer_gbytes_per_s) model->set_optimizer_rate(*profile.optimizer_gbytes_per_s);
   return model;
 }
 
@@ -92,6 +94,10 @@ int64_t TableCostModel::activation_bytes_per_sample(const Workload& w) const {
 
 double TableCostModel::p2p_ms(double bytes, bool cross_island) const {
   return link_ms(cross_island ? cluster_.inter_island : cluster_.intra_island, bytes);
+}
+
+double TableCostModel::optimizer_ms(int64_t values) const {
+  return plan::optimizer_ms(values, optimizer_gbytes_per_s_);
 }
 
 double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {

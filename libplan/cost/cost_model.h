@@ -44,6 +44,10 @@ class CostModel {
   // The runtime's software cost around messages and all-reduces
   // (rules/links.h); all zero unless the profile carries figures.
   virtual CommOverhead overhead() const { return {}; }
+  // Time of one device's optimizer step over `values` parameter values, ms
+  // (rules/memory.h's optimizer_ms at the profile's "x-optimizer" rate); 0
+  // when the profile does not carry one.
+  virtual double optimizer_ms(int64_t /*values*/) const { return 0; }
   // Share of one operator's time (curve) spent in its forward, in [0, 1],
   // as measured (a profile's "x-forward_share"); -1 when not known (the
   // simulation then takes SimOptions::forward_share). has_forward_shares:
@@ -73,6 +77,9 @@ class TableCostModel : public CostModel {
   // Prices the runtime's software overhead (a profile's "comm_overhead").
   void set_overhead(const CommOverhead& overhead) { overhead_ = overhead; }
   CommOverhead overhead() const override { return overhead_; }
+  // Prices the optimizer step at `gbytes_per_s` (a profile's "x-optimizer").
+  void set_optimizer_rate(double gbytes_per_s) { optimizer_gbytes_per_s_ = gbytes_per_s; }
+  double optimizer_ms(int64_t values) const override;
   const ScalingCurve* curve(const Workload& w) const override;
   int64_t param_bytes(const Workload& w) const override;
   int64_t activation_bytes_per_sample(const Workload& w) const override;
@@ -102,6 +109,7 @@ class TableCostModel : public CostModel {
   Cluster cluster_;             // links for p2p_ms
   Cluster allreduce_cluster_;   // links for allreduce_ms (differ only when measured)
   CommOverhead overhead_;       // zero unless set
+  double optimizer_gbytes_per_s_ = 0;   // 0: the optimizer step is not priced
   int forward_shares_ = 0;      // entries with a forward share
 };
 

@@ -193,6 +193,19 @@ Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
   return o;
 }
 
+// "x-optimizer": {"gbytes_per_s": a rate} (docs/profiling.md).
+Result<double> parse_optimizer(const ProfileReader& r, const json& j) {
+  const std::string at = "x-optimizer";
+  if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
+  SPINDLE_TRY(r.check_keys(j, at, {"gbytes_per_s"}, {}));
+  SPINDLE_ASSIGN(rate, r.get_number(j, at, "gbytes_per_s"));
+  if (!(rate >= limits::kMinRate && rate <= limits::kMaxRate)) {
+    return r.err(at + ".gbytes_per_s", "expected a rate from " + json(limits::kMinRate).dump() + " to " +
+                                           json(limits::kMaxRate).dump() + ", found " + j["gbytes_per_s"].dump());
+  }
+  return rate;
+}
+
 json overhead_to_json(const CommOverhead& o) {
   return {{"exchange_us", profile_figure(o.exchange_us)},
           {"message_us", profile_figure(o.message_us)},
@@ -266,6 +279,10 @@ Status parse_header(const ProfileReader& r, const json& doc, int version, Profil
   if (doc.contains("x-links")) {
     SPINDLE_ASSIGN(links, parse_links(r, doc["x-links"]));
     p.links = links;
+  }
+  if (doc.contains("x-optimizer")) {
+    SPINDLE_ASSIGN(rate, parse_optimizer(r, doc["x-optimizer"]));
+    p.optimizer_gbytes_per_s = rate;
   }
   return {};
 }
@@ -448,6 +465,10 @@ std::string profile_to_json(const Profile& profile) {
   out += "  \"source\": " + json(profile.source).dump() + ",\n";
   out += "  \"version\": " + std::to_string(overhead ? 3 : profile.cluster ? 2 : 1);
   if (profile.links) out += ",\n  \"x-links\": " + links_to_json(*profile.links).dump();
+  if (profile.optimizer_gbytes_per_s) {
+    const json jo = {{"gbytes_per_s", profile_figure(*profile.optimizer_gbytes_per_s)}};
+    out += ",\n  \"x-optimizer\": " + jo.dump();
+  }
   out += "\n}\n";
   return out;
 }

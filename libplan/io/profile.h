@@ -62,6 +62,12 @@ struct Profile {
   std::vector<ProfileEntry> entries;    // sorted by Workload::key() when written
   std::optional<ProfileLinks> links;    // "x-links"; absent unless measured under mpirun
   std::optional<CommOverhead> overhead; // "comm_overhead" (version 3); absent in older files
+  // "x-optimizer": {"gbytes_per_s": R}: the rate of the optimizer step, in
+  // bytes of rules/memory.h's kAdamWBytesPerValue per value stepped per
+  // second (1e9 per GB). Analytic profiles: the device's memory bandwidth;
+  // spindle-profile --measure: the backend's AdamW timed (docs/profiling.md).
+  // Absent (older files): the optimizer step is not priced.
+  std::optional<double> optimizer_gbytes_per_s;
   std::string path;
   std::string sha256;                   // of the file's bytes ("" if built in memory)
 

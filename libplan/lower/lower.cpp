@@ -256,6 +256,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
   // Shards in key order (param name, then rank): the order of a bucket's shards.
   std::map<std::vector<int>, Bucket> buckets;
   std::vector<int64_t> shard_values(ids.names.size(), 0);   // by param: one shard's values
+  out.unreduced_values.assign(static_cast<size_t>(std::max(out.devices, 0)), 0);
   for (int p : ids.sorted) {
     if (first_op[static_cast<size_t>(p)] < 0) continue;
     const std::string& name = ids.names[static_cast<size_t>(p)];
@@ -271,7 +272,10 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
       const std::vector<int>& list = by_rank[rank];
       const ShardKey key{name, static_cast<int>(rank)};
       if (runtime_maps && !list.empty()) out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
-      if (list.size() < 2) continue;   // one holder: nothing to all-reduce
+      if (list.size() < 2) {   // one holder: nothing to all-reduce
+        if (!list.empty()) out.unreduced_values[static_cast<size_t>(list.front())] += values;
+        continue;
+      }
       Bucket& b = buckets[list];
       if (b.devices.empty()) b.devices = list;
       b.shards.push_back(key);
@@ -680,6 +684,13 @@ void ProgramBuilder::step_shards(int b, std::vector<int> after) {
   Instr in;
   in.kind = InstrKind::optimizer;
   in.bucket = b;
+  if (b >= 0) {
+    in.values = l_.buckets[static_cast<size_t>(b)].values;
+  } else {   // what no bucket's step stepped: d's own shards, and without overlap every bucket's
+    in.values = l_.unreduced_values[static_cast<size_t>(d_)];
+    if (!overlap_)
+      for (int k : mine_.buckets) in.values += l_.buckets[static_cast<size_t>(k)].values;
+  }
   if (deps_) {
     if (b < 0)
       for (int s : bwd_of_)
@@ -902,6 +913,7 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
       case InstrKind::wait_sends: break;
       case InstrKind::optimizer:   // a bucket's shards; else every other one held here
         if (in.bucket >= 0) j["shards"] = shard_names(l.buckets[static_cast<size_t>(in.bucket)]);
+        j["values"] = in.values;
         break;
     }
     instrs.push_back(std::move(j));

@@ -55,8 +55,9 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 4;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
-                                            // 4: post_send, post_recv, wait_sends (transfers posted early)
+inline constexpr int kProgramVersion = 5;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+                                            // 4: post_send, post_recv, wait_sends (transfers posted early);
+                                            // 5: an optimizer step's values
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -135,6 +136,8 @@ struct Instr {
   int bucket = -1;             // allreduce, allreduce_start, allreduce_wait: index into Lowered::buckets;
                                // optimizer: the bucket whose shards it steps, -1: every shard of this
                                // device in no bucket stepped before
+  int64_t values = 0;          // optimizer: the parameter values it steps (op_shard_param_count of
+                               // each shard; CostModel::optimizer_ms prices them)
   std::vector<int> deps;       // instructions of the same program that must be done first
 };
 
@@ -198,6 +201,9 @@ struct Lowered {
   std::vector<int> slice_of;             // graph operator -> slice
   std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending
   std::vector<Bucket> buckets;           // in the one order every device runs them (lower.cpp, order_buckets)
+  // By device: the values of the parameter shards it alone holds (no
+  // all-reduce), which its last optimizer step steps.
+  std::vector<int64_t> unreduced_values;
   // Every parameter shard: the devices holding it (ascending), its
   // tensor-parallel degree, and one operator using it.
   std::map<ShardKey, std::vector<int>> shard_devices;

@@ -1,6 +1,8 @@
 // Per-device memory (docs/planner.md, "Memory"): the bytes a device holds
-// for the parameters it runs and the activations it keeps for backward. The
-// costing, the placement search and the checker's figures all use these.
+// for the parameters it runs and the activations it keeps for backward, and
+// the memory traffic of the optimizer step (docs/simulation.md). The
+// costing, the placement search, the checker's figures and the simulation
+// all use these.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,19 @@ inline double param_state_bytes(double shard_bytes, int dtype_bytes, double repl
   const double replicated_per_value = 2.0 * dtype_bytes;
   const double optimizer_per_value = 8.0 + (dtype_bytes < 4 ? 4.0 : 0.0);
   return shard_bytes / dtype_bytes * (replicated_per_value + optimizer_per_value / replicas);
+}
+
+// AdamW's memory traffic per parameter value it steps, as spindle-run's
+// optimizer runs it (fp32: it reads the value, its gradient, m and v, and
+// writes the value, m and v back: 7 x 4 bytes). The step is memory-bound.
+inline constexpr int kAdamWBytesPerValue = 28;
+
+// Milliseconds one device takes to step `values` parameter values at an
+// optimizer rate of `gbytes_per_s` (bytes of kAdamWBytesPerValue per value
+// moved per second, 1e9 per GB); 0 when the rate is not known (<= 0).
+inline double optimizer_ms(int64_t values, double gbytes_per_s) {
+  if (!(gbytes_per_s > 0)) return 0.0;
+  return static_cast<double>(values) * kAdamWBytesPerValue / (gbytes_per_s * 1e6);
 }
 
 // Data-parallel replicas of a parameter held by `devices` devices at

@@ -182,10 +182,13 @@ class Simulator {
       default: return false;
     }
   }
-  // How long compute instruction `c` takes (forward, backward, optimizer: 0
-  // for the optimizer); 0 for every other kind.
+  // How long compute instruction `c` takes (forward, backward: its share of
+  // the slice's time; optimizer: CostModel::optimizer_ms of the values it
+  // steps); 0 for every other kind.
   double compute_ms(const Instr& c) const {
-    if (!options_.price_compute || (c.kind != InstrKind::forward && c.kind != InstrKind::backward)) return 0.0;
+    if (!options_.price_compute) return 0.0;
+    if (c.kind == InstrKind::optimizer) return options_.price_optimizer ? cost_.optimizer_ms(c.values) : 0.0;
+    if (c.kind != InstrKind::forward && c.kind != InstrKind::backward) return 0.0;
     const double fwd = forward_share_of(options_, static_cast<size_t>(c.slice));
     return slice_ms_[static_cast<size_t>(c.slice)] * (c.kind == InstrKind::forward ? fwd : 1.0 - fwd);
   }
@@ -830,6 +833,7 @@ Result<double> simulated_compute_gap(const Plan& plan, const Model& model, const
                                      const CostModel& cost) {
   SimOptions compute_only;
   compute_only.price_communication = false;
+  compute_only.price_optimizer = false;   // the relaxed optimum counts forward and backward alone
   compute_only.timeline = false;
   auto sim = simulate_plan(plan, model, graph, cost, compute_only);
   if (!sim) return sim.error();

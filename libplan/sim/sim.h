@@ -11,8 +11,9 @@
 //                      plus backward) split forward_share : 1 - forward_share
 //                      (1/3 : 2/3 by default: a backward costs two forwards,
 //                      the 3 x forward FLOPs of docs/workloads.md)
-//   optimizer          0 ms (not in the profile; AdamW is memory-bound and
-//                      small next to the step)
+//   optimizer          CostModel::optimizer_ms of the values it steps (AdamW
+//                      is memory-bound: rules/memory.h, at the profile's
+//                      "x-optimizer" rate; 0 ms without one)
 //   exchange           done on a device when every message it receives has
 //                      arrived and every message it sends has been delivered.
 //                      A message leaves once its sender has reached the
@@ -74,6 +75,7 @@ struct SimOptions {
   std::vector<double> slice_forward_share;
   bool price_compute = true;          // false: forward and backward take 0 ms
   bool price_communication = true;    // false: messages and all-reduces take 0 ms
+  bool price_optimizer = true;        // false: optimizer steps take 0 ms (as without price_compute)
   // false: only Simulation::iteration_ms and devices[].finish_ms are filled
   // (no boxes, messages or parts): what the planner's objective needs, faster.
   bool timeline = true;
@@ -181,7 +183,8 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
                                  const SimOptions& options = {});
 
 // The compute gap of `plan`: the makespan of its programs simulated with
-// communication priced at 0 (so a slot that ends early hands its devices on)
+// communication and optimizer steps priced at 0 (the relaxed optimum counts
+// forward and backward alone; a slot that ends early hands its devices on)
 // over plan.predicted.relaxed_optimum_ms, minus 1; 0 without an optimum.
 // Negative when the plan beats the per-level optimum (start_early).
 Result<double> simulated_compute_gap(const Plan& plan, const Model& model, const OpGraph& graph,

@@ -141,6 +141,11 @@ TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[p
   const sp::Profile& p = report->profile;
   CHECK(p.source == "measured");
   CHECK_FALSE(p.links);   // one rank: no links measured
+  // The optimizer's rate, timed (Backend::adamw_step): a positive figure,
+  // far below any memory system's 10 TB/s.
+  REQUIRE(p.optimizer_gbytes_per_s.has_value());
+  CHECK(*p.optimizer_gbytes_per_s > 0);
+  CHECK(*p.optimizer_gbytes_per_s < 1e4);
   REQUIRE(p.entries.size() == skeleton->entries.size());
   int points = 0;
   for (size_t i = 0; i < p.entries.size(); ++i) {
@@ -181,6 +186,9 @@ TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[p
     CHECK(back->entries[i].forward_share == Approx(p.entries[i].forward_share).epsilon(1e-5));   // 6 digits
   auto cost = sp::ProfileCostModel::create(*back, *cluster, graph);
   REQUIRE(cost.ok());
+  REQUIRE(back->optimizer_gbytes_per_s.has_value());
+  CHECK(*back->optimizer_gbytes_per_s == Approx(*p.optimizer_gbytes_per_s).epsilon(1e-5));
+  CHECK((*cost)->optimizer_ms(1'000'000) == Approx(28e6 / (*back->optimizer_gbytes_per_s * 1e6)));
   sp::PlanRequest req{&*model, &graph, &*cluster, cost->get(), back->sha256, sp::Strategy::spindle};
   auto plan = sp::make_plan(req);
   REQUIRE(plan.ok());

@@ -148,6 +148,9 @@ TEST_CASE("analytic profile of a small model: one entry per workload, TP points 
   CHECK(p->overhead->message_us == 1.0);
   CHECK(p->overhead->allreduce_us == 5.0);
   CHECK(p->overhead->pack_gbytes_per_s == Approx(c.memory_gbytes_per_s / 2));
+  // The optimizer step at the device's memory bandwidth.
+  REQUIRE(p->optimizer_gbytes_per_s.has_value());
+  CHECK(*p->optimizer_gbytes_per_s == c.memory_gbytes_per_s);
   CHECK(p->entries.size() == 7);   // patch, layer, pool; token, layer, pool; loss
   for (const auto& e : p->entries) {
     const bool text = e.workload.seq == 77 || e.workload.op == "token_embed" ||

@@ -88,6 +88,15 @@ TEST_CASE("ProfileCostModel fits every workload of the graph, and names a missin
   CHECK((*m)->param_bytes(layer(256)) == 39362560);
   CHECK((*m)->activation_bytes_per_sample(layer(256)) == 9871360);
   CHECK((*m)->allreduce_ms(1e9, {6, 7, 8, 9}) == Approx(30.048));
+  // The optimizer step: unpriced without a rate; with one, 28 bytes per
+  // value at it (1e6 values at 7 GB/s: 2.8e7 bytes, 4 ms).
+  CHECK((*m)->optimizer_ms(1'000'000) == 0.0);
+  p.optimizer_gbytes_per_s = 7.0;
+  auto priced = ProfileCostModel::create(p, two_islands(), g);
+  REQUIRE(priced.ok());
+  CHECK((*priced)->optimizer_ms(1'000'000) == Approx(4.0));
+  CHECK((*priced)->optimizer_ms(0) == 0.0);
+  p.optimizer_gbytes_per_s.reset();
 
   op.id = "image-text/img/1.2";
   op.workload = layer(128);

@@ -192,3 +192,32 @@ TEST_CASE("x-forward_share: written when known, read back, absent means unknown,
                                       Catch::Contains("[0, 1]"));
   }
 }
+
+TEST_CASE("x-optimizer: the optimizer step's rate round-trips, absent means unpriced, bad figures are rejected") {
+  Profile p = sample();
+  CHECK_FALSE(parse_profile_string(profile_to_json(p), "p.json")->optimizer_gbytes_per_s.has_value());
+  p.optimizer_gbytes_per_s = 12.3456789;
+  const std::string bytes = profile_to_json(p);
+  CHECK(bytes.find("\"x-optimizer\": {\"gbytes_per_s\":12.3457}") != std::string::npos);
+  auto back = parse_profile_string(bytes, "p.json");
+  REQUIRE(back.ok());
+  REQUIRE(back->optimizer_gbytes_per_s.has_value());
+  CHECK(*back->optimizer_gbytes_per_s == 12.3457);
+  CHECK(profile_to_json(*back) == bytes);
+  for (const char* bad_value : {"0", "-1", "2e9", "\"fast\""}) {
+    std::string text = bytes;
+    const size_t at = text.find("12.3457");
+    text.replace(at, 7, bad_value);
+    auto r = parse_profile_string(text, "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-optimizer.gbytes_per_s"));
+  }
+  for (const char* bad_object : {"{}", "{\"gbytes_per_s\":1,\"extra\":2}", "[1]"}) {
+    std::string text = bytes;
+    const size_t at = text.find("{\"gbytes_per_s\":12.3457}");
+    text.replace(at, std::string("{\"gbytes_per_s\":12.3457}").size(), bad_object);
+    auto r = parse_profile_string(text, "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-optimizer"));
+  }
+}

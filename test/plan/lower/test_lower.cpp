@@ -211,6 +211,16 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     CHECK(tr.bytes == tr.values * sp::kWireBytesPerValue);
   }
   CHECK(sum.sent == sum.received);
+  // Each device's optimizer steps step every parameter shard it holds, once
+  // (from the holders' map, not the buckets): what CostModel::optimizer_ms
+  // prices.
+  std::vector<int64_t> held(static_cast<size_t>(plan.devices), 0), stepped(held.size(), 0);
+  for (const auto& [key, devices] : l.shard_devices)
+    for (int d : devices) held[static_cast<size_t>(d)] += ctx.shard_values[static_cast<size_t>(l.param_op.at(key.first))];
+  for (const sp::Program& prog : l.programs)
+    for (const sp::Instr& in : prog.instrs)
+      if (in.kind == sp::InstrKind::optimizer) stepped[static_cast<size_t>(prog.device)] += in.values;
+  CHECK(stepped == held);
   for (size_t k = 0; k < l.buckets.size(); ++k) {
     const sp::Bucket& b = l.buckets[k];
     CHECK(reduced_by[static_cast<int>(k)] == static_cast<int>(b.devices.size()));   // by every member, once
@@ -542,7 +552,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           CHECK(lean[i].deps.empty());
           CHECK((lean[i].kind == full[i].kind && lean[i].wave == full[i].wave && lean[i].dir == full[i].dir &&
                  lean[i].slice == full[i].slice && std::ranges::equal(lean_prog.transfers_of(lean[i]), full_prog.transfers_of(full[i])) &&
-                 lean[i].bucket == full[i].bucket));
+                 lean[i].bucket == full[i].bucket && lean[i].values == full[i].values));
         }
       }
       ++lowered_plans;

@@ -19,6 +19,7 @@
 #include "libplan/planner/planner.h"
 #include "libplan/report/trace.h"
 #include "libplan/report/utilisation.h"
+#include "libplan/rules/memory.h"
 #include "libplan/sim/sim.h"
 #include "test/plan/shipped_fixture.h"
 
@@ -127,15 +128,20 @@ struct Programs {
   }
   void start(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_start, bucket); }
   void wait(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_wait, bucket); }
-  void optimizer(int d) {
+  // An optimizer step of bucket `bucket`'s shards (-1: the rest), `values` values.
+  void optimizer(int d, int bucket = -1, int64_t values = 0) {
     sp::Instr in;
     in.kind = sp::InstrKind::optimizer;
+    in.bucket = bucket;
+    in.values = values;
     add(d, in);
   }
+  // With `optimizer_gbytes_per_s` > 0 the optimizer steps are priced at it.
   sp::Simulation run(const sp::Cluster& cluster, const sp::SimOptions& options = {},
-                     const sp::CommOverhead& overhead = {}) const {
+                     const sp::CommOverhead& overhead = {}, double optimizer_gbytes_per_s = 0) const {
     sp::TableCostModel cost(cluster);
     cost.set_overhead(overhead);
+    cost.set_optimizer_rate(optimizer_gbytes_per_s);
     auto sim = sp::simulate(l, slice_ms, cost, cluster.devices_per_island, options);
     REQUIRE(sim.ok());
     return *sim;
@@ -445,6 +451,46 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   CHECK(lsim.devices[0].hidden_sync_ms == Approx(0.0));
 }
 
+TEST_CASE("optimizer steps: 28 bytes per value at the profile's rate, a bucket's after its wait", "[sim]") {
+  // Both devices run s (3 ms: forward 0-1, backward 1-3); bucket k (1e6
+  // bytes: 1 ms over 2 devices at 1 GB/s) runs 3-4. At 7 GB/s a step of
+  // 250,000 values moves 7e6 bytes: 1 ms, 4-5 on both; device 0 then steps
+  // the 500,000 values it alone holds: 2 ms, 5-7.
+  Programs p(2);
+  const int s = p.slice(0, {0, 1}, 3.0);
+  const int k = p.bucket({0, 1}, 1'000'000);
+  for (int d : {0, 1}) {
+    p.fwd(d, s);
+    p.bwd(d, s);
+    p.start(d, k);
+    p.wait(d, k);
+    p.optimizer(d, k, 250'000);
+    p.optimizer(d, -1, d == 0 ? 500'000 : 0);
+  }
+  const sp::Simulation sim = p.run(hand_cluster(1, 2), {}, {}, 7.0);
+  CHECK(sim.iteration_ms == Approx(7.0));
+  CHECK(sim.devices[0].compute_ms == Approx(6.0));
+  CHECK(sim.devices[1].compute_ms == Approx(4.0));
+  CHECK(sim.devices[1].finish_ms == Approx(5.0));
+  CHECK(box(sim, 0, 4, "optimizer").start_ms == Approx(4.0));
+  CHECK(box(sim, 0, 4, "optimizer").dur_ms == Approx(1.0));
+  CHECK(box(sim, 0, 5, "optimizer").start_ms == Approx(5.0));
+  CHECK(box(sim, 0, 5, "optimizer").dur_ms == Approx(2.0));
+  // No rate (an older profile), or price_optimizer off (the compute gap):
+  // the steps take 0 ms.
+  CHECK(p.run(hand_cluster(1, 2)).iteration_ms == Approx(4.0));
+  sp::SimOptions unpriced;
+  unpriced.price_optimizer = false;
+  CHECK(p.run(hand_cluster(1, 2), unpriced, {}, 7.0).iteration_ms == Approx(4.0));
+  // A bound stops a run whose steps pass it.
+  sp::SimOptions bounded;
+  bounded.timeline = false;
+  bounded.stop_after_ms = 6.5;
+  CHECK(std::isinf(p.run(hand_cluster(1, 2), bounded, {}, 7.0).iteration_ms));
+  bounded.stop_after_ms = 7.0 * (1 + 1e-9);
+  CHECK(p.run(hand_cluster(1, 2), bounded, {}, 7.0).iteration_ms == Approx(7.0));
+}
+
 TEST_CASE("a device runs one all-reduce at a time, and a complete group does not wait behind an incomplete one", "[sim]") {
   // The programs of the case above, but both buckets start after the
   // backward of s2 (at 7): k2 runs 7-8, then k1 8-10 (not 7-9 beside it);
@@ -664,11 +710,13 @@ constexpr sp::Strategy kStrategies[] = {sp::Strategy::sequential, sp::Strategy::
 // wave-barrier prediction"):
 //  - every device's busy time is at most the makespan;
 //  - the same inputs simulate to the same result;
-//  - with communication priced at zero the makespan is at most the barrier
+//  - with communication and optimizer steps priced at zero the makespan is at most the barrier
 //    compute time (sum of wave.ms: a device's wave w cannot start later than
 //    all waves before it have ended) and, for the paper's workloads, at least
 //    the relaxed optimum (the tiny models, with few operators per level, can
 //    overlap levels without barriers and go below this per-level bound);
+//  - pricing the optimizer steps (the analytic profile's rate: the device's
+//    memory bandwidth) delays the makespan by at most one device's steps;
 //  - the makespan is at most kSlack x (barrier compute + transfers at the wire
 //    width + the longest chain of bucket all-reduces): the programs move fp32
 //    where the barrier model prices the model dtype, and run their
@@ -753,10 +801,27 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
 
       sp::SimOptions compute_only;
       compute_only.price_communication = false;
+      compute_only.price_optimizer = false;
       auto c = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, compute_only);
       REQUIRE(c.ok());
       CHECK(c->iteration_ms <= p.compute_ms * (1 + 1e-9));
       if (w.model_name.rfind("tiny-", 0) != 0) CHECK(c->iteration_ms >= p.relaxed_optimum_ms * (1 - 1e-9));
+      // The optimizer steps come after every device's backward and its
+      // all-reduces have begun: they delay their own device alone, by at
+      // most its steps' time (28 bytes per value at the profile's rate).
+      compute_only.price_optimizer = true;
+      auto stepped = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, compute_only);
+      REQUIRE(stepped.ok());
+      double most_steps = 0;
+      for (const sp::Program& prog : lowered->programs) {
+        double steps = 0;
+        for (const sp::Instr& in : prog.instrs)
+          if (in.kind == sp::InstrKind::optimizer) steps += sp::optimizer_ms(in.values, w.cluster.memory_gbytes_per_s);
+        most_steps = std::max(most_steps, steps);
+      }
+      CHECK(most_steps > 0);
+      CHECK(stepped->iteration_ms >= c->iteration_ms);
+      CHECK(stepped->iteration_ms <= (c->iteration_ms + most_steps) * (1 + 1e-9));
       ++simulated;
     }
   }
