@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "libexec/comm/mpi_check.h"
@@ -43,7 +44,12 @@ int count_of(size_t n) {
 }
 }  // namespace
 
+void set_mpi_defaults() {
+  for (const MpiSetting& s : kMpiDefaults) setenv(s.name, s.value, /*overwrite=*/0);
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
+  set_mpi_defaults();
   MPI_CHECK(MPI_Init(argc, argv));
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 }

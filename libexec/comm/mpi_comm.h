@@ -15,6 +15,24 @@
 
 namespace spindle::exec {
 
+// Open MPI settings MpiSession starts MPI with, each unless the environment
+// already has it (the user's OMPI_MCA_* variable, or mpirun --mca, which
+// passes one): the shared-memory transport (vader) sends a message of up to
+// 64 KiB eagerly, so a send posted right after a compute leaves at once, as
+// the simulation prices it (docs/runtime.md, "Messages and MPI progress").
+// Above the eager limit Open MPI hands a message over by rendezvous, which
+// moves only inside its sender's MPI calls: the receiver waits for the
+// sender's next poll, after its next slice (tiny-clip on 2 CPU ranks: 0.7-0.9
+// ms of waiting per step and rank with 4 KiB, Open MPI 4.1's default).
+struct MpiSetting {
+  const char* name;
+  const char* value;
+};
+inline constexpr MpiSetting kMpiDefaults[] = {{"OMPI_MCA_btl_vader_eager_limit", "65536"},
+                                              {"OMPI_MCA_btl_vader_max_send_size", "65536"}};
+// Sets each of kMpiDefaults that the environment lacks (before MPI_Init).
+void set_mpi_defaults();
+
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);

@@ -7,8 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <set>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "libexec/comm/mpi_comm.h"
@@ -135,6 +138,36 @@ void check_posted_messages(Comm& c) {
   c.barrier();
 }
 
+// A send posted right after a compute leaves at once (kMpiDefaults: eager
+// up to 64 KiB over shared memory), as the simulation prices it: rank 0 has
+// posted its receive of 16 KiB; rank 1 posts the send and then makes no MPI
+// call for 200 ms (a long compute). The receive completes long before
+// that. Under rendezvous (Open MPI's 4 KiB default) the data would move
+// only at rank 1's next MPI call, after the 200 ms.
+void check_eager_send(Comm& c) {
+  if (c.size() < 2 || c.rank() > 1) {
+    c.barrier();
+    c.barrier();
+    return;
+  }
+  std::vector<float> buf(4096, static_cast<float>(c.rank()));
+  int request = -1;
+  if (c.rank() == 0) request = c.post_recv(buf, 1, 9);
+  c.barrier();
+  if (c.rank() == 1) {
+    request = c.post_send(buf, 0, 9);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    c.wait_p2p(request);
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    c.wait_p2p(request);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT(ms < 100.0);
+    EXPECT(buf.front() == 1.0f && buf.back() == 1.0f);
+  }
+  c.barrier();
+}
+
 // Started all-reduces (gradient buckets during the backward pass), on a
 // duplicate of `c` as the executor runs them: the sums are right, waited
 // for in start order; and progress() alone completes them. Rank 0 never
@@ -198,7 +231,12 @@ void check_tp_layer(Comm& tp) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A value the user set wins over kMpiDefaults (here a larger send size);
+  // the others are set.
+  setenv(kMpiDefaults[1].name, "131072", /*overwrite=*/1);
   MpiSession session(&argc, &argv);
+  EXPECT(std::string(std::getenv(kMpiDefaults[0].name)) == kMpiDefaults[0].value);
+  EXPECT(std::string(std::getenv(kMpiDefaults[1].name)) == "131072");
   auto world = MpiComm::world();
   world_rank = world->rank();
   const int n = world->size();
@@ -229,6 +267,7 @@ int main(int argc, char** argv) {
   check_tp_layer(*comms.at(everyone));
 
   check_posted_messages(*world);
+  check_eager_send(*world);
   check_started_all_reduce(*world);
   check_started_all_reduce(*comms.at({pair0, pair0 + 1}));
 
