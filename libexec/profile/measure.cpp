@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -323,6 +324,26 @@ LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const M
   return out;
 }
 
+namespace {
+// Median ms of `once` (a local operation, nothing collective): 3 untimed
+// runs, then as many timed as fit options.link_budget_ms, within
+// [min_repeats, max_repeats].
+double median_local_ms(const std::function<void()>& once, const MeasureOptions& o) {
+  Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < 3; ++i) once();
+  const double one_ms = ms_since(t0) / 3.0;
+  const int reps = std::clamp(one_ms > 0 ? static_cast<int>(o.link_budget_ms / one_ms) : o.max_repeats,
+                              o.min_repeats, o.max_repeats);
+  std::vector<double> samples;
+  for (int i = 0; i < reps; ++i) {
+    t0 = Clock::now();
+    once();
+    samples.push_back(ms_since(t0));
+  }
+  return timing_stats(samples).median;
+}
+}  // namespace
+
 LinkSamples time_copy(Backend& backend, const std::vector<double>& sizes, const MeasureOptions& o) {
   LinkSamples out;
   for (double bytes : sizes) {
@@ -333,19 +354,8 @@ LinkSamples time_copy(Backend& backend, const std::vector<double>& sizes, const 
       backend.copy(src, dst);
       backend.synchronize();
     };
-    Clock::time_point t0 = Clock::now();
-    for (int i = 0; i < 3; ++i) once();
-    const double one_ms = ms_since(t0) / 3.0;
-    const int reps = std::clamp(one_ms > 0 ? static_cast<int>(o.link_budget_ms / one_ms) : o.max_repeats,
-                                o.min_repeats, o.max_repeats);
-    std::vector<double> samples;
-    for (int i = 0; i < reps; ++i) {
-      t0 = Clock::now();
-      once();
-      samples.push_back(ms_since(t0));
-    }
     out.bytes.push_back(bytes);
-    out.ms.push_back(timing_stats(samples).median);
+    out.ms.push_back(median_local_ms(once, o));
   }
   return out;
 }
@@ -361,18 +371,7 @@ double time_optimizer(Comm& comm, Backend& backend, int64_t values, const Measur
     backend.synchronize();
   };
   comm.barrier();
-  Clock::time_point t0 = Clock::now();
-  for (int i = 0; i < 3; ++i) once();
-  const double one_ms = ms_since(t0) / 3.0;
-  const int reps = std::clamp(one_ms > 0 ? static_cast<int>(o.link_budget_ms / one_ms) : o.max_repeats,
-                              o.min_repeats, o.max_repeats);
-  std::vector<double> samples;
-  for (int i = 0; i < reps; ++i) {
-    t0 = Clock::now();
-    once();
-    samples.push_back(ms_since(t0));
-  }
-  const double ms = std::max(timing_stats(samples).median, 1e-6);
+  const double ms = std::max(median_local_ms(once, o), 1e-6);
   // bytes / ms / 1e6 = GB/s
   float rate = static_cast<float>(static_cast<double>(n) * plan::kAdamWBytesPerValue / (ms * 1e6));
   comm.all_reduce_sum({&rate, 1});
