@@ -112,7 +112,7 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
                 "faster here; the plan says so, spindle-run follows it)\n");
   std::printf("barrier   %.3f ms if every wave ended on a barrier = compute %.3f + transfer %.3f + sync %.3f\n",
               p.iteration_ms, p.compute_ms, p.transfer_ms, p.sync_ms);
-  std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%% (simulated with communication at 0)\n",
+  std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%% (simulated with communication and optimizer at 0)\n",
               p.relaxed_optimum_ms, gap * 100);
   std::printf("memory    peak %s on device %d (of %s)\n", gib(peak).c_str(), peak_dev, gib(plan.memory_bytes).c_str());
   std::printf("planning  %.2f ms\n", plan.planning_ms);
