@@ -305,9 +305,10 @@ void print_profile_links(const sp::Profile& profile) {
     return std::string(buf);
   };
   std::printf("links     measured by the profile (x-links, %d ranks): in an island p2p %s, all-reduce %s; "
-              "across p2p %s, all-reduce %s\n",
+              "across p2p %s, all-reduce %s%s\n",
               l.ranks, fig(l.intra_p2p).c_str(), fig(l.intra_allreduce).c_str(), fig(l.inter_p2p).c_str(),
-              fig(l.inter_allreduce).c_str());
+              fig(l.inter_allreduce).c_str(),
+              l.progress_in_calls ? "; all-reduces move only inside MPI calls and polls (progress: calls)" : "");
 }
 
 }  // namespace

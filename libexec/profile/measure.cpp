@@ -525,6 +525,10 @@ plan::Cluster measure_links(const Measuring& m, const std::vector<MeasureTarget>
   const std::vector<double> sizes = link_message_sizes(targets, skeleton.entries, model.dtype, m.o.link_sizes);
   plan::ProfileLinks measured;
   measured.ranks = ranks;
+  // With the CPU backend spindle-run all-reduces its gradient buckets over
+  // MPI, which moves a started one only inside MPI calls and polls; over
+  // NCCL (a CUDA build) they run on their own stream.
+  measured.progress_in_calls = std::string(m.backend.name()) == "cpu";
   const int dpi = std::max(cluster.devices_per_island, 1);
   std::vector<std::string> failed;
   if (dpi >= 2) measure_p2p(m, 1, sizes, measured.intra_p2p, "intra_island", failed);

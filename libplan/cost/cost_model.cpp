@@ -113,6 +113,7 @@ void TableCostModel::use_measured_links(const ProfileLinks& links) {
   take(cluster_.inter_island, links.inter_p2p);
   take(allreduce_cluster_.intra_island, links.intra_allreduce);
   take(allreduce_cluster_.inter_island, links.inter_allreduce);
+  progress_in_calls_ = links.progress_in_calls;
 }
 
 }  // namespace spindle::plan

@@ -48,6 +48,12 @@ class CostModel {
   // (rules/memory.h's optimizer_ms at the profile's "x-optimizer" rate); 0
   // when the profile does not carry one.
   virtual double optimizer_ms(int64_t /*values*/) const { return 0; }
+  // Whether a started all-reduce moves only while every member of its group
+  // is inside a communication call or polls between instructions (MPI, as
+  // spindle-run runs it on CPUs: a profile's x-links "progress": "calls"),
+  // rather than beside the compute (NCCL on its own stream; analytic
+  // profiles). docs/simulation.md.
+  virtual bool allreduce_progress_in_calls() const { return false; }
   // Share of one operator's time (curve) spent in its forward, in [0, 1],
   // as measured (a profile's "x-forward_share"); -1 when not known (the
   // simulation then takes SimOptions::forward_share). has_forward_shares:
@@ -72,7 +78,8 @@ class TableCostModel : public CostModel {
   void set_forward_share(const Workload& w, double share);
   // Uses measured link figures (a profile's "x-links") in place of the
   // cluster's: p2p_ms takes the p2p fits, allreduce_ms the all-reduce fits;
-  // links not measured (gbytes_per_s == 0) keep the cluster's figures.
+  // links not measured (gbytes_per_s == 0) keep the cluster's figures; and
+  // how a started all-reduce progresses (ProfileLinks::progress_in_calls).
   void use_measured_links(const ProfileLinks& links);
   // Prices the runtime's software overhead (a profile's "comm_overhead").
   void set_overhead(const CommOverhead& overhead) { overhead_ = overhead; }
@@ -80,6 +87,7 @@ class TableCostModel : public CostModel {
   // Prices the optimizer step at `gbytes_per_s` (a profile's "x-optimizer").
   void set_optimizer_rate(double gbytes_per_s) { optimizer_gbytes_per_s_ = gbytes_per_s; }
   double optimizer_ms(int64_t values) const override;
+  bool allreduce_progress_in_calls() const override { return progress_in_calls_; }
   const ScalingCurve* curve(const Workload& w) const override;
   int64_t param_bytes(const Workload& w) const override;
   int64_t activation_bytes_per_sample(const Workload& w) const override;
@@ -110,6 +118,7 @@ class TableCostModel : public CostModel {
   Cluster allreduce_cluster_;   // links for allreduce_ms (differ only when measured)
   CommOverhead overhead_;       // zero unless set
   double optimizer_gbytes_per_s_ = 0;   // 0: the optimizer step is not priced
+  bool progress_in_calls_ = false;      // set by use_measured_links
   int forward_shares_ = 0;      // entries with a forward share
 };
 

@@ -109,16 +109,22 @@ class ProfileReader {
 bool valid_source(const std::string& s) { return s == "analytic" || s == "measured"; }
 
 // "x-links" (docs/profiling.md): {"ranks": N, "intra_island"|"inter_island":
-// {"p2p"|"allreduce": {"gbytes_per_s": > 0, "latency_us": >= 0}}}, every
-// part optional except ranks.
+// {"p2p"|"allreduce": {"gbytes_per_s": > 0, "latency_us": >= 0}}, "progress":
+// "calls"|"background"}, every part optional except ranks.
 Result<ProfileLinks> parse_links(const ProfileReader& r, const json& j) {
   const std::string at = "x-links";
   if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
-  SPINDLE_TRY(r.check_keys(j, at, {"ranks"}, {"intra_island", "inter_island"}));
+  SPINDLE_TRY(r.check_keys(j, at, {"ranks"}, {"intra_island", "inter_island", "progress"}));
   ProfileLinks l;
   auto ranks = r.get_int(j, at, "ranks", 1, limits::kMaxDevices);
   SPINDLE_TRY(ranks);
   l.ranks = int(*ranks);
+  if (j.contains("progress")) {
+    SPINDLE_ASSIGN(progress, r.get_string(j, at, "progress"));
+    if (progress != "calls" && progress != "background")
+      return r.err(at + ".progress", "expected \"calls\" or \"background\", found " + j["progress"].dump());
+    l.progress_in_calls = progress == "calls";
+  }
   for (const char* level : {"intra_island", "inter_island"}) {
     if (!j.contains(level)) continue;
     const std::string lat = at + "." + level;
@@ -155,6 +161,7 @@ Result<ProfileLinks> parse_links(const ProfileReader& r, const json& j) {
 json links_to_json(const ProfileLinks& l) {
   json j;
   j["ranks"] = l.ranks;
+  if (l.progress_in_calls) j["progress"] = "calls";
   auto put = [&](const char* level, const char* kind, const Link& link) {
     if (!(link.gbytes_per_s > 0)) return;
     j[level][kind] = {{"gbytes_per_s", profile_figure(link.gbytes_per_s)},

@@ -46,6 +46,10 @@ struct ProfileLinks {
   Link intra_p2p, inter_p2p;
   Link intra_allreduce, inter_allreduce;
   int ranks = 0;                        // MPI ranks that measured them
+  // "progress": "calls": the runtime's all-reduces move only inside its
+  // communicator's calls and polls (MPI, the CPU backend's); absent or
+  // "background": beside compute (NCCL). docs/simulation.md.
+  bool progress_in_calls = false;
 };
 
 // The cluster a profile was made for ("cluster" of a version 2 file).

@@ -128,6 +128,12 @@ struct SimState {
   // by device, its all-reduces that have not begun, ms.
   std::vector<double> compute_left;
   std::vector<double> sync_left;
+  // By device, its latest run through instructions that touch nothing
+  // shared (Simulator::ready): instructions [chain_begin, chain_end), the
+  // last ending at chain_end_t; chain_end_t is the time it reached its
+  // current instruction when it is blocked there (no run).
+  std::vector<int> chain_begin, chain_end;
+  std::vector<double> chain_end_t;
 };
 
 SimState& thread_sim_state() {
@@ -150,6 +156,7 @@ class Simulator {
   void packed(int d, int pc, double t);
   void end_exchange(int d, int pc, double t);
   void enter_allreduce(int d, int pc, double t);
+  double next_poll(int d, double t) const;
   void enter_wait_sends(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
@@ -198,6 +205,7 @@ class Simulator {
   const CostModel& cost_;
   const int per_island_;
   const SimOptions options_;
+  const bool progress_in_calls_ = options_.price_communication && cost_.allreduce_progress_in_calls();
 
   SimState& s_;
   size_t at(int d, int pc) const { return s_.first[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
@@ -261,6 +269,9 @@ Result<Simulation> Simulator::run() {
   s_.compute_left.clear();
   s_.sync_left.clear();
   s_.events.clear();
+  s_.chain_begin.assign(devices, 0);
+  s_.chain_end.assign(devices, 0);
+  s_.chain_end_t.assign(devices, 0.0);
   // With a finite bound: what each device has left, for passes_bound.
   bounded_ = options_.stop_after_ms < std::numeric_limits<double>::infinity();
   if (bounded_) s_.compute_left.assign(s_.first[devices], 0.0);
@@ -347,6 +358,8 @@ void Simulator::ready(int d, int pc, double t) {
   }
   InstrTimes& times = s_.times[at(d, pc)];
   times.reached = times.began = t;
+  s_.chain_begin[static_cast<size_t>(d)] = s_.chain_end[static_cast<size_t>(d)] = pc;
+  s_.chain_end_t[static_cast<size_t>(d)] = t;
   if (in.kind == InstrKind::exchange || in.kind == InstrKind::post_send) return enter_exchange(d, pc, t);
   if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
   if (in.kind == InstrKind::allreduce_wait && s_.bucket_end[static_cast<size_t>(in.bucket)] < 0) {
@@ -368,7 +381,28 @@ void Simulator::ready(int d, int pc, double t) {
     ++pc;
     if (pc >= end || !runs_alone(prog.instrs[static_cast<size_t>(pc)])) break;
   }
+  s_.chain_end[static_cast<size_t>(d)] = pc;
+  s_.chain_end_t[static_cast<size_t>(d)] = t;
   push({t, kReady, d, pc});
+}
+
+// The first time at or after t at which device d is inside an MPI call or
+// polls (spindle-run polls after every compute instruction, and its
+// exchanges and waits are MPI calls): t when it is blocked or between
+// instructions then, else the end of the compute instruction it runs at t.
+double Simulator::next_poll(int d, double t) const {
+  const size_t dev = static_cast<size_t>(d);
+  if (s_.chain_end_t[dev] <= t) return t;
+  const Program& prog = l_.programs[dev];
+  for (int i = s_.chain_begin[dev]; i < s_.chain_end[dev]; ++i) {
+    const InstrTimes& tm = s_.times[at(d, i)];
+    if (tm.began <= t && t < tm.ended) {
+      const InstrKind k = prog.instrs[static_cast<size_t>(i)].kind;
+      const bool compute = k == InstrKind::forward || k == InstrKind::backward || k == InstrKind::optimizer;
+      return compute ? tm.ended : t;
+    }
+  }
+  return t;
 }
 
 // Software overhead (rules/links.h exchange_overhead_ms): the device first
@@ -446,6 +480,11 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   if (++s_.arrived[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
   double begin = t;
   for (int m : bucket.devices) begin = std::max(begin, s_.comm_free[static_cast<size_t>(m)]);
+  // MPI moves a started all-reduce only inside MPI calls
+  // (CostModel::allreduce_progress_in_calls): it begins once every member
+  // has polled after the group completed.
+  if (progress_in_calls_)
+    for (int m : bucket.devices) begin = std::max(begin, next_poll(m, t));
   const double ms = bucket_ms(bucket, cost_, options_);
   const double end = begin + ms;
   for (int m : bucket.devices) {

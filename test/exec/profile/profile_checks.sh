@@ -34,6 +34,12 @@ mpi-links)
       --measure --point-ms 5 -o "$out/p.json" >"$out/stdout" 2>"$out/stderr" || fail "profile exit $?: $(cat "$out/stderr")"
   cat "$out/stdout"
   grep -q '"x-links"' "$out/p.json" || fail "no x-links"
+  # The CPU backend's all-reduces go over MPI: they progress inside calls only.
+  grep -q '"progress":"calls"' "$out/p.json" || fail "x-links does not say all-reduces progress inside calls"
+  # The optimizer step's rate, timed (docs/profiling.md).
+  grep -q '"x-optimizer": {"gbytes_per_s":[0-9.e+-]*}' "$out/p.json" || fail "no x-optimizer rate"
+  grep -q '^optimizer: AdamW over [0-9]* values per rank, [0-9.e+-]* GB/s' "$out/stdout" \
+      || fail "no optimizer summary line"
   grep -q 'intra_island send/recv' "$out/stdout" || fail "no link figures printed"
   grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
   # CPU ranks time each point of 2 or more devices together (MeasureOptions::together):
@@ -45,6 +51,8 @@ mpi-links)
       -o "$out/plan.json" >"$out/plan.stdout" || fail "plan exit $?"
   grep -q '^links     measured by the profile (x-links, 2 ranks): in an island p2p [0-9.]* GB/s' "$out/plan.stdout" \
       || fail "spindle-plan does not say it uses the measured links"
+  grep -q '^links .*all-reduces move only inside MPI calls and polls (progress: calls)$' "$out/plan.stdout" \
+      || fail "spindle-plan does not say how the all-reduces progress"
   ;;
 bad-usage)
   p="$bin/spindle-profile"; c4="$src/configs/clusters/cpu-1x4.yaml"; o="$out/o.json"

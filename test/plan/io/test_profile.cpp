@@ -221,3 +221,26 @@ TEST_CASE("x-optimizer: the optimizer step's rate round-trips, absent means unpr
     CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-optimizer"));
   }
 }
+
+TEST_CASE("x-links progress: calls round-trips, absent means background, another value is refused") {
+  Profile p = sample();
+  p.cluster = ProfileCluster{"c", 2, 2};
+  ProfileLinks links;
+  links.ranks = 2;
+  p.links = links;
+  const std::string background = profile_to_json(p);
+  CHECK(background.find("progress") == std::string::npos);
+  CHECK_FALSE(parse_profile_string(background, "p.json")->links->progress_in_calls);
+  p.links->progress_in_calls = true;
+  const std::string calls = profile_to_json(p);
+  CHECK(calls.find("\"progress\":\"calls\"") != std::string::npos);
+  auto back = parse_profile_string(calls, "p.json");
+  REQUIRE(back.ok());
+  CHECK(back->links->progress_in_calls);
+  CHECK(profile_to_json(*back) == calls);
+  std::string text = calls;
+  text.replace(text.find("\"calls\""), 7, "\"often\"");
+  auto r = parse_profile_string(text, "p.json");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-links.progress"));
+}

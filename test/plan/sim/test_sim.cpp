@@ -451,6 +451,63 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   CHECK(lsim.devices[0].hidden_sync_ms == Approx(0.0));
 }
 
+TEST_CASE("all-reduces that progress only inside calls begin when every member has polled", "[sim]") {
+  // Device 0 runs a (forward 0-1), starts bucket k (1e6 bytes: 1 ms over 2
+  // devices at 1 GB/s), then b (forward 1-5), then waits for k; device 1
+  // runs c (forward 0-2), starts k and waits for it. In the background
+  // (NCCL) k runs 2-3 once device 1 has started it: device 1 finishes at
+  // 3, device 0 at 5. Progressing only inside calls (MPI) k waits for
+  // device 0's next poll, after b, at 5: it runs 5-6, and both end at 6.
+  Programs p(2);
+  const int a = p.slice(0, {0}, 3.0), b = p.slice(1, {0}, 12.0), c = p.slice(0, {1}, 6.0);
+  const int k = p.bucket({0, 1}, 1'000'000);
+  p.fwd(0, a);
+  p.start(0, k);
+  p.fwd(0, b);
+  p.wait(0, k);
+  p.fwd(1, c);
+  p.start(1, k);
+  p.wait(1, k);
+  const sp::Cluster cluster = hand_cluster(1, 2);
+  sp::TableCostModel background(cluster), in_calls(cluster);
+  sp::ProfileLinks links;   // no link measured: the cluster's figures stay
+  links.progress_in_calls = true;
+  in_calls.use_measured_links(links);
+  CHECK_FALSE(background.allreduce_progress_in_calls());
+  CHECK(in_calls.allreduce_progress_in_calls());
+  auto bg = sp::simulate(p.l, p.slice_ms, background, 2);
+  auto mpi = sp::simulate(p.l, p.slice_ms, in_calls, 2);
+  REQUIRE(bg.ok());
+  REQUIRE(mpi.ok());
+  CHECK(bg->iteration_ms == Approx(5.0));
+  CHECK(bg->devices[1].finish_ms == Approx(3.0));
+  CHECK(mpi->iteration_ms == Approx(6.0));
+  CHECK(mpi->devices[1].finish_ms == Approx(6.0));
+  CHECK(box(*mpi, 1, 1, "allreduce").start_ms == Approx(5.0));
+  CHECK(box(*mpi, 1, 2, "wait").dur_ms == Approx(4.0));   // device 1 waits 2-6
+  // A member blocked in a call (device 1, already waiting) polls at once:
+  // with device 0 starting k last, at 5 after b, k runs 5-6 either way.
+  Programs q(2);
+  const int a2 = q.slice(0, {0}, 3.0), b2 = q.slice(1, {0}, 12.0), c2 = q.slice(0, {1}, 6.0);
+  const int k2 = q.bucket({0, 1}, 1'000'000);
+  q.fwd(0, a2);
+  q.fwd(0, b2);
+  q.start(0, k2);
+  q.wait(0, k2);
+  q.fwd(1, c2);
+  q.start(1, k2);
+  q.wait(1, k2);
+  auto late = sp::simulate(q.l, q.slice_ms, in_calls, 2);
+  REQUIRE(late.ok());
+  CHECK(late->iteration_ms == Approx(6.0));
+  // Communication priced at 0 (the compute gap): no wait for a poll either.
+  sp::SimOptions free_comm;
+  free_comm.price_communication = false;
+  auto gap = sp::simulate(p.l, p.slice_ms, in_calls, 2, free_comm);
+  REQUIRE(gap.ok());
+  CHECK(gap->iteration_ms == Approx(5.0));
+}
+
 TEST_CASE("optimizer steps: 28 bytes per value at the profile's rate, a bucket's after its wait", "[sim]") {
   // Both devices run s (3 ms: forward 0-1, backward 1-3); bucket k (1e6
   // bytes: 1 ms over 2 devices at 1 GB/s) runs 3-4. At 7 GB/s a step of
