@@ -8,6 +8,8 @@
 #include <map>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include "libexec/exec/data.h"
 #include "libexec/ops/op.h"
 #include "libexec/rng.h"
@@ -298,6 +300,24 @@ LinkSamples time_p2p(Comm& comm, int a, int b, const std::vector<double>& sizes,
   return out;
 }
 
+namespace {
+// spindle-run sums a bucket's gradients after the backward pass has gone
+// through the rest of the device's data: the bucket (and MPI's own
+// buffers) are out of the caches by then. This writes one float per
+// 64-byte line of a buffer of twice the last-level cache (at least 64 MiB),
+// so that a timed all-reduce starts as cold. On this VM (32 MiB L3) a 160
+// KB all-reduce over 2 ranks takes 0.012 ms warm, 0.055 ms cold, and 0.075-
+// 0.094 ms inside spindle-run (bench/README.md, "loop").
+void evict_caches() {
+  static std::vector<float> junk = [] {
+    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const size_t bytes = std::max<size_t>(size_t{64} << 20, llc > 0 ? 2 * static_cast<size_t>(llc) : 0);
+    return std::vector<float>(bytes / sizeof(float), 0.0f);
+  }();
+  for (size_t k = 0; k < junk.size(); k += 16) junk[k] += 1.0f;
+}
+}  // namespace
+
 LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const MeasureOptions& o) {
   LinkSamples out;
   for (double bytes : sizes) {
@@ -309,10 +329,15 @@ LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const M
     auto once = [&]() { comm.wait_all_reduce(comm.start_all_reduce_sum(buf)); };
     comm.barrier();
     Clock::time_point t0 = Clock::now();
-    for (int i = 0; i < 3; ++i) once();
+    for (int i = 0; i < 3; ++i) {
+      evict_caches();
+      once();
+    }
+    // Repeats by the time a timed run costs with its eviction.
     const int reps = agree_repeats(comm, ms_since(t0) / 3.0, o);
     std::vector<double> samples;
     for (int i = 0; i < reps; ++i) {
+      evict_caches();
       comm.barrier();
       t0 = Clock::now();
       once();

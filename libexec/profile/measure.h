@@ -117,8 +117,10 @@ struct LinkSamples {
 // Ping-pong between ranks a != b of `comm` (one-way time = round trip / 2,
 // median). Collective over comm (other ranks wait); valid on rank a.
 LinkSamples time_p2p(Comm& comm, int a, int b, const std::vector<double>& sizes, const MeasureOptions& options);
-// all_reduce_sum over all of `comm` (median of rank 0's times, a barrier
-// before each). Collective over comm; valid on rank 0.
+// all_reduce_sum over all of `comm`, started and waited for (median of rank
+// 0's times, a barrier before each, and the caches evicted before each: the
+// runtime sums a bucket after the backward pass has gone through the rest
+// of the device's data). Collective over comm; valid on rank 0.
 LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const MeasureOptions& options);
 
 // One copy of `bytes` on `backend` as the runtime packs a message
