@@ -76,6 +76,20 @@ std::pair<std::string, int> phase_of(const json& e) {
   return {"", 0};
 }
 
+// Rank r's optimizer boxes ("optimizer", "optimizer bucket B") per step
+// after the first `skip`, summed; the median over steps (0 when none).
+double measured_optimizer_ms(const json& trace, int r, int skip) {
+  std::map<int, double> by_step;
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || e.value("pid", -1) != r || phase_of(e).first != "optimizer") continue;
+    const int step = e.contains("args") ? e["args"].value("step", 0) : 0;
+    if (step > skip) by_step[step] += e.value("dur", 0.0) / 1e3;
+  }
+  std::vector<double> ms;
+  for (const auto& [step, v] : by_step) ms.push_back(v);
+  return ms.empty() ? 0.0 : spindle::bench::median(ms);
+}
+
 // Per rank, each simulated forward and backward box against the measured
 // box of the same rank, wave and direction (a rank runs one slice per wave):
 // medians over the steps after `skip` of its start (from the rank's first
@@ -189,23 +203,15 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
     const auto med = [&](const char* k) { return spindle::bench::median(got[k]); };
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "compute", d.compute_ms, med("compute_ms"),
                 ratio(med("compute_ms"), d.compute_ms).c_str());
-    // The runtime's transfer and sync times include waiting for peers; the
-    // simulation keeps waits apart (wait_ms): compared together.
     // Of the compute, the optimizer steps (priced at the profile's
     // "x-optimizer" rate): the simulated boxes against the measured ones.
     double sim_opt = 0;
     for (const sp::SimBox& box : sim->boxes)
       if (box.device == r && box.cat == "optimizer") sim_opt += box.dur_ms;
-    std::map<int, double> opt_by_step;
-    for (const json& e : trace.at("traceEvents")) {
-      if (e.value("ph", "") != "X" || e.value("pid", -1) != r || phase_of(e).first != "optimizer") continue;
-      const int step = e.contains("args") ? e["args"].value("step", 0) : 0;
-      if (step > skip) opt_by_step[step] += e.value("dur", 0.0) / 1e3;
-    }
-    std::vector<double> opt_ms;
-    for (const auto& [step, ms] : opt_by_step) opt_ms.push_back(ms);
-    const double got_opt = opt_ms.empty() ? 0.0 : spindle::bench::median(opt_ms);
+    const double got_opt = measured_optimizer_ms(trace, r, skip);
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, " optimizer", sim_opt, got_opt, ratio(got_opt, sim_opt).c_str());
+    // The runtime's transfer and sync times include waiting for peers; the
+    // simulation keeps waits apart (wait_ms): compared together.
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "transfer", d.transfer_ms, med("transfer_ms"),
                 ratio(med("transfer_ms"), d.transfer_ms).c_str());
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync", d.sync_ms, med("sync_ms"),
