@@ -451,6 +451,26 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   CHECK(lsim.devices[0].hidden_sync_ms == Approx(0.0));
 }
 
+namespace {
+// Device 0 runs a (3 ms: forward 0-1) and b (12 ms: forward 1-5), starting
+// bucket k (1e6 bytes) before b when `early`, else after it, then waits for
+// k; device 1 runs c (6 ms: forward 0-2), starts k and waits for it.
+Programs long_compute_beside_bucket(bool early) {
+  Programs p(2);
+  const int a = p.slice(0, {0}, 3.0), b = p.slice(1, {0}, 12.0), c = p.slice(0, {1}, 6.0);
+  const int k = p.bucket({0, 1}, 1'000'000);
+  p.fwd(0, a);
+  if (early) p.start(0, k);
+  p.fwd(0, b);
+  if (!early) p.start(0, k);
+  p.wait(0, k);
+  p.fwd(1, c);
+  p.start(1, k);
+  p.wait(1, k);
+  return p;
+}
+}  // namespace
+
 TEST_CASE("all-reduces that progress only inside calls begin when every member has polled", "[sim]") {
   // Device 0 runs a (forward 0-1), starts bucket k (1e6 bytes: 1 ms over 2
   // devices at 1 GB/s), then b (forward 1-5), then waits for k; device 1
@@ -458,16 +478,7 @@ TEST_CASE("all-reduces that progress only inside calls begin when every member h
   // (NCCL) k runs 2-3 once device 1 has started it: device 1 finishes at
   // 3, device 0 at 5. Progressing only inside calls (MPI) k waits for
   // device 0's next poll, after b, at 5: it runs 5-6, and both end at 6.
-  Programs p(2);
-  const int a = p.slice(0, {0}, 3.0), b = p.slice(1, {0}, 12.0), c = p.slice(0, {1}, 6.0);
-  const int k = p.bucket({0, 1}, 1'000'000);
-  p.fwd(0, a);
-  p.start(0, k);
-  p.fwd(0, b);
-  p.wait(0, k);
-  p.fwd(1, c);
-  p.start(1, k);
-  p.wait(1, k);
+  const Programs p = long_compute_beside_bucket(true);
   const sp::Cluster cluster = hand_cluster(1, 2);
   sp::TableCostModel background(cluster), in_calls(cluster);
   sp::ProfileLinks links;   // no link measured: the cluster's figures stay
@@ -487,16 +498,7 @@ TEST_CASE("all-reduces that progress only inside calls begin when every member h
   CHECK(box(*mpi, 1, 2, "wait").dur_ms == Approx(4.0));   // device 1 waits 2-6
   // A member blocked in a call (device 1, already waiting) polls at once:
   // with device 0 starting k last, at 5 after b, k runs 5-6 either way.
-  Programs q(2);
-  const int a2 = q.slice(0, {0}, 3.0), b2 = q.slice(1, {0}, 12.0), c2 = q.slice(0, {1}, 6.0);
-  const int k2 = q.bucket({0, 1}, 1'000'000);
-  q.fwd(0, a2);
-  q.fwd(0, b2);
-  q.start(0, k2);
-  q.wait(0, k2);
-  q.fwd(1, c2);
-  q.start(1, k2);
-  q.wait(1, k2);
+  const Programs q = long_compute_beside_bucket(false);
   auto late = sp::simulate(q.l, q.slice_ms, in_calls, 2);
   REQUIRE(late.ok());
   CHECK(late->iteration_ms == Approx(6.0));
