@@ -193,9 +193,9 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
 
   se::MeasureOptions options;
   options.point_budget_ms = point_ms;
-  // CPU ranks share the host's memory system: a point of n devices is timed
-  // on n ranks at once, as its slice runs (MeasureOptions::together).
-  options.together = std::string_view(backend->name()) == "cpu";
+  // Ranks on the host share its memory system: a point of n devices is
+  // timed on n ranks at once, as its slice runs (MeasureOptions::together).
+  options.together = backend->device() == se::Device::host;
   ProgressLine line;
   se::ProgressFn progress;
   if (lead) progress = [&line](const se::MeasureProgress& p) { line(p); };

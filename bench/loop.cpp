@@ -76,17 +76,29 @@ std::pair<std::string, int> phase_of(const json& e) {
   return {"", 0};
 }
 
-// Rank r's optimizer boxes ("optimizer", "optimizer bucket B") per step
-// after the first `skip`, summed; the median over steps (0 when none).
-double measured_optimizer_ms(const json& trace, int r, int skip) {
-  std::map<int, double> by_step;
+// (phase, index) -> step -> device -> ms: the measured boxes of every step
+// after the first `skip`, by phase_of.
+using PhaseBoxes = std::map<std::pair<std::string, int>, std::map<int, std::map<int, double>>>;
+PhaseBoxes phase_boxes(const json& trace, int skip) {
+  PhaseBoxes boxes;
   for (const json& e : trace.at("traceEvents")) {
-    if (e.value("ph", "") != "X" || e.value("pid", -1) != r || phase_of(e).first != "optimizer") continue;
+    if (e.value("ph", "") != "X") continue;
     const int step = e.contains("args") ? e["args"].value("step", 0) : 0;
-    if (step > skip) by_step[step] += e.value("dur", 0.0) / 1e3;
+    if (step <= skip) continue;
+    const auto key = phase_of(e);
+    if (key.first.empty()) continue;
+    boxes[key][step][e.value("pid", 0)] += e.value("dur", 0.0) / 1e3;
   }
+  return boxes;
+}
+
+// Rank r's optimizer boxes ("optimizer", "optimizer bucket B") summed per
+// step; the median over the steps that have some (0 when none).
+double measured_optimizer_ms(const PhaseBoxes& boxes, int r) {
   std::vector<double> ms;
-  for (const auto& [step, v] : by_step) ms.push_back(v);
+  if (const auto it = boxes.find({"optimizer", 0}); it != boxes.end())
+    for (const auto& [step, devices] : it->second)
+      if (const auto d = devices.find(r); d != devices.end()) ms.push_back(d->second);
   return ms.empty() ? 0.0 : spindle::bench::median(ms);
 }
 
@@ -153,7 +165,8 @@ void compare_boxes(const spindle::plan::Simulation& sim, const json& trace, int 
 // (median over the steps in `ranks_by_step`: step -> the metrics' "ranks").
 int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path, const std::string& cluster_path,
                   const std::string& profile_path, const std::map<int, json>& ranks_by_step,
-                  const std::map<int, double>& step_ms, const json& trace, int skip) {
+                  const std::map<int, double>& step_ms, const json& trace, const PhaseBoxes& boxes,
+                  int skip) {
   namespace sp = spindle::plan;
   auto model = sp::load_model(model_path);
   auto cluster = sp::load_cluster(cluster_path);
@@ -208,7 +221,7 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
     double sim_opt = 0;
     for (const sp::SimBox& box : sim->boxes)
       if (box.device == r && box.cat == "optimizer") sim_opt += box.dur_ms;
-    const double got_opt = measured_optimizer_ms(trace, r, skip);
+    const double got_opt = measured_optimizer_ms(boxes, r);
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, " optimizer", sim_opt, got_opt, ratio(got_opt, sim_opt).c_str());
     // The runtime's transfer and sync times include waiting for peers; the
     // simulation keeps waits apart (wait_ms): compared together.
@@ -308,16 +321,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // (phase, index) -> step -> device -> ms.
-  std::map<std::pair<std::string, int>, std::map<int, std::map<int, double>>> boxes;
-  for (const json& e : trace.at("traceEvents")) {
-    if (e.value("ph", "") != "X") continue;
-    const int step = e.contains("args") ? e["args"].value("step", 0) : 0;
-    if (step <= skip) continue;
-    const auto key = phase_of(e);
-    if (key.first.empty()) continue;
-    boxes[key][step][e.value("pid", 0)] += e.value("dur", 0.0) / 1e3;
-  }
+  const PhaseBoxes boxes = phase_boxes(trace, skip);
   // Per step, the largest per-device total of a phase; `other` is what the
   // step took beyond all phases (the loss all-reduce, bookkeeping).
   std::map<int, double> other;
@@ -373,6 +377,6 @@ int main(int argc, char** argv) {
   std::printf("%-15s %12s %12.3f %7s   (slowest %.3f ms)\n", "fastest step", "", fastest,
               ratio(fastest, pred.iteration_ms).c_str(), slowest);
   if (!model_path.empty() && !cluster_path.empty() && !profile_path.empty())
-    return compare_ranks(*plan, model_path, cluster_path, profile_path, ranks_by_step, step_ms, trace, skip);
+    return compare_ranks(*plan, model_path, cluster_path, profile_path, ranks_by_step, step_ms, trace, boxes, skip);
   return 0;
 }

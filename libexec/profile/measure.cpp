@@ -550,10 +550,10 @@ plan::Cluster measure_links(const Measuring& m, const std::vector<MeasureTarget>
   const std::vector<double> sizes = link_message_sizes(targets, skeleton.entries, model.dtype, m.o.link_sizes);
   plan::ProfileLinks measured;
   measured.ranks = ranks;
-  // With the CPU backend spindle-run all-reduces its gradient buckets over
+  // With a host backend spindle-run all-reduces its gradient buckets over
   // MPI, which moves a started one only inside MPI calls and polls; over
-  // NCCL (a CUDA build) they run on their own stream.
-  measured.progress_in_calls = std::string(m.backend.name()) == "cpu";
+  // NCCL (a device backend) they run on their own stream.
+  measured.progress_in_calls = m.backend.device() == Device::host;
   const int dpi = std::max(cluster.devices_per_island, 1);
   std::vector<std::string> failed;
   if (dpi >= 2) measure_p2p(m, 1, sizes, measured.intra_p2p, "intra_island", failed);
@@ -597,6 +597,10 @@ plan::Cluster measure_links(const Measuring& m, const std::vector<MeasureTarget>
   return links;
 }
 
+// How many ranks time a point of n devices at once: min(n, ranks) with
+// options.together, else 1 (MeasureOptions::together).
+int timing_group(const MeasureOptions& o, int n, int ranks) { return o.together ? std::min(n, ranks) : 1; }
+
 // Per measured point (target, count), as timed by one rank.
 constexpr size_t kFields = 6;   // median, p10, p90, repeats, comm ms, forward median
 
@@ -616,7 +620,7 @@ std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarg
     for (int n : targets[i].counts) points.push_back({i, n});
   const size_t np = points.size();
   const int ranks = m.world.size(), me = m.world.rank();
-  const auto group = [&](size_t p) { return m.o.together ? std::min(points[p].n, ranks) : 1; };
+  const auto group = [&](size_t p) { return timing_group(m.o, points[p].n, ranks); };
   std::vector<float> result(np * kFields, 0.0f);
   std::vector<size_t> own, joint;   // the points this rank times alone; those timed by a group of ranks
   size_t alone = 0;
@@ -724,7 +728,7 @@ plan::Result<MeasureReport> measure_profile(const plan::Model& model, const plan
   report.points = static_cast<int>(result.size() / kFields);
   int together = 0;   // points timed on several ranks at once (time_points)
   for (const MeasureTarget& t : targets)
-    for (int n : t.counts) together += o.together && std::min(n, world.size()) >= 2 ? 1 : 0;
+    for (int n : t.counts) together += timing_group(o, n, world.size()) >= 2 ? 1 : 0;
   char line[320];
   std::snprintf(line, sizeof line,
                 "operators: %d points on %d rank(s) (%d of them on min(n, ranks) ranks at once), %d timed runs, "
