@@ -124,10 +124,12 @@ struct SimState {
   std::vector<int> early_left;                    // by device: messages of its post_sends not yet delivered
   std::vector<int> at_wait_sends;                 // by device: its wait_sends while blocked there, else -1
   // With a finite stop_after_ms (else empty): by instruction (flat, as
-  // times), the compute its device still has from there to its end, ms;
-  // by device, its all-reduces that have not begun, ms.
-  std::vector<double> compute_left;
+  // times), the least time its device takes from reaching it to its end,
+  // ms (Simulator::fill_time_left); by device, its all-reduces that have
+  // not begun, ms.
+  std::vector<double> time_left;
   std::vector<double> sync_left;
+  std::vector<double> after_wait;                 // fill_time_left's scratch, by bucket
   // By device, its latest run through instructions that touch nothing
   // shared (Simulator::ready): instructions [chain_begin, chain_end), the
   // last ending at chain_end_t; chain_end_t is the time it reached its
@@ -149,8 +151,14 @@ class Simulator {
         s_(thread_sim_state()) {}
 
   Result<Simulation> run();
+  // program_lower_bound_ms: the largest time_left of a device's first
+  // instruction.
+  double lower_bound();
 
  private:
+  // s_.first and s_.time_left for every device's program.
+  void index_programs();
+  void fill_time_left();
   void ready(int d, int pc, double t);
   void enter_exchange(int d, int pc, double t);
   void packed(int d, int pc, double t);
@@ -217,12 +225,12 @@ class Simulator {
   // Whether a finish no earlier than `finish_ms` passes the bound (the
   // bounds are summed in another order than the clock: a few ulps of slack).
   bool passes(double finish_ms) const { return finish_ms * (1 - 1e-12) > options_.stop_after_ms; }
-  // Device d at time t reaching instruction pc: its compute left runs one
-  // instruction after another, and its all-reduces not yet begun one after
-  // another from when its last one ends at the earliest.
+  // Device d at time t reaching instruction pc: it needs time_left from
+  // there, and its all-reduces not yet begun run one after another from
+  // when its last one ends at the earliest.
   bool passes_bound(int d, int pc, double t) const {
     const size_t dev = static_cast<size_t>(d);
-    return passes(std::max(t + s_.compute_left[at(d, pc)], std::max(t, s_.comm_free[dev]) + s_.sync_left[dev]));
+    return passes(std::max(t + s_.time_left[at(d, pc)], std::max(t, s_.comm_free[dev]) + s_.sync_left[dev]));
   }
 };
 
@@ -243,8 +251,7 @@ Result<Simulation> Simulator::run() {
   const int islands = island_count(l_.devices, per_island_);
   s_.pc.assign(devices, 0);
   s_.finish.assign(devices, 0.0);
-  s_.first.assign(devices + 1, 0);
-  for (size_t d = 0; d < devices; ++d) s_.first[d + 1] = s_.first[d] + l_.programs[d].instrs.size();
+  index_programs();
   s_.times.assign(s_.first[devices], InstrTimes{});
   s_.pending.assign(s_.first[devices], 0);
   s_.src_instr.assign(l_.transfers.size(), -1);
@@ -266,7 +273,7 @@ Result<Simulation> Simulator::run() {
   for (auto& list : s_.at_wait) list.clear();
   s_.early_left.assign(devices, 0);
   s_.at_wait_sends.assign(devices, -1);
-  s_.compute_left.clear();
+  s_.time_left.clear();
   s_.sync_left.clear();
   s_.events.clear();
   s_.chain_begin.assign(devices, 0);
@@ -274,16 +281,11 @@ Result<Simulation> Simulator::run() {
   s_.chain_end_t.assign(devices, 0.0);
   // With a finite bound: what each device has left, for passes_bound.
   bounded_ = options_.stop_after_ms < std::numeric_limits<double>::infinity();
-  if (bounded_) s_.compute_left.assign(s_.first[devices], 0.0);
+  if (bounded_) fill_time_left();
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
-    double left = 0;
     for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
-      if (bounded_) {
-        left += compute_ms(in);
-        s_.compute_left[s_.first[d] + i] = left;
-      }
       if (in.kind != InstrKind::exchange && in.kind != InstrKind::post_send) continue;
       for (int t : prog.transfers_of(in)) {
         const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
@@ -336,6 +338,58 @@ Result<Simulation> Simulator::run() {
     }
   }
   return collect();
+}
+
+void Simulator::index_programs() {
+  const size_t devices = static_cast<size_t>(l_.devices);
+  s_.first.assign(devices + 1, 0);
+  for (size_t d = 0; d < devices; ++d) s_.first[d + 1] = s_.first[d] + l_.programs[d].instrs.size();
+}
+
+// Backwards over each program: the least time from reaching instruction i
+// to the end (`left`). Compute takes its time and a blocking all-reduce its
+// bucket's; an all-reduce started at i begins no sooner than i is reached
+// and its wait is followed by what is left after it; and the all-reduces
+// started from i on (`started`: their times summed) run one after another
+// on the device, the last followed at least by the least that is left
+// after any of their waits (`least_tail`).
+void Simulator::fill_time_left() {
+  s_.time_left.assign(s_.first[static_cast<size_t>(l_.devices)], 0.0);
+  s_.after_wait.assign(l_.buckets.size(), 0.0);
+  for (size_t d = 0; d < static_cast<size_t>(l_.devices); ++d) {
+    const Program& prog = l_.programs[d];
+    double left = 0, started = 0, least_tail = std::numeric_limits<double>::infinity();
+    for (size_t i = prog.instrs.size(); i-- > 0;) {
+      const Instr& in = prog.instrs[i];
+      const auto b = static_cast<size_t>(in.bucket);
+      switch (in.kind) {
+        case InstrKind::allreduce_wait: s_.after_wait[b] = left; break;
+        case InstrKind::allreduce_start: {
+          const double ms = bucket_ms(l_.buckets[b], cost_, options_);
+          started += ms;
+          least_tail = std::min(least_tail, s_.after_wait[b]);
+          left = std::max({left, ms + s_.after_wait[b], started + least_tail});
+          s_.after_wait[b] = 0;   // another device's start never sees this device's wait
+          break;
+        }
+        case InstrKind::allreduce: left += bucket_ms(l_.buckets[b], cost_, options_); break;
+        default: left += compute_ms(in);
+      }
+      s_.time_left[s_.first[d] + i] = left;
+    }
+  }
+}
+
+double Simulator::lower_bound() {
+  // Programs or slice times that do not match: simulate() refuses them; 0 bounds nothing.
+  if (slice_ms_.size() != l_.slices.size() || l_.programs.size() != static_cast<size_t>(l_.devices)) return 0.0;
+  index_programs();
+  fill_time_left();
+  double bound = 0;
+  for (size_t d = 0; d < static_cast<size_t>(l_.devices); ++d)
+    if (s_.first[d + 1] > s_.first[d]) bound = std::max(bound, s_.time_left[s_.first[d]]);
+  // Summed in another order than the simulation's clock: a few ulps below.
+  return bound * (1 - 1e-12);
 }
 
 // Compute instructions touch nothing shared, nor does the wait for an
@@ -793,6 +847,11 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
     bound = std::max(bound, options.sync.overlap ? std::max(compute[d], forward[d] + sync[d]) : compute[d] + sync[d]);
   // Summed in another order than the simulation's clock: a few ulps below.
   return bound * (1 - 1e-12);
+}
+
+double program_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
+                              const SimOptions& options) {
+  return Simulator(lowered, slice_ms, cost, 0, options).lower_bound();
 }
 
 namespace {

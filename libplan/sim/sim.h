@@ -170,6 +170,17 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options = {});
 
+// A lower bound on the makespan of `lowered`'s programs (lower_programs
+// done) as simulate() prices them, at least device_lower_bound_ms: the most
+// any device needs from its first instruction to its end, counting its
+// compute one instruction after another, each blocking all-reduce, each
+// started all-reduce from its start to its wait and what follows that
+// wait, and the all-reduces it starts from any point on run one after
+// another. A bounded simulation stops once a device's clock plus this
+// figure from its current instruction passes the bound.
+double program_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
+                              const SimOptions& options = {});
+
 // Lowers `plan` and simulates it: the plan's slice times, its
 // devices_per_island, box names from its MetaOps. What the planner calls to
 // cost every placed candidate: the makespan is its objective. With a finite

@@ -412,6 +412,13 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   sp::SimOptions compute_only = blocking;
   compute_only.price_communication = false;
   CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, compute_only) == Approx(9.0));
+  // From the programs: d1's 9 ms of compute, then its started all-reduce
+  // (1 ms) before its wait: 10, the makespan.
+  CHECK(sp::program_lower_bound_ms(slow_member(true).l, p.slice_ms, cost) == Approx(10.0));
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, cost, blocking) == Approx(10.0));
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, cost, compute_only) == Approx(9.0));
+  // Slice times that do not match the programs bound nothing.
+  CHECK(sp::program_lower_bound_ms(p.l, {3.0}, cost) == 0.0);
 }
 
 TEST_CASE("gradient all-reduces started during the backward pass run beside it", "[sim]") {
@@ -442,6 +449,16 @@ TEST_CASE("gradient all-reduces started during the backward pass run beside it",
   const sp::Cluster one = hand_cluster(1, 2);
   const sp::TableCostModel cost(one);
   CHECK(sp::device_lower_bound_ms(overlapped.l, overlapped.slice_ms, cost) == Approx(9.0));
+  // From the programs, exact here: k1 starts after the backward of s1 (at
+  // 9 at the earliest) and takes 2 ms before its wait: 3 + 4 + 2 + 2 = 11.
+  // Blocking: 9 + 1 + 2 = 12. Both started after the backward of s2 (at 7):
+  // they run one after another, 7 + 1 + 2 = 10, while s1's backward ends at 9.
+  CHECK(sp::program_lower_bound_ms(overlapped.l, overlapped.slice_ms, cost) == Approx(11.0));
+  const Programs blocking = two_buckets(Reduce::blocking);
+  CHECK(sp::program_lower_bound_ms(blocking.l, blocking.slice_ms, cost) == Approx(12.0));
+  const Programs early = two_buckets(Reduce::both_early);
+  CHECK(sp::program_lower_bound_ms(early.l, early.slice_ms, cost) == Approx(10.0));
+  CHECK(early.run(hand_cluster(1, 2)).iteration_ms == Approx(10.0));
   // One member late: the all-reduce runs once both started, and the early
   // one's wait covers the gap as waiting, not sync.
   const sp::Simulation lsim = slow_member(true).run(hand_cluster(1, 2));
@@ -825,6 +842,11 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       const double bound = sp::device_lower_bound_ms(*lowered, sp::lowered_slice_ms(*plan), *w.cost);
       CHECK(bound <= m);
       CHECK(bound > 0);
+      // The programs' bound (what a bounded simulation stops on) is one too,
+      // and at least the per-device one.
+      const double from_programs = sp::program_lower_bound_ms(*lowered, sp::lowered_slice_ms(*plan), *w.cost);
+      CHECK(from_programs <= m);
+      CHECK(from_programs >= bound * (1 - 1e-9));
       sp::SimOptions bounded;
       bounded.timeline = false;
       bounded.stop_after_ms = m * (1 + 1e-9);
