@@ -6,6 +6,7 @@
 //
 // Exit codes: 0 success, 2 bad usage or invalid input (nothing written),
 // 1 runtime failure (e.g. the output cannot be written).
+#include <cstdlib>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "libplan/planner/planner.h"
 #include "libplan/sim/sim.h"
 #include "libplan/util/files.h"
+#include "libplan/util/host_memory.h"
 
 namespace sp = spindle::plan;
 namespace fs = std::filesystem;
@@ -314,6 +316,7 @@ void print_profile_links(const sp::Profile& profile) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
   Options o;
   add_options(app, o);

@@ -5,6 +5,7 @@
 //   spindle-profile MODEL --cluster C -o P [--analytic]          computed (default)
 //   [mpirun -np N] spindle-profile MODEL --cluster C -o P --measure [--backend cpu]
 //                  [--point-ms MS] [--devices 1,2,...]           timed (docs/profiling.md)
+#include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
 #include "libplan/util/files.h"
+#include "libplan/util/host_memory.h"
 
 #ifdef SPINDLE_HAVE_RUNTIME
 #include <mpi.h>
@@ -239,6 +241,7 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
 }  // namespace
 
 int main(int argc, char** argv) {
+  spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   namespace sp = spindle::plan;
   CLI::App app{"spindle-profile: operator scaling curves of a model on a cluster (spec/profile.md)"};
   std::string model_path, cluster_path, out_path, devices_text, backend_name = "cpu";

@@ -65,6 +65,7 @@
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
 #include "libplan/util/files.h"
+#include "libplan/util/host_memory.h"
 
 namespace sp = spindle::plan;
 namespace se = spindle::exec;
@@ -836,6 +837,7 @@ int run(const Args& args, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   se::MpiSession session(&argc, &argv);
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

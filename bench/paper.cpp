@@ -16,6 +16,7 @@
 //
 // Exit codes: 0 every plan made and valid, 1 a plan missing or invalid or a
 // file not written, 2 a missing or invalid input (config or profile).
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "libplan/planner/planner.h"
 #include "libplan/sim/sim.h"
 #include "libplan/util/files.h"
+#include "libplan/util/host_memory.h"
 
 namespace sp = spindle::plan;
 namespace fs = std::filesystem;
@@ -296,6 +298,7 @@ std::string ratios(const std::vector<Result>& results, bool& all_ok) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   CLI::App app{"paper: the shape of the paper's evaluation, predicted from the shipped analytic profiles"};
   const std::string root = SPINDLE_SOURCE_DIR;
   std::string out_dir = root + "/bench/results";

@@ -9,6 +9,7 @@
 // machine moves all rows together.
 //
 //   plan_time [--repeats R] [--markdown FILE] [--only MODEL:DEVICES]
+#include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include "libplan/planner/planner.h"
 #include "libplan/sim/sim.h"
 #include "libplan/util/files.h"
+#include "libplan/util/host_memory.h"
 
 namespace sp = spindle::plan;
 
@@ -135,6 +137,7 @@ Row run(const sp::Model& model, const sp::Cluster& cluster, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   CLI::App app{"plan_time: planning time and optimality gap over the shipped workloads"};
   int repeats = 5;
   std::string markdown;
