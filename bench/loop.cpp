@@ -5,7 +5,9 @@
 //        [--model M.yaml --cluster C.yaml --profile P.json]
 //
 // PLAN.json is spindle-plan's output, TRACE.json and METRICS.jsonl are
-// spindle-run's --trace and --metrics of that plan. The first K steps
+// spindle-run's --trace and --metrics of that plan (bench/loop.sh takes them
+// from two runs: the metrics from one without --trace, as users run it,
+// since recording the boxes slows the step). The first K steps
 // (default 3) are warm-up and left out; every measured figure is the median
 // over the remaining steps. Per wave: the planned wave time (its longest
 // slice, forward + backward) against the measured one (per device, the sum
