@@ -147,6 +147,7 @@ struct Options {
   std::string trace_path, check_path, plot_path, lower_dir;
   bool compare = false, accept_profile_mismatch = false, no_overlap = false, no_early = false;
   double bucket_mb = 25;
+  int shift_simulations = sp::kShiftSimulations;
   bool cluster_given = false;   // --cluster was passed (else cluster_path is the default)
 };
 
@@ -187,6 +188,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--no-early-transfers", o.no_early,
                "each transfer in its wave's exchange, recorded in the plan for spindle-run (default: sent right "
                "after the compute that made it, unless keeping it in its exchange simulates faster)");
+  app.add_option("--shift-simulations", o.shift_simulations,
+                 "Spindle: at most this many simulations of boundary shifts on the winning plan (docs/planner.md, "
+                 "step 9); 0: none")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
 }
 
 // --check PLAN: the plan checked against the model (and the cluster and the
@@ -364,6 +370,7 @@ int main(int argc, char** argv) {
   sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile->sha256, *strategy};
   request.placement = *placement;
   request.sync = sync;
+  request.shift_simulations = o.shift_simulations;
   sp::SimOptions sim_options;
   sim_options.sync = sync;
 

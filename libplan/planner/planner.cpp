@@ -17,6 +17,7 @@
 #include "libplan/planner/baselines.h"
 #include "libplan/planner/cost_plan.h"
 #include "libplan/planner/feasibility.h"
+#include "libplan/planner/shift.h"
 #include "libplan/sim/sim.h"
 #include "libplan/waves/portfolio.h"
 #include "libplan/util/limits.h"
@@ -482,11 +483,15 @@ Plan plan_header(const PlanRequest& request, const Prepared& p) {
 }
 
 // `candidate` simulated as the planner's objective, stopping once it passes
-// `bound_ms` (then its iteration_ms is infinity: it cannot win).
+// `bound_ms` (then its iteration_ms is infinity: it cannot win); with
+// `compute_only`, communication and optimizer steps priced at 0
+// (simulated_compute_gap's makespan).
 Result<Simulation> simulate_candidate(const Plan& candidate, const LowerContext& lowering,
-                                      const PlanRequest& request, double bound_ms) {
+                                      const PlanRequest& request, double bound_ms, bool compute_only = false) {
   SimOptions options;
   options.timeline = false;
+  options.price_communication = !compute_only;
+  options.price_optimizer = !compute_only;
   options.stop_after_ms = bound_ms;
   options.sync = request.sync;
   Result<Simulation> sim = simulate_plan(candidate, lowering, *request.cost, options);
@@ -709,6 +714,32 @@ Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerCont
   return simulated_ms;
 }
 
+// The plan's two lowering choices (Plan::bucket_starts, chosen by
+// CandidateSearch, and Plan::early_transfers, by choose_transfers) made
+// again after its waves changed: either rule flipped while that simulates
+// faster. Returns the plan's simulated makespan.
+Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerContext& lowering,
+                                 const PlanRequest& request) {
+  if (!request.sync.overlap) return simulated_ms;
+  for (bool again = true; again;) {
+    again = false;
+    for (int flip = 0; flip < 2; ++flip) {
+      if (flip == 1 && !request.sync.early_transfers) continue;
+      Plan other = plan;
+      if (flip == 0) other.bucket_starts = other_rule(plan.bucket_starts);
+      else other.early_transfers = !plan.early_transfers;
+      SPINDLE_ASSIGN(sim, simulate_candidate(other, lowering, request, simulated_ms));
+      if (sim.iteration_ms < simulated_ms * (1 - 1e-12)) {
+        plan.bucket_starts = other.bucket_starts;
+        plan.early_transfers = other.early_transfers;
+        simulated_ms = sim.iteration_ms;
+        again = true;
+      }
+    }
+  }
+  return simulated_ms;
+}
+
 // make_plan on the request's cluster alone; an error when its compute alone
 // (work_bound_ms x `packing` >= 1) cannot beat `beat_ms` (the caller has a
 // plan that fast).
@@ -741,7 +772,6 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   search.emit(best.schedule, best.placed, plan);
   plan.bucket_starts = best.starts;
   SPINDLE_ASSIGN(simulated_ms, choose_transfers(plan, best.simulated_ms, *lowering, request));
-
   // The winner alone is also costed by the wave-barrier model (cost_plan:
   // parameter groups, memory, the predicted parts).
   cost_plan(plan, cost_tables(plan, *request.model, *request.graph, *request.cost), *request.cost);
@@ -805,7 +835,25 @@ Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double pac
 }  // namespace
 
 Result<Plan> make_plan(const PlanRequest& request) {
-  return plan_beating(request, std::numeric_limits<double>::infinity(), 1.0);
+  const auto start = std::chrono::steady_clock::now();
+  SPINDLE_ASSIGN(plan, plan_beating(request, std::numeric_limits<double>::infinity(), 1.0));
+  if (request.strategy != Strategy::spindle || request.shift_simulations <= 0) return plan;
+  // Boundary shifts on the winner (docs/planner.md, step 9), on whichever
+  // cluster share it won on; then its costing again.
+  SPINDLE_ASSIGN(lowering, lower_context(*request.model, *request.graph));
+  auto simulate = [&](const Plan& shifted, double bound_ms, bool compute_only) -> Result<double> {
+    SPINDLE_ASSIGN(sim, simulate_candidate(shifted, lowering, request, bound_ms, compute_only));
+    return sim.iteration_ms;
+  };
+  auto fits = [&](const Plan& shifted) { return check_plan_memory(shifted, *request.model).ok(); };
+  const Predicted before = plan.predicted;
+  SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, before.simulated_ms, shift_budget(plan, request.shift_simulations), simulate, fits));
+  SPINDLE_ASSIGN(simulated_ms, rechoose_lowering(plan, shifted_ms, lowering, request));
+  cost_plan(plan, cost_tables(plan, *request.model, *request.graph, *request.cost), *request.cost);
+  plan.predicted.simulated_ms = simulated_ms;
+  plan.predicted.relaxed_optimum_ms = before.relaxed_optimum_ms;
+  plan.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return plan;
 }
 
 int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,

@@ -12,6 +12,7 @@
 #include "libplan/model/model.h"
 #include "libplan/place/place.h"
 #include "libplan/plan/plan.h"
+#include "libplan/planner/shift.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
@@ -60,6 +61,10 @@ struct PlanRequest {
   // predicted slower. Off: the whole cluster only.
   bool fewer_islands = true;
   Placement placement = Placement::islands;
+  // Spindle only (docs/planner.md, step 9): at most this many simulations
+  // of boundary shifts on the winning plan (planner/shift.h), each kept
+  // when it simulates faster. 0: none, the plan as placed.
+  int shift_simulations = kShiftSimulations;
   // Every strategy: how gradients are synchronised (by default overlapping
   // the backward pass, in buckets of at most 25 MiB, as spindle-run runs
   // them; lower.h). The objective follows.

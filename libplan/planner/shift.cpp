@@ -1,0 +1,149 @@
+#include "libplan/planner/shift.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "libplan/util/parallel.h"
+
+namespace spindle::plan {
+namespace {
+
+// Where one slice is: plan.waves[wave].slices[slice].
+struct At {
+  size_t wave = 0, slice = 0;
+};
+
+// The slices of `metaop` in chain order (ascending first operator).
+std::vector<At> chain_of(const Plan& plan, int metaop) {
+  std::vector<At> at;
+  for (size_t w = 0; w < plan.waves.size(); ++w)
+    for (size_t k = 0; k < plan.waves[w].slices.size(); ++k)
+      if (plan.waves[w].slices[k].metaop == metaop) at.push_back({w, k});
+  std::sort(at.begin(), at.end(), [&](const At& a, const At& b) {
+    return plan.waves[a.wave].slices[a.slice].first < plan.waves[b.wave].slices[b.slice].first;
+  });
+  return at;
+}
+
+// Every cut of every MetaOp with two slices or more, both ways; MetaOps by
+// device-ms, most first (ties: the lower id).
+std::vector<Shift> all_shifts(const Plan& plan) {
+  std::vector<double> work(plan.metaops.size(), 0);
+  std::vector<int> slices(plan.metaops.size(), 0);
+  for (const Wave& w : plan.waves)
+    for (const Slice& s : w.slices) {
+      if (s.metaop < 0 || static_cast<size_t>(s.metaop) >= work.size()) continue;
+      work[static_cast<size_t>(s.metaop)] += s.ms * static_cast<double>(s.devices.size());
+      ++slices[static_cast<size_t>(s.metaop)];
+    }
+  std::vector<int> order(plan.metaops.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return work[static_cast<size_t>(a)] > work[static_cast<size_t>(b)]; });
+  std::vector<Shift> shifts;
+  for (int m : order)
+    for (int cut = 0; cut + 1 < slices[static_cast<size_t>(m)]; ++cut) {
+      shifts.push_back({m, cut, true});
+      shifts.push_back({m, cut, false});
+    }
+  return shifts;
+}
+
+}  // namespace
+
+bool apply_shift(Plan& plan, const Shift& s) {
+  const std::vector<At> chain = chain_of(plan, s.metaop);
+  if (s.cut < 0 || static_cast<size_t>(s.cut) + 1 >= chain.size()) return false;
+  const At at_a = chain[static_cast<size_t>(s.cut)], at_b = chain[static_cast<size_t>(s.cut) + 1];
+  Slice& a = plan.waves[at_a.wave].slices[at_a.slice];
+  Slice& b = plan.waves[at_b.wave].slices[at_b.slice];
+  if ((s.forward ? a.count : b.count) < 2) return false;
+  const double per_a = a.ms / a.count, per_b = b.ms / b.count;   // ms per operator on each slice's devices
+  const int step = s.forward ? 1 : -1;
+  a.count -= step;
+  b.first -= step;
+  b.count += step;
+  a.ms = a.count * per_a;
+  b.ms = b.count * per_b;
+  for (size_t w : {at_a.wave, at_b.wave}) {
+    Wave& wave = plan.waves[w];
+    wave.ms = 0;
+    for (const Slice& slice : wave.slices) wave.ms = std::max(wave.ms, slice.ms);
+  }
+  return true;
+}
+
+int shift_budget(const Plan& plan, int max) {
+  // The devices the plan uses: one planned on a share of the islands
+  // (plan_beating) simulates, and so shifts, as on that share alone.
+  std::vector<char> used(static_cast<size_t>(std::max(plan.devices, 0)), 0);
+  for (const Wave& w : plan.waves)
+    for (const Slice& s : w.slices)
+      for (int d : s.devices)
+        if (d >= 0 && d < plan.devices) used[static_cast<size_t>(d)] = 1;
+  const int devices = static_cast<int>(std::count(used.begin(), used.end(), 1));
+  return std::min(max, kShiftDevices / std::max(devices, 1));
+}
+
+Result<double> shift_boundaries(Plan& plan, double simulated_ms, int max_simulations, const ShiftSimulate& simulate,
+                                const ShiftFits& fits) {
+  std::vector<Shift> shifts = all_shifts(plan);
+  if (shifts.empty() || max_simulations <= 0) return simulated_ms;
+  SPINDLE_ASSIGN(compute_ms, simulate(plan, std::numeric_limits<double>::infinity(), true));
+  struct Tried {
+    Result<double> ms = 0.0, compute_ms = 0.0;
+    bool kept = false;   // no slower on either count, faster on one, and fits
+  };
+  // Only the waves change: each scratch plan copies them from `plan`.
+  std::vector<Plan> scratch(kShiftBatch, plan);
+  std::vector<Tried> tried(kShiftBatch);
+  int simulations = 0;
+  // The list is scanned from its start until a shift is kept, which then
+  // moves to the front and the scan starts again (so it is tried again at
+  // once): cuts interact, one moving once another has, and the shifts kept
+  // so far gather at the front, where each scan tries them first. A scan
+  // through the whole list that keeps none ends the search.
+  size_t next = 0;
+  while (next < shifts.size() && simulations < max_simulations) {
+    // The next batch: the shifts from `next` on that apply, simulated side by side.
+    std::vector<size_t> batch;
+    for (size_t i = next; i < shifts.size() && batch.size() < static_cast<size_t>(kShiftBatch) &&
+                          simulations + static_cast<int>(batch.size()) < max_simulations;
+         ++i) {
+      scratch[batch.size()].waves = plan.waves;
+      if (apply_shift(scratch[batch.size()], shifts[i])) batch.push_back(i);
+      next = i + 1;
+    }
+    simulations += static_cast<int>(batch.size());
+    // Ties within rounding count as equal: a bound a hair above each.
+    const double bound = simulated_ms * (1 + 1e-9), compute_bound = compute_ms * (1 + 1e-9);
+    parallel_for(batch.size(), [&](size_t, size_t k) {
+      Tried& t = tried[k];
+      t.kept = false;
+      t.compute_ms = 0.0;
+      t.ms = simulate(scratch[k], bound, false);
+      if (!t.ms || *t.ms > bound) return;
+      t.compute_ms = simulate(scratch[k], compute_bound, true);
+      if (!t.compute_ms || *t.compute_ms > compute_bound) return;
+      const bool faster = *t.ms < simulated_ms * (1 - 1e-9) || *t.compute_ms < compute_ms * (1 - 1e-9);
+      t.kept = faster && fits(scratch[k]);
+    });
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (!tried[k].ms) return tried[k].ms.error();
+      if (!tried[k].compute_ms) return tried[k].compute_ms.error();
+      if (!tried[k].kept) continue;
+      plan.waves = scratch[k].waves;
+      simulated_ms = std::min(simulated_ms, *tried[k].ms);
+      compute_ms = std::min(compute_ms, *tried[k].compute_ms);
+      std::rotate(shifts.begin(), shifts.begin() + static_cast<std::ptrdiff_t>(batch[k]),
+                  shifts.begin() + static_cast<std::ptrdiff_t>(batch[k]) + 1);
+      next = 0;
+      break;
+    }
+  }
+  return simulated_ms;
+}
+
+}  // namespace spindle::plan

@@ -1,0 +1,75 @@
+// Boundary shifts (docs/planner.md, step 9): a local search on a placed
+// plan that moves operators between the slices of one MetaOp's chain.
+//
+// The scheduler cuts a MetaOp of L operators into slices wave by wave, each
+// slice as long as its wave allows; placement then gives every slice its
+// devices. With no wave barriers (what spindle-run executes and the
+// simulation prices) where a chain is cut is a choice of its own: one
+// operator more on the wide slice and one fewer on the narrow one shortens
+// the chain, one fewer on a slice whose devices a late all-reduce or
+// transfer holds back shortens another device's wait. The schedule cannot
+// see either; the simulation of the placed plan can.
+#pragma once
+
+#include <functional>
+
+#include "libplan/plan/plan.h"
+#include "libplan/util/status.h"
+
+namespace spindle::plan {
+
+// How many simulations the planner spends on boundary shifts per plan
+// (PlanRequest::shift_simulations' default). On multitask-clip-10, a800-8x8,
+// 32 take its plan from 180.9 to 173.2 ms; 343 (every shift until none
+// helps) to 169.8 (bench/README.md).
+inline constexpr int kShiftSimulations = 64;
+// A simulation costs about as much as the plan has devices: a plan gets at
+// most this many devices' worth of them (64 on 64 devices or fewer, 4 on
+// 1024; the 50 tasks on 1024 devices of bench/plan_time stay under 1 s).
+inline constexpr int kShiftDevices = 4096;
+// Shifts simulated side by side (the development machine has 2 cores).
+inline constexpr int kShiftBatch = 2;
+
+// The makespan of `plan` (ms), or infinity once it cannot finish by
+// `bound_ms`; with `compute_only`, its makespan with communication and
+// optimizer steps priced at 0 (what its compute gap is read from).
+using ShiftSimulate = std::function<Result<double>(const Plan& plan, double bound_ms, bool compute_only)>;
+// Whether `plan` fits its devices' memory.
+using ShiftFits = std::function<bool(const Plan& plan)>;
+
+// One shift: operator `from`'s slice gives its last operator to the next
+// slice of the chain (forward) or takes that slice's first (backward).
+struct Shift {
+  int metaop = 0;
+  int cut = 0;           // between the MetaOp's slices cut and cut + 1, in chain order
+  bool forward = true;   // true: slice cut gives one; false: slice cut + 1 gives one
+  bool operator==(const Shift&) const = default;
+};
+
+// Applies `s` to `plan` when both slices keep at least one operator: counts
+// and firsts move, each slice's ms is its count times its time per
+// operator, the two waves' ms their longest slice. Returns false (plan
+// unchanged) when the giving slice has one operator or the MetaOp has no
+// such cut.
+bool apply_shift(Plan& plan, const Shift& s);
+
+// The simulations shift_boundaries gets for `plan`: at most `max`, and at
+// most kShiftDevices over the devices its slices use.
+int shift_budget(const Plan& plan, int max);
+
+// Local search: every cut of every MetaOp with two slices or more (MetaOps
+// by device-ms, most first), both ways, in rounds until a round keeps none
+// or `max_simulations` shifts have been simulated. A shift is kept when the
+// plan gets no slower on either count, the makespan and the compute-only
+// makespan, and faster on one: it never trades compute for communication,
+// whose prediction is the less certain of the two (bench/README.md, loop),
+// so the compute gap never grows. Shifts are simulated in
+// batches of kShiftBatch, side by side on the planner's threads, each
+// bounded by the makespan so far; of a batch the first faster one that
+// fits is kept and tried again at once. The batches do not depend on the
+// threads: the result is the same on any number of them. Returns the plan's makespan, at most
+// `simulated_ms` (the makespan of `plan` as given).
+Result<double> shift_boundaries(Plan& plan, double simulated_ms, int max_simulations, const ShiftSimulate& simulate,
+                                const ShiftFits& fits);
+
+}  // namespace spindle::plan

@@ -1,0 +1,214 @@
+// Boundary shifts (planner/shift.h): one shift by hand, the local search on
+// objectives whose optimum is known by hand, and make_plan with and without
+// shifts on shipped workloads.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "../shipped_fixture.h"
+#include "libplan/planner/shift.h"
+#include "libplan/sim/sim.h"
+
+using namespace spindle::plan;
+
+namespace {
+
+Slice slice(int metaop, int first, int count, std::vector<int> devices, double ms_per_op) {
+  return Slice{metaop, first, count, std::move(devices), count * ms_per_op};
+}
+
+// MetaOp 0 (5 operators) in two slices: operators 0-3 on devices {0, 1} at
+// 2 ms each (wave 0), operator 4 on {0, 1, 2, 3} at 1 ms (wave 1). MetaOp 1
+// (one operator) beside it in wave 0 on {2, 3}.
+Plan two_slices() {
+  Plan p;
+  p.devices = 4;
+  p.metaops.resize(2);
+  p.metaops[0].id = 0;
+  p.metaops[0].operators = {"a", "b", "c", "d", "e"};
+  p.metaops[1].id = 1;
+  p.metaops[1].operators = {"x"};
+  p.waves.resize(2);
+  p.waves[0].index = 0;
+  p.waves[0].slices = {slice(0, 0, 4, {0, 1}, 2.0), slice(1, 0, 1, {2, 3}, 3.0)};
+  p.waves[0].ms = 8;
+  p.waves[1].index = 1;
+  p.waves[1].slices = {slice(0, 4, 1, {0, 1, 2, 3}, 1.0)};
+  p.waves[1].ms = 1;
+  return p;
+}
+
+int count_of(const Plan& p, size_t wave, size_t s) { return p.waves[wave].slices[s].count; }
+
+// A chain's makespan by hand: its slices one after another.
+double chain_ms(const Plan& p) { return p.waves[0].slices[0].ms + p.waves[1].slices[0].ms; }
+
+}  // namespace
+
+TEST_CASE("apply_shift moves one operator between a chain's slices, by hand", "[planner][shift]") {
+  Plan p = two_slices();
+  REQUIRE(apply_shift(p, Shift{0, 0, true}));   // wave 0's slice gives its last operator
+  CHECK(count_of(p, 0, 0) == 3);
+  CHECK(p.waves[1].slices[0].first == 3);
+  CHECK(count_of(p, 1, 0) == 2);
+  CHECK(p.waves[0].slices[0].ms == Approx(6.0));   // 3 x 2 ms
+  CHECK(p.waves[1].slices[0].ms == Approx(2.0));   // 2 x 1 ms
+  CHECK(p.waves[0].ms == Approx(6.0));             // its longest slice
+  CHECK(p.waves[1].ms == Approx(2.0));
+  REQUIRE(apply_shift(p, Shift{0, 0, false}));  // and back
+  CHECK(count_of(p, 0, 0) == 4);
+  CHECK(p.waves[1].slices[0].first == 4);
+  CHECK(p.waves[0].ms == Approx(8.0));
+
+  // Every slice keeps an operator; no cut past the chain's last slice, no
+  // cut of a MetaOp in one slice.
+  const Plan before = p;
+  CHECK_FALSE(apply_shift(p, Shift{0, 0, false}));   // wave 1's slice has one operator
+  CHECK_FALSE(apply_shift(p, Shift{0, 1, true}));
+  CHECK_FALSE(apply_shift(p, Shift{1, 0, true}));
+  CHECK_FALSE(apply_shift(p, Shift{7, 0, true}));
+  CHECK(p.waves[0].slices[0].count == before.waves[0].slices[0].count);
+  CHECK(p.waves[1].slices[0].first == before.waves[1].slices[0].first);
+}
+
+TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and memory", "[planner][shift]") {
+  // The chain takes 2 ms per operator on wave 0's slice and 1 on wave 1's:
+  // 4 + 1 operators take 9 ms, 1 + 4 take 6, the optimum.
+  int calls = 0;
+  ShiftSimulate simulate = [&](const Plan& q, double bound, bool) -> Result<double> {
+    ++calls;
+    const double t = chain_ms(q);
+    return t > bound ? std::numeric_limits<double>::infinity() : t;
+  };
+  ShiftFits fits = [](const Plan&) { return true; };
+
+  Plan p = two_slices();
+  Result<double> ms = shift_boundaries(p, chain_ms(p), 100, simulate, fits);
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(6.0));
+  CHECK(count_of(p, 0, 0) == 1);
+  CHECK(count_of(p, 1, 0) == 4);
+  CHECK(p.waves[1].slices[0].first == 1);
+
+  // One simulation allowed: one shift, 8 ms.
+  p = two_slices();
+  ms = shift_boundaries(p, chain_ms(p), 1, simulate, fits);
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(8.0));
+  CHECK(count_of(p, 0, 0) == 3);
+
+  // None allowed: the plan as given, nothing simulated.
+  p = two_slices();
+  calls = 0;
+  ms = shift_boundaries(p, chain_ms(p), 0, simulate, fits);
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(9.0));
+  CHECK(calls == 0);
+  CHECK(count_of(p, 0, 0) == 4);
+
+  // A plan that does not fit with 2 operators on wave 0's slice stops at 3.
+  p = two_slices();
+  ShiftFits not_two = [](const Plan& q) { return q.waves[0].slices[0].count != 2; };
+  ms = shift_boundaries(p, chain_ms(p), 100, simulate, not_two);
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(8.0));
+  CHECK(count_of(p, 0, 0) == 3);
+}
+
+TEST_CASE("shift_boundaries never trades compute for communication", "[planner][shift]") {
+  // The makespan falls with every operator moved to wave 1, but the
+  // compute-only makespan rises: no shift is kept.
+  ShiftSimulate simulate = [](const Plan& q, double bound, bool compute_only) -> Result<double> {
+    const double a = q.waves[0].slices[0].count;
+    const double t = compute_only ? 10 - a : 10 + a;
+    return t > bound ? std::numeric_limits<double>::infinity() : t;
+  };
+  Plan p = two_slices();
+  Result<double> ms = shift_boundaries(p, 14, 100, simulate, [](const Plan&) { return true; });
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(14.0));
+  CHECK(count_of(p, 0, 0) == 4);
+
+  // Equal makespan, faster compute-only: kept (the gap falls, the makespan
+  // does not rise), down to the compute-only optimum.
+  ShiftSimulate flat = [](const Plan& q, double bound, bool compute_only) -> Result<double> {
+    const double t = compute_only ? 5.0 + q.waves[0].slices[0].count : 20.0;
+    return t > bound ? std::numeric_limits<double>::infinity() : t;
+  };
+  p = two_slices();
+  ms = shift_boundaries(p, 20, 100, flat, [](const Plan&) { return true; });
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(20.0));
+  CHECK(count_of(p, 0, 0) == 1);
+
+  // An error from a simulation is the search's error.
+  ShiftSimulate broken = [](const Plan&, double, bool) -> Result<double> { return Error{"no such thing"}; };
+  p = two_slices();
+  ms = shift_boundaries(p, 20, 100, broken, [](const Plan&) { return true; });
+  REQUIRE_FALSE(ms.ok());
+  CHECK(ms.error().message == "no such thing");
+}
+
+TEST_CASE("shift_budget: at most the request's, fewer on many devices", "[planner][shift]") {
+  Plan p = two_slices();
+  CHECK(shift_budget(p, 64) == 64);
+  CHECK(shift_budget(p, 3) == 3);
+  CHECK(shift_budget(p, 5000) == kShiftDevices / 4);
+  // Counted over the devices the slices use, not the cluster's.
+  p.devices = 1024;
+  CHECK(shift_budget(p, 5000) == kShiftDevices / 4);
+  for (int d = 4; d < 1024; ++d) p.waves[1].slices[0].devices.push_back(d);
+  CHECK(shift_budget(p, 64) == kShiftDevices / 1024);
+}
+
+TEST_CASE("make_plan with boundary shifts: valid, no slower, its gap no larger, the same on any threads",
+          "[planner][shift]") {
+  for (const auto& [model, cluster] : {std::pair{"multitask-clip-4", "a800-4x8"}, std::pair{"multitask-clip-7", "a800-2x8"}}) {
+    CAPTURE(model, cluster);
+    const spindle::plan::testing::Fixture f(model, cluster);
+    PlanRequest request{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    request.shift_simulations = 0;
+    const Result<Plan> unshifted = make_plan(request);
+    request.shift_simulations = kShiftSimulations;
+    const Result<Plan> shifted = make_plan(request);
+    REQUIRE(unshifted.ok());
+    REQUIRE(shifted.ok());
+    CHECK(check_plan(*shifted, f.model, f.graph).empty());
+    CHECK(shifted->predicted.simulated_ms <= unshifted->predicted.simulated_ms);
+    // Both shipped cases gain (bench/README.md: 194.3 -> 191.6 and 318.6 -> 309.9 ms).
+    CHECK(shifted->predicted.simulated_ms < unshifted->predicted.simulated_ms * 0.995);
+    // The plan's figure is its simulation's.
+    SimOptions options;
+    options.timeline = false;
+    const Result<Simulation> sim = simulate_plan(*shifted, f.model, f.graph, *f.cost, options);
+    REQUIRE(sim.ok());
+    CHECK(sim->iteration_ms == Approx(shifted->predicted.simulated_ms).epsilon(1e-12));
+    const Result<double> gap_before = simulated_compute_gap(*unshifted, f.model, f.graph, *f.cost);
+    const Result<double> gap_after = simulated_compute_gap(*shifted, f.model, f.graph, *f.cost);
+    REQUIRE(gap_before.ok());
+    REQUIRE(gap_after.ok());
+    CHECK(*gap_after <= *gap_before + 1e-12);
+
+    // One planner thread plans the same waves.
+    ::setenv("SPINDLE_PLAN_THREADS", "1", 1);
+    const Result<Plan> one_thread = make_plan(request);
+    ::unsetenv("SPINDLE_PLAN_THREADS");
+    REQUIRE(one_thread.ok());
+    REQUIRE(one_thread->waves.size() == shifted->waves.size());
+    for (size_t w = 0; w < shifted->waves.size(); ++w) {
+      REQUIRE(one_thread->waves[w].slices.size() == shifted->waves[w].slices.size());
+      for (size_t s = 0; s < shifted->waves[w].slices.size(); ++s) {
+        const Slice& a = one_thread->waves[w].slices[s];
+        const Slice& b = shifted->waves[w].slices[s];
+        CHECK(a.metaop == b.metaop);
+        CHECK(a.first == b.first);
+        CHECK(a.count == b.count);
+        CHECK(a.devices == b.devices);
+      }
+    }
+    CHECK(one_thread->predicted.simulated_ms == shifted->predicted.simulated_ms);
+  }
+}
