@@ -124,6 +124,14 @@ run-flags)
       --bucket-mb "$mb"
   done
   [ -e mb.json ] && { echo "FAIL: a plan written with a refused --bucket-mb"; failures=$((failures + 1)); }
+  # --shift-simulations: a count from 0 to 2^20.
+  for n in -1 1e30 x 2.5 nan 2000000; do
+    expect 2 "--shift-simulations" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o sh.json \
+      --shift-simulations "$n"
+  done
+  [ -e sh.json ] && { echo "FAIL: a plan written with a refused --shift-simulations"; failures=$((failures + 1)); }
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o sh.json --shift-simulations 0
+  [ -e sh.json ] || { echo "FAIL: no plan with --shift-simulations 0"; failures=$((failures + 1)); }
   ;;
 run-paths)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
