@@ -33,8 +33,11 @@ struct Fixture {
     cost = std::move(sp::ProfileCostModel::create(profile, cluster, graph).value());
   }
 
+  // With a few boundary shifts (test_shift.cpp plans with the default).
   sp::Plan plan(sp::Strategy s = sp::Strategy::spindle) const {
-    auto p = sp::make_plan({&model, &graph, &cluster, cost.get(), "", s});
+    sp::PlanRequest request{&model, &graph, &cluster, cost.get(), "", s};
+    request.shift_simulations = 8;
+    auto p = sp::make_plan(request);
     REQUIRE(p.ok());
     return *p;
   }

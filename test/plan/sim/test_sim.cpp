@@ -804,7 +804,12 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
     const double wire = static_cast<double>(sp::kWireBytesPerValue) / sp::dtype_bytes(w.model.dtype);
     for (sp::Strategy s : kStrategies) {
       INFO(w.model_name << " on " << w.cluster_name << ", " << sp::strategy_name(s));
-      auto plan = sp::make_plan({&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, s});
+      sp::PlanRequest request{&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, s};
+      // Shifted plans too, with a few shifts (test_shift.cpp plans with
+      // the default): every workload and strategy, so this test is one of
+      // the longest under the sanitizers.
+      request.shift_simulations = 8;
+      auto plan = sp::make_plan(request);
       if (!plan) continue;   // a baseline may have no valid plan on a cluster
       auto sim = sp::simulate_plan(*plan, w.model, w.graph, *w.cost);
       REQUIRE(sim.ok());
