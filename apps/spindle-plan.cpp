@@ -191,7 +191,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--shift-simulations", o.shift_simulations,
                  "Spindle: at most this many simulations of boundary shifts on the winning plan (docs/planner.md, "
                  "step 9); 0: none")
-      ->check(CLI::Range(0, 1 << 20))
+      ->check(CLI::Range(0, sp::kMaxShiftSimulations))
       ->capture_default_str();
 }
 

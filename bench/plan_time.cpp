@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   int shift_simulations = sp::kShiftSimulations;
   app.add_option("--shift-simulations", shift_simulations,
                  "boundary shifts simulated per plan (spindle-plan's option; 0: none)")
-      ->check(CLI::Range(0, 1 << 20))
+      ->check(CLI::Range(0, sp::kMaxShiftSimulations))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto wanted = [&](const std::string& name, int devices) {

@@ -687,6 +687,22 @@ Result<Costed> CandidateSearch::refine() {
   return std::move(refined[win]);
 }
 
+// `change` applied to a copy of `plan`, kept when that simulates faster than
+// `simulated_ms` (then updated). Returns whether it was kept.
+template <class Change>
+Result<bool> keep_if_faster(Plan& plan, double& simulated_ms, Change change, const LowerContext& lowering,
+                            const PlanRequest& request) {
+  Plan other = plan;
+  change(other);
+  SPINDLE_ASSIGN(sim, simulate_candidate(other, lowering, request, simulated_ms));
+  if (sim.iteration_ms >= simulated_ms * (1 - 1e-12)) return false;
+  plan = std::move(other);
+  simulated_ms = sim.iteration_ms;
+  return true;
+}
+void flip_bucket_starts(Plan& p) { p.bucket_starts = other_rule(p.bucket_starts); }
+void flip_transfers(Plan& p) { p.early_transfers = !p.early_transfers; }
+
 // Transfers posted early or in their exchanges (Plan::early_transfers): the
 // winner `plan` (simulating in `simulated_ms`) tries the other way too, the
 // faster kept. Posting early usually wins, but devices that move on sooner
@@ -697,20 +713,10 @@ Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerCont
                                 const PlanRequest& request) {
   plan.early_transfers = request.sync.early_transfers;
   if (!request.sync.overlap || !request.sync.early_transfers) return simulated_ms;
-  Plan late = plan;
-  late.early_transfers = false;
-  SPINDLE_ASSIGN(late_sim, simulate_candidate(late, lowering, request, simulated_ms));
-  if (late_sim.iteration_ms >= simulated_ms * (1 - 1e-12)) return simulated_ms;
-  plan.early_transfers = false;
-  simulated_ms = late_sim.iteration_ms;
+  SPINDLE_ASSIGN(late, keep_if_faster(plan, simulated_ms, flip_transfers, lowering, request));
   // Its bucket starts were chosen with early transfers: the other rule
   // again, so that the plan's is the faster with its transfers.
-  late.bucket_starts = other_rule(late.bucket_starts);
-  SPINDLE_ASSIGN(other, simulate_candidate(late, lowering, request, simulated_ms));
-  if (other.iteration_ms < simulated_ms * (1 - 1e-12)) {
-    plan.bucket_starts = late.bucket_starts;
-    simulated_ms = other.iteration_ms;
-  }
+  if (late) SPINDLE_TRY(keep_if_faster(plan, simulated_ms, flip_bucket_starts, lowering, request));
   return simulated_ms;
 }
 
@@ -722,22 +728,24 @@ Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerCon
                                  const PlanRequest& request) {
   if (!request.sync.overlap) return simulated_ms;
   for (bool again = true; again;) {
-    again = false;
-    for (int flip = 0; flip < 2; ++flip) {
-      if (flip == 1 && !request.sync.early_transfers) continue;
-      Plan other = plan;
-      if (flip == 0) other.bucket_starts = other_rule(plan.bucket_starts);
-      else other.early_transfers = !plan.early_transfers;
-      SPINDLE_ASSIGN(sim, simulate_candidate(other, lowering, request, simulated_ms));
-      if (sim.iteration_ms < simulated_ms * (1 - 1e-12)) {
-        plan.bucket_starts = other.bucket_starts;
-        plan.early_transfers = other.early_transfers;
-        simulated_ms = sim.iteration_ms;
-        again = true;
-      }
+    SPINDLE_ASSIGN(starts, keep_if_faster(plan, simulated_ms, flip_bucket_starts, lowering, request));
+    bool transfers = false;
+    if (request.sync.early_transfers) {
+      SPINDLE_ASSIGN(kept, keep_if_faster(plan, simulated_ms, flip_transfers, lowering, request));
+      transfers = kept;
     }
+    again = starts || transfers;
   }
   return simulated_ms;
+}
+
+// `plan` costed by the wave-barrier model (cost_plan: parameter groups,
+// memory, the predicted parts), its simulated makespan and relaxed optimum
+// kept as given.
+void cost_winner(Plan& plan, double simulated_ms, double relaxed_optimum_ms, const PlanRequest& request) {
+  cost_plan(plan, cost_tables(plan, *request.model, *request.graph, *request.cost), *request.cost);
+  plan.predicted.simulated_ms = simulated_ms;
+  plan.predicted.relaxed_optimum_ms = relaxed_optimum_ms;
 }
 
 // make_plan on the request's cluster alone; an error when its compute alone
@@ -772,11 +780,9 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   search.emit(best.schedule, best.placed, plan);
   plan.bucket_starts = best.starts;
   SPINDLE_ASSIGN(simulated_ms, choose_transfers(plan, best.simulated_ms, *lowering, request));
-  // The winner alone is also costed by the wave-barrier model (cost_plan:
-  // parameter groups, memory, the predicted parts).
-  cost_plan(plan, cost_tables(plan, *request.model, *request.graph, *request.cost), *request.cost);
-  plan.predicted.simulated_ms = simulated_ms;
-  plan.predicted.relaxed_optimum_ms = p.relaxed_optimum_ms;
+
+  // The winner alone is also costed by the wave-barrier model.
+  cost_winner(plan, simulated_ms, p.relaxed_optimum_ms, request);
   plan.planning_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
@@ -822,10 +828,7 @@ Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double pac
     wide.devices = cluster.devices();
     wide.devices_per_island = cluster.devices_per_island;
     wide.memory_bytes = cluster.memory_bytes();
-    const double simulated_ms = wide.predicted.simulated_ms;
-    cost_plan(wide, cost_tables(wide, *request.model, *request.graph, *request.cost), *request.cost);
-    wide.predicted.simulated_ms = simulated_ms;
-    wide.predicted.relaxed_optimum_ms = plan->predicted.relaxed_optimum_ms;
+    cost_winner(wide, wide.predicted.simulated_ms, plan->predicted.relaxed_optimum_ms, request);
     *plan = std::move(wide);
   }
   plan->planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -846,12 +849,10 @@ Result<Plan> make_plan(const PlanRequest& request) {
     return sim.iteration_ms;
   };
   auto fits = [&](const Plan& shifted) { return check_plan_memory(shifted, *request.model).ok(); };
-  const Predicted before = plan.predicted;
-  SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, before.simulated_ms, shift_budget(plan, request.shift_simulations), simulate, fits));
+  SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, plan.predicted.simulated_ms,
+                                              shift_budget(plan, request.shift_simulations), simulate, fits));
   SPINDLE_ASSIGN(simulated_ms, rechoose_lowering(plan, shifted_ms, lowering, request));
-  cost_plan(plan, cost_tables(plan, *request.model, *request.graph, *request.cost), *request.cost);
-  plan.predicted.simulated_ms = simulated_ms;
-  plan.predicted.relaxed_optimum_ms = before.relaxed_optimum_ms;
+  cost_winner(plan, simulated_ms, plan.predicted.relaxed_optimum_ms, request);
   plan.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
 }

@@ -63,7 +63,8 @@ struct PlanRequest {
   Placement placement = Placement::islands;
   // Spindle only (docs/planner.md, step 9): at most this many simulations
   // of boundary shifts on the winning plan (planner/shift.h), each kept
-  // when it simulates faster. 0: none, the plan as placed.
+  // when it simulates no slower with and without communication and faster
+  // on one. 0: none, the plan as placed.
   int shift_simulations = kShiftSimulations;
   // Every strategy: how gradients are synchronised (by default overlapping
   // the backward pass, in buckets of at most 25 MiB, as spindle-run runs

@@ -19,10 +19,12 @@
 namespace spindle::plan {
 
 // How many simulations the planner spends on boundary shifts per plan
-// (PlanRequest::shift_simulations' default). On multitask-clip-10, a800-8x8,
-// 32 take its plan from 180.9 to 173.2 ms; 343 (every shift until none
-// helps) to 169.8 (bench/README.md).
+// (PlanRequest::shift_simulations' default; --shift-simulations takes 0 to
+// kMaxShiftSimulations). On multitask-clip-10, a800-8x8, 64 take its plan
+// from 180.9 to 172.7 ms; 256 shifts (before the lowering choices were made
+// again) to 169.8 (bench/README.md, plan_time).
 inline constexpr int kShiftSimulations = 64;
+inline constexpr int kMaxShiftSimulations = 1 << 20;
 // A simulation costs about as much as the plan has devices: a plan gets at
 // most this many devices' worth of them (64 on 64 devices or fewer, 4 on
 // 1024; the 50 tasks on 1024 devices of bench/plan_time stay under 1 s).
@@ -37,8 +39,8 @@ using ShiftSimulate = std::function<Result<double>(const Plan& plan, double boun
 // Whether `plan` fits its devices' memory.
 using ShiftFits = std::function<bool(const Plan& plan)>;
 
-// One shift: operator `from`'s slice gives its last operator to the next
-// slice of the chain (forward) or takes that slice's first (backward).
+// One shift: slice `cut` of a MetaOp's chain gives its last operator to
+// slice cut + 1 (forward), or slice cut + 1 gives its first to slice cut.
 struct Shift {
   int metaop = 0;
   int cut = 0;           // between the MetaOp's slices cut and cut + 1, in chain order
@@ -58,17 +60,19 @@ bool apply_shift(Plan& plan, const Shift& s);
 int shift_budget(const Plan& plan, int max);
 
 // Local search: every cut of every MetaOp with two slices or more (MetaOps
-// by device-ms, most first), both ways, in rounds until a round keeps none
-// or `max_simulations` shifts have been simulated. A shift is kept when the
+// by device-ms, most first), both ways, scanned from the front; a kept
+// shift moves to the front and the scan starts again. It ends when a scan
+// of the whole list keeps none or `max_simulations` shifts have been
+// simulated. A shift is kept when the
 // plan gets no slower on either count, the makespan and the compute-only
 // makespan, and faster on one: it never trades compute for communication,
 // whose prediction is the less certain of the two (bench/README.md, loop),
-// so the compute gap never grows. Shifts are simulated in
-// batches of kShiftBatch, side by side on the planner's threads, each
-// bounded by the makespan so far; of a batch the first faster one that
-// fits is kept and tried again at once. The batches do not depend on the
-// threads: the result is the same on any number of them. Returns the plan's makespan, at most
-// `simulated_ms` (the makespan of `plan` as given).
+// so the compute gap never grows. Shifts are simulated in batches of
+// kShiftBatch, side by side on the planner's threads, each bounded by the
+// makespan so far; of a batch the first kept one wins. The batches do not
+// depend on the threads: the result is the same on any number of them.
+// Returns the plan's makespan, at most `simulated_ms` (the makespan of
+// `plan` as given).
 Result<double> shift_boundaries(Plan& plan, double simulated_ms, int max_simulations, const ShiftSimulate& simulate,
                                 const ShiftFits& fits);
 
