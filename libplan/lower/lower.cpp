@@ -19,7 +19,8 @@ namespace {
 // producers; checks that the plan names the model's operators.
 Status lower_slices(const Plan& plan, const LowerContext& ctx, Lowered& out) {
   const OpGraph& graph = *ctx.graph;
-  const std::string where = plan.model_name.empty() ? std::string("plan") : "plan for " + plan.model_name;
+  // What errors name (made only for one).
+  auto where = [&] { return plan.model_name.empty() ? std::string("plan") : "plan for " + plan.model_name; };
   // Graph operator named `id`, -1 when none. A MetaOp's operators are
   // usually consecutive in the graph: the one after `prev` is tried first.
   auto find_op = [&](const std::string& id, int prev) {
@@ -29,13 +30,18 @@ Status lower_slices(const Plan& plan, const LowerContext& ctx, Lowered& out) {
     return it == ctx.op_index.end() ? -1 : it->second;
   };
   out.slice_of.assign(graph.ops.size(), -1);
+  size_t slices = 0;
+  for (const Wave& wave : plan.waves) slices += wave.slices.size();
+  out.slices.reserve(slices);
   for (size_t w = 0; w < plan.waves.size(); ++w) {
     const Wave& wave = plan.waves[w];
     if (wave.index != static_cast<int>(w))
-      return Error{where + ": waves[" + std::to_string(w) + "].index is " + std::to_string(wave.index)};
+      return Error{where() + ": waves[" + std::to_string(w) + "].index is " + std::to_string(wave.index)};
     for (size_t k = 0; k < wave.slices.size(); ++k) {
       const Slice& s = wave.slices[k];
-      auto sh = [&] { return where + ": waves[" + std::to_string(wave.index) + "].slices[" + std::to_string(k) + "]"; };
+      auto sh = [&] {
+        return where() + ": waves[" + std::to_string(wave.index) + "].slices[" + std::to_string(k) + "]";
+      };
       if (s.metaop < 0 || s.metaop >= static_cast<int>(plan.metaops.size()))
         return Error{sh() + " names unknown MetaOp " + std::to_string(s.metaop)};
       const PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
@@ -67,7 +73,7 @@ Status lower_slices(const Plan& plan, const LowerContext& ctx, Lowered& out) {
     }
   }
   for (size_t o = 0; o < graph.ops.size(); ++o)
-    if (out.slice_of[o] < 0) return Error{where + ": operator " + graph.ops[o].id + " is in no slice"};
+    if (out.slice_of[o] < 0) return Error{where() + ": operator " + graph.ops[o].id + " is in no slice"};
   return {};
 }
 
@@ -79,8 +85,10 @@ Status lower_transfers(const Plan& plan, const LowerContext& ctx, Lowered& out) 
   const int waves = static_cast<int>(plan.waves.size());
   // Made in slice order, then put in exchange order by a stable counting
   // sort on the exchange: forward of wave w is exchange w, backward of wave
-  // w is exchange 2 waves - 1 - w.
-  std::vector<Transfer> made;
+  // w is exchange 2 waves - 1 - w. `made` is kept from one lowering to the
+  // next on its thread (the planner lowers hundreds of candidates).
+  thread_local std::vector<Transfer> made;
+  made.clear();
   for (size_t si = 0; si < out.slices.size(); ++si) {
     const LoweredSlice& c = out.slices[si];
     for (size_t k = 0; k < c.producers.size(); ++k) {
@@ -210,83 +218,131 @@ void split_bucket(Bucket b, const std::vector<int>& first_wave, const std::vecto
     const int64_t values = shard_values[static_cast<size_t>(p)];
     if (!piece.shards.empty() && (piece.values + values) * kWireBytesPerValue > cap) close();
     piece.first_wave = first_wave[static_cast<size_t>(p)];   // non-increasing: the piece's earliest
-    piece.shards.push_back(b.shards[i]);
+    piece.shards.push_back(std::move(b.shards[i]));
     piece.params.push_back(p);
     piece.values += values;
   }
   close();
 }
 
+// lower_shards' working memory: one per thread, reused from one lowering to
+// the next (the planner lowers hundreds of candidates), so that a lowering
+// allocates only its results. Every list is cleared before it is used.
+struct ShardScratch {
+  std::vector<std::vector<int>> users;    // by param: the slices using it, ascending, each once
+  std::vector<int> first_op;              // by param: its first operator, in slice order; -1: unused
+  std::vector<std::vector<int>> by_rank;  // one param's holders by tensor-parallel rank
+  // Every shard with two holders or more, in key order (param name, then
+  // rank), its holders pool[begin, end).
+  struct Reduced {
+    size_t begin = 0, end = 0;
+    int param = 0, rank = 0;
+  };
+  std::vector<int> pool;
+  std::vector<Reduced> reduced;
+  std::vector<size_t> by_holders;         // indices into reduced, by holders (stable)
+};
+
+ShardScratch& thread_shard_scratch() {
+  thread_local ShardScratch scratch;
+  return scratch;
+}
+
+// The holders of a param used by `slices` (ascending) into `by_rank`, by
+// tensor-parallel rank (`tp` of them): the devices of those slices at that
+// rank, ascending, without repeats.
+void holders_by_rank(const std::vector<int>& slices, int tp, const Lowered& out,
+                     std::vector<std::vector<int>>& by_rank) {
+  by_rank.resize(static_cast<size_t>(tp));
+  for (std::vector<int>& list : by_rank) list.clear();
+  for (int s : slices) {
+    const LoweredSlice& slice = out.slices[static_cast<size_t>(s)];
+    for (size_t i = 0; i < slice.devices.size(); ++i)
+      by_rank[static_cast<size_t>(slice.layout.tp_rank_of(static_cast<int>(i)))].push_back(slice.devices[i]);
+  }
+  for (std::vector<int>& list : by_rank) {
+    if (slices.size() > 1) std::sort(list.begin(), list.end());   // one slice's devices are ascending
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+  }
+}
+
 void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered& out) {
   const bool runtime_maps = options.runtime_maps;
   const ParamIds& ids = ctx.params;
   const OpGraph& graph = *ctx.graph;
+  const size_t params = ids.names.size();
+  ShardScratch& sc = thread_shard_scratch();
   // The slices using each param (ascending, each once) and its first
-  // operator (in slice order). Params used by the same slices have the same
-  // holders: those are worked out once per distinct list of slices.
-  std::vector<std::vector<int>> users(ids.names.size());
-  std::vector<int> first_op(ids.names.size(), -1);
+  // operator (in slice order).
+  sc.users.resize(params);
+  for (std::vector<int>& u : sc.users) u.clear();
+  sc.first_op.assign(params, -1);
   for (size_t s = 0; s < out.slices.size(); ++s)
     for (int o : out.slices[s].ops) {
       const int p = ids.of_op[static_cast<size_t>(o)];
       if (p < 0) continue;
-      if (first_op[static_cast<size_t>(p)] < 0) first_op[static_cast<size_t>(p)] = o;
-      std::vector<int>& u = users[static_cast<size_t>(p)];
+      if (sc.first_op[static_cast<size_t>(p)] < 0) sc.first_op[static_cast<size_t>(p)] = o;
+      std::vector<int>& u = sc.users[static_cast<size_t>(p)];
       if (u.empty() || u.back() != static_cast<int>(s)) u.push_back(static_cast<int>(s));
     }
-  // Holders by rank (ascending, without repeats) of each distinct list of
-  // slices: the devices of those slices at that tensor-parallel rank.
-  std::map<std::vector<int>, std::vector<std::vector<int>>> holders_of;
-  auto holders = [&](const std::vector<int>& slices, int tp) -> std::vector<std::vector<int>>& {
-    auto [it, added] = holders_of.try_emplace(slices);
-    std::vector<std::vector<int>>& by_rank = it->second;
-    if (!added) return by_rank;
-    by_rank.resize(static_cast<size_t>(tp));
-    for (int s : slices) {
-      const LoweredSlice& slice = out.slices[static_cast<size_t>(s)];
-      for (size_t i = 0; i < slice.devices.size(); ++i)
-        by_rank[static_cast<size_t>(slice.layout.tp_rank_of(static_cast<int>(i)))].push_back(slice.devices[i]);
-    }
-    for (std::vector<int>& list : by_rank) {
-      if (slices.size() > 1) std::sort(list.begin(), list.end());   // one slice's devices are ascending
-      list.erase(std::unique(list.begin(), list.end()), list.end());
-    }
-    return by_rank;
-  };
-  // Shards in key order (param name, then rank): the order of a bucket's shards.
-  std::map<std::vector<int>, Bucket> buckets;
-  std::vector<int64_t> shard_values(ids.names.size(), 0);   // by param: one shard's values
+  // Every shard, in key order (param name, then rank): the order of a
+  // bucket's shards.
+  sc.pool.clear();
+  sc.reduced.clear();
+  std::vector<int64_t> shard_values(params, 0);   // by param: one shard's values
   out.unreduced_values.assign(static_cast<size_t>(std::max(out.devices, 0)), 0);
   for (int p : ids.sorted) {
-    if (first_op[static_cast<size_t>(p)] < 0) continue;
+    const int first = sc.first_op[static_cast<size_t>(p)];
+    if (first < 0) continue;
     const std::string& name = ids.names[static_cast<size_t>(p)];
-    const Operator& op = graph.ops[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
+    const Operator& op = graph.ops[static_cast<size_t>(first)];
     if (runtime_maps) {
       out.param_tp[name] = op.tensor_parallel;
-      out.param_op.emplace(name, first_op[static_cast<size_t>(p)]);
+      out.param_op.emplace(name, first);
     }
-    const int64_t values = ctx.shard_values[static_cast<size_t>(first_op[static_cast<size_t>(p)])];
+    const int64_t values = ctx.shard_values[static_cast<size_t>(first)];
     shard_values[static_cast<size_t>(p)] = values;
-    const std::vector<std::vector<int>>& by_rank = holders(users[static_cast<size_t>(p)], op.tensor_parallel);
-    for (size_t rank = 0; rank < by_rank.size(); ++rank) {
-      const std::vector<int>& list = by_rank[rank];
-      const ShardKey key{name, static_cast<int>(rank)};
-      if (runtime_maps && !list.empty()) out.shard_devices.emplace_hint(out.shard_devices.end(), key, list);
+    holders_by_rank(sc.users[static_cast<size_t>(p)], op.tensor_parallel, out, sc.by_rank);
+    for (size_t rank = 0; rank < sc.by_rank.size(); ++rank) {
+      const std::vector<int>& list = sc.by_rank[rank];
+      if (runtime_maps && !list.empty())
+        out.shard_devices.emplace_hint(out.shard_devices.end(), ShardKey{name, static_cast<int>(rank)}, list);
       if (list.size() < 2) {   // one holder: nothing to all-reduce
         if (!list.empty()) out.unreduced_values[static_cast<size_t>(list.front())] += values;
         continue;
       }
-      Bucket& b = buckets[list];
-      if (b.devices.empty()) b.devices = list;
-      b.shards.push_back(key);
-      b.params.push_back(p);
-      b.values += values;
+      const size_t begin = sc.pool.size();
+      sc.pool.insert(sc.pool.end(), list.begin(), list.end());
+      sc.reduced.push_back({begin, sc.pool.size(), p, static_cast<int>(rank)});
     }
   }
-  std::vector<int> first_wave(ids.names.size(), 0);
-  for (size_t p = 0; p < ids.names.size(); ++p)
-    if (!users[p].empty()) first_wave[p] = out.slices[static_cast<size_t>(users[p].front())].wave;
-  for (auto& [devs, b] : buckets) split_bucket(std::move(b), first_wave, shard_values, options.sync.bucket_bytes, out.buckets);
+  std::vector<int> first_wave(params, 0);
+  for (size_t p = 0; p < params; ++p)
+    if (!sc.users[p].empty()) first_wave[p] = out.slices[static_cast<size_t>(sc.users[p].front())].wave;
+  // One bucket per holder list, the lists in ascending (lexicographic)
+  // order, each bucket's shards in key order; then cut into pieces.
+  auto holders = [&](size_t r) {
+    const ShardScratch::Reduced& x = sc.reduced[r];
+    return std::span<const int>(sc.pool.data() + x.begin, sc.pool.data() + x.end);
+  };
+  sc.by_holders.resize(sc.reduced.size());
+  std::iota(sc.by_holders.begin(), sc.by_holders.end(), size_t{0});
+  std::stable_sort(sc.by_holders.begin(), sc.by_holders.end(), [&](size_t a, size_t b) {
+    const std::span<const int> x = holders(a), y = holders(b);
+    return std::lexicographical_compare(x.begin(), x.end(), y.begin(), y.end());
+  });
+  for (size_t i = 0; i < sc.by_holders.size();) {
+    const std::span<const int> list = holders(sc.by_holders[i]);
+    Bucket b;
+    b.devices.assign(list.begin(), list.end());
+    for (; i < sc.by_holders.size() && std::ranges::equal(holders(sc.by_holders[i]), list); ++i) {
+      const ShardScratch::Reduced& x = sc.reduced[sc.by_holders[i]];
+      b.shards.emplace_back(ids.names[static_cast<size_t>(x.param)], x.rank);
+      b.params.push_back(x.param);
+      b.values += shard_values[static_cast<size_t>(x.param)];
+    }
+    split_bucket(std::move(b), first_wave, shard_values, options.sync.bucket_bytes, out.buckets);
+  }
   order_buckets(out.buckets, out.devices);
   // Started as their gradients become final: the global order follows
   // readiness (latest first wave first), else one ready late would hold
@@ -298,47 +354,92 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
 
 // What one device takes part in, gathered in one pass over the whole
 // lowering (so that building every program is linear in their sizes).
+// Views into DeviceShares' lists.
 struct DeviceShare {
-  std::vector<int> slices;     // ascending (so wave by wave)
-  std::vector<int> positions;  // its position in each of those slices
-  std::vector<int> transfers;  // ascending: grouped by exchange, in exchange order
-  std::vector<int> buckets;    // ascending: the global bucket order
+  std::span<const int> slices;     // ascending (so wave by wave)
+  std::span<const int> transfers;  // ascending: grouped by exchange, in exchange order
+  std::span<const int> buckets;    // ascending: the global bucket order
 };
 
-std::vector<DeviceShare> device_shares(const Lowered& l) {
-  std::vector<DeviceShare> share(static_cast<size_t>(l.devices));
-  // Sized first: one allocation per list.
-  std::vector<size_t> slices(share.size(), 0), transfers(share.size(), 0), buckets(share.size(), 0);
+// Every device's share, each kind in one list for all devices, device by
+// device (three allocations, not three per device).
+class DeviceShares {
+ public:
+  explicit DeviceShares(const Lowered& l);
+  DeviceShare of(int d) const {
+    return {part(slices_, slice_at_, d), part(transfers_, transfer_at_, d), part(buckets_, bucket_at_, d)};
+  }
+
+ private:
+  static std::span<const int> part(const std::vector<int>& list, const std::vector<size_t>& at, int d) {
+    return {list.data() + at[static_cast<size_t>(d)], list.data() + at[static_cast<size_t>(d) + 1]};
+  }
+  // list[at[d], at[d + 1]): device d's, by kind.
+  std::vector<int> slices_, transfers_, buckets_;
+  std::vector<size_t> slice_at_, transfer_at_, bucket_at_;
+};
+
+DeviceShares::DeviceShares(const Lowered& l) {
+  const size_t devices = static_cast<size_t>(l.devices);
+  slice_at_.assign(devices + 1, 0);
+  transfer_at_.assign(devices + 1, 0);
+  bucket_at_.assign(devices + 1, 0);
+  // Counted first, then each device's start, then filled in order (the
+  // starts advance to each device's end).
   for (const LoweredSlice& s : l.slices)
-    for (int d : s.devices) ++slices[static_cast<size_t>(d)];
+    for (int d : s.devices) ++slice_at_[static_cast<size_t>(d) + 1];
   for (const Transfer& tr : l.transfers) {
-    ++transfers[static_cast<size_t>(tr.src)];
-    if (tr.dst != tr.src) ++transfers[static_cast<size_t>(tr.dst)];
+    ++transfer_at_[static_cast<size_t>(tr.src) + 1];
+    if (tr.dst != tr.src) ++transfer_at_[static_cast<size_t>(tr.dst) + 1];
   }
   for (const Bucket& b : l.buckets)
-    for (int d : b.devices) ++buckets[static_cast<size_t>(d)];
-  for (size_t d = 0; d < share.size(); ++d) {
-    share[d].slices.reserve(slices[d]);
-    share[d].positions.reserve(slices[d]);
-    share[d].transfers.reserve(transfers[d]);
-    share[d].buckets.reserve(buckets[d]);
+    for (int d : b.devices) ++bucket_at_[static_cast<size_t>(d) + 1];
+  for (size_t d = 0; d < devices; ++d) {
+    slice_at_[d + 1] += slice_at_[d];
+    transfer_at_[d + 1] += transfer_at_[d];
+    bucket_at_[d + 1] += bucket_at_[d];
   }
-  for (size_t s = 0; s < l.slices.size(); ++s) {
-    const std::vector<int>& devs = l.slices[s].devices;
-    for (size_t i = 0; i < devs.size(); ++i) {
-      share[static_cast<size_t>(devs[i])].slices.push_back(static_cast<int>(s));
-      share[static_cast<size_t>(devs[i])].positions.push_back(static_cast<int>(i));
-    }
-  }
+  slices_.resize(slice_at_[devices]);
+  transfers_.resize(transfer_at_[devices]);
+  buckets_.resize(bucket_at_[devices]);
+  std::vector<size_t> next(slice_at_.begin(), slice_at_.end() - 1);
+  for (size_t s = 0; s < l.slices.size(); ++s)
+    for (int d : l.slices[s].devices) slices_[next[static_cast<size_t>(d)]++] = static_cast<int>(s);
+  next.assign(transfer_at_.begin(), transfer_at_.end() - 1);
   for (size_t t = 0; t < l.transfers.size(); ++t) {
     const Transfer& tr = l.transfers[t];
-    share[static_cast<size_t>(tr.src)].transfers.push_back(static_cast<int>(t));
-    if (tr.dst != tr.src) share[static_cast<size_t>(tr.dst)].transfers.push_back(static_cast<int>(t));
+    transfers_[next[static_cast<size_t>(tr.src)]++] = static_cast<int>(t);
+    if (tr.dst != tr.src) transfers_[next[static_cast<size_t>(tr.dst)]++] = static_cast<int>(t);
   }
+  next.assign(bucket_at_.begin(), bucket_at_.end() - 1);
   for (size_t b = 0; b < l.buckets.size(); ++b)
-    for (int d : l.buckets[b].devices) share[static_cast<size_t>(d)].buckets.push_back(static_cast<int>(b));
-  return share;
+    for (int d : l.buckets[b].devices) buckets_[next[static_cast<size_t>(d)]++] = static_cast<int>(b);
 }
+
+// A run of a device's transfers (DeviceShare::transfers, which is in
+// exchange order): the transfers of one exchange of the device, in
+// program order.
+struct ExchangeRun {
+  Direction dir;
+  int wave;
+  size_t begin, end;   // in DeviceShare::transfers
+  bool receives;       // the device receives one of them
+};
+
+// ProgramBuilder's working memory, made once by lower_programs and used by
+// the builder of every device in turn (so that a lowering allocates its
+// lists once, not once per device). Between builders param_bwd holds
+// empty lists and last_step -1s, by param id; each builder clears the
+// other lists before it uses them.
+struct BuilderScratch {
+  explicit BuilderScratch(size_t params) : param_bwd(params), last_step(params, -1) {}
+  std::vector<std::vector<int>> param_bwd;
+  std::vector<int> last_step;
+  std::vector<size_t> wave_begin;
+  std::vector<ExchangeRun> runs;
+  std::vector<std::pair<int, int>> sends_after;
+  std::vector<int> posted, posted_sends, touched, ready_step, reductions, stepped;
+};
 
 // Builds device d's program in the order of the header, with its
 // dependencies (lower_programs runs one per device): the forward pass wave
@@ -347,26 +448,18 @@ std::vector<DeviceShare> device_shares(const Lowered& l) {
 // receives and sends around them.
 class ProgramBuilder {
  public:
-  // `param_bwd` is scratch of ids.names.size() empty lists, left empty;
-  // `last_step` scratch of ids.names.size() -1s, left so. With `deps`
+  // `scratch` has ids.names.size() params (BuilderScratch). With `deps`
   // false, every Instr::deps is left empty (LowerOptions). Sets
   // `starts_matter` when the two bucket-start rules would give d other
   // programs.
   ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
-                 std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
-                 const GradSync& sync, BucketStarts starts, bool& starts_matter);
+                 BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
+                 bool& starts_matter);
 
   Program build() &&;
 
  private:
-  // A run of mine.transfers (which is in exchange order): the transfers of
-  // one exchange of d, in program order.
-  struct Run {
-    Direction dir;
-    int wave;
-    size_t begin, end;   // in mine.transfers
-    bool receives;       // d receives one of them
-  };
+  using Run = ExchangeRun;
   bool received(const Transfer& tr) const { return tr.dst == d_ && tr.src != d_; }   // a message to d
   bool sent_early(const Transfer& tr) const { return early_ && tr.src == d_ && tr.dst != d_; }
   const Transfer& transfer(int t) const { return l_.transfers[static_cast<size_t>(t)]; }
@@ -375,6 +468,14 @@ class ProgramBuilder {
     prog_.instrs.push_back(std::move(in));
     return static_cast<int>(prog_.instrs.size()) - 1;
   }
+  // Appends an instruction of `kind` made in place, for the caller to fill
+  // (the reference is valid until the next instruction is appended).
+  Instr& append(InstrKind kind) {
+    Instr& in = prog_.instrs.emplace_back();
+    in.kind = kind;
+    return in;
+  }
+  int last() const { return static_cast<int>(prog_.instrs.size()) - 1; }
 
   void find_runs();
   template <class Keep>
@@ -387,13 +488,14 @@ class ProgramBuilder {
   void reduce(size_t i, InstrKind kind);
   void start_ready(int step);
   void backward_pass();
-  void step_shards(int b, std::vector<int> after);
+  void step_shards(int b, std::span<const int> after);
   void sync_and_step();
 
   const Lowered& l_;
   const ParamIds& ids_;
-  const DeviceShare& mine_;
+  const DeviceShare mine_;
   const int waves_, d_;
+  // From the scratch: by param id (BuilderScratch).
   std::vector<std::vector<int>>& param_bwd_;
   std::vector<int>& last_step_;
   const bool deps_, overlap_, early_;
@@ -401,40 +503,52 @@ class ProgramBuilder {
   bool& starts_matter_;
 
   Program prog_;
-  std::vector<size_t> wave_begin_;   // mine.slices of wave w: [wave_begin_[w], wave_begin_[w + 1])
-  std::vector<Run> runs_;
+  // The lists below are the scratch's, but for fwd_of_, bwd_of_ and grad_in_.
+  std::vector<size_t>& wave_begin_;   // mine.slices of wave w: [wave_begin_[w], wave_begin_[w + 1])
+  std::vector<Run>& runs_;
   // With early transfers an exchange keeps what d receives or copies; what
   // d sends leaves in post_sends (sends_after_, by the slice whose compute
   // made it: the producer's for a forward transfer, the consumer's for a
   // backward one), in transfer order. (slice, transfer), sorted.
-  std::vector<std::pair<int, int>> sends_after_;
+  std::vector<std::pair<int, int>>& sends_after_;
   // Exchanges in program order: next_run_ is the next one to emit, and
   // posted_[r] the post_recv that posted run r's receives (-1: none).
   size_t next_run_ = 0;
-  std::vector<int> posted_;
-  std::vector<int> posted_sends_;    // the post_sends made
+  std::vector<int>& posted_;
+  std::vector<int>& posted_sends_;   // the post_sends made
   // Only the dependencies need these: each slice's forward and backward.
   std::vector<int> fwd_of_, bwd_of_;
   // What each producer's output gradient waits for on d: the backward
   // exchanges that deliver it (several consumers may add into it).
   std::map<int, std::vector<int>> grad_in_;
-  std::vector<int> touched_;         // params whose param_bwd_ list is filled
+  std::vector<int>& touched_;        // params whose param_bwd_ list is filled
   // With overlap: the backward step (0, 1, ... in program order) after
   // which each of mine.buckets' gradients on d are final.
-  std::vector<int> ready_step_;
+  std::vector<int>& ready_step_;
   // The all-reduce of bucket mine.buckets[i] (blocking, or its start);
   // -1 until it is made.
-  std::vector<int> reductions_;
+  std::vector<int>& reductions_;
+  std::vector<int>& stepped_;        // find_ready_steps': params whose last_step_ it set
   size_t started_ = 0;               // leading buckets started
 };
 
 ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
-                               std::vector<std::vector<int>>& param_bwd, std::vector<int>& last_step, bool deps,
-                               const GradSync& sync, BucketStarts starts, bool& starts_matter)
-    : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(param_bwd), last_step_(last_step),
-      deps_(deps), overlap_(sync.overlap), early_(sync.overlap && sync.early_transfers), starts_(starts),
-      starts_matter_(starts_matter), fwd_of_(deps ? l.slices.size() : 0, -1),
-      bwd_of_(deps ? l.slices.size() : 0, -1), reductions_(mine.buckets.size(), -1) {
+                               BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
+                               bool& starts_matter)
+    : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(scratch.param_bwd),
+      last_step_(scratch.last_step), deps_(deps), overlap_(sync.overlap),
+      early_(sync.overlap && sync.early_transfers), starts_(starts), starts_matter_(starts_matter),
+      wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
+      posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
+      bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
+      reductions_(scratch.reductions), stepped_(scratch.stepped) {
+  runs_.clear();
+  sends_after_.clear();
+  posted_.clear();
+  posted_sends_.clear();
+  touched_.clear();
+  ready_step_.clear();
+  reductions_.assign(mine.buckets.size(), -1);
   prog_.device = d;
   // Forward and backward of each slice, an exchange per wave and direction
   // at most (with early transfers, a post_recv before each and a post_send
@@ -461,7 +575,7 @@ Program ProgramBuilder::build() && {
   if (!posted_sends_.empty()) {
     Instr in;
     in.kind = InstrKind::wait_sends;
-    if (deps_) in.deps = std::move(posted_sends_);
+    if (deps_) in.deps = posted_sends_;
     add(std::move(in));
   }
   for (int p : touched_) param_bwd_[static_cast<size_t>(p)].clear();
@@ -560,12 +674,11 @@ void ProgramBuilder::forward_pass() {
     }
     for (size_t k = wave_begin_[static_cast<size_t>(w)]; k < wave_begin_[static_cast<size_t>(w) + 1]; ++k) {
       const int s = mine_.slices[k];
-      Instr in;
-      in.kind = InstrKind::forward;
+      Instr& in = append(InstrKind::forward);
       in.wave = w;
       in.slice = s;
       if (deps_ && ex >= 0 && !slice(s).producers.empty()) in.deps.push_back(ex);
-      const int at = add(std::move(in));
+      const int at = last();
       if (deps_) fwd_of_[static_cast<size_t>(s)] = at;
       post_sends(s, at);
     }
@@ -575,13 +688,13 @@ void ProgramBuilder::forward_pass() {
 // ready_step_: for each of d's buckets, the last backward step of d using
 // one of its parameters (last_step_, by param id, is scratch).
 void ProgramBuilder::find_ready_steps() {
-  std::vector<int> stepped;
+  stepped_.clear();
   int step = 0;
   for (int w = waves_ - 1; w >= 0; --w)
     for (size_t k = wave_begin_[static_cast<size_t>(w) + 1]; k-- > wave_begin_[static_cast<size_t>(w)]; ++step)
       for (int o : slice(mine_.slices[k]).ops)
         if (const int p = ids_.of_op[static_cast<size_t>(o)]; p >= 0) {
-          if (last_step_[static_cast<size_t>(p)] < 0) stepped.push_back(p);
+          if (last_step_[static_cast<size_t>(p)] < 0) stepped_.push_back(p);
           last_step_[static_cast<size_t>(p)] = step;
         }
   ready_step_.reserve(mine_.buckets.size());
@@ -590,7 +703,7 @@ void ProgramBuilder::find_ready_steps() {
     for (int p : l_.buckets[static_cast<size_t>(b)].params) ready = std::max(ready, last_step_[static_cast<size_t>(p)]);
     ready_step_.push_back(ready);
   }
-  for (int p : stepped) last_step_[static_cast<size_t>(p)] = -1;
+  for (int p : stepped_) last_step_[static_cast<size_t>(p)] = -1;
   // In order starts bucket i after step max(ready_step[0..i]), when ready
   // after ready_step[i]: the same programs iff they never decrease.
   for (size_t i = 1; i < ready_step_.size(); ++i)
@@ -601,8 +714,7 @@ void ProgramBuilder::find_ready_steps() {
 // the backward of every slice of d that uses one of its parameters.
 void ProgramBuilder::reduce(size_t i, InstrKind kind) {
   const int b = mine_.buckets[i];
-  Instr in;
-  in.kind = kind;
+  Instr& in = append(kind);
   in.bucket = b;
   if (deps_) {
     for (int p : l_.buckets[static_cast<size_t>(b)].params) {
@@ -611,7 +723,7 @@ void ProgramBuilder::reduce(size_t i, InstrKind kind) {
     }
     in.deps = sorted_unique(std::move(in.deps));
   }
-  reductions_[i] = add(std::move(in));
+  reductions_[i] = last();
 }
 
 // With overlap, the starts of the buckets ready after backward step `step`
@@ -639,8 +751,7 @@ void ProgramBuilder::backward_pass() {
   for (int w = waves_ - 1; w >= 0; --w) {
     for (size_t k = wave_begin_[static_cast<size_t>(w) + 1]; k-- > wave_begin_[static_cast<size_t>(w)];) {
       const int slice_id = mine_.slices[k];
-      Instr in;
-      in.kind = InstrKind::backward;
+      Instr& in = append(InstrKind::backward);
       in.wave = w;
       in.slice = slice_id;
       const LoweredSlice& s = slice(slice_id);
@@ -650,7 +761,7 @@ void ProgramBuilder::backward_pass() {
           in.deps.insert(in.deps.end(), g->second.begin(), g->second.end());
         in.deps = sorted_unique(std::move(in.deps));
       }
-      const int at = add(std::move(in));
+      const int at = last();
       post_sends(slice_id, at);
       if (deps_) {
         bwd_of_[static_cast<size_t>(slice_id)] = at;
@@ -679,10 +790,10 @@ void ProgramBuilder::backward_pass() {
 }
 
 // The optimizer step of bucket b's shards (b >= 0), or of every shard of d
-// in no bucket (b = -1: last, after every backward and reduction).
-void ProgramBuilder::step_shards(int b, std::vector<int> after) {
-  Instr in;
-  in.kind = InstrKind::optimizer;
+// in no bucket (b = -1: last, after every backward and reduction); with
+// deps, after the instructions `after` (and, for b = -1, every backward).
+void ProgramBuilder::step_shards(int b, std::span<const int> after) {
+  Instr& in = append(InstrKind::optimizer);
   in.bucket = b;
   if (b >= 0) {
     in.values = l_.buckets[static_cast<size_t>(b)].values;
@@ -692,12 +803,12 @@ void ProgramBuilder::step_shards(int b, std::vector<int> after) {
       for (int k : mine_.buckets) in.values += l_.buckets[static_cast<size_t>(k)].values;
   }
   if (deps_) {
+    std::vector<int> deps(after.begin(), after.end());
     if (b < 0)
       for (int s : bwd_of_)
-        if (s >= 0) after.push_back(s);
-    in.deps = sorted_unique(std::move(after));
+        if (s >= 0) deps.push_back(s);
+    in.deps = sorted_unique(std::move(deps));
   }
-  add(std::move(in));
 }
 
 // After the backward pass. With overlap every bucket has started (its last
@@ -707,12 +818,11 @@ void ProgramBuilder::step_shards(int b, std::vector<int> after) {
 void ProgramBuilder::sync_and_step() {
   if (overlap_) {
     for (size_t i = 0; i < mine_.buckets.size(); ++i) {
-      Instr in;
-      in.kind = InstrKind::allreduce_wait;
+      Instr& in = append(InstrKind::allreduce_wait);
       in.bucket = mine_.buckets[i];
       if (deps_) in.deps.push_back(reductions_[i]);
-      reductions_[i] = add(std::move(in));
-      step_shards(mine_.buckets[i], {reductions_[i]});
+      reductions_[i] = last();
+      step_shards(mine_.buckets[i], {&reductions_[i], 1});
     }
     step_shards(-1, {});
   } else {
@@ -817,17 +927,16 @@ Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const Lo
 Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, const LowerOptions& options) {
   SPINDLE_TRY(lower_transfers(plan, ctx, out));
   const ParamIds& ids = ctx.params;
-  std::vector<DeviceShare> shares = device_shares(out);
-  std::vector<std::vector<int>> param_bwd(ids.names.size());
-  std::vector<int> last_step(ids.names.size(), -1);
+  const DeviceShares shares(out);
+  BuilderScratch scratch(ids.names.size());
   // Transfers posted early when the caller allows it and the plan asks for it.
   GradSync sync = options.sync;
   sync.early_transfers = sync.early_transfers && plan.early_transfers;
   out.programs.reserve(static_cast<size_t>(plan.devices));
   out.bucket_starts_matter = false;
   for (int d = 0; d < plan.devices; ++d)
-    out.programs.push_back(ProgramBuilder(out, ids, shares[static_cast<size_t>(d)], static_cast<int>(plan.waves.size()),
-                                          d, param_bwd, last_step, options.deps, sync, plan.bucket_starts,
+    out.programs.push_back(ProgramBuilder(out, ids, shares.of(d), static_cast<int>(plan.waves.size()),
+                                          d, scratch, options.deps, sync, plan.bucket_starts,
                                           out.bucket_starts_matter)
                                .build());
   return {};

@@ -246,6 +246,7 @@ struct GradSync {
   // spindle-run lowers for NCCL, whose point-to-point calls it does not yet
   // run on a stream of their own (docs/gpu.md).
   bool early_transfers = true;
+  bool operator==(const GradSync&) const = default;
 };
 
 // --bucket-mb: an error naming the flag unless `mb` is in [kMinBucketMb,

@@ -482,21 +482,34 @@ Plan plan_header(const PlanRequest& request, const Prepared& p) {
   return plan;
 }
 
-// `candidate` simulated as the planner's objective, stopping once it passes
-// `bound_ms` (then its iteration_ms is infinity: it cannot win); with
-// `compute_only`, communication and optimizer steps priced at 0
-// (simulated_compute_gap's makespan).
-Result<Simulation> simulate_candidate(const Plan& candidate, const LowerContext& lowering,
-                                      const PlanRequest& request, double bound_ms, bool compute_only = false) {
+// The SimOptions of simulate_candidate.
+SimOptions candidate_options(const PlanRequest& request, double bound_ms, bool compute_only) {
   SimOptions options;
   options.timeline = false;
   options.price_communication = !compute_only;
   options.price_optimizer = !compute_only;
   options.stop_after_ms = bound_ms;
   options.sync = request.sync;
-  Result<Simulation> sim = simulate_plan(candidate, lowering, *request.cost, options);
+  return options;
+}
+
+// `candidate` simulated as the planner's objective by `simulation` (its
+// lowering, made once for every simulation of it), stopping once it passes
+// `bound_ms` (then its iteration_ms is infinity: it cannot win); with
+// `compute_only`, communication and optimizer steps priced at 0
+// (simulated_compute_gap's makespan).
+Result<Simulation> simulate_candidate(PlanSimulation& simulation, const Plan& candidate, const PlanRequest& request,
+                                      double bound_ms, bool compute_only = false) {
+  Result<Simulation> sim = simulation.simulate(candidate_options(request, bound_ms, compute_only));
   if (!sim) return Error{"planner: simulating a " + candidate.strategy + " candidate: " + sim.error().message};
   return sim;
+}
+
+// The same, lowering `candidate` for this one simulation.
+Result<Simulation> simulate_candidate(const Plan& candidate, const LowerContext& lowering,
+                                      const PlanRequest& request, double bound_ms, bool compute_only = false) {
+  PlanSimulation simulation(candidate, lowering, *request.cost, request.sync);
+  return simulate_candidate(simulation, candidate, request, bound_ms, compute_only);
 }
 
 // a simulates faster than b by more than rounding (1e-12 relative).
@@ -844,9 +857,15 @@ Result<Plan> make_plan(const PlanRequest& request) {
   // Boundary shifts on the winner (docs/planner.md, step 9), on whichever
   // cluster share it won on; then its costing again.
   SPINDLE_ASSIGN(lowering, lower_context(*request.model, *request.graph));
-  auto simulate = [&](const Plan& shifted, double bound_ms, bool compute_only) -> Result<double> {
-    SPINDLE_ASSIGN(sim, simulate_candidate(shifted, lowering, request, bound_ms, compute_only));
-    return sim.iteration_ms;
+  auto simulate = [&](const Plan& shifted, double bound_ms, double compute_bound_ms) -> Result<ShiftTimes> {
+    PlanSimulation simulation(shifted, lowering, *request.cost, request.sync);
+    ShiftTimes times;
+    SPINDLE_ASSIGN(sim, simulate_candidate(simulation, shifted, request, bound_ms));
+    times.ms = sim.iteration_ms;
+    if (times.ms > bound_ms) return times;
+    SPINDLE_ASSIGN(compute, simulate_candidate(simulation, shifted, request, compute_bound_ms, true));
+    times.compute_ms = compute.iteration_ms;
+    return times;
   };
   auto fits = [&](const Plan& shifted) { return check_plan_memory(shifted, *request.model).ok(); };
   SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, plan.predicted.simulated_ms,

@@ -91,9 +91,11 @@ Result<double> shift_boundaries(Plan& plan, double simulated_ms, int max_simulat
                                 const ShiftFits& fits) {
   std::vector<Shift> shifts = all_shifts(plan);
   if (shifts.empty() || max_simulations <= 0) return simulated_ms;
-  SPINDLE_ASSIGN(compute_ms, simulate(plan, std::numeric_limits<double>::infinity(), true));
+  const double unbounded = std::numeric_limits<double>::infinity();
+  SPINDLE_ASSIGN(given, simulate(plan, unbounded, unbounded));
+  double compute_ms = given.compute_ms;
   struct Tried {
-    Result<double> ms = 0.0, compute_ms = 0.0;
+    Result<ShiftTimes> times = ShiftTimes{};
     bool kept = false;   // no slower on either count, faster on one, and fits
   };
   // Only the waves change: each scratch plan copies them from `plan`.
@@ -121,22 +123,18 @@ Result<double> shift_boundaries(Plan& plan, double simulated_ms, int max_simulat
     const double bound = simulated_ms * (1 + 1e-9), compute_bound = compute_ms * (1 + 1e-9);
     parallel_for(batch.size(), [&](size_t, size_t k) {
       Tried& t = tried[k];
+      t.times = simulate(scratch[k], bound, compute_bound);
       t.kept = false;
-      t.compute_ms = 0.0;
-      t.ms = simulate(scratch[k], bound, false);
-      if (!t.ms || *t.ms > bound) return;
-      t.compute_ms = simulate(scratch[k], compute_bound, true);
-      if (!t.compute_ms || *t.compute_ms > compute_bound) return;
-      const bool faster = *t.ms < simulated_ms * (1 - 1e-9) || *t.compute_ms < compute_ms * (1 - 1e-9);
+      if (!t.times || t.times->ms > bound || t.times->compute_ms > compute_bound) return;
+      const bool faster = t.times->ms < simulated_ms * (1 - 1e-9) || t.times->compute_ms < compute_ms * (1 - 1e-9);
       t.kept = faster && fits(scratch[k]);
     });
     for (size_t k = 0; k < batch.size(); ++k) {
-      if (!tried[k].ms) return tried[k].ms.error();
-      if (!tried[k].compute_ms) return tried[k].compute_ms.error();
+      if (!tried[k].times) return tried[k].times.error();
       if (!tried[k].kept) continue;
       plan.waves = scratch[k].waves;
-      simulated_ms = std::min(simulated_ms, *tried[k].ms);
-      compute_ms = std::min(compute_ms, *tried[k].compute_ms);
+      simulated_ms = std::min(simulated_ms, tried[k].times->ms);
+      compute_ms = std::min(compute_ms, tried[k].times->compute_ms);
       std::rotate(shifts.begin(), shifts.begin() + static_cast<std::ptrdiff_t>(batch[k]),
                   shifts.begin() + static_cast<std::ptrdiff_t>(batch[k]) + 1);
       next = 0;

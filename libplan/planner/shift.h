@@ -32,10 +32,19 @@ inline constexpr int kShiftDevices = 4096;
 // Shifts simulated side by side (the development machine has 2 cores).
 inline constexpr int kShiftBatch = 2;
 
-// The makespan of `plan` (ms), or infinity once it cannot finish by
-// `bound_ms`; with `compute_only`, its makespan with communication and
-// optimizer steps priced at 0 (what its compute gap is read from).
-using ShiftSimulate = std::function<Result<double>(const Plan& plan, double bound_ms, bool compute_only)>;
+// The two makespans of one plan (ms): `ms`, with communication priced, and
+// `compute_ms`, with communication and optimizer steps priced at 0 (what
+// its compute gap is read from).
+struct ShiftTimes {
+  double ms = 0;
+  double compute_ms = 0;
+};
+// `plan` simulated: `ms` (infinity once it cannot finish by `bound_ms`),
+// then, only when ms is no more than bound_ms, `compute_ms` (infinity once
+// it cannot finish by `compute_bound_ms`); else compute_ms is 0, not
+// simulated. One call for both, so that the plan is lowered once.
+using ShiftSimulate =
+    std::function<Result<ShiftTimes>(const Plan& plan, double bound_ms, double compute_bound_ms)>;
 // Whether `plan` fits its devices' memory.
 using ShiftFits = std::function<bool(const Plan& plan)>;
 

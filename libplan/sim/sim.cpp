@@ -104,6 +104,7 @@ struct SimState {
   // By instruction, flat: device d's instruction pc is at first[d] + pc.
   std::vector<size_t> first;                      // by device
   std::vector<InstrTimes> times;
+  std::vector<double> instr_ms;                   // by instruction, flat: Simulator::compute_ms of it
   std::vector<int> pending;                       // exchanges: messages not yet delivered
   std::vector<int> src_instr, dst_instr;          // by transfer: its exchange in the sender's, receiver's program
   std::vector<Links> links;                       // by transfer
@@ -118,6 +119,7 @@ struct SimState {
   std::vector<int> arrived;                       // by bucket: devices that reached it (allreduce or its start)
   std::vector<std::vector<std::pair<int, int>>> at_bucket;  // by bucket: (device, instr) that reached it
   std::vector<double> bucket_begin, bucket_end;   // by bucket: when its all-reduce runs; -1 until it does
+  std::vector<double> reduce_ms;                  // by bucket: bucket_ms under the run's options
   std::vector<double> comm_free;                  // by device: when the last all-reduce it is in ends
   std::vector<std::vector<std::pair<int, int>>> at_wait;  // by bucket: (device, allreduce_wait) blocked there
   std::vector<double> finish;                     // by device
@@ -156,8 +158,10 @@ class Simulator {
   double lower_bound();
 
  private:
-  // s_.first and s_.time_left for every device's program.
+  // s_.first (every device's program) and s_.reduce_ms.
   void index_programs();
+  // s_.instr_ms; fill_time_left fills it too (one pass for both).
+  void fill_instr_ms();
   void fill_time_left();
   void ready(int d, int pc, double t);
   void enter_exchange(int d, int pc, double t);
@@ -180,9 +184,33 @@ class Simulator {
   Links compute_links(const Transfer& tr) const;
   const Links& links_of(int transfer) const { return s_.links[static_cast<size_t>(transfer)]; }
   Simulation collect() const;
+  // Adds e to the queue. While an event is handled it stays at the top of
+  // the heap (handling_ is set): the first event its handling pushes takes
+  // its place (one sift instead of a pop and a push); run() pops it when
+  // its handling pushed none.
   void push(const Event& e) {
+    if (handling_) {
+      handling_ = false;
+      replace_top(e);
+      return;
+    }
     s_.events.push_back(e);
     std::push_heap(s_.events.begin(), s_.events.end(), std::greater<Event>());
+  }
+  // The heap's top replaced by e, sifted down to its place (the heap as
+  // std::push_heap and std::pop_heap keep it with std::greater: no event
+  // greater than those below it).
+  void replace_top(const Event& e) {
+    std::vector<Event>& h = s_.events;
+    const size_t n = h.size();
+    size_t i = 0;
+    for (size_t c = 1; c < n; c = 2 * i + 1) {
+      if (c + 1 < n && h[c] > h[c + 1]) ++c;   // the lesser child
+      if (!(e > h[c])) break;
+      h[i] = h[c];
+      i = c;
+    }
+    h[i] = e;
   }
   // Whether instruction `c` touches nothing other devices see, so that a
   // device can run through it without an event: compute, post_recv, and the
@@ -222,6 +250,7 @@ class Simulator {
   // once one such bound passes stop_after_ms (the makespan will too).
   bool bounded_ = false;
   bool past_bound_ = false;
+  bool handling_ = false;   // the heap's top is the event being handled (push)
   // Whether a finish no earlier than `finish_ms` passes the bound (the
   // bounds are summed in another order than the clock: a few ulps of slack).
   bool passes(double finish_ms) const { return finish_ms * (1 - 1e-12) > options_.stop_after_ms; }
@@ -281,7 +310,10 @@ Result<Simulation> Simulator::run() {
   s_.chain_end_t.assign(devices, 0.0);
   // With a finite bound: what each device has left, for passes_bound.
   bounded_ = options_.stop_after_ms < std::numeric_limits<double>::infinity();
-  if (bounded_) fill_time_left();
+  if (bounded_)
+    fill_time_left();
+  else
+    fill_instr_ms();
   for (size_t d = 0; d < devices; ++d) {
     const Program& prog = l_.programs[d];
     for (size_t i = prog.instrs.size(); i-- > 0;) {
@@ -300,10 +332,8 @@ Result<Simulation> Simulator::run() {
   }
   if (bounded_) {
     s_.sync_left.assign(devices, 0.0);
-    for (const Bucket& b : l_.buckets) {
-      const double ms = bucket_ms(b, cost_, options_);
-      for (int m : b.devices) s_.sync_left[static_cast<size_t>(m)] += ms;
-    }
+    for (size_t b = 0; b < l_.buckets.size(); ++b)
+      for (int m : l_.buckets[b].devices) s_.sync_left[static_cast<size_t>(m)] += s_.reduce_ms[b];
   }
   for (size_t t = 0; t < l_.transfers.size(); ++t) {
     const Transfer& tr = l_.transfers[t];
@@ -314,16 +344,20 @@ Result<Simulation> Simulator::run() {
 
   for (int d = 0; d < l_.devices; ++d) push({0.0, kReady, d, 0});
   while (!s_.events.empty() && !past_bound_) {
-    std::pop_heap(s_.events.begin(), s_.events.end(), std::greater<Event>());
-    const Event e = s_.events.back();
-    s_.events.pop_back();
+    const Event e = s_.events.front();
     if (e.t > options_.stop_after_ms) return stopped_at_bound();
+    handling_ = true;   // e stays at the top until an event takes its place (push)
     if (e.kind() == kDelivered)
       delivered(e.index(), e.t);
     else if (e.kind() == kPacked)
       packed(e.device(), e.index(), e.t);
     else
       ready(e.device(), e.index(), e.t);
+    if (handling_) {   // nothing pushed: e leaves the queue
+      handling_ = false;
+      std::pop_heap(s_.events.begin(), s_.events.end(), std::greater<Event>());
+      s_.events.pop_back();
+    }
   }
   if (past_bound_) return stopped_at_bound();
   for (int d = 0; d < l_.devices; ++d) {
@@ -344,6 +378,16 @@ void Simulator::index_programs() {
   const size_t devices = static_cast<size_t>(l_.devices);
   s_.first.assign(devices + 1, 0);
   for (size_t d = 0; d < devices; ++d) s_.first[d + 1] = s_.first[d] + l_.programs[d].instrs.size();
+  s_.reduce_ms.clear();
+  for (const Bucket& b : l_.buckets) s_.reduce_ms.push_back(bucket_ms(b, cost_, options_));
+}
+
+void Simulator::fill_instr_ms() {
+  s_.instr_ms.resize(s_.first[static_cast<size_t>(l_.devices)]);
+  for (size_t d = 0; d < static_cast<size_t>(l_.devices); ++d) {
+    const std::vector<Instr>& instrs = l_.programs[d].instrs;
+    for (size_t i = 0; i < instrs.size(); ++i) s_.instr_ms[s_.first[d] + i] = compute_ms(instrs[i]);
+  }
 }
 
 // Backwards over each program: the least time from reaching instruction i
@@ -352,9 +396,10 @@ void Simulator::index_programs() {
 // and its wait is followed by what is left after it; and the all-reduces
 // started from i on (`started`: their times summed) run one after another
 // on the device, the last followed at least by the least that is left
-// after any of their waits (`least_tail`).
+// after any of their waits (`least_tail`). On the way, s_.instr_ms.
 void Simulator::fill_time_left() {
-  s_.time_left.assign(s_.first[static_cast<size_t>(l_.devices)], 0.0);
+  s_.time_left.resize(s_.first[static_cast<size_t>(l_.devices)]);
+  s_.instr_ms.resize(s_.first[static_cast<size_t>(l_.devices)]);
   s_.after_wait.assign(l_.buckets.size(), 0.0);
   for (size_t d = 0; d < static_cast<size_t>(l_.devices); ++d) {
     const Program& prog = l_.programs[d];
@@ -362,18 +407,19 @@ void Simulator::fill_time_left() {
     for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
       const auto b = static_cast<size_t>(in.bucket);
+      const double own_ms = s_.instr_ms[s_.first[d] + i] = compute_ms(in);
       switch (in.kind) {
         case InstrKind::allreduce_wait: s_.after_wait[b] = left; break;
         case InstrKind::allreduce_start: {
-          const double ms = bucket_ms(l_.buckets[b], cost_, options_);
+          const double ms = s_.reduce_ms[b];
           started += ms;
           least_tail = std::min(least_tail, s_.after_wait[b]);
           left = std::max({left, ms + s_.after_wait[b], started + least_tail});
           s_.after_wait[b] = 0;   // another device's start never sees this device's wait
           break;
         }
-        case InstrKind::allreduce: left += bucket_ms(l_.buckets[b], cost_, options_); break;
-        default: left += compute_ms(in);
+        case InstrKind::allreduce: left += s_.reduce_ms[b]; break;
+        default: left += own_ms;
       }
       s_.time_left[s_.first[d] + i] = left;
     }
@@ -430,7 +476,7 @@ void Simulator::ready(int d, int pc, double t) {
     InstrTimes& tm = s_.times[at(d, pc)];
     tm.reached = tm.began = t;
     t = c.kind == InstrKind::allreduce_wait ? std::max(t, s_.bucket_end[static_cast<size_t>(c.bucket)])
-                                            : t + compute_ms(c);
+                                            : t + s_.instr_ms[at(d, pc)];
     tm.ended = t;
     ++pc;
     if (pc >= end || !runs_alone(prog.instrs[static_cast<size_t>(pc)])) break;
@@ -539,7 +585,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   // has polled after the group completed.
   if (progress_in_calls_)
     for (int m : bucket.devices) begin = std::max(begin, next_poll(m, t));
-  const double ms = bucket_ms(bucket, cost_, options_);
+  const double ms = s_.reduce_ms[static_cast<size_t>(b)];
   const double end = begin + ms;
   for (int m : bucket.devices) {
     s_.comm_free[static_cast<size_t>(m)] = end;
@@ -884,43 +930,57 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
 
 Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, const CostModel& cost,
                                  const SimOptions& options) {
+  return PlanSimulation(plan, context, cost, options.sync).simulate(options);
+}
+
+PlanSimulation::PlanSimulation(const Plan& plan, const LowerContext& context, const CostModel& cost,
+                               const GradSync& sync)
+    : plan_(plan), context_(context), cost_(cost) {
   // The same instructions, without what only readers and the executor use.
-  LowerOptions lite;
-  lite.deps = false;
-  lite.runtime_maps = false;
-  lite.sync = options.sync;
-  auto lowered = lower_header(plan, context, lite);
-  if (!lowered) return lowered.error();
-  const std::vector<double> slice_ms = lowered_slice_ms(plan);
+  lite_.deps = false;
+  lite_.runtime_maps = false;
+  lite_.sync = sync;
+}
+
+Result<Simulation> PlanSimulation::simulate(const SimOptions& options) {
+  if (!(options.sync == lite_.sync))
+    return Error{"simulate: the options' gradient sync is not the one the plan was lowered with"};
+  if (!lowered_) {
+    lowered_ = lower_header(plan_, context_, lite_);
+    slice_ms_ = lowered_slice_ms(plan_);
+  }
+  if (!*lowered_) return lowered_->error();
+  Lowered& lowered = **lowered_;
   // Measured forward shares, by slice (its MetaOp's workload), where the
   // profile has them; the others keep options.forward_share.
   const SimOptions* opts = &options;
   SimOptions measured;
-  if (cost.has_forward_shares() && options.slice_forward_share.empty()) {
+  if (cost_.has_forward_shares() && options.slice_forward_share.empty()) {
     measured = options;
-    measured.slice_forward_share.reserve(lowered->slices.size());
-    for (const LoweredSlice& s : lowered->slices) {
-      const double f = cost.forward_share(plan.metaops[static_cast<size_t>(s.metaop)].workload);
+    measured.slice_forward_share.reserve(lowered.slices.size());
+    for (const LoweredSlice& s : lowered.slices) {
+      const double f = cost_.forward_share(plan_.metaops[static_cast<size_t>(s.metaop)].workload);
       measured.slice_forward_share.push_back(f >= 0 ? f : options.forward_share);
     }
     opts = &measured;
   }
-  SPINDLE_TRY(check_forward_shares(*opts, lowered->slices.size()));
+  SPINDLE_TRY(check_forward_shares(*opts, lowered.slices.size()));
   // A bounded simulation that cannot finish in time ends before the
   // programs are built.
-  if (device_lower_bound_ms(*lowered, slice_ms, cost, *opts) > opts->stop_after_ms) {
+  if (device_lower_bound_ms(lowered, slice_ms_, cost_, *opts) > opts->stop_after_ms) {
     return stopped_at_bound();
   }
-  SPINDLE_TRY(lower_programs(plan, context, *lowered, lite));
+  if (!programs_) programs_ = lower_programs(plan_, context_, lowered, lite_);
+  SPINDLE_TRY(*programs_);
   // The shares were checked above: the simulator itself, not simulate().
-  auto sim = Simulator(*lowered, slice_ms, cost, plan.devices_per_island, *opts).run();
+  auto sim = Simulator(lowered, slice_ms_, cost_, plan_.devices_per_island, *opts).run();
   if (!sim) return sim;
-  sim->bucket_starts_matter = lowered->bucket_starts_matter;
+  sim->bucket_starts_matter = lowered.bucket_starts_matter;
   // Name compute boxes after their MetaOps, as the planned trace does.
   for (SimBox& box : sim->boxes) {
     if (box.cat != "forward" && box.cat != "backward") continue;
-    const LoweredSlice& s = lowered->slices[static_cast<size_t>(box.slice)];
-    const PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
+    const LoweredSlice& s = lowered.slices[static_cast<size_t>(box.slice)];
+    const PlanMetaOp& m = plan_.metaops[static_cast<size_t>(s.metaop)];
     box.name = m.task + " " + m.workload.op + " x" + std::to_string(s.ops.size()) +
                (box.cat == "forward" ? " fwd" : " bwd");
   }

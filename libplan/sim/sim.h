@@ -55,6 +55,7 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,30 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
 // caller that simulates many plans of one model.
 Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, const CostModel& cost,
                                  const SimOptions& options = {});
+
+// Simulations of one plan under several SimOptions on one lowering: each
+// simulate(options) is simulate_plan(plan, context, cost, options), but the
+// plan is lowered once, its header by the first call and its programs by
+// the first call that needs them (one stopped by device_lower_bound_ms
+// does not), and later calls reuse them. For a caller that simulates the
+// same plan more than once (the planner's boundary shifts: makespan, then
+// compute-only). Every options.sync must equal `sync`, the lowering's (an
+// error otherwise); plan, context and cost must outlive it, and the plan
+// must not change in between.
+class PlanSimulation {
+ public:
+  PlanSimulation(const Plan& plan, const LowerContext& context, const CostModel& cost, const GradSync& sync);
+  Result<Simulation> simulate(const SimOptions& options);
+
+ private:
+  const Plan& plan_;
+  const LowerContext& context_;
+  const CostModel& cost_;
+  LowerOptions lite_;                       // what the simulation needs of the lowering
+  std::optional<Result<Lowered>> lowered_;  // lower_header's, once made
+  std::optional<Status> programs_;          // lower_programs', once run on *lowered_
+  std::vector<double> slice_ms_;            // lowered_slice_ms(plan)
+};
 
 // The compute gap of `plan`: the makespan of its programs simulated with
 // communication and optimizer steps priced at 0 (the relaxed optimum counts

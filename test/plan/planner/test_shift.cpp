@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -46,6 +47,27 @@ int count_of(const Plan& p, size_t wave, size_t s) { return p.waves[wave].slices
 // A chain's makespan by hand: its slices one after another.
 double chain_ms(const Plan& p) { return p.waves[0].slices[0].ms + p.waves[1].slices[0].ms; }
 
+// A makespan by hand: of `plan`, or infinity past `bound`; with
+// `compute_only`, the compute-only one.
+using Objective = std::function<Result<double>(const Plan& plan, double bound, bool compute_only)>;
+
+// The ShiftSimulate of an objective, as make_plan's keeps its contract: the
+// makespan, then the compute-only one only when the makespan is within its
+// bound. `calls` counts the objective's evaluations.
+ShiftSimulate simulating(Objective f, int* calls = nullptr) {
+  return [f, calls](const Plan& q, double bound, double compute_bound) -> Result<ShiftTimes> {
+    ShiftTimes times;
+    if (calls) ++*calls;
+    SPINDLE_ASSIGN(ms, f(q, bound, false));
+    times.ms = ms;
+    if (ms > bound) return times;
+    if (calls) ++*calls;
+    SPINDLE_ASSIGN(compute_ms, f(q, compute_bound, true));
+    times.compute_ms = compute_ms;
+    return times;
+  };
+}
+
 }  // namespace
 
 TEST_CASE("apply_shift moves one operator between a chain's slices, by hand", "[planner][shift]") {
@@ -78,11 +100,12 @@ TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and m
   // The chain takes 2 ms per operator on wave 0's slice and 1 on wave 1's:
   // 4 + 1 operators take 9 ms, 1 + 4 take 6, the optimum.
   int calls = 0;
-  ShiftSimulate simulate = [&](const Plan& q, double bound, bool) -> Result<double> {
-    ++calls;
-    const double t = chain_ms(q);
-    return t > bound ? std::numeric_limits<double>::infinity() : t;
-  };
+  ShiftSimulate simulate = simulating(
+      [](const Plan& q, double bound, bool) -> Result<double> {
+        const double t = chain_ms(q);
+        return t > bound ? std::numeric_limits<double>::infinity() : t;
+      },
+      &calls);
   ShiftFits fits = [](const Plan&) { return true; };
 
   Plan p = two_slices();
@@ -121,11 +144,11 @@ TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and m
 TEST_CASE("shift_boundaries never trades compute for communication", "[planner][shift]") {
   // The makespan falls with every operator moved to wave 1, but the
   // compute-only makespan rises: no shift is kept.
-  ShiftSimulate simulate = [](const Plan& q, double bound, bool compute_only) -> Result<double> {
+  ShiftSimulate simulate = simulating([](const Plan& q, double bound, bool compute_only) -> Result<double> {
     const double a = q.waves[0].slices[0].count;
     const double t = compute_only ? 10 - a : 10 + a;
     return t > bound ? std::numeric_limits<double>::infinity() : t;
-  };
+  });
   Plan p = two_slices();
   Result<double> ms = shift_boundaries(p, 14, 100, simulate, [](const Plan&) { return true; });
   REQUIRE(ms.ok());
@@ -134,10 +157,10 @@ TEST_CASE("shift_boundaries never trades compute for communication", "[planner][
 
   // Equal makespan, faster compute-only: kept (the gap falls, the makespan
   // does not rise), down to the compute-only optimum.
-  ShiftSimulate flat = [](const Plan& q, double bound, bool compute_only) -> Result<double> {
+  ShiftSimulate flat = simulating([](const Plan& q, double bound, bool compute_only) -> Result<double> {
     const double t = compute_only ? 5.0 + q.waves[0].slices[0].count : 20.0;
     return t > bound ? std::numeric_limits<double>::infinity() : t;
-  };
+  });
   p = two_slices();
   ms = shift_boundaries(p, 20, 100, flat, [](const Plan&) { return true; });
   REQUIRE(ms.ok());
@@ -145,7 +168,7 @@ TEST_CASE("shift_boundaries never trades compute for communication", "[planner][
   CHECK(count_of(p, 0, 0) == 1);
 
   // An error from a simulation is the search's error.
-  ShiftSimulate broken = [](const Plan&, double, bool) -> Result<double> { return Error{"no such thing"}; };
+  ShiftSimulate broken = [](const Plan&, double, double) -> Result<ShiftTimes> { return Error{"no such thing"}; };
   p = two_slices();
   ms = shift_boundaries(p, 20, 100, broken, [](const Plan&) { return true; });
   REQUIRE_FALSE(ms.ok());

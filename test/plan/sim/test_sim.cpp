@@ -721,6 +721,42 @@ TEST_CASE("the simulated trace and utilisation show the simulated boxes", "[sim]
   CHECK(sp::average_utilisation(*sim) <= 1.0 + 1e-9);
 }
 
+TEST_CASE("one lowering simulated under several options: each as simulate_plan gives it", "[sim]") {
+  spindle::plan::testing::Fixture f;
+  const sp::Plan plan = f.plan();
+  auto context = sp::lower_context(f.model, f.graph);
+  REQUIRE(context.ok());
+  sp::SimOptions full, compute_only, stopped, other_sync;
+  full.timeline = false;
+  compute_only.timeline = false;
+  compute_only.price_communication = false;
+  compute_only.price_optimizer = false;
+  stopped.stop_after_ms = 1e-6;   // below the device bound: no programs built
+  other_sync.sync.overlap = false;
+  sp::PlanSimulation simulation(plan, *context, *f.cost, sp::GradSync{});
+  // Stopped before the programs first, then the programs built once for
+  // the others, in any order; each the same as its own simulate_plan.
+  for (const sp::SimOptions* o : {&stopped, &full, &compute_only, &full, &stopped}) {
+    auto once = simulation.simulate(*o);
+    auto alone = sp::simulate_plan(plan, *context, *f.cost, *o);
+    REQUIRE(once.ok());
+    REQUIRE(alone.ok());
+    CHECK(once->iteration_ms == alone->iteration_ms);
+  }
+  CHECK(std::isinf(simulation.simulate(stopped)->iteration_ms));
+  auto with_timeline = simulation.simulate({});
+  auto alone = sp::simulate_plan(plan, *context, *f.cost);
+  REQUIRE(with_timeline.ok());
+  REQUIRE(alone.ok());
+  REQUIRE(with_timeline->boxes.size() == alone->boxes.size());
+  for (size_t i = 0; i < alone->boxes.size(); ++i) {
+    CHECK(with_timeline->boxes[i].start_ms == alone->boxes[i].start_ms);
+    CHECK(with_timeline->boxes[i].name == alone->boxes[i].name);
+  }
+  // The lowering's gradient sync is fixed: other options are an error.
+  CHECK_FALSE(simulation.simulate(other_sync).ok());
+}
+
 namespace {
 
 // The longest chain of gradient buckets, ms: bucket b after bucket a when
