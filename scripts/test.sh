@@ -8,7 +8,9 @@
 # the readers (label `fuzz`). SPINDLE_TEST_SANITIZE=0 skips them.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-spindle_build -DSPINDLE_WERROR=ON
+# The test programs' own sources at -O1 (the code under test keeps -O2):
+# they only call it, and compile in about 30% less time.
+spindle_build -DSPINDLE_WERROR=ON -DSPINDLE_TEST_COMPILE_OPTIONS=-O1
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600 "$@"
 
 if [ "${SPINDLE_TEST_SANITIZE:-1}" = 0 ]; then

@@ -80,6 +80,7 @@ MODELS=$SRC/configs/models CLUSTERS=$SRC/configs/clusters
 mkdir -p "$WORK/$MODE" && cd "$WORK/$MODE" || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_odls_base_sigkill_timeout=0   # no 2 s grace after a refused run (test/CMakeLists.txt)
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader   # one-node transports, no UCX start-up (test/CMakeLists.txt)
 
 die() { echo "FAIL: $*" >&2; exit 1; }
 # The variants the equivalence modes compare with the 1-device run.
