@@ -464,6 +464,8 @@ class ProgramBuilder {
   bool sent_early(const Transfer& tr) const { return early_ && tr.src == d_ && tr.dst != d_; }
   const Transfer& transfer(int t) const { return l_.transfers[static_cast<size_t>(t)]; }
   const LoweredSlice& slice(int s) const { return l_.slices[static_cast<size_t>(s)]; }
+  // Appends `in`, built first because it may not be emitted (an empty
+  // exchange or post_send); returns its index.
   int add(Instr in) {
     prog_.instrs.push_back(std::move(in));
     return static_cast<int>(prog_.instrs.size()) - 1;
@@ -573,10 +575,8 @@ Program ProgramBuilder::build() && {
   // Last, the wait for every send posted early to be delivered (their
   // buffers are then free for the next step).
   if (!posted_sends_.empty()) {
-    Instr in;
-    in.kind = InstrKind::wait_sends;
+    Instr& in = append(InstrKind::wait_sends);
     if (deps_) in.deps = posted_sends_;
-    add(std::move(in));
   }
   for (int p : touched_) param_bwd_[static_cast<size_t>(p)].clear();
   return std::move(prog_);

@@ -868,8 +868,13 @@ Result<Plan> make_plan(const PlanRequest& request) {
     return times;
   };
   auto fits = [&](const Plan& shifted) { return check_plan_memory(shifted, *request.model).ok(); };
-  SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, plan.predicted.simulated_ms,
-                                              shift_budget(plan, request.shift_simulations), simulate, fits));
+  const int budget = shift_budget(plan, request.shift_simulations);
+  ShiftTimes given{plan.predicted.simulated_ms, 0.0};
+  if (budget > 0) {
+    SPINDLE_ASSIGN(compute, simulate_candidate(plan, lowering, request, std::numeric_limits<double>::infinity(), true));
+    given.compute_ms = compute.iteration_ms;
+  }
+  SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, given, budget, simulate, fits));
   SPINDLE_ASSIGN(simulated_ms, rechoose_lowering(plan, shifted_ms, lowering, request));
   cost_winner(plan, simulated_ms, plan.predicted.relaxed_optimum_ms, request);
   plan.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -1,7 +1,6 @@
 #include "libplan/planner/shift.h"
 
 #include <algorithm>
-#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -87,13 +86,11 @@ int shift_budget(const Plan& plan, int max) {
   return std::min(max, kShiftDevices / std::max(devices, 1));
 }
 
-Result<double> shift_boundaries(Plan& plan, double simulated_ms, int max_simulations, const ShiftSimulate& simulate,
-                                const ShiftFits& fits) {
+Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_simulations,
+                                const ShiftSimulate& simulate, const ShiftFits& fits) {
+  double simulated_ms = given.ms, compute_ms = given.compute_ms;
   std::vector<Shift> shifts = all_shifts(plan);
   if (shifts.empty() || max_simulations <= 0) return simulated_ms;
-  const double unbounded = std::numeric_limits<double>::infinity();
-  SPINDLE_ASSIGN(given, simulate(plan, unbounded, unbounded));
-  double compute_ms = given.compute_ms;
   struct Tried {
     Result<ShiftTimes> times = ShiftTimes{};
     bool kept = false;   // no slower on either count, faster on one, and fits

@@ -80,9 +80,9 @@ int shift_budget(const Plan& plan, int max);
 // kShiftBatch, side by side on the planner's threads, each bounded by the
 // makespan so far; of a batch the first kept one wins. The batches do not
 // depend on the threads: the result is the same on any number of them.
-// Returns the plan's makespan, at most `simulated_ms` (the makespan of
-// `plan` as given).
-Result<double> shift_boundaries(Plan& plan, double simulated_ms, int max_simulations, const ShiftSimulate& simulate,
-                                const ShiftFits& fits);
+// `given` holds both makespans of `plan` as given. Returns the plan's
+// makespan, at most given.ms.
+Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_simulations,
+                                const ShiftSimulate& simulate, const ShiftFits& fits);
 
 }  // namespace spindle::plan

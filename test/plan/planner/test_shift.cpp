@@ -109,7 +109,7 @@ TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and m
   ShiftFits fits = [](const Plan&) { return true; };
 
   Plan p = two_slices();
-  Result<double> ms = shift_boundaries(p, chain_ms(p), 100, simulate, fits);
+  Result<double> ms = shift_boundaries(p, {chain_ms(p), chain_ms(p)}, 100, simulate, fits);
   REQUIRE(ms.ok());
   CHECK(*ms == Approx(6.0));
   CHECK(count_of(p, 0, 0) == 1);
@@ -118,7 +118,7 @@ TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and m
 
   // One simulation allowed: one shift, 8 ms.
   p = two_slices();
-  ms = shift_boundaries(p, chain_ms(p), 1, simulate, fits);
+  ms = shift_boundaries(p, {chain_ms(p), chain_ms(p)}, 1, simulate, fits);
   REQUIRE(ms.ok());
   CHECK(*ms == Approx(8.0));
   CHECK(count_of(p, 0, 0) == 3);
@@ -126,7 +126,7 @@ TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and m
   // None allowed: the plan as given, nothing simulated.
   p = two_slices();
   calls = 0;
-  ms = shift_boundaries(p, chain_ms(p), 0, simulate, fits);
+  ms = shift_boundaries(p, {chain_ms(p), chain_ms(p)}, 0, simulate, fits);
   REQUIRE(ms.ok());
   CHECK(*ms == Approx(9.0));
   CHECK(calls == 0);
@@ -135,7 +135,7 @@ TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and m
   // A plan that does not fit with 2 operators on wave 0's slice stops at 3.
   p = two_slices();
   ShiftFits not_two = [](const Plan& q) { return q.waves[0].slices[0].count != 2; };
-  ms = shift_boundaries(p, chain_ms(p), 100, simulate, not_two);
+  ms = shift_boundaries(p, {chain_ms(p), chain_ms(p)}, 100, simulate, not_two);
   REQUIRE(ms.ok());
   CHECK(*ms == Approx(8.0));
   CHECK(count_of(p, 0, 0) == 3);
@@ -150,7 +150,7 @@ TEST_CASE("shift_boundaries never trades compute for communication", "[planner][
     return t > bound ? std::numeric_limits<double>::infinity() : t;
   });
   Plan p = two_slices();
-  Result<double> ms = shift_boundaries(p, 14, 100, simulate, [](const Plan&) { return true; });
+  Result<double> ms = shift_boundaries(p, {14, 6}, 100, simulate, [](const Plan&) { return true; });
   REQUIRE(ms.ok());
   CHECK(*ms == Approx(14.0));
   CHECK(count_of(p, 0, 0) == 4);
@@ -162,7 +162,7 @@ TEST_CASE("shift_boundaries never trades compute for communication", "[planner][
     return t > bound ? std::numeric_limits<double>::infinity() : t;
   });
   p = two_slices();
-  ms = shift_boundaries(p, 20, 100, flat, [](const Plan&) { return true; });
+  ms = shift_boundaries(p, {20, 9}, 100, flat, [](const Plan&) { return true; });
   REQUIRE(ms.ok());
   CHECK(*ms == Approx(20.0));
   CHECK(count_of(p, 0, 0) == 1);
@@ -170,7 +170,7 @@ TEST_CASE("shift_boundaries never trades compute for communication", "[planner][
   // An error from a simulation is the search's error.
   ShiftSimulate broken = [](const Plan&, double, double) -> Result<ShiftTimes> { return Error{"no such thing"}; };
   p = two_slices();
-  ms = shift_boundaries(p, 20, 100, broken, [](const Plan&) { return true; });
+  ms = shift_boundaries(p, {20, 9}, 100, broken, [](const Plan&) { return true; });
   REQUIRE_FALSE(ms.ok());
   CHECK(ms.error().message == "no such thing");
 }
