@@ -36,6 +36,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -104,6 +105,53 @@ double measured_optimizer_ms(const PhaseBoxes& boxes, int r) {
   return ms.empty() ? 0.0 : spindle::bench::median(ms);
 }
 
+// Per-rank parts judged against their targets: measured / simulated within
+// 1 +- `within`; those missed, for the verdict line.
+struct Verdict {
+  std::vector<std::string> missed;
+  int parts = 0;
+  void judge(int r, const char* part, double sim_ms, double got_ms, double within) {
+    ++parts;
+    if (sim_ms <= 0 && got_ms <= 0) return;   // nothing on either side
+    const double q = sim_ms > 0 ? got_ms / sim_ms : std::numeric_limits<double>::infinity();
+    if (q >= 1 - within && q <= 1 + within) return;
+    char buf[96];
+    if (sim_ms > 0) std::snprintf(buf, sizeof buf, "rank %d %s %.2f", r, part, q);
+    else std::snprintf(buf, sizeof buf, "rank %d %s (%.3f ms, simulated 0)", r, part, got_ms);
+    missed.push_back(buf);
+  }
+  void print(const char* what) const {
+    std::string outside;
+    for (const std::string& m : missed) outside += (outside.empty() ? "" : ", ") + m;
+    std::printf("%s: %d of %d%s%s\n", what, parts - static_cast<int>(missed.size()), parts,
+                missed.empty() ? "" : "; outside: ", outside.c_str());
+  }
+};
+
+// Like with like: the time simulated device `program.device` spends in
+// what the runtime times as transfer (exchanges, posting sends, the wait for
+// the sends posted early) and as sync (a blocking all-reduce and the wait
+// for its group; the wait for a started all-reduce). A started all-reduce's
+// own box is not the device's time: it runs beside the backward, and what
+// of it the device waits for is its wait box. ms.
+struct CommParts {
+  double xfer_wait = 0, sync_wait = 0;
+};
+CommParts comm_parts(const spindle::plan::Simulation& sim, const spindle::plan::Program& program) {
+  namespace sp = spindle::plan;
+  CommParts parts;
+  for (const sp::SimBox& box : sim.boxes) {
+    if (box.device != program.device) continue;
+    const bool waits_for_bucket = box.cat == "wait" && box.bucket >= 0;
+    if (box.cat == "exchange" || box.cat == "send" || (box.cat == "wait" && !waits_for_bucket))
+      parts.xfer_wait += box.dur_ms;
+    const bool blocking = box.cat == "allreduce" &&
+                          program.instrs[static_cast<size_t>(box.instr)].kind == sp::InstrKind::allreduce;
+    if (waits_for_bucket || blocking) parts.sync_wait += box.dur_ms;
+  }
+  return parts;
+}
+
 // Per rank, each simulated forward and backward box against the measured
 // box of the same rank, wave and direction (a rank runs one slice per wave):
 // medians over the steps after `skip` of its start (from the rank's first
@@ -163,12 +211,166 @@ void compare_boxes(const spindle::plan::Simulation& sim, const json& trace, int 
   }
 }
 
+// A measured compute box's key: (rank, 0 forward / 1 backward, MetaOp,
+// wave) or (rank, 2 optimizer, bucket (-1: the step of the shards in no
+// bucket), 0).
+using ComputeKey = std::tuple<int, int, int, int>;
+// The key of a measured box: nullopt for a box that is no forward,
+// backward or optimizer step.
+std::optional<ComputeKey> box_key(const json& e) {
+  if (e.value("cat", "") != "compute") return std::nullopt;
+  const json& args = e["args"];
+  const int rank = e.value("pid", 0);
+  const std::string name = e.value("name", "");
+  if (args.contains("metaop") && args.contains("wave"))
+    return ComputeKey{rank, name.rfind("fwd", 0) == 0 ? 0 : 1, args["metaop"].get<int>(), args["wave"].get<int>()};
+  if (name == "optimizer") return ComputeKey{rank, 2, -1, 0};
+  if (name.rfind("optimizer bucket ", 0) == 0) return ComputeKey{rank, 2, std::stoi(name.substr(17)), 0};
+  return std::nullopt;
+}
+
+// step -> key -> ms: what each rank's forward, backward and optimizer steps
+// took in every training step after `skip` of the trace, each with the
+// rank's untimed host time around it: the gap before it (from the end of
+// the rank's previous box; the first from the step's start, the earliest
+// first box of any rank, so that a rank that starts the step late replays
+// late) and the gaps before the other boxes that follow it up to the next
+// compute box (a message leaves when its sender's transfer box begins).
+// What a rank spends between its boxes is its own time, not communication.
+std::map<int, std::map<ComputeKey, double>> compute_boxes(const json& trace, int skip) {
+  struct Box {
+    double ts, dur;
+    std::optional<ComputeKey> key;
+  };
+  std::map<int, std::map<int, std::vector<Box>>> boxes;   // step -> rank -> its boxes
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    const int step = e["args"].value("step", 0);
+    if (step <= skip || e["args"].contains("eval")) continue;
+    boxes[step][e.value("pid", 0)].push_back({e.value("ts", 0.0) / 1e3, e.value("dur", 0.0) / 1e3, box_key(e)});
+  }
+  std::map<int, std::map<ComputeKey, double>> by_step;
+  for (auto& [step, ranks] : boxes) {
+    double step_start = std::numeric_limits<double>::infinity();
+    for (auto& [rank, list] : ranks) {
+      std::sort(list.begin(), list.end(), [](const Box& a, const Box& b) { return a.ts < b.ts; });
+      step_start = std::min(step_start, list.front().ts);
+    }
+    std::map<ComputeKey, double>& ms = by_step[step];
+    for (const auto& [rank, list] : ranks) {
+      double end = step_start, pending = 0;
+      std::optional<ComputeKey> last;
+      for (const Box& b : list) {
+        const double gap = std::max(0.0, b.ts - end);
+        if (b.key) {
+          ms[*b.key] += b.dur + gap + pending;
+          pending = 0;
+          last = b.key;
+        } else if (last) {
+          ms[*last] += gap;
+        } else {
+          pending += gap;
+        }
+        end = std::max(end, b.ts + b.dur);
+      }
+    }
+  }
+  return by_step;
+}
+
+// The key of compute instruction `in` of device d's program in `lowered`
+// (compute_boxes' keys); nullopt for other kinds.
+std::optional<ComputeKey> instr_key(const spindle::plan::Lowered& lowered, int d, const spindle::plan::Instr& in) {
+  namespace sp = spindle::plan;
+  if (in.kind == sp::InstrKind::optimizer) return ComputeKey{d, 2, in.bucket, 0};
+  if (in.kind != sp::InstrKind::forward && in.kind != sp::InstrKind::backward) return std::nullopt;
+  const sp::LoweredSlice& s = lowered.slices[static_cast<size_t>(in.slice)];
+  return ComputeKey{d, in.kind == sp::InstrKind::forward ? 0 : 1, s.metaop, s.wave};
+}
+
+// The replay: per step of the traced run, the plan's programs simulated
+// with every forward, backward and optimizer instruction taking the time
+// that run measured for it in that step, with the rank's host time around
+// it (compute_boxes; SimOptions::replay_ms), so that
+// messages, all-reduces and the waits for peers are simulated around the
+// compute that really ran; against the same run's per-rank transfer and
+// sync (`traced_ranks`: step -> its --metrics "ranks") and step. Medians
+// over steps. It judges the communication model apart from the profile's
+// compute figures: a part the profile-based simulation misses only because
+// a peer computed slower than its profile comes within target here.
+void compare_replay(const spindle::plan::Plan& plan, const spindle::plan::Model& model,
+                    const spindle::plan::OpGraph& graph, const spindle::plan::CostModel& cost,
+                    const spindle::plan::Lowered& lowered, const json& trace,
+                    const std::map<int, json>& traced_ranks, const std::map<int, double>& traced_step, int skip) {
+  namespace sp = spindle::plan;
+  const auto boxes = compute_boxes(trace, skip);
+  // rank -> part -> per-step ms, replayed and measured.
+  std::map<int, std::map<std::string, std::vector<double>>> replayed, measured;
+  std::vector<double> replayed_step, measured_step;
+  int instrs = 0, found = 0;
+  for (const auto& [step, ranks] : traced_ranks) {
+    const auto b = boxes.find(step);
+    if (b == boxes.end() || !traced_step.count(step)) continue;
+    sp::SimOptions options;
+    for (const sp::Program& program : lowered.programs) {
+      std::vector<double>& ms = options.replay_ms.emplace_back(program.instrs.size(), -1.0);
+      for (size_t i = 0; i < program.instrs.size(); ++i) {
+        const auto key = instr_key(lowered, program.device, program.instrs[i]);
+        if (!key) continue;
+        ++instrs;
+        if (const auto it = b->second.find(*key); it != b->second.end()) ms[i] = it->second, ++found;
+      }
+    }
+    auto sim = sp::simulate_plan(plan, model, graph, cost, options);
+    if (!sim) {
+      std::fprintf(stderr, "loop: replay of step %d: %s\n", step, sim.error().message.c_str());
+      return;
+    }
+    replayed_step.push_back(sim->iteration_ms);
+    measured_step.push_back(traced_step.at(step));
+    for (const sp::Program& program : lowered.programs) {
+      const int r = program.device;
+      const CommParts parts = comm_parts(*sim, program);
+      replayed[r]["compute"].push_back(sim->devices[static_cast<size_t>(r)].compute_ms);
+      replayed[r]["xfer+wait"].push_back(parts.xfer_wait);
+      replayed[r]["sync+wait"].push_back(parts.sync_wait);
+      for (const json& e : ranks)
+        if (e.value("rank", -1) == r) {
+          measured[r]["compute"].push_back(e.value("compute_ms", 0.0));
+          measured[r]["xfer+wait"].push_back(e.value("transfer_ms", 0.0));
+          measured[r]["sync+wait"].push_back(e.value("sync_ms", 0.0));
+        }
+    }
+  }
+  if (replayed_step.empty()) {
+    std::printf("\nreplay: no traced step with both boxes and metrics\n");
+    return;
+  }
+  std::printf("\nreplay: the programs simulated around the measured compute of each traced step (%d of %d compute "
+              "instructions timed), against that run's --metrics; medians over %zu steps\n",
+              found, instrs, replayed_step.size());
+  std::printf("%-5s %-9s %12s %12s %7s %9s\n", "rank", "part", "replayed_ms", "measured_ms", "ratio", "diff_us");
+  Verdict verdict;
+  for (const auto& [r, parts] : replayed)
+    for (const char* part : {"compute", "xfer+wait", "sync+wait"}) {
+      const double sim_ms = spindle::bench::median(parts.at(part));
+      const double got_ms = measured[r][part].empty() ? 0.0 : spindle::bench::median(measured[r][part]);
+      std::printf("%-5d %-9s %12.3f %12.3f %7s %+9.1f\n", r, part, sim_ms, got_ms, ratio(got_ms, sim_ms).c_str(),
+                  1e3 * (got_ms - sim_ms));
+      if (std::string(part) != "compute") verdict.judge(r, part, sim_ms, got_ms, 0.25);
+    }
+  verdict.print("replayed per-rank parts on target (xfer+wait and sync+wait within 25%)");
+  const double sim_step = spindle::bench::median(replayed_step), got_step = spindle::bench::median(measured_step);
+  std::printf("%-15s %12.3f %12.3f %7s   (the step beyond its programs: the loss, bookkeeping)\n", "step (replay)",
+              sim_step, got_step, ratio(got_step, sim_step).c_str());
+}
+
 // Per rank, the simulated figures of the plan against the measured ones
 // (median over the steps in `ranks_by_step`: step -> the metrics' "ranks").
 int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path, const std::string& cluster_path,
                   const std::string& profile_path, const std::map<int, json>& ranks_by_step,
                   const std::map<int, double>& step_ms, const json& trace, const PhaseBoxes& boxes,
-                  int skip) {
+                  const std::map<int, json>& traced_ranks, const std::map<int, double>& traced_step, int skip) {
   namespace sp = spindle::plan;
   auto model = sp::load_model(model_path);
   auto cluster = sp::load_cluster(cluster_path);
@@ -192,21 +394,7 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
   }
   std::printf("\nper rank: simulated programs (libplan/sim) against measured (--metrics ranks), medians over steps\n");
   std::printf("%-5s %-9s %12s %12s %7s\n", "rank", "part", "simulated_ms", "measured_ms", "ratio");
-  // The per-rank targets: compute within 15%, transfers and sync (each with
-  // its waits) within 25%, as measured / simulated; those missed, for the
-  // verdict line.
-  std::vector<std::string> missed;
-  int parts = 0;
-  const auto judge = [&](int r, const char* part, double sim_ms, double got_ms, double within) {
-    ++parts;
-    if (sim_ms <= 0 && got_ms <= 0) return;   // nothing on either side
-    const double q = sim_ms > 0 ? got_ms / sim_ms : std::numeric_limits<double>::infinity();
-    if (q >= 1 - within && q <= 1 + within) return;
-    char buf[96];
-    if (sim_ms > 0) std::snprintf(buf, sizeof buf, "rank %d %s %.2f", r, part, q);
-    else std::snprintf(buf, sizeof buf, "rank %d %s (%.3f ms, simulated 0)", r, part, got_ms);
-    missed.push_back(buf);
-  };
+  Verdict verdict;
   for (int r = 0; r < plan.devices; ++r) {
     std::map<std::string, std::vector<double>> got;
     for (const auto& [step, ranks] : ranks_by_step)
@@ -231,30 +419,14 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
                 ratio(med("transfer_ms"), d.transfer_ms).c_str());
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync", d.sync_ms, med("sync_ms"),
                 ratio(med("sync_ms"), d.sync_ms).c_str());
-    // Like with like: the time the simulated device spends in what the
-    // runtime times as transfer (exchanges, posting sends, the wait for the
-    // sends posted early) and as sync (a blocking all-reduce and the wait
-    // for its group; the wait for a started all-reduce). A started
-    // all-reduce's own box is not the device's time: it runs beside the
-    // backward, and what of it the device waits for is its wait box.
-    double xfer_wait = 0, sync_wait = 0;
-    const sp::Program& program = lowered->programs[static_cast<size_t>(r)];
-    for (const sp::SimBox& box : sim->boxes) {
-      if (box.device != r) continue;
-      const bool waits_for_bucket = box.cat == "wait" && box.bucket >= 0;
-      if (box.cat == "exchange" || box.cat == "send" || (box.cat == "wait" && !waits_for_bucket))
-        xfer_wait += box.dur_ms;
-      const bool blocking = box.cat == "allreduce" &&
-                            program.instrs[static_cast<size_t>(box.instr)].kind == sp::InstrKind::allreduce;
-      if (waits_for_bucket || blocking) sync_wait += box.dur_ms;
-    }
+    const auto [xfer_wait, sync_wait] = comm_parts(*sim, lowered->programs[static_cast<size_t>(r)]);
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "xfer+wait", xfer_wait, med("transfer_ms"),
                 ratio(med("transfer_ms"), xfer_wait).c_str());
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "sync+wait", sync_wait, med("sync_ms"),
                 ratio(med("sync_ms"), sync_wait).c_str());
-    judge(r, "compute", d.compute_ms, med("compute_ms"), 0.15);
-    judge(r, "xfer+wait", xfer_wait, med("transfer_ms"), 0.25);
-    judge(r, "sync+wait", sync_wait, med("sync_ms"), 0.25);
+    verdict.judge(r, "compute", d.compute_ms, med("compute_ms"), 0.15);
+    verdict.judge(r, "xfer+wait", xfer_wait, med("transfer_ms"), 0.25);
+    verdict.judge(r, "sync+wait", sync_wait, med("sync_ms"), 0.25);
     const double comm_sim = d.transfer_ms + d.sync_ms + d.wait_ms, comm_got = med("transfer_ms") + med("sync_ms");
     std::printf("%-5d %-9s %12.3f %12.3f %7s\n", r, "comm+wait", comm_sim, comm_got, ratio(comm_got, comm_sim).c_str());
     const sp::ProgramBytes b = lowered->bytes(r);
@@ -263,10 +435,7 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
     std::printf("%-5d %-9s %12lld %12.0f %7s\n", r, "bytes in", static_cast<long long>(b.received),
                 med("received_bytes"), static_cast<double>(b.received) == med("received_bytes") ? "equal" : "DIFFER");
   }
-  std::string verdict;
-  for (const std::string& m : missed) verdict += (verdict.empty() ? "" : ", ") + m;
-  std::printf("per-rank parts on target (compute within 15%%, xfer+wait and sync+wait within 25%%): %d of %d%s%s\n",
-              parts - static_cast<int>(missed.size()), parts, missed.empty() ? "" : "; outside: ", verdict.c_str());
+  verdict.print("per-rank parts on target (compute within 15%, xfer+wait and sync+wait within 25%)");
   std::vector<double> steps;
   for (const auto& [step, ms] : step_ms) steps.push_back(ms);
   const double step = spindle::bench::median(steps);
@@ -274,6 +443,8 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
   std::printf("%-15s %12.3f %12.3f %7s   %s\n", "step (sim)", sim->iteration_ms, step,
               ratio(step, sim->iteration_ms).c_str(), r >= 0.85 && r <= 1.15 ? "within 15%" : "OUTSIDE 15%");
   compare_boxes(*sim, trace, skip);
+  if (!traced_ranks.empty())
+    compare_replay(plan, *model, graph, **cost, *lowered, trace, traced_ranks, traced_step, skip);
   return 0;
 }
 
@@ -291,6 +462,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_path, "the plan's model: with --cluster and --profile, also compare per rank with the simulation");
   app.add_option("--cluster", cluster_path, "the plan's cluster");
   app.add_option("--profile", profile_path, "the plan's profile");
+  std::string traced_metrics_path;
+  app.add_option("--traced-metrics", traced_metrics_path,
+                 "the --metrics of the run that wrote TRACE: with --model, --cluster and --profile, also replay "
+                 "its measured compute in the simulation");
   CLI11_PARSE(app, argc, argv);
 
   auto plan = spindle::plan::load_plan(plan_path);
@@ -299,23 +474,31 @@ int main(int argc, char** argv) {
     return 2;
   }
   json trace;
-  std::map<int, double> step_ms;   // step -> rank 0's step_ms
-  std::map<int, json> ranks_by_step;  // step -> the metrics' "ranks"
-  try {
-    std::ifstream tf(trace_path);
-    trace = json::parse(tf);
-    std::ifstream mf(metrics_path);
+  std::map<int, double> step_ms, traced_step_ms;   // step -> rank 0's step_ms
+  std::map<int, json> ranks_by_step, traced_ranks;  // step -> the metrics' "ranks"
+  // Every line of a --metrics file after the warm-up steps.
+  const auto read_metrics = [skip](const std::string& path, std::map<int, double>& steps,
+                                   std::map<int, json>& ranks) {
+    std::ifstream mf(path);
+    if (!mf) throw std::runtime_error("cannot read");
     std::string line;
     while (std::getline(mf, line))
       if (!line.empty()) {
         const json m = json::parse(line);
-        if (m.value("step", 0) > skip) {
-          step_ms[m.value("step", 0)] = m.at("step_ms").get<double>();
-          if (m.contains("ranks")) ranks_by_step[m.value("step", 0)] = m["ranks"];
+        if (m.value("step", 0) > skip && !m.contains("eval")) {   // not an evaluation line
+          steps[m.value("step", 0)] = m.at("step_ms").get<double>();
+          if (m.contains("ranks")) ranks[m.value("step", 0)] = m["ranks"];
         }
       }
+  };
+  try {
+    std::ifstream tf(trace_path);
+    trace = json::parse(tf);
+    read_metrics(metrics_path, step_ms, ranks_by_step);
+    if (!traced_metrics_path.empty()) read_metrics(traced_metrics_path, traced_step_ms, traced_ranks);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "loop: %s / %s: %s\n", trace_path.c_str(), metrics_path.c_str(), e.what());
+    std::fprintf(stderr, "loop: %s / %s%s%s: %s\n", trace_path.c_str(), metrics_path.c_str(),
+                 traced_metrics_path.empty() ? "" : " / ", traced_metrics_path.c_str(), e.what());
     return 2;
   }
   if (step_ms.empty()) {
@@ -379,6 +562,7 @@ int main(int argc, char** argv) {
   std::printf("%-15s %12s %12.3f %7s   (slowest %.3f ms)\n", "fastest step", "", fastest,
               ratio(fastest, pred.iteration_ms).c_str(), slowest);
   if (!model_path.empty() && !cluster_path.empty() && !profile_path.empty())
-    return compare_ranks(*plan, model_path, cluster_path, profile_path, ranks_by_step, step_ms, trace, boxes, skip);
+    return compare_ranks(*plan, model_path, cluster_path, profile_path, ranks_by_step, step_ms, trace, boxes,
+                         traced_ranks, traced_step_ms, skip);
   return 0;
 }

@@ -41,4 +41,4 @@ rm -f "$out/traced-metrics.jsonl"
     --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" | tail -n 1
 echo "== 4. predicted against measured"
 "$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip 5 \
-    --model "$model" --cluster "$cluster" --profile "$out/profile.json"
+    --model "$model" --cluster "$cluster" --profile "$out/profile.json" --traced-metrics "$out/traced-metrics.jsonl"

@@ -1,6 +1,7 @@
 #include "libplan/sim/sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <tuple>
 #include <utility>
@@ -162,6 +163,8 @@ class Simulator {
   void index_programs();
   // s_.instr_ms; fill_time_left fills it too (one pass for both).
   void fill_instr_ms();
+  // SimOptions::replay_ms fits the programs.
+  Status check_replay() const;
   void fill_time_left();
   void ready(int d, int pc, double t);
   void enter_exchange(int d, int pc, double t);
@@ -225,11 +228,13 @@ class Simulator {
       default: return false;
     }
   }
-  // How long compute instruction `c` takes (forward, backward: its share of
-  // the slice's time; optimizer: CostModel::optimizer_ms of the values it
-  // steps); 0 for every other kind.
-  double compute_ms(const Instr& c) const {
+  // How long compute instruction `c`, instruction i of device d's program,
+  // takes (forward, backward: its share of the slice's time; optimizer:
+  // CostModel::optimizer_ms of the values it steps; either replaced by
+  // SimOptions::replay_ms); 0 for every other kind.
+  double compute_ms(const Instr& c, size_t d, size_t i) const {
     if (!options_.price_compute) return 0.0;
+    if (!options_.replay_ms.empty() && options_.replay_ms[d][i] >= 0) return options_.replay_ms[d][i];
     if (c.kind == InstrKind::optimizer) return options_.price_optimizer ? cost_.optimizer_ms(c.values) : 0.0;
     if (c.kind != InstrKind::forward && c.kind != InstrKind::backward) return 0.0;
     const double fwd = forward_share_of(options_, static_cast<size_t>(c.slice));
@@ -277,6 +282,7 @@ Result<Simulation> Simulator::run() {
   if (l_.programs.size() != devices)
     return Error{"simulate: " + std::to_string(l_.programs.size()) + " programs for " + std::to_string(devices) +
                  " devices"};
+  SPINDLE_TRY(check_replay());
   const int islands = island_count(l_.devices, per_island_);
   s_.pc.assign(devices, 0);
   s_.finish.assign(devices, 0.0);
@@ -382,11 +388,36 @@ void Simulator::index_programs() {
   for (const Bucket& b : l_.buckets) s_.reduce_ms.push_back(bucket_ms(b, cost_, options_));
 }
 
+Status Simulator::check_replay() const {
+  const std::vector<std::vector<double>>& replay = options_.replay_ms;
+  if (replay.empty()) return {};
+  if (replay.size() != l_.programs.size())
+    return Error{"simulate: replay times for " + std::to_string(replay.size()) + " devices, the programs have " +
+                 std::to_string(l_.programs.size())};
+  for (size_t d = 0; d < replay.size(); ++d) {
+    const std::vector<Instr>& instrs = l_.programs[d].instrs;
+    if (replay[d].size() != instrs.size())
+      return Error{"simulate: device " + std::to_string(d) + ": replay times for " + std::to_string(replay[d].size()) +
+                   " instructions, its program has " + std::to_string(instrs.size())};
+    for (size_t i = 0; i < instrs.size(); ++i) {
+      const InstrKind k = instrs[i].kind;
+      const bool compute = k == InstrKind::forward || k == InstrKind::backward || k == InstrKind::optimizer;
+      if (replay[d][i] >= 0 && !compute)
+        return Error{"simulate: device " + std::to_string(d) + ": instruction " + std::to_string(i) +
+                     " is no forward, backward or optimizer step but has a replay time"};
+      if (std::isnan(replay[d][i]) || std::isinf(replay[d][i]))
+        return Error{"simulate: device " + std::to_string(d) + ": instruction " + std::to_string(i) +
+                     ": replay time is not finite"};
+    }
+  }
+  return {};
+}
+
 void Simulator::fill_instr_ms() {
   s_.instr_ms.resize(s_.first[static_cast<size_t>(l_.devices)]);
   for (size_t d = 0; d < static_cast<size_t>(l_.devices); ++d) {
     const std::vector<Instr>& instrs = l_.programs[d].instrs;
-    for (size_t i = 0; i < instrs.size(); ++i) s_.instr_ms[s_.first[d] + i] = compute_ms(instrs[i]);
+    for (size_t i = 0; i < instrs.size(); ++i) s_.instr_ms[s_.first[d] + i] = compute_ms(instrs[i], d, i);
   }
 }
 
@@ -407,7 +438,7 @@ void Simulator::fill_time_left() {
     for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
       const auto b = static_cast<size_t>(in.bucket);
-      const double own_ms = s_.instr_ms[s_.first[d] + i] = compute_ms(in);
+      const double own_ms = s_.instr_ms[s_.first[d] + i] = compute_ms(in, d, i);
       switch (in.kind) {
         case InstrKind::allreduce_wait: s_.after_wait[b] = left; break;
         case InstrKind::allreduce_start: {
@@ -901,8 +932,11 @@ double program_lower_bound_ms(const Lowered& lowered, const std::vector<double>&
 }
 
 namespace {
-// SimOptions' forward shares: each in [0, 1], one per slice when listed.
-Status check_forward_shares(const SimOptions& options, size_t slices) {
+// SimOptions' forward shares: each in [0, 1], one per slice when listed;
+// no replay in a bounded simulation.
+Status check_options(const SimOptions& options, size_t slices) {
+  if (!options.replay_ms.empty() && options.stop_after_ms < std::numeric_limits<double>::infinity())
+    return Error{"simulate: a replay cannot be bounded (stop_after_ms)"};
   if (!(options.forward_share >= 0 && options.forward_share <= 1))
     return Error{"simulate: forward_share " + std::to_string(options.forward_share) + " is outside [0, 1]"};
   if (options.slice_forward_share.empty()) return {};
@@ -917,7 +951,7 @@ Status check_forward_shares(const SimOptions& options, size_t slices) {
 
 Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                             int devices_per_island, const SimOptions& options) {
-  SPINDLE_TRY(check_forward_shares(options, lowered.slices.size()));
+  SPINDLE_TRY(check_options(options, lowered.slices.size()));
   return Simulator(lowered, slice_ms, cost, devices_per_island, options).run();
 }
 
@@ -964,7 +998,7 @@ Result<Simulation> PlanSimulation::simulate(const SimOptions& options) {
     }
     opts = &measured;
   }
-  SPINDLE_TRY(check_forward_shares(*opts, lowered.slices.size()));
+  SPINDLE_TRY(check_options(*opts, lowered.slices.size()));
   // A bounded simulation that cannot finish in time ends before the
   // programs are built.
   if (device_lower_bound_ms(lowered, slice_ms_, cost_, *opts) > opts->stop_after_ms) {

@@ -89,6 +89,16 @@ struct SimOptions {
   // simulate_plan lowers with this LowerOptions::sync (by default gradient
   // all-reduces during the backward pass, as spindle-run runs them).
   GradSync sync = {};
+  // A replay: by device, then by instruction of its program, the ms that a
+  // forward, backward or optimizer instruction takes in place of its priced
+  // time (bench/loop gives the durations spindle-run measured, so that the
+  // waits and communication are simulated around the compute that really
+  // ran). An entry < 0 keeps the priced time; every other kind of
+  // instruction must have one < 0. Empty: no replay; else one list per
+  // device, as long as its program (an error otherwise). Applies only with
+  // price_compute, and not with a finite stop_after_ms (its bounds price
+  // compute from the slices: an error).
+  std::vector<std::vector<double>> replay_ms;
 };
 
 enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's tid

@@ -721,6 +721,56 @@ TEST_CASE("the simulated trace and utilisation show the simulated boxes", "[sim]
   CHECK(sp::average_utilisation(*sim) <= 1.0 + 1e-9);
 }
 
+TEST_CASE("a replay: measured compute times in place of the priced ones, communication simulated around them", "[sim]") {
+  // one_transfer_each_way with optimizers; programs:
+  //   d0: 0 fwd A, 1 exchange fwd, 2 exchange bwd, 3 bwd A, 4 optimizer
+  //   d1: 0 exchange fwd, 1 fwd B, 2 bwd B, 3 exchange bwd, 4 optimizer
+  Programs p = one_transfer_each_way(true);
+  const sp::Cluster c = hand_cluster(1, 2);
+  sp::SimOptions replay;
+  replay.replay_ms = {{4.0, -1, -1, -1, -1}, {-1, -1, 3.0, -1, 0.5}};
+  // d0: fwd A [0,4], sends [4,6], exchange bwd [6,13], bwd A [13,15].
+  // d1: exchange fwd [0,6] (4 waiting), fwd B [6,8], bwd B [8,11],
+  //     exchange bwd [11,13], optimizer [13,13.5].
+  const sp::Simulation sim = p.run(c, replay);
+  CHECK(sim.iteration_ms == Approx(15.0));
+  CHECK(sim.devices[0].finish_ms == Approx(15.0));
+  CHECK(sim.devices[1].finish_ms == Approx(13.5));
+  CHECK(sim.devices[0].compute_ms == Approx(6.0));
+  CHECK(sim.devices[1].compute_ms == Approx(5.5));
+  CHECK(sim.devices[1].wait_ms == Approx(4.0));
+  CHECK(box(sim, 1, 2, "backward").dur_ms == Approx(3.0));
+  CHECK(box(sim, 1, 4, "optimizer").start_ms == Approx(13.0));
+  // Every compute instruction replayed at its priced time: the same timeline.
+  sp::SimOptions same;
+  same.replay_ms = {{1.0, -1, -1, 2.0, 0.0}, {-1, 2.0, 4.0, -1, 0.0}};
+  const sp::Simulation plain = p.run(c), again = p.run(c, same);
+  REQUIRE(plain.boxes.size() == again.boxes.size());
+  for (size_t i = 0; i < plain.boxes.size(); ++i) {
+    CHECK(plain.boxes[i].start_ms == again.boxes[i].start_ms);
+    CHECK(plain.boxes[i].dur_ms == again.boxes[i].dur_ms);
+  }
+  // Compute priced at 0 stays 0.
+  sp::SimOptions no_compute = replay;
+  no_compute.price_compute = false;
+  CHECK(p.run(c, no_compute).iteration_ms == Approx(4.0));
+  // What does not fit the programs is an error.
+  sp::TableCostModel cost(c);
+  const auto fails = [&](const sp::SimOptions& o) { return !sp::simulate(p.l, p.slice_ms, cost, 2, o).ok(); };
+  sp::SimOptions short_list = replay, on_exchange = replay, bounded = replay, not_finite = replay;
+  short_list.replay_ms[1].pop_back();
+  on_exchange.replay_ms[0][1] = 1.0;
+  bounded.stop_after_ms = 100;
+  not_finite.replay_ms[0][0] = std::nan("");
+  CHECK(fails(short_list));
+  CHECK(fails(on_exchange));
+  CHECK(fails(bounded));
+  CHECK(fails(not_finite));
+  sp::SimOptions one_device = replay;
+  one_device.replay_ms.pop_back();
+  CHECK(fails(one_device));
+}
+
 TEST_CASE("one lowering simulated under several options: each as simulate_plan gives it", "[sim]") {
   spindle::plan::testing::Fixture f;
   const sp::Plan plan = f.plan();
