@@ -297,8 +297,8 @@ bool same_tuples(const std::vector<AllocTuple>& a, const std::vector<AllocTuple>
 // (docs/planner.md, steps 5-6), then the scheduler's portfolio (step 7,
 // waves/portfolio.h). Returns a few distinct schedules (placement and
 // costing pick among them).
-std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_dev, int island,
-                                                     bool start_early) {
+PortfolioSchedules spindle_waves(const Prepared& p, int n_dev, int island, bool start_early,
+                                 bool narrow_tails = true) {
   // Two discretisations: l_hi rounded to the nearest integer per MetaOp (the
   // paper's, `items`) and rounded per level to the least level bound
   // (discretise_level, `level_rounded`; left empty when both agree).
@@ -343,6 +343,7 @@ std::vector<std::vector<AbstractWave>> spindle_waves(const Prepared& p, int n_de
   in.devices = n_dev;
   in.island = island;
   in.start_early = start_early;
+  in.narrow_tails = narrow_tails;
   return schedule_portfolio(in);
 }
 
@@ -411,28 +412,49 @@ struct Candidates {
   }
 };
 
+// Appends `schedules` to `c` as groups of kCappedSchedules, then
+// kMoreCappedSchedules (the rest left out), skipping those already
+// candidates.
+void add_groups(Candidates& c, std::vector<std::vector<AbstractWave>> schedules) {
+  size_t next = 0;
+  for (size_t size : {kCappedSchedules, kMoreCappedSchedules}) {
+    const size_t begin = c.waves.size();
+    for (; next < schedules.size() && c.waves.size() - begin < size; ++next) {
+      bool seen = false;
+      for (const std::vector<AbstractWave>& other : c.waves) seen = seen || same_schedule(other, schedules[next]);
+      if (!seen) c.waves.push_back(std::move(schedules[next]));
+    }
+    if (c.waves.size() > begin) c.group_begin.push_back(begin);
+  }
+}
+
 Candidates strategy_candidates(const Prepared& p, const PlanRequest& request) {
   const Cluster& cluster = *request.cluster;
   const BaselineInput baseline{&p.contraction, &p.curves, &p.valid,
                                static_cast<int>(request.model->tasks.size()), cluster.devices()};
   Candidates c;
   switch (request.strategy) {
-    case Strategy::spindle:
-      c.waves = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early);
+    case Strategy::spindle: {
+      c.waves = spindle_waves(p, cluster.devices(), cluster.devices_per_island, request.start_early).schedules;
       // And the same portfolio with no MetaOp spread wider than its
       // gradients' sum pays for: on many islands the widest counts cost
       // more in all-reduce than they save in compute (groups 1 and 2).
+      // Then that portfolio again with no slot taking over a wider tuple's
+      // operators (ScheduleOptions::narrow_tails; groups 3 and 4, without
+      // the schedules already candidates): those fill the waves less, but
+      // without wave barriers a chain run narrower than allocated can
+      // become the makespan (multitask-clip-10 on a800-2x8: 324.5 ms
+      // against 346.9; on a800-4x8 the narrowed tails still win).
+      // Only when a schedule of the first portfolio did narrow a tail: else
+      // the second would almost always repeat it (costing a portfolio).
       if (const std::optional<Prepared> capped =
               request.comm_aware_candidates ? comm_capped(p, request) : std::nullopt) {
-        std::vector<std::vector<AbstractWave>> more =
+        PortfolioSchedules narrowed =
             spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early);
-        size_t next = 0;
-        for (size_t size : {kCappedSchedules, kMoreCappedSchedules}) {
-          if (next >= more.size()) break;
-          c.group_begin.push_back(c.waves.size());
-          for (size_t k = next; k < std::min(more.size(), next + size); ++k) c.waves.push_back(std::move(more[k]));
-          next += size;
-        }
+        add_groups(c, std::move(narrowed.schedules));
+        if (narrowed.narrowed_tails)
+          add_groups(c, spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early,
+                                      false).schedules);
       }
       c.own = c.waves.size();
       // The baselines' schedules are wave plans too: Spindle also places
@@ -448,6 +470,7 @@ Candidates strategy_candidates(const Prepared& p, const PlanRequest& request) {
           if (slot_devices(waves) <= kMaxBaselineCandidateSlots) c.waves.push_back(std::move(waves));
       }
       break;
+    }
     case Strategy::sequential: c.waves = {sequential_waves(p, baseline)}; break;
     case Strategy::task_level: c.waves = {task_level_waves(baseline)}; break;
     case Strategy::intra_task: c.waves = {intra_task_waves(baseline)}; break;

@@ -74,18 +74,22 @@ class Portfolio {
       : in_(in), items_(*in.items), level_rounded_(*in.level_rounded), levels_(static_cast<size_t>(in.levels)),
         best_ms_(levels_, std::numeric_limits<double>::infinity()), best_draft_(levels_, 0), level_ms_(levels_) {}
 
-  std::vector<std::vector<AbstractWave>> run() {
+  PortfolioSchedules run() {
     const size_t first_extra = run_variants();
+    PortfolioSchedules out;
+    for (const Draft& d : drafts_) out.narrowed_tails = out.narrowed_tails || narrows_tails(*d.with, d.waves);
     best_per_level(first_extra);
     Draft combined = combination();
     best_per_level(drafts_.size());   // best_* now over every draft
     Draft extended = extended_combination();
-    return candidates(first_extra, combined, extended);
+    out.schedules = candidates(first_extra, combined, extended);
+    return out;
   }
 
  private:
   // A draft of `with` scheduled with `o`, not yet in drafts_.
-  Draft make_draft(const std::vector<ScheduleItem>& with, const ScheduleOptions& o) const {
+  Draft make_draft(const std::vector<ScheduleItem>& with, ScheduleOptions o) const {
+    o.narrow_tails = in_.narrow_tails;
     Draft d{0, schedule_waves(with, in_.devices, o), &with == &level_rounded_, !o.cross_level, &with, o};
     for (const AbstractWave& w : d.waves) d.ms += w.ms;
     return d;
@@ -244,7 +248,7 @@ class Portfolio {
     auto add = [&](Draft& d) {
       if (d.ms > window_ms) return;
       for (const auto& o : out)
-        if (o.size() == d.waves.size() && std::equal(o.begin(), o.end(), d.waves.begin(), same_wave)) return;
+        if (same_schedule(o, d.waves)) return;
       out.push_back(std::move(d.waves));
     };
     for (Draft* d : nearest) {
@@ -269,7 +273,11 @@ class Portfolio {
 
 }  // namespace
 
-std::vector<std::vector<AbstractWave>> schedule_portfolio(const PortfolioInput& in) {
+bool same_schedule(const std::vector<AbstractWave>& a, const std::vector<AbstractWave>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), same_wave);
+}
+
+PortfolioSchedules schedule_portfolio(const PortfolioInput& in) {
   return Portfolio(in).run();
 }
 

@@ -21,6 +21,7 @@ struct PortfolioInput {
   int devices = 0;         // of the cluster
   int island = 0;          // devices per island (<= 0 or >= devices: one island)
   bool start_early = false;  // also schedule every level as one pool (beyond the paper)
+  bool narrow_tails = true;  // ScheduleOptions::narrow_tails of every variant
 };
 
 // Scheduler variants tried: lengths tried per wave by the rollout variants.
@@ -35,7 +36,19 @@ inline constexpr double kDeferFractions[] = {0.0, 0.2, 0.3};
 // give to the level's first operators (the last 1..kFillWaves).
 inline constexpr int kFillWaves = 4;
 
+// Same waves: in each, the same slots (MetaOp, operators, device count) in
+// the same order.
+bool same_schedule(const std::vector<AbstractWave>& a, const std::vector<AbstractWave>& b);
+
+struct PortfolioSchedules {
+  std::vector<std::vector<AbstractWave>> schedules;
+  // Some variant's schedule ran operators the allocation gave a wider tuple
+  // on fewer devices (narrows_tails). When false, the same portfolio with
+  // narrow_tails false would almost always schedule the same.
+  bool narrowed_tails = false;
+};
+
 // Requires items non-empty. Deterministic.
-std::vector<std::vector<AbstractWave>> schedule_portfolio(const PortfolioInput& in);
+PortfolioSchedules schedule_portfolio(const PortfolioInput& in);
 
 }  // namespace spindle::plan

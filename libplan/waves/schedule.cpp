@@ -50,14 +50,19 @@ struct Pick {
 };
 
 // Removes `count` operators from the state's queue, from tuple `first_tuple`
-// first, then from the others in order.
-void consume(ItemState& st, int first_tuple, int count) {
+// first, then from the others in order, those of at most `max_devices`
+// devices before the wider ones.
+void consume(ItemState& st, int first_tuple, int count, int max_devices) {
   auto take = [&](AllocTuple& t) {
     const int k = std::min(t.count, count);
     t.count -= k;
     count -= k;
   };
   if (first_tuple >= 0) take(st.queue[static_cast<size_t>(first_tuple)]);
+  for (AllocTuple& t : st.queue) {
+    if (count == 0) break;
+    if (t.devices <= max_devices) take(t);
+  }
   for (AllocTuple& t : st.queue) {
     if (count == 0) break;
     take(t);
@@ -111,6 +116,16 @@ class PoolScheduler {
   bool draft(const std::vector<ItemState>& state, const std::vector<int>& pool, int wave, WaveDraft& d);
   // The alignment the options choose without lookahead.
   double default_align(const WaveDraft& d) const;
+  // The most operators pick `pk` may run in one wave: every remaining one,
+  // or without narrow_tails those of its tuple and of the queued tuples no
+  // wider than it (at least 1).
+  int slot_limit(const ItemState& st, const Pick& pk) const {
+    if (options_.narrow_tails || options_.paper_rules) return st.remaining;
+    int n = 0;
+    for (size_t t = 0; t < st.queue.size(); ++t)
+      if (static_cast<int>(t) == pk.tuple || st.queue[t].devices <= pk.devices) n += st.queue[t].count;
+    return std::clamp(n, 1, st.remaining);
+  }
   // Applies a draft aligned to align_ms: advances `state`; appends the
   // slots to `out` when not null (out->ms is left to the caller). Returns the
   // wave's length, ms (its longest slot).
@@ -375,7 +390,7 @@ void PoolScheduler::candidate_fills(const std::vector<ItemState>& state, WaveDra
   // only grows, is kept up to date.
   fits_.clear();
   for (const Pick& pk : d.picks)
-    fits_.push_back({op_ms(pk), state[static_cast<size_t>(pk.metaop)].remaining, pk.devices, 0, 0.0, 0.0});
+    fits_.push_back({op_ms(pk), slot_limit(state[static_cast<size_t>(pk.metaop)], pk), pk.devices, 0, 0.0, 0.0});
   d.fills.reserve(d.lengths_ms.size());
   d.counts_id.reserve(d.lengths_ms.size());
   int counts_id = -1;
@@ -462,12 +477,12 @@ double PoolScheduler::commit(std::vector<ItemState>& state, const WaveDraft& d, 
     const double t = op_ms(pk);
     // A slot whose tuple ends early keeps going with the MetaOp's later
     // operators on the same devices rather than leave them idle.
-    const int count = fitting_count(align_ms, t, st.remaining);
+    const int count = fitting_count(align_ms, t, slot_limit(st, pk));
     if (out != nullptr) out->slots.push_back({pk.metaop, st.next, count, pk.devices, count * t});
     wave_ms = std::max(wave_ms, count * t);
     st.next += count;
     st.remaining -= count;
-    consume(st, pk.tuple, count);
+    consume(st, pk.tuple, count, options_.narrow_tails ? std::numeric_limits<int>::max() : pk.devices);
     if (st.remaining == 0) st.finished_wave = wave;
   }
   return wave_ms;
@@ -610,7 +625,7 @@ void apply_wave(std::vector<ItemState>& state, const AbstractWave& w, int wave) 
       if (st.queue[t].devices == s.devices) tuple = static_cast<int>(t);
     st.next += s.count;
     st.remaining -= s.count;
-    consume(st, tuple, s.count);
+    consume(st, tuple, s.count, std::numeric_limits<int>::max());
     if (st.remaining == 0) st.finished_wave = wave;
   }
 }
@@ -623,6 +638,22 @@ std::vector<int> level_pool(const std::vector<ScheduleItem>& items, int level) {
 }
 
 }  // namespace
+
+bool narrows_tails(const std::vector<ScheduleItem>& items, const std::vector<AbstractWave>& waves) {
+  std::vector<ItemState> state = initial_state(items, std::numeric_limits<int>::max());
+  for (const AbstractWave& w : waves)
+    for (const AbstractSlot& s : w.slots) {
+      ItemState& st = state[static_cast<size_t>(s.metaop)];
+      int within = 0, tuple = -1;
+      for (size_t t = 0; t < st.queue.size(); ++t) {
+        if (st.queue[t].devices <= s.devices) within += st.queue[t].count;
+        if (tuple < 0 && st.queue[t].devices == s.devices) tuple = static_cast<int>(t);
+      }
+      if (s.count > std::max(within, 1)) return true;
+      consume(st, tuple, s.count, s.devices);
+    }
+  return false;
+}
 
 std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items, int devices,
                                          const ScheduleOptions& options) {

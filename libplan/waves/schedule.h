@@ -55,6 +55,16 @@ struct ScheduleOptions {
   // spread over islands for a small gain in compute (its activations would
   // cross the slow link twice).
   int extend_cap = 0;
+  // Without paper_rules: true (our default), a slot whose wave is longer
+  // than its tuple keeps running the MetaOp's next operators on the same
+  // devices, whatever tuple the allocation meant them for. false: only the
+  // operators of its own tuple and of tuples no wider than the slot (at
+  // least one); a wider tuple's operators wait for a slot of their width.
+  // Without wave barriers a MetaOp's chain run narrower than allocated can
+  // become the makespan (multitask-clip-10 on 32 devices: two of a chain's
+  // 16-device operators ran on 8, 4.9 ms longer), which this avoids at
+  // some cost in fill; the planner tries both (docs/planner.md, step 7).
+  bool narrow_tails = true;
 };
 
 // One slot of an abstract wave: operators first..first+count-1 of `metaop`
@@ -94,6 +104,15 @@ std::vector<AbstractWave> schedule_waves(const std::vector<ScheduleItem>& items,
 std::vector<AbstractWave> schedule_level(const std::vector<ScheduleItem>& items, int devices,
                                          const ScheduleOptions& options,
                                          const std::vector<AbstractWave>& before, int level);
+
+// Whether some slot of `waves` (a schedule of `items`) runs operators that
+// the allocation gave a wider tuple: more operators than its MetaOp had
+// left in tuples of at most its device count, and more than one (a slot
+// narrower than every tuple left runs one operator under either rule),
+// consuming each slot's operators as narrow_tails false does (a tuple of
+// its device count first, then the narrower ones, then the wider). A
+// schedule made with narrow_tails false never does.
+bool narrows_tails(const std::vector<ScheduleItem>& items, const std::vector<AbstractWave>& waves);
 
 // Beyond the paper: puts operators of level `level` into the idle devices
 // (those in no slot) of waves[from..], never lengthening a wave: in each

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "libplan/waves/portfolio.h"
 #include "libplan/waves/schedule.h"
 
 using namespace spindle::plan;
@@ -35,6 +36,15 @@ void check_wave(const AbstractWave& w, const std::vector<S>& want) {
     CHECK(w.slots[i].count == want[i].count);
     CHECK(w.slots[i].devices == want[i].devices);
   }
+}
+
+// A chain A allocated 2 operators on 2 devices and 6 on 4, beside single
+// long operators B (4 devices) and C (2) that fill the other devices and
+// set the first wave's length; D after all three.
+std::vector<ScheduleItem> chain_beside_long_ops() {
+  const std::vector<int> v8{1, 2, 4, 8};
+  return {item(0, {}, 8, 8, {{2, 2}, {4, 6}}, v8), item(0, {}, 1, 400, {{4, 1}}, v8),
+          item(0, {}, 1, 200, {{2, 1}}, v8), item(1, {0, 1, 2}, 2, 16, {{8, 2}}, v8)};
 }
 
 }  // namespace
@@ -136,27 +146,107 @@ void check_structure(const std::vector<ScheduleItem>& items, const std::vector<A
 TEST_CASE("schedule: every option set keeps the plan rules", "[schedule]") {
   // Two levels on 8 devices with uneven curves and a join.
   const std::vector<int> v8{1, 2, 4, 8};
-  const std::vector<ScheduleItem> items{
+  const std::vector<ScheduleItem> join{
       item(0, {}, 12, 40, {{4, 7}, {2, 5}}, v8), item(0, {}, 7, 9, {{2, 7}}, v8),
       item(0, {}, 20, 3, {{1, 20}}, v8),        item(0, {}, 3, 30, {{2, 3}}, v8),
       item(1, {0, 1}, 5, 16, {{4, 5}}, v8),     item(1, {2}, 9, 8, {{2, 6}, {1, 3}}, v8),
       item(2, {3, 4, 5}, 2, 4, {{8, 2}}, v8)};
+  const std::vector<ScheduleItem> chain = chain_beside_long_ops();
+  int narrowed = 0;   // schedules with narrow_tails that ran a wider tuple's operators narrower
+  for (const std::vector<ScheduleItem>& items : {join, chain})
   for (bool paper : {false, true})
     for (bool cross : {false, true})
       for (int look : {0, 4})
-        for (double defer : {0.0, 0.3}) {
-          ScheduleOptions o;
-          o.paper_rules = paper;
-          o.cross_level = cross;
-          o.lookahead = look;
-          o.defer_fraction = defer;
-          const std::vector<AbstractWave> w = schedule_waves(items, 8, o);
-          check_structure(items, w, 8);
-          // Deterministic.
-          const std::vector<AbstractWave> again = schedule_waves(items, 8, o);
-          REQUIRE(again.size() == w.size());
-          for (size_t i = 0; i < w.size(); ++i) CHECK(again[i].ms == w[i].ms);
-        }
+        for (double defer : {0.0, 0.3})
+          for (bool narrow : {true, false}) {
+            ScheduleOptions o;
+            o.paper_rules = paper;
+            o.cross_level = cross;
+            o.lookahead = look;
+            o.defer_fraction = defer;
+            o.narrow_tails = narrow;
+            INFO("paper " << paper << " cross " << cross << " lookahead " << look << " defer " << defer
+                          << " narrow_tails " << narrow);
+            const std::vector<AbstractWave> w = schedule_waves(items, 8, o);
+            check_structure(items, w, 8);
+            if (narrow && !paper) narrowed += narrows_tails(items, w);
+            if (!narrow && !paper) CHECK_FALSE(narrows_tails(items, w));
+            // Deterministic.
+            const std::vector<AbstractWave> again = schedule_waves(items, 8, o);
+            REQUIRE(again.size() == w.size());
+            for (size_t i = 0; i < w.size(); ++i) CHECK(again[i].ms == w[i].ms);
+          }
+  // The items do make the default rule narrow tails, so the check above has
+  // something to refuse.
+  CHECK(narrowed > 0);
+}
+
+TEST_CASE("schedule: without narrow_tails a wider tuple's operators wait for their width", "[schedule]") {
+  // On 8 devices: A = 8 operators, 2 allocated on 2 devices and 6 on 4
+  // (T(n) = 8/n: 4 ms on 2, 2 on 4, 1 on 8); B one operator on 4 devices
+  // (100 ms), C one on 2 (100 ms); D after all three. Wave 0 gives A 2, B 4
+  // and C 2 devices (no device left to widen) and lasts 100 ms.
+  const std::vector<ScheduleItem> items = chain_beside_long_ops();
+  // Default: A's slot keeps going on its 2 devices and runs all 8 (32 ms),
+  // 6 of them allocated to 4 devices.
+  const std::vector<AbstractWave> narrowed = schedule_waves(items, 8, {});
+  REQUIRE(narrowed.size() == 2);
+  check_wave(narrowed[0], {{0, 0, 8, 2}, {1, 0, 1, 4}, {2, 0, 1, 2}});
+  check_wave(narrowed[1], {{3, 0, 2, 8}});
+  CHECK(narrows_tails(items, narrowed));
+  // narrow_tails false: A runs its 2 on 2 devices; the other 6 wait for the
+  // next wave, where A has the devices to itself (widened to 8: 6 ms).
+  ScheduleOptions wide;
+  wide.narrow_tails = false;
+  const std::vector<AbstractWave> w = schedule_waves(items, 8, wide);
+  REQUIRE(w.size() == 3);
+  check_wave(w[0], {{0, 0, 2, 2}, {1, 0, 1, 4}, {2, 0, 1, 2}});
+  CHECK(w[0].ms == Approx(100));
+  check_wave(w[1], {{0, 2, 6, 8}});
+  CHECK(w[1].ms == Approx(6));
+  check_wave(w[2], {{3, 0, 2, 8}});
+  CHECK_FALSE(narrows_tails(items, w));
+}
+
+TEST_CASE("schedule: the portfolio says whether a variant narrowed a tail", "[schedule]") {
+  const std::vector<ScheduleItem> items = chain_beside_long_ops(), none;
+  PortfolioInput in;
+  in.items = &items;
+  in.level_rounded = &none;
+  in.levels = 2;
+  in.devices = 8;
+  in.island = 8;
+  const PortfolioSchedules narrowed = schedule_portfolio(in);
+  CHECK(narrowed.narrowed_tails);
+  in.narrow_tails = false;
+  const PortfolioSchedules wide = schedule_portfolio(in);
+  CHECK_FALSE(wide.narrowed_tails);
+  REQUIRE_FALSE(wide.schedules.empty());
+  for (const std::vector<AbstractWave>& w : wide.schedules) {
+    check_structure(items, w, 8);
+    CHECK_FALSE(narrows_tails(items, w));
+  }
+}
+
+TEST_CASE("schedule: narrows_tails by hand", "[schedule]") {
+  // One MetaOp of 4 operators: 2 on 2 devices, 2 on 1 device.
+  const std::vector<ScheduleItem> items{item(0, {}, 4, 8, {{2, 2}, {1, 2}})};
+  const auto waves = [](std::vector<AbstractSlot> slots) {
+    std::vector<AbstractWave> w;
+    for (const AbstractSlot& s : slots) w.push_back({{s}, s.ms});
+    return w;
+  };
+  // As allocated: 2 on 2 devices, then 2 on 1.
+  CHECK_FALSE(narrows_tails(items, waves({{0, 0, 2, 2, 8}, {0, 2, 2, 1, 16}})));
+  // 3 on 2 devices takes one of the 1-device operators: wider, not narrower.
+  CHECK_FALSE(narrows_tails(items, waves({{0, 0, 3, 2, 12}, {0, 3, 1, 1, 8}})));
+  // 3 on 1 device: one of the 2-device operators ran on 1.
+  CHECK(narrows_tails(items, waves({{0, 0, 3, 1, 24}, {0, 3, 1, 2, 4}})));
+  // After the 1-device tuple is used up, an operator on 1 device is narrower
+  // than allocated, but one alone runs under either rule.
+  CHECK_FALSE(narrows_tails(items, waves({{0, 0, 2, 1, 16}, {0, 2, 1, 1, 8}, {0, 3, 1, 2, 4}})));
+  // Two of them on 1 device are a narrowed tail.
+  CHECK(narrows_tails(items, waves({{0, 0, 2, 1, 16}, {0, 2, 2, 1, 16}})));
 }
 
 TEST_CASE("schedule: our rules on the Figure 5a level", "[schedule]") {
