@@ -71,8 +71,10 @@ std::string gib(int64_t bytes) {
 constexpr double kHintMargin = 0.01;
 
 // `sim` simulates `plan` (the planner's objective); `gap` is its
-// simulated_compute_gap.
-void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, const sp::Simulation& sim, double gap) {
+// simulated_compute_gap and `width_optimum_ms` its width_optimum_ms (0: not
+// known).
+void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, const sp::Simulation& sim, double gap,
+                   double width_optimum_ms) {
   const sp::Predicted& p = plan.predicted;
   int64_t peak = 0;
   int peak_dev = 0;
@@ -116,6 +118,15 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
               p.iteration_ms, p.compute_ms, p.transfer_ms, p.sync_ms);
   std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%% (simulated with communication and optimizer at 0)\n",
               p.relaxed_optimum_ms, gap * 100);
+  // A plan that spreads some MetaOp narrower than it could (the
+  // communication-capped allocation): the same makespan against the
+  // optimum of its own widths, how well its waves are packed.
+  if (width_optimum_ms > p.relaxed_optimum_ms * (1 + 1e-3)) {
+    const double width_gap = (1 + gap) * p.relaxed_optimum_ms / width_optimum_ms - 1;
+    std::printf("widths    relaxed %.3f ms with no MetaOp wider than in this plan: compute gap %+.2f%%%s\n",
+                width_optimum_ms, width_gap * 100,
+                width_gap < 0 ? " (below it: levels overlap, and the optimum is per level)" : "");
+  }
   std::printf("memory    peak %s on device %d (of %s)\n", gib(peak).c_str(), peak_dev, gib(plan.memory_bytes).c_str());
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
@@ -405,7 +416,8 @@ int main(int argc, char** argv) {
     if (int rc = write_programs(o.lower_dir, *plan, *model, graph, sync); rc != 0) return rc;
 
   if (o.compare) std::printf("\n");
-  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap);
+  const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
+  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0);
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_profile_links(*profile);
   std::printf("wrote     %s%s%s\n", o.out_path.c_str(), o.trace_path.empty() ? "" : ", ", o.trace_path.c_str());

@@ -911,6 +911,25 @@ Result<Plan> make_plan(const PlanRequest& request) {
   return plan;
 }
 
+Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost) {
+  std::vector<int> widest(plan.metaops.size(), 0);
+  for (const Wave& w : plan.waves)
+    for (const Slice& s : w.slices) {
+      int& n = widest[static_cast<size_t>(s.metaop)];
+      n = std::max(n, static_cast<int>(s.devices.size()));
+    }
+  std::map<int, std::vector<AllocItem>> levels;   // MetaLevel -> its MetaOps, ascending id
+  for (const PlanMetaOp& m : plan.metaops) {
+    const ScalingCurve* curve = cost.curve(m.workload);
+    if (curve == nullptr) return Error{"no scaling curve for workload " + m.workload.key()};
+    if (widest[static_cast<size_t>(m.id)] == 0) return Error{"MetaOp " + std::to_string(m.id) + " has no slice"};
+    levels[m.level].push_back({static_cast<int>(m.operators.size()), curve, widest[static_cast<size_t>(m.id)]});
+  }
+  double sum = 0;
+  for (const auto& [level, items] : levels) sum += relax_level(items, plan.devices).c_star_ms;
+  return sum;
+}
+
 int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,
                    double grad_bytes, const CostModel& cost) {
   int best = valid.front();

@@ -85,6 +85,19 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
 // number of threads it runs on).
 Result<Plan> make_plan(const PlanRequest& request);
 
+// The relaxed optimum of `plan`'s widths, ms: as Predicted::relaxed_optimum_ms
+// (sum over MetaLevels of C*, each MetaOp's operators spread continuously
+// on n devices), with each MetaOp capped at the most devices of any of its
+// slices in `plan` instead of its largest valid count. A lower bound on
+// the compute of any level-by-level schedule that spreads no MetaOp wider
+// than `plan` does: the compute-only makespan over it, minus 1, is how
+// well the waves are packed apart from how wide the allocation chose to
+// spread (the communication-capped plans, docs/planner.md section 5, give
+// up width on purpose). Equal to relaxed_optimum_ms when every MetaOp runs
+// somewhere on its largest valid count, never below it. Errors when a
+// MetaOp has no slice or the cost model no curve for it.
+Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost);
+
 // Communication-aware allocation: of `valid` (ascending, non-empty), the
 // device count n that minimises length x curve.time_ms(n) + the all-reduce
 // of `grad_bytes` over its data-parallel replicas (n / tensor_parallel of

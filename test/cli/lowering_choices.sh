@@ -12,6 +12,7 @@
 #  - --no-early-transfers is recorded in the plan too, and when posting
 #    early would be at least 1% faster (multitask-clip-7 on a800-2x8)
 #    spindle-plan hints so.
+#  - qwen-val-3's capped plan prints the widths line, multitask-clip-10's not.
 # If the planner changes and a case stops choosing, pick another case; do
 # not drop the check.
 set -eu
@@ -39,3 +40,12 @@ echo "PASS: multitask-clip-10 starts its buckets when ready: $(predicted clip.tx
 grep -q '"early_transfers": false' late.json || fail "--no-early-transfers is not in the plan"
 grep -q '^hint      without --no-early-transfers: this plan simulates ' late.txt || fail "no hint: $(cat late.txt)"
 echo "PASS: --no-early-transfers recorded, and the hint given"
+
+# Not a lowering choice, but the same plans: qwen-val-3's plan is the
+# communication-capped one, so its summary adds the widths line (the
+# optimum of the plan's own widths, above the relaxed optimum), and
+# multitask-clip-10's, whose widths reach the relaxed optimum, does not.
+grep -q '^widths    relaxed [0-9.]* ms with no MetaOp wider than in this plan: compute gap ' qwen.txt ||
+  fail "qwen-val-3: no widths line: $(cat qwen.txt)"
+grep -q '^widths' clip.txt && fail "multitask-clip-10: a widths line where the widths reach the relaxed optimum"
+echo "PASS: the widths line for the capped plan only"

@@ -2,6 +2,7 @@
 // a planning-time/gap measurement on a 10-task CLIP-like model.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
 #include "libplan/planner/planner.h"
+#include "test/plan/shipped_fixture.h"
 
 using namespace spindle::plan;
 using namespace spindle::plan::test;
@@ -276,4 +278,41 @@ TEST_CASE("communication-aware cap: the count minimising compute plus gradient a
   CHECK(comm_aware_cap(1, curve, {2, 4, 8, 16}, 2, 1e6, cost) == 8);
   // Nothing to sum: as wide as allowed.
   CHECK(comm_aware_cap(1, curve, counts, 1, 0, cost) == 16);
+}
+
+TEST_CASE("width_optimum_ms: the relaxed optimum of the plan's own widths", "[planner]") {
+  for (const auto& [model, cluster] : {std::pair{"qwen-val-3", "a800-8x8"}, std::pair{"multitask-clip-10", "a800-2x8"}}) {
+    CAPTURE(model, cluster);
+    const spindle::plan::testing::Fixture f(model, cluster);
+    // The sequential plan runs every MetaOp on its largest valid count:
+    // the same optimum as the planner's, computed from the plan alone.
+    const Plan sequential = f.plan(Strategy::sequential);
+    const Result<double> full = width_optimum_ms(sequential, *f.cost);
+    REQUIRE(full.ok());
+    CHECK(*full == Approx(sequential.predicted.relaxed_optimum_ms).epsilon(1e-9));
+    // Spindle's plan never beats it, and a MetaOp capped narrower only
+    // raises it.
+    const Plan spindle = f.plan();
+    const Result<double> own = width_optimum_ms(spindle, *f.cost);
+    REQUIRE(own.ok());
+    CHECK(*own >= spindle.predicted.relaxed_optimum_ms * (1 - 1e-9));
+    Plan narrower = spindle;
+    for (Wave& w : narrower.waves)
+      for (Slice& s : w.slices)
+        if (s.metaop == 0 && s.devices.size() > 1) s.devices.resize(s.devices.size() / 2);
+    const Result<double> less = width_optimum_ms(narrower, *f.cost);
+    REQUIRE(less.ok());
+    CHECK(*less >= *own * (1 - 1e-9));
+  }
+  // qwen-val-3 on 64 devices: the communication-capped plan spreads its
+  // trunk narrower than it could, so its own optimum is above the planner's.
+  const spindle::plan::testing::Fixture q("qwen-val-3", "a800-8x8");
+  const Plan capped = q.plan();
+  CHECK(*width_optimum_ms(capped, *q.cost) > capped.predicted.relaxed_optimum_ms * 1.05);
+  // A MetaOp with no slice is an error, not an optimum.
+  Plan missing = capped;
+  for (Wave& w : missing.waves)
+    w.slices.erase(std::remove_if(w.slices.begin(), w.slices.end(), [](const Slice& s) { return s.metaop == 0; }),
+                   w.slices.end());
+  CHECK_FALSE(width_optimum_ms(missing, *q.cost).ok());
 }
