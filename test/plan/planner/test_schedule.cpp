@@ -153,29 +153,30 @@ TEST_CASE("schedule: every option set keeps the plan rules", "[schedule]") {
       item(2, {3, 4, 5}, 2, 4, {{8, 2}}, v8)};
   const std::vector<ScheduleItem> chain = chain_beside_long_ops();
   int narrowed = 0;   // schedules with narrow_tails that ran a wider tuple's operators narrower
-  for (const std::vector<ScheduleItem>& items : {join, chain})
-  for (bool paper : {false, true})
-    for (bool cross : {false, true})
-      for (int look : {0, 4})
-        for (double defer : {0.0, 0.3})
-          for (bool narrow : {true, false}) {
-            ScheduleOptions o;
-            o.paper_rules = paper;
-            o.cross_level = cross;
-            o.lookahead = look;
-            o.defer_fraction = defer;
-            o.narrow_tails = narrow;
-            INFO("paper " << paper << " cross " << cross << " lookahead " << look << " defer " << defer
-                          << " narrow_tails " << narrow);
-            const std::vector<AbstractWave> w = schedule_waves(items, 8, o);
-            check_structure(items, w, 8);
-            if (narrow && !paper) narrowed += narrows_tails(items, w);
-            if (!narrow && !paper) CHECK_FALSE(narrows_tails(items, w));
-            // Deterministic.
-            const std::vector<AbstractWave> again = schedule_waves(items, 8, o);
-            REQUIRE(again.size() == w.size());
-            for (size_t i = 0; i < w.size(); ++i) CHECK(again[i].ms == w[i].ms);
-          }
+  for (const std::vector<ScheduleItem>& items : {join, chain}) {
+    for (bool paper : {false, true})
+      for (bool cross : {false, true})
+        for (int look : {0, 4})
+          for (double defer : {0.0, 0.3})
+            for (bool narrow : {true, false}) {
+              ScheduleOptions o;
+              o.paper_rules = paper;
+              o.cross_level = cross;
+              o.lookahead = look;
+              o.defer_fraction = defer;
+              o.narrow_tails = narrow;
+              INFO("paper " << paper << " cross " << cross << " lookahead " << look << " defer " << defer
+                            << " narrow_tails " << narrow);
+              const std::vector<AbstractWave> w = schedule_waves(items, 8, o);
+              check_structure(items, w, 8);
+              if (narrow && !paper) narrowed += narrows_tails(items, w);
+              if (!narrow && !paper) CHECK_FALSE(narrows_tails(items, w));
+              // Deterministic.
+              const std::vector<AbstractWave> again = schedule_waves(items, 8, o);
+              REQUIRE(again.size() == w.size());
+              for (size_t i = 0; i < w.size(); ++i) CHECK(again[i].ms == w[i].ms);
+            }
+  }
   // The items do make the default rule narrow tails, so the check above has
   // something to refuse.
   CHECK(narrowed > 0);
