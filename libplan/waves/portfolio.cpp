@@ -77,7 +77,9 @@ class Portfolio {
   PortfolioSchedules run() {
     const size_t first_extra = run_variants();
     PortfolioSchedules out;
-    for (const Draft& d : drafts_) out.narrowed_tails = out.narrowed_tails || narrows_tails(*d.with, d.waves);
+    // (The paper's rules keep their tails either way: not counted.)
+    for (const Draft& d : drafts_)
+      out.narrowed_tails = out.narrowed_tails || (!d.options.paper_rules && narrows_tails(*d.with, d.waves));
     best_per_level(first_extra);
     Draft combined = combination();
     best_per_level(drafts_.size());   // best_* now over every draft

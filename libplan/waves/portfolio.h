@@ -42,8 +42,9 @@ bool same_schedule(const std::vector<AbstractWave>& a, const std::vector<Abstrac
 
 struct PortfolioSchedules {
   std::vector<std::vector<AbstractWave>> schedules;
-  // Some variant's schedule ran operators the allocation gave a wider tuple
-  // on fewer devices (narrows_tails). When false, the same portfolio with
+  // Some variant's schedule (not the paper's rules, which ignore
+  // narrow_tails) ran operators the allocation gave a wider tuple on fewer
+  // devices (narrows_tails). When false, the same portfolio with
   // narrow_tails false would almost always schedule the same.
   bool narrowed_tails = false;
 };
