@@ -99,22 +99,30 @@ Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_sim
   std::vector<Plan> scratch(kShiftBatch, plan);
   std::vector<Tried> tried(kShiftBatch);
   int simulations = 0;
-  // The list is scanned from its start until a shift is kept, which then
-  // moves to the front and the scan starts again (so it is tried again at
-  // once): cuts interact, one moving once another has, and the shifts kept
-  // so far gather at the front, where each scan tries them first. A scan
-  // through the whole list that keeps none ends the search.
-  size_t next = 0;
-  while (next < shifts.size() && simulations < max_simulations) {
-    // The next batch: the shifts from `next` on that apply, simulated side by side.
+  // The list is scanned in a cycle: a kept shift is tried again at once
+  // (a cut that moved once may move again), and when it no longer helps the
+  // scan goes on after it, not back to the start: the shifts before it
+  // failed a moment ago and are tried again on the next round, so a budget
+  // of simulations reaches more distinct cuts. A round through the whole
+  // list that keeps none ends the search. (Restarting from the start after
+  // each kept shift, as before, gave slower plans in 4 of bench/paper's 13
+  // cases and faster in none; on 64 devices multitask-clip-7 and -10 came
+  // out 0.4% and 0.1% faster that way.)
+  const size_t n = shifts.size();
+  size_t pos = 0;      // where the next batch starts
+  size_t misses = 0;   // shifts tried (or not applicable) since the last one kept
+  while (misses < n && simulations < max_simulations) {
+    // The next batch: the shifts from `pos` on, cyclically, that apply,
+    // simulated side by side.
     std::vector<size_t> batch;
-    for (size_t i = next; i < shifts.size() && batch.size() < static_cast<size_t>(kShiftBatch) &&
-                          simulations + static_cast<int>(batch.size()) < max_simulations;
-         ++i) {
+    while (batch.size() < static_cast<size_t>(kShiftBatch) && misses + batch.size() < n &&
+           simulations + static_cast<int>(batch.size()) < max_simulations) {
       scratch[batch.size()].waves = plan.waves;
-      if (apply_shift(scratch[batch.size()], shifts[i])) batch.push_back(i);
-      next = i + 1;
+      if (apply_shift(scratch[batch.size()], shifts[pos])) batch.push_back(pos);
+      else ++misses;
+      pos = (pos + 1) % n;
     }
+    if (batch.empty()) continue;
     simulations += static_cast<int>(batch.size());
     // Ties within rounding count as equal: a bound a hair above each.
     const double bound = simulated_ms * (1 + 1e-9), compute_bound = compute_ms * (1 + 1e-9);
@@ -126,15 +134,15 @@ Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_sim
       const bool faster = t.times->ms < simulated_ms * (1 - 1e-9) || t.times->compute_ms < compute_ms * (1 - 1e-9);
       t.kept = faster && fits(scratch[k]);
     });
+    misses += batch.size();
     for (size_t k = 0; k < batch.size(); ++k) {
       if (!tried[k].times) return tried[k].times.error();
       if (!tried[k].kept) continue;
       plan.waves = scratch[k].waves;
       simulated_ms = std::min(simulated_ms, tried[k].times->ms);
       compute_ms = std::min(compute_ms, tried[k].times->compute_ms);
-      std::rotate(shifts.begin(), shifts.begin() + static_cast<std::ptrdiff_t>(batch[k]),
-                  shifts.begin() + static_cast<std::ptrdiff_t>(batch[k]) + 1);
-      next = 0;
+      pos = batch[k];   // the same shift again next
+      misses = 0;
       break;
     }
   }

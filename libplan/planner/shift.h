@@ -69,10 +69,10 @@ bool apply_shift(Plan& plan, const Shift& s);
 int shift_budget(const Plan& plan, int max);
 
 // Local search: every cut of every MetaOp with two slices or more (MetaOps
-// by device-ms, most first), both ways, scanned from the front; a kept
-// shift moves to the front and the scan starts again. It ends when a scan
-// of the whole list keeps none or `max_simulations` shifts have been
-// simulated. A shift is kept when the
+// by device-ms, most first), both ways, scanned in a cycle; a kept shift is
+// tried again at once, then the scan goes on after it. It ends when a
+// round through the whole list keeps none or `max_simulations` shifts have
+// been simulated. A shift is kept when the
 // plan gets no slower on either count, the makespan and the compute-only
 // makespan, and faster on one: it never trades compute for communication,
 // whose prediction is the less certain of the two (bench/README.md, loop),

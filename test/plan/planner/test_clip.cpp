@@ -13,6 +13,7 @@
 #include "libplan/cost/analytic.h"
 #include "libplan/plan/check.h"
 #include "libplan/planner/planner.h"
+#include "libplan/sim/sim.h"
 
 using namespace spindle::plan;
 
@@ -63,7 +64,8 @@ std::string clip_yaml(int tasks) {
 }
 
 struct Outcome {
-  double gap = 0;
+  double gap = 0;             // wave-barrier compute (sum of wave ms) over the relaxed optimum
+  double simulated_gap = 0;   // simulated_compute_gap
   double planning_ms = 0;
   double compute_ms = 0;
   double relaxed_ms = 0;
@@ -94,6 +96,9 @@ Outcome plan_clip(int tasks, int islands, Strategy strategy, bool start_early) {
   o.transfer_ms = plan->predicted.transfer_ms;
   o.sync_ms = plan->predicted.sync_ms;
   o.gap = o.compute_ms / o.relaxed_ms;
+  const Result<double> sim_gap = simulated_compute_gap(*plan, *model, graph, *cost->get());
+  REQUIRE(sim_gap.ok());
+  o.simulated_gap = *sim_gap;
   o.planning_ms = plan->planning_ms;
   o.waves = plan->waves.size();
   o.violations = check_plan(*plan, *model, graph);
@@ -106,7 +111,11 @@ TEST_CASE("10-task CLIP on 64 devices: valid plans, Spindle beats sequential", "
   const Outcome sp = plan_clip(10, 8, Strategy::spindle, false);
   CHECK(sp.violations == std::vector<std::string>{});   // prints them when not
   CHECK(sp.gap >= 1 - 1e-9);
-  CHECK(sp.gap <= 1.10);
+  // Packed within 10% of the relaxed optimum on the simulated timeline
+  // (4.2% on 2026-12-03). Not on the sum of the wave times: boundary shifts
+  // lengthen a wave's longest slice where that shortens the simulated
+  // makespan (that sum came to 11.2% with the cyclic shift scan).
+  CHECK(sp.simulated_gap <= 0.10);
   const Outcome early = plan_clip(10, 8, Strategy::spindle, true);
   CHECK(early.violations == std::vector<std::string>{});
   CHECK(early.compute_ms <= sp.compute_ms);   // it also tries the level-by-level plans

@@ -226,6 +226,10 @@ TEST_CASE("place: on two nodes, island placement moves less than the naive one",
     INFO(model);
     spindle::plan::testing::Fixture f(model, "a800-2x8");
     PlanRequest req{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    // Placement alone: the boundary shifts after it keep whatever simulates
+    // faster, which on ofasys-7 moves a little more (49.6 against 49.3
+    // device-ms with the cyclic shift scan).
+    req.shift_simulations = 0;
     auto islands = make_plan(req);
     req.placement = Placement::sequential;
     auto naive = make_plan(req);
