@@ -2,7 +2,7 @@
 // (bench/loop.sh runs the whole loop: measure a profile, plan, run, compare).
 //
 //   loop PLAN.json TRACE.json METRICS.jsonl [--skip K]
-//        [--model M.yaml --cluster C.yaml --profile P.json]
+//        [--model M.yaml --cluster C.yaml --profile P.json [--traced-metrics T.jsonl]]
 //
 // PLAN.json is spindle-plan's output, TRACE.json and METRICS.jsonl are
 // spindle-run's --trace and --metrics of that plan (bench/loop.sh takes them
@@ -29,6 +29,9 @@
 // the measured one (medians over steps of its start, from the rank's first
 // box of the step, and of its duration): which operator's profile the run
 // disagrees with, and how far the drift has carried by then.
+// With --traced-metrics (the --metrics of the run that wrote TRACE), last
+// the replay (compare_replay): every traced step simulated around the
+// compute it measured, against that run's transfer and sync.
 // Ratios are measured / predicted. Exit 0, or 2 on unreadable input.
 #include <algorithm>
 #include <cmath>
