@@ -20,14 +20,18 @@ namespace spindle::plan {
 
 // How many simulations the planner spends on boundary shifts per plan
 // (PlanRequest::shift_simulations' default; --shift-simulations takes 0 to
-// kMaxShiftSimulations). On multitask-clip-10, a800-8x8, 64 take its plan
-// from 180.9 to 172.7 ms; 256 shifts (before the lowering choices were made
-// again) to 169.8 (bench/README.md, plan_time).
-inline constexpr int kShiftSimulations = 64;
+// kMaxShiftSimulations), before kShiftDevices caps it. On multitask-clip-10,
+// a800-8x8, 64 (the cap there) take its plan from 180.9 to 172.9 ms. On 32
+// devices and fewer 128 fit under the cap, and they took ofasys-7 on
+// a800-2x8 from a compute gap of 3.05% to 2.98% and 314.7 to 314.3 ms, and
+// made no bench/plan_time row slower, for 10-50% more planning time there
+// (bench/README.md, plan_time).
+inline constexpr int kShiftSimulations = 128;
 inline constexpr int kMaxShiftSimulations = 1 << 20;
 // A simulation costs about as much as the plan has devices: a plan gets at
-// most this many devices' worth of them (64 on 64 devices or fewer, 4 on
-// 1024; the 50 tasks on 1024 devices of bench/plan_time stay under 1 s).
+// most this many devices' worth of them (128 on 32 devices or fewer, 64 on
+// 64, 4 on 1024; the 50 tasks on 1024 devices of bench/plan_time stay under
+// 1 s).
 inline constexpr int kShiftDevices = 4096;
 // Shifts simulated side by side (the development machine has 2 cores).
 inline constexpr int kShiftBatch = 2;
