@@ -72,6 +72,21 @@ void consume(ItemState& st, int first_tuple, int count, int max_devices) {
                  st.queue.end());
 }
 
+// Operators left in the queued tuples of at most `devices` devices.
+int ops_no_wider(const ItemState& st, int devices) {
+  int n = 0;
+  for (const AllocTuple& t : st.queue)
+    if (t.devices <= devices) n += t.count;
+  return n;
+}
+
+// The first queued tuple of exactly `devices` devices; -1 if none.
+int tuple_of(const ItemState& st, int devices) {
+  for (size_t t = 0; t < st.queue.size(); ++t)
+    if (st.queue[t].devices == devices) return static_cast<int>(t);
+  return -1;
+}
+
 // A tuple proposed for the current wave.
 struct Candidate {
   int devices;
@@ -117,14 +132,12 @@ class PoolScheduler {
   // The alignment the options choose without lookahead.
   double default_align(const WaveDraft& d) const;
   // The most operators pick `pk` may run in one wave: every remaining one,
-  // or without narrow_tails those of its tuple and of the queued tuples no
-  // wider than it (at least 1).
+  // or without narrow_tails those of the queued tuples no wider than it,
+  // its own among them (a pick is never narrower than its tuple: proposing,
+  // widening and extending only grow it), at least 1.
   int slot_limit(const ItemState& st, const Pick& pk) const {
     if (options_.narrow_tails || options_.paper_rules) return st.remaining;
-    int n = 0;
-    for (size_t t = 0; t < st.queue.size(); ++t)
-      if (static_cast<int>(t) == pk.tuple || st.queue[t].devices <= pk.devices) n += st.queue[t].count;
-    return std::clamp(n, 1, st.remaining);
+    return std::clamp(ops_no_wider(st, pk.devices), 1, st.remaining);
   }
   // Applies a draft aligned to align_ms: advances `state`; appends the
   // slots to `out` when not null (out->ms is left to the caller). Returns the
@@ -620,12 +633,9 @@ std::vector<ItemState> initial_state(const std::vector<ScheduleItem>& items, int
 void apply_wave(std::vector<ItemState>& state, const AbstractWave& w, int wave) {
   for (const AbstractSlot& s : w.slots) {
     ItemState& st = state[static_cast<size_t>(s.metaop)];
-    int tuple = -1;
-    for (size_t t = 0; t < st.queue.size() && tuple < 0; ++t)
-      if (st.queue[t].devices == s.devices) tuple = static_cast<int>(t);
     st.next += s.count;
     st.remaining -= s.count;
-    consume(st, tuple, s.count, std::numeric_limits<int>::max());
+    consume(st, tuple_of(st, s.devices), s.count, std::numeric_limits<int>::max());
     if (st.remaining == 0) st.finished_wave = wave;
   }
 }
@@ -644,13 +654,8 @@ bool narrows_tails(const std::vector<ScheduleItem>& items, const std::vector<Abs
   for (const AbstractWave& w : waves)
     for (const AbstractSlot& s : w.slots) {
       ItemState& st = state[static_cast<size_t>(s.metaop)];
-      int within = 0, tuple = -1;
-      for (size_t t = 0; t < st.queue.size(); ++t) {
-        if (st.queue[t].devices <= s.devices) within += st.queue[t].count;
-        if (tuple < 0 && st.queue[t].devices == s.devices) tuple = static_cast<int>(t);
-      }
-      if (s.count > std::max(within, 1)) return true;
-      consume(st, tuple, s.count, s.devices);
+      if (s.count > std::max(ops_no_wider(st, s.devices), 1)) return true;
+      consume(st, tuple_of(st, s.devices), s.count, s.devices);
     }
   return false;
 }
