@@ -192,7 +192,8 @@ ParamIds param_ids(const OpGraph& graph) {
 }
 
 // Parameter shards, their holders and the gradient buckets.
-// With `runtime_maps` false, shard_devices, param_tp and param_op stay empty.
+// With `runtime_maps` false, shard_devices, param_tp, param_op and each
+// bucket's shards stay empty (its params say the same).
 // Cuts bucket `b` into pieces of at most `cap` bytes (a larger shard alone),
 // its shards in the order their gradients become final: latest first wave
 // first (the backward pass runs the waves backwards), then key order.
@@ -200,14 +201,14 @@ ParamIds param_ids(const OpGraph& graph) {
 void split_bucket(Bucket b, const std::vector<int>& first_wave, const std::vector<int64_t>& shard_values, int64_t cap,
                   std::vector<Bucket>& out) {
   const std::vector<int>& param_of = b.params;
-  std::vector<size_t> order(b.shards.size());
+  std::vector<size_t> order(param_of.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
     return first_wave[static_cast<size_t>(param_of[x])] > first_wave[static_cast<size_t>(param_of[y])];
   });
   Bucket piece;
   auto close = [&] {
-    if (piece.shards.empty()) return;
+    if (piece.params.empty()) return;
     piece.devices = b.devices;
     piece.bytes = piece.values * kWireBytesPerValue;
     out.push_back(std::move(piece));
@@ -216,9 +217,9 @@ void split_bucket(Bucket b, const std::vector<int>& first_wave, const std::vecto
   for (size_t i : order) {
     const int p = param_of[i];
     const int64_t values = shard_values[static_cast<size_t>(p)];
-    if (!piece.shards.empty() && (piece.values + values) * kWireBytesPerValue > cap) close();
+    if (!piece.params.empty() && (piece.values + values) * kWireBytesPerValue > cap) close();
     piece.first_wave = first_wave[static_cast<size_t>(p)];   // non-increasing: the piece's earliest
-    piece.shards.push_back(std::move(b.shards[i]));
+    if (!b.shards.empty()) piece.shards.push_back(std::move(b.shards[i]));
     piece.params.push_back(p);
     piece.values += values;
   }
@@ -337,7 +338,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
     b.devices.assign(list.begin(), list.end());
     for (; i < sc.by_holders.size() && std::ranges::equal(holders(sc.by_holders[i]), list); ++i) {
       const ShardScratch::Reduced& x = sc.reduced[sc.by_holders[i]];
-      b.shards.emplace_back(ids.names[static_cast<size_t>(x.param)], x.rank);
+      if (runtime_maps) b.shards.emplace_back(ids.names[static_cast<size_t>(x.param)], x.rank);
       b.params.push_back(x.param);
       b.values += shard_values[static_cast<size_t>(x.param)];
     }

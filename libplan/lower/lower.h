@@ -95,7 +95,7 @@ using ShardKey = std::pair<std::string, int>;
 // holders are exactly `devices`, in key order.
 struct Bucket {
   std::vector<int> devices;     // ascending, at least 2
-  std::vector<ShardKey> shards; // ascending
+  std::vector<ShardKey> shards; // ascending; empty without LowerOptions::runtime_maps (params say the same)
   std::vector<int> params;      // by shard: its parameter id (LowerContext::params)
   int first_wave = 0;           // the earliest wave using one of them: their gradients are final once
                                 // the backward pass is past it
@@ -264,7 +264,7 @@ inline int64_t bucket_bytes_of_mb(double mb) {
 // What lower() fills beyond the instructions every consumer needs.
 struct LowerOptions {
   bool deps = true;           // Instr::deps (what --lower shows; the executor and the simulation run in order)
-  bool runtime_maps = true;   // Lowered::shard_devices, param_tp, param_op (the executor's)
+  bool runtime_maps = true;   // Lowered::shard_devices, param_tp, param_op, Bucket::shards (the executor's)
   GradSync sync = {};
 };
 

@@ -1,14 +1,15 @@
 // A parallel loop for the planner's independent work items (candidate
-// schedules, scheduler variants). Results must be written by index so that
-// the output does not depend on which thread ran which item.
+// schedules, scheduler variants, boundary shifts). Results must be written
+// by index so that the output does not depend on which thread ran which
+// item.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
 #include <thread>
-#include <vector>
 
 namespace spindle::plan {
 
@@ -25,22 +26,25 @@ inline size_t parallel_workers(size_t n) {
   return std::min(n, threads);
 }
 
+// Runs job(worker) once for every worker in [0, workers): worker 0 on the
+// calling thread, the others on threads of one process-wide pool, started
+// on first use and kept until the process ends, so that what they keep in
+// thread_local storage (the simulator's and the lowering's working memory)
+// lasts from one loop to the next. Returns when every job has returned. A
+// call made while the pool runs another (from one of its jobs, or from
+// another thread) gets threads of its own for this call alone.
+void run_on_workers(size_t workers, const std::function<void(size_t)>& job);
+
 // Runs f(worker, i) for every i in [0, n), each exactly once, on
 // parallel_workers(n) threads (the calling one is worker 0); returns when all
 // are done. Items are taken in increasing order; which worker takes which is
 // not fixed. f must not throw (the planner reports errors as values).
 template <class F>
 void parallel_for(size_t n, F f) {
-  const size_t workers = parallel_workers(n);
   std::atomic<size_t> next{0};
-  auto work = [&](size_t worker) {
+  run_on_workers(parallel_workers(n), [&](size_t worker) {
     for (size_t i = next++; i < n; i = next++) f(worker, i);
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(workers > 0 ? workers - 1 : 0);
-  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : threads) t.join();
+  });
 }
 
 }  // namespace spindle::plan
