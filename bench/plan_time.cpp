@@ -9,6 +9,10 @@
 // machine moves all rows together.
 //
 //   plan_time [--repeats R] [--markdown FILE] [--only MODEL:DEVICES]
+//
+// With --only, also the pieces of one evaluation of the plan (its two
+// lowering stages and two simulations), which every candidate and boundary
+// shift costs.
 #include <cstdlib>
 #include <algorithm>
 #include <chrono>
@@ -22,6 +26,7 @@
 #include "bench_util.h"
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
+#include "libplan/lower/lower.h"
 #include "libplan/plan/check.h"
 #include "libplan/planner/planner.h"
 #include "libplan/sim/sim.h"
@@ -41,6 +46,11 @@ struct Row {
   double gap_pct = 0;     // simulated compute-only makespan / relaxed optimum - 1
   double simulated_ms = 0;   // the plan's simulated makespan (the planner's objective)
   bool valid = false;
+  // With --only: the plan's pieces of one candidate evaluation, ms (medians
+  // over the repeats): the two lowering stages, then its simulation as the
+  // planner's objective and with communication at 0 (a boundary shift runs
+  // all four).
+  double header_ms = 0, programs_ms = 0, simulate_ms = 0, compute_only_ms = 0;
 };
 
 // The shipped A800 node (configs/clusters/a800-1x8.yaml), `islands` of them.
@@ -93,7 +103,39 @@ std::string scale_model_yaml(const std::string& clip10_path, int tasks) {
   return e.c_str();
 }
 
-Row run(const sp::Model& model, const sp::Cluster& cluster, int repeats, int shift_simulations) {
+// The pieces of evaluating `plan` once, as the planner does (lite lowering
+// in two stages, simulations without a timeline), into row's *_ms, median
+// of `repeats`.
+void time_stages(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph, const sp::CostModel& cost,
+                 int repeats, Row& row) {
+  auto context = sp::lower_context(model, graph);
+  if (!context) return;
+  sp::LowerOptions lite;
+  lite.deps = false;
+  lite.runtime_maps = false;
+  sp::SimOptions options;
+  options.timeline = false;
+  sp::SimOptions compute_only = options;
+  compute_only.price_communication = false;
+  compute_only.price_optimizer = false;
+  const std::vector<double> slice_ms = sp::lowered_slice_ms(plan);
+  std::vector<double> header, programs, simulate, zero_comm;
+  for (int r = 0; r < repeats; ++r) {
+    sp::Result<sp::Lowered> lowered = sp::Error{""};
+    header.push_back(spindle::bench::time_ms([&] { lowered = sp::lower_header(plan, *context, lite); }));
+    if (!lowered) return;
+    programs.push_back(spindle::bench::time_ms([&] { (void)sp::lower_programs(plan, *context, *lowered, lite); }));
+    for (auto [opts, into] : {std::pair{&options, &simulate}, std::pair{&compute_only, &zero_comm}})
+      into->push_back(spindle::bench::time_ms(
+          [&] { (void)sp::simulate(*lowered, slice_ms, cost, plan.devices_per_island, *opts); }));
+  }
+  row.header_ms = spindle::bench::median(header);
+  row.programs_ms = spindle::bench::median(programs);
+  row.simulate_ms = spindle::bench::median(simulate);
+  row.compute_only_ms = spindle::bench::median(zero_comm);
+}
+
+Row run(const sp::Model& model, const sp::Cluster& cluster, int repeats, int shift_simulations, bool stages) {
   Row row{model.name, cluster.devices()};
   const sp::OpGraph graph = sp::expand(model);
   auto profile = sp::analytic_profile(model, graph, cluster, nullptr);
@@ -131,6 +173,7 @@ Row run(const sp::Model& model, const sp::Cluster& cluster, int repeats, int shi
       }
       row.gap_pct = *gap * 100;
       row.valid = sp::check_plan(*plan, model, graph).empty();
+      if (stages) time_stages(*plan, model, graph, **cost, std::max(repeats, 5), row);
     }
   }
   row.plan_ms = spindle::bench::median(times);
@@ -175,7 +218,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (int islands : {1, 2, 4, 8})
-      if (wanted(name, 8 * islands)) rows.push_back(run(*model, a800(*node, islands), repeats, shift_simulations));
+      if (wanted(name, 8 * islands)) rows.push_back(run(*model, a800(*node, islands), repeats, shift_simulations, !only.empty()));
   }
   // The scale case (50 tasks) and many tasks (issue 14: the scheduler and
   // placement near-linear in tasks x devices), on 1024 devices.
@@ -187,7 +230,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", scale.error().message.c_str());
       return 1;
     }
-    rows.push_back(run(*scale, a800(*node, 128), repeats_here, shift_simulations));
+    rows.push_back(run(*scale, a800(*node, 128), repeats_here, shift_simulations, !only.empty()));
   }
   if (!only.empty()) {
     if (rows.empty()) {
@@ -197,6 +240,9 @@ int main(int argc, char** argv) {
     }
     std::printf("%s on %d: %.3f ms (median of %zu), %zu waves, simulated %.3f ms, gap %.2f%%\n", rows[0].model.c_str(),
                 rows[0].devices, rows[0].plan_ms, rows[0].repeats, rows[0].waves, rows[0].simulated_ms, rows[0].gap_pct);
+    std::printf("one evaluation of that plan: lower_header %.3f ms, lower_programs %.3f ms, simulate %.3f ms, "
+                "with communication at 0 %.3f ms (medians)\n",
+                rows[0].header_ms, rows[0].programs_ms, rows[0].simulate_ms, rows[0].compute_only_ms);
     return rows[0].valid ? 0 : 1;
   }
 

@@ -890,11 +890,12 @@ Result<Plan> make_plan(const PlanRequest& request) {
   auto simulate = [&](const Plan& shifted, double bound_ms, double compute_bound_ms) -> Result<ShiftTimes> {
     PlanSimulation simulation(shifted, lowering, *request.cost, request.sync);
     ShiftTimes times;
-    SPINDLE_ASSIGN(sim, simulate_candidate(simulation, shifted, request, bound_ms));
-    times.ms = sim.iteration_ms;
-    if (times.ms > bound_ms) return times;
     SPINDLE_ASSIGN(compute, simulate_candidate(simulation, shifted, request, compute_bound_ms, true));
     times.compute_ms = compute.iteration_ms;
+    times.ms = std::numeric_limits<double>::infinity();
+    if (times.compute_ms > compute_bound_ms) return times;
+    SPINDLE_ASSIGN(sim, simulate_candidate(simulation, shifted, request, bound_ms));
+    times.ms = sim.iteration_ms;
     return times;
   };
   auto fits = [&](const Plan& shifted) { return check_plan_memory(shifted, *request.model).ok(); };

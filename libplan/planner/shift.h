@@ -43,10 +43,13 @@ struct ShiftTimes {
   double ms = 0;
   double compute_ms = 0;
 };
-// `plan` simulated: `ms` (infinity once it cannot finish by `bound_ms`),
-// then, only when ms is no more than bound_ms, `compute_ms` (infinity once
-// it cannot finish by `compute_bound_ms`); else compute_ms is 0, not
-// simulated. One call for both, so that the plan is lowered once.
+// `plan` simulated: `compute_ms` (infinity once it cannot finish by
+// `compute_bound_ms`), then, only when compute_ms is no more than
+// compute_bound_ms, `ms` (infinity once it cannot finish by `bound_ms`);
+// else ms is infinity, not simulated (a shift over either bound is not
+// kept: the compute-only makespan, one pass over the programs, costs a
+// fifth of the makespan's simulation, so it goes first). One call for
+// both, so that the plan is lowered once.
 using ShiftSimulate =
     std::function<Result<ShiftTimes>(const Plan& plan, double bound_ms, double compute_bound_ms)>;
 // Whether `plan` fits its devices' memory.

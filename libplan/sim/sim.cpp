@@ -139,6 +139,13 @@ struct SimState {
   // current instruction when it is blocked there (no run).
   std::vector<int> chain_begin, chain_end;
   std::vector<double> chain_end_t;
+  // Simulator::run_zero_comm's: by device, its clock and whether it waits
+  // (at an exchange or a bucket); by transfer, when its sender reached the
+  // instruction that sends it (-1: not yet); the devices that can go on.
+  std::vector<double> clock;
+  std::vector<char> parked;
+  std::vector<double> sent_at;
+  std::vector<int> runnable;
 };
 
 SimState& thread_sim_state() {
@@ -161,6 +168,18 @@ class Simulator {
  private:
   // s_.first (every device's program) and s_.reduce_ms.
   void index_programs();
+  // s_.pending (by exchange: the messages it waits for), s_.early_left,
+  // s_.src_instr and s_.dst_instr; an error for a transfer that is in no
+  // exchange or post_send of its sender's or receiver's program.
+  Status map_transfers();
+  // The error for device d, which never got past instruction pc.
+  Error never_finishes(int d, size_t pc) const;
+  // run() when nothing but compute takes time (SimOptions::timeline and
+  // price_communication false): the makespan in one pass over the
+  // programs' dependencies, without events (see run_zero_comm).
+  Result<Simulation> run_zero_comm();
+  void zero_comm_advance(int d);
+  void zero_comm_arrive(int b, double t);
   // s_.instr_ms; fill_time_left fills it too (one pass for both).
   void fill_instr_ms();
   // SimOptions::replay_ms fits the programs.
@@ -283,14 +302,12 @@ Result<Simulation> Simulator::run() {
     return Error{"simulate: " + std::to_string(l_.programs.size()) + " programs for " + std::to_string(devices) +
                  " devices"};
   SPINDLE_TRY(check_replay());
+  if (!options_.price_communication && !options_.timeline) return run_zero_comm();
   const int islands = island_count(l_.devices, per_island_);
   s_.pc.assign(devices, 0);
   s_.finish.assign(devices, 0.0);
   index_programs();
   s_.times.assign(s_.first[devices], InstrTimes{});
-  s_.pending.assign(s_.first[devices], 0);
-  s_.src_instr.assign(l_.transfers.size(), -1);
-  s_.dst_instr.assign(l_.transfers.size(), -1);
   s_.messages.assign(l_.transfers.size(), SimMessage{});
   s_.started.clear();
   s_.link_busy.assign(devices + 2 * static_cast<size_t>(islands), 0);
@@ -306,7 +323,6 @@ Result<Simulation> Simulator::run() {
   s_.comm_free.assign(devices, 0.0);
   s_.at_wait.resize(l_.buckets.size());
   for (auto& list : s_.at_wait) list.clear();
-  s_.early_left.assign(devices, 0);
   s_.at_wait_sends.assign(devices, -1);
   s_.time_left.clear();
   s_.sync_left.clear();
@@ -320,32 +336,11 @@ Result<Simulation> Simulator::run() {
     fill_time_left();
   else
     fill_instr_ms();
-  for (size_t d = 0; d < devices; ++d) {
-    const Program& prog = l_.programs[d];
-    for (size_t i = prog.instrs.size(); i-- > 0;) {
-      const Instr& in = prog.instrs[i];
-      if (in.kind != InstrKind::exchange && in.kind != InstrKind::post_send) continue;
-      for (int t : prog.transfers_of(in)) {
-        const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
-        if (tr.src == tr.dst) continue;
-        // A post_send does not wait for its messages: nothing pending
-        // there; the program's wait_sends waits for them.
-        if (in.kind == InstrKind::exchange) ++s_.pending[s_.first[d] + i];
-        else ++s_.early_left[d];
-        (tr.src == static_cast<int>(d) ? s_.src_instr : s_.dst_instr)[static_cast<size_t>(t)] = static_cast<int>(i);
-      }
-    }
-  }
+  SPINDLE_TRY(map_transfers());
   if (bounded_) {
     s_.sync_left.assign(devices, 0.0);
     for (size_t b = 0; b < l_.buckets.size(); ++b)
       for (int m : l_.buckets[b].devices) s_.sync_left[static_cast<size_t>(m)] += s_.reduce_ms[b];
-  }
-  for (size_t t = 0; t < l_.transfers.size(); ++t) {
-    const Transfer& tr = l_.transfers[t];
-    if (tr.src != tr.dst && (s_.src_instr[t] < 0 || s_.dst_instr[t] < 0))
-      return Error{"simulate: transfer " + std::to_string(t) + " from device " + std::to_string(tr.src) + " to " +
-                   std::to_string(tr.dst) + " is missing from the exchanges and post_sends of either program"};
   }
 
   for (int d = 0; d < l_.devices; ++d) push({0.0, kReady, d, 0});
@@ -367,17 +362,183 @@ Result<Simulation> Simulator::run() {
   }
   if (past_bound_) return stopped_at_bound();
   for (int d = 0; d < l_.devices; ++d) {
-    const Program& prog = l_.programs[static_cast<size_t>(d)];
     const size_t pc = static_cast<size_t>(s_.pc[static_cast<size_t>(d)]);
-    if (pc < prog.instrs.size()) {
-      const Instr& in = prog.instrs[pc];
-      return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
-                   (in.kind == InstrKind::exchange     ? " (exchange of wave " + std::to_string(in.wave) + ")"
-                    : in.kind == InstrKind::wait_sends ? " (wait for its sends)"
-                                                       : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
-    }
+    if (pc < l_.programs[static_cast<size_t>(d)].instrs.size()) return never_finishes(d, pc);
   }
   return collect();
+}
+
+Error Simulator::never_finishes(int d, size_t pc) const {
+  const Instr& in = l_.programs[static_cast<size_t>(d)].instrs[pc];
+  return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
+               (in.kind == InstrKind::exchange     ? " (exchange of wave " + std::to_string(in.wave) + ")"
+                : in.kind == InstrKind::wait_sends ? " (wait for its sends)"
+                                                   : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
+}
+
+Status Simulator::map_transfers() {
+  const size_t devices = static_cast<size_t>(l_.devices);
+  s_.pending.assign(s_.first[devices], 0);
+  s_.early_left.assign(devices, 0);
+  s_.src_instr.assign(l_.transfers.size(), -1);
+  s_.dst_instr.assign(l_.transfers.size(), -1);
+  for (size_t d = 0; d < devices; ++d) {
+    const Program& prog = l_.programs[d];
+    for (size_t i = prog.instrs.size(); i-- > 0;) {
+      const Instr& in = prog.instrs[i];
+      if (in.kind != InstrKind::exchange && in.kind != InstrKind::post_send) continue;
+      for (int t : prog.transfers_of(in)) {
+        const Transfer& tr = l_.transfers[static_cast<size_t>(t)];
+        if (tr.src == tr.dst) continue;
+        // A post_send does not wait for its messages: nothing pending
+        // there; the program's wait_sends waits for them.
+        if (in.kind == InstrKind::exchange) ++s_.pending[s_.first[d] + i];
+        else ++s_.early_left[d];
+        (tr.src == static_cast<int>(d) ? s_.src_instr : s_.dst_instr)[static_cast<size_t>(t)] = static_cast<int>(i);
+      }
+    }
+  }
+  for (size_t t = 0; t < l_.transfers.size(); ++t) {
+    const Transfer& tr = l_.transfers[t];
+    if (tr.src != tr.dst && (s_.src_instr[t] < 0 || s_.dst_instr[t] < 0))
+      return Error{"simulate: transfer " + std::to_string(t) + " from device " + std::to_string(tr.src) + " to " +
+                   std::to_string(tr.dst) + " is missing from the exchanges and post_sends of either program"};
+  }
+  return {};
+}
+
+// With nothing but compute taking time, the event simulation reduces to a
+// longest path: a message is delivered the moment its sender packs it
+// (packing and the wire cost 0, and a link a message holds for 0 ms is free
+// again at that same moment), an all-reduce ends the moment the last member
+// of its group reaches it (it takes 0 ms, and so does every earlier one on
+// its members), and a wait for sends posted early never waits. So a device
+// waits only at an exchange, until the senders of what it receives have
+// reached the instructions that send it, and at a blocking all-reduce or an
+// all-reduce's wait, until the last member has reached the bucket; its
+// clock then becomes the latest of those times and its own. Those times do
+// not depend on the order in which devices are advanced: each device runs
+// until it must wait for one that has not got there yet, and whoever gets
+// there wakes it. The same sums (a clock plus each compute instruction's
+// ms, in program order) and maxima as the events would take: the same
+// makespan to the bit (test_sim checks it against the events on every
+// shipped workload and on random plans).
+Result<Simulation> Simulator::run_zero_comm() {
+  const size_t devices = static_cast<size_t>(l_.devices);
+  index_programs();
+  fill_instr_ms();
+  SPINDLE_TRY(map_transfers());
+  s_.pc.assign(devices, 0);
+  s_.finish.assign(devices, 0.0);
+  s_.clock.assign(devices, 0.0);
+  s_.parked.assign(devices, 0);
+  s_.sent_at.assign(l_.transfers.size(), -1.0);
+  s_.arrived.assign(l_.buckets.size(), 0);
+  s_.bucket_begin.assign(l_.buckets.size(), 0.0);   // the latest arrival so far
+  s_.bucket_end.assign(l_.buckets.size(), -1.0);
+  s_.at_wait.resize(l_.buckets.size());
+  for (auto& list : s_.at_wait) list.clear();
+  s_.runnable.clear();
+  for (int d = l_.devices; d-- > 0;) s_.runnable.push_back(d);
+  while (!s_.runnable.empty()) {
+    const int d = s_.runnable.back();
+    s_.runnable.pop_back();
+    zero_comm_advance(d);
+  }
+  for (int d = 0; d < l_.devices; ++d) {
+    const size_t pc = static_cast<size_t>(s_.pc[static_cast<size_t>(d)]);
+    if (pc < l_.programs[static_cast<size_t>(d)].instrs.size()) return never_finishes(d, pc);
+  }
+  Simulation sim = collect();
+  if (sim.iteration_ms > options_.stop_after_ms) return stopped_at_bound();
+  return sim;
+}
+
+// Device d goes on from its pc until it must wait or its program ends.
+void Simulator::zero_comm_advance(int d) {
+  const size_t dev = static_cast<size_t>(d);
+  const Program& prog = l_.programs[dev];
+  const int end = static_cast<int>(prog.instrs.size());
+  double t = s_.clock[dev];
+  for (int pc = s_.pc[dev]; pc < end; ++pc) {
+    const Instr& in = prog.instrs[static_cast<size_t>(pc)];
+    switch (in.kind) {
+      case InstrKind::exchange:
+      case InstrKind::post_send: {
+        // Its sends leave when it gets here (`reached`); it goes on once
+        // the last of its receives has left its sender.
+        const double reached = t;
+        int missing = 0;
+        for (int tr : prog.transfers_of(in)) {
+          const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
+          if (x.src == x.dst) continue;
+          if (x.src == d) {   // delivered now; its receiver may be waiting for it
+            s_.sent_at[static_cast<size_t>(tr)] = reached;
+            const size_t r = static_cast<size_t>(x.dst);
+            const int rpc = s_.dst_instr[static_cast<size_t>(tr)];
+            if (s_.parked[r] && s_.pc[r] == rpc) {
+              s_.clock[r] = std::max(s_.clock[r], reached);
+              if (--s_.pending[at(x.dst, rpc)] == 0) {
+                s_.parked[r] = 0;
+                s_.pc[r] = rpc + 1;
+                s_.runnable.push_back(x.dst);
+              }
+            }
+          } else if (s_.sent_at[static_cast<size_t>(tr)] >= 0) {
+            t = std::max(t, s_.sent_at[static_cast<size_t>(tr)]);
+          } else {
+            ++missing;
+          }
+        }
+        if (missing > 0) {   // woken by the last of those senders (above)
+          s_.pending[at(d, pc)] = missing;
+          s_.clock[dev] = t;
+          s_.pc[dev] = pc;
+          s_.parked[dev] = 1;
+          return;
+        }
+        break;
+      }
+      case InstrKind::allreduce_start: zero_comm_arrive(in.bucket, t); break;
+      case InstrKind::allreduce:
+      case InstrKind::allreduce_wait: {
+        const size_t b = static_cast<size_t>(in.bucket);
+        if (in.kind == InstrKind::allreduce) zero_comm_arrive(in.bucket, t);
+        if (s_.bucket_end[b] < 0) {   // woken by the group's last member (zero_comm_arrive)
+          s_.at_wait[b].push_back({d, pc});
+          s_.clock[dev] = t;
+          s_.pc[dev] = pc;
+          s_.parked[dev] = 1;
+          return;
+        }
+        t = std::max(t, s_.bucket_end[b]);
+        break;
+      }
+      case InstrKind::wait_sends:
+      case InstrKind::post_recv: break;
+      default: t += s_.instr_ms[at(d, pc)];
+    }
+  }
+  s_.clock[dev] = t;
+  s_.pc[dev] = end;
+  s_.finish[dev] = t;
+}
+
+// A device reaches bucket b (its allreduce or allreduce_start) at t; the
+// group's last member ends the all-reduce and wakes those waiting for it.
+void Simulator::zero_comm_arrive(int b, double t) {
+  const size_t k = static_cast<size_t>(b);
+  s_.bucket_begin[k] = std::max(s_.bucket_begin[k], t);
+  if (++s_.arrived[k] < static_cast<int>(l_.buckets[k].devices.size())) return;
+  s_.bucket_end[k] = s_.bucket_begin[k] + s_.reduce_ms[k];
+  for (auto [m, mpc] : s_.at_wait[k]) {
+    const size_t dev = static_cast<size_t>(m);
+    s_.clock[dev] = std::max(s_.clock[dev], s_.bucket_end[k]);
+    s_.parked[dev] = 0;
+    s_.pc[dev] = mpc + 1;
+    s_.runnable.push_back(m);
+  }
+  s_.at_wait[k].clear();
 }
 
 void Simulator::index_programs() {

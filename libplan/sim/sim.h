@@ -79,6 +79,9 @@ struct SimOptions {
   bool price_optimizer = true;        // false: optimizer steps take 0 ms (as without price_compute)
   // false: only Simulation::iteration_ms and devices[].finish_ms are filled
   // (no boxes, messages or parts): what the planner's objective needs, faster.
+  // With price_communication false as well, they come from one pass over
+  // the programs' dependencies instead of events (docs/simulation.md,
+  // "Compute alone, in one pass"): the same figures to the bit.
   bool timeline = true;
   // The simulation gives up once its makespan must pass this many ms (its
   // clock passes it, or a device's compute left and all-reduces not yet

@@ -52,18 +52,19 @@ double chain_ms(const Plan& p) { return p.waves[0].slices[0].ms + p.waves[1].sli
 using Objective = std::function<Result<double>(const Plan& plan, double bound, bool compute_only)>;
 
 // The ShiftSimulate of an objective, as make_plan's keeps its contract: the
-// makespan, then the compute-only one only when the makespan is within its
-// bound. `calls` counts the objective's evaluations.
+// compute-only makespan, then the makespan only when the compute-only one
+// is within its bound. `calls` counts the objective's evaluations.
 ShiftSimulate simulating(Objective f, int* calls = nullptr) {
   return [f, calls](const Plan& q, double bound, double compute_bound) -> Result<ShiftTimes> {
     ShiftTimes times;
     if (calls) ++*calls;
-    SPINDLE_ASSIGN(ms, f(q, bound, false));
-    times.ms = ms;
-    if (ms > bound) return times;
-    if (calls) ++*calls;
     SPINDLE_ASSIGN(compute_ms, f(q, compute_bound, true));
     times.compute_ms = compute_ms;
+    times.ms = std::numeric_limits<double>::infinity();
+    if (compute_ms > compute_bound) return times;
+    if (calls) ++*calls;
+    SPINDLE_ASSIGN(ms, f(q, bound, false));
+    times.ms = ms;
     return times;
   };
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -694,6 +695,14 @@ TEST_CASE("programs that cannot finish are an error, not a hang", "[sim]") {
   auto wrong = sp::simulate(p.l, {1.0}, cost, 2);
   REQUIRE_FALSE(wrong.ok());
   CHECK(wrong.error().message.find("slice times") != std::string::npos);
+  // The one-pass makespan of compute alone (no timeline, communication
+  // at 0) says the same.
+  sp::SimOptions lean;
+  lean.timeline = false;
+  lean.price_communication = false;
+  auto one_pass = sp::simulate(p.l, p.slice_ms, cost, 2, lean);
+  REQUIRE_FALSE(one_pass.ok());
+  CHECK(one_pass.error().message == sim.error().message);
 }
 
 TEST_CASE("the simulated trace and utilisation show the simulated boxes", "[sim]") {
@@ -1030,6 +1039,72 @@ TEST_CASE("simulated and predicted iteration of every shipped workload", "[.figu
 // A profile's measured forward shares (x-forward_share): each slice's
 // forward and backward split its ms by its workload's share; workloads
 // without one keep SimOptions::forward_share.
+// With nothing but compute priced and no timeline, simulate() takes the
+// makespan from one pass over the programs' dependencies (sim.cpp,
+// run_zero_comm) instead of events; with a timeline it runs the events.
+// The two agree to the bit, device by device, on every shipped workload's
+// Spindle and sequential plans lowered three ways (gradient all-reduces
+// overlapped with transfers posted early or in their exchanges, and
+// blocking), each with its own slice times and with random ones and
+// random forward shares, optimizer steps priced or not; and a bound stops
+// the one pass exactly when the makespan passes it.
+TEST_CASE("compute alone: the one-pass makespan equals the event simulation's, to the bit", "[sim][shipped]") {
+  std::mt19937 rng(20261203);
+  std::uniform_real_distribution<double> scale(0.05, 3.0), share(0.0, 1.0);
+  int compared = 0;
+  for (const Workload& w : shipped_workloads()) {
+    for (sp::Strategy s : {sp::Strategy::spindle, sp::Strategy::sequential}) {
+      sp::PlanRequest request{&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, s};
+      request.shift_simulations = 0;
+      auto plan = sp::make_plan(request);
+      if (!plan) continue;
+      for (int way = 0; way < 3; ++way) {
+        sp::LowerOptions lower_options;
+        lower_options.sync.overlap = way < 2;
+        lower_options.sync.early_transfers = way == 0;
+        plan->early_transfers = way == 0;
+        auto lowered = sp::lower(*plan, w.model, w.graph, lower_options);
+        REQUIRE(lowered.ok());
+        for (int trial = 0; trial < 4; ++trial) {
+          INFO(w.model_name << " on " << w.cluster_name << ", " << sp::strategy_name(s) << ", lowering " << way
+                            << ", trial " << trial);
+          std::vector<double> slice_ms = sp::lowered_slice_ms(*plan);
+          sp::SimOptions events;
+          events.price_communication = false;
+          events.price_optimizer = trial % 2 == 1;
+          events.sync = lower_options.sync;
+          if (trial > 0) {
+            for (double& ms : slice_ms) ms *= scale(rng);
+            events.forward_share = share(rng);
+          }
+          sp::SimOptions one_pass = events;
+          one_pass.timeline = false;
+          auto a = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, events);
+          auto b = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, one_pass);
+          REQUIRE(a.ok());
+          REQUIRE(b.ok());
+          CHECK(b->iteration_ms == a->iteration_ms);
+          CHECK(b->iteration_ms > 0);
+          REQUIRE(b->devices.size() == a->devices.size());
+          bool same = true;
+          for (size_t d = 0; d < a->devices.size(); ++d) same = same && b->devices[d].finish_ms == a->devices[d].finish_ms;
+          CHECK(same);
+          one_pass.stop_after_ms = a->iteration_ms;
+          auto at = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, one_pass);
+          REQUIRE(at.ok());
+          CHECK(at->iteration_ms == a->iteration_ms);
+          one_pass.stop_after_ms = a->iteration_ms * (1 - 1e-9);
+          auto below = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, one_pass);
+          REQUIRE(below.ok());
+          CHECK(std::isinf(below->iteration_ms));
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared >= 300);
+}
+
 TEST_CASE("measured forward shares split each slice's time by its workload", "[sim]") {
   sp::testing::Fixture f("tiny-clip", "cpu-1x2");
   const sp::Plan plan = f.plan();
