@@ -205,7 +205,21 @@ class Simulator {
   using Waiting = SimState::Waiting;
   Links compute_links(const Transfer& tr) const;
   const Links& links_of(int transfer) const { return s_.links[static_cast<size_t>(transfer)]; }
+  // The result: makespan and finish times, and with a timeline every
+  // device's boxes and parts (add_boxes) and the messages.
   Simulation collect() const;
+  // Device d's boxes, one per instruction shown, into `boxes`, and its
+  // parts into `dev`; one step per kind of instruction (each returns
+  // whether its box is shown).
+  void add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) const;
+  bool compute_box(const Instr& in, SimDevice& dev, SimBox& box) const;
+  bool wait_sends_box(const Program& prog, size_t i, const InstrTimes& tm, SimDevice& dev, SimBox& box) const;
+  bool post_send_box(const Program& prog, const Instr& in, SimDevice& dev, SimBox& box) const;
+  bool exchange_box(const Program& prog, const Instr& in, const InstrTimes& tm, int d, SimDevice& dev,
+                    SimBox& box) const;
+  bool allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box) const;
+  void allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
+                     std::vector<SimBox>& boxes) const;
   // Adds e to the queue. While an event is handled it stays at the top of
   // the heap (handling_ is set): the first event its handling pushes takes
   // its place (one sift instead of a pop and a push); run() pops it when
@@ -892,143 +906,165 @@ Simulation Simulator::collect() const {
   Simulation sim;
   sim.devices.resize(static_cast<size_t>(l_.devices));
   for (int d = 0; d < l_.devices; ++d) {
-    const Program& prog = l_.programs[static_cast<size_t>(d)];
     SimDevice& dev = sim.devices[static_cast<size_t>(d)];
     dev.finish_ms = s_.finish[static_cast<size_t>(d)];
     sim.iteration_ms = std::max(sim.iteration_ms, dev.finish_ms);
-    if (!options_.timeline) continue;
-    for (size_t i = 0; i < prog.instrs.size(); ++i) {
-      const Instr& in = prog.instrs[i];
-      const InstrTimes& tm = s_.times[s_.first[static_cast<size_t>(d)] + i];
-      SimBox box;
-      box.device = d;
-      box.instr = static_cast<int>(i);
-      box.start_ms = tm.began;
-      box.dur_ms = tm.ended - tm.began;
-      switch (in.kind) {
-        case InstrKind::forward:
-        case InstrKind::backward: {
-          const bool fwd = in.kind == InstrKind::forward;
-          dev.compute_ms += box.dur_ms;
-          box.cat = fwd ? "forward" : "backward";
-          box.wave = in.wave;
-          box.slice = in.slice;
-          box.name = "slice " + std::to_string(in.slice) + (fwd ? " fwd" : " bwd");
-          break;
-        }
-        case InstrKind::optimizer:
-          dev.compute_ms += box.dur_ms;
-          box.cat = "optimizer";
-          box.name = "optimizer";
-          if (box.dur_ms <= 0) continue;
-          break;
-        case InstrKind::post_recv: continue;   // 0 ms, nothing to show
-        case InstrKind::wait_sends: {
-          // Blocked until its early sends are delivered: transfer while one
-          // of them moves, else wait.
-          std::vector<std::pair<double, double>> spans;
-          for (size_t j = 0; j < i; ++j) {
-            if (prog.instrs[j].kind != InstrKind::post_send) continue;
-            for (int t : prog.transfers_of(prog.instrs[j])) {
-              const SimMessage& m = s_.messages[static_cast<size_t>(t)];
-              spans.push_back({m.start_ms, m.end_ms});
-            }
-          }
-          const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
-          dev.transfer_ms += moving;
-          dev.wait_ms += box.dur_ms - moving;
-          if (box.dur_ms <= 0) continue;
-          box.track = SimTrack::communication;
-          box.cat = "wait";
-          box.name = "wait for sends posted early";
-          break;
-        }
-        case InstrKind::post_send: {
-          // Packing is the device's work; the messages then move beside
-          // whatever it does next.
-          dev.transfer_ms += box.dur_ms;
-          for (int t : prog.transfers_of(in)) box.sent_bytes += l_.transfers[static_cast<size_t>(t)].bytes;
-          box.track = SimTrack::communication;
-          box.cat = "send";
-          box.wave = in.wave;
-          box.slice = in.slice;
-          box.name = std::string("post sends ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " of slice " +
-                     std::to_string(in.slice);
-          break;
-        }
-        case InstrKind::exchange: {
-          std::vector<std::pair<double, double>> spans;
-          for (int t : prog.transfers_of(in)) {
-            const Transfer& x = l_.transfers[static_cast<size_t>(t)];
-            if (x.src == x.dst) continue;
-            const SimMessage& m = s_.messages[static_cast<size_t>(t)];
-            spans.push_back({m.start_ms, m.end_ms});
-            (x.src == d ? box.sent_bytes : box.received_bytes) += x.bytes;
-          }
-          // The software parts (packing before, unpacking after) are transfer work too.
-          spans.push_back({tm.reached, tm.packed});
-          spans.push_back({tm.ended - tm.unpack_ms, tm.ended});
-          const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
-          dev.transfer_ms += moving;
-          dev.wait_ms += box.dur_ms - moving;
-          box.track = SimTrack::communication;
-          box.cat = "exchange";
-          box.wave = in.wave;
-          box.name = std::string("exchange ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " wave " +
-                     std::to_string(in.wave);
-          break;
-        }
-        case InstrKind::allreduce_wait: {
-          // Blocked from reached to ended: on the collective while it ran
-          // (exposed), else waiting for the group to start it. The rest of
-          // the collective ran behind this device's other work (hidden).
-          const double cb = s_.bucket_begin[static_cast<size_t>(in.bucket)];
-          const double ce = s_.bucket_end[static_cast<size_t>(in.bucket)];
-          const double exposed = std::max(0.0, tm.ended - std::max(tm.reached, cb));
-          dev.sync_ms += exposed;
-          dev.wait_ms += box.dur_ms - exposed;
-          dev.hidden_sync_ms += (ce - cb) - exposed;
-          if (box.dur_ms <= 0) continue;
-          // On the communication track: it ends with the all-reduce, so it
-          // nests with the all-reduce's box there.
-          box.track = SimTrack::communication;   // began == reached: the box is the blocked time
-          box.cat = "wait";
-          box.bucket = in.bucket;
-          box.name = "wait for all-reduce of bucket " + std::to_string(in.bucket);
-          break;
-        }
-        case InstrKind::allreduce_start:
-        case InstrKind::allreduce: {
-          const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
-          const bool started = in.kind == InstrKind::allreduce_start;
-          if (!started && tm.began > tm.reached) {
-            SimBox wait = box;
-            wait.track = SimTrack::communication;
-            wait.cat = "wait";
-            wait.name = "wait for bucket " + std::to_string(in.bucket);
-            wait.bucket = in.bucket;
-            wait.start_ms = tm.reached;
-            wait.dur_ms = tm.began - tm.reached;
-            dev.wait_ms += wait.dur_ms;
-            sim.boxes.push_back(std::move(wait));
-          }
-          if (!started) dev.sync_ms += box.dur_ms;   // a started one: counted at its wait
-          box.track = SimTrack::communication;
-          box.cat = "allreduce";
-          box.bucket = in.bucket;
-          box.sent_bytes = b.bytes;
-          box.name = "all-reduce bucket " + std::to_string(in.bucket) + " (" + std::to_string(b.devices.size()) +
-                     " devices)";
-          break;
-        }
-      }
-      sim.boxes.push_back(std::move(box));
-    }
+    if (options_.timeline) add_boxes(d, dev, sim.boxes);
   }
   if (!options_.timeline) return sim;
   for (SimDevice& dev : sim.devices) dev.idle_ms = sim.iteration_ms - dev.busy_ms();
   for (int t : s_.started) sim.messages.push_back(s_.messages[static_cast<size_t>(t)]);
   return sim;
+}
+
+void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) const {
+  const Program& prog = l_.programs[static_cast<size_t>(d)];
+  for (size_t i = 0; i < prog.instrs.size(); ++i) {
+    const Instr& in = prog.instrs[i];
+    const InstrTimes& tm = s_.times[s_.first[static_cast<size_t>(d)] + i];
+    SimBox box;
+    box.device = d;
+    box.instr = static_cast<int>(i);
+    box.start_ms = tm.began;
+    box.dur_ms = tm.ended - tm.began;
+    bool shown = true;
+    switch (in.kind) {
+      case InstrKind::forward:
+      case InstrKind::backward:
+      case InstrKind::optimizer: shown = compute_box(in, dev, box); break;
+      case InstrKind::post_recv: shown = false; break;   // 0 ms, nothing to show
+      case InstrKind::wait_sends: shown = wait_sends_box(prog, i, tm, dev, box); break;
+      case InstrKind::post_send: shown = post_send_box(prog, in, dev, box); break;
+      case InstrKind::exchange: shown = exchange_box(prog, in, tm, d, dev, box); break;
+      case InstrKind::allreduce_wait: shown = allreduce_wait_box(in, tm, dev, box); break;
+      case InstrKind::allreduce_start:
+      case InstrKind::allreduce: allreduce_box(in, tm, dev, box, boxes); break;
+    }
+    if (shown) boxes.push_back(std::move(box));
+  }
+}
+
+bool Simulator::compute_box(const Instr& in, SimDevice& dev, SimBox& box) const {
+  dev.compute_ms += box.dur_ms;
+  if (in.kind == InstrKind::optimizer) {
+    box.cat = "optimizer";
+    box.name = "optimizer";
+    return box.dur_ms > 0;
+  }
+  const bool fwd = in.kind == InstrKind::forward;
+  box.cat = fwd ? "forward" : "backward";
+  box.wave = in.wave;
+  box.slice = in.slice;
+  box.name = "slice " + std::to_string(in.slice) + (fwd ? " fwd" : " bwd");
+  return true;
+}
+
+// Blocked until its early sends are delivered: transfer while one of them
+// moves, else wait.
+bool Simulator::wait_sends_box(const Program& prog, size_t i, const InstrTimes& tm, SimDevice& dev,
+                               SimBox& box) const {
+  std::vector<std::pair<double, double>> spans;
+  for (size_t j = 0; j < i; ++j) {
+    if (prog.instrs[j].kind != InstrKind::post_send) continue;
+    for (int t : prog.transfers_of(prog.instrs[j])) {
+      const SimMessage& m = s_.messages[static_cast<size_t>(t)];
+      spans.push_back({m.start_ms, m.end_ms});
+    }
+  }
+  const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
+  dev.transfer_ms += moving;
+  dev.wait_ms += box.dur_ms - moving;
+  if (box.dur_ms <= 0) return false;
+  box.track = SimTrack::communication;
+  box.cat = "wait";
+  box.name = "wait for sends posted early";
+  return true;
+}
+
+// Packing is the device's work; the messages then move beside whatever it
+// does next.
+bool Simulator::post_send_box(const Program& prog, const Instr& in, SimDevice& dev, SimBox& box) const {
+  dev.transfer_ms += box.dur_ms;
+  for (int t : prog.transfers_of(in)) box.sent_bytes += l_.transfers[static_cast<size_t>(t)].bytes;
+  box.track = SimTrack::communication;
+  box.cat = "send";
+  box.wave = in.wave;
+  box.slice = in.slice;
+  box.name = std::string("post sends ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " of slice " +
+             std::to_string(in.slice);
+  return true;
+}
+
+// Transfer while one of its messages moves or the device packs or unpacks
+// (the software parts are transfer work too), else wait.
+bool Simulator::exchange_box(const Program& prog, const Instr& in, const InstrTimes& tm, int d, SimDevice& dev,
+                             SimBox& box) const {
+  std::vector<std::pair<double, double>> spans;
+  for (int t : prog.transfers_of(in)) {
+    const Transfer& x = l_.transfers[static_cast<size_t>(t)];
+    if (x.src == x.dst) continue;
+    const SimMessage& m = s_.messages[static_cast<size_t>(t)];
+    spans.push_back({m.start_ms, m.end_ms});
+    (x.src == d ? box.sent_bytes : box.received_bytes) += x.bytes;
+  }
+  spans.push_back({tm.reached, tm.packed});
+  spans.push_back({tm.ended - tm.unpack_ms, tm.ended});
+  const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
+  dev.transfer_ms += moving;
+  dev.wait_ms += box.dur_ms - moving;
+  box.track = SimTrack::communication;
+  box.cat = "exchange";
+  box.wave = in.wave;
+  box.name = std::string("exchange ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " wave " +
+             std::to_string(in.wave);
+  return true;
+}
+
+// Blocked from reached to ended: on the collective while it ran (exposed),
+// else waiting for the group to start it. The rest of the collective ran
+// behind this device's other work (hidden).
+bool Simulator::allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box) const {
+  const double cb = s_.bucket_begin[static_cast<size_t>(in.bucket)];
+  const double ce = s_.bucket_end[static_cast<size_t>(in.bucket)];
+  const double exposed = std::max(0.0, tm.ended - std::max(tm.reached, cb));
+  dev.sync_ms += exposed;
+  dev.wait_ms += box.dur_ms - exposed;
+  dev.hidden_sync_ms += (ce - cb) - exposed;
+  if (box.dur_ms <= 0) return false;
+  // On the communication track: it ends with the all-reduce, so it nests
+  // with the all-reduce's box there.
+  box.track = SimTrack::communication;   // began == reached: the box is the blocked time
+  box.cat = "wait";
+  box.bucket = in.bucket;
+  box.name = "wait for all-reduce of bucket " + std::to_string(in.bucket);
+  return true;
+}
+
+// The all-reduce's box, from its begin to its end; a blocking one that
+// waited for its group first also gets a wait box (into `boxes`) and counts
+// as sync (a started one is counted at its wait).
+void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
+                              std::vector<SimBox>& boxes) const {
+  const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
+  const bool started = in.kind == InstrKind::allreduce_start;
+  if (!started && tm.began > tm.reached) {
+    SimBox wait = box;
+    wait.track = SimTrack::communication;
+    wait.cat = "wait";
+    wait.name = "wait for bucket " + std::to_string(in.bucket);
+    wait.bucket = in.bucket;
+    wait.start_ms = tm.reached;
+    wait.dur_ms = tm.began - tm.reached;
+    dev.wait_ms += wait.dur_ms;
+    boxes.push_back(std::move(wait));
+  }
+  if (!started) dev.sync_ms += box.dur_ms;
+  box.track = SimTrack::communication;
+  box.cat = "allreduce";
+  box.bucket = in.bucket;
+  box.sent_bytes = b.bytes;
+  box.name = "all-reduce bucket " + std::to_string(in.bucket) + " (" + std::to_string(b.devices.size()) +
+             " devices)";
 }
 
 }  // namespace
