@@ -147,27 +147,26 @@ std::vector<std::string> check_plan_cluster(const Plan& plan, const Cluster& clu
   return out;
 }
 
-std::vector<std::string> check_plan(const Plan& plan, const Model& model, const OpGraph& graph) {
-  std::vector<std::string> out;
-  check_figures(plan, out);
-  if (!plan.model_sha256.empty() && !model.sha256.empty() && plan.model_sha256 != model.sha256)
-    out.push_back("model.sha256: the plan was made for another version of the model file (plan " +
-                  plan.model_sha256.substr(0, 12) + "..., model " + model.sha256.substr(0, 12) + "...)");
-  if (plan.model_name != model.name)
-    out.push_back("model.name: the plan is for '" + plan.model_name + "', the model is '" + model.name + "'");
-  if (plan.devices < 1) {
-    out.push_back("cluster.devices: expected at least 1");
-    return out;
-  }
-  if (!check_metaops(plan, model, graph, out)) return out;
+namespace {
 
-  const int nm = static_cast<int>(plan.metaops.size());
+// What check_waves gathers for the rules checked after it.
+struct SliceIndex {
   // Per MetaOp: (wave, first, count) of each slice in wave order.
-  std::vector<std::vector<std::tuple<int, int, int>>> slices_of(nm);
+  std::vector<std::vector<std::tuple<int, int, int>>> slices_of;
+  // Per parameter: the devices of every slice that runs one of its operators.
   std::map<std::string, std::set<int>> param_devices;
+};
+
+// Every wave and slice: indices, operator ranges, each wave's ms at least
+// its longest slice's, rules 3 (a device runs one slice per wave, inside
+// the cluster) and 4 (valid device counts). The plan's MetaOps name the
+// graph's operators (check_metaops).
+SliceIndex check_waves(const Plan& plan, const OpGraph& graph, std::vector<std::string>& out) {
+  const int nm = static_cast<int>(plan.metaops.size());
+  SliceIndex index;
+  index.slices_of.resize(static_cast<size_t>(nm));
   std::map<std::string, int> op_index;
   for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
-
   for (size_t w = 0; w < plan.waves.size(); ++w) {
     const Wave& wave = plan.waves[w];
     std::string wh = "waves[" + std::to_string(w) + "]";
@@ -190,7 +189,7 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
                       " outside MetaOp " + std::to_string(sl.metaop) + " (" + std::to_string(m.operators.size()) +
                       " operators)");
       else
-        slices_of[sl.metaop].emplace_back(static_cast<int>(w), sl.first, sl.count);
+        index.slices_of[sl.metaop].emplace_back(static_cast<int>(w), sl.first, sl.count);
       // Rule 3.
       if (sl.devices.empty()) out.push_back(sh + ".devices: empty");
       for (int d : sl.devices) {
@@ -211,18 +210,24 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
       // Parameters run by this slice (rule 5).
       if (sl.first >= 0 && sl.first + sl.count <= static_cast<int>(m.operators.size()))
         for (int k = sl.first; k < sl.first + sl.count; ++k)
-          param_devices[graph.ops[op_index[m.operators[k]]].param].insert(sl.devices.begin(), sl.devices.end());
+          index.param_devices[graph.ops[op_index[m.operators[k]]].param].insert(sl.devices.begin(), sl.devices.end());
     }
     if (wave.ms + 1e-3 < longest)
       out.push_back(wh + ".ms: " + std::to_string(wave.ms) + " is shorter than its longest slice " +
                     std::to_string(longest));
   }
+  return index;
+}
 
-  // Rules 1 and 2.
+// Rules 1 (each MetaOp's slices cover its operators in order, one per
+// wave) and 2 (a MetaOp starts after its inputs end).
+void check_chains(const Plan& plan, const SliceIndex& index, std::vector<std::string>& out) {
+  const int nm = static_cast<int>(plan.metaops.size());
   std::vector<int> first_wave(nm, -1), last_wave(nm, -1);
   for (int m = 0; m < nm; ++m) {
+    const auto& slices = index.slices_of[static_cast<size_t>(m)];
     int next = 0, prev_wave = -1;
-    for (auto [w, first, count] : slices_of[m]) {
+    for (auto [w, first, count] : slices) {
       if (first != next)
         out.push_back("rule 1: MetaOp " + std::to_string(m) + ": slice in wave " + std::to_string(w) +
                       " starts at operator " + std::to_string(first) + ", expected " + std::to_string(next));
@@ -234,9 +239,9 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
     if (next != static_cast<int>(plan.metaops[m].operators.size()))
       out.push_back("rule 1: MetaOp " + std::to_string(m) + ": slices cover " + std::to_string(next) + " of its " +
                     std::to_string(plan.metaops[m].operators.size()) + " operators");
-    if (!slices_of[m].empty()) {
-      first_wave[m] = std::get<0>(slices_of[m].front());
-      last_wave[m] = std::get<0>(slices_of[m].back());
+    if (!slices.empty()) {
+      first_wave[m] = std::get<0>(slices.front());
+      last_wave[m] = std::get<0>(slices.back());
     }
   }
   for (int m = 0; m < nm; ++m)
@@ -245,15 +250,18 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
         out.push_back("rule 2: MetaOp " + std::to_string(m) + " starts in wave " + std::to_string(first_wave[m]) +
                       ", not after its input MetaOp " + std::to_string(in) + " ends in wave " +
                       std::to_string(last_wave[in]));
+}
 
-  // Rule 5.
+// Rule 5: one parameter group per parameter, over exactly the devices of
+// the slices that run it.
+void check_param_groups(const Plan& plan, const SliceIndex& index, std::vector<std::string>& out) {
   std::set<std::string> seen;
   for (size_t g = 0; g < plan.param_groups.size(); ++g) {
     const ParamGroup& pg = plan.param_groups[g];
     std::string gh = "param_groups[" + std::to_string(g) + "]";
     if (!seen.insert(pg.param).second) out.push_back("rule 5: " + gh + ": parameter '" + pg.param + "' listed twice");
-    auto it = param_devices.find(pg.param);
-    if (it == param_devices.end()) {
+    auto it = index.param_devices.find(pg.param);
+    if (it == index.param_devices.end()) {
       out.push_back("rule 5: " + gh + ": parameter '" + pg.param + "' is run by no slice");
       continue;
     }
@@ -264,10 +272,12 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
       out.push_back("rule 5: " + gh + " ('" + pg.param + "'): devices " + list(pg.devices) + ", the slices use " +
                     list(want));
   }
-  for (const auto& [param, _] : param_devices)
+  for (const auto& [param, _] : index.param_devices)
     if (!seen.count(param)) out.push_back("rule 5: parameter '" + param + "' has no param_groups entry");
+}
 
-  // Rule 6.
+// Rule 6: every device's predicted memory fits it.
+void check_memory(const Plan& plan, std::vector<std::string>& out) {
   const auto& mem = plan.predicted.memory_bytes;
   if (static_cast<int>(mem.size()) != plan.devices)
     out.push_back("predicted.memory_bytes: " + std::to_string(mem.size()) + " entries for " +
@@ -276,6 +286,27 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
     if (mem[d] > plan.memory_bytes)
       out.push_back("rule 6: device " + std::to_string(d) + " needs " + std::to_string(mem[d]) + " bytes, more than " +
                     std::to_string(plan.memory_bytes));
+}
+
+}  // namespace
+
+std::vector<std::string> check_plan(const Plan& plan, const Model& model, const OpGraph& graph) {
+  std::vector<std::string> out;
+  check_figures(plan, out);
+  if (!plan.model_sha256.empty() && !model.sha256.empty() && plan.model_sha256 != model.sha256)
+    out.push_back("model.sha256: the plan was made for another version of the model file (plan " +
+                  plan.model_sha256.substr(0, 12) + "..., model " + model.sha256.substr(0, 12) + "...)");
+  if (plan.model_name != model.name)
+    out.push_back("model.name: the plan is for '" + plan.model_name + "', the model is '" + model.name + "'");
+  if (plan.devices < 1) {
+    out.push_back("cluster.devices: expected at least 1");
+    return out;
+  }
+  if (!check_metaops(plan, model, graph, out)) return out;
+  const SliceIndex index = check_waves(plan, graph, out);
+  check_chains(plan, index, out);
+  check_param_groups(plan, index, out);
+  check_memory(plan, out);
   return out;
 }
 
