@@ -563,9 +563,10 @@ void Executor::post_transfers(const plan::Instr& instr) {
   }
   counters_.transfer_ms += ms_since(t0);
   if (instr.kind == plan::InstrKind::post_send)
-    record(std::string("post sends ") + (instr.dir == plan::Direction::forward ? "fwd" : "bwd") + " wave " +
-               std::to_string(instr.wave),
-           "transfer", 1, t0, {{"bytes", bytes}, {"wave", instr.wave}});
+    if (tracing())
+      record(std::string("post sends ") + (instr.dir == plan::Direction::forward ? "fwd" : "bwd") + " wave " +
+                 std::to_string(instr.wave),
+             "transfer", 1, t0, {{"bytes", bytes}, {"wave", instr.wave}});
 }
 
 void Executor::finish_sends() {
@@ -574,7 +575,7 @@ void Executor::finish_sends() {
   for (auto& [transfer, posted] : posted_sends_) world_.wait_p2p(posted.request);
   posted_sends_.clear();
   counters_.transfer_ms += ms_since(t0);
-  record("wait for sends", "transfer", 1, t0);
+  if (tracing()) record("wait for sends", "transfer", 1, t0);
 }
 
 std::vector<std::pair<int, Tensor>> Executor::complete_exchange(const plan::Instr& instr) {
@@ -645,7 +646,8 @@ void Executor::forward_exchange(const plan::Instr& instr) {
     pieces_[{t.slice, t.input}].push_back(std::move(piece));
   }
   counters_.transfer_ms += ms_since(t0);
-  record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
+  if (tracing())
+    record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
 }
 
 void Executor::forward_slice(int slice) {
@@ -709,8 +711,9 @@ void Executor::forward_slice(int slice) {
   }
   const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
   counters_.compute_ms += ms_since(t0);
-  record("fwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
-         {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
+  if (tracing())
+    record("fwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
+           {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
 }
 
 void Executor::backward_slice(int slice) {
@@ -751,8 +754,9 @@ void Executor::backward_slice(int slice) {
   }
   const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
   counters_.compute_ms += ms_since(t0);
-  record("bwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
-         {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
+  if (tracing())
+    record("bwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
+           {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
 }
 
 void Executor::backward_exchange(const plan::Instr& instr) {
@@ -771,7 +775,8 @@ void Executor::backward_exchange(const plan::Instr& instr) {
     backend_.add(piece, dst);
   }
   counters_.transfer_ms += ms_since(t0);
-  record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
+  if (tracing())
+    record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
 }
 
 void Executor::zero_grads() {
@@ -820,7 +825,8 @@ void Executor::finish_bucket(int bucket) {
   counters_.reduced_bytes += flat.numel() * kBytesPerFloat;
   counters_.sync_ms += ms_since(t0);
   // From its start to its end: behind the backward pass when overlapped.
-  record("gradient sync", "sync", 1, started.start, {{"floats", flat.numel()}, {"group", b.devices}});
+  if (tracing())
+    record("gradient sync", "sync", 1, started.start, {{"floats", flat.numel()}, {"group", b.devices}});
   started_.erase(bucket);
 }
 
@@ -854,7 +860,8 @@ void Executor::optimizer_step(int bucket) {
       if (ps.stepped < step_) step_shard(ps);
   }
   counters_.compute_ms += ms_since(t0);
-  record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
+  if (tracing())
+    record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
 }
 
 // ---------------------------------------------------------------------------

@@ -236,6 +236,9 @@ class Executor {
   void zero_grads();
   void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
+  // Whether the step keeps trace boxes (ExecOptions::record_trace): the
+  // callers of record() build its name and args only then.
+  bool tracing() const { return options_.record_trace; }
   void record(const std::string& name, const char* cat, int track, Clock::time_point t0,
               nlohmann::json args = nlohmann::json::object());
   double wall_us(Clock::time_point t) const;
