@@ -110,9 +110,7 @@ void time_stages(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph
                  int repeats, Row& row) {
   auto context = sp::lower_context(model, graph);
   if (!context) return;
-  sp::LowerOptions lite;
-  lite.deps = false;
-  lite.runtime_maps = false;
+  const sp::LowerOptions lite = sp::simulation_lowering();
   sp::SimOptions options;
   options.timeline = false;
   sp::SimOptions compute_only = options;

@@ -180,6 +180,10 @@ class Simulator {
   Result<Simulation> run_zero_comm();
   void zero_comm_advance(int d);
   void zero_comm_arrive(int b, double t);
+  // Device d waits at instruction pc, its clock at t; woken (from another
+  // device's advance) it goes on after pc no earlier than t.
+  void zero_comm_park(int d, int pc, double t);
+  void zero_comm_wake(int d, int pc, double t);
   // s_.instr_ms; fill_time_left fills it too (one pass for both).
   void fill_instr_ms();
   // SimOptions::replay_ms fits the programs.
@@ -492,11 +496,7 @@ void Simulator::zero_comm_advance(int d) {
             const int rpc = s_.dst_instr[static_cast<size_t>(tr)];
             if (s_.parked[r] && s_.pc[r] == rpc) {
               s_.clock[r] = std::max(s_.clock[r], reached);
-              if (--s_.pending[at(x.dst, rpc)] == 0) {
-                s_.parked[r] = 0;
-                s_.pc[r] = rpc + 1;
-                s_.runnable.push_back(x.dst);
-              }
+              if (--s_.pending[at(x.dst, rpc)] == 0) zero_comm_wake(x.dst, rpc, reached);
             }
           } else if (s_.sent_at[static_cast<size_t>(tr)] >= 0) {
             t = std::max(t, s_.sent_at[static_cast<size_t>(tr)]);
@@ -506,10 +506,7 @@ void Simulator::zero_comm_advance(int d) {
         }
         if (missing > 0) {   // woken by the last of those senders (above)
           s_.pending[at(d, pc)] = missing;
-          s_.clock[dev] = t;
-          s_.pc[dev] = pc;
-          s_.parked[dev] = 1;
-          return;
+          return zero_comm_park(d, pc, t);
         }
         break;
       }
@@ -520,10 +517,7 @@ void Simulator::zero_comm_advance(int d) {
         if (in.kind == InstrKind::allreduce) zero_comm_arrive(in.bucket, t);
         if (s_.bucket_end[b] < 0) {   // woken by the group's last member (zero_comm_arrive)
           s_.at_wait[b].push_back({d, pc});
-          s_.clock[dev] = t;
-          s_.pc[dev] = pc;
-          s_.parked[dev] = 1;
-          return;
+          return zero_comm_park(d, pc, t);
         }
         t = std::max(t, s_.bucket_end[b]);
         break;
@@ -545,14 +539,23 @@ void Simulator::zero_comm_arrive(int b, double t) {
   s_.bucket_begin[k] = std::max(s_.bucket_begin[k], t);
   if (++s_.arrived[k] < static_cast<int>(l_.buckets[k].devices.size())) return;
   s_.bucket_end[k] = s_.bucket_begin[k] + s_.reduce_ms[k];
-  for (auto [m, mpc] : s_.at_wait[k]) {
-    const size_t dev = static_cast<size_t>(m);
-    s_.clock[dev] = std::max(s_.clock[dev], s_.bucket_end[k]);
-    s_.parked[dev] = 0;
-    s_.pc[dev] = mpc + 1;
-    s_.runnable.push_back(m);
-  }
+  for (auto [m, mpc] : s_.at_wait[k]) zero_comm_wake(m, mpc, s_.bucket_end[k]);
   s_.at_wait[k].clear();
+}
+
+void Simulator::zero_comm_park(int d, int pc, double t) {
+  const size_t dev = static_cast<size_t>(d);
+  s_.clock[dev] = t;
+  s_.pc[dev] = pc;
+  s_.parked[dev] = 1;
+}
+
+void Simulator::zero_comm_wake(int d, int pc, double t) {
+  const size_t dev = static_cast<size_t>(d);
+  s_.clock[dev] = std::max(s_.clock[dev], t);
+  s_.parked[dev] = 0;
+  s_.pc[dev] = pc + 1;
+  s_.runnable.push_back(d);
 }
 
 void Simulator::index_programs() {
@@ -1164,14 +1167,17 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
   return PlanSimulation(plan, context, cost, options.sync).simulate(options);
 }
 
+LowerOptions simulation_lowering(const GradSync& sync) {
+  LowerOptions lite;
+  lite.deps = false;
+  lite.runtime_maps = false;
+  lite.sync = sync;
+  return lite;
+}
+
 PlanSimulation::PlanSimulation(const Plan& plan, const LowerContext& context, const CostModel& cost,
                                const GradSync& sync)
-    : plan_(plan), context_(context), cost_(cost) {
-  // The same instructions, without what only readers and the executor use.
-  lite_.deps = false;
-  lite_.runtime_maps = false;
-  lite_.sync = sync;
-}
+    : plan_(plan), context_(context), cost_(cost), lite_(simulation_lowering(sync)) {}
 
 Result<Simulation> PlanSimulation::simulate(const SimOptions& options) {
   if (!(options.sync == lite_.sync))

@@ -207,6 +207,11 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
 Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, const CostModel& cost,
                                  const SimOptions& options = {});
 
+// What a simulation needs of the lowering (PlanSimulation lowers with it):
+// the same instructions, transfers and buckets with `sync`, without what
+// only readers and the executor use (LowerOptions::deps, runtime_maps).
+LowerOptions simulation_lowering(const GradSync& sync = {});
+
 // Simulations of one plan under several SimOptions on one lowering: each
 // simulate(options) is simulate_plan(plan, context, cost, options), but the
 // plan is lowered once, its header by the first call and its programs by

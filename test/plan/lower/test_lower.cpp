@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libplan/lower/lower.h"
+#include "libplan/sim/sim.h"
 #include "libplan/model/ops.h"
 #include "../shipped_fixture.h"
 
@@ -525,9 +526,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       // The planner's lite lowering (no deps, no executor maps; in two
       // stages with the shared context): the same instructions, transfers
       // and buckets.
-      sp::LowerOptions lite;
-      lite.deps = false;
-      lite.runtime_maps = false;
+      const sp::LowerOptions lite = sp::simulation_lowering();
       auto bare = sp::lower_header(*plan, *context, lite);
       REQUIRE(bare.ok());
       REQUIRE(sp::lower_programs(*plan, *context, *bare, lite).ok());
