@@ -122,7 +122,7 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   // communication-capped allocation): the same makespan against the
   // optimum of its own widths, how well its waves are packed.
   if (width_optimum_ms > p.relaxed_optimum_ms * (1 + 1e-3)) {
-    const double width_gap = (1 + gap) * p.relaxed_optimum_ms / width_optimum_ms - 1;
+    const double width_gap = sp::width_gap(plan, gap, width_optimum_ms);
     std::printf("widths    relaxed %.3f ms with no MetaOp wider than in this plan: compute gap %+.2f%%%s\n",
                 width_optimum_ms, width_gap * 100,
                 width_gap < 0 ? " (below it: levels overlap, and the optimum is per level)" : "");

@@ -176,7 +176,7 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
         run.sim = std::move(*sim);
         run.gap = *gap;
         const sp::Result<double> width = sp::width_optimum_ms(run.plan, **cost);
-        if (width && *width > 0) run.width_gap = (1 + run.gap) * run.plan.predicted.relaxed_optimum_ms / *width - 1;
+        if (width && *width > 0) run.width_gap = sp::width_gap(run.plan, run.gap, *width);
       }
     }
     // Planning time as bench/plan_time measures it: curve fitting and planning.

@@ -97,6 +97,12 @@ Result<Plan> make_plan(const PlanRequest& request);
 // somewhere on its largest valid count, never below it. Errors when a
 // MetaOp has no slice or the cost model no curve for it.
 Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost);
+// The width gap: the compute-only makespan that `compute_gap`
+// (simulated_compute_gap of `plan`) was read from, over `width_optimum_ms`
+// (width_optimum_ms of `plan`, > 0) instead of the relaxed optimum, minus 1.
+inline double width_gap(const Plan& plan, double compute_gap, double width_optimum_ms) {
+  return (1 + compute_gap) * plan.predicted.relaxed_optimum_ms / width_optimum_ms - 1;
+}
 
 // Communication-aware allocation: of `valid` (ascending, non-empty), the
 // device count n that minimises length x curve.time_ms(n) + the all-reduce
