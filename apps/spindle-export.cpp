@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/cli_paths.h"
 #include "libexec/exec/export.h"
 #include "libplan/util/files.h"
 
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   CLI::App app{"spindle-export: write a checkpoint's parameters as safetensors"};
   app.add_option("checkpoint", checkpoint, "checkpoint step directory DIR/step-N, or DIR for its newest")
       ->required();
-  app.add_option("-o,--output", out_path, "safetensors file to write")->required();
+  app.add_option("-o,--output", out_path, "safetensors file to write")->required()->check(spindle::apps::non_empty_path());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/cli_paths.h"
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/report/trace.h"
@@ -170,7 +171,9 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::ExistingFile);
   app.add_option("--profile", o.profile_path, "profile database (JSON); default: analytic, computed in memory")
       ->check(CLI::ExistingFile);
-  app.add_option("-o,--output", o.out_path, "plan to write (JSON, spec/plan.md)")->capture_default_str();
+  app.add_option("-o,--output", o.out_path, "plan to write (JSON, spec/plan.md)")
+      ->check(spindle::apps::non_empty_path())
+      ->capture_default_str();
   app.add_option("--strategy", o.strategy_name, "spindle | sequential | task-level | intra-task")
       ->capture_default_str();
   app.add_option("--placement", o.placement_name,
@@ -178,10 +181,12 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_flag("--compare", o.compare, "plan every strategy and print the comparison table");
   app.add_option("--trace", o.trace_path,
-                 "write the simulated timeline (compute and communication tracks per device) as a Chrome trace (Perfetto)");
+                 "write the simulated timeline (compute and communication tracks per device) as a Chrome trace (Perfetto)")
+      ->check(spindle::apps::non_empty_path());
   app.add_option("--plot", o.plot_path,
                  "write simulated cluster utilisation over one iteration as SVG: every strategy with --compare, else the "
-                 "one planned");
+                 "one planned")
+      ->check(spindle::apps::non_empty_path());
   app.add_option("--check", o.check_path,
                  "check an existing plan against the model (and the cluster, when --cluster is given) instead of "
                  "planning")
@@ -189,7 +194,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--accept-profile-mismatch", o.accept_profile_mismatch,
                "plan with a profile made for another device or cluster (a warning instead of an error)");
   app.add_option("--lower", o.lower_dir,
-                 "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json");
+                 "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json")
+      ->check(spindle::apps::non_empty_path());
   app.add_flag("--no-overlap", o.no_overlap,
                "plan, simulate and lower for spindle-run --no-overlap: gradient all-reduces after the backward "
                "pass, blocking (default: started during it)");

@@ -19,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/cli_paths.h"
 #include "libplan/cost/analytic.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/io/profile.h"
@@ -249,7 +250,7 @@ int main(int argc, char** argv) {
   bool analytic = false, measure = false;
   app.add_option("MODEL", model_path, "model description (YAML)")->required();
   app.add_option("--cluster", cluster_path, "cluster description (YAML)")->required();
-  app.add_option("-o,--output", out_path, "profile database to write (JSON)")->required();
+  app.add_option("-o,--output", out_path, "profile database to write (JSON)")->required()->check(spindle::apps::non_empty_path());
   auto* a = app.add_flag("--analytic", analytic, "compute from the cluster's device numbers (default)");
   auto* m = app.add_flag("--measure", measure,
                          "time the operators on the local backend (and, under mpirun, the collectives)");

@@ -48,6 +48,7 @@
 #include <mpi.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/cli_paths.h"
 #include "libexec/backend/backend.h"
 #ifdef SPINDLE_HAVE_CUDA
 #include "libexec/backend/cuda/cuda_backend.h"
@@ -845,16 +846,17 @@ int main(int argc, char** argv) {
 
   Args args;
   CLI::App app{"spindle-run: train a model under a wave plan, one MPI rank per device"};
-  app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required();
-  app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required();
+  app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required()->check(spindle::apps::non_empty_path());
+  app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--steps", args.steps, "training steps")->capture_default_str();
   app.add_option("--backend", args.backend, "compute backend: cpu | cuda")->capture_default_str();
   app.add_option("--seed", args.seed, "seed of parameters and synthetic data")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);  // before conversion: "-1" would wrap to 2^64 - 1
   app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)");
-  app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)");
+  app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)")->check(spindle::apps::non_empty_path());
+  app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")
+      ->check(spindle::apps::non_empty_path());
   app.add_flag("--no-overlap", args.no_overlap,
                "all-reduce each gradient bucket after the backward pass, blocking, instead of starting it "
                "during the backward pass (same results; for comparison)");
@@ -868,17 +870,21 @@ int main(int argc, char** argv) {
                  "NCCL: seconds a collective or transfer waits for its peers before the job ends with a message "
                  "naming the rank (a stalled or dead peer)")
       ->capture_default_str();
-  app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)");
+  app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)")->check(spindle::apps::non_empty_path());
   app.add_option("--dump-grads", args.grads_path,
-                 "write every full gradient of the first step trained, after the gradient sync (JSON; for tests)");
+                 "write every full gradient of the first step trained, after the gradient sync (JSON; for tests)")
+      ->check(spindle::apps::non_empty_path());
   CLI::Option* ckpt =
-      app.add_option("--checkpoint", args.checkpoint_dir, "save checkpoints into DIR (step-N directories)");
+      app.add_option("--checkpoint", args.checkpoint_dir, "save checkpoints into DIR (step-N directories)")
+          ->check(spindle::apps::non_empty_path());
   app.add_option("--every", args.every, "save a checkpoint every K steps (and at the end)")
       ->capture_default_str()
       ->needs(ckpt);
   app.add_option("--keep", args.keep, "complete checkpoints to keep (newest)")->capture_default_str()->needs(ckpt);
-  app.add_option("--data", args.data_path, "training data (DATA.yaml, docs/spec/data.md); default: synthetic");
-  CLI::Option* eval = app.add_option("--eval-data", args.eval_path, "evaluation data (same format)");
+  app.add_option("--data", args.data_path, "training data (DATA.yaml, docs/spec/data.md); default: synthetic")
+      ->check(spindle::apps::non_empty_path());
+  CLI::Option* eval =
+      app.add_option("--eval-data", args.eval_path, "evaluation data (same format)")->check(spindle::apps::non_empty_path());
   app.add_option("--eval-every", args.eval_every, "evaluate after every K-th step (and after the last)")
       ->needs(eval)
       ->check(CLI::PositiveNumber);

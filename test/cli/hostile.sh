@@ -57,6 +57,12 @@ outputs)
   expect 2 "-o link.json: is a symbolic link" -- "$profile" model.yaml --cluster cluster.yaml -o link.json
   # An unreadable input that never ends is refused, not read forever.
   expect 2 "larger than" -- "$plan" /dev/zero --cluster cluster.yaml -o p.json
+  # An empty path ("--trace $UNSET" in a script) is refused, not read as
+  # the option left out; nothing is planned or written.
+  for opt in -o --trace --plot --lower; do
+    expect 2 "empty path" -- "$plan" model.yaml --cluster cluster.yaml "$opt" ""
+  done
+  expect 2 "--output: empty path" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o ""
   # Nothing was written by any refusal; a good run still writes.
   ls *.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary file left"; failures=$((failures + 1)); }
   [ -e p.json ] && { echo "FAIL: p.json written by a refused run"; failures=$((failures + 1)); }
@@ -147,6 +153,13 @@ run-paths)
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --dump-params /dev/null
   expect 2 "--metrics adir: is a directory" -- \
     bash -c "mkdir -p adir; $mpiexec --oversubscribe -np 1 $run one.json --model $models/tiny-clip.yaml --steps 2 --metrics adir"
+  # An empty path: "--data $DATA" with DATA unset must not train on
+  # synthetic data and exit 0.
+  for opt in --data --eval-data --metrics --trace --checkpoint --dump-params --dump-grads; do
+    expect 2 "$opt: empty path" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 "$opt" ""
+  done
+  expect 2 "empty path" -- mpi 1 "$run" "" --model "$models/tiny-clip.yaml" --steps 2
+  expect 2 "--output: empty path" -- "$bin/spindle-export" ck -o ""
   if [ -w /dev/full ]; then   # a full disk: the run fails, it does not exit 0
     ln -sf /dev/full full.jsonl
     expect 2 "symbolic link" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --metrics full.jsonl
