@@ -161,6 +161,7 @@ struct Options {
   double bucket_mb = 25;
   int shift_simulations = sp::kShiftSimulations;
   bool cluster_given = false;   // --cluster was passed (else cluster_path is the default)
+  bool bucket_given = false;    // --bucket-mb was passed (--check: else the plan's)
 };
 
 void add_options(CLI::App& app, Options& o) {
@@ -197,10 +198,11 @@ void add_options(CLI::App& app, Options& o) {
                  "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json")
       ->check(spindle::apps::non_empty_path());
   app.add_flag("--no-overlap", o.no_overlap,
-               "plan, simulate and lower for spindle-run --no-overlap: gradient all-reduces after the backward "
-               "pass, blocking (default: started during it)");
+               "plan, simulate and lower with gradient all-reduces after the backward pass, blocking (default: "
+               "started during it); recorded in the plan, which spindle-run follows");
   app.add_option("--bucket-mb", o.bucket_mb,
-                 "gradient buckets of at most this many MiB (as PyTorch DDP's bucket_cap_mb; pass spindle-run the same)")
+                 "gradient buckets of at most this many MiB (as PyTorch DDP's bucket_cap_mb); recorded in the plan, "
+                 "which spindle-run follows")
       ->capture_default_str();
   app.add_flag("--no-early-transfers", o.no_early,
                "each transfer in its wave's exchange, recorded in the plan for spindle-run (default: sent right "
@@ -213,8 +215,9 @@ void add_options(CLI::App& app, Options& o) {
 }
 
 // --check PLAN: the plan checked against the model (and the cluster and the
-// profile when given), and lowered with --lower. Exit code.
-int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& graph, const sp::GradSync& sync) {
+// profile when given), and lowered with --lower as spindle-run would lower
+// it given the same flags (sync_for_run). Exit code.
+int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& graph) {
   auto plan = sp::load_plan(o.check_path);
   if (!plan) return fail(kExitInvalid, plan.error().message);
   std::optional<sp::Cluster> against;
@@ -235,7 +238,15 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", o.check_path.c_str(), plan->strategy.c_str(),
               plan->model_name.c_str(), plan->devices, plan->waves.size(),
               against ? (", cluster " + o.cluster_path).c_str() : "");
-  return o.lower_dir.empty() ? 0 : write_programs(o.lower_dir, *plan, model, graph, sync);
+  if (o.lower_dir.empty()) return 0;
+  sp::SyncFlags flags;
+  flags.no_overlap = o.no_overlap;
+  flags.no_early_transfers = o.no_early;
+  if (o.bucket_given) flags.bucket_bytes = sp::bucket_bytes_of_mb(o.bucket_mb);
+  std::vector<std::string> notes;
+  const sp::GradSync sync = sp::sync_for_run(*plan, flags, notes);
+  for (const std::string& note : notes) std::printf("note      %s\n", note.c_str());
+  return write_programs(o.lower_dir, *plan, model, graph, sync);
 }
 
 // The profile planned with: --profile (refused when made for another device
@@ -349,6 +360,7 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitInvalid;
   }
+  o.bucket_given = app.count("--bucket-mb") > 0;
   if (o.model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
 
   if (sp::Status st = sp::check_bucket_mb(o.bucket_mb); !st) return fail(kExitInvalid, st.error().message);
@@ -371,7 +383,7 @@ int main(int argc, char** argv) {
   auto model = sp::load_model(o.model_path);
   if (!model) return fail(kExitInvalid, model.error().message);
   const sp::OpGraph graph = sp::expand(*model);
-  if (!o.check_path.empty()) return check_existing(o, *model, graph, sync);
+  if (!o.check_path.empty()) return check_existing(o, *model, graph);
 
   auto cluster = sp::load_cluster(o.cluster_path);
   if (!cluster) return fail(kExitInvalid, cluster.error().message);

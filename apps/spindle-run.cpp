@@ -86,6 +86,7 @@ struct Args {
   bool no_overlap = false;     // gradient all-reduces after the backward pass, blocking
   bool no_early = false;       // transfers in their exchanges, not posted early
   double bucket_mb = 25;       // gradient bucket cap, MiB
+  bool bucket_mb_given = false;  // --bucket-mb was passed (else the plan's)
   double comm_timeout_s = 600; // NCCL: how long a call waits for its peers before the job ends
   int steps = 10;
   uint64_t seed = 0;
@@ -465,6 +466,7 @@ struct Runtime {
   std::unique_ptr<se::Executor> executor;
   int gpu = -1;                            // the bound GPU (--backend cuda), else -1
   bool use_nccl = false;
+  std::vector<std::string> sync_notes;     // flags that lower other programs than the plan's (sync_for_run)
 };
 
 // Step 2 of run. --backend cuda binds GPU local_rank % device count
@@ -488,9 +490,12 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   rt.options.seed = args.seed;
   rt.options.adamw.lr = args.lr;
   rt.options.record_trace = !args.trace_path.empty();
-  rt.options.sync.overlap = !args.no_overlap;
-  rt.options.sync.early_transfers = !args.no_early;
-  rt.options.sync.bucket_bytes = sp::bucket_bytes_of_mb(args.bucket_mb);
+  // The gradient sync the plan was simulated with, unless a flag says otherwise.
+  sp::SyncFlags flags;
+  flags.no_overlap = args.no_overlap;
+  flags.no_early_transfers = args.no_early;
+  if (args.bucket_mb_given) flags.bucket_bytes = sp::bucket_bytes_of_mb(args.bucket_mb);
+  rt.options.sync = sp::sync_for_run(*in.plan, flags, rt.sync_notes);
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;
 #ifdef SPINDLE_HAVE_NCCL
@@ -519,7 +524,12 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     std::string list;
     for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
-    if (plan.bucket_starts == sp::BucketStarts::when_ready && !args.no_overlap)
+    for (const std::string& note : rt.sync_notes)
+      std::printf("spindle-run: note: %s; its predictions describe another run\n", note.c_str());
+    if (!rt.options.sync.overlap && !args.no_overlap)
+      std::printf("spindle-run: gradient all-reduces after the backward pass, blocking (the plan's x-lowering: "
+                  "planned with --no-overlap)\n");
+    if (plan.bucket_starts == sp::BucketStarts::when_ready && rt.options.sync.overlap)
       std::printf("spindle-run: gradient buckets start when ready (the plan's x-lowering); rank 0 is in %d, "
                   "with %d communicators of their own\n",
                   rt.executor->buckets(), rt.executor->bucket_communicators());
@@ -861,8 +871,8 @@ int main(int argc, char** argv) {
                "all-reduce each gradient bucket after the backward pass, blocking, instead of starting it "
                "during the backward pass (same results; for comparison)");
   app.add_option("--bucket-mb", args.bucket_mb,
-                 "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (pass spindle-plan the same)")
-      ->capture_default_str();
+                 "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (default: what the plan "
+                 "was made with, spindle-plan --bucket-mb; 25 unless given there)");
   app.add_flag("--no-early-transfers", args.no_early,
                "send each transfer in its wave's exchange instead of right after the compute that made it, "
                "whatever the plan says (same results)");
@@ -905,6 +915,7 @@ int main(int argc, char** argv) {
     if (rank == 0) app.exit(e);
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
+  args.bucket_mb_given = app.count("--bucket-mb") > 0;
 
   try {
     return run(args, rank, size);

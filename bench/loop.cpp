@@ -315,6 +315,7 @@ void compare_replay(const spindle::plan::Plan& plan, const spindle::plan::Model&
     const auto b = boxes.find(step);
     if (b == boxes.end() || !traced_step.count(step)) continue;
     sp::SimOptions options;
+    options.sync = sp::planned_sync(plan);
     for (const sp::Program& program : lowered.programs) {
       std::vector<double>& ms = options.replay_ms.emplace_back(program.instrs.size(), -1.0);
       for (size_t i = 0; i < program.instrs.size(); ++i) {
@@ -389,8 +390,14 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
     std::fprintf(stderr, "loop: %s\n", cost.error().message.c_str());
     return 2;
   }
-  auto sim = sp::simulate_plan(plan, *model, graph, **cost);
-  auto lowered = sp::lower(plan, *model, graph);
+  // The gradient sync the plan was made with, as spindle-run (given no
+  // sync flag, as bench/loop.sh runs it) lowers it.
+  sp::SimOptions planned;
+  planned.sync = sp::planned_sync(plan);
+  sp::LowerOptions lower_options;
+  lower_options.sync = planned.sync;
+  auto sim = sp::simulate_plan(plan, *model, graph, **cost, planned);
+  auto lowered = sp::lower(plan, *model, graph, lower_options);
   if (!sim.ok() || !lowered.ok()) {
     std::fprintf(stderr, "loop: %s\n", (!sim.ok() ? sim.error() : lowered.error()).message.c_str());
     return 2;

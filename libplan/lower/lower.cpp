@@ -1,6 +1,7 @@
 #include "libplan/lower/lower.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <set>
 #include <string_view>
@@ -1037,6 +1038,28 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
   for (size_t i = 0; i < instrs.size(); ++i) out += (i ? ",\n  " : "\n  ") + instrs[i].dump();
   out += instrs.empty() ? "]\n}\n" : "\n ]\n}\n";
   return out;
+}
+
+GradSync sync_for_run(const Plan& plan, const SyncFlags& flags, std::vector<std::string>& notes) {
+  GradSync sync = planned_sync(plan);
+  auto mib = [](int64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", static_cast<double>(bytes) / (1 << 20));
+    return std::string(text);
+  };
+  if (flags.no_overlap && plan.overlap) {
+    sync.overlap = false;
+    notes.push_back("--no-overlap: the plan was simulated with its all-reduces overlapping the backward pass");
+  }
+  if (flags.no_early_transfers && plan.overlap && plan.early_transfers)
+    notes.push_back("--no-early-transfers: the plan was simulated with its transfers posted early");
+  sync.early_transfers = !flags.no_early_transfers;
+  if (flags.bucket_bytes && *flags.bucket_bytes != plan.bucket_bytes) {
+    sync.bucket_bytes = *flags.bucket_bytes;
+    notes.push_back("--bucket-mb " + mib(*flags.bucket_bytes) + ": the plan was simulated with buckets of " +
+                    mib(plan.bucket_bytes) + " MiB (spindle-plan --bucket-mb)");
+  }
+  return sync;
 }
 
 }  // namespace spindle::plan

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -237,7 +238,7 @@ struct GradSync {
   // this many bytes, in the order their gradients become final (latest wave
   // first), as PyTorch DDP cuts its buckets (bucket_cap_mb, 25 MiB by
   // default); a shard larger than this is a piece alone. --bucket-mb.
-  int64_t bucket_bytes = int64_t{25} << 20;
+  int64_t bucket_bytes = kDefaultBucketBytes;
   // With overlap, transfers are posted early as well: each device posts
   // its sends right after the compute that made the rows (post_send) and
   // the receives of an exchange right after the exchange before it
@@ -250,8 +251,7 @@ struct GradSync {
 };
 
 // --bucket-mb: an error naming the flag unless `mb` is in [kMinBucketMb,
-// kMaxBucketMb] (NaN is not); and its value in bytes (at least 1).
-inline constexpr double kMinBucketMb = 0.001, kMaxBucketMb = 1 << 20;
+// kMaxBucketMb] (plan.h; NaN is not); and its value in bytes (at least 1).
 inline Status check_bucket_mb(double mb) {
   if (mb >= kMinBucketMb && mb <= kMaxBucketMb) return {};
   return Error{"--bucket-mb " + std::to_string(mb) + ": expected MiB in [" + std::to_string(kMinBucketMb) + ", " +
@@ -260,6 +260,29 @@ inline Status check_bucket_mb(double mb) {
 inline int64_t bucket_bytes_of_mb(double mb) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::clamp(mb, kMinBucketMb, kMaxBucketMb) * (1 << 20)));
 }
+
+// The GradSync `plan` was made and simulated with (Plan::overlap,
+// Plan::bucket_bytes; early transfers as the plan says,
+// Plan::early_transfers): what spindle-run and `spindle-plan --check
+// --lower` lower unless a flag overrides it.
+inline GradSync planned_sync(const Plan& plan) {
+  GradSync sync;
+  sync.overlap = plan.overlap;
+  sync.bucket_bytes = plan.bucket_bytes;
+  return sync;
+}
+
+// The sync flags a command line gave (spindle-run, spindle-plan --check);
+// a flag not given leaves the plan's choice.
+struct SyncFlags {
+  bool no_overlap = false;             // --no-overlap
+  bool no_early_transfers = false;     // --no-early-transfers
+  std::optional<int64_t> bucket_bytes; // --bucket-mb, when given
+};
+// planned_sync(plan) with each given flag in place of its part. Appends to
+// `notes` a line for each flag that makes the run lower other programs
+// than the planner simulated (its predictions then describe another run).
+GradSync sync_for_run(const Plan& plan, const SyncFlags& flags, std::vector<std::string>& notes);
 
 // What lower() fills beyond the instructions every consumer needs.
 struct LowerOptions {

@@ -66,6 +66,13 @@ struct Predicted {
 // the plan file says which as "x-lowering": {"bucket_starts": "when-ready"}
 // (absent: in-order), so spindle-run lowers the same programs.
 enum class BucketStarts { in_order, when_ready };
+// Gradient buckets (GradSync::bucket_bytes, lower.h): --bucket-mb's default
+// (PyTorch DDP's bucket_cap_mb default, 25 MiB) and range, in MiB and in
+// the bytes bucket_bytes_of_mb makes of them.
+inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;
+inline constexpr double kMinBucketMb = 0.001, kMaxBucketMb = 1 << 20;
+inline constexpr int64_t kMinBucketBytes = static_cast<int64_t>(kMinBucketMb * (1 << 20));   // 1048
+inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 40;
 // The other rule.
 inline BucketStarts other_rule(BucketStarts s) {
   return s == BucketStarts::in_order ? BucketStarts::when_ready : BucketStarts::in_order;
@@ -92,6 +99,13 @@ struct Plan {
   // --no-early-transfers); written as "x-lowering": {"early_transfers":
   // false} (absent: true), so spindle-run lowers the same programs.
   bool early_transfers = true;
+  // How the plan was made to synchronise gradients (GradSync, lower.h:
+  // spindle-plan --no-overlap and --bucket-mb): written as "x-lowering":
+  // {"overlap": false} and {"bucket_bytes": N} when not the defaults, so
+  // that spindle-run, given neither flag, lowers the programs the planner
+  // simulated (planned_sync).
+  bool overlap = true;
+  int64_t bucket_bytes = kDefaultBucketBytes;
   double planning_ms = 0;              // not serialised (keeps bytes deterministic)
 };
 

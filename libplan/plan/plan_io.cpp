@@ -77,6 +77,8 @@ std::string plan_to_json(const Plan& p) {
   if (q.simulated_ms > 0) doc["predicted"]["simulated_ms"] = round_to(q.simulated_ms, kMsDecimals);
   if (p.bucket_starts == BucketStarts::when_ready) doc["x-lowering"]["bucket_starts"] = "when-ready";
   if (!p.early_transfers) doc["x-lowering"]["early_transfers"] = false;
+  if (!p.overlap) doc["x-lowering"]["overlap"] = false;
+  if (p.bucket_bytes != kDefaultBucketBytes) doc["x-lowering"]["bucket_bytes"] = p.bucket_bytes;
   return doc.dump(1) + "\n";
 }
 
@@ -272,7 +274,7 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   }
   if (r.has("x-lowering")) {
     JsonReader lowering = r.at("x-lowering");
-    SPINDLE_TRY(lowering.require_object({}, {"bucket_starts", "early_transfers"}));
+    SPINDLE_TRY(lowering.require_object({}, {"bucket_starts", "early_transfers", "overlap", "bucket_bytes"}));
     if (lowering.has("bucket_starts")) {
       SPINDLE_ASSIGN(starts, lowering.at("bucket_starts").get_string());
       if (starts == "when-ready") p.bucket_starts = BucketStarts::when_ready;
@@ -282,6 +284,18 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
     if (lowering.has("early_transfers")) {
       SPINDLE_ASSIGN(early, lowering.at("early_transfers").get_bool());
       p.early_transfers = early;
+    }
+    if (lowering.has("overlap")) {
+      SPINDLE_ASSIGN(overlap, lowering.at("overlap").get_bool());
+      p.overlap = overlap;
+    }
+    if (lowering.has("bucket_bytes")) {
+      // --bucket-mb's range, in bytes (plan.h).
+      SPINDLE_ASSIGN(bytes, lowering.at("bucket_bytes").get_int());
+      if (bytes < kMinBucketBytes || bytes > kMaxBucketBytes)
+        return lowering.at("bucket_bytes").error("expected bytes from " + std::to_string(kMinBucketBytes) + " to " +
+                                                 std::to_string(kMaxBucketBytes) + ", found " + std::to_string(bytes));
+      p.bucket_bytes = bytes;
     }
   }
   return p;

@@ -498,6 +498,8 @@ Plan plan_header(const PlanRequest& request, const Prepared& p) {
   plan.devices_per_island = cluster.devices_per_island;
   plan.memory_bytes = cluster.memory_bytes();
   plan.profile_sha256 = request.profile_sha256;
+  plan.overlap = request.sync.overlap;
+  plan.bucket_bytes = request.sync.bucket_bytes;
   for (const MetaOp& m : p.contraction.metaops) {
     PlanMetaOp pm;
     pm.id = m.id;

@@ -116,7 +116,7 @@ run-flags)
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed -1
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed 1e30
   [ -e ck ] && { echo "FAIL: checkpoint folder made by a refused run"; failures=$((failures + 1)); }
-  # Both programs check --bucket-mb with sp::valid_bucket_mb: spindle-run
+  # Both programs check --bucket-mb with sp::check_bucket_mb: spindle-run
   # (each case an mpirun, ~2 s) with two, spindle-plan with all of them.
   for mb in nan 0; do
     expect 2 "--bucket-mb" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --bucket-mb "$mb"
@@ -138,6 +138,20 @@ run-flags)
   [ -e sh.json ] && { echo "FAIL: a plan written with a refused --shift-simulations"; failures=$((failures + 1)); }
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o sh.json --shift-simulations 0
   [ -e sh.json ] || { echo "FAIL: no plan with --shift-simulations 0"; failures=$((failures + 1)); }
+  # Careless, not hostile: a plan made with --no-overlap --bucket-mb 0.01
+  # run without those flags runs what was planned (the plan's x-lowering),
+  # not spindle-run's defaults: blocking all-reduces, one trace box per
+  # bucket of the planned program.
+  "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --no-overlap --bucket-mb 0.01 \
+    -o sync.json --lower sync-programs >/dev/null || exit 1
+  expect 0 "" -- mpi 2 "$run" sync.json --model "$models/tiny-clip.yaml" --steps 1 --trace sync-trace.json
+  grep -q "blocking (the plan's x-lowering: planned with --no-overlap)" out.txt ||
+    { echo "FAIL: no line for the plan's --no-overlap"; failures=$((failures + 1)); }
+  planned=$(grep -c '"allreduce"' sync-programs/device-0.json)
+  ran=$(python3 -c "import json, sys; print(sum(1 for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('name') == 'gradient sync' and e.get('pid') == 0))" sync-trace.json)
+  if [ "$planned" -lt 2 ] || [ "$ran" != "$planned" ]; then
+    echo "FAIL: rank 0 ran $ran bucket all-reduces, the plan's program has $planned"; failures=$((failures + 1))
+  fi
   ;;
 run-paths)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1

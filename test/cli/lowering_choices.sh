@@ -49,3 +49,22 @@ grep -q '^widths    relaxed [0-9.]* ms with no MetaOp wider than in this plan: c
   fail "qwen-val-3: no widths line: $(cat qwen.txt)"
 grep -q '^widths' clip.txt && fail "multitask-clip-10: a widths line where the widths reach the relaxed optimum"
 echo "PASS: the widths line for the capped plan only"
+
+# The gradient sync a plan was made with (--no-overlap, --bucket-mb) is in
+# the plan too, and what the plan's readers lower by default:
+# `--check --lower` without the flags writes the programs the planner
+# lowered (spindle-run resolves its flags with the same sync_for_run); a
+# flag given there overrides the plan's, with a note.
+tiny="$models/tiny-clip.yaml"; two="$clusters/cpu-1x2.yaml"
+"$plan" "$tiny" --cluster "$two" --no-overlap --bucket-mb 0.01 -o sync.json --lower planned >/dev/null
+grep -q '"overlap": false' sync.json || fail "--no-overlap is not in the plan"
+grep -q '"bucket_bytes": 10485' sync.json || fail "--bucket-mb 0.01 is not in the plan"
+"$plan" "$tiny" --cluster "$two" --check sync.json --lower checked > checked.txt
+diff -r planned checked >/dev/null || fail "--check --lower without flags lowers other programs than the planner's"
+grep -q '^note' checked.txt && fail "a note without a flag: $(cat checked.txt)"
+[ "$(grep -c '"allreduce"' planned/device-0.json)" -ge 2 ] || fail "--bucket-mb 0.01 made fewer than 2 buckets"
+"$plan" "$tiny" --cluster "$two" --check sync.json --lower default --bucket-mb 25 > default.txt
+diff -r planned default >/dev/null && fail "--bucket-mb 25 on --check lowered the plan's buckets"
+grep -q '^note      --bucket-mb 25: the plan was simulated with buckets of 0.01 MiB' default.txt ||
+  fail "no note for --bucket-mb 25: $(cat default.txt)"
+echo "PASS: the plan's gradient sync recorded and lowered by default"

@@ -149,3 +149,44 @@ TEST_CASE("plan JSON: x-lowering.early_transfers is written when false, read bac
     CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering.early_transfers"));
   }
 }
+
+TEST_CASE("plan JSON: x-lowering.overlap and bucket_bytes are written when not the defaults, read back, and checked",
+          "[plan_io]") {
+  Fixture f;
+  sp::Plan plan = f.plan();
+  CHECK(plan.overlap);
+  CHECK(plan.bucket_bytes == sp::kDefaultBucketBytes);
+  CHECK(sp::plan_to_json(plan).find("x-lowering") == std::string::npos);   // the defaults: absent
+  plan.overlap = false;
+  plan.bucket_bytes = 10485;   // --bucket-mb 0.01
+  const std::string text = sp::plan_to_json(plan);
+  nlohmann::json doc = nlohmann::json::parse(text);
+  CHECK(doc["x-lowering"] == nlohmann::json{{"overlap", false}, {"bucket_bytes", 10485}});
+  auto back = sp::parse_plan_string(text, "p.json");
+  REQUIRE(back.ok());
+  CHECK_FALSE(back->overlap);
+  CHECK(back->bucket_bytes == 10485);
+  CHECK(sp::plan_to_json(*back) == text);
+  // --bucket-mb's range in bytes: its ends pass, one byte beyond refused.
+  for (int64_t ok : {sp::kMinBucketBytes, sp::kMaxBucketBytes, sp::bucket_bytes_of_mb(sp::kMinBucketMb),
+                     sp::bucket_bytes_of_mb(sp::kMaxBucketMb)}) {
+    nlohmann::json d = doc;
+    d["x-lowering"]["bucket_bytes"] = ok;
+    auto r = sp::parse_plan_string(d.dump(), "p.json");
+    REQUIRE(r.ok());
+    CHECK(r->bucket_bytes == ok);
+  }
+  for (const nlohmann::json& bad : {nlohmann::json(sp::kMinBucketBytes - 1), nlohmann::json(sp::kMaxBucketBytes + 1),
+                                    nlohmann::json(0), nlohmann::json(-5), nlohmann::json(1.5), nlohmann::json("25")}) {
+    nlohmann::json d = doc;
+    d["x-lowering"]["bucket_bytes"] = bad;
+    auto r = sp::parse_plan_string(d.dump(), "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering.bucket_bytes"));
+  }
+  nlohmann::json d = doc;
+  d["x-lowering"]["overlap"] = "no";
+  auto r = sp::parse_plan_string(d.dump(), "p.json");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("x-lowering.overlap"));
+}

@@ -628,3 +628,46 @@ TEST_CASE("program JSON: versioned, one document per device, with the byte total
     CHECK(doc.at("instructions").size() == l->programs[static_cast<size_t>(d)].instrs.size());
   }
 }
+
+TEST_CASE("sync_for_run: the plan's gradient sync unless a flag overrides it, with a note for each that does") {
+  sp::Plan plan;
+  plan.overlap = true;
+  plan.early_transfers = true;
+  plan.bucket_bytes = 10485;
+  std::vector<std::string> notes;
+  // No flag: what the plan was made with.
+  sp::GradSync sync = sp::sync_for_run(plan, {}, notes);
+  CHECK(sync == sp::planned_sync(plan));
+  CHECK(sync.overlap);
+  CHECK(sync.early_transfers);
+  CHECK(sync.bucket_bytes == 10485);
+  CHECK(notes.empty());
+  // The plan's own value given again: no note.
+  sp::SyncFlags same;
+  same.bucket_bytes = 10485;
+  sync = sp::sync_for_run(plan, same, notes);
+  CHECK(sync.bucket_bytes == 10485);
+  CHECK(notes.empty());
+  // Each flag that changes the programs: in effect, and noted.
+  sp::SyncFlags all;
+  all.no_overlap = true;
+  all.no_early_transfers = true;
+  all.bucket_bytes = sp::kDefaultBucketBytes;
+  sync = sp::sync_for_run(plan, all, notes);
+  CHECK_FALSE(sync.overlap);
+  CHECK_FALSE(sync.early_transfers);
+  CHECK(sync.bucket_bytes == sp::kDefaultBucketBytes);
+  REQUIRE(notes.size() == 3);
+  CHECK_THAT(notes[0], Catch::Contains("--no-overlap"));
+  CHECK_THAT(notes[1], Catch::Contains("--no-early-transfers"));
+  CHECK_THAT(notes[2], Catch::Contains("--bucket-mb 25") && Catch::Contains("0.01 MiB"));
+  // A plan made with --no-overlap runs blocking without the flag; the flag
+  // then changes nothing and is not noted.
+  notes.clear();
+  plan.overlap = false;
+  CHECK_FALSE(sp::sync_for_run(plan, {}, notes).overlap);
+  sp::SyncFlags blocking;
+  blocking.no_overlap = true;
+  CHECK_FALSE(sp::sync_for_run(plan, blocking, notes).overlap);
+  CHECK(notes.empty());
+}
