@@ -226,8 +226,9 @@ struct Lowered {
 // name the model's operators; errors name the plan and the offending slice
 // or operator (a plan that passed check_plan_status lowers without error).
 // How gradients are synchronised; the planner, the simulation and
-// spindle-run must use the same (spindle-plan and spindle-run take the same
-// --no-overlap and --bucket-mb).
+// spindle-run must use the same: spindle-plan records its --no-overlap and
+// --bucket-mb in the plan (Plan::overlap, Plan::bucket_bytes) and
+// spindle-run lowers with them (planned_sync, sync_for_run).
 struct GradSync {
   // Gradient all-reduces overlap the backward pass (allreduce_start as
   // early as the bucket's gradients allow, allreduce_wait before the
