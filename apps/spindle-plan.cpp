@@ -212,6 +212,13 @@ void add_options(CLI::App& app, Options& o) {
                  "step 9); 0: none")
       ->check(CLI::Range(0, sp::kMaxShiftSimulations))
       ->capture_default_str();
+  // --check plans nothing: an option only planning reads is refused with it
+  // (exit 2), not ignored: `--check P --trace T` would otherwise exit 0
+  // and write no trace.
+  CLI::Option* check = app.get_option("--check");
+  for (const char* name : {"--output", "--strategy", "--placement", "--compare", "--trace", "--plot",
+                           "--accept-profile-mismatch", "--shift-simulations"})
+    check->excludes(app.get_option(name));
 }
 
 // --check PLAN: the plan checked against the model (and the cluster and the

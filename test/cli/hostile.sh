@@ -71,6 +71,15 @@ outputs)
 check-cluster)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --check two.json --cluster "$clusters/cpu-1x2.yaml"
+  # --check plans nothing: what only planning reads is refused, not ignored.
+  for opt in "-o x.json" "--trace t.json" "--plot p.svg" "--compare" "--strategy sequential" \
+             "--placement sequential" "--shift-simulations 3" "--accept-profile-mismatch"; do
+    # shellcheck disable=SC2086  # each case is a flag and its value
+    expect 2 "excludes" -- "$plan" "$models/tiny-clip.yaml" --check two.json $opt
+  done
+  for f in x.json t.json p.svg; do
+    [ -e "$f" ] && { echo "FAIL: $f written by a refused --check"; failures=$((failures + 1)); }
+  done
   expect 2 "cluster.devices: the plan is for 2 devices, cluster 'cpu-1x4' has 4" -- \
     "$plan" "$models/tiny-clip.yaml" --check two.json --cluster "$clusters/cpu-1x4.yaml"
   # An island size that does not divide the device count.
