@@ -526,13 +526,21 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
     for (const std::string& note : rt.sync_notes)
       std::printf("spindle-run: note: %s; its predictions describe another run\n", note.c_str());
-    if (!rt.options.sync.overlap && !args.no_overlap)
-      std::printf("spindle-run: gradient all-reduces after the backward pass, blocking (the plan's x-lowering: "
-                  "planned with --no-overlap)\n");
-    if (plan.bucket_starts == sp::BucketStarts::when_ready && rt.options.sync.overlap)
-      std::printf("spindle-run: gradient buckets start when ready (the plan's x-lowering); rank 0 is in %d, "
-                  "with %d communicators of their own\n",
-                  rt.executor->buckets(), rt.executor->bucket_communicators());
+    // The gradient sync in effect (sync_for_run: the plan's unless a flag
+    // overrode it), as DDP users look for their bucket layout.
+    const sp::GradSync& sync = rt.options.sync;
+    std::string how;
+    if (!sync.overlap)
+      how = std::string("after the backward pass, blocking") +
+            (args.no_overlap ? " (--no-overlap)" : " (the plan's x-lowering: planned with --no-overlap)");
+    else if (plan.bucket_starts == sp::BucketStarts::when_ready)
+      how = "during the backward pass, each started when ready (the plan's x-lowering), on " +
+            std::to_string(rt.executor->bucket_communicators()) + " communicators of their own";
+    else
+      how = "during the backward pass, started in one global order";
+    const int buckets = rt.executor->buckets();
+    std::printf("spindle-run: gradient sync: rank 0 all-reduces %d bucket%s of at most %.3g MiB, %s\n", buckets,
+                buckets == 1 ? "" : "s", static_cast<double>(sync.bucket_bytes) / (1 << 20), how.c_str());
     if (rt.gpu >= 0)
       std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", rt.gpu,
                   rt.use_nccl ? "NCCL" : "MPI (host-staged)");

@@ -154,7 +154,7 @@ run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --no-overlap --bucket-mb 0.01 \
     -o sync.json --lower sync-programs >/dev/null || exit 1
   expect 0 "" -- mpi 2 "$run" sync.json --model "$models/tiny-clip.yaml" --steps 1 --trace sync-trace.json
-  grep -q "blocking (the plan's x-lowering: planned with --no-overlap)" out.txt ||
+  grep -q "^spindle-run: gradient sync: rank 0 all-reduces [0-9]* buckets of at most 0.01 MiB, after the backward pass, blocking (the plan's x-lowering: planned with --no-overlap)" out.txt ||
     { echo "FAIL: no line for the plan's --no-overlap"; failures=$((failures + 1)); }
   planned=$(grep -c '"allreduce"' sync-programs/device-0.json)
   ran=$(python3 -c "import json, sys; print(sum(1 for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('name') == 'gradient sync' and e.get('pid') == 0))" sync-trace.json)
