@@ -132,6 +132,34 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
 
+// --lower DIR must not hold the programs of a plan for more devices:
+// DIR/device-D.json with D >= `devices` would sit beside this plan's and
+// read as part of it. Refused before anything is written, naming them
+// (nothing is removed: they may be what the user wanted to keep).
+sp::Status check_no_stale_programs(const std::string& dir, int devices) {
+  std::vector<int> stale;
+  std::error_code ec;   // a folder that does not exist yet holds nothing
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = "device-", suffix = ".json";
+    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (const int d = std::stoi(digits); d >= devices) stale.push_back(d);
+  }
+  if (stale.empty()) return {};
+  std::sort(stale.begin(), stale.end());
+  const std::string first = "device-" + std::to_string(stale.front()) + ".json";
+  const std::string held = stale.size() == 1 ? first
+                                             : first + " .. device-" + std::to_string(stale.back()) + ".json (" +
+                                                   std::to_string(stale.size()) + " files)";
+  return sp::Error{"--lower " + dir + ": holds " + held + ", programs of a plan for more than " +
+                   std::to_string(devices) + " devices; remove them or name another folder"};
+}
+
 // --lower DIR: the plan's per-device programs (libplan/lower), one file per
 // device, DIR/device-D.json, each written atomically. Exit code or 0.
 int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph,
@@ -242,6 +270,9 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   }
   sp::Status st = sp::check_plan_status(*plan, model, graph, o.check_path, against ? &*against : nullptr);
   if (!st) return fail(kExitInvalid, st.error().message);
+  if (!o.lower_dir.empty())
+    if (sp::Status stale = check_no_stale_programs(o.lower_dir, plan->devices); !stale)
+      return fail(kExitInvalid, stale.error().message);
   std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", o.check_path.c_str(), plan->strategy.c_str(),
               plan->model_name.c_str(), plan->devices, plan->waves.size(),
               against ? (", cluster " + o.cluster_path).c_str() : "");
@@ -395,6 +426,9 @@ int main(int argc, char** argv) {
   auto cluster = sp::load_cluster(o.cluster_path);
   if (!cluster) return fail(kExitInvalid, cluster.error().message);
   if (sp::Status st = sp::check_model_fits_cluster(*model, *cluster); !st) return fail(kExitInvalid, st.error().message);
+  if (!o.lower_dir.empty())   // the plan is for the cluster's devices (a share of its islands too)
+    if (sp::Status st = check_no_stale_programs(o.lower_dir, cluster->devices()); !st)
+      return fail(kExitInvalid, st.error().message);
   auto profile = profile_for(o, *model, graph, *cluster);
   if (!profile) return fail(kExitInvalid, profile.error().message);
   auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);

@@ -63,6 +63,18 @@ outputs)
     expect 2 "empty path" -- "$plan" model.yaml --cluster cluster.yaml "$opt" ""
   done
   expect 2 "--output: empty path" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o ""
+  # --lower into a folder holding a larger plan's programs: refused before
+  # anything is written (the stale device-2/3.json would read as part of
+  # the new plan); the same device count again overwrites.
+  "$plan" model.yaml --cluster cluster.yaml -o four.json --lower programs >/dev/null || exit 1
+  sed 's/^name: .*/name: cpu-1x2/; s/^devices_per_island: .*/devices_per_island: 2/' cluster.yaml > two.yaml
+  expect 2 "holds device-2.json .. device-3.json (2 files), programs of a plan for more than 2 devices" -- \
+    "$plan" model.yaml --cluster two.yaml -o two.json --lower programs
+  [ -e two.json ] && { echo "FAIL: two.json written by a refused --lower"; failures=$((failures + 1)); }
+  expect 0 "" -- "$plan" model.yaml --cluster two.yaml -o two.json
+  expect 2 "holds device-2.json .. device-3.json" -- "$plan" model.yaml --check two.json --lower programs
+  expect 0 "" -- "$plan" model.yaml --check four.json --lower programs
+  rm two.json
   # Nothing was written by any refusal; a good run still writes.
   ls *.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary file left"; failures=$((failures + 1)); }
   [ -e p.json ] && { echo "FAIL: p.json written by a refused run"; failures=$((failures + 1)); }
