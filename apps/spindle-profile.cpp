@@ -48,6 +48,7 @@ constexpr int kExitInvalid = 2;
 
 // Parses "1,2,4,8" into counts; false on anything else.
 bool parse_counts(const std::string& text, std::vector<int>& out) {
+  if (text.empty() || text.back() == ',') return false;   // getline gives no empty last item
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -271,7 +272,9 @@ int main(int argc, char** argv) {
   }
 
   std::vector<int> counts;
-  if (!devices_text.empty() && !parse_counts(devices_text, counts)) {
+  // Given at all, it must hold counts: --devices "$COUNTS" with COUNTS unset
+  // is an error, not every count.
+  if (app.count("--devices") > 0 && !parse_counts(devices_text, counts)) {
     std::fprintf(stderr, "spindle-profile: --devices: expected positive integers separated by commas, found '%s'\n",
                  devices_text.c_str());
     return kExitInvalid;

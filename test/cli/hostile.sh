@@ -63,6 +63,19 @@ outputs)
     expect 2 "empty path" -- "$plan" model.yaml --cluster cluster.yaml "$opt" ""
   done
   expect 2 "--output: empty path" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o ""
+  # --devices: given, it must list counts ("$COUNTS" unset is not "every count").
+  for list in "" "2," ",2" "1,,2" "-1" "x"; do
+    expect 2 "--devices: expected positive integers" -- \
+      "$profile" model.yaml --cluster cluster.yaml --analytic -o prof.json --devices "$list"
+  done
+  expect 2 "strictly increasing" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o prof.json --devices 2,1
+  expect 2 "outside 1..4" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o prof.json --devices 8
+  [ -e prof.json ] && { echo "FAIL: prof.json written by a refused --devices"; failures=$((failures + 1)); }
+  expect 0 "" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o prof.json --devices 1,2
+  counts=$(python3 -c "import json, sys; print(sorted({p['devices'] for e in json.load(open(sys.argv[1]))['entries'] for p in e['points']}))" prof.json)
+  [ "$counts" = "[1, 2]" ] ||
+    { echo "FAIL: --devices 1,2 profiled the counts $counts"; failures=$((failures + 1)); }
+  rm -f prof.json
   # --lower into a folder holding a larger plan's programs: refused before
   # anything is written (the stale device-2/3.json would read as part of
   # the new plan); the same device count again overwrites.
