@@ -35,11 +35,37 @@ std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
   return out;
 }
 
+namespace {
+
+// An error when `out_path` lies inside a checkpoint step folder of
+// `checkpoint`: the step read, or (given a checkpoint folder) any folder in
+// it, whose step folders a later --resume, --keep or --overwrite reads or
+// deletes. Writing there could replace the manifest or a shard of the
+// checkpoint being exported. A file directly in the checkpoint folder is
+// fine.
+plan::Status check_outside_checkpoint(const std::string& checkpoint, bool is_step, const std::string& out_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(fs::absolute(checkpoint, ec), ec);
+  const fs::path out = fs::weakly_canonical(fs::absolute(out_path, ec), ec);
+  if (ec) return {};
+  const fs::path rel = out.lexically_relative(base);
+  if (rel.empty() || *rel.begin() == "..") return {};
+  const size_t depth = static_cast<size_t>(std::distance(rel.begin(), rel.end()));
+  if (!is_step && depth < 2) return {};
+  return plan::Error{"-o " + out_path + ": inside the checkpoint " + (is_step ? checkpoint : (base / *rel.begin()).string()) +
+                     " (refused: it would change a checkpoint); write it elsewhere"};
+}
+
+}  // namespace
+
 plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, const std::string& out_path,
                                               bool* write_failed) {
   *write_failed = false;
   std::string step_dir = checkpoint;
   std::error_code ec;
+  const bool is_step = std::filesystem::exists(std::filesystem::path(checkpoint) / "manifest.json", ec);
+  if (plan::Status st = check_outside_checkpoint(checkpoint, is_step, out_path); !st.ok()) return st.error();
   if (!std::filesystem::exists(std::filesystem::path(checkpoint) / "manifest.json", ec)) {
     if (!std::filesystem::is_directory(checkpoint, ec))
       return plan::Error{checkpoint + ": not a checkpoint directory (missing or not a directory)"};

@@ -182,6 +182,38 @@ TEST_CASE("export: a missing, empty or corrupt checkpoint is refused naming the 
   CHECK_FALSE(fs::exists(dir.path / "no-dir"));
 }
 
+TEST_CASE("export: an output inside a checkpoint's step folder is refused, the checkpoint unchanged", "[export]") {
+  TempDir dir("export-inside");
+  REQUIRE(save_checkpoint((dir.path / "ck").string(), export_meta(), export_state(), 2).ok());
+  REQUIRE(save_checkpoint((dir.path / "ck").string(), export_meta(), export_state(), 3).ok());
+  const fs::path step = dir.path / "ck" / "step-000003";
+  const std::string manifest = *sp::read_file((step / "manifest.json").string());
+  bool write_failed = true;
+  // Its own manifest (the bug: the export replaced it), a new file in the
+  // step read, and a file in an older step folder of the checkpoint folder.
+  for (const auto& [checkpoint, out] : std::vector<std::pair<fs::path, fs::path>>{
+           {dir.path / "ck", step / "manifest.json"},
+           {step, step / "manifest.json"},
+           {step, step / "w.safetensors"},
+           {dir.path / "ck", dir.path / "ck" / "step-000002" / "w.safetensors"}}) {
+    INFO(checkpoint.string() << " -> " << out.string());
+    auto r = export_checkpoint(checkpoint.string(), out.string(), &write_failed);
+    REQUIRE_FALSE(r.ok());
+    CHECK_FALSE(write_failed);
+    CHECK_THAT(r.error().message, Catch::Contains("inside the checkpoint"));
+  }
+  CHECK(*sp::read_file((step / "manifest.json").string()) == manifest);
+  CHECK_FALSE(fs::exists(step / "w.safetensors"));
+  CHECK_FALSE(fs::exists(dir.path / "ck" / "step-000002" / "w.safetensors"));
+  // Beside the steps, in the checkpoint folder itself: allowed, and a
+  // later export still finds the newest step.
+  REQUIRE(export_checkpoint((dir.path / "ck").string(), (dir.path / "ck" / "model.safetensors").string(),
+                            &write_failed).ok());
+  auto again = export_checkpoint((dir.path / "ck").string(), (dir.path / "m2.safetensors").string(), &write_failed);
+  REQUIRE(again.ok());
+  CHECK(again->step == 3);
+}
+
 TEST_CASE("export: a trained tiny-clip exports every parameter under its documented name", "[export]") {
   const auto model = sp::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/tiny-clip.yaml");
   REQUIRE(model.ok());
