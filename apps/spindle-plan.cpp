@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -137,18 +138,14 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
 // read as part of it. Refused before anything is written, naming them
 // (nothing is removed: they may be what the user wanted to keep).
 sp::Status check_no_stale_programs(const std::string& dir, int devices) {
+  static const std::regex program_file(R"(device-(\d{1,9})\.json)");
   std::vector<int> stale;
   std::error_code ec;   // a folder that does not exist yet holds nothing
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const std::string prefix = "device-", suffix = ".json";
-    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    if (const int d = std::stoi(digits); d >= devices) stale.push_back(d);
+    std::smatch m;
+    if (std::regex_match(name, m, program_file))
+      if (const int d = std::stoi(m[1].str()); d >= devices) stale.push_back(d);
   }
   if (stale.empty()) return {};
   std::sort(stale.begin(), stale.end());
@@ -277,10 +274,8 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
               plan->model_name.c_str(), plan->devices, plan->waves.size(),
               against ? (", cluster " + o.cluster_path).c_str() : "");
   if (o.lower_dir.empty()) return 0;
-  sp::SyncFlags flags;
-  flags.no_overlap = o.no_overlap;
-  flags.no_early_transfers = o.no_early;
-  if (o.bucket_given) flags.bucket_bytes = sp::bucket_bytes_of_mb(o.bucket_mb);
+  const sp::SyncFlags flags{o.no_overlap, o.no_early,
+                            o.bucket_given ? std::optional(sp::bucket_bytes_of_mb(o.bucket_mb)) : std::nullopt};
   std::vector<std::string> notes;
   const sp::GradSync sync = sp::sync_for_run(*plan, flags, notes);
   for (const std::string& note : notes) std::printf("note      %s\n", note.c_str());

@@ -491,10 +491,8 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   rt.options.adamw.lr = args.lr;
   rt.options.record_trace = !args.trace_path.empty();
   // The gradient sync the plan was simulated with, unless a flag says otherwise.
-  sp::SyncFlags flags;
-  flags.no_overlap = args.no_overlap;
-  flags.no_early_transfers = args.no_early;
-  if (args.bucket_mb_given) flags.bucket_bytes = sp::bucket_bytes_of_mb(args.bucket_mb);
+  const sp::SyncFlags flags{args.no_overlap, args.no_early,
+                            args.bucket_mb_given ? std::optional(sp::bucket_bytes_of_mb(args.bucket_mb)) : std::nullopt};
   rt.options.sync = sp::sync_for_run(*in.plan, flags, rt.sync_notes);
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;

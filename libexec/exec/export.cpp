@@ -66,7 +66,7 @@ plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, con
   std::error_code ec;
   const bool is_step = std::filesystem::exists(std::filesystem::path(checkpoint) / "manifest.json", ec);
   if (plan::Status st = check_outside_checkpoint(checkpoint, is_step, out_path); !st.ok()) return st.error();
-  if (!std::filesystem::exists(std::filesystem::path(checkpoint) / "manifest.json", ec)) {
+  if (!is_step) {
     if (!std::filesystem::is_directory(checkpoint, ec))
       return plan::Error{checkpoint + ": not a checkpoint directory (missing or not a directory)"};
     const std::vector<int64_t> steps = list_checkpoints(checkpoint);
