@@ -26,8 +26,10 @@ std::vector<At> chain_of(const Plan& plan, int metaop) {
   return at;
 }
 
-// Every cut of every MetaOp with two slices or more, both ways; MetaOps by
-// device-ms, most first (ties: the lower id).
+// The scan's list: every cut of every MetaOp with two slices or more, both
+// ways, MetaOps by device-ms, most first (ties: the lower id), with each
+// wave's two wave shifts among them (below). Empty when no MetaOp has a
+// cut.
 std::vector<Shift> all_shifts(const Plan& plan) {
   std::vector<double> work(plan.metaops.size(), 0);
   std::vector<int> slices(plan.metaops.size(), 0);
@@ -41,18 +43,53 @@ std::vector<Shift> all_shifts(const Plan& plan) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return work[static_cast<size_t>(a)] > work[static_cast<size_t>(b)]; });
-  std::vector<Shift> shifts;
+  std::vector<Shift> singles;
   for (int m : order)
     for (int cut = 0; cut + 1 < slices[static_cast<size_t>(m)]; ++cut) {
-      shifts.push_back({m, cut, true});
-      shifts.push_back({m, cut, false});
+      singles.push_back({m, cut, true});
+      singles.push_back({m, cut, false});
     }
+  if (singles.empty()) return singles;
+  // Each wave's two wave shifts, waves in order, one before each
+  // kSinglesPerWaveShift single shifts: under a budget neither kind waits
+  // for the other's whole list.
+  std::vector<Shift> shifts;
+  size_t next = 0;
+  for (size_t w = 0; w < plan.waves.size(); ++w)
+    for (bool forward : {true, false}) {
+      shifts.push_back({0, 0, forward, static_cast<int>(w)});
+      for (int k = 0; k < kSinglesPerWaveShift && next < singles.size(); ++k) shifts.push_back(singles[next++]);
+    }
+  shifts.insert(shifts.end(), singles.begin() + static_cast<std::ptrdiff_t>(next), singles.end());
   return shifts;
+}
+
+// The single shifts of wave shift `s`: every cut right after a slice of
+// its wave, in the wave's slice order.
+std::vector<Shift> cuts_after(const Plan& plan, const Shift& s) {
+  std::vector<Shift> cuts;
+  const size_t w = static_cast<size_t>(s.wave);
+  if (w >= plan.waves.size()) return cuts;
+  for (size_t k = 0; k < plan.waves[w].slices.size(); ++k) {
+    const int metaop = plan.waves[w].slices[k].metaop;
+    const std::vector<At> chain = chain_of(plan, metaop);
+    for (size_t c = 0; c + 1 < chain.size(); ++c)
+      if (chain[c].wave == w && chain[c].slice == k) cuts.push_back({metaop, static_cast<int>(c), s.forward});
+  }
+  return cuts;
 }
 
 }  // namespace
 
 bool apply_shift(Plan& plan, const Shift& s) {
+  if (s.wave >= 0) {
+    const std::vector<Wave> before = plan.waves;
+    int applied = 0;
+    for (const Shift& cut : cuts_after(plan, s)) applied += apply_shift(plan, cut) ? 1 : 0;
+    if (applied >= 2) return true;
+    plan.waves = before;
+    return false;
+  }
   const std::vector<At> chain = chain_of(plan, s.metaop);
   if (s.cut < 0 || static_cast<size_t>(s.cut) + 1 >= chain.size()) return false;
   const At at_a = chain[static_cast<size_t>(s.cut)], at_b = chain[static_cast<size_t>(s.cut) + 1];
@@ -83,7 +120,9 @@ int shift_budget(const Plan& plan, int max) {
       for (int d : s.devices)
         if (d >= 0 && d < plan.devices) used[static_cast<size_t>(d)] = 1;
   const int devices = static_cast<int>(std::count(used.begin(), used.end(), 1));
-  return std::min(max, kShiftDevices / std::max(devices, 1));
+  const int singles = std::min(max, kShiftDevices / std::max(devices, 1));
+  const int wave_shifts = static_cast<int>(std::min<size_t>(2 * plan.waves.size(), static_cast<size_t>(std::max(singles, 0))));
+  return singles + wave_shifts;
 }
 
 Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_simulations,

@@ -18,9 +18,10 @@
 
 namespace spindle::plan {
 
-// How many simulations the planner spends on boundary shifts per plan
+// How many simulations the planner spends on single boundary shifts per plan
 // (PlanRequest::shift_simulations' default; --shift-simulations takes 0 to
-// kMaxShiftSimulations), before kShiftDevices caps it. On multitask-clip-10,
+// kMaxShiftSimulations), before kShiftDevices caps it (wave shifts get
+// their own on top: shift_budget). On multitask-clip-10,
 // a800-8x8, 64 (the cap there) take its plan from 180.9 to 172.9 ms. On 32
 // devices and fewer 128 fit under the cap, and they took ofasys-7 on
 // a800-2x8 from a compute gap of 3.05% to 2.98% and 314.7 to 314.3 ms, and
@@ -35,6 +36,11 @@ inline constexpr int kMaxShiftSimulations = 1 << 20;
 inline constexpr int kShiftDevices = 4096;
 // Shifts simulated side by side (the development machine has 2 cores).
 inline constexpr int kShiftBatch = 2;
+// The scan's list puts one wave shift before each this many single shifts
+// (before each 2, a bench/paper compute gap grew past 3%; before each 3,
+// 6 of 14 plans gained, more than before each 4, 6 or 8;
+// docs/planner.md, "Wave shifts").
+inline constexpr int kSinglesPerWaveShift = 3;
 
 // The two makespans of one plan (ms): `ms`, with communication priced, and
 // `compute_ms`, with communication and optimizer steps priced at 0 (what
@@ -57,10 +63,17 @@ using ShiftFits = std::function<bool(const Plan& plan)>;
 
 // One shift: slice `cut` of a MetaOp's chain gives its last operator to
 // slice cut + 1 (forward), or slice cut + 1 gives its first to slice cut.
+// A *wave shift* (wave >= 0; metaop and cut unused) makes that move at
+// every cut right after a slice of plan.waves[wave], all in the same
+// direction: the wave ends one operator sooner (forward) or later on every
+// chain that goes on after it. Where several chains tie on the makespan,
+// or one chain's devices wait for another's, no single shift helps and a
+// wave shift can (multitask-clip-7 on a800-2x8: 303.9 -> 297.4 ms).
 struct Shift {
   int metaop = 0;
   int cut = 0;           // between the MetaOp's slices cut and cut + 1, in chain order
   bool forward = true;   // true: slice cut gives one; false: slice cut + 1 gives one
+  int wave = -1;         // >= 0: a wave shift of this wave
   bool operator==(const Shift&) const = default;
 };
 
@@ -68,15 +81,23 @@ struct Shift {
 // and firsts move, each slice's ms is its count times its time per
 // operator, the two waves' ms their longest slice. Returns false (plan
 // unchanged) when the giving slice has one operator or the MetaOp has no
-// such cut.
+// such cut. A wave shift makes each of its single shifts that applies and
+// returns true when two or more did (one alone is a single shift, which
+// the search tries as such); else false, the plan unchanged.
 bool apply_shift(Plan& plan, const Shift& s);
 
-// The simulations shift_boundaries gets for `plan`: at most `max`, and at
-// most kShiftDevices over the devices its slices use.
+// The simulations shift_boundaries gets for `plan`: for single shifts at
+// most `max`, and at most kShiftDevices over the devices its slices use;
+// plus one per wave shift (two per wave), at most as many again. Without
+// the wave shifts' own share, the single shifts they pushed out of the
+// budget left 2 of bench/paper's plans slower than before wave shifts and
+// a third's compute gap larger (docs/planner.md, "Wave shifts").
 int shift_budget(const Plan& plan, int max);
 
 // Local search: every cut of every MetaOp with two slices or more (MetaOps
-// by device-ms, most first), both ways, scanned in a cycle; a kept shift is
+// by device-ms, most first), both ways, and every wave shift (waves in
+// order, forward then backward; one before each kSinglesPerWaveShift single
+// shifts), scanned in a cycle; a kept shift is
 // tried again at once, then the scan goes on after it. It ends when a
 // round through the whole list keeps none or `max_simulations` shifts have
 // been simulated. A shift is kept when the

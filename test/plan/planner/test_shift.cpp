@@ -3,6 +3,7 @@
 // shifts on shipped workloads.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -43,6 +44,36 @@ Plan two_slices() {
 }
 
 int count_of(const Plan& p, size_t wave, size_t s) { return p.waves[wave].slices[s].count; }
+
+// Two MetaOps of 5 operators, each cut after wave 0: operators 0-3 at 2 ms
+// each in wave 0 (MetaOp 0 on {0, 1}, MetaOp 1 on {2, 3}), operator 4 at
+// 1 ms in wave 1 (both on all four devices, one after the other).
+Plan two_chains() {
+  Plan p;
+  p.devices = 4;
+  p.metaops.resize(2);
+  for (int m = 0; m < 2; ++m) {
+    p.metaops[static_cast<size_t>(m)].id = m;
+    p.metaops[static_cast<size_t>(m)].operators = {"a", "b", "c", "d", "e"};
+  }
+  p.waves.resize(2);
+  p.waves[0].index = 0;
+  p.waves[0].slices = {slice(0, 0, 4, {0, 1}, 2.0), slice(1, 0, 4, {2, 3}, 2.0)};
+  p.waves[0].ms = 8;
+  p.waves[1].index = 1;
+  p.waves[1].slices = {slice(1, 4, 1, {0, 1, 2, 3}, 1.0), slice(0, 4, 1, {0, 1, 2, 3}, 1.0)};
+  p.waves[1].ms = 1;
+  return p;
+}
+
+// MetaOp m's chain by hand: its slices one after another.
+double chain_ms(const Plan& p, int m) {
+  double ms = 0;
+  for (const Wave& w : p.waves)
+    for (const Slice& s : w.slices)
+      if (s.metaop == m) ms += s.ms;
+  return ms;
+}
 
 // A chain's makespan by hand: its slices one after another.
 double chain_ms(const Plan& p) { return p.waves[0].slices[0].ms + p.waves[1].slices[0].ms; }
@@ -95,6 +126,68 @@ TEST_CASE("apply_shift moves one operator between a chain's slices, by hand", "[
   CHECK_FALSE(apply_shift(p, Shift{7, 0, true}));
   CHECK(p.waves[0].slices[0].count == before.waves[0].slices[0].count);
   CHECK(p.waves[1].slices[0].first == before.waves[1].slices[0].first);
+}
+
+TEST_CASE("apply_shift: a wave shift moves every chain cut after its wave, by hand", "[planner][shift]") {
+  Plan p = two_chains();
+  REQUIRE(apply_shift(p, Shift{0, 0, true, 0}));   // wave 0 ends one operator sooner on both chains
+  for (size_t s = 0; s < 2; ++s) {
+    CHECK(count_of(p, 0, s) == 3);
+    CHECK(p.waves[0].slices[s].ms == Approx(6.0));
+    CHECK(count_of(p, 1, s) == 2);
+    CHECK(p.waves[1].slices[s].first == 3);
+    CHECK(p.waves[1].slices[s].ms == Approx(2.0));
+  }
+  CHECK(p.waves[0].ms == Approx(6.0));
+  CHECK(p.waves[1].ms == Approx(2.0));
+  REQUIRE(apply_shift(p, Shift{0, 0, false, 0}));   // and back
+  CHECK(count_of(p, 0, 0) == 4);
+  CHECK(count_of(p, 0, 1) == 4);
+  CHECK(p.waves[1].slices[0].first == 4);
+  CHECK(p.waves[1].slices[1].first == 4);
+
+  // Wave 1 ends both chains: no cut after it. Backward, wave 1's slices
+  // have one operator each. Out of range: no such wave.
+  CHECK_FALSE(apply_shift(p, Shift{0, 0, true, 1}));
+  CHECK_FALSE(apply_shift(p, Shift{0, 0, false, 0}));
+  CHECK_FALSE(apply_shift(p, Shift{0, 0, true, 2}));
+  // Where only one chain's cut can move, that is a single shift: refused,
+  // the plan unchanged (not half moved).
+  p.waves[0].slices[1].count = 1;
+  p.waves[0].slices[1].ms = 2.0;
+  p.waves[1].slices[0].first = 1;
+  p.waves[1].slices[0].count = 4;
+  const Plan one_movable = p;
+  CHECK_FALSE(apply_shift(p, Shift{0, 0, true, 0}));
+  for (size_t w = 0; w < 2; ++w)
+    for (size_t s = 0; s < 2; ++s) {
+      CHECK(p.waves[w].slices[s].first == one_movable.waves[w].slices[s].first);
+      CHECK(p.waves[w].slices[s].count == one_movable.waves[w].slices[s].count);
+      CHECK(p.waves[w].slices[s].ms == one_movable.waves[w].slices[s].ms);
+    }
+}
+
+TEST_CASE("shift_boundaries: wave shifts move chains that tie on the makespan, by hand", "[planner][shift]") {
+  // Both chains take 9 ms (4 x 2 + 1 x 1) and the makespan is the longer:
+  // a single shift shortens one chain and leaves the makespan at 9, so no
+  // single shift is kept. Wave 0's shift shortens both: 8, 7, then 6 with
+  // one operator each in wave 0, the optimum.
+  int calls = 0;
+  ShiftSimulate simulate = simulating(
+      [](const Plan& q, double bound, bool) -> Result<double> {
+        const double t = std::max(chain_ms(q, 0), chain_ms(q, 1));
+        return t > bound ? std::numeric_limits<double>::infinity() : t;
+      },
+      &calls);
+  Plan p = two_chains();
+  Result<double> ms = shift_boundaries(p, {9, 9}, 100, simulate, [](const Plan&) { return true; });
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(6.0));
+  CHECK(count_of(p, 0, 0) == 1);
+  CHECK(count_of(p, 0, 1) == 1);
+  CHECK(p.waves[1].slices[0].first == 1);
+  CHECK(p.waves[1].slices[1].first == 1);
+  CHECK(calls > 0);
 }
 
 TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and memory", "[planner][shift]") {
@@ -177,15 +270,18 @@ TEST_CASE("shift_boundaries never trades compute for communication", "[planner][
 }
 
 TEST_CASE("shift_budget: at most the request's, fewer on many devices", "[planner][shift]") {
+  // The single shifts' budget, plus one simulation per wave shift (two
+  // per wave, two waves here), at most as many again.
   Plan p = two_slices();
-  CHECK(shift_budget(p, 64) == 64);
-  CHECK(shift_budget(p, 3) == 3);
-  CHECK(shift_budget(p, 5000) == kShiftDevices / 4);
+  CHECK(shift_budget(p, 64) == 64 + 4);
+  CHECK(shift_budget(p, 3) == 3 + 3);
+  CHECK(shift_budget(p, 0) == 0);
+  CHECK(shift_budget(p, 5000) == kShiftDevices / 4 + 4);
   // Counted over the devices the slices use, not the cluster's.
   p.devices = 1024;
-  CHECK(shift_budget(p, 5000) == kShiftDevices / 4);
+  CHECK(shift_budget(p, 5000) == kShiftDevices / 4 + 4);
   for (int d = 4; d < 1024; ++d) p.waves[1].slices[0].devices.push_back(d);
-  CHECK(shift_budget(p, 64) == kShiftDevices / 1024);
+  CHECK(shift_budget(p, 64) == kShiftDevices / 1024 + 4);
 }
 
 TEST_CASE("make_plan with boundary shifts: valid, no slower, its gap no larger, the same on any threads",
