@@ -151,20 +151,16 @@ namespace {
 
 // What check_waves gathers for the rules checked after it.
 struct SliceIndex {
-  // Per MetaOp: (wave, first, count) of each slice in wave order.
-  std::vector<std::vector<std::tuple<int, int, int>>> slices_of;
   // Per parameter: the devices of every slice that runs one of its operators.
   std::map<std::string, std::set<int>> param_devices;
 };
 
 // Every wave and slice: indices, operator ranges, each wave's ms at least
-// its longest slice's, rules 3 (a device runs one slice per wave, inside
-// the cluster) and 4 (valid device counts). The plan's MetaOps name the
-// graph's operators (check_metaops).
+// its longest slice's, rule 4 (valid device counts). The plan's MetaOps
+// name the graph's operators (check_metaops).
 SliceIndex check_waves(const Plan& plan, const OpGraph& graph, std::vector<std::string>& out) {
   const int nm = static_cast<int>(plan.metaops.size());
   SliceIndex index;
-  index.slices_of.resize(static_cast<size_t>(nm));
   std::map<std::string, int> op_index;
   for (size_t i = 0; i < graph.ops.size(); ++i) op_index[graph.ops[i].id] = static_cast<int>(i);
   for (size_t w = 0; w < plan.waves.size(); ++w) {
@@ -173,7 +169,6 @@ SliceIndex check_waves(const Plan& plan, const OpGraph& graph, std::vector<std::
     if (wave.index != static_cast<int>(w))
       out.push_back(wh + ".index: " + std::to_string(wave.index) + " differs from its position");
     if (wave.slices.empty()) out.push_back(wh + ": a wave without slices");
-    std::set<int> used;
     double longest = 0;
     for (size_t s = 0; s < wave.slices.size(); ++s) {
       const Slice& sl = wave.slices[s];
@@ -188,19 +183,6 @@ SliceIndex check_waves(const Plan& plan, const OpGraph& graph, std::vector<std::
         out.push_back(sh + ": operators " + std::to_string(sl.first) + ".." + std::to_string(sl.first + sl.count - 1) +
                       " outside MetaOp " + std::to_string(sl.metaop) + " (" + std::to_string(m.operators.size()) +
                       " operators)");
-      else
-        index.slices_of[sl.metaop].emplace_back(static_cast<int>(w), sl.first, sl.count);
-      // Rule 3.
-      if (sl.devices.empty()) out.push_back(sh + ".devices: empty");
-      for (int d : sl.devices) {
-        if (d < 0 || d >= plan.devices)
-          out.push_back("rule 3: " + sh + ": device " + std::to_string(d) + " outside 0.." +
-                        std::to_string(plan.devices - 1));
-        else if (!used.insert(d).second)
-          out.push_back("rule 3: " + wh + ": device " + std::to_string(d) + " runs two slices");
-      }
-      if (std::set<int>(sl.devices.begin(), sl.devices.end()).size() != sl.devices.size())
-        out.push_back("rule 3: " + sh + ".devices: a device listed twice");
       // Rule 4.
       const int n = static_cast<int>(sl.devices.size());
       if (n > 0 && !valid_device_count(n, m.tensor_parallel, m.workload.batch))
@@ -217,39 +199,6 @@ SliceIndex check_waves(const Plan& plan, const OpGraph& graph, std::vector<std::
                     std::to_string(longest));
   }
   return index;
-}
-
-// Rules 1 (each MetaOp's slices cover its operators in order, one per
-// wave) and 2 (a MetaOp starts after its inputs end).
-void check_chains(const Plan& plan, const SliceIndex& index, std::vector<std::string>& out) {
-  const int nm = static_cast<int>(plan.metaops.size());
-  std::vector<int> first_wave(nm, -1), last_wave(nm, -1);
-  for (int m = 0; m < nm; ++m) {
-    const auto& slices = index.slices_of[static_cast<size_t>(m)];
-    int next = 0, prev_wave = -1;
-    for (auto [w, first, count] : slices) {
-      if (first != next)
-        out.push_back("rule 1: MetaOp " + std::to_string(m) + ": slice in wave " + std::to_string(w) +
-                      " starts at operator " + std::to_string(first) + ", expected " + std::to_string(next));
-      if (w == prev_wave)
-        out.push_back("rule 1: MetaOp " + std::to_string(m) + ": two slices in wave " + std::to_string(w));
-      next = first + count;
-      prev_wave = w;
-    }
-    if (next != static_cast<int>(plan.metaops[m].operators.size()))
-      out.push_back("rule 1: MetaOp " + std::to_string(m) + ": slices cover " + std::to_string(next) + " of its " +
-                    std::to_string(plan.metaops[m].operators.size()) + " operators");
-    if (!slices.empty()) {
-      first_wave[m] = std::get<0>(slices.front());
-      last_wave[m] = std::get<0>(slices.back());
-    }
-  }
-  for (int m = 0; m < nm; ++m)
-    for (int in : plan.metaops[m].inputs)
-      if (in >= 0 && in < nm && first_wave[m] >= 0 && last_wave[in] >= 0 && first_wave[m] <= last_wave[in])
-        out.push_back("rule 2: MetaOp " + std::to_string(m) + " starts in wave " + std::to_string(first_wave[m]) +
-                      ", not after its input MetaOp " + std::to_string(in) + " ends in wave " +
-                      std::to_string(last_wave[in]));
 }
 
 // Rule 5: one parameter group per parameter, over exactly the devices of
@@ -290,6 +239,68 @@ void check_memory(const Plan& plan, std::vector<std::string>& out) {
 
 }  // namespace
 
+std::vector<std::string> check_wave_order(const Plan& plan) {
+  std::vector<std::string> out;
+  const int nm = static_cast<int>(plan.metaops.size());
+  // Per MetaOp: (wave, first, count) of each slice in wave order; slices
+  // naming no MetaOp or operators outside theirs are check_waves' to report.
+  std::vector<std::vector<std::tuple<int, int, int>>> slices_of(static_cast<size_t>(std::max(nm, 0)));
+  std::vector<char> used(static_cast<size_t>(std::max(plan.devices, 0)), 0);
+  for (size_t w = 0; w < plan.waves.size(); ++w) {
+    const std::string wh = "waves[" + std::to_string(w) + "]";
+    std::fill(used.begin(), used.end(), 0);
+    for (size_t s = 0; s < plan.waves[w].slices.size(); ++s) {
+      const Slice& sl = plan.waves[w].slices[s];
+      // Rule 3.
+      if (sl.devices.empty()) out.push_back(wh + ".slices[" + std::to_string(s) + "].devices: empty");
+      for (int d : sl.devices) {
+        if (d < 0 || d >= plan.devices)
+          out.push_back("rule 3: " + wh + ".slices[" + std::to_string(s) + "]: device " + std::to_string(d) +
+                        " outside 0.." + std::to_string(plan.devices - 1));
+        else if (used[static_cast<size_t>(d)]++)
+          out.push_back("rule 3: " + wh + ": device " + std::to_string(d) + " runs two slices");
+      }
+      if (std::set<int>(sl.devices.begin(), sl.devices.end()).size() != sl.devices.size())
+        out.push_back("rule 3: " + wh + ".slices[" + std::to_string(s) + "].devices: a device listed twice");
+      if (sl.metaop < 0 || sl.metaop >= nm) continue;
+      const PlanMetaOp& m = plan.metaops[static_cast<size_t>(sl.metaop)];
+      if (sl.count >= 1 && sl.first >= 0 && sl.first + sl.count <= static_cast<int>(m.operators.size()))
+        slices_of[static_cast<size_t>(sl.metaop)].emplace_back(static_cast<int>(w), sl.first, sl.count);
+    }
+  }
+  // Rules 1 (each MetaOp's slices cover its operators in order, one per
+  // wave) and 2 (a MetaOp starts after its inputs end).
+  std::vector<int> first_wave(static_cast<size_t>(std::max(nm, 0)), -1), last_wave(first_wave);
+  for (int m = 0; m < nm; ++m) {
+    const auto& slices = slices_of[static_cast<size_t>(m)];
+    int next = 0, prev_wave = -1;
+    for (auto [w, first, count] : slices) {
+      if (first != next)
+        out.push_back("rule 1: MetaOp " + std::to_string(m) + ": slice in wave " + std::to_string(w) +
+                      " starts at operator " + std::to_string(first) + ", expected " + std::to_string(next));
+      if (w == prev_wave)
+        out.push_back("rule 1: MetaOp " + std::to_string(m) + ": two slices in wave " + std::to_string(w));
+      next = first + count;
+      prev_wave = w;
+    }
+    if (next != static_cast<int>(plan.metaops[static_cast<size_t>(m)].operators.size()))
+      out.push_back("rule 1: MetaOp " + std::to_string(m) + ": slices cover " + std::to_string(next) + " of its " +
+                    std::to_string(plan.metaops[static_cast<size_t>(m)].operators.size()) + " operators");
+    if (!slices.empty()) {
+      first_wave[static_cast<size_t>(m)] = std::get<0>(slices.front());
+      last_wave[static_cast<size_t>(m)] = std::get<0>(slices.back());
+    }
+  }
+  for (int m = 0; m < nm; ++m)
+    for (int in : plan.metaops[static_cast<size_t>(m)].inputs)
+      if (in >= 0 && in < nm && first_wave[static_cast<size_t>(m)] >= 0 && last_wave[static_cast<size_t>(in)] >= 0 &&
+          first_wave[static_cast<size_t>(m)] <= last_wave[static_cast<size_t>(in)])
+        out.push_back("rule 2: MetaOp " + std::to_string(m) + " starts in wave " +
+                      std::to_string(first_wave[static_cast<size_t>(m)]) + ", not after its input MetaOp " +
+                      std::to_string(in) + " ends in wave " + std::to_string(last_wave[static_cast<size_t>(in)]));
+  return out;
+}
+
 std::vector<std::string> check_plan(const Plan& plan, const Model& model, const OpGraph& graph) {
   std::vector<std::string> out;
   check_figures(plan, out);
@@ -304,7 +315,8 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
   }
   if (!check_metaops(plan, model, graph, out)) return out;
   const SliceIndex index = check_waves(plan, graph, out);
-  check_chains(plan, index, out);
+  const std::vector<std::string> order = check_wave_order(plan);
+  out.insert(out.end(), order.begin(), order.end());
   check_param_groups(plan, index, out);
   check_memory(plan, out);
   return out;

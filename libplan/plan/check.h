@@ -22,6 +22,13 @@ namespace spindle::plan {
 // the wave/slice/MetaOp/param it concerns.
 std::vector<std::string> check_plan(const Plan& plan, const Model& model, const OpGraph& graph);
 
+// Rules 1-3 of spec/plan.md from the plan alone (check_plan reports them
+// too): each MetaOp's slices cover its operators in order, one per wave
+// (1); a MetaOp starts after its inputs end (2); a device runs one slice
+// per wave, inside the cluster (3). Empty when they hold. The planner's
+// wave swaps (planner/shift.h) are refused when a swap would break one.
+std::vector<std::string> check_wave_order(const Plan& plan);
+
 // Consistency of the plan with the cluster it is to run on: the same device
 // count, island size, device memory and name. Empty when they agree.
 std::vector<std::string> check_plan_cluster(const Plan& plan, const Cluster& cluster);

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "libplan/plan/check.h"
 #include "libplan/util/parallel.h"
 
 namespace spindle::plan {
@@ -79,9 +80,61 @@ std::vector<Shift> cuts_after(const Plan& plan, const Shift& s) {
   return cuts;
 }
 
+// The islands of `plan`'s devices: devices_per_island each (the whole
+// cluster when it has none).
+int islands_of(const Plan& plan, int& per_island) {
+  per_island = plan.devices_per_island > 0 ? plan.devices_per_island : std::max(plan.devices, 1);
+  return (std::max(plan.devices, 1) + per_island - 1) / per_island;
+}
+
+// Every wave swap of `plan`: each pair of adjacent waves, waves in order,
+// each island in order.
+std::vector<Shift> all_swaps(const Plan& plan) {
+  int per = 0;
+  const int islands = islands_of(plan, per);
+  std::vector<Shift> swaps;
+  for (size_t w = 0; w + 1 < plan.waves.size(); ++w)
+    for (int i = 0; i < islands; ++i) swaps.push_back({0, 0, true, static_cast<int>(w), i});
+  return swaps;
+}
+
+// Wave swap `s` (Shift::island) applied, or false with `plan` unchanged.
+bool apply_swap(Plan& plan, const Shift& s) {
+  const size_t w = static_cast<size_t>(s.wave);
+  int per = 0;
+  const int islands = islands_of(plan, per);
+  if (w + 1 >= plan.waves.size() || s.island >= islands) return false;
+  auto on_island = [&](int d) { return d / per == s.island; };
+  // Each wave's slices split into those inside the island (they move) and
+  // the rest (they stay); none may straddle it.
+  std::vector<Slice> moving[2], staying[2];
+  for (size_t k = 0; k < 2; ++k)
+    for (const Slice& sl : plan.waves[w + k].slices) {
+      const auto inside = static_cast<size_t>(std::count_if(sl.devices.begin(), sl.devices.end(), on_island));
+      if (inside == 0) staying[k].push_back(sl);
+      else if (inside == sl.devices.size()) moving[k].push_back(sl);
+      else return false;
+    }
+  if (moving[0].empty() && moving[1].empty()) return false;
+  if (staying[0].empty() && moving[1].empty()) return false;   // a wave left without slices
+  if (staying[1].empty() && moving[0].empty()) return false;
+  const std::vector<Wave> before = plan.waves;
+  for (size_t k = 0; k < 2; ++k) {
+    Wave& wave = plan.waves[w + k];
+    wave.slices = std::move(staying[k]);
+    wave.slices.insert(wave.slices.end(), moving[1 - k].begin(), moving[1 - k].end());
+    wave.ms = 0;
+    for (const Slice& sl : wave.slices) wave.ms = std::max(wave.ms, sl.ms);
+  }
+  if (check_wave_order(plan).empty()) return true;
+  plan.waves = before;
+  return false;
+}
+
 }  // namespace
 
 bool apply_shift(Plan& plan, const Shift& s) {
+  if (s.island >= 0) return s.wave >= 0 && apply_swap(plan, s);
   if (s.wave >= 0) {
     const std::vector<Wave> before = plan.waves;
     int applied = 0;
@@ -125,11 +178,16 @@ int shift_budget(const Plan& plan, int max) {
   return singles + wave_shifts;
 }
 
-Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_simulations,
-                                const ShiftSimulate& simulate, const ShiftFits& fits) {
-  double simulated_ms = given.ms, compute_ms = given.compute_ms;
-  std::vector<Shift> shifts = all_shifts(plan);
-  if (shifts.empty() || max_simulations <= 0) return simulated_ms;
+namespace {
+
+// One cyclic scan of shift_boundaries over `shifts` from `plan`, whose
+// makespans `times` holds, with at most `max_simulations`: `plan` and
+// `times` end as the scan leaves them.
+Status scan(Plan& plan, ShiftTimes& times, const std::vector<Shift>& shifts, int max_simulations,
+            const ShiftSimulate& simulate, const ShiftFits& fits) {
+  double& simulated_ms = times.ms;
+  double& compute_ms = times.compute_ms;
+  if (shifts.empty() || max_simulations <= 0) return {};
   struct Tried {
     Result<ShiftTimes> times = ShiftTimes{};
     bool kept = false;   // no slower on either count, faster on one, and fits
@@ -185,7 +243,18 @@ Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_sim
       break;
     }
   }
-  return simulated_ms;
+  return {};
+}
+
+}  // namespace
+
+Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_simulations,
+                                const ShiftSimulate& simulate, const ShiftFits& fits) {
+  ShiftTimes times = given;
+  SPINDLE_TRY(scan(plan, times, all_shifts(plan), max_simulations, simulate, fits));
+  const std::vector<Shift> swaps = all_swaps(plan);
+  SPINDLE_TRY(scan(plan, times, swaps, std::min(static_cast<int>(swaps.size()), max_simulations / 2), simulate, fits));
+  return times.ms;
 }
 
 }  // namespace spindle::plan

@@ -1,5 +1,7 @@
 // Boundary shifts (docs/planner.md, step 9): a local search on a placed
-// plan that moves operators between the slices of one MetaOp's chain.
+// plan that moves operators between the slices of one MetaOp's chain (or
+// of every chain after one wave), then swaps one island's slices between
+// two adjacent waves.
 //
 // The scheduler cuts a MetaOp of L operators into slices wave by wave, each
 // slice as long as its wave allows; placement then gives every slice its
@@ -69,11 +71,19 @@ using ShiftFits = std::function<bool(const Plan& plan)>;
 // chain that goes on after it. Where several chains tie on the makespan,
 // or one chain's devices wait for another's, no single shift helps and a
 // wave shift can (multitask-clip-7 on a800-2x8: 303.9 -> 297.4 ms).
+// A *wave swap* (island >= 0; metaop, cut and forward unused) moves no
+// operator: the slices inside island `island` (devices_per_island each)
+// of waves `wave` and wave + 1 trade waves, so that the island runs them
+// in the other order (its backward pass too, in reverse). On
+// multitask-clip-10, a800-4x8, island 3 ran thermal-image's wave-9 slice
+// before the depth-image slice that devices 8-15 wait for in the backward
+// pass; swapped, 195.9 -> 193.7 ms.
 struct Shift {
   int metaop = 0;
   int cut = 0;           // between the MetaOp's slices cut and cut + 1, in chain order
   bool forward = true;   // true: slice cut gives one; false: slice cut + 1 gives one
-  int wave = -1;         // >= 0: a wave shift of this wave
+  int wave = -1;         // >= 0: a wave shift of this wave (or the first wave of a swap)
+  int island = -1;       // >= 0: a wave swap on this island
   bool operator==(const Shift&) const = default;
 };
 
@@ -83,7 +93,11 @@ struct Shift {
 // unchanged) when the giving slice has one operator or the MetaOp has no
 // such cut. A wave shift makes each of its single shifts that applies and
 // returns true when two or more did (one alone is a single shift, which
-// the search tries as such); else false, the plan unchanged.
+// the search tries as such); else false, the plan unchanged. A wave swap
+// returns false (plan unchanged) when a slice of either wave has devices
+// both on and off the island, when no slice of the two waves is inside
+// it, when a wave would be left without slices, or when the plan would
+// break rule 1, 2 or 3 of spec/plan.md (check_wave_order).
 bool apply_shift(Plan& plan, const Shift& s);
 
 // The simulations shift_boundaries gets for `plan`: for single shifts at
@@ -94,7 +108,17 @@ bool apply_shift(Plan& plan, const Shift& s);
 // a third's compute gap larger (docs/planner.md, "Wave shifts").
 int shift_budget(const Plan& plan, int max);
 
-// Local search: every cut of every MetaOp with two slices or more (MetaOps
+// Local search in two scans, each as described next: the shifts (single
+// and wave shifts) with at most `max_simulations`, then from where they
+// leave the plan the wave swaps (every pair of adjacent waves, waves in
+// order, every island) with at most half as many more, one per swap that
+// applies. The second scan keeps only what the first's rule keeps, so it
+// never leaves a plan or its compute gap worse than the shifts did. (In
+// the shifts' list instead, the swaps took another path on ofasys-7 on
+// a800-2x8 that ended over a 3% gap. With as many simulations as the
+// shifts, no shipped plan came out faster than with half, and 50 tasks on
+// 1024 devices planned 7-10% slower, near bench/plan_time's 1 s.)
+// Each scan: every cut of every MetaOp with two slices or more (MetaOps
 // by device-ms, most first), both ways, and every wave shift (waves in
 // order, forward then backward; one before each kSinglesPerWaveShift single
 // shifts), scanned in a cycle; a kept shift is

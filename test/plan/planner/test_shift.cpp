@@ -9,8 +9,10 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "../shipped_fixture.h"
+#include "libplan/plan/check.h"
 #include "libplan/planner/shift.h"
 #include "libplan/sim/sim.h"
 
@@ -45,6 +47,18 @@ Plan two_slices() {
 
 int count_of(const Plan& p, size_t wave, size_t s) { return p.waves[wave].slices[s].count; }
 
+// p's two waves: these slices, each wave's ms its longest slice's.
+void set_waves(Plan& p, std::vector<Slice> first, std::vector<Slice> second) {
+  p.waves.resize(2);
+  for (int w = 0; w < 2; ++w) {
+    Wave& wave = p.waves[static_cast<size_t>(w)];
+    wave.index = w;
+    wave.slices = w == 0 ? std::move(first) : std::move(second);
+    wave.ms = 0;
+    for (const Slice& sl : wave.slices) wave.ms = std::max(wave.ms, sl.ms);
+  }
+}
+
 // Two MetaOps of 5 operators, each cut after wave 0: operators 0-3 at 2 ms
 // each in wave 0 (MetaOp 0 on {0, 1}, MetaOp 1 on {2, 3}), operator 4 at
 // 1 ms in wave 1 (both on all four devices, one after the other).
@@ -56,13 +70,8 @@ Plan two_chains() {
     p.metaops[static_cast<size_t>(m)].id = m;
     p.metaops[static_cast<size_t>(m)].operators = {"a", "b", "c", "d", "e"};
   }
-  p.waves.resize(2);
-  p.waves[0].index = 0;
-  p.waves[0].slices = {slice(0, 0, 4, {0, 1}, 2.0), slice(1, 0, 4, {2, 3}, 2.0)};
-  p.waves[0].ms = 8;
-  p.waves[1].index = 1;
-  p.waves[1].slices = {slice(1, 4, 1, {0, 1, 2, 3}, 1.0), slice(0, 4, 1, {0, 1, 2, 3}, 1.0)};
-  p.waves[1].ms = 1;
+  set_waves(p, {slice(0, 0, 4, {0, 1}, 2.0), slice(1, 0, 4, {2, 3}, 2.0)},
+            {slice(1, 4, 1, {0, 1, 2, 3}, 1.0), slice(0, 4, 1, {0, 1, 2, 3}, 1.0)});
   return p;
 }
 
@@ -188,6 +197,136 @@ TEST_CASE("shift_boundaries: wave shifts move chains that tie on the makespan, b
   CHECK(p.waves[1].slices[0].first == 1);
   CHECK(p.waves[1].slices[1].first == 1);
   CHECK(calls > 0);
+}
+
+namespace {
+
+// Two islands of 4 devices. Wave 0: MetaOp 0 (2 operators, first) on
+// island 0, MetaOp 1 (1 operator) on {4, 5}; wave 1: MetaOp 0 (second)
+// on island 0, MetaOp 2 (1 operator) on island 1.
+Plan two_islands() {
+  Plan p;
+  p.devices = 8;
+  p.devices_per_island = 4;
+  p.metaops.resize(3);
+  for (int m = 0; m < 3; ++m) p.metaops[static_cast<size_t>(m)].id = m;
+  p.metaops[0].operators = {"a", "b"};
+  p.metaops[1].operators = {"x"};
+  p.metaops[2].operators = {"y"};
+  set_waves(p, {slice(0, 0, 1, {0, 1, 2, 3}, 2.0), slice(1, 0, 1, {4, 5}, 3.0)},
+            {slice(0, 1, 1, {0, 1, 2, 3}, 2.0), slice(2, 0, 1, {4, 5, 6, 7}, 1.0)});
+  return p;
+}
+
+// The wave of MetaOp m's first slice.
+int wave_of(const Plan& p, int m) {
+  for (size_t w = 0; w < p.waves.size(); ++w)
+    for (const Slice& s : p.waves[w].slices)
+      if (s.metaop == m) return static_cast<int>(w);
+  return -1;
+}
+
+bool same_waves(const Plan& a, const Plan& b) {
+  if (a.waves.size() != b.waves.size()) return false;
+  for (size_t w = 0; w < a.waves.size(); ++w) {
+    if (a.waves[w].slices.size() != b.waves[w].slices.size() || a.waves[w].ms != b.waves[w].ms) return false;
+    for (size_t k = 0; k < a.waves[w].slices.size(); ++k) {
+      const Slice& x = a.waves[w].slices[k];
+      const Slice& y = b.waves[w].slices[k];
+      if (x.metaop != y.metaop || x.first != y.first || x.count != y.count || x.devices != y.devices) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("apply_shift: a wave swap trades one island's slices between two waves, by hand", "[planner][shift]") {
+  Plan p = two_islands();
+  REQUIRE(apply_shift(p, Shift{0, 0, true, 0, 1}));   // island 1, waves 0 and 1
+  CHECK(wave_of(p, 1) == 1);
+  CHECK(wave_of(p, 2) == 0);
+  CHECK(wave_of(p, 0) == 0);                  // island 0 stays: MetaOp 0 in waves 0 and 1
+  CHECK(p.waves[0].ms == Approx(2.0));        // MetaOp 0 (2 ms) and MetaOp 2 (1 ms)
+  CHECK(p.waves[1].ms == Approx(3.0));        // MetaOp 0 (2 ms) and MetaOp 1 (3 ms)
+  CHECK(check_wave_order(p).empty());
+  REQUIRE(apply_shift(p, Shift{0, 0, true, 0, 1}));   // and back
+  CHECK(wave_of(p, 1) == 0);
+  CHECK(wave_of(p, 2) == 1);
+
+  // Refused, the plan unchanged:
+  const Plan given = two_islands();
+  auto refused = [&](const Shift& s) {
+    Plan q = two_islands();
+    return !apply_shift(q, s) && same_waves(q, given);
+  };
+  // island 0: MetaOp 0's two slices would run in the wrong order (rule 1);
+  CHECK(refused(Shift{0, 0, true, 0, 0}));
+  // no wave after the last, no island 2;
+  CHECK(refused(Shift{0, 0, true, 1, 1}));
+  CHECK(refused(Shift{0, 0, true, 0, 2}));
+  // MetaOp 2 reads MetaOp 1: it would start before its input ends (rule 2).
+  Plan q = two_islands();
+  q.metaops[2].inputs = {1};
+  const Plan with_input = q;
+  CHECK_FALSE(apply_shift(q, Shift{0, 0, true, 0, 1}));
+  CHECK(same_waves(q, with_input));
+  // A slice with devices on both islands: nothing moves.
+  q = two_islands();
+  q.waves[0].slices[1].devices = {3, 4};
+  q.waves[0].slices[0].devices = {0, 1};
+  const Plan straddling = q;
+  CHECK_FALSE(apply_shift(q, Shift{0, 0, true, 0, 1}));
+  CHECK_FALSE(apply_shift(q, Shift{0, 0, true, 0, 0}));
+  CHECK(same_waves(q, straddling));
+  // A wave that would be left without slices: island 1 holds all of wave
+  // 1's and none of wave 0's.
+  q = two_islands();
+  q.waves[0].slices.pop_back();
+  q.waves[1].slices.erase(q.waves[1].slices.begin());
+  q.metaops[0].operators = {"a"};
+  const Plan lopsided = q;
+  CHECK_FALSE(apply_shift(q, Shift{0, 0, true, 0, 1}));
+  CHECK(same_waves(q, lopsided));
+}
+
+TEST_CASE("shift_boundaries: wave swaps after the shifts, only kept when no slower, by hand", "[planner][shift]") {
+  // No MetaOp has a cut, so only the swaps can move anything. The makespan
+  // is 5 ms with MetaOp 2 in wave 0, else 10.
+  int calls = 0;
+  ShiftSimulate simulate = simulating(
+      [](const Plan& q, double bound, bool) -> Result<double> {
+        const double t = wave_of(q, 2) == 0 ? 5.0 : 10.0;
+        return t > bound ? std::numeric_limits<double>::infinity() : t;
+      },
+      &calls);
+  ShiftFits fits = [](const Plan&) { return true; };
+  Plan p = two_islands();
+  Result<double> ms = shift_boundaries(p, {10, 10}, 4, simulate, fits);
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(5.0));
+  CHECK(wave_of(p, 2) == 0);
+  CHECK(wave_of(p, 1) == 1);
+  CHECK(calls > 0);
+
+  // Slower that way round: nothing kept.
+  ShiftSimulate worse = simulating([](const Plan& q, double bound, bool) -> Result<double> {
+    const double t = wave_of(q, 2) == 0 ? 12.0 : 10.0;
+    return t > bound ? std::numeric_limits<double>::infinity() : t;
+  });
+  p = two_islands();
+  ms = shift_boundaries(p, {10, 10}, 4, worse, fits);
+  REQUIRE(ms.ok());
+  CHECK(*ms == Approx(10.0));
+  CHECK(same_waves(p, two_islands()));
+
+  // No simulations allowed: no swap either.
+  p = two_islands();
+  calls = 0;
+  ms = shift_boundaries(p, {10, 10}, 0, simulate, fits);
+  REQUIRE(ms.ok());
+  CHECK(calls == 0);
+  CHECK(same_waves(p, two_islands()));
 }
 
 TEST_CASE("shift_boundaries reaches the optimum by hand, within its budget and memory", "[planner][shift]") {
