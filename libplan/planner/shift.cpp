@@ -118,7 +118,7 @@ bool apply_swap(Plan& plan, const Shift& s) {
   if (moving[0].empty() && moving[1].empty()) return false;
   if (staying[0].empty() && moving[1].empty()) return false;   // a wave left without slices
   if (staying[1].empty() && moving[0].empty()) return false;
-  const std::vector<Wave> before = plan.waves;
+  const Wave before[2] = {plan.waves[w], plan.waves[w + 1]};   // only these two change
   for (size_t k = 0; k < 2; ++k) {
     Wave& wave = plan.waves[w + k];
     wave.slices = std::move(staying[k]);
@@ -127,7 +127,8 @@ bool apply_swap(Plan& plan, const Shift& s) {
     for (const Slice& sl : wave.slices) wave.ms = std::max(wave.ms, sl.ms);
   }
   if (check_wave_order(plan).empty()) return true;
-  plan.waves = before;
+  plan.waves[w] = before[0];
+  plan.waves[w + 1] = before[1];
   return false;
 }
 
