@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "libplan/plan/check.h"
+#include "libplan/rules/links.h"
 #include "libplan/util/parallel.h"
 
 namespace spindle::plan {
@@ -80,18 +81,10 @@ std::vector<Shift> cuts_after(const Plan& plan, const Shift& s) {
   return cuts;
 }
 
-// The islands of `plan`'s devices: devices_per_island each (the whole
-// cluster when it has none).
-int islands_of(const Plan& plan, int& per_island) {
-  per_island = plan.devices_per_island > 0 ? plan.devices_per_island : std::max(plan.devices, 1);
-  return (std::max(plan.devices, 1) + per_island - 1) / per_island;
-}
-
 // Every wave swap of `plan`: each pair of adjacent waves, waves in order,
-// each island in order.
+// each island (rules/links.h) in order.
 std::vector<Shift> all_swaps(const Plan& plan) {
-  int per = 0;
-  const int islands = islands_of(plan, per);
+  const int islands = island_count(plan.devices, plan.devices_per_island);
   std::vector<Shift> swaps;
   for (size_t w = 0; w + 1 < plan.waves.size(); ++w)
     for (int i = 0; i < islands; ++i) swaps.push_back({0, 0, true, static_cast<int>(w), i});
@@ -101,10 +94,8 @@ std::vector<Shift> all_swaps(const Plan& plan) {
 // Wave swap `s` (Shift::island) applied, or false with `plan` unchanged.
 bool apply_swap(Plan& plan, const Shift& s) {
   const size_t w = static_cast<size_t>(s.wave);
-  int per = 0;
-  const int islands = islands_of(plan, per);
-  if (w + 1 >= plan.waves.size() || s.island >= islands) return false;
-  auto on_island = [&](int d) { return d / per == s.island; };
+  if (w + 1 >= plan.waves.size() || s.island >= island_count(plan.devices, plan.devices_per_island)) return false;
+  auto on_island = [&](int d) { return island_of(d, plan.devices_per_island) == s.island; };
   // Each wave's slices split into those inside the island (they move) and
   // the rest (they stay); none may straddle it.
   std::vector<Slice> moving[2], staying[2];

@@ -118,13 +118,13 @@ int shift_budget(const Plan& plan, int max);
 // a800-2x8 that ended over a 3% gap. With as many simulations as the
 // shifts, no shipped plan came out faster than with half, and 50 tasks on
 // 1024 devices planned 7-10% slower, near bench/plan_time's 1 s.)
-// Each scan: every cut of every MetaOp with two slices or more (MetaOps
-// by device-ms, most first), both ways, and every wave shift (waves in
-// order, forward then backward; one before each kSinglesPerWaveShift single
-// shifts), scanned in a cycle; a kept shift is
-// tried again at once, then the scan goes on after it. It ends when a
-// round through the whole list keeps none or `max_simulations` shifts have
-// been simulated. A shift is kept when the
+// The shifts' list: every cut of every MetaOp with two slices or more
+// (MetaOps by device-ms, most first), both ways, and every wave shift
+// (waves in order, forward then backward; one before each
+// kSinglesPerWaveShift single shifts). Each list is scanned in a cycle; a
+// kept move is tried again at once, then the scan goes on after it. A scan
+// ends when a round through its whole list keeps none or its simulations
+// are spent. A move is kept when the
 // plan gets no slower on either count, the makespan and the compute-only
 // makespan, and faster on one: it never trades compute for communication,
 // whose prediction is the less certain of the two (bench/README.md, loop),
