@@ -146,7 +146,8 @@ CommParts comm_parts(const spindle::plan::Simulation& sim, const spindle::plan::
   for (const sp::SimBox& box : sim.boxes) {
     if (box.device != program.device) continue;
     const bool waits_for_bucket = box.cat == "wait" && box.bucket >= 0;
-    if (box.cat == "exchange" || box.cat == "send" || (box.cat == "wait" && !waits_for_bucket))
+    if (box.cat == "exchange" || box.cat == "send" || box.cat == "recv" ||
+        (box.cat == "wait" && !waits_for_bucket))
       parts.xfer_wait += box.dur_ms;
     const bool blocking = box.cat == "allreduce" &&
                           program.instrs[static_cast<size_t>(box.instr)].kind == sp::InstrKind::allreduce;

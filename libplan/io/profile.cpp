@@ -176,26 +176,38 @@ json links_to_json(const ProfileLinks& l) {
 
 // "comm_overhead" (version 3): {"exchange_us", "message_us", "allreduce_us":
 // 0 .. kMaxLatencyUs; "pack_gbytes_per_s": 0 (copies free) or a rate}, all
-// required.
+// required; "instruction_us" (0 .. kMaxLatencyUs) and
+// "accumulate_gbytes_per_s" (0 or a rate) optional, 0 when absent.
 Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
   const std::string at = "comm_overhead";
   if (!doc.contains(at)) return r.err(at, "missing required key (version 3 profiles carry it)");
   const json& j = doc[at];
   if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
-  const std::set<std::string> keys = {"exchange_us", "message_us", "allreduce_us", "pack_gbytes_per_s"};
-  SPINDLE_TRY(r.check_keys(j, at, keys, {}));
   CommOverhead o;
-  for (const std::string& k : keys) {
-    if (!j.contains(k)) return r.err(at + "." + k, "missing required key");
-    auto v = r.get_number(j, at, k.c_str());
+  struct Figure {
+    const char* key;
+    double* into;
+    bool required;
+  };
+  const Figure figures[] = {{"exchange_us", &o.exchange_us, true},
+                            {"message_us", &o.message_us, true},
+                            {"allreduce_us", &o.allreduce_us, true},
+                            {"pack_gbytes_per_s", &o.pack_gbytes_per_s, true},
+                            {"instruction_us", &o.instruction_us, false},
+                            {"accumulate_gbytes_per_s", &o.accumulate_gbytes_per_s, false}};
+  std::set<std::string> required, optional;
+  for (const Figure& f : figures) (f.required ? required : optional).insert(f.key);
+  SPINDLE_TRY(r.check_keys(j, at, required, optional));
+  for (const Figure& f : figures) {
+    const std::string k = f.key;
+    if (!j.contains(k)) continue;   // optional (check_keys: the required ones are there)
+    auto v = r.get_number(j, at, f.key);
     SPINDLE_TRY(v);
-    const bool rate = k == "pack_gbytes_per_s";
-    const double hi = rate ? limits::kMaxRate : limits::kMaxLatencyUs;
+    const double hi = k.ends_with("_gbytes_per_s") ? limits::kMaxRate : limits::kMaxLatencyUs;
     if (!(*v >= 0 && *v <= hi)) {
       return r.err(at + "." + k, "expected a number from 0 to " + json(hi).dump() + ", found " + j[k].dump());
     }
-    (k == "exchange_us" ? o.exchange_us : k == "message_us" ? o.message_us : k == "allreduce_us" ? o.allreduce_us
-                                                                                : o.pack_gbytes_per_s) = *v;
+    *f.into = *v;
   }
   return o;
 }
@@ -213,11 +225,16 @@ Result<double> parse_optimizer(const ProfileReader& r, const json& j) {
   return rate;
 }
 
+// The optional figures only when not 0, so files without them re-encode
+// to the same bytes.
 json overhead_to_json(const CommOverhead& o) {
-  return {{"exchange_us", profile_figure(o.exchange_us)},
-          {"message_us", profile_figure(o.message_us)},
-          {"allreduce_us", profile_figure(o.allreduce_us)},
-          {"pack_gbytes_per_s", profile_figure(o.pack_gbytes_per_s)}};
+  json j = {{"exchange_us", profile_figure(o.exchange_us)},
+            {"message_us", profile_figure(o.message_us)},
+            {"allreduce_us", profile_figure(o.allreduce_us)},
+            {"pack_gbytes_per_s", profile_figure(o.pack_gbytes_per_s)}};
+  if (o.instruction_us > 0) j["instruction_us"] = profile_figure(o.instruction_us);
+  if (o.accumulate_gbytes_per_s > 0) j["accumulate_gbytes_per_s"] = profile_figure(o.accumulate_gbytes_per_s);
+  return j;
 }
 
 }  // namespace

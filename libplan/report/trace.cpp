@@ -52,7 +52,7 @@ std::vector<TraceEvent> simulated_trace(const Simulation& sim) {
   std::vector<TraceEvent> ev;
   ev.reserve(sim.boxes.size());
   for (const SimBox& b : sim.boxes) {
-    const std::string cat = b.cat == "exchange" || b.cat == "send" ? "transfer"
+    const std::string cat = b.cat == "exchange" || b.cat == "send" || b.cat == "recv" ? "transfer"
                             : b.cat == "allreduce" ? "sync"
                             : b.cat == "wait"      ? "wait"
                                                    : "compute";

@@ -54,8 +54,12 @@ double pack_ms(const CommOverhead& o, double bytes) {
 }
 
 double exchange_overhead_ms(const CommOverhead& o, int messages, double sent_bytes) {
-  if (messages <= 0) return 0.0;
-  return (o.exchange_us + messages * o.message_us) * 1e-3 + pack_ms(o, sent_bytes);
+  if (messages <= 0) return o.instruction_us * 1e-3;
+  return (o.instruction_us + o.exchange_us + messages * o.message_us) * 1e-3 + pack_ms(o, sent_bytes);
+}
+
+double accumulate_ms(const CommOverhead& o, double bytes) {
+  return o.accumulate_gbytes_per_s > 0 ? bytes / (o.accumulate_gbytes_per_s * 1e9) * 1e3 : 0.0;
 }
 
 double allreduce_overhead_ms(const CommOverhead& o, double bytes) {

@@ -62,17 +62,32 @@ struct CommOverhead {
                                  // device sends are packed once, the rows it receives unpacked once,
                                  // a bucket is flattened and unflattened (0: copies are free)
   double allreduce_us = 0;       // per all-reduce call, beyond the ring formula's latency terms
-  bool any() const { return exchange_us > 0 || message_us > 0 || pack_gbytes_per_s > 0 || allreduce_us > 0; }
+  // Measured on a host backend only (spindle-profile --measure, the
+  // executor's own instructions; 0 in analytic profiles, where a device
+  // backend's host runs ahead of its kernels and a local piece is a view):
+  double instruction_us = 0;     // per exchange, post_send, post_recv and wait_sends instruction of a
+                                 // device, whatever it moves: the executor's bookkeeping around it
+  double accumulate_gbytes_per_s = 0;  // rate at which a backward exchange adds each gradient piece it
+                                       // gets, local or received, into its producer's output gradient
+                                       // (a zeroed buffer, then an add; 0: free)
+  bool any() const {
+    return exchange_us > 0 || message_us > 0 || pack_gbytes_per_s > 0 || allreduce_us > 0 || instruction_us > 0 ||
+           accumulate_gbytes_per_s > 0;
+  }
 };
 
 // Time to copy `bytes` once at `o.pack_gbytes_per_s`, ms (0 when the rate is 0).
 double pack_ms(const CommOverhead& o, double bytes);
-// Software time of one exchange on one device before its messages leave,
-// ms: exchange_us + messages x message_us + pack_ms(sent_bytes), where
-// `messages` counts the messages it sends and receives (0 when messages is
-// 0: an exchange of local copies only costs nothing). After its last message
-// arrives it spends pack_ms(received_bytes) unpacking.
+// Software time of one exchange (or post_send) on one device before its
+// messages leave, ms: instruction_us, plus, when `messages` (the messages it
+// sends and receives) is not 0, exchange_us + messages x message_us +
+// pack_ms(sent_bytes). After its last message arrives it spends
+// pack_ms(received_bytes) unpacking and, in a backward exchange,
+// accumulate_ms of every piece it gets.
 double exchange_overhead_ms(const CommOverhead& o, int messages, double sent_bytes);
+// Time to add `bytes` of gradient pieces into output gradients at
+// `o.accumulate_gbytes_per_s`, ms (0 when the rate is 0).
+double accumulate_ms(const CommOverhead& o, double bytes);
 // Software time of one all-reduce of `bytes` on each device of its group,
 // ms: allreduce_us + 2 pack_ms(bytes) (flatten the bucket's gradients into
 // one buffer and copy them back). Added to ring_allreduce_ms for p >= 2.

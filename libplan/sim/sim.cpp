@@ -219,6 +219,7 @@ class Simulator {
   bool compute_box(const Instr& in, SimDevice& dev, SimBox& box) const;
   bool wait_sends_box(const Program& prog, size_t i, const InstrTimes& tm, SimDevice& dev, SimBox& box) const;
   bool post_send_box(const Program& prog, const Instr& in, SimDevice& dev, SimBox& box) const;
+  bool post_recv_box(const Instr& in, SimDevice& dev, SimBox& box) const;
   bool exchange_box(const Program& prog, const Instr& in, const InstrTimes& tm, int d, SimDevice& dev,
                     SimBox& box) const;
   bool allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box) const;
@@ -268,8 +269,11 @@ class Simulator {
   // How long compute instruction `c`, instruction i of device d's program,
   // takes (forward, backward: its share of the slice's time; optimizer:
   // CostModel::optimizer_ms of the values it steps; either replaced by
-  // SimOptions::replay_ms); 0 for every other kind.
+  // SimOptions::replay_ms); a post_recv, its software overhead; 0 for
+  // every other kind.
   double compute_ms(const Instr& c, size_t d, size_t i) const {
+    if (c.kind == InstrKind::post_recv)   // its software overhead (its messages' are the exchange's)
+      return options_.price_communication ? cost_.overhead().instruction_us * 1e-3 : 0.0;
     if (!options_.price_compute) return 0.0;
     if (!options_.replay_ms.empty() && options_.replay_ms[d][i] >= 0) return options_.replay_ms[d][i];
     if (c.kind == InstrKind::optimizer) return options_.price_optimizer ? cost_.optimizer_ms(c.values) : 0.0;
@@ -716,23 +720,29 @@ double Simulator::next_poll(int d, double t) const {
 
 // Software overhead (rules/links.h exchange_overhead_ms): the device first
 // packs (fixed + per-message + sent bytes), then its messages leave; once
-// its last message is delivered it unpacks the received bytes, then goes on.
+// its last message is delivered it unpacks the received bytes and, in a
+// backward exchange, adds every piece it got (local ones too) into its
+// producers' output gradients (accumulate_ms), then goes on.
 // A post_send is the first half alone: the device goes on once it has
 // packed, its messages move on their own (and an exchange then has only
 // the messages it receives).
 void Simulator::enter_exchange(int d, int pc, double t) {
   const Program& prog = l_.programs[static_cast<size_t>(d)];
+  const Instr& in = prog.instrs[static_cast<size_t>(pc)];
   int messages = 0;
-  double sent = 0, received = 0;
-  for (int tr : prog.transfers_of(prog.instrs[static_cast<size_t>(pc)])) {
+  double sent = 0, received = 0, accumulated = 0;
+  for (int tr : prog.transfers_of(in)) {
     const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
+    if (x.dst == d) accumulated += static_cast<double>(x.values * kWireBytesPerValue);
     if (x.src == x.dst) continue;
     ++messages;
     (x.src == d ? sent : received) += static_cast<double>(x.bytes);
   }
   const CommOverhead o = options_.price_communication ? cost_.overhead() : CommOverhead{};
   const double pack = exchange_overhead_ms(o, messages, sent);
-  s_.times[at(d, pc)].unpack_ms = messages > 0 ? pack_ms(o, received) : 0.0;
+  const bool adds = in.kind == InstrKind::exchange && in.dir == Direction::backward;
+  s_.times[at(d, pc)].unpack_ms =
+      (messages > 0 ? pack_ms(o, received) : 0.0) + (adds ? accumulate_ms(o, accumulated) : 0.0);
   if (pack > 0)
     push({t + pack, kPacked, d, pc});
   else
@@ -764,8 +774,8 @@ void Simulator::packed(int d, int pc, double t) {
   }
 }
 
-// Every message of the exchange is delivered and the device has packed:
-// it unpacks, then goes on.
+// Every message of the exchange (or every early send, for a wait_sends)
+// is delivered and the device has packed: it unpacks, then goes on.
 void Simulator::end_exchange(int d, int pc, double t) {
   InstrTimes& times = s_.times[at(d, pc)];
   times.ended = t + times.unpack_ms;
@@ -819,13 +829,15 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
 
 // The wait for every message of the device's post_sends: done at once if
 // all are delivered, else when the last one is.
+// Once every early send is delivered the device completes them
+// (CommOverhead::instruction_us, kept in unpack_ms), then goes on.
 void Simulator::enter_wait_sends(int d, int pc, double t) {
+  s_.times[at(d, pc)].unpack_ms = options_.price_communication ? cost_.overhead().instruction_us * 1e-3 : 0.0;
   if (s_.early_left[static_cast<size_t>(d)] > 0) {
     s_.at_wait_sends[static_cast<size_t>(d)] = pc;
     return;
   }
-  s_.times[at(d, pc)].ended = t;
-  push({t, kReady, d, pc + 1});
+  end_exchange(d, pc, t);
 }
 
 void Simulator::dispatch(const int* links, int n, double t) {
@@ -890,9 +902,7 @@ void Simulator::delivered(int tr, double t) {
     if (l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].kind != InstrKind::exchange) {
       // Posted early: its sender went on; its wait_sends may be waiting.
       if (--s_.early_left[static_cast<size_t>(d)] == 0 && s_.at_wait_sends[static_cast<size_t>(d)] >= 0) {
-        const int wpc = std::exchange(s_.at_wait_sends[static_cast<size_t>(d)], -1);
-        s_.times[at(d, wpc)].ended = t;
-        push({t, kReady, d, wpc + 1});
+        end_exchange(d, std::exchange(s_.at_wait_sends[static_cast<size_t>(d)], -1), t);
       }
       continue;
     }
@@ -935,7 +945,7 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
       case InstrKind::forward:
       case InstrKind::backward:
       case InstrKind::optimizer: shown = compute_box(in, dev, box); break;
-      case InstrKind::post_recv: shown = false; break;   // 0 ms, nothing to show
+      case InstrKind::post_recv: shown = post_recv_box(in, dev, box); break;
       case InstrKind::wait_sends: shown = wait_sends_box(prog, i, tm, dev, box); break;
       case InstrKind::post_send: shown = post_send_box(prog, in, dev, box); break;
       case InstrKind::exchange: shown = exchange_box(prog, in, tm, d, dev, box); break;
@@ -963,7 +973,7 @@ bool Simulator::compute_box(const Instr& in, SimDevice& dev, SimBox& box) const 
 }
 
 // Blocked until its early sends are delivered: transfer while one of them
-// moves, else wait.
+// moves or the device completes them, else wait.
 bool Simulator::wait_sends_box(const Program& prog, size_t i, const InstrTimes& tm, SimDevice& dev,
                                SimBox& box) const {
   std::vector<std::pair<double, double>> spans;
@@ -974,6 +984,7 @@ bool Simulator::wait_sends_box(const Program& prog, size_t i, const InstrTimes& 
       spans.push_back({m.start_ms, m.end_ms});
     }
   }
+  spans.push_back({tm.ended - tm.unpack_ms, tm.ended});
   const double moving = covered_ms(std::move(spans), tm.reached, tm.ended);
   dev.transfer_ms += moving;
   dev.wait_ms += box.dur_ms - moving;
@@ -981,6 +992,19 @@ bool Simulator::wait_sends_box(const Program& prog, size_t i, const InstrTimes& 
   box.track = SimTrack::communication;
   box.cat = "wait";
   box.name = "wait for sends posted early";
+  return true;
+}
+
+// Posting receives is the device's work (CommOverhead: 0 ms without
+// overhead figures, then not shown).
+bool Simulator::post_recv_box(const Instr& in, SimDevice& dev, SimBox& box) const {
+  dev.transfer_ms += box.dur_ms;
+  if (box.dur_ms <= 0) return false;
+  box.track = SimTrack::communication;
+  box.cat = "recv";
+  box.wave = in.wave;
+  box.name = std::string("post receives ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " wave " +
+             std::to_string(in.wave);
   return true;
 }
 

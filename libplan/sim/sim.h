@@ -35,9 +35,14 @@
 //   post_send          the sender's packing (exchange overhead with its
 //                      messages and sent bytes); then it goes on, and its
 //                      messages move beside its work (its exchange, if any,
-//                      no longer waits for them). post_recv: 0 ms.
+//                      no longer waits for them). post_recv:
+//                      CommOverhead::instruction_us (its messages are
+//                      priced in their exchange).
 //                      wait_sends: until every message of the device's
-//                      post_sends has been delivered.
+//                      post_sends has been delivered, then
+//                      CommOverhead::instruction_us. A backward exchange,
+//                      after its last message, also adds every piece it got
+//                      (accumulate_ms).
 //   all-reduce         takes CostModel::allreduce_ms(bytes, devices). A
 //                      device runs one all-reduce at a time (they share its
 //                      links): one starts when every device of the bucket
@@ -110,7 +115,8 @@ enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's 
 struct SimBox {
   int device = 0;
   SimTrack track = SimTrack::compute;
-  std::string cat;      // forward | backward | optimizer | exchange | send (a post_send) | allreduce | wait
+  std::string cat;      // forward | backward | optimizer | exchange | send (a post_send) | recv (a
+                        // post_recv, shown when it takes time) | allreduce | wait
   std::string name;     // e.g. "vision transformer_layer x16 fwd", "exchange fwd wave 3"
   double start_ms = 0;
   double dur_ms = 0;

@@ -164,6 +164,37 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   auto n = parse_profile_string(negative, "v3.json");
   REQUIRE_FALSE(n.ok());
   CHECK_THAT(n.error().message, Catch::Contains("comm_overhead.exchange_us"));
+
+  // The executor's figures (measured only): absent, 0 and not written;
+  // else written, read back, and checked like the others.
+  CHECK(q->overhead->instruction_us == 0);
+  CHECK(q->overhead->accumulate_gbytes_per_s == 0);
+  CHECK(a.find("instruction_us") == std::string::npos);
+  o.instruction_us = 0.61;
+  o.accumulate_gbytes_per_s = 9.75;
+  p.overhead = o;
+  const std::string measured = profile_to_json(p);
+  auto back = parse_profile_string(measured, "v3.json");
+  REQUIRE(back.ok());
+  CHECK(back->overhead->instruction_us == 0.61);
+  CHECK(back->overhead->accumulate_gbytes_per_s == 9.75);
+  CHECK(profile_to_json(*back) == measured);
+  std::string bad_rate = measured;
+  const std::string rate = "\"accumulate_gbytes_per_s\":9.75";
+  const size_t acc = bad_rate.find(rate);
+  REQUIRE(acc != std::string::npos);
+  bad_rate.replace(acc, rate.size(), "\"accumulate_gbytes_per_s\":\"fast\"");
+  auto f = parse_profile_string(bad_rate, "v3.json");
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message, Catch::Contains("comm_overhead.accumulate_gbytes_per_s: expected a number"));
+  std::string bad_books = measured;
+  const std::string books = "\"instruction_us\":0.61";
+  const size_t ins = bad_books.find(books);
+  REQUIRE(ins != std::string::npos);
+  bad_books.replace(ins, books.size(), "\"instruction_us\":-1");
+  auto g = parse_profile_string(bad_books, "v3.json");
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.error().message, Catch::Contains("comm_overhead.instruction_us: expected a number from 0"));
 }
 
 TEST_CASE("x-forward_share: written when known, read back, absent means unknown, checked") {

@@ -385,6 +385,67 @@ TEST_CASE("transfers posted early leave when their rows are made, not at their w
   CHECK(box(costly, 0, 2, "forward").start_ms == Approx(2.15));
   CHECK(box(costly, 1, 2, "forward").start_ms == Approx(5.15));
   CHECK(costly.iteration_ms == Approx(21.3));
+
+  // With only the executor's bookkeeping (100 us per exchange, post_send,
+  // post_recv and wait_sends, whatever they move):
+  //   d1: post_recv [0,0.1], exchange fwd [0.1, 3.1] (f moves [1.1,3.1]), fwd B [3.1,5.1], bwd B [5.1,9.1],
+  //       post_send [9.1,9.2] (g moves [9.2,11.2]), wait_sends [9.2,11.3]
+  //   d0: fwd A [0,1], post_send [1,1.1], fwd C [1.1,3.1], post_recv [3.1,3.2], exchange bwd [3.2,11.2],
+  //       bwd C [11.2,15.2], bwd A [15.2,17.2], wait_sends [17.2,17.3]
+  sp::CommOverhead books;
+  books.instruction_us = 100;
+  const sp::Simulation kept = send_before_other_work(true).run(hand_cluster(1, 2), {}, books);
+  CHECK(kept.messages[0].start_ms == Approx(1.1));
+  CHECK(kept.messages[1].start_ms == Approx(9.2));
+  CHECK(box(kept, 1, 0, "recv").dur_ms == Approx(0.1));
+  CHECK(box(kept, 0, 3, "recv").start_ms == Approx(3.1));
+  CHECK(box(kept, 1, 2, "forward").start_ms == Approx(3.1));
+  CHECK(box(kept, 1, 5, "wait").start_ms == Approx(9.2));
+  CHECK(box(kept, 1, 5, "wait").dur_ms == Approx(2.1));
+  CHECK(kept.devices[1].finish_ms == Approx(11.3));
+  CHECK(box(kept, 0, 5, "backward").start_ms == Approx(11.2));
+  CHECK(kept.devices[0].finish_ms == Approx(17.3));
+  // d1 moved f [1.1,3.1] inside its exchange [0.1,3.1] and packed [0.1,0.2]:
+  // 2.1 transfer, 0.9 wait; posted [0,0.1] and [9.1,9.2]; g moved [9.2,11.2]
+  // and it completed [11.2,11.3] inside its wait_sends: 4.4 in all.
+  CHECK(kept.devices[1].transfer_ms == Approx(4.4));
+  CHECK(kept.devices[1].wait_ms == Approx(0.9));
+}
+
+TEST_CASE("a backward exchange adds every piece it gets (local ones too) and a forward one takes views", "[sim]") {
+  // d0 alone: slice A (wave 0, 3 ms: forward 1, backward 2), then slice C
+  // (wave 1, 6 ms: 2 + 4) on A's output, 1e6 bytes each way, both local.
+  // With 100 us per instruction and adding at 1 GB/s (1e6 bytes: 1 ms):
+  //   fwd A [0,1], exchange fwd [1,1.1], fwd C [1.1,3.1], bwd C [3.1,7.1],
+  //   exchange bwd [7.1,8.2] (0.1 + 1 adding), bwd A [8.2,10.2]
+  Programs p(1);
+  const int a = p.slice(0, {0}, 3.0), c = p.slice(1, {0}, 6.0);
+  const int f = p.transfer(sp::Direction::forward, 1, 0, 0, 1'000'000);
+  const int g = p.transfer(sp::Direction::backward, 1, 0, 0, 1'000'000);
+  p.fwd(0, a);
+  p.exchange(0, sp::Direction::forward, 1, {f});
+  p.fwd(0, c);
+  p.bwd(0, c);
+  p.exchange(0, sp::Direction::backward, 1, {g});
+  p.bwd(0, a);
+  CHECK(p.run(hand_cluster(1, 1)).iteration_ms == Approx(9.0));   // local copies cost nothing by default
+  sp::CommOverhead o;
+  o.instruction_us = 100;
+  o.accumulate_gbytes_per_s = 1;
+  o.exchange_us = 1000;   // per exchange that moves a message: none here
+  o.message_us = 1000;
+  o.pack_gbytes_per_s = 0.001;
+  const sp::Simulation sim = p.run(hand_cluster(1, 1), {}, o);
+  CHECK(box(sim, 0, 1, "exchange").dur_ms == Approx(0.1));
+  CHECK(box(sim, 0, 4, "exchange").start_ms == Approx(7.1));
+  CHECK(box(sim, 0, 4, "exchange").dur_ms == Approx(1.1));
+  CHECK(sim.iteration_ms == Approx(10.2));
+  CHECK(sim.devices[0].transfer_ms == Approx(1.2));
+  CHECK(sim.devices[0].wait_ms == Approx(0.0).margin(1e-12));
+  // Without communication priced, none of it.
+  sp::SimOptions compute_only;
+  compute_only.price_communication = false;
+  CHECK(p.run(hand_cluster(1, 1), compute_only, o).iteration_ms == Approx(9.0));
 }
 
 TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
