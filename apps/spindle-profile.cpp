@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,10 @@
 #include "libexec/comm/launch_env.h"
 #endif
 #include "libexec/comm/mpi_comm.h"
+#include "libexec/profile/calibrate.h"
 #include "libexec/profile/fit.h"
 #include "libexec/profile/measure.h"
+#include "libplan/plan/plan_io.h"
 #endif
 
 namespace {
@@ -149,6 +152,67 @@ void print_links(const sp::ProfileLinks& l) {
   one("inter_island all-reduce", l.inter_allreduce);
 }
 
+// A calibration step predicted slower than this is not trained: the
+// executor's overhead (microseconds an instruction) matters beside steps of
+// milliseconds, and a large model's steps on the host take long.
+constexpr double kMaxCalibrationStepMs = 2000;
+
+// After measure_profile, with a host backend under mpirun (calibrate.h):
+// rank 0 plans the model with the profile it will write, every rank trains
+// that plan a few steps, and the executor's fitted figures replace the
+// profile's exchange_us and message_us and add instruction_us and
+// accumulate_gbytes_per_s. Collective; a plan that cannot be made or run
+// here leaves the figures as measured, with a note saying why.
+void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph, const sp::Cluster& cluster,
+                               se::MpiComm& world, se::Backend& backend, se::MeasureReport& report) {
+  std::string text, why;
+  if (world.rank() == 0) {
+    auto plan = se::calibration_plan(model, graph, cluster, report.profile, world.size());
+    if (!plan) {
+      why = plan.error().message;
+    } else if (plan->predicted.iteration_ms > kMaxCalibrationStepMs) {
+      char line[160];
+      std::snprintf(line, sizeof line, "a step of its plan is predicted at %.0f ms (trained up to %.0f ms)",
+                    plan->predicted.iteration_ms, kMaxCalibrationStepMs);
+      why = line;
+    } else {
+      text = sp::plan_to_json(*plan);
+    }
+  }
+  long long length = static_cast<long long>(text.size());
+  MPI_Bcast(&length, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  if (length == 0) {
+    report.notes.push_back("overhead: the executor's own not measured: " + why);
+    return;
+  }
+  text.resize(static_cast<size_t>(length));
+  MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, 0, MPI_COMM_WORLD);
+  auto plan = sp::parse_plan_string(text, "the calibration plan");
+  if (!plan) throw std::runtime_error(plan.error().message);
+  se::GroupComms groups = se::create_group_comms(world, se::Executor::device_groups(model, *plan));
+  const sp::CommOverhead packing = report.profile.overhead.value_or(sp::CommOverhead{});
+  auto cal = se::calibrate_executor(model, *plan, world, std::move(groups), backend, packing);
+  if (!cal) {
+    report.notes.push_back("overhead: the executor's own not measured: " + cal.error().message);
+    return;
+  }
+  sp::CommOverhead o = packing;
+  o.exchange_us = 0;   // in instruction_us and message_us now
+  o.message_us = cal->fit.message_us;
+  o.instruction_us = cal->fit.instruction_us;
+  o.accumulate_gbytes_per_s = cal->fit.accumulate_gbytes_per_s;
+  report.profile.overhead = o;
+  report.overhead = o;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "
+                "%.2f us per instruction, %.2f us per message, adding gradient pieces at %.2f GB/s "
+                "(rms residual %.2f us)",
+                cal->samples, cal->steps, o.instruction_us, o.message_us, o.accumulate_gbytes_per_s,
+                cal->fit.rms_residual_us);
+  report.notes.push_back(line);
+}
+
 // --measure: returns the exit code. MPI is initialised here (a plain run is
 // a world of one rank); only rank 0 prints and writes.
 int run_measure(int* argc, char*** argv, const std::string& model_path, const std::string& cluster_path,
@@ -206,6 +270,10 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
   sp::Result<se::MeasureReport> report = sp::Error{"not run"};
   try {
     report = se::measure_profile(*model, graph, *skeleton, *cluster, *world, *backend, options, progress);
+    if (report.ok() && world->size() >= 2 && backend->device() == se::Device::host) {
+      if (progress) progress({"the executor's own overhead", 0, 0, 0, 0});
+      measure_executor_overhead(*model, graph, *cluster, *world, *backend, *report);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "spindle-profile: error: rank %d: %s\n", world->rank(), e.what());
     std::fflush(stderr);

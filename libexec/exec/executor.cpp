@@ -440,6 +440,8 @@ void Executor::bind_bucket_views() {
 
 Executor::~Executor() = default;
 
+const plan::Lowered& Executor::lowered() const { return sched_->lowered; }
+
 // ---------------------------------------------------------------------------
 // The training step.
 
@@ -466,7 +468,11 @@ StepStats Executor::step() {
   // receives are posted one exchange ahead (post_recv), and the step ends
   // waiting for those sends (wait_sends). After each compute
   // the communicators get a poll (MPI moves messages only inside calls).
-  for (const plan::Instr& in : sched_->lowered.programs[static_cast<size_t>(rank_)].instrs) {
+  const std::vector<plan::Instr>& program = sched_->lowered.programs[static_cast<size_t>(rank_)].instrs;
+  std::vector<double> instr_ms(program.size());
+  for (size_t pc = 0; pc < program.size(); ++pc) {
+    const plan::Instr& in = program[pc];
+    const Clock::time_point began = Clock::now();
     switch (in.kind) {
       case plan::InstrKind::exchange:
         if (in.dir == plan::Direction::forward) forward_exchange(in);
@@ -492,6 +498,7 @@ StepStats Executor::step() {
       case plan::InstrKind::allreduce_wait: finish_bucket(in.bucket); break;
       case plan::InstrKind::optimizer: optimizer_step(in.bucket); break;
     }
+    instr_ms[pc] = ms_since(began);
   }
 
   if (!posted_sends_.empty() || !posted_recvs_.empty())
@@ -505,6 +512,7 @@ StepStats Executor::step() {
   stats.task_loss.assign(loss.begin(), loss.end());
   stats.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   stats.counters = counters_;
+  stats.instr_ms = std::move(instr_ms);
   return stats;
 }
 

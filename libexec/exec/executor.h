@@ -102,6 +102,10 @@ struct StepStats {
   std::vector<double> task_loss;   // per model task (model order): sum of weight * loss, full batch
   double step_ms = 0;              // this rank's wall time of the step, milliseconds
   StepCounters counters;           // this rank's
+  // By instruction of this rank's program (Executor::program()), its wall
+  // time in the step, ms (host time, as the counters; what
+  // spindle-profile --measure fits the executor's overhead from).
+  std::vector<double> instr_ms;
 };
 
 // One forward-only pass over one batch (Executor::evaluate), reduced over
@@ -199,6 +203,9 @@ class Executor {
   std::map<std::string, Shape> param_shapes() const;
 
   int64_t steps_done() const { return step_; }
+  // The plan as this executor lowered it (every rank's program; this rank
+  // runs programs[rank]).
+  const plan::Lowered& lowered() const;
   // Buckets of this rank and the communicators made for their started
   // all-reduces (Comm::duplicate; 0 for communicators that give none).
   int buckets() const {

@@ -1,8 +1,11 @@
 #include "libexec/profile/fit.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
+
+#include <Eigen/Dense>
 
 #include "libplan/cost/curve.h"
 
@@ -123,6 +126,46 @@ plan::Result<ExchangeFit> fit_exchange(const std::vector<double>& messages, cons
     slope = std::max(0.0, skr / skk);
   }
   return ExchangeFit{intercept * 1e3, slope * 1e3};
+}
+
+plan::Result<ExecutorOverheadFit> fit_executor_overhead(const std::vector<OverheadSample>& samples) {
+  if (samples.size() < 2) return plan::Error{"executor overhead fit: needs two or more instructions"};
+  const Eigen::Index n = static_cast<Eigen::Index>(samples.size());
+  // Columns: 1, messages, accumulated bytes in GB (so the figure is in us per GB).
+  Eigen::MatrixXd x(n, 3);
+  Eigen::VectorXd y(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const OverheadSample& s = samples[static_cast<size_t>(i)];
+    x(i, 0) = 1.0;
+    x(i, 1) = s.messages;
+    x(i, 2) = s.accumulated_bytes * 1e-9;
+    y(i) = s.us;
+  }
+  Eigen::Vector3d best = Eigen::Vector3d::Zero();
+  double best_sq = y.squaredNorm();   // every figure 0
+  for (int mask = 1; mask < 8; ++mask) {
+    std::vector<Eigen::Index> cols;
+    for (Eigen::Index c = 0; c < 3; ++c)
+      if ((mask >> c & 1) && x.col(c).cwiseAbs().maxCoeff() > 0) cols.push_back(c);
+    if (cols.size() != static_cast<size_t>(std::popcount(static_cast<unsigned>(mask)))) continue;   // a term never seen
+    Eigen::MatrixXd sub(n, static_cast<Eigen::Index>(cols.size()));
+    for (size_t k = 0; k < cols.size(); ++k) sub.col(static_cast<Eigen::Index>(k)) = x.col(cols[k]);
+    const Eigen::VectorXd b = sub.colPivHouseholderQr().solve(y);
+    if ((b.array() < 0).any() || !b.allFinite()) continue;
+    const double sq = (sub * b - y).squaredNorm();
+    if (sq < best_sq) {
+      best_sq = sq;
+      best.setZero();
+      for (size_t k = 0; k < cols.size(); ++k) best(cols[k]) = b(static_cast<Eigen::Index>(k));
+    }
+  }
+  ExecutorOverheadFit f;
+  f.instruction_us = best(0);
+  f.message_us = best(1);
+  // best(2) us per GB: GB/s = 1e6 / best(2).
+  f.accumulate_gbytes_per_s = best(2) > 0 ? 1e6 / best(2) : 0.0;
+  f.rms_residual_us = std::sqrt(best_sq / static_cast<double>(n));
+  return f;
 }
 
 std::vector<double> leave_one_out_errors(const std::vector<plan::ProfilePoint>& points) {

@@ -82,6 +82,31 @@ struct ExchangeFit {
 plan::Result<ExchangeFit> fit_exchange(const std::vector<double>& messages, const std::vector<double>& ms,
                                        double wire_ms);
 
+// The executor's own cost around its transfers (rules/links.h
+// CommOverhead::instruction_us, message_us, accumulate_gbytes_per_s), from
+// instructions of spindle-run's programs that never wait for a peer: each
+// sample is one instruction's wall time, us, less the packing of what it
+// sends, against the messages it posts (sends; its receives are priced in
+// the exchange that completes them) and the bytes it adds into output
+// gradients (a backward exchange's pieces):
+//   us = instruction_us + messages x message_us + accumulated_bytes / rate.
+// Least squares with every figure >= 0: the best fit over every subset of
+// the three terms whose figures all come out >= 0; a term whose feature is
+// 0 in every sample gets 0 (accumulate_gbytes_per_s 0: not priced). Needs
+// two or more samples.
+struct OverheadSample {
+  double us = 0;
+  double messages = 0;
+  double accumulated_bytes = 0;
+};
+struct ExecutorOverheadFit {
+  double instruction_us = 0;
+  double message_us = 0;
+  double accumulate_gbytes_per_s = 0;
+  double rms_residual_us = 0;   // of the samples around the fit
+};
+plan::Result<ExecutorOverheadFit> fit_executor_overhead(const std::vector<OverheadSample>& samples);
+
 // Leave-one-out check of ScalingCurve::fit on one entry's points: for every
 // interior point i (not the first nor the last: the curve does not
 // extrapolate), the curve is fitted without i and its relative error at

@@ -5,7 +5,8 @@
 #                     budget) is written, shows progress and the fit check,
 #                     and spindle-plan plans with it
 #   mpi-links         under mpirun -np 2 the profile carries measured links
-#                     (x-links) and spindle-plan plans with it
+#                     (x-links) and the executor's own overhead, and
+#                     spindle-plan plans with it
 #   bad-usage         every bad usage exits 2 naming the problem, output untouched
 set -u
 mode="$1"; bin="$2"; src="$3"; out="$4/$mode"; mpiexec="$5"
@@ -40,6 +41,11 @@ mpi-links)
   grep -q '"x-optimizer": {"gbytes_per_s":[0-9.e+-]*}' "$out/p.json" || fail "no x-optimizer rate"
   grep -q '^optimizer: AdamW over [0-9]* values per rank, [0-9.e+-]* GB/s' "$out/stdout" \
       || fail "no optimizer summary line"
+  # The executor's own overhead, fitted from a few training steps of a plan
+  # of the model (calibrate.h): its figures written, and said.
+  grep -q '"instruction_us":[0-9.e+-]*' "$out/p.json" || fail "no instruction_us: $(grep -A1 comm_overhead "$out/p.json")"
+  grep -q "^overhead: the executor's own, from [0-9]* instructions of [0-9]* steps of a plan of the model: " \
+      "$out/stdout" || fail "no executor overhead line: $(grep '^overhead' "$out/stdout")"
   grep -q 'intra_island send/recv' "$out/stdout" || fail "no link figures printed"
   grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
   # CPU ranks time each point of 2 or more devices together (MeasureOptions::together):

@@ -141,3 +141,36 @@ TEST_CASE("fit_copy, fit_allreduce and fit_exchange recover hand-set overhead fi
   CHECK(flat->exchange_us == Approx((0.04 + 0.04 + 0.04 + 0.03) / 4 * 1e3));
   CHECK_FALSE(spindle::exec::fit_exchange({2, 2}, {0.1, 0.1}, 0.01).ok());
 }
+
+TEST_CASE("fit_executor_overhead recovers the executor's figures, each >= 0") {
+  using spindle::exec::OverheadSample;
+  // Generated from instruction 0.6 us, 1.5 us per message, adding at 10 GB/s
+  // (1e4 bytes: 1 us): a forward exchange of local views, post_sends of
+  // 1 and 2 messages, a post_recv, backward exchanges adding 26112 and 6144 bytes.
+  auto us = [](double messages, double bytes) { return 0.6 + 1.5 * messages + bytes / 1e4; };
+  std::vector<OverheadSample> s = {{us(0, 0), 0, 0},         {us(1, 0), 1, 0},         {us(2, 0), 2, 0},
+                                   {us(0, 0), 0, 0},         {us(0, 26112), 0, 26112}, {us(0, 6144), 0, 6144}};
+  auto f = spindle::exec::fit_executor_overhead(s);
+  REQUIRE(f.ok());
+  CHECK(f->instruction_us == Approx(0.6).epsilon(1e-9));
+  CHECK(f->message_us == Approx(1.5).epsilon(1e-9));
+  CHECK(f->accumulate_gbytes_per_s == Approx(10.0).epsilon(1e-9));
+  CHECK(f->rms_residual_us == Approx(0.0).margin(1e-9));
+
+  // No instruction adds anything: the rate is 0 (not priced), the rest fitted.
+  s.resize(4);
+  auto no_adds = spindle::exec::fit_executor_overhead(s);
+  REQUIRE(no_adds.ok());
+  CHECK(no_adds->accumulate_gbytes_per_s == 0.0);
+  CHECK(no_adds->message_us == Approx(1.5).epsilon(1e-9));
+
+  // Times that fall with the messages (noise): the unconstrained slope is
+  // negative, so messages cost 0 and the instruction is the mean, 2 us.
+  auto falling = spindle::exec::fit_executor_overhead({{3.0, 0, 0}, {2.0, 1, 0}, {1.0, 2, 0}});
+  REQUIRE(falling.ok());
+  CHECK(falling->message_us == 0.0);
+  CHECK(falling->instruction_us == Approx(2.0).epsilon(1e-9));
+  CHECK(falling->rms_residual_us == Approx(std::sqrt(2.0 / 3.0)).epsilon(1e-9));
+
+  CHECK_FALSE(spindle::exec::fit_executor_overhead({{1.0, 0, 0}}).ok());
+}

@@ -1,0 +1,64 @@
+// The last step of `spindle-profile --measure` under mpirun with a host
+// backend (docs/profiling.md, "The executor's own overhead"): train a few
+// steps of a plan of the model with spindle-run's executor on the measuring
+// ranks, and fit the executor's software cost around its transfers
+// (rules/links.h CommOverhead::instruction_us, message_us,
+// accumulate_gbytes_per_s) from the instructions that never wait for a peer.
+//
+// Why not time Comm calls alone: on 2 CPU ranks the executor spends about
+// 0.5 us of bookkeeping on every exchange instruction, 2-3 us posting a
+// message (a fresh buffer, the copy, the call, its request) and adds every
+// backward piece into a fresh buffer at about 10 GB/s, where a loop of bare
+// Comm::exchange calls on preallocated buffers takes 0.07 us per message.
+#pragma once
+
+#include <vector>
+
+#include "libexec/backend/backend.h"
+#include "libexec/comm/comm.h"
+#include "libexec/exec/executor.h"
+#include "libexec/profile/fit.h"
+#include "libplan/graph/op_graph.h"
+#include "libplan/io/profile.h"
+#include "libplan/lower/lower.h"
+#include "libplan/model/cluster.h"
+#include "libplan/model/model.h"
+#include "libplan/plan/plan.h"
+#include "libplan/util/status.h"
+
+namespace spindle::exec {
+
+// The plan the calibration trains: Spindle's plan of `model` on `cluster`
+// with `profile`'s figures (the ones just measured), checked as spindle-run
+// checks a plan. Error when the cluster does not have `ranks` devices (the
+// plan must run on the measuring ranks) or the planner fails.
+plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::OpGraph& graph,
+                                          const plan::Cluster& cluster, const plan::Profile& profile, int ranks);
+
+// The samples of device d's program in `l` from `steps`, each one step's
+// StepStats::instr_ms: every post_send, post_recv and exchange that receives
+// no message from another device (the others may wait for a peer), its
+// median over the steps in us less pack_ms(`packing`, the bytes it sends);
+// messages: the messages it sends; accumulated_bytes: in a backward
+// exchange, the bytes of every piece it adds. Pure.
+std::vector<OverheadSample> overhead_samples(const plan::Lowered& l, int d,
+                                             const std::vector<std::vector<double>>& steps,
+                                             const plan::CommOverhead& packing);
+
+struct Calibration {
+  ExecutorOverheadFit fit;
+  int steps = 0;     // timed steps (after 2 untimed)
+  int samples = 0;   // instructions fitted, over all ranks
+};
+
+// Trains `plan` (which must have passed check_plan_status against `model`)
+// with an Executor on `world` (`groups`: as spindle-run creates them): 2
+// untimed steps, then as many as fit `budget_ms` by the slowest rank's
+// first step, 5 to 30; pools every rank's overhead_samples and fits them
+// (fit_executor_overhead). The same result on every rank. Collective over
+// world; an executor error throws (as spindle-run's would).
+plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
+                                             GroupComms groups, Backend& backend,
+                                             const plan::CommOverhead& packing, double budget_ms = 1500);
+
+}  // namespace spindle::exec

@@ -1,0 +1,120 @@
+// The executor's own overhead (libexec/profile/calibrate.h): which
+// instructions are samples and what each carries, by hand; a calibration
+// run on one rank; the refusals. Under mpirun -np 2, profile_checks.sh
+// mpi-links checks that spindle-profile --measure writes the figures.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "libexec/comm/fake_comm.h"
+#include "libexec/profile/calibrate.h"
+#include "libplan/cost/analytic.h"
+#include "libplan/model/cluster.h"
+#include "libplan/model/model.h"
+
+namespace se = spindle::exec;
+namespace sp = spindle::plan;
+
+namespace {
+
+std::string shipped(const std::string& rel) { return std::string(SPINDLE_SOURCE_DIR) + "/configs/" + rel; }
+
+sp::Transfer hand_transfer(sp::Direction dir, int src, int dst, int64_t values) {
+  sp::Transfer t;
+  t.dir = dir;
+  t.src = src;
+  t.dst = dst;
+  t.values = values;
+  t.bytes = src == dst ? 0 : values * sp::kWireBytesPerValue;
+  return t;
+}
+
+sp::Instr hand_instr(sp::InstrKind kind, sp::Direction dir, int begin, int end) {
+  sp::Instr in;
+  in.kind = kind;
+  in.dir = dir;
+  in.transfers_begin = begin;
+  in.transfers_end = end;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("overhead_samples: the instructions that never wait for a peer with their messages and added bytes",
+          "[profile][calibrate]") {
+  // Device 0's program: a forward exchange of a local view (0), a post_send
+  // of one message of 1000 values (1), a forward exchange that receives
+  // (2: may wait, left out), a post_recv (3), a forward (4: not
+  // communication), a backward exchange adding a local piece of 2500
+  // values and sending one of 500 (5), a wait_sends (6: may wait).
+  sp::Lowered l;
+  l.devices = 2;
+  l.transfers = {hand_transfer(sp::Direction::forward, 0, 0, 100), hand_transfer(sp::Direction::forward, 0, 1, 1000),
+                 hand_transfer(sp::Direction::forward, 1, 0, 700), hand_transfer(sp::Direction::backward, 0, 0, 2500),
+                 hand_transfer(sp::Direction::backward, 0, 1, 500)};
+  sp::Program p{0, {}, {0, 1, 2, 2, 3, 4}};
+  p.instrs = {hand_instr(sp::InstrKind::exchange, sp::Direction::forward, 0, 1),
+              hand_instr(sp::InstrKind::post_send, sp::Direction::forward, 1, 2),
+              hand_instr(sp::InstrKind::exchange, sp::Direction::forward, 2, 3),
+              hand_instr(sp::InstrKind::post_recv, sp::Direction::forward, 3, 4),
+              hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
+              hand_instr(sp::InstrKind::exchange, sp::Direction::backward, 4, 6),
+              hand_instr(sp::InstrKind::wait_sends, sp::Direction::forward, 0, 0)};
+  l.programs = {p, sp::Program{1, {}, {}}};
+  // Three steps; the medians are the middle values. Packing at 4 GB/s: the
+  // post_send's 4000 bytes take 1 us, the exchange's 2000 bytes 0.5 us.
+  const std::vector<std::vector<double>> steps = {{0.0010, 0.0030, 0.5, 0.0020, 1.0, 0.0090, 0.3},
+                                                  {0.0008, 0.0050, 0.1, 0.0010, 1.0, 0.0070, 0.2},
+                                                  {0.0012, 0.0040, 0.9, 0.0030, 1.0, 0.0080, 0.1}};
+  sp::CommOverhead packing;
+  packing.pack_gbytes_per_s = 4;
+  const std::vector<se::OverheadSample> s = se::overhead_samples(l, 0, steps, packing);
+  REQUIRE(s.size() == 4);
+  CHECK(s[0].us == Approx(1.0));   // the local view: no message, nothing added
+  CHECK(s[0].messages == 0);
+  CHECK(s[0].accumulated_bytes == 0);
+  CHECK(s[1].us == Approx(4.0 - 1.0));   // the post_send, less its packing
+  CHECK(s[1].messages == 1);
+  CHECK(s[2].us == Approx(2.0));   // the post_recv: its message is the exchange's
+  CHECK(s[2].messages == 0);
+  CHECK(s[3].us == Approx(8.0 - 0.5));   // the backward exchange
+  CHECK(s[3].messages == 1);
+  CHECK(s[3].accumulated_bytes == 2500 * sp::kWireBytesPerValue);   // the piece it keeps, not the one it sends
+  CHECK(se::overhead_samples(l, 1, steps, packing).empty());
+}
+
+TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 and the plan must fit the ranks",
+          "[profile][calibrate]") {
+  auto model = sp::load_model(shipped("models/tiny-clip.yaml"));
+  REQUIRE(model.ok());
+  auto one = sp::load_cluster(shipped("clusters/cpu-1x1.yaml"));
+  REQUIRE(one.ok());
+  const sp::OpGraph graph = sp::expand(*model);
+  auto profile = sp::analytic_profile(*model, graph, *one, nullptr);
+  REQUIRE(profile.ok());
+  auto plan = se::calibration_plan(*model, graph, *one, *profile, 1);
+  REQUIRE(plan.ok());
+  se::SelfComm world;
+  se::GroupComms groups;
+  groups[{0}] = std::make_unique<se::SelfComm>();
+  auto backend = se::make_backend("cpu");
+  sp::CommOverhead packing;
+  packing.pack_gbytes_per_s = 10;
+  auto cal = se::calibrate_executor(*model, *plan, world, std::move(groups), *backend, packing, 1.0);
+  REQUIRE(cal.ok());
+  CHECK(cal->steps == 5);   // a 1 ms budget: the fewest
+  CHECK(cal->samples >= 2);
+  CHECK(cal->fit.instruction_us >= 0);
+  CHECK(cal->fit.message_us == 0);   // one rank sends nothing
+  CHECK(cal->fit.accumulate_gbytes_per_s >= 0);
+
+  // Four devices' cluster, two ranks: a plan of it cannot run here.
+  auto four = sp::load_cluster(shipped("clusters/cpu-1x4.yaml"));
+  REQUIRE(four.ok());
+  auto p4 = sp::analytic_profile(*model, graph, *four, nullptr);
+  REQUIRE(p4.ok());
+  auto refused = se::calibration_plan(*model, graph, *four, *p4, 2);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("the cluster has 4 devices and 2 ranks measure"));
+}
