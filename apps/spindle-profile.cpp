@@ -22,6 +22,7 @@
 
 #include "apps/cli_paths.h"
 #include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/io/profile.h"
 #include "libplan/model/cluster.h"
@@ -191,7 +192,9 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   if (!plan) throw std::runtime_error(plan.error().message);
   se::GroupComms groups = se::create_group_comms(world, se::Executor::device_groups(model, *plan));
   const sp::CommOverhead packing = report.profile.overhead.value_or(sp::CommOverhead{});
-  auto cal = se::calibrate_executor(model, *plan, world, std::move(groups), backend, packing);
+  auto cost = sp::ProfileCostModel::create(report.profile, cluster, graph);   // it planned with it on rank 0
+  if (!cost) throw std::runtime_error(cost.error().message);
+  auto cal = se::calibrate_executor(model, *plan, world, std::move(groups), backend, packing, **cost);
   if (!cal) {
     report.notes.push_back("overhead: the executor's own not measured: " + cal.error().message);
     return;
@@ -201,15 +204,18 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   o.message_us = cal->fit.message_us;
   o.instruction_us = cal->fit.instruction_us;
   o.accumulate_gbytes_per_s = cal->fit.accumulate_gbytes_per_s;
+  if (cal->allreduce_us >= 0) o.allreduce_us = cal->allreduce_us;
   report.profile.overhead = o;
   report.overhead = o;
-  char line[320];
+  char allreduce[64] = "as timed alone (the plan has no bucket)";
+  if (cal->allreduce_us >= 0) std::snprintf(allreduce, sizeof allreduce, "%.2f us per call", o.allreduce_us);
+  char line[400];
   std::snprintf(line, sizeof line,
                 "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "
                 "%.2f us per instruction, %.2f us per message, adding gradient pieces at %.2f GB/s "
-                "(rms residual %.2f us)",
+                "(rms residual %.2f us); all-reduce %s",
                 cal->samples, cal->steps, o.instruction_us, o.message_us, o.accumulate_gbytes_per_s,
-                cal->fit.rms_residual_us);
+                cal->fit.rms_residual_us, allreduce);
   report.notes.push_back(line);
 }
 

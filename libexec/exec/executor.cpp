@@ -841,7 +841,10 @@ void Executor::finish_bucket(int bucket) {
 // Lets the started all-reduces advance between operators (MPI progresses
 // non-blocking collectives only inside MPI calls).
 void Executor::progress_buckets() {
+  if (started_.empty()) return;
+  const Clock::time_point t0 = Clock::now();
   for (auto& [bucket, started] : started_) (void)started.comm->progress();
+  counters_.sync_ms += ms_since(t0);
 }
 
 // AdamW on the shards of `bucket` (its gradients just summed), or with

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <utility>
 
@@ -81,11 +82,49 @@ std::vector<OverheadSample> pool_samples(Comm& world, const std::vector<Overhead
   return pooled;
 }
 
+// By bucket of `l`: device d's ms in that bucket's instructions in one
+// step (`instr_ms`), -1 where d is not a member.
+std::vector<double> bucket_ms(const plan::Lowered& l, int d, const std::vector<double>& instr_ms) {
+  std::vector<double> out(l.buckets.size(), -1.0);
+  const plan::Program& prog = l.programs[static_cast<size_t>(d)];
+  for (size_t i = 0; i < prog.instrs.size() && i < instr_ms.size(); ++i) {
+    const plan::Instr& in = prog.instrs[i];
+    if (in.kind != plan::InstrKind::allreduce && in.kind != plan::InstrKind::allreduce_start &&
+        in.kind != plan::InstrKind::allreduce_wait)
+      continue;
+    double& into = out[static_cast<size_t>(in.bucket)];
+    into = std::max(into, 0.0) + instr_ms[i];
+  }
+  return out;
+}
+
 }  // namespace
+
+double fit_allreduce_us(const plan::Lowered& l, const plan::CostModel& cost,
+                        const std::vector<std::vector<std::vector<double>>>& ms) {
+  std::vector<double> residual_us;
+  for (size_t b = 0; b < l.buckets.size(); ++b) {
+    std::vector<double> least;   // by step
+    for (size_t s = 0; !ms.empty() && s < ms.front().size(); ++s) {
+      double m = -1;
+      for (const auto& rank : ms)
+        if (s < rank.size() && b < rank[s].size() && rank[s][b] >= 0) m = m < 0 ? rank[s][b] : std::min(m, rank[s][b]);
+      if (m >= 0) least.push_back(m);
+    }
+    if (least.empty()) continue;
+    const plan::Bucket& k = l.buckets[b];
+    const double beyond_ms = cost.allreduce_ms(static_cast<double>(k.bytes), k.devices) -
+                             cost.overhead().allreduce_us * 1e-3;
+    residual_us.push_back((timing_stats(least).median - beyond_ms) * 1e3);
+  }
+  if (residual_us.empty()) return -1;
+  return std::max(0.0, timing_stats(residual_us).median);
+}
 
 plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,
-                                             const plan::CommOverhead& packing, double budget_ms) {
+                                             const plan::CommOverhead& packing, const plan::CostModel& cost,
+                                             double budget_ms) {
   Executor ex(model, plan, world, std::move(groups), backend, ExecOptions{});
   for (int i = 0; i < 2; ++i) ex.step();
   // The step count, from the slowest rank's first timed step (every rank runs as many).
@@ -100,7 +139,19 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   const std::vector<OverheadSample> pooled =
       pool_samples(world, overhead_samples(ex.lowered(), world.rank(), steps, packing));
   SPINDLE_ASSIGN(fit, fit_executor_overhead(pooled));
-  return Calibration{fit, count, static_cast<int>(pooled.size())};
+  // Every rank's time in each bucket's instructions, on every rank.
+  const plan::Lowered& l = ex.lowered();
+  const size_t buckets = l.buckets.size(), per_rank = static_cast<size_t>(count) * buckets;
+  std::vector<float> mine_ms, all_ms(per_rank * static_cast<size_t>(world.size()));
+  for (const std::vector<double>& step : steps)
+    for (double v : bucket_ms(l, world.rank(), step)) mine_ms.push_back(static_cast<float>(v));
+  if (per_rank > 0) world.all_gather(mine_ms, all_ms);
+  std::vector<std::vector<std::vector<double>>> by_rank(static_cast<size_t>(world.size()));
+  for (size_t r = 0; r < by_rank.size(); ++r)
+    for (size_t s = 0; s < static_cast<size_t>(count); ++s)
+      by_rank[r].emplace_back(all_ms.begin() + static_cast<std::ptrdiff_t>(r * per_rank + s * buckets),
+                              all_ms.begin() + static_cast<std::ptrdiff_t>(r * per_rank + (s + 1) * buckets));
+  return Calibration{fit, count, static_cast<int>(pooled.size()), fit_allreduce_us(l, cost, by_rank)};
 }
 
 }  // namespace spindle::exec

@@ -18,6 +18,7 @@
 #include "libexec/comm/comm.h"
 #include "libexec/exec/executor.h"
 #include "libexec/profile/fit.h"
+#include "libplan/cost/cost_model.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/io/profile.h"
 #include "libplan/lower/lower.h"
@@ -45,20 +46,36 @@ std::vector<OverheadSample> overhead_samples(const plan::Lowered& l, int d,
                                              const std::vector<std::vector<double>>& steps,
                                              const plan::CommOverhead& packing);
 
+// The all-reduce's fixed cost per call (CommOverhead::allreduce_us) from
+// the executor's gradient buckets: per bucket and step, the least over its
+// members of the time in its allreduce (or allreduce_start plus
+// allreduce_wait) instructions (the last member to arrive waits for no
+// one), median over the steps, less what `cost` prices beyond the fixed
+// cost (its allreduce_ms less its overhead().allreduce_us: the ring
+// formula and the copies); the median over the buckets, at least 0.
+// `ms`: by rank, step, then bucket, the rank's ms in that bucket's
+// instructions, negative where the rank is not a member. -1 when there is
+// no bucket. Pure.
+double fit_allreduce_us(const plan::Lowered& l, const plan::CostModel& cost,
+                        const std::vector<std::vector<std::vector<double>>>& ms);
+
 struct Calibration {
   ExecutorOverheadFit fit;
   int steps = 0;     // timed steps (after 2 untimed)
   int samples = 0;   // instructions fitted, over all ranks
+  double allreduce_us = -1;   // fit_allreduce_us (-1: the plan all-reduces nothing)
 };
 
 // Trains `plan` (which must have passed check_plan_status against `model`)
 // with an Executor on `world` (`groups`: as spindle-run creates them): 2
 // untimed steps, then as many as fit `budget_ms` by the slowest rank's
 // first step, 5 to 30; pools every rank's overhead_samples and fits them
-// (fit_executor_overhead). The same result on every rank. Collective over
+// (fit_executor_overhead), and fits the all-reduce's fixed cost against
+// `cost` (fit_allreduce_us). The same result on every rank. Collective over
 // world; an executor error throws (as spindle-run's would).
 plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,
-                                             const plan::CommOverhead& packing, double budget_ms = 1500);
+                                             const plan::CommOverhead& packing, const plan::CostModel& cost,
+                                             double budget_ms = 1500);
 
 }  // namespace spindle::exec

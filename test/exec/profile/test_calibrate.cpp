@@ -101,13 +101,16 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   auto backend = se::make_backend("cpu");
   sp::CommOverhead packing;
   packing.pack_gbytes_per_s = 10;
-  auto cal = se::calibrate_executor(*model, *plan, world, std::move(groups), *backend, packing, 1.0);
+  auto cost = sp::ProfileCostModel::create(*profile, *one, graph);
+  REQUIRE(cost.ok());
+  auto cal = se::calibrate_executor(*model, *plan, world, std::move(groups), *backend, packing, **cost, 1.0);
   REQUIRE(cal.ok());
   CHECK(cal->steps == 5);   // a 1 ms budget: the fewest
   CHECK(cal->samples >= 2);
   CHECK(cal->fit.instruction_us >= 0);
   CHECK(cal->fit.message_us == 0);   // one rank sends nothing
   CHECK(cal->fit.accumulate_gbytes_per_s >= 0);
+  CHECK(cal->allreduce_us == -1);   // one device all-reduces nothing
 
   // Four devices' cluster, two ranks: a plan of it cannot run here.
   auto four = sp::load_cluster(shipped("clusters/cpu-1x4.yaml"));
