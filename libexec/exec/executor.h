@@ -94,7 +94,7 @@ struct StepCounters {
   int64_t reduced_bytes = 0;    // gradient all-reduce payload, summed over buckets
   double compute_ms = 0;        // forward, backward, optimizer
   double transfer_ms = 0;       // exchanges (packing, messages, unpacking)
-  double sync_ms = 0;           // gradient all-reduce: starting, polling between instructions, waiting
+  double sync_ms = 0;           // gradient all-reduce: starting and waiting (not the polls between)
 };
 
 struct StepStats {
