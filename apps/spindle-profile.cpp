@@ -166,6 +166,7 @@ constexpr double kMaxCalibrationStepMs = 2000;
 // here leaves the figures as measured, with a note saying why.
 void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph, const sp::Cluster& cluster,
                                se::MpiComm& world, se::Backend& backend, se::MeasureReport& report) {
+  const auto start = std::chrono::steady_clock::now();
   std::string text, why;
   if (world.rank() == 0) {
     auto plan = se::calibration_plan(model, graph, cluster, report.profile, world.size());
@@ -213,9 +214,10 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   std::snprintf(line, sizeof line,
                 "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "
                 "%.2f us per instruction, %.2f us per message, adding gradient pieces at %.2f GB/s "
-                "(rms residual %.2f us); all-reduce %s",
+                "(rms residual %.2f us); all-reduce %s; %.1f s",
                 cal->samples, cal->steps, o.instruction_us, o.message_us, o.accumulate_gbytes_per_s,
-                cal->fit.rms_residual_us, allreduce);
+                cal->fit.rms_residual_us, allreduce,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   report.notes.push_back(line);
 }
 
@@ -277,7 +279,7 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
   try {
     report = se::measure_profile(*model, graph, *skeleton, *cluster, *world, *backend, options, progress);
     if (report.ok() && world->size() >= 2 && backend->device() == se::Device::host) {
-      if (progress) progress({"the executor's own overhead", 0, 0, 0, 0});
+      if (lead) std::fprintf(stderr, "spindle-profile: the executor's own overhead: training a plan a few steps\n");
       measure_executor_overhead(*model, graph, *cluster, *world, *backend, *report);
     }
   } catch (const std::exception& e) {

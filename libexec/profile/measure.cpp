@@ -579,7 +579,7 @@ plan::Cluster measure_links(const Measuring& m, const std::vector<MeasureTarget>
   if (overhead_measured) {
     report.overhead = overhead;
     std::snprintf(line, sizeof line,
-                  "overhead: exchange %.2f us + %.2f us per message (copy %.2f us), packing %.3f GB/s, "
+                  "overhead: timed alone: exchange %.2f us + %.2f us per message (copy %.2f us), packing %.3f GB/s, "
                   "all-reduce %.2f us per call",
                   overhead.exchange_us, overhead.message_us, copy_us, overhead.pack_gbytes_per_s,
                   overhead.allreduce_us);
