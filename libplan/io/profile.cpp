@@ -177,7 +177,8 @@ json links_to_json(const ProfileLinks& l) {
 // "comm_overhead" (version 3): {"exchange_us", "message_us", "allreduce_us":
 // 0 .. kMaxLatencyUs; "pack_gbytes_per_s": 0 (copies free) or a rate}, all
 // required; "instruction_us" (0 .. kMaxLatencyUs) and
-// "accumulate_gbytes_per_s" (0 or a rate) optional, 0 when absent.
+// "accumulate_gbytes_per_s" (0 or a rate) optional, 0 when absent. A rate
+// other than 0 is at least kMinRate.
 Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
   const std::string at = "comm_overhead";
   if (!doc.contains(at)) return r.err(at, "missing required key (version 3 profiles carry it)");
@@ -203,9 +204,14 @@ Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
     if (!j.contains(k)) continue;   // optional (check_keys: the required ones are there)
     auto v = r.get_number(j, at, f.key);
     SPINDLE_TRY(v);
-    const double hi = k.ends_with("_gbytes_per_s") ? limits::kMaxRate : limits::kMaxLatencyUs;
-    if (!(*v >= 0 && *v <= hi)) {
-      return r.err(at + "." + k, "expected a number from 0 to " + json(hi).dump() + ", found " + j[k].dump());
+    // A rate is 0 (free) or a rate as everywhere else (a tiny one would
+    // price a copy at ~10^300 ms); a time per call 0 .. kMaxLatencyUs.
+    const bool rate = k.ends_with("_gbytes_per_s");
+    const double hi = rate ? limits::kMaxRate : limits::kMaxLatencyUs;
+    if (!(*v >= 0 && *v <= hi) || (rate && *v > 0 && *v < limits::kMinRate)) {
+      const std::string range = rate ? "0 or a rate from " + json(limits::kMinRate).dump() + " to " + json(hi).dump()
+                                     : "a number from 0 to " + json(hi).dump();
+      return r.err(at + "." + k, "expected " + range + ", found " + j[k].dump());
     }
     *f.into = *v;
   }

@@ -195,6 +195,16 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   auto g = parse_profile_string(bad_books, "v3.json");
   REQUIRE_FALSE(g.ok());
   CHECK_THAT(g.error().message, Catch::Contains("comm_overhead.instruction_us: expected a number from 0"));
+  // A rate other than 0 below kMinRate would price a copy at ~10^300 ms: refused.
+  for (const std::string key : {"accumulate_gbytes_per_s", "pack_gbytes_per_s"}) {
+    std::string tiny = measured;
+    const size_t pos = tiny.find("\"" + key + "\":");
+    REQUIRE(pos != std::string::npos);
+    tiny.insert(pos + key.size() + 3, "1e-300,\"x-was\":");
+    auto t = parse_profile_string(tiny, "v3.json");
+    REQUIRE_FALSE(t.ok());
+    CHECK_THAT(t.error().message, Catch::Contains("comm_overhead." + key + ": expected 0 or a rate from 0.001"));
+  }
 }
 
 TEST_CASE("x-forward_share: written when known, read back, absent means unknown, checked") {
