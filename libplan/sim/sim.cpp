@@ -827,9 +827,8 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   }
 }
 
-// The wait for every message of the device's post_sends: done at once if
-// all are delivered, else when the last one is.
-// Once every early send is delivered the device completes them
+// The wait for every message of the device's post_sends: once all are
+// delivered (at once if they are), the device completes them
 // (CommOverhead::instruction_us, kept in unpack_ms), then goes on.
 void Simulator::enter_wait_sends(int d, int pc, double t) {
   s_.times[at(d, pc)].unpack_ms = options_.price_communication ? cost_.overhead().instruction_us * 1e-3 : 0.0;
