@@ -167,9 +167,12 @@ constexpr double kMaxCalibrationStepMs = 2000;
 void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph, const sp::Cluster& cluster,
                                se::MpiComm& world, se::Backend& backend, se::MeasureReport& report) {
   const auto start = std::chrono::steady_clock::now();
+  // Plans on rank 0 and prices the all-reduce fit on every rank.
+  auto cost = sp::ProfileCostModel::create(report.profile, cluster, graph);
+  if (!cost) throw std::runtime_error(cost.error().message);
   std::string text, why;
   if (world.rank() == 0) {
-    auto plan = se::calibration_plan(model, graph, cluster, report.profile, world.size());
+    auto plan = se::calibration_plan(model, graph, cluster, **cost, report.profile.sha256, world.size());
     if (!plan) {
       why = plan.error().message;
     } else if (plan->predicted.iteration_ms > kMaxCalibrationStepMs) {
@@ -193,8 +196,6 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   if (!plan) throw std::runtime_error(plan.error().message);
   se::GroupComms groups = se::create_group_comms(world, se::Executor::device_groups(model, *plan));
   const sp::CommOverhead packing = report.profile.overhead.value_or(sp::CommOverhead{});
-  auto cost = sp::ProfileCostModel::create(report.profile, cluster, graph);   // it planned with it on rank 0
-  if (!cost) throw std::runtime_error(cost.error().message);
   auto cal = se::calibrate_executor(model, *plan, world, std::move(groups), backend, packing, **cost);
   if (!cal) {
     report.notes.push_back("overhead: the executor's own not measured: " + cal.error().message);

@@ -102,7 +102,7 @@ struct StepStats {
   std::vector<double> task_loss;   // per model task (model order): sum of weight * loss, full batch
   double step_ms = 0;              // this rank's wall time of the step, milliseconds
   StepCounters counters;           // this rank's
-  // By instruction of this rank's program (Executor::program()), its wall
+  // By instruction of this rank's program (Executor::lowered().programs[rank]), its wall
   // time in the step, ms (host time, as the counters; what
   // spindle-profile --measure fits the executor's overhead from).
   std::vector<double> instr_ms;

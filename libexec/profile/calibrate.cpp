@@ -14,12 +14,12 @@
 namespace spindle::exec {
 
 plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::OpGraph& graph,
-                                          const plan::Cluster& cluster, const plan::Profile& profile, int ranks) {
+                                          const plan::Cluster& cluster, const plan::CostModel& cost,
+                                          const std::string& profile_sha256, int ranks) {
   if (cluster.devices() != ranks)
     return plan::Error{"the cluster has " + std::to_string(cluster.devices()) + " devices and " +
                        std::to_string(ranks) + " ranks measure (a plan of it cannot run on them)"};
-  SPINDLE_ASSIGN(cost, plan::ProfileCostModel::create(profile, cluster, graph));
-  plan::PlanRequest request{&model, &graph, &cluster, cost.get(), profile.sha256, plan::Strategy::spindle};
+  plan::PlanRequest request{&model, &graph, &cluster, &cost, profile_sha256, plan::Strategy::spindle};
   SPINDLE_ASSIGN(p, plan::make_plan(request));
   SPINDLE_TRY(plan::check_plan_status(p, model, graph, "the calibration plan", &cluster));
   return p;
@@ -98,6 +98,24 @@ std::vector<double> bucket_ms(const plan::Lowered& l, int d, const std::vector<d
   return out;
 }
 
+// Every rank's bucket_ms of every step in `steps` (each the same count on
+// every rank), on every rank: by rank, step, then bucket (fit_allreduce_us).
+std::vector<std::vector<std::vector<double>>> gather_bucket_ms(Comm& world, const plan::Lowered& l,
+                                                               const std::vector<std::vector<double>>& steps) {
+  const size_t buckets = l.buckets.size(), per_rank = steps.size() * buckets;
+  std::vector<float> mine, all(per_rank * static_cast<size_t>(world.size()));
+  for (const std::vector<double>& step : steps)
+    for (double v : bucket_ms(l, world.rank(), step)) mine.push_back(static_cast<float>(v));
+  if (per_rank > 0) world.all_gather(mine, all);
+  std::vector<std::vector<std::vector<double>>> by_rank(static_cast<size_t>(world.size()));
+  for (size_t r = 0; r < by_rank.size(); ++r)
+    for (size_t s = 0; s < steps.size(); ++s) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(r * per_rank + s * buckets);
+      by_rank[r].emplace_back(first, first + static_cast<std::ptrdiff_t>(buckets));
+    }
+  return by_rank;
+}
+
 }  // namespace
 
 double fit_allreduce_us(const plan::Lowered& l, const plan::CostModel& cost,
@@ -139,19 +157,8 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   const std::vector<OverheadSample> pooled =
       pool_samples(world, overhead_samples(ex.lowered(), world.rank(), steps, packing));
   SPINDLE_ASSIGN(fit, fit_executor_overhead(pooled));
-  // Every rank's time in each bucket's instructions, on every rank.
-  const plan::Lowered& l = ex.lowered();
-  const size_t buckets = l.buckets.size(), per_rank = static_cast<size_t>(count) * buckets;
-  std::vector<float> mine_ms, all_ms(per_rank * static_cast<size_t>(world.size()));
-  for (const std::vector<double>& step : steps)
-    for (double v : bucket_ms(l, world.rank(), step)) mine_ms.push_back(static_cast<float>(v));
-  if (per_rank > 0) world.all_gather(mine_ms, all_ms);
-  std::vector<std::vector<std::vector<double>>> by_rank(static_cast<size_t>(world.size()));
-  for (size_t r = 0; r < by_rank.size(); ++r)
-    for (size_t s = 0; s < static_cast<size_t>(count); ++s)
-      by_rank[r].emplace_back(all_ms.begin() + static_cast<std::ptrdiff_t>(r * per_rank + s * buckets),
-                              all_ms.begin() + static_cast<std::ptrdiff_t>(r * per_rank + (s + 1) * buckets));
-  return Calibration{fit, count, static_cast<int>(pooled.size()), fit_allreduce_us(l, cost, by_rank)};
+  const double allreduce_us = fit_allreduce_us(ex.lowered(), cost, gather_bucket_ms(world, ex.lowered(), steps));
+  return Calibration{fit, count, static_cast<int>(pooled.size()), allreduce_us};
 }
 
 }  // namespace spindle::exec

@@ -12,6 +12,7 @@
 // Comm::exchange calls on preallocated buffers takes 0.07 us per message.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "libexec/backend/backend.h"
@@ -30,11 +31,13 @@
 namespace spindle::exec {
 
 // The plan the calibration trains: Spindle's plan of `model` on `cluster`
-// with `profile`'s figures (the ones just measured), checked as spindle-run
-// checks a plan. Error when the cluster does not have `ranks` devices (the
-// plan must run on the measuring ranks) or the planner fails.
+// priced by `cost` (the profile just measured; `profile_sha256` recorded),
+// checked as spindle-run checks a plan. Error when the cluster does not
+// have `ranks` devices (the plan must run on the measuring ranks) or the
+// planner fails.
 plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::OpGraph& graph,
-                                          const plan::Cluster& cluster, const plan::Profile& profile, int ranks);
+                                          const plan::Cluster& cluster, const plan::CostModel& cost,
+                                          const std::string& profile_sha256, int ranks);
 
 // The samples of device d's program in `l` from `steps`, each one step's
 // StepStats::instr_ms: every post_send, post_recv and exchange that receives
@@ -70,9 +73,10 @@ struct Calibration {
 // with an Executor on `world` (`groups`: as spindle-run creates them): 2
 // untimed steps, then as many as fit `budget_ms` by the slowest rank's
 // first step, 5 to 30; pools every rank's overhead_samples and fits them
-// (fit_executor_overhead), and fits the all-reduce's fixed cost against
-// `cost` (fit_allreduce_us). The same result on every rank. Collective over
-// world; an executor error throws (as spindle-run's would).
+// (fit_executor_overhead: the same on every rank), and fits the
+// all-reduce's fixed cost against `cost` (fit_allreduce_us, on the same
+// times everywhere: the same on every rank given the same `cost`).
+// Collective over world; an executor error throws (as spindle-run's would).
 plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,
                                              const plan::CommOverhead& packing, const plan::CostModel& cost,

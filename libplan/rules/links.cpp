@@ -53,9 +53,11 @@ double pack_ms(const CommOverhead& o, double bytes) {
   return o.pack_gbytes_per_s > 0 ? bytes / (o.pack_gbytes_per_s * 1e9) * 1e3 : 0.0;
 }
 
+double instruction_ms(const CommOverhead& o) { return o.instruction_us * 1e-3; }
+
 double exchange_overhead_ms(const CommOverhead& o, int messages, double sent_bytes) {
-  if (messages <= 0) return o.instruction_us * 1e-3;
-  return (o.instruction_us + o.exchange_us + messages * o.message_us) * 1e-3 + pack_ms(o, sent_bytes);
+  if (messages <= 0) return instruction_ms(o);
+  return instruction_ms(o) + (o.exchange_us + messages * o.message_us) * 1e-3 + pack_ms(o, sent_bytes);
 }
 
 double accumulate_ms(const CommOverhead& o, double bytes) {

@@ -85,6 +85,9 @@ double pack_ms(const CommOverhead& o, double bytes);
 // pack_ms(received_bytes) unpacking and, in a backward exchange,
 // accumulate_ms of every piece it gets.
 double exchange_overhead_ms(const CommOverhead& o, int messages, double sent_bytes);
+// The executor's bookkeeping of one exchange, post_send, post_recv or
+// wait_sends instruction, ms: instruction_us.
+double instruction_ms(const CommOverhead& o);
 // Time to add `bytes` of gradient pieces into output gradients at
 // `o.accumulate_gbytes_per_s`, ms (0 when the rate is 0).
 double accumulate_ms(const CommOverhead& o, double bytes);

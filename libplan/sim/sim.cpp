@@ -273,7 +273,7 @@ class Simulator {
   // every other kind.
   double compute_ms(const Instr& c, size_t d, size_t i) const {
     if (c.kind == InstrKind::post_recv)   // its software overhead (its messages' are the exchange's)
-      return options_.price_communication ? cost_.overhead().instruction_us * 1e-3 : 0.0;
+      return options_.price_communication ? instruction_ms(cost_.overhead()) : 0.0;
     if (!options_.price_compute) return 0.0;
     if (!options_.replay_ms.empty() && options_.replay_ms[d][i] >= 0) return options_.replay_ms[d][i];
     if (c.kind == InstrKind::optimizer) return options_.price_optimizer ? cost_.optimizer_ms(c.values) : 0.0;
@@ -831,7 +831,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
 // delivered (at once if they are), the device completes them
 // (CommOverhead::instruction_us, kept in unpack_ms), then goes on.
 void Simulator::enter_wait_sends(int d, int pc, double t) {
-  s_.times[at(d, pc)].unpack_ms = options_.price_communication ? cost_.overhead().instruction_us * 1e-3 : 0.0;
+  s_.times[at(d, pc)].unpack_ms = options_.price_communication ? instruction_ms(cost_.overhead()) : 0.0;
   if (s_.early_left[static_cast<size_t>(d)] > 0) {
     s_.at_wait_sends[static_cast<size_t>(d)] = pc;
     return;

@@ -93,7 +93,9 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   const sp::OpGraph graph = sp::expand(*model);
   auto profile = sp::analytic_profile(*model, graph, *one, nullptr);
   REQUIRE(profile.ok());
-  auto plan = se::calibration_plan(*model, graph, *one, *profile, 1);
+  auto cost = sp::ProfileCostModel::create(*profile, *one, graph);
+  REQUIRE(cost.ok());
+  auto plan = se::calibration_plan(*model, graph, *one, **cost, profile->sha256, 1);
   REQUIRE(plan.ok());
   se::SelfComm world;
   se::GroupComms groups;
@@ -101,8 +103,6 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   auto backend = se::make_backend("cpu");
   sp::CommOverhead packing;
   packing.pack_gbytes_per_s = 10;
-  auto cost = sp::ProfileCostModel::create(*profile, *one, graph);
-  REQUIRE(cost.ok());
   auto cal = se::calibrate_executor(*model, *plan, world, std::move(groups), *backend, packing, **cost, 1.0);
   REQUIRE(cal.ok());
   CHECK(cal->steps == 5);   // a 1 ms budget: the fewest
@@ -117,7 +117,9 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   REQUIRE(four.ok());
   auto p4 = sp::analytic_profile(*model, graph, *four, nullptr);
   REQUIRE(p4.ok());
-  auto refused = se::calibration_plan(*model, graph, *four, *p4, 2);
+  auto cost4 = sp::ProfileCostModel::create(*p4, *four, graph);
+  REQUIRE(cost4.ok());
+  auto refused = se::calibration_plan(*model, graph, *four, **cost4, p4->sha256, 2);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.error().message, Catch::Contains("the cluster has 4 devices and 2 ranks measure"));
 }
