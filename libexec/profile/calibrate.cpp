@@ -10,6 +10,7 @@
 #include "libplan/plan/check.h"
 #include "libplan/planner/planner.h"
 #include "libplan/rules/links.h"
+#include "libplan/util/limits.h"
 
 namespace spindle::exec {
 
@@ -99,7 +100,7 @@ std::vector<double> bucket_ms(const plan::Lowered& l, int d, const std::vector<d
 }
 
 // Every rank's bucket_ms of every step in `steps` (each the same count on
-// every rank), on every rank: by rank, step, then bucket (fit_allreduce_us).
+// every rank), on every rank: by rank, step, then bucket (fit_executor_allreduce).
 std::vector<std::vector<std::vector<double>>> gather_bucket_ms(Comm& world, const plan::Lowered& l,
                                                                const std::vector<std::vector<double>>& steps) {
   const size_t buckets = l.buckets.size(), per_rank = steps.size() * buckets;
@@ -118,9 +119,11 @@ std::vector<std::vector<std::vector<double>>> gather_bucket_ms(Comm& world, cons
 
 }  // namespace
 
-double fit_allreduce_us(const plan::Lowered& l, const plan::CostModel& cost,
-                        const std::vector<std::vector<std::vector<double>>>& ms) {
-  std::vector<double> residual_us;
+AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostModel& cost, int devices_per_island,
+                                       const std::vector<std::vector<std::vector<double>>>& ms) {
+  const double fixed_ms = cost.overhead().allreduce_us * 1e-3;
+  std::vector<double> beyond_us;   // by bucket: measured less the whole formula's price but the fixed cost
+  std::vector<double> wire_ms_per_byte;   // by bucket inside one island: (measured - latency - copies) / wire bytes
   for (size_t b = 0; b < l.buckets.size(); ++b) {
     std::vector<double> least;   // by step
     for (size_t s = 0; !ms.empty() && s < ms.front().size(); ++s) {
@@ -129,14 +132,33 @@ double fit_allreduce_us(const plan::Lowered& l, const plan::CostModel& cost,
         if (s < rank.size() && b < rank[s].size() && rank[s][b] >= 0) m = m < 0 ? rank[s][b] : std::min(m, rank[s][b]);
       if (m >= 0) least.push_back(m);
     }
-    if (least.empty()) continue;
     const plan::Bucket& k = l.buckets[b];
-    const double beyond_ms = cost.allreduce_ms(static_cast<double>(k.bytes), k.devices) -
-                             cost.overhead().allreduce_us * 1e-3;
-    residual_us.push_back((timing_stats(least).median - beyond_ms) * 1e3);
+    if (least.empty() || k.devices.size() < 2) continue;
+    const double measured_ms = timing_stats(least).median;
+    const double bytes = static_cast<double>(k.bytes);
+    // The price's pieces: the ring's latency terms (its price at 0 bytes,
+    // less the fixed cost), the copies, and the wire (the rest).
+    const double latency_ms = cost.allreduce_ms(0.0, k.devices) - fixed_ms;
+    const double copies_ms = plan::allreduce_overhead_ms(cost.overhead(), bytes) - fixed_ms;
+    const double wire_ms = cost.allreduce_ms(bytes, k.devices) - fixed_ms - latency_ms - copies_ms;
+    beyond_us.push_back((measured_ms - latency_ms - copies_ms - wire_ms) * 1e3);
+    const double p = static_cast<double>(k.devices.size());
+    const double wire_bytes = 2.0 * (p - 1.0) / p * bytes;
+    const bool one_island = plan::island_of(k.devices.front(), devices_per_island) ==
+                            plan::island_of(k.devices.back(), devices_per_island);
+    if (one_island && wire_bytes > 0) wire_ms_per_byte.push_back((measured_ms - latency_ms - copies_ms) / wire_bytes);
   }
-  if (residual_us.empty()) return -1;
-  return std::max(0.0, timing_stats(residual_us).median);
+  AllreduceInSitu fit;
+  if (beyond_us.empty()) return fit;
+  fit.allreduce_us = std::max(0.0, timing_stats(beyond_us).median);
+  // Faster than the formula with no fixed cost at all: the wire is faster
+  // in the executor's buckets than in the link's timing (cold caches).
+  if (timing_stats(beyond_us).median < 0 && !wire_ms_per_byte.empty()) {
+    const double per_byte = timing_stats(wire_ms_per_byte).median;
+    // ms per byte -> GB/s, within the profile's bounds of a rate
+    if (per_byte > 0) fit.intra_gbytes_per_s = std::clamp(1e-6 / per_byte, plan::limits::kMinRate, 1e9);
+  }
+  return fit;
 }
 
 plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
@@ -157,8 +179,9 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   const std::vector<OverheadSample> pooled =
       pool_samples(world, overhead_samples(ex.lowered(), world.rank(), steps, packing));
   SPINDLE_ASSIGN(fit, fit_executor_overhead(pooled));
-  const double allreduce_us = fit_allreduce_us(ex.lowered(), cost, gather_bucket_ms(world, ex.lowered(), steps));
-  return Calibration{fit, count, static_cast<int>(pooled.size()), allreduce_us};
+  const AllreduceInSitu allreduce =
+      fit_executor_allreduce(ex.lowered(), cost, plan.devices_per_island, gather_bucket_ms(world, ex.lowered(), steps));
+  return Calibration{fit, count, static_cast<int>(pooled.size()), allreduce};
 }
 
 }  // namespace spindle::exec

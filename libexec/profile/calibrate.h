@@ -49,24 +49,35 @@ std::vector<OverheadSample> overhead_samples(const plan::Lowered& l, int d,
                                              const std::vector<std::vector<double>>& steps,
                                              const plan::CommOverhead& packing);
 
-// The all-reduce's fixed cost per call (CommOverhead::allreduce_us) from
-// the executor's gradient buckets: per bucket and step, the least over its
-// members of the time in its allreduce (or allreduce_start plus
-// allreduce_wait) instructions (the last member to arrive waits for no
-// one), median over the steps, less what `cost` prices beyond the fixed
-// cost (its allreduce_ms less its overhead().allreduce_us: the ring
-// formula and the copies); the median over the buckets, at least 0.
-// `ms`: by rank, step, then bucket, the rank's ms in that bucket's
-// instructions, negative where the rank is not a member. -1 when there is
-// no bucket. Pure.
-double fit_allreduce_us(const plan::Lowered& l, const plan::CostModel& cost,
-                        const std::vector<std::vector<std::vector<double>>>& ms);
+// The all-reduce as the executor runs it, from its gradient buckets: per
+// bucket and step, the least over its members of the time in its allreduce
+// (or allreduce_start plus allreduce_wait) instructions (the last member to
+// arrive waits for no one), median over the steps. `cost` prices a bucket
+// as the ring formula (latency terms and wire) plus the copies plus the
+// fixed cost (CostModel::allreduce_ms): `allreduce_us` is the median over
+// the buckets of the measured time less all of that but the fixed cost, at
+// least 0. When that median is below 0 (the buckets run faster than the
+// formula with no fixed cost at all: the link's all-reduce was timed with
+// cold caches, the executor's buckets are warm), `intra_gbytes_per_s` is
+// the wire's rate that the buckets inside one island (devices_per_island)
+// show with a fixed cost of 0: the median over them of their wire bytes
+// (2 (p-1)/p x bytes) over their measured time less the latency terms and
+// the copies; else, or when none gives a rate above 0, 0 (keep the
+// link's). `ms`: by rank, step, then bucket, the rank's ms in that
+// bucket's instructions, negative where the rank is not a member.
+// allreduce_us is -1 when no bucket has two members and a time. Pure.
+struct AllreduceInSitu {
+  double allreduce_us = -1;
+  double intra_gbytes_per_s = 0;
+};
+AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostModel& cost, int devices_per_island,
+                                       const std::vector<std::vector<std::vector<double>>>& ms);
 
 struct Calibration {
   ExecutorOverheadFit fit;
   int steps = 0;     // timed steps (after 2 untimed)
   int samples = 0;   // instructions fitted, over all ranks
-  double allreduce_us = -1;   // fit_allreduce_us (-1: the plan all-reduces nothing)
+  AllreduceInSitu allreduce;   // fit_executor_allreduce (allreduce_us -1: the plan all-reduces nothing)
 };
 
 // Trains `plan` (which must have passed check_plan_status against `model`)
@@ -74,8 +85,8 @@ struct Calibration {
 // untimed steps, then as many as fit `budget_ms` by the slowest rank's
 // first step, 5 to 30; pools every rank's overhead_samples and fits them
 // (fit_executor_overhead: the same on every rank), and fits the
-// all-reduce's fixed cost against `cost` (fit_allreduce_us, on the same
-// times everywhere: the same on every rank given the same `cost`).
+// all-reduce against `cost` (fit_executor_allreduce, on the same times
+// everywhere: the same on every rank given the same `cost`).
 // Collective over world; an executor error throws (as spindle-run's would).
 plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,

@@ -48,6 +48,14 @@ mpi-links)
       "$out/stdout" || fail "no executor overhead line: $(grep '^overhead' "$out/stdout")"
   grep -q 'intra_island send/recv' "$out/stdout" || fail "no link figures printed"
   grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
+  # When the executor's buckets gave the all-reduce's rate (fixed cost 0),
+  # that rate is the profile's (the links line prints what was written).
+  rate=$(sed -n "s/^overhead: the executor's own.*all-reduce 0.00 us per call at \([0-9.]*\) GB\/s in its buckets.*/\1/p" "$out/stdout")
+  if [ -n "$rate" ]; then
+    link=$(sed -n 's/^links: *intra_island all-reduce *\([0-9.]*\) GB\/s.*/\1/p' "$out/stdout")
+    awk -v a="$rate" -v b="$link" 'BEGIN { exit !(b != "" && a - b < 0.006 && b - a < 0.006) }' \
+        || fail "the executor's all-reduce rate $rate GB/s is not the profile's ($link)"
+  fi
   # CPU ranks time each point of 2 or more devices together (MeasureOptions::together):
   # tiny-clip's 17 entries at 1, 2 devices, so 17 of its 34 points.
   grep -q '^operators: 34 points on 2 rank(s) (17 of them on min(n, ranks) ranks at once)' "$out/stdout" \

@@ -10,6 +10,7 @@
 #include "libexec/comm/fake_comm.h"
 #include "libexec/profile/calibrate.h"
 #include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
 
@@ -110,7 +111,8 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   CHECK(cal->fit.instruction_us >= 0);
   CHECK(cal->fit.message_us == 0);   // one rank sends nothing
   CHECK(cal->fit.accumulate_gbytes_per_s >= 0);
-  CHECK(cal->allreduce_us == -1);   // one device all-reduces nothing
+  CHECK(cal->allreduce.allreduce_us == -1);   // one device all-reduces nothing
+  CHECK(cal->allreduce.intra_gbytes_per_s == 0);
 
   // Four devices' cluster, two ranks: a plan of it cannot run here.
   auto four = sp::load_cluster(shipped("clusters/cpu-1x4.yaml"));
@@ -122,4 +124,76 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   auto refused = se::calibration_plan(*model, graph, *four, **cost4, p4->sha256, 2);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.error().message, Catch::Contains("the cluster has 4 devices and 2 ranks measure"));
+}
+
+namespace {
+
+sp::Bucket hand_bucket(std::vector<int> devices, int64_t bytes) {
+  sp::Bucket b;
+  b.devices = std::move(devices);
+  b.bytes = bytes;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the wire's rate in the buckets",
+          "[profile][calibrate]") {
+  // Two islands of two devices: inside 4 GB/s and 2 us per ring step,
+  // across 1 GB/s and 10 us; copies at 10 GB/s; 20 us fixed cost timed alone.
+  sp::Cluster c;
+  c.islands = 2;
+  c.devices_per_island = 2;
+  c.intra_island = {4.0, 2.0};
+  c.inter_island = {1.0, 10.0};
+  sp::TableCostModel cost(c);
+  sp::CommOverhead o;
+  o.pack_gbytes_per_s = 10;
+  o.allreduce_us = 20;
+  cost.set_overhead(o);
+  sp::Lowered l;
+  // 100 kB over 2 devices: 100 kB on the wire per device, 0.025 ms inside an
+  // island; latency 2 x 2 us; copies 2 x 0.01 ms. Priced 0.069 ms with the
+  // fixed cost, 0.049 ms without.
+  l.buckets = {hand_bucket({0, 1}, 100000)};
+  REQUIRE(cost.allreduce_ms(100000, {0, 1}) == Approx(0.069));
+
+  SECTION("slower than the formula: the fixed cost, the link kept") {
+    // Per step the least over the members: 0.058, 0.061, 0.059 (median 0.059).
+    const std::vector<std::vector<std::vector<double>>> ms = {{{0.060}, {0.061}, {0.059}},
+                                                              {{0.058}, {0.070}, {0.062}}};
+    const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
+    CHECK(fit.allreduce_us == Approx(10.0));   // 0.059 - 0.049 ms
+    CHECK(fit.intra_gbytes_per_s == 0);
+  }
+  SECTION("faster than the formula with no fixed cost: fixed cost 0 and the wire's rate") {
+    const std::vector<std::vector<std::vector<double>>> ms = {{{0.039}, {0.040}}, {{0.045}, {0.041}}};
+    // Median of the least (0.039, 0.040) is 0.0395: 0.0395 - 0.004 - 0.02 =
+    // 0.0155 ms for 100 kB on the wire.
+    const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
+    CHECK(fit.allreduce_us == 0);
+    CHECK(fit.intra_gbytes_per_s == Approx(100000 / 0.0155 * 1e3 / 1e9));
+  }
+  SECTION("a bucket across islands counts for the fixed cost, not for the rate inside an island") {
+    // Across: latency 2 x 10 us, wire 0.1 ms at 1 GB/s, copies 0.02 ms: 0.14
+    // ms without the fixed cost; measured 0.12 (-20 us). Inside: 0.039
+    // (-10 us). Median -15 us: fixed cost 0, the rate from the first alone.
+    l.buckets.push_back(hand_bucket({0, 2}, 100000));
+    const std::vector<std::vector<std::vector<double>>> ms = {{{0.039, 0.12}}, {{0.050, -1}}, {{-1, 0.13}}};
+    const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
+    CHECK(fit.allreduce_us == 0);
+    CHECK(fit.intra_gbytes_per_s == Approx(100000 / 0.015 * 1e3 / 1e9));
+    // Only across islands: the fixed cost 0, no rate.
+    l.buckets.erase(l.buckets.begin());
+    const std::vector<std::vector<std::vector<double>>> across = {{{0.12}}, {{-1}}, {{0.13}}};
+    const se::AllreduceInSitu only = se::fit_executor_allreduce(l, cost, 2, across);
+    CHECK(only.allreduce_us == 0);
+    CHECK(only.intra_gbytes_per_s == 0);
+  }
+  SECTION("no bucket with a time: -1") {
+    const std::vector<std::vector<std::vector<double>>> none = {{{-1}}, {{-1}}};
+    CHECK(se::fit_executor_allreduce(l, cost, 2, none).allreduce_us == -1);
+    l.buckets.clear();
+    CHECK(se::fit_executor_allreduce(l, cost, 2, {}).allreduce_us == -1);
+  }
 }
