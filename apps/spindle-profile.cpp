@@ -29,6 +29,7 @@
 #include "libplan/model/model.h"
 #include "libplan/util/files.h"
 #include "libplan/util/host_memory.h"
+#include "libplan/util/limits.h"
 
 #ifdef SPINDLE_HAVE_RUNTIME
 #include <mpi.h>
@@ -214,12 +215,12 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   if (ar.allreduce_us >= 0) std::snprintf(allreduce, sizeof allreduce, "%.2f us per call", o.allreduce_us);
   // The executor's buckets faster than the link's timing, fixed cost 0:
   // the wire's rate in them replaces the link's inside an island.
-  if (ar.intra_gbytes_per_s > 0 && report.profile.links &&
-      report.profile.links->intra_allreduce.gbytes_per_s > 0) {
+  if (ar.intra_rate_scale > 0 && report.profile.links && report.profile.links->intra_allreduce.gbytes_per_s > 0) {
     sp::Link& link = report.profile.links->intra_allreduce;
+    const double rate = std::clamp(link.gbytes_per_s * ar.intra_rate_scale, sp::limits::kMinRate, 1e9);   // a rate's bounds
     std::snprintf(allreduce, sizeof allreduce, "%.2f us per call at %.2f GB/s in its buckets (timed alone: %.2f GB/s)",
-                  o.allreduce_us, ar.intra_gbytes_per_s, link.gbytes_per_s);
-    link.gbytes_per_s = ar.intra_gbytes_per_s;
+                  o.allreduce_us, rate, link.gbytes_per_s);
+    link.gbytes_per_s = rate;
   }
   char line[480];
   std::snprintf(line, sizeof line,

@@ -10,7 +10,6 @@
 #include "libplan/plan/check.h"
 #include "libplan/planner/planner.h"
 #include "libplan/rules/links.h"
-#include "libplan/util/limits.h"
 
 namespace spindle::exec {
 
@@ -122,8 +121,8 @@ std::vector<std::vector<std::vector<double>>> gather_bucket_ms(Comm& world, cons
 AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostModel& cost, int devices_per_island,
                                        const std::vector<std::vector<std::vector<double>>>& ms) {
   const double fixed_ms = cost.overhead().allreduce_us * 1e-3;
-  std::vector<double> beyond_us;   // by bucket: measured less the whole formula's price but the fixed cost
-  std::vector<double> wire_ms_per_byte;   // by bucket inside one island: (measured - latency - copies) / wire bytes
+  std::vector<double> beyond_us;    // by bucket: measured less the whole price but the fixed cost
+  std::vector<double> wire_speedup;  // by bucket inside one island: priced wire time over measured
   for (size_t b = 0; b < l.buckets.size(); ++b) {
     std::vector<double> least;   // by step
     for (size_t s = 0; !ms.empty() && s < ms.front().size(); ++s) {
@@ -136,28 +135,24 @@ AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostM
     if (least.empty() || k.devices.size() < 2) continue;
     const double measured_ms = timing_stats(least).median;
     const double bytes = static_cast<double>(k.bytes);
-    // The price's pieces: the ring's latency terms (its price at 0 bytes,
-    // less the fixed cost), the copies, and the wire (the rest).
-    const double latency_ms = cost.allreduce_ms(0.0, k.devices) - fixed_ms;
-    const double copies_ms = plan::allreduce_overhead_ms(cost.overhead(), bytes) - fixed_ms;
-    const double wire_ms = cost.allreduce_ms(bytes, k.devices) - fixed_ms - latency_ms - copies_ms;
-    beyond_us.push_back((measured_ms - latency_ms - copies_ms - wire_ms) * 1e3);
-    const double p = static_cast<double>(k.devices.size());
-    const double wire_bytes = 2.0 * (p - 1.0) / p * bytes;
+    // The price but the fixed cost, and the part of it that is no wire: the
+    // ring's latency terms (its price at 0 bytes) and the copies.
+    const double priced_ms = cost.allreduce_ms(bytes, k.devices) - fixed_ms;
+    const double no_wire_ms =
+        cost.allreduce_ms(0.0, k.devices) - fixed_ms + plan::allreduce_overhead_ms(cost.overhead(), bytes) - fixed_ms;
+    beyond_us.push_back((measured_ms - priced_ms) * 1e3);
     const bool one_island = plan::island_of(k.devices.front(), devices_per_island) ==
                             plan::island_of(k.devices.back(), devices_per_island);
-    if (one_island && wire_bytes > 0) wire_ms_per_byte.push_back((measured_ms - latency_ms - copies_ms) / wire_bytes);
+    if (one_island && priced_ms > no_wire_ms && measured_ms > no_wire_ms)
+      wire_speedup.push_back((priced_ms - no_wire_ms) / (measured_ms - no_wire_ms));
   }
   AllreduceInSitu fit;
   if (beyond_us.empty()) return fit;
-  fit.allreduce_us = std::max(0.0, timing_stats(beyond_us).median);
+  const double beyond = timing_stats(beyond_us).median;
+  fit.allreduce_us = std::max(0.0, beyond);
   // Faster than the formula with no fixed cost at all: the wire is faster
   // in the executor's buckets than in the link's timing (cold caches).
-  if (timing_stats(beyond_us).median < 0 && !wire_ms_per_byte.empty()) {
-    const double per_byte = timing_stats(wire_ms_per_byte).median;
-    // ms per byte -> GB/s, within the profile's bounds of a rate
-    if (per_byte > 0) fit.intra_gbytes_per_s = std::clamp(1e-6 / per_byte, plan::limits::kMinRate, 1e9);
-  }
+  if (beyond < 0 && !wire_speedup.empty()) fit.intra_rate_scale = timing_stats(wire_speedup).median;
   return fit;
 }
 

@@ -58,17 +58,18 @@ std::vector<OverheadSample> overhead_samples(const plan::Lowered& l, int d,
 // the buckets of the measured time less all of that but the fixed cost, at
 // least 0. When that median is below 0 (the buckets run faster than the
 // formula with no fixed cost at all: the link's all-reduce was timed with
-// cold caches, the executor's buckets are warm), `intra_gbytes_per_s` is
-// the wire's rate that the buckets inside one island (devices_per_island)
-// show with a fixed cost of 0: the median over them of their wire bytes
-// (2 (p-1)/p x bytes) over their measured time less the latency terms and
-// the copies; else, or when none gives a rate above 0, 0 (keep the
-// link's). `ms`: by rank, step, then bucket, the rank's ms in that
-// bucket's instructions, negative where the rank is not a member.
+// cold caches, the executor's buckets are warm), `intra_rate_scale` is by
+// how much the link's all-reduce rate inside an island must be multiplied
+// for the wire to take what the buckets inside one island
+// (devices_per_island) show with a fixed cost of 0: the median over them
+// of their priced wire time over their measured time, both less the ring's
+// latency terms and the copies; else, or when no bucket shows a wire time,
+// 0 (keep the link's). `ms`: by rank, step, then bucket, the rank's ms in
+// that bucket's instructions, negative where the rank is not a member.
 // allreduce_us is -1 when no bucket has two members and a time. Pure.
 struct AllreduceInSitu {
   double allreduce_us = -1;
-  double intra_gbytes_per_s = 0;
+  double intra_rate_scale = 0;
 };
 AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostModel& cost, int devices_per_island,
                                        const std::vector<std::vector<std::vector<double>>>& ms);

@@ -112,7 +112,7 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   CHECK(cal->fit.message_us == 0);   // one rank sends nothing
   CHECK(cal->fit.accumulate_gbytes_per_s >= 0);
   CHECK(cal->allreduce.allreduce_us == -1);   // one device all-reduces nothing
-  CHECK(cal->allreduce.intra_gbytes_per_s == 0);
+  CHECK(cal->allreduce.intra_rate_scale == 0);
 
   // Four devices' cluster, two ranks: a plan of it cannot run here.
   auto four = sp::load_cluster(shipped("clusters/cpu-1x4.yaml"));
@@ -164,7 +164,7 @@ TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the
                                                               {{0.058}, {0.070}, {0.062}}};
     const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
     CHECK(fit.allreduce_us == Approx(10.0));   // 0.059 - 0.049 ms
-    CHECK(fit.intra_gbytes_per_s == 0);
+    CHECK(fit.intra_rate_scale == 0);
   }
   SECTION("faster than the formula with no fixed cost: fixed cost 0 and the wire's rate") {
     const std::vector<std::vector<std::vector<double>>> ms = {{{0.039}, {0.040}}, {{0.045}, {0.041}}};
@@ -172,7 +172,7 @@ TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the
     // 0.0155 ms for 100 kB on the wire.
     const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
     CHECK(fit.allreduce_us == 0);
-    CHECK(fit.intra_gbytes_per_s == Approx(100000 / 0.0155 * 1e3 / 1e9));
+    CHECK(4.0 * fit.intra_rate_scale == Approx(100000 / 0.0155 * 1e3 / 1e9));   // the link's 4 GB/s scaled
   }
   SECTION("a bucket across islands counts for the fixed cost, not for the rate inside an island") {
     // Across: latency 2 x 10 us, wire 0.1 ms at 1 GB/s, copies 0.02 ms: 0.14
@@ -182,13 +182,13 @@ TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the
     const std::vector<std::vector<std::vector<double>>> ms = {{{0.039, 0.12}}, {{0.050, -1}}, {{-1, 0.13}}};
     const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
     CHECK(fit.allreduce_us == 0);
-    CHECK(fit.intra_gbytes_per_s == Approx(100000 / 0.015 * 1e3 / 1e9));
+    CHECK(4.0 * fit.intra_rate_scale == Approx(100000 / 0.015 * 1e3 / 1e9));
     // Only across islands: the fixed cost 0, no rate.
     l.buckets.erase(l.buckets.begin());
     const std::vector<std::vector<std::vector<double>>> across = {{{0.12}}, {{-1}}, {{0.13}}};
     const se::AllreduceInSitu only = se::fit_executor_allreduce(l, cost, 2, across);
     CHECK(only.allreduce_us == 0);
-    CHECK(only.intra_gbytes_per_s == 0);
+    CHECK(only.intra_rate_scale == 0);
   }
   SECTION("no bucket with a time: -1") {
     const std::vector<std::vector<std::vector<double>>> none = {{{-1}}, {{-1}}};
