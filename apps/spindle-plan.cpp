@@ -108,6 +108,13 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
               sim.iteration_ms, of_all(sim.compute_device_ms()), of_all(sim.transfer_device_ms()),
               of_all(sim.sync_device_ms()),
               of_all(device_ms - sim.compute_device_ms() - sim.transfer_device_ms() - sim.sync_device_ms()));
+  // What the makespan waits for (SimOptions::critical_path): the chain of
+  // ends back from the last device's, split by kind.
+  const sp::SimPath& path = sim.critical;
+  if (path.device >= 0)
+    std::printf("critical  path ends on device %d: compute %.3f + transfer %.3f + all-reduce %.3f ms (the chain of "
+                "ends each waited for; --trace marks it)\n",
+                path.device, path.compute_ms, path.transfer_ms, path.sync_ms);
   // Gradient all-reduces behind the backward pass (not in the shares above).
   const double all_sync = sim.sync_device_ms() + sim.hidden_sync_device_ms();
   std::printf("overlap   %.1f%% of all-reduce time hidden behind compute (%.3f of %.3f device-ms)\n",
@@ -449,7 +456,9 @@ int main(int argc, char** argv) {
   if (sp::Status st = sp::check_plan_memory(*plan, *model); !st) return fail(kExitInvalid, st.error().message);
   if (sp::Status st = sp::check_plan_status(*plan, *model, graph, o.out_path); !st)
     return fail(kExitFailure, "internal error: the planner produced an invalid plan: " + st.error().message);
-  auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get(), sim_options);
+  sp::SimOptions traced = sim_options;
+  traced.critical_path = true;   // the summary's critical line, the trace's marks
+  auto sim = sp::simulate_plan(*plan, *model, graph, *cost->get(), traced);
   auto gap = sp::simulated_compute_gap(*plan, *model, graph, *cost->get());
   if (!sim || !gap)
     return fail(kExitFailure, "internal error: cannot simulate the plan: " + (sim ? gap.error() : sim.error()).message);

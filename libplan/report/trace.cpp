@@ -66,6 +66,7 @@ std::vector<TraceEvent> simulated_trace(const Simulation& sim) {
       args["received_bytes"] = b.received_bytes;
     }
     if (b.cat == "allreduce") args["bytes"] = b.sent_bytes;
+    if (b.critical) args["critical"] = true;
     ev.push_back({b.name, cat, b.device, static_cast<int>(b.track), b.start_ms * 1000, b.dur_ms * 1000, std::move(args)});
   }
   return ev;

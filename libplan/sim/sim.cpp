@@ -146,6 +146,17 @@ struct SimState {
   std::vector<char> parked;
   std::vector<double> sent_at;
   std::vector<int> runnable;
+  // What each end waited for last (Simulator::trace_critical_path), by
+  // node: instruction ends (flat, as times), then message deliveries (by
+  // transfer), then all-reduce ends (by bucket); -1: nothing before it.
+  std::vector<int> cause;
+  std::vector<int> comm_free_bucket;   // by device: the bucket whose end set comm_free; -1: none
+  std::vector<int> bucket_via;         // by bucket whose cause is another bucket: the member that ran both
+  // trace_critical_path's: by instruction (flat, as times), whether it is
+  // on the critical path; by bucket, the device its all-reduce is shown on
+  // there (-1: not on it).
+  std::vector<char> on_path;
+  std::vector<int> path_bucket_device;
 };
 
 SimState& thread_sim_state() {
@@ -179,7 +190,8 @@ class Simulator {
   // programs' dependencies, without events (see run_zero_comm).
   Result<Simulation> run_zero_comm();
   void zero_comm_advance(int d);
-  void zero_comm_arrive(int b, double t);
+  // `node`: the end its arrival at t came after (s_.cause).
+  void zero_comm_arrive(int b, double t, int node);
   // Device d waits at instruction pc, its clock at t; woken (from another
   // device's advance) it goes on after pc no earlier than t.
   void zero_comm_park(int d, int pc, double t);
@@ -192,17 +204,50 @@ class Simulator {
   void ready(int d, int pc, double t);
   void enter_exchange(int d, int pc, double t);
   void packed(int d, int pc, double t);
-  void end_exchange(int d, int pc, double t);
+  // `why`: the node (s_.cause) its end waited for; -1: its own packing.
+  void end_exchange(int d, int pc, double t, int why = -1);
   void enter_allreduce(int d, int pc, double t);
-  double next_poll(int d, double t) const;
+  // The time; `*instr` the compute instruction it ends, else -1.
+  double next_poll(int d, double t, int* instr) const;
   void enter_wait_sends(int d, int pc, double t);
   void delivered(int transfer, double t);
   // Starts, in order of readiness, every waiting message whose links are
   // all idle, among those that need one of `links` (the links just freed,
   // or a new message's). Invariant between events: no waiting message has
-  // all its links idle, so no other message can start.
-  void dispatch(const int* links, int n, double t);
-  void start(int transfer, double t);
+  // all its links idle, so no other message can start. `freed_by`: the
+  // delivery (its node) that freed `links`, else -1.
+  void dispatch(const int* links, int n, double t, int freed_by);
+  void start(int transfer, double t, int freed_by);
+  // The critical path (SimOptions::critical_path) into `sim` (and, for
+  // add_boxes, s_.on_path and s_.path_bucket_device): from the end of the
+  // last device's last instruction back along s_.cause.
+  void trace_critical_path(Simulation& sim);
+  // Nodes of s_.cause: the end of device d's instruction pc; the end of
+  // the instruction before it (-1 at the first: what its start waited for);
+  // a message's delivery; an all-reduce's end.
+  int instr_node(int d, int pc) const { return static_cast<int>(at(d, pc)); }
+  int before_node(int d, int pc) const { return pc > 0 ? instr_node(d, pc - 1) : -1; }
+  int message_node(int tr) const { return static_cast<int>(s_.first[static_cast<size_t>(l_.devices)]) + tr; }
+  int bucket_node(int b) const { return message_node(static_cast<int>(l_.transfers.size())) + b; }
+  // The node a message's start waits for when its links are idle: its
+  // sender reaching the instruction that sends it.
+  int sender_node(int tr) const {
+    return before_node(l_.transfers[static_cast<size_t>(tr)].src, s_.src_instr[static_cast<size_t>(tr)]);
+  }
+  // With SimOptions::critical_path (else nothing): the end `node` waited for is `why`.
+  void set_cause(size_t node, int why) {
+    if (tracing_) s_.cause[node] = why;
+  }
+  void reset_causes() {
+    s_.comm_free_bucket.assign(static_cast<size_t>(l_.devices), -1);
+    if (!tracing_) return;
+    s_.cause.assign(static_cast<size_t>(bucket_node(static_cast<int>(l_.buckets.size()))), -1);
+    s_.bucket_via.assign(l_.buckets.size(), -1);
+  }
+  // When node ended (ms): the clock the next end on the path counts from.
+  // A started all-reduce (allreduce_start) lets its device go on at once:
+  // the end of that instruction is when it was reached.
+  double node_end_ms(int node) const;
   bool cross_island(const Transfer& tr) const {
     return island_of(tr.src, per_island_) != island_of(tr.dst, per_island_);
   }
@@ -211,7 +256,7 @@ class Simulator {
   const Links& links_of(int transfer) const { return s_.links[static_cast<size_t>(transfer)]; }
   // The result: makespan and finish times, and with a timeline every
   // device's boxes and parts (add_boxes) and the messages.
-  Simulation collect() const;
+  Simulation collect();
   // Device d's boxes, one per instruction shown, into `boxes`, and its
   // parts into `dev`; one step per kind of instruction (each returns
   // whether its box is shown).
@@ -288,6 +333,7 @@ class Simulator {
   const int per_island_;
   const SimOptions options_;
   const bool progress_in_calls_ = options_.price_communication && cost_.allreduce_progress_in_calls();
+  const bool tracing_ = options_.critical_path;   // s_.cause is kept (set_cause)
 
   SimState& s_;
   size_t at(int d, int pc) const { return s_.first[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
@@ -359,6 +405,7 @@ Result<Simulation> Simulator::run() {
   else
     fill_instr_ms();
   SPINDLE_TRY(map_transfers());
+  reset_causes();
   if (bounded_) {
     s_.sync_left.assign(devices, 0.0);
     for (size_t b = 0; b < l_.buckets.size(); ++b)
@@ -450,6 +497,7 @@ Result<Simulation> Simulator::run_zero_comm() {
   index_programs();
   fill_instr_ms();
   SPINDLE_TRY(map_transfers());
+  reset_causes();
   s_.pc.assign(devices, 0);
   s_.finish.assign(devices, 0.0);
   s_.clock.assign(devices, 0.0);
@@ -484,6 +532,7 @@ void Simulator::zero_comm_advance(int d) {
   double t = s_.clock[dev];
   for (int pc = s_.pc[dev]; pc < end; ++pc) {
     const Instr& in = prog.instrs[static_cast<size_t>(pc)];
+    int cause = before_node(d, pc);   // what its end waited for (set_cause below)
     switch (in.kind) {
       case InstrKind::exchange:
       case InstrKind::post_send: {
@@ -499,10 +548,12 @@ void Simulator::zero_comm_advance(int d) {
             const size_t r = static_cast<size_t>(x.dst);
             const int rpc = s_.dst_instr[static_cast<size_t>(tr)];
             if (s_.parked[r] && s_.pc[r] == rpc) {
+              if (reached > s_.clock[r]) set_cause(at(x.dst, rpc), before_node(d, pc));
               s_.clock[r] = std::max(s_.clock[r], reached);
               if (--s_.pending[at(x.dst, rpc)] == 0) zero_comm_wake(x.dst, rpc, reached);
             }
           } else if (s_.sent_at[static_cast<size_t>(tr)] >= 0) {
+            if (s_.sent_at[static_cast<size_t>(tr)] > t) cause = sender_node(tr);
             t = std::max(t, s_.sent_at[static_cast<size_t>(tr)]);
           } else {
             ++missing;
@@ -510,19 +561,22 @@ void Simulator::zero_comm_advance(int d) {
         }
         if (missing > 0) {   // woken by the last of those senders (above)
           s_.pending[at(d, pc)] = missing;
+          set_cause(at(d, pc), cause);
           return zero_comm_park(d, pc, t);
         }
         break;
       }
-      case InstrKind::allreduce_start: zero_comm_arrive(in.bucket, t); break;
+      case InstrKind::allreduce_start: zero_comm_arrive(in.bucket, t, cause); break;
       case InstrKind::allreduce:
       case InstrKind::allreduce_wait: {
         const size_t b = static_cast<size_t>(in.bucket);
-        if (in.kind == InstrKind::allreduce) zero_comm_arrive(in.bucket, t);
+        if (in.kind == InstrKind::allreduce) zero_comm_arrive(in.bucket, t, cause);
         if (s_.bucket_end[b] < 0) {   // woken by the group's last member (zero_comm_arrive)
           s_.at_wait[b].push_back({d, pc});
+          set_cause(at(d, pc), cause);
           return zero_comm_park(d, pc, t);
         }
+        if (s_.bucket_end[b] > t) cause = bucket_node(in.bucket);
         t = std::max(t, s_.bucket_end[b]);
         break;
       }
@@ -530,6 +584,7 @@ void Simulator::zero_comm_advance(int d) {
       case InstrKind::post_recv: break;
       default: t += s_.instr_ms[at(d, pc)];
     }
+    set_cause(at(d, pc), cause);
   }
   s_.clock[dev] = t;
   s_.pc[dev] = end;
@@ -538,12 +593,16 @@ void Simulator::zero_comm_advance(int d) {
 
 // A device reaches bucket b (its allreduce or allreduce_start) at t; the
 // group's last member ends the all-reduce and wakes those waiting for it.
-void Simulator::zero_comm_arrive(int b, double t) {
+void Simulator::zero_comm_arrive(int b, double t, int node) {
   const size_t k = static_cast<size_t>(b);
+  if (s_.arrived[k] == 0 || t > s_.bucket_begin[k]) set_cause(static_cast<size_t>(bucket_node(b)), node);
   s_.bucket_begin[k] = std::max(s_.bucket_begin[k], t);
   if (++s_.arrived[k] < static_cast<int>(l_.buckets[k].devices.size())) return;
   s_.bucket_end[k] = s_.bucket_begin[k] + s_.reduce_ms[k];
-  for (auto [m, mpc] : s_.at_wait[k]) zero_comm_wake(m, mpc, s_.bucket_end[k]);
+  for (auto [m, mpc] : s_.at_wait[k]) {
+    if (s_.bucket_end[k] > s_.clock[static_cast<size_t>(m)]) set_cause(at(m, mpc), bucket_node(b));
+    zero_comm_wake(m, mpc, s_.bucket_end[k]);
+  }
   s_.at_wait[k].clear();
 }
 
@@ -671,6 +730,7 @@ void Simulator::ready(int d, int pc, double t) {
   }
   InstrTimes& times = s_.times[at(d, pc)];
   times.reached = times.began = t;
+  set_cause(at(d, pc), before_node(d, pc));
   s_.chain_begin[static_cast<size_t>(d)] = s_.chain_end[static_cast<size_t>(d)] = pc;
   s_.chain_end_t[static_cast<size_t>(d)] = t;
   if (in.kind == InstrKind::exchange || in.kind == InstrKind::post_send) return enter_exchange(d, pc, t);
@@ -688,6 +748,8 @@ void Simulator::ready(int d, int pc, double t) {
     const Instr& c = prog.instrs[static_cast<size_t>(pc)];
     InstrTimes& tm = s_.times[at(d, pc)];
     tm.reached = tm.began = t;
+    const bool reduced_later = c.kind == InstrKind::allreduce_wait && s_.bucket_end[static_cast<size_t>(c.bucket)] > t;
+    set_cause(at(d, pc), reduced_later ? bucket_node(c.bucket) : before_node(d, pc));
     t = c.kind == InstrKind::allreduce_wait ? std::max(t, s_.bucket_end[static_cast<size_t>(c.bucket)])
                                             : t + s_.instr_ms[at(d, pc)];
     tm.ended = t;
@@ -703,8 +765,9 @@ void Simulator::ready(int d, int pc, double t) {
 // polls (spindle-run polls after every compute instruction, and its
 // exchanges and waits are MPI calls): t when it is blocked or between
 // instructions then, else the end of the compute instruction it runs at t.
-double Simulator::next_poll(int d, double t) const {
+double Simulator::next_poll(int d, double t, int* instr) const {
   const size_t dev = static_cast<size_t>(d);
+  *instr = -1;
   if (s_.chain_end_t[dev] <= t) return t;
   const Program& prog = l_.programs[dev];
   for (int i = s_.chain_begin[dev]; i < s_.chain_end[dev]; ++i) {
@@ -712,6 +775,7 @@ double Simulator::next_poll(int d, double t) const {
     if (tm.began <= t && t < tm.ended) {
       const InstrKind k = prog.instrs[static_cast<size_t>(i)].kind;
       const bool compute = k == InstrKind::forward || k == InstrKind::backward || k == InstrKind::optimizer;
+      if (compute) *instr = i;
       return compute ? tm.ended : t;
     }
   }
@@ -763,7 +827,7 @@ void Simulator::packed(int d, int pc, double t) {
         const Waiting key{t, d, tr};
         list.insert(std::upper_bound(list.begin(), list.end(), key), key);
       }
-      dispatch(links.begin(), links.n, t);
+      dispatch(links.begin(), links.n, t, -1);
     }
   }
   if (prog.instrs[static_cast<size_t>(pc)].kind == InstrKind::post_send) {
@@ -776,7 +840,8 @@ void Simulator::packed(int d, int pc, double t) {
 
 // Every message of the exchange (or every early send, for a wait_sends)
 // is delivered and the device has packed: it unpacks, then goes on.
-void Simulator::end_exchange(int d, int pc, double t) {
+void Simulator::end_exchange(int d, int pc, double t, int why) {
+  if (why >= 0) set_cause(at(d, pc), why);
   InstrTimes& times = s_.times[at(d, pc)];
   times.ended = t + times.unpack_ms;
   push({times.ended, kReady, d, pc + 1});
@@ -798,16 +863,31 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   s_.at_bucket[static_cast<size_t>(b)].push_back({d, pc});
   if (++s_.arrived[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
   double begin = t;
-  for (int m : bucket.devices) begin = std::max(begin, s_.comm_free[static_cast<size_t>(m)]);
+  int why = before_node(d, pc);   // what the end waits for: the last member's arrival, ...
+  for (int m : bucket.devices) {
+    const size_t dev = static_cast<size_t>(m);
+    if (s_.comm_free[dev] > begin) {   // a member's all-reduce before
+      why = bucket_node(s_.comm_free_bucket[dev]);
+      if (tracing_) s_.bucket_via[static_cast<size_t>(b)] = m;
+    }
+    begin = std::max(begin, s_.comm_free[dev]);
+  }
   // MPI moves a started all-reduce only inside MPI calls
   // (CostModel::allreduce_progress_in_calls): it begins once every member
   // has polled after the group completed.
   if (progress_in_calls_)
-    for (int m : bucket.devices) begin = std::max(begin, next_poll(m, t));
+    for (int m : bucket.devices) {
+      int instr = -1;
+      const double poll = next_poll(m, t, &instr);
+      if (poll > begin) why = instr_node(m, instr);   // ... or a member's compute before its poll
+      begin = std::max(begin, poll);
+    }
+  set_cause(static_cast<size_t>(bucket_node(b)), why);
   const double ms = s_.reduce_ms[static_cast<size_t>(b)];
   const double end = begin + ms;
   for (int m : bucket.devices) {
     s_.comm_free[static_cast<size_t>(m)] = end;
+    s_.comm_free_bucket[static_cast<size_t>(m)] = b;
     if (!bounded_) continue;
     s_.sync_left[static_cast<size_t>(m)] -= ms;
     past_bound_ = past_bound_ || passes(end + s_.sync_left[static_cast<size_t>(m)]);
@@ -818,10 +898,13 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
     InstrTimes& times = s_.times[at(m, mpc)];
     times.began = begin;
     times.ended = end;
-    if (l_.programs[static_cast<size_t>(m)].instrs[static_cast<size_t>(mpc)].kind == InstrKind::allreduce)
+    if (l_.programs[static_cast<size_t>(m)].instrs[static_cast<size_t>(mpc)].kind == InstrKind::allreduce) {
+      set_cause(at(m, mpc), bucket_node(b));
       push({end, kReady, m, mpc + 1});
+    }
   }
   for (auto [m, wpc] : s_.at_wait[static_cast<size_t>(b)]) {
+    set_cause(at(m, wpc), bucket_node(b));
     s_.times[at(m, wpc)].ended = end;
     push({end, kReady, m, wpc + 1});
   }
@@ -839,7 +922,7 @@ void Simulator::enter_wait_sends(int d, int pc, double t) {
   end_exchange(d, pc, t);
 }
 
-void Simulator::dispatch(const int* links, int n, double t) {
+void Simulator::dispatch(const int* links, int n, double t, int freed_by) {
   // Walk the waiting lists of the given links (one or two) merged in order
   // of readiness, a message on both lists once. pos[i]: the next entry of
   // list i not yet looked at.
@@ -877,13 +960,15 @@ void Simulator::dispatch(const int* links, int n, double t) {
       std::vector<Waiting>& other = s_.waiting[static_cast<size_t>(k)];
       other.erase(std::lower_bound(other.begin(), other.end(), key));
     }
-    start(tr, t);
+    start(tr, t, freed_by);
   }
 }
 
-void Simulator::start(int tr, double t) {
+void Simulator::start(int tr, double t, int freed_by) {
   const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
   SimMessage& m = s_.messages[static_cast<size_t>(tr)];
+  if (tracing_)
+    set_cause(static_cast<size_t>(message_node(tr)), m.ready_ms < t && freed_by >= 0 ? freed_by : sender_node(tr));
   for (int k : links_of(tr)) s_.link_busy[static_cast<size_t>(k)] = 1;
   const double ms = options_.price_communication ? cost_.p2p_ms(static_cast<double>(x.bytes), cross_island(x)) : 0.0;
   m.start_ms = t;
@@ -901,7 +986,7 @@ void Simulator::delivered(int tr, double t) {
     if (l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].kind != InstrKind::exchange) {
       // Posted early: its sender went on; its wait_sends may be waiting.
       if (--s_.early_left[static_cast<size_t>(d)] == 0 && s_.at_wait_sends[static_cast<size_t>(d)] >= 0) {
-        end_exchange(d, std::exchange(s_.at_wait_sends[static_cast<size_t>(d)], -1), t);
+        end_exchange(d, std::exchange(s_.at_wait_sends[static_cast<size_t>(d)], -1), t, message_node(tr));
       }
       continue;
     }
@@ -909,24 +994,102 @@ void Simulator::delivered(int tr, double t) {
     // The device is blocked in this exchange, has packed, and it is now complete.
     if (--left == 0 && s_.pc[static_cast<size_t>(d)] == pc &&
         s_.times[at(d, pc)].packed >= 0)
-      end_exchange(d, pc, t);
+      end_exchange(d, pc, t, message_node(tr));
   }
-  dispatch(links.begin(), links.n, t);
+  dispatch(links.begin(), links.n, t, message_node(tr));
 }
 
-Simulation Simulator::collect() const {
+Simulation Simulator::collect() {
   Simulation sim;
   sim.devices.resize(static_cast<size_t>(l_.devices));
   for (int d = 0; d < l_.devices; ++d) {
     SimDevice& dev = sim.devices[static_cast<size_t>(d)];
     dev.finish_ms = s_.finish[static_cast<size_t>(d)];
     sim.iteration_ms = std::max(sim.iteration_ms, dev.finish_ms);
-    if (options_.timeline) add_boxes(d, dev, sim.boxes);
   }
+  if (options_.critical_path) trace_critical_path(sim);
   if (!options_.timeline) return sim;
+  for (int d = 0; d < l_.devices; ++d) add_boxes(d, sim.devices[static_cast<size_t>(d)], sim.boxes);
   for (SimDevice& dev : sim.devices) dev.idle_ms = sim.iteration_ms - dev.busy_ms();
   for (int t : s_.started) sim.messages.push_back(s_.messages[static_cast<size_t>(t)]);
   return sim;
+}
+
+double Simulator::node_end_ms(int node) const {
+  const int instrs = message_node(0), messages = static_cast<int>(l_.transfers.size());
+  if (node >= instrs + messages) return s_.bucket_end[static_cast<size_t>(node - instrs - messages)];
+  if (node >= instrs) return s_.messages[static_cast<size_t>(node - instrs)].end_ms;
+  const InstrTimes& tm = s_.times[static_cast<size_t>(node)];
+  const auto d = static_cast<size_t>(
+      std::upper_bound(s_.first.begin(), s_.first.end(), static_cast<size_t>(node)) - s_.first.begin() - 1);
+  const InstrKind k = l_.programs[d].instrs[static_cast<size_t>(node) - s_.first[d]].kind;
+  return k == InstrKind::allreduce_start ? tm.reached : tm.ended;
+}
+
+void Simulator::trace_critical_path(Simulation& sim) {
+  SimPath& path = sim.critical;
+  path = SimPath{};
+  sim.critical_slices.assign(l_.slices.size(), 0);
+  const bool events = options_.price_communication || options_.timeline;   // run() ran events, not one pass
+  if (events) {
+    s_.on_path.assign(s_.times.size(), 0);
+    s_.path_bucket_device.assign(l_.buckets.size(), -1);
+  }
+  for (int d = 0; d < l_.devices; ++d)
+    if (!l_.programs[static_cast<size_t>(d)].instrs.empty() &&
+        (path.device < 0 || s_.finish[static_cast<size_t>(d)] > s_.finish[static_cast<size_t>(path.device)]))
+      path.device = d;
+  if (path.device < 0) return;
+  const int instrs = message_node(0);
+  const int messages = static_cast<int>(l_.transfers.size());
+  int node = instr_node(path.device, static_cast<int>(l_.programs[static_cast<size_t>(path.device)].instrs.size()) - 1);
+  int shown_on = path.device;   // the device of the end that waited for `node`
+  // Every cause ends no later than the end that waited for it, and was
+  // recorded before it: the walk ends; the guard only bounds it.
+  for (size_t steps = s_.cause.size(); node >= 0 && steps-- > 0; node = s_.cause[static_cast<size_t>(node)]) {
+    const int cause = s_.cause[static_cast<size_t>(node)];
+    // The time from the cause's end to this node's end: this node's part.
+    const double part = events ? node_end_ms(node) - (cause >= 0 ? node_end_ms(cause) : 0.0) : 0.0;
+    if (node >= instrs + messages) {   // an all-reduce, shown on the device that waited for it
+      const int b = node - instrs - messages;
+      path.sync_ms += part;
+      if (events) s_.path_bucket_device[static_cast<size_t>(b)] = shown_on;
+      if (s_.bucket_via[static_cast<size_t>(b)] >= 0) shown_on = s_.bucket_via[static_cast<size_t>(b)];
+      continue;
+    }
+    if (node >= instrs) {   // a message (and its packing): the slice it feeds
+      const Transfer& x = l_.transfers[static_cast<size_t>(node - instrs)];
+      path.transfer_ms += part;
+      sim.critical_slices[static_cast<size_t>(x.slice)] = 1;
+      shown_on = x.src;
+      continue;
+    }
+    const auto d = static_cast<size_t>(
+        std::upper_bound(s_.first.begin(), s_.first.end(), static_cast<size_t>(node)) - s_.first.begin() - 1);
+    shown_on = static_cast<int>(d);
+    if (events) s_.on_path[static_cast<size_t>(node)] = 1;
+    const Instr& in = l_.programs[d].instrs[static_cast<size_t>(node) - s_.first[d]];
+    switch (in.kind) {
+      case InstrKind::forward:
+      case InstrKind::backward:
+        sim.critical_slices[static_cast<size_t>(in.slice)] = 1;
+        path.compute_ms += part;
+        break;
+      case InstrKind::optimizer:
+        path.compute_ms += part;
+        if (in.bucket >= 0 || in.values == 0) break;
+        // It steps the device's own shards (no all-reduce): every slice on it.
+        for (size_t i = 0; i < l_.slices.size(); ++i)
+          if (std::binary_search(l_.slices[i].devices.begin(), l_.slices[i].devices.end(), static_cast<int>(d)))
+            sim.critical_slices[i] = 1;
+        break;
+      case InstrKind::allreduce:
+      case InstrKind::allreduce_start:
+      case InstrKind::allreduce_wait: path.sync_ms += part; break;
+      default: path.transfer_ms += part;   // exchanges, posts, waits for sends: packing and unpacking
+    }
+  }
+  if (!events) path.compute_ms = sim.iteration_ms;   // one pass prices compute alone
 }
 
 void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) const {
@@ -952,7 +1115,14 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
       case InstrKind::allreduce_start:
       case InstrKind::allreduce: allreduce_box(in, tm, dev, box, boxes); break;
     }
-    if (shown) boxes.push_back(std::move(box));
+    if (!shown) continue;
+    if (options_.critical_path) {
+      const bool reduced_on_path = in.bucket >= 0 &&
+                                   (in.kind == InstrKind::allreduce || in.kind == InstrKind::allreduce_start) &&
+                                   s_.path_bucket_device[static_cast<size_t>(in.bucket)] == d;
+      box.critical = s_.on_path[s_.first[static_cast<size_t>(d)] + i] != 0 || reduced_on_path;
+    }
+    boxes.push_back(std::move(box));
   }
 }
 

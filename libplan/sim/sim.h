@@ -107,6 +107,12 @@ struct SimOptions {
   // price_compute, and not with a finite stop_after_ms (its bounds price
   // compute from the slices: an error).
   std::vector<std::vector<double>> replay_ms;
+  // Also find the critical path (Simulation::critical, critical_slices,
+  // SimBox::critical): what each end waited for last is the instruction
+  // before it on its device, a message's delivery, the all-reduce's last
+  // member to arrive, the message before on a busy link, a member's
+  // all-reduce before, or a member's compute before it polled.
+  bool critical_path = false;
 };
 
 enum class SimTrack { compute = 0, communication = 1 };   // the Chrome trace's tid
@@ -124,6 +130,8 @@ struct SimBox {
   int wave = -1;        // forward, backward, exchange, send
   int slice = -1;       // forward, backward, send: index into Lowered::slices
   int bucket = -1;      // allreduce, wait
+  bool critical = false;   // on the critical path (SimOptions::critical_path): an instruction on it, or
+                           // an all-reduce on it, shown on the device that waited for it
   int64_t sent_bytes = 0;      // exchange, send, allreduce (the bucket's bytes)
   int64_t received_bytes = 0;  // exchange
 };
@@ -152,6 +160,17 @@ struct SimMessage {
   double end_ms = 0;        // delivered
 };
 
+// The critical path of a simulation: the chain of ends, each the one the
+// next waited for last, back from the last device's end, and the makespan
+// split along it (compute + transfer + sync = iteration_ms). Each end's
+// part is the time from the end it waited for to its own.
+struct SimPath {
+  int device = -1;          // the last device to finish (ties: the lowest); -1: no instruction
+  double compute_ms = 0;    // forward, backward, optimizer (all of it with communication priced at 0)
+  double transfer_ms = 0;   // messages, packing and unpacking
+  double sync_ms = 0;       // all-reduces and what they waited for in their members' polls
+};
+
 struct Simulation {
   double iteration_ms = 0;            // makespan: the last device's finish
   std::vector<SimDevice> devices;     // by device
@@ -161,6 +180,15 @@ struct Simulation {
   // rule would run other programs (Lowered::bucket_starts_matter); true
   // when not known (a simulation stopped before its programs were built).
   bool bucket_starts_matter = true;
+  // With SimOptions::critical_path: the critical path (SimPath), and by
+  // lowered slice whether the path runs through it (one of its forward or
+  // backward instructions, a message into it, or an optimizer step of a
+  // device's own unreduced shards on one of its devices). Shortening a slice
+  // off the path cannot shorten the makespan unless it also changes what is
+  // on the path (its operators' gradients in another bucket, other
+  // messages): test_sim checks it with communication priced at 0.
+  SimPath critical;
+  std::vector<char> critical_slices;
   // Sums over devices (device-ms) of the parts of SimDevice.
   double compute_device_ms() const;
   double transfer_device_ms() const;

@@ -13,7 +13,8 @@
 #    early would be at least 1% faster (ofasys-7 on a800-4x8: 1.3%;
 #    multitask-clip-7 there was 1% faster posted early until the wave
 #    shifts of 2026-12-03) spindle-plan hints so.
-#  - qwen-val-3's capped plan prints the widths line, multitask-clip-10's not.
+#  - qwen-val-3's capped plan prints the widths line, multitask-clip-10's not;
+#    both print a critical line whose parts add up to the prediction.
 # If the planner changes and a case stops choosing, pick another case; do
 # not drop the check.
 set -eu
@@ -50,6 +51,18 @@ grep -q '^widths    relaxed [0-9.]* ms with no MetaOp wider than in this plan: c
   fail "qwen-val-3: no widths line: $(cat qwen.txt)"
 grep -q '^widths' clip.txt && fail "multitask-clip-10: a widths line where the widths reach the relaxed optimum"
 echo "PASS: the widths line for the capped plan only"
+
+# The critical line: the makespan split along the critical path
+# (docs/simulation.md, "The critical path") adds up to the predicted
+# iteration, to the printed 3 decimals.
+for case in qwen clip; do
+  line=$(grep '^critical  path ends on device [0-9]*: compute ' $case.txt) || fail "$case: no critical line: $(cat $case.txt)"
+  sum=$(echo "$line" | sed -n 's/.*compute \([0-9.]*\) + transfer \([0-9.]*\) + all-reduce \([0-9.]*\) ms.*/\1 \2 \3/p')
+  [ -n "$sum" ] || fail "$case: unreadable critical line: $line"
+  awk -v p="$(predicted $case.txt)" -v parts="$sum" 'BEGIN { split(parts, x, " "); d = x[1] + x[2] + x[3] - p;
+    exit !(d < 0.003 && d > -0.003 && x[1] > 0) }' || fail "$case: $line does not add up to $(predicted $case.txt) ms"
+done
+echo "PASS: the critical path adds up to the predicted iteration"
 
 # The gradient sync a plan was made with (--no-overlap, --bucket-mb) is in
 # the plan too, and what the plan's readers lower by default:

@@ -483,6 +483,60 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   CHECK(sp::program_lower_bound_ms(p.l, {3.0}, cost) == 0.0);
 }
 
+TEST_CASE("the critical path by hand: compute, messages and an all-reduce", "[sim]") {
+  sp::SimOptions traced;
+  traced.critical_path = true;
+  {
+    // one_transfer_each_way: device 0 ends last (13 ms). Back from there:
+    // bwd A [11,13] <- the bwd message [9,11], sent when d1's bwd B ended
+    // <- bwd B [5,9] <- fwd B [3,5] <- d1's fwd exchange, done when the fwd
+    // message arrived [1,3] <- fwd A [0,1]. Compute 1 + 2 + 4 + 2, transfer
+    // 2 + 2.
+    const sp::Simulation sim = one_transfer_each_way(true).run(hand_cluster(1, 2), traced);
+    CHECK(sim.critical.device == 0);
+    CHECK(sim.critical.compute_ms == Approx(9.0));
+    CHECK(sim.critical.transfer_ms == Approx(4.0));
+    CHECK(sim.critical.sync_ms == 0);
+    CHECK(sim.critical_slices == std::vector<char>{1, 1});
+    CHECK(box(sim, 0, 0, "forward").critical);
+    CHECK_FALSE(box(sim, 0, 1, "exchange").critical);   // d0's fwd exchange: d1 did not wait for its end
+    CHECK(box(sim, 0, 2, "exchange").critical);
+    CHECK(box(sim, 0, 3, "backward").critical);
+    CHECK(box(sim, 1, 0, "exchange").critical);
+    CHECK(box(sim, 1, 1, "forward").critical);
+    CHECK(box(sim, 1, 2, "backward").critical);
+    CHECK_FALSE(box(sim, 1, 3, "exchange").critical);   // d1 ends at 11, off the path
+    // Without the option: none of it.
+    const sp::Simulation plain = one_transfer_each_way(true).run(hand_cluster(1, 2));
+    CHECK(plain.critical.device == -1);
+    CHECK(plain.critical_slices.empty());
+    CHECK_FALSE(box(plain, 0, 0, "forward").critical);
+  }
+  {
+    // slow_member: both end at 10 (the lower device, 0, is the last). Its
+    // all-reduce [9,10] waited for d1's 9 ms slice: compute 9 (d1), sync 1,
+    // the all-reduce shown on d0, which waited for it; d0's 3 ms slice is
+    // off the path.
+    const sp::Simulation sim = slow_member(false).run(hand_cluster(1, 2), traced);
+    CHECK(sim.critical.device == 0);
+    CHECK(sim.critical.compute_ms == Approx(9.0));
+    CHECK(sim.critical.transfer_ms == 0);
+    CHECK(sim.critical.sync_ms == Approx(1.0));
+    CHECK(sim.critical_slices == std::vector<char>{0, 1});
+    CHECK(box(sim, 0, 2, "allreduce").critical);
+    CHECK_FALSE(box(sim, 1, 2, "allreduce").critical);
+    CHECK_FALSE(box(sim, 0, 0, "forward").critical);
+    CHECK(box(sim, 1, 1, "backward").critical);
+    // Compute alone in one pass: the same slices, all of it compute.
+    sp::SimOptions one_pass = traced;
+    one_pass.price_communication = false;
+    one_pass.timeline = false;
+    const sp::Simulation fast = slow_member(false).run(hand_cluster(1, 2), one_pass);
+    CHECK(fast.critical.compute_ms == Approx(9.0));
+    CHECK(fast.critical_slices == std::vector<char>{0, 1});
+  }
+}
+
 TEST_CASE("gradient all-reduces started during the backward pass run beside it", "[sim]") {
   // Both devices run s1 (wave 0, 3 ms: forward 1, backward 2) and s2 (wave
   // 1, 6 ms: 2 + 4). s2's parameters are bucket k2 (1e6 bytes: 1 ms over
@@ -1207,4 +1261,62 @@ TEST_CASE("measured forward shares split each slice's time by its workload", "[s
   even.slice_forward_share.back() = 1.5;
   CHECK_FALSE(sp::simulate_plan(plan, f.model, f.graph, *f.cost, even).ok());
   CHECK_THROWS_AS(f.cost->set_forward_share(plan.metaops.front().workload, -0.5), std::invalid_argument);
+}
+
+// The critical path (SimOptions::critical_path): with communication priced
+// at zero the programs are a max-plus system, so a slice off the path
+// shortened by a tenth leaves the makespan as it was, both in one pass and
+// with events; and one on the path is there for a reason: every plan has
+// one, and shortening all the path's slices shortens the makespan.
+TEST_CASE("the critical path: slices off it do not move the makespan", "[sim][shipped]") {
+  int checked = 0, off = 0;
+  for (const Workload& w : shipped_workloads()) {
+    sp::PlanRequest request{&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, sp::Strategy::spindle};
+    request.shift_simulations = 0;
+    auto plan = sp::make_plan(request);
+    REQUIRE(plan.ok());
+    auto lowered = sp::lower(*plan, w.model, w.graph);
+    REQUIRE(lowered.ok());
+    const std::vector<double> slice_ms = sp::lowered_slice_ms(*plan);
+    for (bool timeline : {false, true}) {
+      INFO(w.model_name << " on " << w.cluster_name << (timeline ? ", events" : ", one pass"));
+      sp::SimOptions options;
+      options.price_communication = false;
+      options.timeline = timeline;
+      options.critical_path = true;
+      auto base = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, options);
+      REQUIRE(base.ok());
+      REQUIRE(base->critical_slices.size() == slice_ms.size());
+      std::vector<double> on_path = slice_ms;
+      for (size_t i = 0; i < slice_ms.size(); ++i) {
+        if (base->critical_slices[i]) {
+          on_path[i] *= 0.9;
+          continue;
+        }
+        std::vector<double> shorter = slice_ms;
+        shorter[i] *= 0.9;
+        auto sim = sp::simulate(*lowered, shorter, *w.cost, w.cluster.devices_per_island, options);
+        REQUIRE(sim.ok());
+        CHECK(sim->iteration_ms == base->iteration_ms);
+        ++off;
+      }
+      auto sim = sp::simulate(*lowered, on_path, *w.cost, w.cluster.devices_per_island, options);
+      REQUIRE(sim.ok());
+      CHECK(sim->iteration_ms < base->iteration_ms);
+      ++checked;
+    }
+    // Priced: the path's parts add up to the makespan, and it ends on the last device.
+    sp::SimOptions priced;
+    priced.critical_path = true;
+    auto sim = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, priced);
+    REQUIRE(sim.ok());
+    const sp::SimPath& path = sim->critical;
+    CHECK(path.compute_ms + path.transfer_ms + path.sync_ms == Approx(sim->iteration_ms).epsilon(1e-9));
+    CHECK(path.compute_ms > 0);
+    REQUIRE(path.device >= 0);
+    CHECK(sim->devices[static_cast<size_t>(path.device)].finish_ms == sim->iteration_ms);
+    CHECK(std::any_of(sim->boxes.begin(), sim->boxes.end(), [](const sp::SimBox& b) { return b.critical; }));
+  }
+  CHECK(checked >= 20);
+  CHECK(off >= 100);
 }
