@@ -14,8 +14,19 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # (docs/building.md). A build by hand keeps one object per source.
 UNITY=(-DCMAKE_UNITY_BUILD=ON)
 
+# The generator for a build folder: Ninja for a new one (a fresh build on
+# 2 cores took 4m21s against 5m26s with Makefiles, ccache off, minutes
+# apart: no recursive make, no dependency scan per target;
+# docs/building.md); an existing folder keeps the one it has (CMake refuses
+# another). Usage: cmake ... $(spindle_generator DIR)
+spindle_generator() {
+  if [ ! -f "$1/CMakeCache.txt" ] && command -v ninja > /dev/null; then echo "-GNinja"; fi
+}
+
 spindle_build() {
   "$SPINDLE_ROOT/scripts/setup.sh"
-  cmake -S "$SPINDLE_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${UNITY[@]}" "$@"
+  # shellcheck disable=SC2046 # empty or one word
+  cmake -S "$SPINDLE_ROOT" -B "$BUILD_DIR" $(spindle_generator "$BUILD_DIR") -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "${UNITY[@]}" "$@"
   cmake --build "$BUILD_DIR" -j "$JOBS"
 }

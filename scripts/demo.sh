@@ -16,7 +16,8 @@ STEPS="${DEMO_STEPS:-160}"
 RANKS="${DEMO_RANKS:-2}"
 "$SPINDLE_ROOT/scripts/setup.sh"
 mkdir -p "$DEMO_BUILD"
-cmake -S "$SPINDLE_ROOT" -B "$DEMO_BUILD" -DCMAKE_BUILD_TYPE=Release "${UNITY[@]}" \
+# shellcheck disable=SC2046 # empty or one word
+cmake -S "$SPINDLE_ROOT" -B "$DEMO_BUILD" $(spindle_generator "$DEMO_BUILD") -DCMAKE_BUILD_TYPE=Release "${UNITY[@]}" \
   -DSPINDLE_BUILD_TESTS=OFF -DSPINDLE_WITH_CUDA=OFF > "$DEMO_BUILD/configure.log" 2>&1 ||
   { cat "$DEMO_BUILD/configure.log"; exit 1; }
 cmake --build "$DEMO_BUILD" -j "$JOBS" --target spindle-plan spindle-run

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   libcli11-dev libyaml-cpp-dev libeigen3-dev nlohmann-json3-dev libspdlog-dev
   catch2 libopenmpi-dev openmpi-bin libssl-dev
   clang libclang-rt-dev   # sanitizer and libFuzzer build (docs/hardening.md)

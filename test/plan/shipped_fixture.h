@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,22 @@
 namespace spindle::plan::testing {
 
 namespace sp = spindle::plan;
+
+// Whether this is scripts/test.sh's sanitizer pass (it sets
+// SPINDLE_TEST_SANITIZED=1 there).
+inline bool sanitized_run() {
+  const char* v = std::getenv("SPINDLE_TEST_SANITIZED");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Under the sanitizers the tests that go over every shipped profile keep
+// the clusters of one island and of four (cpu-*, a800-1x8, a800-4x8: 19 of
+// the 34 profiles, the same code on fewer and smaller plans) and leave the
+// others, the 64-device ones the slowest, to the normal pass, which runs
+// every profile. Whether the profiles of `cluster_name` are left out now.
+inline bool left_out_when_sanitized(const std::string& cluster_name) {
+  return sanitized_run() && (cluster_name == "a800-2x8" || cluster_name == "a800-8x8" || cluster_name == "h200-1x8");
+}
 
 struct Fixture {
   sp::Model model;
