@@ -19,12 +19,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "helpers.h"
 #include "libexec/backend/backend.h"
 #include "libexec/comm/fake_comm.h"
+#include <cublas_v2.h>
+
 #include "libexec/backend/cuda/cuda_backend.h"
 #include "libexec/ops/op.h"
 #include "libexec/optim/adamw.h"
@@ -170,6 +173,23 @@ TEST_CASE("make_backend(cuda): built, and refused with a message without a devic
     CHECK(std::string(b->name()) == "cuda");
     CHECK(b->device() == Device::cuda);
   }
+}
+
+// cuBLAS is opened on the first call into it (backend/cuda/cublas_lazy.cpp),
+// not when the program starts: runs without a device too.
+TEST_CASE("cuBLAS is opened on its first call and not before", "[gpu]") {
+  auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+      if (line.find("libcublas.so") != std::string::npos) return true;
+    return false;
+  };
+  CHECK_FALSE(mapped());
+  // Any entry point opens the library and resolves all six; this one needs no device.
+  const std::string ok = cublasGetStatusString(CUBLAS_STATUS_SUCCESS);
+  CHECK(ok.find("success") != std::string::npos);
+  CHECK(mapped());
 }
 
 TEST_CASE("cuda allocate/copy round trip, allocate is zero-filled", "[gpu]") {
