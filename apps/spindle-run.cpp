@@ -855,11 +855,6 @@ int run(const Args& args, int rank, int size) {
 
 int main(int argc, char** argv) {
   spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
-  se::MpiSession session(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-
   Args args;
   CLI::App app{"spindle-run: train a model under a wave plan, one MPI rank per device"};
   app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required()->check(spindle::apps::non_empty_path());
@@ -914,14 +909,24 @@ int main(int argc, char** argv) {
                "a fresh run into a --checkpoint DIR holding another run's checkpoints deletes them")
       ->needs(ckpt)
       ->excludes(resume);
+  // The command line is read before MPI starts: --help or a bad flag is
+  // answered without it (a process started by hand would otherwise start
+  // Open MPI's singleton server first: 0.4 s here), and a process that ends
+  // before MPI_Init leaves mpirun nothing to report but the exit code.
+  // Every rank parses the same line: the launcher's rank 0 (or a process
+  // started alone) speaks for all.
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // Every rank parses the same command line: rank 0 speaks for all.
-    if (rank == 0) app.exit(e);
+    if (se::launcher_rank(se::process_launch_env()) <= 0) app.exit(e);
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
   args.bucket_mb_given = app.count("--bucket-mb") > 0;
+
+  se::MpiSession session(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
 
   try {
     return run(args, rank, size);

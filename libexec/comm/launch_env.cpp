@@ -51,6 +51,14 @@ EnvMap process_launch_env() {
   return env;
 }
 
+int launcher_rank(const EnvMap& env) {
+  for (const LauncherVars& g : {kGroups[0], kGroups[1]}) {   // openmpi, slurm
+    const int rank = read_int(env, g.rank_var);
+    if (rank != -1) return rank >= 0 ? rank : -1;
+  }
+  return -1;
+}
+
 std::string discover_launch_env(const EnvMap& env, int mpi_rank, int mpi_size, LaunchEnv* out) {
   LaunchEnv found;
   const bool openmpi = env.count(kGroups[0].rank_var) > 0;

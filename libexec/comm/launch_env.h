@@ -49,4 +49,12 @@ EnvMap process_launch_env();
 // local_rank_var is "".
 std::string discover_launch_env(const EnvMap& env, int mpi_rank, int mpi_size, LaunchEnv* out);
 
+// Before MPI starts: the rank a launcher that starts several processes
+// gave this one (OMPI_COMM_WORLD_RANK, else SLURM_PROCID), -1 when neither
+// is set or the value is malformed. The generic RANK is not read: a stale
+// one from a torchrun shell would silence a process started by hand.
+// spindle-run reads its command line before MPI_Init and lets the process
+// whose launcher rank is 0 or -1 report a bad one for all.
+int launcher_rank(const EnvMap& env);
+
 }  // namespace spindle::exec

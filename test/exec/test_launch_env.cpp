@@ -70,3 +70,12 @@ TEST_CASE("launch env: no launcher variables: local rank is the MPI rank") {
   // Every variable discovery reads is listed for process_launch_env.
   CHECK(launch_env_vars().size() == 9);
 }
+
+TEST_CASE("launch env: the launcher's rank before MPI starts") {
+  CHECK(launcher_rank({}) == -1);
+  CHECK(launcher_rank({{"OMPI_COMM_WORLD_RANK", "3"}}) == 3);
+  CHECK(launcher_rank({{"OMPI_COMM_WORLD_RANK", "0"}, {"SLURM_PROCID", "4"}}) == 0);   // mpirun inside a Slurm job
+  CHECK(launcher_rank({{"SLURM_PROCID", "2"}}) == 2);
+  CHECK(launcher_rank({{"RANK", "5"}}) == -1);   // a stale torchrun RANK does not count
+  CHECK(launcher_rank({{"OMPI_COMM_WORLD_RANK", "x1"}}) == -1);
+}
