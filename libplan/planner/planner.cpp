@@ -86,6 +86,20 @@ constexpr size_t kRefinedSchedules = 2;
 // digit had swapped them).
 constexpr size_t kCappedSchedules = 2;
 constexpr size_t kMoreCappedSchedules = 2;
+// The communication-aware allocation once more with each MetaOp's
+// gradient bytes counted this many times over (comm_capped's
+// bytes_weight): a device runs its all-reduces one at a time, so a
+// MetaOp's sum waits behind the others of its devices, which the cap,
+// pricing each sum alone, ignores. Its first kCappedSchedules schedules
+// are one more candidate group (docs/planner.md, "Communication-aware
+// caps"): multitask-clip-7 on a800-4x8 208.1 -> 191.4 ms,
+// multitask-clip-10 there 193.7 -> 187.6, 50 tasks on 1024 devices 337.9
+// -> 279.8; no shipped plan slower. In place of the weight-1 allocation it
+// made plans slower (multitask-clip-10 on 64 devices 169.7 -> 189.9 ms,
+// qwen-val-3 685.2 -> 825.4); with the whole sum's time doubled instead
+// of its bytes (latency too), qwen-val-3 on 32 devices came out slower
+// (801.4 -> 876.2: its winner is picked before its transfers are chosen).
+constexpr double kQueuedSyncWeight = 2.0;
 // The capped allocation is scheduled again without narrowed tails only up
 // to this many MetaOps (every shipped workload has at most 70): on 50 and
 // 1000 tasks on 1024 devices (350 and 7000 MetaOps) that portfolio and its
@@ -354,17 +368,18 @@ PortfolioSchedules spindle_waves(const Prepared& p, int n_dev, int island, bool 
 }
 
 // Communication-aware allocation (issue 13): `p` with each MetaOp's valid
-// device counts cut at the count n that minimises L T(n) + the all-reduce of
-// its L operators' gradients over n devices (a block from an island's
-// start, as placement packs them), ties to the smaller: spread wider, a
-// MetaOp gains less compute than its gradients cost to sum. Levels
-// re-relaxed with those caps. Empty when no MetaOp is cut (the caller
-// already has those schedules).
-std::optional<Prepared> comm_capped(const Prepared& p, const PlanRequest& req) {
+// device counts cut at the count n that minimises L T(n) + the all-reduce
+// of its L operators' gradients, their bytes x `bytes_weight`, over n
+// devices (a block from an island's start, as placement packs them;
+// comm_aware_cap), ties to the smaller: spread wider, a MetaOp gains less
+// compute than its gradients cost to sum. Levels re-relaxed with those
+// caps. Empty when no MetaOp is cut (the caller already has those
+// schedules).
+std::optional<Prepared> comm_capped(const Prepared& p, const PlanRequest& req, double bytes_weight) {
   Prepared q = p;
   bool cut = false;
   for (const MetaOp& m : p.contraction.metaops) {
-    const double grad_bytes = m.length() * op_sync_bytes(m, req);
+    const double grad_bytes = m.length() * op_sync_bytes(m, req) * bytes_weight;
     std::vector<int>& valid = q.valid[static_cast<size_t>(m.id)];
     const int cap = comm_aware_cap(m.length(), *p.curves[static_cast<size_t>(m.id)], valid, m.tensor_parallel,
                                    grad_bytes, *req.cost);
@@ -403,7 +418,9 @@ namespace {
 // The schedules a strategy places and simulates, in candidate groups: group
 // 0 is Spindle's portfolio on the paper's allocation and, from `own` on, the
 // baselines' schedules; groups 1 and 2 the portfolio on the
-// communication-aware allocation. Each group's best kRefinedSchedules get
+// communication-aware allocation, then (when scheduled) that portfolio
+// without narrowed tails and the one on the queued caps
+// (kQueuedSyncWeight), a group each time. Each group's best kRefinedSchedules get
 // the further placement passes (CandidateSearch), so a group added never
 // costs the others their refinement. Other strategies: one schedule.
 struct Candidates {
@@ -454,14 +471,28 @@ Candidates strategy_candidates(const Prepared& p, const PlanRequest& request) {
       // Only when a schedule of the first portfolio did narrow a tail (else
       // the second would almost always repeat it, costing a portfolio),
       // and not on huge models (kMaxWideTailMetaOps).
-      if (const std::optional<Prepared> capped =
-              request.comm_aware_candidates ? comm_capped(p, request) : std::nullopt) {
+      const std::optional<Prepared> capped =
+          request.comm_aware_candidates ? comm_capped(p, request, 1.0) : std::nullopt;
+      if (capped) {
         PortfolioSchedules narrowed =
             spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early);
         add_groups(c, std::move(narrowed.schedules));
         if (narrowed.narrowed_tails && p.contraction.metaops.size() <= kMaxWideTailMetaOps)
           add_groups(c, spindle_waves(*capped, cluster.devices(), cluster.devices_per_island, request.start_early,
                                       false).schedules);
+      }
+      // And the allocation capped with each sum priced as if queued
+      // (kQueuedSyncWeight): its first schedules, one more group, when its
+      // caps differ from those above.
+      if (const std::optional<Prepared> queued =
+              request.comm_aware_candidates && request.queued_sync_candidates
+                  ? comm_capped(p, request, kQueuedSyncWeight)
+                  : std::nullopt;
+          queued && queued->valid != (capped ? capped->valid : p.valid)) {
+        std::vector<std::vector<AbstractWave>> schedules =
+            spindle_waves(*queued, cluster.devices(), cluster.devices_per_island, request.start_early).schedules;
+        if (schedules.size() > kCappedSchedules) schedules.resize(kCappedSchedules);
+        add_groups(c, std::move(schedules));
       }
       c.own = c.waves.size();
       // The baselines' schedules are wave plans too: Spindle also places

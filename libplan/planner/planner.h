@@ -54,6 +54,12 @@ struct PlanRequest {
   // to the (uncapped) relaxed optimum may be large. Off: the paper's
   // allocation only.
   bool comm_aware_candidates = true;
+  // Spindle only, with comm_aware_candidates: also the allocation capped
+  // with each MetaOp's gradient bytes counted twice (a device's all-reduces
+  // queue behind one another), its first two schedules one more candidate
+  // group (docs/planner.md, "Communication-aware caps"). Off: the caps
+  // above alone.
+  bool queued_sync_candidates = true;
   // Spindle only (issue 13), on clusters of 16 islands or more: also plan
   // on the cluster's first half of the islands (recursively, down to 8) and
   // keep that plan, the other devices idle, when it simulates faster: from

@@ -278,6 +278,29 @@ TEST_CASE("communication-aware cap: the count minimising compute plus gradient a
   CHECK(comm_aware_cap(1, curve, {2, 4, 8, 16}, 2, 1e6, cost) == 8);
   // Nothing to sum: as wide as allowed.
   CHECK(comm_aware_cap(1, curve, counts, 1, 0, cost) == 16);
+  // The queued caps count the bytes twice: four operators, 2e6 bytes: 8:
+  // 5 + 2 * 7/8 * 2 = 8.5; 16: 2.5 + 2 * 15/16 * 4 = 10. Eight again.
+  CHECK(comm_aware_cap(4, curve, counts, 1, 2e6, cost) == 8);
+}
+
+TEST_CASE("queued caps: one more candidate group, never a slower plan here, faster on multitask-clip-7 on 32", "[planner]") {
+  // docs/planner.md, "Communication-aware caps": multitask-clip-7 on
+  // a800-4x8 is the case where the allocation capped with its gradient
+  // bytes counted twice wins (208.1 -> 191.4 ms with the default shifts).
+  for (const auto& [model, cluster] : {std::pair{"multitask-clip-7", "a800-4x8"}, std::pair{"multitask-clip-10", "a800-8x8"}}) {
+    CAPTURE(model, cluster);
+    const spindle::plan::testing::Fixture f(model, cluster);
+    PlanRequest with{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    PlanRequest without = with;
+    without.queued_sync_candidates = false;
+    const Result<Plan> a = make_plan(with);
+    const Result<Plan> b = make_plan(without);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(check_plan(*a, f.model, f.graph).empty());
+    CHECK(a->predicted.simulated_ms <= b->predicted.simulated_ms * (1 + 1e-12));
+    if (std::string(cluster) == "a800-4x8") CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
+  }
 }
 
 TEST_CASE("width_optimum_ms: the relaxed optimum of the plan's own widths", "[planner]") {
