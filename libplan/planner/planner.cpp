@@ -99,6 +99,8 @@ constexpr size_t kMoreCappedSchedules = 2;
 // qwen-val-3 685.2 -> 825.4); with the whole sum's time doubled instead
 // of its bytes (latency too), qwen-val-3 on 32 devices came out slower
 // (801.4 -> 876.2: its winner is picked before its transfers are chosen).
+// Weights 1.5, 3 and 4 did worse (1.5: every plan as without; 3 and 4:
+// multitask-clip-7's gain lost, qwen-val-3 on 32 devices 861.4 ms).
 constexpr double kQueuedSyncWeight = 2.0;
 // The capped allocation is scheduled again without narrowed tails only up
 // to this many MetaOps (every shipped workload has at most 70): on 50 and
