@@ -287,8 +287,12 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
   // docs/planner.md, "Communication-aware caps": multitask-clip-7 on
   // a800-4x8 is the case where the allocation capped with its gradient
   // bytes counted twice wins (208.1 -> 191.4 ms with the default shifts).
+  // (Under the sanitizers the 64-device case is left out, as elsewhere.)
+  int planned = 0;
   for (const auto& [model, cluster] : {std::pair{"multitask-clip-7", "a800-4x8"}, std::pair{"multitask-clip-10", "a800-8x8"}}) {
+    if (spindle::plan::testing::left_out_when_sanitized(cluster)) continue;
     CAPTURE(model, cluster);
+    ++planned;
     const spindle::plan::testing::Fixture f(model, cluster);
     PlanRequest with{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
     PlanRequest without = with;
@@ -301,6 +305,7 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
     CHECK(a->predicted.simulated_ms <= b->predicted.simulated_ms * (1 + 1e-12));
     if (std::string(cluster) == "a800-4x8") CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
   }
+  CHECK(planned >= 1);
 }
 
 TEST_CASE("width_optimum_ms: the relaxed optimum of the plan's own widths", "[planner]") {
