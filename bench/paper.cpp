@@ -144,6 +144,21 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// `plan` simulated with `cost` (the figures every row is read from) and its
+// compute gap (simulated_compute_gap).
+struct Priced {
+  sp::Simulation sim;
+  double gap = 0;
+};
+sp::Result<Priced> priced(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph,
+                          const sp::CostModel& cost) {
+  auto sim = sp::simulate_plan(plan, model, graph, cost);
+  if (!sim) return sim.error();
+  auto gap = sp::simulated_compute_gap(plan, model, graph, cost);
+  if (!gap) return gap.error();
+  return Priced{std::move(*sim), *gap};
+}
+
 // Loads the inputs of one case and plans it; false (message printed) when an input is missing or invalid.
 bool run_case(const std::string& root, const Case& c, int repeats, Result& out) {
   const std::string model_path = root + "/configs/models/" + c.model + ".yaml";
@@ -199,14 +214,13 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
     run.fits = memory.ok();
     run.problem = !run.valid ? violations[0] : !run.fits ? memory.error().message : "";
     if (run.valid) {
-      auto sim = sp::simulate_plan(run.plan, *model, graph, **cost);
-      auto gap = sp::simulated_compute_gap(run.plan, *model, graph, **cost);
-      if (!sim || !gap) {
+      auto figures = priced(run.plan, *model, graph, **cost);
+      if (!figures) {
         run.valid = false;
-        run.problem = "cannot simulate: " + (sim ? gap.error() : sim.error()).message;
+        run.problem = "cannot simulate: " + figures.error().message;
       } else {
-        run.sim = std::move(*sim);
-        run.gap = *gap;
+        run.sim = std::move(figures->sim);
+        run.gap = figures->gap;
         const sp::Result<double> width = sp::width_optimum_ms(run.plan, **cost);
         if (width && *width > 0) run.width_gap = sp::width_gap(run.plan, run.gap, *width);
       }
@@ -232,12 +246,10 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
     request.comm_aware_candidates = capped;
     auto plan = sp::make_plan(request);
     if (!plan) return invalid(plan.error());
-    auto sim = sp::simulate_plan(*plan, *model, graph, **cost);
-    if (!sim) return invalid(sim.error());
-    auto compute_gap = sp::simulated_compute_gap(*plan, *model, graph, **cost);
-    if (!compute_gap) return invalid(compute_gap.error());
-    ms = sim->iteration_ms;
-    gap = *compute_gap;
+    auto figures = priced(*plan, *model, graph, **cost);
+    if (!figures) return invalid(figures.error());
+    ms = figures->sim.iteration_ms;
+    gap = figures->gap;
     return true;
   };
   const ComputeOnlyCost compute_only(**cost);

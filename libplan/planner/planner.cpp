@@ -91,16 +91,8 @@ constexpr size_t kMoreCappedSchedules = 2;
 // bytes_weight): a device runs its all-reduces one at a time, so a
 // MetaOp's sum waits behind the others of its devices, which the cap,
 // pricing each sum alone, ignores. Its first kCappedSchedules schedules
-// are one more candidate group (docs/planner.md, "Communication-aware
-// caps"): multitask-clip-7 on a800-4x8 208.1 -> 191.4 ms,
-// multitask-clip-10 there 193.7 -> 187.6, 50 tasks on 1024 devices 337.9
-// -> 279.8; no shipped plan slower. In place of the weight-1 allocation it
-// made plans slower (multitask-clip-10 on 64 devices 169.7 -> 189.9 ms,
-// qwen-val-3 685.2 -> 825.4); with the whole sum's time doubled instead
-// of its bytes (latency too), qwen-val-3 on 32 devices came out slower
-// (801.4 -> 876.2: its winner is picked before its transfers are chosen).
-// Weights 1.5, 3 and 4 did worse (1.5: every plan as without; 3 and 4:
-// multitask-clip-7's gain lost, qwen-val-3 on 32 devices 861.4 ms).
+// are one more candidate group. docs/planner.md, "Communication-aware
+// caps", has what it gains and the weights and variants that did worse.
 constexpr double kQueuedSyncWeight = 2.0;
 // The capped allocation is scheduled again without narrowed tails only up
 // to this many MetaOps (every shipped workload has at most 70): on 50 and

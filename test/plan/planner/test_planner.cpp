@@ -288,8 +288,14 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
   // a800-4x8 is the case where the allocation capped with its gradient
   // bytes counted twice wins (208.1 -> 191.4 ms with the default shifts).
   // (Under the sanitizers the 64-device case is left out, as elsewhere.)
+  struct Case {
+    const char* model;
+    const char* cluster;
+    bool faster;   // by more than 5% with the queued caps
+  };
   int planned = 0;
-  for (const auto& [model, cluster] : {std::pair{"multitask-clip-7", "a800-4x8"}, std::pair{"multitask-clip-10", "a800-8x8"}}) {
+  for (const auto& [model, cluster, faster] :
+       {Case{"multitask-clip-7", "a800-4x8", true}, Case{"multitask-clip-10", "a800-8x8", false}}) {
     if (spindle::plan::testing::left_out_when_sanitized(cluster)) continue;
     CAPTURE(model, cluster);
     ++planned;
@@ -303,7 +309,7 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
     REQUIRE(b.ok());
     CHECK(check_plan(*a, f.model, f.graph).empty());
     CHECK(a->predicted.simulated_ms <= b->predicted.simulated_ms * (1 + 1e-12));
-    if (std::string(cluster) == "a800-4x8") CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
+    if (faster) CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
   }
   CHECK(planned >= 1);
 }
