@@ -349,13 +349,14 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
 // this plan clearly. `sim` simulates `plan` with `sim_options`.
 void print_transfer_choice(const sp::Plan& plan, const sp::Simulation& sim, const sp::PlanRequest& request,
                            const sp::SimOptions& sim_options) {
-  const sp::GradSync& sync = sim_options.sync;
+  const sp::GradSync& sync = request.sync;   // the flags
   if (!sync.overlap) return;
   const bool chose_late = sync.early_transfers && !plan.early_transfers;
   const bool forced_late = !sync.early_transfers;
   if (!chose_late && !forced_late) return;
   sp::SimOptions options = sim_options;
-  options.sync.early_transfers = true;
+  options.sync = sp::planned_sync(plan);
+  options.sync->early_transfers = true;
   options.timeline = false;
   sp::Plan early = plan;
   early.early_transfers = true;
@@ -368,6 +369,25 @@ void print_transfer_choice(const sp::Plan& plan, const sp::Simulation& sim, cons
   else if (alt->iteration_ms < sim.iteration_ms * (1 - kHintMargin))
     std::printf("hint      without --no-early-transfers: this plan simulates %.3f ms (%.1f%% faster)\n",
                 alt->iteration_ms, 100.0 * (1 - alt->iteration_ms / sim.iteration_ms));
+}
+
+// The bucket cap the planner chose (PlanRequest::choose_bucket_bytes) when
+// it is not the request's: say so, with what the request's would simulate.
+void print_bucket_choice(const sp::Plan& plan, const sp::PlanRequest& request, const sp::SimOptions& sim_options) {
+  if (plan.bucket_bytes == request.sync.bucket_bytes) return;
+  sp::SimOptions options = sim_options;
+  options.sync = sp::planned_sync(plan);
+  options.sync->bucket_bytes = request.sync.bucket_bytes;
+  options.timeline = false;
+  sp::Plan given = plan;
+  given.bucket_bytes = request.sync.bucket_bytes;
+  auto alt = sp::simulate_plan(given, *request.model, *request.graph, *request.cost, options);
+  if (!alt) return;
+  const double mib = 1 << 20;
+  std::printf("bucket    gradient buckets of at most %g MiB, the fastest simulated of the caps tried (%g MiB: "
+              "%.3f ms); the plan says so, spindle-run follows it; --bucket-mb fixes one\n",
+              static_cast<double>(plan.bucket_bytes) / mib, static_cast<double>(request.sync.bucket_bytes) / mib,
+              alt->iteration_ms);
 }
 
 // The link figures a measured profile carries (x-links), when it does.
@@ -443,8 +463,10 @@ int main(int argc, char** argv) {
   request.placement = *placement;
   request.sync = sync;
   request.shift_simulations = o.shift_simulations;
+  // Each plan simulated as it says it synchronises (sync empty: planned_sync),
+  // with the bucket cap the planner chose unless --bucket-mb fixed it.
+  request.choose_bucket_bytes = !o.bucket_given;
   sp::SimOptions sim_options;
-  sim_options.sync = sync;
 
   std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
   if (o.compare)
@@ -476,12 +498,13 @@ int main(int argc, char** argv) {
   if (sp::Status st = sp::write_file_atomic(o.out_path, sp::plan_to_json(*plan)); !st)
     return fail(kExitFailure, st.error().message);
   if (!o.lower_dir.empty())
-    if (int rc = write_programs(o.lower_dir, *plan, *model, graph, sync); rc != 0) return rc;
+    if (int rc = write_programs(o.lower_dir, *plan, *model, graph, sp::planned_sync(*plan)); rc != 0) return rc;
 
   if (o.compare) std::printf("\n");
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
   print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0);
   print_transfer_choice(*plan, *sim, request, sim_options);
+  print_bucket_choice(*plan, request, sim_options);
   print_profile_links(*profile);
   std::printf("wrote     %s%s%s\n", o.out_path.c_str(), o.trace_path.empty() ? "" : ", ", o.trace_path.c_str());
   if (!o.plot_path.empty()) std::printf("plot      %s (%zu strategies)\n", o.plot_path.c_str(), plotted.size());

@@ -396,7 +396,7 @@ int compare_ranks(const spindle::plan::Plan& plan, const std::string& model_path
   sp::SimOptions planned;
   planned.sync = sp::planned_sync(plan);
   sp::LowerOptions lower_options;
-  lower_options.sync = planned.sync;
+  lower_options.sync = *planned.sync;
   auto sim = sp::simulate_plan(plan, *model, graph, **cost, planned);
   auto lowered = sp::lower(plan, *model, graph, lower_options);
   if (!sim.ok() || !lowered.ok()) {

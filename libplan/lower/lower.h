@@ -289,7 +289,9 @@ GradSync sync_for_run(const Plan& plan, const SyncFlags& flags, std::vector<std:
 struct LowerOptions {
   bool deps = true;           // Instr::deps (what --lower shows; the executor and the simulation run in order)
   bool runtime_maps = true;   // Lowered::shard_devices, param_tp, param_op, Bucket::shards (the executor's)
-  GradSync sync = {};
+  // How gradients are synchronised; empty: as the plan says (planned_sync:
+  // its overlap and bucket cap, what spindle-run given no flag lowers).
+  std::optional<GradSync> sync;
 };
 
 Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options = {});

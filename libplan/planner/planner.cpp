@@ -809,6 +809,7 @@ Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerCon
   return simulated_ms;
 }
 
+
 // `plan` costed by the wave-barrier model (cost_plan: parameter groups,
 // memory, the predicted parts), its simulated makespan and relaxed optimum
 // kept as given.
@@ -818,16 +819,64 @@ void cost_winner(Plan& plan, double simulated_ms, double relaxed_optimum_ms, con
   plan.predicted.relaxed_optimum_ms = relaxed_optimum_ms;
 }
 
+// The bucket cap of `plan` (simulating in `simulated_ms` with
+// request.sync's): each of kBucketCapsMb simulated too, side by side, each
+// bounded by `simulated_ms` and `bound_ms` (a cap that cannot beat either
+// is not kept); the fastest kept (ties: the smaller cap) in
+// plan.bucket_bytes and request.sync.bucket_bytes. Returns the plan's
+// simulated makespan.
+Result<double> choose_bucket_bytes(Plan& plan, double simulated_ms, const LowerContext& lowering,
+                                   PlanRequest& request,
+                                   double bound_ms = std::numeric_limits<double>::infinity()) {
+  const double bound = std::min(simulated_ms, bound_ms) * (1 + 1e-9);
+  std::vector<int64_t> caps;
+  for (double mb : kBucketCapsMb) caps.push_back(bucket_bytes_of_mb(mb));
+  std::sort(caps.begin(), caps.end());
+  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  std::vector<Result<double>> ms(caps.size(), Result<double>(simulated_ms));
+  parallel_for(caps.size(), [&](size_t, size_t k) {
+    if (caps[k] == request.sync.bucket_bytes) return;
+    Plan other = plan;
+    other.bucket_bytes = caps[k];
+    PlanRequest with = request;
+    with.sync.bucket_bytes = caps[k];
+    Result<Simulation> sim = simulate_candidate(other, lowering, with, bound);
+    ms[k] = sim ? Result<double>(sim->iteration_ms) : Result<double>(sim.error());
+  });
+  int64_t best = request.sync.bucket_bytes;
+  double best_ms = simulated_ms;
+  for (size_t k = 0; k < caps.size(); ++k) {
+    if (!ms[k]) return ms[k].error();
+    if (*ms[k] < best_ms * (1 - 1e-12) || (*ms[k] <= best_ms * (1 + 1e-12) && caps[k] < best)) {
+      best = caps[k];
+      best_ms = std::min(best_ms, *ms[k]);
+    }
+  }
+  plan.bucket_bytes = best;
+  request.sync.bucket_bytes = best;
+  return best_ms;
+}
+
+// The makespan of `plan` at its best bucket cap (choose_bucket_bytes on a
+// copy): what make_plan's choice would give it before any shift; with a
+// finite `bound_ms`, only a cap that beats it counts (else the plan's own
+// makespan).
+Result<double> best_cap_ms(const Plan& plan, const LowerContext& lowering, const PlanRequest& request,
+                           double bound_ms = std::numeric_limits<double>::infinity()) {
+  Plan copy = plan;
+  PlanRequest with = request;
+  return choose_bucket_bytes(copy, plan.predicted.simulated_ms, lowering, with, bound_ms);
+}
+
 // make_plan on the request's cluster alone; an error when its compute alone
 // (work_bound_ms x `packing` >= 1) cannot beat `beat_ms` (the caller has a
 // plan that fast).
 // Candidates are not bounded by beat_ms: a first placement pass slower than
 // it may refine to a faster plan, and the plan must be the one make_plan
 // gives on this cluster.
-Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double packing) {
+Result<Plan> plan_on_cluster(const PlanRequest& request, const LowerContext& lowering, double beat_ms,
+                             double packing) {
   const auto start = std::chrono::steady_clock::now();
-  if (!request.model || !request.graph || !request.cluster || !request.cost)
-    return Error{"make_plan: model, graph, cluster and cost model are all required"};
   const Cluster& cluster = *request.cluster;
   if (cluster.devices() < 1)
     return Error{"cluster '" + cluster.name + "' has no devices"};
@@ -840,16 +889,12 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
   Plan plan = plan_header(request, p);
   const Candidates candidates = strategy_candidates(p, request);
   const PlaceInput in = placement_input(p.contraction, request);
-  // What every candidate's lowering shares, worked out once.
-  const Result<LowerContext> lowering = lower_context(*request.model, *request.graph);
-  if (!lowering) return Error{"planner: " + lowering.error().message};
-
-  CandidateSearch search(candidates, request, in, *lowering, plan);
+  CandidateSearch search(candidates, request, in, lowering, plan);
   SPINDLE_TRY(search.first_pass());
   SPINDLE_ASSIGN(best, search.refine());
   search.emit(best.schedule, best.placed, plan);
   plan.bucket_starts = best.starts;
-  SPINDLE_ASSIGN(simulated_ms, choose_transfers(plan, best.simulated_ms, *lowering, request));
+  SPINDLE_ASSIGN(simulated_ms, choose_transfers(plan, best.simulated_ms, lowering, request));
 
   // The winner alone is also costed by the wave-barrier model.
   cost_winner(plan, simulated_ms, p.relaxed_optimum_ms, request);
@@ -859,9 +904,10 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, double beat_ms, double 
 }
 
 // make_plan, or an error when it cannot beat `beat_ms` (plan_on_cluster).
-Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double packing) {
+Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& lowering, double beat_ms,
+                          double packing) {
   const auto start = std::chrono::steady_clock::now();
-  Result<Plan> plan = plan_on_cluster(request, beat_ms, packing);
+  Result<Plan> plan = plan_on_cluster(request, lowering, beat_ms, packing);
   if (!plan || request.strategy != Strategy::spindle || !request.fewer_islands ||
       request.cluster->islands < kFewerIslandsFrom)
     return plan;
@@ -885,11 +931,21 @@ Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double pac
   const double gap = plan->predicted.relaxed_optimum_ms > 0
                          ? plan->predicted.compute_ms / plan->predicted.relaxed_optimum_ms - 1.0
                          : 0.0;
-  Result<Plan> smaller = plan_beating(on_half, std::min(beat_ms, plan->predicted.simulated_ms),
+  Result<Plan> smaller = plan_beating(on_half, lowering, std::min(beat_ms, plan->predicted.simulated_ms),
                                       1.0 + std::clamp(gap, 0.0, kMaxPackingSlack));
   auto fits = [&](const Plan& x) { return check_plan_memory(x, *request.model).ok(); };
-  if (smaller && smaller->predicted.simulated_ms < plan->predicted.simulated_ms * (1 - 1e-12) &&
-      (fits(*smaller) || !fits(*plan))) {
+  // Compared at their best bucket caps when make_plan will choose one
+  // (wider all-reduces gain the most from larger buckets: 16 islands of the
+  // 10-task CLIP beat 8 with the caps, 209.4 against 224.0 ms, and lost
+  // with 25 MiB); each keeps the request's cap, make_plan chooses again.
+  double plan_ms = plan->predicted.simulated_ms, smaller_ms = smaller ? smaller->predicted.simulated_ms : 0;
+  if (smaller && request.choose_bucket_bytes) {
+    SPINDLE_ASSIGN(whole, best_cap_ms(*plan, lowering, request));
+    SPINDLE_ASSIGN(share, best_cap_ms(*smaller, lowering, on_half, whole));
+    plan_ms = whole;
+    smaller_ms = share;
+  }
+  if (smaller && smaller_ms < plan_ms * (1 - 1e-12) && (fits(*smaller) || !fits(*plan))) {
     // The same waves, on the whole cluster's header; its costing redone
     // there (the simulation is the same: idle devices change nothing).
     Plan wide = std::move(*smaller);
@@ -905,15 +961,10 @@ Result<Plan> plan_beating(const PlanRequest& request, double beat_ms, double pac
   return plan;
 }
 
-}  // namespace
-
-Result<Plan> make_plan(const PlanRequest& request) {
-  const auto start = std::chrono::steady_clock::now();
-  SPINDLE_ASSIGN(plan, plan_beating(request, std::numeric_limits<double>::infinity(), 1.0));
-  if (request.strategy != Strategy::spindle || request.shift_simulations <= 0) return plan;
-  // Boundary shifts on the winner (docs/planner.md, step 9), on whichever
-  // cluster share it won on; then its costing again.
-  SPINDLE_ASSIGN(lowering, lower_context(*request.model, *request.graph));
+// Boundary shifts on the winner `plan` of `request` (docs/planner.md,
+// step 9), on whichever cluster share it won on, then its lowering choices
+// made again. Returns its simulated makespan.
+Result<double> shift_winner(Plan& plan, const LowerContext& lowering, const PlanRequest& request) {
   auto simulate = [&](const Plan& shifted, double bound_ms, double compute_bound_ms) -> Result<ShiftTimes> {
     PlanSimulation simulation(shifted, lowering, *request.cost, request.sync);
     ShiftTimes times;
@@ -927,16 +978,56 @@ Result<Plan> make_plan(const PlanRequest& request) {
   };
   auto fits = [&](const Plan& shifted) { return check_plan_memory(shifted, *request.model).ok(); };
   const int budget = shift_budget(plan, request.shift_simulations);
-  ShiftTimes given{plan.predicted.simulated_ms, 0.0};
+  ShiftTimes times{plan.predicted.simulated_ms, 0.0};
   if (budget > 0) {
     SPINDLE_ASSIGN(compute, simulate_candidate(plan, lowering, request, std::numeric_limits<double>::infinity(), true));
-    given.compute_ms = compute.iteration_ms;
+    times.compute_ms = compute.iteration_ms;
   }
-  SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, given, budget, simulate, fits));
-  SPINDLE_ASSIGN(simulated_ms, rechoose_lowering(plan, shifted_ms, lowering, request));
-  cost_winner(plan, simulated_ms, plan.predicted.relaxed_optimum_ms, request);
-  plan.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return plan;
+  SPINDLE_ASSIGN(shifted_ms, shift_boundaries(plan, times, budget, simulate, fits));
+  return rechoose_lowering(plan, shifted_ms, lowering, request);
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const PlanRequest& given) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!given.model || !given.graph || !given.cluster || !given.cost)
+    return Error{"make_plan: model, graph, cluster and cost model are all required"};
+  // What every candidate's lowering shares, worked out once.
+  const Result<LowerContext> context = lower_context(*given.model, *given.graph);
+  if (!context) return Error{"planner: " + context.error().message};
+  const LowerContext& lowering = *context;
+  SPINDLE_ASSIGN(plan, plan_beating(given, lowering, std::numeric_limits<double>::infinity(), 1.0));
+  PlanRequest request = given;   // its bucket cap, once chosen
+  auto done = [&](double simulated_ms) {
+    cost_winner(plan, simulated_ms, plan.predicted.relaxed_optimum_ms, request);
+    plan.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return std::move(plan);
+  };
+  const bool shifts = request.strategy == Strategy::spindle && request.shift_simulations > 0;
+  if (!shifts && !request.choose_bucket_bytes) return plan;
+  double simulated_ms = plan.predicted.simulated_ms;
+  if (shifts) {
+    SPINDLE_ASSIGN(shifted_ms, shift_winner(plan, lowering, request));
+    simulated_ms = shifted_ms;
+  }
+  // Then its bucket cap (every strategy), and with a new one the lowering
+  // choices again. Chosen after the shifts, which ran with the request's
+  // cap: so the plan is never slower than with that cap alone. (Chosen
+  // before them instead, multitask-clip-10 on a800-8x8 ended 1% faster
+  // still, 161.1 against 162.4 ms, but multitask-clip-7 on a800-2x8 2%
+  // slower than with 25 MiB: the shifts took another path; docs/planner.md,
+  // "Bucket cap".)
+  if (request.choose_bucket_bytes) {
+    const int64_t before = request.sync.bucket_bytes;
+    SPINDLE_ASSIGN(capped_ms, choose_bucket_bytes(plan, simulated_ms, lowering, request));
+    simulated_ms = capped_ms;
+    if (request.sync.bucket_bytes != before) {
+      SPINDLE_ASSIGN(again_ms, rechoose_lowering(plan, simulated_ms, lowering, request));
+      simulated_ms = again_ms;
+    }
+  }
+  return done(simulated_ms);
 }
 
 Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost) {

@@ -76,7 +76,20 @@ struct PlanRequest {
   // the backward pass, in buckets of at most 25 MiB, as spindle-run runs
   // them; lower.h). The objective follows.
   GradSync sync = {};
+  // Every strategy: the plan's bucket cap (Plan::bucket_bytes) is the
+  // fastest simulated of sync.bucket_bytes and kBucketCapsMb, chosen for
+  // the winning waves (ties: the smaller), and Spindle's boundary shifts
+  // run with it (docs/planner.md, "Bucket cap"). Off: sync.bucket_bytes
+  // (spindle-plan --bucket-mb).
+  bool choose_bucket_bytes = true;
 };
+
+// The bucket caps the planner tries besides the request's (MiB;
+// PlanRequest::choose_bucket_bytes). A bucket holds whole shards of one
+// holder set (lower.h, GradSync::bucket_bytes): one transformer layer of
+// the ImageBind vision encoder is 78.7 MB of fp32 gradients, so caps up
+// to 75 MiB cut the same buckets there, and larger ones merge layers.
+inline constexpr double kBucketCapsMb[] = {25, 50, 100, 200, 400, 800};
 
 // What placement (libplan/place) is told of the MetaOps of `contraction`
 // (contract(*request.graph)): inputs, sizes, parameters, activation and

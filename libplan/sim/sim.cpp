@@ -1312,9 +1312,10 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
   }
   // Blocking: compute, then every all-reduce. Overlapped: a device's
   // all-reduces run one after another, none before its forward pass is done.
+  const bool overlap = options.sync.value_or(GradSync{}).overlap;
   double bound = 0;
   for (size_t d = 0; d < n; ++d)
-    bound = std::max(bound, options.sync.overlap ? std::max(compute[d], forward[d] + sync[d]) : compute[d] + sync[d]);
+    bound = std::max(bound, overlap ? std::max(compute[d], forward[d] + sync[d]) : compute[d] + sync[d]);
   // Summed in another order than the simulation's clock: a few ulps below.
   return bound * (1 - 1e-12);
 }
@@ -1357,10 +1358,10 @@ Result<Simulation> simulate_plan(const Plan& plan, const Model& model, const OpG
 
 Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, const CostModel& cost,
                                  const SimOptions& options) {
-  return PlanSimulation(plan, context, cost, options.sync).simulate(options);
+  return PlanSimulation(plan, context, cost, options.sync ? *options.sync : planned_sync(plan)).simulate(options);
 }
 
-LowerOptions simulation_lowering(const GradSync& sync) {
+LowerOptions simulation_lowering(const std::optional<GradSync>& sync) {
   LowerOptions lite;
   lite.deps = false;
   lite.runtime_maps = false;
@@ -1373,7 +1374,7 @@ PlanSimulation::PlanSimulation(const Plan& plan, const LowerContext& context, co
     : plan_(plan), context_(context), cost_(cost), lite_(simulation_lowering(sync)) {}
 
 Result<Simulation> PlanSimulation::simulate(const SimOptions& options) {
-  if (!(options.sync == lite_.sync))
+  if (options.sync && !(*options.sync == lite_.sync))
     return Error{"simulate: the options' gradient sync is not the one the plan was lowered with"};
   if (!lowered_) {
     lowered_ = lower_header(plan_, context_, lite_);
@@ -1383,16 +1384,21 @@ Result<Simulation> PlanSimulation::simulate(const SimOptions& options) {
   Lowered& lowered = **lowered_;
   // Measured forward shares, by slice (its MetaOp's workload), where the
   // profile has them; the others keep options.forward_share.
+  // An empty sync is the lowering's.
   const SimOptions* opts = &options;
-  SimOptions measured;
-  if (cost_.has_forward_shares() && options.slice_forward_share.empty()) {
-    measured = options;
-    measured.slice_forward_share.reserve(lowered.slices.size());
+  SimOptions filled;
+  const bool shares = cost_.has_forward_shares() && options.slice_forward_share.empty();
+  if (shares || !options.sync) {
+    filled = options;
+    filled.sync = lite_.sync;
+    opts = &filled;
+  }
+  if (shares) {
+    filled.slice_forward_share.reserve(lowered.slices.size());
     for (const LoweredSlice& s : lowered.slices) {
       const double f = cost_.forward_share(plan_.metaops[static_cast<size_t>(s.metaop)].workload);
-      measured.slice_forward_share.push_back(f >= 0 ? f : options.forward_share);
+      filled.slice_forward_share.push_back(f >= 0 ? f : options.forward_share);
     }
-    opts = &measured;
   }
   SPINDLE_TRY(check_options(*opts, lowered.slices.size()));
   // A bounded simulation that cannot finish in time ends before the

@@ -94,9 +94,11 @@ struct SimOptions {
   // and nothing else (a bound for comparing candidates: one that cannot
   // beat the best so far stops early). Else the result is the unbounded one.
   double stop_after_ms = std::numeric_limits<double>::infinity();
-  // simulate_plan lowers with this LowerOptions::sync (by default gradient
-  // all-reduces during the backward pass, as spindle-run runs them).
-  GradSync sync = {};
+  // simulate_plan lowers with this LowerOptions::sync; empty: the plan's
+  // own (planned_sync: its overlap and bucket cap, as spindle-run given no
+  // flag lowers it). Where there is no plan (simulate, the lower bounds),
+  // empty means GradSync{}.
+  std::optional<GradSync> sync;
   // A replay: by device, then by instruction of its program, the ms that a
   // forward, backward or optimizer instruction takes in place of its priced
   // time (bench/loop gives the durations spindle-run measured, so that the
@@ -244,7 +246,7 @@ Result<Simulation> simulate_plan(const Plan& plan, const LowerContext& context, 
 // What a simulation needs of the lowering (PlanSimulation lowers with it):
 // the same instructions, transfers and buckets with `sync`, without what
 // only readers and the executor use (LowerOptions::deps, runtime_maps).
-LowerOptions simulation_lowering(const GradSync& sync = {});
+LowerOptions simulation_lowering(const std::optional<GradSync>& sync = {});
 
 // Simulations of one plan under several SimOptions on one lowering: each
 // simulate(options) is simulate_plan(plan, context, cost, options), but the
@@ -252,8 +254,8 @@ LowerOptions simulation_lowering(const GradSync& sync = {});
 // the first call that needs them (one stopped by device_lower_bound_ms
 // does not), and later calls reuse them. For a caller that simulates the
 // same plan more than once (the planner's boundary shifts: makespan, then
-// compute-only). Every options.sync must equal `sync`, the lowering's (an
-// error otherwise); plan, context and cost must outlive it, and the plan
+// compute-only). Every options.sync given must equal `sync`, the
+// lowering's (an error otherwise; an empty one means it); plan, context and cost must outlive it, and the plan
 // must not change in between.
 class PlanSimulation {
  public:

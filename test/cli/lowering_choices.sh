@@ -14,6 +14,8 @@
 #    early would be at least 1% faster (ofasys-7 on a800-4x8: 1.3%;
 #    multitask-clip-7 there was 1% faster posted early until the wave
 #    shifts of 2026-12-03) spindle-plan hints so.
+#  - multitask-clip-10 on a800-4x8 chooses 100 MiB buckets: "bucket_bytes"
+#    and the bucket line; --bucket-mb 25 keeps 25;
 #  - multitask-clip-10's capped plan on a800-4x8 prints the widths line,
 #    multitask-clip-4's there not; each prints a critical line whose parts
 #    add up to the prediction.
@@ -54,6 +56,22 @@ grep -q '^widths    relaxed [0-9.]* ms with no MetaOp wider than in this plan: c
   fail "multitask-clip-10: no widths line: $(cat capped.txt)"
 grep -q '^widths' clip.txt && fail "multitask-clip-4: a widths line where the widths reach the relaxed optimum"
 echo "PASS: the widths line for the capped plan only"
+
+# The bucket cap (docs/planner.md, "Bucket cap"): multitask-clip-10 on
+# a800-4x8 simulates faster with 100 MiB buckets than with 25; the plan
+# says so, spindle-plan prints the bucket line with the 25 MiB figure,
+# which is slower; --bucket-mb 25 fixes the cap (no line, the default
+# not written).
+grep -q '"bucket_bytes": 104857600' capped.json || fail "multitask-clip-10: the plan's bucket cap is not 100 MiB"
+given=$(sed -n 's/^bucket    gradient buckets of at most 100 MiB, the fastest simulated of the caps tried (25 MiB: \([0-9.]*\) ms).*/\1/p' capped.txt)
+[ -n "$given" ] || fail "multitask-clip-10: no bucket line: $(cat capped.txt)"
+awk -v k="$(predicted capped.txt)" -v g="$given" 'BEGIN { exit !(k < g) }' ||
+  fail "multitask-clip-10: predicted $(predicted capped.txt) ms, at 25 MiB $given"
+"$plan" "$models/multitask-clip-10.yaml" --cluster "$clusters/a800-4x8.yaml" --bucket-mb 25 -o fixed.json > fixed.txt
+grep -q '"bucket_bytes"' fixed.json && fail "--bucket-mb 25: the plan records another cap"
+grep -q '^bucket ' fixed.txt && fail "--bucket-mb 25: a bucket line"
+[ "$(predicted fixed.txt)" = "$given" ] || fail "--bucket-mb 25: predicted $(predicted fixed.txt) ms, the bucket line said $given"
+echo "PASS: the bucket cap chosen (100 MiB: $(predicted capped.txt) ms, 25 MiB: $given), and fixed by --bucket-mb"
 
 # The critical line: the makespan split along the critical path
 # (docs/simulation.md, "The critical path") adds up to the predicted

@@ -52,7 +52,7 @@ TEST_CASE("shipped workloads plan validly, deterministically, near the relaxed o
       INFO(sp::strategy_name(s));
       sp::PlanRequest req{&*model, &graph, &*cluster, cost->get(), profile->sha256, s};
       // A few boundary shifts (test_shift.cpp plans with the default): every
-      // shipped workload is planned three times here.
+      // shipped workload is planned four times here.
       req.shift_simulations = 8;
       auto a = sp::make_plan(req);
       REQUIRE(a.ok());
@@ -77,12 +77,24 @@ TEST_CASE("shipped workloads plan validly, deterministically, near the relaxed o
         // And as scheduled: boundary shifts lengthen some waves (the
         // wave-barrier compute this bound is on) to shorten the run.
         req.shift_simulations = 0;
+        // At one bucket cap: the candidates are compared at the request's
+        // (25 MiB), and the cap chosen after can favour a plan that lost
+        // there (multitask-clip-4 on a800-8x8: this restricted plan 153.4
+        // ms at 200 MiB, the full search's 164.7 at 400; docs/planner.md,
+        // "Bucket cap").
+        req.choose_bucket_bytes = false;
         auto own = sp::make_plan(req);
         REQUIRE(own.ok());
         const double gap = own->predicted.compute_ms / own->predicted.relaxed_optimum_ms - 1.0;
         CHECK(gap >= -1e-9);   // the relaxed optimum is a lower bound
         CHECK(gap <= 0.07 + 0.01);
-        CHECK(a->predicted.simulated_ms <= own->predicted.simulated_ms);
+        req = sp::PlanRequest{&*model, &graph, &*cluster, cost->get(), profile->sha256, s};
+        req.shift_simulations = 8;
+        req.choose_bucket_bytes = false;
+        auto fixed = sp::make_plan(req);
+        REQUIRE(fixed.ok());
+        CHECK(fixed->predicted.simulated_ms <= own->predicted.simulated_ms);
+        CHECK(a->predicted.simulated_ms <= fixed->predicted.simulated_ms);   // the cap chosen after: never slower
       }
     }
     ++planned;

@@ -241,7 +241,8 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   const auto ctx = sp::lower_context(f.model, f.graph);
   REQUIRE(ctx.ok());
   sp::LowerOptions blocking;
-  blocking.sync.overlap = false;
+  blocking.sync = sp::GradSync{};
+  blocking.sync->overlap = false;
   auto lowered = sp::lower(plan, f.model, f.graph, blocking);
   REQUIRE(lowered.ok());
   check_invariants(plan, *lowered, *ctx);
@@ -299,7 +300,8 @@ TEST_CASE("gradient buckets are cut at the size cap, in the order their gradient
   REQUIRE(whole.ok());
   REQUIRE(whole->buckets.size() == 1);
   sp::LowerOptions cut;
-  cut.sync.bucket_bytes = 30000;
+  cut.sync = sp::GradSync{};
+  cut.sync->bucket_bytes = 30000;
   auto pieces = sp::lower(plan, f.model, f.graph, cut);
   REQUIRE(pieces.ok());
   check_invariants(plan, *pieces, *ctx);
@@ -394,7 +396,8 @@ TEST_CASE("lowering by hand: a transfer between two one-device slices") {
   // Without early transfers, sends are in their exchanges again, and there
   // is no post_send or post_recv.
   sp::LowerOptions late;
-  late.sync.early_transfers = false;
+  late.sync = sp::GradSync{};
+  late.sync->early_transfers = false;
   auto at_exchanges = sp::lower(plan, f.model, f.graph, late);
   REQUIRE(at_exchanges.ok());
   check_invariants(plan, *at_exchanges, *ctx);
@@ -476,12 +479,14 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       // (Compared with the overlapped programs without early transfers;
       // with them, below.)
       sp::LowerOptions blocking;
-      blocking.sync.overlap = false;
+      blocking.sync = sp::planned_sync(*plan);
+      blocking.sync->overlap = false;
       auto after = sp::lower(*plan, f.model, f.graph, blocking);
       REQUIRE(after.ok());
       check_invariants(*plan, *after, *context);
       sp::LowerOptions late;
-      late.sync.early_transfers = false;
+      late.sync = sp::planned_sync(*plan);
+      late.sync->early_transfers = false;
       auto at_exchanges = sp::lower(*plan, f.model, f.graph, late);
       REQUIRE(at_exchanges.ok());
       check_invariants(*plan, *at_exchanges, *context);

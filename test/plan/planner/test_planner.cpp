@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -312,6 +313,67 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
     if (faster) CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
   }
   CHECK(planned >= 1);
+}
+
+TEST_CASE("bucket cap: chosen after the shifts, never slower than the request's, lowered and simulated as the plan says",
+          "[planner]") {
+  // docs/planner.md, "Bucket cap". ofasys-7 on a800-4x8: 100 MiB buckets
+  // merge shards the 25 MiB cap kept apart, so its all-reduces across
+  // islands pay their latency fewer times (209.1 -> 197.0 ms). On one
+  // island (latency 3 us) multitask-clip-10 keeps the request's 25 MiB.
+  struct Case {
+    const char* model;
+    const char* cluster;
+    double cap_mb;   // the cap the planner chooses
+  };
+  for (const auto& [model, cluster, cap_mb] :
+       {Case{"ofasys-7", "a800-4x8", 100}, Case{"multitask-clip-10", "a800-1x8", 25}}) {
+    CAPTURE(model, cluster);
+    const spindle::plan::testing::Fixture f(model, cluster);
+    PlanRequest choose{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    PlanRequest fixed = choose;
+    fixed.choose_bucket_bytes = false;
+    const Result<Plan> a = make_plan(choose);
+    const Result<Plan> b = make_plan(fixed);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(check_plan(*a, f.model, f.graph).empty());
+    CHECK(b->bucket_bytes == kDefaultBucketBytes);
+    CHECK(a->bucket_bytes == bucket_bytes_of_mb(cap_mb));
+    // The same waves (the cap is chosen after the shifts), never slower.
+    REQUIRE(a->waves.size() == b->waves.size());
+    auto cuts = [](const Plan& p) {
+      std::vector<std::tuple<int, int, int, std::vector<int>>> all;
+      for (const Wave& w : p.waves)
+        for (const Slice& s : w.slices) all.emplace_back(s.metaop, s.first, s.count, s.devices);
+      return all;
+    };
+    CHECK(cuts(*a) == cuts(*b));
+    CHECK(a->predicted.simulated_ms <= b->predicted.simulated_ms * (1 + 1e-12));
+    if (cap_mb > 25) CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
+    // The plan's figure is the simulation of the programs lowered with its
+    // own cap (SimOptions::sync empty), not with the default one.
+    SimOptions own;
+    own.timeline = false;
+    const Result<Simulation> as_planned = simulate_plan(*a, f.model, f.graph, *f.cost, own);
+    REQUIRE(as_planned.ok());
+    CHECK(as_planned->iteration_ms == a->predicted.simulated_ms);
+    SimOptions at_default = own;
+    at_default.sync = GradSync{};
+    const Result<Simulation> at_25 = simulate_plan(*a, f.model, f.graph, *f.cost, at_default);
+    REQUIRE(at_25.ok());
+    CHECK(at_25->iteration_ms == Approx(b->predicted.simulated_ms).epsilon(1e-12));
+    // lower() follows the plan too: a bucket of two shards or more fits the cap.
+    const Result<Lowered> lowered = lower(*a, f.model, f.graph);
+    REQUIRE(lowered.ok());
+    int merged = 0;
+    for (const Bucket& bucket : lowered->buckets)
+      if (bucket.params.size() > 1) {
+        CHECK(bucket.bytes <= a->bucket_bytes);
+        if (bucket.bytes > kDefaultBucketBytes) ++merged;
+      }
+    CHECK((merged > 0) == (cap_mb > 25));
+  }
 }
 
 TEST_CASE("width_optimum_ms: the relaxed optimum of the plan's own widths", "[planner]") {

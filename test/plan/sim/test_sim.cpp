@@ -468,7 +468,8 @@ TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
   const sp::Cluster one = hand_cluster(1, 2);
   const sp::TableCostModel cost(one);
   sp::SimOptions blocking;
-  blocking.sync.overlap = false;
+  blocking.sync = sp::GradSync{};
+  blocking.sync->overlap = false;
   CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, blocking) == Approx(10.0));
   CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(9.0));
   sp::SimOptions compute_only = blocking;
@@ -906,7 +907,8 @@ TEST_CASE("one lowering simulated under several options: each as simulate_plan g
   compute_only.price_communication = false;
   compute_only.price_optimizer = false;
   stopped.stop_after_ms = 1e-6;   // below the device bound: no programs built
-  other_sync.sync.overlap = false;
+  other_sync.sync = sp::GradSync{};
+  other_sync.sync->overlap = false;
   sp::PlanSimulation simulation(plan, *context, *f.cost, sp::GradSync{});
   // Stopped before the programs first, then the programs built once for
   // the others, in any order; each the same as its own simulate_plan.
@@ -1178,8 +1180,9 @@ TEST_CASE("compute alone: the one-pass makespan equals the event simulation's, t
       if (!plan) continue;
       for (int way = 0; way < 3; ++way) {
         sp::LowerOptions lower_options;
-        lower_options.sync.overlap = way < 2;
-        lower_options.sync.early_transfers = way == 0;
+        lower_options.sync = sp::GradSync{};
+        lower_options.sync->overlap = way < 2;
+        lower_options.sync->early_transfers = way == 0;
         plan->early_transfers = way == 0;
         auto lowered = sp::lower(*plan, w.model, w.graph, lower_options);
         REQUIRE(lowered.ok());
