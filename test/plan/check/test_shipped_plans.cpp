@@ -52,7 +52,8 @@ TEST_CASE("shipped workloads plan validly, deterministically, near the relaxed o
       INFO(sp::strategy_name(s));
       sp::PlanRequest req{&*model, &graph, &*cluster, cost->get(), profile->sha256, s};
       // A few boundary shifts (test_shift.cpp plans with the default): every
-      // shipped workload is planned four times here.
+      // shipped workload is planned four times here (three under the
+      // sanitizers).
       req.shift_simulations = 8;
       auto a = sp::make_plan(req);
       REQUIRE(a.ok());
@@ -88,13 +89,18 @@ TEST_CASE("shipped workloads plan validly, deterministically, near the relaxed o
         const double gap = own->predicted.compute_ms / own->predicted.relaxed_optimum_ms - 1.0;
         CHECK(gap >= -1e-9);   // the relaxed optimum is a lower bound
         CHECK(gap <= 0.07 + 0.01);
-        req = sp::PlanRequest{&*model, &graph, &*cluster, cost->get(), profile->sha256, s};
-        req.shift_simulations = 8;
-        req.choose_bucket_bytes = false;
-        auto fixed = sp::make_plan(req);
-        REQUIRE(fixed.ok());
-        CHECK(fixed->predicted.simulated_ms <= own->predicted.simulated_ms);
-        CHECK(a->predicted.simulated_ms <= fixed->predicted.simulated_ms);   // the cap chosen after: never slower
+        // The full search at that cap too: never slower; and the cap chosen
+        // after it never makes it slower (a fourth plan of each workload,
+        // left to the normal pass).
+        if (!sp::testing::sanitized_run()) {
+          req = sp::PlanRequest{&*model, &graph, &*cluster, cost->get(), profile->sha256, s};
+          req.shift_simulations = 8;
+          req.choose_bucket_bytes = false;
+          auto fixed = sp::make_plan(req);
+          REQUIRE(fixed.ok());
+          CHECK(fixed->predicted.simulated_ms <= own->predicted.simulated_ms);
+          CHECK(a->predicted.simulated_ms <= fixed->predicted.simulated_ms);
+        }
       }
     }
     ++planned;

@@ -13,6 +13,7 @@
 #include "libplan/cost/analytic.h"
 #include "libplan/plan/check.h"
 #include "libplan/planner/planner.h"
+#include "test/plan/shipped_fixture.h"
 #include "libplan/sim/sim.h"
 
 using namespace spindle::plan;
@@ -162,20 +163,23 @@ TEST_CASE("10-task CLIP, batch fixed: 16 and 32 islands are never slower than 8"
       for (const Slice& sl : w.slices) highest = std::max(highest, *std::max_element(sl.devices.begin(), sl.devices.end()));
     return highest;
   };
-  // With 25 MiB buckets throughout, 16 islands alone are slower than 8
-  // here: what the rule is for. With the smaller plans, the plan kept on 16
-  // islands is 8 islands' plan (its slices on devices 0-63 only).
-  const Plan fixed8 = plan_on(8, true, false), fixed16 = plan_on(16, true, false);
-  const Plan all16 = plan_on(16, false, false);
-  CHECK(all16.predicted.simulated_ms > fixed8.predicted.simulated_ms);
-  CHECK(highest_device(fixed16) < 64);
-  CHECK(fixed16.predicted.simulated_ms == fixed8.predicted.simulated_ms);
   // The bucket caps chosen (docs/planner.md, "Bucket cap"), the shares are
   // compared at their best caps: larger buckets pay the wide all-reduces'
   // latency fewer times, and 16 islands' own plan wins (209.4 ms against
   // 224.0 for 8 islands').
   CHECK(highest_device(on16) >= 64);
   CHECK(on16.predicted.simulated_ms < on8.predicted.simulated_ms);
+  // With 25 MiB buckets throughout, 16 islands alone are slower than 8
+  // here: what the rule is for. With the smaller plans, the plan kept on 16
+  // islands is 8 islands' plan (its slices on devices 0-63 only). Three
+  // more plans, two on 128 devices: left to the normal pass (the same code
+  // as above under the sanitizers).
+  if (spindle::plan::testing::sanitized_run()) return;
+  const Plan fixed8 = plan_on(8, true, false), fixed16 = plan_on(16, true, false);
+  const Plan all16 = plan_on(16, false, false);
+  CHECK(all16.predicted.simulated_ms > fixed8.predicted.simulated_ms);
+  CHECK(highest_device(fixed16) < 64);
+  CHECK(fixed16.predicted.simulated_ms == fixed8.predicted.simulated_ms);
   CHECK(on8.predicted.simulated_ms <= fixed8.predicted.simulated_ms);
 }
 
