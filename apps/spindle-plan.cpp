@@ -379,9 +379,7 @@ void print_bucket_choice(const sp::Plan& plan, const sp::PlanRequest& request, c
   options.sync = sp::planned_sync(plan);
   options.sync->bucket_bytes = request.sync.bucket_bytes;
   options.timeline = false;
-  sp::Plan given = plan;
-  given.bucket_bytes = request.sync.bucket_bytes;
-  auto alt = sp::simulate_plan(given, *request.model, *request.graph, *request.cost, options);
+  auto alt = sp::simulate_plan(plan, *request.model, *request.graph, *request.cost, options);
   if (!alt) return;
   const double mib = 1 << 20;
   std::printf("bucket    gradient buckets of at most %g MiB, the fastest simulated of the caps tried (%g MiB: "

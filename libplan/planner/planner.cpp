@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -809,7 +810,6 @@ Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerCon
   return simulated_ms;
 }
 
-
 // `plan` costed by the wave-barrier model (cost_plan: parameter groups,
 // memory, the predicted parts), its simulated makespan and relaxed optimum
 // kept as given.
@@ -819,53 +819,36 @@ void cost_winner(Plan& plan, double simulated_ms, double relaxed_optimum_ms, con
   plan.predicted.relaxed_optimum_ms = relaxed_optimum_ms;
 }
 
-// The bucket cap of `plan` (simulating in `simulated_ms` with
-// request.sync's): each of kBucketCapsMb simulated too, side by side, each
-// bounded by `simulated_ms` and `bound_ms` (a cap that cannot beat either
-// is not kept); the fastest kept (ties: the smaller cap) in
-// plan.bucket_bytes and request.sync.bucket_bytes. Returns the plan's
-// simulated makespan.
-Result<double> choose_bucket_bytes(Plan& plan, double simulated_ms, const LowerContext& lowering,
-                                   PlanRequest& request,
-                                   double bound_ms = std::numeric_limits<double>::infinity()) {
+// The best bucket cap for `plan`, which simulates in `simulated_ms` with
+// request.sync's cap, and its makespan: each of kBucketCapsMb (ascending)
+// simulated side by side, each bounded by `simulated_ms` and `bound_ms`
+// (a cap that cannot beat either does not count); the fastest, ties to
+// the smaller cap. Without a faster one: request.sync's, `simulated_ms`.
+struct CapChoice {
+  int64_t bytes = 0;
+  double ms = 0;
+};
+Result<CapChoice> best_bucket_cap(const Plan& plan, double simulated_ms, const LowerContext& lowering,
+                                  const PlanRequest& request,
+                                  double bound_ms = std::numeric_limits<double>::infinity()) {
   const double bound = std::min(simulated_ms, bound_ms) * (1 + 1e-9);
-  std::vector<int64_t> caps;
-  for (double mb : kBucketCapsMb) caps.push_back(bucket_bytes_of_mb(mb));
-  std::sort(caps.begin(), caps.end());
-  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
-  std::vector<Result<double>> ms(caps.size(), Result<double>(simulated_ms));
-  parallel_for(caps.size(), [&](size_t, size_t k) {
-    if (caps[k] == request.sync.bucket_bytes) return;
-    Plan other = plan;
-    other.bucket_bytes = caps[k];
-    PlanRequest with = request;
-    with.sync.bucket_bytes = caps[k];
-    Result<Simulation> sim = simulate_candidate(other, lowering, with, bound);
+  constexpr size_t n = std::size(kBucketCapsMb);
+  std::vector<Result<double>> ms(n, Result<double>(simulated_ms));
+  parallel_for(n, [&](size_t, size_t k) {
+    PlanRequest with = request;   // the simulation lowers with its sync
+    with.sync.bucket_bytes = bucket_bytes_of_mb(kBucketCapsMb[k]);
+    if (with.sync.bucket_bytes == request.sync.bucket_bytes) return;
+    Result<Simulation> sim = simulate_candidate(plan, lowering, with, bound);
     ms[k] = sim ? Result<double>(sim->iteration_ms) : Result<double>(sim.error());
   });
-  int64_t best = request.sync.bucket_bytes;
-  double best_ms = simulated_ms;
-  for (size_t k = 0; k < caps.size(); ++k) {
+  CapChoice best{request.sync.bucket_bytes, simulated_ms};
+  for (size_t k = 0; k < n; ++k) {
     if (!ms[k]) return ms[k].error();
-    if (*ms[k] < best_ms * (1 - 1e-12) || (*ms[k] <= best_ms * (1 + 1e-12) && caps[k] < best)) {
-      best = caps[k];
-      best_ms = std::min(best_ms, *ms[k]);
-    }
+    const int64_t bytes = bucket_bytes_of_mb(kBucketCapsMb[k]);
+    if (*ms[k] < best.ms * (1 - 1e-12) || (*ms[k] <= best.ms * (1 + 1e-12) && bytes < best.bytes))
+      best = {bytes, std::min(best.ms, *ms[k])};
   }
-  plan.bucket_bytes = best;
-  request.sync.bucket_bytes = best;
-  return best_ms;
-}
-
-// The makespan of `plan` at its best bucket cap (choose_bucket_bytes on a
-// copy): what make_plan's choice would give it before any shift; with a
-// finite `bound_ms`, only a cap that beats it counts (else the plan's own
-// makespan).
-Result<double> best_cap_ms(const Plan& plan, const LowerContext& lowering, const PlanRequest& request,
-                           double bound_ms = std::numeric_limits<double>::infinity()) {
-  Plan copy = plan;
-  PlanRequest with = request;
-  return choose_bucket_bytes(copy, plan.predicted.simulated_ms, lowering, with, bound_ms);
+  return best;
 }
 
 // make_plan on the request's cluster alone; an error when its compute alone
@@ -940,10 +923,10 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
   // with 25 MiB); each keeps the request's cap, make_plan chooses again.
   double plan_ms = plan->predicted.simulated_ms, smaller_ms = smaller ? smaller->predicted.simulated_ms : 0;
   if (smaller && request.choose_bucket_bytes) {
-    SPINDLE_ASSIGN(whole, best_cap_ms(*plan, lowering, request));
-    SPINDLE_ASSIGN(share, best_cap_ms(*smaller, lowering, on_half, whole));
-    plan_ms = whole;
-    smaller_ms = share;
+    SPINDLE_ASSIGN(whole, best_bucket_cap(*plan, plan_ms, lowering, request));
+    SPINDLE_ASSIGN(share, best_bucket_cap(*smaller, smaller_ms, lowering, on_half, whole.ms));
+    plan_ms = whole.ms;
+    smaller_ms = share.ms;
   }
   if (smaller && smaller_ms < plan_ms * (1 - 1e-12) && (fits(*smaller) || !fits(*plan))) {
     // The same waves, on the whole cluster's header; its costing redone
@@ -1014,15 +997,15 @@ Result<Plan> make_plan(const PlanRequest& given) {
   // Then its bucket cap (every strategy), and with a new one the lowering
   // choices again. Chosen after the shifts, which ran with the request's
   // cap: so the plan is never slower than with that cap alone. (Chosen
-  // before them instead, multitask-clip-10 on a800-8x8 ended 1% faster
-  // still, 161.1 against 162.4 ms, but multitask-clip-7 on a800-2x8 2%
+  // before them instead, multitask-clip-10 on a800-8x8 ended 0.6% faster
+  // still, 161.1 against 162.0 ms, but multitask-clip-7 on a800-2x8 2%
   // slower than with 25 MiB: the shifts took another path; docs/planner.md,
   // "Bucket cap".)
   if (request.choose_bucket_bytes) {
-    const int64_t before = request.sync.bucket_bytes;
-    SPINDLE_ASSIGN(capped_ms, choose_bucket_bytes(plan, simulated_ms, lowering, request));
-    simulated_ms = capped_ms;
-    if (request.sync.bucket_bytes != before) {
+    SPINDLE_ASSIGN(cap, best_bucket_cap(plan, simulated_ms, lowering, request));
+    simulated_ms = cap.ms;
+    if (cap.bytes != request.sync.bucket_bytes) {
+      plan.bucket_bytes = request.sync.bucket_bytes = cap.bytes;
       SPINDLE_ASSIGN(again_ms, rechoose_lowering(plan, simulated_ms, lowering, request));
       simulated_ms = again_ms;
     }

@@ -78,13 +78,14 @@ struct PlanRequest {
   GradSync sync = {};
   // Every strategy: the plan's bucket cap (Plan::bucket_bytes) is the
   // fastest simulated of sync.bucket_bytes and kBucketCapsMb, chosen for
-  // the winning waves (ties: the smaller), and Spindle's boundary shifts
-  // run with it (docs/planner.md, "Bucket cap"). Off: sync.bucket_bytes
+  // the final waves (ties: the smaller), which were planned and shifted
+  // with sync.bucket_bytes; cluster shares (fewer_islands) are compared at
+  // their best caps (docs/planner.md, "Bucket cap"). Off: sync.bucket_bytes
   // (spindle-plan --bucket-mb).
   bool choose_bucket_bytes = true;
 };
 
-// The bucket caps the planner tries besides the request's (MiB;
+// The bucket caps the planner tries besides the request's (MiB, ascending;
 // PlanRequest::choose_bucket_bytes). A bucket holds whole shards of one
 // holder set (lower.h, GradSync::bucket_bytes): one transformer layer of
 // the ImageBind vision encoder is 78.7 MB of fp32 gradients, so caps up

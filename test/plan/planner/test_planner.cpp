@@ -284,6 +284,21 @@ TEST_CASE("communication-aware cap: the count minimising compute plus gradient a
   CHECK(comm_aware_cap(4, curve, counts, 1, 2e6, cost) == 8);
 }
 
+// Spindle's plan on `f` as requested by default (first) and with `off`
+// applied to the request (second); the first checked against every rule.
+template <class Off>
+std::pair<Plan, Plan> with_and_without(const spindle::plan::testing::Fixture& f, Off off) {
+  PlanRequest with{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+  PlanRequest without = with;
+  off(without);
+  Result<Plan> a = make_plan(with);
+  Result<Plan> b = make_plan(without);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(check_plan(*a, f.model, f.graph).empty());
+  return {std::move(*a), std::move(*b)};
+}
+
 TEST_CASE("queued caps: one more candidate group, never a slower plan here, faster on multitask-clip-7 on 32", "[planner]") {
   // docs/planner.md, "Communication-aware caps": multitask-clip-7 on
   // a800-4x8 is the case where the allocation capped with its gradient
@@ -301,16 +316,9 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
     CAPTURE(model, cluster);
     ++planned;
     const spindle::plan::testing::Fixture f(model, cluster);
-    PlanRequest with{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
-    PlanRequest without = with;
-    without.queued_sync_candidates = false;
-    const Result<Plan> a = make_plan(with);
-    const Result<Plan> b = make_plan(without);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    CHECK(check_plan(*a, f.model, f.graph).empty());
-    CHECK(a->predicted.simulated_ms <= b->predicted.simulated_ms * (1 + 1e-12));
-    if (faster) CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
+    const auto [a, b] = with_and_without(f, [](PlanRequest& r) { r.queued_sync_candidates = false; });
+    CHECK(a.predicted.simulated_ms <= b.predicted.simulated_ms * (1 + 1e-12));
+    if (faster) CHECK(a.predicted.simulated_ms < b.predicted.simulated_ms * 0.95);
   }
   CHECK(planned >= 1);
 }
@@ -335,46 +343,39 @@ TEST_CASE("bucket cap: chosen after the shifts, never slower than the request's,
     ++planned;
     CAPTURE(model, cluster);
     const spindle::plan::testing::Fixture f(model, cluster);
-    PlanRequest choose{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
-    PlanRequest fixed = choose;
-    fixed.choose_bucket_bytes = false;
-    const Result<Plan> a = make_plan(choose);
-    const Result<Plan> b = make_plan(fixed);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    CHECK(check_plan(*a, f.model, f.graph).empty());
-    CHECK(b->bucket_bytes == kDefaultBucketBytes);
-    CHECK(a->bucket_bytes == bucket_bytes_of_mb(cap_mb));
+    const auto [a, b] = with_and_without(f, [](PlanRequest& r) { r.choose_bucket_bytes = false; });
+    CHECK(b.bucket_bytes == kDefaultBucketBytes);
+    CHECK(a.bucket_bytes == bucket_bytes_of_mb(cap_mb));
     // The same waves (the cap is chosen after the shifts), never slower.
-    REQUIRE(a->waves.size() == b->waves.size());
+    REQUIRE(a.waves.size() == b.waves.size());
     auto cuts = [](const Plan& p) {
       std::vector<std::tuple<int, int, int, std::vector<int>>> all;
       for (const Wave& w : p.waves)
         for (const Slice& s : w.slices) all.emplace_back(s.metaop, s.first, s.count, s.devices);
       return all;
     };
-    CHECK(cuts(*a) == cuts(*b));
-    CHECK(a->predicted.simulated_ms <= b->predicted.simulated_ms * (1 + 1e-12));
-    if (cap_mb > 25) CHECK(a->predicted.simulated_ms < b->predicted.simulated_ms * 0.95);
+    CHECK(cuts(a) == cuts(b));
+    CHECK(a.predicted.simulated_ms <= b.predicted.simulated_ms * (1 + 1e-12));
+    if (cap_mb > 25) CHECK(a.predicted.simulated_ms < b.predicted.simulated_ms * 0.95);
     // The plan's figure is the simulation of the programs lowered with its
     // own cap (SimOptions::sync empty), not with the default one.
     SimOptions own;
     own.timeline = false;
-    const Result<Simulation> as_planned = simulate_plan(*a, f.model, f.graph, *f.cost, own);
+    const Result<Simulation> as_planned = simulate_plan(a, f.model, f.graph, *f.cost, own);
     REQUIRE(as_planned.ok());
-    CHECK(as_planned->iteration_ms == a->predicted.simulated_ms);
+    CHECK(as_planned->iteration_ms == a.predicted.simulated_ms);
     SimOptions at_default = own;
     at_default.sync = GradSync{};
-    const Result<Simulation> at_25 = simulate_plan(*a, f.model, f.graph, *f.cost, at_default);
+    const Result<Simulation> at_25 = simulate_plan(a, f.model, f.graph, *f.cost, at_default);
     REQUIRE(at_25.ok());
-    CHECK(at_25->iteration_ms == Approx(b->predicted.simulated_ms).epsilon(1e-12));
+    CHECK(at_25->iteration_ms == Approx(b.predicted.simulated_ms).epsilon(1e-12));
     // lower() follows the plan too: a bucket of two shards or more fits the cap.
-    const Result<Lowered> lowered = lower(*a, f.model, f.graph);
+    const Result<Lowered> lowered = lower(a, f.model, f.graph);
     REQUIRE(lowered.ok());
     int merged = 0;
     for (const Bucket& bucket : lowered->buckets)
       if (bucket.params.size() > 1) {
-        CHECK(bucket.bytes <= a->bucket_bytes);
+        CHECK(bucket.bytes <= a.bucket_bytes);
         if (bucket.bytes > kDefaultBucketBytes) ++merged;
       }
     CHECK((merged > 0) == (cap_mb > 25));
