@@ -112,27 +112,38 @@ Result run(Backend& backend, const Case& c, bool on_device) {
   return r;
 }
 
-void check_parity(const Case& c, MatmulPrecision m) {
+// Runs `c` on the GPU in mode `m` (host and device tensors) against the
+// CPU; every output, input gradient and parameter gradient within `tol`
+// (the mode's tolerance unless given). Prints the worst relative error of
+// each run, so that the log records how close the modes come.
+void check_parity(const Case& c, MatmulPrecision m, double tol = 0) {
   skip_without_gpu();
   std::unique_ptr<Backend> cpu = make_backend("cpu");
   std::unique_ptr<Backend> gpu = make_cuda_backend({m});
-  const double tol = tolerance(m);
+  if (tol <= 0) tol = tolerance(m);
   const Result want = run(*cpu, c, false);
   for (bool on_device : {false, true}) {
     INFO(op_name(c.cfg.kind) << (on_device ? ", device tensors" : ", host tensors") << ", tolerance " << tol);
     const Result got = run(*gpu, c, on_device);
-    REQUIRE(got.y.shape() == want.y.shape());
-    CHECK(rel_err(got.y, want.y) <= tol);
+    double worst = 0;
+    auto check = [&](const Tensor& g, const Tensor& w) {
+      REQUIRE(g.shape() == w.shape());
+      const double e = rel_err(g, w);
+      worst = std::max(worst, e);
+      CHECK(e <= tol);
+    };
+    check(got.y, want.y);
     REQUIRE(got.dx.size() == want.dx.size());
     for (size_t i = 0; i < want.dx.size(); ++i) {
       INFO("input gradient " << i);
-      REQUIRE(got.dx[i].shape() == want.dx[i].shape());
-      CHECK(rel_err(got.dx[i], want.dx[i]) <= tol);
+      check(got.dx[i], want.dx[i]);
     }
     for (size_t i = 0; i < want.grads.size(); ++i) {
       INFO("parameter gradient " << i);
-      CHECK(rel_err(got.grads[i], want.grads[i]) <= tol);
+      check(got.grads[i], want.grads[i]);
     }
+    std::printf("parity %s %s %s: worst relative error %.3g (tolerance %.3g)\n", op_name(c.cfg.kind),
+                m == MatmulPrecision::fp32 ? "fp32" : "bf16", on_device ? "device" : "host", worst, tol);
   }
 }
 
@@ -211,10 +222,21 @@ TEST_CASE("cuda parity, bf16 mode: every op forward and backward (tol 2e-2)", "[
   for (const Case& c : catalogue()) check_parity(c, MatmulPrecision::bf16);
 }
 
-TEST_CASE("cuda parity at ViT-like width: transformer_layer hidden 128, 8 heads, seq 65 (bf16, tol 2e-2)", "[gpu]") {
-  check_parity({op_config(OpKind::transformer_layer, {{"hidden", 128}, {"heads", 8}, {"ffn", 512}}),
-                {random_tensor({4, 65, 128}, 12)}},
-               MatmulPrecision::bf16);
+// At a ViT-like width (head width 16, 65-token rows over three warps). The
+// fp32 mode checks the indexing at this width to 1e-4; the bf16 mode is the
+// same code over bf16 storage (one template), so what it adds is rounding.
+// Its bound is wider than the small cases' 2e-2: the attention scores are
+// stored in bf16 before the softmax (as Megatron's fused softmax takes
+// them), so a score s carries an absolute error of about |s| * 2^-9, which
+// is the probability's relative error, and the softmax backward's
+// p * (dp - sum p dp) cancels. The first run on an H200 (2026-12-04)
+// measured 4.1% on the input gradient and 2.2-3.4% on the parameter
+// gradients (max |diff| over max |cpu|); a wrong index is off by O(1).
+TEST_CASE("cuda parity at ViT-like width: transformer_layer hidden 128, 8 heads, seq 65 (fp32 tol 1e-4, bf16 tol 8e-2)", "[gpu]") {
+  const Case vit{op_config(OpKind::transformer_layer, {{"hidden", 128}, {"heads", 8}, {"ffn", 512}}),
+                 {random_tensor({4, 65, 128}, 12)}};
+  check_parity(vit, MatmulPrecision::fp32);
+  check_parity(vit, MatmulPrecision::bf16, 8e-2);
 }
 
 TEST_CASE("cuda errors: a token id outside the vocabulary throws out_of_range", "[gpu]") {
@@ -295,13 +317,19 @@ void check_tp_parity(const OpConfig& cfg, const std::vector<Tensor>& in, MatmulP
   for (int t = 0; t < k; ++t) {
     INFO("TP rank " << t << ", tolerance " << tol);
     const Result& r = got[static_cast<size_t>(t)];
-    CHECK(rel_err(r.y, want_y) <= tol);
+    double worst = 0;
+    auto check = [&](const Tensor& g, const Tensor& w) {
+      const double e = rel_err(g, w);
+      worst = std::max(worst, e);
+      CHECK(e <= tol);
+    };
+    check(r.y, want_y);
     REQUIRE(r.dx.size() == want_dx.size());
-    for (size_t i = 0; i < want_dx.size(); ++i) CHECK(rel_err(r.dx[i], want_dx[i]) <= tol);
+    for (size_t i = 0; i < want_dx.size(); ++i) check(r.dx[i], want_dx[i]);
     for (size_t i = 0; i < ref.params.size(); ++i) {
       const Param& p = ref.params[i];
       INFO(p.name);
-      CHECK(rel_err(r.grads[i], shard_of(p.grad, p.shard_axis, t, k)) <= tol);
+      check(r.grads[i], shard_of(p.grad, p.shard_axis, t, k));
       if (p.shard_axis < 0 && t > 0) {
         const Tensor& a = got[0].grads[i];
         bool same = true;
@@ -309,6 +337,8 @@ void check_tp_parity(const OpConfig& cfg, const std::vector<Tensor>& in, MatmulP
         CHECK(same);
       }
     }
+    std::printf("tp parity %s %s rank %d of %d: worst relative error %.3g (tolerance %.3g)\n", op_name(cfg.kind),
+                m == MatmulPrecision::fp32 ? "fp32" : "bf16", t, k, worst, tol);
   }
 }
 

@@ -739,14 +739,17 @@ class CudaBackend final : public Backend {
     s.ln_in = x;
     s.lm_probs = linear(s.z.data(), n, h, p[2], vl, nullptr, {n, vl});  // logits, then probabilities
 
-    // Row maxima over the whole vocabulary.
+    // Row maxima over the whole vocabulary: the maximum over every rank's
+    // segment of the gather, this rank's own among them, so that every rank
+    // shifts by the same value (a loop from rank 1 on, over this rank's own
+    // maxima, left rank 0's out on the other ranks: first GPU run).
     Tensor mx = device_tensor({n}, false);
     k::row_max(s.lm_probs.data(), mx.data(), n, vl);
     std::vector<float> mxh = download_vec(mx.data(), n);
     if (kk > 1) {
       std::vector<float> all(static_cast<size_t>(n * kk));
       st.cfg.tp->all_gather(mxh, all);
-      for (int64_t r = 1; r < kk; ++r)
+      for (int64_t r = 0; r < kk; ++r)
         for (size_t i = 0; i < mxh.size(); ++i) mxh[i] = std::max(mxh[i], all[static_cast<size_t>(r * n) + i]);
       upload_vec(mx.data(), mxh);
     }
