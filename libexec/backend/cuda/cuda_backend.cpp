@@ -740,9 +740,8 @@ class CudaBackend final : public Backend {
     s.lm_probs = linear(s.z.data(), n, h, p[2], vl, nullptr, {n, vl});  // logits, then probabilities
 
     // Row maxima over the whole vocabulary: the maximum over every rank's
-    // segment of the gather, this rank's own among them, so that every rank
-    // shifts by the same value (a loop from rank 1 on, over this rank's own
-    // maxima, left rank 0's out on the other ranks: first GPU run).
+    // segment of the gather (this rank's own among them), so that every
+    // rank shifts its exponentials by the same value.
     Tensor mx = device_tensor({n}, false);
     k::row_max(s.lm_probs.data(), mx.data(), n, vl);
     std::vector<float> mxh = download_vec(mx.data(), n);
