@@ -42,6 +42,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -490,6 +491,12 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   rt.options.seed = args.seed;
   rt.options.adamw.lr = args.lr;
   rt.options.record_trace = !args.trace_path.empty();
+  // Ranks per node: the highest local rank + 1 (the same count on every
+  // node assumed, as the GPU binding does).
+  int ranks_on_node = 1;
+  for (const std::string& l : in.locals) ranks_on_node = std::max(ranks_on_node, std::atoi(l.c_str()) + 1);
+  rt.options.data_threads =
+      se::data_threads_for(args.backend, static_cast<int>(std::thread::hardware_concurrency()), ranks_on_node);
   // The gradient sync the plan was simulated with, unless a flag says otherwise.
   const sp::SyncFlags flags{args.no_overlap, args.no_early,
                             args.bucket_mb_given ? std::optional(sp::bucket_bytes_of_mb(args.bucket_mb)) : std::nullopt};
@@ -542,6 +549,8 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     if (rt.gpu >= 0)
       std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", rt.gpu,
                   rt.use_nccl ? "NCCL" : "MPI (host-staged)");
+    if (!in.data && rt.options.data_threads > 1)
+      std::printf("spindle-run: synthetic data drawn on %d host threads per rank\n", rt.options.data_threads);
   }
 }
 

@@ -13,7 +13,9 @@
 // task: with N devices each reads about 1/N of the rows and steps take
 // longer per row, so the share on one device is the upper end.
 #include <cstdio>
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +24,7 @@
 #include "libexec/backend/backend.h"
 #include "libexec/comm/fake_comm.h"
 #include "libexec/data/dataset.h"
+#include "libexec/exec/data.h"
 #include "libexec/exec/executor.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/model.h"
@@ -78,5 +81,23 @@ int main(int argc, char** argv) {
   std::printf("read and check a step's batch  %8.3f ms\n", read);
   std::printf("training step                  %8.3f ms\n", step);
   std::printf("data-reading share of a step   %8.3f %%  target 5%% -> ratio %.3f\n", 100 * share, share / 0.05);
-  return 0;
+
+  // The synthetic data a GPU rank draws without --data: multitask-clip-4's
+  // ViT-H image read (in_dim 588, seq 257) for a local batch of 32, on one
+  // host thread and on every core (ExecOptions::data_threads), same values.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const exec::SampleRange vit{0, "image-text", 0, 32};
+  std::vector<double> one_ms, all_ms;
+  bool same = true;
+  for (int s = 0; s < 5; ++s) {
+    exec::Tensor a, b;
+    one_ms.push_back(bench::time_ms([&] { a = exec::synth_features(vit, "img", "vision", 257, 588, 1); }));
+    all_ms.push_back(bench::time_ms([&] { b = exec::synth_features(vit, "img", "vision", 257, 588, cores); }));
+    for (int64_t i = 0; i < a.numel(); ++i) same = same && a[i] == b[i];
+  }
+  const double one = bench::median(one_ms), all = bench::median(all_ms);
+  std::printf("synthetic ViT-H read, 32 x 257 x 588 values (median of 5): 1 thread %.1f ms, %d threads %.1f ms, "
+              "speedup %.2fx, values %s\n",
+              one, cores, all, one / all, same ? "identical" : "DIFFER");
+  return same ? 0 : 1;
 }

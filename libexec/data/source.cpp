@@ -58,9 +58,9 @@ Tensor SyntheticSource::load(const DataRead& r, int64_t batch) {
   const int64_t first = static_cast<int64_t>(stream_ << 40) + batch * r.batch + r.row_begin;
   const SampleRange s{seed_, r.task_name, first, r.rows()};
   switch (r.kind) {
-    case DataKind::features: return synth_features(s, r.node, r.module, r.seq, r.width);
-    case DataKind::tokens: return synth_tokens(s, r.module, r.seq, r.width);
-    case DataKind::targets: return synth_targets(s, r.module, r.seq, r.width);
+    case DataKind::features: return synth_features(s, r.node, r.module, r.seq, r.width, threads_);
+    case DataKind::tokens: return synth_tokens(s, r.module, r.seq, r.width, threads_);
+    case DataKind::targets: return synth_targets(s, r.module, r.seq, r.width, threads_);
     case DataKind::labels: return Tensor();  // synthetic pairs are their own class
   }
   return Tensor();

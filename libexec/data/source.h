@@ -93,10 +93,12 @@ class DataSource {
 
 // The synthetic data of data.h (exec/data.h): sample j of batch b is global
 // sample b * B + j of the task's stream. `stream` separates evaluation
-// samples from training samples (0: training).
+// samples from training samples (0: training). `threads` (>= 1) host
+// threads draw each read; the values do not depend on it.
 class SyntheticSource final : public DataSource {
  public:
-  explicit SyntheticSource(uint64_t seed, uint64_t stream = 0) : seed_(seed), stream_(stream) {}
+  explicit SyntheticSource(uint64_t seed, uint64_t stream = 0, int threads = 1)
+      : seed_(seed), stream_(stream), threads_(threads) {}
   bool may_ignore_targets(int) const override { return false; }
 
  protected:
@@ -104,6 +106,7 @@ class SyntheticSource final : public DataSource {
 
  private:
   uint64_t seed_, stream_;
+  int threads_;
 };
 
 }  // namespace spindle::exec

@@ -16,6 +16,7 @@
 #include "libplan/cost/cost_model.h"
 #include "libplan/model/ops.h"
 #include "libplan/rules/memory.h"
+#include "libplan/util/parallel.h"
 
 namespace spindle::exec {
 
@@ -54,39 +55,45 @@ class RecordingComm final : public Comm {
   int size_;
 };
 
-// Host tensor of `shape` with values uniform in [-1, 1) from (seed, stream).
-Tensor random_tensor(const Shape& shape, uint64_t seed, uint64_t stream) {
+// Host tensor of `shape` with values uniform in [-1, 1) from (seed, stream),
+// drawn on `threads` threads (the values do not depend on it).
+Tensor random_tensor(const Shape& shape, uint64_t seed, uint64_t stream, int threads) {
   Tensor t = Tensor::zeros(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t[i] = uniform_pm1(seed, stream, i);
+  plan::parallel_ranges(t.numel(), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) t[i] = uniform_pm1(seed, stream, i);
+  });
   return t;
 }
 
 // Host tensor of `shape` holding integers in 0..limit-1 (token ids, targets).
-Tensor random_ids(const Shape& shape, int64_t limit, uint64_t seed, uint64_t stream) {
+Tensor random_ids(const Shape& shape, int64_t limit, uint64_t seed, uint64_t stream, int threads) {
   Tensor t = Tensor::zeros(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const double u = 0.5 * (uniform_pm1(seed, stream, i) + 1.0);
-    t[i] = static_cast<float>(std::min<int64_t>(limit - 1, static_cast<int64_t>(u * static_cast<double>(limit))));
-  }
+  plan::parallel_ranges(t.numel(), threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const double u = 0.5 * (uniform_pm1(seed, stream, i) + 1.0);
+      t[i] = static_cast<float>(std::min<int64_t>(limit - 1, static_cast<int64_t>(u * static_cast<double>(limit))));
+    }
+  });
   return t;
 }
 
 int64_t dim(const plan::Workload& w, const char* name) { return w.dims.at(name).get<int64_t>(); }
 
 // The host inputs of one forward on `rows` rows (ops/op.h's table).
-std::vector<Tensor> make_inputs(const plan::Workload& w, int64_t rows, uint64_t seed) {
+std::vector<Tensor> make_inputs(const plan::Workload& w, int64_t rows, uint64_t seed, int threads) {
   const int64_t s = w.seq;
   const uint64_t stream = hash_name("profile/" + w.key());
-  if (w.op == "patch_embed") return {random_tensor({rows, s, dim(w, "in_dim")}, seed, stream)};
-  if (w.op == "token_embed") return {random_ids({rows, s}, dim(w, "vocab"), seed, stream)};
+  if (w.op == "patch_embed") return {random_tensor({rows, s, dim(w, "in_dim")}, seed, stream, threads)};
+  if (w.op == "token_embed") return {random_ids({rows, s}, dim(w, "vocab"), seed, stream, threads)};
   if (w.op == "contrastive_loss") {
     const int64_t d = dim(w, "dim");
-    return {random_tensor({rows, 1, d}, seed, stream), random_tensor({rows, 1, d}, seed, stream + 1)};
+    return {random_tensor({rows, 1, d}, seed, stream, threads), random_tensor({rows, 1, d}, seed, stream + 1, threads)};
   }
   const int64_t width = plan::op_in_width(w.op, w.dims);
   if (w.op == "lm_loss")
-    return {random_tensor({rows, s, width}, seed, stream), random_ids({rows, s}, dim(w, "vocab"), seed, stream + 1)};
-  return {random_tensor({rows, s, width}, seed, stream)};
+    return {random_tensor({rows, s, width}, seed, stream, threads),
+            random_ids({rows, s}, dim(w, "vocab"), seed, stream + 1, threads)};
+  return {random_tensor({rows, s, width}, seed, stream, threads)};
 }
 
 Tensor to_backend(Backend& backend, const Tensor& host) {
@@ -166,7 +173,7 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
   Op op = make_op(cfg, params);
 
   std::vector<Tensor> inputs;
-  for (const Tensor& h : make_inputs(w, rows, o.seed)) inputs.push_back(to_backend(backend, h));
+  for (const Tensor& h : make_inputs(w, rows, o.seed, o.data_threads)) inputs.push_back(to_backend(backend, h));
   const bool loss = plan::find_op(w.op)->is_loss;
   // Data readers draw their batch inside spindle-run's forward (exec/data.h):
   // that is part of the operator's time there, so it is here too.
@@ -176,11 +183,12 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
     const SampleRange range{o.seed, "profile", drawn, rows};
     drawn += rows;
     if (w.op == "patch_embed")
-      inputs[0] = to_backend(backend, synth_features(range, "profile", "profile", w.seq, dim(w, "in_dim")));
+      inputs[0] = to_backend(backend, synth_features(range, "profile", "profile", w.seq, dim(w, "in_dim"),
+                                                     o.data_threads));
     else if (w.op == "token_embed")
-      inputs[0] = to_backend(backend, synth_tokens(range, "profile", w.seq, dim(w, "vocab")));
+      inputs[0] = to_backend(backend, synth_tokens(range, "profile", w.seq, dim(w, "vocab"), o.data_threads));
     else
-      inputs[1] = to_backend(backend, synth_targets(range, "profile", w.seq, dim(w, "vocab")));
+      inputs[1] = to_backend(backend, synth_targets(range, "profile", w.seq, dim(w, "vocab"), o.data_threads));
   };
   Tensor dy;
   // One forward + backward; returns the forward's ms (the data drawn with it).
@@ -191,7 +199,7 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
     backend.synchronize();
     const double forward_ms = ms_since(t0);
     if (dy.empty())
-      dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f}) : random_tensor(y.shape(), o.seed, hash_name("dy")));
+      dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f}) : random_tensor(y.shape(), o.seed, hash_name("dy"), o.data_threads));
     std::vector<Tensor> dx = backend.backward(op, dy);
     backend.synchronize();
     return forward_ms;

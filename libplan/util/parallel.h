@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <thread>
@@ -44,6 +45,21 @@ void parallel_for(size_t n, F f) {
   std::atomic<size_t> next{0};
   run_on_workers(parallel_workers(n), [&](size_t worker) {
     for (size_t i = next++; i < n; i = next++) f(worker, i);
+  });
+}
+
+// Runs f(begin, end) over [0, n) cut into `parts` contiguous ranges (at
+// most n of them; parts < 1 counts as 1), the ranges side by side on
+// run_on_workers; f(0, n) on the calling thread when that makes one range.
+// For work whose result does not depend on the cut (each index written by
+// one range).
+template <class F>
+void parallel_ranges(int64_t n, int parts, F f) {
+  const int64_t k = std::clamp<int64_t>(parts, 1, std::max<int64_t>(n, 1));
+  if (k == 1) return f(int64_t{0}, n);
+  run_on_workers(static_cast<size_t>(k), [&](size_t w) {
+    const auto i = static_cast<int64_t>(w);
+    f(n * i / k, n * (i + 1) / k);
   });
 }
 

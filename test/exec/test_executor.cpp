@@ -87,6 +87,29 @@ TEST_CASE("data: a sample depends on (seed, task, index), not on how rows are sp
   CHECK(other[0] != f_all[0]);
 }
 
+TEST_CASE("data: the values do not depend on how many threads draw them") {
+  // 7 rows over 1, 2, 3 and 16 threads (more threads than rows): uneven
+  // cuts, and the projection (seq x in_dim x kLatentDim values) cut too.
+  const SampleRange s{11, "caption", 5, 7};
+  const Tensor f1 = synth_features(s, "img", "vision", 9, 10, 1);
+  const Tensor t1 = synth_tokens(s, "text", 13, 50, 1), y1 = synth_targets(s, "trunk", 13, 50, 1);
+  for (int threads : {2, 3, 16}) {
+    INFO(threads << " threads");
+    const Tensor f = synth_features(s, "img", "vision", 9, 10, threads);
+    const Tensor t = synth_tokens(s, "text", 13, 50, threads), y = synth_targets(s, "trunk", 13, 50, threads);
+    REQUIRE(f.shape() == f1.shape());
+    REQUIRE(t.shape() == t1.shape());
+    REQUIRE(y.shape() == y1.shape());
+    for (int64_t i = 0; i < f.numel(); ++i) REQUIRE(f[i] == f1[i]);
+    for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(t[i] == t1[i]);
+    for (int64_t i = 0; i < y.numel(); ++i) REQUIRE(y[i] == y1[i]);
+  }
+  CHECK(data_threads_for("cpu", 16, 2) == 1);
+  CHECK(data_threads_for("cuda", 16, 2) == 8);
+  CHECK(data_threads_for("cuda", 16, 32) == 1);
+  CHECK(data_threads_for("cuda", 0, 0) == 1);
+}
+
 TEST_CASE("data: features are the formula of data.h, value by value") {
   // x[t, c] = tanh(P_M[t, c] . z / sqrt(L)) + 0.1 noise, every normal drawn
   // here one by one from its (seed, stream, index) as data.h states.
