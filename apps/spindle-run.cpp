@@ -495,8 +495,8 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   // node assumed, as the GPU binding does).
   int ranks_on_node = 1;
   for (const std::string& l : in.locals) ranks_on_node = std::max(ranks_on_node, std::atoi(l.c_str()) + 1);
-  rt.options.data_threads =
-      se::data_threads_for(args.backend, static_cast<int>(std::thread::hardware_concurrency()), ranks_on_node);
+  rt.options.host_threads =
+      se::host_threads_for(args.backend, static_cast<int>(std::thread::hardware_concurrency()), ranks_on_node);
   // The gradient sync the plan was simulated with, unless a flag says otherwise.
   const sp::SyncFlags flags{args.no_overlap, args.no_early,
                             args.bucket_mb_given ? std::optional(sp::bucket_bytes_of_mb(args.bucket_mb)) : std::nullopt};
@@ -549,8 +549,9 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     if (rt.gpu >= 0)
       std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", rt.gpu,
                   rt.use_nccl ? "NCCL" : "MPI (host-staged)");
-    if (!in.data && rt.options.data_threads > 1)
-      std::printf("spindle-run: synthetic data drawn on %d host threads per rank\n", rt.options.data_threads);
+    if (rt.options.host_threads > 1)
+      std::printf("spindle-run: parameters seeded%s on %d host threads per rank\n",
+                  in.data ? "" : " and synthetic data drawn", rt.options.host_threads);
   }
 }
 

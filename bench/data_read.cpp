@@ -26,6 +26,7 @@
 #include "libexec/data/dataset.h"
 #include "libexec/exec/data.h"
 #include "libexec/exec/executor.h"
+#include "libexec/ops/op.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/model.h"
 #include "test/exec/helpers.h"
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
 
   // The synthetic data a GPU rank draws without --data: multitask-clip-4's
   // ViT-H image read (in_dim 588, seq 257) for a local batch of 32, on one
-  // host thread and on every core (ExecOptions::data_threads), same values.
+  // host thread and on every core (ExecOptions::host_threads), same values.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const exec::SampleRange vit{0, "image-text", 0, 32};
   std::vector<double> one_ms, all_ms;
@@ -99,5 +100,27 @@ int main(int argc, char** argv) {
   std::printf("synthetic ViT-H read, 32 x 257 x 588 values (median of 5): 1 thread %.1f ms, %d threads %.1f ms, "
               "speedup %.2fx, values %s\n",
               one, cores, all, one / all, same ? "identical" : "DIFFER");
-  return same ? 0 : 1;
+
+  // Seeding one ViT-H layer's parameters at start (make_params), the same way.
+  exec::OpConfig layer;
+  layer.kind = exec::OpKind::transformer_layer;
+  layer.dims = {{"hidden", 1280}, {"heads", 16}, {"ffn", 5120}, {"causal", false}};
+  std::vector<double> seed_one, seed_all;
+  bool seeded_same = true;
+  int64_t values = 0;
+  for (int s = 0; s < 3; ++s) {
+    exec::ParamSet a, b;
+    seed_one.push_back(bench::time_ms([&] { a = exec::make_params(layer, "vision/1.0", 0, 1); }));
+    seed_all.push_back(bench::time_ms([&] { b = exec::make_params(layer, "vision/1.0", 0, cores); }));
+    values = a.local_count();
+    for (size_t p = 0; p < a.params.size(); ++p)
+      seeded_same = seeded_same && std::equal(a.params[p].value.data(), a.params[p].value.data() + a.params[p].value.numel(),
+                                              b.params[p].value.data());
+  }
+  const double s1 = bench::median(seed_one), sa = bench::median(seed_all);
+  std::printf("seeding a ViT-H layer's %lld parameters (median of 3): 1 thread %.1f ms (%.1f ns each), %d threads "
+              "%.1f ms, speedup %.2fx, values %s\n",
+              static_cast<long long>(values), s1, 1e6 * s1 / static_cast<double>(values), cores, sa, s1 / sa,
+              seeded_same ? "identical" : "DIFFER");
+  return same && seeded_same ? 0 : 1;
 }

@@ -4,9 +4,10 @@
 
 namespace spindle::exec {
 
-ParamSet make_params(const OpConfig& cfg, const std::string& name, uint64_t seed) {
+ParamSet make_params(const OpConfig& cfg, const std::string& name, uint64_t seed, int threads) {
   ParamSet set;
   set.name = name;
+  set.init_threads = threads;
   switch (cfg.kind) {
     case OpKind::patch_embed: patch_embed_make_params(cfg, seed, set); break;
     case OpKind::token_embed: token_embed_make_params(cfg, seed, set); break;

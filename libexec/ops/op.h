@@ -39,8 +39,9 @@ struct Op {
 };
 
 // The parameters of one "M/k.r" for `cfg` (local TP shards), initialised
-// from (seed, parameter name). `name` is "M/k.r". Empty for contrastive_loss.
-ParamSet make_params(const OpConfig& cfg, const std::string& name, uint64_t seed);
+// from (seed, parameter name) on `threads` host threads (the values do not
+// depend on it). `name` is "M/k.r". Empty for contrastive_loss.
+ParamSet make_params(const OpConfig& cfg, const std::string& name, uint64_t seed, int threads = 1);
 
 // An operator bound to `params` (made by make_params with the same cfg; must
 // outlive the Op). Throws std::invalid_argument on inconsistent dims.

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "libexec/rng.h"
+#include "libplan/util/parallel.h"
 
 namespace spindle::exec {
 
@@ -52,21 +53,23 @@ void add_param(ParamSet& set, const std::string& tensor, Shape full_shape, int s
   p.value = Tensor::zeros(local);
   p.grad = Tensor::zeros(local);
   const uint64_t stream = hash_name(p.name);
-  for (int64_t i = 0; i < p.value.numel(); ++i) {
-    int64_t g = i;  // global flat index of local element i
-    if (shard_axis >= 0) {
-      const int64_t o = i / (local_a * inner), rem = i % (local_a * inner);
-      g = (o * full_a + offset + rem / inner) * inner + rem % inner;
+  plan::parallel_ranges(p.value.numel(), set.init_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t g = i;  // global flat index of local element i
+      if (shard_axis >= 0) {
+        const int64_t o = i / (local_a * inner), rem = i % (local_a * inner);
+        g = (o * full_a + offset + rem / inner) * inner + rem % inner;
+      }
+      float v = 0;
+      switch (init.kind) {
+        case InitKind::zeros: v = 0; break;
+        case InitKind::ones: v = 1; break;
+        case InitKind::uniform: v = init.scale * uniform_pm1(seed, stream, g); break;
+        case InitKind::normal: v = init.scale * normal01(seed, stream, g); break;
+      }
+      p.value[i] = v;
     }
-    float v = 0;
-    switch (init.kind) {
-      case InitKind::zeros: v = 0; break;
-      case InitKind::ones: v = 1; break;
-      case InitKind::uniform: v = init.scale * uniform_pm1(seed, stream, g); break;
-      case InitKind::normal: v = init.scale * normal01(seed, stream, g); break;
-    }
-    p.value[i] = v;
-  }
+  });
   set.params.push_back(std::move(p));
 }
 

@@ -28,6 +28,7 @@ struct Param {
 struct ParamSet {
   std::string name;           // "M/k.r"
   std::vector<Param> params;  // in a fixed order per op kind
+  int init_threads = 1;       // host threads add_param seeds values on (the values do not depend on it)
 
   // The parameter whose name ends in "/" + tensor; throws std::out_of_range if none.
   Param& get(const std::string& tensor);

@@ -165,7 +165,7 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
   cfg.dims = w.dims;
   cfg.max_seq = t.max_seq;
   cfg.use_tp(k > 1 ? &tp : nullptr);
-  ParamSet params = make_params(cfg, "profile/" + w.op, o.seed);
+  ParamSet params = make_params(cfg, "profile/" + w.op, o.seed, o.host_threads);
   for (Param& p : params.params) {   // parameters live on the device, as in a run
     p.value = to_backend(backend, p.value);
     p.grad = to_backend(backend, p.grad);
@@ -173,7 +173,7 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
   Op op = make_op(cfg, params);
 
   std::vector<Tensor> inputs;
-  for (const Tensor& h : make_inputs(w, rows, o.seed, o.data_threads)) inputs.push_back(to_backend(backend, h));
+  for (const Tensor& h : make_inputs(w, rows, o.seed, o.host_threads)) inputs.push_back(to_backend(backend, h));
   const bool loss = plan::find_op(w.op)->is_loss;
   // Data readers draw their batch inside spindle-run's forward (exec/data.h):
   // that is part of the operator's time there, so it is here too.
@@ -184,11 +184,11 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
     drawn += rows;
     if (w.op == "patch_embed")
       inputs[0] = to_backend(backend, synth_features(range, "profile", "profile", w.seq, dim(w, "in_dim"),
-                                                     o.data_threads));
+                                                     o.host_threads));
     else if (w.op == "token_embed")
-      inputs[0] = to_backend(backend, synth_tokens(range, "profile", w.seq, dim(w, "vocab"), o.data_threads));
+      inputs[0] = to_backend(backend, synth_tokens(range, "profile", w.seq, dim(w, "vocab"), o.host_threads));
     else
-      inputs[1] = to_backend(backend, synth_targets(range, "profile", w.seq, dim(w, "vocab"), o.data_threads));
+      inputs[1] = to_backend(backend, synth_targets(range, "profile", w.seq, dim(w, "vocab"), o.host_threads));
   };
   Tensor dy;
   // One forward + backward; returns the forward's ms (the data drawn with it).
@@ -199,7 +199,7 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
     backend.synchronize();
     const double forward_ms = ms_since(t0);
     if (dy.empty())
-      dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f}) : random_tensor(y.shape(), o.seed, hash_name("dy"), o.data_threads));
+      dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f}) : random_tensor(y.shape(), o.seed, hash_name("dy"), o.host_threads));
     std::vector<Tensor> dx = backend.backward(op, dy);
     backend.synchronize();
     return forward_ms;

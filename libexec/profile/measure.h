@@ -47,12 +47,12 @@ struct MeasureOptions {
   // Data readers (patch_embed, token_embed, lm_loss's targets) include the
   // synthetic data spindle-run draws inside their forward (exec/data.h).
   bool include_data = true;
-  // Host threads that draw a point's inputs and synthetic data (the values
-  // do not depend on it): 1 on the CPU backend; spindle-profile gives a
-  // CUDA rank the host's cores over its ranks (exec::data_threads_for),
+  // Host threads that seed a point's parameters and draw its inputs and
+  // synthetic data (the values do not depend on it): 1 on the CPU backend; spindle-profile gives a
+  // CUDA rank the host's cores over its ranks (exec::host_threads_for),
   // since drawing a ViT-H point's inputs on one core took longer than
   // timing it on an H200.
-  int data_threads = 1;
+  int host_threads = 1;
   // A point of n >= 2 devices timed on min(n, ranks) ranks at once, each
   // with its own copy, as a slice of n devices runs (the figure: the mean of
   // their medians); points of 1 device are shared among the ranks. For

@@ -226,6 +226,28 @@ TEST_CASE("initialisation depends only on seed and parameter name", "[params]") 
   for (int64_t i = 0; i < wa.numel(); ++i) CHECK(std::abs(wa[i]) <= 0.5f);  // 1/sqrt(in)
 }
 
+TEST_CASE("initialisation does not depend on how many threads seed it, TP shards too", "[params]") {
+  // A TP-2 layer: row-sharded and column-sharded weights, replicated
+  // LayerNorm gains, odd element counts cut unevenly over 3 and 7 threads.
+  for (int rank : {0, 1}) {
+    OpConfig cfg = op_config(OpKind::transformer_layer, {{"hidden", 12}, {"heads", 2}, {"ffn", 14}, {"causal", true}});
+    cfg.tp_rank = rank;   // shapes only (make_params needs no communicator)
+    cfg.tp_size = 2;
+    const ParamSet one = make_params(cfg, "m/2.0", 9, 1);
+    for (int threads : {3, 7}) {
+      const ParamSet many = make_params(cfg, "m/2.0", 9, threads);
+      REQUIRE(many.params.size() == one.params.size());
+      for (size_t i = 0; i < one.params.size(); ++i) {
+        INFO(one.params[i].name << " on " << threads << " threads, TP rank " << rank);
+        const Tensor& a = one.params[i].value;
+        const Tensor& b = many.params[i].value;
+        REQUIRE(a.shape() == b.shape());
+        CHECK(std::equal(a.data(), a.data() + a.numel(), b.data()));
+      }
+    }
+  }
+}
+
 TEST_CASE("op kinds round-trip their catalogue names", "[ops]") {
   for (const char* n : {"patch_embed", "token_embed", "transformer_layer", "linear", "pool_project",
                         "contrastive_loss", "lm_loss"}) {
