@@ -8,6 +8,8 @@
 #     MODEL      default tiny-clip       STEPS  default 30 (the first 5 are warm-up)
 #     STRATEGY   default spindle (spindle-plan --strategy: e.g. intra-task, for
 #                a plan that moves activations between the ranks)
+# SPINDLE_BACKEND=cuda (default cpu) measures and runs on the CUDA backend,
+# one GPU per rank (scripts/gpu-check.sh's loop-gpu step, with one rank).
 # Prints the profile summary, the plan summary and the comparison table (the
 # step and per-rank parts from the run without --trace, the boxes from the one
 # with it);
@@ -24,9 +26,11 @@ out="$build/loop/$model_name.cpu-1x$ranks${5:+.$strategy}"
 mkdir -p "$out"
 rm -f "$out/metrics.jsonl"
 mpirun=(mpirun -np "$ranks" --oversubscribe)
+backend=(--backend "${SPINDLE_BACKEND:-cpu}")
 
 echo "== 1. measure: ${mpirun[*]} spindle-profile --measure"
-"${mpirun[@]}" "$build/apps/spindle-profile" "$model" --cluster "$cluster" --measure -o "$out/profile.json"
+"${mpirun[@]}" "$build/apps/spindle-profile" "$model" --cluster "$cluster" --measure "${backend[@]}" \
+    -o "$out/profile.json"
 echo "== 2. plan with the measured profile"
 "$build/apps/spindle-plan" "$model" --cluster "$cluster" --profile "$out/profile.json" --strategy "$strategy" \
     -o "$out/plan.json" --trace "$out/planned-trace.json"
@@ -34,10 +38,10 @@ echo "== 2. plan with the measured profile"
 # of tiny-clip's step on the 2-core VM); then again with --trace for the
 # per-box comparison.
 echo "== 3. run: ${mpirun[*]} spindle-run ($steps steps), then again with --trace"
-"${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" \
+"${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
     --metrics "$out/metrics.jsonl" | tail -n 2
 rm -f "$out/traced-metrics.jsonl"
-"${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" \
+"${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
     --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" | tail -n 1
 echo "== 4. predicted against measured"
 "$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip 5 \

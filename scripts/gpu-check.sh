@@ -45,9 +45,9 @@ start_all=$SECONDS
 # build 174 s on one and over 200 s on another, ctest-gpu 20-22 s, bench-vith
 # 6 s, bench-vith-fp32 3 s, kernels about 20 s, bench-gpu over 45 s.
 declare -A LIMITS=(
-  [nvidia-smi]=10 [setup]=20 [configure]=20 [build]=260 [ctest-gpu]=45
-  [bench-vith]=15 [bench-vith-fp32]=10 [kernels]=30 [bench-gpu]=60
-  [profile-tiny-clip]=10 [profile-tiny-lm]=20 [profile-tiny-clip-np2]=15
+  [nvidia-smi]=10 [setup]=20 [configure]=20 [build]=255 [ctest-gpu]=40
+  [bench-vith]=15 [bench-vith-fp32]=10 [kernels]=25 [bench-gpu]=45
+  [profile-tiny-clip]=5 [profile-tiny-lm]=20 [profile-tiny-clip-np2]=15 [loop-gpu]=30
 )
 KILL_GRACE_S=2   # timeout --kill-after: a step that ignores SIGTERM gets this much more
 BUDGET_S="${GPU_CHECK_BUDGET_S:-540}"
@@ -151,7 +151,7 @@ step configure cmake -S "$SPINDLE_ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TY
 grep "spindle: CUDA backend" "$WORK/configure.log"
 cp "$BUILD/CMakeCache.txt" "$WORK/CMakeCache.txt" 2>/dev/null
 step build cmake --build "$BUILD" -j "$JOBS" --target spindle-plan spindle-run spindle-profile \
-  test_gpu gpu_tool gpu compare_runs
+  test_gpu gpu_tool gpu compare_runs loop
 
 # 2. Tests labelled gpu: op parity, AdamW, the runtime equivalence (one
 # GPU, and mpirun -np 2: NCCL with 2+ GPUs, host-staged MPI with one). On a
@@ -181,7 +181,7 @@ if [ -n "$ncu_bin" ]; then
   step kernels "$ncu_bin" --metrics gpu__time_duration.sum --print-summary per-kernel --csv --launch-count 300 \
     "$BUILD/bench/gpu/gpu" --hidden 1280 --batches 64 --budget-ms 1
 fi
-step bench-gpu "$BUILD/bench/gpu/gpu" --batches 1,4,16,64,256 --csv "$WORK/bench-gpu.csv" --budget-ms 40
+step bench-gpu "$BUILD/bench/gpu/gpu" --batches 1,16,256 --csv "$WORK/bench-gpu.csv" --budget-ms 30
 grep -E "^gpu:" "$WORK/bench-gpu.log"
 
 # 4. spindle-profile --measure on the GPU: tiny-clip, and tiny-lm for its
@@ -199,6 +199,11 @@ if [ "$gpus" -ge 2 ]; then
     "$SPINDLE_ROOT/configs/models/tiny-clip.yaml" --cluster "$CL/cpu-1x4.yaml" --devices 1,2 \
     -o "$WORK/profile-tiny-clip-np2.json" --measure --backend cuda --point-ms 20
 fi
+
+# 5. The planner's prediction against a GPU run (bench/loop.sh): tiny-clip's
+# profile measured on the GPU, a one-device plan made with it, 30 steps run
+# with and without --trace, predicted and measured step and boxes compared.
+step loop-gpu env SPINDLE_BACKEND=cuda "$SPINDLE_ROOT/bench/loop.sh" "$BUILD" 1 tiny-clip 30
 
 echo "total $((SECONDS - start_all))s" | tee -a "$SUMMARY"
 pack
