@@ -113,9 +113,10 @@ int main(int argc, char** argv) {
     seed_one.push_back(bench::time_ms([&] { a = exec::make_params(layer, "vision/1.0", 0, 1); }));
     seed_all.push_back(bench::time_ms([&] { b = exec::make_params(layer, "vision/1.0", 0, cores); }));
     values = a.local_count();
-    for (size_t p = 0; p < a.params.size(); ++p)
-      seeded_same = seeded_same && std::equal(a.params[p].value.data(), a.params[p].value.data() + a.params[p].value.numel(),
-                                              b.params[p].value.data());
+    for (size_t p = 0; p < a.params.size(); ++p) {
+      const exec::Tensor& x = a.params[p].value;
+      seeded_same = seeded_same && std::equal(x.data(), x.data() + x.numel(), b.params[p].value.data());
+    }
   }
   const double s1 = bench::median(seed_one), sa = bench::median(seed_all);
   std::printf("seeding a ViT-H layer's %lld parameters (median of 3): 1 thread %.1f ms (%.1f ns each), %d threads "

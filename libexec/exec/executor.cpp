@@ -341,7 +341,8 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
     : model_(model), world_(world), groups_(std::move(groups)), backend_(backend),
       options_(options), rank_(world.rank()),
       sched_(std::make_unique<Schedule>(model, plan, runtime_sync(options.sync, backend, world))),
-      loss_(model.tasks.size(), 0.0), synthetic_(std::make_unique<SyntheticSource>(options.seed, 0, std::max(options.host_threads, 1))),
+      loss_(model.tasks.size(), 0.0),
+      synthetic_(std::make_unique<SyntheticSource>(options.seed, 0, std::max(options.host_threads, 1))),
       data_(synthetic_.get()), origin_(Clock::now()) {
   if (world.size() != plan.devices)
     throw std::invalid_argument("the plan is for " + std::to_string(plan.devices) +

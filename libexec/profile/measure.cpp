@@ -199,7 +199,8 @@ OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const Me
     backend.synchronize();
     const double forward_ms = ms_since(t0);
     if (dy.empty())
-      dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f}) : random_tensor(y.shape(), o.seed, hash_name("dy"), o.host_threads));
+      dy = to_backend(backend, loss ? Tensor::from({1}, {1.0f})
+                                    : random_tensor(y.shape(), o.seed, hash_name("dy"), o.host_threads));
     std::vector<Tensor> dx = backend.backward(op, dy);
     backend.synchronize();
     return forward_ms;
