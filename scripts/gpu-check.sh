@@ -28,6 +28,7 @@
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 source "$SPINDLE_ROOT/scripts/gpu-deps-env.sh"
+source "$SPINDLE_ROOT/scripts/gpu-common.sh"
 OUT="${OUT:-$PWD/gpu-out}"
 WORK="${GPU_CHECK_WORK:-/tmp/spindle-gpu-check}"
 [ -n "${GPU_CHECK_WORK:-}" ] || rm -rf "$WORK"   # only the default folder is cleared
@@ -146,12 +147,43 @@ command -v cmake > /dev/null || step setup "$SPINDLE_ROOT/scripts/setup.sh"
 
 # 1. Build: CUDA required (configure fails without it), only the targets the
 # checks use. No -Werror: the machine's compiler may be newer than Debian's.
-step configure cmake -S "$SPINDLE_ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSPINDLE_WITH_CUDA=ON "${SPINDLE_DEPS_CMAKE_ARGS[@]}" "${SPINDLE_NCCL_CMAKE_ARGS[@]}"
-grep "spindle: CUDA backend" "$WORK/configure.log"
-cp "$BUILD/CMakeCache.txt" "$WORK/CMakeCache.txt" 2>/dev/null
-step build cmake --build "$BUILD" -j "$JOBS" --target spindle-plan spindle-run spindle-profile \
-  test_gpu gpu_tool gpu compare_runs loop
+# A build carried in .gpu-prebuilt (scripts/gpu-prebuild.sh) is used instead
+# when it was made from this very tree and its programs start here; any
+# other case builds here, as before (GPU_PREBUILT=0 forces that).
+prebuilt=0
+carried="$SPINDLE_ROOT/.gpu-prebuilt"
+if [ "${GPU_PREBUILT:-1}" != 0 ] && [ -f "$carried/build-gpu.tar.gz" ] && [ -f "$carried/stamp" ]; then
+  t0=$SECONDS
+  want=$(cat "$carried/stamp")
+  have=$(spindle_tree_stamp "$SPINDLE_ROOT")
+  if [ "$BUILD" != "$SPINDLE_ROOT/build-gpu" ]; then
+    why="GPU_BUILD_DIR is not build-gpu"
+  elif [ "$want" != "$have" ]; then
+    why="made from another tree ($want), this one is $have"
+  else
+    rm -rf "$BUILD"
+    if tar -C "$SPINDLE_ROOT" -xzf "$carried/build-gpu.tar.gz" &&
+      "$BUILD/test/gpu/gpu_tool" count > "$WORK/prebuilt.log" 2>&1 &&
+      "$BUILD/apps/spindle-run" --help >> "$WORK/prebuilt.log" 2>&1; then
+      prebuilt=1
+    else
+      why="its programs do not start here: $(tail -n 2 "$WORK/prebuilt.log" 2>/dev/null | tr '\n' ' ')"
+      rm -rf "$BUILD"
+    fi
+  fi
+  if [ "$prebuilt" = 1 ]; then
+    echo "prebuilt: the carried build of $want, unpacked in $((SECONDS - t0))s" | tee -a "$SUMMARY"
+  else
+    echo "prebuilt: not used ($why); building here" | tee -a "$SUMMARY"
+  fi
+fi
+if [ "$prebuilt" = 0 ]; then
+  step configure cmake -S "$SPINDLE_ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSPINDLE_WITH_CUDA=ON "${SPINDLE_DEPS_CMAKE_ARGS[@]}" "${SPINDLE_NCCL_CMAKE_ARGS[@]}"
+  grep "spindle: CUDA backend" "$WORK/configure.log"
+  cp "$BUILD/CMakeCache.txt" "$WORK/CMakeCache.txt" 2>/dev/null
+  step build cmake --build "$BUILD" -j "$JOBS" --target "${SPINDLE_GPU_TARGETS[@]}"
+fi
 
 # 2. Tests labelled gpu: op parity, AdamW, the runtime equivalence (one
 # GPU, and mpirun -np 2: NCCL with 2+ GPUs, host-staged MPI with one). On a
