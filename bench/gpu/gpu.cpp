@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
       if (csv)
         csv << s.hidden << ',' << s.heads << ',' << s.ffn << ',' << s.seq << ',' << (s.causal ? 1 : 0) << ',' << b
             << ',' << med << ',' << tflops << ',' << share << ',' << med_fwd << ',' << gemm_ms << ',' << peak << ','
-            << s.models << '\n';
+            << s.models << std::endl;   // flushed: a run stopped at its time box keeps every row it printed
     }
   }
   if (vith_best > 0)
