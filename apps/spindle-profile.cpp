@@ -41,7 +41,6 @@
 #include "libexec/comm/launch_env.h"
 #endif
 #include "libexec/comm/mpi_comm.h"
-#include "libexec/exec/executor.h"
 #include "libexec/profile/calibrate.h"
 #include "libexec/profile/fit.h"
 #include "libexec/profile/measure.h"
@@ -286,7 +285,7 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
   // Ranks on the host share its memory system: a point of n devices is
   // timed on n ranks at once, as its slice runs (MeasureOptions::together).
   options.together = backend->device() == se::Device::host;
-  options.host_threads = se::host_threads_for(backend_name, static_cast<int>(std::thread::hardware_concurrency()),
+  options.host_threads = se::host_threads_for(backend->device(), static_cast<int>(std::thread::hardware_concurrency()),
                                               world->size());
   ProgressLine line;
   se::ProgressFn progress;

@@ -495,8 +495,8 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   // node assumed, as the GPU binding does).
   int ranks_on_node = 1;
   for (const std::string& l : in.locals) ranks_on_node = std::max(ranks_on_node, std::atoi(l.c_str()) + 1);
-  rt.options.host_threads =
-      se::host_threads_for(args.backend, static_cast<int>(std::thread::hardware_concurrency()), ranks_on_node);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  rt.options.host_threads = se::host_threads_for(rt.backend->device(), cores, ranks_on_node);
   // The gradient sync the plan was simulated with, unless a flag says otherwise.
   const sp::SyncFlags flags{args.no_overlap, args.no_early,
                             args.bucket_mb_given ? std::optional(sp::bucket_bytes_of_mb(args.bucket_mb)) : std::nullopt};

@@ -103,7 +103,7 @@ for tool in cmake ninja; do
       [ -x "$d/$tool" ] && PATH="$d:$PATH"
   fi
 done
-command -v nvcc > /dev/null || { [ -x /usr/local/cuda/bin/nvcc ] && PATH="$PATH:/usr/local/cuda/bin"; }
+spindle_nvcc_on_path || true   # configure then says why the CUDA backend cannot be built
 
 # 0. Dependencies: the carried bundle where the Debian packages are missing.
 SPINDLE_DEPS_CMAKE_ARGS=()

@@ -1,6 +1,14 @@
 # Sourced by scripts/gpu-check.sh and scripts/gpu-prebuild.sh: what both
 # must agree on.
 
+# nvcc on PATH: as found, else the toolkit's in /usr/local/cuda/bin; false
+# when neither is there.
+spindle_nvcc_on_path() {
+  command -v nvcc > /dev/null && return 0
+  [ -x /usr/local/cuda/bin/nvcc ] || return 1
+  PATH="$PATH:/usr/local/cuda/bin"
+}
+
 # The targets the GPU check builds and runs.
 SPINDLE_GPU_TARGETS=(spindle-plan spindle-run spindle-profile test_gpu gpu_tool gpu compare_runs loop)
 

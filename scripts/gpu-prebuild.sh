@@ -26,9 +26,8 @@ OUT_DIR="$SPINDLE_ROOT/.gpu-prebuilt"
 JOBS="${JOBS:-$(nproc)}"
 DEPS_PREFIX="${SPINDLE_DEPS_PREFIX:-/opt/spindle-deps}"
 
-command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+spindle_nvcc_on_path ||
   { echo "gpu-prebuild: no nvcc (the CUDA toolkit is needed to build the CUDA backend)" >&2; exit 2; }
-command -v nvcc > /dev/null || PATH="$PATH:/usr/local/cuda/bin"
 
 # The tree's stamp: the commit and a hash of what differs from it.
 stamp="$(spindle_tree_stamp "$SPINDLE_ROOT")"

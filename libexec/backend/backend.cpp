@@ -1,5 +1,7 @@
 #include "libexec/backend/backend.h"
 
+#include <algorithm>
+
 #include "libexec/backend/cpu/cpu_backend.h"
 #ifdef SPINDLE_HAVE_CUDA
 #include <stdexcept>
@@ -8,6 +10,11 @@
 #endif
 
 namespace spindle::exec {
+
+int host_threads_for(Device device, int cores, int ranks_on_node) {
+  if (device == Device::host) return 1;
+  return std::max(1, cores / std::max(ranks_on_node, 1));
+}
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   if (name == "cpu") return make_cpu_backend();

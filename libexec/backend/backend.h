@@ -54,4 +54,10 @@ class Backend {
 std::unique_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string_view> backend_names();  // those built in, "cpu" first
 
+// Host threads a rank uses for its own host-side work (seeding parameters,
+// drawing synthetic data) when its backend computes on `device` and it
+// shares a node of `cores` cores with `ranks_on_node` ranks: 1 on the host
+// (each rank already takes a core), else cores / ranks_on_node (at least 1).
+int host_threads_for(Device device, int cores, int ranks_on_node);
+
 }  // namespace spindle::exec

@@ -331,18 +331,13 @@ struct Executor::ParamState {
   int64_t stepped = 0;       // the training step of its last optimizer step
 };
 
-int host_threads_for(const std::string& backend, int cores, int ranks_on_node) {
-  if (backend == "cpu") return 1;
-  return std::max(1, cores / std::max(ranks_on_node, 1));
-}
-
 Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world, GroupComms groups,
                    Backend& backend, ExecOptions options)
     : model_(model), world_(world), groups_(std::move(groups)), backend_(backend),
       options_(options), rank_(world.rank()),
       sched_(std::make_unique<Schedule>(model, plan, runtime_sync(options.sync, backend, world))),
       loss_(model.tasks.size(), 0.0),
-      synthetic_(std::make_unique<SyntheticSource>(options.seed, 0, std::max(options.host_threads, 1))),
+      synthetic_(std::make_unique<SyntheticSource>(options.seed, 0, options.host_threads)),
       data_(synthetic_.get()), origin_(Clock::now()) {
   if (world.size() != plan.devices)
     throw std::invalid_argument("the plan is for " + std::to_string(plan.devices) +
@@ -380,7 +375,7 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
       if (fresh) {
         // Seeded on the host, then resident in the backend's memory for the
         // whole run: value, gradient and AdamW moments.
-        ps.set = make_params(cfg, op.param, options_.seed, std::max(options_.host_threads, 1));
+        ps.set = make_params(cfg, op.param, options_.seed, options_.host_threads);
         for (Param& p : ps.set.params) {
           p.value = to_backend(backend_, p.value);
           p.grad = backend_.allocate(p.value.shape());

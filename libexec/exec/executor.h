@@ -84,14 +84,9 @@ struct ExecOptions {
   // training data of one read (the default data); the values are the same
   // for any count. One on the CPU backend, whose ranks already take a core
   // each; spindle-run gives a CUDA rank its node's cores over its ranks
-  // there (host_threads_for).
+  // there (host_threads_for, backend.h). Fewer than 1 counts as 1.
   int host_threads = 1;
 };
-
-// The host_threads of a rank of backend `backend` ("cpu", "cuda") sharing a
-// node of `cores` cores with `ranks_on_node` ranks: 1 on the CPU, else
-// cores / ranks_on_node (at least 1).
-int host_threads_for(const std::string& backend, int cores, int ranks_on_node);
 
 // What this rank did in one step, by phase of its lowered program. Bytes
 // are those of the buffers it handed to its communicators (fp32), the same

@@ -49,7 +49,7 @@ struct MeasureOptions {
   bool include_data = true;
   // Host threads that seed a point's parameters and draw its inputs and
   // synthetic data (the values do not depend on it): 1 on the CPU backend; spindle-profile gives a
-  // CUDA rank the host's cores over its ranks (exec::host_threads_for),
+  // CUDA rank the host's cores over its ranks (host_threads_for, backend.h),
   // since drawing a ViT-H point's inputs on one core took longer than
   // timing it on an H200.
   int host_threads = 1;

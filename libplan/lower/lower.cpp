@@ -268,8 +268,13 @@ void holders_by_rank(const std::vector<int>& slices, int tp, const Lowered& out,
   }
 }
 
-// options.sync is set (lower_header resolves an empty one).
-void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered& out) {
+// The gradient sync a lowering of `plan` follows: options.sync, or when it
+// is empty the plan's own (planned_sync).
+GradSync lowering_sync(const LowerOptions& options, const Plan& plan) {
+  return options.sync.value_or(planned_sync(plan));
+}
+
+void lower_shards(const LowerContext& ctx, const LowerOptions& options, const GradSync& sync, Lowered& out) {
   const bool runtime_maps = options.runtime_maps;
   const ParamIds& ids = ctx.params;
   const OpGraph& graph = *ctx.graph;
@@ -344,13 +349,13 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, Lowered&
       b.params.push_back(x.param);
       b.values += shard_values[static_cast<size_t>(x.param)];
     }
-    split_bucket(std::move(b), first_wave, shard_values, options.sync->bucket_bytes, out.buckets);
+    split_bucket(std::move(b), first_wave, shard_values, sync.bucket_bytes, out.buckets);
   }
   order_buckets(out.buckets, out.devices);
   // Started as their gradients become final: the global order follows
   // readiness (latest first wave first), else one ready late would hold
   // back the ones after it.
-  if (options.sync->overlap)
+  if (sync.overlap)
     std::stable_sort(out.buckets.begin(), out.buckets.end(),
                      [](const Bucket& a, const Bucket& b) { return a.first_wave > b.first_wave; });
 }
@@ -923,9 +928,7 @@ Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const Lo
   Lowered out;
   out.devices = plan.devices;
   SPINDLE_TRY(lower_slices(plan, ctx, out));
-  LowerOptions resolved = options;   // lower_shards reads its sync
-  if (!resolved.sync) resolved.sync = planned_sync(plan);
-  lower_shards(ctx, resolved, out);
+  lower_shards(ctx, options, lowering_sync(options, plan), out);
   return out;
 }
 
@@ -935,7 +938,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   const DeviceShares shares(out);
   BuilderScratch scratch(ids.names.size());
   // Transfers posted early when the caller allows it and the plan asks for it.
-  GradSync sync = options.sync.value_or(planned_sync(plan));
+  GradSync sync = lowering_sync(options, plan);
   sync.early_transfers = sync.early_transfers && plan.early_transfers;
   out.programs.reserve(static_cast<size_t>(plan.devices));
   out.bucket_starts_matter = false;

@@ -104,10 +104,10 @@ TEST_CASE("data: the values do not depend on how many threads draw them") {
     for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(t[i] == t1[i]);
     for (int64_t i = 0; i < y.numel(); ++i) REQUIRE(y[i] == y1[i]);
   }
-  CHECK(host_threads_for("cpu", 16, 2) == 1);
-  CHECK(host_threads_for("cuda", 16, 2) == 8);
-  CHECK(host_threads_for("cuda", 16, 32) == 1);
-  CHECK(host_threads_for("cuda", 0, 0) == 1);
+  CHECK(host_threads_for(Device::host, 16, 2) == 1);
+  CHECK(host_threads_for(Device::cuda, 16, 2) == 8);
+  CHECK(host_threads_for(Device::cuda, 16, 32) == 1);
+  CHECK(host_threads_for(Device::cuda, 0, 0) == 1);
 }
 
 TEST_CASE("data: features are the formula of data.h, value by value") {
