@@ -11,6 +11,10 @@
 
 namespace spindle::exec {
 
+void Backend::adamw_steps(const AdamWConfig& cfg, std::span<const AdamWUpdate> updates) {
+  for (const AdamWUpdate& u : updates) adamw_step(cfg, u.step, *u.param, *u.grad, *u.m, *u.v);
+}
+
 int host_threads_for(Device device, int cores, int ranks_on_node) {
   if (device == Device::host) return 1;
   return std::max(1, cores / std::max(ranks_on_node, 1));

@@ -15,7 +15,12 @@
 //    gradients per kind) on tensors in the backend's memory; the Op's
 //    parameters (its ParamSet) must live there too. Ops with a TP group call
 //    its Comm from inside (host staging is the backend's business).
-//  - adamw_step updates a parameter in place (optim/adamw.h).
+//  - adamw_step updates a parameter in place (optim/adamw.h); adamw_steps
+//    makes several such updates, each exactly as adamw_step would (the
+//    default runs them one by one; the CUDA backend runs them in one
+//    launch per 32 tensors, since one launch per tensor costs more than
+//    the update of a small tensor: 0.55 against 0.011 ms predicted for
+//    tiny-clip's 49,840 values on an H200).
 //  - A Backend is used by one thread at a time.
 #pragma once
 
@@ -29,6 +34,16 @@
 #include "libexec/tensor.h"
 
 namespace spindle::exec {
+
+// One AdamW update: a parameter's value, its gradient and moments (same
+// element count, all in one memory) and the step t >= 1 it takes.
+struct AdamWUpdate {
+  int64_t step = 0;
+  Tensor* param = nullptr;
+  const Tensor* grad = nullptr;
+  Tensor* m = nullptr;
+  Tensor* v = nullptr;
+};
 
 class Backend {
  public:
@@ -46,6 +61,7 @@ class Backend {
   virtual std::vector<Tensor> backward(Op& op, const Tensor& grad_output) = 0;
   virtual void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param,
                           const Tensor& grad, Tensor& m, Tensor& v) = 0;
+  virtual void adamw_steps(const AdamWConfig& cfg, std::span<const AdamWUpdate> updates);
 };
 
 // "cpu" is always built. Returns nullptr for a name not built into this

@@ -779,7 +779,16 @@ void Executor::backward_exchange(const plan::Instr& instr) {
     const int ps = sched_->lowered.slice_of[static_cast<size_t>(t.producer)];
     const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
     auto [it, fresh] = dout_.try_emplace(t.producer);
-    if (fresh) it->second = backend_.allocate(with_rows(mine.size(), out_row_shape(p)));
+    const Shape whole = with_rows(mine.size(), out_row_shape(p));
+    if (fresh && t.rows.begin == mine.begin && t.rows.size() == mine.size() && piece.shape() == whole) {
+      // The first piece covers all of this rank's rows: taken as it is
+      // (no zero-filled buffer, no add; a later piece adds into it). It
+      // may alias a consumer's input gradient, which no other transfer
+      // reads: each transfer carries distinct rows of one consumer input.
+      it->second = piece;
+      continue;
+    }
+    if (fresh) it->second = backend_.allocate(whole);
     Tensor dst = row_view(it->second, t.rows.begin - mine.begin, t.rows.size());
     backend_.add(piece, dst);
   }
@@ -854,6 +863,7 @@ void Executor::progress_buckets() {
 // bucket gives bitwise the step of all at once.
 void Executor::optimizer_step(int bucket) {
   const Clock::time_point t0 = Clock::now();
+  std::vector<AdamWUpdate> updates;   // every tensor of the shards, in one backend call
   auto step_shard = [&](ParamState& ps) {
     if (ps.stepped >= step_)   // a lowering bug: every shard is stepped once per step
       throw std::logic_error("optimizer: a parameter shard stepped twice in step " + std::to_string(step_));
@@ -861,7 +871,7 @@ void Executor::optimizer_step(int bucket) {
     ++ps.adam_steps;
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       Param& p = ps.set.params[i];
-      backend_.adamw_step(options_.adamw, ps.adam_steps, p.value, p.grad, ps.m[i], ps.v[i]);
+      updates.push_back({ps.adam_steps, &p.value, &p.grad, &ps.m[i], &ps.v[i]});
     }
   };
   if (bucket >= 0) {
@@ -871,6 +881,7 @@ void Executor::optimizer_step(int bucket) {
     for (auto& [key, ps] : params_)
       if (ps.stepped < step_) step_shard(ps);
   }
+  backend_.adamw_steps(options_.adamw, updates);
   counters_.compute_ms += ms_since(t0);
   if (tracing())
     record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);

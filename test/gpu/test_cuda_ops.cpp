@@ -275,6 +275,56 @@ TEST_CASE("cuda AdamW equals the CPU AdamW over 3 steps, host and device tensors
   }
 }
 
+TEST_CASE("cuda adamw_steps: 70 tensors in batched launches equal adamw_step tensor by tensor, bitwise", "[gpu]") {
+  skip_without_gpu();
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::unique_ptr<Backend> gpu = make_cuda_backend();
+  const AdamWConfig cfg{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  // 70 tensors: three launches of up to 32, empty and one-value tensors
+  // among them, and steps that differ per tensor (a resumed shard's count).
+  constexpr int kTensors = 70;
+  std::vector<Tensor> p, g, m, v, bp, bm, bv, cp, cm, cv;
+  std::vector<int64_t> steps;
+  for (int t = 0; t < kTensors; ++t) {
+    const int64_t n = t % 7 == 0 ? 0 : t % 5 == 0 ? 1 : 37 * t + 11;
+    const uint64_t seed = 1000 + static_cast<uint64_t>(t);
+    p.push_back(random_tensor({n}, seed));
+    g.push_back(random_tensor({n}, seed + 5000, 0.1f));
+    m.push_back(random_tensor({n}, seed + 7000, 0.01f));
+    Tensor vv = random_tensor({n}, seed + 9000, 0.01f);
+    for (int64_t i = 0; i < n; ++i) vv.data()[i] *= vv.data()[i];   // v >= 0
+    v.push_back(vv);
+    steps.push_back(1 + t % 4);
+  }
+  std::vector<AdamWUpdate> updates;
+  std::vector<Tensor> dg;
+  for (int t = 0; t < kTensors; ++t) {
+    bp.push_back(to_dev(*gpu, p[t]));
+    bm.push_back(to_dev(*gpu, m[t]));
+    bv.push_back(to_dev(*gpu, v[t]));
+    dg.push_back(to_dev(*gpu, g[t]));
+  }
+  for (int t = 0; t < kTensors; ++t) updates.push_back({steps[t], &bp[t], &dg[t], &bm[t], &bv[t]});
+  gpu->adamw_steps(cfg, updates);
+  double worst = 0;
+  for (int t = 0; t < kTensors; ++t) {
+    INFO("tensor " << t << " of " << p[t].numel() << " values, step " << steps[t]);
+    Tensor sp = to_dev(*gpu, p[t]), sm = to_dev(*gpu, m[t]), sv = to_dev(*gpu, v[t]);
+    gpu->adamw_step(cfg, steps[t], sp, dg[t], sm, sv);   // one tensor per launch
+    CHECK(to_host(*gpu, bp[t]).vec() == to_host(*gpu, sp).vec());
+    CHECK(to_host(*gpu, bm[t]).vec() == to_host(*gpu, sm).vec());
+    CHECK(to_host(*gpu, bv[t]).vec() == to_host(*gpu, sv).vec());
+    Tensor hp = p[t].clone(), hm = m[t].clone(), hv = v[t].clone();
+    cpu->adamw_step(cfg, steps[t], hp, g[t], hm, hv);   // and the CPU reference
+    if (hp.numel() > 0) {
+      const double e = rel_err(to_host(*gpu, bp[t]), hp);
+      worst = std::max(worst, e);
+      CHECK(e <= 1e-5);
+    }
+  }
+  std::printf("adamw_steps: 70 tensors, worst relative error against the CPU %.3g (tolerance 1e-5)\n", worst);
+}
+
 namespace {
 
 // `cfg` over a TP group of 2 ranks (threads, one CUDA backend each, device

@@ -290,6 +290,37 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaMemcpy(dst->data(), src->data(), static_cast<size_t>(n) * kFloatBytes, cudaMemcpyDeviceToHost));
   }
 
+  // Device tensors in launches of up to kAdamWBatch tensors; host ones (and
+  // a mix, which adamw_step refuses) one by one through adamw_step.
+  void adamw_steps(const AdamWConfig& cfg, std::span<const AdamWUpdate> updates) override {
+    k::AdamWBatch batch;
+    float decay = 1.0f;
+    const auto flush = [&] {
+      k::adamw_batch(batch, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay);
+      batch = k::AdamWBatch{};
+    };
+    for (const AdamWUpdate& u : updates) {
+      const bool device = u.param->device() == Device::cuda && u.grad->device() == Device::cuda &&
+                          u.m->device() == Device::cuda && u.v->device() == Device::cuda;
+      if (!device) {
+        adamw_step(cfg, u.step, *u.param, *u.grad, *u.m, *u.v);
+        continue;
+      }
+      const AdamWScalars sc = adamw_scalars(cfg, u.step, *u.param, *u.grad, *u.m, *u.v);
+      decay = sc.decay;   // the same for every update (cfg's)
+      const int t = batch.count++;
+      batch.p[t] = u.param->data();
+      batch.g[t] = u.grad->data();
+      batch.m[t] = u.m->data();
+      batch.v[t] = u.v->data();
+      batch.end[t] = (t > 0 ? batch.end[t - 1] : 0) + u.param->numel();
+      batch.bc1[t] = sc.bc1;
+      batch.bc2[t] = sc.bc2;
+      if (batch.count == k::kAdamWBatch) flush();
+    }
+    if (batch.count > 0) flush();
+  }
+
  private:
   // ---- matrix products (row-major; see gemm) ----
 

@@ -478,6 +478,28 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n,
   }
 }
 
+// Value i of the batch belongs to the first tensor t with i < end[t].
+__global__ void adamw_batch_k(AdamWBatch b, float lr, float beta1, float beta2, float eps, float decay) {
+  GRID_STRIDE(i, b.end[b.count - 1]) {
+    int lo = 0, hi = b.count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (i < b.end[mid]) hi = mid;
+      else lo = mid + 1;
+    }
+    const int64_t j = i - (lo > 0 ? b.end[lo - 1] : 0);
+    float* p = b.p[lo];
+    float* m = b.m[lo];
+    float* v = b.v[lo];
+    const float gi = b.g[lo][j];
+    const float mi = beta1 * m[j] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[j] + (1.0f - beta2) * gi * gi;
+    m[j] = mi;
+    v[j] = vi;
+    p[j] = p[j] * decay - lr * (mi / b.bc1[lo]) / (sqrtf(vi / b.bc2[lo]) + eps);
+  }
+}
+
 }  // namespace
 
 #define LAUNCH(kernel, grid, block, ...)      \
@@ -695,6 +717,11 @@ void contrastive_dlogits(const float* pr, const float* pct, float* dl, int64_t n
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float decay, float bc1, float bc2) {
   if (n > 0) LAUNCH(adamw_k, blocks_for(n), kThreads, p, g, m, v, n, lr, beta1, beta2, eps, decay, bc1, bc2);
+}
+
+void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay) {
+  if (b.count > 0 && b.end[b.count - 1] > 0)
+    LAUNCH(adamw_batch_k, blocks_for(b.end[b.count - 1]), kThreads, b, lr, beta1, beta2, eps, decay);
 }
 
 }  // namespace spindle::exec::cuda

@@ -123,5 +123,21 @@ void contrastive_dlogits(const float* pr, const float* pct, float* dl, int64_t n
 // and decay = 1 - lr * weight_decay computed by the caller.
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float decay, float bc1, float bc2);
+// The same update over up to kAdamWBatch tensors in one launch: tensor t
+// holds end[t] - end[t - 1] values (end[-1] = 0, ends non-decreasing) and
+// takes its own bias corrections; each value is updated exactly as adamw
+// updates it. Passed by value as the kernel's argument (1.5 KB).
+constexpr int kAdamWBatch = 32;
+struct AdamWBatch {
+  int count = 0;
+  float* p[kAdamWBatch] = {};
+  const float* g[kAdamWBatch] = {};
+  float* m[kAdamWBatch] = {};
+  float* v[kAdamWBatch] = {};
+  int64_t end[kAdamWBatch] = {};
+  float bc1[kAdamWBatch] = {};
+  float bc2[kAdamWBatch] = {};
+};
+void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay);
 
 }  // namespace spindle::exec::cuda
