@@ -8,9 +8,9 @@
 #   scripts/gpu-prebuild.sh        writes .gpu-prebuilt/build-gpu.tar.gz and .gpu-prebuilt/stamp
 #
 # Then carry both .gpu-deps and .gpu-prebuilt. gpu-check.sh unpacks the
-# build into build-gpu when the stamp matches the tree it runs on (the
-# commit, and a hash of the uncommitted changes) and its programs start
-# with the carried libraries; otherwise it builds there as before.
+# build into build-gpu when the stamp matches the tree it runs on (a hash
+# of its files' paths and contents, scripts/gpu-common.sh) and its programs
+# start with the carried libraries; otherwise it builds there as before.
 #
 # The build is configured as gpu-check.sh configures it (CUDA on, the same
 # targets), in Release with the programs stripped (RelWithDebInfo's would
@@ -29,7 +29,7 @@ DEPS_PREFIX="${SPINDLE_DEPS_PREFIX:-/opt/spindle-deps}"
 spindle_nvcc_on_path ||
   { echo "gpu-prebuild: no nvcc (the CUDA toolkit is needed to build the CUDA backend)" >&2; exit 2; }
 
-# The tree's stamp: the commit and a hash of what differs from it.
+# The tree's stamp: a hash of its files' paths and contents.
 stamp="$(spindle_tree_stamp "$SPINDLE_ROOT")"
 
 rm -rf "$BUILD"
