@@ -130,6 +130,15 @@ void upload_vec(float* d, const std::vector<float>& h) {
   if (!h.empty()) CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * kFloatBytes, cudaMemcpyHostToDevice));
 }
 
+// The leading dimension of the attention's [seq, seq] score and probability
+// matrices, in elements: seq rounded up to a multiple of 8, so that every
+// row starts 16-byte aligned in bf16 and cuBLAS can run the batched
+// products on the tensor-core kernels that need it (with an odd seq, 257
+// for ViT-H, it fell back to align-1 kernels: 19% of the ViT-H layer's
+// kernel time on an H200 for 3% of its FLOPs, bench/results/gpu-h200.md).
+// Columns [seq, ld) are never read or written.
+int64_t score_ld(int64_t seq) { return (seq + 7) / 8 * 8; }
+
 int as_int(int64_t v, const char* what) {
   if (v < 0 || v > INT_MAX)
     throw std::invalid_argument(std::string("cuda backend: ") + what + " " + std::to_string(v) +
@@ -589,7 +598,8 @@ class CudaBackend final : public Backend {
     const int64_t b = x.size(0), seq = x.size(1), h = st.hidden, n = b * seq;
     if (x.size(2) != h) throw std::invalid_argument("transformer_layer: input " + shape_str(x.shape()));
     const int64_t lheads = st.heads / st.cfg.tp_size, dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh, ss = seq * seq;
+    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh;
+    const int64_t sl = score_ld(seq), ss = seq * sl;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
     s.b = b;
     s.seq = seq;
@@ -618,10 +628,10 @@ class CudaBackend final : public Backend {
     // inside, as Megatron's fused softmax does).
     s.probs = device_buf<T>(bh * ss);
     gemm_batched(false, true, seq, seq, dh, scale, s.qh.as<T>(), dh, sd, s.kh.as<T>(), dh, sd, 0.0f,
-                 s.probs.as<T>(), seq, ss, bh);
-    k::softmax_rows(s.probs.as<T>(), s.probs.as<T>(), bh * seq, seq, st.causal ? seq : 0);
+                 s.probs.as<T>(), sl, ss, bh);
+    k::softmax_rows(s.probs.as<T>(), s.probs.as<T>(), bh * seq, seq, sl, st.causal ? seq : 0);
     Buf oh = device_buf<T>(n * hl);
-    gemm_batched(false, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, s.vh.as<T>(), dh, sd, 0.0f,
+    gemm_batched(false, false, seq, dh, seq, 1.0f, s.probs.as<T>(), sl, ss, s.vh.as<T>(), dh, sd, 0.0f,
                  oh.as<T>(), dh, sd, bh);
     s.attn = device_buf<T>(n * hl);
     k::from_heads(oh.as<T>(), s.attn.as<T>(), b, seq, lheads, dh);
@@ -654,7 +664,8 @@ class CudaBackend final : public Backend {
     auto g = grads(*st.params);
     const int64_t b = s.b, seq = s.seq, h = st.hidden, n = s.n;
     const int64_t lheads = st.heads / st.cfg.tp_size, dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh, ss = seq * seq;
+    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh;
+    const int64_t sl = score_ld(seq), ss = seq * sl;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
     std::array<Buf, 6> w;
     if constexpr (std::is_same_v<T, float>) w = weights<T>(p, h, hl, fl);
@@ -691,17 +702,17 @@ class CudaBackend final : public Backend {
     k::to_heads(dattn.as<T>(), nullptr, doh.as<T>(), b, seq, lheads, dh);
     dattn = {};
     Buf dvh = device_buf<T>(n * hl);
-    gemm_batched(true, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, doh.as<T>(), dh, sd, 0.0f,
+    gemm_batched(true, false, seq, dh, seq, 1.0f, s.probs.as<T>(), sl, ss, doh.as<T>(), dh, sd, 0.0f,
                  dvh.as<T>(), dh, sd, bh);
     Buf ds = device_buf<T>(bh * ss);  // dP, then dS in place
-    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.as<T>(), dh, sd, s.vh.as<T>(), dh, sd, 0.0f, ds.as<T>(), seq,
+    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.as<T>(), dh, sd, s.vh.as<T>(), dh, sd, 0.0f, ds.as<T>(), sl,
                  ss, bh);
     doh = {};
-    k::softmax_backward_rows(s.probs.as<T>(), ds.as<T>(), ds.as<T>(), bh * seq, seq, scale);
+    k::softmax_backward_rows(s.probs.as<T>(), ds.as<T>(), ds.as<T>(), bh * seq, seq, sl, scale);
     Buf dqh = device_buf<T>(n * hl), dkh = device_buf<T>(n * hl);
-    gemm_batched(false, false, seq, dh, seq, 1.0f, ds.as<T>(), seq, ss, s.kh.as<T>(), dh, sd, 0.0f, dqh.as<T>(), dh,
+    gemm_batched(false, false, seq, dh, seq, 1.0f, ds.as<T>(), sl, ss, s.kh.as<T>(), dh, sd, 0.0f, dqh.as<T>(), dh,
                  sd, bh);
-    gemm_batched(true, false, seq, dh, seq, 1.0f, ds.as<T>(), seq, ss, s.qh.as<T>(), dh, sd, 0.0f, dkh.as<T>(), dh,
+    gemm_batched(true, false, seq, dh, seq, 1.0f, ds.as<T>(), sl, ss, s.qh.as<T>(), dh, sd, 0.0f, dkh.as<T>(), dh,
                  sd, bh);
     ds = {};
     Buf dq = device_buf<T>(n * hl), dk = device_buf<T>(n * hl), dv = device_buf<T>(n * hl);

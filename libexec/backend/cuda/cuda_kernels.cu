@@ -258,12 +258,12 @@ __global__ void gelu_backward_k(const T* x, const T* dy, T* dx, int64_t n) {
 }
 
 template <typename T>
-__global__ void softmax_rows_k(const T* x, T* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+__global__ void softmax_rows_k(const T* x, T* p, int64_t rows, int64_t cols, int64_t row_ld, int64_t causal_seq) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
-  const T* xr = x + r * cols;
-  T* pr = p + r * cols;
+  const T* xr = x + r * row_ld;
+  T* pr = p + r * row_ld;
   const int64_t last = causal_seq > 0 ? r % causal_seq : cols - 1;  // last unmasked column
   float mx = -INFINITY;
   for (int64_t c = lane; c <= last; c += kWarp) mx = fmaxf(mx, ld(xr[c]));
@@ -276,15 +276,16 @@ __global__ void softmax_rows_k(const T* x, T* p, int64_t rows, int64_t cols, int
 }
 
 template <typename T>
-__global__ void softmax_backward_rows_k(const T* p, const T* dp, T* ds, int64_t rows, int64_t cols, float scale) {
+__global__ void softmax_backward_rows_k(const T* p, const T* dp, T* ds, int64_t rows, int64_t cols, int64_t row_ld,
+                                        float scale) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
   float s = 0.0f;
-  for (int64_t c = lane; c < cols; c += kWarp) s += ld(p[r * cols + c]) * ld(dp[r * cols + c]);
+  for (int64_t c = lane; c < cols; c += kWarp) s += ld(p[r * row_ld + c]) * ld(dp[r * row_ld + c]);
   const float dot = warp_sum(s);
   for (int64_t c = lane; c < cols; c += kWarp) {
-    const int64_t i = r * cols + c;
+    const int64_t i = r * row_ld + c;
     ds[i] = st<T>(scale * ld(p[i]) * (ld(dp[i]) - dot));
   }
 }
@@ -592,20 +593,22 @@ void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols) {
   if (rows * cols > 0) LAUNCH(bias_gelu_k<bf16>, grid_rows(rows), kThreads, h, b, a, rows, cols);
 }
 
-void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq) {
-  if (rows > 0) LAUNCH(softmax_rows_k<float>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
+void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t ld, int64_t causal_seq) {
+  if (rows > 0) LAUNCH(softmax_rows_k<float>, row_blocks(rows), kThreads, x, p, rows, cols, ld, causal_seq);
 }
 
-void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq) {
-  if (rows > 0) LAUNCH(softmax_rows_k<bf16>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
+void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t ld, int64_t causal_seq) {
+  if (rows > 0) LAUNCH(softmax_rows_k<bf16>, row_blocks(rows), kThreads, x, p, rows, cols, ld, causal_seq);
 }
 
-void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale) {
-  if (rows > 0) LAUNCH(softmax_backward_rows_k<float>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
+void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale) {
+  if (rows > 0) LAUNCH(softmax_backward_rows_k<float>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, ld, scale);
 }
 
-void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, float scale) {
-  if (rows > 0) LAUNCH(softmax_backward_rows_k<bf16>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
+void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale) {
+  if (rows > 0) LAUNCH(softmax_backward_rows_k<bf16>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, ld, scale);
 }
 
 void softmax_rows_diag_nll(float* x, int64_t n, float* nll) {

@@ -61,14 +61,19 @@ void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n);
 void bias_gelu(float* h, const float* b, float* a, int64_t rows, int64_t cols);
 void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols);
 
-// Row softmax over [rows, cols]: p = softmax(x); p may alias x. causal_seq > 0: rows are square blocks of
-// causal_seq x causal_seq (cols == causal_seq) and column c of row r is
-// masked (p = 0) when c > r % causal_seq.
-void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq);
-void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq);
-// ds = scale * p * (dp - sum_c dp * p) per row; ds may alias dp.
-void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale);
-void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, float scale);
+// Row softmax over [rows, cols] stored with leading dimension ld >= cols (row
+// r at r * ld; columns [cols, ld) untouched): p = softmax(x); p may alias x.
+// causal_seq > 0: rows are square blocks of causal_seq x causal_seq
+// (cols == causal_seq) and column c of row r is masked (p = 0) when
+// c > r % causal_seq.
+void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t ld, int64_t causal_seq);
+void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t ld, int64_t causal_seq);
+// ds = scale * p * (dp - sum_c dp * p) per row, the three stored with
+// leading dimension ld >= cols; ds may alias dp.
+void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale);
+void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale);
 // Row softmax in place of a square [n, n] matrix; nll[i] = -log p[i][i]
 // computed as log(sum) - (x[i][i] - max).
 void softmax_rows_diag_nll(float* x, int64_t n, float* nll);
