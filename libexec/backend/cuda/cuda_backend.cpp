@@ -130,6 +130,36 @@ void upload_vec(float* d, const std::vector<float>& h) {
   if (!h.empty()) CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * kFloatBytes, cudaMemcpyHostToDevice));
 }
 
+// The sequence length inside the attention, sp: seq rounded up to a
+// multiple of 8. With an odd seq (257 for ViT-H) cuBLAS ran the batched
+// attention products on align-1 kernels (19% of the ViT-H layer's kernel
+// time on an H200 for 3% of its FLOPs, bench/results/gpu-h200.md); padding
+// only the score matrices' leading dimension changed nothing (the aligned
+// kernels also need the extents m, n, k along the contiguous axes to be
+// multiples of the alignment), so the sequence itself is padded: every
+// batched product has m, n, k = sp where the axis is the sequence, and its
+// leading dimensions and batch strides (sp, dh, sp * sp, sp * dh) are
+// multiples of 8 when dh is.
+//
+// Contract, per (batch, head) slice, pad index = a row or column in
+// [seq, sp): Q, K, V [sp, dh] (and dO in backward) have zero pad rows
+// (to_heads writes them); P [sp, sp] has zero pad rows and zero pad
+// columns, and so has dS (the softmax kernels write them). A product that
+// contracts over the sequence (k = sp) therefore adds, for each pad index,
+// a term that is exactly 0 * 0 to every real output: O = P V (P's pad
+// column times V's pad row), dV = P^T dO (P's pad row, dO's pad row),
+// dQ = dS K (dS's pad column, K's pad row), dK = dS^T Q (dS's pad row, Q's
+// pad row). S = scale Q K^T and dP = dO V^T contract over dh, so their
+// real entries are the unpadded ones; the softmax kernels read only real
+// rows' real columns of S, P and dP. Pad rows of O, dV, dQ, dK come out
+// zero and from_heads ignores them. No pad value is ever non-finite (all
+// are written zeros or products of zeros), so no NaN can leak in. The
+// real results may still differ from an unpadded run by rounding, as
+// cuBLAS picks a different kernel. Memory: the saved Q, K, V grow from
+// seq to sp rows per head and the saved probabilities from seq^2 to sp^2
+// per head (ViT-H: 264^2 / 257^2, +5.5%).
+int64_t padded_seq(int64_t seq) { return (seq + 7) / 8 * 8; }
+
 int as_int(int64_t v, const char* what) {
   if (v < 0 || v > INT_MAX)
     throw std::invalid_argument(std::string("cuda backend: ") + what + " " + std::to_string(v) +
@@ -620,7 +650,9 @@ class CudaBackend final : public Backend {
     const int64_t b = x.size(0), seq = x.size(1), h = st.hidden, n = b * seq;
     if (x.size(2) != h) throw std::invalid_argument("transformer_layer: input " + shape_str(x.shape()));
     const int64_t lheads = st.heads / st.cfg.tp_size, dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh, ss = seq * seq;
+    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads;
+    // Per head [sp, dh] and [sp, sp], zero pad rows (padded_seq); nh: a per-head buffer.
+    const int64_t sp = padded_seq(seq), sd = sp * dh, ss = sp * sp, nh = b * sp * hl;
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
     s.b = b;
     s.seq = seq;
@@ -631,7 +663,7 @@ class CudaBackend final : public Backend {
     const T *wq = w[0].as<T>(), *wk = w[1].as<T>(), *wv = w[2].as<T>(), *wo = w[3].as<T>(), *w1 = w[4].as<T>(),
             *w2 = w[5].as<T>();
 
-    // Attention over this rank's heads, [b, lheads, s, dh] layout.
+    // Attention over this rank's heads, [b, lheads, sp, dh] layout.
     s.mean1 = device_buf<float>(n);
     s.rstd1 = device_buf<float>(n);
     s.xn1 = device_buf<T>(n * h);
@@ -641,21 +673,21 @@ class CudaBackend final : public Backend {
     const std::tuple<const T*, size_t, Buf*> qkv[3] = {{wq, B_Q, &s.qh}, {wk, B_K, &s.kh}, {wv, B_V, &s.vh}};
     for (const auto& [wi, bias, out] : qkv) {
       gemm(false, false, n, hl, h, 1.0f, s.xn1.as<T>(), h, wi, hl, 0.0f, t.as<T>(), hl);
-      *out = device_buf<T>(n * hl);
-      k::to_heads(t.as<T>(), p[bias], out->template as<T>(), b, seq, lheads, dh);
+      *out = device_buf<T>(nh);
+      k::to_heads(t.as<T>(), p[bias], out->template as<T>(), b, seq, sp, lheads, dh);
     }
     t = {};
     // Scores, then the probabilities in place (both in T, softmax in fp32
     // inside, as Megatron's fused softmax does).
     s.probs = device_buf<T>(bh * ss);
-    gemm_batched(false, true, seq, seq, dh, scale, s.qh.as<T>(), dh, sd, s.kh.as<T>(), dh, sd, 0.0f,
-                 s.probs.as<T>(), seq, ss, bh);
-    k::softmax_rows(s.probs.as<T>(), s.probs.as<T>(), bh * seq, seq, st.causal ? seq : 0);
-    Buf oh = device_buf<T>(n * hl);
-    gemm_batched(false, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, s.vh.as<T>(), dh, sd, 0.0f,
+    gemm_batched(false, true, sp, sp, dh, scale, s.qh.as<T>(), dh, sd, s.kh.as<T>(), dh, sd, 0.0f,
+                 s.probs.as<T>(), sp, ss, bh);
+    k::softmax_rows(s.probs.as<T>(), s.probs.as<T>(), bh * sp, seq, sp, st.causal);
+    Buf oh = device_buf<T>(nh);
+    gemm_batched(false, false, sp, dh, sp, 1.0f, s.probs.as<T>(), sp, ss, s.vh.as<T>(), dh, sd, 0.0f,
                  oh.as<T>(), dh, sd, bh);
     s.attn = device_buf<T>(n * hl);
-    k::from_heads(oh.as<T>(), s.attn.as<T>(), b, seq, lheads, dh);
+    k::from_heads(oh.as<T>(), s.attn.as<T>(), b, seq, sp, lheads, dh);
     oh = {};
     s.x1 = device_tensor({b, seq, h}, false);
     gemm(false, false, n, h, hl, 1.0f, s.attn.as<T>(), hl, wo, h, 0.0f, s.x1.data(), h);  // partial under TP
@@ -685,7 +717,8 @@ class CudaBackend final : public Backend {
     auto g = grads(*st.params);
     const int64_t b = s.b, seq = s.seq, h = st.hidden, n = s.n;
     const int64_t lheads = st.heads / st.cfg.tp_size, dh = h / st.heads, hl = lheads * dh;
-    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads, sd = seq * dh, ss = seq * seq;
+    const int64_t fl = st.ffn / st.cfg.tp_size, bh = b * lheads;
+    const int64_t sp = padded_seq(seq), sd = sp * dh, ss = sp * sp, nh = b * sp * hl;  // as forward
     const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
     std::array<Buf, 6> w;
     if constexpr (std::is_same_v<T, float>) w = weights<T>(p, h, hl, fl);
@@ -718,27 +751,27 @@ class CudaBackend final : public Backend {
     Buf dattn = device_buf<T>(n * hl);
     gemm(false, true, n, hl, h, 1.0f, dx1t.as<T>(), h, w[3].as<T>(), h, 0.0f, dattn.as<T>(), hl);
     dx1t = {};
-    Buf doh = device_buf<T>(n * hl);
-    k::to_heads(dattn.as<T>(), nullptr, doh.as<T>(), b, seq, lheads, dh);
+    Buf doh = device_buf<T>(nh);
+    k::to_heads(dattn.as<T>(), nullptr, doh.as<T>(), b, seq, sp, lheads, dh);
     dattn = {};
-    Buf dvh = device_buf<T>(n * hl);
-    gemm_batched(true, false, seq, dh, seq, 1.0f, s.probs.as<T>(), seq, ss, doh.as<T>(), dh, sd, 0.0f,
-                 dvh.as<T>(), dh, sd, bh);
+    Buf dvh = device_buf<T>(nh);
+    gemm_batched(true, false, sp, dh, sp, 1.0f, s.probs.as<T>(), sp, ss, doh.as<T>(), dh, sd, 0.0f, dvh.as<T>(),
+                 dh, sd, bh);
     Buf ds = device_buf<T>(bh * ss);  // dP, then dS in place
-    gemm_batched(false, true, seq, seq, dh, 1.0f, doh.as<T>(), dh, sd, s.vh.as<T>(), dh, sd, 0.0f, ds.as<T>(), seq,
+    gemm_batched(false, true, sp, sp, dh, 1.0f, doh.as<T>(), dh, sd, s.vh.as<T>(), dh, sd, 0.0f, ds.as<T>(), sp,
                  ss, bh);
     doh = {};
-    k::softmax_backward_rows(s.probs.as<T>(), ds.as<T>(), ds.as<T>(), bh * seq, seq, scale);
-    Buf dqh = device_buf<T>(n * hl), dkh = device_buf<T>(n * hl);
-    gemm_batched(false, false, seq, dh, seq, 1.0f, ds.as<T>(), seq, ss, s.kh.as<T>(), dh, sd, 0.0f, dqh.as<T>(), dh,
+    k::softmax_backward_rows(s.probs.as<T>(), ds.as<T>(), ds.as<T>(), bh * sp, seq, sp, scale);
+    Buf dqh = device_buf<T>(nh), dkh = device_buf<T>(nh);
+    gemm_batched(false, false, sp, dh, sp, 1.0f, ds.as<T>(), sp, ss, s.kh.as<T>(), dh, sd, 0.0f, dqh.as<T>(), dh,
                  sd, bh);
-    gemm_batched(true, false, seq, dh, seq, 1.0f, ds.as<T>(), seq, ss, s.qh.as<T>(), dh, sd, 0.0f, dkh.as<T>(), dh,
+    gemm_batched(true, false, sp, dh, sp, 1.0f, ds.as<T>(), sp, ss, s.qh.as<T>(), dh, sd, 0.0f, dkh.as<T>(), dh,
                  sd, bh);
     ds = {};
     Buf dq = device_buf<T>(n * hl), dk = device_buf<T>(n * hl), dv = device_buf<T>(n * hl);
-    k::from_heads(dqh.as<T>(), dq.as<T>(), b, seq, lheads, dh);
-    k::from_heads(dkh.as<T>(), dk.as<T>(), b, seq, lheads, dh);
-    k::from_heads(dvh.as<T>(), dv.as<T>(), b, seq, lheads, dh);
+    k::from_heads(dqh.as<T>(), dq.as<T>(), b, seq, sp, lheads, dh);
+    k::from_heads(dkh.as<T>(), dk.as<T>(), b, seq, sp, lheads, dh);
+    k::from_heads(dvh.as<T>(), dv.as<T>(), b, seq, sp, lheads, dh);
     dqh = dkh = dvh = {};
     // dW_i += xn1^T d_i and dxn1 = sum_i d_i W_i^T over q, k, v; b_q and b_v
     // get column sums, b_k's gradient stays 0, as on the CPU

@@ -258,35 +258,48 @@ __global__ void gelu_backward_k(const T* x, const T* dy, T* dx, int64_t n) {
 }
 
 template <typename T>
-__global__ void softmax_rows_k(const T* x, T* p, int64_t rows, int64_t cols, int64_t causal_seq) {
+__global__ void softmax_rows_k(const T* x, T* p, int64_t rows, int64_t cols, int64_t row_ld, bool causal) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
-  const T* xr = x + r * cols;
-  T* pr = p + r * cols;
-  const int64_t last = causal_seq > 0 ? r % causal_seq : cols - 1;  // last unmasked column
+  const T* xr = x + r * row_ld;
+  T* pr = p + r * row_ld;
+  const int64_t q = r % row_ld;  // query index within its block of row_ld rows
+  if (q >= cols) {               // a pad query row: zeros, its scores are not read
+    for (int64_t c = lane; c < row_ld; c += kWarp) pr[c] = st<T>(0.0f);
+    return;
+  }
+  const int64_t last = causal ? q : cols - 1;  // last unmasked column
   float mx = -INFINITY;
   for (int64_t c = lane; c <= last; c += kWarp) mx = fmaxf(mx, ld(xr[c]));
   mx = warp_max(mx);
   float s = 0.0f;
   for (int64_t c = lane; c <= last; c += kWarp) s += expf(ld(xr[c]) - mx);
   const float inv = 1.0f / warp_sum(s);
-  // exp again rather than stored and read back: x is read (from cache), not written.
-  for (int64_t c = lane; c < cols; c += kWarp) pr[c] = st<T>(c <= last ? expf(ld(xr[c]) - mx) * inv : 0.0f);
+  // exp again rather than stored and read back: x is read (from cache), not
+  // written. Masked and pad columns (c > last, which includes c >= cols) get 0.
+  for (int64_t c = lane; c < row_ld; c += kWarp) pr[c] = st<T>(c <= last ? expf(ld(xr[c]) - mx) * inv : 0.0f);
 }
 
 template <typename T>
-__global__ void softmax_backward_rows_k(const T* p, const T* dp, T* ds, int64_t rows, int64_t cols, float scale) {
+__global__ void softmax_backward_rows_k(const T* p, const T* dp, T* ds, int64_t rows, int64_t cols, int64_t row_ld,
+                                        float scale) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % kWarp;
-  float s = 0.0f;
-  for (int64_t c = lane; c < cols; c += kWarp) s += ld(p[r * cols + c]) * ld(dp[r * cols + c]);
-  const float dot = warp_sum(s);
-  for (int64_t c = lane; c < cols; c += kWarp) {
-    const int64_t i = r * cols + c;
-    ds[i] = st<T>(scale * ld(p[i]) * (ld(dp[i]) - dot));
+  const T* pr = p + r * row_ld;
+  const T* dpr = dp + r * row_ld;
+  T* dsr = ds + r * row_ld;
+  if (r % row_ld >= cols) {  // a pad query row: zeros, p and dp not read
+    for (int64_t c = lane; c < row_ld; c += kWarp) dsr[c] = st<T>(0.0f);
+    return;
   }
+  float s = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) s += ld(pr[c]) * ld(dpr[c]);
+  const float dot = warp_sum(s);
+  // Each lane reads dp[c] before it writes ds[c] (ds may alias dp); pad columns get 0.
+  for (int64_t c = lane; c < row_ld; c += kWarp)
+    dsr[c] = st<T>(c < cols ? scale * ld(pr[c]) * (ld(dpr[c]) - dot) : 0.0f);
 }
 
 __global__ void softmax_rows_diag_nll_k(float* x, int64_t n, float* nll) {
@@ -311,28 +324,33 @@ __global__ void softmax_rows_diag_nll_k(float* x, int64_t n, float* nll) {
   for (int64_t c = lane; c < n; c += kWarp) xr[c] *= inv;
 }
 
-// Row r = b * seq + t of [batch, seq, heads * dh] (x of to_heads, y of
+// Row b * seq + t of [batch, seq, heads * dh] (x of to_heads, y of
 // from_heads); column c = j * dh + d goes to [b, j, t, d] of [batch, heads,
-// seq, dh]. Only 32-bit divisions, once per row and per column.
+// sp, dh] (sp >= seq rows per head). to_heads strides over the batch * sp
+// padded rows r = b * sp + t and writes zeros for t >= seq, so that the pad
+// rows need no separate memset. Only 32-bit divisions, once per row and per
+// column.
 template <typename T>
-__global__ void to_heads_k(const T* x, const float* bias, T* y, int64_t rows, int seq, int heads, int dh) {
+__global__ void to_heads_k(const T* x, const float* bias, T* y, int64_t rows, int seq, int sp, int heads, int dh) {
   ROW_STRIDE(r, rows) {
-    const int64_t b = r / seq, t = r % seq;
+    const int64_t b = r / sp, t = r % sp;
+    const T* xr = t < seq ? x + (b * seq + t) * heads * dh : nullptr;  // null on a pad row
     for (int c = threadIdx.x; c < heads * dh; c += blockDim.x) {
       const int j = c / dh, d = c % dh;
-      const T v = x[r * heads * dh + c];
-      y[((b * heads + j) * seq + t) * dh + d] = bias ? st<T>(ld(v) + bias[c]) : v;
+      T v = st<T>(0.0f);
+      if (xr) v = bias ? st<T>(ld(xr[c]) + bias[c]) : xr[c];
+      y[((b * heads + j) * sp + t) * dh + d] = v;
     }
   }
 }
 
 template <typename T>
-__global__ void from_heads_k(const T* x, T* y, int64_t rows, int seq, int heads, int dh) {
+__global__ void from_heads_k(const T* x, T* y, int64_t rows, int seq, int sp, int heads, int dh) {
   ROW_STRIDE(r, rows) {
     const int64_t b = r / seq, t = r % seq;
     for (int c = threadIdx.x; c < heads * dh; c += blockDim.x) {
       const int j = c / dh, d = c % dh;
-      y[r * heads * dh + c] = x[((b * heads + j) * seq + t) * dh + d];
+      y[r * heads * dh + c] = x[((b * heads + j) * sp + t) * dh + d];
     }
   }
 }
@@ -614,48 +632,52 @@ void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols) {
   if (rows * cols > 0) LAUNCH(bias_gelu_k<bf16>, grid_rows(rows), kThreads, h, b, a, rows, cols);
 }
 
-void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq) {
-  if (rows > 0) LAUNCH(softmax_rows_k<float>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
+void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t ld, bool causal) {
+  if (rows > 0) LAUNCH(softmax_rows_k<float>, row_blocks(rows), kThreads, x, p, rows, cols, ld, causal);
 }
 
-void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq) {
-  if (rows > 0) LAUNCH(softmax_rows_k<bf16>, row_blocks(rows), kThreads, x, p, rows, cols, causal_seq);
+void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t ld, bool causal) {
+  if (rows > 0) LAUNCH(softmax_rows_k<bf16>, row_blocks(rows), kThreads, x, p, rows, cols, ld, causal);
 }
 
-void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale) {
-  if (rows > 0) LAUNCH(softmax_backward_rows_k<float>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
+void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale) {
+  if (rows > 0) LAUNCH(softmax_backward_rows_k<float>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, ld, scale);
 }
 
-void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, float scale) {
-  if (rows > 0) LAUNCH(softmax_backward_rows_k<bf16>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, scale);
+void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale) {
+  if (rows > 0) LAUNCH(softmax_backward_rows_k<bf16>, row_blocks(rows), kThreads, p, dp, ds, rows, cols, ld, scale);
 }
 
 void softmax_rows_diag_nll(float* x, int64_t n, float* nll) {
   if (n > 0) LAUNCH(softmax_rows_diag_nll_k, row_blocks(n), kThreads, x, n, nll);
 }
 
-void to_heads(const float* x, const float* bias, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
-  if (batch * seq * heads * dh > 0)
-    LAUNCH(to_heads_k<float>, grid_rows(batch * seq), kThreads, x, bias, y, batch * seq, small(seq), small(heads),
-           small(dh));
+void to_heads(const float* x, const float* bias, float* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads,
+              int64_t dh) {
+  if (batch * sp * heads * dh > 0)
+    LAUNCH(to_heads_k<float>, grid_rows(batch * sp), kThreads, x, bias, y, batch * sp, small(seq), small(sp),
+           small(heads), small(dh));
 }
 
-void to_heads(const bf16* x, const float* bias, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
-  if (batch * seq * heads * dh > 0)
-    LAUNCH(to_heads_k<bf16>, grid_rows(batch * seq), kThreads, x, bias, y, batch * seq, small(seq), small(heads),
-           small(dh));
+void to_heads(const bf16* x, const float* bias, bf16* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads,
+              int64_t dh) {
+  if (batch * sp * heads * dh > 0)
+    LAUNCH(to_heads_k<bf16>, grid_rows(batch * sp), kThreads, x, bias, y, batch * sp, small(seq), small(sp),
+           small(heads), small(dh));
 }
 
-void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
+void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads, int64_t dh) {
   if (batch * seq * heads * dh > 0)
-    LAUNCH(from_heads_k<float>, grid_rows(batch * seq), kThreads, x, y, batch * seq, small(seq), small(heads),
-           small(dh));
+    LAUNCH(from_heads_k<float>, grid_rows(batch * seq), kThreads, x, y, batch * seq, small(seq), small(sp),
+           small(heads), small(dh));
 }
 
-void from_heads(const bf16* x, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh) {
+void from_heads(const bf16* x, bf16* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads, int64_t dh) {
   if (batch * seq * heads * dh > 0)
-    LAUNCH(from_heads_k<bf16>, grid_rows(batch * seq), kThreads, x, y, batch * seq, small(seq), small(heads),
-           small(dh));
+    LAUNCH(from_heads_k<bf16>, grid_rows(batch * seq), kThreads, x, y, batch * seq, small(seq), small(sp),
+           small(heads), small(dh));
 }
 
 void transpose(const float* a, float* at, int64_t rows, int64_t cols) {

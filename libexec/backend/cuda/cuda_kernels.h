@@ -61,24 +61,40 @@ void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n);
 void bias_gelu(float* h, const float* b, float* a, int64_t rows, int64_t cols);
 void bias_gelu(bf16* h, const float* b, bf16* a, int64_t rows, int64_t cols);
 
-// Row softmax over [rows, cols]: p = softmax(x); p may alias x. causal_seq > 0: rows are square blocks of
-// causal_seq x causal_seq (cols == causal_seq) and column c of row r is
-// masked (p = 0) when c > r % causal_seq.
-void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t causal_seq);
-void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t causal_seq);
-// ds = scale * p * (dp - sum_c dp * p) per row; ds may alias dp.
-void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, float scale);
-void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, float scale);
+// The attention's softmax over blocks of ld x ld (ld >= cols; units:
+// elements): rows is a multiple of ld, row r starts at r * ld, its query
+// index is q = r % ld, and only columns [0, cols) and query rows q < cols
+// are real (the rest is padding, cuda_backend.cpp's padded_seq).
+// softmax_rows: p = softmax(x) over a real row's columns [0, cols); with
+// causal, column c is also masked when c > q. Masked columns and columns
+// [cols, ld) are written p = 0, and pad rows (q >= cols) are written all
+// zero without reading x; every element of p is written. p may alias x.
+void softmax_rows(const float* x, float* p, int64_t rows, int64_t cols, int64_t ld, bool causal);
+void softmax_rows(const bf16* x, bf16* p, int64_t rows, int64_t cols, int64_t ld, bool causal);
+// ds = scale * p * (dp - sum_{c < cols} dp * p) over a real row's columns
+// [0, cols), in the same ld x ld blocks; columns [cols, ld) and pad rows
+// (r % ld >= cols, p and dp not read) are written 0; every element of ds is
+// written. ds may alias dp.
+void softmax_backward_rows(const float* p, const float* dp, float* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale);
+void softmax_backward_rows(const bf16* p, const bf16* dp, bf16* ds, int64_t rows, int64_t cols, int64_t ld,
+                           float scale);
 // Row softmax in place of a square [n, n] matrix; nll[i] = -log p[i][i]
 // computed as log(sum) - (x[i][i] - max).
 void softmax_rows_diag_nll(float* x, int64_t n, float* nll);
 
-// [batch, seq, heads, dh] <-> [batch, heads, seq, dh]. to_heads adds
-// bias[j * dh + d] (head j, column d) when bias is not null.
-void to_heads(const float* x, const float* bias, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
-void to_heads(const bf16* x, const float* bias, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
-void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
-void from_heads(const bf16* x, bf16* y, int64_t batch, int64_t seq, int64_t heads, int64_t dh);
+// [batch, seq, heads, dh] <-> [batch, heads, sp, dh] with sp >= seq rows
+// per head (units: elements; head (b, j) at (b * heads + j) * sp * dh, its
+// row t at t * dh). to_heads adds bias[j * dh + d] (head j, column d) when
+// bias is not null, and writes every element of y: the pad rows t in
+// [seq, sp) as zeros. from_heads reads rows [0, seq) of each head and
+// ignores the pad rows.
+void to_heads(const float* x, const float* bias, float* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads,
+              int64_t dh);
+void to_heads(const bf16* x, const float* bias, bf16* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads,
+              int64_t dh);
+void from_heads(const float* x, float* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads, int64_t dh);
+void from_heads(const bf16* x, bf16* y, int64_t batch, int64_t seq, int64_t sp, int64_t heads, int64_t dh);
 // at [cols, rows] = a [rows, cols]^T.
 void transpose(const float* a, float* at, int64_t rows, int64_t cols);
 
