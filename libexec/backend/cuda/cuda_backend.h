@@ -1,6 +1,7 @@
 // The CUDA backend (docs/gpu.md): cuBLAS for every matrix product, the fused
 // kernels of cuda_kernels.h for LayerNorm, GELU, softmax/attention (plain,
-// not flash: the [b, heads, s, s] probabilities are kept for backward), the
+// not flash: the [b, heads, sp, sp] probabilities, sp = seq rounded up
+// to a multiple of 8, are kept for backward), the
 // losses and AdamW. Storage is fp32 on the device (activations, parameters,
 // gradients, AdamW moments); with MatmulPrecision::bf16 the matrix products
 // run on the tensor cores in bf16 with fp32 accumulation
