@@ -401,7 +401,8 @@ double time_optimizer(Comm& comm, Backend& backend, int64_t values, const Measur
   const AdamWConfig cfg;
   int64_t step = 0;
   auto once = [&]() {
-    backend.adamw_step(cfg, ++step, param, grad, m, v);
+    const AdamWUpdate update{++step, &param, &grad, &m, &v};
+    backend.adamw_steps(cfg, std::span(&update, 1));
     backend.synchronize();
   };
   comm.barrier();

@@ -133,8 +133,8 @@ LinkSamples time_allreduce(Comm& comm, const std::vector<double>& sizes, const M
 // (allocate a tensor, copy rows into it, synchronize), median ms per size.
 // Local: every rank may call it alone.
 LinkSamples time_copy(Backend& backend, const std::vector<double>& sizes, const MeasureOptions& options);
-// The optimizer's rate: one AdamW step (Backend::adamw_step, as the
-// executor steps a parameter) over `values` fp32 values, every rank of
+// The optimizer's rate: one AdamW step (Backend::adamw_steps, as the
+// executor steps a bucket's tensors) over `values` fp32 values in one tensor, every rank of
 // `comm` its own at once after a barrier (as every rank steps its shards at
 // the end of a training step), median of the repeats. Returns GB/s of
 // rules/memory.h's kAdamWBytesPerValue per value, the mean over the ranks.
