@@ -780,12 +780,15 @@ void Executor::backward_exchange(const plan::Instr& instr) {
     const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
     auto [it, fresh] = dout_.try_emplace(t.producer);
     const Shape whole = with_rows(mine.size(), out_row_shape(p));
-    if (fresh && t.rows.begin == mine.begin && t.rows.size() == mine.size() && piece.shape() == whole) {
-      // The first piece covers all of this rank's rows: taken as it is
-      // (no zero-filled buffer, no add; a later piece adds into it). It
-      // may alias a consumer's input gradient, which no other transfer
-      // reads: each transfer carries distinct rows of one consumer input.
-      it->second = piece;
+    if (!t.adds) {
+      // The lowering's rule (Transfer::adds): the first piece, covering all
+      // of this rank's rows, is taken as it is (no zero-filled buffer, no
+      // add; a later piece adds into it). It may alias a consumer's input
+      // gradient, which no other transfer reads: each transfer carries
+      // distinct rows of one consumer input.
+      if (!fresh || piece.numel() != shape_numel(whole))
+        throw std::logic_error("backward exchange: a piece taken as " + p.id + "'s gradient is not its first or whole");
+      it->second = piece.reshaped(whole);
       continue;
     }
     if (fresh) it->second = backend_.allocate(whole);

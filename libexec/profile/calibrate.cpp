@@ -44,7 +44,7 @@ std::vector<OverheadSample> overhead_samples(const plan::Lowered& l, int d,
         s.messages += 1;
         sent += static_cast<double>(x.bytes);
       }
-      if (exchange && in.dir == plan::Direction::backward && x.dst == d)
+      if (exchange && in.dir == plan::Direction::backward && x.dst == d && x.adds)
         s.accumulated_bytes += static_cast<double>(x.values * plan::kWireBytesPerValue);
     }
     if (in.kind == plan::InstrKind::post_recv) s.messages = 0;   // priced in the exchange

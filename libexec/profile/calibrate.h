@@ -7,8 +7,8 @@
 //
 // Why not time Comm calls alone: on 2 CPU ranks the executor spends about
 // 0.5 us of bookkeeping on every exchange instruction, 2-3 us posting a
-// message (a fresh buffer, the copy, the call, its request) and adds every
-// backward piece into a fresh buffer at about 10 GB/s, where a loop of bare
+// message (a fresh buffer, the copy, the call, its request) and adds
+// backward pieces into a fresh buffer at about 10 GB/s, where a loop of bare
 // Comm::exchange calls on preallocated buffers takes 0.07 us per message.
 #pragma once
 
@@ -44,7 +44,7 @@ plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::
 // no message from another device (the others may wait for a peer), its
 // median over the steps in us less pack_ms(`packing`, the bytes it sends);
 // messages: the messages it sends; accumulated_bytes: in a backward
-// exchange, the bytes of every piece it adds. Pure.
+// exchange, the bytes of every piece it adds (plan::Transfer::adds). Pure.
 std::vector<OverheadSample> overhead_samples(const plan::Lowered& l, int d,
                                              const std::vector<std::vector<double>>& steps,
                                              const plan::CommOverhead& packing);

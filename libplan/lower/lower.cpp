@@ -932,6 +932,33 @@ Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const Lo
   return out;
 }
 
+namespace {
+
+// Transfer::adds of every backward transfer, from each receiving device's
+// program order: the first piece of a producer's gradient on a device is
+// taken as it is when it covers all of that device's rows of the producer.
+void mark_adds(Lowered& out) {
+  std::vector<char> seen(out.slice_of.size());
+  for (int d = 0; d < out.devices; ++d) {
+    std::fill(seen.begin(), seen.end(), 0);
+    const Program& prog = out.programs[static_cast<size_t>(d)];
+    for (const Instr& in : prog.instrs) {
+      if (in.kind != InstrKind::exchange || in.dir != Direction::backward) continue;
+      for (int t : prog.transfers_of(in)) {
+        Transfer& tr = out.transfers[static_cast<size_t>(t)];
+        if (tr.dst != d) continue;
+        char& first = seen[static_cast<size_t>(tr.producer)];
+        const int ps = out.slice_of[static_cast<size_t>(tr.producer)];
+        const RowRange mine = out.slices[static_cast<size_t>(ps)].layout.rows_of(out.position(ps, d));
+        tr.adds = first || !(tr.rows == mine);
+        first = 1;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, const LowerOptions& options) {
   SPINDLE_TRY(lower_transfers(plan, ctx, out));
   const ParamIds& ids = ctx.params;
@@ -947,6 +974,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
                                           d, scratch, options.deps, sync, plan.bucket_starts,
                                           out.bucket_starts_matter)
                                .build());
+  mark_adds(out);
   return {};
 }
 
@@ -988,14 +1016,15 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         for (int t : prog.transfers_of(in)) {
           const Transfer& tr = l.transfers[static_cast<size_t>(t)];
           const std::string& tensor = graph.ops[static_cast<size_t>(tr.producer)].id;
+          json entry;
           if (tr.src == tr.dst)
-            copies.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}});
+            entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}};
           else if (tr.src == device)
-            sends.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"to", tr.dst}, {"bytes", tr.bytes},
-                             {"tag", t}});
+            entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}, {"to", tr.dst}, {"bytes", tr.bytes}, {"tag", t}};
           else
-            recvs.push_back({{"tensor", tensor}, {"rows", rows(tr.rows)}, {"from", tr.src}, {"bytes", tr.bytes},
-                             {"tag", t}});
+            entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}, {"from", tr.src}, {"bytes", tr.bytes}, {"tag", t}};
+          if (in.dir == Direction::backward && tr.dst == device) entry["adds"] = tr.adds;
+          (tr.src == tr.dst ? copies : tr.src == device ? sends : recvs).push_back(std::move(entry));
         }
         if (in.kind != InstrKind::post_recv) j["sends"] = sends;
         if (in.kind != InstrKind::post_send) j["recvs"] = recvs;

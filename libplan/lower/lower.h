@@ -56,9 +56,9 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 5;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+inline constexpr int kProgramVersion = 6;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
                                             // 4: post_send, post_recv, wait_sends (transfers posted early);
-                                            // 5: an optimizer step's values
+                                            // 5: an optimizer step's values; 6: a backward piece's "adds"
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -87,6 +87,13 @@ struct Transfer {
   RowRange rows;       // absolute batch rows
   int64_t values = 0;  // rows x values per row
   int64_t bytes = 0;   // values x kWireBytesPerValue; 0 for a local copy
+  // Backward only, at dst: the piece is added into the producer's output
+  // gradient there. false: it becomes that gradient as it is (no buffer
+  // zeroed, nothing added): the first piece of the producer's gradient on
+  // dst in dst's program order, covering all of dst's rows of the
+  // producer. Set by lower_programs; the executor and the simulation
+  // follow it.
+  bool adds = true;
 };
 
 // One parameter shard: the parameter "M/k.r" at one tensor-parallel rank.
@@ -306,7 +313,7 @@ Status lower_programs(const Plan& plan, const LowerContext& context, Lowered& he
                       const LowerOptions& options = {});
 
 // The programs as versioned JSON (docs/lowering.md): one document per
-// device, {"format": "spindle-program", "version": 3, "device": d, ...}.
+// device, {"format": "spindle-program", "version": kProgramVersion, "device": d, ...}.
 std::string program_json(const Lowered& lowered, const OpGraph& graph, int device);
 
 }  // namespace spindle::plan

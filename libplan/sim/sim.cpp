@@ -785,8 +785,9 @@ double Simulator::next_poll(int d, double t, int* instr) const {
 // Software overhead (rules/links.h exchange_overhead_ms): the device first
 // packs (fixed + per-message + sent bytes), then its messages leave; once
 // its last message is delivered it unpacks the received bytes and, in a
-// backward exchange, adds every piece it got (local ones too) into its
-// producers' output gradients (accumulate_ms), then goes on.
+// backward exchange, adds the pieces it got (local ones too) that
+// Transfer::adds says it adds into its producers' output gradients
+// (accumulate_ms), then goes on.
 // A post_send is the first half alone: the device goes on once it has
 // packed, its messages move on their own (and an exchange then has only
 // the messages it receives).
@@ -797,7 +798,7 @@ void Simulator::enter_exchange(int d, int pc, double t) {
   double sent = 0, received = 0, accumulated = 0;
   for (int tr : prog.transfers_of(in)) {
     const Transfer& x = l_.transfers[static_cast<size_t>(tr)];
-    if (x.dst == d) accumulated += static_cast<double>(x.values * kWireBytesPerValue);
+    if (x.dst == d && x.adds) accumulated += static_cast<double>(x.values * kWireBytesPerValue);
     if (x.src == x.dst) continue;
     ++messages;
     (x.src == d ? sent : received) += static_cast<double>(x.bytes);

@@ -27,6 +27,45 @@ namespace {
 
 // The invariants of the header, on one lowered plan; `ctx` (the graph's
 // parameter ids) for the all-reduce starts' position.
+// Backward pieces on each device, per producer in program order: their
+// rows tile exactly the device's rows of the producer (its output gradient
+// is whole), and a piece is taken as the gradient (Transfer::adds false)
+// exactly when it is the producer's first there and covers all of them.
+// Returns {pieces taken, pieces added}.
+std::pair<int, int> check_adds(const sp::Lowered& l) {
+  int taken = 0, added = 0;
+  for (int d = 0; d < l.devices; ++d) {
+    const sp::Program& prog = l.programs[static_cast<size_t>(d)];
+    std::map<int, std::vector<const sp::Transfer*>> pieces;   // producer -> its pieces here, in order
+    for (const sp::Instr& in : prog.instrs) {
+      if (in.kind != sp::InstrKind::exchange || in.dir != sp::Direction::backward) continue;
+      for (int t : prog.transfers_of(in)) {
+        const sp::Transfer& tr = l.transfers[static_cast<size_t>(t)];
+        if (tr.dst == d) pieces[tr.producer].push_back(&tr);
+      }
+    }
+    for (const auto& [producer, got] : pieces) {
+      INFO("device " << d << ", producer " << producer);
+      const int ps = l.slice_of[static_cast<size_t>(producer)];
+      const sp::RowRange mine = l.slices[static_cast<size_t>(ps)].layout.rows_of(l.position(ps, d));
+      std::vector<int64_t> count(static_cast<size_t>(mine.size()), 0);
+      for (const sp::Transfer* tr : got) {
+        REQUIRE((tr->rows.begin >= mine.begin && tr->rows.end <= mine.end));
+        for (int64_t r = tr->rows.begin; r < tr->rows.end; ++r) ++count[static_cast<size_t>(r - mine.begin)];
+      }
+      // Every row of the gradient gets at least one piece (several
+      // consumers each send all of theirs).
+      CHECK(std::count(count.begin(), count.end(), 0) == 0);
+      for (size_t k = 0; k < got.size(); ++k) {
+        const bool covers = got[k]->rows.begin == mine.begin && got[k]->rows.end == mine.end;
+        CHECK(got[k]->adds == !(k == 0 && covers));
+        ++(got[k]->adds ? added : taken);
+      }
+    }
+  }
+  return {taken, added};
+}
+
 void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::LowerContext& ctx) {
   REQUIRE(static_cast<int>(l.programs.size()) == plan.devices);
   // Global order of exchanges: (direction, wave) pairs; each program visits
@@ -358,6 +397,16 @@ TEST_CASE("lowering by hand: a transfer between two one-device slices") {
   CHECK(lowered->bytes(1).sent == expected);      // the gradients go back
   CHECK(lowered->bytes(0).received == expected);
   CHECK(lowered->buckets.empty());                // no parameter on two devices
+  // Each embedding's gradient comes back to device 0 in one piece of all
+  // its rows: taken as it is, nothing zeroed or added.
+  int back_to_0 = 0;
+  for (const sp::Transfer& tr : lowered->transfers)
+    if (tr.dir == sp::Direction::backward && tr.dst == 0) {
+      CHECK_FALSE(tr.adds);
+      ++back_to_0;
+    }
+  CHECK(back_to_0 >= 2);
+  CHECK(check_adds(*lowered) == std::pair{back_to_0, 0});
   // Early transfers (the default): device 0 sends each embedding right
   // after the forward that made it, in no exchange; device 1 posts the
   // first loss's receives first thing (the others one exchange ahead), and
@@ -410,6 +459,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   const fs::path root = SPINDLE_SOURCE_DIR;
   int lowered_plans = 0;
   int started_earlier = 0;   // bucket starts that come earlier when ready than in order
+  int pieces_taken = 0, pieces_added = 0;   // backward pieces, over every plan (check_adds)
   bool matter_both_ways[2] = {false, false};   // plans whose bucket rule matters, and plans whose does not
   for (const auto& [model, cluster] : std::vector<std::pair<std::string, std::string>>{
            {"tiny-clip", "cpu-1x3"}, {"tiny-clip", "cpu-1x4"}, {"tiny-lm", "cpu-1x3"}, {"tiny-lm", "cpu-1x4"},
@@ -428,6 +478,9 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       auto lowered = sp::lower(*plan, f.model, f.graph);
       REQUIRE(lowered.ok());
       check_invariants(*plan, *lowered, *context);
+      const auto [taken, added] = check_adds(*lowered);
+      pieces_taken += taken;
+      pieces_added += added;
       // The other bucket starts (in order <-> when ready): the same
       // programs but for where each allreduce_start stands, never later
       // when ready than in order.
@@ -568,6 +621,9 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   CHECK(started_earlier > 0);   // the two rules differ somewhere
   CHECK(matter_both_ways[0]);
   CHECK(matter_both_ways[1]);
+  // Both kinds of backward piece occur: taken whole and added.
+  CHECK(pieces_taken > 0);
+  CHECK(pieces_added > 0);
 }
 
 TEST_CASE("lowering rejects a plan that does not match the model, naming what is wrong") {

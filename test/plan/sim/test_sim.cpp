@@ -412,7 +412,7 @@ TEST_CASE("transfers posted early leave when their rows are made, not at their w
   CHECK(kept.devices[1].wait_ms == Approx(0.9));
 }
 
-TEST_CASE("a backward exchange adds every piece it gets (local ones too) and a forward one takes views", "[sim]") {
+TEST_CASE("a backward exchange adds the pieces it adds (local ones too), not one it takes whole, and a forward one takes views", "[sim]") {
   // d0 alone: slice A (wave 0, 3 ms: forward 1, backward 2), then slice C
   // (wave 1, 6 ms: 2 + 4) on A's output, 1e6 bytes each way, both local.
   // With 100 us per instruction and adding at 1 GB/s (1e6 bytes: 1 ms):
@@ -446,6 +446,14 @@ TEST_CASE("a backward exchange adds every piece it gets (local ones too) and a f
   sp::SimOptions compute_only;
   compute_only.price_communication = false;
   CHECK(p.run(hand_cluster(1, 1), compute_only, o).iteration_ms == Approx(9.0));
+  // The piece taken as A's output gradient as it is (Transfer::adds false,
+  // as the lowering marks a first piece covering all rows): the backward
+  // exchange is its instruction alone, 0.1 ms, and the step 1 ms shorter.
+  p.l.transfers[static_cast<size_t>(g)].adds = false;
+  const sp::Simulation taken = p.run(hand_cluster(1, 1), {}, o);
+  CHECK(box(taken, 0, 4, "exchange").dur_ms == Approx(0.1));
+  CHECK(taken.iteration_ms == Approx(9.2));
+  CHECK(taken.devices[0].transfer_ms == Approx(0.2));
 }
 
 TEST_CASE("an all-reduce waits for the slower member of its group", "[sim]") {
