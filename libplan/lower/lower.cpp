@@ -938,20 +938,19 @@ namespace {
 // program order: the first piece of a producer's gradient on a device is
 // taken as it is when it covers all of that device's rows of the producer.
 void mark_adds(Lowered& out) {
-  std::vector<char> seen(out.slice_of.size());
+  std::vector<int> seen_on(out.slice_of.size(), -1);   // by producer: the last device that got a piece of it
   for (int d = 0; d < out.devices; ++d) {
-    std::fill(seen.begin(), seen.end(), 0);
     const Program& prog = out.programs[static_cast<size_t>(d)];
     for (const Instr& in : prog.instrs) {
       if (in.kind != InstrKind::exchange || in.dir != Direction::backward) continue;
       for (int t : prog.transfers_of(in)) {
         Transfer& tr = out.transfers[static_cast<size_t>(t)];
         if (tr.dst != d) continue;
-        char& first = seen[static_cast<size_t>(tr.producer)];
+        int& seen = seen_on[static_cast<size_t>(tr.producer)];
         const int ps = out.slice_of[static_cast<size_t>(tr.producer)];
         const RowRange mine = out.slices[static_cast<size_t>(ps)].layout.rows_of(out.position(ps, d));
-        tr.adds = first || !(tr.rows == mine);
-        first = 1;
+        tr.adds = seen == d || !(tr.rows == mine);
+        seen = d;
       }
     }
   }
@@ -1016,15 +1015,17 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         for (int t : prog.transfers_of(in)) {
           const Transfer& tr = l.transfers[static_cast<size_t>(t)];
           const std::string& tensor = graph.ops[static_cast<size_t>(tr.producer)].id;
-          json entry;
-          if (tr.src == tr.dst)
-            entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}};
-          else if (tr.src == device)
-            entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}, {"to", tr.dst}, {"bytes", tr.bytes}, {"tag", t}};
-          else
-            entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}, {"from", tr.src}, {"bytes", tr.bytes}, {"tag", t}};
+          json entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}};
+          json* list = &copies;
+          if (tr.src != tr.dst) {   // a message: its peer, bytes and tag
+            const bool sent = tr.src == device;
+            entry[sent ? "to" : "from"] = sent ? tr.dst : tr.src;
+            entry["bytes"] = tr.bytes;
+            entry["tag"] = t;
+            list = sent ? &sends : &recvs;
+          }
           if (in.dir == Direction::backward && tr.dst == device) entry["adds"] = tr.adds;
-          (tr.src == tr.dst ? copies : tr.src == device ? sends : recvs).push_back(std::move(entry));
+          list->push_back(std::move(entry));
         }
         if (in.kind != InstrKind::post_recv) j["sends"] = sends;
         if (in.kind != InstrKind::post_send) j["recvs"] = recvs;

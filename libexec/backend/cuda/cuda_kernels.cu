@@ -484,16 +484,20 @@ __global__ void contrastive_dlogits_k(const float* pr, const float* pct, float* 
   }
 }
 
+// One value's AdamW update (optim/adamw.h), shared by adamw_k and
+// adamw_batch_k so that both update bitwise alike.
+__device__ __forceinline__ void adamw_value(float& p, float g, float& m, float& v, float lr, float beta1,
+                                            float beta2, float eps, float decay, float bc1, float bc2) {
+  const float mi = beta1 * m + (1.0f - beta1) * g;
+  const float vi = beta2 * v + (1.0f - beta2) * g * g;
+  m = mi;
+  v = vi;
+  p = p * decay - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+}
+
 __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                         float beta2, float eps, float decay, float bc1, float bc2) {
-  GRID_STRIDE(i, n) {
-    const float gi = g[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-  }
+  GRID_STRIDE(i, n) adamw_value(p[i], g[i], m[i], v[i], lr, beta1, beta2, eps, decay, bc1, bc2);
 }
 
 // Value i of the batch belongs to the first tensor t with i < end[t].
@@ -506,15 +510,7 @@ __global__ void adamw_batch_k(AdamWBatch b, float lr, float beta1, float beta2, 
       else lo = mid + 1;
     }
     const int64_t j = i - (lo > 0 ? b.end[lo - 1] : 0);
-    float* p = b.p[lo];
-    float* m = b.m[lo];
-    float* v = b.v[lo];
-    const float gi = b.g[lo][j];
-    const float mi = beta1 * m[j] + (1.0f - beta1) * gi;
-    const float vi = beta2 * v[j] + (1.0f - beta2) * gi * gi;
-    m[j] = mi;
-    v[j] = vi;
-    p[j] = p[j] * decay - lr * (mi / b.bc1[lo]) / (sqrtf(vi / b.bc2[lo]) + eps);
+    adamw_value(b.p[lo][j], b.g[lo][j], b.m[lo][j], b.v[lo][j], lr, beta1, beta2, eps, decay, b.bc1[lo], b.bc2[lo]);
   }
 }
 
