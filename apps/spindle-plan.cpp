@@ -75,8 +75,10 @@ constexpr double kHintMargin = 0.01;
 // `sim` simulates `plan` (the planner's objective); `gap` is its
 // simulated_compute_gap and `width_optimum_ms` its width_optimum_ms (0: not
 // known).
+// `as_run`: the plan's memory per device as spindle-run allocates it
+// (replicated optimizer state, memory_with), when the plan counts another.
 void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, const sp::Simulation& sim, double gap,
-                   double width_optimum_ms) {
+                   double width_optimum_ms, const std::vector<int64_t>& as_run) {
   const sp::Predicted& p = plan.predicted;
   int64_t peak = 0;
   int peak_dev = 0;
@@ -136,7 +138,15 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
                 width_optimum_ms, width_gap * 100,
                 width_gap < 0 ? " (below it: levels overlap, and the optimum is per level)" : "");
   }
-  std::printf("memory    peak %s on device %d (of %s)\n", gib(peak).c_str(), peak_dev, gib(plan.memory_bytes).c_str());
+  std::printf("memory    peak %s on device %d (of %s), optimizer state %s\n", gib(peak).c_str(), peak_dev,
+              gib(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state));
+  if (!as_run.empty()) {
+    const auto run_peak = std::max_element(as_run.begin(), as_run.end());
+    std::printf("          spindle-run keeps it replicated: peak %s on device %td%s\n", gib(*run_peak).c_str(),
+                run_peak - as_run.begin(),
+                *run_peak > plan.memory_bytes ? ", over: plan with --optimizer-state replicated to run this cluster"
+                                              : "");
+  }
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
 
@@ -187,7 +197,7 @@ int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model
 // The command line (spec/cli.md).
 struct Options {
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
-  std::string placement_name = "islands";
+  std::string placement_name = "islands", optimizer_state = "sharded";
   std::string trace_path, check_path, plot_path, lower_dir;
   bool compare = false, accept_profile_mismatch = false, no_overlap = false, no_early = false;
   double bucket_mb = 25;
@@ -244,12 +254,18 @@ void add_options(CLI::App& app, Options& o) {
                  "step 9); 0: none")
       ->check(CLI::Range(0, sp::kMaxShiftSimulations))
       ->capture_default_str();
+  app.add_option("--optimizer-state", o.optimizer_state,
+                 "how device memory counts AdamW's state: sharded over the data-parallel replicas (Megatron's "
+                 "distributed optimizer, the paper's assumption) | replicated (what spindle-run allocates today); "
+                 "recorded in the plan")
+      ->check(CLI::IsMember({"sharded", "replicated"}))
+      ->capture_default_str();
   // --check plans nothing: an option only planning reads is refused with it
   // (exit 2), not ignored: `--check P --trace T` would otherwise exit 0
   // and write no trace.
   CLI::Option* check = app.get_option("--check");
   for (const char* name : {"--output", "--strategy", "--placement", "--compare", "--trace", "--plot",
-                           "--accept-profile-mismatch", "--shift-simulations"})
+                           "--accept-profile-mismatch", "--shift-simulations", "--optimizer-state"})
     check->excludes(app.get_option(name));
 }
 
@@ -461,6 +477,7 @@ int main(int argc, char** argv) {
   request.placement = *placement;
   request.sync = sync;
   request.shift_simulations = o.shift_simulations;
+  request.optimizer_state = *sp::optimizer_state_named(o.optimizer_state);   // CLI::IsMember checked it
   // Each plan simulated as it says it synchronises (sync empty: planned_sync),
   // with the bucket cap the planner chose unless --bucket-mb fixed it.
   request.choose_bucket_bytes = !o.bucket_given;
@@ -500,7 +517,17 @@ int main(int argc, char** argv) {
 
   if (o.compare) std::printf("\n");
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
-  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0);
+  std::vector<int64_t> as_run;
+  if (plan->optimizer_state != sp::OptimizerState::replicated)
+    as_run = sp::memory_with(*plan, sp::OptimizerState::replicated, *model, graph, *cost->get());
+  if (const auto worst = std::max_element(as_run.begin(), as_run.end());
+      worst != as_run.end() && *worst > plan->memory_bytes)
+    std::fprintf(stderr,
+                 "spindle-plan: warning: spindle-run keeps AdamW's state whole on every replica (it does not shard it "
+                 "yet): device %td would need %s of %s; plan with --optimizer-state replicated to run this plan's "
+                 "cluster\n",
+                 worst - as_run.begin(), gib(*worst).c_str(), gib(plan->memory_bytes).c_str());
+  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0, as_run);
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_bucket_choice(*plan, request, sim_options);
   print_profile_links(*profile);

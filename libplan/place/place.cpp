@@ -814,7 +814,8 @@ class Improver {
       int on = 0;
       for (int d = 0; d < n_; ++d) on += count_[row + static_cast<size_t>(d)] > 0;
       if (on == 0) continue;
-      const double bytes = param_state_bytes(in_.param_bytes[p], in_.dtype_bytes, param_replicas(on, tensor_parallel_[p]));
+      const double bytes = param_state_bytes(in_.param_bytes[p], in_.dtype_bytes, param_replicas(on, tensor_parallel_[p]),
+                                             in_.optimizer_state);
       for (int d = 0; d < n_; ++d)
         if (count_[row + static_cast<size_t>(d)] > 0) mem[static_cast<size_t>(d)] += bytes;
     }

@@ -49,6 +49,7 @@ struct PlaceInput {
   int devices_per_island = 0;          // 0: one island
   // Usable memory per device, bytes; 0: unlimited.
   double memory_bytes = 0;
+  OptimizerState optimizer_state = OptimizerState::sharded;   // rules/memory.h
   const CostModel* cost = nullptr;     // links (p2p_ms, allreduce_ms); required
 };
 
@@ -127,7 +128,8 @@ double slot_bytes_per_device(const PlaceInput& in, const AbstractSlot& slot, Has
     const auto ku = static_cast<size_t>(k);
     bytes += activation_bytes(m.act_bytes_per_sample[ku], m.batch, slot.devices);
     const int p = m.param[ku];
-    if (p >= 0 && !has_param(p)) bytes += param_state_bytes(in.param_bytes[static_cast<size_t>(p)], in.dtype_bytes, replicas);
+    if (p >= 0 && !has_param(p)) bytes += param_state_bytes(in.param_bytes[static_cast<size_t>(p)], in.dtype_bytes, replicas,
+                                                            in.optimizer_state);
   }
   return bytes;
 }

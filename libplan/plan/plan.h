@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "libplan/graph/op_graph.h"
+#include "libplan/rules/memory.h"
 
 namespace spindle::plan {
 
@@ -106,6 +107,10 @@ struct Plan {
   // simulated (planned_sync).
   bool overlap = true;
   int64_t bucket_bytes = kDefaultBucketBytes;
+  // How predicted.memory_bytes counts the optimizer state (rules/memory.h;
+  // spindle-plan --optimizer-state): written as "x-memory":
+  // {"optimizer_state": "replicated"} when not the default, sharded.
+  OptimizerState optimizer_state = OptimizerState::sharded;
   double planning_ms = 0;              // not serialised (keeps bytes deterministic)
 };
 

@@ -1,6 +1,7 @@
 #include "libplan/plan/plan_io.h"
 
 #include <limits>
+#include <optional>
 
 #include "libplan/io/json_reader.h"
 #include "libplan/model/ops.h"
@@ -79,6 +80,8 @@ std::string plan_to_json(const Plan& p) {
   if (!p.early_transfers) doc["x-lowering"]["early_transfers"] = false;
   if (!p.overlap) doc["x-lowering"]["overlap"] = false;
   if (p.bucket_bytes != kDefaultBucketBytes) doc["x-lowering"]["bucket_bytes"] = p.bucket_bytes;
+  if (p.optimizer_state != OptimizerState::sharded)
+    doc["x-memory"]["optimizer_state"] = optimizer_state_name(p.optimizer_state);
   return doc.dump(1) + "\n";
 }
 
@@ -296,6 +299,17 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
         return lowering.at("bucket_bytes").error("expected bytes from " + std::to_string(kMinBucketBytes) + " to " +
                                                  std::to_string(kMaxBucketBytes) + ", found " + std::to_string(bytes));
       p.bucket_bytes = bytes;
+    }
+  }
+  if (r.has("x-memory")) {
+    JsonReader memory = r.at("x-memory");
+    SPINDLE_TRY(memory.require_object({}, {"optimizer_state"}));
+    if (memory.has("optimizer_state")) {
+      SPINDLE_ASSIGN(name, memory.at("optimizer_state").get_string());
+      const std::optional<OptimizerState> state = optimizer_state_named(name);
+      if (!state)
+        return memory.at("optimizer_state").error("expected \"sharded\" or \"replicated\", found \"" + name + "\"");
+      p.optimizer_state = *state;
     }
   }
   return p;

@@ -202,7 +202,8 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
     const double shard_bytes = param.shard_bytes;
     const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, on) : 0.0;
     const double bytes = param_state_bytes(shard_bytes, dtype,
-                                           param_replicas(static_cast<int>(on.size()), param.tensor_parallel));
+                                           param_replicas(static_cast<int>(on.size()), param.tensor_parallel),
+                                           plan.optimizer_state);
     for (int d : on) {
       sync_ms[d] += ms;
       state_bytes[d] += bytes;

@@ -2,6 +2,7 @@
 
 #include "libplan/rules/devices.h"
 #include "libplan/plan/plan.h"
+#include "libplan/planner/cost_plan.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -74,6 +75,14 @@ Status check_plan_memory(const Plan& plan, const Model& model) {
                " (" + std::to_string(over) + " of " + std::to_string(plan.devices) +
                " devices over) for parameters, gradients, optimizer state and activations of " + list +
                "; use more devices, smaller task batches, or devices with more memory"};
+}
+
+std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const Model& model, const OpGraph& graph,
+                                 const CostModel& cost) {
+  Plan other = plan;
+  other.optimizer_state = state;
+  cost_plan(other, model, graph, cost);
+  return std::move(other.predicted.memory_bytes);
 }
 
 }  // namespace spindle::plan

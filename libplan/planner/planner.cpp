@@ -231,6 +231,7 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
   in.devices = cluster.devices();
   in.devices_per_island = cluster.devices_per_island;
   in.memory_bytes = static_cast<double>(cluster.memory_bytes());
+  in.optimizer_state = req.optimizer_state;
   in.cost = req.cost;
   std::map<std::string, int> param_index;
   for (const MetaOp& m : contraction.metaops) {
@@ -526,6 +527,7 @@ Plan plan_header(const PlanRequest& request, const Prepared& p) {
   plan.profile_sha256 = request.profile_sha256;
   plan.overlap = request.sync.overlap;
   plan.bucket_bytes = request.sync.bucket_bytes;
+  plan.optimizer_state = request.optimizer_state;
   for (const MetaOp& m : p.contraction.metaops) {
     PlanMetaOp pm;
     pm.id = m.id;

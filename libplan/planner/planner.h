@@ -83,6 +83,11 @@ struct PlanRequest {
   // their best caps (docs/planner.md, "Bucket cap"). Off: sync.bucket_bytes
   // (spindle-plan --bucket-mb).
   bool choose_bucket_bytes = true;
+  // How device memory counts the optimizer state (rules/memory.h), recorded
+  // in the plan: sharded over the replicas (the paper's and the baselines'
+  // assumption, Megatron's distributed optimizer) or replicated (what
+  // spindle-run allocates today). Every strategy.
+  OptimizerState optimizer_state = OptimizerState::sharded;
 };
 
 // The bucket caps the planner tries besides the request's (MiB, ascending;

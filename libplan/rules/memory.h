@@ -6,19 +6,42 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace spindle::plan {
 
+// How a parameter's optimizer state (AdamW's m and v, and the fp32 master
+// copy when the dtype is narrower) is held over its data-parallel replicas.
+// sharded: each replica holds 1/replicas of it, as Megatron's distributed
+// optimizer (ZeRO stage 1) does; what the paper's comparison and the
+// baselines assume (bench/paper). replicated: every replica holds all of
+// it; what spindle-run allocates today (docs/planner.md, "Memory").
+// Recorded in the plan (Plan::optimizer_state).
+enum class OptimizerState { sharded, replicated };
+
+// "sharded" or "replicated" (the plan's x-memory.optimizer_state and
+// spindle-plan --optimizer-state), and back; nullopt for any other name.
+inline const char* optimizer_state_name(OptimizerState s) {
+  return s == OptimizerState::sharded ? "sharded" : "replicated";
+}
+inline std::optional<OptimizerState> optimizer_state_named(std::string_view name) {
+  if (name == "sharded") return OptimizerState::sharded;
+  if (name == "replicated") return OptimizerState::replicated;
+  return std::nullopt;
+}
+
 // Bytes one device holds for one parameter shard of `shard_bytes` bytes in
 // the model dtype (`dtype_bytes` per value) held by `replicas` data-parallel
-// replicas (>= 1): weights and gradients in the model dtype, plus the fp32
-// master copy (when the dtype is narrower than fp32) and AdamW's m and v,
-// sharded over the replicas as Megatron's distributed optimizer (ZeRO
-// stage 1) does.
-inline double param_state_bytes(double shard_bytes, int dtype_bytes, double replicas) {
+// replicas (>= 1): weights and gradients in the model dtype, plus the
+// optimizer state (8 bytes per value for m and v, 4 more for the master
+// copy when the dtype is narrower than fp32), divided over the replicas
+// when `state` is sharded.
+inline double param_state_bytes(double shard_bytes, int dtype_bytes, double replicas, OptimizerState state) {
   const double replicated_per_value = 2.0 * dtype_bytes;
   const double optimizer_per_value = 8.0 + (dtype_bytes < 4 ? 4.0 : 0.0);
-  return shard_bytes / dtype_bytes * (replicated_per_value + optimizer_per_value / replicas);
+  const double holders = state == OptimizerState::sharded ? replicas : 1.0;
+  return shard_bytes / dtype_bytes * (replicated_per_value + optimizer_per_value / holders);
 }
 
 // AdamW's memory traffic per parameter value it steps, as spindle-run's

@@ -120,6 +120,46 @@ TEST_CASE("plan JSON: x-lowering.bucket_starts is written when ready, read back,
   }
 }
 
+TEST_CASE("plan JSON: x-memory.optimizer_state is written when replicated, read back, optional, and checked",
+          "[plan_io]") {
+  Fixture f;
+  sp::Plan plan = f.plan();
+  REQUIRE(plan.optimizer_state == sp::OptimizerState::sharded);
+  const std::string sharded = sp::plan_to_json(plan);
+  CHECK(sharded.find("x-memory") == std::string::npos);   // the default: absent
+  plan.optimizer_state = sp::OptimizerState::replicated;
+  const std::string replicated = sp::plan_to_json(plan);
+  nlohmann::json doc = nlohmann::json::parse(replicated);
+  CHECK(doc["x-memory"] == nlohmann::json{{"optimizer_state", "replicated"}});
+  auto back = sp::parse_plan_string(replicated, "p.json");
+  REQUIRE(back.ok());
+  CHECK(back->optimizer_state == sp::OptimizerState::replicated);
+  CHECK(sp::plan_to_json(*back) == replicated);
+  auto absent = sp::parse_plan_string(sharded, "p.json");
+  REQUIRE(absent.ok());
+  CHECK(absent->optimizer_state == sp::OptimizerState::sharded);
+  nlohmann::json named = doc;
+  named["x-memory"]["optimizer_state"] = "sharded";
+  auto spelled_out = sp::parse_plan_string(named.dump(), "p.json");
+  REQUIRE(spelled_out.ok());
+  CHECK(spelled_out->optimizer_state == sp::OptimizerState::sharded);
+  // Another value, another type, an unknown key under it, not an object:
+  // refused, naming the file and the key.
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"optimizer_state", "zero1"}, {"optimizer_state", true}, {"optimizer", "replicated"}}) {
+    nlohmann::json d = doc;
+    d["x-memory"] = {{key, value}};
+    auto r = sp::parse_plan_string(d.dump(), "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-memory." + key));
+  }
+  nlohmann::json d = doc;
+  d["x-memory"] = "replicated";
+  auto r = sp::parse_plan_string(d.dump(), "p.json");
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("x-memory"));
+}
+
 TEST_CASE("plan JSON: x-lowering.early_transfers is written when false, read back, optional, and checked", "[plan_io]") {
   Fixture f;
   sp::Plan plan = f.plan();

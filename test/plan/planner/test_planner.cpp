@@ -11,6 +11,8 @@
 #include "helpers.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
+#include "libplan/planner/cost_plan.h"
+#include "libplan/planner/feasibility.h"
 #include "libplan/planner/planner.h"
 #include "test/plan/shipped_fixture.h"
 
@@ -418,4 +420,66 @@ TEST_CASE("width_optimum_ms: the relaxed optimum of the plan's own widths", "[pl
     w.slices.erase(std::remove_if(w.slices.begin(), w.slices.end(), [](const Slice& s) { return s.metaop == 0; }),
                    w.slices.end());
   CHECK_FALSE(width_optimum_ms(missing, *q.cost).ok());
+}
+
+TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each replica's share, and plans for it",
+          "[planner]") {
+  spindle::plan::testing::Fixture f("multitask-clip-7", "a800-1x8");
+  PlanRequest request{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+  request.shift_simulations = 8;
+  auto sharded = make_plan(request);
+  REQUIRE(sharded.ok());
+  REQUIRE(sharded->optimizer_state == OptimizerState::sharded);
+  const std::vector<int64_t>& mem = sharded->predicted.memory_bytes;
+  CHECK(memory_with(*sharded, OptimizerState::sharded, f.model, f.graph, *f.cost) == mem);
+  const std::vector<int64_t> as_run = memory_with(*sharded, OptimizerState::replicated, f.model, f.graph, *f.cost);
+  // By hand from the plan's parameter groups: a bf16 shard of B bytes holds
+  // B / 2 values; replicated, each of a group's r = devices / tp replicas
+  // holds all 12 bytes of master copy, m and v per value, not 12 / r.
+  REQUIRE(f.model.dtype == DType::bf16);
+  const CostTables tables = cost_tables(*sharded, f.model, f.graph, *f.cost);
+  std::map<std::string, const CostTables::Param*> by_name;
+  for (const CostTables::Param& p : tables.params) by_name[p.name] = &p;
+  std::vector<double> extra(static_cast<size_t>(sharded->devices), 0.0);
+  int replicated_groups = 0;
+  for (const ParamGroup& g : sharded->param_groups) {
+    const CostTables::Param& p = *by_name.at(g.param);
+    const double r = std::max(1.0, static_cast<double>(g.devices.size()) / p.tensor_parallel);
+    replicated_groups += r > 1;
+    for (int d : g.devices) extra[static_cast<size_t>(d)] += p.shard_bytes / 2 * 12 * (1 - 1 / r);
+  }
+  REQUIRE(replicated_groups > 0);
+  bool grew = false;
+  for (size_t d = 0; d < mem.size(); ++d) {
+    CHECK(static_cast<double>(as_run[d] - mem[d]) == Approx(extra[d]).margin(2));   // each figure rounded to bytes
+    grew = grew || as_run[d] > mem[d];
+  }
+  CHECK(grew);
+
+  // Planned replicated: recorded, costed so, and it fits.
+  request.optimizer_state = OptimizerState::replicated;
+  auto replicated = make_plan(request);
+  REQUIRE(replicated.ok());
+  CHECK(replicated->optimizer_state == OptimizerState::replicated);
+  CHECK(memory_with(*replicated, OptimizerState::replicated, f.model, f.graph, *f.cost) ==
+        replicated->predicted.memory_bytes);
+  CHECK(check_plan_memory(*replicated, f.model).ok());
+  auto back = parse_plan_string(plan_to_json(*replicated), "p.json");
+  REQUIRE(back.ok());
+  CHECK(back->optimizer_state == OptimizerState::replicated);
+
+  // On devices of 50 GiB the sharded plan fits (47.1 GiB at its peak) but
+  // not as spindle-run holds it (51.3 GiB), and no replicated plan fits.
+  Cluster small = f.cluster;
+  small.memory_gib = 50;
+  request.cluster = &small;
+  request.optimizer_state = OptimizerState::sharded;
+  auto fits_sharded = make_plan(request);
+  REQUIRE(fits_sharded.ok());
+  CHECK(check_plan_memory(*fits_sharded, f.model).ok());
+  const std::vector<int64_t> over = memory_with(*fits_sharded, OptimizerState::replicated, f.model, f.graph, *f.cost);
+  CHECK(*std::max_element(over.begin(), over.end()) > small.memory_bytes());
+  request.optimizer_state = OptimizerState::replicated;
+  auto none = make_plan(request);
+  CHECK((!none.ok() || !check_plan_memory(*none, f.model).ok()));
 }

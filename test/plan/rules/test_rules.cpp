@@ -125,9 +125,21 @@ TEST_CASE("re-shard moves both ways: the two walks' moves, as multisets") {
 TEST_CASE("memory: parameter state and activations per device, by hand") {
   // 1000 bytes of bf16 (500 values): weights + grads 2 x 2 bytes, fp32 master
   // + m + v 12 bytes sharded over 4 replicas -> 500 * (4 + 3) = 3500.
-  CHECK(param_state_bytes(1000, 2, 4) == Approx(3500));
-  // fp32: no master copy, m + v = 8 bytes over 1 replica: 250 * (8 + 8).
-  CHECK(param_state_bytes(1000, 4, 1) == Approx(4000));
+  CHECK(param_state_bytes(1000, 2, 4, OptimizerState::sharded) == Approx(3500));
+  // Replicated (what spindle-run holds): the whole 12 bytes on each replica,
+  // 500 * (4 + 12) = 8000.
+  CHECK(param_state_bytes(1000, 2, 4, OptimizerState::replicated) == Approx(8000));
+  // fp32: no master copy, m + v = 8 bytes over 1 replica: 250 * (8 + 8),
+  // the same either way; over 2 replicas, 250 * (8 + 4) sharded.
+  CHECK(param_state_bytes(1000, 4, 1, OptimizerState::sharded) == Approx(4000));
+  CHECK(param_state_bytes(1000, 4, 1, OptimizerState::replicated) == Approx(4000));
+  CHECK(param_state_bytes(1000, 4, 2, OptimizerState::sharded) == Approx(3000));
+  CHECK(param_state_bytes(1000, 4, 2, OptimizerState::replicated) == Approx(4000));
+  CHECK(optimizer_state_named("sharded") == OptimizerState::sharded);
+  CHECK(optimizer_state_named("replicated") == OptimizerState::replicated);
+  CHECK_FALSE(optimizer_state_named("Sharded").has_value());
+  CHECK_FALSE(optimizer_state_named("").has_value());
+  CHECK(std::string(optimizer_state_name(OptimizerState::replicated)) == "replicated");
   CHECK(param_replicas(8, 2) == 4.0);
   CHECK(param_replicas(1, 2) == 1.0);
   CHECK(activation_bytes(100, 32, 8) == Approx(400));
