@@ -31,6 +31,7 @@
 #include "libplan/sim/sim.h"
 #include "libplan/util/files.h"
 #include "libplan/util/host_memory.h"
+#include "libplan/util/units.h"
 
 namespace sp = spindle::plan;
 namespace fs = std::filesystem;
@@ -62,11 +63,7 @@ std::string default_cluster_path(const char* argv0) {
   return (fs::path(SPINDLE_SOURCE_DIR) / "configs" / rel).string();
 }
 
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
-  return buf;
-}
+std::string size_text(int64_t bytes) { return sp::human_bytes(static_cast<double>(bytes)); }
 
 // spindle-plan hints at dropping --no-early-transfers when posting early
 // simulates the plan at least this much faster.
@@ -138,11 +135,11 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
                 width_optimum_ms, width_gap * 100,
                 width_gap < 0 ? " (below it: levels overlap, and the optimum is per level)" : "");
   }
-  std::printf("memory    peak %s on device %d (of %s), optimizer state %s\n", gib(peak).c_str(), peak_dev,
-              gib(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state));
+  std::printf("memory    peak %s on device %d (of %s), optimizer state %s\n", size_text(peak).c_str(), peak_dev,
+              size_text(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state));
   if (!as_run.empty()) {
     const auto run_peak = std::max_element(as_run.begin(), as_run.end());
-    std::printf("          spindle-run keeps it replicated: peak %s on device %td%s\n", gib(*run_peak).c_str(),
+    std::printf("          spindle-run keeps it replicated: peak %s on device %td%s\n", size_text(*run_peak).c_str(),
                 run_peak - as_run.begin(),
                 *run_peak > plan.memory_bytes ? ", over: plan with --optimizer-state replicated to run this cluster"
                                               : "");
@@ -526,7 +523,8 @@ int main(int argc, char** argv) {
                  "spindle-plan: warning: spindle-run keeps AdamW's state whole on every replica (it does not shard it "
                  "yet): device %td would need %s of %s; plan with --optimizer-state replicated to run this plan's "
                  "cluster\n",
-                 worst - as_run.begin(), gib(*worst).c_str(), gib(plan->memory_bytes).c_str());
+                 worst - as_run.begin(), sp::human_bytes(static_cast<double>(*worst), 2).c_str(),
+                 sp::human_bytes(static_cast<double>(plan->memory_bytes), 2).c_str());
   print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0, as_run);
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_bucket_choice(*plan, request, sim_options);

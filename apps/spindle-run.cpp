@@ -67,6 +67,7 @@
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
 #include "libplan/util/files.h"
+#include "libplan/planner/feasibility.h"
 #include "libplan/util/host_memory.h"
 
 namespace sp = spindle::plan;
@@ -413,7 +414,11 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     if (!in.plan.ok()) error = in.plan.error().message;
   }
   if (error.empty()) {
-    const sp::Status st = sp::check_plan_status(*in.plan, *in.model, sp::expand(*in.model), args.plan_path);
+    const sp::OpGraph graph = sp::expand(*in.model);
+    sp::Status st = sp::check_plan_status(*in.plan, *in.model, graph, args.plan_path);
+    // The plan's memory as this program holds it (the optimizer state whole
+    // on every replica), before anything is allocated.
+    if (st.ok()) st = sp::check_memory_as_run(*in.plan, *in.model, graph, args.plan_path);
     if (!st.ok()) error = st.error().message;
   }
   if (error.empty() && in.plan->devices != size)

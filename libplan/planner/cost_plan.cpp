@@ -16,6 +16,13 @@ double output_bytes_per_sample(const Operator& op, int dtype_bytes) {
                              dtype_bytes);
 }
 
+int64_t op_shard_values(const Operator& op, const Model& model) {
+  const Task& task = model.tasks[static_cast<size_t>(op.task)];
+  const Module* module = model.find_module(task.nodes[static_cast<size_t>(op.node)].module);
+  const Workload& w = op.workload;
+  return op_shard_param_count(w.op, w.dims, module->max_seq, op.tensor_parallel);
+}
+
 namespace {
 
 // Traffic of one wave, accumulated over its re-shardings: bytes into each
@@ -58,21 +65,15 @@ CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& grap
   op_index.reserve(graph.ops.size());
   for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
 
-  // Per MetaOp its operators' graph indices, and per operator its MetaOp
-  // (-1: none). The cost model's lookups are by workload key, and every
-  // operator of a MetaOp has the MetaOp's workload: once per MetaOp.
+  // Per MetaOp its operators' graph indices. The cost model's lookups are
+  // by workload key, and every operator of a MetaOp has the MetaOp's
+  // workload: once per MetaOp.
   std::vector<std::vector<int>> ops(plan.metaops.size());
-  std::vector<double> param_bytes(plan.metaops.size());
-  std::vector<int> metaop_of_op(graph.ops.size(), -1);
   t.metaops.resize(plan.metaops.size());
   for (size_t i = 0; i < plan.metaops.size(); ++i) {
     const PlanMetaOp& m = plan.metaops[i];
-    for (const std::string& id : m.operators) {
-      ops[i].push_back(op_index.at(id));
-      metaop_of_op[static_cast<size_t>(ops[i].back())] = static_cast<int>(i);
-    }
+    for (const std::string& id : m.operators) ops[i].push_back(op_index.at(id));
     t.metaops[i].act_bytes_per_sample = static_cast<double>(cost.activation_bytes_per_sample(m.workload));
-    param_bytes[i] = static_cast<double>(cost.param_bytes(m.workload));
     if (!ops[i].empty())
       t.metaops[i].out_bytes_per_sample =
           output_bytes_per_sample(graph.ops[static_cast<size_t>(ops[i].back())], t.dtype_bytes);
@@ -97,10 +98,7 @@ CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& grap
     costed[static_cast<size_t>(it->second)] = 1;
     CostTables::Param& p = t.params[static_cast<size_t>(it->second)];
     p.name = op.param;
-    const int owner = metaop_of_op[i];
-    const double bytes = owner >= 0 ? param_bytes[static_cast<size_t>(owner)]
-                                     : static_cast<double>(cost.param_bytes(op.workload));
-    p.shard_bytes = bytes / op.tensor_parallel;
+    p.shard_bytes = static_cast<double>(op_shard_values(op, model)) * t.dtype_bytes;
     p.tensor_parallel = op.tensor_parallel;
   }
   for (size_t i = 0; i < plan.metaops.size(); ++i) {

@@ -18,6 +18,12 @@ namespace spindle::plan {
 // token; 0 for losses). What moves between waves.
 double output_bytes_per_sample(const Operator& op, int dtype_bytes);
 
+// Parameter values one tensor-parallel rank holds for operator `op` of
+// `model`: op_shard_param_count with its module's max_seq, as the runtime
+// allocates them and the lowering sums them (Bucket::values). What memory
+// (x the dtype's bytes) and the gradient all-reduce (x the wire's) count.
+int64_t op_shard_values(const Operator& op, const Model& model);
+
 // What costing looks up that depends on the MetaOps, the model, the graph
 // and the cost model but not on the waves: built once by cost_tables and
 // reused for every candidate plan of the same MetaOps (the planner costs

@@ -2,7 +2,10 @@
 
 #include "libplan/rules/devices.h"
 #include "libplan/plan/plan.h"
+#include "libplan/lower/lower.h"
 #include "libplan/planner/cost_plan.h"
+#include "libplan/util/limits.h"
+#include "libplan/util/units.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -38,11 +41,7 @@ Status check_model_fits_cluster(const Model& model, const Cluster& cluster) {
 namespace spindle::plan {
 
 namespace {
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1ull << 30));
-  return buf;
-}
+std::string size_text(double bytes) { return human_bytes(bytes, 2); }
 }  // namespace
 
 Status check_plan_memory(const Plan& plan, const Model& model) {
@@ -71,7 +70,7 @@ Status check_plan_memory(const Plan& plan, const Model& model) {
   }
   return Error{(model.path.empty() ? model.name : model.path) + ": does not fit in device memory on cluster '" +
                plan.cluster_name + "': device " + std::to_string(worst) + " needs " +
-               gib(static_cast<double>(mem[worst])) + " of " + gib(static_cast<double>(plan.memory_bytes)) +
+               size_text(static_cast<double>(mem[worst])) + " of " + size_text(static_cast<double>(plan.memory_bytes)) +
                " (" + std::to_string(over) + " of " + std::to_string(plan.devices) +
                " devices over) for parameters, gradients, optimizer state and activations of " + list +
                "; use more devices, smaller task batches, or devices with more memory"};
@@ -83,6 +82,44 @@ std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const M
   other.optimizer_state = state;
   cost_plan(other, model, graph, cost);
   return std::move(other.predicted.memory_bytes);
+}
+
+Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph) {
+  std::vector<int64_t> mem = plan.predicted.memory_bytes;
+  if (plan.optimizer_state == OptimizerState::replicated) return mem;
+  if (mem.size() != static_cast<size_t>(plan.devices))
+    return Error{"plan: predicted.memory_bytes has " + std::to_string(mem.size()) + " devices, the plan " +
+                 std::to_string(plan.devices)};
+  SPINDLE_ASSIGN(context, lower_context(model, graph));
+  LowerOptions header;
+  header.deps = false;
+  header.runtime_maps = false;
+  SPINDLE_ASSIGN(lowered, lower_header(plan, context, header));
+  const int dtype = dtype_bytes(model.dtype);
+  std::vector<double> extra(mem.size(), 0.0);
+  for (const Bucket& b : lowered.buckets) {
+    const double bytes = static_cast<double>(b.values) * dtype;
+    const auto holders = static_cast<double>(b.devices.size());
+    const double more = param_state_bytes(bytes, dtype, holders, OptimizerState::replicated) -
+                        param_state_bytes(bytes, dtype, holders, OptimizerState::sharded);
+    for (int d : b.devices) extra[static_cast<size_t>(d)] += more;
+  }
+  for (size_t d = 0; d < mem.size(); ++d)
+    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + extra[d]);   // saturates, never wraps
+  return mem;
+}
+
+Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path) {
+  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph));
+  const auto worst = std::max_element(mem.begin(), mem.end());
+  if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
+  const auto d = static_cast<size_t>(worst - mem.begin());
+  return Error{path + ": device " + std::to_string(d) + " would hold " + size_text(static_cast<double>(*worst)) + " of " +
+               size_text(static_cast<double>(plan.memory_bytes)) +
+               ": the plan counts AdamW's state sharded over the data-parallel replicas (" +
+               size_text(static_cast<double>(plan.predicted.memory_bytes[d])) +
+               " there), spindle-run keeps it whole on every replica; plan again with spindle-plan "
+               "--optimizer-state replicated, or on more devices"};
 }
 
 }  // namespace spindle::plan

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "libplan/cost/cost_model.h"
@@ -36,5 +37,18 @@ Status check_plan_memory(const Plan& plan, const Model& model);
 // spindle-run, which keeps every replica's state whole, would hold.
 std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const Model& model, const OpGraph& graph,
                                  const CostModel& cost);
+
+// What spindle-run, which keeps the optimizer state whole on every replica,
+// holds per device for `plan` (model `model`, expanded as `graph`), from
+// the plan's own figures, without a cost model: its memory_bytes, plus,
+// when it counts the state sharded, the rest of the state of every
+// gradient bucket's shards on each of the bucket's holders (the lowering's
+// buckets: lower_header). Equals memory_with(plan, replicated, ...) to
+// within rounding (tested).
+Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph);
+// An error when a device of `plan` (read from `path`) would hold more than
+// its memory_bytes as spindle-run runs it (memory_as_run): names the path,
+// the device, both figures and the re-plan that fits what runs.
+Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path);
 
 }  // namespace spindle::plan

@@ -166,11 +166,7 @@ double work_bound_ms(const Prepared& p, int devices) {
 // lowering all-reduces them.
 double op_sync_bytes(const MetaOp& m, const PlanRequest& req) {
   const Operator& first = req.graph->ops[static_cast<size_t>(m.operators.front())];
-  const Task& task = req.model->tasks[static_cast<size_t>(first.task)];
-  const Module* module = req.model->find_module(task.nodes[static_cast<size_t>(first.node)].module);
-  const Workload& w = first.workload;
-  return static_cast<double>(op_shard_param_count(w.op, w.dims, module->max_seq, m.tensor_parallel)) *
-         kWireBytesPerValue;
+  return static_cast<double>(op_shard_values(first, *req.model)) * kWireBytesPerValue;
 }
 
 Result<Prepared> prepare(const PlanRequest& req) {
@@ -245,7 +241,8 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
     pm.out_bytes_per_sample = static_cast<double>(op_out_values_per_sample(w.op, w.dims, w.seq)) * kWireBytesPerValue;
     // Every operator of a MetaOp has its workload and tensor_parallel
     // (contraction): the cost model is asked once per MetaOp.
-    const double bytes = static_cast<double>(req.cost->param_bytes(m.workload)) / m.tensor_parallel;
+    // One TP shard in the model dtype, as the runtime holds it (op_shard_values).
+    const double bytes = static_cast<double>(op_shard_values(first, *req.model)) * in.dtype_bytes;
     const auto act_bytes = static_cast<double>(req.cost->activation_bytes_per_sample(m.workload));
     const double sync_bytes = op_sync_bytes(m, req);
     for (int o : m.operators) {

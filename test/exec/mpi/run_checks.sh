@@ -41,6 +41,10 @@
 #   other-model     tiny-lm's plan run with tiny-clip's model: rejected (exit 2).
 #   corrupt-plan    a truncated plan file: rejected (exit 2).
 #   missing-model   a model path that does not exist: rejected (exit 2).
+#   memory-as-run   tiny-clip planned for 2 devices that hold it with AdamW's
+#       state counted sharded but not as spindle-run keeps it (whole on each
+#       replica): spindle-plan warns, spindle-run refuses it (exit 2, the
+#       device and both sizes), and planned replicated it is refused.
 #   rank-dies       rank 1 calls _exit(9) at step 2 of a 4-rank run
 #       (SPINDLE_TEST_DIE_AT_STEP): the job ends non-zero well within 60 s.
 #   ckpt-resume-tiny-clip, ckpt-resume-tiny-lm  6 steps straight on 4 ranks
@@ -334,6 +338,21 @@ case "$MODE" in
     head -c 200 p4.json > broken.json
     run 4 broken.json "$MODELS/tiny-clip.yaml" --steps 2
     expect_reject "truncated plan" "broken.json" ;;
+  memory-as-run)
+    # A plan that fits its devices with AdamW's state counted sharded but
+    # not as spindle-run holds it (whole on each replica): spindle-plan
+    # writes it with a warning, spindle-run refuses it before allocating.
+    "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$SRC/test/data/clusters/cpu-1x2-tight.yaml" \
+      -o tight.json > plan.log 2> plan.err || die "spindle-plan failed: $(cat plan.err)"
+    grep -q "optimizer-state replicated" plan.err || die "spindle-plan did not warn: $(cat plan.err)"
+    run 2 tight.json "$MODELS/tiny-clip.yaml" --steps 2
+    expect_reject "plan over memory as spindle-run holds it" "tight.json: device 1 would hold 2.33 MiB of 2.30 MiB"
+    # Planned with the state replicated, the same devices are too small:
+    # refused by the planner, no plan written.
+    "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$SRC/test/data/clusters/cpu-1x2-tight.yaml" \
+      --optimizer-state replicated -o replicated.json > /dev/null 2> replicated.err && die "planned replicated"
+    grep -q "does not fit in device memory" replicated.err || die "no memory error: $(cat replicated.err)"
+    [ ! -e replicated.json ] || die "replicated.json written" ;;
   missing-model)
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     run 4 p4.json "$PWD/no-such-model.yaml" --steps 2

@@ -455,6 +455,11 @@ TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each
     grew = grew || as_run[d] > mem[d];
   }
   CHECK(grew);
+  // spindle-run's figure, from the plan and its lowering's buckets alone,
+  // is the same.
+  auto run = memory_as_run(*sharded, f.model, f.graph);
+  REQUIRE(run.ok());
+  for (size_t d = 0; d < mem.size(); ++d) CHECK(static_cast<double>((*run)[d]) == Approx(as_run[d]).margin(2));
 
   // Planned replicated: recorded, costed so, and it fits.
   request.optimizer_state = OptimizerState::replicated;
@@ -482,4 +487,37 @@ TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each
   request.optimizer_state = OptimizerState::replicated;
   auto none = make_plan(request);
   CHECK((!none.ok() || !check_plan_memory(*none, f.model).ok()));
+  // spindle-run refuses the sharded plan there, naming the device and the way out.
+  const Status refused = check_memory_as_run(*fits_sharded, f.model, f.graph, "p.json");
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("p.json: device") &&
+                                          Catch::Contains("--optimizer-state replicated"));
+  CHECK(check_memory_as_run(*sharded, f.model, f.graph, "p.json").ok());   // 80 GiB devices
+}
+
+TEST_CASE("optimizer state: spindle-run's figure equals the costing's, tensor-parallel shards and every strategy",
+          "[planner]") {
+  for (const char* name : {"tiny-lm", "tiny-clip"}) {
+    spindle::plan::testing::Fixture f(name, "cpu-1x4");
+    for (Strategy s : {Strategy::spindle, Strategy::sequential, Strategy::task_level, Strategy::intra_task}) {
+      CAPTURE(name, strategy_name(s));
+      const Plan plan = f.plan(s);
+      auto run = memory_as_run(plan, f.model, f.graph);
+      REQUIRE(run.ok());
+      const std::vector<int64_t> costed = memory_with(plan, OptimizerState::replicated, f.model, f.graph, *f.cost);
+      REQUIRE(run->size() == costed.size());
+      bool replicas = false;
+      for (size_t d = 0; d < costed.size(); ++d) {
+        CHECK(static_cast<double>((*run)[d]) == Approx(costed[d]).margin(2));
+        replicas = replicas || costed[d] > plan.predicted.memory_bytes[d];
+      }
+      if (s == Strategy::sequential) CHECK(replicas);   // every MetaOp on all 4 devices: replicas everywhere
+      Plan counted = plan;
+      counted.optimizer_state = OptimizerState::replicated;
+      counted.predicted.memory_bytes = costed;
+      auto same = memory_as_run(counted, f.model, f.graph);
+      REQUIRE(same.ok());
+      CHECK(*same == costed);   // a plan counted replicated is what runs
+    }
+  }
 }

@@ -1,4 +1,5 @@
-// libplan/util: the host allocator settings every program applies at start.
+// libplan/util: the host allocator settings every program applies at start,
+// and byte sizes as the tools print them.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #endif
 
 #include "libplan/util/host_memory.h"
+#include "libplan/util/units.h"
 
 using namespace spindle::plan;
 
@@ -48,3 +50,14 @@ TEST_CASE("keep_freed_host_memory: blocks under 32 MiB come from the heap and st
   CHECK(after.fordblks >= bytes);                      // kept free for the next step
 }
 #endif
+
+TEST_CASE("human_bytes: the largest binary unit reached, with the decimals asked for") {
+  using spindle::plan::human_bytes;
+  CHECK(human_bytes(80.0 * (1u << 30)) == "80.0 GiB");
+  CHECK(human_bytes(static_cast<double>(1u << 30)) == "1.0 GiB");
+  CHECK(human_bytes(static_cast<double>(1u << 30) - 1) == "1024.0 MiB");   // just below: rounds in MiB
+  CHECK(human_bytes(2415919, 2) == "2.30 MiB");
+  CHECK(human_bytes(1536) == "1.5 KiB");
+  CHECK(human_bytes(1023) == "1023 B");
+  CHECK(human_bytes(0) == "0 B");
+}
