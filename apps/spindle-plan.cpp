@@ -347,10 +347,17 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
     const double device_ms = sim->iteration_ms * static_cast<double>(sim->devices.size());
     auto share = [&](double ms) { return device_ms > 0 ? 100 * ms / device_ms : 0.0; };
     if (s == sp::Strategy::sequential) sequential_ms = sim->iteration_ms;
-    std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10.2f\n", sp::strategy_name(s),
+    // A plan over a device's memory (rule 6) is shown, and said to be.
+    std::string over;
+    const std::vector<int64_t>& mem = plan->predicted.memory_bytes;
+    if (const auto worst = std::max_element(mem.begin(), mem.end()); worst != mem.end() && *worst > plan->memory_bytes)
+      over = "  over memory: device " + std::to_string(worst - mem.begin()) + " needs " +
+             sp::human_bytes(static_cast<double>(*worst), 2) + " of " +
+             sp::human_bytes(static_cast<double>(plan->memory_bytes), 2);
+    std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10.2f%s\n", sp::strategy_name(s),
                 sim->iteration_ms, sequential_ms > 0 ? sequential_ms / sim->iteration_ms : 0.0, *gap * 100,
                 share(sim->transfer_device_ms()), share(sim->sync_device_ms()), plan->predicted.iteration_ms,
-                plan->planning_ms);
+                plan->planning_ms, over.c_str());
     if (plot) plotted.push_back(sp::utilisation(*sim, *plan));
   }
   return {};
