@@ -414,11 +414,7 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     if (!in.plan.ok()) error = in.plan.error().message;
   }
   if (error.empty()) {
-    const sp::OpGraph graph = sp::expand(*in.model);
-    sp::Status st = sp::check_plan_status(*in.plan, *in.model, graph, args.plan_path);
-    // The plan's memory as this program holds it (the optimizer state whole
-    // on every replica), before anything is allocated.
-    if (st.ok()) st = sp::check_memory_as_run(*in.plan, *in.model, graph, args.plan_path);
+    const sp::Status st = sp::check_plan_status(*in.plan, *in.model, sp::expand(*in.model), args.plan_path);
     if (!st.ok()) error = st.error().message;
   }
   if (error.empty() && in.plan->devices != size)
@@ -475,15 +471,14 @@ struct Runtime {
   std::vector<std::string> sync_notes;     // flags that lower other programs than the plan's (sync_for_run)
 };
 
-// Step 2 of run. --backend cuda binds GPU local_rank % device count
-// (docs/gpu.md); group communicators go over NCCL when every rank has a GPU
-// of its own (no two ranks of a node on one physical GPU, by PCI bus id, so
-// per-rank CUDA_VISIBLE_DEVICES works too; all ranks must agree: NCCL setup
-// is collective), else over MPI, staged. With NCCL: one world NCCL
-// communicator, the executor's world (inter-wave transfers device to
-// device, one NCCL group per wave), and the group communicators split from
-// it. Collective over MPI_COMM_WORLD.
-Runtime make_runtime(const Args& args, const Inputs& in) {
+// Step 2 of run, first half (memory_error, then build_executor):
+// MPI_COMM_WORLD as the runtime's world; --backend cuda binds GPU
+// local_rank % device count (docs/gpu.md) and chooses NCCL for the
+// communicators when every rank has a GPU of its own (no two ranks of a
+// node on one physical GPU, by PCI bus id, so per-rank
+// CUDA_VISIBLE_DEVICES works too; all ranks must agree: NCCL setup is
+// collective), else MPI, staged. Collective over MPI_COMM_WORLD.
+Runtime start_runtime(const Args& args, const Inputs& in) {
   Runtime rt;
   rt.world = se::MpiComm::world();
 #ifdef SPINDLE_HAVE_CUDA
@@ -492,6 +487,25 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
 #ifdef SPINDLE_HAVE_NCCL
   if (args.backend == "cuda") rt.use_nccl = gpus_all_distinct(se::cuda_device_info().pci_bus_id);
 #endif
+  return rt;
+}
+
+// The plan's memory as this run will hold it (the optimizer state whole on
+// every replica; with NCCL each gradient bucket's flat buffer in device
+// memory too: check_memory_as_run), before anything is allocated: "" or
+// the error. The same on every rank.
+std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) {
+  const sp::Status st = sp::check_memory_as_run(*in.plan, *in.model, sp::expand(*in.model), args.plan_path,
+                                                rt.use_nccl);
+  return st.ok() ? "" : st.error().message;
+}
+
+// Step 2 of run, second half: the backend, the communicators and the
+// executor. With NCCL: one world NCCL communicator, the executor's world
+// (inter-wave transfers device to device, one NCCL group per wave), and the
+// group communicators split from it; else group communicators over MPI.
+// Collective over MPI_COMM_WORLD.
+void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
   rt.backend = se::make_backend(args.backend);
   rt.options.seed = args.seed;
   rt.options.adamw.lr = args.lr;
@@ -518,7 +532,6 @@ Runtime make_runtime(const Args& args, const Inputs& in) {
   if (!rt.use_nccl) groups = se::create_group_comms(*rt.world, device_groups);
   rt.executor = std::make_unique<se::Executor>(*in.model, *in.plan, rt.nccl_world ? *rt.nccl_world : *rt.world,
                                                std::move(groups), *rt.backend, rt.options);
-  return rt;
 }
 
 // Rank 0 prints what runs where: the model, the plan, the ranks, backend and
@@ -819,8 +832,11 @@ int run(const Args& args, int rank, int size) {
   Inputs in;
   if (!load_inputs(args, rank, size, in)) return kExitInvalid;
 
-  // 2. Communicators, backend and executor.
-  Runtime rt = make_runtime(args, in);
+  // 2. Communicators, backend and executor, once the plan's memory is known
+  // to fit as this run holds it.
+  Runtime rt = start_runtime(args, in);
+  if (!all_ok(MPI_COMM_WORLD, rank, memory_error(args, in, rt))) return kExitInvalid;
+  build_executor(args, in, rt);
   se::Executor& executor = *rt.executor;
   executor.set_data(in.data.get());
   std::vector<se::DataRead> reads = executor.data_reads(false), eval_reads = executor.data_reads(true);

@@ -84,9 +84,11 @@ std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const M
   return std::move(other.predicted.memory_bytes);
 }
 
-Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph) {
+Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
+                                           bool bucket_copies) {
   std::vector<int64_t> mem = plan.predicted.memory_bytes;
-  if (plan.optimizer_state == OptimizerState::replicated) return mem;
+  const bool sharded = plan.optimizer_state == OptimizerState::sharded;
+  if (!sharded && !bucket_copies) return mem;
   if (mem.size() != static_cast<size_t>(plan.devices))
     return Error{"plan: predicted.memory_bytes has " + std::to_string(mem.size()) + " devices, the plan " +
                  std::to_string(plan.devices)};
@@ -100,8 +102,11 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   for (const Bucket& b : lowered.buckets) {
     const double bytes = static_cast<double>(b.values) * dtype;
     const auto holders = static_cast<double>(b.devices.size());
-    const double more = param_state_bytes(bytes, dtype, holders, OptimizerState::replicated) -
-                        param_state_bytes(bytes, dtype, holders, OptimizerState::sharded);
+    double more = 0;
+    if (sharded)
+      more += param_state_bytes(bytes, dtype, holders, OptimizerState::replicated) -
+              param_state_bytes(bytes, dtype, holders, OptimizerState::sharded);
+    if (bucket_copies) more += static_cast<double>(b.values) * kBucketCopyBytesPerValue;
     for (int d : b.devices) extra[static_cast<size_t>(d)] += more;
   }
   for (size_t d = 0; d < mem.size(); ++d)
@@ -109,17 +114,22 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   return mem;
 }
 
-Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path) {
-  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph));
+Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
+                           bool bucket_copies) {
+  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, bucket_copies));
   const auto worst = std::max_element(mem.begin(), mem.end());
   if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
   const auto d = static_cast<size_t>(worst - mem.begin());
-  return Error{path + ": device " + std::to_string(d) + " would hold " + size_text(static_cast<double>(*worst)) + " of " +
-               size_text(static_cast<double>(plan.memory_bytes)) +
-               ": the plan counts AdamW's state sharded over the data-parallel replicas (" +
-               size_text(static_cast<double>(plan.predicted.memory_bytes[d])) +
-               " there), spindle-run keeps it whole on every replica; plan again with spindle-plan "
-               "--optimizer-state replicated, or on more devices"};
+  const bool sharded = plan.optimizer_state == OptimizerState::sharded;
+  std::string why = "the plan counts " + size_text(static_cast<double>(plan.predicted.memory_bytes[d])) + " there";
+  if (sharded)
+    why += ", with AdamW's state sharded over the data-parallel replicas: spindle-run keeps it whole on every replica";
+  if (bucket_copies)
+    why += std::string(sharded ? ", and" : ",") +
+           " each gradient bucket's flat buffer in device memory (NCCL) adds 4 bytes per value";
+  return Error{path + ": device " + std::to_string(d) + " would hold " + size_text(static_cast<double>(*worst)) +
+               " of " + size_text(static_cast<double>(plan.memory_bytes)) + ": " + why + "; plan again" +
+               (sharded ? " with spindle-plan --optimizer-state replicated, or" : "") + " on more devices"};
 }
 
 }  // namespace spindle::plan

@@ -43,12 +43,16 @@ std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const M
 // the plan's own figures, without a cost model: its memory_bytes, plus,
 // when it counts the state sharded, the rest of the state of every
 // gradient bucket's shards on each of the bucket's holders (the lowering's
-// buckets: lower_header). Equals memory_with(plan, replicated, ...) to
-// within rounding (tested).
-Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph);
+// buckets: lower_header), plus, with `bucket_copies` (a device backend over
+// NCCL), each bucket's flat buffer on each holder
+// (kBucketCopyBytesPerValue). Without bucket_copies it equals
+// memory_with(plan, replicated, ...) to within rounding (tested).
+Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
+                                           bool bucket_copies = false);
 // An error when a device of `plan` (read from `path`) would hold more than
 // its memory_bytes as spindle-run runs it (memory_as_run): names the path,
-// the device, both figures and the re-plan that fits what runs.
-Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path);
+// the device, both figures and what to do.
+Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
+                           bool bucket_copies = false);
 
 }  // namespace spindle::plan

@@ -44,6 +44,14 @@ inline double param_state_bytes(double shard_bytes, int dtype_bytes, double repl
   return shard_bytes / dtype_bytes * (replicated_per_value + optimizer_per_value / holders);
 }
 
+// Bytes per gradient value of the flat buffer a gradient bucket is summed
+// in, kept from step to step beside the gradients on each of its holders,
+// where the buffer is in device memory: spindle-run on a device backend
+// whose communicator carries device memory (CUDA with NCCL; fp32). On the
+// host the gradients are views of that buffer, and over MPI a device's
+// buffer is staged in host memory: no second copy in device memory.
+inline constexpr double kBucketCopyBytesPerValue = 4.0;
+
 // AdamW's memory traffic per parameter value it steps, as spindle-run's
 // optimizer runs it (fp32: it reads the value, its gradient, m and v, and
 // writes the value, m and v back: 7 x 4 bytes). The step is memory-bound.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "helpers.h"
+#include "libplan/lower/lower.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
 #include "libplan/planner/cost_plan.h"
@@ -518,6 +519,17 @@ TEST_CASE("optimizer state: spindle-run's figure equals the costing's, tensor-pa
       auto same = memory_as_run(counted, f.model, f.graph);
       REQUIRE(same.ok());
       CHECK(*same == costed);   // a plan counted replicated is what runs
+      // Over NCCL each bucket's flat fp32 buffer on each holder, by hand
+      // from the lowering's buckets: 4 bytes per value summed there.
+      auto lowered = lower(plan, f.model, f.graph);
+      REQUIRE(lowered.ok());
+      std::vector<double> copies(costed.size(), 0.0);
+      for (const Bucket& b : lowered->buckets)
+        for (int d : b.devices) copies[static_cast<size_t>(d)] += 4.0 * static_cast<double>(b.values);
+      auto with_copies = memory_as_run(counted, f.model, f.graph, true);
+      REQUIRE(with_copies.ok());
+      for (size_t d = 0; d < costed.size(); ++d)
+        CHECK(static_cast<double>((*with_copies)[d]) == Approx(static_cast<double>(costed[d]) + copies[d]).margin(1));
     }
   }
 }
