@@ -478,7 +478,7 @@ struct Runtime {
 // node on one physical GPU, by PCI bus id, so per-rank
 // CUDA_VISIBLE_DEVICES works too; all ranks must agree: NCCL setup is
 // collective), else MPI, staged. Collective over MPI_COMM_WORLD.
-Runtime start_runtime(const Args& args, const Inputs& in) {
+Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const Inputs& in) {
   Runtime rt;
   rt.world = se::MpiComm::world();
 #ifdef SPINDLE_HAVE_CUDA
