@@ -293,6 +293,9 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", o.check_path.c_str(), plan->strategy.c_str(),
               plan->model_name.c_str(), plan->devices, plan->waves.size(),
               against ? (", cluster " + o.cluster_path).c_str() : "");
+  // Valid, but spindle-run holds more than a plan counted sharded says.
+  if (sp::Status fits = sp::check_memory_as_run(*plan, model, graph, o.check_path); !fits)
+    std::fprintf(stderr, "spindle-plan: warning: spindle-run would refuse it: %s\n", fits.error().message.c_str());
   if (o.lower_dir.empty()) return 0;
   const sp::SyncFlags flags{o.no_overlap, o.no_early,
                             o.bucket_given ? std::optional(sp::bucket_bytes_of_mb(o.bucket_mb)) : std::nullopt};
