@@ -13,6 +13,17 @@ namespace sp = spindle::plan;
 
 using spindle::plan::testing::Fixture;
 
+namespace {
+
+// The error of reading plan `d` (as "p.json"), which must be refused.
+std::string error_of(const nlohmann::json& d) {
+  auto r = sp::parse_plan_string(d.dump(), "p.json");
+  REQUIRE_FALSE(r.ok());
+  return r.error().message;
+}
+
+}  // namespace
+
 TEST_CASE("plan JSON: encode, decode, encode gives the same bytes", "[plan_io]") {
   Fixture f;
   for (sp::Strategy s : {sp::Strategy::spindle, sp::Strategy::sequential}) {
@@ -33,11 +44,6 @@ TEST_CASE("plan JSON: other formats, newer versions, unknown keys are rejected",
   Fixture f;
   nlohmann::json doc = nlohmann::json::parse(sp::plan_to_json(f.plan()));
 
-  auto error_of = [](const nlohmann::json& d) {
-    auto r = sp::parse_plan_string(d.dump(), "p.json");
-    REQUIRE_FALSE(r.ok());
-    return r.error().message;
-  };
   nlohmann::json d = doc;
   d["format"] = "spindle-profile";
   CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("format") &&
@@ -81,9 +87,7 @@ TEST_CASE("plan JSON: predicted.simulated_ms is written, read back, optional, an
   for (const nlohmann::json& bad : {nlohmann::json(-1.0), nlohmann::json("fast")}) {
     nlohmann::json d = doc;
     d["predicted"]["simulated_ms"] = bad;
-    auto r = sp::parse_plan_string(d.dump(), "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("predicted.simulated_ms"));
+    CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("predicted.simulated_ms"));
   }
 }
 
@@ -114,9 +118,7 @@ TEST_CASE("plan JSON: x-lowering.bucket_starts is written when ready, read back,
            {"bucket_starts", "eager"}, {"bucket_starts", 1}, {"bucket_start", "when-ready"}}) {
     nlohmann::json d = doc;
     d["x-lowering"] = {{key, value}};
-    auto r = sp::parse_plan_string(d.dump(), "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering." + key));
+    CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("x-lowering." + key));
   }
 }
 
@@ -149,15 +151,11 @@ TEST_CASE("plan JSON: x-memory.optimizer_state is written when replicated, read 
            {"optimizer_state", "zero1"}, {"optimizer_state", true}, {"optimizer", "replicated"}}) {
     nlohmann::json d = doc;
     d["x-memory"] = {{key, value}};
-    auto r = sp::parse_plan_string(d.dump(), "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-memory." + key));
+    CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("x-memory." + key));
   }
   nlohmann::json d = doc;
   d["x-memory"] = "replicated";
-  auto r = sp::parse_plan_string(d.dump(), "p.json");
-  REQUIRE_FALSE(r.ok());
-  CHECK_THAT(r.error().message, Catch::Contains("x-memory"));
+  CHECK_THAT(error_of(d), Catch::Contains("x-memory"));
 }
 
 TEST_CASE("plan JSON: x-lowering.early_transfers is written when false, read back, optional, and checked", "[plan_io]") {
@@ -184,9 +182,7 @@ TEST_CASE("plan JSON: x-lowering.early_transfers is written when false, read bac
   for (const nlohmann::json& bad : {nlohmann::json("no"), nlohmann::json(0)}) {
     nlohmann::json d = doc;
     d["x-lowering"]["early_transfers"] = bad;
-    auto r = sp::parse_plan_string(d.dump(), "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering.early_transfers"));
+    CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("x-lowering.early_transfers"));
   }
 }
 
@@ -220,13 +216,9 @@ TEST_CASE("plan JSON: x-lowering.overlap and bucket_bytes are written when not t
                                     nlohmann::json(0), nlohmann::json(-5), nlohmann::json(1.5), nlohmann::json("25")}) {
     nlohmann::json d = doc;
     d["x-lowering"]["bucket_bytes"] = bad;
-    auto r = sp::parse_plan_string(d.dump(), "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-lowering.bucket_bytes"));
+    CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("x-lowering.bucket_bytes"));
   }
   nlohmann::json d = doc;
   d["x-lowering"]["overlap"] = "no";
-  auto r = sp::parse_plan_string(d.dump(), "p.json");
-  REQUIRE_FALSE(r.ok());
-  CHECK_THAT(r.error().message, Catch::Contains("x-lowering.overlap"));
+  CHECK_THAT(error_of(d), Catch::Contains("x-lowering.overlap"));
 }
