@@ -73,7 +73,7 @@ constexpr double kHintMargin = 0.01;
 // simulated_compute_gap and `width_optimum_ms` its width_optimum_ms (0: not
 // known).
 // `as_run`: the plan's memory per device as spindle-run allocates it
-// (replicated optimizer state, memory_with), when the plan counts another.
+// (replicated optimizer state, memory_as_run), when the plan counts another.
 void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, const sp::Simulation& sim, double gap,
                    double width_optimum_ms, const std::vector<int64_t>& as_run) {
   const sp::Predicted& p = plan.predicted;
@@ -525,8 +525,11 @@ int main(int argc, char** argv) {
   if (o.compare) std::printf("\n");
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
   std::vector<int64_t> as_run;
-  if (plan->optimizer_state != sp::OptimizerState::replicated)
-    as_run = sp::memory_with(*plan, sp::OptimizerState::replicated, *model, graph, *cost->get());
+  if (plan->optimizer_state != sp::OptimizerState::replicated) {
+    auto held = sp::memory_as_run(*plan, *model, graph);
+    if (!held) return fail(kExitFailure, "internal error: the plan's memory as run: " + held.error().message);
+    as_run = std::move(*held);
+  }
   if (const auto worst = std::max_element(as_run.begin(), as_run.end());
       worst != as_run.end() && *worst > plan->memory_bytes)
     std::fprintf(stderr,

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 namespace spindle::plan {
 
@@ -76,14 +78,6 @@ Status check_plan_memory(const Plan& plan, const Model& model) {
                "; use more devices, smaller task batches, or devices with more memory"};
 }
 
-std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const Model& model, const OpGraph& graph,
-                                 const CostModel& cost) {
-  Plan other = plan;
-  other.optimizer_state = state;
-  cost_plan(other, model, graph, cost);
-  return std::move(other.predicted.memory_bytes);
-}
-
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies) {
   std::vector<int64_t> mem = plan.predicted.memory_bytes;
@@ -92,22 +86,36 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   if (mem.size() != static_cast<size_t>(plan.devices))
     return Error{"plan: predicted.memory_bytes has " + std::to_string(mem.size()) + " devices, the plan " +
                  std::to_string(plan.devices)};
-  SPINDLE_ASSIGN(context, lower_context(model, graph));
-  LowerOptions header;
-  header.deps = false;
-  header.runtime_maps = false;
-  SPINDLE_ASSIGN(lowered, lower_header(plan, context, header));
   const int dtype = dtype_bytes(model.dtype);
   std::vector<double> extra(mem.size(), 0.0);
-  for (const Bucket& b : lowered.buckets) {
-    const double bytes = static_cast<double>(b.values) * dtype;
-    const auto holders = static_cast<double>(b.devices.size());
-    double more = 0;
-    if (sharded)
-      more += param_state_bytes(bytes, dtype, holders, OptimizerState::replicated) -
-              param_state_bytes(bytes, dtype, holders, OptimizerState::sharded);
-    if (bucket_copies) more += static_cast<double>(b.values) * kBucketCopyBytesPerValue;
-    for (int d : b.devices) extra[static_cast<size_t>(d)] += more;
+  if (sharded) {
+    // What the plan counted sharded, undone as cost_plan counted it: per
+    // parameter group (the devices running it, rule 5) one tensor-parallel
+    // shard of the first operator holding it, over devices / tp replicas.
+    // (Not over a shard's own holders: a parameter shared by two slices
+    // may have more holders at one TP rank than at another.)
+    std::unordered_map<std::string_view, const Operator*> first_op;
+    for (const Operator& op : graph.ops) first_op.emplace(op.param, &op);
+    for (const ParamGroup& g : plan.param_groups) {
+      const auto it = first_op.find(g.param);
+      if (it == first_op.end()) return Error{"plan: param_groups names unknown parameter " + g.param};
+      const Operator& op = *it->second;
+      const double bytes = static_cast<double>(op_shard_values(op, model)) * dtype;
+      const double replicas = param_replicas(static_cast<int>(g.devices.size()), op.tensor_parallel);
+      const double more = param_state_bytes(bytes, dtype, replicas, OptimizerState::replicated) -
+                          param_state_bytes(bytes, dtype, replicas, OptimizerState::sharded);
+      for (int d : g.devices)
+        if (d >= 0 && static_cast<size_t>(d) < extra.size()) extra[static_cast<size_t>(d)] += more;
+    }
+  }
+  if (bucket_copies) {   // the flat buffers of the lowering's buckets
+    SPINDLE_ASSIGN(context, lower_context(model, graph));
+    LowerOptions header;
+    header.deps = false;
+    header.runtime_maps = false;
+    SPINDLE_ASSIGN(lowered, lower_header(plan, context, header));
+    for (const Bucket& b : lowered.buckets)
+      for (int d : b.devices) extra[static_cast<size_t>(d)] += static_cast<double>(b.values) * kBucketCopyBytesPerValue;
   }
   for (size_t d = 0; d < mem.size(); ++d)
     mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + extra[d]);   // saturates, never wraps

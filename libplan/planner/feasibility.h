@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "libplan/cost/cost_model.h"
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
@@ -24,29 +23,23 @@ Status check_model_fits_cluster(const Model& model, const Cluster& cluster);
 namespace spindle::plan {
 
 struct Plan;
-enum class OptimizerState;
 
 // Rule 6 as a user-facing error: when a device's predicted peak exceeds the
 // cluster's memory, names the model file, the device, the bytes needed and
 // available, and the MetaOps that run there (largest activations first).
 Status check_plan_memory(const Plan& plan, const Model& model);
 
-// `plan`'s predicted memory per device (Predicted::memory_bytes) with its
-// optimizer state counted as `state` instead of plan.optimizer_state, by
-// the same costing (cost_plan). For a plan made with sharded state: what
-// spindle-run, which keeps every replica's state whole, would hold.
-std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const Model& model, const OpGraph& graph,
-                                 const CostModel& cost);
-
 // What spindle-run, which keeps the optimizer state whole on every replica,
 // holds per device for `plan` (model `model`, expanded as `graph`), from
 // the plan's own figures, without a cost model: its memory_bytes, plus,
-// when it counts the state sharded, the rest of the state of every
-// gradient bucket's shards on each of the bucket's holders (the lowering's
-// buckets: lower_header), plus, with `bucket_copies` (a device backend over
-// NCCL), each bucket's flat buffer on each holder
-// (kBucketCopyBytesPerValue). Without bucket_copies it equals
-// memory_with(plan, replicated, ...) to within rounding (tested).
+// when it counts the state sharded, the rest of each parameter's state on
+// every device of its group (param_groups, counted as cost_plan counts it:
+// op_shard_values, rules/memory.h), plus, with `bucket_copies` (a device
+// backend over NCCL), each gradient bucket's flat buffer on each of its
+// holders (the lowering's buckets: lower_header; kBucketCopyBytesPerValue). Without bucket_copies it equals the costing
+// of the plan with its state counted replicated (cost_plan) to within
+// rounding (tested). What spindle-plan summarises, spindle-plan --check
+// and spindle-run check.
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies = false);
 // An error when a device of `plan` (read from `path`) would hold more than
