@@ -22,10 +22,12 @@ ASAN_DIR="${ASAN_BUILD_DIR:-$SPINDLE_ROOT/build-asan}"
 # -O1 for the code under test: the sanitized suite runs three times as fast
 # as with -O0 (2 min against 6 on 2 cores). -O0 for the test programs' own
 # sources, which only call it: they compile in half the time.
+# -O0 for the mains in apps/ as well: in this build they only serve the
+# tests (SPINDLE_APP_COMPILE_OPTIONS, apps/CMakeLists.txt).
 # -gline-tables-only is enough for file:line in reports.
 # shellcheck disable=SC2046 # empty or one word
 CXX=clang++ cmake -S "$SPINDLE_ROOT" -B "$ASAN_DIR" $(spindle_generator "$ASAN_DIR") -DCMAKE_BUILD_TYPE=Debug "${UNITY[@]}" \
-  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" -DSPINDLE_TEST_COMPILE_OPTIONS=-O0 -DSPINDLE_WERROR=ON \
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" -DSPINDLE_TEST_COMPILE_OPTIONS=-O0 -DSPINDLE_APP_COMPILE_OPTIONS=-O0 -DSPINDLE_WERROR=ON \
   -DSPINDLE_SANITIZE=address,undefined -DSPINDLE_BUILD_BENCH=OFF
 cmake --build "$ASAN_DIR" -j "$JOBS"
 # Any undefined behaviour stops the test (it is also compiled with
