@@ -25,10 +25,17 @@ ASAN_DIR="${ASAN_BUILD_DIR:-$SPINDLE_ROOT/build-asan}"
 # -O0 for the mains in apps/ as well: in this build they only serve the
 # tests (SPINDLE_APP_COMPILE_OPTIONS, apps/CMakeLists.txt).
 # -gline-tables-only is enough for file:line in reports.
+# Linked with lld where it is installed (Debian's lld): the 23 programs'
+# link steps (test discovery included) took 8.0 s of CPU, against 24.3 s
+# with the default linker (docs/building.md).
+LINKER=()
+if command -v ld.lld > /dev/null; then
+  LINKER=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld)
+fi
 # shellcheck disable=SC2046 # empty or one word
 CXX=clang++ cmake -S "$SPINDLE_ROOT" -B "$ASAN_DIR" $(spindle_generator "$ASAN_DIR") -DCMAKE_BUILD_TYPE=Debug "${UNITY[@]}" \
   "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" -DSPINDLE_TEST_COMPILE_OPTIONS=-O0 -DSPINDLE_APP_COMPILE_OPTIONS=-O0 -DSPINDLE_WERROR=ON \
-  -DSPINDLE_SANITIZE=address,undefined -DSPINDLE_BUILD_BENCH=OFF
+  -DSPINDLE_SANITIZE=address,undefined -DSPINDLE_BUILD_BENCH=OFF "${LINKER[@]}"
 cmake --build "$ASAN_DIR" -j "$JOBS"
 # Any undefined behaviour stops the test (it is also compiled with
 # -fno-sanitize-recover=undefined).
