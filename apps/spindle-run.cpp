@@ -894,7 +894,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", args.backend, "compute backend: cpu | cuda")->capture_default_str();
   app.add_option("--seed", args.seed, "seed of parameters and synthetic data")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);  // before conversion: "-1" would wrap to 2^64 - 1
+      ->check(spindle::apps::uint64_decimal());  // before conversion: "-1" would wrap to 2^64 - 1
   app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)")->check(spindle::apps::non_empty_path());
   app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")

@@ -149,6 +149,12 @@ run-flags)
   expect 2 "--every and --keep" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --keep 0
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed -1
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed 1e30
+  # Past 2^64 - 1 (CLI11 alone saturated it to 2^64 - 1 and trained), hex.
+  for seed in 18446744073709551616 99999999999999999999 0x10 "" " 7"; do
+    expect 2 "--seed: expected a decimal integer in [0, 18446744073709551615]" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --seed "$seed"
+  done
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --seed 18446744073709551615
   [ -e ck ] && { echo "FAIL: checkpoint folder made by a refused run"; failures=$((failures + 1)); }
   # Both programs check --bucket-mb with sp::check_bucket_mb: spindle-run
   # (each case an mpirun, ~2 s) with two, spindle-plan with all of them.
