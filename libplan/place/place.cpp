@@ -806,7 +806,11 @@ class Improver {
 
   // Bytes each device holds, as cost_plan: per parameter it runs, weights and
   // gradients plus the optimizer state sharded over the data-parallel
-  // replicas; the activations of every slot on it.
+  // replicas; the activations of every slot on it. One shard per parameter
+  // and device: cost_plan counts a shard per tensor-parallel rank a device
+  // runs it at (held_shards), which only differs where two slices of one
+  // tensor-parallel module share a device at other positions, and the
+  // plan's memory check (check_plan_memory) reads cost_plan's figure.
   void memory(std::vector<double>& mem) const {
     mem.assign(static_cast<size_t>(n_), 0.0);
     for (size_t p = 0; p < in_.param_bytes.size(); ++p) {

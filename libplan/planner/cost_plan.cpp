@@ -115,6 +115,17 @@ CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& grap
   return t;
 }
 
+void add_held_state(const std::vector<HeldShard>& held, const std::vector<double>& shard_bytes, int dtype_bytes,
+                    OptimizerState state, std::vector<double>& bytes) {
+  for (size_t i = 0; i < held.size();) {
+    size_t end = i;   // [i, end): the holders of one (param, rank)
+    while (end < held.size() && held[end].param == held[i].param && held[end].rank == held[i].rank) ++end;
+    const double b = param_state_bytes(shard_bytes[static_cast<size_t>(held[i].param)], dtype_bytes,
+                                       static_cast<double>(end - i), state);
+    for (; i < end; ++i) bytes[static_cast<size_t>(held[i].device)] += b;
+  }
+}
+
 void cost_plan(Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost) {
   cost_plan(plan, cost_tables(plan, model, graph, cost), cost);
 }
@@ -183,6 +194,13 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
   const int dtype = tables.dtype_bytes;
   std::vector<double> sync_ms(plan.devices, 0.0);
   std::vector<double> state_bytes(plan.devices, 0.0);
+  std::vector<double> shard_bytes(tables.params.size());
+  for (size_t p = 0; p < tables.params.size(); ++p) shard_bytes[p] = tables.params[p].shard_bytes;
+  add_held_state(held_shards(plan,
+                             [&](int m, int k) {
+                               return tables.metaops[static_cast<size_t>(m)].param[static_cast<size_t>(k)];
+                             }),
+                 shard_bytes, dtype, plan.optimizer_state, state_bytes);
   // Groups are rewritten in place: a plan costed again (the planner's
   // scratch plan) keeps its strings and vectors.
   size_t groups = 0;
@@ -197,15 +215,8 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
     const char* runs_on = runs.data() + p * devices;
     for (size_t d = 0; d < devices; ++d)
       if (runs_on[d]) on.push_back(static_cast<int>(d));
-    const double shard_bytes = param.shard_bytes;
-    const double ms = shard_bytes > 0 ? cost.allreduce_ms(shard_bytes, on) : 0.0;
-    const double bytes = param_state_bytes(shard_bytes, dtype,
-                                           param_replicas(static_cast<int>(on.size()), param.tensor_parallel),
-                                           plan.optimizer_state);
-    for (int d : on) {
-      sync_ms[d] += ms;
-      state_bytes[d] += bytes;
-    }
+    const double ms = param.shard_bytes > 0 ? cost.allreduce_ms(param.shard_bytes, on) : 0.0;
+    for (int d : on) sync_ms[d] += ms;
   }
   plan.param_groups.resize(groups);
   for (int d = 0; d < plan.devices; ++d) {

@@ -4,6 +4,7 @@
 // resetting simulated_ms to 0.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/model.h"
 #include "libplan/plan/plan.h"
+#include "libplan/rules/memory.h"
+#include "libplan/rules/rows.h"
 
 namespace spindle::plan {
 
@@ -23,6 +26,45 @@ double output_bytes_per_sample(const Operator& op, int dtype_bytes);
 // allocates them and the lowering sums them (Bucket::values). What memory
 // (x the dtype's bytes) and the gradient all-reduce (x the wire's) count.
 int64_t op_shard_values(const Operator& op, const Model& model);
+
+// One tensor-parallel shard of a parameter on one device. spindle-run
+// allocates one shard per (parameter, TP rank) on every device that runs
+// the parameter at that rank, and a slice's device at position i runs
+// rank i % K (rules/rows.h): a device that runs a parameter at two ranks
+// (two slices sharing a tensor-parallel module, placed differently)
+// holds two shards, and a rank's holders are its data-parallel replicas.
+struct HeldShard {
+  int param = 0;    // the caller's parameter index
+  int rank = 0;     // TP rank
+  int device = 0;
+  auto operator<=>(const HeldShard&) const = default;
+};
+// The shards `plan`'s slices hold, sorted, each once. param_of(m, k) is the
+// parameter index of operator position k of MetaOp m (< 0: none).
+template <class ParamOf>
+std::vector<HeldShard> held_shards(const Plan& plan, ParamOf param_of) {
+  std::vector<HeldShard> held;
+  for (const Wave& wave : plan.waves)
+    for (const Slice& s : wave.slices) {
+      const PlanMetaOp& m = plan.metaops[static_cast<size_t>(s.metaop)];
+      const RowLayout layout{m.workload.batch, static_cast<int>(s.devices.size()), m.tensor_parallel};
+      for (int k = s.first; k < s.first + s.count; ++k) {
+        const int p = param_of(s.metaop, k);
+        if (p < 0) continue;
+        for (size_t i = 0; i < s.devices.size(); ++i)
+          held.push_back({p, layout.tp_rank_of(static_cast<int>(i)), s.devices[i]});
+      }
+    }
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  return held;
+}
+// Adds into bytes[device] the state (rules/memory.h param_state_bytes) of
+// every shard in `held` (sorted, each once): shard_bytes[param] over the
+// holders of its (param, rank) as data-parallel replicas, the optimizer
+// state counted as `state` says.
+void add_held_state(const std::vector<HeldShard>& held, const std::vector<double>& shard_bytes, int dtype_bytes,
+                    OptimizerState state, std::vector<double>& bytes);
 
 // What costing looks up that depends on the MetaOps, the model, the graph
 // and the cost model but not on the waves: built once by cost_tables and

@@ -89,24 +89,31 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   const int dtype = dtype_bytes(model.dtype);
   std::vector<double> extra(mem.size(), 0.0);
   if (sharded) {
-    // What the plan counted sharded, undone as cost_plan counted it: per
-    // parameter group (the devices running it, rule 5) one tensor-parallel
-    // shard of the first operator holding it, over devices / tp replicas.
-    // (Not over a shard's own holders: a parameter shared by two slices
-    // may have more holders at one TP rank than at another.)
-    std::unordered_map<std::string_view, const Operator*> first_op;
-    for (const Operator& op : graph.ops) first_op.emplace(op.param, &op);
-    for (const ParamGroup& g : plan.param_groups) {
-      const auto it = first_op.find(g.param);
-      if (it == first_op.end()) return Error{"plan: param_groups names unknown parameter " + g.param};
-      const Operator& op = *it->second;
-      const double bytes = static_cast<double>(op_shard_values(op, model)) * dtype;
-      const double replicas = param_replicas(static_cast<int>(g.devices.size()), op.tensor_parallel);
-      const double more = param_state_bytes(bytes, dtype, replicas, OptimizerState::replicated) -
-                          param_state_bytes(bytes, dtype, replicas, OptimizerState::sharded);
-      for (int d : g.devices)
-        if (d >= 0 && static_cast<size_t>(d) < extra.size()) extra[static_cast<size_t>(d)] += more;
+    // What the plan counted sharded, undone as cost_plan counted it: every
+    // tensor-parallel shard a device holds (held_shards), over the holders
+    // of its (parameter, rank).
+    std::unordered_map<std::string_view, int> param_index;   // parameter name -> index
+    std::unordered_map<std::string_view, int> op_param;      // operator id -> parameter index
+    std::vector<double> shard_bytes;
+    for (const Operator& op : graph.ops) {
+      const auto [it, added] = param_index.emplace(op.param, static_cast<int>(shard_bytes.size()));
+      if (added) shard_bytes.push_back(static_cast<double>(op_shard_values(op, model)) * dtype);
+      op_param.emplace(op.id, it->second);
     }
+    std::string unknown;
+    const std::vector<HeldShard> held = held_shards(plan, [&](int m, int k) {
+      const std::vector<std::string>& ops = plan.metaops[static_cast<size_t>(m)].operators;
+      const std::string id = static_cast<size_t>(k) < ops.size() ? ops[static_cast<size_t>(k)] : "#" + std::to_string(k);
+      const auto it = op_param.find(id);
+      if (it != op_param.end()) return it->second;
+      if (unknown.empty()) unknown = id;
+      return -1;
+    });
+    if (!unknown.empty()) return Error{"plan: operator " + unknown + " is not in the model's graph"};
+    std::vector<double> replicated(mem.size(), 0.0), counted(mem.size(), 0.0);
+    add_held_state(held, shard_bytes, dtype, OptimizerState::replicated, replicated);
+    add_held_state(held, shard_bytes, dtype, OptimizerState::sharded, counted);
+    for (size_t d = 0; d < mem.size(); ++d) extra[d] += replicated[d] - counted[d];
   }
   if (bucket_copies) {   // the flat buffers of the lowering's buckets
     SPINDLE_ASSIGN(context, lower_context(model, graph));

@@ -32,11 +32,13 @@ Status check_plan_memory(const Plan& plan, const Model& model);
 // What spindle-run, which keeps the optimizer state whole on every replica,
 // holds per device for `plan` (model `model`, expanded as `graph`), from
 // the plan's own figures, without a cost model: its memory_bytes, plus,
-// when it counts the state sharded, the rest of each parameter's state on
-// every device of its group (param_groups, counted as cost_plan counts it:
-// op_shard_values, rules/memory.h), plus, with `bucket_copies` (a device
-// backend over NCCL), each gradient bucket's flat buffer on each of its
-// holders (the lowering's buckets: lower_header; kBucketCopyBytesPerValue). Without bucket_copies it equals the costing
+// when it counts the state sharded, the rest of the state of every
+// tensor-parallel shard the device holds (held_shards, cost_plan.h: each
+// shard over the holders of its parameter and rank, as cost_plan counts
+// it; op_shard_values, rules/memory.h), plus, with `bucket_copies` (a
+// device backend over NCCL), each gradient bucket's flat buffer on each of
+// its holders (the lowering's buckets: lower_header;
+// kBucketCopyBytesPerValue). Without bucket_copies it equals the costing
 // of the plan with its state counted replicated (cost_plan) to within
 // rounding (tested). What spindle-plan summarises, spindle-plan --check
 // and spindle-run check.

@@ -958,7 +958,8 @@ Result<double> shift_winner(Plan& plan, const LowerContext& lowering, const Plan
     times.ms = sim.iteration_ms;
     return times;
   };
-  auto fits = [&](const Plan& shifted) { return check_plan_memory(shifted, *request.model).ok(); };
+  const ShiftFits fits =
+      shift_memory_fits(cost_tables(plan, *request.model, *request.graph, *request.cost), *request.cost, *request.model);
   const int budget = shift_budget(plan, request.shift_simulations);
   ShiftTimes times{plan.predicted.simulated_ms, 0.0};
   if (budget > 0) {

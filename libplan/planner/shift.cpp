@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "libplan/plan/check.h"
+#include "libplan/planner/feasibility.h"
 #include "libplan/rules/links.h"
 #include "libplan/util/parallel.h"
 
@@ -239,6 +240,14 @@ Status scan(Plan& plan, ShiftTimes& times, const std::vector<Shift>& shifts, int
 }
 
 }  // namespace
+
+ShiftFits shift_memory_fits(CostTables tables, const CostModel& cost, const Model& model) {
+  return [tables = std::move(tables), &cost, &model](const Plan& shifted) {
+    Plan costed = shifted;
+    cost_plan(costed, tables, cost);
+    return check_plan_memory(costed, model).ok();
+  };
+}
 
 Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_simulations,
                                 const ShiftSimulate& simulate, const ShiftFits& fits) {

@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "libplan/plan/plan.h"
+#include "libplan/planner/cost_plan.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
@@ -62,6 +63,13 @@ using ShiftSimulate =
     std::function<Result<ShiftTimes>(const Plan& plan, double bound_ms, double compute_bound_ms)>;
 // Whether `plan` fits its devices' memory.
 using ShiftFits = std::function<bool(const Plan& plan)>;
+// The ShiftFits of the planner: a shifted copy of a costed plan costed
+// again (cost_plan over `tables`, which cost_tables built from the plan's
+// MetaOps), then check_plan_memory. A shift moves an operator's parameters
+// and activations from one slice's devices to another's, while the copy
+// still carries the memory figures of the plan it was copied from: read
+// as they are, a shift could take a device over its memory unnoticed.
+ShiftFits shift_memory_fits(CostTables tables, const CostModel& cost, const Model& model);
 
 // One shift: slice `cut` of a MetaOp's chain gives its last operator to
 // slice cut + 1 (forward), or slice cut + 1 gives its first to slice cut.

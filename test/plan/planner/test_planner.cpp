@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -547,9 +549,9 @@ TEST_CASE("optimizer state: spindle-run's figure equals the costing's, tensor-pa
     }
   }
   // A parameter shared by two tasks' slices (qwen-val-3's LLM trunk, TP 4
-  // on 8 devices) can have more holders at one TP rank than at another;
-  // both figures still count it over devices / tp replicas, as the plan
-  // did (counted per rank's holders instead, device 4 came out 2.4 GB over).
+  // on 8 devices) can have more holders at one TP rank than at another,
+  // and a device can hold it at two ranks: both figures count each shard a
+  // device holds over its own rank's holders (held_shards).
   spindle::plan::testing::Fixture q("qwen-val-3", "a800-1x8");
   const Plan shared = q.plan();
   auto run = memory_as_run(shared, q.model, q.graph);
@@ -557,4 +559,41 @@ TEST_CASE("optimizer state: spindle-run's figure equals the costing's, tensor-pa
   const std::vector<int64_t> costed = memory_with(shared, OptimizerState::replicated, q.model, q.graph, *q.cost);
   REQUIRE(run->size() == costed.size());
   for (size_t d = 0; d < costed.size(); ++d) CHECK(static_cast<double>((*run)[d]) == Approx(costed[d]).margin(2));
+}
+
+TEST_CASE("held_shards: the shards memory counts are those the lowering gives spindle-run to allocate",
+          "[planner]") {
+  // The executor allocates one (parameter, TP rank) shard per slice
+  // position it runs and all-reduces it over Lowered::shard_devices (the
+  // lowering's holders_by_rank, written separately): the two lists agree
+  // device by device, on plans where a device holds a parameter at two
+  // ranks (qwen-val-3 on 8 A800s: devices 2-6) and on the tiny models.
+  int two_ranks = 0;
+  for (const auto& [model_name, cluster_name] :
+       {std::pair{"qwen-val-3", "a800-1x8"}, std::pair{"tiny-lm", "cpu-1x3"}, std::pair{"tiny-lm", "cpu-1x4"},
+        std::pair{"tiny-clip", "cpu-1x4"}, std::pair{"multitask-clip-7", "a800-1x8"}}) {
+    CAPTURE(model_name, cluster_name);
+    spindle::plan::testing::Fixture f(model_name, cluster_name);
+    const Plan plan = f.plan();
+    const CostTables tables = cost_tables(plan, f.model, f.graph, *f.cost);
+    const std::vector<HeldShard> held = held_shards(plan, [&](int m, int k) {
+      return tables.metaops[static_cast<size_t>(m)].param[static_cast<size_t>(k)];
+    });
+    std::set<std::tuple<std::string, int, int>> counted, lowered;
+    std::map<std::pair<std::string, int>, std::set<int>> ranks;   // (param, device) -> ranks
+    for (const HeldShard& h : held) {
+      const CostTables::Param& p = tables.params[static_cast<size_t>(h.param)];
+      if (p.shard_bytes == 0) continue;   // no parameters (losses without weights)
+      counted.emplace(p.name, h.rank, h.device);
+      ranks[{p.name, h.device}].insert(h.rank);
+    }
+    for (const auto& [key, r] : ranks) two_ranks += r.size() > 1;
+    auto l = lower(plan, f.model, f.graph);
+    REQUIRE(l.ok());
+    for (const auto& [key, devices] : l->shard_devices)
+      for (int d : devices) lowered.emplace(key.first, key.second, d);
+    REQUIRE_FALSE(counted.empty());
+    CHECK(counted == lowered);
+  }
+  CHECK(two_ranks > 0);
 }

@@ -476,3 +476,53 @@ TEST_CASE("make_plan with boundary shifts: valid, no slower, its gap no larger, 
     CHECK(one_thread->predicted.simulated_ms == shifted->predicted.simulated_ms);
   }
 }
+
+TEST_CASE("shift_memory_fits: a shifted plan's memory is costed again, not read from the plan it came from",
+          "[planner][shift]") {
+  // multitask-clip-7 on 8 A800s: some single shift moves parameters and
+  // activations onto a device that then holds more than any device did.
+  const spindle::plan::testing::Fixture f("multitask-clip-7", "a800-1x8");
+  PlanRequest request{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+  request.shift_simulations = 0;
+  request.choose_bucket_bytes = false;
+  Result<Plan> planned = make_plan(request);
+  REQUIRE(planned.ok());
+  Plan plan = *planned;
+  const int64_t peak = *std::max_element(plan.predicted.memory_bytes.begin(), plan.predicted.memory_bytes.end());
+  const CostTables tables = cost_tables(plan, f.model, f.graph, *f.cost);
+
+  // The single shift that raises the peak the most, its peak by cost_plan.
+  std::vector<int> slices(plan.metaops.size(), 0);
+  for (const Wave& w : plan.waves)
+    for (const Slice& s : w.slices) ++slices[static_cast<size_t>(s.metaop)];
+  Plan worst;
+  int64_t worst_peak = peak;
+  for (size_t m = 0; m < slices.size(); ++m)
+    for (int cut = 0; cut + 1 < slices[m]; ++cut)
+      for (bool forward : {true, false}) {
+        Plan shifted = plan;
+        if (!apply_shift(shifted, Shift{static_cast<int>(m), cut, forward})) continue;
+        Plan costed = shifted;
+        cost_plan(costed, tables, *f.cost);
+        const int64_t p = *std::max_element(costed.predicted.memory_bytes.begin(), costed.predicted.memory_bytes.end());
+        if (p > worst_peak) {
+          worst_peak = p;
+          worst = std::move(shifted);   // its figures still the unshifted plan's
+        }
+      }
+  REQUIRE(worst_peak > peak);
+
+  // Devices with memory between the two peaks: the plan fits, the shift
+  // does not, though its stale figures say it does.
+  const int64_t memory = peak + (worst_peak - peak) / 2;
+  plan.memory_bytes = memory;
+  worst.memory_bytes = memory;
+  const ShiftFits fits = shift_memory_fits(tables, *f.cost, f.model);
+  CHECK(fits(plan));
+  CHECK(check_plan_memory(worst, f.model).ok());   // what the search read before
+  CHECK_FALSE(fits(worst));
+  // And with room for both, both fit.
+  plan.memory_bytes = worst.memory_bytes = worst_peak;
+  CHECK(fits(plan));
+  CHECK(fits(worst));
+}
