@@ -39,6 +39,13 @@
 //   compare_runs --flip-bucket-starts PLAN.json OUT.json
 //   compare_runs --late-transfers PLAN.json OUT.json
 //
+//   compare_runs --move-slices PLAN.json OUT.json PREFIX DEVICES
+//
+// Not a comparison: write PLAN with every slice of the MetaOps whose
+// operator ids start with PREFIX (e.g. "text/llm/") on DEVICES (comma-
+// separated ids, ascending), for a placement the planner would not make.
+// Fails when no slice matched.
+//
 // Not comparisons: write PLAN with its buckets started the other way
 // (x-lowering.bucket_starts "when-ready" removed when present, else added),
 // or with its transfers kept in their exchanges (x-lowering.early_transfers
@@ -238,6 +245,31 @@ int main(int argc, char** argv) {
       out << plan.dump(1) << "\n";
       return out.good() ? 0 : 2;
     }
+    if (args.size() == 5 && args[0] == "--move-slices") {
+      nlohmann::json plan = read_json(args[1]);
+      std::vector<int> devices;
+      std::stringstream list(args[4]);
+      for (std::string id; std::getline(list, id, ',');) devices.push_back(std::stoi(id));
+      std::vector<char> moved_metaop;
+      for (const nlohmann::json& m : plan.at("metaops")) {
+        const std::string first = m.at("operators").at(0).get<std::string>();
+        moved_metaop.push_back(first.rfind(args[3], 0) == 0);
+      }
+      int moved = 0;
+      for (nlohmann::json& wave : plan.at("waves"))
+        for (nlohmann::json& slice : wave.at("slices"))
+          if (moved_metaop.at(slice.at("metaop").get<size_t>())) {
+            slice["devices"] = devices;
+            ++moved;
+          }
+      if (moved == 0) {
+        std::fprintf(stderr, "compare_runs --move-slices: no MetaOp's operators start with %s\n", args[3].c_str());
+        return 1;
+      }
+      std::ofstream out(args[2]);
+      out << plan.dump(1) << "\n";
+      return out.good() ? 0 : 2;
+    }
     if (args.size() == 3 && args[0] == "--params") {
       const bool ok = compare_params(read_json(args[1]), read_json(args[2]));
       std::printf("%s (tolerance: RMS of the difference <= %g * max(RMS of the reference, %g))\n",
@@ -250,7 +282,8 @@ int main(int argc, char** argv) {
                            "       compare_runs [--rtol X] --params REF.params GOT.params\n"
                            "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n"
                            "       compare_runs --flip-bucket-starts PLAN OUT\n"
-                           "       compare_runs --late-transfers PLAN OUT\n");
+                           "       compare_runs --late-transfers PLAN OUT\n"
+                           "       compare_runs --move-slices PLAN OUT PREFIX DEVICES\n");
       return 2;
     }
     std::vector<nlohmann::json> ref_e, got_e;

@@ -4,6 +4,12 @@
 #   run_checks.sh MODE BIN_DIR SOURCE_DIR WORK_DIR MPIEXEC COMPARE_RUNS
 #
 # MODE
+#   two-tp-ranks    tiny-lm on 3 devices with one device running the shared
+#       TP-2 trunk at rank 1 for one task and rank 0 for the other (a
+#       sequential plan with the text task's trunk slices moved, compare_runs
+#       --move-slices): two shards of each trunk parameter on that device,
+#       trained as one device (losses, parameters, step-1 gradients) and
+#       its bytes as its lowered program states.
 #   equiv-tiny-clip, equiv-tiny-lm  plan the model for 1, 2, 3 and 4 devices
 #       (spindle) and 2 and 4 devices (sequential), train 5 steps each, and
 #       compare every step's losses and every final parameter with the
@@ -109,6 +115,39 @@ expect_reject() {  # expect_reject WHAT PATTERN: after run, exit 2 and the messa
 }
 
 case "$MODE" in
+  two-tp-ranks)
+    # tiny-lm's trunk (tensor_parallel 2) is shared by its two tasks. Placed
+    # on devices {0, 1} for caption and {1, 2} for text, device 1 runs it at
+    # rank 1 for one task and at rank 0 for the other: it holds two shards
+    # of every trunk parameter, each all-reduced with its own rank's other
+    # holder. Trains as one device, and its programs' bytes are measured.
+    model=$MODELS/tiny-lm.yaml ref_model=$PWD/tiny-lm-tp1.yaml
+    sed 's/tensor_parallel: 2/tensor_parallel: 1/' "$model" > "$ref_model"
+    plan "$ref_model" 1 p1.json
+    plan "$model" 3 p3.json --strategy sequential
+    "$COMPARE" --move-slices p3.json p3two.json text/llm/ 1,2 || die "moving the text task's trunk slices"
+    rm -rf prog
+    "$BIN/spindle-plan" "$model" --check p3two.json --lower prog > prog.log 2>&1 ||
+      die "spindle-plan --check --lower p3two.json: $(cat prog.log)"
+    for shard in trunk/0.0@0 trunk/0.0@1; do
+      grep -q "\"$shard\"" prog/device-1.json || die "device 1 does not all-reduce $shard"
+    done
+    status=0
+    for v in 1 3two; do
+      np=${v%two} m=$model
+      [ "$v" = 1 ] && m=$ref_model
+      rm -f "m$v.jsonl" "params$v.json" "grads$v.json"
+      run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v.jsonl" --dump-params "params$v.json" \
+          --dump-grads "grads$v.json"
+      [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
+    done
+    echo "== tiny-lm, device 1 at both TP ranks, against 1 device: losses and final parameters"
+    "$COMPARE" m1.jsonl params1.json m3two.jsonl params3two.json || status=1
+    echo "== the same: gradients of step 1 after the sync"
+    "$COMPARE" --params grads1.json grads3two.json || status=1
+    echo "== the same: measured bytes against the lowered programs"
+    "$COMPARE" --bytes prog m3two.jsonl || status=1
+    exit $status ;;
   equiv-*)
     name=${MODE#equiv-}
     model=$MODELS/$name.yaml ref_model=$model
