@@ -106,6 +106,13 @@ run() {  # run NP PLAN MODEL [args...]: exit code in $rc, output in run.log
   timeout 100 "$MPIEXEC" -np "$np" --oversubscribe "$BIN/spindle-run" "$1" --model "$2" "${@:3}" > run.log 2>&1
   rc=$?
 }
+train() {  # train V NP MODEL [args...]: run pV.json 5 steps at seed 3 into mV.jsonl, paramsV.json, gradsV.json
+  local v=$1 np=$2 m=$3
+  rm -f "m$v.jsonl" "params$v.json" "grads$v.json"
+  run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v.jsonl" --dump-params "params$v.json" \
+      --dump-grads "grads$v.json" "${@:4}"
+  [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
+}
 expect_reject() {  # expect_reject WHAT PATTERN: after run, exit 2 and the message
   cat run.log
   [ "$rc" -eq 2 ] || die "$1: exit code $rc, expected 2"
@@ -133,14 +140,8 @@ case "$MODE" in
       grep -q "\"$shard\"" prog/device-1.json || die "device 1 does not all-reduce $shard"
     done
     status=0
-    for v in 1 3two; do
-      np=${v%two} m=$model
-      [ "$v" = 1 ] && m=$ref_model
-      rm -f "m$v.jsonl" "params$v.json" "grads$v.json"
-      run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v.jsonl" --dump-params "params$v.json" \
-          --dump-grads "grads$v.json"
-      [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
-    done
+    train 1 1 "$ref_model"
+    train 3two 3 "$model"
     echo "== tiny-lm, device 1 at both TP ranks, against 1 device: losses and final parameters"
     "$COMPARE" m1.jsonl params1.json m3two.jsonl params3two.json || status=1
     echo "== the same: gradients of step 1 after the sync"
@@ -162,10 +163,7 @@ case "$MODE" in
     for v in $VARIANTS; do
       np=${v%seq} m=$model
       [ "$v" = 1 ] && m=$ref_model
-      rm -f "m$v.jsonl" "params$v.json" "grads$v.json"
-      run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v.jsonl" --dump-params "params$v.json" \
-          --dump-grads "grads$v.json"
-      [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
+      train "$v" "$np" "$m"
       tail -n 1 run.log
       # The bytes each rank moved are the ones its lowered program states.
       rm -rf "prog$v"
