@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -264,7 +265,10 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
     for (auto n : se::backend_names()) built += (built.empty() ? "" : ", ") + std::string(n);
     return invalid("--backend " + backend_name + ": not built into this binary (built: " + built + ")");
   }
-  if (!(point_ms > 0)) return invalid("--point-ms: expected a positive number of milliseconds");
+  // Finite: an infinite budget would only be cut by the repeat cap, and read
+  // as a budget it is a typo (1e400).
+  if (!(point_ms > 0) || !std::isfinite(point_ms))
+    return invalid("--point-ms: expected a positive, finite number of milliseconds");
   auto model = sp::load_model(model_path);
   if (!model.ok()) return invalid(model.error().message);
   auto cluster = sp::load_cluster(cluster_path);

@@ -76,7 +76,9 @@ bad-usage)
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     bash "$expect" "$o" "--backend cuda" "built: cpu" -- "$p" "$model" --cluster "$c4" --measure --backend cuda -o "$o" || status=1
   fi
-  bash "$expect" "$o" "--point-ms" -- "$p" "$model" --cluster "$c4" --measure --point-ms 0 -o "$o" || status=1
+  for ms in 0 -1 nan inf 1e400; do
+    bash "$expect" "$o" "--point-ms" -- "$p" "$model" --cluster "$c4" --measure --point-ms "$ms" -o "$o" || status=1
+  done
   bash "$expect" "$o" "device count 9" -- "$p" "$model" --cluster "$c4" --measure --devices 9 -o "$o" || status=1
   bash "$expect" "$o" "--devices" -- "$p" "$model" --cluster "$c4" --measure --devices 2,x -o "$o" || status=1
   bash "$expect" "$o" "--backend" -- "$p" "$model" --cluster "$c4" --backend cpu -o "$o" || status=1
