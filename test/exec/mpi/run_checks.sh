@@ -9,7 +9,9 @@
 #       sequential plan with the text task's trunk slices moved, compare_runs
 #       --move-slices): two shards of each trunk parameter on that device,
 #       trained as one device (losses, parameters, step-1 gradients) and
-#       its bytes as its lowered program states.
+#       its bytes as its lowered program states; a checkpoint written there
+#       and resumed on the planner's own placement continues as 6 steps
+#       straight there.
 #   equiv-tiny-clip, equiv-tiny-lm  plan the model for 1, 2, 3 and 4 devices
 #       (spindle) and 2 and 4 devices (sequential), train 5 steps each, and
 #       compare every step's losses and every final parameter with the
@@ -148,6 +150,19 @@ case "$MODE" in
     "$COMPARE" --params grads1.json grads3two.json || status=1
     echo "== the same: measured bytes against the lowered programs"
     "$COMPARE" --bytes prog m3two.jsonl || status=1
+    # A checkpoint written there (both shards of device 1 reassembled)
+    # resumed on the planner's own placement: the same as 6 steps there.
+    rm -rf ck straight.jsonl resumed.jsonl
+    run 3 p3.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
+    run 3 p3two.json "$model" --steps 3 --seed 3 --checkpoint ck --every 3 --metrics resumed.jsonl
+    [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
+    run 3 p3.json "$model" --steps 6 --seed 3 --checkpoint ck --resume --metrics resumed.jsonl \
+        --dump-params resumed.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "resumed part: exit $rc"; }
+    grep -q "resumed from ck/step-000003" run.log || die "the second part did not resume from step 3"
+    echo "== checkpoint of device 1's two shards, resumed on the planner's placement, against 6 steps straight"
+    "$COMPARE" straight.jsonl straight.json resumed.jsonl resumed.json || status=1
     exit $status ;;
   equiv-*)
     name=${MODE#equiv-}
