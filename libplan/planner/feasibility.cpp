@@ -103,10 +103,10 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
     std::string unknown;
     const std::vector<HeldShard> held = held_shards(plan, [&](int m, int k) {
       const std::vector<std::string>& ops = plan.metaops[static_cast<size_t>(m)].operators;
-      const std::string id = static_cast<size_t>(k) < ops.size() ? ops[static_cast<size_t>(k)] : "#" + std::to_string(k);
-      const auto it = op_param.find(id);
+      const auto it = static_cast<size_t>(k) < ops.size() ? op_param.find(ops[static_cast<size_t>(k)]) : op_param.end();
       if (it != op_param.end()) return it->second;
-      if (unknown.empty()) unknown = id;
+      if (unknown.empty())
+        unknown = static_cast<size_t>(k) < ops.size() ? ops[static_cast<size_t>(k)] : "#" + std::to_string(k);
       return -1;
     });
     if (!unknown.empty()) return Error{"plan: operator " + unknown + " is not in the model's graph"};
