@@ -105,8 +105,14 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
       const std::vector<std::string>& ops = plan.metaops[static_cast<size_t>(m)].operators;
       const auto it = static_cast<size_t>(k) < ops.size() ? op_param.find(ops[static_cast<size_t>(k)]) : op_param.end();
       if (it != op_param.end()) return it->second;
-      if (unknown.empty())
-        unknown = static_cast<size_t>(k) < ops.size() ? ops[static_cast<size_t>(k)] : "#" + std::to_string(k);
+      if (unknown.empty()) {   // appended, not "#" + to_string: GCC 12 warns falsely of an overlap there
+        if (static_cast<size_t>(k) < ops.size()) {
+          unknown = ops[static_cast<size_t>(k)];
+        } else {
+          unknown = "#";
+          unknown += std::to_string(k);
+        }
+      }
       return -1;
     });
     if (!unknown.empty()) return Error{"plan: operator " + unknown + " is not in the model's graph"};
