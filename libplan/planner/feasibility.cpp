@@ -100,22 +100,21 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
       if (added) shard_bytes.push_back(static_cast<double>(op_shard_values(op, model)) * dtype);
       op_param.emplace(op.id, it->second);
     }
-    std::string unknown;
+    // The first operator position not in the graph (MetaOp, position), if any.
+    int bad_metaop = -1, bad_position = -1;
     const std::vector<HeldShard> held = held_shards(plan, [&](int m, int k) {
       const std::vector<std::string>& ops = plan.metaops[static_cast<size_t>(m)].operators;
       const auto it = static_cast<size_t>(k) < ops.size() ? op_param.find(ops[static_cast<size_t>(k)]) : op_param.end();
       if (it != op_param.end()) return it->second;
-      if (unknown.empty()) {   // appended, not "#" + to_string: GCC 12 warns falsely of an overlap there
-        if (static_cast<size_t>(k) < ops.size()) {
-          unknown = ops[static_cast<size_t>(k)];
-        } else {
-          unknown = "#";
-          unknown += std::to_string(k);
-        }
+      if (bad_metaop < 0) {
+        bad_metaop = m;
+        bad_position = k;
       }
       return -1;
     });
-    if (!unknown.empty()) return Error{"plan: operator " + unknown + " is not in the model's graph"};
+    if (bad_metaop >= 0)
+      return Error{"plan: MetaOp " + std::to_string(bad_metaop) + ": operator position " +
+                   std::to_string(bad_position) + " is not an operator of the model's graph"};
     std::vector<double> replicated(mem.size(), 0.0), counted(mem.size(), 0.0);
     add_held_state(held, shard_bytes, dtype, OptimizerState::replicated, replicated);
     add_held_state(held, shard_bytes, dtype, OptimizerState::sharded, counted);
