@@ -141,8 +141,9 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
     const auto run_peak = std::max_element(as_run.begin(), as_run.end());
     std::printf("          spindle-run keeps it replicated: peak %s on device %td%s\n", size_text(*run_peak).c_str(),
                 run_peak - as_run.begin(),
-                *run_peak > plan.memory_bytes ? ", over: plan with --optimizer-state replicated to run this cluster"
-                                              : "");
+                *run_peak > plan.memory_bytes
+                    ? ", over: plan with --optimizer-state replicated, or on more devices, to run it"
+                    : "");
   }
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
@@ -540,8 +541,8 @@ int main(int argc, char** argv) {
       worst != as_run.end() && *worst > plan->memory_bytes)
     std::fprintf(stderr,
                  "spindle-plan: warning: spindle-run keeps AdamW's state whole on every replica (it does not shard it "
-                 "yet): device %td would need %s of %s; plan with --optimizer-state replicated to run this plan's "
-                 "cluster\n",
+                 "yet): device %td would need %s of %s; plan with --optimizer-state replicated (which counts that "
+                 "and places for it), or on more devices, to run it\n",
                  worst - as_run.begin(), sp::human_bytes(static_cast<double>(*worst), 2).c_str(),
                  sp::human_bytes(static_cast<double>(plan->memory_bytes), 2).c_str());
   print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0, as_run);
