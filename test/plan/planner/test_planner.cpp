@@ -597,3 +597,23 @@ TEST_CASE("held_shards: the shards memory counts are those the lowering gives sp
   }
   CHECK(two_ranks > 0);
 }
+
+TEST_CASE("memory_as_run: a slice past its MetaOp's operators is an error naming the MetaOp, not a read past the end",
+          "[planner]") {
+  spindle::plan::testing::Fixture f("tiny-lm", "cpu-1x4");
+  Plan plan = f.plan();
+  REQUIRE(plan.optimizer_state == OptimizerState::sharded);
+  REQUIRE(memory_as_run(plan, f.model, f.graph).ok());
+  // The MetaOp of the first slice that runs two operators or more, its
+  // operator list cut to one: the slice now runs a position it lacks.
+  int cut = -1;
+  for (const Wave& w : plan.waves)
+    for (const Slice& s : w.slices)
+      if (cut < 0 && s.first + s.count >= 2) cut = s.metaop;
+  REQUIRE(cut >= 0);
+  plan.metaops[static_cast<size_t>(cut)].operators.resize(1);
+  const auto run = memory_as_run(plan, f.model, f.graph);
+  REQUIRE_FALSE(run.ok());
+  CHECK_THAT(run.error().message, Catch::Contains("MetaOp " + std::to_string(cut) + ": operator position") &&
+                                      Catch::Contains("is not an operator of the model's graph"));
+}
