@@ -58,6 +58,34 @@ double traffic_ms(const WaveTraffic& t, const CostModel& cost) {
 
 }  // namespace
 
+PlanParams plan_params(const std::vector<std::vector<int>>& ops, const Model& model, const OpGraph& graph,
+                       int dtype_bytes) {
+  PlanParams out;
+  std::vector<std::string_view> names;
+  for (const std::vector<int>& list : ops)
+    for (int o : list) names.push_back(graph.ops[static_cast<size_t>(o)].param);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::unordered_map<std::string_view, int> param_index;
+  param_index.reserve(names.size());
+  for (size_t p = 0; p < names.size(); ++p) param_index.emplace(names[p], static_cast<int>(p));
+  out.params.resize(names.size());
+  std::vector<char> costed(names.size(), 0);
+  for (const Operator& op : graph.ops) {
+    auto it = param_index.find(op.param);
+    if (it == param_index.end() || costed[static_cast<size_t>(it->second)]) continue;
+    costed[static_cast<size_t>(it->second)] = 1;
+    CostTables::Param& p = out.params[static_cast<size_t>(it->second)];
+    p.name = op.param;
+    p.shard_bytes = static_cast<double>(op_shard_values(op, model)) * dtype_bytes;
+    p.tensor_parallel = op.tensor_parallel;
+  }
+  out.of_metaop.resize(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (int o : ops[i]) out.of_metaop[i].push_back(param_index.at(graph.ops[static_cast<size_t>(o)].param));
+  return out;
+}
+
 CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost) {
   CostTables t;
   t.dtype_bytes = dtype_bytes(model.dtype);
@@ -79,33 +107,13 @@ CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& grap
           output_bytes_per_sample(graph.ops[static_cast<size_t>(ops[i].back())], t.dtype_bytes);
   }
 
-  // Parameters the MetaOps run, sorted by name (param_groups come out
-  // sorted); each costed from the first operator of the graph holding it.
-  std::vector<std::string_view> names;
-  for (const std::vector<int>& list : ops)
-    for (int o : list) names.push_back(graph.ops[static_cast<size_t>(o)].param);
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  std::unordered_map<std::string_view, int> param_index;
-  param_index.reserve(names.size());
-  for (size_t p = 0; p < names.size(); ++p) param_index.emplace(names[p], static_cast<int>(p));
-  t.params.resize(names.size());
-  std::vector<char> costed(names.size(), 0);
-  for (size_t i = 0; i < graph.ops.size(); ++i) {
-    const Operator& op = graph.ops[i];
-    auto it = param_index.find(op.param);
-    if (it == param_index.end() || costed[static_cast<size_t>(it->second)]) continue;
-    costed[static_cast<size_t>(it->second)] = 1;
-    CostTables::Param& p = t.params[static_cast<size_t>(it->second)];
-    p.name = op.param;
-    p.shard_bytes = static_cast<double>(op_shard_values(op, model)) * t.dtype_bytes;
-    p.tensor_parallel = op.tensor_parallel;
-  }
+  PlanParams params = plan_params(ops, model, graph, t.dtype_bytes);
+  t.params = std::move(params.params);
   for (size_t i = 0; i < plan.metaops.size(); ++i) {
     CostTables::MetaOpCost& c = t.metaops[i];
+    c.param = std::move(params.of_metaop[i]);
     for (size_t k = 0; k < ops[i].size(); ++k) {
       const Operator& op = graph.ops[static_cast<size_t>(ops[i][k])];
-      c.param.push_back(param_index.at(op.param));
       c.in_bytes_per_sample.push_back(
           k == 0 || op.inputs.empty()
               ? 0.0
@@ -115,12 +123,12 @@ CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& grap
   return t;
 }
 
-void add_held_state(const std::vector<HeldShard>& held, const std::vector<double>& shard_bytes, int dtype_bytes,
-                    OptimizerState state, std::vector<double>& bytes) {
+void add_held_state(const std::vector<HeldShard>& held, const std::vector<CostTables::Param>& params,
+                    int dtype_bytes, OptimizerState state, std::vector<double>& bytes) {
   for (size_t i = 0; i < held.size();) {
     size_t end = i;   // [i, end): the holders of one (param, rank)
     while (end < held.size() && held[end].param == held[i].param && held[end].rank == held[i].rank) ++end;
-    const double b = param_state_bytes(shard_bytes[static_cast<size_t>(held[i].param)], dtype_bytes,
+    const double b = param_state_bytes(params[static_cast<size_t>(held[i].param)].shard_bytes, dtype_bytes,
                                        static_cast<double>(end - i), state);
     for (; i < end; ++i) bytes[static_cast<size_t>(held[i].device)] += b;
   }
@@ -194,13 +202,11 @@ void cost_plan(Plan& plan, const CostTables& tables, const CostModel& cost) {
   const int dtype = tables.dtype_bytes;
   std::vector<double> sync_ms(plan.devices, 0.0);
   std::vector<double> state_bytes(plan.devices, 0.0);
-  std::vector<double> shard_bytes(tables.params.size());
-  for (size_t p = 0; p < tables.params.size(); ++p) shard_bytes[p] = tables.params[p].shard_bytes;
   add_held_state(held_shards(plan,
                              [&](int m, int k) {
                                return tables.metaops[static_cast<size_t>(m)].param[static_cast<size_t>(k)];
                              }),
-                 shard_bytes, dtype, plan.optimizer_state, state_bytes);
+                 tables.params, dtype, plan.optimizer_state, state_bytes);
   // Groups are rewritten in place: a plan costed again (the planner's
   // scratch plan) keeps its strings and vectors.
   size_t groups = 0;

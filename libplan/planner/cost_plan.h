@@ -27,6 +27,42 @@ double output_bytes_per_sample(const Operator& op, int dtype_bytes);
 // (x the dtype's bytes) and the gradient all-reduce (x the wire's) count.
 int64_t op_shard_values(const Operator& op, const Model& model);
 
+// What costing looks up that depends on the MetaOps, the model, the graph
+// and the cost model but not on the waves: built once by cost_tables and
+// reused for every candidate plan of the same MetaOps (the planner costs
+// many). Plain data; valid while plan.metaops is unchanged.
+struct CostTables {
+  int dtype_bytes = 2;
+  struct MetaOpCost {
+    // Per operator position: its parameter (index into `params`) and the
+    // output bytes per sample of the operator feeding it (its first graph
+    // input; 0 for position 0, whose inputs are other MetaOps).
+    std::vector<int> param;
+    std::vector<double> in_bytes_per_sample;
+    double act_bytes_per_sample = 0;   // kept for backward, one operator
+    double out_bytes_per_sample = 0;   // leaving its last operator
+  };
+  std::vector<MetaOpCost> metaops;     // by MetaOp id (index of plan.metaops)
+  struct Param {
+    std::string name;                  // "M/k.r"
+    double shard_bytes = 0;            // one tensor-parallel shard, model dtype
+    int tensor_parallel = 1;
+  };
+  std::vector<Param> params;           // every parameter the MetaOps run, by name
+};
+
+// The parameters of MetaOps whose operators are the graph indices `ops`
+// (per MetaOp, in position order), as costing and memory_as_run count
+// them: sorted by name (param_groups come out sorted), each costed from
+// the first operator of the graph holding it (op_shard_values x
+// dtype_bytes), and per MetaOp each position's parameter index.
+struct PlanParams {
+  std::vector<CostTables::Param> params;   // by name
+  std::vector<std::vector<int>> of_metaop; // [MetaOp][position] -> index into params
+};
+PlanParams plan_params(const std::vector<std::vector<int>>& ops, const Model& model, const OpGraph& graph,
+                       int dtype_bytes);
+
 // One tensor-parallel shard of a parameter on one device. spindle-run
 // allocates one shard per (parameter, TP rank) on every device that runs
 // the parameter at that rank, and a slice's device at position i runs
@@ -60,35 +96,11 @@ std::vector<HeldShard> held_shards(const Plan& plan, ParamOf param_of) {
   return held;
 }
 // Adds into bytes[device] the state (rules/memory.h param_state_bytes) of
-// every shard in `held` (sorted, each once): shard_bytes[param] over the
-// holders of its (param, rank) as data-parallel replicas, the optimizer
-// state counted as `state` says.
-void add_held_state(const std::vector<HeldShard>& held, const std::vector<double>& shard_bytes, int dtype_bytes,
-                    OptimizerState state, std::vector<double>& bytes);
-
-// What costing looks up that depends on the MetaOps, the model, the graph
-// and the cost model but not on the waves: built once by cost_tables and
-// reused for every candidate plan of the same MetaOps (the planner costs
-// many). Plain data; valid while plan.metaops is unchanged.
-struct CostTables {
-  int dtype_bytes = 2;
-  struct MetaOpCost {
-    // Per operator position: its parameter (index into `params`) and the
-    // output bytes per sample of the operator feeding it (its first graph
-    // input; 0 for position 0, whose inputs are other MetaOps).
-    std::vector<int> param;
-    std::vector<double> in_bytes_per_sample;
-    double act_bytes_per_sample = 0;   // kept for backward, one operator
-    double out_bytes_per_sample = 0;   // leaving its last operator
-  };
-  std::vector<MetaOpCost> metaops;     // by MetaOp id (index of plan.metaops)
-  struct Param {
-    std::string name;                  // "M/k.r"
-    double shard_bytes = 0;            // one tensor-parallel shard, model dtype
-    int tensor_parallel = 1;
-  };
-  std::vector<Param> params;           // every parameter the MetaOps run, by name
-};
+// every shard in `held` (sorted, each once; param indexes `params`): its
+// shard_bytes over the holders of its (param, rank) as data-parallel
+// replicas, the optimizer state counted as `state` says.
+void add_held_state(const std::vector<HeldShard>& held, const std::vector<CostTables::Param>& params,
+                    int dtype_bytes, OptimizerState state, std::vector<double>& bytes);
 
 // Requires plan.metaops whose operators are ids of `graph`.
 CostTables cost_tables(const Plan& plan, const Model& model, const OpGraph& graph, const CostModel& cost);

@@ -92,20 +92,22 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
     // What the plan counted sharded, undone as cost_plan counted it: every
     // tensor-parallel shard a device holds (held_shards), over the holders
     // of its (parameter, rank).
-    std::unordered_map<std::string_view, int> param_index;   // parameter name -> index
-    std::unordered_map<std::string_view, int> op_param;      // operator id -> parameter index
-    std::vector<double> shard_bytes;
-    for (const Operator& op : graph.ops) {
-      const auto [it, added] = param_index.emplace(op.param, static_cast<int>(shard_bytes.size()));
-      if (added) shard_bytes.push_back(static_cast<double>(op_shard_values(op, model)) * dtype);
-      op_param.emplace(op.id, it->second);
-    }
-    // The first operator position not in the graph (MetaOp, position), if any.
+    std::unordered_map<std::string_view, int> op_index;   // operator id -> graph index
+    for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
+    std::vector<std::vector<int>> ops(plan.metaops.size());
+    for (size_t m = 0; m < plan.metaops.size(); ++m)
+      for (const std::string& id : plan.metaops[m].operators) {
+        const auto it = op_index.find(id);
+        if (it == op_index.end())
+          return Error{"plan: MetaOp " + std::to_string(m) + ": operator " + id + " is not in the model's graph"};
+        ops[m].push_back(it->second);
+      }
+    const PlanParams params = plan_params(ops, model, graph, dtype);
+    // The first slice position past its MetaOp's operators (MetaOp, position), if any.
     int bad_metaop = -1, bad_position = -1;
     const std::vector<HeldShard> held = held_shards(plan, [&](int m, int k) {
-      const std::vector<std::string>& ops = plan.metaops[static_cast<size_t>(m)].operators;
-      const auto it = static_cast<size_t>(k) < ops.size() ? op_param.find(ops[static_cast<size_t>(k)]) : op_param.end();
-      if (it != op_param.end()) return it->second;
+      const std::vector<int>& of = params.of_metaop[static_cast<size_t>(m)];
+      if (static_cast<size_t>(k) < of.size()) return of[static_cast<size_t>(k)];
       if (bad_metaop < 0) {
         bad_metaop = m;
         bad_position = k;
@@ -116,8 +118,8 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
       return Error{"plan: MetaOp " + std::to_string(bad_metaop) + ": operator position " +
                    std::to_string(bad_position) + " is not an operator of the model's graph"};
     std::vector<double> replicated(mem.size(), 0.0), counted(mem.size(), 0.0);
-    add_held_state(held, shard_bytes, dtype, OptimizerState::replicated, replicated);
-    add_held_state(held, shard_bytes, dtype, OptimizerState::sharded, counted);
+    add_held_state(held, params.params, dtype, OptimizerState::replicated, replicated);
+    add_held_state(held, params.params, dtype, OptimizerState::sharded, counted);
     for (size_t d = 0; d < mem.size(); ++d) extra[d] += replicated[d] - counted[d];
   }
   if (bucket_copies) {   // the flat buffers of the lowering's buckets
