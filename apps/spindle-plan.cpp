@@ -72,10 +72,9 @@ constexpr double kHintMargin = 0.01;
 // `sim` simulates `plan` (the planner's objective); `gap` is its
 // simulated_compute_gap and `width_optimum_ms` its width_optimum_ms (0: not
 // known).
-// `as_run`: the plan's memory per device as spindle-run allocates it
-// (replicated optimizer state, memory_as_run), when the plan counts another.
+// `chose_state`: --optimizer-state auto chose the plan's.
 void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, const sp::Simulation& sim, double gap,
-                   double width_optimum_ms, const std::vector<int64_t>& as_run) {
+                   double width_optimum_ms, bool chose_state) {
   const sp::Predicted& p = plan.predicted;
   int64_t peak = 0;
   int peak_dev = 0;
@@ -135,16 +134,11 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
                 width_optimum_ms, width_gap * 100,
                 width_gap < 0 ? " (below it: levels overlap, and the optimum is per level)" : "");
   }
-  std::printf("memory    peak %s on device %d (of %s), optimizer state %s\n", size_text(peak).c_str(), peak_dev,
-              size_text(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state));
-  if (!as_run.empty()) {
-    const auto run_peak = std::max_element(as_run.begin(), as_run.end());
-    std::printf("          spindle-run keeps it replicated: peak %s on device %td%s\n", size_text(*run_peak).c_str(),
-                run_peak - as_run.begin(),
-                *run_peak > plan.memory_bytes
-                    ? ", over: plan with --optimizer-state replicated, or on more devices, to run it"
-                    : "");
-  }
+  std::printf("memory    peak %s on device %d (of %s), optimizer state %s%s\n", size_text(peak).c_str(), peak_dev,
+              size_text(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state),
+              plan.optimizer_state == sp::OptimizerState::sharded && chose_state
+                  ? " (ZeRO-1: the plan with it replicated does not fit; an all-gather per bucket and step)"
+                  : "");
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
 
@@ -195,7 +189,7 @@ int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model
 // The command line (spec/cli.md).
 struct Options {
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
-  std::string placement_name = "islands", optimizer_state = "sharded";
+  std::string placement_name = "islands", optimizer_state = "auto";
   std::string trace_path, check_path, plot_path, lower_dir;
   bool compare = false, accept_profile_mismatch = false, no_overlap = false, no_early = false;
   double bucket_mb = 25;
@@ -253,10 +247,10 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(0, sp::kMaxShiftSimulations))
       ->capture_default_str();
   app.add_option("--optimizer-state", o.optimizer_state,
-                 "how device memory counts AdamW's state: sharded over the data-parallel replicas (Megatron's "
-                 "distributed optimizer, the paper's assumption) | replicated (what spindle-run allocates today); "
-                 "recorded in the plan")
-      ->check(CLI::IsMember({"sharded", "replicated"}))
+                 "how AdamW's state is held, recorded in the plan and followed by spindle-run: auto (replicated when "
+                 "that plan fits the devices, else sharded) | sharded over the data-parallel replicas (ZeRO-1, "
+                 "Megatron's distributed optimizer: an all-gather per bucket and step) | replicated")
+      ->check(CLI::IsMember({"auto", "sharded", "replicated"}))
       ->capture_default_str();
   // --check plans nothing: an option only planning reads is refused with it
   // (exit 2), not ignored: `--check P --trace T` would otherwise exit 0
@@ -294,9 +288,6 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", o.check_path.c_str(), plan->strategy.c_str(),
               plan->model_name.c_str(), plan->devices, plan->waves.size(),
               against ? (", cluster " + o.cluster_path).c_str() : "");
-  // Valid, but spindle-run holds more than a plan counted sharded says.
-  if (sp::Status fits = sp::check_memory_as_run(*plan, model, graph, o.check_path); !fits)
-    std::fprintf(stderr, "spindle-plan: warning: spindle-run would refuse it: %s\n", fits.error().message.c_str());
   if (o.lower_dir.empty()) return 0;
   const sp::SyncFlags flags{o.no_overlap, o.no_early,
                             o.bucket_given ? std::optional(sp::bucket_bytes_of_mb(o.bucket_mb)) : std::nullopt};
@@ -332,8 +323,8 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
                             std::vector<sp::Utilisation>& plotted) {
   const sp::Model& model = *request.model;
   const sp::OpGraph& graph = *request.graph;
-  std::printf("%-12s %13s %9s %9s %9s %9s %11s %10s %10s %10s\n", "strategy", "iteration_ms", "speedup", "gap",
-              "transfer", "sync", "barrier_ms", "memory", "as_run", "plan_ms");
+  std::printf("%-12s %13s %9s %9s %9s %9s %11s %10s %10s\n", "strategy", "iteration_ms", "speedup", "gap",
+              "transfer", "sync", "barrier_ms", "memory", "plan_ms");
   double sequential_ms = 0;
   for (sp::Strategy s :
        {sp::Strategy::sequential, sp::Strategy::task_level, sp::Strategy::intra_task, sp::Strategy::spindle}) {
@@ -358,16 +349,14 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
       over = "  over memory: device " + std::to_string(worst - mem.begin()) + " needs " +
              sp::human_bytes(static_cast<double>(*worst), 2) + " of " +
              sp::human_bytes(static_cast<double>(plan->memory_bytes), 2);
-    // Peak device memory as the plan counts it, and as spindle-run holds it.
-    auto as_run = sp::memory_as_run(*plan, model, graph);
-    if (!as_run) return sp::Error{"internal error: " + as_run.error().message};
+    // Peak device memory as the plan counts it (and spindle-run holds it).
     auto peak = [](const std::vector<int64_t>& m) {
       return sp::human_bytes(m.empty() ? 0.0 : static_cast<double>(*std::max_element(m.begin(), m.end())));
     };
-    std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10s %10s %10.2f%s\n", sp::strategy_name(s),
+    std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10s %10.2f%s\n", sp::strategy_name(s),
                 sim->iteration_ms, sequential_ms > 0 ? sequential_ms / sim->iteration_ms : 0.0, *gap * 100,
                 share(sim->transfer_device_ms()), share(sim->sync_device_ms()), plan->predicted.iteration_ms,
-                peak(mem).c_str(), peak(*as_run).c_str(), plan->planning_ms, over.c_str());
+                peak(mem).c_str(), plan->planning_ms, over.c_str());
     if (plot) plotted.push_back(sp::utilisation(*sim, *plan));
   }
   return {};
@@ -491,7 +480,9 @@ int main(int argc, char** argv) {
   request.placement = *placement;
   request.sync = sync;
   request.shift_simulations = o.shift_simulations;
-  request.optimizer_state = *sp::optimizer_state_named(o.optimizer_state);   // CLI::IsMember checked it
+  request.choose_optimizer_state = o.optimizer_state == "auto";
+  if (!request.choose_optimizer_state)
+    request.optimizer_state = *sp::optimizer_state_named(o.optimizer_state);   // CLI::IsMember checked it
   // Each plan simulated as it says it synchronises (sync empty: planned_sync),
   // with the bucket cap the planner chose unless --bucket-mb fixed it.
   request.choose_bucket_bytes = !o.bucket_given;
@@ -531,21 +522,8 @@ int main(int argc, char** argv) {
 
   if (o.compare) std::printf("\n");
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
-  std::vector<int64_t> as_run;
-  if (plan->optimizer_state != sp::OptimizerState::replicated) {
-    auto held = sp::memory_as_run(*plan, *model, graph);
-    if (!held) return fail(kExitFailure, "internal error: the plan's memory as run: " + held.error().message);
-    as_run = std::move(*held);
-  }
-  if (const auto worst = std::max_element(as_run.begin(), as_run.end());
-      worst != as_run.end() && *worst > plan->memory_bytes)
-    std::fprintf(stderr,
-                 "spindle-plan: warning: spindle-run keeps AdamW's state whole on every replica (it does not shard it "
-                 "yet): device %td would need %s of %s; plan with --optimizer-state replicated (which counts that "
-                 "and places for it), or on more devices, to run it\n",
-                 worst - as_run.begin(), sp::human_bytes(static_cast<double>(*worst), 2).c_str(),
-                 sp::human_bytes(static_cast<double>(plan->memory_bytes), 2).c_str());
-  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0, as_run);
+  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0,
+                request.choose_optimizer_state);
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_bucket_choice(*plan, request, sim_options);
   print_profile_links(*profile);

@@ -101,10 +101,11 @@ struct Args {
 // What each rank counted in one step (Executor's StepCounters), on rank 0:
 // kCounterFields doubles per rank, in rank order (empty on other ranks).
 // Collective over MPI_COMM_WORLD.
-constexpr int kCounterFields = 6;
+constexpr int kCounterFields = 7;
 std::vector<double> gather_counters(const se::StepCounters& c, int rank, int size) {
   const double mine[kCounterFields] = {static_cast<double>(c.sent_bytes), static_cast<double>(c.received_bytes),
-                                       static_cast<double>(c.reduced_bytes), c.compute_ms, c.transfer_ms, c.sync_ms};
+                                       static_cast<double>(c.reduced_bytes), c.compute_ms, c.transfer_ms, c.sync_ms,
+                                       static_cast<double>(c.gathered_bytes)};
   std::vector<double> all(rank == 0 ? static_cast<size_t>(kCounterFields) * static_cast<size_t>(size) : 0);
   MPI_CHECK(MPI_Gather(mine, kCounterFields, MPI_DOUBLE, all.data(), kCounterFields, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   return all;
@@ -120,6 +121,7 @@ nlohmann::json counters_json(const std::vector<double>& all, int size) {
                    {"sent_bytes", static_cast<int64_t>(c[0])},
                    {"received_bytes", static_cast<int64_t>(c[1])},
                    {"reduced_bytes", static_cast<int64_t>(c[2])},
+                   {"gathered_bytes", static_cast<int64_t>(c[6])},
                    {"compute_ms", c[3]},
                    {"transfer_ms", c[4]},
                    {"sync_ms", c[5]}});

@@ -133,8 +133,8 @@ struct Verdict {
 
 // Like with like: the time simulated device `program.device` spends in
 // what the runtime times as transfer (exchanges, posting sends, the wait for
-// the sends posted early) and as sync (a blocking all-reduce and the wait
-// for its group; the wait for a started all-reduce). A started all-reduce's
+// the sends posted early) and as sync (a blocking all-reduce or ZeRO-1
+// all-gather and the wait for its group; the wait for a started all-reduce). A started all-reduce's
 // own box is not the device's time: it runs beside the backward, and what
 // of it the device waits for is its wait box. ms.
 struct CommParts {
@@ -149,8 +149,9 @@ CommParts comm_parts(const spindle::plan::Simulation& sim, const spindle::plan::
     if (box.cat == "exchange" || box.cat == "send" || box.cat == "recv" ||
         (box.cat == "wait" && !waits_for_bucket))
       parts.xfer_wait += box.dur_ms;
-    const bool blocking = box.cat == "allreduce" &&
-                          program.instrs[static_cast<size_t>(box.instr)].kind == sp::InstrKind::allreduce;
+    const bool blocking = box.cat == "allgather" ||
+                          (box.cat == "allreduce" &&
+                           program.instrs[static_cast<size_t>(box.instr)].kind == sp::InstrKind::allreduce);
     if (waits_for_bucket || blocking) parts.sync_wait += box.dur_ms;
   }
   return parts;

@@ -57,6 +57,7 @@ class ComputeOnlyCost final : public sp::CostModel {
   }
   double p2p_ms(double, bool) const override { return 0; }
   double allreduce_ms(double, const std::vector<int>&) const override { return 0; }
+  double allgather_ms(double, const std::vector<int>&) const override { return 0; }
   double forward_share(const sp::Workload& w) const override { return base_.forward_share(w); }
   bool has_forward_shares() const override { return base_.has_forward_shares(); }
 

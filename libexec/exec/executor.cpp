@@ -1,6 +1,7 @@
 #include "libexec/exec/executor.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 #include <stdexcept>
 
@@ -51,6 +52,10 @@ Tensor row_view(const Tensor& t, int64_t row0, int64_t rows) {
   std::shared_ptr<float[]> storage(std::make_shared<Tensor>(t), const_cast<float*>(first));
   return Tensor::wrap(std::move(shape), t.device(), std::move(storage));
 }
+
+// Values [begin, begin + n) of `t` in its flat (row-major) order as a 1-D
+// tensor sharing its storage (no copy, any device).
+Tensor flat_view(const Tensor& t, int64_t begin, int64_t n) { return row_view(t.reshaped({t.numel()}), begin, n); }
 
 // Memory moves through the backend: every tensor below lives in the
 // backend's memory (host memory for the CPU backend, where these are plain
@@ -325,7 +330,12 @@ std::vector<std::vector<int>> Executor::device_groups(const plan::Model& model, 
 
 struct Executor::ParamState {
   ParamSet set;
-  std::vector<Tensor> m, v;  // AdamW moments, one per tensor of set
+  // By tensor of set: the values whose AdamW moments this rank holds and
+  // which it steps: all of them ([0, numel)), or with sharded state
+  // (ZeRO-1) those in this rank's chunk of the shard's bucket (possibly
+  // none). allocate_moments sets them.
+  std::vector<plan::ValueRange> own;
+  std::vector<Tensor> m, v;  // AdamW moments of `own`, one 1-D tensor per tensor of set (empty: owns none)
   int64_t adam_steps = 0;    // AdamW steps taken (bias correction); step_ unless resumed as new
   std::vector<int> sync;     // devices holding this shard (ascending)
   int64_t stepped = 0;       // the training step of its last optimizer step
@@ -374,13 +384,11 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
       ParamState& ps = it->second;
       if (fresh) {
         // Seeded on the host, then resident in the backend's memory for the
-        // whole run: value, gradient and AdamW moments.
+        // whole run: value and gradient (AdamW moments: allocate_moments).
         ps.set = make_params(cfg, op.param, options_.seed, options_.host_threads);
         for (Param& p : ps.set.params) {
           p.value = to_backend(backend_, p.value);
           p.grad = backend_.allocate(p.value.shape());
-          ps.m.push_back(backend_.allocate(p.value.shape()));
-          ps.v.push_back(backend_.allocate(p.value.shape()));
         }
         const auto devs = sched_->lowered.shard_devices.find({op.param, t});
         if (devs != sched_->lowered.shard_devices.end()) ps.sync = devs->second;
@@ -389,6 +397,7 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
       ops_.emplace(o, make_op(cfg, ps.set));
     }
   }
+  allocate_moments();
   bind_bucket_views();
   // Started all-reduces get communicators of their own, so that they never
   // match the blocking collectives a slice over the same group runs during
@@ -436,6 +445,45 @@ void Executor::bind_bucket_views() {
         p.grad = row_view(flat, off, numel).reshaped(p.value.shape());
         off += numel;
       }
+  }
+}
+
+// Every tensor's moments for the values it owns (ParamState::own): with
+// sharded state, the member at place i of a bucket's devices owns chunk i
+// of the bucket's flat layout (shards in key order, each shard's tensors in
+// order: the all-reduce's layout; rules/memory.h owned_values), cut into
+// the pieces each tensor has in it; every other shard all of its values.
+void Executor::allocate_moments() {
+  for (auto& [key, ps] : params_) {
+    ps.own.clear();
+    for (const Param& p : ps.set.params) ps.own.push_back({0, p.value.numel()});
+  }
+  const plan::Lowered& l = sched_->lowered;
+  for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
+    const plan::Bucket& bucket = l.buckets[b];
+    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
+    const plan::ValueRange chunk = l.owned(static_cast<int>(b), rank_);
+    int64_t off = 0;   // the tensor's first value in the bucket's flat layout
+    for (const plan::ShardKey& key : bucket.shards) {
+      ParamState& ps = params_.at(key);
+      for (size_t i = 0; i < ps.set.params.size(); ++i) {
+        const int64_t n = ps.set.params[i].value.numel();
+        const int64_t begin = std::clamp<int64_t>(chunk.begin - off, 0, n);
+        ps.own[i] = {begin, std::max(begin, std::clamp<int64_t>(chunk.end - off, 0, n))};
+        off += n;
+      }
+    }
+    if (off != bucket.values)   // the lowering and the executor lay the bucket out alike
+      throw std::logic_error("bucket " + std::to_string(b) + " holds " + std::to_string(off) +
+                             " values here, the lowering counts " + std::to_string(bucket.values));
+  }
+  for (auto& [key, ps] : params_) {
+    ps.m.clear();
+    ps.v.clear();
+    for (const plan::ValueRange& r : ps.own) {
+      ps.m.push_back(r.size() > 0 ? backend_.allocate({r.size()}) : Tensor());
+      ps.v.push_back(r.size() > 0 ? backend_.allocate({r.size()}) : Tensor());
+    }
   }
 }
 
@@ -498,6 +546,7 @@ StepStats Executor::step() {
       case plan::InstrKind::allreduce_start: start_bucket(in.bucket); break;
       case plan::InstrKind::allreduce_wait: finish_bucket(in.bucket); break;
       case plan::InstrKind::optimizer: optimizer_step(in.bucket); break;
+      case plan::InstrKind::allgather: gather_bucket(in.bucket); break;
     }
     instr_ms[pc] = ms_since(began);
   }
@@ -867,14 +916,19 @@ void Executor::progress_buckets() {
 void Executor::optimizer_step(int bucket) {
   const Clock::time_point t0 = Clock::now();
   std::vector<AdamWUpdate> updates;   // every tensor of the shards, in one backend call
+  std::deque<Tensor> views;           // the owned values and gradients they update (stable addresses)
   auto step_shard = [&](ParamState& ps) {
     if (ps.stepped >= step_)   // a lowering bug: every shard is stepped once per step
       throw std::logic_error("optimizer: a parameter shard stepped twice in step " + std::to_string(step_));
     ps.stepped = step_;
-    ++ps.adam_steps;
+    ++ps.adam_steps;   // counted on every holder, whether it owns values of the shard or not
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       Param& p = ps.set.params[i];
-      updates.push_back({ps.adam_steps, &p.value, &p.grad, &ps.m[i], &ps.v[i]});
+      const plan::ValueRange r = ps.own[i];
+      if (r.size() == 0) continue;
+      Tensor* value = &views.emplace_back(flat_view(p.value, r.begin, r.size()));
+      const Tensor* grad = &views.emplace_back(flat_view(p.grad, r.begin, r.size()));
+      updates.push_back({ps.adam_steps, value, grad, &ps.m[i], &ps.v[i]});
     }
   };
   if (bucket >= 0) {
@@ -888,6 +942,54 @@ void Executor::optimizer_step(int bucket) {
   counters_.compute_ms += ms_since(t0);
   if (tracing())
     record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
+}
+
+// ZeRO-1: bucket `bucket`'s values as every member stepped its own chunk
+// of them (optimizer_step), all-gathered in the bucket's flat layout over
+// its communicator (in device memory over NCCL, else staged through host
+// memory) and copied into every tensor: each member then holds the same
+// values, bitwise, as if it had stepped them all. The buffers live for the
+// call only.
+void Executor::gather_bucket(int bucket) {
+  const Clock::time_point t0 = Clock::now();
+  const plan::Lowered& l = sched_->lowered;
+  const plan::Bucket& b = l.buckets[static_cast<size_t>(bucket)];
+  Comm& comm = *bucket_comm_.at(static_cast<size_t>(bucket));
+  const auto members = static_cast<int64_t>(b.devices.size());
+  const int64_t chunk = plan::owned_chunk(b.values, static_cast<int>(members));
+  const bool device = on_device(backend_, comm);
+  auto buffer = [&](int64_t n) { return device ? backend_.allocate({n}) : Tensor::zeros({n}); };
+  Tensor send = buffer(chunk), all = buffer(chunk * members);
+  int64_t at = 0;   // this rank's chunk: the owned values of each tensor, in layout order
+  for (const plan::ShardKey& key : b.shards) {
+    ParamState& ps = params_.at(key);
+    for (size_t i = 0; i < ps.set.params.size(); ++i) {
+      const plan::ValueRange r = ps.own[i];
+      if (r.size() == 0) continue;
+      Tensor dst = flat_view(send, at, r.size());
+      backend_.copy(flat_view(ps.set.params[i].value, r.begin, r.size()), dst);
+      at += r.size();
+    }
+  }
+  if (at != l.owned(bucket, rank_).size())
+    throw std::logic_error("all-gather of bucket " + std::to_string(bucket) + ": this rank owns " + std::to_string(at) +
+                           " values, the lowering says " + std::to_string(l.owned(bucket, rank_).size()));
+  if (device) {
+    comm.all_gather_device(send.data(), all.data(), chunk);
+  } else {
+    backend_.synchronize();   // the copies into `send` are done
+    comm.all_gather({send.data(), static_cast<size_t>(send.numel())}, {all.data(), static_cast<size_t>(all.numel())});
+  }
+  int64_t off = 0;
+  for (const plan::ShardKey& key : b.shards)
+    for (Param& p : params_.at(key).set.params) {
+      backend_.copy(flat_view(all, off, p.value.numel()), p.value);
+      off += p.value.numel();
+    }
+  counters_.gathered_bytes += all.numel() * kBytesPerFloat;
+  counters_.sync_ms += ms_since(t0);
+  if (tracing())
+    record("parameter all-gather", "sync", 1, t0, {{"floats", all.numel()}, {"group", b.devices}});
 }
 
 // ---------------------------------------------------------------------------
@@ -1026,9 +1128,55 @@ std::map<std::string, Shape> Executor::param_shapes() const {
   return out;
 }
 
+std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_moments() {
+  std::map<std::pair<std::string, int>, std::vector<Tensor>> out;
+  const plan::Lowered& l = sched_->lowered;
+  for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
+    const plan::Bucket& bucket = l.buckets[b];
+    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
+    const auto members = static_cast<int64_t>(bucket.devices.size());
+    const int64_t chunk = plan::owned_chunk(bucket.values, static_cast<int>(members));
+    for (const bool first : {true, false}) {   // m, then v
+      Tensor send = Tensor::zeros({chunk}), all = Tensor::zeros({chunk * members});
+      int64_t at = 0;
+      for (const plan::ShardKey& key : bucket.shards) {
+        const ParamState& ps = params_.at(key);
+        for (size_t i = 0; i < ps.set.params.size(); ++i) {
+          if (ps.own[i].size() == 0) continue;
+          const Tensor h = to_host(backend_, first ? ps.m[i] : ps.v[i]);
+          std::copy(h.data(), h.data() + h.numel(), send.data() + at);
+          at += h.numel();
+        }
+      }
+      bucket_comm_.at(b)->all_gather({send.data(), static_cast<size_t>(chunk)},
+                                     {all.data(), static_cast<size_t>(all.numel())});
+      int64_t off = 0;
+      for (const plan::ShardKey& key : bucket.shards)
+        for (const Param& p : params_.at(key).set.params) {
+          out[key].push_back(Tensor::from(p.value.shape(), std::vector<float>(all.data() + off,
+                                                                              all.data() + off + p.value.numel())));
+          off += p.value.numel();
+        }
+    }
+  }
+  return out;
+}
+
 TrainingState Executor::gather_state() {
   TrainingState out;
   out.step = step_;
+  // With sharded state every member of a bucket first gathers its moments.
+  const auto gathered = gather_moments();
+  // The host moments of shard `key` (held here): its tensors' m, then v, in shard shapes.
+  auto moments = [&](const std::pair<std::string, int>& key) {
+    if (const auto it = gathered.find(key); it != gathered.end()) return it->second;
+    const ParamState& ps = params_.at(key);
+    std::vector<Tensor> mv;
+    for (const std::vector<Tensor>* of : {&ps.m, &ps.v})
+      for (size_t i = 0; i < ps.set.params.size(); ++i)
+        mv.push_back(to_host(backend_, (*of)[i]).clone().reshaped(ps.set.params[i].value.shape()));
+    return mv;
+  };
   for (const auto& [key, devs] : sched_->lowered.shard_devices) {
     const auto& [param, t] = key;
     const int holder = *devs.begin();
@@ -1036,12 +1184,12 @@ TrainingState Executor::gather_state() {
     // count (as a float: exact below 2^24 steps).
     if (holder == rank_ && rank_ != 0) {
       const ParamState& ps = params_.at(key);
+      const std::vector<Tensor> mv = moments(key);
+      const size_t n = ps.set.params.size();
       std::vector<float> packed;
-      for (size_t i = 0; i < ps.set.params.size(); ++i)
-        for (const Tensor* x : {&ps.set.params[i].value, &ps.m[i], &ps.v[i]}) {
-          const Tensor h = to_host(backend_, *x);
-          packed.insert(packed.end(), h.data(), h.data() + h.numel());
-        }
+      for (size_t i = 0; i < n; ++i)
+        for (const Tensor& x : {to_host(backend_, ps.set.params[i].value), mv[i], mv[n + i]})
+          packed.insert(packed.end(), x.data(), x.data() + x.numel());
       packed.push_back(static_cast<float>(ps.adam_steps));
       world_.send(packed, 0, kDumpTag);
     }
@@ -1052,11 +1200,12 @@ TrainingState Executor::gather_state() {
     int64_t adam_steps = 0;
     if (holder == 0) {
       const ParamState& ps = params_.at(key);
+      const std::vector<Tensor> mv = moments(key);
       shard = ps.set;
       for (size_t i = 0; i < shard.params.size(); ++i) {
         shard.params[i].value = to_host(backend_, ps.set.params[i].value);
-        m.push_back(to_host(backend_, ps.m[i]));
-        v.push_back(to_host(backend_, ps.v[i]));
+        m.push_back(mv[i]);
+        v.push_back(mv[shard.params.size() + i]);
       }
       adam_steps = ps.adam_steps;
     } else {
@@ -1146,9 +1295,10 @@ LoadCounts Executor::load_state(const TrainingState& state) {
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       Param& p = ps.set.params[i];
       const auto it = state.tensors.find(p.name);
+      const plan::ValueRange own = ps.own[i];
       if (it == state.tensors.end()) {  // new: keep the seeded initial value
-        ps.m[i] = backend_.allocate(p.value.shape());
-        ps.v[i] = backend_.allocate(p.value.shape());
+        ps.m[i] = own.size() > 0 ? backend_.allocate({own.size()}) : Tensor();
+        ps.v[i] = own.size() > 0 ? backend_.allocate({own.size()}) : Tensor();
         ps.adam_steps = 0;
         ++counts.fresh;
         continue;
@@ -1157,10 +1307,12 @@ LoadCounts Executor::load_state(const TrainingState& state) {
       if (ts.value.shape() != p.full_shape)
         throw std::invalid_argument(p.name + ": the checkpoint holds shape " + shape_str(ts.value.shape()) +
                                     ", the model needs " + shape_str(p.full_shape));
+      // The value whole; the moments for the values this rank owns (ParamState::own).
       for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}}) {
-        Tensor local = Tensor::zeros(dst->shape());  // host staging
+        Tensor local = Tensor::zeros(p.value.shape());  // host staging
         take_shard(local, *src, p.shard_axis, t, k);
-        backend_.copy(local, *dst);
+        if (dst == &p.value) backend_.copy(local, *dst);
+        else if (own.size() > 0) backend_.copy(flat_view(local, own.begin, own.size()), *dst);
       }
       ps.adam_steps = ts.adam_steps;
       ++counts.carried;

@@ -98,9 +98,11 @@ struct StepCounters {
   int64_t sent_bytes = 0;       // inter-wave transfers to other ranks
   int64_t received_bytes = 0;   // inter-wave transfers from other ranks
   int64_t reduced_bytes = 0;    // gradient all-reduce payload, summed over buckets
+  int64_t gathered_bytes = 0;   // ZeRO-1 parameter all-gather payload (received buffer), summed over buckets
   double compute_ms = 0;        // forward, backward, optimizer
   double transfer_ms = 0;       // exchanges (packing, messages, unpacking)
-  double sync_ms = 0;           // gradient all-reduce: starting and waiting (not the polls between)
+  double sync_ms = 0;           // gradient all-reduce: starting and waiting (not the polls between);
+                                // ZeRO-1 all-gathers
 };
 
 struct StepStats {
@@ -246,6 +248,15 @@ class Executor {
   void finish_bucket(int bucket);
   void progress_buckets();
   void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
+  void gather_bucket(int bucket);    // allgather: the bucket's stepped values from every member
+  // Allocates every shard's AdamW moments: whole, or with sharded state
+  // (ZeRO-1) for the values of its tensors in this rank's chunk of its
+  // bucket alone (ParamState::own).
+  void allocate_moments();
+  // With sharded state: every bucket's moments gathered from its members,
+  // as host tensors by shard (the tensors' m, then v), for gather_state.
+  // Collective over each bucket's group, buckets in the lowering's order.
+  std::map<std::pair<std::string, int>, std::vector<Tensor>> gather_moments();
   void zero_grads();
   void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes

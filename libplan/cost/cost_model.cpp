@@ -105,6 +105,11 @@ double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& device
   return ring_allreduce_ms(allreduce_cluster_, bytes, devices) + allreduce_overhead_ms(overhead_, bytes);
 }
 
+double TableCostModel::allgather_ms(double bytes, const std::vector<int>& devices) const {
+  if (devices.size() <= 1) return 0.0;
+  return ring_allgather_ms(allreduce_cluster_, bytes, devices) + allreduce_overhead_ms(overhead_, bytes);
+}
+
 void TableCostModel::use_measured_links(const ProfileLinks& links) {
   auto take = [](Link& into, const Link& measured) {
     if (measured.gbytes_per_s > 0) into = measured;

@@ -41,6 +41,11 @@ class CostModel {
   // the call's software overhead allreduce_overhead_ms(overhead(), bytes)
   // (rules/links.h); 0 for p <= 1.
   virtual double allreduce_ms(double bytes, const std::vector<int>& devices) const = 0;
+  // Time of a ring all-gather that leaves `bytes` in all (every member's
+  // chunk, padding included) on each of `devices`, ms: (p-1)/p * bytes / bw
+  // + (p-1) * latency, slowest link deciding, plus allreduce_ms's software
+  // overhead; 0 for p <= 1. ZeRO-1 gathers a bucket's stepped values so.
+  virtual double allgather_ms(double bytes, const std::vector<int>& devices) const = 0;
   // The runtime's software cost around messages and all-reduces
   // (rules/links.h); all zero unless the profile carries figures.
   virtual CommOverhead overhead() const { return {}; }
@@ -95,6 +100,7 @@ class TableCostModel : public CostModel {
   bool has_forward_shares() const override { return forward_shares_ > 0; }
   double p2p_ms(double bytes, bool cross_island) const override;
   double allreduce_ms(double bytes, const std::vector<int>& devices) const override;
+  double allgather_ms(double bytes, const std::vector<int>& devices) const override;
 
  protected:
   struct Entry {

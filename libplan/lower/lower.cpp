@@ -500,6 +500,7 @@ class ProgramBuilder {
   void backward_pass();
   void step_shards(int b, std::span<const int> after);
   void sync_and_step();
+  void gather(int b);
 
   const Lowered& l_;
   const ParamIds& ids_;
@@ -804,11 +805,11 @@ void ProgramBuilder::step_shards(int b, std::span<const int> after) {
   Instr& in = append(InstrKind::optimizer);
   in.bucket = b;
   if (b >= 0) {
-    in.values = l_.buckets[static_cast<size_t>(b)].values;
+    in.values = l_.owned(b, d_).size();
   } else {   // what no bucket's step stepped: d's own shards, and without overlap every bucket's
     in.values = l_.unreduced_values[static_cast<size_t>(d_)];
     if (!overlap_)
-      for (int k : mine_.buckets) in.values += l_.buckets[static_cast<size_t>(k)].values;
+      for (int k : mine_.buckets) in.values += l_.owned(k, d_).size();
   }
   if (deps_) {
     std::vector<int> deps(after.begin(), after.end());
@@ -831,12 +832,24 @@ void ProgramBuilder::sync_and_step() {
       if (deps_) in.deps.push_back(reductions_[i]);
       reductions_[i] = last();
       step_shards(mine_.buckets[i], {&reductions_[i], 1});
+      gather(mine_.buckets[i]);
     }
     step_shards(-1, {});
   } else {
     for (size_t i = 0; i < mine_.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
     step_shards(-1, reductions_);
+    for (int b : mine_.buckets) gather(b);
   }
+}
+
+// With sharded optimizer state, the all-gather of bucket b's stepped
+// values, after the optimizer step just appended (the last instruction).
+void ProgramBuilder::gather(int b) {
+  if (!l_.sharded_state) return;
+  const int step = last();
+  Instr& in = append(InstrKind::allgather);
+  in.bucket = b;
+  if (deps_) in.deps.push_back(step);
 }
 
 const char* kind_name(InstrKind k) {
@@ -851,6 +864,7 @@ const char* kind_name(InstrKind k) {
     case InstrKind::post_send: return "post_send";
     case InstrKind::post_recv: return "post_recv";
     case InstrKind::wait_sends: return "wait_sends";
+    case InstrKind::allgather: return "allgather";
   }
   return "?";
 }
@@ -872,9 +886,26 @@ ProgramBytes Lowered::bytes(int device) const {
     if (t.src == device) b.sent += t.bytes;
     if (t.dst == device) b.received += t.bytes;
   }
-  for (const Bucket& k : buckets)
-    if (std::binary_search(k.devices.begin(), k.devices.end(), device)) b.reduced += k.bytes;
+  for (size_t k = 0; k < buckets.size(); ++k)
+    if (std::binary_search(buckets[k].devices.begin(), buckets[k].devices.end(), device)) {
+      b.reduced += buckets[k].bytes;
+      b.gathered += gather_bytes(static_cast<int>(k));
+    }
   return b;
+}
+
+ValueRange Lowered::owned(int bucket, int device) const {
+  const Bucket& b = buckets[static_cast<size_t>(bucket)];
+  if (!sharded_state) return {0, b.values};
+  const auto at = std::lower_bound(b.devices.begin(), b.devices.end(), device);
+  return owned_values(b.values, static_cast<int>(b.devices.size()), static_cast<int>(at - b.devices.begin()));
+}
+
+int64_t Lowered::gather_bytes(int bucket) const {
+  if (!sharded_state) return 0;
+  const Bucket& b = buckets[static_cast<size_t>(bucket)];
+  const auto members = static_cast<int64_t>(b.devices.size());
+  return members * owned_chunk(b.values, static_cast<int>(members)) * kWireBytesPerValue;
 }
 
 Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
@@ -929,6 +960,7 @@ Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const Lo
   out.devices = plan.devices;
   SPINDLE_TRY(lower_slices(plan, ctx, out));
   lower_shards(ctx, options, lowering_sync(options, plan), out);
+  out.sharded_state = plan.optimizer_state == OptimizerState::sharded;
   return out;
 }
 
@@ -1058,16 +1090,27 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         break;
       }
       case InstrKind::wait_sends: break;
-      case InstrKind::optimizer:   // a bucket's shards; else every other one held here
-        if (in.bucket >= 0) j["shards"] = shard_names(l.buckets[static_cast<size_t>(in.bucket)]);
+      case InstrKind::optimizer:   // a bucket's shards (sharded: this device's chunk of them); else every other one held here
+        if (in.bucket >= 0) {
+          j["shards"] = shard_names(l.buckets[static_cast<size_t>(in.bucket)]);
+          if (l.sharded_state) {
+            const ValueRange own = l.owned(in.bucket, device);
+            j["chunk"] = {own.begin, own.end};
+          }
+        }
         j["values"] = in.values;
+        break;
+      case InstrKind::allgather:
+        j["group"] = l.buckets[static_cast<size_t>(in.bucket)].devices;
+        j["bytes"] = l.gather_bytes(in.bucket);
         break;
     }
     instrs.push_back(std::move(j));
   }
   // One instruction per line, keys sorted: diffable and deterministic.
   const ProgramBytes b = l.bytes(device);
-  const json bytes = {{"sent", b.sent}, {"received", b.received}, {"reduced", b.reduced}};
+  json bytes = {{"sent", b.sent}, {"received", b.received}, {"reduced", b.reduced}};
+  if (l.sharded_state) bytes["gathered"] = b.gathered;
   std::string out = "{\n \"format\": \"spindle-program\",\n \"version\": " + std::to_string(kProgramVersion) +
                     ",\n \"device\": " + std::to_string(device) + ",\n \"devices\": " + std::to_string(l.devices) +
                     ",\n \"bytes\": " + bytes.dump() + ",\n \"instructions\": [";

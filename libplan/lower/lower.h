@@ -20,8 +20,12 @@
 //   all-reduce of each gradient bucket it is in (buckets in one global order
 //   chosen so that all-reduces over disjoint groups can run side by side);
 //   with overlap: the wait for each, in that order, each followed by the
-//   optimizer step of that bucket's shards
-//   optimizer (every shard not stepped above)
+//   optimizer step of that bucket's shards and, when the plan shards the
+//   optimizer state (ZeRO-1, Plan::optimizer_state), the all-gather of the
+//   values stepped (each member steps its own chunk: rules/memory.h,
+//   owned_values)
+//   optimizer (every shard not stepped above); without overlap, sharded,
+//   then the all-gather of each bucket it is in, in the global order
 // An exchange is every transfer of one wave and direction that this device
 // sends or receives (or copies locally), posted together; a device with no
 // transfer in that exchange has no instruction for it. Because every device
@@ -51,14 +55,16 @@
 #include "libplan/model/model.h"
 #include "libplan/plan/plan.h"
 #include "libplan/rules/links.h"
+#include "libplan/rules/memory.h"
 #include "libplan/rules/rows.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 6;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+inline constexpr int kProgramVersion = 7;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
                                             // 4: post_send, post_recv, wait_sends (transfers posted early);
                                             // 5: an optimizer step's values; 6: a backward piece's "adds"
+                                            // 7: allgather (ZeRO-1), a bucket's optimizer step over its own chunk
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -123,9 +129,14 @@ struct Bucket {
 // of its next exchange that has any (the exchange then waits for them).
 // wait_sends, last, waits until every send of its post_sends has been
 // delivered.
+//
+// allgather (plans with the optimizer state sharded, ZeRO-1): a blocking
+// all-gather over the bucket's devices of the values each just stepped,
+// after the bucket's optimizer step; every member then holds every value
+// of the bucket's shards again.
 enum class InstrKind {
   exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv,
-  wait_sends
+  wait_sends, allgather
 };
 
 struct Instr {
@@ -141,11 +152,12 @@ struct Instr {
   // early transfers), receives or copies; a post_send's those it sends; a
   // post_recv's those it receives (again in their exchange).
   int transfers_begin = 0, transfers_end = 0;
-  int bucket = -1;             // allreduce, allreduce_start, allreduce_wait: index into Lowered::buckets;
-                               // optimizer: the bucket whose shards it steps, -1: every shard of this
-                               // device in no bucket stepped before
+  int bucket = -1;             // allreduce, allreduce_start, allreduce_wait, allgather: index into
+                               // Lowered::buckets; optimizer: the bucket whose shards it steps, -1:
+                               // every shard of this device in no bucket stepped before
   int64_t values = 0;          // optimizer: the parameter values it steps (op_shard_param_count of
-                               // each shard; CostModel::optimizer_ms prices them)
+                               // each shard, or with sharded state this device's chunk of the
+                               // bucket, Lowered::owned; CostModel::optimizer_ms prices them)
   std::vector<int> deps;       // instructions of the same program that must be done first
 };
 
@@ -166,6 +178,7 @@ struct ProgramBytes {
   int64_t sent = 0;       // transfers to other devices
   int64_t received = 0;   // transfers from other devices
   int64_t reduced = 0;    // gradient all-reduce payload (each bucket's bytes once)
+  int64_t gathered = 0;   // ZeRO-1 all-gather payload (each bucket's Lowered::gather_bytes once)
   bool operator==(const ProgramBytes&) const = default;
 };
 
@@ -224,9 +237,21 @@ struct Lowered {
   // false the two rules give the same programs (set by lower_programs).
   bool bucket_starts_matter = false;
 
+  // Whether each bucket's members hold and step their own chunk of its
+  // optimizer state and all-gather the values after (ZeRO-1): the plan's
+  // optimizer_state is sharded (rules/memory.h).
+  bool sharded_state = false;
+
   // Position of `device` in slice `slice`'s device list; -1 when absent.
   int position(int slice, int device) const;
   ProgramBytes bytes(int device) const;
+  // With sharded_state: the values of bucket `bucket`'s flat buffer that
+  // `device` (one of its members) steps (owned_values at its place in the
+  // bucket's devices); else all of them.
+  ValueRange owned(int bucket, int device) const;
+  // With sharded_state: the bytes bucket `bucket`'s all-gather leaves on
+  // each member (members x owned_chunk values, x kWireBytesPerValue); else 0.
+  int64_t gather_bytes(int bucket) const;
 };
 
 // Lowers `plan` for `model` (whose expanded graph is `graph`). The plan must

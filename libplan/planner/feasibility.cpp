@@ -81,58 +81,30 @@ Status check_plan_memory(const Plan& plan, const Model& model) {
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies) {
   std::vector<int64_t> mem = plan.predicted.memory_bytes;
-  const bool sharded = plan.optimizer_state == OptimizerState::sharded;
-  if (!sharded && !bucket_copies) return mem;
+  if (!bucket_copies) return mem;
   if (mem.size() != static_cast<size_t>(plan.devices))
     return Error{"plan: predicted.memory_bytes has " + std::to_string(mem.size()) + " devices, the plan " +
                  std::to_string(plan.devices)};
-  const int dtype = dtype_bytes(model.dtype);
-  std::vector<double> extra(mem.size(), 0.0);
-  if (sharded) {
-    // What the plan counted sharded, undone as cost_plan counted it: every
-    // tensor-parallel shard a device holds (held_shards), over the holders
-    // of its (parameter, rank).
-    std::unordered_map<std::string_view, int> op_index;   // operator id -> graph index
-    for (size_t i = 0; i < graph.ops.size(); ++i) op_index.emplace(graph.ops[i].id, static_cast<int>(i));
-    std::vector<std::vector<int>> ops(plan.metaops.size());
-    for (size_t m = 0; m < plan.metaops.size(); ++m)
-      for (const std::string& id : plan.metaops[m].operators) {
-        const auto it = op_index.find(id);
-        if (it == op_index.end())
-          return Error{"plan: MetaOp " + std::to_string(m) + ": operator " + id + " is not in the model's graph"};
-        ops[m].push_back(it->second);
-      }
-    const PlanParams params = plan_params(ops, model, graph, dtype);
-    // The first slice position past its MetaOp's operators (MetaOp, position), if any.
-    int bad_metaop = -1, bad_position = -1;
-    const std::vector<HeldShard> held = held_shards(plan, [&](int m, int k) {
-      const std::vector<int>& of = params.of_metaop[static_cast<size_t>(m)];
-      if (static_cast<size_t>(k) < of.size()) return of[static_cast<size_t>(k)];
-      if (bad_metaop < 0) {
-        bad_metaop = m;
-        bad_position = k;
-      }
-      return -1;
-    });
-    if (bad_metaop >= 0)
-      return Error{"plan: MetaOp " + std::to_string(bad_metaop) + ": operator position " +
-                   std::to_string(bad_position) + " is not an operator of the model's graph"};
-    std::vector<double> replicated(mem.size(), 0.0), counted(mem.size(), 0.0);
-    add_held_state(held, params.params, dtype, OptimizerState::replicated, replicated);
-    add_held_state(held, params.params, dtype, OptimizerState::sharded, counted);
-    for (size_t d = 0; d < mem.size(); ++d) extra[d] += replicated[d] - counted[d];
+  // The lowering's buckets: each one's flat buffer on each of its holders,
+  // and with sharded state the largest all-gather's two buffers (the
+  // gathered values and this device's chunk), which live for the call.
+  SPINDLE_ASSIGN(context, lower_context(model, graph));
+  LowerOptions header;
+  header.deps = false;
+  header.runtime_maps = false;
+  SPINDLE_ASSIGN(lowered, lower_header(plan, context, header));
+  std::vector<double> extra(mem.size(), 0.0), gather(mem.size(), 0.0);
+  for (size_t b = 0; b < lowered.buckets.size(); ++b) {
+    const Bucket& k = lowered.buckets[b];
+    const double gathered = static_cast<double>(lowered.gather_bytes(static_cast<int>(b)));
+    const double chunk = gathered / static_cast<double>(k.devices.size());
+    for (int d : k.devices) {
+      extra[static_cast<size_t>(d)] += static_cast<double>(k.values) * kBucketCopyBytesPerValue;
+      gather[static_cast<size_t>(d)] = std::max(gather[static_cast<size_t>(d)], gathered + chunk);
+    }
   }
-  if (bucket_copies) {   // the flat buffers of the lowering's buckets
-    SPINDLE_ASSIGN(context, lower_context(model, graph));
-    LowerOptions header;
-    header.deps = false;
-    header.runtime_maps = false;
-    SPINDLE_ASSIGN(lowered, lower_header(plan, context, header));
-    for (const Bucket& b : lowered.buckets)
-      for (int d : b.devices) extra[static_cast<size_t>(d)] += static_cast<double>(b.values) * kBucketCopyBytesPerValue;
-  }
-  for (size_t d = 0; d < mem.size(); ++d)
-    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + extra[d]);   // saturates, never wraps
+  for (size_t d = 0; d < mem.size(); ++d)   // saturates, never wraps
+    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + extra[d] + gather[d]);
   return mem;
 }
 
@@ -142,16 +114,13 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& 
   const auto worst = std::max_element(mem.begin(), mem.end());
   if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
   const auto d = static_cast<size_t>(worst - mem.begin());
-  const bool sharded = plan.optimizer_state == OptimizerState::sharded;
   std::string why = "the plan counts " + size_text(static_cast<double>(plan.predicted.memory_bytes[d])) + " there";
-  if (sharded)
-    why += ", with AdamW's state sharded over the data-parallel replicas: spindle-run keeps it whole on every replica";
   if (bucket_copies)
-    why += std::string(sharded ? ", and" : ",") +
-           " each gradient bucket's flat buffer in device memory (NCCL) adds 4 bytes per value";
+    why += ", and each gradient bucket's flat buffer in device memory (NCCL) adds 4 bytes per value" +
+           std::string(plan.optimizer_state == OptimizerState::sharded ? " (its all-gather's buffers more)" : "");
   return Error{path + ": device " + std::to_string(d) + " would hold " + size_text(static_cast<double>(*worst)) +
-               " of " + size_text(static_cast<double>(plan.memory_bytes)) + ": " + why + "; plan again" +
-               (sharded ? " with spindle-plan --optimizer-state replicated, or" : "") + " on more devices"};
+               " of " + size_text(static_cast<double>(plan.memory_bytes)) + ": " + why +
+               "; plan again on more devices or with smaller gradient buckets (--bucket-mb)"};
 }
 
 }  // namespace spindle::plan

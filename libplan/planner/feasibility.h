@@ -29,19 +29,16 @@ struct Plan;
 // available, and the MetaOps that run there (largest activations first).
 Status check_plan_memory(const Plan& plan, const Model& model);
 
-// What spindle-run, which keeps the optimizer state whole on every replica,
-// holds per device for `plan` (model `model`, expanded as `graph`), from
-// the plan's own figures, without a cost model: its memory_bytes, plus,
-// when it counts the state sharded, the rest of the state of every
-// tensor-parallel shard the device holds (held_shards, cost_plan.h: each
-// shard over the holders of its parameter and rank, as cost_plan counts
-// it; op_shard_values, rules/memory.h), plus, with `bucket_copies` (a
-// device backend over NCCL), each gradient bucket's flat buffer on each of
-// its holders (the lowering's buckets: lower_header;
-// kBucketCopyBytesPerValue). Without bucket_copies it equals the costing
-// of the plan with its state counted replicated (cost_plan) to within
-// rounding (tested). What spindle-plan summarises, spindle-plan --check
-// and spindle-run check.
+// What spindle-run holds per device for `plan` (model `model`, expanded
+// as `graph`), from the plan's own figures, without a cost model: its
+// memory_bytes (spindle-run holds the optimizer state as the plan counts
+// it: whole on every replica, or sharded over them, ZeRO-1), plus, with
+// `bucket_copies` (a device backend over NCCL), each gradient bucket's
+// flat buffer on each of its holders (the lowering's buckets:
+// lower_header; kBucketCopyBytesPerValue) and, with sharded state, the
+// buffers of the device's largest all-gather (the bucket's gathered values
+// and its own chunk, Lowered::gather_bytes). What spindle-plan --check and
+// spindle-run check.
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies = false);
 // An error when a device of `plan` (read from `path`) would hold more than

@@ -976,6 +976,22 @@ Result<Plan> make_plan(const PlanRequest& given) {
   const auto start = std::chrono::steady_clock::now();
   if (!given.model || !given.graph || !given.cluster || !given.cost)
     return Error{"make_plan: model, graph, cluster and cost model are all required"};
+  if (given.choose_optimizer_state) {
+    // Replicated when that fits (no all-gathers), else sharded; when
+    // neither fits, the sharded plan (the smaller) for the caller's memory
+    // check to report.
+    PlanRequest as = given;
+    as.choose_optimizer_state = false;
+    as.optimizer_state = OptimizerState::replicated;
+    Result<Plan> whole = make_plan(as);
+    if (whole && check_plan_memory(*whole, *given.model).ok()) return whole;
+    as.optimizer_state = OptimizerState::sharded;
+    Result<Plan> sharded = make_plan(as);
+    if (sharded)
+      sharded->planning_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return sharded || !whole ? sharded : whole;
+  }
   // What every candidate's lowering shares, worked out once.
   const Result<LowerContext> context = lower_context(*given.model, *given.graph);
   if (!context) return Error{"planner: " + context.error().message};

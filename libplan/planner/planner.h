@@ -83,11 +83,16 @@ struct PlanRequest {
   // their best caps (docs/planner.md, "Bucket cap"). Off: sync.bucket_bytes
   // (spindle-plan --bucket-mb).
   bool choose_bucket_bytes = true;
-  // How device memory counts the optimizer state (rules/memory.h), recorded
-  // in the plan: sharded over the replicas (the paper's and the baselines'
-  // assumption, Megatron's distributed optimizer) or replicated (what
-  // spindle-run allocates today). Every strategy.
+  // How the optimizer state is held (rules/memory.h), recorded in the plan
+  // and followed by spindle-run: sharded over the replicas (ZeRO-1,
+  // Megatron's distributed optimizer; the paper's assumption) or replicated.
+  // Every strategy. With choose_optimizer_state (spindle-plan
+  // --optimizer-state auto, the default) this is ignored: the plan is made
+  // replicated, and made again sharded when that one does not fit the
+  // devices (check_plan_memory): sharding costs an all-gather per bucket
+  // and step, which a plan that fits need not pay.
   OptimizerState optimizer_state = OptimizerState::sharded;
+  bool choose_optimizer_state = true;
 };
 
 // The bucket caps the planner tries besides the request's (MiB, ascending;

@@ -53,7 +53,7 @@ std::vector<TraceEvent> simulated_trace(const Simulation& sim) {
   ev.reserve(sim.boxes.size());
   for (const SimBox& b : sim.boxes) {
     const std::string cat = b.cat == "exchange" || b.cat == "send" || b.cat == "recv" ? "transfer"
-                            : b.cat == "allreduce" ? "sync"
+                            : b.cat == "allreduce" || b.cat == "allgather" ? "sync"
                             : b.cat == "wait"      ? "wait"
                                                    : "compute";
     nlohmann::json args = {{"kind", b.cat}, {"instr", b.instr}};
@@ -65,7 +65,7 @@ std::vector<TraceEvent> simulated_trace(const Simulation& sim) {
       args["sent_bytes"] = b.sent_bytes;
       args["received_bytes"] = b.received_bytes;
     }
-    if (b.cat == "allreduce") args["bytes"] = b.sent_bytes;
+    if (b.cat == "allreduce" || b.cat == "allgather") args["bytes"] = b.sent_bytes;
     if (b.critical) args["critical"] = true;
     ev.push_back({b.name, cat, b.device, static_cast<int>(b.track), b.start_ms * 1000, b.dur_ms * 1000, std::move(args)});
   }

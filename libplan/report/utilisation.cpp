@@ -136,7 +136,7 @@ Utilisation utilisation(const Simulation& sim, const Plan& plan, int buckets) {
   for (const SimMessage& m : sim.messages)
     if (m.end_ms > m.start_ms) transfers.push_back({m.start_ms, m.end_ms});
   for (const SimBox& b : sim.boxes)
-    if (b.cat == "allreduce" && b.dur_ms > 0) syncs.push_back({b.start_ms, b.start_ms + b.dur_ms});
+    if ((b.cat == "allreduce" || b.cat == "allgather") && b.dur_ms > 0) syncs.push_back({b.start_ms, b.start_ms + b.dur_ms});
   u.transfers = merge(std::move(transfers));
   u.syncs = merge(std::move(syncs));
   if (u.timeline_ms <= 0 || u.devices <= 0) return u;

@@ -5,6 +5,7 @@
 // all use these.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -15,9 +16,9 @@ namespace spindle::plan {
 // copy when the dtype is narrower) is held over its data-parallel replicas.
 // sharded: each replica holds 1/replicas of it, as Megatron's distributed
 // optimizer (ZeRO stage 1) does; what the paper's comparison and the
-// baselines assume (bench/paper). replicated: every replica holds all of
-// it; what spindle-run allocates today (docs/planner.md, "Memory").
-// Recorded in the plan (Plan::optimizer_state).
+// baselines assume (bench/paper); spindle-run holds it so (owned_values
+// below, docs/runtime.md). replicated: every replica holds all of it.
+// Recorded in the plan (Plan::optimizer_state), which spindle-run follows.
 enum class OptimizerState { sharded, replicated };
 
 // "sharded" or "replicated" (the plan's x-memory.optimizer_state and
@@ -70,6 +71,30 @@ inline double optimizer_ms(int64_t values, double gbytes_per_s) {
 inline double param_replicas(int devices, int tensor_parallel) {
   const double r = static_cast<double>(devices) / tensor_parallel;
   return r > 1.0 ? r : 1.0;
+}
+
+// ZeRO stage 1 (a plan whose optimizer_state is sharded): which values of
+// a gradient bucket each of its `members` devices steps. The bucket's flat
+// buffer (its shards in key order, each shard's tensors in order: the
+// all-reduce's layout, `values` long) is cut into `members` chunks of
+// owned_chunk values, the last ones shorter or empty where the values run
+// out; the member at `index` (its place in the bucket's ascending device
+// list) holds the optimizer state of, and steps, chunk `index` alone, then
+// the members all-gather the stepped chunks (members x owned_chunk values,
+// padding included). The memory formula above divides each shard's state
+// over its replicas; a member's chunk holds less than one value more than
+// that share of the bucket (the last members may hold fewer).
+struct ValueRange {
+  int64_t begin = 0, end = 0;   // [begin, end)
+  int64_t size() const { return end - begin; }
+};
+inline int64_t owned_chunk(int64_t values, int members) {
+  return members >= 1 && values > 0 ? (values + members - 1) / members : 0;
+}
+inline ValueRange owned_values(int64_t values, int members, int index) {
+  const int64_t chunk = owned_chunk(values, members);
+  const int64_t begin = std::min(values, chunk * index);
+  return {begin, std::min(values, begin + chunk)};
 }
 
 // Bytes one of `devices` devices keeps for backward for one operator that

@@ -52,6 +52,34 @@ double bucket_ms(const Bucket& b, const CostModel& cost, const SimOptions& optio
              : 0.0;
 }
 
+// How long bucket `b`'s all-gather (ZeRO-1: Lowered::sharded_state) takes
+// once its whole group is there: CostModel::allgather_ms of the bytes it
+// leaves on each member (Lowered::gather_bytes). 0 without sharded state
+// (the programs have no all-gather).
+double gather_ms(const Lowered& l, size_t b, const CostModel& cost, const SimOptions& options) {
+  const Bucket& k = l.buckets[b];
+  return l.sharded_state && options.price_communication && k.devices.size() >= 2
+             ? cost.allgather_ms(static_cast<double>(l.gather_bytes(static_cast<int>(b))), k.devices)
+             : 0.0;
+}
+
+// The collectives of a lowering, numbered: bucket b's all-reduce is
+// collective b, its all-gather (sharded optimizer state) collective
+// buckets + b. Every per-collective array of the simulation has
+// collective_count entries.
+size_t collective_count(const Lowered& l) { return 2 * l.buckets.size(); }
+// The collective instruction `in` (allreduce, allreduce_start,
+// allreduce_wait, allgather) takes part in.
+int collective_of(const Lowered& l, const Instr& in) {
+  return in.kind == InstrKind::allgather ? static_cast<int>(l.buckets.size()) + in.bucket : in.bucket;
+}
+// The bucket whose devices run collective k.
+const Bucket& group_of(const Lowered& l, int k) {
+  return l.buckets[static_cast<size_t>(k) % l.buckets.size()];
+}
+// A device blocks in it until the collective ends: a blocking all-reduce or an all-gather.
+bool blocking_collective(InstrKind k) { return k == InstrKind::allreduce || k == InstrKind::allgather; }
+
 // Slice s's share of its ms spent in its forward: its own when listed
 // (SimOptions::slice_forward_share), else the one for every slice.
 double forward_share_of(const SimOptions& options, size_t s) {
@@ -117,22 +145,25 @@ struct SimState {
   std::vector<std::vector<Waiting>> waiting;
   std::vector<SimMessage> messages;               // by transfer
   std::vector<int> started;                       // transfers in order of start
-  std::vector<int> arrived;                       // by bucket: devices that reached it (allreduce or its start)
-  std::vector<std::vector<std::pair<int, int>>> at_bucket;  // by bucket: (device, instr) that reached it
-  std::vector<double> bucket_begin, bucket_end;   // by bucket: when its all-reduce runs; -1 until it does
-  std::vector<double> reduce_ms;                  // by bucket: bucket_ms under the run's options
-  std::vector<double> comm_free;                  // by device: when the last all-reduce it is in ends
-  std::vector<std::vector<std::pair<int, int>>> at_wait;  // by bucket: (device, allreduce_wait) blocked there
+  // By collective (collective_of: bucket b's all-reduce, then its
+  // all-gather at buckets + b), the "bucket" arrays below.
+  std::vector<int> arrived;                       // by collective: devices that reached it (allreduce or its
+                                                  // start, allgather)
+  std::vector<std::vector<std::pair<int, int>>> at_bucket;  // by collective: (device, instr) that reached it
+  std::vector<double> bucket_begin, bucket_end;   // by collective: when it runs; -1 until it does
+  std::vector<double> reduce_ms;                  // by collective: bucket_ms or gather_ms under the run's options
+  std::vector<double> comm_free;                  // by device: when the last collective it is in ends
+  std::vector<std::vector<std::pair<int, int>>> at_wait;  // by collective: (device, allreduce_wait) blocked there
   std::vector<double> finish;                     // by device
   std::vector<int> early_left;                    // by device: messages of its post_sends not yet delivered
   std::vector<int> at_wait_sends;                 // by device: its wait_sends while blocked there, else -1
   // With a finite stop_after_ms (else empty): by instruction (flat, as
   // times), the least time its device takes from reaching it to its end,
-  // ms (Simulator::fill_time_left); by device, its all-reduces that have
-  // not begun, ms.
+  // ms (Simulator::fill_time_left); by device, its collectives (all-reduces
+  // and all-gathers) that have not begun, ms.
   std::vector<double> time_left;
   std::vector<double> sync_left;
-  std::vector<double> after_wait;                 // fill_time_left's scratch, by bucket
+  std::vector<double> after_wait;                 // fill_time_left's scratch, by collective
   // By device, its latest run through instructions that touch nothing
   // shared (Simulator::ready): instructions [chain_begin, chain_end), the
   // last ending at chain_end_t; chain_end_t is the time it reached its
@@ -148,13 +179,14 @@ struct SimState {
   std::vector<int> runnable;
   // What each end waited for last (Simulator::trace_critical_path), by
   // node: instruction ends (flat, as times), then message deliveries (by
-  // transfer), then all-reduce ends (by bucket); -1: nothing before it.
+  // transfer), then collective ends (by collective); -1: nothing before it.
   std::vector<int> cause;
-  std::vector<int> comm_free_bucket;   // by device: the bucket whose end set comm_free; -1: none
-  std::vector<int> bucket_via;         // by bucket whose cause is another bucket: the member that ran both
+  std::vector<int> comm_free_bucket;   // by device: the collective whose end set comm_free; -1: none
+  std::vector<int> bucket_via;         // by collective whose cause is another collective: the member that
+                                       // ran both
   // trace_critical_path's: by instruction (flat, as times), whether it is
-  // on the critical path; by bucket, the device its all-reduce is shown on
-  // there (-1: not on it).
+  // on the critical path; by collective, the device it is shown on there
+  // (-1: not on it).
   std::vector<char> on_path;
   std::vector<int> path_bucket_device;
 };
@@ -190,8 +222,9 @@ class Simulator {
   // programs' dependencies, without events (see run_zero_comm).
   Result<Simulation> run_zero_comm();
   void zero_comm_advance(int d);
-  // `node`: the end its arrival at t came after (s_.cause).
-  void zero_comm_arrive(int b, double t, int node);
+  // A device reaches collective k at t; `node`: the end its arrival came
+  // after (s_.cause).
+  void zero_comm_arrive(int k, double t, int node);
   // Device d waits at instruction pc, its clock at t; woken (from another
   // device's advance) it goes on after pc no earlier than t.
   void zero_comm_park(int d, int pc, double t);
@@ -224,11 +257,11 @@ class Simulator {
   void trace_critical_path(Simulation& sim);
   // Nodes of s_.cause: the end of device d's instruction pc; the end of
   // the instruction before it (-1 at the first: what its start waited for);
-  // a message's delivery; an all-reduce's end.
+  // a message's delivery; a collective's end (bucket_node of its collective_of).
   int instr_node(int d, int pc) const { return static_cast<int>(at(d, pc)); }
   int before_node(int d, int pc) const { return pc > 0 ? instr_node(d, pc - 1) : -1; }
   int message_node(int tr) const { return static_cast<int>(s_.first[static_cast<size_t>(l_.devices)]) + tr; }
-  int bucket_node(int b) const { return message_node(static_cast<int>(l_.transfers.size())) + b; }
+  int bucket_node(int k) const { return message_node(static_cast<int>(l_.transfers.size())) + k; }
   // The node a message's start waits for when its links are idle: its
   // sender reaching the instruction that sends it.
   int sender_node(int tr) const {
@@ -241,8 +274,8 @@ class Simulator {
   void reset_causes() {
     s_.comm_free_bucket.assign(static_cast<size_t>(l_.devices), -1);
     if (!tracing_) return;
-    s_.cause.assign(static_cast<size_t>(bucket_node(static_cast<int>(l_.buckets.size()))), -1);
-    s_.bucket_via.assign(l_.buckets.size(), -1);
+    s_.cause.assign(static_cast<size_t>(bucket_node(static_cast<int>(collective_count(l_)))), -1);
+    s_.bucket_via.assign(collective_count(l_), -1);
   }
   // When node ended (ms): the clock the next end on the path counts from.
   // A started all-reduce (allreduce_start) lets its device go on at once:
@@ -383,13 +416,14 @@ Result<Simulation> Simulator::run() {
   for (auto& list : s_.waiting) list.clear();
   s_.links.clear();
   for (const Transfer& tr : l_.transfers) s_.links.push_back(compute_links(tr));
-  s_.arrived.assign(l_.buckets.size(), 0);
-  s_.at_bucket.resize(l_.buckets.size());
+  const size_t collectives = collective_count(l_);
+  s_.arrived.assign(collectives, 0);
+  s_.at_bucket.resize(collectives);
   for (auto& list : s_.at_bucket) list.clear();
-  s_.bucket_begin.assign(l_.buckets.size(), -1.0);
-  s_.bucket_end.assign(l_.buckets.size(), -1.0);
+  s_.bucket_begin.assign(collectives, -1.0);
+  s_.bucket_end.assign(collectives, -1.0);
   s_.comm_free.assign(devices, 0.0);
-  s_.at_wait.resize(l_.buckets.size());
+  s_.at_wait.resize(collectives);
   for (auto& list : s_.at_wait) list.clear();
   s_.at_wait_sends.assign(devices, -1);
   s_.time_left.clear();
@@ -408,8 +442,10 @@ Result<Simulation> Simulator::run() {
   reset_causes();
   if (bounded_) {
     s_.sync_left.assign(devices, 0.0);
-    for (size_t b = 0; b < l_.buckets.size(); ++b)
-      for (int m : l_.buckets[b].devices) s_.sync_left[static_cast<size_t>(m)] += s_.reduce_ms[b];
+    // Every all-reduce, then (sharded state) every all-gather: gather_ms is
+    // 0 without, and the sums those of the all-reduces alone.
+    for (size_t k = 0; k < collectives; ++k)
+      for (int m : group_of(l_, static_cast<int>(k)).devices) s_.sync_left[static_cast<size_t>(m)] += s_.reduce_ms[k];
   }
 
   for (int d = 0; d < l_.devices; ++d) push({0.0, kReady, d, 0});
@@ -442,6 +478,7 @@ Error Simulator::never_finishes(int d, size_t pc) const {
   return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
                (in.kind == InstrKind::exchange     ? " (exchange of wave " + std::to_string(in.wave) + ")"
                 : in.kind == InstrKind::wait_sends ? " (wait for its sends)"
+                : in.kind == InstrKind::allgather  ? " (all-gather of bucket " + std::to_string(in.bucket) + ")"
                                                    : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
 }
 
@@ -481,10 +518,11 @@ Status Simulator::map_transfers() {
 // (packing and the wire cost 0, and a link a message holds for 0 ms is free
 // again at that same moment), an all-reduce ends the moment the last member
 // of its group reaches it (it takes 0 ms, and so does every earlier one on
-// its members), and a wait for sends posted early never waits. So a device
-// waits only at an exchange, until the senders of what it receives have
-// reached the instructions that send it, and at a blocking all-reduce or an
-// all-reduce's wait, until the last member has reached the bucket; its
+// its members; an all-gather likewise), and a wait for sends posted early
+// never waits. So a device waits only at an exchange, until the senders of
+// what it receives have reached the instructions that send it, and at a
+// blocking all-reduce, an all-reduce's wait or an all-gather, until the
+// last member has reached the collective; its
 // clock then becomes the latest of those times and its own. Those times do
 // not depend on the order in which devices are advanced: each device runs
 // until it must wait for one that has not got there yet, and whoever gets
@@ -503,10 +541,11 @@ Result<Simulation> Simulator::run_zero_comm() {
   s_.clock.assign(devices, 0.0);
   s_.parked.assign(devices, 0);
   s_.sent_at.assign(l_.transfers.size(), -1.0);
-  s_.arrived.assign(l_.buckets.size(), 0);
-  s_.bucket_begin.assign(l_.buckets.size(), 0.0);   // the latest arrival so far
-  s_.bucket_end.assign(l_.buckets.size(), -1.0);
-  s_.at_wait.resize(l_.buckets.size());
+  const size_t collectives = collective_count(l_);
+  s_.arrived.assign(collectives, 0);
+  s_.bucket_begin.assign(collectives, 0.0);   // the latest arrival so far
+  s_.bucket_end.assign(collectives, -1.0);
+  s_.at_wait.resize(collectives);
   for (auto& list : s_.at_wait) list.clear();
   s_.runnable.clear();
   for (int d = l_.devices; d-- > 0;) s_.runnable.push_back(d);
@@ -568,16 +607,18 @@ void Simulator::zero_comm_advance(int d) {
       }
       case InstrKind::allreduce_start: zero_comm_arrive(in.bucket, t, cause); break;
       case InstrKind::allreduce:
+      case InstrKind::allgather:
       case InstrKind::allreduce_wait: {
-        const size_t b = static_cast<size_t>(in.bucket);
-        if (in.kind == InstrKind::allreduce) zero_comm_arrive(in.bucket, t, cause);
-        if (s_.bucket_end[b] < 0) {   // woken by the group's last member (zero_comm_arrive)
-          s_.at_wait[b].push_back({d, pc});
+        const int k = collective_of(l_, in);
+        const size_t c = static_cast<size_t>(k);
+        if (in.kind != InstrKind::allreduce_wait) zero_comm_arrive(k, t, cause);
+        if (s_.bucket_end[c] < 0) {   // woken by the group's last member (zero_comm_arrive)
+          s_.at_wait[c].push_back({d, pc});
           set_cause(at(d, pc), cause);
           return zero_comm_park(d, pc, t);
         }
-        if (s_.bucket_end[b] > t) cause = bucket_node(in.bucket);
-        t = std::max(t, s_.bucket_end[b]);
+        if (s_.bucket_end[c] > t) cause = bucket_node(k);
+        t = std::max(t, s_.bucket_end[c]);
         break;
       }
       case InstrKind::wait_sends:
@@ -591,16 +632,18 @@ void Simulator::zero_comm_advance(int d) {
   s_.finish[dev] = t;
 }
 
-// A device reaches bucket b (its allreduce or allreduce_start) at t; the
-// group's last member ends the all-reduce and wakes those waiting for it.
-void Simulator::zero_comm_arrive(int b, double t, int node) {
-  const size_t k = static_cast<size_t>(b);
-  if (s_.arrived[k] == 0 || t > s_.bucket_begin[k]) set_cause(static_cast<size_t>(bucket_node(b)), node);
+// A device reaches collective c (a bucket's allreduce or allreduce_start,
+// or its allgather) at t; the group's last member ends the collective and
+// wakes those waiting for it (at an allreduce_wait, a blocking allreduce
+// or an allgather).
+void Simulator::zero_comm_arrive(int c, double t, int node) {
+  const size_t k = static_cast<size_t>(c);
+  if (s_.arrived[k] == 0 || t > s_.bucket_begin[k]) set_cause(static_cast<size_t>(bucket_node(c)), node);
   s_.bucket_begin[k] = std::max(s_.bucket_begin[k], t);
-  if (++s_.arrived[k] < static_cast<int>(l_.buckets[k].devices.size())) return;
+  if (++s_.arrived[k] < static_cast<int>(group_of(l_, c).devices.size())) return;
   s_.bucket_end[k] = s_.bucket_begin[k] + s_.reduce_ms[k];
   for (auto [m, mpc] : s_.at_wait[k]) {
-    if (s_.bucket_end[k] > s_.clock[static_cast<size_t>(m)]) set_cause(at(m, mpc), bucket_node(b));
+    if (s_.bucket_end[k] > s_.clock[static_cast<size_t>(m)]) set_cause(at(m, mpc), bucket_node(c));
     zero_comm_wake(m, mpc, s_.bucket_end[k]);
   }
   s_.at_wait[k].clear();
@@ -627,6 +670,7 @@ void Simulator::index_programs() {
   for (size_t d = 0; d < devices; ++d) s_.first[d + 1] = s_.first[d] + l_.programs[d].instrs.size();
   s_.reduce_ms.clear();
   for (const Bucket& b : l_.buckets) s_.reduce_ms.push_back(bucket_ms(b, cost_, options_));
+  for (size_t b = 0; b < l_.buckets.size(); ++b) s_.reduce_ms.push_back(gather_ms(l_, b, cost_, options_));
 }
 
 Status Simulator::check_replay() const {
@@ -663,19 +707,29 @@ void Simulator::fill_instr_ms() {
 }
 
 // Backwards over each program: the least time from reaching instruction i
-// to the end (`left`). Compute takes its time and a blocking all-reduce its
-// bucket's; an all-reduce started at i begins no sooner than i is reached
+// to the end (`left`). Compute takes its time and a blocking all-reduce or
+// an all-gather its collective's; an all-reduce started at i begins no sooner than i is reached
 // and its wait is followed by what is left after it; and the all-reduces
 // started from i on (`started`: their times summed) run one after another
 // on the device, the last followed at least by the least that is left
-// after any of their waits (`least_tail`). On the way, s_.instr_ms.
+// after any of their waits (`least_tail`). With sharded optimizer state
+// the all-gathers join them: every collective the device reaches from i on
+// (`collective`: started all-reduces, blocking all-reduces and all-gathers)
+// runs one after another on it, none before i is reached, the last
+// followed at least by the least left after any of them ends on the
+// device (`least_after`: after its wait, or after the blocking instruction).
+// Without sharded state that term is the started all-reduces' (overlap)
+// or within the sum of the blocking ones (no overlap), and is left out:
+// the same figures to the bit as before all-gathers. On the way, s_.instr_ms.
 void Simulator::fill_time_left() {
   s_.time_left.resize(s_.first[static_cast<size_t>(l_.devices)]);
   s_.instr_ms.resize(s_.first[static_cast<size_t>(l_.devices)]);
-  s_.after_wait.assign(l_.buckets.size(), 0.0);
+  s_.after_wait.assign(collective_count(l_), 0.0);
+  const bool gathers = l_.sharded_state;
   for (size_t d = 0; d < static_cast<size_t>(l_.devices); ++d) {
     const Program& prog = l_.programs[d];
     double left = 0, started = 0, least_tail = std::numeric_limits<double>::infinity();
+    double collective = 0, least_after = std::numeric_limits<double>::infinity();
     for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
       const auto b = static_cast<size_t>(in.bucket);
@@ -687,10 +741,25 @@ void Simulator::fill_time_left() {
           started += ms;
           least_tail = std::min(least_tail, s_.after_wait[b]);
           left = std::max({left, ms + s_.after_wait[b], started + least_tail});
+          if (gathers) {
+            collective += ms;
+            least_after = std::min(least_after, s_.after_wait[b]);
+            left = std::max(left, collective + least_after);
+          }
           s_.after_wait[b] = 0;   // another device's start never sees this device's wait
           break;
         }
-        case InstrKind::allreduce: left += s_.reduce_ms[b]; break;
+        case InstrKind::allreduce:
+        case InstrKind::allgather: {
+          const double ms = s_.reduce_ms[static_cast<size_t>(collective_of(l_, in))];
+          if (gathers) {
+            collective += ms;
+            least_after = std::min(least_after, left);
+          }
+          left += ms;
+          if (gathers) left = std::max(left, collective + least_after);
+          break;
+        }
         default: left += own_ms;
       }
       s_.time_left[s_.first[d] + i] = left;
@@ -734,7 +803,7 @@ void Simulator::ready(int d, int pc, double t) {
   s_.chain_begin[static_cast<size_t>(d)] = s_.chain_end[static_cast<size_t>(d)] = pc;
   s_.chain_end_t[static_cast<size_t>(d)] = t;
   if (in.kind == InstrKind::exchange || in.kind == InstrKind::post_send) return enter_exchange(d, pc, t);
-  if (in.kind == InstrKind::allreduce) return enter_allreduce(d, pc, t);
+  if (blocking_collective(in.kind)) return enter_allreduce(d, pc, t);
   if (in.kind == InstrKind::allreduce_wait && s_.bucket_end[static_cast<size_t>(in.bucket)] < 0) {
     s_.at_wait[static_cast<size_t>(in.bucket)].push_back({d, pc});   // until the all-reduce ends
     return;
@@ -848,10 +917,11 @@ void Simulator::end_exchange(int d, int pc, double t, int why) {
   push({times.ended, kReady, d, pc + 1});
 }
 
-// A device reaches a bucket's all-reduce (blocking) or its start. Members
-// at a blocking one go on when it ends; those that started it went on
-// already, and those blocked at its wait go on when it ends. A device runs
-// one all-reduce at a time (they share its links): an all-reduce begins
+// A device reaches a bucket's all-reduce (blocking) or its start, or its
+// all-gather (blocking, collective_of). Members at a blocking one go on
+// when it ends; those that started it went on already, and those blocked
+// at its wait go on when it ends. A device runs one collective at a time
+// (all-reduces and all-gathers share its links): a collective begins
 // once its whole group has reached it and every member has ended the
 // all-reduces that began before, served in the order their groups
 // completed. No head-of-line blocking across groups: each group's
@@ -859,8 +929,8 @@ void Simulator::end_exchange(int d, int pc, double t, int why) {
 // communicator; NCCL, a stream per group), so one whose group is complete
 // need not wait for an earlier-started one whose group is not.
 void Simulator::enter_allreduce(int d, int pc, double t) {
-  const int b = l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)].bucket;
-  const Bucket& bucket = l_.buckets[static_cast<size_t>(b)];
+  const int b = collective_of(l_, l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)]);
+  const Bucket& bucket = group_of(l_, b);
   s_.at_bucket[static_cast<size_t>(b)].push_back({d, pc});
   if (++s_.arrived[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
   double begin = t;
@@ -899,7 +969,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
     InstrTimes& times = s_.times[at(m, mpc)];
     times.began = begin;
     times.ended = end;
-    if (l_.programs[static_cast<size_t>(m)].instrs[static_cast<size_t>(mpc)].kind == InstrKind::allreduce) {
+    if (blocking_collective(l_.programs[static_cast<size_t>(m)].instrs[static_cast<size_t>(mpc)].kind)) {
       set_cause(at(m, mpc), bucket_node(b));
       push({end, kReady, m, mpc + 1});
     }
@@ -1034,7 +1104,7 @@ void Simulator::trace_critical_path(Simulation& sim) {
   const bool events = options_.price_communication || options_.timeline;   // run() ran events, not one pass
   if (events) {
     s_.on_path.assign(s_.times.size(), 0);
-    s_.path_bucket_device.assign(l_.buckets.size(), -1);
+    s_.path_bucket_device.assign(collective_count(l_), -1);
   }
   for (int d = 0; d < l_.devices; ++d)
     if (!l_.programs[static_cast<size_t>(d)].instrs.empty() &&
@@ -1051,7 +1121,7 @@ void Simulator::trace_critical_path(Simulation& sim) {
     const int cause = s_.cause[static_cast<size_t>(node)];
     // The time from the cause's end to this node's end: this node's part.
     const double part = events ? node_end_ms(node) - (cause >= 0 ? node_end_ms(cause) : 0.0) : 0.0;
-    if (node >= instrs + messages) {   // an all-reduce, shown on the device that waited for it
+    if (node >= instrs + messages) {   // a collective, shown on the device that waited for it
       const int b = node - instrs - messages;
       path.sync_ms += part;
       if (events) s_.path_bucket_device[static_cast<size_t>(b)] = shown_on;
@@ -1086,7 +1156,8 @@ void Simulator::trace_critical_path(Simulation& sim) {
         break;
       case InstrKind::allreduce:
       case InstrKind::allreduce_start:
-      case InstrKind::allreduce_wait: path.sync_ms += part; break;
+      case InstrKind::allreduce_wait:
+      case InstrKind::allgather: path.sync_ms += part; break;
       default: path.transfer_ms += part;   // exchanges, posts, waits for sends: packing and unpacking
     }
   }
@@ -1114,13 +1185,15 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
       case InstrKind::exchange: shown = exchange_box(prog, in, tm, d, dev, box); break;
       case InstrKind::allreduce_wait: shown = allreduce_wait_box(in, tm, dev, box); break;
       case InstrKind::allreduce_start:
-      case InstrKind::allreduce: allreduce_box(in, tm, dev, box, boxes); break;
+      case InstrKind::allreduce:
+      case InstrKind::allgather: allreduce_box(in, tm, dev, box, boxes); break;
     }
     if (!shown) continue;
     if (options_.critical_path) {
-      const bool reduced_on_path = in.bucket >= 0 &&
-                                   (in.kind == InstrKind::allreduce || in.kind == InstrKind::allreduce_start) &&
-                                   s_.path_bucket_device[static_cast<size_t>(in.bucket)] == d;
+      const bool collective = in.kind == InstrKind::allreduce || in.kind == InstrKind::allreduce_start ||
+                              in.kind == InstrKind::allgather;
+      const bool reduced_on_path = in.bucket >= 0 && collective &&
+                                   s_.path_bucket_device[static_cast<size_t>(collective_of(l_, in))] == d;
       box.critical = s_.on_path[s_.first[static_cast<size_t>(d)] + i] != 0 || reduced_on_path;
     }
     boxes.push_back(std::move(box));
@@ -1237,18 +1310,19 @@ bool Simulator::allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDev
   return true;
 }
 
-// The all-reduce's box, from its begin to its end; a blocking one that
-// waited for its group first also gets a wait box (into `boxes`) and counts
-// as sync (a started one is counted at its wait).
+// The all-reduce's (or all-gather's) box, from its begin to its end; a
+// blocking one that waited for its group first also gets a wait box (into
+// `boxes`) and counts as sync (a started one is counted at its wait).
 void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
                               std::vector<SimBox>& boxes) const {
   const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
   const bool started = in.kind == InstrKind::allreduce_start;
+  const bool gather = in.kind == InstrKind::allgather;
   if (!started && tm.began > tm.reached) {
     SimBox wait = box;
     wait.track = SimTrack::communication;
     wait.cat = "wait";
-    wait.name = "wait for bucket " + std::to_string(in.bucket);
+    wait.name = (gather ? "wait for all-gather of bucket " : "wait for bucket ") + std::to_string(in.bucket);
     wait.bucket = in.bucket;
     wait.start_ms = tm.reached;
     wait.dur_ms = tm.began - tm.reached;
@@ -1257,11 +1331,11 @@ void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& 
   }
   if (!started) dev.sync_ms += box.dur_ms;
   box.track = SimTrack::communication;
-  box.cat = "allreduce";
+  box.cat = gather ? "allgather" : "allreduce";
   box.bucket = in.bucket;
-  box.sent_bytes = b.bytes;
-  box.name = "all-reduce bucket " + std::to_string(in.bucket) + " (" + std::to_string(b.devices.size()) +
-             " devices)";
+  box.sent_bytes = gather ? l_.gather_bytes(in.bucket) : b.bytes;
+  box.name = (gather ? "all-gather bucket " : "all-reduce bucket ") + std::to_string(in.bucket) + " (" +
+             std::to_string(b.devices.size()) + " devices)";
 }
 
 }  // namespace
@@ -1311,8 +1385,17 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
     const double ms = bucket_ms(b, cost, options);
     for (int d : b.devices) sync[static_cast<size_t>(d)] += ms;
   }
-  // Blocking: compute, then every all-reduce. Overlapped: a device's
-  // all-reduces run one after another, none before its forward pass is done.
+  // With sharded optimizer state, every bucket's all-gather as well (after
+  // its all-reduce and optimizer step; gather_ms is 0 without).
+  if (lowered.sharded_state)
+    for (size_t k = 0; k < lowered.buckets.size(); ++k) {
+      const double ms = gather_ms(lowered, k, cost, options);
+      for (int d : lowered.buckets[k].devices) sync[static_cast<size_t>(d)] += ms;
+    }
+  // Blocking: compute, then every collective. Overlapped: a device's
+  // collectives run one after another, none before its forward pass is done
+  // (the first all-reduce starts after a backward; every all-gather follows
+  // its bucket's wait), and it waits for each.
   const bool overlap = options.sync.value_or(GradSync{}).overlap;
   double bound = 0;
   for (size_t d = 0; d < n; ++d)

@@ -55,6 +55,15 @@
 //                      A device goes on past allreduce_start at once (the
 //                      all-reduce runs beside its backward pass) and past
 //                      allreduce_wait once the all-reduce has ended.
+//   all-gather         (sharded optimizer state, ZeRO-1: Lowered::sharded_state)
+//                      a blocking collective over the bucket's devices,
+//                      simulated as the blocking all-reduce is (the whole
+//                      group there, each member done with the collectives
+//                      that began before: a device runs one collective at a
+//                      time, all-reduces and all-gathers alike; polls), but
+//                      a collective of its own, taking
+//                      CostModel::allgather_ms(Lowered::gather_bytes(b),
+//                      devices); the device goes on at its end.
 //
 // Deterministic: events ordered by time, then kind, then device, then index.
 #pragma once
@@ -89,7 +98,7 @@ struct SimOptions {
   // "Compute alone, in one pass"): the same figures to the bit.
   bool timeline = true;
   // The simulation gives up once its makespan must pass this many ms (its
-  // clock passes it, or a device's compute left and all-reduces not yet
+  // clock passes it, or a device's compute left and collectives not yet
   // begun would end past it): the result is then iteration_ms = infinity
   // and nothing else (a bound for comparing candidates: one that cannot
   // beat the best so far stops early). Else the result is the unbounded one.
@@ -111,9 +120,10 @@ struct SimOptions {
   std::vector<std::vector<double>> replay_ms;
   // Also find the critical path (Simulation::critical, critical_slices,
   // SimBox::critical): what each end waited for last is the instruction
-  // before it on its device, a message's delivery, the all-reduce's last
-  // member to arrive, the message before on a busy link, a member's
-  // all-reduce before, or a member's compute before it polled.
+  // before it on its device, a message's delivery, the collective's (an
+  // all-reduce's or all-gather's) last member to arrive, the message
+  // before on a busy link, a member's collective before, or a member's
+  // compute before it polled.
   bool critical_path = false;
 };
 
@@ -124,17 +134,19 @@ struct SimBox {
   int device = 0;
   SimTrack track = SimTrack::compute;
   std::string cat;      // forward | backward | optimizer | exchange | send (a post_send) | recv (a
-                        // post_recv, shown when it takes time) | allreduce | wait
+                        // post_recv, shown when it takes time) | allreduce | allgather | wait
   std::string name;     // e.g. "vision transformer_layer x16 fwd", "exchange fwd wave 3"
   double start_ms = 0;
   double dur_ms = 0;
   int instr = 0;        // index in the device's program
   int wave = -1;        // forward, backward, exchange, send
   int slice = -1;       // forward, backward, send: index into Lowered::slices
-  int bucket = -1;      // allreduce, wait
+  int bucket = -1;      // allreduce, allgather, wait (a bucket's all-reduce or all-gather): index into
+                        // Lowered::buckets
   bool critical = false;   // on the critical path (SimOptions::critical_path): an instruction on it, or
-                           // an all-reduce on it, shown on the device that waited for it
-  int64_t sent_bytes = 0;      // exchange, send, allreduce (the bucket's bytes)
+                           // an all-reduce or all-gather on it, shown on the device that waited for it
+  int64_t sent_bytes = 0;      // exchange, send, allreduce (the bucket's bytes), allgather
+                               // (Lowered::gather_bytes)
   int64_t received_bytes = 0;  // exchange
 };
 
@@ -144,9 +156,10 @@ struct SimDevice {
   double compute_ms = 0;    // forward, backward, optimizer
   double transfer_ms = 0;   // inside its exchanges, while one of their messages moves or the
                             // device packs or unpacks (CostModel::overhead)
-  double sync_ms = 0;       // its blocking all-reduces, from start to end; of a started one
-                            // (allreduce_start), the part its wait was blocked on it (exposed)
-  double wait_ms = 0;       // inside exchanges and all-reduces (or their waits) with nothing moving
+  double sync_ms = 0;       // its blocking all-reduces and all-gathers, from start to end; of a
+                            // started all-reduce (allreduce_start), the part its wait was blocked on
+                            // it (exposed)
+  double wait_ms = 0;       // inside exchanges and collectives (or their waits) with nothing moving
   double hidden_sync_ms = 0;   // the rest of its started all-reduces: run while it did other work
                                // (not in busy_ms)
   double idle_ms = 0;       // iteration_ms - busy: waits plus the tail after finish_ms
@@ -170,7 +183,7 @@ struct SimPath {
   int device = -1;          // the last device to finish (ties: the lowest); -1: no instruction
   double compute_ms = 0;    // forward, backward, optimizer (all of it with communication priced at 0)
   double transfer_ms = 0;   // messages, packing and unpacking
-  double sync_ms = 0;       // all-reduces and what they waited for in their members' polls
+  double sync_ms = 0;       // all-reduces, all-gathers and what they waited for in their members' polls
 };
 
 struct Simulation {
@@ -212,18 +225,21 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 
 // A lower bound on the makespan of `lowered` as simulate() prices it: the
 // most any device is busy with its own compute (its slices' slice_ms) and
-// all-reduces (allreduce_ms of each bucket it is in), which it runs one
+// collectives (allreduce_ms of each bucket it is in and, with sharded
+// optimizer state, allgather_ms of its all-gather), which it runs one
 // after another; with options.sync.overlap, where all-reduces run beside
-// compute but still one after another, none before the device's forward
-// pass is done, the larger of its compute and its forward compute plus all
-// its all-reduces. Needs only lower_header's slices and buckets.
+// compute but the collectives still one after another, none before the
+// device's forward pass is done, the larger of its compute and its forward
+// compute plus all its collectives. Needs only lower_header's slices and
+// buckets (and Lowered::sharded_state).
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options = {});
 
 // A lower bound on the makespan of `lowered`'s programs (lower_programs
 // done) as simulate() prices them, at least device_lower_bound_ms: the most
 // any device needs from its first instruction to its end, counting its
-// compute one instruction after another, each blocking all-reduce, each
+// compute one instruction after another, each blocking all-reduce and
+// all-gather, each
 // started all-reduce from its start to its wait and what follows that
 // wait, and the all-reduces it starts from any point on run one after
 // another. A bounded simulation stops once a device's clock plus this

@@ -31,13 +31,15 @@
 //   compare_runs --bytes PROGRAM_DIR GOT.metrics.jsonl
 //
 // Predicted against measured traffic: every step's "ranks" entry of GOT
-// (bytes sent, received and all-reduced by that rank) must equal, exactly,
+// (bytes sent, received, all-reduced and, with sharded optimizer state,
+// all-gathered by that rank) must equal, exactly,
 // the "bytes" of PROGRAM_DIR/device-R.json (spindle-plan --lower). Every
 // rank of every step is compared; a run with no step, or a rank without its
 // program, fails.
 //
 //   compare_runs --flip-bucket-starts PLAN.json OUT.json
 //   compare_runs --late-transfers PLAN.json OUT.json
+//   compare_runs --optimizer-state sharded|replicated PLAN.json OUT.json
 //
 //   compare_runs --move-slices PLAN.json OUT.json PREFIX DEVICES
 //
@@ -49,7 +51,9 @@
 // Not comparisons: write PLAN with its buckets started the other way
 // (x-lowering.bucket_starts "when-ready" removed when present, else added),
 // or with its transfers kept in their exchanges (x-lowering.early_transfers
-// false), for the runs that check each gives bitwise the same result.
+// false), or with its optimizer state held the given way (ZeRO-1 or
+// whole: x-memory.optimizer_state; its memory figures as they were), for
+// the runs that check each gives bitwise the same result.
 //
 //   compare_runs --params REF.params.json GOT.params.json
 //
@@ -190,7 +194,7 @@ int compare_losses(const std::string& ref_path, const std::string& got_path) {
 
 // The --bytes mode (header).
 int compare_bytes(const std::string& dir, const std::string& got_path) {
-  std::map<int, nlohmann::json> predicted;  // rank -> {"sent", "received", "reduced"}
+  std::map<int, nlohmann::json> predicted;  // rank -> {"sent", "received", "reduced"[, "gathered"]}
   size_t compared = 0, nonzero = 0;
   bool ok = true;
   const auto lines = read_lines(got_path);
@@ -202,8 +206,9 @@ int compare_bytes(const std::string& dir, const std::string& got_path) {
         predicted[rank] = read_json(dir + "/device-" + std::to_string(rank) + ".json").at("bytes");
       const nlohmann::json& p = predicted[rank];
       for (const auto& [field, key] : {std::pair{"sent", "sent_bytes"}, {"received", "received_bytes"},
-                                       {"reduced", "reduced_bytes"}}) {
-        const int64_t want = p.at(field).get<int64_t>(), got = r.at(key).get<int64_t>();
+                                       {"reduced", "reduced_bytes"}, {"gathered", "gathered_bytes"}}) {
+        // A program without sharded optimizer state states no "gathered": 0.
+        const int64_t want = p.value(field, int64_t{0}), got = r.at(key).get<int64_t>();
         if (want != got) {
           std::fprintf(stderr, "step %lld rank %d: %s %lld measured, %lld predicted\n", static_cast<long long>(step),
                        rank, key, static_cast<long long>(got), static_cast<long long>(want));
@@ -234,6 +239,13 @@ int main(int argc, char** argv) {
   try {
     if (args.size() == 3 && args[0] == "--losses") return compare_losses(args[1], args[2]);
     if (args.size() == 3 && args[0] == "--bytes") return compare_bytes(args[1], args[2]);
+    if (args.size() == 4 && args[0] == "--optimizer-state" && (args[1] == "sharded" || args[1] == "replicated")) {
+      nlohmann::json plan = read_json(args[2]);
+      plan["x-memory"]["optimizer_state"] = args[1];
+      std::ofstream out(args[3]);
+      out << plan.dump(1) << "\n";
+      return out.good() ? 0 : 2;
+    }
     if (args.size() == 3 && (args[0] == "--flip-bucket-starts" || args[0] == "--late-transfers")) {
       nlohmann::json plan = read_json(args[1]);
       nlohmann::json& lowering = plan["x-lowering"];
@@ -283,6 +295,7 @@ int main(int argc, char** argv) {
                            "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n"
                            "       compare_runs --flip-bucket-starts PLAN OUT\n"
                            "       compare_runs --late-transfers PLAN OUT\n"
+                           "       compare_runs --optimizer-state sharded|replicated PLAN OUT\n"
                            "       compare_runs --move-slices PLAN OUT PREFIX DEVICES\n");
       return 2;
     }

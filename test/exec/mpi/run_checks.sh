@@ -26,9 +26,11 @@
 #       the same initial values and data; TP only splits the arithmetic).
 #       Plans 3 and 4seq also run with --no-overlap (gradient all-reduces
 #       after the backward pass instead of during it, transfers in their
-#       exchanges) and with --no-early-transfers (transfers in their
-#       exchanges only): gradients, final parameters and every step's
-#       losses must be bitwise the same.
+#       exchanges), with --no-early-transfers (transfers in their
+#       exchanges only), with their buckets started the other way, and with
+#       their optimizer state replicated instead of sharded (ZeRO-1, the
+#       default): gradients, final parameters and every step's losses must
+#       be bitwise the same.
 #       Under the sanitizers (SPINDLE_TEST_SANITIZED=1, set by scripts/test.sh
 #       for its build-asan pass) only plans 3 and 4seq run against the
 #       reference: the uninstrumented pass covers every variant, and each run
@@ -49,16 +51,19 @@
 #   other-model     tiny-lm's plan run with tiny-clip's model: rejected (exit 2).
 #   corrupt-plan    a truncated plan file: rejected (exit 2).
 #   missing-model   a model path that does not exist: rejected (exit 2).
-#   memory-as-run   tiny-clip planned for 2 devices that hold it with AdamW's
-#       state counted sharded but not as spindle-run keeps it (whole on each
-#       replica): spindle-plan warns, spindle-run refuses it (exit 2, the
-#       device and both sizes), and planned replicated it is refused.
+#   memory-as-run   tiny-clip planned for 2 devices that hold it only with
+#       AdamW's state sharded over the replicas (ZeRO-1): spindle-plan writes
+#       it without a warning, spindle-run trains it with its all-gathers
+#       (bytes as the lowered programs state), and planned replicated it is
+#       refused.
 #   rank-dies       rank 1 calls _exit(9) at step 2 of a 4-rank run
 #       (SPINDLE_TEST_DIE_AT_STEP): the job ends non-zero well within 60 s.
 #   ckpt-resume-tiny-clip, ckpt-resume-tiny-lm  6 steps straight on 4 ranks
 #       equal 3 steps + resume for 3 on 4 ranks, and 3 steps on 4 ranks +
 #       resume for 3 on 3 ranks (checkpoint re-sharded by parameter; tiny-lm
-#       has tensor-parallel shards), compared by compare_runs.
+#       has tensor-parallel shards), compared by compare_runs. The optimizer
+#       state is written whole and resumed sharded (ZeRO-1) on 4 ranks, and
+#       written from shards and resumed whole on 3.
 #   ckpt-corrupt    a *.tmp.* leftover is ignored; a flipped byte, a
 #       truncated file, another seed, another model, an empty directory are
 #       refused with exit 2 and one message naming the file or the cause.
@@ -244,6 +249,26 @@ case "$MODE" in
         { cmp "grads$v.json" "grads$v-flip.json" && cmp "params$v.json" "params$v-flip.json" &&
           diff <(losses "m$v.jsonl") <(losses "m$v-flip.jsonl"); } || status=1
         "$COMPARE" --bytes "prog$v-flip" "m$v-flip.jsonl" || status=1
+        # The plan with its optimizer state sharded (ZeRO-1) instead of
+        # replicated (what --optimizer-state auto chose on these devices):
+        # each rank steps its chunk of every bucket and all-gathers the
+        # values; the same again, bitwise, and the all-gathers' bytes as
+        # the lowered programs state.
+        grep -q '"optimizer_state": "replicated"' "p$v.json" || die "p$v.json is not replicated (auto, devices that fit)"
+        "$COMPARE" --optimizer-state sharded "p$v.json" "p$v-zero1.json" || die "writing p$v-zero1.json"
+        rm -rf "prog$v-zero1" "m$v-zero1.jsonl" "params$v-zero1.json" "grads$v-zero1.json"
+        "$BIN/spindle-plan" "$m" --check "p$v-zero1.json" --lower "prog$v-zero1" > "prog$v-zero1.log" 2>&1 ||
+          die "spindle-plan --lower p$v-zero1.json: $(cat "prog$v-zero1.log")"
+        grep -q allgather "prog$v-zero1"/device-*.json || die "p$v-zero1.json: no lowered program all-gathers"
+        ! grep -q allgather "prog$v"/device-*.json || die "p$v.json: a lowered program all-gathers"
+        run "$np" "p$v-zero1.json" "$m" --steps 5 --seed 3 --metrics "m$v-zero1.jsonl" \
+            --dump-params "params$v-zero1.json" --dump-grads "grads$v-zero1.json"
+        [ "$rc" -eq 0 ] || { cat run.log; die "run $v with sharded optimizer state (np $np) exit $rc"; }
+        echo "== $name: plan $v, optimizer state sharded: bitwise the same gradients, parameters and losses"
+        { cmp "grads$v.json" "grads$v-zero1.json" && cmp "params$v.json" "params$v-zero1.json" &&
+          diff <(losses "m$v.jsonl") <(losses "m$v-zero1.jsonl"); } || status=1
+        grep -q '"gathered_bytes":[1-9]' "m$v-zero1.jsonl" || die "plan $v sharded: no all-gather measured"
+        "$COMPARE" --bytes "prog$v-zero1" "m$v-zero1.jsonl" || status=1
       fi
     done
     # tiny-clip's 3-device plan starts its buckets in another order when
@@ -391,14 +416,20 @@ case "$MODE" in
     run 4 broken.json "$MODELS/tiny-clip.yaml" --steps 2
     expect_reject "truncated plan" "broken.json" ;;
   memory-as-run)
-    # A plan that fits its devices with AdamW's state counted sharded but
-    # not as spindle-run holds it (whole on each replica): spindle-plan
-    # writes it with a warning, spindle-run refuses it before allocating.
+    # A plan that fits its devices only with AdamW's state sharded over
+    # the replicas (ZeRO-1): spindle-plan (--optimizer-state auto) shards
+    # it and says why, without a warning, and spindle-run trains it, every
+    # rank all-gathering the values it stepped, its bytes as its lowered
+    # program states.
     "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$SRC/test/data/clusters/cpu-1x2-tight.yaml" \
-      -o tight.json > plan.log 2> plan.err || die "spindle-plan failed: $(cat plan.err)"
-    grep -q "optimizer-state replicated" plan.err || die "spindle-plan did not warn: $(cat plan.err)"
-    run 2 tight.json "$MODELS/tiny-clip.yaml" --steps 2
-    expect_reject "plan over memory as spindle-run holds it" "tight.json: device 1 would hold 2.33 MiB of 2.30 MiB"
+      -o tight.json --lower prog-tight > plan.log 2> plan.err || die "spindle-plan failed: $(cat plan.err)"
+    [ ! -s plan.err ] || die "spindle-plan warned: $(cat plan.err)"
+    grep -q "optimizer state sharded (ZeRO-1" plan.log || die "not sharded: $(grep memory plan.log)"
+    rm -f tight.jsonl
+    run 2 tight.json "$MODELS/tiny-clip.yaml" --steps 2 --metrics tight.jsonl
+    [ "$rc" -eq 0 ] || { cat run.log; die "the sharded plan did not run: exit $rc"; }
+    grep -q '"gathered_bytes":[1-9]' tight.jsonl || die "no all-gather measured: $(head -c 400 tight.jsonl)"
+    "$COMPARE" --bytes prog-tight tight.jsonl || die "measured bytes differ from the lowered programs"
     # Planned with the state replicated, the same devices are too small:
     # refused by the planner, no plan written.
     "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$SRC/test/data/clusters/cpu-1x2-tight.yaml" \
@@ -424,20 +455,27 @@ case "$MODE" in
     model=$MODELS/$name.yaml
     plan "$model" 4 p4.json
     plan "$model" 3 p3.json
+    # The optimizer state sharded (ZeRO-1) where auto keeps it whole: on 4
+    # ranks the first part writes it whole and the resume shards it; on 3
+    # ranks the first part writes it from shards and the resume holds it
+    # whole.
+    "$COMPARE" --optimizer-state sharded p4.json p4zero1.json || die "writing p4zero1.json"
     rm -rf ck44 ck43 ./*.jsonl
     run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json
     [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
     for np in 4 3; do
-      run 4 p4.json "$model" --steps 3 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" --every 2
+      first=p4.json resumed=p$np.json
+      if [ "$np" = 4 ]; then resumed=p4zero1.json; else first=p4zero1.json; fi
+      run 4 "$first" "$model" --steps 3 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" --every 2
       [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
       [ -d "ck4$np/step-000002" ] && [ -d "ck4$np/step-000003" ] || die "no checkpoints at steps 2 and 3"
-      run "$np" "p$np.json" "$model" --steps 6 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" \
+      run "$np" "$resumed" "$model" --steps 6 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" \
           --resume --dump-params "r4$np.json"
       cat run.log
       [ "$rc" -eq 0 ] || die "resume on $np ranks: exit $rc"
       grep -q "resumed from ck4$np/step-000003 (step 3" run.log || die "did not resume from step 3"
       [ "$(grep -c '^iteration' run.log)" -eq 3 ] || die "expected steps 4..6 only"
-      echo "== $name: 3 steps on 4 ranks + 3 on $np ranks against 6 straight"
+      echo "== $name: 3 steps on 4 ranks ($first) + 3 on $np ranks ($resumed) against 6 straight"
       "$COMPARE" straight.jsonl straight.json "r4$np.jsonl" "r4$np.json" || die "resume on $np ranks differs"
     done
     echo "PASS: resume equals training straight" ;;

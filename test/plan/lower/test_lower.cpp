@@ -77,8 +77,9 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
   std::map<int, int> sent_by, received_by;  // transfer -> device whose program has it
   sp::ProgramBytes sum;
   std::map<int, int> reduced_by;   // bucket -> members whose program reduces it
+  std::map<int, int> gathered_by;  // bucket -> members whose program all-gathers it (sharded state)
   for (const sp::Program& prog : l.programs) {
-    int last_exchange = -1, last_bucket = -1, last_started = -1, last_waited = -1;
+    int last_exchange = -1, last_bucket = -1, last_started = -1, last_waited = -1, last_gathered = -1;
     int last_backward = -1;   // slice of the latest backward
     bool optimizer = false, blocking = false, overlapped = false;
     std::set<int> started, stepped, waited;
@@ -88,7 +89,10 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const sp::Instr& in = prog.instrs[i];
       for (int d : in.deps) CHECK((d >= 0 && d < static_cast<int>(i)));
-      CHECK((!optimizer || in.kind == sp::InstrKind::wait_sends));  // the rest's optimizer step is last but for that
+      // The rest's optimizer step is last but for that (and, without
+      // overlap, the all-gathers of sharded state).
+      CHECK((!optimizer || in.kind == sp::InstrKind::wait_sends ||
+             (in.kind == sp::InstrKind::allgather && !overlapped)));
       switch (in.kind) {
         case sp::InstrKind::exchange:
           CHECK(exchange_rank(in) > last_exchange);
@@ -206,10 +210,29 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           } else {
             CHECK_FALSE(optimizer);
             optimizer = true;
-            // The rest, last but for the wait for the sends posted early.
-            CHECK((i + 1 == prog.instrs.size() ||
-                   (i + 2 == prog.instrs.size() && prog.instrs[i + 1].kind == sp::InstrKind::wait_sends)));
+            // The rest, last but for the wait for the sends posted early
+            // (and, blocking, the all-gathers of sharded state).
+            size_t after = i + 1;
+            while (after < prog.instrs.size() && prog.instrs[after].kind == sp::InstrKind::allgather) ++after;
+            CHECK((after == prog.instrs.size() ||
+                   (after + 1 == prog.instrs.size() && prog.instrs[after].kind == sp::InstrKind::wait_sends)));
           }
+          break;
+        case sp::InstrKind::allgather:
+          // Sharded state only: right after the bucket's optimizer step
+          // (overlap), or after the one step of all (blocking); buckets in
+          // the one global order, each once.
+          CHECK(l.sharded_state);
+          CHECK(in.bucket > last_gathered);
+          last_gathered = in.bucket;
+          if (overlapped) {
+            CHECK(prog.instrs[i - 1].kind == sp::InstrKind::optimizer);
+            CHECK(prog.instrs[i - 1].bucket == in.bucket);
+          } else {
+            CHECK(optimizer);
+          }
+          if (!in.deps.empty()) CHECK(in.deps == std::vector<int>{static_cast<int>(i) - 1});
+          ++gathered_by[in.bucket];
           break;
         case sp::InstrKind::wait_sends: {
           // Last, after every post_send, waiting for each of them.
@@ -238,6 +261,11 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     const sp::ProgramBytes b = l.bytes(prog.device);
     sum.sent += b.sent;
     sum.received += b.received;
+    int64_t gathered = 0;
+    for (size_t k = 0; k < l.buckets.size(); ++k)
+      if (std::binary_search(l.buckets[k].devices.begin(), l.buckets[k].devices.end(), prog.device))
+        gathered += l.gather_bytes(static_cast<int>(k));
+    CHECK(b.gathered == gathered);
   }
   // Every message between two devices is in both programs, once.
   for (size_t t = 0; t < l.transfers.size(); ++t) {
@@ -254,9 +282,26 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
   // Each device's optimizer steps step every parameter shard it holds, once
   // (from the holders' map, not the buckets): what CostModel::optimizer_ms
   // prices.
+  // With sharded state (ZeRO-1) each of a bucket's values is stepped on
+  // one member alone: the members' chunks cover the bucket once.
   std::vector<int64_t> held(static_cast<size_t>(plan.devices), 0), stepped(held.size(), 0);
   for (const auto& [key, devices] : l.shard_devices)
     for (int d : devices) held[static_cast<size_t>(d)] += ctx.shard_values[static_cast<size_t>(l.param_op.at(key.first))];
+  for (size_t k = 0; l.sharded_state && k < l.buckets.size(); ++k) {
+    const sp::Bucket& b = l.buckets[k];
+    int64_t covered = 0, end = 0;
+    for (int d : b.devices) {
+      const sp::ValueRange own = l.owned(static_cast<int>(k), d);
+      CHECK(own.begin == end);   // chunks in device order, no gap
+      end = own.end;
+      covered += own.size();
+      held[static_cast<size_t>(d)] -= b.values - own.size();
+    }
+    CHECK(covered == b.values);
+    CHECK(l.gather_bytes(static_cast<int>(k)) ==
+          static_cast<int64_t>(b.devices.size()) * sp::owned_chunk(b.values, static_cast<int>(b.devices.size())) *
+              sp::kWireBytesPerValue);
+  }
   for (const sp::Program& prog : l.programs)
     for (const sp::Instr& in : prog.instrs)
       if (in.kind == sp::InstrKind::optimizer) stepped[static_cast<size_t>(prog.device)] += in.values;
@@ -264,6 +309,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
   for (size_t k = 0; k < l.buckets.size(); ++k) {
     const sp::Bucket& b = l.buckets[k];
     CHECK(reduced_by[static_cast<int>(k)] == static_cast<int>(b.devices.size()));   // by every member, once
+    CHECK(gathered_by[static_cast<int>(k)] == (l.sharded_state ? static_cast<int>(b.devices.size()) : 0));
     CHECK(b.devices.size() >= 2);
     CHECK(b.bytes == b.values * sp::kWireBytesPerValue);
     CHECK(b.values > 0);
@@ -276,7 +322,8 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   // Sequential: every MetaOp on both devices, so each activation stays where
   // it is (local copies only) and every parameter is all-reduced over {0, 1}.
   Fixture f("tiny-clip", "cpu-1x2");
-  const sp::Plan plan = f.plan(sp::Strategy::sequential);
+  sp::Plan plan = f.plan(sp::Strategy::sequential);
+  plan.optimizer_state = sp::OptimizerState::sharded;   // ZeRO-1 (auto keeps it replicated on these devices)
   const auto ctx = sp::lower_context(f.model, f.graph);
   REQUIRE(ctx.ok());
   sp::LowerOptions blocking;
@@ -299,13 +346,33 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
                                  f.model.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq);
   }
   CHECK(lowered->buckets[0].values == values);
-  for (int d = 0; d < 2; ++d) CHECK(lowered->bytes(d) == sp::ProgramBytes{0, 0, values * 4});
+  // The optimizer state sharded (ZeRO-1): device 0
+  // steps the first ceil(values / 2) values, device 1 the rest, and the
+  // all-gather leaves 2 x ceil(values / 2) values on each.
+  const int64_t half = (values + 1) / 2;
+  CHECK(lowered->owned(0, 0).begin == 0);
+  CHECK(lowered->owned(0, 0).end == half);
+  CHECK(lowered->owned(0, 1).begin == half);
+  CHECK(lowered->owned(0, 1).end == values);
+  for (int d = 0; d < 2; ++d) CHECK(lowered->bytes(d) == sp::ProgramBytes{0, 0, values * 4, 2 * half * 4});
   // The program of device 0 starts with the forward of the first wave's slice
-  // and ends with the bucket and the optimizer.
+  // and ends with the bucket, the optimizer (its chunk) and the all-gather.
   const sp::Program& p0 = lowered->programs[0];
   CHECK(p0.instrs.front().kind == sp::InstrKind::forward);
-  CHECK(p0.instrs[p0.instrs.size() - 2].kind == sp::InstrKind::allreduce);
-  CHECK(p0.instrs.back().kind == sp::InstrKind::optimizer);
+  CHECK(p0.instrs[p0.instrs.size() - 3].kind == sp::InstrKind::allreduce);
+  CHECK(p0.instrs[p0.instrs.size() - 2].kind == sp::InstrKind::optimizer);
+  CHECK(p0.instrs[p0.instrs.size() - 2].values == half);
+  CHECK(p0.instrs.back().kind == sp::InstrKind::allgather);
+  CHECK(lowered->programs[1].instrs[lowered->programs[1].instrs.size() - 2].values == values - half);
+  // Replicated: no all-gather, every value stepped on both.
+  sp::Plan whole = plan;
+  whole.optimizer_state = sp::OptimizerState::replicated;
+  auto replicated = sp::lower(whole, f.model, f.graph, blocking);
+  REQUIRE(replicated.ok());
+  check_invariants(whole, *replicated, *ctx);
+  CHECK(replicated->programs[0].instrs.back().kind == sp::InstrKind::optimizer);
+  CHECK(replicated->programs[0].instrs.back().values == values);
+  for (int d = 0; d < 2; ++d) CHECK(replicated->bytes(d) == sp::ProgramBytes{0, 0, values * 4, 0});
   // Overlapped: the bucket holds a parameter of the first wave's MetaOp, so
   // it starts right after that MetaOp's backward, the last one, and is
   // waited for just before the optimizer, after the last exchange.
@@ -319,10 +386,12 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
     if (q0.instrs[i].kind == sp::InstrKind::allreduce_start) start = i;
   }
   CHECK(start == last_bwd + 1);
-  // The wait, the optimizer step of the bucket's shards, and of the rest.
-  CHECK(q0.instrs[q0.instrs.size() - 3].kind == sp::InstrKind::allreduce_wait);
-  CHECK(q0.instrs[q0.instrs.size() - 2].kind == sp::InstrKind::optimizer);
-  CHECK(q0.instrs[q0.instrs.size() - 2].bucket == 0);
+  // The wait, the optimizer step of the bucket's shards (this device's
+  // chunk), its all-gather, and the step of the rest.
+  CHECK(q0.instrs[q0.instrs.size() - 4].kind == sp::InstrKind::allreduce_wait);
+  CHECK(q0.instrs[q0.instrs.size() - 3].kind == sp::InstrKind::optimizer);
+  CHECK(q0.instrs[q0.instrs.size() - 3].bucket == 0);
+  CHECK(q0.instrs[q0.instrs.size() - 2].kind == sp::InstrKind::allgather);
   CHECK(q0.instrs.back().bucket == -1);
   CHECK(q0.instrs.size() == p0.instrs.size() + 2);
 }
@@ -548,7 +617,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           std::vector<std::pair<sp::InstrKind, int>> kept;
           for (const sp::Instr& in : prog.instrs)
             if (in.kind != sp::InstrKind::allreduce && in.kind != sp::InstrKind::allreduce_start &&
-                in.kind != sp::InstrKind::allreduce_wait &&
+                in.kind != sp::InstrKind::allreduce_wait && in.kind != sp::InstrKind::allgather &&
                 !(in.kind == sp::InstrKind::optimizer && in.bucket >= 0))   // a bucket's step
               kept.push_back({in.kind, in.kind == sp::InstrKind::exchange ? in.wave : in.slice});
           return kept;

@@ -129,6 +129,8 @@ struct Programs {
   }
   void start(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_start, bucket); }
   void wait(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_wait, bucket); }
+  // The all-gather of bucket `bucket`'s stepped values (sharded optimizer state).
+  void gather(int d, int bucket) { reduction(d, sp::InstrKind::allgather, bucket); }
   // An optimizer step of bucket `bucket`'s shards (-1: the rest), `values` values.
   void optimizer(int d, int bucket = -1, int64_t values = 0) {
     sp::Instr in;
@@ -692,6 +694,318 @@ TEST_CASE("optimizer steps: 28 bytes per value at the profile's rate, a bucket's
   CHECK(p.run(hand_cluster(1, 2), bounded, {}, 7.0).iteration_ms == Approx(7.0));
 }
 
+namespace {
+// ZeRO-1 by hand: three devices run one slice s (3 ms: forward 0-1,
+// backward 1-3) and all-reduce bucket k (300,000 values, 1.2e6 bytes) over
+// all three; device 2 also holds 150,000 values of its own. As lowering
+// writes them with `sharded` optimizer state: each member steps its chunk
+// (100,000 values) and the group all-gathers the stepped chunks (3 x
+// 100,000 x 4 = 1.2e6 bytes); replicated, each steps all 300,000 and there
+// is no all-gather. `overlap`: start, wait, the bucket's step, its
+// all-gather, then the step of the rest; else blocking: the all-reduce,
+// one step of everything, then the all-gather.
+Programs zero_one(bool sharded, bool overlap) {
+  Programs p(3);
+  p.l.sharded_state = sharded;
+  const int s = p.slice(0, {0, 1, 2}, 3.0);
+  const int k = p.bucket({0, 1, 2}, 1'200'000);
+  p.l.buckets[static_cast<size_t>(k)].values = 300'000;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t own = d == 2 ? 150'000 : 0;
+    const int64_t stepped = p.l.owned(k, d).size();
+    p.fwd(d, s);
+    p.bwd(d, s);
+    if (overlap) {
+      p.start(d, k);
+      p.wait(d, k);
+      p.optimizer(d, k, stepped);
+      if (sharded) p.gather(d, k);
+      p.optimizer(d, -1, own);
+    } else {
+      p.allreduce(d, k);
+      p.optimizer(d, -1, stepped + own);
+      if (sharded) p.gather(d, k);
+    }
+  }
+  return p;
+}
+}  // namespace
+
+TEST_CASE("sharded optimizer state: each bucket's all-gather after its step, priced as a ring all-gather", "[sim]") {
+  // 1 GB/s and 10 us latency inside the island; optimizer at 7 GB/s (28
+  // bytes per value: 100,000 values 0.4 ms). Three devices:
+  //   all-reduce of 1.2e6 bytes: 2 (p-1)/p x 1.2e6 B / 1 GB/s + 2 (p-1) x 10 us = 1.6 + 0.04 = 1.64 ms
+  //   all-gather of 1.2e6 bytes: (p-1)/p x 1.2e6 B / 1 GB/s + (p-1) x 10 us = 0.8 + 0.02 = 0.82 ms
+  const sp::Cluster cluster = hand_cluster(1, 3, 10);
+  const Programs sharded = zero_one(true, false);
+  REQUIRE(sharded.l.gather_bytes(0) == 1'200'000);
+  const sp::TableCostModel cost(cluster);
+  CHECK(cost.allgather_ms(1.2e6, {0, 1, 2}) == Approx(0.82));
+  {
+    // Blocking: backward ends at 3, the all-reduce runs 3-4.64; devices 0
+    // and 1 step their chunks 4.64-5.04, device 2 its chunk and its own
+    // 150,000 values 4.64-5.64; the all-gather waits for device 2 and runs
+    // 5.64-6.46 (devices 0 and 1 wait 5.04-5.64).
+    sp::SimOptions traced;
+    traced.critical_path = true;
+    const sp::Simulation sim = sharded.run(cluster, traced, {}, 7.0);
+    CHECK(sim.iteration_ms == Approx(6.46));
+    for (const sp::SimDevice& d : sim.devices) {
+      CHECK(d.finish_ms == Approx(6.46));
+      CHECK(d.sync_ms == Approx(1.64 + 0.82));
+    }
+    CHECK(sim.devices[0].wait_ms == Approx(0.6));
+    CHECK(sim.devices[2].wait_ms == Approx(0.0).margin(1e-12));
+    const sp::SimBox& g = box(sim, 0, 4, "allgather");
+    CHECK(g.start_ms == Approx(5.64));
+    CHECK(g.dur_ms == Approx(0.82));
+    CHECK(g.track == sp::SimTrack::communication);
+    CHECK(g.bucket == 0);
+    CHECK(g.sent_bytes == 1'200'000);
+    CHECK(g.name == "all-gather bucket 0 (3 devices)");
+    CHECK(box(sim, 0, 4, "wait").start_ms == Approx(5.04));
+    CHECK(box(sim, 0, 4, "wait").dur_ms == Approx(0.6));
+    CHECK(box(sim, 0, 4, "wait").name == "wait for all-gather of bucket 0");
+    CHECK(box(sim, 0, 2, "allreduce").sent_bytes == 1'200'000);
+    // The path, back from device 0's all-gather (it waited for it): the
+    // all-gather (0.82) <- device 2's step (1.0) <- the all-reduce (1.64)
+    // <- the backward and forward before (3).
+    CHECK(sim.critical.device == 0);
+    CHECK(sim.critical.compute_ms == Approx(4.0));
+    CHECK(sim.critical.sync_ms == Approx(2.46));
+    CHECK(sim.critical.transfer_ms == 0);
+    CHECK(g.critical);
+    CHECK_FALSE(box(sim, 1, 4, "allgather").critical);
+    CHECK(box(sim, 2, 3, "optimizer").critical);
+    CHECK_FALSE(box(sim, 0, 3, "optimizer").critical);
+    // The bounds: device 0's compute (3) and collectives (1.64 + 0.82) one
+    // after another; from the programs, device 2's 3 + 1.64 + 1.0 + 0.82:
+    // exact. A bounded run stops just below the makespan, not at it.
+    sp::SimOptions blocking;
+    blocking.sync = sp::GradSync{};
+    blocking.sync->overlap = false;
+    sp::TableCostModel priced(cluster);
+    priced.set_optimizer_rate(7.0);
+    CHECK(sp::device_lower_bound_ms(sharded.l, sharded.slice_ms, priced, blocking) == Approx(5.46));
+    CHECK(sp::program_lower_bound_ms(sharded.l, sharded.slice_ms, priced, blocking) == Approx(6.46));
+    sp::SimOptions bounded = blocking;
+    bounded.timeline = false;
+    bounded.stop_after_ms = 6.46 * (1 + 1e-9);
+    CHECK(sharded.run(cluster, bounded, {}, 7.0).iteration_ms == Approx(6.46));
+    bounded.stop_after_ms = 6.45;
+    CHECK(std::isinf(sharded.run(cluster, bounded, {}, 7.0).iteration_ms));
+    // Replicated: no all-gather, every device steps all 300,000 values
+    // (1.2 ms; device 2 with its own 1.8): 4.64 + 1.8 = 6.44.
+    const sp::Simulation rep = zero_one(false, false).run(cluster, {}, {}, 7.0);
+    CHECK(rep.iteration_ms == Approx(6.44));
+    CHECK(std::none_of(rep.boxes.begin(), rep.boxes.end(), [](const sp::SimBox& b) { return b.cat == "allgather"; }));
+    CHECK(rep.devices[0].sync_ms == Approx(1.64));
+    // Steps unpriced: 3 + 1.64 + 0.82 sharded, 3 + 1.64 replicated.
+    CHECK(sharded.run(cluster).iteration_ms == Approx(5.46));
+    CHECK(zero_one(false, false).run(cluster).iteration_ms == Approx(4.64));
+    // Communication unpriced: compute alone (3 + 1.0 on device 2), the
+    // group still synchronised at the all-gather (devices 0 and 1 end with
+    // device 2).
+    sp::SimOptions compute_only;
+    compute_only.price_communication = false;
+    const sp::Simulation free_comm = sharded.run(cluster, compute_only, {}, 7.0);
+    CHECK(free_comm.iteration_ms == Approx(4.0));
+    CHECK(free_comm.devices[0].finish_ms == Approx(4.0));
+    // A replay times compute alone: an all-gather with a replay time is an error.
+    sp::SimOptions replay;
+    replay.replay_ms.assign(3, std::vector<double>(5, -1.0));
+    replay.replay_ms[2][3] = 2.0;   // device 2's step: 3 + 1.64 + 2 + 0.82
+    CHECK(sharded.run(cluster, replay, {}, 7.0).iteration_ms == Approx(7.46));
+    replay.replay_ms[0][4] = 1.0;
+    CHECK_FALSE(sp::simulate(sharded.l, sharded.slice_ms, priced, 3, replay).ok());
+  }
+  {
+    // Overlapped: the all-reduce 3-4.64, each device steps its chunk
+    // 4.64-5.04, the all-gather runs 5.04-5.86; then device 2 steps its own
+    // 150,000 values 5.86-6.46.
+    const Programs over = zero_one(true, true);
+    const sp::Simulation sim = over.run(cluster, {}, {}, 7.0);
+    CHECK(sim.iteration_ms == Approx(6.46));
+    CHECK(sim.devices[0].finish_ms == Approx(5.86));
+    CHECK(box(sim, 1, 5, "allgather").start_ms == Approx(5.04));
+    CHECK(box(sim, 1, 5, "allgather").dur_ms == Approx(0.82));
+    CHECK(sim.devices[0].sync_ms == Approx(1.64 + 0.82));
+    CHECK(sim.devices[0].hidden_sync_ms == Approx(0.0).margin(1e-12));
+    // From the programs: exact (device 2: 3 + 1.64 + 0.4 + 0.82 + 0.6).
+    sp::TableCostModel priced(cluster);
+    priced.set_optimizer_rate(7.0);
+    CHECK(sp::program_lower_bound_ms(over.l, over.slice_ms, priced) == Approx(6.46));
+    // Replicated: 4.64 + 1.2 (+ 0.6 on device 2).
+    CHECK(zero_one(false, true).run(cluster, {}, {}, 7.0).iteration_ms == Approx(6.44));
+  }
+  // A device runs one collective at a time, all-gathers and all-reduces
+  // alike. Devices 0 and 1 run a (3 ms) and all-gather X (500,000 values:
+  // 2 x 250,000 x 4 = 2e6 bytes, 1 ms at 1 GB/s), device 0 having started
+  // Y (1e6 bytes: 1 ms) with device 2 just before; device 2 runs c (3.5
+  // ms) and starts Y at 3.5. Y's group is complete at 3.5, but device 0 is
+  // in X's all-gather 3-4: Y runs 4-5.
+  {
+    Programs p(3);
+    p.l.sharded_state = true;
+    const int a = p.slice(0, {0, 1}, 3.0), c = p.slice(0, {2}, 3.5);
+    const int x = p.bucket({0, 1}, 2'000'000), y = p.bucket({0, 2}, 1'000'000);
+    p.l.buckets[static_cast<size_t>(x)].values = 500'000;
+    p.l.buckets[static_cast<size_t>(y)].values = 250'000;
+    for (int d : {0, 1}) {
+      p.fwd(d, a);
+      p.bwd(d, a);
+    }
+    p.start(0, y);
+    p.gather(0, x);   // not a program lowering writes (X's step left out): the rule alone
+    p.wait(0, y);
+    p.gather(1, x);
+    p.fwd(2, c);
+    p.bwd(2, c);
+    p.start(2, y);
+    p.wait(2, y);
+    const sp::Simulation sim = p.run(hand_cluster(1, 3));
+    CHECK(box(sim, 0, 3, "allgather").start_ms == Approx(3.0));
+    CHECK(box(sim, 0, 3, "allgather").dur_ms == Approx(1.0));
+    CHECK(box(sim, 0, 3, "allgather").sent_bytes == 2'000'000);
+    CHECK(box(sim, 0, 2, "allreduce").start_ms == Approx(4.0));
+    CHECK(box(sim, 2, 3, "wait").dur_ms == Approx(1.5));   // 3.5-5
+    CHECK(sim.devices[1].finish_ms == Approx(4.0));
+    CHECK(sim.iteration_ms == Approx(5.0));
+  }
+}
+
+TEST_CASE("sharded optimizer state: the one-pass makespan of compute alone equals the events', to the bit", "[sim]") {
+  // The hand-built programs, blocking and overlapped, steps priced or not.
+  for (bool overlap : {false, true})
+    for (double rate : {0.0, 7.0}) {
+      const Programs p = zero_one(true, overlap);
+      sp::SimOptions events;
+      events.price_communication = false;
+      sp::SimOptions one_pass = events;
+      one_pass.timeline = false;
+      const sp::Simulation a = p.run(hand_cluster(1, 3, 10), events, {}, rate);
+      const sp::Simulation b = p.run(hand_cluster(1, 3, 10), one_pass, {}, rate);
+      CHECK(b.iteration_ms == a.iteration_ms);
+      for (size_t d = 0; d < a.devices.size(); ++d) CHECK(b.devices[d].finish_ms == a.devices[d].finish_ms);
+    }
+  // A planned workload sharded and the same plan replicated, lowered three
+  // ways, with random slice times.
+  spindle::plan::testing::Fixture f("tiny-clip", "cpu-1x4");
+  sp::Plan plan = f.plan();
+  plan.optimizer_state = sp::OptimizerState::sharded;
+  std::mt19937 rng(20270101);
+  std::uniform_real_distribution<double> scale(0.05, 3.0);
+  int gathers = 0;
+  for (sp::OptimizerState state : {sp::OptimizerState::sharded, sp::OptimizerState::replicated})
+    for (int way = 0; way < 3; ++way) {
+      INFO((state == sp::OptimizerState::sharded ? "sharded" : "replicated") << ", lowering " << way);
+      plan.optimizer_state = state;
+      sp::LowerOptions lower_options;
+      lower_options.sync = sp::GradSync{};
+      lower_options.sync->overlap = way < 2;
+      lower_options.sync->early_transfers = way == 0;
+      plan.early_transfers = way == 0;
+      auto lowered = sp::lower(plan, f.model, f.graph, lower_options);
+      REQUIRE(lowered.ok());
+      CHECK(lowered->sharded_state == (state == sp::OptimizerState::sharded));
+      int here = 0;
+      for (const sp::Program& prog : lowered->programs)
+        for (const sp::Instr& in : prog.instrs) here += in.kind == sp::InstrKind::allgather;
+      CHECK((here > 0) == lowered->sharded_state);
+      gathers += here;
+      for (int trial = 0; trial < 3; ++trial) {
+        std::vector<double> slice_ms = sp::lowered_slice_ms(plan);
+        if (trial > 0)
+          for (double& ms : slice_ms) ms *= scale(rng);
+        sp::SimOptions events;
+        events.price_communication = false;
+        events.price_optimizer = trial != 1;
+        events.sync = lower_options.sync;
+        sp::SimOptions one_pass = events;
+        one_pass.timeline = false;
+        auto a = sp::simulate(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, events);
+        auto b = sp::simulate(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, one_pass);
+        REQUIRE(a.ok());
+        REQUIRE(b.ok());
+        CHECK(b->iteration_ms == a->iteration_ms);
+        bool same = true;
+        for (size_t d = 0; d < a->devices.size(); ++d) same = same && b->devices[d].finish_ms == a->devices[d].finish_ms;
+        CHECK(same);
+        // Priced, a bounded run stops exactly when the makespan passes its bound.
+        sp::SimOptions priced;
+        priced.timeline = false;
+        priced.sync = lower_options.sync;
+        auto full = sp::simulate(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, priced);
+        REQUIRE(full.ok());
+        CHECK(sp::program_lower_bound_ms(*lowered, slice_ms, *f.cost, priced) <= full->iteration_ms);
+        CHECK(sp::device_lower_bound_ms(*lowered, slice_ms, *f.cost, priced) <= full->iteration_ms);
+        priced.stop_after_ms = full->iteration_ms * (1 + 1e-9);
+        CHECK(sp::simulate(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, priced)->iteration_ms ==
+              full->iteration_ms);
+        priced.stop_after_ms = full->iteration_ms * (1 - 1e-6);
+        CHECK(std::isinf(sp::simulate(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, priced)->iteration_ms));
+      }
+    }
+  CHECK(gathers > 0);
+}
+
+TEST_CASE("sharded optimizer state: the timeline shows each bucket's all-gather with its bytes", "[sim]") {
+  spindle::plan::testing::Fixture f("tiny-clip", "cpu-1x4");
+  sp::Plan plan = f.plan();
+  plan.optimizer_state = sp::OptimizerState::sharded;
+  for (bool overlap : {true, false}) {
+    INFO((overlap ? "overlapped" : "blocking"));
+    sp::SimOptions options;
+    options.sync = sp::planned_sync(plan);
+    options.sync->overlap = overlap;
+    options.critical_path = true;
+    sp::LowerOptions lower_options;
+    lower_options.sync = options.sync;
+    auto lowered = sp::lower(plan, f.model, f.graph, lower_options);
+    REQUIRE(lowered.ok());
+    REQUIRE(lowered->sharded_state);
+    REQUIRE_FALSE(lowered->buckets.empty());
+    auto sim = sp::simulate_plan(plan, f.model, f.graph, *f.cost, options);
+    REQUIRE(sim.ok());
+    // One all-gather box per bucket on each of its devices: its bytes, its
+    // group, and at least the ring all-gather's time.
+    size_t expected = 0;
+    for (const sp::Bucket& b : lowered->buckets) expected += b.devices.size();
+    size_t shown = 0;
+    std::vector<double> gathered(static_cast<size_t>(plan.devices), 0.0);
+    for (const sp::SimBox& b : sim->boxes) {
+      if (b.cat != "allgather") continue;
+      ++shown;
+      REQUIRE(b.bucket >= 0);
+      const sp::Bucket& k = lowered->buckets[static_cast<size_t>(b.bucket)];
+      const sp::Instr& in = lowered->programs[static_cast<size_t>(b.device)].instrs[static_cast<size_t>(b.instr)];
+      CHECK(in.kind == sp::InstrKind::allgather);
+      CHECK(in.bucket == b.bucket);
+      CHECK(b.track == sp::SimTrack::communication);
+      CHECK(b.sent_bytes == lowered->gather_bytes(b.bucket));
+      CHECK(b.sent_bytes > 0);
+      CHECK(std::binary_search(k.devices.begin(), k.devices.end(), b.device));
+      CHECK(b.name == "all-gather bucket " + std::to_string(b.bucket) + " (" + std::to_string(k.devices.size()) +
+                          " devices)");
+      CHECK(b.dur_ms == Approx(f.cost->allgather_ms(static_cast<double>(b.sent_bytes), k.devices)));
+      gathered[static_cast<size_t>(b.device)] += static_cast<double>(b.sent_bytes);
+    }
+    CHECK(shown == expected);
+    for (int d = 0; d < plan.devices; ++d)
+      CHECK(gathered[static_cast<size_t>(d)] == static_cast<double>(lowered->bytes(d).gathered));
+    // The path's parts add up to the makespan, the all-gathers in sync.
+    const sp::SimPath& path = sim->critical;
+    CHECK(path.compute_ms + path.transfer_ms + path.sync_ms == Approx(sim->iteration_ms).epsilon(1e-9));
+    for (const sp::SimDevice& d : sim->devices) CHECK(d.busy_ms() <= sim->iteration_ms * (1 + 1e-9));
+    // Replicated: no all-gather box; the same plan otherwise.
+    sp::Plan replicated = plan;
+    replicated.optimizer_state = sp::OptimizerState::replicated;
+    auto rep = sp::simulate_plan(replicated, f.model, f.graph, *f.cost, options);
+    REQUIRE(rep.ok());
+    CHECK(std::none_of(rep->boxes.begin(), rep->boxes.end(), [](const sp::SimBox& b) { return b.cat == "allgather"; }));
+  }
+}
+
 TEST_CASE("a device runs one all-reduce at a time, and a complete group does not wait behind an incomplete one", "[sim]") {
   // The programs of the case above, but both buckets start after the
   // backward of s2 (at 7): k2 runs 7-8, then k1 8-10 (not 7-9 beside it);
@@ -827,6 +1141,20 @@ TEST_CASE("programs that cannot finish are an error, not a hang", "[sim]") {
   auto one_pass = sp::simulate(p.l, p.slice_ms, cost, 2, lean);
   REQUIRE_FALSE(one_pass.ok());
   CHECK(one_pass.error().message == sim.error().message);
+  // An all-gather device 0 waits in for ever: named so, both ways.
+  Programs q(2);
+  q.l.sharded_state = true;
+  const int g = q.bucket({0, 1}, 1000);
+  q.l.buckets[static_cast<size_t>(g)].values = 250;
+  q.gather(0, g);
+  q.optimizer(1);
+  auto gathered = sp::simulate(q.l, q.slice_ms, cost, 2);
+  REQUIRE_FALSE(gathered.ok());
+  CHECK(gathered.error().message.find("device 0 never finishes instruction 0 (all-gather of bucket 0)") !=
+        std::string::npos);
+  auto gathered_one_pass = sp::simulate(q.l, q.slice_ms, cost, 2, lean);
+  REQUIRE_FALSE(gathered_one_pass.ok());
+  CHECK(gathered_one_pass.error().message == gathered.error().message);
 }
 
 TEST_CASE("the simulated trace and utilisation show the simulated boxes", "[sim]") {
@@ -945,8 +1273,9 @@ namespace {
 
 // The longest chain of gradient buckets, ms: bucket b after bucket a when
 // they share a device and a comes first (every device runs its all-reduces
-// in bucket order and each waits for its whole group). Once every device
-// has finished its backward, the all-reduces take at most this long.
+// in bucket order and each waits for its whole group), each bucket its
+// all-reduce and, with sharded optimizer state, its all-gather. Once every
+// device has finished its backward, the collectives take at most this long.
 double longest_bucket_chain_ms(const sp::Lowered& l, const sp::CostModel& cost) {
   std::vector<double> end(l.buckets.size(), 0.0);
   double longest = 0;
@@ -960,9 +1289,51 @@ double longest_bucket_chain_ms(const sp::Lowered& l, const sp::CostModel& cost) 
       if (!common.empty()) start = std::max(start, end[a]);
     }
     end[b] = start + cost.allreduce_ms(static_cast<double>(l.buckets[b].bytes), l.buckets[b].devices);
+    if (l.sharded_state)
+      end[b] += cost.allgather_ms(static_cast<double>(l.gather_bytes(static_cast<int>(b))), l.buckets[b].devices);
     longest = std::max(longest, end[b]);
   }
   return longest;
+}
+
+// The most the optimizer steps can delay the end of `l`'s programs with
+// communication priced at 0 (memory at `gbytes_per_s`): every step comes
+// after the device's backward, its exchanges and its all-reduce starts, so
+// a delay passes from one device to another only through an all-gather
+// (sharded state), which waits for its group's most delayed member. Each
+// device's steps and all-gathers in program order, the all-gathers in
+// the one global bucket order: bucket by bucket, each member's steps
+// before the bucket's all-gather, then the group's largest delay, and
+// what is left after its last all-gather. Replicated: each device's
+// steps summed, the largest.
+double steps_delay_ms(const sp::Lowered& l, double gbytes_per_s) {
+  std::vector<double> delay(static_cast<size_t>(l.devices), 0.0);
+  std::vector<size_t> pc(static_cast<size_t>(l.devices), 0);
+  // Device d's steps up to (not past) its all-gather of bucket b; b < 0: all that is left.
+  auto run_to = [&](int d, int b) {
+    const std::vector<sp::Instr>& instrs = l.programs[static_cast<size_t>(d)].instrs;
+    size_t& i = pc[static_cast<size_t>(d)];
+    for (; i < instrs.size(); ++i) {
+      const sp::Instr& in = instrs[i];
+      if (in.kind == sp::InstrKind::allgather && in.bucket == b) return;
+      if (in.kind == sp::InstrKind::optimizer) delay[static_cast<size_t>(d)] += sp::optimizer_ms(in.values, gbytes_per_s);
+    }
+  };
+  if (l.sharded_state)
+    for (size_t b = 0; b < l.buckets.size(); ++b) {
+      double most = 0;
+      for (int m : l.buckets[b].devices) {
+        run_to(m, static_cast<int>(b));
+        most = std::max(most, delay[static_cast<size_t>(m)]);
+      }
+      for (int m : l.buckets[b].devices) delay[static_cast<size_t>(m)] = most;
+    }
+  double most = 0;
+  for (int d = 0; d < l.devices; ++d) {
+    run_to(d, -1);
+    most = std::max(most, delay[static_cast<size_t>(d)]);
+  }
+  return most;
 }
 
 struct Workload {
@@ -1116,18 +1487,15 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       CHECK(c->iteration_ms <= p.compute_ms * (1 + 1e-9));
       if (w.model_name.rfind("tiny-", 0) != 0) CHECK(c->iteration_ms >= p.relaxed_optimum_ms * (1 - 1e-9));
       // The optimizer steps come after every device's backward and its
-      // all-reduces have begun: they delay their own device alone, by at
-      // most its steps' time (28 bytes per value at the profile's rate).
+      // all-reduces have begun: replicated, they delay their own device
+      // alone, by at most its steps' time (28 bytes per value at the
+      // profile's rate); sharded, a bucket's all-gather after its step
+      // passes the slowest member's delay on to its group
+      // (steps_delay_ms).
       compute_only.price_optimizer = true;
       auto stepped = sp::simulate_plan(*plan, w.model, w.graph, *w.cost, compute_only);
       REQUIRE(stepped.ok());
-      double most_steps = 0;
-      for (const sp::Program& prog : lowered->programs) {
-        double steps = 0;
-        for (const sp::Instr& in : prog.instrs)
-          if (in.kind == sp::InstrKind::optimizer) steps += sp::optimizer_ms(in.values, w.cluster.memory_gbytes_per_s);
-        most_steps = std::max(most_steps, steps);
-      }
+      const double most_steps = steps_delay_ms(*lowered, w.cluster.memory_gbytes_per_s);
       CHECK(most_steps > 0);
       CHECK(stepped->iteration_ms >= c->iteration_ms);
       CHECK(stepped->iteration_ms <= (c->iteration_ms + most_steps) * (1 + 1e-9));
