@@ -227,7 +227,7 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
   in.devices = cluster.devices();
   in.devices_per_island = cluster.devices_per_island;
   in.memory_bytes = static_cast<double>(cluster.memory_bytes());
-  in.optimizer_state = req.optimizer_state;
+  in.optimizer_state = req.placement_state.value_or(req.optimizer_state);
   in.cost = req.cost;
   std::map<std::string, int> param_index;
   for (const MetaOp& m : contraction.metaops) {
@@ -375,7 +375,7 @@ std::optional<Prepared> comm_capped(const Prepared& p, const PlanRequest& req, d
     const double grad_bytes = m.length() * op_sync_bytes(m, req) * bytes_weight;
     std::vector<int>& valid = q.valid[static_cast<size_t>(m.id)];
     const int cap = comm_aware_cap(m.length(), *p.curves[static_cast<size_t>(m.id)], valid, m.tensor_parallel,
-                                   grad_bytes, *req.cost);
+                                   grad_bytes, *req.cost, req.optimizer_state == OptimizerState::sharded);
     if (cap < valid.back()) {
       valid.erase(std::upper_bound(valid.begin(), valid.end(), cap), valid.end());
       cut = true;
@@ -983,9 +983,11 @@ Result<Plan> make_plan(const PlanRequest& given) {
     PlanRequest as = given;
     as.choose_optimizer_state = false;
     as.optimizer_state = OptimizerState::replicated;
+    as.placement_state = OptimizerState::sharded;
     Result<Plan> whole = make_plan(as);
     if (whole && check_plan_memory(*whole, *given.model).ok()) return whole;
     as.optimizer_state = OptimizerState::sharded;
+    as.placement_state.reset();
     Result<Plan> sharded = make_plan(as);
     if (sharded)
       sharded->planning_ms =
@@ -1049,7 +1051,7 @@ Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost) {
 }
 
 int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,
-                   double grad_bytes, const CostModel& cost) {
+                   double grad_bytes, const CostModel& cost, bool gather) {
   int best = valid.front();
   double best_ms = std::numeric_limits<double>::infinity();
   std::vector<int> replicas;
@@ -1061,7 +1063,8 @@ int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>
     replicas.clear();
     for (int i = 0; i < n; ++i)
       if (layout.tp_rank_of(i) == 0) replicas.push_back(i);
-    const double ms = length * curve.time_ms(n) + cost.allreduce_ms(grad_bytes, replicas);
+    const double ms = length * curve.time_ms(n) + cost.allreduce_ms(grad_bytes, replicas) +
+                      (gather ? cost.allgather_ms(grad_bytes, replicas) : 0.0);
     if (ms < best_ms * (1 - 1e-9)) {
       best_ms = ms;
       best = n;

@@ -1,6 +1,7 @@
 // The planner's entry point: model + cluster + cost model -> wave plan.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,12 @@ struct PlanRequest {
   // and step, which a plan that fits need not pay.
   OptimizerState optimizer_state = OptimizerState::sharded;
   bool choose_optimizer_state = true;
+  // How placement's running memory estimate (place/place.h) counts the
+  // state, when not as optimizer_state: choose_optimizer_state's first,
+  // replicated plan is placed counting it sharded, as every plan was
+  // placed before spindle-run sharded it, so that a plan that fits either
+  // way is the one planned before (its memory then checked replicated).
+  std::optional<OptimizerState> placement_state = std::nullopt;
 };
 
 // The bucket caps the planner tries besides the request's (MiB, ascending;
@@ -139,8 +146,10 @@ inline double width_gap(const Plan& plan, double compute_gap, double width_optim
 // of `grad_bytes` over its data-parallel replicas (n / tensor_parallel of
 // them, TP rank 0's of a block from an island's start), ties to
 // the smaller: the most devices a MetaOp of `length` operators is worth
-// once its gradients must be summed. PlanRequest::comm_aware_candidates.
+// once its gradients must be summed. With `gather` (the optimizer state
+// sharded, ZeRO-1) the values' all-gather over the same replicas counts
+// too. PlanRequest::comm_aware_candidates.
 int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,
-                   double grad_bytes, const CostModel& cost);
+                   double grad_bytes, const CostModel& cost, bool gather = false);
 
 }  // namespace spindle::plan

@@ -8,10 +8,8 @@
 #    until the queued caps of 2026-12-04): the plan says
 #    "early_transfers": false and spindle-plan prints the posted-early
 #    figure, which is slower than the prediction;
-#  - multitask-clip-7 on a800-4x8 starts its buckets when ready:
-#    "bucket_starts": "when-ready" and the buckets line (multitask-clip-4
-#    there did until its plan became replicated, --optimizer-state auto,
-#    on 2026-12-05);
+#  - multitask-clip-4 on a800-4x8 starts its buckets when ready:
+#    "bucket_starts": "when-ready" and the buckets line;
 #  - --no-early-transfers is recorded in the plan too, and when posting
 #    early would be at least 1% faster (ofasys-7 on a800-4x8: 1.3%;
 #    multitask-clip-7 there was 1% faster posted early until the wave
@@ -38,12 +36,11 @@ kept=$(predicted qwen.txt)
 awk -v k="$kept" -v e="$early" 'BEGIN { exit !(k < e) }' || fail "qwen-val-3: predicted $kept ms, posted early $early"
 echo "PASS: qwen-val-3 keeps its transfers in their exchanges: $kept ms, posted early $early"
 
-"$plan" "$models/multitask-clip-7.yaml" --cluster "$clusters/a800-4x8.yaml" -o ready.json > ready.txt
-grep -q '"bucket_starts": "when-ready"' ready.json || fail "multitask-clip-7: the plan does not start its buckets when ready"
-grep -q '^buckets   each started as soon as its gradients are final' ready.txt || fail "multitask-clip-7: no buckets line"
-grep -q '"early_transfers"' ready.json && fail "multitask-clip-7: transfers kept in their exchanges, expected posted early"
-echo "PASS: multitask-clip-7 starts its buckets when ready: $(predicted ready.txt) ms"
 "$plan" "$models/multitask-clip-4.yaml" --cluster "$clusters/a800-4x8.yaml" -o clip.json > clip.txt
+grep -q '"bucket_starts": "when-ready"' clip.json || fail "multitask-clip-4: the plan does not start its buckets when ready"
+grep -q '^buckets   each started as soon as its gradients are final' clip.txt || fail "multitask-clip-4: no buckets line"
+grep -q '"early_transfers"' clip.json && fail "multitask-clip-4: transfers kept in their exchanges, expected posted early"
+echo "PASS: multitask-clip-4 starts its buckets when ready: $(predicted clip.txt) ms"
 
 "$plan" "$models/ofasys-7.yaml" --cluster "$clusters/a800-4x8.yaml" --no-early-transfers -o late.json > late.txt
 grep -q '"early_transfers": false' late.json || fail "--no-early-transfers is not in the plan"
