@@ -15,6 +15,8 @@
 #             run. With 2+ GPUs each rank has its own and the group
 #             communicators are NCCL; with one GPU both ranks share it and
 #             the group communicators are MPI, staged through the host.
+#             Planned with the optimizer state sharded (ZeRO-1): each rank
+#             steps its chunk of the bucket on the device and all-gathers.
 # Both modes run twice: the bf16 mode within 2e-2, and fp32 matmuls
 # (SPINDLE_CUDA_MATMUL=fp32) within 1e-4 (a learning rate off by 2x moves
 # the parameters far more than that).
@@ -32,8 +34,8 @@ if [ "$gpus" -lt 1 ]; then
   echo "SKIPPED: no CUDA device visible"
   exit 77
 fi
-plan() {  # plan MODEL.yaml DEVICES OUT
-  "$BIN/spindle-plan" "$1" --cluster "$CLUSTERS/cpu-1x$2.yaml" -o "$3" > "$3.log" 2>&1 ||
+plan() {  # plan MODEL.yaml DEVICES OUT [spindle-plan flags]
+  "$BIN/spindle-plan" "$1" --cluster "$CLUSTERS/cpu-1x$2.yaml" -o "$3" "${@:4}" > "$3.log" 2>&1 ||
     die "spindle-plan $1 on $2 devices: $(cat "$3.log")"
 }
 train() {  # train NP PLAN MODEL BACKEND OUT: OUT.jsonl, OUT.params.json, OUT.grads.json
@@ -59,7 +61,7 @@ for name in tiny-clip tiny-lm; do
   train 1 "$name-p1.json" "$ref_model" cpu "$name-cpu"
   case "$MODE" in
     one-gpu) np=1 p=$name-p1.json m=$ref_model ;;
-    mpi-np2) np=2 p=$name-p2.json m=$model; plan "$model" 2 "$p" ;;
+    mpi-np2) np=2 p=$name-p2.json m=$model; plan "$model" 2 "$p" --optimizer-state sharded ;;
     *) die "unknown mode $MODE" ;;
   esac
   train "$np" "$p" "$m" cuda "$name-cuda-bf16"

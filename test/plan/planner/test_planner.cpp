@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -521,6 +522,52 @@ TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.error().message, Catch::Contains("p.json: device") && Catch::Contains("NCCL") &&
                                           Catch::Contains("--bucket-mb"));
+}
+
+TEST_CASE("optimizer state auto: replicated where that plan fits, else sharded (ZeRO-1)", "[planner]") {
+  spindle::plan::testing::Fixture f("multitask-clip-7", "a800-1x8");
+  PlanRequest request{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+  request.shift_simulations = 8;
+  REQUIRE(request.choose_optimizer_state);   // the default
+  auto plan_as = [&](const Cluster& cluster, std::optional<OptimizerState> state,
+                     std::optional<OptimizerState> placed = std::nullopt) {
+    PlanRequest r = request;
+    r.cluster = &cluster;
+    r.choose_optimizer_state = !state;
+    if (state) r.optimizer_state = *state;
+    r.placement_state = placed;
+    return make_plan(r);
+  };
+  // 80 GiB: replicated fits, and the plan is the one placed counting the
+  // state sharded (as every plan was placed before), its memory replicated.
+  auto chosen = plan_as(f.cluster, std::nullopt);
+  REQUIRE(chosen.ok());
+  CHECK(chosen->optimizer_state == OptimizerState::replicated);
+  CHECK(check_plan_memory(*chosen, f.model).ok());
+  auto same = plan_as(f.cluster, OptimizerState::replicated, OptimizerState::sharded);
+  REQUIRE(same.ok());
+  CHECK(plan_to_json(*chosen) == plan_to_json(*same));
+  // 50 GiB: replicated fits no placement, so auto shards it.
+  Cluster small = f.cluster;
+  small.memory_gib = 50;
+  auto whole = plan_as(small, OptimizerState::replicated);
+  CHECK((!whole.ok() || !check_plan_memory(*whole, f.model).ok()));
+  auto sharded = plan_as(small, std::nullopt);
+  REQUIRE(sharded.ok());
+  CHECK(sharded->optimizer_state == OptimizerState::sharded);
+  CHECK(check_plan_memory(*sharded, f.model).ok());
+  auto asked = plan_as(small, OptimizerState::sharded);
+  REQUIRE(asked.ok());
+  CHECK(plan_to_json(*sharded) == plan_to_json(*asked));
+  // Its simulation pays the all-gathers: more than the same plan's programs
+  // without them (the state counted replicated, memory aside).
+  Plan unsharded = *sharded;
+  unsharded.optimizer_state = OptimizerState::replicated;
+  auto with = simulate_plan(*sharded, f.model, f.graph, *f.cost);
+  auto without = simulate_plan(unsharded, f.model, f.graph, *f.cost);
+  REQUIRE(with.ok());
+  REQUIRE(without.ok());
+  CHECK(with->iteration_ms > without->iteration_ms);
 }
 
 TEST_CASE("memory_as_run: the plan's figure, and over NCCL each bucket's flat buffer and largest all-gather",
