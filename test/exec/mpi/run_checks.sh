@@ -120,6 +120,17 @@ train() {  # train V NP MODEL [args...]: run pV.json 5 steps at seed 3 into mV.j
       --dump-grads "grads$v.json" "${@:4}"
   [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
 }
+lower_plan() {  # lower_plan V MODEL: pV.json's programs into progV (spindle-plan --check --lower)
+  rm -rf "prog$1"
+  "$BIN/spindle-plan" "$2" --check "p$1.json" --lower "prog$1" > "prog$1.log" 2>&1 ||
+    die "spindle-plan --lower p$1.json: $(cat "prog$1.log")"
+}
+losses() { grep -o '"loss":{[^}]*}' "$1"; }
+bitwise() {  # bitwise A B WHAT: runs A and B (train) gave bitwise the same gradients, parameters and losses
+  echo "== $name: plan $v, $3: bitwise the same gradients, parameters and losses"
+  { cmp "grads$1.json" "grads$2.json" && cmp "params$1.json" "params$2.json" &&
+    diff <(losses "m$1.jsonl") <(losses "m$2.jsonl"); } || status=1
+}
 expect_reject() {  # expect_reject WHAT PATTERN: after run, exit 2 and the message
   cat run.log
   [ "$rc" -eq 2 ] || die "$1: exit code $rc, expected 2"
@@ -186,9 +197,7 @@ case "$MODE" in
       train "$v" "$np" "$m"
       tail -n 1 run.log
       # The bytes each rank moved are the ones its lowered program states.
-      rm -rf "prog$v"
-      "$BIN/spindle-plan" "$m" --check "p$v.json" --lower "prog$v" > "prog$v.log" 2>&1 ||
-        die "spindle-plan --lower p$v.json: $(cat "prog$v.log")"
+      lower_plan "$v" "$m"
       echo "== $name: plan $v, measured bytes against the lowered programs"
       "$COMPARE" --bytes "prog$v" "m$v.jsonl" || status=1
       if [ "$v" != 1 ]; then
@@ -199,74 +208,48 @@ case "$MODE" in
       fi
       # Gradient all-reduces during the backward pass (the default) or after
       # it (--no-overlap): bitwise the same gradients, losses and parameters.
+      # Then each variant below trains the same way and must be the same
+      # again, its bytes as its own lowered programs state.
       if [ "$v" = 3 ] || [ "$v" = 4seq ]; then
-        rm -f "m$v-no.jsonl" "params$v-no.json" "grads$v-no.json"
-        run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v-no.jsonl" --dump-params "params$v-no.json" \
-            --dump-grads "grads$v-no.json" --no-overlap
-        [ "$rc" -eq 0 ] || { cat run.log; die "run $v --no-overlap (np $np) exit $rc"; }
-        echo "== $name: plan $v, --no-overlap: bitwise the same gradients, parameters and losses"
-        losses() { grep -o '"loss":{[^}]*}' "$1"; }
         [ "$(losses "m$v.jsonl" | wc -l)" -eq 5 ] || die "plan $v: expected 5 steps of losses in m$v.jsonl"
-        { cmp "grads$v.json" "grads$v-no.json" && cmp "params$v.json" "params$v-no.json" &&
-          diff <(losses "m$v.jsonl") <(losses "m$v-no.jsonl"); } || status=1
+        cp "p$v.json" "p$v-no.json"
+        train "$v-no" "$np" "$m" --no-overlap
+        bitwise "$v" "$v-no" "--no-overlap"
         "$COMPARE" --bytes "prog$v" "m$v-no.jsonl" || status=1
         # Transfers in their exchanges instead of posted early: the same again.
-        rm -f "m$v-late.jsonl" "params$v-late.json" "grads$v-late.json"
-        run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v-late.jsonl" --dump-params "params$v-late.json" \
-            --dump-grads "grads$v-late.json" --no-early-transfers
-        [ "$rc" -eq 0 ] || { cat run.log; die "run $v --no-early-transfers (np $np) exit $rc"; }
-        echo "== $name: plan $v, --no-early-transfers: bitwise the same gradients, parameters and losses"
-        { cmp "grads$v.json" "grads$v-late.json" && cmp "params$v.json" "params$v-late.json" &&
-          diff <(losses "m$v.jsonl") <(losses "m$v-late.jsonl"); } || status=1
+        cp "p$v.json" "p$v-late.json"
+        train "$v-late" "$np" "$m" --no-early-transfers
+        bitwise "$v" "$v-late" "--no-early-transfers"
         "$COMPARE" --bytes "prog$v" "m$v-late.jsonl" || status=1
         # The same, asked for by the plan (x-lowering.early_transfers false)
         # instead of the flag: spindle-run follows the plan.
-        "$COMPARE" --late-transfers "p$v.json" "p$v-late.json" || die "writing p$v-late.json"
-        rm -f "m$v-planlate.jsonl" "params$v-planlate.json" "grads$v-planlate.json"
-        run "$np" "p$v-late.json" "$m" --steps 5 --seed 3 --metrics "m$v-planlate.jsonl" \
-            --dump-params "params$v-planlate.json" --dump-grads "grads$v-planlate.json"
-        [ "$rc" -eq 0 ] || { cat run.log; die "run $v with late transfers in the plan (np $np) exit $rc"; }
-        echo "== $name: plan $v, transfers in their exchanges by the plan: bitwise as with --no-early-transfers"
-        { cmp "grads$v-late.json" "grads$v-planlate.json" && cmp "params$v-late.json" "params$v-planlate.json" &&
-          diff <(losses "m$v-late.jsonl") <(losses "m$v-planlate.jsonl"); } || status=1
-        rm -rf "prog$v-late"
-        "$BIN/spindle-plan" "$m" --check "p$v-late.json" --lower "prog$v-late" > "prog$v-late.log" 2>&1 ||
-          die "spindle-plan --lower p$v-late.json: $(cat "prog$v-late.log")"
-        ! grep -q post_send "prog$v-late"/device-*.json || die "p$v-late.json: a lowered program posts sends early"
-        "$COMPARE" --bytes "prog$v-late" "m$v-planlate.jsonl" || status=1
+        "$COMPARE" --late-transfers "p$v.json" "p$v-planlate.json" || die "writing p$v-planlate.json"
+        train "$v-planlate" "$np" "$m"
+        bitwise "$v-late" "$v-planlate" "transfers in their exchanges by the plan (as with --no-early-transfers)"
+        lower_plan "$v-planlate" "$m"
+        ! grep -q post_send "prog$v-planlate"/device-*.json || die "p$v-planlate.json: a lowered program posts sends early"
+        "$COMPARE" --bytes "prog$v-planlate" "m$v-planlate.jsonl" || status=1
         # The plan with its buckets started the other way (x-lowering
         # bucket_starts: in order <-> when ready; one communicator per
         # bucket when ready): the same again.
         "$COMPARE" --flip-bucket-starts "p$v.json" "p$v-flip.json" || die "flipping the bucket starts of p$v.json"
-        rm -rf "prog$v-flip" "m$v-flip.jsonl" "params$v-flip.json" "grads$v-flip.json"
-        "$BIN/spindle-plan" "$m" --check "p$v-flip.json" --lower "prog$v-flip" > "prog$v-flip.log" 2>&1 ||
-          die "spindle-plan --lower p$v-flip.json: $(cat "prog$v-flip.log")"
+        lower_plan "$v-flip" "$m"
         diff -rq "prog$v" "prog$v-flip" > /dev/null || flipped_programs_differ=1
-        run "$np" "p$v-flip.json" "$m" --steps 5 --seed 3 --metrics "m$v-flip.jsonl" --dump-params "params$v-flip.json" \
-            --dump-grads "grads$v-flip.json"
-        [ "$rc" -eq 0 ] || { cat run.log; die "run $v with bucket starts flipped (np $np) exit $rc"; }
-        echo "== $name: plan $v, bucket starts flipped: bitwise the same gradients, parameters and losses"
-        { cmp "grads$v.json" "grads$v-flip.json" && cmp "params$v.json" "params$v-flip.json" &&
-          diff <(losses "m$v.jsonl") <(losses "m$v-flip.jsonl"); } || status=1
+        train "$v-flip" "$np" "$m"
+        bitwise "$v" "$v-flip" "bucket starts flipped"
         "$COMPARE" --bytes "prog$v-flip" "m$v-flip.jsonl" || status=1
         # The plan with its optimizer state sharded (ZeRO-1) instead of
         # replicated (what --optimizer-state auto chose on these devices):
         # each rank steps its chunk of every bucket and all-gathers the
-        # values; the same again, bitwise, and the all-gathers' bytes as
-        # the lowered programs state.
+        # values; the same again, and the all-gathers' bytes as the
+        # lowered programs state.
         grep -q '"optimizer_state": "replicated"' "p$v.json" || die "p$v.json is not replicated (auto, devices that fit)"
         "$COMPARE" --optimizer-state sharded "p$v.json" "p$v-zero1.json" || die "writing p$v-zero1.json"
-        rm -rf "prog$v-zero1" "m$v-zero1.jsonl" "params$v-zero1.json" "grads$v-zero1.json"
-        "$BIN/spindle-plan" "$m" --check "p$v-zero1.json" --lower "prog$v-zero1" > "prog$v-zero1.log" 2>&1 ||
-          die "spindle-plan --lower p$v-zero1.json: $(cat "prog$v-zero1.log")"
+        lower_plan "$v-zero1" "$m"
         grep -q allgather "prog$v-zero1"/device-*.json || die "p$v-zero1.json: no lowered program all-gathers"
         ! grep -q allgather "prog$v"/device-*.json || die "p$v.json: a lowered program all-gathers"
-        run "$np" "p$v-zero1.json" "$m" --steps 5 --seed 3 --metrics "m$v-zero1.jsonl" \
-            --dump-params "params$v-zero1.json" --dump-grads "grads$v-zero1.json"
-        [ "$rc" -eq 0 ] || { cat run.log; die "run $v with sharded optimizer state (np $np) exit $rc"; }
-        echo "== $name: plan $v, optimizer state sharded: bitwise the same gradients, parameters and losses"
-        { cmp "grads$v.json" "grads$v-zero1.json" && cmp "params$v.json" "params$v-zero1.json" &&
-          diff <(losses "m$v.jsonl") <(losses "m$v-zero1.jsonl"); } || status=1
+        train "$v-zero1" "$np" "$m"
+        bitwise "$v" "$v-zero1" "optimizer state sharded"
         grep -q '"gathered_bytes":[1-9]' "m$v-zero1.jsonl" || die "plan $v sharded: no all-gather measured"
         "$COMPARE" --bytes "prog$v-zero1" "m$v-zero1.jsonl" || status=1
       fi

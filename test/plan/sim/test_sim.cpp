@@ -291,6 +291,29 @@ Programs two_buckets(Reduce how) {
   return p;
 }
 
+
+// `events` (communication unpriced, with a timeline) simulated by the event
+// loop and, without a timeline, in one pass (docs/simulation.md, "Compute
+// alone, in one pass"): the same makespan and device finishes, to the bit.
+// Returns the one-pass simulation's options and result, for more checks.
+std::pair<sp::SimOptions, sp::Simulation> one_pass_equals_events(const sp::Lowered& lowered,
+                                                                 const std::vector<double>& slice_ms,
+                                                                 const sp::CostModel& cost, int per_island,
+                                                                 const sp::SimOptions& events) {
+  sp::SimOptions one_pass = events;
+  one_pass.timeline = false;
+  auto a = sp::simulate(lowered, slice_ms, cost, per_island, events);
+  auto b = sp::simulate(lowered, slice_ms, cost, per_island, one_pass);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(b->iteration_ms == a->iteration_ms);
+  REQUIRE(b->devices.size() == a->devices.size());
+  bool same = true;
+  for (size_t d = 0; d < a->devices.size(); ++d) same = same && b->devices[d].finish_ms == a->devices[d].finish_ms;
+  CHECK(same);
+  return {one_pass, std::move(*b)};
+}
+
 }  // namespace
 
 TEST_CASE("one transfer each way between two devices: the makespan by hand", "[sim]") {
@@ -921,16 +944,7 @@ TEST_CASE("sharded optimizer state: the one-pass makespan of compute alone equal
         events.price_communication = false;
         events.price_optimizer = trial != 1;
         events.sync = lower_options.sync;
-        sp::SimOptions one_pass = events;
-        one_pass.timeline = false;
-        auto a = sp::simulate(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, events);
-        auto b = sp::simulate(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, one_pass);
-        REQUIRE(a.ok());
-        REQUIRE(b.ok());
-        CHECK(b->iteration_ms == a->iteration_ms);
-        bool same = true;
-        for (size_t d = 0; d < a->devices.size(); ++d) same = same && b->devices[d].finish_ms == a->devices[d].finish_ms;
-        CHECK(same);
+        one_pass_equals_events(*lowered, slice_ms, *f.cost, f.cluster.devices_per_island, events);
         // Priced, a bounded run stops exactly when the makespan passes its bound.
         sp::SimOptions priced;
         priced.timeline = false;
@@ -1574,23 +1588,13 @@ TEST_CASE("compute alone: the one-pass makespan equals the event simulation's, t
             for (double& ms : slice_ms) ms *= scale(rng);
             events.forward_share = share(rng);
           }
-          sp::SimOptions one_pass = events;
-          one_pass.timeline = false;
-          auto a = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, events);
-          auto b = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, one_pass);
-          REQUIRE(a.ok());
-          REQUIRE(b.ok());
-          CHECK(b->iteration_ms == a->iteration_ms);
-          CHECK(b->iteration_ms > 0);
-          REQUIRE(b->devices.size() == a->devices.size());
-          bool same = true;
-          for (size_t d = 0; d < a->devices.size(); ++d) same = same && b->devices[d].finish_ms == a->devices[d].finish_ms;
-          CHECK(same);
-          one_pass.stop_after_ms = a->iteration_ms;
+          auto [one_pass, b] = one_pass_equals_events(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, events);
+          CHECK(b.iteration_ms > 0);
+          one_pass.stop_after_ms = b.iteration_ms;
           auto at = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, one_pass);
           REQUIRE(at.ok());
-          CHECK(at->iteration_ms == a->iteration_ms);
-          one_pass.stop_after_ms = a->iteration_ms * (1 - 1e-9);
+          CHECK(at->iteration_ms == b.iteration_ms);
+          one_pass.stop_after_ms = b.iteration_ms * (1 - 1e-9);
           auto below = sp::simulate(*lowered, slice_ms, *w.cost, w.cluster.devices_per_island, one_pass);
           REQUIRE(below.ok());
           CHECK(std::isinf(below->iteration_ms));
