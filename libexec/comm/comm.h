@@ -91,6 +91,14 @@ class Comm {
   // one order). MPI starts it at once (MPI_Iallreduce).
   virtual int start_all_reduce_sum(std::span<float> data);
   virtual void wait_all_reduce(int request);
+  // Non-blocking reduce-scatter (a gradient bucket whose optimizer state
+  // is sharded, ZeRO-1): `data` holds size() blocks of data.size() /
+  // size() floats; once wait_all_reduce(request) returns, block rank()
+  // holds the sum over ranks of that block (the other blocks hold anything).
+  // Started and waited for in the one sequence of start_all_reduce_sum's
+  // requests, with its rules. The default sums all of it
+  // (start_all_reduce_sum): the same block, more bytes moved.
+  virtual int start_reduce_scatter_sum(std::span<float> data) { return start_all_reduce_sum(data); }
   // A communicator over the same ranks whose collectives never match this
   // one's, for all-reduces started while this one still runs blocking
   // collectives in between (a gradient bucket's group that is also a
@@ -129,6 +137,11 @@ class Comm {
   // host does not; progress() asks whether it is done).
   virtual int start_all_reduce_sum_device(float* data, int64_t count);
   virtual void wait_all_reduce_device(int request);
+  // start_reduce_scatter_sum over device memory (`count` floats, a
+  // multiple of size()), waited for with wait_all_reduce_device.
+  virtual int start_reduce_scatter_sum_device(float* data, int64_t count) {
+    return start_all_reduce_sum_device(data, count);
+  }
 
  private:
   // The default non-blocking all-reduce: started, not yet waited for.

@@ -91,15 +91,35 @@ int MpiComm::start_all_reduce_sum(std::span<float> data) {
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size()), MPI_FLOAT, MPI_SUM, comm_, &request));
   started_.push_back(request);
+  scattered_.emplace_back();
+  return static_cast<int>(started_.size()) - 1;
+}
+
+int MpiComm::start_reduce_scatter_sum(std::span<float> data) {
+  SPINDLE_MPI_REQUIRE(data.size() % static_cast<size_t>(size_) == 0,
+                      "start_reduce_scatter_sum: the buffer is not size() equal blocks");
+  const size_t block = data.size() / static_cast<size_t>(size_);
+  Scattered s;
+  s.block.resize(block);
+  s.into = data.data() + block * static_cast<size_t>(rank_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ireduce_scatter_block(data.data(), s.block.data(), count_of(block), MPI_FLOAT, MPI_SUM, comm_,
+                                      &request));
+  started_.push_back(request);
+  scattered_.push_back(std::move(s));
   return static_cast<int>(started_.size()) - 1;
 }
 
 void MpiComm::wait_all_reduce(int request) {
   SPINDLE_MPI_REQUIRE(request >= 0 && static_cast<size_t>(request) == next_wait_ && next_wait_ < started_.size(),
                       "wait_all_reduce: not the next request started and not yet waited for");
-  MPI_CHECK(MPI_Wait(&started_[next_wait_++], MPI_STATUS_IGNORE));
+  MPI_CHECK(MPI_Wait(&started_[next_wait_], MPI_STATUS_IGNORE));
+  Scattered& s = scattered_[next_wait_++];
+  std::copy(s.block.begin(), s.block.end(), s.into);
+  s = Scattered{};
   if (next_wait_ == started_.size()) {
     started_.clear();
+    scattered_.clear();
     next_wait_ = 0;
   }
 }

@@ -71,6 +71,9 @@ class MpiComm final : public Comm {
 
   // MPI_Iallreduce in place; MPI_Wait; MPI_Testall over the started ones.
   int start_all_reduce_sum(std::span<float> data) override;
+  // MPI_Ireduce_scatter_block into a block of its own, copied into this
+  // rank's block of `data` at the wait.
+  int start_reduce_scatter_sum(std::span<float> data) override;
   std::unique_ptr<Comm> duplicate() override;   // MPI_Comm_dup
   void wait_all_reduce(int request) override;
   bool progress() override;   // MPI_Testall (all-reduces), MPI_Testany (messages)
@@ -82,6 +85,13 @@ class MpiComm final : public Comm {
   bool owned_;
   std::vector<MPI_Request> started_;   // by request; MPI_REQUEST_NULL once complete
   size_t next_wait_ = 0;
+  // By request: a reduce-scatter's received block and where it goes at
+  // the wait (empty for an all-reduce).
+  struct Scattered {
+    std::vector<float> block;
+    float* into = nullptr;
+  };
+  std::vector<Scattered> scattered_;
   // Posted messages by request (MPI_REQUEST_NULL once complete), their
   // receive sizes (-1: a send); cleared once none is open.
   std::vector<MPI_Request> p2p_;

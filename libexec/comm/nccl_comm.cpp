@@ -200,6 +200,16 @@ int NcclComm::start_all_reduce_sum_device(float* data, int64_t count) {
   });
 }
 
+int NcclComm::start_reduce_scatter_sum_device(float* data, int64_t count) {
+  if (count % size_ != 0) throw std::invalid_argument("NcclComm::start_reduce_scatter_sum_device: not size() blocks");
+  const int64_t block = count / size_;
+  return started_.start([&] {
+    if (block > 0)
+      NCCL_CHECK(ncclReduceScatter(data, data + block * rank_, static_cast<size_t>(block), ncclFloat32, ncclSum, comm_,
+                                   streams_.comm()));
+  });
+}
+
 void NcclComm::wait_all_reduce_device(int request) { started_.wait(request); }
 
 bool NcclComm::progress() { return started_.complete(); }

@@ -120,6 +120,8 @@ class NcclComm final : public Comm {
   // On this communicator's stream (above); the wait makes the compute
   // stream wait, the host goes on.
   int start_all_reduce_sum_device(float* data, int64_t count) override;
+  // ncclReduceScatter in place (this rank's block of `data` receives it).
+  int start_reduce_scatter_sum_device(float* data, int64_t count) override;
   void wait_all_reduce_device(int request) override;
   bool progress() override;   // every started all-reduce done? (asks the events, never waits)
   // The same ranks, another NCCL communicator (ncclCommSplit, by every rank

@@ -159,13 +159,13 @@ bool on_device(const Backend& be, const Comm& comm) {
 // over a communicator in place: in device memory when the backend's memory
 // is a device's and the communicator carries device memory (NCCL), else
 // staged through host memory (MPI and the fakes carry host buffers).
-// `flat` is the caller's buffer, kept from step to step (allocated here
-// when it has the wrong size or memory): no allocation, page faults or
-// zeroing per step. Gradients that are views of `flat` in order
-// (bind_bucket_views) are reduced where they are: returns true then.
-bool pack_flat(Backend& be, bool device, const std::vector<Tensor*>& grads, Tensor& flat) {
-  int64_t floats = 0;
-  for (const Tensor* g : grads) floats += g->numel();
+// `flat` is the caller's buffer of `floats` floats (at least the
+// gradients'; the rest is padding, zero, for a reduce-scatter's equal
+// blocks), kept from step to step (allocated here when it has the wrong
+// size or memory): no allocation, page faults or zeroing per step.
+// Gradients that are views of `flat` in order (bind_bucket_views) are
+// reduced where they are: returns true then.
+bool pack_flat(Backend& be, bool device, const std::vector<Tensor*>& grads, int64_t floats, Tensor& flat) {
   if (flat.numel() != floats || (flat.device() != Device::host) != device)
     flat = device ? be.allocate({floats}) : Tensor::zeros({floats});
   bool in_place = true;
@@ -437,7 +437,10 @@ void Executor::bind_bucket_views() {
     for (const plan::ShardKey& key : buckets[b].shards)
       for (const Param& p : params_.at(key).set.params) n += p.grad.numel();
     Tensor& flat = bucket_buffers_[static_cast<int>(b)];
-    flat = Tensor::zeros({n});
+    if (n != buckets[b].values)   // the lowering and the executor lay the bucket out alike
+      throw std::logic_error("bucket " + std::to_string(b) + " holds " + std::to_string(n) +
+                             " values here, the lowering counts " + std::to_string(buckets[b].values));
+    flat = Tensor::zeros({bucket_floats(static_cast<int>(b))});
     int64_t off = 0;
     for (const plan::ShardKey& key : buckets[b].shards)
       for (Param& p : params_.at(key).set.params) {
@@ -490,6 +493,8 @@ void Executor::allocate_moments() {
 Executor::~Executor() = default;
 
 const plan::Lowered& Executor::lowered() const { return sched_->lowered; }
+
+int64_t Executor::bucket_floats(int bucket) const { return sched_->lowered.flat_values(bucket); }
 
 // ---------------------------------------------------------------------------
 // The training step.
@@ -878,9 +883,16 @@ void Executor::start_bucket(int bucket) {
     for (Param& p : params_.at(key).set.params) started.grads.push_back(&p.grad);
   Tensor& flat = bucket_buffers_[bucket];
   started.device = on_device(backend_, comm);
-  started.in_place = pack_flat(backend_, started.device, started.grads, flat);
-  started.request = started.device ? comm.start_all_reduce_sum_device(flat.data(), flat.numel())
-                                   : comm.start_all_reduce_sum({flat.data(), static_cast<size_t>(flat.numel())});
+  started.in_place = pack_flat(backend_, started.device, started.grads, bucket_floats(bucket), flat);
+  // Sharded optimizer state (ZeRO-1): each member needs the sum of its own
+  // chunk alone (the buffer is padded to equal chunks).
+  const bool scatter = sched_->lowered.sharded_state;
+  const std::span<float> host{flat.data(), static_cast<size_t>(flat.numel())};
+  if (started.device)
+    started.request = scatter ? comm.start_reduce_scatter_sum_device(flat.data(), flat.numel())
+                              : comm.start_all_reduce_sum_device(flat.data(), flat.numel());
+  else
+    started.request = scatter ? comm.start_reduce_scatter_sum(host) : comm.start_all_reduce_sum(host);
   counters_.sync_ms += ms_since(t0);
 }
 
@@ -1249,7 +1261,42 @@ std::map<std::string, Tensor> Executor::gather_params() {
   return out;
 }
 
+void Executor::gather_summed_grads() {
+  const plan::Lowered& l = sched_->lowered;
+  for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
+    const plan::Bucket& bucket = l.buckets[b];
+    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
+    const auto members = static_cast<int64_t>(bucket.devices.size());
+    const int64_t chunk = l.flat_values(static_cast<int>(b)) / members;
+    const plan::ValueRange mine = l.owned(static_cast<int>(b), rank_);
+    // This rank's summed chunk, from its gradients (padding stays 0).
+    Tensor send = Tensor::zeros({chunk}), all = Tensor::zeros({chunk * members});
+    int64_t off = 0;   // the tensor's first value in the bucket's flat layout
+    for (const plan::ShardKey& key : bucket.shards)
+      for (const Param& p : params_.at(key).set.params) {
+        const int64_t begin = std::clamp<int64_t>(mine.begin - off, 0, p.grad.numel());
+        const int64_t end = std::clamp<int64_t>(mine.end - off, 0, p.grad.numel());
+        if (end > begin) {
+          const Tensor h = to_host(backend_, flat_view(p.grad, begin, end - begin));
+          std::copy(h.data(), h.data() + h.numel(), send.data() + (off + begin - mine.begin));
+        }
+        off += p.grad.numel();
+      }
+    bucket_comm_.at(b)->all_gather({send.data(), static_cast<size_t>(chunk)},
+                                   {all.data(), static_cast<size_t>(all.numel())});
+    off = 0;
+    for (const plan::ShardKey& key : bucket.shards)
+      for (Param& p : params_.at(key).set.params) {
+        backend_.copy(flat_view(all, off, p.grad.numel()), p.grad);
+        off += p.grad.numel();
+      }
+  }
+}
+
 std::map<std::string, Tensor> Executor::gather_grads() {
+  // After a reduce-scatter (sharded state) each holder has the sum of its
+  // own chunk alone: every holder gathers the whole sum first.
+  gather_summed_grads();
   std::map<std::string, Tensor> out;
   for (const auto& [key, devs] : sched_->lowered.shard_devices) {
     const auto& [param, t] = key;

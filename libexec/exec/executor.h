@@ -249,6 +249,12 @@ class Executor {
   void progress_buckets();
   void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
   void gather_bucket(int bucket);    // allgather: the bucket's stepped values from every member
+  int64_t bucket_floats(int bucket) const;   // its flat buffer's floats (Lowered::flat_values)
+  // With sharded state: every bucket's summed gradients gathered from the
+  // chunks its members hold (after a reduce-scatter each holds only its
+  // own) into every gradient, for gather_grads. Collective over each
+  // bucket's group, buckets in the lowering's order.
+  void gather_summed_grads();
   // Allocates every shard's AdamW moments: whole, or with sharded state
   // (ZeRO-1) for the values of its tensors in this rank's chunk of its
   // bucket alone (ParamState::own).

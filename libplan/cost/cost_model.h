@@ -46,6 +46,12 @@ class CostModel {
   // + (p-1) * latency, slowest link deciding, plus allreduce_ms's software
   // overhead; 0 for p <= 1. ZeRO-1 gathers a bucket's stepped values so.
   virtual double allgather_ms(double bytes, const std::vector<int>& devices) const = 0;
+  // Time of a ring reduce-scatter of `bytes` in all (every member's block)
+  // over `devices`, ms: a ring reduce-scatter moves what a ring all-gather
+  // moves (allgather_ms). ZeRO-1 sums a bucket's gradients so.
+  virtual double reduce_scatter_ms(double bytes, const std::vector<int>& devices) const {
+    return allgather_ms(bytes, devices);
+  }
   // The runtime's software cost around messages and all-reduces
   // (rules/links.h); all zero unless the profile carries figures.
   virtual CommOverhead overhead() const { return {}; }

@@ -888,7 +888,7 @@ ProgramBytes Lowered::bytes(int device) const {
   }
   for (size_t k = 0; k < buckets.size(); ++k)
     if (std::binary_search(buckets[k].devices.begin(), buckets[k].devices.end(), device)) {
-      b.reduced += buckets[k].bytes;
+      b.reduced += sharded_state ? gather_bytes(static_cast<int>(k)) : buckets[k].bytes;
       b.gathered += gather_bytes(static_cast<int>(k));
     }
   return b;
@@ -901,12 +901,14 @@ ValueRange Lowered::owned(int bucket, int device) const {
   return owned_values(b.values, static_cast<int>(b.devices.size()), static_cast<int>(at - b.devices.begin()));
 }
 
-int64_t Lowered::gather_bytes(int bucket) const {
-  if (!sharded_state) return 0;
+int64_t Lowered::flat_values(int bucket) const {
   const Bucket& b = buckets[static_cast<size_t>(bucket)];
+  if (!sharded_state) return b.values;
   const auto members = static_cast<int64_t>(b.devices.size());
-  return members * owned_chunk(b.values, static_cast<int>(members)) * kWireBytesPerValue;
+  return members * owned_chunk(b.values, static_cast<int>(members));
 }
+
+int64_t Lowered::gather_bytes(int bucket) const { return sharded_state ? flat_values(bucket) * kWireBytesPerValue : 0; }
 
 Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
   LowerContext ctx;
@@ -1086,7 +1088,8 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         const Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
         j["group"] = b.devices;
         j["shards"] = shard_names(b);
-        j["bytes"] = b.bytes;
+        j["bytes"] = l.sharded_state ? l.gather_bytes(in.bucket) : b.bytes;
+        if (l.sharded_state) j["reduce_scatter"] = true;   // each member gets the sum of its chunk alone
         break;
       }
       case InstrKind::wait_sends: break;

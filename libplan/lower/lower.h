@@ -177,7 +177,8 @@ struct Program {
 struct ProgramBytes {
   int64_t sent = 0;       // transfers to other devices
   int64_t received = 0;   // transfers from other devices
-  int64_t reduced = 0;    // gradient all-reduce payload (each bucket's bytes once)
+  int64_t reduced = 0;    // gradient all-reduce payload (each bucket's bytes once; with sharded state its
+                          // reduce-scatter's, Lowered::gather_bytes)
   int64_t gathered = 0;   // ZeRO-1 all-gather payload (each bucket's Lowered::gather_bytes once)
   bool operator==(const ProgramBytes&) const = default;
 };
@@ -249,8 +250,12 @@ struct Lowered {
   // `device` (one of its members) steps (owned_values at its place in the
   // bucket's devices); else all of them.
   ValueRange owned(int bucket, int device) const;
-  // With sharded_state: the bytes bucket `bucket`'s all-gather leaves on
-  // each member (members x owned_chunk values, x kWireBytesPerValue); else 0.
+  // The floats of bucket `bucket`'s flat buffer: its values, padded with
+  // sharded_state to members x owned_chunk (equal chunks, for its
+  // reduce-scatter and all-gather).
+  int64_t flat_values(int bucket) const;
+  // With sharded_state: the bytes bucket `bucket`'s reduce-scatter and
+  // all-gather each move, flat_values x kWireBytesPerValue; else 0.
   int64_t gather_bytes(int bucket) const;
 };
 

@@ -1063,8 +1063,10 @@ int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>
     replicas.clear();
     for (int i = 0; i < n; ++i)
       if (layout.tp_rank_of(i) == 0) replicas.push_back(i);
-    const double ms = length * curve.time_ms(n) + cost.allreduce_ms(grad_bytes, replicas) +
-                      (gather ? cost.allgather_ms(grad_bytes, replicas) : 0.0);
+    // Sharded (ZeRO-1): a reduce-scatter and an all-gather of the values.
+    const double ms = length * curve.time_ms(n) + (gather ? cost.reduce_scatter_ms(grad_bytes, replicas) +
+                                                                cost.allgather_ms(grad_bytes, replicas)
+                                                          : cost.allreduce_ms(grad_bytes, replicas));
     if (ms < best_ms * (1 - 1e-9)) {
       best_ms = ms;
       best = n;

@@ -147,8 +147,8 @@ inline double width_gap(const Plan& plan, double compute_gap, double width_optim
 // them, TP rank 0's of a block from an island's start), ties to
 // the smaller: the most devices a MetaOp of `length` operators is worth
 // once its gradients must be summed. With `gather` (the optimizer state
-// sharded, ZeRO-1) the values' all-gather over the same replicas counts
-// too. PlanRequest::comm_aware_candidates.
+// sharded, ZeRO-1) a reduce-scatter and the values' all-gather over the
+// same replicas instead. PlanRequest::comm_aware_candidates.
 int comm_aware_cap(int length, const ScalingCurve& curve, const std::vector<int>& valid, int tensor_parallel,
                    double grad_bytes, const CostModel& cost, bool gather = false);
 

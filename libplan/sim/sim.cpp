@@ -45,11 +45,14 @@ struct InstrTimes {
 };
 
 // How long bucket `b`'s all-reduce takes once its whole group is there, as
-// the simulation and its lower bound price it.
-double bucket_ms(const Bucket& b, const CostModel& cost, const SimOptions& options) {
-  return options.price_communication && b.devices.size() >= 2
-             ? cost.allreduce_ms(static_cast<double>(b.bytes), b.devices)
-             : 0.0;
+// the simulation and its lower bound price it: with sharded optimizer
+// state (ZeRO-1) a reduce-scatter of its padded buffer
+// (CostModel::reduce_scatter_ms of Lowered::gather_bytes).
+double bucket_ms(const Lowered& l, size_t b, const CostModel& cost, const SimOptions& options) {
+  const Bucket& k = l.buckets[b];
+  if (!options.price_communication || k.devices.size() < 2) return 0.0;
+  return l.sharded_state ? cost.reduce_scatter_ms(static_cast<double>(l.gather_bytes(static_cast<int>(b))), k.devices)
+                         : cost.allreduce_ms(static_cast<double>(k.bytes), k.devices);
 }
 
 // How long bucket `b`'s all-gather (ZeRO-1: Lowered::sharded_state) takes
@@ -669,7 +672,7 @@ void Simulator::index_programs() {
   s_.first.assign(devices + 1, 0);
   for (size_t d = 0; d < devices; ++d) s_.first[d + 1] = s_.first[d] + l_.programs[d].instrs.size();
   s_.reduce_ms.clear();
-  for (const Bucket& b : l_.buckets) s_.reduce_ms.push_back(bucket_ms(b, cost_, options_));
+  for (size_t b = 0; b < l_.buckets.size(); ++b) s_.reduce_ms.push_back(bucket_ms(l_, b, cost_, options_));
   for (size_t b = 0; b < l_.buckets.size(); ++b) s_.reduce_ms.push_back(gather_ms(l_, b, cost_, options_));
 }
 
@@ -1333,9 +1336,10 @@ void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& 
   box.track = SimTrack::communication;
   box.cat = gather ? "allgather" : "allreduce";
   box.bucket = in.bucket;
-  box.sent_bytes = gather ? l_.gather_bytes(in.bucket) : b.bytes;
-  box.name = (gather ? "all-gather bucket " : "all-reduce bucket ") + std::to_string(in.bucket) + " (" +
-             std::to_string(b.devices.size()) + " devices)";
+  // With sharded state a bucket's sum is a reduce-scatter of its padded buffer.
+  box.sent_bytes = gather || l_.sharded_state ? l_.gather_bytes(in.bucket) : b.bytes;
+  box.name = (gather ? "all-gather bucket " : l_.sharded_state ? "reduce-scatter bucket " : "all-reduce bucket ") +
+             std::to_string(in.bucket) + " (" + std::to_string(b.devices.size()) + " devices)";
 }
 
 }  // namespace
@@ -1381,9 +1385,9 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
         compute[static_cast<size_t>(d)] += slice_ms[s];
         forward[static_cast<size_t>(d)] += slice_ms[s] * forward_share_of(options, s);
       }
-  for (const Bucket& b : lowered.buckets) {
-    const double ms = bucket_ms(b, cost, options);
-    for (int d : b.devices) sync[static_cast<size_t>(d)] += ms;
+  for (size_t k = 0; k < lowered.buckets.size(); ++k) {
+    const double ms = bucket_ms(lowered, k, cost, options);
+    for (int d : lowered.buckets[k].devices) sync[static_cast<size_t>(d)] += ms;
   }
   // With sharded optimizer state, every bucket's all-gather as well (after
   // its all-reduce and optimizer step; gather_ms is 0 without).

@@ -754,68 +754,71 @@ Programs zero_one(bool sharded, bool overlap) {
 }
 }  // namespace
 
-TEST_CASE("sharded optimizer state: each bucket's all-gather after its step, priced as a ring all-gather", "[sim]") {
+TEST_CASE("sharded optimizer state: each bucket reduce-scattered, then all-gathered after its step, priced as rings", "[sim]") {
   // 1 GB/s and 10 us latency inside the island; optimizer at 7 GB/s (28
   // bytes per value: 100,000 values 0.4 ms). Three devices:
-  //   all-reduce of 1.2e6 bytes: 2 (p-1)/p x 1.2e6 B / 1 GB/s + 2 (p-1) x 10 us = 1.6 + 0.04 = 1.64 ms
-  //   all-gather of 1.2e6 bytes: (p-1)/p x 1.2e6 B / 1 GB/s + (p-1) x 10 us = 0.8 + 0.02 = 0.82 ms
+  //   all-reduce of 1.2e6 bytes (replicated): 2 (p-1)/p x 1.2e6 B / 1 GB/s + 2 (p-1) x 10 us = 1.6 + 0.04 = 1.64 ms
+  //   reduce-scatter (sharded) and all-gather of 1.2e6 bytes each: (p-1)/p x 1.2e6 B / 1 GB/s + (p-1) x 10 us
+  //   = 0.8 + 0.02 = 0.82 ms
   const sp::Cluster cluster = hand_cluster(1, 3, 10);
   const Programs sharded = zero_one(true, false);
   REQUIRE(sharded.l.gather_bytes(0) == 1'200'000);
   const sp::TableCostModel cost(cluster);
   CHECK(cost.allgather_ms(1.2e6, {0, 1, 2}) == Approx(0.82));
+  CHECK(cost.reduce_scatter_ms(1.2e6, {0, 1, 2}) == Approx(0.82));
   {
-    // Blocking: backward ends at 3, the all-reduce runs 3-4.64; devices 0
-    // and 1 step their chunks 4.64-5.04, device 2 its chunk and its own
-    // 150,000 values 4.64-5.64; the all-gather waits for device 2 and runs
-    // 5.64-6.46 (devices 0 and 1 wait 5.04-5.64).
+    // Blocking: backward ends at 3, the reduce-scatter runs 3-3.82; devices
+    // 0 and 1 step their chunks 3.82-4.22, device 2 its chunk and its own
+    // 150,000 values 3.82-4.82; the all-gather waits for device 2 and runs
+    // 4.82-5.64 (devices 0 and 1 wait 4.22-4.82).
     sp::SimOptions traced;
     traced.critical_path = true;
     const sp::Simulation sim = sharded.run(cluster, traced, {}, 7.0);
-    CHECK(sim.iteration_ms == Approx(6.46));
+    CHECK(sim.iteration_ms == Approx(5.64));
     for (const sp::SimDevice& d : sim.devices) {
-      CHECK(d.finish_ms == Approx(6.46));
-      CHECK(d.sync_ms == Approx(1.64 + 0.82));
+      CHECK(d.finish_ms == Approx(5.64));
+      CHECK(d.sync_ms == Approx(0.82 + 0.82));
     }
     CHECK(sim.devices[0].wait_ms == Approx(0.6));
     CHECK(sim.devices[2].wait_ms == Approx(0.0).margin(1e-12));
     const sp::SimBox& g = box(sim, 0, 4, "allgather");
-    CHECK(g.start_ms == Approx(5.64));
+    CHECK(g.start_ms == Approx(4.82));
     CHECK(g.dur_ms == Approx(0.82));
     CHECK(g.track == sp::SimTrack::communication);
     CHECK(g.bucket == 0);
     CHECK(g.sent_bytes == 1'200'000);
     CHECK(g.name == "all-gather bucket 0 (3 devices)");
-    CHECK(box(sim, 0, 4, "wait").start_ms == Approx(5.04));
+    CHECK(box(sim, 0, 4, "wait").start_ms == Approx(4.22));
     CHECK(box(sim, 0, 4, "wait").dur_ms == Approx(0.6));
     CHECK(box(sim, 0, 4, "wait").name == "wait for all-gather of bucket 0");
     CHECK(box(sim, 0, 2, "allreduce").sent_bytes == 1'200'000);
+    CHECK(box(sim, 0, 2, "allreduce").dur_ms == Approx(0.82));
     // The path, back from device 0's all-gather (it waited for it): the
-    // all-gather (0.82) <- device 2's step (1.0) <- the all-reduce (1.64)
-    // <- the backward and forward before (3).
+    // all-gather (0.82) <- device 2's step (1.0) <- the reduce-scatter
+    // (0.82) <- the backward and forward before (3).
     CHECK(sim.critical.device == 0);
     CHECK(sim.critical.compute_ms == Approx(4.0));
-    CHECK(sim.critical.sync_ms == Approx(2.46));
+    CHECK(sim.critical.sync_ms == Approx(1.64));
     CHECK(sim.critical.transfer_ms == 0);
     CHECK(g.critical);
     CHECK_FALSE(box(sim, 1, 4, "allgather").critical);
     CHECK(box(sim, 2, 3, "optimizer").critical);
     CHECK_FALSE(box(sim, 0, 3, "optimizer").critical);
-    // The bounds: device 0's compute (3) and collectives (1.64 + 0.82) one
-    // after another; from the programs, device 2's 3 + 1.64 + 1.0 + 0.82:
+    // The bounds: device 0's compute (3) and collectives (0.82 + 0.82) one
+    // after another; from the programs, device 2's 3 + 0.82 + 1.0 + 0.82:
     // exact. A bounded run stops just below the makespan, not at it.
     sp::SimOptions blocking;
     blocking.sync = sp::GradSync{};
     blocking.sync->overlap = false;
     sp::TableCostModel priced(cluster);
     priced.set_optimizer_rate(7.0);
-    CHECK(sp::device_lower_bound_ms(sharded.l, sharded.slice_ms, priced, blocking) == Approx(5.46));
-    CHECK(sp::program_lower_bound_ms(sharded.l, sharded.slice_ms, priced, blocking) == Approx(6.46));
+    CHECK(sp::device_lower_bound_ms(sharded.l, sharded.slice_ms, priced, blocking) == Approx(4.64));
+    CHECK(sp::program_lower_bound_ms(sharded.l, sharded.slice_ms, priced, blocking) == Approx(5.64));
     sp::SimOptions bounded = blocking;
     bounded.timeline = false;
-    bounded.stop_after_ms = 6.46 * (1 + 1e-9);
-    CHECK(sharded.run(cluster, bounded, {}, 7.0).iteration_ms == Approx(6.46));
-    bounded.stop_after_ms = 6.45;
+    bounded.stop_after_ms = 5.64 * (1 + 1e-9);
+    CHECK(sharded.run(cluster, bounded, {}, 7.0).iteration_ms == Approx(5.64));
+    bounded.stop_after_ms = 5.63;
     CHECK(std::isinf(sharded.run(cluster, bounded, {}, 7.0).iteration_ms));
     // Replicated: no all-gather, every device steps all 300,000 values
     // (1.2 ms; device 2 with its own 1.8): 4.64 + 1.8 = 6.44.
@@ -823,8 +826,9 @@ TEST_CASE("sharded optimizer state: each bucket's all-gather after its step, pri
     CHECK(rep.iteration_ms == Approx(6.44));
     CHECK(std::none_of(rep.boxes.begin(), rep.boxes.end(), [](const sp::SimBox& b) { return b.cat == "allgather"; }));
     CHECK(rep.devices[0].sync_ms == Approx(1.64));
-    // Steps unpriced: 3 + 1.64 + 0.82 sharded, 3 + 1.64 replicated.
-    CHECK(sharded.run(cluster).iteration_ms == Approx(5.46));
+    // Steps unpriced: 3 + 0.82 + 0.82 sharded, 3 + 1.64 replicated: the
+    // same bytes on the wire.
+    CHECK(sharded.run(cluster).iteration_ms == Approx(4.64));
     CHECK(zero_one(false, false).run(cluster).iteration_ms == Approx(4.64));
     // Communication unpriced: compute alone (3 + 1.0 on device 2), the
     // group still synchronised at the all-gather (devices 0 and 1 end with
@@ -837,36 +841,36 @@ TEST_CASE("sharded optimizer state: each bucket's all-gather after its step, pri
     // A replay times compute alone: an all-gather with a replay time is an error.
     sp::SimOptions replay;
     replay.replay_ms.assign(3, std::vector<double>(5, -1.0));
-    replay.replay_ms[2][3] = 2.0;   // device 2's step: 3 + 1.64 + 2 + 0.82
-    CHECK(sharded.run(cluster, replay, {}, 7.0).iteration_ms == Approx(7.46));
+    replay.replay_ms[2][3] = 2.0;   // device 2's step: 3 + 0.82 + 2 + 0.82
+    CHECK(sharded.run(cluster, replay, {}, 7.0).iteration_ms == Approx(6.64));
     replay.replay_ms[0][4] = 1.0;
     CHECK_FALSE(sp::simulate(sharded.l, sharded.slice_ms, priced, 3, replay).ok());
   }
   {
-    // Overlapped: the all-reduce 3-4.64, each device steps its chunk
-    // 4.64-5.04, the all-gather runs 5.04-5.86; then device 2 steps its own
-    // 150,000 values 5.86-6.46.
+    // Overlapped: the reduce-scatter 3-3.82, each device steps its chunk
+    // 3.82-4.22, the all-gather runs 4.22-5.04; then device 2 steps its own
+    // 150,000 values 5.04-5.64.
     const Programs over = zero_one(true, true);
     const sp::Simulation sim = over.run(cluster, {}, {}, 7.0);
-    CHECK(sim.iteration_ms == Approx(6.46));
-    CHECK(sim.devices[0].finish_ms == Approx(5.86));
-    CHECK(box(sim, 1, 5, "allgather").start_ms == Approx(5.04));
+    CHECK(sim.iteration_ms == Approx(5.64));
+    CHECK(sim.devices[0].finish_ms == Approx(5.04));
+    CHECK(box(sim, 1, 5, "allgather").start_ms == Approx(4.22));
     CHECK(box(sim, 1, 5, "allgather").dur_ms == Approx(0.82));
-    CHECK(sim.devices[0].sync_ms == Approx(1.64 + 0.82));
+    CHECK(sim.devices[0].sync_ms == Approx(0.82 + 0.82));
     CHECK(sim.devices[0].hidden_sync_ms == Approx(0.0).margin(1e-12));
-    // From the programs: exact (device 2: 3 + 1.64 + 0.4 + 0.82 + 0.6).
+    // From the programs: exact (device 2: 3 + 0.82 + 0.4 + 0.82 + 0.6).
     sp::TableCostModel priced(cluster);
     priced.set_optimizer_rate(7.0);
-    CHECK(sp::program_lower_bound_ms(over.l, over.slice_ms, priced) == Approx(6.46));
+    CHECK(sp::program_lower_bound_ms(over.l, over.slice_ms, priced) == Approx(5.64));
     // Replicated: 4.64 + 1.2 (+ 0.6 on device 2).
     CHECK(zero_one(false, true).run(cluster, {}, {}, 7.0).iteration_ms == Approx(6.44));
   }
   // A device runs one collective at a time, all-gathers and all-reduces
   // alike. Devices 0 and 1 run a (3 ms) and all-gather X (500,000 values:
   // 2 x 250,000 x 4 = 2e6 bytes, 1 ms at 1 GB/s), device 0 having started
-  // Y (1e6 bytes: 1 ms) with device 2 just before; device 2 runs c (3.5
-  // ms) and starts Y at 3.5. Y's group is complete at 3.5, but device 0 is
-  // in X's all-gather 3-4: Y runs 4-5.
+  // Y (250,000 values, reduce-scattered: 1e6 bytes, 0.5 ms) with device 2
+  // just before; device 2 runs c (3.5 ms) and starts Y at 3.5. Y's group is
+  // complete at 3.5, but device 0 is in X's all-gather 3-4: Y runs 4-4.5.
   {
     Programs p(3);
     p.l.sharded_state = true;
@@ -891,9 +895,10 @@ TEST_CASE("sharded optimizer state: each bucket's all-gather after its step, pri
     CHECK(box(sim, 0, 3, "allgather").dur_ms == Approx(1.0));
     CHECK(box(sim, 0, 3, "allgather").sent_bytes == 2'000'000);
     CHECK(box(sim, 0, 2, "allreduce").start_ms == Approx(4.0));
-    CHECK(box(sim, 2, 3, "wait").dur_ms == Approx(1.5));   // 3.5-5
+    CHECK(box(sim, 0, 2, "allreduce").dur_ms == Approx(0.5));
+    CHECK(box(sim, 2, 3, "wait").dur_ms == Approx(1.0));   // 3.5-4.5
     CHECK(sim.devices[1].finish_ms == Approx(4.0));
-    CHECK(sim.iteration_ms == Approx(5.0));
+    CHECK(sim.iteration_ms == Approx(4.5));
   }
 }
 
