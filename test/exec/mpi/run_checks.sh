@@ -28,9 +28,11 @@
 #       after the backward pass instead of during it, transfers in their
 #       exchanges), with --no-early-transfers (transfers in their
 #       exchanges only), with their buckets started the other way, and with
-#       their optimizer state replicated instead of sharded (ZeRO-1, the
-#       default): gradients, final parameters and every step's losses must
-#       be bitwise the same.
+#       their optimizer state sharded (ZeRO-1: buckets reduce-scattered,
+#       values all-gathered) instead of replicated (what --optimizer-state
+#       auto chooses where it fits), also with --no-overlap: gradients, final
+#       parameters and every step's losses must be bitwise the same, and the
+#       all-gathers' bytes as the lowered programs state.
 #       Under the sanitizers (SPINDLE_TEST_SANITIZED=1, set by scripts/test.sh
 #       for its build-asan pass) only plans 3 and 4seq run against the
 #       reference: the uninstrumented pass covers every variant, and each run
@@ -252,6 +254,12 @@ case "$MODE" in
         bitwise "$v" "$v-zero1" "optimizer state sharded"
         grep -q '"gathered_bytes":[1-9]' "m$v-zero1.jsonl" || die "plan $v sharded: no all-gather measured"
         "$COMPARE" --bytes "prog$v-zero1" "m$v-zero1.jsonl" || status=1
+        # Sharded with --no-overlap (blocking reduce-scatters, one step,
+        # then the all-gathers): the same again, the same bytes.
+        cp "p$v-zero1.json" "p$v-zero1-no.json"
+        train "$v-zero1-no" "$np" "$m" --no-overlap
+        bitwise "$v" "$v-zero1-no" "optimizer state sharded, --no-overlap"
+        "$COMPARE" --bytes "prog$v-zero1" "m$v-zero1-no.jsonl" || status=1
       fi
     done
     # tiny-clip's 3-device plan starts its buckets in another order when
