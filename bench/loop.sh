@@ -8,6 +8,9 @@
 #     MODEL      default tiny-clip       STEPS  default 30 (the first 5 are warm-up)
 #     STRATEGY   default spindle (spindle-plan --strategy: e.g. intra-task, for
 #                a plan that moves activations between the ranks)
+# SPINDLE_OPTIMIZER_STATE=sharded|replicated (default: spindle-plan's auto)
+# plans with that optimizer state (sharded: ZeRO-1's reduce-scatters and
+# all-gathers are measured and predicted).
 # SPINDLE_BACKEND=cuda (default cpu) measures and runs on the CUDA backend,
 # one GPU per rank (scripts/gpu-check.sh's loop-gpu step, with one rank).
 # Prints the profile summary, the plan summary and the comparison table (the
@@ -22,7 +25,7 @@ build="$(cd "${1:-$root/build}" && pwd)"; ranks="${2:-2}"; model_name="${3:-tiny
 strategy="${5:-spindle}"
 model="$root/configs/models/$model_name.yaml"
 cluster="$root/configs/clusters/cpu-1x$ranks.yaml"
-out="$build/loop/$model_name.cpu-1x$ranks${5:+.$strategy}"
+out="$build/loop/$model_name.cpu-1x$ranks${5:+.$strategy}${SPINDLE_OPTIMIZER_STATE:+.$SPINDLE_OPTIMIZER_STATE}"
 mkdir -p "$out"
 rm -f "$out/metrics.jsonl"
 mpirun=(mpirun -np "$ranks" --oversubscribe)
@@ -33,7 +36,7 @@ echo "== 1. measure: ${mpirun[*]} spindle-profile --measure"
     -o "$out/profile.json"
 echo "== 2. plan with the measured profile"
 "$build/apps/spindle-plan" "$model" --cluster "$cluster" --profile "$out/profile.json" --strategy "$strategy" \
-    -o "$out/plan.json" --trace "$out/planned-trace.json"
+    --optimizer-state "${SPINDLE_OPTIMIZER_STATE:-auto}" -o "$out/plan.json" --trace "$out/planned-trace.json"
 # Measured as users run it, without --trace (recording the boxes costs 7-13%
 # of tiny-clip's step on the 2-core VM); then again with --trace for the
 # per-box comparison.
