@@ -492,10 +492,11 @@ Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const 
   return rt;
 }
 
-// The plan's memory as this run will hold it (the optimizer state whole on
-// every replica; with NCCL each gradient bucket's flat buffer in device
-// memory too: check_memory_as_run), before anything is allocated: "" or
-// the error. The same on every rank.
+// The plan's memory as this run will hold it (the optimizer state as the
+// plan holds it; with NCCL each gradient bucket's flat buffer in device
+// memory too, and sharded the largest all-gather's buffers:
+// check_memory_as_run), before anything is allocated: "" or the error.
+// The same on every rank.
 std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) {
   const sp::Status st = sp::check_memory_as_run(*in.plan, *in.model, sp::expand(*in.model), args.plan_path,
                                                 rt.use_nccl);
