@@ -422,6 +422,23 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
   }
 }
 
+template <class Fn>
+void Executor::for_each_tensor(int bucket, Fn fn) {
+  const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
+  int64_t off = 0;
+  for (const plan::ShardKey& key : b.shards) {
+    ParamState& ps = params_.at(key);
+    for (size_t i = 0; i < ps.set.params.size(); ++i) {
+      const int64_t n = ps.set.params[i].value.numel();
+      fn(key, ps, i, off);
+      off += n;
+    }
+  }
+  if (off != b.values)
+    throw std::logic_error("bucket " + std::to_string(bucket) + " holds " + std::to_string(off) +
+                           " values here, the lowering counts " + std::to_string(b.values));
+}
+
 // In host memory (the CPU backend), the gradients of each bucket this rank
 // is in live in the bucket's flat all-reduce buffer, in the bucket's order
 // (shards in key order, each shard's tensors in order): backward adds into
@@ -433,21 +450,12 @@ void Executor::bind_bucket_views() {
   const std::vector<plan::Bucket>& buckets = sched_->lowered.buckets;
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!std::binary_search(buckets[b].devices.begin(), buckets[b].devices.end(), rank_)) continue;
-    int64_t n = 0;
-    for (const plan::ShardKey& key : buckets[b].shards)
-      for (const Param& p : params_.at(key).set.params) n += p.grad.numel();
     Tensor& flat = bucket_buffers_[static_cast<int>(b)];
-    if (n != buckets[b].values)   // the lowering and the executor lay the bucket out alike
-      throw std::logic_error("bucket " + std::to_string(b) + " holds " + std::to_string(n) +
-                             " values here, the lowering counts " + std::to_string(buckets[b].values));
-    flat = Tensor::zeros({bucket_floats(static_cast<int>(b))});
-    int64_t off = 0;
-    for (const plan::ShardKey& key : buckets[b].shards)
-      for (Param& p : params_.at(key).set.params) {
-        const int64_t numel = p.grad.numel();
-        p.grad = row_view(flat, off, numel).reshaped(p.value.shape());
-        off += numel;
-      }
+    flat = Tensor::zeros({sched_->lowered.flat_values(static_cast<int>(b))});
+    for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
+      Param& p = ps.set.params[i];
+      p.grad = row_view(flat, off, p.grad.numel()).reshaped(p.value.shape());
+    });
   }
 }
 
@@ -466,19 +474,11 @@ void Executor::allocate_moments() {
     const plan::Bucket& bucket = l.buckets[b];
     if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
     const plan::ValueRange chunk = l.owned(static_cast<int>(b), rank_);
-    int64_t off = 0;   // the tensor's first value in the bucket's flat layout
-    for (const plan::ShardKey& key : bucket.shards) {
-      ParamState& ps = params_.at(key);
-      for (size_t i = 0; i < ps.set.params.size(); ++i) {
-        const int64_t n = ps.set.params[i].value.numel();
-        const int64_t begin = std::clamp<int64_t>(chunk.begin - off, 0, n);
-        ps.own[i] = {begin, std::max(begin, std::clamp<int64_t>(chunk.end - off, 0, n))};
-        off += n;
-      }
-    }
-    if (off != bucket.values)   // the lowering and the executor lay the bucket out alike
-      throw std::logic_error("bucket " + std::to_string(b) + " holds " + std::to_string(off) +
-                             " values here, the lowering counts " + std::to_string(bucket.values));
+    for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
+      const int64_t n = ps.set.params[i].value.numel();
+      const int64_t begin = std::clamp<int64_t>(chunk.begin - off, 0, n);
+      ps.own[i] = {begin, std::max(begin, std::clamp<int64_t>(chunk.end - off, 0, n))};
+    });
   }
   for (auto& [key, ps] : params_) {
     ps.m.clear();
@@ -493,8 +493,6 @@ void Executor::allocate_moments() {
 Executor::~Executor() = default;
 
 const plan::Lowered& Executor::lowered() const { return sched_->lowered; }
-
-int64_t Executor::bucket_floats(int bucket) const { return sched_->lowered.flat_values(bucket); }
 
 // ---------------------------------------------------------------------------
 // The training step.
@@ -871,19 +869,18 @@ void Executor::zero_grads() {
 // stream wait for it, not the host (nccl_comm.h).
 void Executor::start_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
-  const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
   Comm& comm = *bucket_comm_.at(static_cast<size_t>(bucket));
   StartedBucket& started = started_[bucket];
   started.comm = &comm;
   started.start = t0;
   started.grads.clear();
-  // The bucket's shards in key order, each shard's tensors in order: the
-  // same flat layout on every member of the group.
-  for (const plan::ShardKey& key : b.shards)
-    for (Param& p : params_.at(key).set.params) started.grads.push_back(&p.grad);
+  // The bucket's flat layout, the same on every member of the group.
+  for_each_tensor(bucket, [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t) {
+    started.grads.push_back(&ps.set.params[i].grad);
+  });
   Tensor& flat = bucket_buffers_[bucket];
   started.device = on_device(backend_, comm);
-  started.in_place = pack_flat(backend_, started.device, started.grads, bucket_floats(bucket), flat);
+  started.in_place = pack_flat(backend_, started.device, started.grads, sched_->lowered.flat_values(bucket), flat);
   // Sharded optimizer state (ZeRO-1): each member needs the sum of its own
   // chunk alone (the buffer is padded to equal chunks).
   const bool scatter = sched_->lowered.sharded_state;
@@ -956,52 +953,55 @@ void Executor::optimizer_step(int bucket) {
     record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
 }
 
-// ZeRO-1: bucket `bucket`'s values as every member stepped its own chunk
-// of them (optimizer_step), all-gathered in the bucket's flat layout over
-// its communicator (in device memory over NCCL, else staged through host
-// memory) and copied into every tensor: each member then holds the same
-// values, bitwise, as if it had stepped them all. The buffers live for the
-// call only.
-void Executor::gather_bucket(int bucket) {
-  const Clock::time_point t0 = Clock::now();
+Tensor Executor::gather_chunks(int bucket, Part part, bool device) {
   const plan::Lowered& l = sched_->lowered;
-  const plan::Bucket& b = l.buckets[static_cast<size_t>(bucket)];
-  Comm& comm = *bucket_comm_.at(static_cast<size_t>(bucket));
-  const auto members = static_cast<int64_t>(b.devices.size());
-  const int64_t chunk = plan::owned_chunk(b.values, static_cast<int>(members));
-  const bool device = on_device(backend_, comm);
+  const auto members = static_cast<int64_t>(l.buckets[static_cast<size_t>(bucket)].devices.size());
+  const int64_t chunk = l.flat_values(bucket) / members;
   auto buffer = [&](int64_t n) { return device ? backend_.allocate({n}) : Tensor::zeros({n}); };
   Tensor send = buffer(chunk), all = buffer(chunk * members);
   int64_t at = 0;   // this rank's chunk: the owned values of each tensor, in layout order
-  for (const plan::ShardKey& key : b.shards) {
-    ParamState& ps = params_.at(key);
-    for (size_t i = 0; i < ps.set.params.size(); ++i) {
-      const plan::ValueRange r = ps.own[i];
-      if (r.size() == 0) continue;
-      Tensor dst = flat_view(send, at, r.size());
-      backend_.copy(flat_view(ps.set.params[i].value, r.begin, r.size()), dst);
-      at += r.size();
-    }
-  }
+  for_each_tensor(bucket, [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t) {
+    const plan::ValueRange r = ps.own[i];
+    if (r.size() == 0) return;
+    Param& p = ps.set.params[i];
+    const Tensor mine = part == Part::value ? flat_view(p.value, r.begin, r.size())
+                        : part == Part::grad ? flat_view(p.grad, r.begin, r.size())
+                        : part == Part::m    ? ps.m[i]
+                                             : ps.v[i];
+    Tensor dst = flat_view(send, at, r.size());
+    backend_.copy(mine, dst);
+    at += r.size();
+  });
   if (at != l.owned(bucket, rank_).size())
     throw std::logic_error("all-gather of bucket " + std::to_string(bucket) + ": this rank owns " + std::to_string(at) +
                            " values, the lowering says " + std::to_string(l.owned(bucket, rank_).size()));
+  Comm& comm = *bucket_comm_.at(static_cast<size_t>(bucket));
   if (device) {
     comm.all_gather_device(send.data(), all.data(), chunk);
   } else {
     backend_.synchronize();   // the copies into `send` are done
     comm.all_gather({send.data(), static_cast<size_t>(send.numel())}, {all.data(), static_cast<size_t>(all.numel())});
   }
-  int64_t off = 0;
-  for (const plan::ShardKey& key : b.shards)
-    for (Param& p : params_.at(key).set.params) {
-      backend_.copy(flat_view(all, off, p.value.numel()), p.value);
-      off += p.value.numel();
-    }
+  return all;
+}
+
+// ZeRO-1: bucket `bucket`'s values as every member stepped its own chunk
+// of them (optimizer_step), all-gathered and copied into every tensor:
+// each member then holds the same values, bitwise, as if it had stepped
+// them all. The buffers live for the call only.
+void Executor::gather_bucket(int bucket) {
+  const Clock::time_point t0 = Clock::now();
+  const Tensor all =
+      gather_chunks(bucket, Part::value, on_device(backend_, *bucket_comm_.at(static_cast<size_t>(bucket))));
+  for_each_tensor(bucket, [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
+    Param& p = ps.set.params[i];
+    backend_.copy(flat_view(all, off, p.value.numel()), p.value);
+  });
   counters_.gathered_bytes += all.numel() * kBytesPerFloat;
   counters_.sync_ms += ms_since(t0);
   if (tracing())
-    record("parameter all-gather", "sync", 1, t0, {{"floats", all.numel()}, {"group", b.devices}});
+    record("parameter all-gather", "sync", 1, t0,
+           {{"floats", all.numel()}, {"group", sched_->lowered.buckets[static_cast<size_t>(bucket)].devices}});
 }
 
 // ---------------------------------------------------------------------------
@@ -1146,29 +1146,13 @@ std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_mome
   for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
     const plan::Bucket& bucket = l.buckets[b];
     if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
-    const auto members = static_cast<int64_t>(bucket.devices.size());
-    const int64_t chunk = plan::owned_chunk(bucket.values, static_cast<int>(members));
-    for (const bool first : {true, false}) {   // m, then v
-      Tensor send = Tensor::zeros({chunk}), all = Tensor::zeros({chunk * members});
-      int64_t at = 0;
-      for (const plan::ShardKey& key : bucket.shards) {
-        const ParamState& ps = params_.at(key);
-        for (size_t i = 0; i < ps.set.params.size(); ++i) {
-          if (ps.own[i].size() == 0) continue;
-          const Tensor h = to_host(backend_, first ? ps.m[i] : ps.v[i]);
-          std::copy(h.data(), h.data() + h.numel(), send.data() + at);
-          at += h.numel();
-        }
-      }
-      bucket_comm_.at(b)->all_gather({send.data(), static_cast<size_t>(chunk)},
-                                     {all.data(), static_cast<size_t>(all.numel())});
-      int64_t off = 0;
-      for (const plan::ShardKey& key : bucket.shards)
-        for (const Param& p : params_.at(key).set.params) {
-          out[key].push_back(Tensor::from(p.value.shape(), std::vector<float>(all.data() + off,
-                                                                              all.data() + off + p.value.numel())));
-          off += p.value.numel();
-        }
+    for (const Part part : {Part::m, Part::v}) {   // each tensor's m, then each tensor's v
+      const Tensor all = gather_chunks(static_cast<int>(b), part, false);
+      for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey& key, ParamState& ps, size_t i, int64_t off) {
+        const Param& p = ps.set.params[i];
+        out[key].push_back(
+            Tensor::from(p.value.shape(), std::vector<float>(all.data() + off, all.data() + off + p.value.numel())));
+      });
     }
   }
   return out;
@@ -1266,30 +1250,11 @@ void Executor::gather_summed_grads() {
   for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
     const plan::Bucket& bucket = l.buckets[b];
     if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
-    const auto members = static_cast<int64_t>(bucket.devices.size());
-    const int64_t chunk = l.flat_values(static_cast<int>(b)) / members;
-    const plan::ValueRange mine = l.owned(static_cast<int>(b), rank_);
-    // This rank's summed chunk, from its gradients (padding stays 0).
-    Tensor send = Tensor::zeros({chunk}), all = Tensor::zeros({chunk * members});
-    int64_t off = 0;   // the tensor's first value in the bucket's flat layout
-    for (const plan::ShardKey& key : bucket.shards)
-      for (const Param& p : params_.at(key).set.params) {
-        const int64_t begin = std::clamp<int64_t>(mine.begin - off, 0, p.grad.numel());
-        const int64_t end = std::clamp<int64_t>(mine.end - off, 0, p.grad.numel());
-        if (end > begin) {
-          const Tensor h = to_host(backend_, flat_view(p.grad, begin, end - begin));
-          std::copy(h.data(), h.data() + h.numel(), send.data() + (off + begin - mine.begin));
-        }
-        off += p.grad.numel();
-      }
-    bucket_comm_.at(b)->all_gather({send.data(), static_cast<size_t>(chunk)},
-                                   {all.data(), static_cast<size_t>(all.numel())});
-    off = 0;
-    for (const plan::ShardKey& key : bucket.shards)
-      for (Param& p : params_.at(key).set.params) {
-        backend_.copy(flat_view(all, off, p.grad.numel()), p.grad);
-        off += p.grad.numel();
-      }
+    const Tensor all = gather_chunks(static_cast<int>(b), Part::grad, false);
+    for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
+      Param& p = ps.set.params[i];
+      backend_.copy(flat_view(all, off, p.grad.numel()), p.grad);
+    });
   }
 }
 

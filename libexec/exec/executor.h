@@ -249,7 +249,20 @@ class Executor {
   void progress_buckets();
   void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
   void gather_bucket(int bucket);    // allgather: the bucket's stepped values from every member
-  int64_t bucket_floats(int bucket) const;   // its flat buffer's floats (Lowered::flat_values)
+  // fn(key, ParamState&, i, off) for tensor i of every shard (`key`) of
+  // gradient bucket `bucket`, in its flat layout (shards in key order, each shard's tensors
+  // in order: the all-reduce's), `off` its first value there. Throws
+  // std::logic_error when the tensors do not add up to the lowering's
+  // Bucket::values (the two would lay the bucket out differently).
+  template <class Fn>
+  void for_each_tensor(int bucket, Fn fn);
+  // What gather_chunks gathers: parameter values, gradients, or a moment.
+  enum class Part { value, grad, m, v };
+  // Bucket `bucket`'s `part` as each member holds its own chunk of it
+  // (ParamState::own: ZeRO-1), all-gathered over the bucket's communicator
+  // into one buffer of Lowered::flat_values floats in the bucket's flat
+  // layout, in device memory when `device` (NCCL), else in host memory.
+  Tensor gather_chunks(int bucket, Part part, bool device);
   // With sharded state: every bucket's summed gradients gathered from the
   // chunks its members hold (after a reduce-scatter each holds only its
   // own) into every gradient, for gather_grads. Collective over each

@@ -52,8 +52,7 @@ struct CostTables {
 };
 
 // The parameters of MetaOps whose operators are the graph indices `ops`
-// (per MetaOp, in position order), as costing and memory_as_run count
-// them: sorted by name (param_groups come out sorted), each costed from
+// (per MetaOp, in position order), as costing counts them: sorted by name (param_groups come out sorted), each costed from
 // the first operator of the graph holding it (op_shard_values x
 // dtype_bytes), and per MetaOp each position's parameter index.
 struct PlanParams {

@@ -3,15 +3,12 @@
 #include "libplan/rules/devices.h"
 #include "libplan/plan/plan.h"
 #include "libplan/lower/lower.h"
-#include "libplan/planner/cost_plan.h"
 #include "libplan/util/limits.h"
 #include "libplan/util/units.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <set>
-#include <string_view>
-#include <unordered_map>
 
 namespace spindle::plan {
 
