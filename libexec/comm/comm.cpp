@@ -17,12 +17,19 @@ int Comm::start_all_reduce_sum(std::span<float> data) {
   return static_cast<int>(deferred_.size()) - 1;
 }
 
+int Comm::start_all_gather(std::span<const float> send, std::span<float> recv) {
+  all_gather(send, recv);
+  deferred_.emplace_back();   // nothing left for the wait
+  deferred_open_.push_back(1);
+  return static_cast<int>(deferred_.size()) - 1;
+}
+
 void Comm::wait_all_reduce(int request) {
   if (request < 0 || static_cast<size_t>(request) >= deferred_.size() || deferred_open_[static_cast<size_t>(request)] == 0)
     throw std::logic_error("Comm::wait_all_reduce: request " + std::to_string(request) +
                            " was not started or was waited for already");
   deferred_open_[static_cast<size_t>(request)] = 0;
-  all_reduce_sum(deferred_[static_cast<size_t>(request)]);
+  if (!deferred_[static_cast<size_t>(request)].empty()) all_reduce_sum(deferred_[static_cast<size_t>(request)]);
   if (++waited_ == deferred_.size()) {
     deferred_open_.clear();
     deferred_.clear();
@@ -61,5 +68,6 @@ void Comm::exchange_device(std::span<const DeviceTransfer>, std::span<const Devi
 }
 int Comm::start_all_reduce_sum_device(float*, int64_t) { no_device_memory("start_all_reduce_sum_device"); }
 void Comm::wait_all_reduce_device(int) { no_device_memory("wait_all_reduce_device"); }
+int Comm::start_all_gather_device(const float*, float*, int64_t) { no_device_memory("start_all_gather_device"); }
 
 }  // namespace spindle::exec

@@ -99,6 +99,14 @@ class Comm {
   // requests, with its rules. The default sums all of it
   // (start_all_reduce_sum): the same block, more bytes moved.
   virtual int start_reduce_scatter_sum(std::span<float> data) { return start_all_reduce_sum(data); }
+  // Non-blocking all-gather (ZeRO-1: a bucket's values at the start of a
+  // step, overlapping its forward pass): all_gather(send, recv) with its
+  // rules, in the one sequence of start_all_reduce_sum's requests (waited
+  // for with wait_all_reduce, in the order started on MPI and NCCL); recv
+  // holds the result once the wait returns, and both buffers stay alive
+  // and untouched until then. The default runs the blocking all_gather at
+  // once (every rank starts them in one order) and its wait does nothing.
+  virtual int start_all_gather(std::span<const float> send, std::span<float> recv);
   // A communicator over the same ranks whose collectives never match this
   // one's, for all-reduces started while this one still runs blocking
   // collectives in between (a gradient bucket's group that is also a
@@ -142,9 +150,13 @@ class Comm {
   virtual int start_reduce_scatter_sum_device(float* data, int64_t count) {
     return start_all_reduce_sum_device(data, count);
   }
+  // start_all_gather over device memory (`count` floats from each rank into
+  // recv, size() * count), waited for with wait_all_reduce_device.
+  virtual int start_all_gather_device(const float* send, float* recv, int64_t count);
 
  private:
-  // The default non-blocking all-reduce: started, not yet waited for.
+  // The default non-blocking all-reduce: started, not yet waited for (an
+  // empty span: an all-gather, done at its start).
   std::vector<std::span<float>> deferred_;   // by request
   std::vector<char> deferred_open_;          // by request: not yet waited for
   size_t waited_ = 0;

@@ -110,6 +110,17 @@ int MpiComm::start_reduce_scatter_sum(std::span<float> data) {
   return static_cast<int>(started_.size()) - 1;
 }
 
+int MpiComm::start_all_gather(std::span<const float> send, std::span<float> recv) {
+  SPINDLE_MPI_REQUIRE(recv.size() == send.size() * static_cast<size_t>(size_),
+                      "start_all_gather: recv must hold size() * send elements");
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallgather(send.data(), count_of(send.size()), MPI_FLOAT, recv.data(), count_of(send.size()),
+                           MPI_FLOAT, comm_, &request));
+  started_.push_back(request);
+  scattered_.emplace_back();
+  return static_cast<int>(started_.size()) - 1;
+}
+
 void MpiComm::wait_all_reduce(int request) {
   SPINDLE_MPI_REQUIRE(request >= 0 && static_cast<size_t>(request) == next_wait_ && next_wait_ < started_.size(),
                       "wait_all_reduce: not the next request started and not yet waited for");

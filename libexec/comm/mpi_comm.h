@@ -74,6 +74,7 @@ class MpiComm final : public Comm {
   // MPI_Ireduce_scatter_block into a block of its own, copied into this
   // rank's block of `data` at the wait.
   int start_reduce_scatter_sum(std::span<float> data) override;
+  int start_all_gather(std::span<const float> send, std::span<float> recv) override;   // MPI_Iallgather
   std::unique_ptr<Comm> duplicate() override;   // MPI_Comm_dup
   void wait_all_reduce(int request) override;
   bool progress() override;   // MPI_Testall (all-reduces), MPI_Testany (messages)

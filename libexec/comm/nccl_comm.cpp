@@ -210,6 +210,13 @@ int NcclComm::start_reduce_scatter_sum_device(float* data, int64_t count) {
   });
 }
 
+int NcclComm::start_all_gather_device(const float* send, float* recv, int64_t count) {
+  return started_.start([&] {
+    if (count > 0)
+      NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat32, comm_, streams_.comm()));
+  });
+}
+
 void NcclComm::wait_all_reduce_device(int request) { started_.wait(request); }
 
 bool NcclComm::progress() { return started_.complete(); }

@@ -122,6 +122,7 @@ class NcclComm final : public Comm {
   int start_all_reduce_sum_device(float* data, int64_t count) override;
   // ncclReduceScatter in place (this rank's block of `data` receives it).
   int start_reduce_scatter_sum_device(float* data, int64_t count) override;
+  int start_all_gather_device(const float* send, float* recv, int64_t count) override;
   void wait_all_reduce_device(int request) override;
   bool progress() override;   // every started all-reduce done? (asks the events, never waits)
   // The same ranks, another NCCL communicator (ncclCommSplit, by every rank

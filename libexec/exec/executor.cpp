@@ -550,12 +550,19 @@ StepStats Executor::step() {
       case plan::InstrKind::allreduce_wait: finish_bucket(in.bucket); break;
       case plan::InstrKind::optimizer: optimizer_step(in.bucket); break;
       case plan::InstrKind::allgather: gather_bucket(in.bucket); break;
+      case plan::InstrKind::allgather_start: start_gather(in.bucket); break;
+      case plan::InstrKind::allgather_wait: finish_gather(in.bucket); break;
     }
     instr_ms[pc] = ms_since(began);
   }
 
   if (!posted_sends_.empty() || !posted_recvs_.empty())
     throw std::logic_error("a send or receive posted early was never waited for");
+  if (!gathers_.empty()) throw std::logic_error("an all-gather started was never waited for");
+  // Overlapped ZeRO-1: the values stepped here reach the other members at
+  // the next step's start.
+  values_partial_ = std::any_of(program.begin(), program.end(),
+                                [](const plan::Instr& in) { return in.kind == plan::InstrKind::allgather_start; });
 
   // Losses: each rank holds its share of every task's full-batch loss.
   StepStats stats;
@@ -953,12 +960,11 @@ void Executor::optimizer_step(int bucket) {
     record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
 }
 
-Tensor Executor::gather_chunks(int bucket, Part part, bool device) {
+Tensor Executor::own_chunk(int bucket, Part part, bool device) {
   const plan::Lowered& l = sched_->lowered;
   const auto members = static_cast<int64_t>(l.buckets[static_cast<size_t>(bucket)].devices.size());
   const int64_t chunk = l.flat_values(bucket) / members;
-  auto buffer = [&](int64_t n) { return device ? backend_.allocate({n}) : Tensor::zeros({n}); };
-  Tensor send = buffer(chunk), all = buffer(chunk * members);
+  Tensor send = device ? backend_.allocate({chunk}) : Tensor::zeros({chunk});
   int64_t at = 0;   // this rank's chunk: the owned values of each tensor, in layout order
   for_each_tensor(bucket, [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t) {
     const plan::ValueRange r = ps.own[i];
@@ -975,11 +981,19 @@ Tensor Executor::gather_chunks(int bucket, Part part, bool device) {
   if (at != l.owned(bucket, rank_).size())
     throw std::logic_error("all-gather of bucket " + std::to_string(bucket) + ": this rank owns " + std::to_string(at) +
                            " values, the lowering says " + std::to_string(l.owned(bucket, rank_).size()));
+  if (!device) backend_.synchronize();   // the copies into `send` are done
+  return send;
+}
+
+Tensor Executor::gather_chunks(int bucket, Part part, bool device) {
+  const Tensor send = own_chunk(bucket, part, device);
+  const int64_t chunk = send.numel();
+  const int64_t all_values = sched_->lowered.flat_values(bucket);
+  Tensor all = device ? backend_.allocate({all_values}) : Tensor::zeros({all_values});
   Comm& comm = *bucket_comm_.at(static_cast<size_t>(bucket));
   if (device) {
     comm.all_gather_device(send.data(), all.data(), chunk);
   } else {
-    backend_.synchronize();   // the copies into `send` are done
     comm.all_gather({send.data(), static_cast<size_t>(send.numel())}, {all.data(), static_cast<size_t>(all.numel())});
   }
   return all;
@@ -993,15 +1007,62 @@ void Executor::gather_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
   const Tensor all =
       gather_chunks(bucket, Part::value, on_device(backend_, *bucket_comm_.at(static_cast<size_t>(bucket))));
+  set_values(bucket, all);
+  counters_.sync_ms += ms_since(t0);
+  if (tracing())
+    record("parameter all-gather", "sync", 1, t0,
+           {{"floats", all.numel()}, {"group", sched_->lowered.buckets[static_cast<size_t>(bucket)].devices}});
+}
+
+void Executor::set_values(int bucket, const Tensor& all) {
   for_each_tensor(bucket, [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
     Param& p = ps.set.params[i];
     backend_.copy(flat_view(all, off, p.value.numel()), p.value);
   });
   counters_.gathered_bytes += all.numel() * kBytesPerFloat;
+}
+
+// Overlapped ZeRO-1 (the step's first instructions): bucket `bucket`'s
+// values as every member stepped its own chunk of them in the step before
+// (optimizer_step), all-gathered while the forward pass runs; the wait,
+// before the first forward using one of them, copies them into every
+// tensor (gather_bucket's values, bitwise). The buffers live from the start
+// to the wait.
+void Executor::start_gather(int bucket) {
+  const Clock::time_point t0 = Clock::now();
+  StartedGather& g = gathers_[bucket];
+  g.comm = bucket_comm_.at(static_cast<size_t>(bucket));
+  g.start = t0;
+  g.device = on_device(backend_, *g.comm);
+  g.send = own_chunk(bucket, Part::value, g.device);
+  const int64_t all_values = sched_->lowered.flat_values(bucket);
+  g.all = g.device ? backend_.allocate({all_values}) : Tensor::zeros({all_values});
+  if (g.device)
+    g.request = g.comm->start_all_gather_device(g.send.data(), g.all.data(), g.send.numel());
+  else
+    g.request = g.comm->start_all_gather({g.send.data(), static_cast<size_t>(g.send.numel())},
+                                         {g.all.data(), static_cast<size_t>(g.all.numel())});
+  counters_.sync_ms += ms_since(t0);
+}
+
+void Executor::finish_gather(int bucket) {
+  const Clock::time_point t0 = Clock::now();
+  StartedGather& g = gathers_.at(bucket);
+  if (g.device) g.comm->wait_all_reduce_device(g.request);
+  else g.comm->wait_all_reduce(g.request);
+  set_values(bucket, g.all);
   counters_.sync_ms += ms_since(t0);
   if (tracing())
-    record("parameter all-gather", "sync", 1, t0,
-           {{"floats", all.numel()}, {"group", sched_->lowered.buckets[static_cast<size_t>(bucket)].devices}});
+    record("parameter all-gather", "sync", 1, g.start,
+           {{"floats", g.all.numel()}, {"group", sched_->lowered.buckets[static_cast<size_t>(bucket)].devices}});
+  gathers_.erase(bucket);
+}
+
+void Executor::gather_values() {
+  if (!values_partial_) return;
+  for (size_t b = 0; b < bucket_comm_.size(); ++b)
+    if (bucket_comm_[b] != nullptr) gather_bucket(static_cast<int>(b));
+  values_partial_ = false;
 }
 
 // ---------------------------------------------------------------------------
@@ -1063,6 +1124,7 @@ EvalStats Executor::evaluate(DataSource& source, int64_t batch) {
   const size_t tasks = model_.tasks.size();
   EvalStats stats{std::vector<double>(tasks), std::vector<double>(tasks), std::vector<double>(tasks),
                   std::vector<double>(tasks)};
+  gather_values();   // the forward pass below has no all-gathers
   DataSource* const training = data_;
   data_ = &source;
   data_batch_ = batch;
@@ -1161,6 +1223,7 @@ std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_mome
 TrainingState Executor::gather_state() {
   TrainingState out;
   out.step = step_;
+  gather_values();
   // With sharded state every member of a bucket first gathers its moments.
   const auto gathered = gather_moments();
   // The host moments of shard `key` (held here): its tensors' m, then v, in shard shapes.
@@ -1300,6 +1363,8 @@ std::map<std::string, Tensor> Executor::gather_grads() {
 }
 
 LoadCounts Executor::load_state(const TrainingState& state) {
+  if (values_partial_)   // tensors the state lacks would keep a partial value
+    throw std::logic_error("load_state after a step that left the values to the next step's all-gathers");
   LoadCounts counts;
   for (auto& [key, ps] : params_) {
     const int t = key.second;

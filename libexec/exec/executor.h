@@ -249,6 +249,15 @@ class Executor {
   void progress_buckets();
   void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
   void gather_bucket(int bucket);    // allgather: the bucket's stepped values from every member
+  void start_gather(int bucket);     // allgather_start: the same, started
+  void finish_gather(int bucket);    // allgather_wait: and waited for
+  // With overlap and sharded state the step ends with each rank holding
+  // only its own chunk of each bucket stepped, until the next step's
+  // gathers (values_partial_): the blocking all-gather of every bucket of
+  // this rank, buckets in the lowering's order, makes the values whole
+  // first (before an evaluation, gather_state, gather_params). Collective
+  // over each bucket's group; nothing when the values are whole.
+  void gather_values();
   // fn(key, ParamState&, i, off) for tensor i of every shard (`key`) of
   // gradient bucket `bucket`, in its flat layout (shards in key order, each shard's tensors
   // in order: the all-reduce's), `off` its first value there. Throws
@@ -258,6 +267,12 @@ class Executor {
   void for_each_tensor(int bucket, Fn fn);
   // What gather_chunks gathers: parameter values, gradients, or a moment.
   enum class Part { value, grad, m, v };
+  // This rank's chunk of bucket `bucket`'s `part` (ParamState::own), copied
+  // into a new buffer (device memory when `device`), as its all-gather
+  // sends it.
+  Tensor own_chunk(int bucket, Part part, bool device);
+  // Copies `all` (a bucket's flat buffer) into the values of its tensors.
+  void set_values(int bucket, const Tensor& all);
   // Bucket `bucket`'s `part` as each member holds its own chunk of it
   // (ParamState::own: ZeRO-1), all-gathered over the bucket's communicator
   // into one buffer of Lowered::flat_values floats in the bucket's flat
@@ -324,6 +339,17 @@ class Executor {
     Clock::time_point start;
   };
   std::map<int, StartedBucket> started_;
+  // The values' all-gathers started (allgather_start), by bucket: the
+  // request, this rank's chunk sent and the whole buffer received.
+  struct StartedGather {
+    Comm* comm = nullptr;
+    int request = -1;
+    bool device = false;
+    Tensor send, all;
+    Clock::time_point start;
+  };
+  std::map<int, StartedGather> gathers_;
+  bool values_partial_ = false;   // gather_values
   // By bucket (of the lowering; nullptr where this rank is not in it): the
   // communicator its all-reduce is started on. Comm::duplicate of the
   // group's, one per group when the plan starts buckets in order, one per

@@ -462,7 +462,7 @@ class ProgramBuilder {
   // programs.
   ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
                  BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
-                 bool& starts_matter);
+                 ParamGather gather, bool& starts_matter);
 
   Program build() &&;
 
@@ -501,6 +501,8 @@ class ProgramBuilder {
   void step_shards(int b, std::span<const int> after);
   void sync_and_step();
   void gather(int b);
+  void start_gathers();
+  void wait_gathers(size_t k);
 
   const Lowered& l_;
   const ParamIds& ids_;
@@ -541,18 +543,25 @@ class ProgramBuilder {
   std::vector<int>& reductions_;
   std::vector<int>& stepped_;        // find_ready_steps': params whose last_step_ it set
   size_t started_ = 0;               // leading buckets started
+  // With overlap and sharded state (gathers_early_): the gathers' waits,
+  // as (k, allgather_start) in program order: the wait of that start goes
+  // right before the forward of mine.slices[k] (start_gathers);
+  // next_gather_ the first not yet made.
+  const bool gathers_early_;
+  std::vector<std::pair<size_t, int>> gather_waits_;
+  size_t next_gather_ = 0;
 };
 
 ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
                                BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
-                               bool& starts_matter)
+                               ParamGather gather, bool& starts_matter)
     : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(scratch.param_bwd),
       last_step_(scratch.last_step), deps_(deps), overlap_(sync.overlap),
       early_(sync.overlap && sync.early_transfers), starts_(starts), starts_matter_(starts_matter),
       wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
       posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
       bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
-      reductions_(scratch.reductions), stepped_(scratch.stepped) {
+      reductions_(scratch.reductions), stepped_(scratch.stepped), gathers_early_(sync.overlap && l.sharded_state && gather == ParamGather::next_step) {
   runs_.clear();
   sends_after_.clear();
   posted_.clear();
@@ -567,7 +576,7 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
   // start and wait) and an optimizer step at most, the last optimizer step
   // and the wait for the sends.
   prog_.instrs.reserve((early_ ? 4 : 2) * (mine.slices.size() + static_cast<size_t>(waves)) +
-                       3 * mine.buckets.size() + 2);
+                       (l.sharded_state ? 5 : 3) * mine.buckets.size() + 2);
   prog_.transfers.reserve(early_ ? 2 * mine.transfers.size() : mine.transfers.size());
   wave_begin_.assign(static_cast<size_t>(waves) + 1, 0);
   for (int s : mine.slices) ++wave_begin_[static_cast<size_t>(slice(s).wave) + 1];
@@ -576,8 +585,10 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
 
 Program ProgramBuilder::build() && {
   find_runs();
+  if (gathers_early_) start_gathers();
   post_next_receives(-1);
   forward_pass();
+  if (gathers_early_) wait_gathers(mine_.slices.size());
   if (overlap_) find_ready_steps();
   backward_pass();
   sync_and_step();
@@ -683,10 +694,14 @@ void ProgramBuilder::forward_pass() {
     }
     for (size_t k = wave_begin_[static_cast<size_t>(w)]; k < wave_begin_[static_cast<size_t>(w) + 1]; ++k) {
       const int s = mine_.slices[k];
+      const size_t waits = next_gather_;
+      wait_gathers(k);
       Instr& in = append(InstrKind::forward);
       in.wave = w;
       in.slice = s;
       if (deps_ && ex >= 0 && !slice(s).producers.empty()) in.deps.push_back(ex);
+      if (deps_)   // the waits just made, right before it
+        for (int i = last() - static_cast<int>(next_gather_ - waits); i < last(); ++i) in.deps.push_back(i);
       const int at = last();
       if (deps_) fwd_of_[static_cast<size_t>(s)] = at;
       post_sends(s, at);
@@ -832,7 +847,7 @@ void ProgramBuilder::sync_and_step() {
       if (deps_) in.deps.push_back(reductions_[i]);
       reductions_[i] = last();
       step_shards(mine_.buckets[i], {&reductions_[i], 1});
-      gather(mine_.buckets[i]);
+      if (!gathers_early_) gather(mine_.buckets[i]);   // sharded, Plan::param_gather after_step
     }
     step_shards(-1, {});
   } else {
@@ -842,8 +857,61 @@ void ProgramBuilder::sync_and_step() {
   }
 }
 
-// With sharded optimizer state, the all-gather of bucket b's stepped
-// values, after the optimizer step just appended (the last instruction).
+// With overlap and sharded state, the program's first instructions: the
+// allgather_start of each of d's buckets, in the gather order (by the
+// bucket's first wave, then its index: one order on every device, as the
+// bucket's communicator needs), and gather_waits_, where each is waited
+// for (in the same order). last_step_ (by param id, -1 when unset) is scratch here: the first
+// forward k of d using each parameter.
+void ProgramBuilder::start_gathers() {
+  stepped_.clear();
+  for (size_t k = 0; k < mine_.slices.size(); ++k)
+    for (int o : slice(mine_.slices[k]).ops)
+      if (const int p = ids_.of_op[static_cast<size_t>(o)]; p >= 0 && last_step_[static_cast<size_t>(p)] < 0) {
+        last_step_[static_cast<size_t>(p)] = static_cast<int>(k);
+        stepped_.push_back(p);
+      }
+  std::vector<int> order(mine_.buckets.begin(), mine_.buckets.end());
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::pair{l_.buckets[static_cast<size_t>(a)].first_wave, a} <
+           std::pair{l_.buckets[static_cast<size_t>(b)].first_wave, b};
+  });
+  gather_waits_.clear();
+  for (int b : order) {
+    Instr& in = append(InstrKind::allgather_start);
+    in.bucket = b;
+    // d holds every shard of its buckets because a slice of its uses it,
+    // so some forward of d uses one; a bucket used by none (never) is
+    // waited for after the forward pass.
+    size_t first = mine_.slices.size();
+    for (int p : l_.buckets[static_cast<size_t>(b)].params)
+      if (const int k = last_step_[static_cast<size_t>(p)]; k >= 0) first = std::min(first, static_cast<size_t>(k));
+    gather_waits_.push_back({first, last()});
+  }
+  for (int p : stepped_) last_step_[static_cast<size_t>(p)] = -1;
+  // Waited for in the order started (a communicator's started collectives
+  // are, Comm::wait_all_reduce): a gather needed later than one started
+  // after it is waited for with that one.
+  for (size_t j = gather_waits_.size(); j-- > 1;)
+    gather_waits_[j - 1].first = std::min(gather_waits_[j - 1].first, gather_waits_[j].first);
+  next_gather_ = 0;
+}
+
+// The allgather_wait of every gather first needed by the forward of
+// mine.slices[k] (k = mine.slices.size(): every one left), in gather order.
+void ProgramBuilder::wait_gathers(size_t k) {
+  for (; next_gather_ < gather_waits_.size() && gather_waits_[next_gather_].first <= k; ++next_gather_) {
+    const int start = gather_waits_[next_gather_].second;
+    const int b = prog_.instrs[static_cast<size_t>(start)].bucket;
+    Instr& in = append(InstrKind::allgather_wait);
+    in.bucket = b;
+    if (deps_) in.deps.push_back(start);
+  }
+}
+
+// Without overlap, with sharded optimizer state, the blocking all-gather
+// of bucket b's stepped values, after the optimizer step (the last
+// instruction).
 void ProgramBuilder::gather(int b) {
   if (!l_.sharded_state) return;
   const int step = last();
@@ -865,6 +933,8 @@ const char* kind_name(InstrKind k) {
     case InstrKind::post_recv: return "post_recv";
     case InstrKind::wait_sends: return "wait_sends";
     case InstrKind::allgather: return "allgather";
+    case InstrKind::allgather_start: return "allgather_start";
+    case InstrKind::allgather_wait: return "allgather_wait";
   }
   return "?";
 }
@@ -1005,7 +1075,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(ProgramBuilder(out, ids, shares.of(d), static_cast<int>(plan.waves.size()),
                                           d, scratch, options.deps, sync, plan.bucket_starts,
-                                          out.bucket_starts_matter)
+                                          plan.param_gather, out.bucket_starts_matter)
                                .build());
   mark_adds(out);
   return {};
@@ -1104,8 +1174,12 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         j["values"] = in.values;
         break;
       case InstrKind::allgather:
+      case InstrKind::allgather_start:
         j["group"] = l.buckets[static_cast<size_t>(in.bucket)].devices;
         j["bytes"] = l.gather_bytes(in.bucket);
+        break;
+      case InstrKind::allgather_wait:
+        j["group"] = l.buckets[static_cast<size_t>(in.bucket)].devices;
         break;
     }
     instrs.push_back(std::move(j));

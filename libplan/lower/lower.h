@@ -26,6 +26,18 @@
 //   owned_values)
 //   optimizer (every shard not stepped above); without overlap, sharded,
 //   then the all-gather of each bucket it is in, in the global order
+// With overlap and sharded optimizer state, when the plan says next_step
+// (Plan::param_gather), the values' all-gathers move to the start of the
+// next step instead (Megatron's overlap_param_gather):
+// the program opens with an allgather_start of every bucket it is in (in
+// the gather order: by the bucket's first wave, then its index) and waits
+// for each (allgather_wait), in that order, right before the first forward
+// that uses one of its parameters or of a bucket gathered after it, so each
+// gather overlaps the forwards before that one.
+// The step's own optimizer steps then leave every member holding its own
+// chunk stepped and the rest of the bucket's values from before the step,
+// until the next step's gathers (or Executor::gather_values, before a
+// checkpoint, an evaluation or the parameters' export).
 // An exchange is every transfer of one wave and direction that this device
 // sends or receives (or copies locally), posted together; a device with no
 // transfer in that exchange has no instruction for it. Because every device
@@ -61,10 +73,11 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 7;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+inline constexpr int kProgramVersion = 8;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
                                             // 4: post_send, post_recv, wait_sends (transfers posted early);
                                             // 5: an optimizer step's values; 6: a backward piece's "adds"
                                             // 7: allgather (ZeRO-1), a bucket's optimizer step over its own chunk
+                                            // 8: allgather_start, allgather_wait (ZeRO-1 with overlap)
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -130,13 +143,16 @@ struct Bucket {
 // wait_sends, last, waits until every send of its post_sends has been
 // delivered.
 //
-// allgather (plans with the optimizer state sharded, ZeRO-1): a blocking
-// all-gather over the bucket's devices of the values each just stepped,
-// after the bucket's optimizer step; every member then holds every value
-// of the bucket's shards again.
+// allgather (plans with the optimizer state sharded, ZeRO-1, without
+// overlap): a blocking all-gather over the bucket's devices of the values
+// each just stepped, after the bucket's optimizer step; every member then
+// holds every value of the bucket's shards again. With overlap the same
+// all-gather runs at the next step's start instead: allgather_start (first
+// in the program) starts it without waiting, allgather_wait (right before
+// the first forward using one of the bucket's parameters) waits for it.
 enum class InstrKind {
   exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv,
-  wait_sends, allgather
+  wait_sends, allgather, allgather_start, allgather_wait
 };
 
 struct Instr {
@@ -152,7 +168,8 @@ struct Instr {
   // early transfers), receives or copies; a post_send's those it sends; a
   // post_recv's those it receives (again in their exchange).
   int transfers_begin = 0, transfers_end = 0;
-  int bucket = -1;             // allreduce, allreduce_start, allreduce_wait, allgather: index into
+  int bucket = -1;             // allreduce, allreduce_start, allreduce_wait, allgather, allgather_start,
+                               // allgather_wait: index into
                                // Lowered::buckets; optimizer: the bucket whose shards it steps, -1:
                                // every shard of this device in no bucket stepped before
   int64_t values = 0;          // optimizer: the parameter values it steps (op_shard_param_count of

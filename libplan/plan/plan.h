@@ -74,6 +74,16 @@ inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;
 inline constexpr double kMinBucketMb = 0.001, kMaxBucketMb = 1 << 20;
 inline constexpr int64_t kMinBucketBytes = static_cast<int64_t>(kMinBucketMb * (1 << 20));   // 1048
 inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 40;
+// When, with sharded optimizer state (ZeRO-1) and overlap, each bucket's
+// members all-gather the values they stepped (docs/lowering.md, "Sharded
+// optimizer state"). next_step: started as the next step opens, each
+// waited for right before the first forward that needs it (Megatron's
+// overlap_param_gather); after_step: blocking, right after the bucket's
+// optimizer step. The planner searches with after_step and then keeps
+// whichever simulates faster; the plan file says which as "x-lowering":
+// {"param_gather": "next-step"} (absent: after-step, as plans made before
+// the choice lower). Without overlap the gathers always follow the step.
+enum class ParamGather { after_step, next_step };
 // The other rule.
 inline BucketStarts other_rule(BucketStarts s) {
   return s == BucketStarts::in_order ? BucketStarts::when_ready : BucketStarts::in_order;
@@ -100,6 +110,7 @@ struct Plan {
   // --no-early-transfers); written as "x-lowering": {"early_transfers":
   // false} (absent: true), so spindle-run lowers the same programs.
   bool early_transfers = true;
+  ParamGather param_gather = ParamGather::after_step;
   // How the plan was made to synchronise gradients (GradSync, lower.h:
   // spindle-plan --no-overlap and --bucket-mb): written as "x-lowering":
   // {"overlap": false} and {"bucket_bytes": N} when not the defaults, so

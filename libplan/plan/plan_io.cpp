@@ -78,6 +78,7 @@ std::string plan_to_json(const Plan& p) {
   if (q.simulated_ms > 0) doc["predicted"]["simulated_ms"] = round_to(q.simulated_ms, kMsDecimals);
   if (p.bucket_starts == BucketStarts::when_ready) doc["x-lowering"]["bucket_starts"] = "when-ready";
   if (!p.early_transfers) doc["x-lowering"]["early_transfers"] = false;
+  if (p.param_gather == ParamGather::next_step) doc["x-lowering"]["param_gather"] = "next-step";
   if (!p.overlap) doc["x-lowering"]["overlap"] = false;
   if (p.bucket_bytes != kDefaultBucketBytes) doc["x-lowering"]["bucket_bytes"] = p.bucket_bytes;
   if (p.optimizer_state != OptimizerState::sharded)
@@ -277,12 +278,19 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   }
   if (r.has("x-lowering")) {
     JsonReader lowering = r.at("x-lowering");
-    SPINDLE_TRY(lowering.require_object({}, {"bucket_starts", "early_transfers", "overlap", "bucket_bytes"}));
+    SPINDLE_TRY(
+        lowering.require_object({}, {"bucket_starts", "early_transfers", "param_gather", "overlap", "bucket_bytes"}));
     if (lowering.has("bucket_starts")) {
       SPINDLE_ASSIGN(starts, lowering.at("bucket_starts").get_string());
       if (starts == "when-ready") p.bucket_starts = BucketStarts::when_ready;
       else if (starts != "in-order")
         return lowering.at("bucket_starts").error("expected \"in-order\" or \"when-ready\", found \"" + starts + "\"");
+    }
+    if (lowering.has("param_gather")) {
+      SPINDLE_ASSIGN(gather, lowering.at("param_gather").get_string());
+      if (gather == "next-step") p.param_gather = ParamGather::next_step;
+      else if (gather != "after-step")
+        return lowering.at("param_gather").error("expected \"next-step\" or \"after-step\", found \"" + gather + "\"");
     }
     if (lowering.has("early_transfers")) {
       SPINDLE_ASSIGN(early, lowering.at("early_transfers").get_bool());

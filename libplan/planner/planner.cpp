@@ -772,6 +772,13 @@ Result<bool> keep_if_faster(Plan& plan, double& simulated_ms, Change change, con
 }
 void flip_bucket_starts(Plan& p) { p.bucket_starts = other_rule(p.bucket_starts); }
 void flip_transfers(Plan& p) { p.early_transfers = !p.early_transfers; }
+void flip_param_gather(Plan& p) {
+  p.param_gather = p.param_gather == ParamGather::next_step ? ParamGather::after_step : ParamGather::next_step;
+}
+// Whether Plan::param_gather changes the programs: sharded state, overlap.
+bool param_gather_matters(const Plan& plan, const PlanRequest& request) {
+  return request.sync.overlap && plan.optimizer_state == OptimizerState::sharded;
+}
 
 // Transfers posted early or in their exchanges (Plan::early_transfers): the
 // winner `plan` (simulating in `simulated_ms`) tries the other way too, the
@@ -782,6 +789,12 @@ void flip_transfers(Plan& p) { p.early_transfers = !p.early_transfers; }
 Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerContext& lowering,
                                 const PlanRequest& request) {
   plan.early_transfers = request.sync.early_transfers;
+  // ZeRO-1's all-gathers at the next step's start or after the step
+  // (Plan::param_gather): neither wins everywhere (multitask-clip-10
+  // sharded on a800-8x8 is faster gathering after the step, qwen-val-3 on
+  // a800-1x8 at the next step's start).
+  if (param_gather_matters(plan, request))
+    SPINDLE_TRY(keep_if_faster(plan, simulated_ms, flip_param_gather, lowering, request));
   if (!request.sync.overlap || !request.sync.early_transfers) return simulated_ms;
   SPINDLE_ASSIGN(late, keep_if_faster(plan, simulated_ms, flip_transfers, lowering, request));
   // Its bucket starts were chosen with early transfers: the other rule
@@ -790,10 +803,11 @@ Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerCont
   return simulated_ms;
 }
 
-// The plan's two lowering choices (Plan::bucket_starts, chosen by
-// CandidateSearch, and Plan::early_transfers, by choose_transfers) made
-// again after its waves changed: either rule flipped while that simulates
-// faster. Returns the plan's simulated makespan.
+// The plan's lowering choices (Plan::bucket_starts, chosen by
+// CandidateSearch, Plan::early_transfers and, sharded, Plan::param_gather,
+// by choose_transfers) made again after its waves changed: any rule
+// flipped while that simulates faster. Returns the plan's simulated
+// makespan.
 Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerContext& lowering,
                                  const PlanRequest& request) {
   if (!request.sync.overlap) return simulated_ms;
@@ -804,7 +818,12 @@ Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerCon
       SPINDLE_ASSIGN(kept, keep_if_faster(plan, simulated_ms, flip_transfers, lowering, request));
       transfers = kept;
     }
-    again = starts || transfers;
+    bool gather = false;
+    if (param_gather_matters(plan, request)) {
+      SPINDLE_ASSIGN(kept, keep_if_faster(plan, simulated_ms, flip_param_gather, lowering, request));
+      gather = kept;
+    }
+    again = starts || transfers || gather;
   }
   return simulated_ms;
 }

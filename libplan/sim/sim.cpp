@@ -71,17 +71,26 @@ double gather_ms(const Lowered& l, size_t b, const CostModel& cost, const SimOpt
 // buckets + b. Every per-collective array of the simulation has
 // collective_count entries.
 size_t collective_count(const Lowered& l) { return 2 * l.buckets.size(); }
+// An instruction of a bucket's all-gather: the blocking one, or its start or wait.
+bool is_gather(InstrKind k) {
+  return k == InstrKind::allgather || k == InstrKind::allgather_start || k == InstrKind::allgather_wait;
+}
 // The collective instruction `in` (allreduce, allreduce_start,
-// allreduce_wait, allgather) takes part in.
+// allreduce_wait: the bucket's all-reduce; allgather, allgather_start,
+// allgather_wait: its all-gather) takes part in.
 int collective_of(const Lowered& l, const Instr& in) {
-  return in.kind == InstrKind::allgather ? static_cast<int>(l.buckets.size()) + in.bucket : in.bucket;
+  return is_gather(in.kind) ? static_cast<int>(l.buckets.size()) + in.bucket : in.bucket;
 }
 // The bucket whose devices run collective k.
 const Bucket& group_of(const Lowered& l, int k) {
   return l.buckets[static_cast<size_t>(k) % l.buckets.size()];
 }
-// A device blocks in it until the collective ends: a blocking all-reduce or an all-gather.
+// A device blocks in it until the collective ends: a blocking all-reduce or all-gather.
 bool blocking_collective(InstrKind k) { return k == InstrKind::allreduce || k == InstrKind::allgather; }
+// The device reaches the collective and goes on at once: allreduce_start, allgather_start.
+bool starts_collective(InstrKind k) { return k == InstrKind::allreduce_start || k == InstrKind::allgather_start; }
+// The device blocks until a collective it started has ended: allreduce_wait, allgather_wait.
+bool waits_collective(InstrKind k) { return k == InstrKind::allreduce_wait || k == InstrKind::allgather_wait; }
 
 // Slice s's share of its ms spent in its forward: its own when listed
 // (SimOptions::slice_forward_share), else the one for every slice.
@@ -150,13 +159,14 @@ struct SimState {
   std::vector<int> started;                       // transfers in order of start
   // By collective (collective_of: bucket b's all-reduce, then its
   // all-gather at buckets + b), the "bucket" arrays below.
-  std::vector<int> arrived;                       // by collective: devices that reached it (allreduce or its
-                                                  // start, allgather)
+  std::vector<int> arrived;                       // by collective: devices that reached it (a blocking
+                                                  // allreduce or allgather, or a start)
   std::vector<std::vector<std::pair<int, int>>> at_bucket;  // by collective: (device, instr) that reached it
   std::vector<double> bucket_begin, bucket_end;   // by collective: when it runs; -1 until it does
   std::vector<double> reduce_ms;                  // by collective: bucket_ms or gather_ms under the run's options
   std::vector<double> comm_free;                  // by device: when the last collective it is in ends
-  std::vector<std::vector<std::pair<int, int>>> at_wait;  // by collective: (device, allreduce_wait) blocked there
+  std::vector<std::vector<std::pair<int, int>>> at_wait;  // by collective: (device, its allreduce_wait or
+                                                          // allgather_wait) blocked there
   std::vector<double> finish;                     // by device
   std::vector<int> early_left;                    // by device: messages of its post_sends not yet delivered
   std::vector<int> at_wait_sends;                 // by device: its wait_sends while blocked there, else -1
@@ -174,7 +184,7 @@ struct SimState {
   std::vector<int> chain_begin, chain_end;
   std::vector<double> chain_end_t;
   // Simulator::run_zero_comm's: by device, its clock and whether it waits
-  // (at an exchange or a bucket); by transfer, when its sender reached the
+  // (at an exchange or a collective); by transfer, when its sender reached the
   // instruction that sends it (-1: not yet); the devices that can go on.
   std::vector<double> clock;
   std::vector<char> parked;
@@ -281,8 +291,8 @@ class Simulator {
     s_.bucket_via.assign(collective_count(l_), -1);
   }
   // When node ended (ms): the clock the next end on the path counts from.
-  // A started all-reduce (allreduce_start) lets its device go on at once:
-  // the end of that instruction is when it was reached.
+  // A started collective (allreduce_start, allgather_start) lets its device
+  // go on at once: the end of that instruction is when it was reached.
   double node_end_ms(int node) const;
   bool cross_island(const Transfer& tr) const {
     return island_of(tr.src, per_island_) != island_of(tr.dst, per_island_);
@@ -336,14 +346,15 @@ class Simulator {
   }
   // Whether instruction `c` touches nothing other devices see, so that a
   // device can run through it without an event: compute, post_recv, and the
-  // wait for an all-reduce that has begun.
+  // wait for a started all-reduce or all-gather that has begun.
   bool runs_alone(const Instr& c) const {
     switch (c.kind) {
       case InstrKind::forward:
       case InstrKind::backward:
       case InstrKind::optimizer:
       case InstrKind::post_recv: return true;
-      case InstrKind::allreduce_wait: return s_.bucket_end[static_cast<size_t>(c.bucket)] >= 0;
+      case InstrKind::allreduce_wait:
+      case InstrKind::allgather_wait: return s_.bucket_end[static_cast<size_t>(collective_of(l_, c))] >= 0;
       default: return false;
     }
   }
@@ -481,7 +492,7 @@ Error Simulator::never_finishes(int d, size_t pc) const {
   return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
                (in.kind == InstrKind::exchange     ? " (exchange of wave " + std::to_string(in.wave) + ")"
                 : in.kind == InstrKind::wait_sends ? " (wait for its sends)"
-                : in.kind == InstrKind::allgather  ? " (all-gather of bucket " + std::to_string(in.bucket) + ")"
+                : is_gather(in.kind)               ? " (all-gather of bucket " + std::to_string(in.bucket) + ")"
                                                    : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
 }
 
@@ -524,15 +535,15 @@ Status Simulator::map_transfers() {
 // its members; an all-gather likewise), and a wait for sends posted early
 // never waits. So a device waits only at an exchange, until the senders of
 // what it receives have reached the instructions that send it, and at a
-// blocking all-reduce, an all-reduce's wait or an all-gather, until the
-// last member has reached the collective; its
-// clock then becomes the latest of those times and its own. Those times do
-// not depend on the order in which devices are advanced: each device runs
-// until it must wait for one that has not got there yet, and whoever gets
-// there wakes it. The same sums (a clock plus each compute instruction's
-// ms, in program order) and maxima as the events would take: the same
-// makespan to the bit (test_sim checks it against the events on every
-// shipped workload and on random plans).
+// blocking all-reduce or all-gather or the wait for a started one
+// (allreduce_wait, allgather_wait), until the last member has reached the
+// collective; its clock then becomes the latest of those times and its
+// own. Those times do not depend on the order in which devices are
+// advanced: each device runs until it must wait for one that has not got
+// there yet, and whoever gets there wakes it. The same sums (a clock plus
+// each compute instruction's ms, in program order) and maxima as the
+// events would take: the same makespan to the bit (test_sim checks it
+// against the events on every shipped workload and on random plans).
 Result<Simulation> Simulator::run_zero_comm() {
   const size_t devices = static_cast<size_t>(l_.devices);
   index_programs();
@@ -608,13 +619,15 @@ void Simulator::zero_comm_advance(int d) {
         }
         break;
       }
-      case InstrKind::allreduce_start: zero_comm_arrive(in.bucket, t, cause); break;
+      case InstrKind::allreduce_start:
+      case InstrKind::allgather_start: zero_comm_arrive(collective_of(l_, in), t, cause); break;
       case InstrKind::allreduce:
       case InstrKind::allgather:
-      case InstrKind::allreduce_wait: {
+      case InstrKind::allreduce_wait:
+      case InstrKind::allgather_wait: {
         const int k = collective_of(l_, in);
         const size_t c = static_cast<size_t>(k);
-        if (in.kind != InstrKind::allreduce_wait) zero_comm_arrive(k, t, cause);
+        if (!waits_collective(in.kind)) zero_comm_arrive(k, t, cause);
         if (s_.bucket_end[c] < 0) {   // woken by the group's last member (zero_comm_arrive)
           s_.at_wait[c].push_back({d, pc});
           set_cause(at(d, pc), cause);
@@ -636,9 +649,9 @@ void Simulator::zero_comm_advance(int d) {
 }
 
 // A device reaches collective c (a bucket's allreduce or allreduce_start,
-// or its allgather) at t; the group's last member ends the collective and
-// wakes those waiting for it (at an allreduce_wait, a blocking allreduce
-// or an allgather).
+// or its allgather or allgather_start) at t; the group's last member ends
+// the collective and wakes those waiting for it (at a blocking allreduce or
+// allgather, or an allreduce_wait or allgather_wait).
 void Simulator::zero_comm_arrive(int c, double t, int node) {
   const size_t k = static_cast<size_t>(c);
   if (s_.arrived[k] == 0 || t > s_.bucket_begin[k]) set_cause(static_cast<size_t>(bucket_node(c)), node);
@@ -711,19 +724,21 @@ void Simulator::fill_instr_ms() {
 
 // Backwards over each program: the least time from reaching instruction i
 // to the end (`left`). Compute takes its time and a blocking all-reduce or
-// an all-gather its collective's; an all-reduce started at i begins no sooner than i is reached
-// and its wait is followed by what is left after it; and the all-reduces
-// started from i on (`started`: their times summed) run one after another
-// on the device, the last followed at least by the least that is left
-// after any of their waits (`least_tail`). With sharded optimizer state
-// the all-gathers join them: every collective the device reaches from i on
-// (`collective`: started all-reduces, blocking all-reduces and all-gathers)
-// runs one after another on it, none before i is reached, the last
-// followed at least by the least left after any of them ends on the
-// device (`least_after`: after its wait, or after the blocking instruction).
-// Without sharded state that term is the started all-reduces' (overlap)
-// or within the sum of the blocking ones (no overlap), and is left out:
-// the same figures to the bit as before all-gathers. On the way, s_.instr_ms.
+// all-gather its collective's; a collective started at i (allreduce_start,
+// allgather_start) begins no sooner than i is reached and its wait
+// (allreduce_wait, allgather_wait) is followed by what is left after it;
+// and the collectives started from i on (`started`: their times summed)
+// run one after another on the device, the last followed at least by the
+// least that is left after any of their waits (`least_tail`). With sharded
+// optimizer state the blocking all-gathers join them: every collective the
+// device reaches from i on (`collective`: started ones, blocking
+// all-reduces and all-gathers) runs one after another on it, none before i
+// is reached, the last followed at least by the least left after any of
+// them ends on the device (`least_after`: after its wait, or after the
+// blocking instruction). Without sharded state that term is the started
+// all-reduces' (overlap) or within the sum of the blocking ones (no
+// overlap), and is left out: the same figures to the bit as before
+// all-gathers. On the way, s_.instr_ms.
 void Simulator::fill_time_left() {
   s_.time_left.resize(s_.first[static_cast<size_t>(l_.devices)]);
   s_.instr_ms.resize(s_.first[static_cast<size_t>(l_.devices)]);
@@ -735,21 +750,23 @@ void Simulator::fill_time_left() {
     double collective = 0, least_after = std::numeric_limits<double>::infinity();
     for (size_t i = prog.instrs.size(); i-- > 0;) {
       const Instr& in = prog.instrs[i];
-      const auto b = static_cast<size_t>(in.bucket);
       const double own_ms = s_.instr_ms[s_.first[d] + i] = compute_ms(in, d, i);
       switch (in.kind) {
-        case InstrKind::allreduce_wait: s_.after_wait[b] = left; break;
-        case InstrKind::allreduce_start: {
-          const double ms = s_.reduce_ms[b];
+        case InstrKind::allreduce_wait:
+        case InstrKind::allgather_wait: s_.after_wait[static_cast<size_t>(collective_of(l_, in))] = left; break;
+        case InstrKind::allreduce_start:
+        case InstrKind::allgather_start: {
+          const auto k = static_cast<size_t>(collective_of(l_, in));
+          const double ms = s_.reduce_ms[k];
           started += ms;
-          least_tail = std::min(least_tail, s_.after_wait[b]);
-          left = std::max({left, ms + s_.after_wait[b], started + least_tail});
+          least_tail = std::min(least_tail, s_.after_wait[k]);
+          left = std::max({left, ms + s_.after_wait[k], started + least_tail});
           if (gathers) {
             collective += ms;
-            least_after = std::min(least_after, s_.after_wait[b]);
+            least_after = std::min(least_after, s_.after_wait[k]);
             left = std::max(left, collective + least_after);
           }
-          s_.after_wait[b] = 0;   // another device's start never sees this device's wait
+          s_.after_wait[k] = 0;   // another device's start never sees this device's wait
           break;
         }
         case InstrKind::allreduce:
@@ -782,11 +799,11 @@ double Simulator::lower_bound() {
   return bound * (1 - 1e-12);
 }
 
-// Compute instructions touch nothing shared, nor does the wait for an
-// all-reduce that has begun (its end is known): the device runs through
-// them here, and the next event is the one for the instruction after the
-// last of them (the same event, at the same time, that running them one
-// event at a time would push).
+// Compute instructions touch nothing shared, nor does the wait for a
+// started all-reduce or all-gather that has begun (its end is known): the
+// device runs through them here, and the next event is the one for the
+// instruction after the last of them (the same event, at the same time,
+// that running them one event at a time would push).
 void Simulator::ready(int d, int pc, double t) {
   const Program& prog = l_.programs[static_cast<size_t>(d)];
   const int end = static_cast<int>(prog.instrs.size());
@@ -807,12 +824,12 @@ void Simulator::ready(int d, int pc, double t) {
   s_.chain_end_t[static_cast<size_t>(d)] = t;
   if (in.kind == InstrKind::exchange || in.kind == InstrKind::post_send) return enter_exchange(d, pc, t);
   if (blocking_collective(in.kind)) return enter_allreduce(d, pc, t);
-  if (in.kind == InstrKind::allreduce_wait && s_.bucket_end[static_cast<size_t>(in.bucket)] < 0) {
-    s_.at_wait[static_cast<size_t>(in.bucket)].push_back({d, pc});   // until the all-reduce ends
+  if (waits_collective(in.kind) && s_.bucket_end[static_cast<size_t>(collective_of(l_, in))] < 0) {
+    s_.at_wait[static_cast<size_t>(collective_of(l_, in))].push_back({d, pc});   // until the collective ends
     return;
   }
   if (in.kind == InstrKind::wait_sends) return enter_wait_sends(d, pc, t);
-  if (in.kind == InstrKind::allreduce_start) {
+  if (starts_collective(in.kind)) {
     enter_allreduce(d, pc, t);   // the device goes on at once
     return ready(d, pc + 1, t);
   }
@@ -820,10 +837,15 @@ void Simulator::ready(int d, int pc, double t) {
     const Instr& c = prog.instrs[static_cast<size_t>(pc)];
     InstrTimes& tm = s_.times[at(d, pc)];
     tm.reached = tm.began = t;
-    const bool reduced_later = c.kind == InstrKind::allreduce_wait && s_.bucket_end[static_cast<size_t>(c.bucket)] > t;
-    set_cause(at(d, pc), reduced_later ? bucket_node(c.bucket) : before_node(d, pc));
-    t = c.kind == InstrKind::allreduce_wait ? std::max(t, s_.bucket_end[static_cast<size_t>(c.bucket)])
-                                            : t + s_.instr_ms[at(d, pc)];
+    if (waits_collective(c.kind)) {   // a collective that has begun: its end is known
+      const int k = collective_of(l_, c);
+      const double end_ms = s_.bucket_end[static_cast<size_t>(k)];
+      set_cause(at(d, pc), end_ms > t ? bucket_node(k) : before_node(d, pc));
+      t = std::max(t, end_ms);
+    } else {
+      set_cause(at(d, pc), before_node(d, pc));
+      t += s_.instr_ms[at(d, pc)];
+    }
     tm.ended = t;
     ++pc;
     if (pc >= end || !runs_alone(prog.instrs[static_cast<size_t>(pc)])) break;
@@ -920,14 +942,15 @@ void Simulator::end_exchange(int d, int pc, double t, int why) {
   push({times.ended, kReady, d, pc + 1});
 }
 
-// A device reaches a bucket's all-reduce (blocking) or its start, or its
-// all-gather (blocking, collective_of). Members at a blocking one go on
-// when it ends; those that started it went on already, and those blocked
-// at its wait go on when it ends. A device runs one collective at a time
-// (all-reduces and all-gathers share its links): a collective begins
-// once its whole group has reached it and every member has ended the
-// all-reduces that began before, served in the order their groups
-// completed. No head-of-line blocking across groups: each group's
+// A device reaches a bucket's all-reduce or all-gather (collective_of):
+// the blocking one (allreduce, allgather) or its start (allreduce_start,
+// allgather_start). Members at a blocking one go on when it ends; those
+// that started it went on already, and those blocked at its wait
+// (allreduce_wait, allgather_wait) go on when it ends. A device runs one
+// collective at a time (all-reduces and all-gathers share its links): a
+// collective begins once its whole group has reached it and every member
+// has ended the collectives that began before, served in the order their
+// groups completed. No head-of-line blocking across groups: each group's
 // communicator progresses on its own (MPI_Iallreduce on its own
 // communicator; NCCL, a stream per group), so one whose group is complete
 // need not wait for an earlier-started one whose group is not.
@@ -940,13 +963,13 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   int why = before_node(d, pc);   // what the end waits for: the last member's arrival, ...
   for (int m : bucket.devices) {
     const size_t dev = static_cast<size_t>(m);
-    if (s_.comm_free[dev] > begin) {   // a member's all-reduce before
+    if (s_.comm_free[dev] > begin) {   // a member's collective before
       why = bucket_node(s_.comm_free_bucket[dev]);
       if (tracing_) s_.bucket_via[static_cast<size_t>(b)] = m;
     }
     begin = std::max(begin, s_.comm_free[dev]);
   }
-  // MPI moves a started all-reduce only inside MPI calls
+  // MPI moves a started collective only inside MPI calls
   // (CostModel::allreduce_progress_in_calls): it begins once every member
   // has polled after the group completed.
   if (progress_in_calls_)
@@ -1097,7 +1120,7 @@ double Simulator::node_end_ms(int node) const {
   const auto d = static_cast<size_t>(
       std::upper_bound(s_.first.begin(), s_.first.end(), static_cast<size_t>(node)) - s_.first.begin() - 1);
   const InstrKind k = l_.programs[d].instrs[static_cast<size_t>(node) - s_.first[d]].kind;
-  return k == InstrKind::allreduce_start ? tm.reached : tm.ended;
+  return starts_collective(k) ? tm.reached : tm.ended;
 }
 
 void Simulator::trace_critical_path(Simulation& sim) {
@@ -1160,7 +1183,9 @@ void Simulator::trace_critical_path(Simulation& sim) {
       case InstrKind::allreduce:
       case InstrKind::allreduce_start:
       case InstrKind::allreduce_wait:
-      case InstrKind::allgather: path.sync_ms += part; break;
+      case InstrKind::allgather:
+      case InstrKind::allgather_start:
+      case InstrKind::allgather_wait: path.sync_ms += part; break;
       default: path.transfer_ms += part;   // exchanges, posts, waits for sends: packing and unpacking
     }
   }
@@ -1186,15 +1211,17 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
       case InstrKind::wait_sends: shown = wait_sends_box(prog, i, tm, dev, box); break;
       case InstrKind::post_send: shown = post_send_box(prog, in, dev, box); break;
       case InstrKind::exchange: shown = exchange_box(prog, in, tm, d, dev, box); break;
-      case InstrKind::allreduce_wait: shown = allreduce_wait_box(in, tm, dev, box); break;
+      case InstrKind::allreduce_wait:
+      case InstrKind::allgather_wait: shown = allreduce_wait_box(in, tm, dev, box); break;
       case InstrKind::allreduce_start:
       case InstrKind::allreduce:
-      case InstrKind::allgather: allreduce_box(in, tm, dev, box, boxes); break;
+      case InstrKind::allgather:
+      case InstrKind::allgather_start: allreduce_box(in, tm, dev, box, boxes); break;
     }
     if (!shown) continue;
     if (options_.critical_path) {
-      const bool collective = in.kind == InstrKind::allreduce || in.kind == InstrKind::allreduce_start ||
-                              in.kind == InstrKind::allgather;
+      // The collective's box (not a wait's) on the device it is shown on there.
+      const bool collective = blocking_collective(in.kind) || starts_collective(in.kind);
       const bool reduced_on_path = in.bucket >= 0 && collective &&
                                    s_.path_bucket_device[static_cast<size_t>(collective_of(l_, in))] == d;
       box.critical = s_.on_path[s_.first[static_cast<size_t>(d)] + i] != 0 || reduced_on_path;
@@ -1293,34 +1320,37 @@ bool Simulator::exchange_box(const Program& prog, const Instr& in, const InstrTi
   return true;
 }
 
-// Blocked from reached to ended: on the collective while it ran (exposed),
-// else waiting for the group to start it. The rest of the collective ran
-// behind this device's other work (hidden).
+// The wait for a started all-reduce or all-gather (allreduce_wait,
+// allgather_wait). Blocked from reached to ended: on the collective while
+// it ran (exposed), else waiting for the group to start it. The rest of
+// the collective ran behind this device's other work (hidden).
 bool Simulator::allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box) const {
-  const double cb = s_.bucket_begin[static_cast<size_t>(in.bucket)];
-  const double ce = s_.bucket_end[static_cast<size_t>(in.bucket)];
+  const double cb = s_.bucket_begin[static_cast<size_t>(collective_of(l_, in))];
+  const double ce = s_.bucket_end[static_cast<size_t>(collective_of(l_, in))];
   const double exposed = std::max(0.0, tm.ended - std::max(tm.reached, cb));
   dev.sync_ms += exposed;
   dev.wait_ms += box.dur_ms - exposed;
   dev.hidden_sync_ms += (ce - cb) - exposed;
   if (box.dur_ms <= 0) return false;
-  // On the communication track: it ends with the all-reduce, so it nests
-  // with the all-reduce's box there.
+  // On the communication track: it ends with the collective, so it nests
+  // with the collective's box there.
   box.track = SimTrack::communication;   // began == reached: the box is the blocked time
   box.cat = "wait";
   box.bucket = in.bucket;
-  box.name = "wait for all-reduce of bucket " + std::to_string(in.bucket);
+  box.name = (is_gather(in.kind) ? "wait for all-gather of bucket " : "wait for all-reduce of bucket ") +
+             std::to_string(in.bucket);
   return true;
 }
 
 // The all-reduce's (or all-gather's) box, from its begin to its end; a
 // blocking one that waited for its group first also gets a wait box (into
-// `boxes`) and counts as sync (a started one is counted at its wait).
+// `boxes`) and counts as sync (a started one, allreduce_start or
+// allgather_start, is counted at its wait).
 void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
                               std::vector<SimBox>& boxes) const {
   const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
-  const bool started = in.kind == InstrKind::allreduce_start;
-  const bool gather = in.kind == InstrKind::allgather;
+  const bool started = starts_collective(in.kind);
+  const bool gather = is_gather(in.kind);
   if (!started && tm.began > tm.reached) {
     SimBox wait = box;
     wait.track = SimTrack::communication;
@@ -1378,7 +1408,7 @@ std::vector<double> lowered_slice_ms(const Plan& plan) {
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options) {
   const size_t n = static_cast<size_t>(lowered.devices);
-  std::vector<double> compute(n, 0.0), forward(n, 0.0), sync(n, 0.0);
+  std::vector<double> compute(n, 0.0), forward(n, 0.0), sync(n, 0.0), reduce(n, 0.0);
   if (options.price_compute)
     for (size_t s = 0; s < lowered.slices.size() && s < slice_ms.size(); ++s)
       for (int d : lowered.slices[s].devices) {
@@ -1389,21 +1419,26 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
     const double ms = bucket_ms(lowered, k, cost, options);
     for (int d : lowered.buckets[k].devices) sync[static_cast<size_t>(d)] += ms;
   }
-  // With sharded optimizer state, every bucket's all-gather as well (after
-  // its all-reduce and optimizer step; gather_ms is 0 without).
+  reduce = sync;
+  // With sharded optimizer state, every bucket's all-gather as well
+  // (gather_ms is 0 without).
   if (lowered.sharded_state)
     for (size_t k = 0; k < lowered.buckets.size(); ++k) {
       const double ms = gather_ms(lowered, k, cost, options);
       for (int d : lowered.buckets[k].devices) sync[static_cast<size_t>(d)] += ms;
     }
   // Blocking: compute, then every collective. Overlapped: a device's
-  // collectives run one after another, none before its forward pass is done
-  // (the first all-reduce starts after a backward; every all-gather follows
-  // its bucket's wait), and it waits for each.
+  // collectives run one after another and it waits for each; its
+  // all-reduces none before its forward pass is done (the first starts
+  // after a backward). With sharded state its all-gathers are started as
+  // its program opens (allgather_start, lower.h) and may run beside its
+  // forward pass: then only all its collectives one after another.
   const bool overlap = options.sync.value_or(GradSync{}).overlap;
   double bound = 0;
   for (size_t d = 0; d < n; ++d)
-    bound = std::max(bound, overlap ? std::max(compute[d], forward[d] + sync[d]) : compute[d] + sync[d]);
+    bound = std::max(bound, !overlap                ? compute[d] + sync[d]
+                            : lowered.sharded_state ? std::max({compute[d], forward[d] + reduce[d], sync[d]})
+                                                    : std::max(compute[d], forward[d] + sync[d]));
   // Summed in another order than the simulation's clock: a few ulps below.
   return bound * (1 - 1e-12);
 }

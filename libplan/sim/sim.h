@@ -3,8 +3,8 @@
 // spindle-run does, with costs in place of kernels and messages. No wave
 // barrier: an instruction starts as soon as the device has finished the one
 // before it (its deps are earlier instructions of the same program, so they
-// are done by then) and, for an exchange or an all-reduce, as soon as its
-// peers allow.
+// are done by then) and, for an exchange or a collective (all-reduce,
+// all-gather), as soon as its peers allow.
 //
 // What is priced:
 //   forward, backward  the slice's plan time (slice.ms = count x T(n), forward
@@ -56,14 +56,18 @@
 //                      all-reduce runs beside its backward pass) and past
 //                      allreduce_wait once the all-reduce has ended.
 //   all-gather         (sharded optimizer state, ZeRO-1: Lowered::sharded_state)
-//                      a blocking collective over the bucket's devices,
-//                      simulated as the blocking all-reduce is (the whole
-//                      group there, each member done with the collectives
-//                      that began before: a device runs one collective at a
-//                      time, all-reduces and all-gathers alike; polls), but
-//                      a collective of its own, taking
+//                      a collective over the bucket's devices, simulated
+//                      as the all-reduce is (the whole group there, each
+//                      member done with the collectives that began before:
+//                      a device runs one collective at a time, all-reduces
+//                      and all-gathers alike; polls), but a collective of
+//                      its own, taking
 //                      CostModel::allgather_ms(Lowered::gather_bytes(b),
-//                      devices); the device goes on at its end.
+//                      devices). Blocking (allgather): the device goes on
+//                      at its end. Started (allgather_start, as a program
+//                      opens, with overlap): the device goes on at once,
+//                      the all-gather runs beside its forward pass, and
+//                      allgather_wait blocks until it has ended.
 //
 // Deterministic: events ordered by time, then kind, then device, then index.
 #pragma once
@@ -157,11 +161,11 @@ struct SimDevice {
   double transfer_ms = 0;   // inside its exchanges, while one of their messages moves or the
                             // device packs or unpacks (CostModel::overhead)
   double sync_ms = 0;       // its blocking all-reduces and all-gathers, from start to end; of a
-                            // started all-reduce (allreduce_start), the part its wait was blocked on
-                            // it (exposed)
+                            // started one (allreduce_start, allgather_start), the part its wait was
+                            // blocked on it (exposed)
   double wait_ms = 0;       // inside exchanges and collectives (or their waits) with nothing moving
-  double hidden_sync_ms = 0;   // the rest of its started all-reduces: run while it did other work
-                               // (not in busy_ms)
+  double hidden_sync_ms = 0;   // the rest of its started all-reduces and all-gathers: run while it
+                               // did other work (not in busy_ms)
   double idle_ms = 0;       // iteration_ms - busy: waits plus the tail after finish_ms
   double finish_ms = 0;     // end of its last instruction
   double busy_ms() const { return compute_ms + transfer_ms + sync_ms; }
@@ -218,7 +222,7 @@ std::vector<double> lowered_slice_ms(const Plan& plan);
 // Simulates `lowered` with `slice_ms[i]` the forward + backward time of
 // lowered slice i, `cost` for messages and all-reduces, and islands of
 // `devices_per_island` (<= 0: one island). Errors when the programs cannot
-// finish (an exchange or all-reduce waits for ever, which lowered programs
+// finish (an exchange or a collective waits for ever, which lowered programs
 // never do) or slice_ms has the wrong size.
 Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                             int devices_per_island, const SimOptions& options = {});
@@ -227,11 +231,13 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 // most any device is busy with its own compute (its slices' slice_ms) and
 // collectives (allreduce_ms of each bucket it is in and, with sharded
 // optimizer state, allgather_ms of its all-gather), which it runs one
-// after another; with options.sync.overlap, where all-reduces run beside
-// compute but the collectives still one after another, none before the
-// device's forward pass is done, the larger of its compute and its forward
-// compute plus all its collectives. Needs only lower_header's slices and
-// buckets (and Lowered::sharded_state).
+// after another; with options.sync.overlap, where collectives run beside
+// compute but still one after another, the all-reduces none before the
+// device's forward pass is done, the largest of its compute, its forward
+// compute plus its all-reduces, and all its collectives (with sharded
+// state its all-gathers, started as its program opens, may run beside its
+// forward pass). Needs only lower_header's slices and buckets (and
+// Lowered::sharded_state).
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options = {});
 
@@ -239,9 +245,9 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
 // done) as simulate() prices them, at least device_lower_bound_ms: the most
 // any device needs from its first instruction to its end, counting its
 // compute one instruction after another, each blocking all-reduce and
-// all-gather, each
-// started all-reduce from its start to its wait and what follows that
-// wait, and the all-reduces it starts from any point on run one after
+// all-gather, each started one (allreduce_start, allgather_start) from its
+// start to its wait and what follows that wait, and the collectives it
+// starts (with sharded state: reaches) from any point on run one after
 // another. A bounded simulation stops once a device's clock plus this
 // figure from its current instruction passes the bound.
 double program_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,

@@ -51,7 +51,8 @@
 // Not comparisons: write PLAN with its buckets started the other way
 // (x-lowering.bucket_starts "when-ready" removed when present, else added),
 // or with its transfers kept in their exchanges (x-lowering.early_transfers
-// false), or with its optimizer state held the given way (ZeRO-1 or
+// false), or with ZeRO-1's all-gathers at the next step's start
+// (--gather-next-step: x-lowering.param_gather "next-step"), or with its optimizer state held the given way (ZeRO-1 or
 // whole: x-memory.optimizer_state; its memory figures as they were), for
 // the runs that check each gives bitwise the same result.
 //
@@ -246,10 +247,12 @@ int main(int argc, char** argv) {
       out << plan.dump(1) << "\n";
       return out.good() ? 0 : 2;
     }
-    if (args.size() == 3 && (args[0] == "--flip-bucket-starts" || args[0] == "--late-transfers")) {
+    if (args.size() == 3 &&
+        (args[0] == "--flip-bucket-starts" || args[0] == "--late-transfers" || args[0] == "--gather-next-step")) {
       nlohmann::json plan = read_json(args[1]);
       nlohmann::json& lowering = plan["x-lowering"];
       if (args[0] == "--late-transfers") lowering["early_transfers"] = false;
+      else if (args[0] == "--gather-next-step") lowering["param_gather"] = "next-step";
       else if (lowering.contains("bucket_starts")) lowering.erase("bucket_starts");
       else lowering["bucket_starts"] = "when-ready";
       if (lowering.empty()) plan.erase("x-lowering");

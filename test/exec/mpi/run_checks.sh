@@ -248,7 +248,7 @@ case "$MODE" in
         grep -q '"optimizer_state": "replicated"' "p$v.json" || die "p$v.json is not replicated (auto, devices that fit)"
         "$COMPARE" --optimizer-state sharded "p$v.json" "p$v-zero1.json" || die "writing p$v-zero1.json"
         lower_plan "$v-zero1" "$m"
-        grep -q allgather "prog$v-zero1"/device-*.json || die "p$v-zero1.json: no lowered program all-gathers"
+        grep -q '"kind":"allgather"' "prog$v-zero1"/device-*.json || die "p$v-zero1.json: no lowered program all-gathers"
         ! grep -q allgather "prog$v"/device-*.json || die "p$v.json: a lowered program all-gathers"
         train "$v-zero1" "$np" "$m"
         bitwise "$v" "$v-zero1" "optimizer state sharded"
@@ -260,6 +260,19 @@ case "$MODE" in
         train "$v-zero1-no" "$np" "$m" --no-overlap
         bitwise "$v" "$v-zero1-no" "optimizer state sharded, --no-overlap"
         "$COMPARE" --bytes "prog$v-zero1" "m$v-zero1-no.jsonl" || status=1
+        # Sharded with the values' all-gathers opening the next step instead
+        # (x-lowering.param_gather "next-step": each waited for before the
+        # first forward that needs it; the last step's values gathered
+        # before they are written): the same again, the same bytes.
+        "$COMPARE" --gather-next-step "p$v-zero1.json" "p$v-zero1-next.json" || die "writing p$v-zero1-next.json"
+        lower_plan "$v-zero1-next" "$m"
+        grep -q '"kind":"allgather_start"' "prog$v-zero1-next"/device-*.json ||
+          die "p$v-zero1-next.json: no lowered program starts an all-gather"
+        ! grep -q '"kind":"allgather"' "prog$v-zero1-next"/device-*.json ||
+          die "p$v-zero1-next.json: a lowered program all-gathers after the step"
+        train "$v-zero1-next" "$np" "$m"
+        bitwise "$v" "$v-zero1-next" "optimizer state sharded, all-gathers at the next step's start"
+        "$COMPARE" --bytes "prog$v-zero1-next" "m$v-zero1-next.jsonl" || status=1
       fi
     done
     # tiny-clip's 3-device plan starts its buckets in another order when
@@ -273,9 +286,16 @@ case "$MODE" in
     model=$MODELS/digits-mm.yaml data=$SRC/configs/data/digits
     for v in 1 2 3 4; do has_variant "$v" && plan "$model" "$v" "p$v.json"; done
     for np in 2 4; do has_variant "${np}seq" && plan "$model" "$np" "p${np}seq.json" --strategy sequential; done
+    # The last plan again with its optimizer state sharded (ZeRO-1): each
+    # evaluation comes after a step whose values the next step's all-gathers
+    # would make whole.
+    last=${VARIANTS##* }
+    plan "$model" "${last%seq}" "p${last}-zero1.tmp.json" --strategy sequential --optimizer-state sharded
+    "$COMPARE" --gather-next-step "p${last}-zero1.tmp.json" "p${last}-zero1.json" || die "writing p${last}-zero1.json"
     status=0
-    for v in $VARIANTS; do
-      np=${v%seq}
+    for v in $VARIANTS "${last}-zero1"; do
+      np=${v%-zero1}
+      np=${np%seq}
       rm -f "m$v.jsonl" "params$v.json"
       run "$np" "p$v.json" "$model" --steps 6 --seed 3 --data "$data/train.yaml" --eval-data "$data/val.yaml" \
           --eval-every 3 --eval-batches 2 --metrics "m$v.jsonl" --dump-params "params$v.json"

@@ -186,6 +186,31 @@ TEST_CASE("plan JSON: x-lowering.early_transfers is written when false, read bac
   }
 }
 
+TEST_CASE("plan JSON: x-lowering.param_gather is written when next-step, read back, optional, and checked", "[plan_io]") {
+  Fixture f;
+  sp::Plan plan = f.plan();
+  CHECK(plan.param_gather == sp::ParamGather::after_step);   // the default, as plans before the choice lower
+  CHECK(sp::plan_to_json(plan).find("param_gather") == std::string::npos);
+  plan.param_gather = sp::ParamGather::next_step;
+  const std::string text = sp::plan_to_json(plan);
+  nlohmann::json doc = nlohmann::json::parse(text);
+  CHECK(doc["x-lowering"] == nlohmann::json{{"param_gather", "next-step"}});
+  auto back = sp::parse_plan_string(text, "p.json");
+  REQUIRE(back.ok());
+  CHECK(back->param_gather == sp::ParamGather::next_step);
+  CHECK(sp::plan_to_json(*back) == text);
+  nlohmann::json spelled = doc;
+  spelled["x-lowering"]["param_gather"] = "after-step";
+  auto after = sp::parse_plan_string(spelled.dump(), "p.json");
+  REQUIRE(after.ok());
+  CHECK(after->param_gather == sp::ParamGather::after_step);
+  for (const nlohmann::json& bad : {nlohmann::json("early"), nlohmann::json(true), nlohmann::json("next_step")}) {
+    nlohmann::json d = doc;
+    d["x-lowering"]["param_gather"] = bad;
+    CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("x-lowering.param_gather"));
+  }
+}
+
 TEST_CASE("plan JSON: x-lowering.overlap and bucket_bytes are written when not the defaults, read back, and checked",
           "[plan_io]") {
   Fixture f;

@@ -83,6 +83,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     int last_backward = -1;   // slice of the latest backward
     bool optimizer = false, blocking = false, overlapped = false;
     std::set<int> started, stepped, waited;
+    std::vector<int> gathers, gathers_waited;   // allgather_start's, allgather_wait's buckets in order
     std::multiset<int> fwd, bwd;
     std::set<int> posted_recvs;   // transfers whose receive a post_recv posted, not yet in an exchange
     bool early = false;           // a post_send or post_recv seen
@@ -213,6 +214,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
             // The rest, last but for the wait for the sends posted early
             // (and, blocking, the all-gathers of sharded state).
             size_t after = i + 1;
+            CHECK(gathers_waited.size() == gathers.size());   // every gather waited for before
             while (after < prog.instrs.size() && prog.instrs[after].kind == sp::InstrKind::allgather) ++after;
             CHECK((after == prog.instrs.size() ||
                    (after + 1 == prog.instrs.size() && prog.instrs[after].kind == sp::InstrKind::wait_sends)));
@@ -225,6 +227,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           CHECK(l.sharded_state);
           CHECK(in.bucket > last_gathered);
           last_gathered = in.bucket;
+          CHECK((plan.param_gather == sp::ParamGather::after_step || !overlapped));
           if (overlapped) {
             CHECK(prog.instrs[i - 1].kind == sp::InstrKind::optimizer);
             CHECK(prog.instrs[i - 1].bucket == in.bucket);
@@ -234,6 +237,52 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           if (!in.deps.empty()) CHECK(in.deps == std::vector<int>{static_cast<int>(i) - 1});
           ++gathered_by[in.bucket];
           break;
+        case sp::InstrKind::allgather_start: {
+          // Overlapped sharded state, gathered at the next step's start
+          // only: first in the program, in the gather order (first wave,
+          // then index), each of its buckets once.
+          CHECK(l.sharded_state);
+          CHECK(plan.param_gather == sp::ParamGather::next_step);
+          CHECK(i == gathers.size());
+          const sp::Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
+          CHECK(std::binary_search(b.devices.begin(), b.devices.end(), prog.device));
+          if (!gathers.empty()) {
+            const sp::Bucket& a = l.buckets[static_cast<size_t>(gathers.back())];
+            CHECK((std::pair{a.first_wave, gathers.back()} < std::pair{b.first_wave, in.bucket}));
+          }
+          gathers.push_back(in.bucket);
+          CHECK(in.deps.empty());
+          ++gathered_by[in.bucket];
+          break;
+        }
+        case sp::InstrKind::allgather_wait: {
+          // In the order started; before every forward using one of the
+          // bucket's parameters, and no earlier than needed: the next
+          // instruction but other waits is a forward using a parameter of
+          // this bucket or of one gathered after it.
+          REQUIRE(gathers_waited.size() < gathers.size());
+          CHECK(in.bucket == gathers[gathers_waited.size()]);
+          gathers_waited.push_back(in.bucket);
+          if (!in.deps.empty()) CHECK(in.deps == std::vector<int>{static_cast<int>(gathers_waited.size()) - 1});
+          auto uses = [&](int slice, int bucket) {
+            const sp::Bucket& b = l.buckets[static_cast<size_t>(bucket)];
+            for (int o : l.slices[static_cast<size_t>(slice)].ops)
+              if (std::find(b.params.begin(), b.params.end(), ctx.params.of_op[static_cast<size_t>(o)]) != b.params.end())
+                return true;
+            return false;
+          };
+          for (int sl : fwd) CHECK_FALSE(uses(sl, in.bucket));
+          size_t next = i + 1;
+          while (next < prog.instrs.size() && prog.instrs[next].kind == sp::InstrKind::allgather_wait) ++next;
+          REQUIRE(next < prog.instrs.size());
+          const sp::Instr& user = prog.instrs[next];
+          CHECK(user.kind == sp::InstrKind::forward);
+          bool needed = false;
+          for (size_t g = gathers_waited.size() - 1; g < gathers.size(); ++g) needed |= uses(user.slice, gathers[g]);
+          CHECK(needed);
+          if (!user.deps.empty()) CHECK(std::count(user.deps.begin(), user.deps.end(), static_cast<int>(i)) == 1);
+          break;
+        }
         case sp::InstrKind::wait_sends: {
           // Last, after every post_send, waiting for each of them.
           CHECK(i + 1 == prog.instrs.size());
@@ -255,6 +304,18 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     if (overlapped) CHECK(stepped == started);   // every bucket's shards stepped after its wait
     CHECK_FALSE((blocking && overlapped));
     CHECK(waited == started);   // every started one waited for
+    CHECK(gathers_waited == gathers);
+    // Sharded state: a bucket's values gathered once per step, overlapped iff
+    // its gradients are.
+    if (l.sharded_state && (overlapped || blocking)) {
+      std::vector<int> mine;
+      for (size_t k = 0; k < l.buckets.size(); ++k)
+        if (std::binary_search(l.buckets[k].devices.begin(), l.buckets[k].devices.end(), prog.device))
+          mine.push_back(static_cast<int>(k));
+      std::vector<int> got = gathers;
+      std::sort(got.begin(), got.end());
+      CHECK(got == (overlapped && plan.param_gather == sp::ParamGather::next_step ? mine : std::vector<int>{}));
+    }
     CHECK(fwd == bwd);
     for (size_t s = 0; s < l.slices.size(); ++s)
       CHECK(static_cast<int>(fwd.count(static_cast<int>(s))) == (l.position(static_cast<int>(s), prog.device) >= 0 ? 1 : 0));
@@ -387,13 +448,42 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   }
   CHECK(start == last_bwd + 1);
   // The wait, the optimizer step of the bucket's shards (this device's
-  // chunk), its all-gather, and the step of the rest.
+  // chunk), its all-gather, and the step of the rest (Plan::param_gather
+  // after_step, the default).
   CHECK(q0.instrs[q0.instrs.size() - 4].kind == sp::InstrKind::allreduce_wait);
   CHECK(q0.instrs[q0.instrs.size() - 3].kind == sp::InstrKind::optimizer);
   CHECK(q0.instrs[q0.instrs.size() - 3].bucket == 0);
   CHECK(q0.instrs[q0.instrs.size() - 2].kind == sp::InstrKind::allgather);
   CHECK(q0.instrs.back().bucket == -1);
   CHECK(q0.instrs.size() == p0.instrs.size() + 2);
+  // Gathered at the next step's start instead (next_step): the step ends
+  // with the wait and the two optimizer steps; the values' all-gather is
+  // the program's first instruction and is waited for right before the
+  // first forward, which uses the bucket. The same bytes.
+  sp::Plan next = plan;
+  next.param_gather = sp::ParamGather::next_step;
+  auto at_start = sp::lower(next, f.model, f.graph);
+  REQUIRE(at_start.ok());
+  check_invariants(next, *at_start, *ctx);
+  const sp::Program& r0 = at_start->programs[0];
+  CHECK(r0.instrs[r0.instrs.size() - 3].kind == sp::InstrKind::allreduce_wait);
+  CHECK(r0.instrs[r0.instrs.size() - 2].kind == sp::InstrKind::optimizer);
+  CHECK(r0.instrs[r0.instrs.size() - 2].bucket == 0);
+  CHECK(r0.instrs[r0.instrs.size() - 2].values == half);
+  CHECK(r0.instrs.back().bucket == -1);
+  CHECK(r0.instrs[0].kind == sp::InstrKind::allgather_start);
+  CHECK(r0.instrs[0].bucket == 0);
+  CHECK(r0.instrs[1].kind == sp::InstrKind::allgather_wait);
+  CHECK(r0.instrs[2].kind == sp::InstrKind::forward);
+  CHECK(std::count(r0.instrs[2].deps.begin(), r0.instrs[2].deps.end(), 1) == 1);
+  CHECK(std::none_of(r0.instrs.begin(), r0.instrs.end(),
+                     [](const sp::Instr& in) { return in.kind == sp::InstrKind::allgather; }));
+  CHECK(r0.instrs.size() == q0.instrs.size() + 1);
+  for (int d = 0; d < 2; ++d) CHECK(at_start->bytes(d) == sp::ProgramBytes{0, 0, values * 4, 2 * half * 4});
+  // Without overlap the plan's choice changes nothing: blocking, after the step.
+  auto next_blocking = sp::lower(next, f.model, f.graph, blocking);
+  REQUIRE(next_blocking.ok());
+  CHECK(sp::program_json(*next_blocking, f.graph, 0) == sp::program_json(*lowered, f.graph, 0));
 }
 
 TEST_CASE("gradient buckets are cut at the size cap, in the order their gradients become final") {
@@ -618,6 +708,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           for (const sp::Instr& in : prog.instrs)
             if (in.kind != sp::InstrKind::allreduce && in.kind != sp::InstrKind::allreduce_start &&
                 in.kind != sp::InstrKind::allreduce_wait && in.kind != sp::InstrKind::allgather &&
+                in.kind != sp::InstrKind::allgather_start && in.kind != sp::InstrKind::allgather_wait &&
                 !(in.kind == sp::InstrKind::optimizer && in.bucket >= 0))   // a bucket's step
               kept.push_back({in.kind, in.kind == sp::InstrKind::exchange ? in.wave : in.slice});
           return kept;
@@ -646,6 +737,20 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
         CHECK(transfers_in(lowered->programs[static_cast<size_t>(d)]) ==
               transfers_in(at_exchanges->programs[static_cast<size_t>(d)]));
       }
+      // The optimizer state sharded (ZeRO-1), overlapped (the values'
+      // all-gathers at the step's start) and blocking (after the step).
+      sp::Plan sharded = *plan;
+      sharded.optimizer_state = sp::OptimizerState::sharded;
+      for (bool overlap : {true, false})
+        for (sp::ParamGather gather : {sp::ParamGather::after_step, sp::ParamGather::next_step}) {
+          sharded.param_gather = gather;
+          sp::LowerOptions zero1;
+          zero1.sync = sp::planned_sync(sharded);
+          zero1.sync->overlap = overlap;
+          auto z = sp::lower(sharded, f.model, f.graph, zero1);
+          REQUIRE(z.ok());
+          check_invariants(sharded, *z, *context);
+        }
       // Deterministic: the same programs twice.
       auto again = sp::lower(*plan, f.model, f.graph);
       REQUIRE(again.ok());

@@ -559,15 +559,31 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, else sharded (
   auto asked = plan_as(small, OptimizerState::sharded);
   REQUIRE(asked.ok());
   CHECK(plan_to_json(*sharded) == plan_to_json(*asked));
-  // Its simulation pays the all-gathers: more than the same plan's programs
-  // without them (the state counted replicated, memory aside).
-  Plan unsharded = *sharded;
+  // Its all-gathers blocking after the step are priced: slower than the
+  // same plan's programs without them (the state counted replicated,
+  // memory aside).
+  Plan after_step = *sharded, unsharded = *sharded;
+  after_step.param_gather = ParamGather::after_step;
   unsharded.optimizer_state = OptimizerState::replicated;
-  auto with = simulate_plan(*sharded, f.model, f.graph, *f.cost);
+  auto with = simulate_plan(after_step, f.model, f.graph, *f.cost);
   auto without = simulate_plan(unsharded, f.model, f.graph, *f.cost);
   REQUIRE(with.ok());
   REQUIRE(without.ok());
   CHECK(with->iteration_ms > without->iteration_ms);
+  // Where the plan gathers them (Plan::param_gather) is the faster way for
+  // it: here at the next step's start, which hides them behind its
+  // forwards (faster than the replicated programs' whole all-reduces even).
+  Plan flipped = *sharded;
+  flipped.param_gather =
+      sharded->param_gather == ParamGather::next_step ? ParamGather::after_step : ParamGather::next_step;
+  auto chosen_sim = simulate_plan(*sharded, f.model, f.graph, *f.cost);
+  auto other_sim = simulate_plan(flipped, f.model, f.graph, *f.cost);
+  REQUIRE(chosen_sim.ok());
+  REQUIRE(other_sim.ok());
+  CHECK(chosen_sim->iteration_ms == Approx(sharded->predicted.simulated_ms).epsilon(1e-9));
+  CHECK(chosen_sim->iteration_ms < other_sim->iteration_ms);
+  CHECK(sharded->param_gather == ParamGather::next_step);
+  CHECK(chosen_sim->iteration_ms < without->iteration_ms);
 }
 
 TEST_CASE("memory_as_run: the plan's figure, and over NCCL each bucket's flat buffer and largest all-gather",

@@ -131,6 +131,9 @@ struct Programs {
   void wait(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_wait, bucket); }
   // The all-gather of bucket `bucket`'s stepped values (sharded optimizer state).
   void gather(int d, int bucket) { reduction(d, sp::InstrKind::allgather, bucket); }
+  // With overlap: the all-gather started as the program opens, and the wait for it.
+  void gather_start(int d, int bucket) { reduction(d, sp::InstrKind::allgather_start, bucket); }
+  void gather_wait(int d, int bucket) { reduction(d, sp::InstrKind::allgather_wait, bucket); }
   // An optimizer step of bucket `bucket`'s shards (-1: the rest), `values` values.
   void optimizer(int d, int bucket = -1, int64_t values = 0) {
     sp::Instr in;
@@ -902,6 +905,212 @@ TEST_CASE("sharded optimizer state: each bucket reduce-scattered, then all-gathe
   }
 }
 
+namespace {
+// ZeRO-1 with overlap by hand, as lowering writes it: the all-gathers open
+// the programs. Bucket X (index 0: 250,000 values over devices 0 and 1)
+// holds slice s0's parameters, Y (index 1: 1,000,000 values over devices
+// 0 and 2) slice s2's; slice s1 (device 2 alone) is in no bucket. Slices:
+// s0 (wave 0, devices 0 and 1, 3 ms: forward 1, backward 2), s1 (wave 0,
+// device 2, 6 ms: 2 + 4), s2 (wave 1, devices 0 and 2, 3 ms: 1 + 2). Each
+// device starts the all-gather of each of its buckets (X before Y: by
+// first wave), waits for it right before its first forward using it,
+// starts each reduce-scatter after the backward that makes its gradients
+// final, then waits for each (X before Y), each followed by the step of
+// its chunk of the bucket, and last steps the rest (none).
+//   d0: 0 allgather_start X, 1 allgather_start Y, 2 allgather_wait X, 3 fwd s0, 4 allgather_wait Y,
+//       5 fwd s2, 6 bwd s2, 7 start Y, 8 bwd s0, 9 start X, 10 wait X, 11 step X, 12 wait Y, 13 step Y,
+//       14 optimizer
+//   d1: 0 allgather_start X, 1 allgather_wait X, 2 fwd s0, 3 bwd s0, 4 start X, 5 wait X, 6 step X,
+//       7 optimizer
+//   d2: 0 allgather_start Y, 1 fwd s1, 2 allgather_wait Y, 3 fwd s2, 4 bwd s2, 5 start Y, 6 bwd s1,
+//       7 wait Y, 8 step Y, 9 optimizer
+Programs gathered_at_start() {
+  Programs p(3);
+  p.l.sharded_state = true;
+  const int s0 = p.slice(0, {0, 1}, 3.0), s1 = p.slice(0, {2}, 6.0), s2 = p.slice(1, {0, 2}, 3.0);
+  const int x = p.bucket({0, 1}, 1'000'000), y = p.bucket({0, 2}, 4'000'000);
+  p.l.buckets[static_cast<size_t>(x)].values = 250'000;
+  p.l.buckets[static_cast<size_t>(y)].values = 1'000'000;
+  p.l.buckets[static_cast<size_t>(y)].first_wave = 1;
+  const auto step = [&](int d, int k) { p.optimizer(d, k, p.l.owned(k, d).size()); };
+  p.gather_start(0, x);
+  p.gather_start(0, y);
+  p.gather_wait(0, x);
+  p.fwd(0, s0);
+  p.gather_wait(0, y);
+  p.fwd(0, s2);
+  p.bwd(0, s2);
+  p.start(0, y);
+  p.bwd(0, s0);
+  p.start(0, x);
+  p.wait(0, x);
+  step(0, x);
+  p.wait(0, y);
+  step(0, y);
+  p.optimizer(0);
+  p.gather_start(1, x);
+  p.gather_wait(1, x);
+  p.fwd(1, s0);
+  p.bwd(1, s0);
+  p.start(1, x);
+  p.wait(1, x);
+  step(1, x);
+  p.optimizer(1);
+  p.gather_start(2, y);
+  p.fwd(2, s1);
+  p.gather_wait(2, y);
+  p.fwd(2, s2);
+  p.bwd(2, s2);
+  p.start(2, y);
+  p.bwd(2, s1);
+  p.wait(2, y);
+  step(2, y);
+  p.optimizer(2);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("sharded optimizer state with overlap: all-gathers started as the programs open, waited for before their forwards", "[sim]") {
+  // 1 GB/s inside the island, no latency. Over 2 devices an all-gather or
+  // reduce-scatter of B bytes takes (p-1)/p x B / 1 GB/s: X's buffer is
+  // 250,000 values (4 bytes each on the wire: 1e6 bytes) 0.5 ms, Y's
+  // 1,000,000 values (4e6 bytes) 2 ms. Optimizer steps unpriced.
+  const sp::Cluster cluster = hand_cluster(1, 3);
+  const Programs p = gathered_at_start();
+  REQUIRE(p.l.gather_bytes(0) == 1'000'000);
+  REQUIRE(p.l.gather_bytes(1) == 4'000'000);
+  const sp::TableCostModel cost(cluster);
+  REQUIRE(cost.allgather_ms(1e6, {0, 1}) == Approx(0.5));
+  REQUIRE(cost.allgather_ms(4e6, {0, 2}) == Approx(2.0));
+  REQUIRE(cost.reduce_scatter_ms(4e6, {0, 2}) == Approx(2.0));
+  // At 0 every device starts its all-gathers. X's group (d0, d1) is
+  // complete at once: X runs 0-0.5. Y's group (d0, d2) is too, but d0
+  // runs one collective at a time: Y runs after X, 0.5-2.5.
+  //   d0: waits for X 0-0.5, fwd s0 0.5-1.5, waits for Y 1.5-2.5, fwd s2 2.5-3.5, bwd s2 3.5-5.5
+  //       (starts Y's reduce-scatter), bwd s0 5.5-7.5 (starts X's), waits for X 7.5-8, Y has ended
+  //   d1: waits for X 0-0.5, fwd s0 0.5-1.5, bwd s0 1.5-3.5 (starts X's reduce-scatter), waits 3.5-8
+  //   d2: fwd s1 0-2 beside Y's all-gather (s1 needs no bucket), waits for Y 2-2.5, fwd s2 2.5-3.5,
+  //       bwd s2 3.5-5.5 (starts Y's reduce-scatter), bwd s1 5.5-9.5, Y's ended at 7.5
+  //   reduce-scatters: Y 5.5-7.5 (both there at 5.5); X 7.5-8 (d0 there at 7.5)
+  // The makespan: d2's 9 ms of compute and its 0.5 ms wait for Y, 9.5
+  // (9 were the all-gathers not one at a time on d0).
+  sp::SimOptions traced;
+  traced.critical_path = true;
+  const sp::Simulation sim = p.run(cluster, traced);
+  CHECK(sim.iteration_ms == Approx(9.5));
+  CHECK(sim.devices[0].finish_ms == Approx(8.0));
+  CHECK(sim.devices[1].finish_ms == Approx(8.0));
+  CHECK(sim.devices[2].finish_ms == Approx(9.5));
+  // The all-gathers' boxes (on each member, at its allgather_start).
+  const sp::SimBox& gx = box(sim, 0, 0, "allgather");
+  CHECK(gx.start_ms == Approx(0.0).margin(1e-12));
+  CHECK(gx.dur_ms == Approx(0.5));
+  CHECK(gx.track == sp::SimTrack::communication);
+  CHECK(gx.bucket == 0);
+  CHECK(gx.sent_bytes == 1'000'000);
+  CHECK(gx.name == "all-gather bucket 0 (2 devices)");
+  CHECK(box(sim, 1, 0, "allgather").start_ms == Approx(0.0).margin(1e-12));
+  // d0's second all-gather begins when its first has ended.
+  const sp::SimBox& gy = box(sim, 0, 1, "allgather");
+  CHECK(gy.start_ms == Approx(0.5));
+  CHECK(gy.dur_ms == Approx(2.0));
+  CHECK(gy.sent_bytes == 4'000'000);
+  CHECK(gy.name == "all-gather bucket 1 (2 devices)");
+  CHECK(box(sim, 2, 0, "allgather").start_ms == Approx(0.5));
+  CHECK(box(sim, 2, 0, "allgather").dur_ms == Approx(2.0));
+  // A forward that needs a bucket waits for its all-gather; one that does
+  // not runs beside it.
+  CHECK(box(sim, 0, 2, "wait").start_ms == Approx(0.0).margin(1e-12));
+  CHECK(box(sim, 0, 2, "wait").dur_ms == Approx(0.5));
+  CHECK(box(sim, 0, 2, "wait").name == "wait for all-gather of bucket 0");
+  CHECK(box(sim, 0, 3, "forward").start_ms == Approx(0.5));
+  CHECK(box(sim, 1, 2, "forward").start_ms == Approx(0.5));
+  CHECK(box(sim, 0, 4, "wait").start_ms == Approx(1.5));
+  CHECK(box(sim, 0, 4, "wait").dur_ms == Approx(1.0));
+  CHECK(box(sim, 0, 5, "forward").start_ms == Approx(2.5));
+  CHECK(box(sim, 2, 1, "forward").start_ms == Approx(0.0).margin(1e-12));
+  CHECK(box(sim, 2, 1, "forward").dur_ms == Approx(2.0));
+  CHECK(box(sim, 2, 2, "wait").start_ms == Approx(2.0));
+  CHECK(box(sim, 2, 2, "wait").dur_ms == Approx(0.5));
+  CHECK(box(sim, 2, 2, "wait").bucket == 1);
+  CHECK(box(sim, 2, 3, "forward").start_ms == Approx(2.5));
+  // The reduce-scatters, started and waited for as before.
+  CHECK(box(sim, 0, 7, "allreduce").start_ms == Approx(5.5));
+  CHECK(box(sim, 0, 7, "allreduce").name == "reduce-scatter bucket 1 (2 devices)");
+  CHECK(box(sim, 0, 9, "allreduce").start_ms == Approx(7.5));
+  CHECK(box(sim, 0, 10, "wait").dur_ms == Approx(0.5));
+  CHECK(box(sim, 1, 5, "wait").start_ms == Approx(3.5));
+  CHECK(box(sim, 1, 5, "wait").name == "wait for all-reduce of bucket 0");
+  // Where the time went. A started all-gather counts as sync where its
+  // wait was blocked on it while it ran, the rest hidden: d2 was blocked
+  // on Y 2-2.5 (0.5 exposed, 1.5 hidden); its reduce-scatter of Y ended
+  // before its wait (2 hidden).
+  CHECK(sim.devices[2].compute_ms == Approx(9.0));
+  CHECK(sim.devices[2].sync_ms == Approx(0.5));
+  CHECK(sim.devices[2].hidden_sync_ms == Approx(3.5));
+  CHECK(sim.devices[2].wait_ms == Approx(0.0).margin(1e-12));
+  // d0: X 0-0.5 and Y 1.5-2.5 exposed (Y's first ms hidden behind fwd s0),
+  // X's reduce-scatter 7.5-8 exposed, Y's hidden (2).
+  CHECK(sim.devices[0].compute_ms == Approx(6.0));
+  CHECK(sim.devices[0].sync_ms == Approx(2.0));
+  CHECK(sim.devices[0].hidden_sync_ms == Approx(3.0));
+  // d1: X 0-0.5 exposed; in its wait for X's reduce-scatter 3.5-8, the
+  // last 0.5 ms on it, 4 waiting for d0.
+  CHECK(sim.devices[1].sync_ms == Approx(1.0));
+  CHECK(sim.devices[1].wait_ms == Approx(4.0));
+  for (const sp::SimDevice& d : sim.devices) CHECK(d.busy_ms() <= d.finish_ms + 1e-9);
+  // The critical path, back from d2's end: bwd s1 (4) <- the start of Y's
+  // reduce-scatter <- bwd s2 (2) <- fwd s2 (1) <- d2's wait for Y's
+  // all-gather, which ended at 2.5 (2) <- d0's all-gather of X before it
+  // (0.5). Compute 7, sync 2.5; s0 off the path. Y's all-gather is shown
+  // on d2 (it waited for it), X's on d0 (Y waited for it there).
+  CHECK(sim.critical.device == 2);
+  CHECK(sim.critical.compute_ms == Approx(7.0));
+  CHECK(sim.critical.sync_ms == Approx(2.5));
+  CHECK(sim.critical.transfer_ms == 0);
+  CHECK(sim.critical_slices == std::vector<char>{0, 1, 1});
+  CHECK(box(sim, 2, 0, "allgather").critical);
+  CHECK_FALSE(box(sim, 0, 1, "allgather").critical);
+  CHECK(box(sim, 0, 0, "allgather").critical);
+  CHECK_FALSE(box(sim, 1, 0, "allgather").critical);
+  CHECK(box(sim, 2, 2, "wait").critical);
+  CHECK(box(sim, 2, 6, "backward").critical);
+  CHECK_FALSE(box(sim, 0, 3, "forward").critical);
+
+  // The bounds. Per device: d2's compute, 9 (its all-gather may run beside
+  // its forward pass). From the programs: d2 from its start, 9 (fwd s1,
+  // then the 7 ms from its wait for Y on; Y's 2 ms all-gather then that
+  // wait's 7 ms: 9 too). Neither sees that d0 runs X before Y.
+  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(9.0));
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, cost) == Approx(9.0));
+  sp::SimOptions bounded;
+  bounded.timeline = false;
+  bounded.stop_after_ms = 9.5 * (1 + 1e-9);
+  CHECK(p.run(cluster, bounded).iteration_ms == Approx(9.5));
+  bounded.stop_after_ms = 9.4;
+  CHECK(std::isinf(p.run(cluster, bounded).iteration_ms));
+  // Every slice's time in its forward (backwards take 0 ms): the
+  // all-gathers now run beside long forwards, and d2's makespan is its
+  // forwards (6 + 3, fwd s2 9 at the earliest) and Y's reduce-scatter after
+  // them, 9-11; both bounds exact. (Its forwards plus every collective of
+  // its, 9 + 2 + 2 = 13, is no bound: Y's all-gather ran beside fwd s1.)
+  sp::SimOptions forwards;
+  forwards.forward_share = 1.0;
+  const sp::Simulation fwd_only = p.run(cluster, forwards);
+  CHECK(fwd_only.iteration_ms == Approx(11.0));
+  CHECK(box(fwd_only, 2, 0, "allgather").start_ms == Approx(0.5));
+  CHECK(box(fwd_only, 2, 1, "forward").dur_ms == Approx(6.0));
+  CHECK(box(fwd_only, 2, 5, "allreduce").start_ms == Approx(9.0));
+  CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, forwards) == Approx(11.0));
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, cost, forwards) == Approx(11.0));
+  // Communication unpriced: compute alone (d2's 9 ms), the one pass and
+  // the events to the bit.
+  sp::SimOptions compute_only;
+  compute_only.price_communication = false;
+  auto [one_pass, fast] = one_pass_equals_events(p.l, p.slice_ms, cost, 3, compute_only);
+  CHECK(fast.iteration_ms == Approx(9.0));
+}
+
 TEST_CASE("sharded optimizer state: the one-pass makespan of compute alone equals the events', to the bit", "[sim]") {
   // The hand-built programs, blocking and overlapped, steps priced or not.
   for (bool overlap : {false, true})
@@ -916,6 +1125,31 @@ TEST_CASE("sharded optimizer state: the one-pass makespan of compute alone equal
       CHECK(b.iteration_ms == a.iteration_ms);
       for (size_t d = 0; d < a.devices.size(); ++d) CHECK(b.devices[d].finish_ms == a.devices[d].finish_ms);
     }
+  // The all-gathers started as the programs open (gathered_at_start), with
+  // other forward shares: the same; and priced, its bounds are bounds and
+  // a bounded run stops exactly when the makespan passes its bound.
+  for (double share : {0.0, 1.0 / 3.0, 0.8, 1.0})
+    for (double rate : {0.0, 7.0}) {
+      INFO("forward share " << share << ", optimizer at " << rate << " GB/s");
+      const Programs p = gathered_at_start();
+      sp::TableCostModel cost(hand_cluster(1, 3, 10));
+      cost.set_optimizer_rate(rate);
+      sp::SimOptions events;
+      events.price_communication = false;
+      events.forward_share = share;
+      one_pass_equals_events(p.l, p.slice_ms, cost, 3, events);
+      sp::SimOptions priced;
+      priced.timeline = false;
+      priced.forward_share = share;
+      auto full = sp::simulate(p.l, p.slice_ms, cost, 3, priced);
+      REQUIRE(full.ok());
+      CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, cost, priced) <= full->iteration_ms);
+      CHECK(sp::device_lower_bound_ms(p.l, p.slice_ms, cost, priced) <= full->iteration_ms);
+      priced.stop_after_ms = full->iteration_ms * (1 + 1e-9);
+      CHECK(sp::simulate(p.l, p.slice_ms, cost, 3, priced)->iteration_ms == full->iteration_ms);
+      priced.stop_after_ms = full->iteration_ms * (1 - 1e-6);
+      CHECK(std::isinf(sp::simulate(p.l, p.slice_ms, cost, 3, priced)->iteration_ms));
+    }
   // A planned workload sharded and the same plan replicated, lowered three
   // ways, with random slice times.
   spindle::plan::testing::Fixture f("tiny-clip", "cpu-1x4");
@@ -923,24 +1157,34 @@ TEST_CASE("sharded optimizer state: the one-pass makespan of compute alone equal
   plan.optimizer_state = sp::OptimizerState::sharded;
   std::mt19937 rng(20270101);
   std::uniform_real_distribution<double> scale(0.05, 3.0);
-  int gathers = 0;
+  int gathers = 0, started = 0;
   for (sp::OptimizerState state : {sp::OptimizerState::sharded, sp::OptimizerState::replicated})
-    for (int way = 0; way < 3; ++way) {
+    for (int way = 0; way < 5; ++way) {
+      // Ways 3 and 4: 0 and 1 with the values gathered after the step.
       INFO((state == sp::OptimizerState::sharded ? "sharded" : "replicated") << ", lowering " << way);
       plan.optimizer_state = state;
+      plan.param_gather = way < 3 ? sp::ParamGather::next_step : sp::ParamGather::after_step;
+      const bool gathered_early = way < 2;
       sp::LowerOptions lower_options;
       lower_options.sync = sp::GradSync{};
-      lower_options.sync->overlap = way < 2;
-      lower_options.sync->early_transfers = way == 0;
-      plan.early_transfers = way == 0;
+      lower_options.sync->overlap = way != 2;
+      lower_options.sync->early_transfers = way % 3 == 0;
+      plan.early_transfers = way % 3 == 0;
       auto lowered = sp::lower(plan, f.model, f.graph, lower_options);
       REQUIRE(lowered.ok());
       CHECK(lowered->sharded_state == (state == sp::OptimizerState::sharded));
-      int here = 0;
+      // An all-gather per bucket and member: with overlap started as the
+      // programs open (allgather_start), else blocking after the step.
+      int here = 0, starts = 0;
       for (const sp::Program& prog : lowered->programs)
-        for (const sp::Instr& in : prog.instrs) here += in.kind == sp::InstrKind::allgather;
+        for (const sp::Instr& in : prog.instrs) {
+          here += in.kind == sp::InstrKind::allgather || in.kind == sp::InstrKind::allgather_start;
+          starts += in.kind == sp::InstrKind::allgather_start;
+        }
       CHECK((here > 0) == lowered->sharded_state);
+      CHECK(starts == (gathered_early ? here : 0));
       gathers += here;
+      started += starts;
       for (int trial = 0; trial < 3; ++trial) {
         std::vector<double> slice_ms = sp::lowered_slice_ms(plan);
         if (trial > 0)
@@ -966,14 +1210,17 @@ TEST_CASE("sharded optimizer state: the one-pass makespan of compute alone equal
       }
     }
   CHECK(gathers > 0);
+  CHECK(started > 0);
 }
 
 TEST_CASE("sharded optimizer state: the timeline shows each bucket's all-gather with its bytes", "[sim]") {
   spindle::plan::testing::Fixture f("tiny-clip", "cpu-1x4");
   sp::Plan plan = f.plan();
   plan.optimizer_state = sp::OptimizerState::sharded;
-  for (bool overlap : {true, false}) {
-    INFO((overlap ? "overlapped" : "blocking"));
+  for (int way = 0; way < 3; ++way) {
+    const bool overlap = way < 2, early = way == 0;   // early: the values gathered at the step's start
+    plan.param_gather = early ? sp::ParamGather::next_step : sp::ParamGather::after_step;
+    INFO((overlap ? "overlapped" : "blocking") << (early ? ", gathered at the start" : ""));
     sp::SimOptions options;
     options.sync = sp::planned_sync(plan);
     options.sync->overlap = overlap;
@@ -998,7 +1245,7 @@ TEST_CASE("sharded optimizer state: the timeline shows each bucket's all-gather 
       REQUIRE(b.bucket >= 0);
       const sp::Bucket& k = lowered->buckets[static_cast<size_t>(b.bucket)];
       const sp::Instr& in = lowered->programs[static_cast<size_t>(b.device)].instrs[static_cast<size_t>(b.instr)];
-      CHECK(in.kind == sp::InstrKind::allgather);
+      CHECK(in.kind == (early ? sp::InstrKind::allgather_start : sp::InstrKind::allgather));
       CHECK(in.bucket == b.bucket);
       CHECK(b.track == sp::SimTrack::communication);
       CHECK(b.sent_bytes == lowered->gather_bytes(b.bucket));
@@ -1318,8 +1565,10 @@ double longest_bucket_chain_ms(const sp::Lowered& l, const sp::CostModel& cost) 
 // The most the optimizer steps can delay the end of `l`'s programs with
 // communication priced at 0 (memory at `gbytes_per_s`): every step comes
 // after the device's backward, its exchanges and its all-reduce starts, so
-// a delay passes from one device to another only through an all-gather
-// (sharded state), which waits for its group's most delayed member. Each
+// a delay passes from one device to another only through a blocking
+// all-gather (sharded state without overlap; with overlap the all-gathers
+// open the programs, before any step, and run_to finds none), which waits
+// for its group's most delayed member. Each
 // device's steps and all-gathers in program order, the all-gathers in
 // the one global bucket order: bucket by bucket, each member's steps
 // before the bucket's all-gather, then the group's largest delay, and
