@@ -72,9 +72,25 @@ constexpr double kHintMargin = 0.01;
 // `sim` simulates `plan` (the planner's objective); `gap` is its
 // simulated_compute_gap and `width_optimum_ms` its width_optimum_ms (0: not
 // known).
-// `chose_state`: --optimizer-state auto chose the plan's.
+// Why --optimizer-state auto sharded the plan's optimizer state, for the
+// memory line ("" when it did not).
+std::string sharded_because(const sp::Plan& plan) {
+  switch (plan.sharded_because) {
+    case sp::Plan::ShardedBecause::none: return "";
+    case sp::Plan::ShardedBecause::does_not_fit:
+      return " (ZeRO-1: the plan with it replicated does not fit; an all-gather per bucket and step)";
+    case sp::Plan::ShardedBecause::faster: {
+      char text[160];
+      std::snprintf(text, sizeof text, " (ZeRO-1: it fits replicated, but simulates faster sharded; %.3f ms replicated)",
+                    plan.replicated_ms);
+      return text;
+    }
+  }
+  return "";
+}
+
 void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, const sp::Simulation& sim, double gap,
-                   double width_optimum_ms, bool chose_state) {
+                   double width_optimum_ms) {
   const sp::Predicted& p = plan.predicted;
   int64_t peak = 0;
   int peak_dev = 0;
@@ -136,9 +152,7 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   }
   std::printf("memory    peak %s on device %d (of %s), optimizer state %s%s\n", size_text(peak).c_str(), peak_dev,
               size_text(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state),
-              plan.optimizer_state == sp::OptimizerState::sharded && chose_state
-                  ? " (ZeRO-1: the plan with it replicated does not fit; an all-gather per bucket and step)"
-                  : "");
+              sharded_because(plan).c_str());
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
 
@@ -522,8 +536,7 @@ int main(int argc, char** argv) {
 
   if (o.compare) std::printf("\n");
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
-  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0,
-                request.choose_optimizer_state);
+  print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0);
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_bucket_choice(*plan, request, sim_options);
   print_profile_links(*profile);

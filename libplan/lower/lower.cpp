@@ -462,7 +462,7 @@ class ProgramBuilder {
   // programs.
   ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
                  BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
-                 ParamGather gather, bool& starts_matter);
+                 bool& starts_matter);
 
   Program build() &&;
 
@@ -554,14 +554,14 @@ class ProgramBuilder {
 
 ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
                                BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
-                               ParamGather gather, bool& starts_matter)
+                               bool& starts_matter)
     : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(scratch.param_bwd),
       last_step_(scratch.last_step), deps_(deps), overlap_(sync.overlap),
       early_(sync.overlap && sync.early_transfers), starts_(starts), starts_matter_(starts_matter),
       wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
       posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
       bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
-      reductions_(scratch.reductions), stepped_(scratch.stepped), gathers_early_(sync.overlap && l.sharded_state && gather == ParamGather::next_step) {
+      reductions_(scratch.reductions), stepped_(scratch.stepped), gathers_early_(l.gathers_at_start) {
   runs_.clear();
   sends_after_.clear();
   posted_.clear();
@@ -1033,6 +1033,8 @@ Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const Lo
   SPINDLE_TRY(lower_slices(plan, ctx, out));
   lower_shards(ctx, options, lowering_sync(options, plan), out);
   out.sharded_state = plan.optimizer_state == OptimizerState::sharded;
+  out.gathers_at_start =
+      out.sharded_state && plan.param_gather == ParamGather::next_step && lowering_sync(options, plan).overlap;
   return out;
 }
 
@@ -1075,7 +1077,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   for (int d = 0; d < plan.devices; ++d)
     out.programs.push_back(ProgramBuilder(out, ids, shares.of(d), static_cast<int>(plan.waves.size()),
                                           d, scratch, options.deps, sync, plan.bucket_starts,
-                                          plan.param_gather, out.bucket_starts_matter)
+                                          out.bucket_starts_matter)
                                .build());
   mark_adds(out);
   return {};

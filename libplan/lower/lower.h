@@ -259,6 +259,10 @@ struct Lowered {
   // optimizer state and all-gather the values after (ZeRO-1): the plan's
   // optimizer_state is sharded (rules/memory.h).
   bool sharded_state = false;
+  // With sharded_state, overlap and Plan::param_gather next_step: the
+  // values' all-gathers open each program (allgather_start) instead of
+  // following the buckets' optimizer steps (allgather). Set by lower_header.
+  bool gathers_at_start = false;
 
   // Position of `device` in slice `slice`'s device list; -1 when absent.
   int position(int slice, int device) const;

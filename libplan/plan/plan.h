@@ -123,6 +123,10 @@ struct Plan {
   // {"optimizer_state": "replicated"} when not the default, sharded.
   OptimizerState optimizer_state = OptimizerState::sharded;
   double planning_ms = 0;              // not serialised (keeps bytes deterministic)
+  // Not serialised: why --optimizer-state auto (PlanRequest::
+  // choose_optimizer_state) sharded the state; none when it did not.
+  enum class ShardedBecause { none, does_not_fit, faster } sharded_because = ShardedBecause::none;
+  double replicated_ms = 0;            // with `faster`: the plan's simulation with the state replicated
 };
 
 }  // namespace spindle::plan

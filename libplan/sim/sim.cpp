@@ -1430,15 +1430,15 @@ double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& 
   // Blocking: compute, then every collective. Overlapped: a device's
   // collectives run one after another and it waits for each; its
   // all-reduces none before its forward pass is done (the first starts
-  // after a backward). With sharded state its all-gathers are started as
-  // its program opens (allgather_start, lower.h) and may run beside its
-  // forward pass: then only all its collectives one after another.
+  // after a backward). When its all-gathers are started as its program
+  // opens (Lowered::gathers_at_start) they may run beside its forward
+  // pass: then only all its collectives one after another.
   const bool overlap = options.sync.value_or(GradSync{}).overlap;
   double bound = 0;
   for (size_t d = 0; d < n; ++d)
-    bound = std::max(bound, !overlap                ? compute[d] + sync[d]
-                            : lowered.sharded_state ? std::max({compute[d], forward[d] + reduce[d], sync[d]})
-                                                    : std::max(compute[d], forward[d] + sync[d]));
+    bound = std::max(bound, !overlap                   ? compute[d] + sync[d]
+                            : lowered.gathers_at_start ? std::max({compute[d], forward[d] + reduce[d], sync[d]})
+                                                       : std::max(compute[d], forward[d] + sync[d]));
   // Summed in another order than the simulation's clock: a few ulps below.
   return bound * (1 - 1e-12);
 }

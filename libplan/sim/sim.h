@@ -233,11 +233,12 @@ Result<Simulation> simulate(const Lowered& lowered, const std::vector<double>& s
 // optimizer state, allgather_ms of its all-gather), which it runs one
 // after another; with options.sync.overlap, where collectives run beside
 // compute but still one after another, the all-reduces none before the
-// device's forward pass is done, the largest of its compute, its forward
-// compute plus its all-reduces, and all its collectives (with sharded
-// state its all-gathers, started as its program opens, may run beside its
-// forward pass). Needs only lower_header's slices and buckets (and
-// Lowered::sharded_state).
+// device's forward pass is done: the larger of its compute and its
+// forward compute plus all its collectives, or, when its all-gathers open
+// the program (Lowered::gathers_at_start) and may run beside its forward
+// pass, the largest of its compute, its forward compute plus its
+// all-reduces, and all its collectives. Needs only lower_header's slices
+// and buckets (and Lowered::sharded_state, gathers_at_start).
 double device_lower_bound_ms(const Lowered& lowered, const std::vector<double>& slice_ms, const CostModel& cost,
                              const SimOptions& options = {});
 

@@ -52,7 +52,7 @@
 // (x-lowering.bucket_starts "when-ready" removed when present, else added),
 // or with its transfers kept in their exchanges (x-lowering.early_transfers
 // false), or with ZeRO-1's all-gathers at the next step's start
-// (--gather-next-step: x-lowering.param_gather "next-step"), or with its optimizer state held the given way (ZeRO-1 or
+// (--gather-next-step: x-lowering.param_gather "next-step"), or with its optimizer state held the given way (sharded: the values gathered after the step) (ZeRO-1 or
 // whole: x-memory.optimizer_state; its memory figures as they were), for
 // the runs that check each gives bitwise the same result.
 //
@@ -243,6 +243,10 @@ int main(int argc, char** argv) {
     if (args.size() == 4 && args[0] == "--optimizer-state" && (args[1] == "sharded" || args[1] == "replicated")) {
       nlohmann::json plan = read_json(args[2]);
       plan["x-memory"]["optimizer_state"] = args[1];
+      if (plan.contains("x-lowering")) {   // sharded: the values gathered after the step
+        plan["x-lowering"].erase("param_gather");
+        if (plan["x-lowering"].empty()) plan.erase("x-lowering");
+      }
       std::ofstream out(args[3]);
       out << plan.dump(1) << "\n";
       return out.good() ? 0 : 2;

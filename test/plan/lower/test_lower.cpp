@@ -228,6 +228,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           CHECK(in.bucket > last_gathered);
           last_gathered = in.bucket;
           CHECK((plan.param_gather == sp::ParamGather::after_step || !overlapped));
+          CHECK_FALSE(l.gathers_at_start);
           if (overlapped) {
             CHECK(prog.instrs[i - 1].kind == sp::InstrKind::optimizer);
             CHECK(prog.instrs[i - 1].bucket == in.bucket);
@@ -243,6 +244,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           // then index), each of its buckets once.
           CHECK(l.sharded_state);
           CHECK(plan.param_gather == sp::ParamGather::next_step);
+          CHECK(l.gathers_at_start);
           CHECK(i == gathers.size());
           const sp::Bucket& b = l.buckets[static_cast<size_t>(in.bucket)];
           CHECK(std::binary_search(b.devices.begin(), b.devices.end(), prog.device));

@@ -337,6 +337,11 @@ TEST_CASE("place: the improvement counts the bytes the lowered programs move, on
     INFO(c.model << " on " << c.cluster);
     spindle::plan::testing::Fixture f(c.model, c.cluster);
     PlanRequest req{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    // Replicated: the evaluator counts each bucket's all-reduce bytes,
+    // which a sharded plan's reduce-scatter pads to equal chunks (auto may
+    // shard a plan that simulates faster so).
+    req.choose_optimizer_state = false;
+    req.optimizer_state = OptimizerState::replicated;
     const PlaceInput in = placement_input(contract(f.graph), req);
     std::mt19937 rng(12345);
     for (Strategy s : {Strategy::spindle, Strategy::sequential, Strategy::intra_task}) {

@@ -296,6 +296,10 @@ TEST_CASE("communication-aware cap: the count minimising compute plus gradient a
 template <class Off>
 std::pair<Plan, Plan> with_and_without(const spindle::plan::testing::Fixture& f, Off off) {
   PlanRequest with{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+  // The state fixed (every case here fits it replicated): auto, sharding a
+  // plan that simulates faster so, would compare two choices at once.
+  with.choose_optimizer_state = false;
+  with.optimizer_state = OptimizerState::replicated;
   PlanRequest without = with;
   off(without);
   Result<Plan> a = make_plan(with);

@@ -927,6 +927,7 @@ namespace {
 Programs gathered_at_start() {
   Programs p(3);
   p.l.sharded_state = true;
+  p.l.gathers_at_start = true;
   const int s0 = p.slice(0, {0, 1}, 3.0), s1 = p.slice(0, {2}, 6.0), s2 = p.slice(1, {0, 2}, 3.0);
   const int x = p.bucket({0, 1}, 1'000'000), y = p.bucket({0, 2}, 4'000'000);
   p.l.buckets[static_cast<size_t>(x)].values = 250'000;
@@ -1661,7 +1662,7 @@ constexpr sp::Strategy kStrategies[] = {sp::Strategy::sequential, sp::Strategy::
 //    all-reduces one bucket after another, each waiting for its whole group.
 TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim][shipped]") {
   constexpr double kSlack = 1.10;
-  int simulated = 0, when_ready = 0, late = 0;
+  int simulated = 0, when_ready = 0, late = 0, sharded = 0;
   for (const Workload& w : shipped_workloads()) {
     const double wire = static_cast<double>(sp::kWireBytesPerValue) / sp::dtype_bytes(w.model.dtype);
     for (sp::Strategy s : kStrategies) {
@@ -1693,6 +1694,16 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       REQUIRE(elsewhere.ok());
       CHECK(elsewhere->iteration_ms >= m * (1 - 1e-12));
       if (!plan->early_transfers) ++late;
+      // And, sharded, where it gathers the values (Plan::param_gather).
+      if (plan->optimizer_state == sp::OptimizerState::sharded) {
+        sp::Plan regathered = *plan;
+        regathered.param_gather = plan->param_gather == sp::ParamGather::next_step ? sp::ParamGather::after_step
+                                                                                   : sp::ParamGather::next_step;
+        auto gathered = sp::simulate_plan(regathered, w.model, w.graph, *w.cost);
+        REQUIRE(gathered.ok());
+        CHECK(gathered->iteration_ms >= m * (1 - 1e-12));
+        ++sharded;
+      }
       for (const sp::SimDevice& d : sim->devices) {
         CHECK(d.busy_ms() <= m * (1 + 1e-9));
         CHECK(d.finish_ms <= m);
@@ -1775,6 +1786,7 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
   CHECK(when_ready < simulated);
   CHECK(late > 0);
   CHECK(late < simulated);
+  CHECK(sharded > 0);   // auto shards some (does not fit, or faster so)
 }
 
 // The figures of docs/simulation.md: simulated against predicted, every
