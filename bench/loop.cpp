@@ -134,9 +134,10 @@ struct Verdict {
 // Like with like: the time simulated device `program.device` spends in
 // what the runtime times as transfer (exchanges, posting sends, the wait for
 // the sends posted early) and as sync (a blocking all-reduce or ZeRO-1
-// all-gather and the wait for its group; the wait for a started all-reduce). A started all-reduce's
-// own box is not the device's time: it runs beside the backward, and what
-// of it the device waits for is its wait box. ms.
+// all-gather and the wait for its group; the wait for a started all-reduce
+// or all-gather). A started collective's own box is not the device's
+// time: it runs beside the compute, and what of it the device waits for
+// is its wait box. ms.
 struct CommParts {
   double xfer_wait = 0, sync_wait = 0;
 };
@@ -149,9 +150,9 @@ CommParts comm_parts(const spindle::plan::Simulation& sim, const spindle::plan::
     if (box.cat == "exchange" || box.cat == "send" || box.cat == "recv" ||
         (box.cat == "wait" && !waits_for_bucket))
       parts.xfer_wait += box.dur_ms;
-    const bool blocking = box.cat == "allgather" ||
-                          (box.cat == "allreduce" &&
-                           program.instrs[static_cast<size_t>(box.instr)].kind == sp::InstrKind::allreduce);
+    const sp::InstrKind kind = program.instrs[static_cast<size_t>(box.instr)].kind;
+    const bool blocking = (box.cat == "allgather" && kind == sp::InstrKind::allgather) ||
+                          (box.cat == "allreduce" && kind == sp::InstrKind::allreduce);
     if (waits_for_bucket || blocking) parts.sync_wait += box.dur_ms;
   }
   return parts;
