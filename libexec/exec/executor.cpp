@@ -536,11 +536,12 @@ StepStats Executor::step() {
       case plan::InstrKind::forward:
         forward_slice(in.slice);
         world_.progress();
+        progress_collectives();
         break;
       case plan::InstrKind::backward:
         backward_slice(in.slice);
         world_.progress();
-        progress_buckets();
+        progress_collectives();
         break;
       case plan::InstrKind::allreduce:
         start_bucket(in.bucket);
@@ -916,13 +917,14 @@ void Executor::finish_bucket(int bucket) {
   started_.erase(bucket);
 }
 
-// Lets the started all-reduces advance between operators (MPI progresses
-// non-blocking collectives only inside MPI calls). Their time is in no
-// counter: the simulation runs a started all-reduce
-// beside the device's work and prices only the part its wait is blocked on
+// Lets the started all-reduces and all-gathers advance between operators
+// (MPI progresses non-blocking collectives only inside MPI calls). Their
+// time is in no counter: the simulation runs a started collective beside
+// the device's work and prices only the part its wait is blocked on
 // (sync_ms), as spindle-profile --measure fits its fixed cost.
-void Executor::progress_buckets() {
+void Executor::progress_collectives() {
   for (auto& [bucket, started] : started_) (void)started.comm->progress();
+  for (auto& [bucket, gather] : gathers_) (void)gather.comm->progress();
 }
 
 // AdamW on the shards of `bucket` (its gradients just summed), or with

@@ -246,7 +246,7 @@ class Executor {
   void backward_exchange(const plan::Instr& instr);
   void start_bucket(int bucket);
   void finish_bucket(int bucket);
-  void progress_buckets();
+  void progress_collectives();   // started all-reduces and all-gathers
   void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
   void gather_bucket(int bucket);    // allgather: the bucket's stepped values from every member
   void start_gather(int bucket);     // allgather_start: the same, started
