@@ -962,11 +962,15 @@ void Executor::optimizer_step(int bucket) {
     record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
 }
 
+Tensor Executor::flat_buffer(int64_t values, bool device) {
+  return device ? backend_.allocate({values}) : Tensor::zeros({values});
+}
+
 Tensor Executor::own_chunk(int bucket, Part part, bool device) {
   const plan::Lowered& l = sched_->lowered;
   const auto members = static_cast<int64_t>(l.buckets[static_cast<size_t>(bucket)].devices.size());
   const int64_t chunk = l.flat_values(bucket) / members;
-  Tensor send = device ? backend_.allocate({chunk}) : Tensor::zeros({chunk});
+  Tensor send = flat_buffer(chunk, device);
   int64_t at = 0;   // this rank's chunk: the owned values of each tensor, in layout order
   for_each_tensor(bucket, [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t) {
     const plan::ValueRange r = ps.own[i];
@@ -990,8 +994,7 @@ Tensor Executor::own_chunk(int bucket, Part part, bool device) {
 Tensor Executor::gather_chunks(int bucket, Part part, bool device) {
   const Tensor send = own_chunk(bucket, part, device);
   const int64_t chunk = send.numel();
-  const int64_t all_values = sched_->lowered.flat_values(bucket);
-  Tensor all = device ? backend_.allocate({all_values}) : Tensor::zeros({all_values});
+  Tensor all = flat_buffer(sched_->lowered.flat_values(bucket), device);
   Comm& comm = *bucket_comm_.at(static_cast<size_t>(bucket));
   if (device) {
     comm.all_gather_device(send.data(), all.data(), chunk);
@@ -1037,8 +1040,7 @@ void Executor::start_gather(int bucket) {
   g.start = t0;
   g.device = on_device(backend_, *g.comm);
   g.send = own_chunk(bucket, Part::value, g.device);
-  const int64_t all_values = sched_->lowered.flat_values(bucket);
-  g.all = g.device ? backend_.allocate({all_values}) : Tensor::zeros({all_values});
+  g.all = flat_buffer(sched_->lowered.flat_values(bucket), g.device);
   if (g.device)
     g.request = g.comm->start_all_gather_device(g.send.data(), g.all.data(), g.send.numel());
   else

@@ -271,6 +271,9 @@ class Executor {
   // into a new buffer (device memory when `device`), as its all-gather
   // sends it.
   Tensor own_chunk(int bucket, Part part, bool device);
+  // A buffer of `values` floats for a bucket's collectives: in device
+  // memory when `device` (NCCL), else zeroed host memory.
+  Tensor flat_buffer(int64_t values, bool device);
   // Copies `all` (a bucket's flat buffer) into the values of its tensors.
   void set_values(int bucket, const Tensor& all);
   // Bucket `bucket`'s `part` as each member holds its own chunk of it
