@@ -337,8 +337,8 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
                             std::vector<sp::Utilisation>& plotted) {
   const sp::Model& model = *request.model;
   const sp::OpGraph& graph = *request.graph;
-  std::printf("%-12s %13s %9s %9s %9s %9s %11s %10s %10s\n", "strategy", "iteration_ms", "speedup", "gap",
-              "transfer", "sync", "barrier_ms", "memory", "plan_ms");
+  std::printf("%-12s %13s %9s %9s %9s %9s %11s %10s %11s %10s\n", "strategy", "iteration_ms", "speedup", "gap",
+              "transfer", "sync", "barrier_ms", "memory", "state", "plan_ms");
   double sequential_ms = 0;
   for (sp::Strategy s :
        {sp::Strategy::sequential, sp::Strategy::task_level, sp::Strategy::intra_task, sp::Strategy::spindle}) {
@@ -367,10 +367,12 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
     auto peak = [](const std::vector<int64_t>& m) {
       return sp::human_bytes(m.empty() ? 0.0 : static_cast<double>(*std::max_element(m.begin(), m.end())));
     };
-    std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10s %10.2f%s\n", sp::strategy_name(s),
+    // `state`: how the plan holds AdamW's state (--optimizer-state; auto
+    // may choose either per strategy).
+    std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10s %11s %10.2f%s\n", sp::strategy_name(s),
                 sim->iteration_ms, sequential_ms > 0 ? sequential_ms / sim->iteration_ms : 0.0, *gap * 100,
                 share(sim->transfer_device_ms()), share(sim->sync_device_ms()), plan->predicted.iteration_ms,
-                peak(mem).c_str(), plan->planning_ms, over.c_str());
+                peak(mem).c_str(), sp::optimizer_state_name(plan->optimizer_state), plan->planning_ms, over.c_str());
     if (plot) plotted.push_back(sp::utilisation(*sim, *plan));
   }
   return {};

@@ -8,7 +8,9 @@
 #    default): Spindle's row reads 47.1 GiB (the figure test_planner
 #    checks by hand), and task-level's row is over memory;
 #  - tiny-lm counted replicated: no row needs less than counted sharded,
-#    and the sequential row (every MetaOp on all 4 devices) needs more.
+#    and the sequential row (every MetaOp on all 4 devices) needs more;
+#    the state column reads the state asked for;
+#  - auto (the default) chooses per strategy, and the column says which.
 set -uo pipefail
 bin=$1 src=$2 work=$3/compare-memory
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
@@ -18,9 +20,9 @@ plan=$bin/spindle-plan models=$src/configs/models
 
 "$plan" "$models/multitask-clip-7.yaml" --cluster "$src/test/data/clusters/a800-1x8-50gib.yaml" --compare \
   -o sharded.json > sharded.txt 2> sharded.err || fail "multitask-clip-7 --compare: exit $?: $(cat sharded.err)"
-grep -Eq '^strategy +iteration_ms .* barrier_ms +memory +plan_ms$' sharded.txt || fail "no memory column"
-grep -Eq '^spindle +([^ ]+ +){6}47\.1 GiB +[0-9.]+$' sharded.txt ||
-  fail "spindle's row does not read 47.1 GiB: $(grep '^spindle' sharded.txt)"
+grep -Eq '^strategy +iteration_ms .* barrier_ms +memory +state +plan_ms$' sharded.txt || fail "no memory column"
+grep -Eq '^spindle +([^ ]+ +){6}47\.1 GiB +sharded +[0-9.]+$' sharded.txt ||
+  fail "spindle's row does not read 47.1 GiB, sharded: $(grep '^spindle' sharded.txt)"
 grep -Eq '^task-level .* over memory: ' sharded.txt || fail "task-level's row is not over memory"
 [ ! -s sharded.err ] || fail "spindle-plan warned: $(cat sharded.err)"
 
@@ -34,7 +36,16 @@ for state in sharded replicated; do
   "$plan" "$models/tiny-lm.yaml" --cluster "$src/configs/clusters/cpu-1x4.yaml" --optimizer-state "$state" \
     --compare -o "tiny-$state.json" > "tiny-$state.txt" 2> "tiny-$state.err" || fail "tiny-lm $state --compare: exit $?"
   memory_by_row "tiny-$state.txt" > "tiny-$state.mem"
+  # Every row holds the state asked for, and says so.
+  awk -v s="$state" '/^(sequential|task-level|intra-task|spindle) / && $10 != s { bad = 1 } END { exit bad }' \
+    "tiny-$state.txt" || fail "tiny-lm $state: a row's state column is not $state: $(cat "tiny-$state.txt")"
 done
+# auto chooses per strategy: on multitask-clip-10, a800-4x8, every plan fits
+# replicated, and the sequential one simulates faster sharded.
+"$plan" "$models/multitask-clip-10.yaml" --cluster "$src/configs/clusters/a800-4x8.yaml" --compare -o auto.json \
+  > auto.txt 2> auto.err || fail "multitask-clip-10 --compare: exit $?: $(cat auto.err)"
+grep -Eq '^sequential +([^ ]+ +){6}[0-9.]+ GiB +sharded ' auto.txt || fail "auto: sequential not sharded: $(cat auto.txt)"
+grep -Eq '^spindle +([^ ]+ +){6}[0-9.]+ GiB +replicated ' auto.txt || fail "auto: spindle not replicated: $(cat auto.txt)"
 rows=$(wc -l < tiny-replicated.mem)
 [ "$rows" -eq 4 ] || fail "expected 4 strategy rows, found $rows: $(cat tiny-replicated.txt)"
 while read -r name bytes; do
