@@ -16,7 +16,9 @@
 #             communicators are NCCL; with one GPU both ranks share it and
 #             the group communicators are MPI, staged through the host.
 #             Planned with the optimizer state sharded (ZeRO-1): each rank
-#             steps its chunk of the bucket on the device and all-gathers.
+#             steps its chunk of the bucket on the device and all-gathers,
+#             at the next step's start in the bf16 run (x-lowering
+#             param_gather next-step), after the step in the fp32 run.
 # Both modes run twice: the bf16 mode within 2e-2, and fp32 matmuls
 # (SPINDLE_CUDA_MATMUL=fp32) within 1e-4 (a learning rate off by 2x moves
 # the parameters far more than that).
@@ -52,7 +54,7 @@ compare() {  # compare RTOL REF GOT
 }
 status=0
 for name in tiny-clip tiny-lm; do
-  model=$MODELS/$name.yaml ref_model=$model
+  model=$MODELS/$name.yaml ref_model=$model pn=
   if grep -q 'tensor_parallel: 2' "$model"; then
     ref_model=$PWD/$name-tp1.yaml
     sed 's/tensor_parallel: 2/tensor_parallel: 1/' "$model" > "$ref_model"
@@ -61,10 +63,16 @@ for name in tiny-clip tiny-lm; do
   train 1 "$name-p1.json" "$ref_model" cpu "$name-cpu"
   case "$MODE" in
     one-gpu) np=1 p=$name-p1.json m=$ref_model ;;
-    mpi-np2) np=2 p=$name-p2.json m=$model; plan "$model" 2 "$p" --optimizer-state sharded ;;
+    mpi-np2)
+      np=2 p=$name-p2.json m=$model pn=$name-p2-next.json
+      plan "$model" 2 "$p" --optimizer-state sharded
+      # The bf16 run with the values' all-gathers at the next step's start
+      # (started on the device, waited for before the forwards), the fp32
+      # run with them after the step.
+      "$COMPARE" --gather-next-step "$p" "$pn" || die "writing $pn" ;;
     *) die "unknown mode $MODE" ;;
   esac
-  train "$np" "$p" "$m" cuda "$name-cuda-bf16"
+  train "$np" "${pn:-$p}" "$m" cuda "$name-cuda-bf16"
   echo "== $name: $np rank(s) on $gpus GPU(s), cuda bf16 mode, against 1 CPU device (2e-2)"
   compare 2e-2 "$name-cpu" "$name-cuda-bf16"
   SPINDLE_CUDA_MATMUL=fp32 train "$np" "$p" "$m" cuda "$name-cuda-fp32"
