@@ -422,6 +422,11 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
   }
 }
 
+bool Executor::in_bucket(size_t bucket) const {
+  const std::vector<int>& devices = sched_->lowered.buckets[bucket].devices;
+  return std::binary_search(devices.begin(), devices.end(), rank_);
+}
+
 template <class Fn>
 void Executor::for_each_tensor(int bucket, Fn fn) {
   const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
@@ -449,7 +454,7 @@ void Executor::bind_bucket_views() {
   if (backend_.device() != Device::host) return;
   const std::vector<plan::Bucket>& buckets = sched_->lowered.buckets;
   for (size_t b = 0; b < buckets.size(); ++b) {
-    if (!std::binary_search(buckets[b].devices.begin(), buckets[b].devices.end(), rank_)) continue;
+    if (!in_bucket(b)) continue;
     Tensor& flat = bucket_buffers_[static_cast<int>(b)];
     flat = Tensor::zeros({sched_->lowered.flat_values(static_cast<int>(b))});
     for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
@@ -471,8 +476,7 @@ void Executor::allocate_moments() {
   }
   const plan::Lowered& l = sched_->lowered;
   for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
-    const plan::Bucket& bucket = l.buckets[b];
-    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
+    if (!in_bucket(b)) continue;
     const plan::ValueRange chunk = l.owned(static_cast<int>(b), rank_);
     for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
       const int64_t n = ps.set.params[i].value.numel();
@@ -560,10 +564,9 @@ StepStats Executor::step() {
   if (!posted_sends_.empty() || !posted_recvs_.empty())
     throw std::logic_error("a send or receive posted early was never waited for");
   if (!gathers_.empty()) throw std::logic_error("an all-gather started was never waited for");
-  // Overlapped ZeRO-1: the values stepped here reach the other members at
-  // the next step's start.
-  values_partial_ = std::any_of(program.begin(), program.end(),
-                                [](const plan::Instr& in) { return in.kind == plan::InstrKind::allgather_start; });
+  // ZeRO-1 gathered at the next step's start: the values stepped here
+  // reach the other members then.
+  values_partial_ = sched_->lowered.gathers_at_start;
 
   // Losses: each rank holds its share of every task's full-batch loss.
   StepStats stats;
@@ -1064,8 +1067,8 @@ void Executor::finish_gather(int bucket) {
 
 void Executor::gather_values() {
   if (!values_partial_) return;
-  for (size_t b = 0; b < bucket_comm_.size(); ++b)
-    if (bucket_comm_[b] != nullptr) gather_bucket(static_cast<int>(b));
+  for (size_t b = 0; b < sched_->lowered.buckets.size(); ++b)
+    if (in_bucket(b)) gather_bucket(static_cast<int>(b));
   values_partial_ = false;
 }
 
@@ -1210,8 +1213,7 @@ std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_mome
   std::map<std::pair<std::string, int>, std::vector<Tensor>> out;
   const plan::Lowered& l = sched_->lowered;
   for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
-    const plan::Bucket& bucket = l.buckets[b];
-    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
+    if (!in_bucket(b)) continue;
     for (const Part part : {Part::m, Part::v}) {   // each tensor's m, then each tensor's v
       const Tensor all = gather_chunks(static_cast<int>(b), part, false);
       for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey& key, ParamState& ps, size_t i, int64_t off) {
@@ -1315,8 +1317,7 @@ std::map<std::string, Tensor> Executor::gather_params() {
 void Executor::gather_summed_grads() {
   const plan::Lowered& l = sched_->lowered;
   for (size_t b = 0; l.sharded_state && b < l.buckets.size(); ++b) {
-    const plan::Bucket& bucket = l.buckets[b];
-    if (!std::binary_search(bucket.devices.begin(), bucket.devices.end(), rank_)) continue;
+    if (!in_bucket(b)) continue;
     const Tensor all = gather_chunks(static_cast<int>(b), Part::grad, false);
     for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
       Param& p = ps.set.params[i];

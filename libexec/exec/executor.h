@@ -265,6 +265,7 @@ class Executor {
   // Bucket::values (the two would lay the bucket out differently).
   template <class Fn>
   void for_each_tensor(int bucket, Fn fn);
+  bool in_bucket(size_t bucket) const;   // this rank is one of the lowering's bucket's devices
   // What gather_chunks gathers: parameter values, gradients, or a moment.
   enum class Part { value, grad, m, v };
   // This rank's chunk of bucket `bucket`'s `part` (ParamState::own), copied

@@ -543,11 +543,10 @@ class ProgramBuilder {
   std::vector<int>& reductions_;
   std::vector<int>& stepped_;        // find_ready_steps': params whose last_step_ it set
   size_t started_ = 0;               // leading buckets started
-  // With overlap and sharded state (gathers_early_): the gathers' waits,
-  // as (k, allgather_start) in program order: the wait of that start goes
-  // right before the forward of mine.slices[k] (start_gathers);
+  // With the gathers at the step's start (Lowered::gathers_at_start): their
+  // waits, as (k, allgather_start) in program order: the wait of that start
+  // goes right before the forward of mine.slices[k] (start_gathers);
   // next_gather_ the first not yet made.
-  const bool gathers_early_;
   std::vector<std::pair<size_t, int>> gather_waits_;
   size_t next_gather_ = 0;
 };
@@ -561,7 +560,7 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
       wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
       posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
       bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
-      reductions_(scratch.reductions), stepped_(scratch.stepped), gathers_early_(l.gathers_at_start) {
+      reductions_(scratch.reductions), stepped_(scratch.stepped) {
   runs_.clear();
   sends_after_.clear();
   posted_.clear();
@@ -585,10 +584,10 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
 
 Program ProgramBuilder::build() && {
   find_runs();
-  if (gathers_early_) start_gathers();
+  if (l_.gathers_at_start) start_gathers();
   post_next_receives(-1);
   forward_pass();
-  if (gathers_early_) wait_gathers(mine_.slices.size());
+  if (l_.gathers_at_start) wait_gathers(mine_.slices.size());
   if (overlap_) find_ready_steps();
   backward_pass();
   sync_and_step();
@@ -847,7 +846,7 @@ void ProgramBuilder::sync_and_step() {
       if (deps_) in.deps.push_back(reductions_[i]);
       reductions_[i] = last();
       step_shards(mine_.buckets[i], {&reductions_[i], 1});
-      if (!gathers_early_) gather(mine_.buckets[i]);   // sharded, Plan::param_gather after_step
+      if (!l_.gathers_at_start) gather(mine_.buckets[i]);   // sharded, Plan::param_gather after_step
     }
     step_shards(-1, {});
   } else {
@@ -1034,7 +1033,7 @@ Result<Lowered> lower_header(const Plan& plan, const LowerContext& ctx, const Lo
   lower_shards(ctx, options, lowering_sync(options, plan), out);
   out.sharded_state = plan.optimizer_state == OptimizerState::sharded;
   out.gathers_at_start =
-      out.sharded_state && plan.param_gather == ParamGather::next_step && lowering_sync(options, plan).overlap;
+      plan.param_gather == ParamGather::next_step && param_gather_applies(plan, lowering_sync(options, plan));
   return out;
 }
 

@@ -320,6 +320,13 @@ inline int64_t bucket_bytes_of_mb(double mb) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::clamp(mb, kMinBucketMb, kMaxBucketMb) * (1 << 20)));
 }
 
+// Whether Plan::param_gather changes the programs of `plan` lowered with
+// `sync`: only with its optimizer state sharded and gradients overlapped
+// (otherwise the values are gathered after the step, or not at all).
+inline bool param_gather_applies(const Plan& plan, const GradSync& sync) {
+  return plan.optimizer_state == OptimizerState::sharded && sync.overlap;
+}
+
 // The GradSync `plan` was made and simulated with (Plan::overlap,
 // Plan::bucket_bytes; early transfers as the plan says,
 // Plan::early_transfers): what spindle-run and `spindle-plan --check

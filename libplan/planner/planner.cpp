@@ -775,10 +775,6 @@ void flip_transfers(Plan& p) { p.early_transfers = !p.early_transfers; }
 void flip_param_gather(Plan& p) {
   p.param_gather = p.param_gather == ParamGather::next_step ? ParamGather::after_step : ParamGather::next_step;
 }
-// Whether Plan::param_gather changes the programs: sharded state, overlap.
-bool param_gather_matters(const Plan& plan, const PlanRequest& request) {
-  return request.sync.overlap && plan.optimizer_state == OptimizerState::sharded;
-}
 
 // Transfers posted early or in their exchanges (Plan::early_transfers): the
 // winner `plan` (simulating in `simulated_ms`) tries the other way too, the
@@ -793,7 +789,7 @@ Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerCont
   // (Plan::param_gather): neither wins everywhere (multitask-clip-10
   // sharded on a800-8x8 is faster gathering after the step, qwen-val-3 on
   // a800-1x8 at the next step's start).
-  if (param_gather_matters(plan, request))
+  if (param_gather_applies(plan, request.sync))
     SPINDLE_TRY(keep_if_faster(plan, simulated_ms, flip_param_gather, lowering, request));
   if (!request.sync.overlap || !request.sync.early_transfers) return simulated_ms;
   SPINDLE_ASSIGN(late, keep_if_faster(plan, simulated_ms, flip_transfers, lowering, request));
@@ -819,7 +815,7 @@ Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerCon
       transfers = kept;
     }
     bool gather = false;
-    if (param_gather_matters(plan, request)) {
+    if (param_gather_applies(plan, request.sync)) {
       SPINDLE_ASSIGN(kept, keep_if_faster(plan, simulated_ms, flip_param_gather, lowering, request));
       gather = kept;
     }
@@ -997,8 +993,7 @@ Result<double> shift_winner(Plan& plan, const LowerContext& lowering, const Plan
 // the backward pass, and the all-gather may hide behind the next step's
 // forwards. Only the winner is simulated again (two simulations, and its
 // lowering choices again when it is sharded), not planned again.
-Status shard_if_faster(Plan& plan, PlanRequest request) {
-  SPINDLE_ASSIGN(lowering, lower_context(*request.model, *request.graph));
+Status shard_if_faster(Plan& plan, PlanRequest request, const LowerContext& lowering) {
   request.optimizer_state = OptimizerState::sharded;
   request.placement_state.reset();
   request.sync.overlap = plan.overlap;
@@ -1013,7 +1008,7 @@ Status shard_if_faster(Plan& plan, PlanRequest request) {
     if (sim.iteration_ms >= best_ms * (1 - 1e-12)) continue;
     best_ms = sim.iteration_ms;
     best = std::move(sharded);
-    if (!request.sync.overlap) break;   // param_gather changes nothing then
+    if (!param_gather_applies(sharded, request.sync)) break;   // the other gather lowers the same
   }
   if (!best) return {};
   // Its other lowering choices were made replicated: made again.
@@ -1027,40 +1022,11 @@ Status shard_if_faster(Plan& plan, PlanRequest request) {
   return {};
 }
 
-}  // namespace
-
-Result<Plan> make_plan(const PlanRequest& given) {
-  const auto start = std::chrono::steady_clock::now();
-  if (!given.model || !given.graph || !given.cluster || !given.cost)
-    return Error{"make_plan: model, graph, cluster and cost model are all required"};
-  if (given.choose_optimizer_state) {
-    // Replicated when that fits (no all-gathers), unless the same plan
-    // simulates faster sharded; else sharded; when neither fits, the
-    // sharded plan (the smaller) for the caller's memory check to report.
-    PlanRequest as = given;
-    as.choose_optimizer_state = false;
-    as.optimizer_state = OptimizerState::replicated;
-    as.placement_state = OptimizerState::sharded;
-    Result<Plan> whole = make_plan(as);
-    if (whole && check_plan_memory(*whole, *given.model).ok()) {
-      SPINDLE_TRY(shard_if_faster(*whole, as));
-      whole->planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      return whole;
-    }
-    as.optimizer_state = OptimizerState::sharded;
-    as.placement_state.reset();
-    Result<Plan> sharded = make_plan(as);
-    if (sharded) {
-      sharded->planning_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      sharded->sharded_because = Plan::ShardedBecause::does_not_fit;
-    }
-    return sharded || !whole ? sharded : whole;
-  }
-  // What every candidate's lowering shares, worked out once.
-  const Result<LowerContext> context = lower_context(*given.model, *given.graph);
-  if (!context) return Error{"planner: " + context.error().message};
-  const LowerContext& lowering = *context;
+// make_plan with the optimizer state as `given` holds it
+// (choose_optimizer_state aside), `lowering` made once by the caller, its
+// planning time counted from `start`.
+Result<Plan> plan_state(const PlanRequest& given, const LowerContext& lowering,
+                        std::chrono::steady_clock::time_point start) {
   SPINDLE_ASSIGN(plan, plan_beating(given, lowering, std::numeric_limits<double>::infinity(), 1.0));
   PlanRequest request = given;   // its bucket cap, once chosen
   auto done = [&](double simulated_ms) {
@@ -1092,6 +1058,36 @@ Result<Plan> make_plan(const PlanRequest& given) {
     }
   }
   return done(simulated_ms);
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const PlanRequest& given) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!given.model || !given.graph || !given.cluster || !given.cost)
+    return Error{"make_plan: model, graph, cluster and cost model are all required"};
+  // What every candidate's lowering shares, worked out once.
+  const Result<LowerContext> context = lower_context(*given.model, *given.graph);
+  if (!context) return Error{"planner: " + context.error().message};
+  if (!given.choose_optimizer_state) return plan_state(given, *context, start);
+  // Replicated when that fits (no all-gathers), unless the same plan
+  // simulates faster sharded; else sharded; when neither fits, the sharded
+  // plan (the smaller) for the caller's memory check to report.
+  PlanRequest as = given;
+  as.choose_optimizer_state = false;
+  as.optimizer_state = OptimizerState::replicated;
+  as.placement_state = OptimizerState::sharded;
+  Result<Plan> whole = plan_state(as, *context, start);
+  if (whole && check_plan_memory(*whole, *given.model).ok()) {
+    SPINDLE_TRY(shard_if_faster(*whole, as, *context));
+    whole->planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return whole;
+  }
+  as.optimizer_state = OptimizerState::sharded;
+  as.placement_state.reset();
+  Result<Plan> sharded = plan_state(as, *context, start);
+  if (sharded) sharded->sharded_because = Plan::ShardedBecause::does_not_fit;
+  return sharded || !whole ? sharded : whole;
 }
 
 Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost) {
