@@ -163,9 +163,10 @@ constexpr double kMaxCalibrationStepMs = 2000;
 
 // After measure_profile, with a host backend under mpirun (calibrate.h):
 // rank 0 plans the model with the profile it will write, every rank trains
-// that plan a few steps, and the executor's fitted figures replace the
-// profile's exchange_us and message_us and add instruction_us and
-// accumulate_gbytes_per_s. Collective; a plan that cannot be made or run
+// that plan a few steps, replicated and then sharded, and the executor's
+// fitted figures replace the profile's exchange_us and message_us and add
+// instruction_us, accumulate_gbytes_per_s, reduce_scatter_us and
+// allgather_us. Collective; a plan that cannot be made or run
 // here leaves the figures as measured, with a note saying why.
 void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph, const sp::Cluster& cluster,
                                se::MpiComm& world, se::Backend& backend, se::MeasureReport& report) {
@@ -224,13 +225,28 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
                   o.allreduce_us, rate, link.gbytes_per_s);
     link.gbytes_per_s = rate;
   }
-  char line[480];
+  // ZeRO-1: the same plan sharded, priced with the figures just fitted.
+  char zero1[160] = "not fitted (no bucket of two ranks)";
+  auto fitted = sp::ProfileCostModel::create(report.profile, cluster, graph);
+  if (!fitted) throw std::runtime_error(fitted.error().message);
+  const sp::Plan sharded = se::sharded_calibration_plan(*plan);
+  const se::Zero1InSitu z = se::calibrate_zero1(
+      model, sharded, world, se::create_group_comms(world, se::Executor::device_groups(model, sharded)), backend,
+      **fitted);
+  if (z.reduce_scatter_us >= 0) o.reduce_scatter_us = z.reduce_scatter_us;
+  if (z.allgather_us >= 0) o.allgather_us = z.allgather_us;
+  report.profile.overhead = o;
+  report.overhead = o;
+  if (z.reduce_scatter_us >= 0 && z.allgather_us >= 0)
+    std::snprintf(zero1, sizeof zero1, "reduce-scatter %.2f us, all-gather %.2f us per call (%d steps sharded)",
+                  z.reduce_scatter_us, z.allgather_us, z.steps);
+  char line[640];
   std::snprintf(line, sizeof line,
                 "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "
                 "%.2f us per instruction, %.2f us per message, adding gradient pieces at %.2f GB/s "
-                "(rms residual %.2f us); all-reduce %s; %.1f s",
+                "(rms residual %.2f us); all-reduce %s; ZeRO-1 %s; %.1f s",
                 cal->samples, cal->steps, o.instruction_us, o.message_us, o.accumulate_gbytes_per_s,
-                cal->fit.rms_residual_us, allreduce,
+                cal->fit.rms_residual_us, allreduce, zero1,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   report.notes.push_back(line);
 }

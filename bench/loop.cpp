@@ -235,15 +235,24 @@ std::optional<ComputeKey> box_key(const json& e) {
   return std::nullopt;
 }
 
-// step -> key -> ms: what each rank's forward, backward and optimizer steps
-// took in every training step after `skip` of the trace, each with the
-// rank's untimed host time around it: the gap before it (from the end of
-// the rank's previous box; the first from the step's start, the earliest
-// first box of any rank, so that a rank that starts the step late replays
-// late) and the gaps before the other boxes that follow it up to the next
-// compute box (a message leaves when its sender's transfer box begins).
-// What a rank spends between its boxes is its own time, not communication.
-std::map<int, std::map<ComputeKey, double>> compute_boxes(const json& trace, int skip) {
+// One traced step as the replay takes it (compute_boxes).
+struct StepBoxes {
+  std::map<ComputeKey, double> ms;   // key -> ms
+  std::map<int, double> start_ms;    // rank -> when its first box began, after the step's start
+};
+
+// step -> what each rank's forward, backward and optimizer steps took in
+// every training step after `skip` of the trace, each with the rank's
+// untimed host time around it: the gap before it (from the end of the
+// rank's previous box) and the gaps before the other boxes that follow it
+// up to the next compute box (a message leaves when its sender's transfer
+// box begins); and when each rank's first box began, after the step's
+// start (the earliest first box of any rank), so that a rank that starts
+// the step late (rank 0 writes the metrics between steps) replays late,
+// whatever its first instruction is (an all-gather started at the step's
+// start waits for it). What a rank spends between its boxes is its own
+// time, not communication.
+std::map<int, StepBoxes> compute_boxes(const json& trace, int skip) {
   struct Box {
     double ts, dur;
     std::optional<ComputeKey> key;
@@ -255,16 +264,17 @@ std::map<int, std::map<ComputeKey, double>> compute_boxes(const json& trace, int
     if (step <= skip || e["args"].contains("eval")) continue;
     boxes[step][e.value("pid", 0)].push_back({e.value("ts", 0.0) / 1e3, e.value("dur", 0.0) / 1e3, box_key(e)});
   }
-  std::map<int, std::map<ComputeKey, double>> by_step;
+  std::map<int, StepBoxes> by_step;
   for (auto& [step, ranks] : boxes) {
     double step_start = std::numeric_limits<double>::infinity();
     for (auto& [rank, list] : ranks) {
       std::sort(list.begin(), list.end(), [](const Box& a, const Box& b) { return a.ts < b.ts; });
       step_start = std::min(step_start, list.front().ts);
     }
-    std::map<ComputeKey, double>& ms = by_step[step];
+    std::map<ComputeKey, double>& ms = by_step[step].ms;
     for (const auto& [rank, list] : ranks) {
-      double end = step_start, pending = 0;
+      by_step[step].start_ms[rank] = list.front().ts - step_start;
+      double end = list.front().ts, pending = 0;
       std::optional<ComputeKey> last;
       for (const Box& b : list) {
         const double gap = std::max(0.0, b.ts - end);
@@ -325,8 +335,10 @@ void compare_replay(const spindle::plan::Plan& plan, const spindle::plan::Model&
         const auto key = instr_key(lowered, program.device, program.instrs[i]);
         if (!key) continue;
         ++instrs;
-        if (const auto it = b->second.find(*key); it != b->second.end()) ms[i] = it->second, ++found;
+        if (const auto it = b->second.ms.find(*key); it != b->second.ms.end()) ms[i] = it->second, ++found;
       }
+      const auto start = b->second.start_ms.find(program.device);
+      options.replay_start_ms.push_back(start == b->second.start_ms.end() ? 0.0 : start->second);
     }
     auto sim = sp::simulate_plan(plan, model, graph, cost, options);
     if (!sim) {

@@ -20,8 +20,17 @@ plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::
     return plan::Error{"the cluster has " + std::to_string(cluster.devices()) + " devices and " +
                        std::to_string(ranks) + " ranks measure (a plan of it cannot run on them)"};
   plan::PlanRequest request{&model, &graph, &cluster, &cost, profile_sha256, plan::Strategy::spindle};
+  request.choose_optimizer_state = false;   // all-reduces in its buckets (fit_executor_allreduce)
+  request.optimizer_state = plan::OptimizerState::replicated;
   SPINDLE_ASSIGN(p, plan::make_plan(request));
   SPINDLE_TRY(plan::check_plan_status(p, model, graph, "the calibration plan", &cluster));
+  return p;
+}
+
+plan::Plan sharded_calibration_plan(const plan::Plan& replicated) {
+  plan::Plan p = replicated;
+  p.optimizer_state = plan::OptimizerState::sharded;
+  p.param_gather = plan::ParamGather::after_step;
   return p;
 }
 
@@ -82,16 +91,21 @@ std::vector<OverheadSample> pool_samples(Comm& world, const std::vector<Overhead
   return pooled;
 }
 
-// By bucket of `l`: device d's ms in that bucket's instructions in one
-// step (`instr_ms`), -1 where d is not a member.
-std::vector<double> bucket_ms(const plan::Lowered& l, int d, const std::vector<double>& instr_ms) {
+// By bucket of `l`: device d's ms in that bucket's instructions of
+// collective `c` in one step (`instr_ms`), -1 where d is not a member. The
+// all-reduce and ZeRO-1's reduce-scatter are the allreduce instructions
+// (which one, Lowered::sharded_state says), the all-gather the allgather ones.
+std::vector<double> bucket_ms(const plan::Lowered& l, int d, const std::vector<double>& instr_ms,
+                              plan::Collective c) {
+  using K = plan::InstrKind;
+  const bool gather = c == plan::Collective::allgather;
   std::vector<double> out(l.buckets.size(), -1.0);
   const plan::Program& prog = l.programs[static_cast<size_t>(d)];
   for (size_t i = 0; i < prog.instrs.size() && i < instr_ms.size(); ++i) {
     const plan::Instr& in = prog.instrs[i];
-    if (in.kind != plan::InstrKind::allreduce && in.kind != plan::InstrKind::allreduce_start &&
-        in.kind != plan::InstrKind::allreduce_wait)
-      continue;
+    const bool reduce = in.kind == K::allreduce || in.kind == K::allreduce_start || in.kind == K::allreduce_wait;
+    const bool gathers = in.kind == K::allgather || in.kind == K::allgather_start || in.kind == K::allgather_wait;
+    if (gather ? !gathers : !reduce) continue;
     double& into = out[static_cast<size_t>(in.bucket)];
     into = std::max(into, 0.0) + instr_ms[i];
   }
@@ -101,11 +115,12 @@ std::vector<double> bucket_ms(const plan::Lowered& l, int d, const std::vector<d
 // Every rank's bucket_ms of every step in `steps` (each the same count on
 // every rank), on every rank: by rank, step, then bucket (fit_executor_allreduce).
 std::vector<std::vector<std::vector<double>>> gather_bucket_ms(Comm& world, const plan::Lowered& l,
-                                                               const std::vector<std::vector<double>>& steps) {
+                                                               const std::vector<std::vector<double>>& steps,
+                                                               plan::Collective c) {
   const size_t buckets = l.buckets.size(), per_rank = steps.size() * buckets;
   std::vector<float> mine, all(per_rank * static_cast<size_t>(world.size()));
   for (const std::vector<double>& step : steps)
-    for (double v : bucket_ms(l, world.rank(), step)) mine.push_back(static_cast<float>(v));
+    for (double v : bucket_ms(l, world.rank(), step, c)) mine.push_back(static_cast<float>(v));
   if (per_rank > 0) world.all_gather(mine, all);
   std::vector<std::vector<std::vector<double>>> by_rank(static_cast<size_t>(world.size()));
   for (size_t r = 0; r < by_rank.size(); ++r)
@@ -116,6 +131,22 @@ std::vector<std::vector<std::vector<double>>> gather_bucket_ms(Comm& world, cons
   return by_rank;
 }
 
+// Bucket b's time as the executor ran it: per step the least over its
+// members in `ms` (by rank, step, then bucket; < 0 where not a member),
+// the median over the steps; -1 when no step has one or the bucket has
+// fewer than 2 members.
+double bucket_time_ms(const plan::Lowered& l, size_t b, const std::vector<std::vector<std::vector<double>>>& ms) {
+  std::vector<double> least;   // by step
+  for (size_t s = 0; !ms.empty() && s < ms.front().size(); ++s) {
+    double m = -1;
+    for (const auto& rank : ms)
+      if (s < rank.size() && b < rank[s].size() && rank[s][b] >= 0) m = m < 0 ? rank[s][b] : std::min(m, rank[s][b]);
+    if (m >= 0) least.push_back(m);
+  }
+  if (least.empty() || l.buckets[b].devices.size() < 2) return -1;
+  return timing_stats(least).median;
+}
+
 }  // namespace
 
 AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostModel& cost, int devices_per_island,
@@ -124,16 +155,9 @@ AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostM
   std::vector<double> beyond_us;    // by bucket: measured less the whole price but the fixed cost
   std::vector<double> wire_speedup;  // by bucket inside one island: priced wire time over measured
   for (size_t b = 0; b < l.buckets.size(); ++b) {
-    std::vector<double> least;   // by step
-    for (size_t s = 0; !ms.empty() && s < ms.front().size(); ++s) {
-      double m = -1;
-      for (const auto& rank : ms)
-        if (s < rank.size() && b < rank[s].size() && rank[s][b] >= 0) m = m < 0 ? rank[s][b] : std::min(m, rank[s][b]);
-      if (m >= 0) least.push_back(m);
-    }
     const plan::Bucket& k = l.buckets[b];
-    if (least.empty() || k.devices.size() < 2) continue;
-    const double measured_ms = timing_stats(least).median;
+    const double measured_ms = bucket_time_ms(l, b, ms);
+    if (measured_ms < 0) continue;
     const double bytes = static_cast<double>(k.bytes);
     // The price but the fixed cost, and the part of it that is no wire: the
     // ring's latency terms (its price at 0 bytes) and the copies.
@@ -156,13 +180,35 @@ AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostM
   return fit;
 }
 
-plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
-                                             GroupComms groups, Backend& backend,
-                                             const plan::CommOverhead& packing, const plan::CostModel& cost,
-                                             double budget_ms) {
+double fit_executor_fixed_us(const plan::Lowered& l, const plan::CostModel& cost, plan::Collective c,
+                             const std::vector<std::vector<std::vector<double>>>& ms) {
+  const plan::CommOverhead o = cost.overhead();
+  std::vector<double> beyond_us;   // by bucket: measured less the whole price but the fixed cost
+  for (size_t b = 0; b < l.buckets.size(); ++b) {
+    const double measured_ms = bucket_time_ms(l, b, ms);
+    if (measured_ms < 0) continue;
+    const plan::Bucket& k = l.buckets[b];
+    const double bytes = static_cast<double>(c == plan::Collective::allreduce ? k.bytes : l.gather_bytes(static_cast<int>(b)));
+    const double priced_ms = c == plan::Collective::allreduce      ? cost.allreduce_ms(bytes, k.devices)
+                             : c == plan::Collective::allgather    ? cost.allgather_ms(bytes, k.devices)
+                                                                   : cost.reduce_scatter_ms(bytes, k.devices);
+    const double fixed_ms = plan::collective_overhead_ms(o, c, 0.0);   // the copies of 0 bytes are free
+    beyond_us.push_back((measured_ms - (priced_ms - fixed_ms)) * 1e3);
+  }
+  return beyond_us.empty() ? -1 : std::max(0.0, timing_stats(beyond_us).median);
+}
+
+namespace {
+
+// Trains `plan` with an Executor on `world`: 2 untimed steps, then as many
+// as fit `budget_ms` by the slowest rank's first step, 5 to 30 (every rank
+// runs as many). Returns each timed step's StepStats::instr_ms; `lowered`
+// gets the executor's lowering. Collective over world.
+std::vector<std::vector<double>> train_timed(const plan::Model& model, const plan::Plan& plan, Comm& world,
+                                             GroupComms groups, Backend& backend, double budget_ms,
+                                             plan::Lowered& lowered) {
   Executor ex(model, plan, world, std::move(groups), backend, ExecOptions{});
   for (int i = 0; i < 2; ++i) ex.step();
-  // The step count, from the slowest rank's first timed step (every rank runs as many).
   std::vector<std::vector<double>> steps{ex.step().instr_ms};
   std::vector<float> first(static_cast<size_t>(world.size()));
   float mine = 0;
@@ -171,12 +217,38 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   const double slowest = std::max(1e-3, static_cast<double>(*std::max_element(first.begin(), first.end())));
   const int count = std::clamp(static_cast<int>(budget_ms / slowest), 5, 30);
   while (static_cast<int>(steps.size()) < count) steps.push_back(ex.step().instr_ms);
-  const std::vector<OverheadSample> pooled =
-      pool_samples(world, overhead_samples(ex.lowered(), world.rank(), steps, packing));
+  lowered = ex.lowered();
+  return steps;
+}
+
+}  // namespace
+
+plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
+                                             GroupComms groups, Backend& backend,
+                                             const plan::CommOverhead& packing, const plan::CostModel& cost,
+                                             double budget_ms) {
+  plan::Lowered l;
+  const std::vector<std::vector<double>> steps = train_timed(model, plan, world, std::move(groups), backend, budget_ms, l);
+  const std::vector<OverheadSample> pooled = pool_samples(world, overhead_samples(l, world.rank(), steps, packing));
   SPINDLE_ASSIGN(fit, fit_executor_overhead(pooled));
-  const AllreduceInSitu allreduce =
-      fit_executor_allreduce(ex.lowered(), cost, plan.devices_per_island, gather_bucket_ms(world, ex.lowered(), steps));
-  return Calibration{fit, count, static_cast<int>(pooled.size()), allreduce};
+  const AllreduceInSitu allreduce = fit_executor_allreduce(
+      l, cost, plan.devices_per_island, gather_bucket_ms(world, l, steps, plan::Collective::allreduce));
+  return Calibration{fit, static_cast<int>(steps.size()), static_cast<int>(pooled.size()), allreduce};
+}
+
+Zero1InSitu calibrate_zero1(const plan::Model& model, const plan::Plan& sharded, Comm& world, GroupComms groups,
+                            Backend& backend, const plan::CostModel& cost, double budget_ms) {
+  plan::Lowered l;
+  const std::vector<std::vector<double>> steps =
+      train_timed(model, sharded, world, std::move(groups), backend, budget_ms, l);
+  Zero1InSitu fit;
+  fit.steps = static_cast<int>(steps.size());
+  if (!l.sharded_state) return fit;
+  fit.reduce_scatter_us = fit_executor_fixed_us(
+      l, cost, plan::Collective::reduce_scatter, gather_bucket_ms(world, l, steps, plan::Collective::reduce_scatter));
+  fit.allgather_us = fit_executor_fixed_us(l, cost, plan::Collective::allgather,
+                                           gather_bucket_ms(world, l, steps, plan::Collective::allgather));
+  return fit;
 }
 
 }  // namespace spindle::exec

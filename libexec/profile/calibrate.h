@@ -32,12 +32,18 @@ namespace spindle::exec {
 
 // The plan the calibration trains: Spindle's plan of `model` on `cluster`
 // priced by `cost` (the profile just measured; `profile_sha256` recorded),
-// checked as spindle-run checks a plan. Error when the cluster does not
-// have `ranks` devices (the plan must run on the measuring ranks) or the
-// planner fails.
+// its optimizer state replicated (its buckets all-reduce:
+// fit_executor_allreduce), checked as spindle-run checks a plan. Error when
+// the cluster does not have `ranks` devices (the plan must run on the
+// measuring ranks) or the planner fails.
 plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::OpGraph& graph,
                                           const plan::Cluster& cluster, const plan::CostModel& cost,
                                           const std::string& profile_sha256, int ranks);
+
+// The same plan with ZeRO-1 (optimizer state sharded), its values gathered
+// right after each bucket's optimizer step (ParamGather::after_step: a
+// blocking allgather instruction, timed whole), for calibrate_zero1.
+plan::Plan sharded_calibration_plan(const plan::Plan& replicated);
 
 // The samples of device d's program in `l` from `steps`, each one step's
 // StepStats::instr_ms: every post_send, post_recv and exchange that receives
@@ -74,6 +80,19 @@ struct AllreduceInSitu {
 AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostModel& cost, int devices_per_island,
                                        const std::vector<std::vector<std::vector<double>>>& ms);
 
+// ZeRO-1's collectives as the executor runs them, from the buckets of a
+// sharded plan (Lowered::sharded_state): for collective `c`
+// (reduce_scatter or allgather; allreduce prices as fit_executor_allreduce
+// does, without its rate), the median over the buckets of the bucket's
+// time (per step the least over its members, median over the steps; `ms`
+// as fit_executor_allreduce's) less its price in `cost` without the fixed
+// cost (CostModel::reduce_scatter_ms or allgather_ms of
+// Lowered::gather_bytes, less collective_overhead_ms at 0 bytes), at least
+// 0: CommOverhead::reduce_scatter_us or allgather_us. -1 when no bucket has
+// two members and a time. Pure.
+double fit_executor_fixed_us(const plan::Lowered& l, const plan::CostModel& cost, plan::Collective c,
+                             const std::vector<std::vector<std::vector<double>>>& ms);
+
 struct Calibration {
   ExecutorOverheadFit fit;
   int steps = 0;     // timed steps (after 2 untimed)
@@ -93,5 +112,23 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
                                              GroupComms groups, Backend& backend,
                                              const plan::CommOverhead& packing, const plan::CostModel& cost,
                                              double budget_ms = 1500);
+
+// ZeRO-1's fixed costs per call (CommOverhead::reduce_scatter_us and
+// allgather_us; -1 where the plan has no bucket of two members, or is not
+// sharded), fitted by fit_executor_fixed_us against `cost` (the profile
+// with calibrate_executor's figures in) from `sharded` (a
+// sharded_calibration_plan, checked) trained as calibrate_executor trains.
+// Why not the all-reduce's: on 2 CPU ranks (tiny-clip, 199 kB buckets) the
+// executor's reduce-scatter took 80-140 us and its all-gather 80-100 us,
+// where the ring formula at the all-reduce's rate gives 37 us each: the
+// gradients come to it cold from the backward pass, and its buffers are
+// fresh. Collective over world; an executor error throws.
+struct Zero1InSitu {
+  double reduce_scatter_us = -1;
+  double allgather_us = -1;
+  int steps = 0;   // timed steps
+};
+Zero1InSitu calibrate_zero1(const plan::Model& model, const plan::Plan& sharded, Comm& world, GroupComms groups,
+                            Backend& backend, const plan::CostModel& cost, double budget_ms = 1500);
 
 }  // namespace spindle::exec

@@ -107,7 +107,14 @@ double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& device
 
 double TableCostModel::allgather_ms(double bytes, const std::vector<int>& devices) const {
   if (devices.size() <= 1) return 0.0;
-  return ring_allgather_ms(allreduce_cluster_, bytes, devices) + allreduce_overhead_ms(overhead_, bytes);
+  return ring_allgather_ms(allreduce_cluster_, bytes, devices) +
+         collective_overhead_ms(overhead_, Collective::allgather, bytes);
+}
+
+double TableCostModel::reduce_scatter_ms(double bytes, const std::vector<int>& devices) const {
+  if (devices.size() <= 1) return 0.0;
+  return ring_allgather_ms(allreduce_cluster_, bytes, devices) +
+         collective_overhead_ms(overhead_, Collective::reduce_scatter, bytes);
 }
 
 void TableCostModel::use_measured_links(const ProfileLinks& links) {

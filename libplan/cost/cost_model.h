@@ -43,12 +43,14 @@ class CostModel {
   virtual double allreduce_ms(double bytes, const std::vector<int>& devices) const = 0;
   // Time of a ring all-gather that leaves `bytes` in all (every member's
   // chunk, padding included) on each of `devices`, ms: (p-1)/p * bytes / bw
-  // + (p-1) * latency, slowest link deciding, plus allreduce_ms's software
-  // overhead; 0 for p <= 1. ZeRO-1 gathers a bucket's stepped values so.
+  // + (p-1) * latency, slowest link deciding, plus the call's software
+  // overhead collective_overhead_ms(overhead(), Collective::allgather,
+  // bytes); 0 for p <= 1. ZeRO-1 gathers a bucket's stepped values so.
   virtual double allgather_ms(double bytes, const std::vector<int>& devices) const = 0;
   // Time of a ring reduce-scatter of `bytes` in all (every member's block)
   // over `devices`, ms: a ring reduce-scatter moves what a ring all-gather
-  // moves (allgather_ms). ZeRO-1 sums a bucket's gradients so.
+  // moves, with its own software overhead (Collective::reduce_scatter).
+  // ZeRO-1 sums a bucket's gradients so.
   virtual double reduce_scatter_ms(double bytes, const std::vector<int>& devices) const {
     return allgather_ms(bytes, devices);
   }
@@ -107,6 +109,7 @@ class TableCostModel : public CostModel {
   double p2p_ms(double bytes, bool cross_island) const override;
   double allreduce_ms(double bytes, const std::vector<int>& devices) const override;
   double allgather_ms(double bytes, const std::vector<int>& devices) const override;
+  double reduce_scatter_ms(double bytes, const std::vector<int>& devices) const override;
 
  protected:
   struct Entry {

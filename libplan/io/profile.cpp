@@ -177,8 +177,9 @@ json links_to_json(const ProfileLinks& l) {
 // "comm_overhead" (version 3): {"exchange_us", "message_us", "allreduce_us":
 // 0 .. kMaxLatencyUs; "pack_gbytes_per_s": 0 (copies free) or a rate}, all
 // required; "instruction_us" (0 .. kMaxLatencyUs) and
-// "accumulate_gbytes_per_s" (0 or a rate) optional, 0 when absent. A rate
-// other than 0 is at least kMinRate.
+// "accumulate_gbytes_per_s" (0 or a rate) optional, 0 when absent;
+// "reduce_scatter_us" and "allgather_us" (0 .. kMaxLatencyUs) optional,
+// allreduce_us's when absent. A rate other than 0 is at least kMinRate.
 Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
   const std::string at = "comm_overhead";
   if (!doc.contains(at)) return r.err(at, "missing required key (version 3 profiles carry it)");
@@ -190,12 +191,15 @@ Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
     double* into;
     bool required;
   };
+  double reduce_scatter_us = 0, allgather_us = 0;   // kept only when present
   const Figure figures[] = {{"exchange_us", &o.exchange_us, true},
                             {"message_us", &o.message_us, true},
                             {"allreduce_us", &o.allreduce_us, true},
                             {"pack_gbytes_per_s", &o.pack_gbytes_per_s, true},
                             {"instruction_us", &o.instruction_us, false},
-                            {"accumulate_gbytes_per_s", &o.accumulate_gbytes_per_s, false}};
+                            {"accumulate_gbytes_per_s", &o.accumulate_gbytes_per_s, false},
+                            {"reduce_scatter_us", &reduce_scatter_us, false},
+                            {"allgather_us", &allgather_us, false}};
   std::set<std::string> required, optional;
   for (const Figure& f : figures) (f.required ? required : optional).insert(f.key);
   SPINDLE_TRY(r.check_keys(j, at, required, optional));
@@ -215,6 +219,8 @@ Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
     }
     *f.into = *v;
   }
+  if (j.contains("reduce_scatter_us")) o.reduce_scatter_us = reduce_scatter_us;
+  if (j.contains("allgather_us")) o.allgather_us = allgather_us;
   return o;
 }
 
@@ -240,6 +246,8 @@ json overhead_to_json(const CommOverhead& o) {
             {"pack_gbytes_per_s", profile_figure(o.pack_gbytes_per_s)}};
   if (o.instruction_us > 0) j["instruction_us"] = profile_figure(o.instruction_us);
   if (o.accumulate_gbytes_per_s > 0) j["accumulate_gbytes_per_s"] = profile_figure(o.accumulate_gbytes_per_s);
+  if (o.reduce_scatter_us) j["reduce_scatter_us"] = profile_figure(*o.reduce_scatter_us);
+  if (o.allgather_us) j["allgather_us"] = profile_figure(*o.allgather_us);
   return j;
 }
 

@@ -65,7 +65,14 @@ double accumulate_ms(const CommOverhead& o, double bytes) {
 }
 
 double allreduce_overhead_ms(const CommOverhead& o, double bytes) {
-  return o.allreduce_us * 1e-3 + 2.0 * pack_ms(o, bytes);
+  return collective_overhead_ms(o, Collective::allreduce, bytes);
+}
+
+double collective_overhead_ms(const CommOverhead& o, Collective c, double bytes) {
+  const double fixed_us = c == Collective::reduce_scatter ? o.reduce_scatter_us.value_or(o.allreduce_us)
+                          : c == Collective::allgather    ? o.allgather_us.value_or(o.allreduce_us)
+                                                          : o.allreduce_us;
+  return fixed_us * 1e-3 + 2.0 * pack_ms(o, bytes);
 }
 
 }  // namespace spindle::plan

@@ -3,6 +3,7 @@
 // profiler price every message with these functions.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 namespace spindle::plan {
@@ -70,11 +71,22 @@ struct CommOverhead {
   double accumulate_gbytes_per_s = 0;  // rate at which a backward exchange adds each gradient piece it
                                        // gets, local or received, into its producer's output gradient
                                        // (a zeroed buffer, then an add; 0: free)
+  // ZeRO-1's collectives as the executor runs them (fitted from its own
+  // buckets, host backends only), per call beyond the ring formula's
+  // latency terms and the copies, >= 0. Absent (analytic profiles, files
+  // written before them): allreduce_us.
+  std::optional<double> reduce_scatter_us;
+  std::optional<double> allgather_us;
   bool any() const {
     return exchange_us > 0 || message_us > 0 || pack_gbytes_per_s > 0 || allreduce_us > 0 || instruction_us > 0 ||
-           accumulate_gbytes_per_s > 0;
+           accumulate_gbytes_per_s > 0 || reduce_scatter_us.value_or(0) > 0 || allgather_us.value_or(0) > 0;
   }
 };
+
+// A bucket's collective: the gradient all-reduce (optimizer state
+// replicated), or ZeRO-1's reduce-scatter of the gradients and all-gather
+// of the stepped values.
+enum class Collective { allreduce, reduce_scatter, allgather };
 
 // Time to copy `bytes` once at `o.pack_gbytes_per_s`, ms (0 when the rate is 0).
 double pack_ms(const CommOverhead& o, double bytes);
@@ -95,5 +107,11 @@ double accumulate_ms(const CommOverhead& o, double bytes);
 // ms: allreduce_us + 2 pack_ms(bytes) (flatten the bucket's gradients into
 // one buffer and copy them back). Added to ring_allreduce_ms for p >= 2.
 double allreduce_overhead_ms(const CommOverhead& o, double bytes);
+// The same for collective `c` of a bucket of `bytes`: its fixed cost per
+// call (allreduce_us, reduce_scatter_us or allgather_us, the last two
+// allreduce_us when absent) + 2 pack_ms(bytes) (the gradients flattened
+// and copied back; the owned values packed and the gathered ones copied
+// into the tensors). Added to the ring formula for p >= 2.
+double collective_overhead_ms(const CommOverhead& o, Collective c, double bytes);
 
 }  // namespace spindle::plan

@@ -246,6 +246,10 @@ class Simulator {
   void fill_instr_ms();
   // SimOptions::replay_ms fits the programs.
   Status check_replay() const;
+  // When device d's program begins (SimOptions::replay_start_ms), ms.
+  double start_ms(int d) const {
+    return options_.replay_start_ms.empty() ? 0.0 : options_.replay_start_ms[static_cast<size_t>(d)];
+  }
   void fill_time_left();
   void ready(int d, int pc, double t);
   void enter_exchange(int d, int pc, double t);
@@ -462,7 +466,7 @@ Result<Simulation> Simulator::run() {
       for (int m : group_of(l_, static_cast<int>(k)).devices) s_.sync_left[static_cast<size_t>(m)] += s_.reduce_ms[k];
   }
 
-  for (int d = 0; d < l_.devices; ++d) push({0.0, kReady, d, 0});
+  for (int d = 0; d < l_.devices; ++d) push({start_ms(d), kReady, d, 0});
   while (!s_.events.empty() && !past_bound_) {
     const Event e = s_.events.front();
     if (e.t > options_.stop_after_ms) return stopped_at_bound();
@@ -553,6 +557,7 @@ Result<Simulation> Simulator::run_zero_comm() {
   s_.pc.assign(devices, 0);
   s_.finish.assign(devices, 0.0);
   s_.clock.assign(devices, 0.0);
+  for (size_t d = 0; d < devices; ++d) s_.clock[d] = start_ms(static_cast<int>(d));
   s_.parked.assign(devices, 0);
   s_.sent_at.assign(l_.transfers.size(), -1.0);
   const size_t collectives = collective_count(l_);
@@ -691,6 +696,15 @@ void Simulator::index_programs() {
 
 Status Simulator::check_replay() const {
   const std::vector<std::vector<double>>& replay = options_.replay_ms;
+  const std::vector<double>& start = options_.replay_start_ms;
+  if (!start.empty()) {
+    if (start.size() != l_.programs.size())
+      return Error{"simulate: replay start times for " + std::to_string(start.size()) + " devices, the programs have " +
+                   std::to_string(l_.programs.size())};
+    for (size_t d = 0; d < start.size(); ++d)
+      if (!(start[d] >= 0) || std::isinf(start[d]))
+        return Error{"simulate: device " + std::to_string(d) + ": replay start time is not a finite figure >= 0"};
+  }
   if (replay.empty()) return {};
   if (replay.size() != l_.programs.size())
     return Error{"simulate: replay times for " + std::to_string(replay.size()) + " devices, the programs have " +
@@ -1452,7 +1466,8 @@ namespace {
 // SimOptions' forward shares: each in [0, 1], one per slice when listed;
 // no replay in a bounded simulation.
 Status check_options(const SimOptions& options, size_t slices) {
-  if (!options.replay_ms.empty() && options.stop_after_ms < std::numeric_limits<double>::infinity())
+  if ((!options.replay_ms.empty() || !options.replay_start_ms.empty()) &&
+      options.stop_after_ms < std::numeric_limits<double>::infinity())
     return Error{"simulate: a replay cannot be bounded (stop_after_ms)"};
   if (!(options.forward_share >= 0 && options.forward_share <= 1))
     return Error{"simulate: forward_share " + std::to_string(options.forward_share) + " is outside [0, 1]"};

@@ -122,6 +122,14 @@ struct SimOptions {
   // price_compute, and not with a finite stop_after_ms (its bounds price
   // compute from the slices: an error).
   std::vector<std::vector<double>> replay_ms;
+  // A replay's start: by device, the ms after the step's start at which its
+  // program begins (bench/loop gives when each rank's first box of the step
+  // began, after the earliest rank's: the host time a rank spends between
+  // steps, e.g. rank 0 writing the metrics, delays its first instruction,
+  // a started all-gather included). Empty: every device at 0; else one
+  // finite figure >= 0 per device (an error otherwise). Replays only, as
+  // replay_ms.
+  std::vector<double> replay_start_ms;
   // Also find the critical path (Simulation::critical, critical_slices,
   // SimBox::critical): what each end waited for last is the instruction
   // before it on its device, a message's delivery, the collective's (an

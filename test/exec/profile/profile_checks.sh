@@ -46,6 +46,16 @@ mpi-links)
   grep -q '"instruction_us":[0-9.e+-]*' "$out/p.json" || fail "no instruction_us: $(grep -A1 comm_overhead "$out/p.json")"
   grep -q "^overhead: the executor's own, from [0-9]* instructions of [0-9]* steps of a plan of the model: " \
       "$out/stdout" || fail "no executor overhead line: $(grep '^overhead' "$out/stdout")"
+  # ZeRO-1's reduce-scatter and all-gather, fitted from the same plan trained
+  # sharded: written, and said with the figures written.
+  for key in reduce_scatter_us allgather_us; do
+    grep -q "\"$key\":[0-9.e+-]*" "$out/p.json" || fail "no $key: $(grep -A1 comm_overhead "$out/p.json")"
+  done
+  said=$(sed -n "s/^overhead: the executor's own.*; ZeRO-1 reduce-scatter \([0-9.]*\) us, all-gather \([0-9.]*\) us per call ([0-9]* steps sharded).*/\1 \2/p" "$out/stdout")
+  [ -n "$said" ] || fail "no ZeRO-1 figures said: $(grep '^overhead: the' "$out/stdout")"
+  figure() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" "$out/p.json" | head -n 1; }
+  written=$(awk -v r="$(figure reduce_scatter_us)" -v g="$(figure allgather_us)" 'BEGIN { printf "%.2f %.2f", r, g }')
+  [ "$said" = "$written" ] || fail "ZeRO-1 figures said ($said) are not the ones written ($written)"
   grep -q 'intra_island send/recv' "$out/stdout" || fail "no link figures printed"
   grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
   # When the executor's buckets gave the all-reduce's rate (fixed cost 0),

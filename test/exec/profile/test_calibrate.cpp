@@ -13,6 +13,8 @@
 #include "libplan/cost/cost_model.h"
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
+#include "libplan/plan/check.h"
+#include "libplan/planner/planner.h"
 
 namespace se = spindle::exec;
 namespace sp = spindle::plan;
@@ -196,4 +198,96 @@ TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the
     l.buckets.clear();
     CHECK(se::fit_executor_allreduce(l, cost, 2, {}).allreduce_us == -1);
   }
+}
+
+TEST_CASE("fit_executor_fixed_us: ZeRO-1's reduce-scatter and all-gather cost per call beyond their formula",
+          "[profile][calibrate]") {
+  // One island of two devices at 4 GB/s, 2 us per ring step; copies at 10
+  // GB/s; the all-reduce's fixed cost 20 us, which ZeRO-1's collectives take
+  // while their own figures are absent.
+  sp::Cluster c;
+  c.islands = 1;
+  c.devices_per_island = 2;
+  c.intra_island = {4.0, 2.0};
+  c.inter_island = {1.0, 10.0};
+  sp::TableCostModel cost(c);
+  sp::CommOverhead o;
+  o.pack_gbytes_per_s = 10;
+  o.allreduce_us = 20;
+  cost.set_overhead(o);
+  sp::Lowered l;
+  l.sharded_state = true;
+  // 25001 values over 2 members: padded to 25002, 100008 bytes gathered.
+  // Ring: 1/2 x 100008 B at 4 GB/s = 0.012501 ms, + 2 us; copies 2 x
+  // 0.0100008 ms. Without the fixed cost 0.0345026 ms.
+  sp::Bucket b = hand_bucket({0, 1}, 100004);
+  b.values = 25001;
+  l.buckets = {b};
+  REQUIRE(l.gather_bytes(0) == 100008);
+  REQUIRE(cost.reduce_scatter_ms(100008, {0, 1}) == Approx(0.0545026));
+  REQUIRE(cost.allgather_ms(100008, {0, 1}) == Approx(0.0545026));
+
+  // Per step the least over the members: 0.1345, 0.0845, 0.0945026
+  // (median 0.0945026): 60 us beyond the formula.
+  const std::vector<std::vector<std::vector<double>>> ms = {{{0.1345}, {0.0845}, {0.0990}},
+                                                            {{0.1400}, {0.0900}, {0.0945026}}};
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::reduce_scatter, ms) == Approx(60.0).margin(1e-6));
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::allgather, ms) == Approx(60.0).margin(1e-6));
+  // The figure is beyond the formula whatever the fixed cost priced before.
+  o.reduce_scatter_us = 100;
+  cost.set_overhead(o);
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::reduce_scatter, ms) == Approx(60.0).margin(1e-6));
+  // Faster than the formula with no fixed cost: 0, not a negative figure.
+  const std::vector<std::vector<std::vector<double>>> fast = {{{0.02}}, {{0.03}}};
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::allgather, fast) == 0.0);
+  // No member's time, or no bucket: -1.
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::allgather, {{{-1}}, {{-1}}}) == -1);
+  l.buckets.clear();
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::allgather, {}) == -1);
+}
+
+TEST_CASE("the calibration trains Spindle's plan replicated, then the same plan with ZeRO-1 gathered after the step",
+          "[profile][calibrate]") {
+  auto model = sp::load_model(shipped("models/tiny-clip.yaml"));
+  REQUIRE(model.ok());
+  const sp::OpGraph graph = sp::expand(*model);
+  auto two = sp::load_cluster(shipped("clusters/cpu-1x2.yaml"));
+  REQUIRE(two.ok());
+  auto profile = sp::analytic_profile(*model, graph, *two, nullptr);
+  REQUIRE(profile.ok());
+  // An optimizer step slow enough (0.01 GB/s: about 35 ms a step for each
+  // half of tiny-clip's values) that auto would shard it.
+  profile->optimizer_gbytes_per_s = 0.01;
+  auto cost = sp::ProfileCostModel::create(*profile, *two, graph);
+  REQUIRE(cost.ok());
+  auto plan = se::calibration_plan(*model, graph, *two, **cost, profile->sha256, 2);
+  REQUIRE(plan.ok());
+  CHECK(plan->optimizer_state == sp::OptimizerState::replicated);
+  auto automatic = sp::make_plan({&*model, &graph, &*two, cost->get(), profile->sha256, sp::Strategy::spindle});
+  REQUIRE(automatic.ok());
+  CHECK(automatic->optimizer_state == sp::OptimizerState::sharded);
+  const sp::Plan sharded = se::sharded_calibration_plan(*plan);
+  CHECK(sharded.optimizer_state == sp::OptimizerState::sharded);
+  CHECK(sharded.param_gather == sp::ParamGather::after_step);
+  CHECK(sharded.waves.size() == plan->waves.size());
+  CHECK(sp::check_plan_status(sharded, *model, graph, "sharded", &*two).ok());
+
+  // On one rank: trained, but no bucket of two members to fit.
+  auto one = sp::load_cluster(shipped("clusters/cpu-1x1.yaml"));
+  REQUIRE(one.ok());
+  auto p1 = sp::analytic_profile(*model, graph, *one, nullptr);
+  REQUIRE(p1.ok());
+  auto cost1 = sp::ProfileCostModel::create(*p1, *one, graph);
+  REQUIRE(cost1.ok());
+  auto single = se::calibration_plan(*model, graph, *one, **cost1, p1->sha256, 1);
+  REQUIRE(single.ok());
+  se::SelfComm world;
+  se::GroupComms groups;
+  groups[{0}] = std::make_unique<se::SelfComm>();
+  auto backend = se::make_backend("cpu");
+  const se::Zero1InSitu z =
+      se::calibrate_zero1(*model, se::sharded_calibration_plan(*single), world, std::move(groups), *backend, **cost1, 1.0);
+  CHECK(z.steps == 5);
+  CHECK(z.reduce_scatter_us == -1);
+  CHECK(z.allgather_us == -1);
 }

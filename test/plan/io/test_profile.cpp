@@ -195,6 +195,33 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   auto g = parse_profile_string(bad_books, "v3.json");
   REQUIRE_FALSE(g.ok());
   CHECK_THAT(g.error().message, Catch::Contains("comm_overhead.instruction_us: expected a number from 0"));
+  // ZeRO-1's fixed costs: absent (allreduce_us's), not written; set (0
+  // included: a figure, not the all-reduce's), written and read back.
+  CHECK_FALSE(back->overhead->reduce_scatter_us.has_value());
+  CHECK_FALSE(back->overhead->allgather_us.has_value());
+  CHECK(measured.find("reduce_scatter_us") == std::string::npos);
+  o.reduce_scatter_us = 56.4;
+  o.allgather_us = 0;
+  p.overhead = o;
+  const std::string zero1 = profile_to_json(p);
+  auto z = parse_profile_string(zero1, "v3.json");
+  REQUIRE(z.ok());
+  CHECK(z->overhead->reduce_scatter_us == 56.4);
+  CHECK(z->overhead->allgather_us == 0.0);
+  CHECK(profile_to_json(*z) == zero1);
+  for (const std::string bad : {"-1", "2e9", "\"slow\""}) {
+    std::string text = zero1;
+    const std::string figure = "\"reduce_scatter_us\":56.4";
+    const size_t rs = text.find(figure);
+    REQUIRE(rs != std::string::npos);
+    text.replace(rs, figure.size(), "\"reduce_scatter_us\":" + bad);
+    auto e = parse_profile_string(text, "v3.json");
+    REQUIRE_FALSE(e.ok());
+    CHECK_THAT(e.error().message, Catch::Contains("v3.json") && Catch::Contains("comm_overhead.reduce_scatter_us"));
+  }
+  o.reduce_scatter_us.reset();
+  o.allgather_us.reset();
+  p.overhead = o;
   // A rate other than 0 below kMinRate would price a copy at ~10^300 ms: refused.
   for (const std::string key : {"accumulate_gbytes_per_s", "pack_gbytes_per_s"}) {
     std::string tiny = measured;

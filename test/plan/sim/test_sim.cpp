@@ -1497,6 +1497,41 @@ TEST_CASE("a replay: measured compute times in place of the priced ones, communi
   sp::SimOptions one_device = replay;
   one_device.replay_ms.pop_back();
   CHECK(fails(one_device));
+
+  // Device 0 starts its program 2 ms after the step's start (replay_start_ms):
+  // d0: fwd A [2,6], sends [6,8], exchange bwd [8,15], bwd A [15,17].
+  // d1: exchange fwd [0,8] (6 waiting), fwd B [8,10], bwd B [10,13],
+  //     exchange bwd [13,15], optimizer [15,15.5].
+  sp::SimOptions late = replay;
+  late.replay_start_ms = {2.0, 0.0};
+  const sp::Simulation shifted = p.run(c, late);
+  CHECK(shifted.iteration_ms == Approx(17.0));
+  CHECK(shifted.devices[0].finish_ms == Approx(17.0));
+  CHECK(shifted.devices[1].finish_ms == Approx(15.5));
+  CHECK(shifted.devices[1].wait_ms == Approx(6.0));
+  CHECK(box(shifted, 0, 0, "forward").start_ms == Approx(2.0));
+  CHECK(box(shifted, 1, 4, "optimizer").start_ms == Approx(15.0));
+  // The same start in one pass (compute alone) as in the events.
+  sp::SimOptions events = late, one_pass = late;
+  events.price_communication = one_pass.price_communication = false;
+  one_pass.timeline = false;
+  // Messages free: d0 fwd A [2,6]; d1 fwd B [6,8], bwd B [8,11],
+  // optimizer [11,11.5]; d0 bwd A [11,13].
+  CHECK(p.run(c, events).iteration_ms == Approx(13.0));
+  CHECK(p.run(c, one_pass).iteration_ms == p.run(c, events).iteration_ms);
+  sp::SimOptions all_zero = replay;
+  all_zero.replay_start_ms = {0.0, 0.0};
+  CHECK(p.run(c, all_zero).iteration_ms == sim.iteration_ms);
+  sp::SimOptions starts_short = late, starts_negative = late, starts_inf = late, starts_bounded = late;
+  starts_short.replay_start_ms.pop_back();
+  starts_negative.replay_start_ms[1] = -1.0;
+  starts_inf.replay_start_ms[0] = std::numeric_limits<double>::infinity();
+  starts_bounded.replay_ms.clear();
+  starts_bounded.stop_after_ms = 100;
+  CHECK(fails(starts_short));
+  CHECK(fails(starts_negative));
+  CHECK(fails(starts_inf));
+  CHECK(fails(starts_bounded));
 }
 
 TEST_CASE("one lowering simulated under several options: each as simulate_plan gives it", "[sim]") {
