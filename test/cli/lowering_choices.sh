@@ -11,9 +11,10 @@
 #  - multitask-clip-4 on a800-4x8 starts its buckets when ready:
 #    "bucket_starts": "when-ready" and the buckets line;
 #  - --no-early-transfers is recorded in the plan too, and when posting
-#    early would be at least 1% faster (ofasys-7 on a800-4x8: 1.3%;
-#    multitask-clip-7 there was 1% faster posted early until the wave
-#    shifts of 2026-12-03) spindle-plan hints so.
+#    early would be at least 1% faster (ofasys-7 on a800-4x8 with its
+#    optimizer state replicated: 2.2%; auto's plan there is sharded since
+#    2026-12-05 and gains less; multitask-clip-7 there was 1% faster
+#    posted early until the wave shifts of 2026-12-03) spindle-plan hints so.
 #  - multitask-clip-10 on a800-4x8 chooses 100 MiB buckets: "bucket_bytes"
 #    and the bucket line; --bucket-mb 25 keeps 25;
 #  - multitask-clip-10's capped plan on a800-4x8 prints the widths line,
@@ -42,7 +43,8 @@ grep -q '^buckets   each started as soon as its gradients are final' clip.txt ||
 grep -q '"early_transfers"' clip.json && fail "multitask-clip-4: transfers kept in their exchanges, expected posted early"
 echo "PASS: multitask-clip-4 starts its buckets when ready: $(predicted clip.txt) ms"
 
-"$plan" "$models/ofasys-7.yaml" --cluster "$clusters/a800-4x8.yaml" --no-early-transfers -o late.json > late.txt
+"$plan" "$models/ofasys-7.yaml" --cluster "$clusters/a800-4x8.yaml" --no-early-transfers --optimizer-state replicated \
+  -o late.json > late.txt
 grep -q '"early_transfers": false' late.json || fail "--no-early-transfers is not in the plan"
 grep -q '^hint      without --no-early-transfers: this plan simulates ' late.txt || fail "no hint: $(cat late.txt)"
 echo "PASS: --no-early-transfers recorded, and the hint given"
