@@ -101,8 +101,8 @@ constexpr double kQueuedSyncWeight = 2.0;
 // figure, or under it, the model is planned again with the state sharded
 // and the faster plan kept. On the 19 A800 cases of bench/paper's models
 // (analytic profiles, 2026-12-05) every case where that search won (by
-// 0.2-9.1%) came within 1.3%; every case further off than 2% lost it (by
-// 2.2-22%).
+// 0.2-9.1%) came within 1.3% or under; every case further off than 2%
+// lost it (by 2.2-22%). docs/planner.md, "Memory".
 constexpr double kShardedSearchWithin = 0.02;
 // The capped allocation is scheduled again without narrowed tails only up
 // to this many MetaOps (every shipped workload has at most 70): on 50 and
