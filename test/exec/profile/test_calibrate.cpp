@@ -130,6 +130,23 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
 
 namespace {
 
+// Two islands of two devices: inside 4 GB/s and 2 us per ring step,
+// across 1 GB/s and 10 us; copies at 10 GB/s; 20 us all-reduce fixed cost
+// (as timed alone).
+sp::TableCostModel hand_cost() {
+  sp::Cluster c;
+  c.islands = 2;
+  c.devices_per_island = 2;
+  c.intra_island = {4.0, 2.0};
+  c.inter_island = {1.0, 10.0};
+  sp::TableCostModel cost(c);
+  sp::CommOverhead o;
+  o.pack_gbytes_per_s = 10;
+  o.allreduce_us = 20;
+  cost.set_overhead(o);
+  return cost;
+}
+
 sp::Bucket hand_bucket(std::vector<int> devices, int64_t bytes) {
   sp::Bucket b;
   b.devices = std::move(devices);
@@ -141,18 +158,7 @@ sp::Bucket hand_bucket(std::vector<int> devices, int64_t bytes) {
 
 TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the wire's rate in the buckets",
           "[profile][calibrate]") {
-  // Two islands of two devices: inside 4 GB/s and 2 us per ring step,
-  // across 1 GB/s and 10 us; copies at 10 GB/s; 20 us fixed cost timed alone.
-  sp::Cluster c;
-  c.islands = 2;
-  c.devices_per_island = 2;
-  c.intra_island = {4.0, 2.0};
-  c.inter_island = {1.0, 10.0};
-  sp::TableCostModel cost(c);
-  sp::CommOverhead o;
-  o.pack_gbytes_per_s = 10;
-  o.allreduce_us = 20;
-  cost.set_overhead(o);
+  sp::TableCostModel cost = hand_cost();
   sp::Lowered l;
   // 100 kB over 2 devices: 100 kB on the wire per device, 0.025 ms inside an
   // island; latency 2 x 2 us; copies 2 x 0.01 ms. Priced 0.069 ms with the
@@ -202,19 +208,10 @@ TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the
 
 TEST_CASE("fit_executor_fixed_us: ZeRO-1's reduce-scatter and all-gather cost per call beyond their formula",
           "[profile][calibrate]") {
-  // One island of two devices at 4 GB/s, 2 us per ring step; copies at 10
-  // GB/s; the all-reduce's fixed cost 20 us, which ZeRO-1's collectives take
+  // The all-reduce's fixed cost of 20 us stands for ZeRO-1's collectives
   // while their own figures are absent.
-  sp::Cluster c;
-  c.islands = 1;
-  c.devices_per_island = 2;
-  c.intra_island = {4.0, 2.0};
-  c.inter_island = {1.0, 10.0};
-  sp::TableCostModel cost(c);
-  sp::CommOverhead o;
-  o.pack_gbytes_per_s = 10;
-  o.allreduce_us = 20;
-  cost.set_overhead(o);
+  sp::TableCostModel cost = hand_cost();
+  sp::CommOverhead o = cost.overhead();
   sp::Lowered l;
   l.sharded_state = true;
   // 25001 values over 2 members: padded to 25002, 100008 bytes gathered.
