@@ -233,13 +233,14 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   const se::Zero1InSitu z = se::calibrate_zero1(
       model, sharded, world, se::create_group_comms(world, se::Executor::device_groups(model, sharded)), backend,
       **fitted);
-  if (z.reduce_scatter_us >= 0) o.reduce_scatter_us = z.reduce_scatter_us;
-  if (z.allgather_us >= 0) o.allgather_us = z.allgather_us;
+  // As the file stores them, so that the line says what was written.
+  if (z.reduce_scatter_us >= 0) o.reduce_scatter_us = sp::profile_figure(z.reduce_scatter_us);
+  if (z.allgather_us >= 0) o.allgather_us = sp::profile_figure(z.allgather_us);
   report.profile.overhead = o;
   report.overhead = o;
   if (z.reduce_scatter_us >= 0 && z.allgather_us >= 0)
     std::snprintf(zero1, sizeof zero1, "reduce-scatter %.2f us, all-gather %.2f us per call (%d steps sharded)",
-                  z.reduce_scatter_us, z.allgather_us, z.steps);
+                  *o.reduce_scatter_us, *o.allgather_us, z.steps);
   char line[640];
   std::snprintf(line, sizeof line,
                 "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "
