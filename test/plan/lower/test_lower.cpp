@@ -634,7 +634,14 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
     for (sp::Strategy s : {sp::Strategy::spindle, sp::Strategy::sequential, sp::Strategy::task_level,
                            sp::Strategy::intra_task}) {
       INFO(model << " on " << cluster << ", " << sp::strategy_name(s));
-      auto plan = sp::make_plan({&f.model, &f.graph, &f.cluster, f.cost.get(), "", s});
+      // Planned as auto's first attempt (replicated, placed counting the
+      // state sharded), not its second search: the sharded programs are
+      // checked below from this plan, both ways of gathering.
+      sp::PlanRequest request{&f.model, &f.graph, &f.cluster, f.cost.get(), "", s};
+      request.choose_optimizer_state = false;
+      request.optimizer_state = sp::OptimizerState::replicated;
+      request.placement_state = sp::OptimizerState::sharded;
+      auto plan = sp::make_plan(request);
       if (!plan.ok()) continue;  // a strategy not available for this model
       auto lowered = sp::lower(*plan, f.model, f.graph);
       REQUIRE(lowered.ok());
