@@ -382,6 +382,9 @@ TEST_CASE("make_plan: the same plan on 1, 2 and 3 threads (SPINDLE_PLAN_THREADS)
     INFO(model);
     spindle::plan::testing::Fixture f(model, "a800-2x8");
     PlanRequest req{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+    // A few boundary shifts: test_shift's "the same on any threads" runs
+    // the default budget.
+    req.shift_simulations = 8;
     std::vector<std::string> plans;
     for (const char* threads : {"1", "2", "3"}) {
       setenv("SPINDLE_PLAN_THREADS", threads, 1);
