@@ -187,11 +187,10 @@ double fit_executor_fixed_us(const plan::Lowered& l, const plan::CostModel& cost
   for (size_t b = 0; b < l.buckets.size(); ++b) {
     const double measured_ms = bucket_time_ms(l, b, ms);
     if (measured_ms < 0) continue;
-    const plan::Bucket& k = l.buckets[b];
-    const double bytes = static_cast<double>(c == plan::Collective::allreduce ? k.bytes : l.gather_bytes(static_cast<int>(b)));
-    const double priced_ms = c == plan::Collective::allreduce      ? cost.allreduce_ms(bytes, k.devices)
-                             : c == plan::Collective::allgather    ? cost.allgather_ms(bytes, k.devices)
-                                                                   : cost.reduce_scatter_ms(bytes, k.devices);
+    const std::vector<int>& devices = l.buckets[b].devices;
+    const double bytes = static_cast<double>(l.gather_bytes(static_cast<int>(b)));
+    const double priced_ms = c == plan::Collective::allgather ? cost.allgather_ms(bytes, devices)
+                                                              : cost.reduce_scatter_ms(bytes, devices);
     const double fixed_ms = plan::collective_overhead_ms(o, c, 0.0);   // the copies of 0 bytes are free
     beyond_us.push_back((measured_ms - (priced_ms - fixed_ms)) * 1e3);
   }

@@ -82,8 +82,7 @@ AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostM
 
 // ZeRO-1's collectives as the executor runs them, from the buckets of a
 // sharded plan (Lowered::sharded_state): for collective `c`
-// (reduce_scatter or allgather; allreduce prices as fit_executor_allreduce
-// does, without its rate), the median over the buckets of the bucket's
+// (reduce_scatter or allgather), the median over the buckets of the bucket's
 // time (per step the least over its members, median over the steps; `ms`
 // as fit_executor_allreduce's) less its price in `cost` without the fixed
 // cost (CostModel::reduce_scatter_ms or allgather_ms of

@@ -115,6 +115,15 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   CHECK(cal->fit.accumulate_gbytes_per_s >= 0);
   CHECK(cal->allreduce.allreduce_us == -1);   // one device all-reduces nothing
   CHECK(cal->allreduce.intra_rate_scale == 0);
+  // The same plan sharded (calibrate_zero1): trained, but no bucket of two
+  // members to fit.
+  se::GroupComms sharded_groups;
+  sharded_groups[{0}] = std::make_unique<se::SelfComm>();
+  const se::Zero1InSitu z = se::calibrate_zero1(*model, se::sharded_calibration_plan(*plan), world,
+                                                std::move(sharded_groups), *backend, **cost, 1.0);
+  CHECK(z.steps == 5);
+  CHECK(z.reduce_scatter_us == -1);
+  CHECK(z.allgather_us == -1);
 
   // Four devices' cluster, two ranks: a plan of it cannot run here.
   auto four = sp::load_cluster(shipped("clusters/cpu-1x4.yaml"));
@@ -268,23 +277,4 @@ TEST_CASE("the calibration trains Spindle's plan replicated, then the same plan 
   CHECK(sharded.param_gather == sp::ParamGather::after_step);
   CHECK(sharded.waves.size() == plan->waves.size());
   CHECK(sp::check_plan_status(sharded, *model, graph, "sharded", &*two).ok());
-
-  // On one rank: trained, but no bucket of two members to fit.
-  auto one = sp::load_cluster(shipped("clusters/cpu-1x1.yaml"));
-  REQUIRE(one.ok());
-  auto p1 = sp::analytic_profile(*model, graph, *one, nullptr);
-  REQUIRE(p1.ok());
-  auto cost1 = sp::ProfileCostModel::create(*p1, *one, graph);
-  REQUIRE(cost1.ok());
-  auto single = se::calibration_plan(*model, graph, *one, **cost1, p1->sha256, 1);
-  REQUIRE(single.ok());
-  se::SelfComm world;
-  se::GroupComms groups;
-  groups[{0}] = std::make_unique<se::SelfComm>();
-  auto backend = se::make_backend("cpu");
-  const se::Zero1InSitu z =
-      se::calibrate_zero1(*model, se::sharded_calibration_plan(*single), world, std::move(groups), *backend, **cost1, 1.0);
-  CHECK(z.steps == 5);
-  CHECK(z.reduce_scatter_us == -1);
-  CHECK(z.allgather_us == -1);
 }
