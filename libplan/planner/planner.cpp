@@ -102,8 +102,10 @@ constexpr double kQueuedSyncWeight = 2.0;
 // and the faster plan kept. On the 19 A800 cases of bench/paper's models
 // (analytic profiles, 2026-12-05) every case where that search won (by
 // 0.2-9.1%) came within 1.3% or under; every case further off than 2%
-// lost it (by 2.2-22%). docs/planner.md, "Memory".
+// lost it (by 2.2-22%). docs/planner.md, "Memory". Only for plans of at
+// most PlanRequest::sharded_search_metaops MetaOps.
 constexpr double kShardedSearchWithin = 0.02;
+
 // The capped allocation is scheduled again without narrowed tails only up
 // to this many MetaOps (every shipped workload has at most 70): on 50 and
 // 1000 tasks on 1024 devices (350 and 7000 MetaOps) that portfolio and its
@@ -1109,7 +1111,8 @@ Result<Plan> make_plan(const PlanRequest& given) {
     // halves), which replaces it. Exactly as fast: sharding changes
     // nothing here (no bucket of two members, no parameters), and the
     // search would price what this one did.
-    if (ratio <= 1 + kShardedSearchWithin && ratio != 1.0) {
+    if (ratio <= 1 + kShardedSearchWithin && ratio != 1.0 &&
+        whole->metaops.size() <= static_cast<size_t>(std::max(0, given.sharded_search_metaops))) {
       PlanRequest sharded_request = as;
       sharded_request.optimizer_state = OptimizerState::sharded;
       sharded_request.placement_state.reset();

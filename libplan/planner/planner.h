@@ -30,6 +30,15 @@ enum class Placement { islands, sequential };
 const char* placement_name(Placement p);
 Result<Placement> parse_placement(const std::string& name);
 
+// `--optimizer-state auto` searches a plan that fits replicated a second
+// time, with the state sharded, only up to this many MetaOps
+// (PlanRequest::sharded_search_metaops; every shipped workload has at most
+// 70): on 50 tasks on 1024 devices (350 MetaOps) that search doubled the
+// planning time, 1.55 -> 3.13 s, and found the plan the re-simulation had
+// already switched to. Above it, auto keeps what the re-simulation chose;
+// `--optimizer-state sharded` searches sharded from the start.
+inline constexpr int kShardedSearchMetaOps = 256;
+
 struct PlanRequest {
   const Model* model = nullptr;
   const OpGraph* graph = nullptr;          // expand(*model)
@@ -91,9 +100,14 @@ struct PlanRequest {
   // --optimizer-state auto, the default) this is ignored: the plan is made
   // replicated, and made again sharded when that one does not fit the
   // devices (check_plan_memory): sharding costs an all-gather per bucket
-  // and step, which a plan that fits need not pay.
+  // and step, which a plan that fits need not pay. A plan that fits is
+  // kept replicated unless it simulates faster sharded, or comes within
+  // 2% of that and a search with the state sharded (for plans of at most
+  // sharded_search_metaops MetaOps) finds a faster one (docs/planner.md,
+  // "Memory").
   OptimizerState optimizer_state = OptimizerState::sharded;
   bool choose_optimizer_state = true;
+  int sharded_search_metaops = kShardedSearchMetaOps;
   // How placement's running memory estimate (place/place.h) counts the
   // state, when not as optimizer_state: choose_optimizer_state's first,
   // replicated plan is placed counting it sharded, as every plan was

@@ -574,6 +574,14 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, sharded where 
   CHECK(chosen->replicated_ms == same->predicted.simulated_ms);
   CHECK(check_plan_memory(*chosen, f.model).ok());
   CHECK(plan_to_json(*chosen) == plan_to_json(*searched));
+  // With more MetaOps than sharded_search_metaops, auto does not search
+  // again: it keeps the replicated plan, slower here.
+  PlanRequest capped = request;
+  capped.sharded_search_metaops = static_cast<int>(same->metaops.size()) - 1;
+  auto once = make_plan(capped);
+  REQUIRE(once.ok());
+  CHECK(once->optimizer_state == OptimizerState::replicated);
+  CHECK(plan_to_json(*once) == plan_to_json(*same));
   // Where the replicated plan re-simulated sharded is further off (21% on
   // 32 devices), auto keeps it replicated, as placed.
   spindle::plan::testing::Fixture wide("multitask-clip-7", "a800-4x8");
