@@ -113,6 +113,7 @@ struct Transfer {
   // producer. Set by lower_programs; the executor and the simulation
   // follow it.
   bool adds = true;
+  bool operator==(const Transfer&) const = default;
 };
 
 // One parameter shard: the parameter "M/k.r" at one tensor-parallel rank.
@@ -128,6 +129,7 @@ struct Bucket {
                                 // the backward pass is past it
   int64_t values = 0;           // gradient values summed: op_shard_param_count of each shard
   int64_t bytes = 0;            // values x kWireBytesPerValue
+  bool operator==(const Bucket&) const = default;
 };
 
 // allreduce: a blocking all-reduce of a gradient bucket (every bucket after
@@ -176,6 +178,7 @@ struct Instr {
                                // each shard, or with sharded state this device's chunk of the
                                // bucket, Lowered::owned; CostModel::optimizer_ms prices them)
   std::vector<int> deps;       // instructions of the same program that must be done first
+  bool operator==(const Instr&) const = default;
 };
 
 struct Program {
@@ -188,6 +191,7 @@ struct Program {
   std::span<const int> transfers_of(const Instr& in) const {
     return {transfers.data() + in.transfers_begin, transfers.data() + in.transfers_end};
   }
+  bool operator==(const Program&) const = default;
 };
 
 // What one device sends and receives in one step, bytes.

@@ -760,11 +760,15 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           REQUIRE(z.ok());
           check_invariants(sharded, *z, *context);
         }
-      // Deterministic: the same programs twice.
+      // Deterministic: the same programs and transfers twice (compared as
+      // data: their JSON, every device's, took a third of this test's time
+      // under the sanitizers), and the same file.
       auto again = sp::lower(*plan, f.model, f.graph);
       REQUIRE(again.ok());
-      for (int d = 0; d < plan->devices; ++d)
-        CHECK(sp::program_json(*lowered, f.graph, d) == sp::program_json(*again, f.graph, d));
+      CHECK(lowered->transfers == again->transfers);
+      CHECK(lowered->buckets == again->buckets);
+      CHECK(lowered->programs == again->programs);
+      CHECK(sp::program_json(*lowered, f.graph, 0) == sp::program_json(*again, f.graph, 0));
       // The planner's lite lowering (no deps, no executor maps; in two
       // stages with the shared context): the same instructions, transfers
       // and buckets.

@@ -1707,6 +1707,7 @@ TEST_CASE("simulations of every shipped workload: bounds and determinism", "[sim
       // the default): every workload and strategy, so this test is one of
       // the longest under the sanitizers.
       request.shift_simulations = 8;
+      sp::testing::first_search_when_sanitized(request);
       auto plan = sp::make_plan(request);
       if (!plan) continue;   // a baseline may have no valid plan on a cluster
       auto sim = sp::simulate_plan(*plan, w.model, w.graph, *w.cost);
@@ -1867,6 +1868,7 @@ TEST_CASE("compute alone: the one-pass makespan equals the event simulation's, t
     for (sp::Strategy s : {sp::Strategy::spindle, sp::Strategy::sequential}) {
       sp::PlanRequest request{&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, s};
       request.shift_simulations = 0;
+      sp::testing::first_search_when_sanitized(request);
       auto plan = sp::make_plan(request);
       if (!plan) continue;
       for (int way = 0; way < 3; ++way) {
@@ -1961,6 +1963,7 @@ TEST_CASE("the critical path: slices off it do not move the makespan", "[sim][sh
   for (const Workload& w : shipped_workloads()) {
     sp::PlanRequest request{&w.model, &w.graph, &w.cluster, w.cost.get(), w.profile.sha256, sp::Strategy::spindle};
     request.shift_simulations = 0;
+    sp::testing::first_search_when_sanitized(request);
     auto plan = sp::make_plan(request);
     REQUIRE(plan.ok());
     auto lowered = sp::lower(*plan, w.model, w.graph);
