@@ -549,8 +549,9 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, sharded where 
   };
   // 80 GiB: replicated fits. Its plan (placed counting the state sharded,
   // as every plan was placed before) re-simulated sharded comes within 2%
-  // of it (kShardedSearchWithin), so auto plans it sharded too, and keeps
-  // that plan: it is faster.
+  // of it (kShardedSearchWithin), so auto plans it sharded too. That plan
+  // simulates faster, but only by its communication: its compute alone is
+  // slower (a larger compute gap), so auto keeps the replicated plan.
   auto chosen = plan_as(f.cluster, std::nullopt);
   REQUIRE(chosen.ok());
   auto same = plan_as(f.cluster, OptimizerState::replicated, OptimizerState::sharded);
@@ -569,19 +570,50 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, sharded where 
   CHECK(closest <= same->predicted.simulated_ms * 1.02);
   CHECK(closest > same->predicted.simulated_ms);   // not faster as it stands
   REQUIRE(searched->predicted.simulated_ms < same->predicted.simulated_ms);
-  CHECK(chosen->optimizer_state == OptimizerState::sharded);
-  CHECK(chosen->sharded_because == Plan::ShardedBecause::faster);
-  CHECK(chosen->replicated_ms == same->predicted.simulated_ms);
-  CHECK(check_plan_memory(*chosen, f.model).ok());
-  CHECK(plan_to_json(*chosen) == plan_to_json(*searched));
+  auto gap_of = [](const Plan& p, const spindle::plan::testing::Fixture& on) {
+    auto gap = simulated_compute_gap(p, on.model, on.graph, *on.cost);
+    REQUIRE(gap.ok());
+    return *gap;
+  };
+  CHECK(gap_of(*searched, f) > gap_of(*same, f) + 1e-6);
+  CHECK(chosen->optimizer_state == OptimizerState::replicated);
+  CHECK(chosen->sharded_because == Plan::ShardedBecause::none);
+  CHECK(plan_to_json(*chosen) == plan_to_json(*same));
+  // multitask-clip-4 on the same cluster: re-simulated sharded, its
+  // replicated plan is faster already (auto shards it), and the sharded
+  // search is faster still, at the same compute: auto keeps that plan.
+  spindle::plan::testing::Fixture four("multitask-clip-4", "a800-1x8");
+  PlanRequest four_request{&four.model, &four.graph, &four.cluster, four.cost.get(), "", Strategy::spindle};
+  four_request.shift_simulations = 8;
+  auto four_chosen = make_plan(four_request);
+  REQUIRE(four_chosen.ok());
+  PlanRequest first_request = four_request;
+  first_request.choose_optimizer_state = false;
+  first_request.optimizer_state = OptimizerState::replicated;
+  first_request.placement_state = OptimizerState::sharded;
+  auto four_first = make_plan(first_request);
+  REQUIRE(four_first.ok());
+  PlanRequest sharded_request = four_request;
+  sharded_request.choose_optimizer_state = false;
+  sharded_request.optimizer_state = OptimizerState::sharded;
+  auto four_searched = make_plan(sharded_request);
+  REQUIRE(four_searched.ok());
+  CHECK(gap_of(*four_searched, four) <= gap_of(*four_first, four) + 1e-9);
+  CHECK(four_chosen->optimizer_state == OptimizerState::sharded);
+  CHECK(four_chosen->sharded_because == Plan::ShardedBecause::faster);
+  CHECK(four_chosen->replicated_ms == four_first->predicted.simulated_ms);
+  CHECK(check_plan_memory(*four_chosen, four.model).ok());
+  CHECK(plan_to_json(*four_chosen) == plan_to_json(*four_searched));
   // With more MetaOps than sharded_search_metaops, auto does not search
-  // again: it keeps the replicated plan, slower here.
-  PlanRequest capped = request;
-  capped.sharded_search_metaops = static_cast<int>(same->metaops.size()) - 1;
+  // again: it keeps the replicated plan re-simulated sharded, slower.
+  PlanRequest capped = four_request;
+  capped.sharded_search_metaops = static_cast<int>(four_first->metaops.size()) - 1;
   auto once = make_plan(capped);
   REQUIRE(once.ok());
-  CHECK(once->optimizer_state == OptimizerState::replicated);
-  CHECK(plan_to_json(*once) == plan_to_json(*same));
+  CHECK(once->optimizer_state == OptimizerState::sharded);
+  CHECK(once->replicated_ms == four_first->predicted.simulated_ms);
+  CHECK(once->predicted.simulated_ms < four_first->predicted.simulated_ms);
+  CHECK(once->predicted.simulated_ms > four_chosen->predicted.simulated_ms);
   // Where the replicated plan re-simulated sharded is further off (21% on
   // 32 devices), auto keeps it replicated, as placed.
   spindle::plan::testing::Fixture wide("multitask-clip-7", "a800-4x8");
