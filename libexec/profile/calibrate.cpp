@@ -163,7 +163,7 @@ AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostM
     // ring's latency terms (its price at 0 bytes) and the copies.
     const double priced_ms = cost.allreduce_ms(bytes, k.devices) - fixed_ms;
     const double no_wire_ms =
-        cost.allreduce_ms(0.0, k.devices) - fixed_ms + plan::allreduce_overhead_ms(cost.overhead(), bytes) - fixed_ms;
+        cost.allreduce_ms(0.0, k.devices) - fixed_ms + plan::collective_overhead_ms(cost.overhead(), plan::Collective::allreduce, bytes) - fixed_ms;
     beyond_us.push_back((measured_ms - priced_ms) * 1e3);
     const bool one_island = plan::island_of(k.devices.front(), devices_per_island) ==
                             plan::island_of(k.devices.back(), devices_per_island);

@@ -100,21 +100,24 @@ double TableCostModel::optimizer_ms(int64_t values) const {
   return plan::optimizer_ms(values, optimizer_gbytes_per_s_);
 }
 
-double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {
+double TableCostModel::collective_ms(Collective c, double bytes, const std::vector<int>& devices) const {
   if (devices.size() <= 1) return 0.0;
-  return ring_allreduce_ms(allreduce_cluster_, bytes, devices) + allreduce_overhead_ms(overhead_, bytes);
+  // A ring reduce-scatter moves what a ring all-gather moves; an all-reduce is both.
+  const double ring_ms = c == Collective::allreduce ? ring_allreduce_ms(allreduce_cluster_, bytes, devices)
+                                                    : ring_allgather_ms(allreduce_cluster_, bytes, devices);
+  return ring_ms + collective_overhead_ms(overhead_, c, bytes);
+}
+
+double TableCostModel::allreduce_ms(double bytes, const std::vector<int>& devices) const {
+  return collective_ms(Collective::allreduce, bytes, devices);
 }
 
 double TableCostModel::allgather_ms(double bytes, const std::vector<int>& devices) const {
-  if (devices.size() <= 1) return 0.0;
-  return ring_allgather_ms(allreduce_cluster_, bytes, devices) +
-         collective_overhead_ms(overhead_, Collective::allgather, bytes);
+  return collective_ms(Collective::allgather, bytes, devices);
 }
 
 double TableCostModel::reduce_scatter_ms(double bytes, const std::vector<int>& devices) const {
-  if (devices.size() <= 1) return 0.0;
-  return ring_allgather_ms(allreduce_cluster_, bytes, devices) +
-         collective_overhead_ms(overhead_, Collective::reduce_scatter, bytes);
+  return collective_ms(Collective::reduce_scatter, bytes, devices);
 }
 
 void TableCostModel::use_measured_links(const ProfileLinks& links) {

@@ -17,6 +17,7 @@
 #include "libplan/graph/op_graph.h"
 #include "libplan/io/profile.h"
 #include "libplan/model/cluster.h"
+#include "libplan/rules/links.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
@@ -38,8 +39,8 @@ class CostModel {
   virtual double p2p_ms(double bytes, bool cross_island) const = 0;
   // Ring all-reduce of `bytes` over `devices` (sorted device ids), ms:
   // 2 (p-1)/p * bytes / bw + 2 (p-1) * latency, slowest link deciding, plus
-  // the call's software overhead allreduce_overhead_ms(overhead(), bytes)
-  // (rules/links.h); 0 for p <= 1.
+  // the call's software overhead collective_overhead_ms(overhead(),
+  // Collective::allreduce, bytes) (rules/links.h); 0 for p <= 1.
   virtual double allreduce_ms(double bytes, const std::vector<int>& devices) const = 0;
   // Time of a ring all-gather that leaves `bytes` in all (every member's
   // chunk, padding included) on each of `devices`, ms: (p-1)/p * bytes / bw
@@ -112,6 +113,9 @@ class TableCostModel : public CostModel {
   double reduce_scatter_ms(double bytes, const std::vector<int>& devices) const override;
 
  protected:
+  // A bucket's collective `c` over `devices`, ms: the ring formula plus
+  // collective_overhead_ms; 0 for p <= 1.
+  double collective_ms(Collective c, double bytes, const std::vector<int>& devices) const;
   struct Entry {
     ScalingCurve curve;
     int64_t param_bytes = 0;

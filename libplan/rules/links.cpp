@@ -64,10 +64,6 @@ double accumulate_ms(const CommOverhead& o, double bytes) {
   return o.accumulate_gbytes_per_s > 0 ? bytes / (o.accumulate_gbytes_per_s * 1e9) * 1e3 : 0.0;
 }
 
-double allreduce_overhead_ms(const CommOverhead& o, double bytes) {
-  return collective_overhead_ms(o, Collective::allreduce, bytes);
-}
-
 double collective_overhead_ms(const CommOverhead& o, Collective c, double bytes) {
   const double fixed_us = c == Collective::reduce_scatter ? o.reduce_scatter_us.value_or(o.allreduce_us)
                           : c == Collective::allgather    ? o.allgather_us.value_or(o.allreduce_us)

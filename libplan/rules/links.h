@@ -103,14 +103,11 @@ double instruction_ms(const CommOverhead& o);
 // Time to add `bytes` of gradient pieces into output gradients at
 // `o.accumulate_gbytes_per_s`, ms (0 when the rate is 0).
 double accumulate_ms(const CommOverhead& o, double bytes);
-// Software time of one all-reduce of `bytes` on each device of its group,
-// ms: allreduce_us + 2 pack_ms(bytes) (flatten the bucket's gradients into
-// one buffer and copy them back). Added to ring_allreduce_ms for p >= 2.
-double allreduce_overhead_ms(const CommOverhead& o, double bytes);
-// The same for collective `c` of a bucket of `bytes`: its fixed cost per
-// call (allreduce_us, reduce_scatter_us or allgather_us, the last two
-// allreduce_us when absent) + 2 pack_ms(bytes) (the gradients flattened
-// and copied back; the owned values packed and the gathered ones copied
+// Software time of collective `c` of a bucket of `bytes` on each device of
+// its group, ms: its fixed cost per call (allreduce_us, reduce_scatter_us
+// or allgather_us, the last two allreduce_us when absent) + 2
+// pack_ms(bytes) (the gradients flattened into one buffer and copied back;
+// for the all-gather, the owned values packed and the gathered ones copied
 // into the tensors). Added to the ring formula for p >= 2.
 double collective_overhead_ms(const CommOverhead& o, Collective c, double bytes);
 

@@ -42,6 +42,14 @@ inline void first_search_when_sanitized(sp::PlanRequest& request) {
   if (sanitized_run()) request.sharded_search_metaops = 0;
 }
 
+// The request as --optimizer-state auto's first attempt makes it
+// (make_plan): replicated, placed counting the state sharded.
+inline void as_first_attempt(sp::PlanRequest& request) {
+  request.choose_optimizer_state = false;
+  request.optimizer_state = sp::OptimizerState::replicated;
+  request.placement_state = sp::OptimizerState::sharded;
+}
+
 struct Fixture {
   sp::Model model;
   sp::Cluster cluster;

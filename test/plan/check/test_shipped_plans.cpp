@@ -21,15 +21,7 @@
 
 namespace sp = spindle::plan;
 
-namespace {
-// The request as --optimizer-state auto's first attempt makes it
-// (make_plan): replicated, placed counting the state sharded.
-void as_first_attempt(sp::PlanRequest& req) {
-  req.choose_optimizer_state = false;
-  req.optimizer_state = sp::OptimizerState::replicated;
-  req.placement_state = sp::OptimizerState::sharded;
-}
-}  // namespace
+using sp::testing::as_first_attempt;
 namespace fs = std::filesystem;
 
 TEST_CASE("shipped workloads plan validly, deterministically, near the relaxed optimum", "[shipped]") {

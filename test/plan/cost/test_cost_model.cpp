@@ -123,7 +123,7 @@ TEST_CASE("software overhead: the rules of rules/links.h and the cost model's al
   CHECK(exchange_overhead_ms(o, 3, 1e6) == Approx(0.016 + 0.25));
   CHECK(exchange_overhead_ms(o, 0, 1e6) == 0.0);   // local copies only
   // 30 us + flatten and unflatten 2 x 0.25 ms.
-  CHECK(allreduce_overhead_ms(o, 1e6) == Approx(0.53));
+  CHECK(collective_overhead_ms(o, Collective::allreduce, 1e6) == Approx(0.53));
   CHECK(pack_ms(CommOverhead{}, 1e6) == 0.0);
   CHECK_FALSE(CommOverhead{}.any());
 

@@ -40,6 +40,18 @@ Profile sample() {
 }
 
 std::string bad(const std::string& name) { return std::string(SPINDLE_TEST_DATA) + "/profiles/bad/" + name; }
+
+// `text` with its first `figure` (e.g. "\"exchange_us\":5") replaced by
+// `with`, read as v3.json: the reader's error (the test fails where the
+// text has no such figure or is read without one).
+std::string refused(std::string text, const std::string& figure, const std::string& with) {
+  const size_t at = text.find(figure);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, figure.size(), with);
+  auto r = parse_profile_string(text, "v3.json");
+  REQUIRE_FALSE(r.ok());
+  return r.error().message;
+}
 }  // namespace
 
 TEST_CASE("profile encode, decode, encode is byte-identical") {
@@ -157,13 +169,7 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   auto m = parse_profile_string(missing, "v3.json");
   REQUIRE_FALSE(m.ok());
   CHECK_THAT(m.error().message, Catch::Contains("comm_overhead: missing required key"));
-  std::string negative = a;
-  const size_t ex = negative.find("\"exchange_us\":5");
-  REQUIRE(ex != std::string::npos);
-  negative.replace(ex, 15, "\"exchange_us\":-5");
-  auto n = parse_profile_string(negative, "v3.json");
-  REQUIRE_FALSE(n.ok());
-  CHECK_THAT(n.error().message, Catch::Contains("comm_overhead.exchange_us"));
+  CHECK_THAT(refused(a, "\"exchange_us\":5", "\"exchange_us\":-5"), Catch::Contains("comm_overhead.exchange_us"));
 
   // The executor's figures (measured only): absent, 0 and not written;
   // else written, read back, and checked like the others.
@@ -179,22 +185,10 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   CHECK(back->overhead->instruction_us == 0.61);
   CHECK(back->overhead->accumulate_gbytes_per_s == 9.75);
   CHECK(profile_to_json(*back) == measured);
-  std::string bad_rate = measured;
-  const std::string rate = "\"accumulate_gbytes_per_s\":9.75";
-  const size_t acc = bad_rate.find(rate);
-  REQUIRE(acc != std::string::npos);
-  bad_rate.replace(acc, rate.size(), "\"accumulate_gbytes_per_s\":\"fast\"");
-  auto f = parse_profile_string(bad_rate, "v3.json");
-  REQUIRE_FALSE(f.ok());
-  CHECK_THAT(f.error().message, Catch::Contains("comm_overhead.accumulate_gbytes_per_s: expected a number"));
-  std::string bad_books = measured;
-  const std::string books = "\"instruction_us\":0.61";
-  const size_t ins = bad_books.find(books);
-  REQUIRE(ins != std::string::npos);
-  bad_books.replace(ins, books.size(), "\"instruction_us\":-1");
-  auto g = parse_profile_string(bad_books, "v3.json");
-  REQUIRE_FALSE(g.ok());
-  CHECK_THAT(g.error().message, Catch::Contains("comm_overhead.instruction_us: expected a number from 0"));
+  CHECK_THAT(refused(measured, "\"accumulate_gbytes_per_s\":9.75", "\"accumulate_gbytes_per_s\":\"fast\""),
+             Catch::Contains("comm_overhead.accumulate_gbytes_per_s: expected a number"));
+  CHECK_THAT(refused(measured, "\"instruction_us\":0.61", "\"instruction_us\":-1"),
+             Catch::Contains("comm_overhead.instruction_us: expected a number from 0"));
   // ZeRO-1's fixed costs: absent (allreduce_us's), not written; set (0
   // included: a figure, not the all-reduce's), written and read back.
   CHECK_FALSE(back->overhead->reduce_scatter_us.has_value());
@@ -209,16 +203,9 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   CHECK(z->overhead->reduce_scatter_us == 56.4);
   CHECK(z->overhead->allgather_us == 0.0);
   CHECK(profile_to_json(*z) == zero1);
-  for (const std::string bad : {"-1", "2e9", "\"slow\""}) {
-    std::string text = zero1;
-    const std::string figure = "\"reduce_scatter_us\":56.4";
-    const size_t rs = text.find(figure);
-    REQUIRE(rs != std::string::npos);
-    text.replace(rs, figure.size(), "\"reduce_scatter_us\":" + bad);
-    auto e = parse_profile_string(text, "v3.json");
-    REQUIRE_FALSE(e.ok());
-    CHECK_THAT(e.error().message, Catch::Contains("v3.json") && Catch::Contains("comm_overhead.reduce_scatter_us"));
-  }
+  for (const std::string bad : {"-1", "2e9", "\"slow\""})
+    CHECK_THAT(refused(zero1, "\"reduce_scatter_us\":56.4", "\"reduce_scatter_us\":" + bad),
+               Catch::Contains("v3.json") && Catch::Contains("comm_overhead.reduce_scatter_us"));
   o.reduce_scatter_us.reset();
   o.allgather_us.reset();
   p.overhead = o;

@@ -638,9 +638,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       // state sharded), not its second search: the sharded programs are
       // checked below from this plan, both ways of gathering.
       sp::PlanRequest request{&f.model, &f.graph, &f.cluster, f.cost.get(), "", s};
-      request.choose_optimizer_state = false;
-      request.optimizer_state = sp::OptimizerState::replicated;
-      request.placement_state = sp::OptimizerState::sharded;
+      sp::testing::as_first_attempt(request);
       auto plan = sp::make_plan(request);
       if (!plan.ok()) continue;  // a strategy not available for this model
       auto lowered = sp::lower(*plan, f.model, f.graph);

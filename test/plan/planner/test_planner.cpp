@@ -588,9 +588,7 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, sharded where 
   auto four_chosen = make_plan(four_request);
   REQUIRE(four_chosen.ok());
   PlanRequest first_request = four_request;
-  first_request.choose_optimizer_state = false;
-  first_request.optimizer_state = OptimizerState::replicated;
-  first_request.placement_state = OptimizerState::sharded;
+  spindle::plan::testing::as_first_attempt(first_request);
   auto four_first = make_plan(first_request);
   REQUIRE(four_first.ok());
   PlanRequest sharded_request = four_request;
@@ -623,9 +621,7 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, sharded where 
   REQUIRE(kept.ok());
   CHECK(kept->optimizer_state == OptimizerState::replicated);
   CHECK(kept->sharded_because == Plan::ShardedBecause::none);
-  wide_request.choose_optimizer_state = false;
-  wide_request.optimizer_state = OptimizerState::replicated;
-  wide_request.placement_state = OptimizerState::sharded;
+  spindle::plan::testing::as_first_attempt(wide_request);
   auto wide_same = make_plan(wide_request);
   REQUIRE(wide_same.ok());
   CHECK(plan_to_json(*kept) == plan_to_json(*wide_same));
