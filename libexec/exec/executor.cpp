@@ -635,10 +635,7 @@ void Executor::post_transfers(const plan::Instr& instr) {
   }
   counters_.transfer_ms += ms_since(t0);
   if (instr.kind == plan::InstrKind::post_send)
-    if (tracing())
-      record(std::string("post sends ") + (instr.dir == plan::Direction::forward ? "fwd" : "bwd") + " wave " +
-                 std::to_string(instr.wave),
-             "transfer", 1, t0, {{"bytes", bytes}, {"wave", instr.wave}});
+    record({BoxKind::post_sends, instr.dir, instr.wave, bytes}, t0);
 }
 
 void Executor::finish_sends() {
@@ -647,7 +644,7 @@ void Executor::finish_sends() {
   for (auto& [transfer, posted] : posted_sends_) world_.wait_p2p(posted.request);
   posted_sends_.clear();
   counters_.transfer_ms += ms_since(t0);
-  if (tracing()) record("wait for sends", "transfer", 1, t0);
+  record({BoxKind::wait_sends}, t0);
 }
 
 std::vector<std::pair<int, Tensor>> Executor::complete_exchange(const plan::Instr& instr) {
@@ -718,8 +715,7 @@ void Executor::forward_exchange(const plan::Instr& instr) {
     pieces_[{t.slice, t.input}].push_back(std::move(piece));
   }
   counters_.transfer_ms += ms_since(t0);
-  if (tracing())
-    record("transfer fwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
+  record({BoxKind::exchange, plan::Direction::forward, instr.wave}, t0);
 }
 
 void Executor::forward_slice(int slice) {
@@ -781,11 +777,8 @@ void Executor::forward_slice(int slice) {
     }
     out_[o] = std::move(y);
   }
-  const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
   counters_.compute_ms += ms_since(t0);
-  if (tracing())
-    record("fwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
-           {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
+  record({BoxKind::slice, plan::Direction::forward, slice, static_cast<int64_t>(rows.size())}, t0);
 }
 
 void Executor::backward_slice(int slice) {
@@ -824,11 +817,8 @@ void Executor::backward_slice(int slice) {
       din_[{slice, 0}] = std::move(dx[0]);
     }
   }
-  const plan::Operator& first = sched_->graph.ops[static_cast<size_t>(s.ops.front())];
   counters_.compute_ms += ms_since(t0);
-  if (tracing())
-    record("bwd " + first.id + " x" + std::to_string(s.ops.size()), "compute", 0, t0,
-           {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", rows.size()}});
+  record({BoxKind::slice, plan::Direction::backward, slice, static_cast<int64_t>(rows.size())}, t0);
 }
 
 void Executor::backward_exchange(const plan::Instr& instr) {
@@ -859,8 +849,7 @@ void Executor::backward_exchange(const plan::Instr& instr) {
     backend_.add(piece, dst);
   }
   counters_.transfer_ms += ms_since(t0);
-  if (tracing())
-    record("transfer bwd wave " + std::to_string(instr.wave), "transfer", 1, t0, {{"wave", instr.wave}});
+  record({BoxKind::exchange, plan::Direction::backward, instr.wave}, t0);
 }
 
 void Executor::zero_grads() {
@@ -906,7 +895,6 @@ void Executor::start_bucket(int bucket) {
 
 void Executor::finish_bucket(int bucket) {
   const Clock::time_point t0 = Clock::now();
-  const plan::Bucket& b = sched_->lowered.buckets[static_cast<size_t>(bucket)];
   StartedBucket& started = started_.at(bucket);
   Tensor& flat = bucket_buffers_[bucket];
   if (started.device) started.comm->wait_all_reduce_device(started.request);
@@ -915,8 +903,7 @@ void Executor::finish_bucket(int bucket) {
   counters_.reduced_bytes += flat.numel() * kBytesPerFloat;
   counters_.sync_ms += ms_since(t0);
   // From its start to its end: behind the backward pass when overlapped.
-  if (tracing())
-    record("gradient sync", "sync", 1, started.start, {{"floats", flat.numel()}, {"group", b.devices}});
+  record({BoxKind::gradient_sync, plan::Direction::backward, bucket, flat.numel()}, started.start);
   started_.erase(bucket);
 }
 
@@ -961,8 +948,7 @@ void Executor::optimizer_step(int bucket) {
   }
   backend_.adamw_steps(options_.adamw, updates);
   counters_.compute_ms += ms_since(t0);
-  if (tracing())
-    record(bucket >= 0 ? "optimizer bucket " + std::to_string(bucket) : std::string("optimizer"), "compute", 0, t0);
+  record({BoxKind::optimizer, plan::Direction::backward, bucket}, t0);
 }
 
 Tensor Executor::flat_buffer(int64_t values, bool device) {
@@ -1017,9 +1003,7 @@ void Executor::gather_bucket(int bucket) {
       gather_chunks(bucket, Part::value, on_device(backend_, *bucket_comm_.at(static_cast<size_t>(bucket))));
   set_values(bucket, all);
   counters_.sync_ms += ms_since(t0);
-  if (tracing())
-    record("parameter all-gather", "sync", 1, t0,
-           {{"floats", all.numel()}, {"group", sched_->lowered.buckets[static_cast<size_t>(bucket)].devices}});
+  record({BoxKind::param_gather, plan::Direction::forward, bucket, all.numel()}, t0);
 }
 
 void Executor::set_values(int bucket, const Tensor& all) {
@@ -1059,9 +1043,7 @@ void Executor::finish_gather(int bucket) {
   else g.comm->wait_all_reduce(g.request);
   set_values(bucket, g.all);
   counters_.sync_ms += ms_since(t0);
-  if (tracing())
-    record("parameter all-gather", "sync", 1, g.start,
-           {{"floats", g.all.numel()}, {"group", sched_->lowered.buckets[static_cast<size_t>(bucket)].devices}});
+  record({BoxKind::param_gather, plan::Direction::forward, bucket, g.all.numel()}, g.start);
   gathers_.erase(bucket);
 }
 
@@ -1177,16 +1159,66 @@ double Executor::wall_us(Clock::time_point t) const {
   return std::chrono::duration<double, std::micro>(t - origin_).count();
 }
 
-void Executor::record(const std::string& name, const char* cat, int track, Clock::time_point t0,
-                      nlohmann::json args) {
+void Executor::record(const Box& box, Clock::time_point t0) {
   if (!options_.record_trace) return;
   // A device backend returns before its work is done: wait for it, so that
   // each box holds its own work (tracing serialises host and device).
   backend_.synchronize();
-  const Clock::time_point t1 = Clock::now();
-  args["step"] = step_;
-  if (eval_) args["eval"] = true;  // an evaluation after step step_
-  trace_.push_back({name, cat, rank_, track, wall_us(t0), wall_us(t1) - wall_us(t0), std::move(args)});
+  boxes_.emplace_back(box);
+  Recorded& r = boxes_.back();
+  r.t0 = t0;
+  r.t1 = Clock::now();
+  r.step = step_;
+  r.eval = eval_;
+}
+
+std::vector<plan::TraceEvent> Executor::trace() const {
+  std::vector<plan::TraceEvent> events;
+  events.reserve(boxes_.size());
+  for (const Recorded& r : boxes_) {
+    const char* dir = r.dir == plan::Direction::forward ? "fwd" : "bwd";
+    plan::TraceEvent e{"", "", rank_, 1, wall_us(r.t0), wall_us(r.t1) - wall_us(r.t0), nlohmann::json::object()};
+    switch (r.kind) {
+      case BoxKind::post_sends:
+        e.name = std::string("post sends ") + dir + " wave " + std::to_string(r.index);
+        e.cat = "transfer";
+        e.args = {{"bytes", r.amount}, {"wave", r.index}};
+        break;
+      case BoxKind::wait_sends:
+        e.name = "wait for sends";
+        e.cat = "transfer";
+        break;
+      case BoxKind::exchange:
+        e.name = std::string("transfer ") + dir + " wave " + std::to_string(r.index);
+        e.cat = "transfer";
+        e.args = {{"wave", r.index}};
+        break;
+      case BoxKind::slice: {
+        const plan::LoweredSlice& s = sched_->slice(r.index);
+        e.name = std::string(dir) + " " + sched_->graph.ops[static_cast<size_t>(s.ops.front())].id + " x" +
+                 std::to_string(s.ops.size());
+        e.cat = "compute";
+        e.track = 0;
+        e.args = {{"metaop", s.metaop}, {"wave", s.wave}, {"rows", r.amount}};
+        break;
+      }
+      case BoxKind::gradient_sync:
+      case BoxKind::param_gather:
+        e.name = r.kind == BoxKind::gradient_sync ? "gradient sync" : "parameter all-gather";
+        e.cat = "sync";
+        e.args = {{"floats", r.amount}, {"group", sched_->lowered.buckets[static_cast<size_t>(r.index)].devices}};
+        break;
+      case BoxKind::optimizer:
+        e.name = r.index >= 0 ? "optimizer bucket " + std::to_string(r.index) : std::string("optimizer");
+        e.cat = "compute";
+        e.track = 0;
+        break;
+    }
+    e.args["step"] = r.step;
+    if (r.eval) e.args["eval"] = true;  // an evaluation after step r.step
+    events.push_back(std::move(e));
+  }
+  return events;
 }
 
 ParamSet Executor::shard_shapes(const std::string& param, int tp_rank) const {

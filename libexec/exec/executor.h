@@ -174,8 +174,9 @@ class Executor {
   EvalStats evaluate(DataSource& source, int64_t batch);
 
   // Measured boxes of this rank (device = rank), microseconds since the
-  // clock origin; empty unless options.record_trace.
-  const std::vector<plan::TraceEvent>& trace() const { return trace_; }
+  // clock origin; empty unless options.record_trace. Named and given their
+  // args here, from the compact records the steps kept.
+  std::vector<plan::TraceEvent> trace() const;
   // Sets the trace clock origin to now (call right after a world barrier).
   void reset_clock() { origin_ = Clock::now(); }
 
@@ -298,11 +299,29 @@ class Executor {
   void zero_grads();
   void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
-  // Whether the step keeps trace boxes (ExecOptions::record_trace): the
-  // callers of record() build its name and args only then.
-  bool tracing() const { return options_.record_trace; }
-  void record(const std::string& name, const char* cat, int track, Clock::time_point t0,
-              nlohmann::json args = nlohmann::json::object());
+  // One measured box as the step records it (ExecOptions::record_trace):
+  // what ran, by the lowering's index (`index`: the wave of post_sends and
+  // exchange, the lowered slice of slice, the bucket of gradient_sync,
+  // param_gather and optimizer, -1 for the whole optimizer step) and its
+  // size (`amount`: bytes posted, floats summed or gathered, rows run).
+  // trace() builds names and args from it after the run: recording costs
+  // a clock read and a push_back, so the trace perturbs the step it
+  // measures (above all an all-reduce in flight) as little as it can.
+  enum class BoxKind : uint8_t { post_sends, wait_sends, exchange, slice, gradient_sync, param_gather, optimizer };
+  struct Box {
+    BoxKind kind;
+    plan::Direction dir = plan::Direction::forward;
+    int index = -1;
+    int64_t amount = 0;
+  };
+  struct Recorded : Box {
+    Clock::time_point t0, t1;
+    int64_t step = 0;
+    bool eval = false;
+    explicit Recorded(const Box& b) : Box(b) {}
+  };
+  // Keeps `box`, from t0 to now, when the trace is recorded.
+  void record(const Box& box, Clock::time_point t0);
   double wall_us(Clock::time_point t) const;
 
   const plan::Model& model_;
@@ -372,7 +391,7 @@ class Executor {
 
   int64_t step_ = 0;
   Clock::time_point origin_;
-  std::vector<plan::TraceEvent> trace_;
+  std::vector<Recorded> boxes_;   // record()'s, in order
 };
 
 }  // namespace spindle::exec

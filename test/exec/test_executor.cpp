@@ -150,9 +150,55 @@ TEST_CASE("executor: one device with SelfComm trains tiny-clip, loss falls over 
   CHECK(losses.back() < 0.7 * losses.front());
   CHECK((losses[17] + losses[18] + losses[19]) / 3 < (losses[0] + losses[1] + losses[2]) / 3);
   // Trace: compute boxes for every slice forward and backward, every step.
+  const std::vector<sp::TraceEvent> trace = ex.trace();
   size_t compute = 0;
-  for (const auto& e : ex.trace()) compute += e.cat == "compute" ? 1 : 0;
+  for (const auto& e : trace) compute += e.cat == "compute" ? 1 : 0;
   CHECK(compute == 20 * (2 * plan.waves.size() + 1));  // + the optimizer box
+  // Each box is named and given its args from its compact record
+  // (Executor::trace): a slice's boxes by its operator, count, MetaOp, wave
+  // and rows (here the task's whole batch), every box by its step (1-20, as
+  // --metrics counts them), in order.
+  std::vector<std::string> want, got;
+  for (int64_t step = 1; step <= 20; ++step) {
+    // One device runs its waves' forwards in order, their backwards in
+    // reverse, then the optimizer.
+    for (const char* dir : {"fwd ", "bwd "})
+      for (size_t k = 0; k < plan.waves.size(); ++k) {
+        const sp::Wave& w = plan.waves[dir[0] == 'f' ? k : plan.waves.size() - 1 - k];
+        const sp::Slice& sl = w.slices.front();
+        const sp::PlanMetaOp& m = plan.metaops[static_cast<size_t>(sl.metaop)];
+        int64_t batch = 0;
+        for (const sp::Task& t : model.tasks) batch = t.name == m.task ? t.batch : batch;
+        want.push_back(dir + m.operators[static_cast<size_t>(sl.first)] + " x1 metaop " + std::to_string(m.id) +
+                       " wave " + std::to_string(w.index) + " rows " + std::to_string(batch) + " step " +
+                       std::to_string(step));
+      }
+    want.push_back("optimizer step " + std::to_string(step));
+  }
+  double last_start = -1;
+  for (const auto& e : trace) {
+    CHECK(e.device == 0);
+    CHECK(e.dur_us >= 0);
+    CHECK(e.start_us >= last_start);
+    last_start = e.start_us;
+    if (e.cat != "compute") {
+      // The one device's exchanges (no transfers: its own rows), on the
+      // communication track, by wave.
+      CHECK(e.track == 1);
+      CHECK(e.cat == "transfer");
+      const std::string dir = e.name.starts_with("transfer fwd") ? "fwd" : "bwd";
+      CHECK(e.name == "transfer " + dir + " wave " + e.args.at("wave").dump());
+      continue;
+    }
+    CHECK(e.track == 0);
+    if (e.name == "optimizer") {
+      got.push_back("optimizer step " + std::to_string(e.args.at("step").get<int64_t>()));
+      continue;
+    }
+    got.push_back(e.name + " metaop " + e.args.at("metaop").dump() + " wave " + e.args.at("wave").dump() +
+                  " rows " + e.args.at("rows").dump() + " step " + e.args.at("step").dump());
+  }
+  CHECK(got == want);
   // Parameters: every tensor of the model, full shapes.
   const auto params = ex.gather_params();
   int64_t count = 0;
