@@ -37,9 +37,9 @@ echo "== 1. measure: ${mpirun[*]} spindle-profile --measure"
 echo "== 2. plan with the measured profile"
 "$build/apps/spindle-plan" "$model" --cluster "$cluster" --profile "$out/profile.json" --strategy "$strategy" \
     --optimizer-state "${SPINDLE_OPTIMIZER_STATE:-auto}" -o "$out/plan.json" --trace "$out/planned-trace.json"
-# Measured as users run it, without --trace (recording the boxes costs 7-13%
-# of tiny-clip's step on the 2-core VM); then again with --trace for the
-# per-box comparison.
+# Measured as users run it, without --trace; then again with --trace for the
+# per-box comparison (its compact records change tiny-clip's step and
+# all-reduce within the 2-core VM's noise: bench/README.md, 2026-12-05 10:25).
 echo "== 3. run: ${mpirun[*]} spindle-run ($steps steps), then again with --trace"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
     --metrics "$out/metrics.jsonl" | tail -n 2
