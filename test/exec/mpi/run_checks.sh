@@ -305,10 +305,32 @@ case "$MODE" in
     for v in $VARIANTS "${last}-zero1"; do
       np=${v%-zero1}
       np=${np%seq}
-      rm -f "m$v.jsonl" "params$v.json"
+      rm -f "m$v.jsonl" "params$v.json" "t$v.json"
+      trace=()
+      [ "$v" = "${last}-zero1" ] && trace=(--trace "t$v.json")
       run "$np" "p$v.json" "$model" --steps 6 --seed 3 --data "$data/train.yaml" --eval-data "$data/val.yaml" \
-          --eval-every 3 --eval-batches 2 --metrics "m$v.jsonl" --dump-params "params$v.json"
+          --eval-every 3 --eval-batches 2 --metrics "m$v.jsonl" --dump-params "params$v.json" "${trace[@]}"
       [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
+      # The trace of the ZeRO-1 run: every rank's boxes, named from their
+      # compact records (Executor::trace). An evaluation's boxes are its
+      # forwards and their transfers, marked "eval" with the step they
+      # follow (3 and 6); training's hold every kind, the all-gathers too.
+      if [ ${#trace[@]} -gt 0 ]; then
+        python3 - "t$v.json" "$np" <<'PY' || die "run $v: the trace's boxes"
+import collections, json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+ranks = int(sys.argv[2])
+kind = lambda e: e["name"].split(" wave")[0] if e["cat"] != "compute" else e["name"].split(" ")[0]
+ev = collections.Counter((kind(e), e["args"]["step"], e["pid"]) for e in events if e["args"].get("eval"))
+train = collections.Counter(kind(e) for e in events if not e["args"].get("eval"))
+ok = {k for k, _, _ in ev} <= {"fwd", "transfer fwd", "post sends fwd", "wait for sends"}
+ok = ok and {(s, p) for _, s, p in ev} == {(s, p) for s in (3, 6) for p in range(ranks)}
+ok = ok and all(k in train for k in ("fwd", "bwd", "optimizer", "gradient sync", "parameter all-gather"))
+ok = ok and {e["args"]["step"] for e in events if not e["args"].get("eval")} == set(range(1, 7))
+print("trace:", dict(train), "eval:", sum(ev.values()), "boxes")
+sys.exit(0 if ok else 1)
+PY
+      fi
       grep '^evaluation' run.log | tail -n 1
       [ "$(grep -c '^evaluation at iteration' run.log)" -eq 2 ] || die "run $v: expected evaluations after steps 3 and 6"
       if [ "$v" != 1 ]; then
