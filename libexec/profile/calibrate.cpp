@@ -10,6 +10,7 @@
 #include "libplan/plan/check.h"
 #include "libplan/planner/planner.h"
 #include "libplan/rules/links.h"
+#include "libplan/rules/memory.h"
 
 namespace spindle::exec {
 
@@ -64,6 +65,23 @@ std::vector<OverheadSample> overhead_samples(const plan::Lowered& l, int d,
     if (ms.empty()) continue;
     s.us = timing_stats(ms).median * 1e3 - plan::pack_ms(packing, sent) * 1e3;
     out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<double> optimizer_rate_samples(const plan::Lowered& l, int d,
+                                           const std::vector<std::vector<double>>& steps) {
+  const plan::Program& prog = l.programs[static_cast<size_t>(d)];
+  std::vector<double> out;
+  for (const std::vector<double>& step : steps) {
+    double values = 0, ms = 0;
+    for (size_t i = 0; i < prog.instrs.size() && i < step.size(); ++i)
+      if (prog.instrs[i].kind == plan::InstrKind::optimizer) {
+        values += static_cast<double>(prog.instrs[i].values);
+        ms += step[i];
+      }
+    // bytes / ms / 1e6 = GB/s
+    out.push_back(values > 0 && ms > 0 ? values * plan::kAdamWBytesPerValue / (ms * 1e6) : -1.0);
   }
   return out;
 }
@@ -232,7 +250,16 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   SPINDLE_ASSIGN(fit, fit_executor_overhead(pooled));
   const AllreduceInSitu allreduce = fit_executor_allreduce(
       l, cost, plan.devices_per_island, gather_bucket_ms(world, l, steps, plan::Collective::allreduce));
-  return Calibration{fit, static_cast<int>(steps.size()), static_cast<int>(pooled.size()), allreduce};
+  // Every rank has one optimizer sample per step (train_timed runs as many
+  // steps everywhere): gathered whole, the same median on every rank.
+  std::vector<float> mine, rates(steps.size() * static_cast<size_t>(world.size()));
+  for (double r : optimizer_rate_samples(l, world.rank(), steps)) mine.push_back(static_cast<float>(r));
+  if (!mine.empty()) world.all_gather(mine, rates);
+  std::vector<double> positive;
+  for (float r : rates)
+    if (r > 0) positive.push_back(r);
+  const double optimizer = positive.empty() ? -1.0 : timing_stats(positive).median;
+  return Calibration{fit, static_cast<int>(steps.size()), static_cast<int>(pooled.size()), allreduce, optimizer};
 }
 
 Zero1InSitu calibrate_zero1(const plan::Model& model, const plan::Plan& sharded, Comm& world, GroupComms groups,

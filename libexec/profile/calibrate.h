@@ -92,20 +92,32 @@ AllreduceInSitu fit_executor_allreduce(const plan::Lowered& l, const plan::CostM
 double fit_executor_fixed_us(const plan::Lowered& l, const plan::CostModel& cost, plan::Collective c,
                              const std::vector<std::vector<std::vector<double>>>& ms);
 
+// The optimizer as the executor runs it: per step, the bytes of the values
+// device d's optimizer instructions in `l` stepped (plan::kAdamWBytesPerValue
+// each) over their time in that step (`steps`: each step's
+// StepStats::instr_ms), in GB/s; -1 for a step where they stepped nothing or
+// took no time. One sample per step, so every rank has as many. Pure.
+std::vector<double> optimizer_rate_samples(const plan::Lowered& l, int d,
+                                           const std::vector<std::vector<double>>& steps);
+
 struct Calibration {
   ExecutorOverheadFit fit;
   int steps = 0;     // timed steps (after 2 untimed)
   int samples = 0;   // instructions fitted, over all ranks
   AllreduceInSitu allreduce;   // fit_executor_allreduce (allreduce_us -1: the plan all-reduces nothing)
+  // The optimizer's rate in the executor's steps: the median of every
+  // rank's optimizer_rate_samples, in GB/s; -1 when none has one.
+  double optimizer_gbytes_per_s = -1;
 };
 
 // Trains `plan` (which must have passed check_plan_status against `model`)
 // with an Executor on `world` (`groups`: as spindle-run creates them): 2
 // untimed steps, then as many as fit `budget_ms` by the slowest rank's
 // first step, 5 to 30; pools every rank's overhead_samples and fits them
-// (fit_executor_overhead: the same on every rank), and fits the
-// all-reduce against `cost` (fit_executor_allreduce, on the same times
-// everywhere: the same on every rank given the same `cost`).
+// (fit_executor_overhead: the same on every rank), fits the all-reduce
+// against `cost` (fit_executor_allreduce, on the same times everywhere:
+// the same on every rank given the same `cost`) and the optimizer's rate
+// (Calibration::optimizer_gbytes_per_s, pooled the same way).
 // Collective over world; an executor error throws (as spindle-run's would).
 plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,

@@ -87,6 +87,36 @@ TEST_CASE("overhead_samples: the instructions that never wait for a peer with th
   CHECK(se::overhead_samples(l, 1, steps, packing).empty());
 }
 
+TEST_CASE("optimizer_rate_samples: the values a device's optimizer instructions step over their time, per step",
+          "[profile][calibrate]") {
+  // Device 0 steps 1000 values in a bucket's optimizer instruction (1) and
+  // 500 in the whole-device one (3), around a forward (0) and an
+  // all-reduce (2); device 1's program has no optimizer instruction.
+  sp::Lowered l;
+  l.devices = 2;
+  sp::Program p{0, {}, {}};
+  p.instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
+              hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0),
+              hand_instr(sp::InstrKind::allreduce, sp::Direction::backward, 0, 0),
+              hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0)};
+  p.instrs[1].values = 1000;
+  p.instrs[3].values = 500;
+  l.programs = {p, sp::Program{1, {}, {}}};
+  l.programs[1].instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0)};
+  // Step 1: the optimizer instructions take 0.004 + 0.003 ms: 1500 x 28
+  // bytes in 7 us, 6 GB/s. Step 2: 0.010 + 0.011 ms, 2 GB/s. Step 3: no
+  // time at all (a clock that did not move): no sample.
+  const std::vector<std::vector<double>> steps = {
+      {1.0, 0.004, 0.5, 0.003}, {1.0, 0.010, 0.5, 0.011}, {1.0, 0.0, 0.5, 0.0}};
+  const std::vector<double> r = se::optimizer_rate_samples(l, 0, steps);
+  REQUIRE(r.size() == 3);
+  CHECK(r[0] == Approx(6.0));
+  CHECK(r[1] == Approx(2.0));
+  CHECK(r[2] == -1);
+  // Nothing stepped: -1 in every step, as many as the steps.
+  CHECK(se::optimizer_rate_samples(l, 1, steps) == std::vector<double>{-1, -1, -1});
+}
+
 TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 and the plan must fit the ranks",
           "[profile][calibrate]") {
   auto model = sp::load_model(shipped("models/tiny-clip.yaml"));
@@ -115,6 +145,10 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   CHECK(cal->fit.accumulate_gbytes_per_s >= 0);
   CHECK(cal->allreduce.allreduce_us == -1);   // one device all-reduces nothing
   CHECK(cal->allreduce.intra_rate_scale == 0);
+  // The one rank steps every parameter of the model in its optimizer
+  // instructions: a rate from them, which no CPU reaches 10^4 GB/s with.
+  CHECK(cal->optimizer_gbytes_per_s > 0);
+  CHECK(cal->optimizer_gbytes_per_s < 1e4);
   // The same plan sharded (calibrate_zero1): trained, but no bucket of two
   // members to fit.
   se::GroupComms sharded_groups;
