@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +40,45 @@ inline CLI::Validator uint64_decimal() {
         return std::string();
       },
       "UINT", "unsigned 64-bit decimal");
+}
+
+// A range of training steps, numbered as --metrics numbers them (from 1),
+// both ends included.
+struct StepRange {
+  int64_t first = 1;
+  int64_t last = std::numeric_limits<int64_t>::max();
+  bool contains(int64_t step) const { return step >= first && step <= last; }
+};
+
+// "FIRST:LAST", "FIRST:" (to the run's end) or "FIRST" (that step alone):
+// decimal digits only, FIRST at least 1, LAST at least FIRST. Empty when
+// the text is anything else.
+inline std::optional<StepRange> parse_step_range(const std::string& value) {
+  auto number = [](const char* begin, const char* end, int64_t& out) {
+    const auto [ptr, ec] = std::from_chars(begin, end, out, 10);
+    return begin != end && ec == std::errc() && ptr == end && *begin != '-' && *begin != '+';
+  };
+  const char* begin = value.data();
+  const char* end = begin + value.size();
+  const size_t colon = value.find(':');
+  const char* first_end = colon == std::string::npos ? end : begin + colon;
+  StepRange r;
+  if (!number(begin, first_end, r.first) || r.first < 1) return std::nullopt;
+  if (colon == std::string::npos) r.last = r.first;
+  else if (first_end + 1 != end && !number(first_end + 1, end, r.last)) return std::nullopt;
+  if (r.last < r.first) return std::nullopt;
+  return r;
+}
+
+// For --trace-steps: a StepRange as parse_step_range reads it.
+inline CLI::Validator step_range() {
+  return CLI::Validator(
+      [](std::string& value) {
+        return parse_step_range(value)
+                   ? std::string()
+                   : "expected FIRST:LAST, FIRST: or FIRST (steps from 1, LAST not before FIRST), found '" + value + "'";
+      },
+      "FIRST:LAST", "range of steps");
 }
 
 }  // namespace spindle::apps

@@ -3,7 +3,7 @@
 //
 //   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
 //          [--backend cpu|cuda] [--seed K] [--lr X] [--metrics M.jsonl]
-//          [--trace T.json] [--dump-params P.json] [--dump-grads G.json]
+//          [--trace T.json [--trace-steps FIRST:LAST]] [--dump-params P.json] [--dump-grads G.json]
 //          [--checkpoint DIR [--every K] [--keep N]] [--resume]
 //          [--data DATA.yaml] [--eval-data EVAL.yaml [--eval-every K]
 //          [--eval-batches M]]
@@ -80,6 +80,8 @@ constexpr int kExitFailure = 1;
 
 struct Args {
   std::string plan_path, model_path, backend = "cpu", metrics_path, trace_path, dump_path, grads_path;
+  std::string trace_steps;     // --trace-steps as given ("" = every step)
+  spindle::apps::StepRange trace_window;   // parsed from trace_steps
   std::string checkpoint_dir;  // "" = no checkpoints
   int every = 100;             // checkpoint every K steps (and at the end)
   int keep = 3;                // complete checkpoints kept
@@ -351,6 +353,9 @@ std::string check_numbers(const Args& args) {
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
   if (!(std::isfinite(args.comm_timeout_s) && args.comm_timeout_s > 0 && args.comm_timeout_s <= 1e6))
     return "--comm-timeout " + std::to_string(args.comm_timeout_s) + ": expected seconds above 0 and at most 1e6";
+  if (args.trace_window.first > args.steps)
+    return "--trace-steps " + args.trace_steps + ": starts after the run's last step (--steps " +
+           std::to_string(args.steps) + "): the trace would hold no step";
   return "";
 }
 
@@ -456,6 +461,11 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
       if (loaded.ok()) in.ck = std::move(*loaded);
       else error = loaded.error().message;
     }
+    // A run that will train (the checkpoint before --steps) resumes after
+    // the checkpoint's step: a trace window ending there holds nothing.
+    if (error.empty() && in.ck->meta.step < args.steps && args.trace_window.last <= in.ck->meta.step)
+      error = "--trace-steps " + args.trace_steps + ": ends at or before step " + std::to_string(in.ck->meta.step) +
+              ", the checkpoint this run resumes from: the trace would hold no step";
     if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   }
   return true;
@@ -513,6 +523,8 @@ void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
   rt.options.seed = args.seed;
   rt.options.adamw.lr = args.lr;
   rt.options.record_trace = !args.trace_path.empty();
+  rt.options.trace_first_step = args.trace_window.first;
+  rt.options.trace_last_step = args.trace_window.last;
   // Ranks per node: the highest local rank + 1 (the same count on every
   // node assumed, as the GPU binding does).
   int ranks_on_node = 1;
@@ -855,6 +867,7 @@ int run(const Args& args, int rank, int size) {
     return 0;
   }
 
+
   // 4. Training.
   int64_t samples_per_step = 0;
   for (const sp::Task& t : in.model->tasks) samples_per_step += t.batch;
@@ -900,8 +913,14 @@ int main(int argc, char** argv) {
       ->check(spindle::apps::uint64_decimal());  // before conversion: "-1" would wrap to 2^64 - 1
   app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)")->check(spindle::apps::non_empty_path());
-  app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")
-      ->check(spindle::apps::non_empty_path());
+  CLI::Option* trace =
+      app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")
+          ->check(spindle::apps::non_empty_path());
+  app.add_option("--trace-steps", args.trace_steps,
+                 "record the trace of these steps only, FIRST:LAST, FIRST: (to the end) or FIRST, numbered as "
+                 "--metrics numbers them (default: every step; as Megatron-LM's --profile-step-start/-end)")
+      ->needs(trace)
+      ->check(spindle::apps::step_range());
   app.add_flag("--no-overlap", args.no_overlap,
                "all-reduce each gradient bucket after the backward pass, blocking, instead of starting it "
                "during the backward pass (same results; for comparison)");
@@ -956,6 +975,7 @@ int main(int argc, char** argv) {
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
   args.bucket_mb_given = app.count("--bucket-mb") > 0;
+  if (!args.trace_steps.empty()) args.trace_window = *spindle::apps::parse_step_range(args.trace_steps);   // checked
 
   se::MpiSession session(&argc, &argv);
   int rank = 0, size = 1;

@@ -1160,7 +1160,7 @@ double Executor::wall_us(Clock::time_point t) const {
 }
 
 void Executor::record(const Box& box, Clock::time_point t0) {
-  if (!options_.record_trace) return;
+  if (!options_.record_trace || step_ < options_.trace_first_step || step_ > options_.trace_last_step) return;
   // A device backend returns before its work is done: wait for it, so that
   // each box holds its own work (tracing serialises host and device).
   backend_.synchronize();

@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,6 +76,11 @@ struct ExecOptions {
   // AdamW for tiny models: lr 3e-3, weight decay 0.01.
   AdamWConfig adamw{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
   bool record_trace = false;  // keep measured boxes for trace()
+  // Of those, only the boxes of steps trace_first_step to trace_last_step
+  // (as steps_done() counts them once the step has begun, from 1; an
+  // evaluation's with the step it follows). The default: every step.
+  int64_t trace_first_step = 1;
+  int64_t trace_last_step = std::numeric_limits<int64_t>::max();
   // Gradient all-reduces start during the backward pass and are waited for
   // before the optimizer, in buckets of at most 25 MiB (plan::GradSync);
   // sync.overlap false: each after the backward pass, blocking (spindle-run

@@ -161,6 +161,19 @@ run-flags)
   for mb in nan 0; do
     expect 2 "--bucket-mb" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --bucket-mb "$mb"
   done
+  # --trace-steps: FIRST:LAST, FIRST: or FIRST, steps from 1 (a typo is not
+  # read as "every step"), with --trace, inside the run; nothing written.
+  for ts in 0:2 5:3 x 1:y -1:2 :3 2:3:4; do
+    expect 2 "--trace-steps: expected FIRST:LAST, FIRST: or FIRST" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --trace t.json --trace-steps "$ts"
+  done
+  expect 2 "--trace-steps requires --trace" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --trace-steps 1
+  expect 2 "--trace-steps 4:9: starts after the run's last step (--steps 3)" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 3 --trace t.json --trace-steps 4:9
+  [ -e t.json ] && { echo "FAIL: a trace written by a refused run"; failures=$((failures + 1)); }
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 4 --trace t.json --trace-steps 2:3
+  traced=$(python3 -c "import json, sys; print(sorted({e['args']['step'] for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('ph') == 'X'}))" t.json)
+  [ "$traced" = "[2, 3]" ] || { echo "FAIL: --trace-steps 2:3 traced steps $traced"; failures=$((failures + 1)); }
   # --comm-timeout (NCCL's wait): seconds above 0, finite, at most 1e6.
   for t in nan inf 0 -5 1e30 x; do
     expect 2 "--comm-timeout" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout "$t"
@@ -227,6 +240,11 @@ run-owner)
   expect 2 "holds checkpoints of another run (step-000002 .. step-000004)" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --seed 7
   [ -d ck/step-000004 ] || { echo "FAIL: the other run's checkpoint was lost"; failures=$((failures + 1)); }
+  # Resuming after step 4, a trace window that ends by then holds nothing.
+  expect 2 "--trace-steps 1:4: ends at or before step 4, the checkpoint this run resumes from" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 6 --checkpoint ck --every 2 --resume \
+      --trace t.json --trace-steps 1:4
+  [ -e t.json ] && { echo "FAIL: a trace written by a refused resume"; failures=$((failures + 1)); }
   expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 6 --checkpoint ck --every 2 --resume
   [ -d ck/step-000006 ] || { echo "FAIL: resume did not save"; failures=$((failures + 1)); }
   expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --checkpoint ck --seed 7 --overwrite

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -204,6 +206,36 @@ TEST_CASE("executor: one device with SelfComm trains tiny-clip, loss falls over 
   int64_t count = 0;
   for (const auto& [name, t] : params) count += t.numel();
   CHECK(count == model.parameter_count());
+}
+
+TEST_CASE("executor: a trace window keeps the boxes of its steps alone (ExecOptions::trace_first_step, _last_step)") {
+  const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
+  const sp::Plan plan = one_device_plan(model);
+  auto boxes_by_step = [&](int64_t first, int64_t last) {
+    SelfComm world;
+    GroupComms groups;
+    groups[{0}] = std::make_unique<SelfComm>();
+    auto backend = make_backend("cpu");
+    ExecOptions opts;
+    opts.record_trace = true;
+    opts.trace_first_step = first;
+    opts.trace_last_step = last;
+    Executor ex(model, plan, world, std::move(groups), *backend, opts);
+    for (int s = 0; s < 6; ++s) ex.step();
+    std::map<int64_t, size_t> by_step;
+    for (const sp::TraceEvent& e : ex.trace()) ++by_step[e.args.at("step").get<int64_t>()];
+    return by_step;
+  };
+  // Every step: each with the same boxes (one device, the same program).
+  const std::map<int64_t, size_t> all = boxes_by_step(1, std::numeric_limits<int64_t>::max());
+  REQUIRE(all.size() == 6);
+  const size_t per_step = all.at(1);
+  CHECK(per_step >= 2 * plan.waves.size() + 1);
+  for (const auto& [step, n] : all) CHECK(n == per_step);
+  // Steps 3 to 5 only; step 6 alone; a window past the run keeps nothing.
+  CHECK(boxes_by_step(3, 5) == std::map<int64_t, size_t>{{3, per_step}, {4, per_step}, {5, per_step}});
+  CHECK(boxes_by_step(6, 6) == std::map<int64_t, size_t>{{6, per_step}});
+  CHECK(boxes_by_step(7, 9).empty());
 }
 
 TEST_CASE("executor: the same seed gives the same losses, another seed others") {
