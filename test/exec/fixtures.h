@@ -39,15 +39,15 @@ inline plan::Model shipped_model(const std::string& name) {
   return *m;
 }
 
-// One device (SelfComm, CPU backend) executing `plan`.
+// One device (SelfComm, CPU backend) executing `plan` with `options`.
 struct OneDevice {
   SelfComm world;
   std::unique_ptr<Backend> backend = make_backend("cpu");
   std::unique_ptr<Executor> ex;
-  OneDevice(const plan::Model& model, const plan::Plan& plan) {
+  OneDevice(const plan::Model& model, const plan::Plan& plan, const ExecOptions& options = {}) {
     GroupComms groups;
     groups[{0}] = std::make_unique<SelfComm>();
-    ex = std::make_unique<Executor>(model, plan, world, std::move(groups), *backend, ExecOptions{});
+    ex = std::make_unique<Executor>(model, plan, world, std::move(groups), *backend, options);
   }
 };
 

@@ -22,6 +22,7 @@
 
 using namespace spindle::exec;
 using spindle::exec::test::one_device_plan;
+using spindle::exec::test::OneDevice;
 namespace sp = spindle::plan;
 
 namespace {
@@ -135,13 +136,10 @@ TEST_CASE("executor: one device with SelfComm trains tiny-clip, loss falls over 
   const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
   const sp::Plan plan = one_device_plan(model);
   REQUIRE(Executor::device_groups(model, plan) == std::vector<std::vector<int>>{{0}});
-  SelfComm world;
-  GroupComms groups;
-  groups[{0}] = std::make_unique<SelfComm>();
-  auto backend = make_backend("cpu");
   ExecOptions opts;
   opts.record_trace = true;
-  Executor ex(model, plan, world, std::move(groups), *backend, opts);
+  OneDevice one(model, plan, opts);
+  Executor& ex = *one.ex;
   std::vector<double> losses;
   for (int s = 0; s < 20; ++s) {
     const StepStats st = ex.step();
@@ -212,18 +210,14 @@ TEST_CASE("executor: a trace window keeps the boxes of its steps alone (ExecOpti
   const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
   const sp::Plan plan = one_device_plan(model);
   auto boxes_by_step = [&](int64_t first, int64_t last) {
-    SelfComm world;
-    GroupComms groups;
-    groups[{0}] = std::make_unique<SelfComm>();
-    auto backend = make_backend("cpu");
     ExecOptions opts;
     opts.record_trace = true;
     opts.trace_first_step = first;
     opts.trace_last_step = last;
-    Executor ex(model, plan, world, std::move(groups), *backend, opts);
-    for (int s = 0; s < 6; ++s) ex.step();
+    OneDevice one(model, plan, opts);
+    for (int s = 0; s < 6; ++s) one.ex->step();
     std::map<int64_t, size_t> by_step;
-    for (const sp::TraceEvent& e : ex.trace()) ++by_step[e.args.at("step").get<int64_t>()];
+    for (const sp::TraceEvent& e : one.ex->trace()) ++by_step[e.args.at("step").get<int64_t>()];
     return by_step;
   };
   // Every step: each with the same boxes (one device, the same program).
@@ -242,15 +236,11 @@ TEST_CASE("executor: the same seed gives the same losses, another seed others") 
   const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
   const sp::Plan plan = one_device_plan(model);
   auto run = [&](uint64_t seed) {
-    SelfComm world;
-    GroupComms groups;
-    groups[{0}] = std::make_unique<SelfComm>();
-    auto backend = make_backend("cpu");
     ExecOptions opts;
     opts.seed = seed;
-    Executor ex(model, plan, world, std::move(groups), *backend, opts);
+    OneDevice one(model, plan, opts);
     std::vector<double> l;
-    for (int s = 0; s < 3; ++s) l.push_back(total(ex.step()));
+    for (int s = 0; s < 3; ++s) l.push_back(total(one.ex->step()));
     return l;
   };
   CHECK(run(1) == run(1));
