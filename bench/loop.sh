@@ -39,13 +39,18 @@ echo "== 2. plan with the measured profile"
     --optimizer-state "${SPINDLE_OPTIMIZER_STATE:-auto}" -o "$out/plan.json" --trace "$out/planned-trace.json"
 # Measured as users run it, without --trace; then again with --trace for the
 # per-box comparison (its compact records change tiny-clip's step and
-# all-reduce within the 2-core VM's noise: bench/README.md, 2026-12-05 10:25).
+# all-reduce within the 2-core VM's noise: bench/README.md, 2026-12-05 10:25),
+# of the steps after the warm-up alone (--trace-steps), which is all
+# bench/loop reads of it.
+skip=5
+trace_steps=()
+[ "$steps" -gt "$skip" ] && trace_steps=(--trace-steps "$((skip + 1)):")
 echo "== 3. run: ${mpirun[*]} spindle-run ($steps steps), then again with --trace"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
     --metrics "$out/metrics.jsonl" | tail -n 2
 rm -f "$out/traced-metrics.jsonl"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
-    --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" | tail -n 1
+    --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" "${trace_steps[@]}" | tail -n 1
 echo "== 4. predicted against measured"
-"$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip 5 \
+"$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip "$skip" \
     --model "$model" --cluster "$cluster" --profile "$out/profile.json" --traced-metrics "$out/traced-metrics.jsonl"
