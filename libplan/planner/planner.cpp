@@ -787,6 +787,49 @@ void flip_param_gather(Plan& p) {
   p.param_gather = p.param_gather == ParamGather::next_step ? ParamGather::after_step : ParamGather::next_step;
 }
 
+// One of a plan's lowering choices flipped (`change`), tried only where
+// `applies` holds for the plan it would be tried on.
+struct Flip {
+  void (*change)(Plan&);
+  bool (*applies)(const Plan&, const PlanRequest&);
+};
+bool always(const Plan&, const PlanRequest&) { return true; }
+bool gather_applies(const Plan& p, const PlanRequest& r) { return param_gather_applies(p, r.sync); }
+bool transfers_apply(const Plan&, const PlanRequest& r) { return r.sync.overlap && r.sync.early_transfers; }
+
+// keep_if_faster for each of `flips` in order, each tried on the plan the
+// ones before it left, as a loop of keep_if_faster calls tries them: the
+// same plan and makespan. The flips not yet tried are simulated side by
+// side on the plan as it stands (a flip before the first kept one changed
+// nothing), and those after a kept one again on the plan it left. Returns,
+// by flip, whether it was kept.
+Result<std::vector<bool>> keep_each_if_faster(Plan& plan, double& simulated_ms, const std::vector<Flip>& flips,
+                                              const LowerContext& lowering, const PlanRequest& request) {
+  std::vector<bool> kept(flips.size(), false);
+  for (size_t from = 0; from < flips.size();) {
+    std::vector<size_t> tried;
+    for (size_t i = from; i < flips.size(); ++i)
+      if (flips[i].applies(plan, request)) tried.push_back(i);
+    std::vector<Plan> other(tried.size(), plan);
+    std::vector<Result<Simulation>> sim(tried.size(), Error{"not simulated"});
+    parallel_for(tried.size(), [&](size_t, size_t k) {
+      flips[tried[k]].change(other[k]);
+      sim[k] = simulate_candidate(other[k], lowering, request, simulated_ms);
+    });
+    from = flips.size();
+    for (size_t k = 0; k < tried.size(); ++k) {
+      if (!sim[k]) return sim[k].error();
+      if (sim[k]->iteration_ms >= simulated_ms * (1 - 1e-12)) continue;
+      plan = std::move(other[k]);
+      simulated_ms = sim[k]->iteration_ms;
+      kept[tried[k]] = true;
+      from = tried[k] + 1;
+      break;
+    }
+  }
+  return kept;
+}
+
 // Transfers posted early or in their exchanges (Plan::early_transfers): the
 // winner `plan` (simulating in `simulated_ms`) tries the other way too, the
 // faster kept. Posting early usually wins, but devices that move on sooner
@@ -799,14 +842,13 @@ Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerCont
   // ZeRO-1's all-gathers at the next step's start or after the step
   // (Plan::param_gather): neither wins everywhere (multitask-clip-10
   // sharded on a800-8x8 is faster gathering after the step, qwen-val-3 on
-  // a800-1x8 at the next step's start).
-  if (param_gather_applies(plan, request.sync))
-    SPINDLE_TRY(keep_if_faster(plan, simulated_ms, flip_param_gather, lowering, request));
-  if (!request.sync.overlap || !request.sync.early_transfers) return simulated_ms;
-  SPINDLE_ASSIGN(late, keep_if_faster(plan, simulated_ms, flip_transfers, lowering, request));
+  // a800-1x8 at the next step's start). Then the transfers.
+  SPINDLE_ASSIGN(kept, keep_each_if_faster(plan, simulated_ms,
+                                           {{flip_param_gather, gather_applies}, {flip_transfers, transfers_apply}},
+                                           lowering, request));
   // Its bucket starts were chosen with early transfers: the other rule
   // again, so that the plan's is the faster with its transfers.
-  if (late) SPINDLE_TRY(keep_if_faster(plan, simulated_ms, flip_bucket_starts, lowering, request));
+  if (kept[1]) SPINDLE_TRY(keep_if_faster(plan, simulated_ms, flip_bucket_starts, lowering, request));
   return simulated_ms;
 }
 
@@ -818,19 +860,11 @@ Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerCont
 Result<double> rechoose_lowering(Plan& plan, double simulated_ms, const LowerContext& lowering,
                                  const PlanRequest& request) {
   if (!request.sync.overlap) return simulated_ms;
+  const std::vector<Flip> flips = {
+      {flip_bucket_starts, always}, {flip_transfers, transfers_apply}, {flip_param_gather, gather_applies}};
   for (bool again = true; again;) {
-    SPINDLE_ASSIGN(starts, keep_if_faster(plan, simulated_ms, flip_bucket_starts, lowering, request));
-    bool transfers = false;
-    if (request.sync.early_transfers) {
-      SPINDLE_ASSIGN(kept, keep_if_faster(plan, simulated_ms, flip_transfers, lowering, request));
-      transfers = kept;
-    }
-    bool gather = false;
-    if (param_gather_applies(plan, request.sync)) {
-      SPINDLE_ASSIGN(kept, keep_if_faster(plan, simulated_ms, flip_param_gather, lowering, request));
-      gather = kept;
-    }
-    again = starts || transfers || gather;
+    SPINDLE_ASSIGN(kept, keep_each_if_faster(plan, simulated_ms, flips, lowering, request));
+    again = std::find(kept.begin(), kept.end(), true) != kept.end();
   }
   return simulated_ms;
 }
@@ -1014,21 +1048,29 @@ Result<double> shard_if_faster(Plan& plan, PlanRequest request, const LowerConte
   const double replicated_ms = plan.predicted.simulated_ms;
   double best_ms = replicated_ms, sharded_ms = std::numeric_limits<double>::infinity();
   std::optional<Plan> best;
+  std::vector<Plan> sharded;
   for (ParamGather gather : {ParamGather::after_step, ParamGather::next_step}) {
-    Plan sharded = plan;
-    sharded.optimizer_state = OptimizerState::sharded;
-    sharded.param_gather = gather;
-    // Bounded a little past the replicated figure: how close it comes
-    // decides whether auto searches sharded too (make_plan).
-    const double bound = std::min(sharded_ms, replicated_ms * (1 + kShardedSearchWithin));
-    SPINDLE_ASSIGN(sim, simulate_candidate(sharded, lowering, request, bound));
-    const bool both = param_gather_applies(sharded, request.sync);   // else the other gather lowers the same
-    sharded_ms = std::min(sharded_ms, sim.iteration_ms);
-    if (sim.iteration_ms < best_ms * (1 - 1e-12)) {
-      best_ms = sim.iteration_ms;
-      best = std::move(sharded);
+    sharded.push_back(plan);
+    sharded.back().optimizer_state = OptimizerState::sharded;
+    sharded.back().param_gather = gather;
+    if (!param_gather_applies(sharded.back(), request.sync)) break;   // the other gather lowers the same
+  }
+  // Side by side, each bounded a little past the replicated figure: how
+  // close it comes decides whether auto searches sharded too (make_plan).
+  // The second is not bounded by the first's makespan as well: where the
+  // first stops it, the second's figure is above the first's, which neither
+  // the minimum nor the faster plan below takes.
+  std::vector<Result<Simulation>> sims(sharded.size(), Error{"not simulated"});
+  parallel_for(sharded.size(), [&](size_t, size_t k) {
+    sims[k] = simulate_candidate(sharded[k], lowering, request, replicated_ms * (1 + kShardedSearchWithin));
+  });
+  for (size_t k = 0; k < sharded.size(); ++k) {
+    if (!sims[k]) return sims[k].error();
+    sharded_ms = std::min(sharded_ms, sims[k]->iteration_ms);
+    if (sims[k]->iteration_ms < best_ms * (1 - 1e-12)) {
+      best_ms = sims[k]->iteration_ms;
+      best = std::move(sharded[k]);
     }
-    if (!both) break;
   }
   const double ratio = sharded_ms / replicated_ms;
   if (!best) return ratio;
