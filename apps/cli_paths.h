@@ -47,7 +47,6 @@ inline CLI::Validator uint64_decimal() {
 struct StepRange {
   int64_t first = 1;
   int64_t last = std::numeric_limits<int64_t>::max();
-  bool contains(int64_t step) const { return step >= first && step <= last; }
 };
 
 // "FIRST:LAST", "FIRST:" (to the run's end) or "FIRST" (that step alone):

@@ -635,7 +635,7 @@ void Executor::post_transfers(const plan::Instr& instr) {
   }
   counters_.transfer_ms += ms_since(t0);
   if (instr.kind == plan::InstrKind::post_send)
-    record({BoxKind::post_sends, instr.dir, instr.wave, bytes}, t0);
+    record({BoxKind::post_sends, instr.wave, bytes, instr.dir}, t0);
 }
 
 void Executor::finish_sends() {
@@ -715,7 +715,7 @@ void Executor::forward_exchange(const plan::Instr& instr) {
     pieces_[{t.slice, t.input}].push_back(std::move(piece));
   }
   counters_.transfer_ms += ms_since(t0);
-  record({BoxKind::exchange, plan::Direction::forward, instr.wave}, t0);
+  record({BoxKind::exchange, instr.wave, 0, plan::Direction::forward}, t0);
 }
 
 void Executor::forward_slice(int slice) {
@@ -778,7 +778,7 @@ void Executor::forward_slice(int slice) {
     out_[o] = std::move(y);
   }
   counters_.compute_ms += ms_since(t0);
-  record({BoxKind::slice, plan::Direction::forward, slice, static_cast<int64_t>(rows.size())}, t0);
+  record({BoxKind::slice, slice, static_cast<int64_t>(rows.size()), plan::Direction::forward}, t0);
 }
 
 void Executor::backward_slice(int slice) {
@@ -818,7 +818,7 @@ void Executor::backward_slice(int slice) {
     }
   }
   counters_.compute_ms += ms_since(t0);
-  record({BoxKind::slice, plan::Direction::backward, slice, static_cast<int64_t>(rows.size())}, t0);
+  record({BoxKind::slice, slice, static_cast<int64_t>(rows.size()), plan::Direction::backward}, t0);
 }
 
 void Executor::backward_exchange(const plan::Instr& instr) {
@@ -849,7 +849,7 @@ void Executor::backward_exchange(const plan::Instr& instr) {
     backend_.add(piece, dst);
   }
   counters_.transfer_ms += ms_since(t0);
-  record({BoxKind::exchange, plan::Direction::backward, instr.wave}, t0);
+  record({BoxKind::exchange, instr.wave, 0, plan::Direction::backward}, t0);
 }
 
 void Executor::zero_grads() {
@@ -903,7 +903,7 @@ void Executor::finish_bucket(int bucket) {
   counters_.reduced_bytes += flat.numel() * kBytesPerFloat;
   counters_.sync_ms += ms_since(t0);
   // From its start to its end: behind the backward pass when overlapped.
-  record({BoxKind::gradient_sync, plan::Direction::backward, bucket, flat.numel()}, started.start);
+  record({BoxKind::gradient_sync, bucket, flat.numel()}, started.start);
   started_.erase(bucket);
 }
 
@@ -948,7 +948,7 @@ void Executor::optimizer_step(int bucket) {
   }
   backend_.adamw_steps(options_.adamw, updates);
   counters_.compute_ms += ms_since(t0);
-  record({BoxKind::optimizer, plan::Direction::backward, bucket}, t0);
+  record({BoxKind::optimizer, bucket}, t0);
 }
 
 Tensor Executor::flat_buffer(int64_t values, bool device) {
@@ -1003,7 +1003,7 @@ void Executor::gather_bucket(int bucket) {
       gather_chunks(bucket, Part::value, on_device(backend_, *bucket_comm_.at(static_cast<size_t>(bucket))));
   set_values(bucket, all);
   counters_.sync_ms += ms_since(t0);
-  record({BoxKind::param_gather, plan::Direction::forward, bucket, all.numel()}, t0);
+  record({BoxKind::param_gather, bucket, all.numel()}, t0);
 }
 
 void Executor::set_values(int bucket, const Tensor& all) {
@@ -1043,7 +1043,7 @@ void Executor::finish_gather(int bucket) {
   else g.comm->wait_all_reduce(g.request);
   set_values(bucket, g.all);
   counters_.sync_ms += ms_since(t0);
-  record({BoxKind::param_gather, plan::Direction::forward, bucket, g.all.numel()}, g.start);
+  record({BoxKind::param_gather, bucket, g.all.numel()}, g.start);
   gathers_.erase(bucket);
 }
 

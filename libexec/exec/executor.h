@@ -316,9 +316,9 @@ class Executor {
   enum class BoxKind : uint8_t { post_sends, wait_sends, exchange, slice, gradient_sync, param_gather, optimizer };
   struct Box {
     BoxKind kind;
-    plan::Direction dir = plan::Direction::forward;
     int index = -1;
     int64_t amount = 0;
+    plan::Direction dir = plan::Direction::forward;   // post_sends, exchange, slice
   };
   struct Recorded : Box {
     Clock::time_point t0, t1;

@@ -768,19 +768,6 @@ Result<Costed> CandidateSearch::refine() {
   return std::move(refined[win]);
 }
 
-// `change` applied to a copy of `plan`, kept when that simulates faster than
-// `simulated_ms` (then updated). Returns whether it was kept.
-template <class Change>
-Result<bool> keep_if_faster(Plan& plan, double& simulated_ms, Change change, const LowerContext& lowering,
-                            const PlanRequest& request) {
-  Plan other = plan;
-  change(other);
-  SPINDLE_ASSIGN(sim, simulate_candidate(other, lowering, request, simulated_ms));
-  if (sim.iteration_ms >= simulated_ms * (1 - 1e-12)) return false;
-  plan = std::move(other);
-  simulated_ms = sim.iteration_ms;
-  return true;
-}
 void flip_bucket_starts(Plan& p) { p.bucket_starts = other_rule(p.bucket_starts); }
 void flip_transfers(Plan& p) { p.early_transfers = !p.early_transfers; }
 void flip_param_gather(Plan& p) {
@@ -797,12 +784,13 @@ bool always(const Plan&, const PlanRequest&) { return true; }
 bool gather_applies(const Plan& p, const PlanRequest& r) { return param_gather_applies(p, r.sync); }
 bool transfers_apply(const Plan&, const PlanRequest& r) { return r.sync.overlap && r.sync.early_transfers; }
 
-// keep_if_faster for each of `flips` in order, each tried on the plan the
-// ones before it left, as a loop of keep_if_faster calls tries them: the
-// same plan and makespan. The flips not yet tried are simulated side by
-// side on the plan as it stands (a flip before the first kept one changed
-// nothing), and those after a kept one again on the plan it left. Returns,
-// by flip, whether it was kept.
+// Each of `flips` in order applied to a copy of `plan` and kept when that
+// simulates faster than `simulated_ms` (then updated), each tried on the
+// plan the ones before it left. The flips not yet tried are simulated side
+// by side on the plan as it stands (a flip before the first kept one
+// changed nothing), and those after a kept one again on the plan it left:
+// the plan and makespan of trying them one after another. Returns, by
+// flip, whether it was kept.
 Result<std::vector<bool>> keep_each_if_faster(Plan& plan, double& simulated_ms, const std::vector<Flip>& flips,
                                               const LowerContext& lowering, const PlanRequest& request) {
   std::vector<bool> kept(flips.size(), false);
@@ -848,7 +836,8 @@ Result<double> choose_transfers(Plan& plan, double simulated_ms, const LowerCont
                                            lowering, request));
   // Its bucket starts were chosen with early transfers: the other rule
   // again, so that the plan's is the faster with its transfers.
-  if (kept[1]) SPINDLE_TRY(keep_if_faster(plan, simulated_ms, flip_bucket_starts, lowering, request));
+  if (kept[1])
+    SPINDLE_TRY(keep_each_if_faster(plan, simulated_ms, {{flip_bucket_starts, always}}, lowering, request));
   return simulated_ms;
 }
 
@@ -1171,8 +1160,8 @@ Result<Plan> make_plan(const PlanRequest& given) {
       // of 3.95% (docs/planner.md, "Memory").
       bool better = sharded->predicted.simulated_ms < whole->predicted.simulated_ms * (1 - 1e-12);
       if (better) {
-        SPINDLE_ASSIGN(first_gap, simulated_compute_gap(*whole, *given.model, *given.graph, *given.cost));
-        SPINDLE_ASSIGN(second_gap, simulated_compute_gap(*sharded, *given.model, *given.graph, *given.cost));
+        SPINDLE_ASSIGN(first_gap, simulated_compute_gap(*whole, *context, *given.cost));
+        SPINDLE_ASSIGN(second_gap, simulated_compute_gap(*sharded, *context, *given.cost));
         better = 1 + second_gap <= (1 + first_gap) * (1 + 1e-9);
       }
       if (better) {

@@ -1563,11 +1563,17 @@ Result<Simulation> PlanSimulation::simulate(const SimOptions& options) {
 
 Result<double> simulated_compute_gap(const Plan& plan, const Model& model, const OpGraph& graph,
                                      const CostModel& cost) {
+  const Result<LowerContext> context = lower_context(model, graph);
+  if (!context) return context.error();
+  return simulated_compute_gap(plan, *context, cost);
+}
+
+Result<double> simulated_compute_gap(const Plan& plan, const LowerContext& context, const CostModel& cost) {
   SimOptions compute_only;
   compute_only.price_communication = false;
   compute_only.price_optimizer = false;   // the relaxed optimum counts forward and backward alone
   compute_only.timeline = false;
-  auto sim = simulate_plan(plan, model, graph, cost, compute_only);
+  auto sim = simulate_plan(plan, context, cost, compute_only);
   if (!sim) return sim.error();
   const double relaxed = plan.predicted.relaxed_optimum_ms;
   return relaxed > 0 ? sim->iteration_ms / relaxed - 1.0 : 0.0;

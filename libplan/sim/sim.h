@@ -310,5 +310,7 @@ class PlanSimulation {
 // Negative when the plan beats the per-level optimum (start_early).
 Result<double> simulated_compute_gap(const Plan& plan, const Model& model, const OpGraph& graph,
                                      const CostModel& cost);
+// The same, with the lowering context the caller made once (lower_context).
+Result<double> simulated_compute_gap(const Plan& plan, const LowerContext& context, const CostModel& cost);
 
 }  // namespace spindle::plan
