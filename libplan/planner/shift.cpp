@@ -185,9 +185,17 @@ Status scan(Plan& plan, ShiftTimes& times, const std::vector<Shift>& shifts, int
     Result<ShiftTimes> times = ShiftTimes{};
     bool kept = false;   // no slower on either count, faster on one, and fits
   };
+  // Batches run `rounds` at a time on a machine with the threads for it:
+  // batch j + 1 is formed as if batch j kept nothing, and is dropped
+  // unsimulated-as-counted when batch j keeps one (the scan then goes on
+  // as with one batch at a time). So the result and the simulations
+  // counted against max_simulations are those of one batch at a time, on
+  // any number of threads; more threads only simulate ahead.
+  const size_t rounds = std::max<size_t>(1, parallel_workers(kMaxShiftRounds * kShiftBatch) / kShiftBatch);
+  const size_t width = rounds * static_cast<size_t>(kShiftBatch);
   // Only the waves change: each scratch plan copies them from `plan`.
-  std::vector<Plan> scratch(kShiftBatch, plan);
-  std::vector<Tried> tried(kShiftBatch);
+  std::vector<Plan> scratch(width, plan);
+  std::vector<Tried> tried(width);
   int simulations = 0;
   // The list is scanned in a cycle: a kept shift is tried again at once
   // (a cut that moved once may move again), and when it no longer helps the
@@ -202,21 +210,46 @@ Status scan(Plan& plan, ShiftTimes& times, const std::vector<Shift>& shifts, int
   size_t pos = 0;      // where the next batch starts
   size_t misses = 0;   // shifts tried (or not applicable) since the last one kept
   while (misses < n && simulations < max_simulations) {
-    // The next batch: the shifts from `pos` on, cyclically, that apply,
-    // simulated side by side.
-    std::vector<size_t> batch;
-    while (batch.size() < static_cast<size_t>(kShiftBatch) && misses + batch.size() < n &&
-           simulations + static_cast<int>(batch.size()) < max_simulations) {
-      scratch[batch.size()].waves = plan.waves;
-      if (apply_shift(scratch[batch.size()], shifts[pos])) batch.push_back(pos);
-      else ++misses;
-      pos = (pos + 1) % n;
+    // The next batches: the shifts from `pos` on, cyclically, that apply,
+    // kShiftBatch to a batch, each batch's counters as the one before it
+    // leaves them when it keeps nothing. `ahead` holds those counters as
+    // each batch ends.
+    struct Batch {
+      size_t begin = 0, end = 0;   // into scratch and tried
+      std::vector<size_t> at;      // each shift's place in the list
+      size_t pos = 0, misses = 0;
+      int simulations = 0;
+    };
+    std::vector<Batch> ahead;
+    size_t a_pos = pos, a_misses = misses, used = 0;
+    int a_simulations = simulations;
+    while (ahead.size() < rounds && a_misses < n && a_simulations < max_simulations) {
+      Batch b;
+      b.begin = used;
+      while (b.at.size() < static_cast<size_t>(kShiftBatch) && a_misses + b.at.size() < n &&
+             a_simulations + static_cast<int>(b.at.size()) < max_simulations) {
+        scratch[used].waves = plan.waves;
+        if (apply_shift(scratch[used], shifts[a_pos])) {
+          b.at.push_back(a_pos);
+          ++used;
+        } else {
+          ++a_misses;
+        }
+        a_pos = (a_pos + 1) % n;
+      }
+      b.end = used;
+      a_simulations += static_cast<int>(b.at.size());
+      a_misses += b.at.size();
+      b.pos = a_pos;
+      b.misses = a_misses;
+      b.simulations = a_simulations;
+      const bool empty = b.at.empty();
+      ahead.push_back(std::move(b));
+      if (empty) break;   // nothing left to try in this round of the list
     }
-    if (batch.empty()) continue;
-    simulations += static_cast<int>(batch.size());
     // Ties within rounding count as equal: a bound a hair above each.
     const double bound = simulated_ms * (1 + 1e-9), compute_bound = compute_ms * (1 + 1e-9);
-    parallel_for(batch.size(), [&](size_t, size_t k) {
+    parallel_for(used, [&](size_t, size_t k) {
       Tried& t = tried[k];
       t.times = simulate(scratch[k], bound, compute_bound);
       t.kept = false;
@@ -224,14 +257,25 @@ Status scan(Plan& plan, ShiftTimes& times, const std::vector<Shift>& shifts, int
       const bool faster = t.times->ms < simulated_ms * (1 - 1e-9) || t.times->compute_ms < compute_ms * (1 - 1e-9);
       t.kept = faster && fits(scratch[k]);
     });
-    misses += batch.size();
-    for (size_t k = 0; k < batch.size(); ++k) {
-      if (!tried[k].times) return tried[k].times.error();
-      if (!tried[k].kept) continue;
-      plan.waves = scratch[k].waves;
-      simulated_ms = std::min(simulated_ms, tried[k].times->ms);
-      compute_ms = std::min(compute_ms, tried[k].times->compute_ms);
-      pos = batch[k];   // the same shift again next
+    // The batches in order, as one at a time would take them: the first
+    // kept shift of the first batch that keeps one wins.
+    for (const Batch& b : ahead) {
+      pos = b.pos;
+      misses = b.misses;
+      simulations = b.simulations;
+      size_t kept = b.end;
+      for (size_t k = b.begin; k < b.end; ++k) {
+        if (!tried[k].times) return tried[k].times.error();
+        if (tried[k].kept) {
+          kept = k;
+          break;
+        }
+      }
+      if (kept == b.end) continue;
+      plan.waves = scratch[kept].waves;
+      simulated_ms = std::min(simulated_ms, tried[kept].times->ms);
+      compute_ms = std::min(compute_ms, tried[kept].times->compute_ms);
+      pos = b.at[kept - b.begin];   // the same shift again next
       misses = 0;
       break;
     }

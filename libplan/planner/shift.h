@@ -38,7 +38,16 @@ inline constexpr int kMaxShiftSimulations = 1 << 20;
 // 1 s).
 inline constexpr int kShiftDevices = 4096;
 // Shifts simulated side by side (the development machine has 2 cores).
+// The batch is part of the search's definition: of a batch the first kept
+// shift wins, the others were simulated and count against the budget all
+// the same, so the plan depends on it and not on the machine.
 inline constexpr int kShiftBatch = 2;
+// On a machine with more threads, up to this many batches are simulated
+// at once, each formed as if those before it keep nothing; those after
+// the first that keeps a shift are dropped, uncounted. The plan is the
+// one of a batch at a time (shift_boundaries); the wall time falls where
+// threads would otherwise idle.
+inline constexpr int kMaxShiftRounds = 8;
 // The scan's list puts one wave shift before each this many single shifts
 // (before each 2, a bench/paper compute gap grew past 3%; before each 3,
 // 6 of 14 plans gained, more than before each 4, 6 or 8;
@@ -140,6 +149,9 @@ int shift_budget(const Plan& plan, int max);
 // kShiftBatch, side by side on the planner's threads, each bounded by the
 // makespan so far; of a batch the first kept one wins. The batches do not
 // depend on the threads: the result is the same on any number of them.
+// With 2 x kShiftBatch threads or more, the batches that follow are
+// simulated ahead at the same time (kMaxShiftRounds), and dropped without
+// counting when an earlier one keeps a shift: the same result sooner.
 // `given` holds both makespans of `plan` as given. Returns the plan's
 // makespan, at most given.ms.
 Result<double> shift_boundaries(Plan& plan, const ShiftTimes& given, int max_simulations,

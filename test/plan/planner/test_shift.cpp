@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -408,6 +409,83 @@ TEST_CASE("shift_boundaries never trades compute for communication", "[planner][
   CHECK(ms.error().message == "no such thing");
 }
 
+TEST_CASE("shift_boundaries: the same search on any number of threads, batches simulated ahead",
+          "[planner][shift]") {
+  // Six chains of 5 operators, each cut after wave 0: 4 operators there at
+  // 2.0, 2.1, ... ms each, 1 in wave 1 at 1 ms, each chain on its own two
+  // devices. Makespan: the longest chain; compute-only: all chains summed,
+  // so a forward shift on any chain is kept and a backward one never. With
+  // budgets that run out part way, the result depends on the order the
+  // shifts are tried and counted: the search's own, a batch at a time.
+  constexpr int kChains = 6;
+  Plan base;
+  base.devices = 2 * kChains;
+  base.metaops.resize(kChains);
+  std::vector<Slice> first, second;
+  for (int m = 0; m < kChains; ++m) {
+    base.metaops[static_cast<size_t>(m)].id = m;
+    base.metaops[static_cast<size_t>(m)].operators = {"a", "b", "c", "d", "e"};
+    first.push_back(slice(m, 0, 4, {2 * m, 2 * m + 1}, 2.0 + 0.1 * m));
+    second.push_back(slice(m, 4, 1, {2 * m, 2 * m + 1}, 1.0));
+  }
+  set_waves(base, first, second);
+  auto chains = [&](const Plan& q, bool sum) {
+    double total = 0;
+    for (int m = 0; m < kChains; ++m) total = sum ? total + chain_ms(q, m) : std::max(total, chain_ms(q, m));
+    return total;
+  };
+  std::atomic<int> calls{0};
+  ShiftSimulate simulate = [&](const Plan& q, double bound, double compute_bound) -> Result<ShiftTimes> {
+    ++calls;
+    ShiftTimes t{chains(q, false), chains(q, true)};
+    if (t.compute_ms > compute_bound) t.ms = std::numeric_limits<double>::infinity();
+    else if (t.ms > bound) t.ms = std::numeric_limits<double>::infinity();
+    return t;
+  };
+  ShiftFits fits = [](const Plan&) { return true; };
+
+  const char* before = std::getenv("SPINDLE_PLAN_THREADS");
+  const std::string saved = before ? before : "";
+  for (int budget : {1, 5, 9, 14, 23, 100}) {
+    CAPTURE(budget);
+    std::vector<int> one_thread_counts;
+    double one_thread_ms = 0;
+    int one_thread_calls = 0;
+    for (const char* threads : {"1", "2", "3", "4", "8", "16"}) {
+      CAPTURE(threads);
+      ::setenv("SPINDLE_PLAN_THREADS", threads, 1);
+      Plan p = base;
+      calls = 0;
+      const Result<double> ms = shift_boundaries(p, {chains(p, false), chains(p, true)}, budget, simulate, fits);
+      REQUIRE(ms.ok());
+      std::vector<int> counts;
+      for (const Wave& w : p.waves)
+        for (const Slice& sl : w.slices) counts.push_back(sl.count);
+      if (std::string(threads) == "1") {
+        one_thread_counts = counts;
+        one_thread_ms = *ms;
+        one_thread_calls = calls;
+        // A batch at a time: at most the budget, plus the swaps' half.
+        CHECK(calls <= budget + budget / 2);
+        continue;
+      }
+      CHECK(counts == one_thread_counts);
+      CHECK(*ms == one_thread_ms);
+      // Simulating ahead only adds simulations, never fewer than a batch at a time.
+      CHECK(calls >= one_thread_calls);
+      if (std::string(threads) == "8" && budget >= 9) CHECK(calls > one_thread_calls);
+    }
+    // With the whole list's budget every chain ends at one operator on
+    // wave 0: 1 x (2.0 + 0.1 m) + 4 x 1 ms, the longest 6.5 ms.
+    if (budget == 100) {
+      CHECK(one_thread_ms == Approx(6.5));
+      for (int m = 0; m < kChains; ++m) CHECK(one_thread_counts[static_cast<size_t>(m)] == 1);
+    }
+  }
+  if (before) ::setenv("SPINDLE_PLAN_THREADS", saved.c_str(), 1);
+  else ::unsetenv("SPINDLE_PLAN_THREADS");
+}
+
 TEST_CASE("shift_budget: at most the request's, fewer on many devices", "[planner][shift]") {
   // The single shifts' budget, plus one simulation per wave shift (two
   // per wave, two waves here), at most as many again.
@@ -456,24 +534,28 @@ TEST_CASE("make_plan with boundary shifts: valid, no slower, its gap no larger, 
     REQUIRE(gap_after.ok());
     CHECK(*gap_after <= *gap_before + 1e-12);
 
-    // One planner thread plans the same waves.
-    ::setenv("SPINDLE_PLAN_THREADS", "1", 1);
-    const Result<Plan> one_thread = make_plan(request);
-    ::unsetenv("SPINDLE_PLAN_THREADS");
-    REQUIRE(one_thread.ok());
-    REQUIRE(one_thread->waves.size() == shifted->waves.size());
-    for (size_t w = 0; w < shifted->waves.size(); ++w) {
-      REQUIRE(one_thread->waves[w].slices.size() == shifted->waves[w].slices.size());
-      for (size_t s = 0; s < shifted->waves[w].slices.size(); ++s) {
-        const Slice& a = one_thread->waves[w].slices[s];
-        const Slice& b = shifted->waves[w].slices[s];
-        CHECK(a.metaop == b.metaop);
-        CHECK(a.first == b.first);
-        CHECK(a.count == b.count);
-        CHECK(a.devices == b.devices);
+    // One planner thread plans the same waves, and so do 8, which simulate
+    // shift batches ahead (kMaxShiftRounds).
+    for (const char* threads : {"1", "8"}) {
+      CAPTURE(threads);
+      ::setenv("SPINDLE_PLAN_THREADS", threads, 1);
+      const Result<Plan> other = make_plan(request);
+      ::unsetenv("SPINDLE_PLAN_THREADS");
+      REQUIRE(other.ok());
+      REQUIRE(other->waves.size() == shifted->waves.size());
+      for (size_t w = 0; w < shifted->waves.size(); ++w) {
+        REQUIRE(other->waves[w].slices.size() == shifted->waves[w].slices.size());
+        for (size_t s = 0; s < shifted->waves[w].slices.size(); ++s) {
+          const Slice& a = other->waves[w].slices[s];
+          const Slice& b = shifted->waves[w].slices[s];
+          CHECK(a.metaop == b.metaop);
+          CHECK(a.first == b.first);
+          CHECK(a.count == b.count);
+          CHECK(a.devices == b.devices);
+        }
       }
+      CHECK(other->predicted.simulated_ms == shifted->predicted.simulated_ms);
     }
-    CHECK(one_thread->predicted.simulated_ms == shifted->predicted.simulated_ms);
   }
 }
 
