@@ -186,11 +186,12 @@ Status scan(Plan& plan, ShiftTimes& times, const std::vector<Shift>& shifts, int
     bool kept = false;   // no slower on either count, faster on one, and fits
   };
   // Batches run `rounds` at a time on a machine with the threads for it:
-  // batch j + 1 is formed as if batch j kept nothing, and is dropped
-  // unsimulated-as-counted when batch j keeps one (the scan then goes on
-  // as with one batch at a time). So the result and the simulations
-  // counted against max_simulations are those of one batch at a time, on
-  // any number of threads; more threads only simulate ahead.
+  // batch j + 1 is formed as if batch j kept nothing, and when batch j
+  // keeps a shift the batches after it are dropped, their simulations not
+  // counted (the scan goes on from j as with one batch at a time). So the
+  // result and the simulations counted against max_simulations are those
+  // of one batch at a time, on any number of threads; more threads only
+  // simulate ahead.
   const size_t rounds = std::max<size_t>(1, parallel_workers(kMaxShiftRounds * kShiftBatch) / kShiftBatch);
   const size_t width = rounds * static_cast<size_t>(kShiftBatch);
   // Only the waves change: each scratch plan copies them from `plan`.
