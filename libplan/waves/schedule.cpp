@@ -6,6 +6,8 @@
 #include <limits>
 #include <numeric>
 
+#include "libplan/util/radix_sort.h"
+
 namespace spindle::plan {
 
 namespace {
@@ -202,6 +204,7 @@ class PoolScheduler {
   std::vector<SlotFit> fits_;
   std::vector<Candidate> cands_;
   std::vector<double> merged_;   // scratch: candidate lengths merged so far
+  std::vector<uint64_t> sort_keys_;   // scratch of radix_sort_non_negative
   WaveDraft rollout_draft_;
 };
 
@@ -386,7 +389,8 @@ void PoolScheduler::candidate_lengths(const std::vector<ItemState>& state, doubl
                d.lengths_ms.begin() + static_cast<std::ptrdiff_t>(from), d.lengths_ms.end(), merged_.begin());
     d.lengths_ms.swap(merged_);
   }
-  if (!merge_runs) std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
+  if (!merge_runs && !radix_sort_non_negative(d.lengths_ms, sort_keys_))
+    std::sort(d.lengths_ms.begin(), d.lengths_ms.end());
   d.lengths_ms.erase(std::unique(d.lengths_ms.begin(), d.lengths_ms.end()), d.lengths_ms.end());
 }
 

@@ -1,15 +1,21 @@
 // libplan/util: the host allocator settings every program applies at start,
-// and byte sizes as the tools print them.
+// byte sizes as the tools print them, and the scheduler's radix sort.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
 #include "libplan/util/host_memory.h"
+#include "libplan/util/radix_sort.h"
 #include "libplan/util/units.h"
 
 using namespace spindle::plan;
@@ -60,4 +66,55 @@ TEST_CASE("human_bytes: the largest binary unit reached, with the decimals asked
   CHECK(human_bytes(1536) == "1.5 KiB");
   CHECK(human_bytes(1023) == "1023 B");
   CHECK(human_bytes(0) == "0 B");
+}
+
+TEST_CASE("radix_sort_non_negative: the order std::sort gives, or refuses and leaves the values") {
+  std::vector<uint64_t> scratch;
+  std::mt19937_64 rng(20261205);
+  // Wave lengths as the scheduler makes them (multiples k x t of operator
+  // times, many equal), and values spread over the whole exponent range.
+  for (int round = 0; round < 200; ++round) {
+    CAPTURE(round);
+    std::vector<double> v;
+    const size_t n = rng() % 3000;
+    std::uniform_real_distribution<double> ms(0.01, 50.0);
+    for (size_t i = 0; i < n; ++i) {
+      switch (rng() % 5) {
+        case 0: v.push_back(static_cast<double>(1 + rng() % 24) * 1.25); break;   // exact repeats
+        case 1: v.push_back(std::ldexp(ms(rng), static_cast<int>(rng() % 200) - 100)); break;
+        case 2: v.push_back(round % 7 == 0 ? 0.0 : ms(rng)); break;
+        case 3: {   // a few ulps from 8 ms: only the lowest byte differs
+          double x = 8.0;
+          for (uint64_t k = rng() % 200; k > 0; --k) x = std::nextafter(x, 9.0);
+          v.push_back(x);
+          break;
+        }
+        default: v.push_back(ms(rng)); break;
+      }
+    }
+    if (round % 11 == 0) v.push_back(std::numeric_limits<double>::infinity());
+    if (round % 13 == 0) v.push_back(std::numeric_limits<double>::denorm_min());
+    std::vector<double> expected = v;
+    std::sort(expected.begin(), expected.end());
+    REQUIRE(radix_sort_non_negative(v, scratch));
+    CHECK(v == expected);
+  }
+  // By hand: bytes that differ only low, only high, and shared.
+  std::vector<double> v = {3.0, 2.0000000000000004, 1.0, 2.0, 1.0, 0.0, 1e300, 1e-300};
+  REQUIRE(radix_sort_non_negative(v, scratch));
+  CHECK(v == std::vector<double>{0.0, 1e-300, 1.0, 1.0, 2.0, 2.0000000000000004, 3.0, 1e300});
+  std::vector<double> empty;
+  CHECK(radix_sort_non_negative(empty, scratch));
+  CHECK(empty.empty());
+
+  // Negative values, -0.0 and NaN do not sort by their bits: refused, and
+  // the values are left as they were for std::sort.
+  for (double bad : {-1.0, -0.0, std::numeric_limits<double>::quiet_NaN()}) {
+    CAPTURE(bad);
+    std::vector<double> w = {2.0, bad, 1.0};
+    CHECK_FALSE(radix_sort_non_negative(w, scratch));
+    CHECK(w[0] == 2.0);
+    CHECK(w[2] == 1.0);
+    CHECK(std::signbit(w[1]) == std::signbit(bad));
+  }
 }
