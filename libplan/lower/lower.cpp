@@ -472,11 +472,19 @@ class ProgramBuilder {
   bool sent_early(const Transfer& tr) const { return early_ && tr.src == d_ && tr.dst != d_; }
   const Transfer& transfer(int t) const { return l_.transfers[static_cast<size_t>(t)]; }
   const LoweredSlice& slice(int s) const { return l_.slices[static_cast<size_t>(s)]; }
-  // Appends `in`, built first because it may not be emitted (an empty
-  // exchange or post_send); returns its index.
-  int add(Instr in) {
-    prog_.instrs.push_back(std::move(in));
-    return static_cast<int>(prog_.instrs.size()) - 1;
+  // Appends `in` with its dependencies `deps` (kept only with deps_), both
+  // built first because it may not be emitted (an empty exchange or
+  // post_send); returns its index.
+  int add(const Instr& in, std::vector<int> deps = {}) {
+    prog_.instrs.push_back(in);
+    if (deps_ && !deps.empty()) deps_of(last()) = std::move(deps);
+    return last();
+  }
+  // The dependencies of instruction i (Program::deps; with deps_ only),
+  // the list made on first use. The reference is valid until the next call.
+  std::vector<int>& deps_of(int i) {
+    if (prog_.deps.size() <= static_cast<size_t>(i)) prog_.deps.resize(static_cast<size_t>(i) + 1);
+    return prog_.deps[static_cast<size_t>(i)];
   }
   // Appends an instruction of `kind` made in place, for the caller to fill
   // (the reference is valid until the next instruction is appended).
@@ -491,7 +499,7 @@ class ProgramBuilder {
   template <class Keep>
   bool take(const Run& r, Instr& in, Keep keep);
   void post_next_receives(int after);
-  bool exchange_of(Direction dir, int w, Instr& in);
+  bool exchange_of(Direction dir, int w, Instr& in, std::vector<int>& deps);
   void post_sends(int slice, int at);
   void forward_pass();
   void find_ready_steps();
@@ -594,9 +602,10 @@ Program ProgramBuilder::build() && {
   // Last, the wait for every send posted early to be delivered (their
   // buffers are then free for the next step).
   if (!posted_sends_.empty()) {
-    Instr& in = append(InstrKind::wait_sends);
-    if (deps_) in.deps = posted_sends_;
+    append(InstrKind::wait_sends);
+    if (deps_) deps_of(last()) = posted_sends_;
   }
+  if (deps_) prog_.deps.resize(prog_.instrs.size());   // an empty list for each instruction without
   for (int p : touched_) param_bwd_[static_cast<size_t>(p)].clear();
   return std::move(prog_);
 }
@@ -641,15 +650,17 @@ void ProgramBuilder::post_next_receives(int after) {
   in.dir = runs_[r].dir;
   in.wave = runs_[r].wave;
   take(runs_[r], in, [&](const Transfer& tr) { return received(tr); });
-  if (deps_ && after >= 0) in.deps.push_back(after);
-  posted_[r] = add(std::move(in));
+  std::vector<int> deps;
+  if (deps_ && after >= 0) deps.push_back(after);
+  posted_[r] = add(in, std::move(deps));
 }
 
-// The exchange (dir, w) of d into `in`: false when d has none.
-bool ProgramBuilder::exchange_of(Direction dir, int w, Instr& in) {
+// The exchange (dir, w) of d into `in`, and with deps_ what it waits for
+// into `deps`: false when d has none.
+bool ProgramBuilder::exchange_of(Direction dir, int w, Instr& in, std::vector<int>& deps) {
   if (next_run_ >= runs_.size() || runs_[next_run_].dir != dir || runs_[next_run_].wave != w) return false;
   const bool any = take(runs_[next_run_], in, [&](const Transfer& tr) { return !sent_early(tr); });
-  if (deps_ && posted_[next_run_] >= 0) in.deps.push_back(posted_[next_run_]);
+  if (deps_ && posted_[next_run_] >= 0) deps.push_back(posted_[next_run_]);
   ++next_run_;
   in.kind = InstrKind::exchange;
   in.wave = w;
@@ -673,22 +684,21 @@ void ProgramBuilder::post_sends(int s, int at) {
     if (transfer(it->second).dir == in.dir) prog_.transfers.push_back(it->second);
   in.transfers_end = static_cast<int>(prog_.transfers.size());
   if (in.transfers_end == in.transfers_begin) return;
-  if (deps_) in.deps.push_back(at);
-  posted_sends_.push_back(add(std::move(in)));
+  posted_sends_.push_back(add(in, deps_ ? std::vector<int>{at} : std::vector<int>{}));
 }
 
 // Per wave: its forward exchange, then the forward of each of d's slices.
 void ProgramBuilder::forward_pass() {
   for (int w = 0; w < waves_; ++w) {
     int ex = -1;
-    if (Instr in; exchange_of(Direction::forward, w, in)) {
+    std::vector<int> deps;   // the exchange's (with deps_)
+    if (Instr in; exchange_of(Direction::forward, w, in, deps)) {
       if (deps_) {
         for (int t : prog_.transfers_of(in))  // the forward of every slice whose output d sends or copies
           if (transfer(t).src == d_)
-            in.deps.push_back(fwd_of_[static_cast<size_t>(l_.slice_of[static_cast<size_t>(transfer(t).producer)])]);
-        in.deps = sorted_unique(std::move(in.deps));
+            deps.push_back(fwd_of_[static_cast<size_t>(l_.slice_of[static_cast<size_t>(transfer(t).producer)])]);
       }
-      ex = add(std::move(in));
+      ex = add(in, sorted_unique(std::move(deps)));
       post_next_receives(ex);
     }
     for (size_t k = wave_begin_[static_cast<size_t>(w)]; k < wave_begin_[static_cast<size_t>(w) + 1]; ++k) {
@@ -698,9 +708,9 @@ void ProgramBuilder::forward_pass() {
       Instr& in = append(InstrKind::forward);
       in.wave = w;
       in.slice = s;
-      if (deps_ && ex >= 0 && !slice(s).producers.empty()) in.deps.push_back(ex);
+      if (deps_ && ex >= 0 && !slice(s).producers.empty()) deps_of(last()).push_back(ex);
       if (deps_)   // the waits just made, right before it
-        for (int i = last() - static_cast<int>(next_gather_ - waits); i < last(); ++i) in.deps.push_back(i);
+        for (int i = last() - static_cast<int>(next_gather_ - waits); i < last(); ++i) deps_of(last()).push_back(i);
       const int at = last();
       if (deps_) fwd_of_[static_cast<size_t>(s)] = at;
       post_sends(s, at);
@@ -740,11 +750,12 @@ void ProgramBuilder::reduce(size_t i, InstrKind kind) {
   Instr& in = append(kind);
   in.bucket = b;
   if (deps_) {
+    std::vector<int>& deps = deps_of(last());
     for (int p : l_.buckets[static_cast<size_t>(b)].params) {
       const std::vector<int>& after = param_bwd_[static_cast<size_t>(p)];
-      in.deps.insert(in.deps.end(), after.begin(), after.end());
+      deps.insert(deps.end(), after.begin(), after.end());
     }
-    in.deps = sorted_unique(std::move(in.deps));
+    deps = sorted_unique(std::move(deps));
   }
   reductions_[i] = last();
 }
@@ -779,10 +790,11 @@ void ProgramBuilder::backward_pass() {
       in.slice = slice_id;
       const LoweredSlice& s = slice(slice_id);
       if (deps_) {
-        in.deps.push_back(fwd_of_[static_cast<size_t>(slice_id)]);
+        std::vector<int>& deps = deps_of(last());
+        deps.push_back(fwd_of_[static_cast<size_t>(slice_id)]);
         if (auto g = grad_in_.find(s.ops.back()); g != grad_in_.end())
-          in.deps.insert(in.deps.end(), g->second.begin(), g->second.end());
-        in.deps = sorted_unique(std::move(in.deps));
+          deps.insert(deps.end(), g->second.begin(), g->second.end());
+        deps = sorted_unique(std::move(deps));
       }
       const int at = last();
       post_sends(slice_id, at);
@@ -797,13 +809,13 @@ void ProgramBuilder::backward_pass() {
       if (overlap_) start_ready(step);
       ++step;
     }
-    if (Instr in; exchange_of(Direction::backward, w, in)) {
+    std::vector<int> deps;   // the exchange's (with deps_)
+    if (Instr in; exchange_of(Direction::backward, w, in, deps)) {
       if (deps_) {
         for (int t : prog_.transfers_of(in))  // the backward of every consumer slice whose input gradient d sends
-          if (transfer(t).src == d_) in.deps.push_back(bwd_of_[static_cast<size_t>(transfer(t).slice)]);
-        in.deps = sorted_unique(std::move(in.deps));
+          if (transfer(t).src == d_) deps.push_back(bwd_of_[static_cast<size_t>(transfer(t).slice)]);
       }
-      const int ex = add(std::move(in));
+      const int ex = add(in, sorted_unique(std::move(deps)));
       post_next_receives(ex);
       if (deps_)
         for (int t : prog_.transfers_of(prog_.instrs[static_cast<size_t>(ex)]))
@@ -830,7 +842,7 @@ void ProgramBuilder::step_shards(int b, std::span<const int> after) {
     if (b < 0)
       for (int s : bwd_of_)
         if (s >= 0) deps.push_back(s);
-    in.deps = sorted_unique(std::move(deps));
+    deps_of(last()) = sorted_unique(std::move(deps));
   }
 }
 
@@ -843,7 +855,7 @@ void ProgramBuilder::sync_and_step() {
     for (size_t i = 0; i < mine_.buckets.size(); ++i) {
       Instr& in = append(InstrKind::allreduce_wait);
       in.bucket = mine_.buckets[i];
-      if (deps_) in.deps.push_back(reductions_[i]);
+      if (deps_) deps_of(last()).push_back(reductions_[i]);
       reductions_[i] = last();
       step_shards(mine_.buckets[i], {&reductions_[i], 1});
       if (!l_.gathers_at_start) gather(mine_.buckets[i]);   // sharded, Plan::param_gather after_step
@@ -904,7 +916,7 @@ void ProgramBuilder::wait_gathers(size_t k) {
     const int b = prog_.instrs[static_cast<size_t>(start)].bucket;
     Instr& in = append(InstrKind::allgather_wait);
     in.bucket = b;
-    if (deps_) in.deps.push_back(start);
+    if (deps_) deps_of(last()).push_back(start);
   }
 }
 
@@ -916,7 +928,7 @@ void ProgramBuilder::gather(int b) {
   const int step = last();
   Instr& in = append(InstrKind::allgather);
   in.bucket = b;
-  if (deps_) in.deps.push_back(step);
+  if (deps_) deps_of(last()).push_back(step);
 }
 
 const char* kind_name(InstrKind k) {
@@ -1107,7 +1119,7 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
   json instrs = json::array();
   for (size_t i = 0; i < prog.instrs.size(); ++i) {
     const Instr& in = prog.instrs[i];
-    json j = {{"i", i}, {"kind", kind_name(in.kind)}, {"deps", in.deps}};
+    json j = {{"i", i}, {"kind", kind_name(in.kind)}, {"deps", i < prog.deps.size() ? prog.deps[i] : std::vector<int>{}}};
     switch (in.kind) {
       case InstrKind::post_send:
         j["slice"] = in.slice;

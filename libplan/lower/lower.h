@@ -91,13 +91,20 @@ struct LoweredSlice {
   std::vector<int> producers;  // graph operators feeding ops[0], in the node's input order
 };
 
-enum class Direction { forward, backward };
+enum class Direction : uint8_t { forward, backward };
 
 // One piece of a re-sharding between two slices: rows of `producer`'s output
 // (forward) or of its output gradient (backward) move from device src to
 // device dst (src == dst: a local copy, no message).
 struct Transfer {
   Direction dir = Direction::forward;
+  // Backward only, at dst: the piece is added into the producer's output
+  // gradient there. false: it becomes that gradient as it is (no buffer
+  // zeroed, nothing added): the first piece of the producer's gradient on
+  // dst in dst's program order, covering all of dst's rows of the
+  // producer. Set by lower_programs; the executor and the simulation
+  // follow it. (Beside dir: no padding, 64 bytes in all.)
+  bool adds = true;
   int wave = 0;        // the exchange it belongs to: the consumer slice's wave
   int slice = 0;       // consumer slice (index into Lowered::slices)
   int input = 0;       // index into the consumer slice's producers
@@ -106,15 +113,9 @@ struct Transfer {
   RowRange rows;       // absolute batch rows
   int64_t values = 0;  // rows x values per row
   int64_t bytes = 0;   // values x kWireBytesPerValue; 0 for a local copy
-  // Backward only, at dst: the piece is added into the producer's output
-  // gradient there. false: it becomes that gradient as it is (no buffer
-  // zeroed, nothing added): the first piece of the producer's gradient on
-  // dst in dst's program order, covering all of dst's rows of the
-  // producer. Set by lower_programs; the executor and the simulation
-  // follow it.
-  bool adds = true;
   bool operator==(const Transfer&) const = default;
 };
+static_assert(sizeof(Transfer) == 64, "Transfer: one cache line (see above)");
 
 // One parameter shard: the parameter "M/k.r" at one tensor-parallel rank.
 using ShardKey = std::pair<std::string, int>;
@@ -152,16 +153,19 @@ struct Bucket {
 // all-gather runs at the next step's start instead: allgather_start (first
 // in the program) starts it without waiting, allgather_wait (right before
 // the first forward using one of the bucket's parameters) waits for it.
-enum class InstrKind {
+enum class InstrKind : uint8_t {
   exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv,
   wait_sends, allgather, allgather_start, allgather_wait
 };
 
+// 32 bytes: the simulation reads thousands of them per candidate plan, so
+// what it does not read (the dependencies) is kept beside them in the
+// Program, and the fields are ordered without padding.
 struct Instr {
   InstrKind kind = InstrKind::forward;
+  Direction dir = Direction::forward;  // exchange, post_send, post_recv
   int wave = -1;               // exchange, forward, backward, post_send (the slice's wave), post_recv
                                // (the exchange's)
-  Direction dir = Direction::forward;  // exchange, post_send, post_recv
   int slice = -1;              // forward, backward, post_send (the slice whose compute made the rows):
                                // index into Lowered::slices
   // exchange, post_send, post_recv: the transfers this device takes part
@@ -177,9 +181,9 @@ struct Instr {
   int64_t values = 0;          // optimizer: the parameter values it steps (op_shard_param_count of
                                // each shard, or with sharded state this device's chunk of the
                                // bucket, Lowered::owned; CostModel::optimizer_ms prices them)
-  std::vector<int> deps;       // instructions of the same program that must be done first
   bool operator==(const Instr&) const = default;
 };
+static_assert(sizeof(Instr) == 32, "Instr: 32 bytes (see above)");
 
 struct Program {
   int device = 0;
@@ -191,6 +195,10 @@ struct Program {
   std::span<const int> transfers_of(const Instr& in) const {
     return {transfers.data() + in.transfers_begin, transfers.data() + in.transfers_end};
   }
+  // By instruction: the instructions of this program that must be done
+  // before it, ascending (LowerOptions::deps; empty, for every
+  // instruction, without).
+  std::vector<std::vector<int>> deps;
   bool operator==(const Program&) const = default;
 };
 
@@ -356,7 +364,7 @@ GradSync sync_for_run(const Plan& plan, const SyncFlags& flags, std::vector<std:
 
 // What lower() fills beyond the instructions every consumer needs.
 struct LowerOptions {
-  bool deps = true;           // Instr::deps (what --lower shows; the executor and the simulation run in order)
+  bool deps = true;           // Program::deps (what --lower shows; the executor and the simulation run in order)
   bool runtime_maps = true;   // Lowered::shard_devices, param_tp, param_op, Bucket::shards (the executor's)
   // How gradients are synchronised; empty: as the plan says (planned_sync:
   // its overlap and bucket cap, what spindle-run given no flag lowers).

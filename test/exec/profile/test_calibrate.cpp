@@ -56,7 +56,7 @@ TEST_CASE("overhead_samples: the instructions that never wait for a peer with th
   l.transfers = {hand_transfer(sp::Direction::forward, 0, 0, 100), hand_transfer(sp::Direction::forward, 0, 1, 1000),
                  hand_transfer(sp::Direction::forward, 1, 0, 700), hand_transfer(sp::Direction::backward, 0, 0, 2500),
                  hand_transfer(sp::Direction::backward, 0, 1, 500)};
-  sp::Program p{0, {}, {0, 1, 2, 2, 3, 4}};
+  sp::Program p{0, {}, {0, 1, 2, 2, 3, 4}, {}};
   p.instrs = {hand_instr(sp::InstrKind::exchange, sp::Direction::forward, 0, 1),
               hand_instr(sp::InstrKind::post_send, sp::Direction::forward, 1, 2),
               hand_instr(sp::InstrKind::exchange, sp::Direction::forward, 2, 3),
@@ -64,7 +64,7 @@ TEST_CASE("overhead_samples: the instructions that never wait for a peer with th
               hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
               hand_instr(sp::InstrKind::exchange, sp::Direction::backward, 4, 6),
               hand_instr(sp::InstrKind::wait_sends, sp::Direction::forward, 0, 0)};
-  l.programs = {p, sp::Program{1, {}, {}}};
+  l.programs = {p, sp::Program{1, {}, {}, {}}};
   // Three steps; the medians are the middle values. Packing at 4 GB/s: the
   // post_send's 4000 bytes take 1 us, the exchange's 2000 bytes 0.5 us.
   const std::vector<std::vector<double>> steps = {{0.0010, 0.0030, 0.5, 0.0020, 1.0, 0.0090, 0.3},
@@ -94,14 +94,14 @@ TEST_CASE("optimizer_rate_samples: the values a device's optimizer instructions 
   // all-reduce (2); device 1's program has no optimizer instruction.
   sp::Lowered l;
   l.devices = 2;
-  sp::Program p{0, {}, {}};
+  sp::Program p{0, {}, {}, {}};
   p.instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
               hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0),
               hand_instr(sp::InstrKind::allreduce, sp::Direction::backward, 0, 0),
               hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0)};
   p.instrs[1].values = 1000;
   p.instrs[3].values = 500;
-  l.programs = {p, sp::Program{1, {}, {}}};
+  l.programs = {p, sp::Program{1, {}, {}, {}}};
   l.programs[1].instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0)};
   // Step 1: the optimizer instructions take 0.004 + 0.003 ms: 1500 x 28
   // bytes in 7 us, 6 GB/s. Step 2: 0.010 + 0.011 ms, 2 GB/s. Step 3: no

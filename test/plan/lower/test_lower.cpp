@@ -87,9 +87,15 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     std::multiset<int> fwd, bwd;
     std::set<int> posted_recvs;   // transfers whose receive a post_recv posted, not yet in an exchange
     bool early = false;           // a post_send or post_recv seen
+    // With deps lowered (LowerOptions::deps, the default), one list per
+    // instruction; without, none.
+    CHECK((prog.deps.empty() || prog.deps.size() == prog.instrs.size()));
+    const std::vector<int> no_deps;
+    auto deps_of = [&](size_t i) -> const std::vector<int>& { return prog.deps.empty() ? no_deps : prog.deps.at(i); };
     for (size_t i = 0; i < prog.instrs.size(); ++i) {
       const sp::Instr& in = prog.instrs[i];
-      for (int d : in.deps) CHECK((d >= 0 && d < static_cast<int>(i)));
+      const std::vector<int>& in_deps = deps_of(i);
+      for (int d : in_deps) CHECK((d >= 0 && d < static_cast<int>(i)));
       // The rest's optimizer step is last but for that (and, without
       // overlap, the all-gathers of sharded state).
       CHECK((!optimizer || in.kind == sp::InstrKind::wait_sends ||
@@ -122,7 +128,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           // before the exchange that would have sent them.
           REQUIRE(i > 0);
           const sp::Instr& before = prog.instrs[i - 1];
-          CHECK(in.deps == std::vector<int>{static_cast<int>(i) - 1});
+          CHECK(in_deps == std::vector<int>{static_cast<int>(i) - 1});
           CHECK(before.slice == in.slice);
           CHECK(before.kind == (in.dir == sp::Direction::forward ? sp::InstrKind::forward : sp::InstrKind::backward));
           CHECK(prog.transfers_of(in).size() > 0);
@@ -235,7 +241,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           } else {
             CHECK(optimizer);
           }
-          if (!in.deps.empty()) CHECK(in.deps == std::vector<int>{static_cast<int>(i) - 1});
+          if (!in_deps.empty()) CHECK(in_deps == std::vector<int>{static_cast<int>(i) - 1});
           ++gathered_by[in.bucket];
           break;
         case sp::InstrKind::allgather_start: {
@@ -253,7 +259,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
             CHECK((std::pair{a.first_wave, gathers.back()} < std::pair{b.first_wave, in.bucket}));
           }
           gathers.push_back(in.bucket);
-          CHECK(in.deps.empty());
+          CHECK(in_deps.empty());
           ++gathered_by[in.bucket];
           break;
         }
@@ -265,7 +271,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           REQUIRE(gathers_waited.size() < gathers.size());
           CHECK(in.bucket == gathers[gathers_waited.size()]);
           gathers_waited.push_back(in.bucket);
-          if (!in.deps.empty()) CHECK(in.deps == std::vector<int>{static_cast<int>(gathers_waited.size()) - 1});
+          if (!in_deps.empty()) CHECK(in_deps == std::vector<int>{static_cast<int>(gathers_waited.size()) - 1});
           auto uses = [&](int slice, int bucket) {
             const sp::Bucket& b = l.buckets[static_cast<size_t>(bucket)];
             for (int o : l.slices[static_cast<size_t>(slice)].ops)
@@ -282,7 +288,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           bool needed = false;
           for (size_t g = gathers_waited.size() - 1; g < gathers.size(); ++g) needed |= uses(user.slice, gathers[g]);
           CHECK(needed);
-          if (!user.deps.empty()) CHECK(std::count(user.deps.begin(), user.deps.end(), static_cast<int>(i)) == 1);
+          if (!deps_of(next).empty()) CHECK(std::count(deps_of(next).begin(), deps_of(next).end(), static_cast<int>(i)) == 1);
           break;
         }
         case sp::InstrKind::wait_sends: {
@@ -292,7 +298,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           for (size_t j = 0; j < i; ++j)
             if (prog.instrs[j].kind == sp::InstrKind::post_send) sends.push_back(static_cast<int>(j));
           CHECK_FALSE(sends.empty());
-          if (!in.deps.empty()) CHECK(in.deps == sends);
+          if (!in_deps.empty()) CHECK(in_deps == sends);
           break;
         }
       }
@@ -477,7 +483,7 @@ TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   CHECK(r0.instrs[0].bucket == 0);
   CHECK(r0.instrs[1].kind == sp::InstrKind::allgather_wait);
   CHECK(r0.instrs[2].kind == sp::InstrKind::forward);
-  CHECK(std::count(r0.instrs[2].deps.begin(), r0.instrs[2].deps.end(), 1) == 1);
+  CHECK(std::count(r0.deps.at(2).begin(), r0.deps.at(2).end(), 1) == 1);
   CHECK(std::none_of(r0.instrs.begin(), r0.instrs.end(),
                      [](const sp::Instr& in) { return in.kind == sp::InstrKind::allgather; }));
   CHECK(r0.instrs.size() == q0.instrs.size() + 1);
@@ -792,8 +798,9 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
         const auto& full = full_prog.instrs;
         const auto& lean = lean_prog.instrs;
         REQUIRE(full.size() == lean.size());
+        CHECK(lean_prog.deps.empty());
+        CHECK(full_prog.deps.size() == full.size());
         for (size_t i = 0; i < full.size(); ++i) {
-          CHECK(lean[i].deps.empty());
           CHECK((lean[i].kind == full[i].kind && lean[i].wave == full[i].wave && lean[i].dir == full[i].dir &&
                  lean[i].slice == full[i].slice && std::ranges::equal(lean_prog.transfers_of(lean[i]), full_prog.transfers_of(full[i])) &&
                  lean[i].bucket == full[i].bucket && lean[i].values == full[i].values));

@@ -51,7 +51,7 @@ struct Programs {
 
   explicit Programs(int devices) {
     l.devices = devices;
-    for (int d = 0; d < devices; ++d) l.programs.push_back({d, {}, {}});
+    for (int d = 0; d < devices; ++d) l.programs.push_back({d, {}, {}, {}});
   }
   int slice(int wave, std::vector<int> devices, double ms) {
     sp::LoweredSlice s;
