@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -106,13 +107,15 @@ class Placer {
   struct SlotScratch {
     SlotScratch(int devices, int islands)
         : held(static_cast<size_t>(devices)), held_island(static_cast<size_t>(islands)),
-          island_candidates(static_cast<size_t>(islands)), candidates_known(static_cast<size_t>(islands)) {}
+          island_candidates(static_cast<size_t>(islands)), candidates_known(static_cast<size_t>(islands)),
+          island_cost(static_cast<size_t>(islands)) {}
     std::vector<double> held;                          // input bytes per device
     std::vector<double> held_island;                   // input bytes per island
-    std::vector<std::vector<int>> island_candidates;   // per island: free devices that fit, best first
-    std::vector<char> candidates_known;
+    std::vector<std::vector<int>> island_candidates;   // per island: free devices that fit
+    std::vector<char> candidates_known;                // per island: 0, 1 known, 2 known and best first
     std::vector<int> slot_params;                      // the slot's parameters, in operator order
     std::vector<int> sole_island_k;                    // its operators whose parameter is in exactly one island
+    std::vector<double> island_cost;                   // best_island's: per island, island_cost
   };
 
   // Where one slot of a wave may go given the state so far (steps 2-3 of
@@ -129,7 +132,11 @@ class Placer {
 
    private:
     double need_on(int d);
-    const std::vector<int>& candidates(int i);   // free devices of island i that fit, best first
+    // Free devices of island i that fit, in no set order (their number and
+    // memory are what most islands are asked for)...
+    const std::vector<int>& candidates(int i);
+    // ...and the same, best first, for the islands devices are taken from.
+    const std::vector<int>& ordered(int i);
     double island_cost(int i) const;             // ms of putting the slot into island i
     int best_island(int k, const std::vector<char>& skip);   // among those with k candidates; -1: none
     void take_whole_islands(std::vector<int>& devs, std::vector<char>& skip, int& rest);
@@ -342,6 +349,16 @@ const std::vector<int>& Placer::SlotChoice::candidates(int i) {
     if (!used_[static_cast<size_t>(d)] &&
         (!check_memory || s_.mem[static_cast<size_t>(d)] + need_on(d) <= p_.in_.memory_bytes))
       c.push_back(d);
+  return c;
+}
+
+const std::vector<int>& Placer::SlotChoice::ordered(int i) {
+  (void)candidates(i);
+  std::vector<int>& c = x_.island_candidates[static_cast<size_t>(i)];
+  if (x_.candidates_known[static_cast<size_t>(i)] == 2) return c;
+  x_.candidates_known[static_cast<size_t>(i)] = 2;
+  // A total order (ties: the device index), so the list it starts from
+  // does not matter.
   std::sort(c.begin(), c.end(), [&](int a, int b) {
     const auto au = static_cast<size_t>(a), bu = static_cast<size_t>(b);
     if (balance_ && s_.mem[au] != s_.mem[bu]) return s_.mem[au] < s_.mem[bu];
@@ -364,23 +381,48 @@ double Placer::SlotChoice::island_cost(int i) const {
 }
 
 int Placer::SlotChoice::best_island(int k, const std::vector<char>& skip) {
-  int best = -1;
-  std::tuple<double, double, double, int> best_key{};
-  for (int i = 0; i < p_.islands_; ++i) {
-    if (skip[static_cast<size_t>(i)]) continue;
-    const std::vector<int>& c = candidates(i);
-    if (static_cast<int>(c.size()) < k) continue;
-    double free_mem = 0;
-    if (balance_)
-      for (int d : c) free_mem -= s_.mem[static_cast<size_t>(d)];
-    const std::tuple<double, double, double, int> key{island_cost(i), balance_ ? free_mem : 0.0,
-                                                      -x_.held_island[static_cast<size_t>(i)], i};
-    if (best < 0 || key < best_key) {
-      best = i;
-      best_key = key;
+  // The least key (island_cost, with balance the candidates' used memory,
+  // minus the inputs held, i) over the islands not skipped with k
+  // candidates or more. Its first part needs no candidates: the islands are
+  // taken cheapest first, a cost at a time, and candidates are listed only
+  // for the islands of the cheapest cost at which one has k of them (the
+  // others cannot hold the least key). Usually that is the first cost.
+  std::vector<double>& cost = x_.island_cost;
+  for (int i = 0; i < p_.islands_; ++i)
+    if (!skip[static_cast<size_t>(i)]) cost[static_cast<size_t>(i)] = island_cost(i);
+  bool first = true;
+  double above = 0;   // after the first round: the costs up to this one are done
+  for (;;) {
+    bool any = false;
+    double level = 0;   // the next cost
+    for (int i = 0; i < p_.islands_; ++i) {
+      if (skip[static_cast<size_t>(i)]) continue;
+      const double c = cost[static_cast<size_t>(i)];
+      if ((first || c > above) && (!any || c < level)) {
+        level = c;
+        any = true;
+      }
     }
+    if (!any) return -1;
+    int best = -1;
+    std::tuple<double, double, int> best_key{};
+    for (int i = 0; i < p_.islands_; ++i) {
+      if (skip[static_cast<size_t>(i)] || cost[static_cast<size_t>(i)] != level) continue;
+      const std::vector<int>& c = candidates(i);
+      if (static_cast<int>(c.size()) < k) continue;
+      double free_mem = 0;
+      if (balance_)
+        for (int d : c) free_mem -= s_.mem[static_cast<size_t>(d)];
+      const std::tuple<double, double, int> key{balance_ ? free_mem : 0.0, -x_.held_island[static_cast<size_t>(i)], i};
+      if (best < 0 || key < best_key) {
+        best = i;
+        best_key = key;
+      }
+    }
+    if (best >= 0) return best;
+    above = level;
+    first = false;
   }
-  return best;
 }
 
 std::vector<int> Placer::SlotChoice::devices() {
@@ -392,7 +434,7 @@ std::vector<int> Placer::SlotChoice::devices() {
     // One island for what is left of the slot.
     const int i = best_island(rest, skip);
     if (i >= 0) {
-      const std::vector<int>& c = candidates(i);
+      const std::vector<int>& c = ordered(i);
       devs.insert(devs.end(), c.begin(), c.begin() + rest);
       rest = 0;
     }
@@ -424,7 +466,7 @@ void Placer::SlotChoice::take_fragments(std::vector<int>& devs, int& rest) {
   // Fragmented: islands with the most room first.
   std::vector<std::pair<int, std::vector<int>>> room;
   for (int i = 0; i < p_.islands_; ++i) {
-    std::vector<int> c = candidates(i);
+    std::vector<int> c = ordered(i);
     c.erase(std::remove_if(c.begin(), c.end(),
                            [&](int d) { return std::find(devs.begin(), devs.end(), d) != devs.end(); }),
             c.end());
