@@ -111,6 +111,7 @@ class Placer {
           island_cost(static_cast<size_t>(islands)) {}
     std::vector<double> held;                          // input bytes per device
     std::vector<double> held_island;                   // input bytes per island
+    std::vector<int> held_on;                          // the devices whose held the last slot set
     std::vector<std::vector<int>> island_candidates;   // per island: free devices that fit
     std::vector<char> candidates_known;                // per island: 0, 1 known, 2 known and best first
     std::vector<int> slot_params;                      // the slot's parameters, in operator order
@@ -294,8 +295,11 @@ Placer::SlotChoice::SlotChoice(const Placer& p, const State& s, const std::vecto
                                const AbstractSlot& slot, bool balance, bool ignore_memory, SlotScratch& scratch)
     : p_(p), s_(s), used_(used), slot_(slot), m_(p.in_.metaops[static_cast<size_t>(slot.metaop)]),
       balance_(balance), ignore_memory_(ignore_memory), x_(scratch) {
-  // Where the slot's inputs are: bytes per device and per island.
-  std::fill(x_.held.begin(), x_.held.end(), 0.0);
+  // Where the slot's inputs are: bytes per device and per island. Only
+  // the devices the slot before set are cleared (a wave places hundreds of
+  // slots on a thousand devices).
+  for (int d : x_.held_on) x_.held[static_cast<size_t>(d)] = 0.0;
+  x_.held_on.clear();
   std::fill(x_.held_island.begin(), x_.held_island.end(), 0.0);
   for (const Source& src : p_.sources(s_, slot_)) {
     total_ += src.bytes;
@@ -303,6 +307,7 @@ Placer::SlotChoice::SlotChoice(const Placer& p, const State& s, const std::vecto
     for (int d : *src.devices) {
       x_.held[static_cast<size_t>(d)] += per_device;
       x_.held_island[static_cast<size_t>(p_.island_of(d))] += per_device;
+      x_.held_on.push_back(d);
     }
   }
   x_.slot_params.clear();
