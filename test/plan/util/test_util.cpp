@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #if defined(__GLIBC__)
@@ -117,4 +119,44 @@ TEST_CASE("radix_sort_non_negative: the order std::sort gives, or refuses and le
     CHECK(w[2] == 1.0);
     CHECK(std::signbit(w[1]) == std::signbit(bad));
   }
+}
+
+TEST_CASE("radix_order_descending: most first, ties in the order given, as the scheduler's heap pops them") {
+  std::vector<RadixItem> scratch;
+  std::mt19937_64 rng(5122026);
+  for (int round = 0; round < 100; ++round) {
+    CAPTURE(round);
+    const size_t n = rng() % 1500;
+    std::vector<double> work(2 * n + 1);
+    for (double& w : work)   // many ties, zeros and a wide range
+      w = rng() % 4 == 0 ? static_cast<double>(rng() % 5) : std::ldexp(static_cast<double>(rng() % 1000) + 0.5, static_cast<int>(rng() % 40) - 20);
+    std::vector<int> items;
+    for (int i = 0; i < static_cast<int>(work.size()); ++i)
+      if (rng() % 2) items.push_back(i);   // ascending ids, as ready_ is
+    // The reference: the heap of (-work, id) that by_work pops from.
+    std::vector<std::pair<double, int>> heap;
+    for (int m : items) heap.emplace_back(-work[static_cast<size_t>(m)], m);
+    std::make_heap(heap.begin(), heap.end(), std::greater<>());
+    std::vector<int> expected;
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      expected.push_back(heap.back().second);
+      heap.pop_back();
+    }
+    REQUIRE(radix_order_descending(items, work, scratch));
+    CHECK(items == expected);
+  }
+  // By hand: 3.0 first, the two 2.0s in the order given, 0.0 last.
+  std::vector<double> work = {2.0, 0.0, 3.0, 2.0};
+  std::vector<int> items = {0, 1, 2, 3};
+  REQUIRE(radix_order_descending(items, work, scratch));
+  CHECK(items == std::vector<int>{2, 0, 3, 1});
+  items = {3, 0};   // the order given decides the tie
+  REQUIRE(radix_order_descending(items, work, scratch));
+  CHECK(items == std::vector<int>{3, 0});
+  // A value that does not order by its bits: refused, untouched.
+  work[1] = -1.0;
+  items = {0, 1, 2};
+  CHECK_FALSE(radix_order_descending(items, work, scratch));
+  CHECK(items == std::vector<int>{0, 1, 2});
 }
