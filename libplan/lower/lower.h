@@ -115,7 +115,7 @@ struct Transfer {
   int64_t bytes = 0;   // values x kWireBytesPerValue; 0 for a local copy
   bool operator==(const Transfer&) const = default;
 };
-static_assert(sizeof(Transfer) == 64, "Transfer: one cache line (see above)");
+static_assert(sizeof(Transfer) <= 64, "Transfer: one cache line at most (see above)");
 
 // One parameter shard: the parameter "M/k.r" at one tensor-parallel rank.
 using ShardKey = std::pair<std::string, int>;
@@ -183,7 +183,7 @@ struct Instr {
                                // bucket, Lowered::owned; CostModel::optimizer_ms prices them)
   bool operator==(const Instr&) const = default;
 };
-static_assert(sizeof(Instr) == 32, "Instr: 32 bytes (see above)");
+static_assert(sizeof(Instr) <= 32, "Instr: 32 bytes at most (see above)");
 
 struct Program {
   int device = 0;

