@@ -1,6 +1,7 @@
 #include "libplan/lower/lower.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <set>
@@ -234,6 +235,7 @@ struct ShardScratch {
   std::vector<std::vector<int>> users;    // by param: the slices using it, ascending, each once
   std::vector<int> first_op;              // by param: its first operator, in slice order; -1: unused
   std::vector<std::vector<int>> by_rank;  // one param's holders by tensor-parallel rank
+  std::vector<char> marked;               // by device: holders_by_rank's scratch, all 0 between calls
   // Every shard with two holders or more, in key order (param name, then
   // rank), its holders pool[begin, end).
   struct Reduced {
@@ -252,9 +254,10 @@ ShardScratch& thread_shard_scratch() {
 
 // The holders of a param used by `slices` (ascending) into `by_rank`, by
 // tensor-parallel rank (`tp` of them): the devices of those slices at that
-// rank, ascending, without repeats.
+// rank, ascending, without repeats. `marked` (one entry per device, all 0)
+// is working memory, left all 0.
 void holders_by_rank(const std::vector<int>& slices, int tp, const Lowered& out,
-                     std::vector<std::vector<int>>& by_rank) {
+                     std::vector<std::vector<int>>& by_rank, std::vector<char>& marked) {
   by_rank.resize(static_cast<size_t>(tp));
   for (std::vector<int>& list : by_rank) list.clear();
   for (int s : slices) {
@@ -263,7 +266,24 @@ void holders_by_rank(const std::vector<int>& slices, int tp, const Lowered& out,
       by_rank[static_cast<size_t>(slice.layout.tp_rank_of(static_cast<int>(i)))].push_back(slice.devices[i]);
   }
   for (std::vector<int>& list : by_rank) {
-    if (slices.size() > 1) std::sort(list.begin(), list.end());   // one slice's devices are ascending
+    if (slices.size() > 1) {   // one slice's devices are ascending; several slices' are not
+      // A param shared by many slices (an encoder every task uses) has
+      // hundreds of holders: marking them and reading the devices in order
+      // costs less than sorting them once n log2 n passes the device count.
+      const auto n = static_cast<double>(list.size());
+      if (n * std::log2(std::max(n, 2.0)) > static_cast<double>(out.devices)) {
+        marked.resize(static_cast<size_t>(out.devices), 0);
+        for (int d : list) marked[static_cast<size_t>(d)] = 1;
+        list.clear();
+        for (int d = 0; d < out.devices; ++d)
+          if (marked[static_cast<size_t>(d)]) {
+            list.push_back(d);
+            marked[static_cast<size_t>(d)] = 0;
+          }
+        continue;
+      }
+      std::sort(list.begin(), list.end());
+    }
     list.erase(std::unique(list.begin(), list.end()), list.end());
   }
 }
@@ -310,7 +330,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
     }
     const int64_t values = ctx.shard_values[static_cast<size_t>(first)];
     shard_values[static_cast<size_t>(p)] = values;
-    holders_by_rank(sc.users[static_cast<size_t>(p)], op.tensor_parallel, out, sc.by_rank);
+    holders_by_rank(sc.users[static_cast<size_t>(p)], op.tensor_parallel, out, sc.by_rank, sc.marked);
     for (size_t rank = 0; rank < sc.by_rank.size(); ++rank) {
       const std::vector<int>& list = sc.by_rank[rank];
       if (runtime_maps && !list.empty())
