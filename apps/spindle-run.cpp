@@ -867,7 +867,6 @@ int run(const Args& args, int rank, int size) {
     return 0;
   }
 
-
   // 4. Training.
   int64_t samples_per_step = 0;
   for (const sp::Task& t : in.model->tasks) samples_per_step += t.batch;

@@ -108,7 +108,7 @@ class Placer {
     SlotScratch(int devices, int islands)
         : held(static_cast<size_t>(devices)), held_island(static_cast<size_t>(islands)),
           island_candidates(static_cast<size_t>(islands)), candidates_known(static_cast<size_t>(islands)),
-          island_cost(static_cast<size_t>(islands)) {}
+          cost_of_island(static_cast<size_t>(islands)) {}
     std::vector<double> held;                          // input bytes per device
     std::vector<double> held_island;                   // input bytes per island
     std::vector<int> held_on;                          // the devices whose held the last slot set
@@ -116,7 +116,7 @@ class Placer {
     std::vector<char> candidates_known;                // per island: 0, 1 known, 2 known and best first
     std::vector<int> slot_params;                      // the slot's parameters, in operator order
     std::vector<int> sole_island_k;                    // its operators whose parameter is in exactly one island
-    std::vector<double> island_cost;                   // best_island's: per island, island_cost
+    std::vector<double> cost_of_island;                // best_island's: per island, island_cost(i)
   };
 
   // Where one slot of a wave may go given the state so far (steps 2-3 of
@@ -392,7 +392,7 @@ int Placer::SlotChoice::best_island(int k, const std::vector<char>& skip) {
   // taken cheapest first, a cost at a time, and candidates are listed only
   // for the islands of the cheapest cost at which one has k of them (the
   // others cannot hold the least key). Usually that is the first cost.
-  std::vector<double>& cost = x_.island_cost;
+  std::vector<double>& cost = x_.cost_of_island;
   for (int i = 0; i < p_.islands_; ++i)
     if (!skip[static_cast<size_t>(i)]) cost[static_cast<size_t>(i)] = island_cost(i);
   bool first = true;

@@ -210,18 +210,20 @@ Status scan(Plan& plan, ShiftTimes& times, const std::vector<Shift>& shifts, int
   const size_t n = shifts.size();
   size_t pos = 0;      // where the next batch starts
   size_t misses = 0;   // shifts tried (or not applicable) since the last one kept
+  // One batch simulated in a round: its shifts and the scan's counters as
+  // it leaves them when it keeps nothing.
+  struct Batch {
+    size_t begin = 0, end = 0;   // into scratch and tried
+    std::vector<size_t> at;      // each shift's place in the list
+    size_t pos = 0, misses = 0;
+    int simulations = 0;
+  };
+  std::vector<Batch> ahead;
   while (misses < n && simulations < max_simulations) {
     // The next batches: the shifts from `pos` on, cyclically, that apply,
     // kShiftBatch to a batch, each batch's counters as the one before it
-    // leaves them when it keeps nothing. `ahead` holds those counters as
-    // each batch ends.
-    struct Batch {
-      size_t begin = 0, end = 0;   // into scratch and tried
-      std::vector<size_t> at;      // each shift's place in the list
-      size_t pos = 0, misses = 0;
-      int simulations = 0;
-    };
-    std::vector<Batch> ahead;
+    // leaves them when it keeps nothing.
+    ahead.clear();
     size_t a_pos = pos, a_misses = misses, used = 0;
     int a_simulations = simulations;
     while (ahead.size() < rounds && a_misses < n && a_simulations < max_simulations) {
