@@ -467,6 +467,8 @@ struct BuilderScratch {
   std::vector<ExchangeRun> runs;
   std::vector<std::pair<int, int>> sends_after;
   std::vector<int> posted, posted_sends, touched, ready_step, reductions, stepped;
+  std::vector<int> ready_at;
+  std::vector<size_t> ready_from;
 };
 
 // Builds device d's program in the order of the header, with its
@@ -570,6 +572,12 @@ class ProgramBuilder {
   // -1 until it is made.
   std::vector<int>& reductions_;
   std::vector<int>& stepped_;        // find_ready_steps': params whose last_step_ it set
+  // With overlap and buckets started when ready: the buckets (indices into
+  // mine.buckets, ascending) that become ready after backward step s,
+  // ready_at_[ready_from_[s], ready_from_[s + 1]) (step 0's include those
+  // ready before any: ready_step_ -1).
+  std::vector<int>& ready_at_;
+  std::vector<size_t>& ready_from_;
   size_t started_ = 0;               // leading buckets started
   // With the gathers at the step's start (Lowered::gathers_at_start): their
   // waits, as (k, allgather_start) in program order: the wait of that start
@@ -588,7 +596,8 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
       wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
       posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
       bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
-      reductions_(scratch.reductions), stepped_(scratch.stepped) {
+      reductions_(scratch.reductions), stepped_(scratch.stepped), ready_at_(scratch.ready_at),
+      ready_from_(scratch.ready_from) {
   runs_.clear();
   sends_after_.clear();
   posted_.clear();
@@ -761,6 +770,19 @@ void ProgramBuilder::find_ready_steps() {
   // after ready_step[i]: the same programs iff they never decrease.
   for (size_t i = 1; i < ready_step_.size(); ++i)
     if (ready_step_[i] < ready_step_[i - 1]) starts_matter_ = true;
+  if (starts_ != BucketStarts::when_ready) return;
+  // ready_at_ by step: a counting sort of the buckets on their ready step
+  // (stable: ascending within a step).
+  const size_t steps = mine_.slices.size();
+  auto step_of = [&](size_t i) { return static_cast<size_t>(std::max(ready_step_[i], 0)); };
+  ready_from_.assign(steps + 2, 0);
+  for (size_t i = 0; i < ready_step_.size(); ++i) ++ready_from_[step_of(i) + 1];
+  for (size_t s = 1; s < ready_from_.size(); ++s) ready_from_[s] += ready_from_[s - 1];
+  ready_at_.resize(ready_step_.size());
+  std::vector<size_t>& next = ready_from_;   // advanced to each step's end, then shifted back
+  for (size_t i = 0; i < ready_step_.size(); ++i) ready_at_[next[step_of(i)]++] = static_cast<int>(i);
+  for (size_t s = ready_from_.size() - 1; s > 0; --s) ready_from_[s] = ready_from_[s - 1];
+  ready_from_[0] = 0;
 }
 
 // The all-reduce of bucket mine.buckets[i] (blocking, or its start), after
@@ -790,8 +812,11 @@ void ProgramBuilder::start_ready(int step) {
       reduce(started_++, InstrKind::allreduce_start);
     return;
   }
-  for (size_t i = started_; i < mine_.buckets.size(); ++i)
-    if (reductions_[i] < 0 && ready_step_[i] <= step) reduce(i, InstrKind::allreduce_start);
+  // start_ready runs after every step in turn: those ready before this
+  // step have started, the ones left to start are this step's.
+  const auto s = static_cast<size_t>(step);
+  for (size_t k = ready_from_[s]; k < ready_from_[s + 1]; ++k)
+    reduce(static_cast<size_t>(ready_at_[k]), InstrKind::allreduce_start);
   while (started_ < mine_.buckets.size() && reductions_[started_] >= 0) ++started_;
 }
 
@@ -1099,7 +1124,11 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   SPINDLE_TRY(lower_transfers(plan, ctx, out));
   const ParamIds& ids = ctx.params;
   const DeviceShares shares(out);
-  BuilderScratch scratch(ids.names.size());
+  // Kept from one lowering to the next on its thread (the planner lowers
+  // hundreds of candidates); every builder leaves it as BuilderScratch says.
+  thread_local BuilderScratch scratch(0);
+  scratch.param_bwd.resize(ids.names.size());
+  scratch.last_step.resize(ids.names.size(), -1);
   // Transfers posted early when the caller allows it and the plan asks for it.
   GradSync sync = lowering_sync(options, plan);
   sync.early_transfers = sync.early_transfers && plan.early_transfers;

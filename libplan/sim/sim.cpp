@@ -146,6 +146,7 @@ struct SimState {
   std::vector<size_t> first;                      // by device
   std::vector<InstrTimes> times;
   std::vector<double> instr_ms;                   // by instruction, flat: Simulator::compute_ms of it
+  std::vector<double> forward_ms, backward_ms;    // by slice: Simulator::fill_slice_ms
   std::vector<int> pending;                       // exchanges: messages not yet delivered
   std::vector<int> src_instr, dst_instr;          // by transfer: its exchange in the sender's, receiver's program
   std::vector<Links> links;                       // by transfer
@@ -367,15 +368,30 @@ class Simulator {
   // CostModel::optimizer_ms of the values it steps; either replaced by
   // SimOptions::replay_ms); a post_recv, its software overhead; 0 for
   // every other kind.
+  // (fill_slice_ms first: the forwards' and backwards' times by slice.)
   double compute_ms(const Instr& c, size_t d, size_t i) const {
-    if (c.kind == InstrKind::post_recv)   // its software overhead (its messages' are the exchange's)
-      return options_.price_communication ? instruction_ms(cost_.overhead()) : 0.0;
+    switch (c.kind) {
+      case InstrKind::post_recv: return recv_ms_;   // its software overhead (its messages' are the exchange's)
+      case InstrKind::forward:
+      case InstrKind::backward:
+      case InstrKind::optimizer: break;
+      default: return 0.0;
+    }
     if (!options_.price_compute) return 0.0;
     if (!options_.replay_ms.empty() && options_.replay_ms[d][i] >= 0) return options_.replay_ms[d][i];
     if (c.kind == InstrKind::optimizer) return options_.price_optimizer ? cost_.optimizer_ms(c.values) : 0.0;
-    if (c.kind != InstrKind::forward && c.kind != InstrKind::backward) return 0.0;
-    const double fwd = forward_share_of(options_, static_cast<size_t>(c.slice));
-    return slice_ms_[static_cast<size_t>(c.slice)] * (c.kind == InstrKind::forward ? fwd : 1.0 - fwd);
+    return (c.kind == InstrKind::forward ? s_.forward_ms : s_.backward_ms)[static_cast<size_t>(c.slice)];
+  }
+  // s_.forward_ms and s_.backward_ms: each slice's ms split by its forward
+  // share (forward_share_of), once per run rather than per instruction.
+  void fill_slice_ms() {
+    s_.forward_ms.resize(slice_ms_.size());
+    s_.backward_ms.resize(slice_ms_.size());
+    for (size_t s = 0; s < slice_ms_.size(); ++s) {
+      const double fwd = forward_share_of(options_, s);
+      s_.forward_ms[s] = slice_ms_[s] * fwd;
+      s_.backward_ms[s] = slice_ms_[s] * (1.0 - fwd);
+    }
   }
 
   const Lowered& l_;
@@ -385,6 +401,8 @@ class Simulator {
   const SimOptions options_;
   const bool progress_in_calls_ = options_.price_communication && cost_.allreduce_progress_in_calls();
   const bool tracing_ = options_.critical_path;   // s_.cause is kept (set_cause)
+  // A post_recv's time (compute_ms).
+  const double recv_ms_ = options_.price_communication ? instruction_ms(cost_.overhead()) : 0.0;
 
   SimState& s_;
   size_t at(int d, int pc) const { return s_.first[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
@@ -729,6 +747,7 @@ Status Simulator::check_replay() const {
 }
 
 void Simulator::fill_instr_ms() {
+  fill_slice_ms();
   s_.instr_ms.resize(s_.first[static_cast<size_t>(l_.devices)]);
   for (size_t d = 0; d < static_cast<size_t>(l_.devices); ++d) {
     const std::vector<Instr>& instrs = l_.programs[d].instrs;
@@ -754,6 +773,7 @@ void Simulator::fill_instr_ms() {
 // overlap), and is left out: the same figures to the bit as before
 // all-gathers. On the way, s_.instr_ms.
 void Simulator::fill_time_left() {
+  fill_slice_ms();
   s_.time_left.resize(s_.first[static_cast<size_t>(l_.devices)]);
   s_.instr_ms.resize(s_.first[static_cast<size_t>(l_.devices)]);
   s_.after_wait.assign(collective_count(l_), 0.0);
