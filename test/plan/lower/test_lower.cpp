@@ -626,6 +626,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   const fs::path root = SPINDLE_SOURCE_DIR;
   int lowered_plans = 0;
   int started_earlier = 0;   // bucket starts that come earlier when ready than in order
+  int starts_checked = 0;    // bucket starts checked to stand right after their last backward
   int pieces_taken = 0, pieces_added = 0;   // backward pieces, over every plan (check_adds)
   bool matter_both_ways[2] = {false, false};   // plans whose bucket rule matters, and plans whose does not
   for (const auto& [model, cluster] : std::vector<std::pair<std::string, std::string>>{
@@ -696,6 +697,28 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
         for (const auto& [bucket, pos] : at_ready) {
           CHECK(pos <= at_ordered.at(bucket));
           if (pos < at_ordered.at(bucket)) ++started_earlier;
+        }
+        // When ready, exactly: each start follows (past other starts and
+        // post_sends) the last backward on d that uses one of its bucket's
+        // parameters, and no backward after it uses one.
+        const sp::Program& prog = ready.programs[static_cast<size_t>(d)];
+        auto uses = [&](const sp::Instr& in, int bucket) {
+          const std::vector<int>& params = ready.buckets[static_cast<size_t>(bucket)].params;
+          for (int o : ready.slices[static_cast<size_t>(in.slice)].ops)
+            if (std::find(params.begin(), params.end(), context->params.of_op[static_cast<size_t>(o)]) != params.end())
+              return true;
+          return false;
+        };
+        for (size_t i = 0; i < prog.instrs.size(); ++i) {
+          if (prog.instrs[i].kind != sp::InstrKind::allreduce_start) continue;
+          const int bucket = prog.instrs[i].bucket;
+          size_t before = i;
+          while (before > 0 && prog.instrs[before].kind != sp::InstrKind::backward) --before;
+          REQUIRE(prog.instrs[before].kind == sp::InstrKind::backward);
+          CHECK(uses(prog.instrs[before], bucket));
+          for (size_t j = i + 1; j < prog.instrs.size(); ++j)
+            if (prog.instrs[j].kind == sp::InstrKind::backward) CHECK_FALSE(uses(prog.instrs[j], bucket));
+          ++starts_checked;
         }
       }
       // Without overlap: the same programs but for the all-reduces, one
@@ -811,6 +834,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   }
   CHECK(lowered_plans >= 20);
   CHECK(started_earlier > 0);   // the two rules differ somewhere
+  CHECK(starts_checked > 0);
   CHECK(matter_both_ways[0]);
   CHECK(matter_both_ways[1]);
   // Both kinds of backward piece occur: taken whole and added.
