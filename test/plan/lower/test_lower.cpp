@@ -716,8 +716,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           while (before > 0 && prog.instrs[before].kind != sp::InstrKind::backward) --before;
           REQUIRE(prog.instrs[before].kind == sp::InstrKind::backward);
           CHECK(uses(prog.instrs[before], bucket));
-          for (size_t j = i + 1; j < prog.instrs.size(); ++j)
-            if (prog.instrs[j].kind == sp::InstrKind::backward) CHECK_FALSE(uses(prog.instrs[j], bucket));
+          auto used = [&](const sp::Instr& in) { return in.kind == sp::InstrKind::backward && uses(in, bucket); };
+          CHECK_FALSE(std::any_of(prog.instrs.begin() + static_cast<std::ptrdiff_t>(i) + 1, prog.instrs.end(), used));
           ++starts_checked;
         }
       }
