@@ -454,13 +454,16 @@ struct ExchangeRun {
   bool receives;       // the device receives one of them
 };
 
-// ProgramBuilder's working memory, made once by lower_programs and used by
-// the builder of every device in turn (so that a lowering allocates its
-// lists once, not once per device). Between builders param_bwd holds
-// empty lists and last_step -1s, by param id; each builder clears the
-// other lists before it uses them.
+// ProgramBuilder's working memory, kept by lower_programs on its thread and
+// used by the builder of every device in turn (so that lowerings allocate
+// their lists once, not once per device and lowering). Between builders
+// param_bwd holds empty lists and last_step -1s, by param id; each builder
+// clears the other lists before it uses them. `building` is set while a
+// lowering uses it: found set, a lowering was left part way (an exception
+// out of a builder) and the lists are made again.
 struct BuilderScratch {
   explicit BuilderScratch(size_t params) : param_bwd(params), last_step(params, -1) {}
+  bool building = false;
   std::vector<std::vector<int>> param_bwd;
   std::vector<int> last_step;
   std::vector<size_t> wave_begin;
@@ -1127,6 +1130,8 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   // Kept from one lowering to the next on its thread (the planner lowers
   // hundreds of candidates); every builder leaves it as BuilderScratch says.
   thread_local BuilderScratch scratch(0);
+  if (scratch.building) scratch = BuilderScratch(0);
+  scratch.building = true;
   scratch.param_bwd.resize(ids.names.size());
   scratch.last_step.resize(ids.names.size(), -1);
   // Transfers posted early when the caller allows it and the plan asks for it.
@@ -1139,6 +1144,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
                                           d, scratch, options.deps, sync, plan.bucket_starts,
                                           out.bucket_starts_matter)
                                .build());
+  scratch.building = false;
   mark_adds(out);
   return {};
 }
