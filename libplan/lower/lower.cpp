@@ -454,24 +454,20 @@ struct ExchangeRun {
   bool receives;       // the device receives one of them
 };
 
-// ProgramBuilder's working memory, kept by lower_programs on its thread and
-// used by the builder of every device in turn (so that lowerings allocate
-// their lists once, not once per device and lowering). Between builders
-// param_bwd holds empty lists and last_step -1s, by param id; each builder
-// clears the other lists before it uses them. `building` is set while a
-// lowering uses it: found set, a lowering was left part way (an exception
-// out of a builder) and the lists are made again.
+// ProgramBuilder's working memory, made once by lower_programs and used by
+// the builder of every device in turn (so that a lowering allocates its
+// lists once, not once per device). Between builders param_bwd holds
+// empty lists and last_step -1s, by param id; each builder clears the
+// other lists before it uses them.
 struct BuilderScratch {
   explicit BuilderScratch(size_t params) : param_bwd(params), last_step(params, -1) {}
-  bool building = false;
   std::vector<std::vector<int>> param_bwd;
   std::vector<int> last_step;
   std::vector<size_t> wave_begin;
   std::vector<ExchangeRun> runs;
   std::vector<std::pair<int, int>> sends_after;
-  std::vector<int> posted, posted_sends, touched, ready_step, reductions, stepped;
-  std::vector<int> ready_at;
-  std::vector<size_t> ready_from;
+  std::vector<int> posted, posted_sends, touched, ready_step, reductions, stepped, ready_order;
+  std::vector<size_t> ready_place;
 };
 
 // Builds device d's program in the order of the header, with its
@@ -575,13 +571,13 @@ class ProgramBuilder {
   // -1 until it is made.
   std::vector<int>& reductions_;
   std::vector<int>& stepped_;        // find_ready_steps': params whose last_step_ it set
-  // With overlap and buckets started when ready: the buckets (indices into
-  // mine.buckets, ascending) that become ready after backward step s,
-  // ready_at_[ready_from_[s], ready_from_[s + 1]) (step 0's include those
-  // ready before any: ready_step_ -1).
-  std::vector<int>& ready_at_;
-  std::vector<size_t>& ready_from_;
-  size_t started_ = 0;               // leading buckets started
+  // With overlap and buckets started when ready: mine.buckets' indices
+  // by the backward step after which each is ready (ready_step_, -1 as 0),
+  // ascending within a step; next_ready_ the first not yet started.
+  std::vector<int>& ready_order_;
+  std::vector<size_t>& ready_place_;   // find_ready_steps' scratch
+  size_t next_ready_ = 0;
+  size_t started_ = 0;               // in order: leading buckets started
   // With the gathers at the step's start (Lowered::gathers_at_start): their
   // waits, as (k, allgather_start) in program order: the wait of that start
   // goes right before the forward of mine.slices[k] (start_gathers);
@@ -599,8 +595,8 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
       wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
       posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
       bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
-      reductions_(scratch.reductions), stepped_(scratch.stepped), ready_at_(scratch.ready_at),
-      ready_from_(scratch.ready_from) {
+      reductions_(scratch.reductions), stepped_(scratch.stepped), ready_order_(scratch.ready_order),
+      ready_place_(scratch.ready_place) {
   runs_.clear();
   sends_after_.clear();
   posted_.clear();
@@ -774,18 +770,15 @@ void ProgramBuilder::find_ready_steps() {
   for (size_t i = 1; i < ready_step_.size(); ++i)
     if (ready_step_[i] < ready_step_[i - 1]) starts_matter_ = true;
   if (starts_ != BucketStarts::when_ready) return;
-  // ready_at_ by step: a counting sort of the buckets on their ready step
-  // (stable: ascending within a step).
-  const size_t steps = mine_.slices.size();
+  // Started when ready: by ready step (-1 as the first), ascending within
+  // one; a counting sort on the step (it costs less than a sort here).
   auto step_of = [&](size_t i) { return static_cast<size_t>(std::max(ready_step_[i], 0)); };
-  ready_from_.assign(steps + 2, 0);
-  for (size_t i = 0; i < ready_step_.size(); ++i) ++ready_from_[step_of(i) + 1];
-  for (size_t s = 1; s < ready_from_.size(); ++s) ready_from_[s] += ready_from_[s - 1];
-  ready_at_.resize(ready_step_.size());
-  std::vector<size_t>& next = ready_from_;   // advanced to each step's end, then shifted back
-  for (size_t i = 0; i < ready_step_.size(); ++i) ready_at_[next[step_of(i)]++] = static_cast<int>(i);
-  for (size_t s = ready_from_.size() - 1; s > 0; --s) ready_from_[s] = ready_from_[s - 1];
-  ready_from_[0] = 0;
+  std::vector<size_t>& place = ready_place_;   // by step: where its next bucket goes
+  place.assign(mine_.slices.size() + 2, 0);
+  for (size_t i = 0; i < ready_step_.size(); ++i) ++place[step_of(i) + 1];
+  std::partial_sum(place.begin(), place.end(), place.begin());
+  ready_order_.resize(ready_step_.size());
+  for (size_t i = 0; i < ready_step_.size(); ++i) ready_order_[place[step_of(i)]++] = static_cast<int>(i);
 }
 
 // The all-reduce of bucket mine.buckets[i] (blocking, or its start), after
@@ -815,12 +808,12 @@ void ProgramBuilder::start_ready(int step) {
       reduce(started_++, InstrKind::allreduce_start);
     return;
   }
-  // start_ready runs after every step in turn: those ready before this
-  // step have started, the ones left to start are this step's.
-  const auto s = static_cast<size_t>(step);
-  for (size_t k = ready_from_[s]; k < ready_from_[s + 1]; ++k)
-    reduce(static_cast<size_t>(ready_at_[k]), InstrKind::allreduce_start);
-  while (started_ < mine_.buckets.size() && reductions_[started_] >= 0) ++started_;
+  // Steps come in order: those ready before this one have started.
+  for (; next_ready_ < ready_order_.size(); ++next_ready_) {
+    const auto i = static_cast<size_t>(ready_order_[next_ready_]);
+    if (ready_step_[i] > step) break;
+    reduce(i, InstrKind::allreduce_start);
+  }
 }
 
 // Per wave, last first: the backward of each of d's slices (in reverse),
@@ -1127,13 +1120,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   SPINDLE_TRY(lower_transfers(plan, ctx, out));
   const ParamIds& ids = ctx.params;
   const DeviceShares shares(out);
-  // Kept from one lowering to the next on its thread (the planner lowers
-  // hundreds of candidates); every builder leaves it as BuilderScratch says.
-  thread_local BuilderScratch scratch(0);
-  if (scratch.building) scratch = BuilderScratch(0);
-  scratch.building = true;
-  scratch.param_bwd.resize(ids.names.size());
-  scratch.last_step.resize(ids.names.size(), -1);
+  BuilderScratch scratch(ids.names.size());
   // Transfers posted early when the caller allows it and the plan asks for it.
   GradSync sync = lowering_sync(options, plan);
   sync.early_transfers = sync.early_transfers && plan.early_transfers;
@@ -1144,7 +1131,6 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
                                           d, scratch, options.deps, sync, plan.bucket_starts,
                                           out.bucket_starts_matter)
                                .build());
-  scratch.building = false;
   mark_adds(out);
   return {};
 }

@@ -371,7 +371,7 @@ class Simulator {
   // (fill_slice_ms first: the forwards' and backwards' times by slice.)
   double compute_ms(const Instr& c, size_t d, size_t i) const {
     switch (c.kind) {
-      case InstrKind::post_recv: return recv_ms_;   // its software overhead (its messages' are the exchange's)
+      case InstrKind::post_recv: return instruction_overhead_ms_;   // its messages' overhead is the exchange's
       case InstrKind::forward:
       case InstrKind::backward:
       case InstrKind::optimizer: break;
@@ -401,8 +401,10 @@ class Simulator {
   const SimOptions options_;
   const bool progress_in_calls_ = options_.price_communication && cost_.allreduce_progress_in_calls();
   const bool tracing_ = options_.critical_path;   // s_.cause is kept (set_cause)
-  // A post_recv's time (compute_ms).
-  const double recv_ms_ = options_.price_communication ? instruction_ms(cost_.overhead()) : 0.0;
+  // The software overhead of one instruction that posts or completes
+  // messages (a post_recv, a wait_sends), ms: 0 without communication priced.
+  const double instruction_overhead_ms_ =
+      options_.price_communication ? instruction_ms(cost_.overhead()) : 0.0;
 
   SimState& s_;
   size_t at(int d, int pc) const { return s_.first[static_cast<size_t>(d)] + static_cast<size_t>(pc); }
@@ -1045,7 +1047,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
 // delivered (at once if they are), the device completes them
 // (CommOverhead::instruction_us, kept in unpack_ms), then goes on.
 void Simulator::enter_wait_sends(int d, int pc, double t) {
-  s_.times[at(d, pc)].unpack_ms = options_.price_communication ? instruction_ms(cost_.overhead()) : 0.0;
+  s_.times[at(d, pc)].unpack_ms = instruction_overhead_ms_;
   if (s_.early_left[static_cast<size_t>(d)] > 0) {
     s_.at_wait_sends[static_cast<size_t>(d)] = pc;
     return;
