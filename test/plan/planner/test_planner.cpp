@@ -19,6 +19,7 @@
 #include "libplan/planner/cost_plan.h"
 #include "libplan/planner/feasibility.h"
 #include "libplan/planner/planner.h"
+#include "libplan/sim/sim.h"
 #include "test/plan/shipped_fixture.h"
 
 using namespace spindle::plan;

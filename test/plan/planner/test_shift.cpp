@@ -14,6 +14,7 @@
 
 #include "../shipped_fixture.h"
 #include "libplan/plan/check.h"
+#include "libplan/planner/feasibility.h"
 #include "libplan/planner/shift.h"
 #include "libplan/sim/sim.h"
 
