@@ -69,6 +69,7 @@
 #include "libplan/util/files.h"
 #include "libplan/planner/feasibility.h"
 #include "libplan/util/host_memory.h"
+#include "libplan/util/units.h"
 
 namespace sp = spindle::plan;
 namespace se = spindle::exec;
@@ -347,12 +348,12 @@ bool cuda_backend_usable(std::string* error) {
 // Numeric flags (docs/hardening.md, "Limits"): "" or what is wrong.
 std::string check_numbers(const Args& args) {
   if (!(std::isfinite(args.lr) && args.lr > 0 && args.lr <= 1))
-    return "--lr " + std::to_string(args.lr) + ": expected a learning rate above 0 and at most 1";
+    return "--lr " + sp::number_text(args.lr) + ": expected a learning rate above 0 and at most 1";
   if (args.steps < 1) return "--steps must be at least 1";
   if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
   if (!(std::isfinite(args.comm_timeout_s) && args.comm_timeout_s > 0 && args.comm_timeout_s <= 1e6))
-    return "--comm-timeout " + std::to_string(args.comm_timeout_s) + ": expected seconds above 0 and at most 1e6";
+    return "--comm-timeout " + sp::number_text(args.comm_timeout_s) + ": expected seconds above 0 and at most 1e6";
   if (args.trace_window.first > args.steps)
     return "--trace-steps " + args.trace_steps + ": starts after the run's last step (--steps " +
            std::to_string(args.steps) + "): the trace would hold no step";

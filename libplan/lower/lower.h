@@ -70,6 +70,7 @@
 #include "libplan/rules/memory.h"
 #include "libplan/rules/rows.h"
 #include "libplan/util/status.h"
+#include "libplan/util/units.h"
 
 namespace spindle::plan {
 
@@ -325,8 +326,8 @@ struct GradSync {
 // kMaxBucketMb] (plan.h; NaN is not); and its value in bytes (at least 1).
 inline Status check_bucket_mb(double mb) {
   if (mb >= kMinBucketMb && mb <= kMaxBucketMb) return {};
-  return Error{"--bucket-mb " + std::to_string(mb) + ": expected MiB in [" + std::to_string(kMinBucketMb) + ", " +
-               std::to_string(kMaxBucketMb) + "]"};
+  return Error{"--bucket-mb " + number_text(mb) + ": expected MiB in [" + number_text(kMinBucketMb) + ", " +
+               number_text(kMaxBucketMb) + "]"};
 }
 inline int64_t bucket_bytes_of_mb(double mb) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::clamp(mb, kMinBucketMb, kMaxBucketMb) * (1 << 20)));

@@ -1,6 +1,7 @@
 #include "libplan/plan/check.h"
 
 #include "libplan/rules/devices.h"
+#include "libplan/util/units.h"
 
 #include <algorithm>
 #include <cmath>
@@ -196,8 +197,8 @@ SliceIndex check_waves(const Plan& plan, const OpGraph& graph, std::vector<std::
           index.param_devices[graph.ops[op_index[m.operators[k]]].param].insert(sl.devices.begin(), sl.devices.end());
     }
     if (wave.ms + 1e-3 < longest)
-      out.push_back(wh + ".ms: " + std::to_string(wave.ms) + " is shorter than its longest slice " +
-                    std::to_string(longest));
+      out.push_back(wh + ".ms: " + number_text(wave.ms) + " is shorter than its longest slice " +
+                    number_text(longest));
   }
   return index;
 }

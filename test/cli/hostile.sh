@@ -139,8 +139,12 @@ profile-mismatch)
   ;;
 run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
-  for lr in nan inf -1 0 1e30; do
-    expect 2 "--lr" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --lr "$lr" --metrics m.jsonl
+  # Each value echoed as the shortest decimal that reads back (number_text):
+  # not 1e30 as 31 digits and six decimals, nor a tiny value as 0.000000.
+  # (--lr is a float: 1e30 echoed as the float, not 1.0000000150474662e+30.)
+  for lr in nan:nan inf:inf -1:-1 0:0 1e30:1e+30 1.5:1.5; do
+    expect 2 "--lr ${lr#*:}: expected a learning rate above 0 and at most 1" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --lr "${lr%%:*}" --metrics m.jsonl
   done
   [ -e m.jsonl ] && { echo "FAIL: metrics written by a refused run"; failures=$((failures + 1)); }
   expect 2 "--steps" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 0
@@ -175,13 +179,17 @@ run-flags)
   traced=$(python3 -c "import json, sys; print(sorted({e['args']['step'] for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('ph') == 'X'}))" t.json)
   [ "$traced" = "[2, 3]" ] || { echo "FAIL: --trace-steps 2:3 traced steps $traced"; failures=$((failures + 1)); }
   # --comm-timeout (NCCL's wait): seconds above 0, finite, at most 1e6.
-  for t in nan inf 0 -5 1e30 x; do
-    expect 2 "--comm-timeout" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout "$t"
+  for t in nan:nan inf:inf 0:0 -5:-5 1e30:1e+30; do
+    expect 2 "--comm-timeout ${t#*:}: expected seconds above 0 and at most 1e6" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout "${t%%:*}"
   done
-  for mb in nan inf -1 0 1e30 x; do
-    expect 2 "--bucket-mb" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json \
-      --bucket-mb "$mb"
+  expect 2 "--comm-timeout" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout x
+  for mb in nan:nan inf:inf -1:-1 0:0 1e30:1e+30 1e-30:1e-30 0.0009:0.0009 1e-7:1e-07; do
+    expect 2 "--bucket-mb ${mb#*:}: expected MiB in [0.001, 1048576]" -- \
+      "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json --bucket-mb "${mb%%:*}"
   done
+  expect 2 "--bucket-mb" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json \
+    --bucket-mb x
   [ -e mb.json ] && { echo "FAIL: a plan written with a refused --bucket-mb"; failures=$((failures + 1)); }
   # --shift-simulations: a count from 0 to 2^20.
   for n in -1 1e30 x 2.5 nan 2000000; do

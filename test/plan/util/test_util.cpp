@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@
 
 #include "libplan/util/host_memory.h"
 #include "libplan/util/radix_sort.h"
+#include "libplan/util/units.h"
 #include "libplan/util/units.h"
 
 using namespace spindle::plan;
@@ -68,6 +70,37 @@ TEST_CASE("human_bytes: the largest binary unit reached, with the decimals asked
   CHECK(human_bytes(1536) == "1.5 KiB");
   CHECK(human_bytes(1023) == "1023 B");
   CHECK(human_bytes(0) == "0 B");
+}
+
+TEST_CASE("number_text: the shortest decimal that reads back, plain from 1e-6 to 1e21") {
+  using spindle::plan::number_text;
+  CHECK(number_text(25.0) == "25");
+  CHECK(number_text(0.001) == "0.001");
+  CHECK(number_text(0.0009) == "0.0009");     // plain: shorter in scientific ("9e-04")
+  CHECK(number_text(1e-6) == "0.000001");
+  CHECK(number_text(9.9e-7) == "9.9e-07");
+  CHECK(number_text(1048576.0) == "1048576");
+  CHECK(number_text(1e20) == "100000000000000000000");
+  CHECK(number_text(1e21) == "1e+21");
+  CHECK(number_text(-1.0) == "-1");
+  CHECK(number_text(0.0) == "0");
+  CHECK(number_text(1e-30) == "1e-30");        // std::to_string: "0.000000"
+  CHECK(number_text(1e300) == "1e+300");       // std::to_string: 301 digits
+  CHECK(number_text(0.1 + 0.2) == "0.30000000000000004");
+  CHECK(number_text(1e30f) == "1e+30");        // the float, not the double it widens to
+  CHECK(number_text(std::numeric_limits<double>::infinity()) == "inf");
+  CHECK(number_text(std::numeric_limits<double>::quiet_NaN()) == "nan");
+  // Round trip across the exponent range, both notations.
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 1000; ++i) {
+    const double x = std::ldexp(std::uniform_real_distribution<double>(1, 2)(rng), static_cast<int>(rng() % 2000) - 1000);
+    CAPTURE(x);
+    CHECK(std::stod(number_text(x)) == x);
+    const float f = static_cast<float>(std::ldexp(std::uniform_real_distribution<double>(1, 2)(rng),
+                                                  static_cast<int>(rng() % 240) - 120));
+    CAPTURE(f);
+    CHECK(std::stof(number_text(f)) == f);
+  }
 }
 
 TEST_CASE("radix_sort_non_negative: the order std::sort gives, or refuses and leaves the values") {
