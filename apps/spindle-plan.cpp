@@ -156,18 +156,23 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   std::printf("planning  %.2f ms\n", plan.planning_ms);
 }
 
+// The name of a device's program in the --lower folder: device-D.json.
+const std::regex& program_file() {
+  static const std::regex name(R"(device-(\d{1,9})\.json)");
+  return name;
+}
+
 // --lower DIR must not hold the programs of a plan for more devices:
 // DIR/device-D.json with D >= `devices` would sit beside this plan's and
 // read as part of it. Refused before anything is written, naming them
 // (nothing is removed: they may be what the user wanted to keep).
 sp::Status check_no_stale_programs(const std::string& dir, int devices) {
-  static const std::regex program_file(R"(device-(\d{1,9})\.json)");
   std::vector<int> stale;
   std::error_code ec;   // a folder that does not exist yet holds nothing
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     std::smatch m;
-    if (std::regex_match(name, m, program_file))
+    if (std::regex_match(name, m, program_file()))
       if (const int d = std::stoi(m[1].str()); d >= devices) stale.push_back(d);
   }
   if (stale.empty()) return {};
@@ -471,6 +476,17 @@ int main(int argc, char** argv) {
   }
   if (!o.lower_dir.empty()) {
     if (sp::Status st = sp::check_output_dir("--lower", o.lower_dir); !st) return fail(kExitInvalid, st.error().message);
+    // Nor may the plan, its trace or plot, or an input be one of the programs.
+    const sp::OutputDir programs{"--lower", o.lower_dir,
+                                 [](const std::string& name) { return std::regex_match(name, program_file()); },
+                                 "a device's program"};
+    const bool planning = o.check_path.empty();
+    sp::Status st = sp::check_apart_from_dir(
+        programs,
+        {{"-o", planning ? o.out_path : ""}, {"--trace", planning ? o.trace_path : ""},
+         {"--plot", planning ? o.plot_path : ""}},
+        {o.model_path, o.cluster_path, o.profile_path, o.check_path});
+    if (!st) return fail(kExitInvalid, st.error().message);
   }
 
   auto model = sp::load_model(o.model_path);

@@ -365,15 +365,19 @@ std::string check_numbers(const Args& args) {
 // run: a fresh run (no --resume) refuses a folder holding checkpoints unless
 // --overwrite. "" or what is wrong.
 std::string check_paths(const Args& args) {
-  sp::Status st = sp::check_output_paths(
-      {{"--metrics", args.metrics_path},
-       {"--trace", args.trace_path},
-       {"--dump-params", args.dump_path},
-       {"--dump-grads", args.grads_path}},
-      {args.plan_path, args.model_path, args.data_path, args.eval_path});
+  const std::vector<sp::OutputPath> outputs = {{"--metrics", args.metrics_path},
+                                               {"--trace", args.trace_path},
+                                               {"--dump-params", args.dump_path},
+                                               {"--dump-grads", args.grads_path}};
+  const std::vector<std::string> inputs = {args.plan_path, args.model_path, args.data_path, args.eval_path};
+  sp::Status st = sp::check_output_paths(outputs, inputs);
   if (!st.ok()) return st.error().message;
   if (args.checkpoint_dir.empty()) return "";
   st = sp::check_output_dir("--checkpoint", args.checkpoint_dir);
+  if (!st.ok()) return st.error().message;
+  st = sp::check_apart_from_dir(
+      {"--checkpoint", args.checkpoint_dir, se::is_checkpoint_entry, "a name checkpoints take (step-*)"}, outputs,
+      inputs);
   if (!st.ok()) return st.error().message;
   const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
   if (!args.resume && !args.overwrite && !found.empty())

@@ -85,6 +85,11 @@ plan::Result<std::map<std::string, Tensor>> decode_tensors(const std::string& by
 // "step-000006" for step 6.
 std::string checkpoint_name(int64_t step);
 
+// Whether `name`, an entry directly in a checkpoint folder, is one that
+// saving, keeping the newest or --overwrite may replace or remove: any name
+// starting "step-" (complete checkpoints and *.tmp.* leftovers among them).
+inline bool is_checkpoint_entry(const std::string& name) { return name.rfind("step-", 0) == 0; }
+
 // Writes the checkpoint of `state` (step = meta.step) into `dir` (created
 // if missing) atomically as above, then removes all but the newest `keep`
 // complete checkpoints and any *.tmp.* leftovers of steps up to this one.

@@ -38,23 +38,17 @@ std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
 namespace {
 
 // An error when `out_path` lies inside a checkpoint step folder of
-// `checkpoint`: the step read, or (given a checkpoint folder) any folder in
-// it, whose step folders a later --resume, --keep or --overwrite reads or
+// `checkpoint`: the step read, or (given a checkpoint folder) any step
+// folder in it, which a later --resume, --keep or --overwrite reads or
 // deletes. Writing there could replace the manifest or a shard of the
 // checkpoint being exported. A file directly in the checkpoint folder is
-// fine.
+// fine unless named as its steps are (step-*).
 plan::Status check_outside_checkpoint(const std::string& checkpoint, bool is_step, const std::string& out_path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path base = fs::weakly_canonical(fs::absolute(checkpoint, ec), ec);
-  const fs::path out = fs::weakly_canonical(fs::absolute(out_path, ec), ec);
-  if (ec) return {};
-  const fs::path rel = out.lexically_relative(base);
-  if (rel.empty() || *rel.begin() == "..") return {};
-  const size_t depth = static_cast<size_t>(std::distance(rel.begin(), rel.end()));
-  if (!is_step && depth < 2) return {};
-  return plan::Error{"-o " + out_path + ": inside the checkpoint " + (is_step ? checkpoint : (base / *rel.begin()).string()) +
-                     " (refused: it would change a checkpoint); write it elsewhere"};
+  const plan::OutputDir read =
+      is_step ? plan::OutputDir{"checkpoint", checkpoint, [](const std::string&) { return true; },
+                                "part of the checkpoint read"}
+              : plan::OutputDir{"checkpoint", checkpoint, is_checkpoint_entry, "a checkpoint"};
+  return plan::check_apart_from_dir(read, {{"-o", out_path}}, {});
 }
 
 }  // namespace

@@ -68,6 +68,14 @@ std::string folder_refusal(const std::string& dir) {
   return "";
 }
 
+// `path` absolute, with its existing part's links, "." and ".." resolved:
+// two spellings of one path compare equal.
+std::filesystem::path normal_path(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path norm = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? std::filesystem::path(path) : norm;
+}
+
 void fsync_folder(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) return;
@@ -93,9 +101,7 @@ Status check_output_paths(const std::vector<OutputPath>& outputs, const std::vec
         }
       }
     }
-    std::error_code ec;
-    std::string norm = std::filesystem::weakly_canonical(std::filesystem::absolute(o.path, ec), ec).string();
-    if (ec) norm = o.path;
+    const std::string norm = normal_path(o.path).string();
     for (const std::string& other : seen) {
       if (other == norm) return Error{who + ": the same file as another output of this command"};
     }
@@ -124,6 +130,33 @@ Status check_output_dir(const std::string& flag, const std::string& dir) {
     }
   }
   return Error{who + ": no existing folder above it"};
+}
+
+Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>& outputs,
+                            const std::vector<std::string>& inputs) {
+  if (dir.path.empty()) return Status::Ok();
+  const std::filesystem::path folder = normal_path(dir.path);
+  const std::string where = dir.flag + " " + dir.path;
+  // "" when `path` stays clear of the folder's own entries, else why not.
+  const auto clash = [&](const std::string& path) -> std::string {
+    const std::filesystem::path p = normal_path(path);
+    if (p == folder) return "is the folder of " + where;
+    const std::filesystem::path rel = p.lexically_relative(folder);
+    if (rel.empty() || *rel.begin() == ".." || *rel.begin() == ".") return "";
+    const std::string first = rel.begin()->string();
+    if (!dir.owns(first)) return "";
+    return "is in the folder of " + where + ", where " + first + " is " + dir.taken;
+  };
+  for (const OutputPath& o : outputs) {
+    if (o.path.empty()) continue;
+    if (std::string why = clash(o.path); !why.empty()) return Error{o.flag + " " + o.path + ": " + why + "; name another file"};
+  }
+  for (const std::string& in : inputs) {
+    if (in.empty()) continue;
+    if (std::string why = clash(in); !why.empty())
+      return Error{"the input " + in + " " + why + ": " + dir.flag + " would replace it; name another folder"};
+  }
+  return Status::Ok();
 }
 
 Status write_file_atomic(const std::string& path, const std::string& bytes) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,25 @@ Status check_output_paths(const std::vector<OutputPath>& outputs, const std::vec
 // Symbolic links to folders are followed (a shared file system is often
 // linked in). `flag` names the option in messages.
 Status check_output_dir(const std::string& flag, const std::string& dir);
+
+// A folder output that a program fills with entries of its own names
+// (--lower DIR: device-D.json; --checkpoint DIR: step-N). `owns` says
+// whether a name directly in the folder is one of them; `taken` says what
+// such a name is, for messages ("a device's program").
+struct OutputDir {
+  std::string flag;  // "--lower", "--checkpoint"
+  std::string path;
+  std::function<bool(const std::string& name)> owns;
+  std::string taken;
+};
+// Refuses, before anything is written, a file output or an input of the
+// same command that is the folder itself, or lies in it under a name the
+// folder's entries take (the file itself, or inside such an entry): filling
+// the folder would replace it, or remove it with the checkpoints. Files in
+// the folder under other names are fine (-o L/plan.json --lower L).
+// Messages name the flag and both paths. An empty `dir.path` checks nothing.
+Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>& outputs,
+                            const std::vector<std::string>& inputs);
 
 // Writes `bytes` to `path` atomically: a temporary file in the same folder
 // (created exclusively, never through a link), written, flushed, fsynced and

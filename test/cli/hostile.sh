@@ -88,6 +88,24 @@ outputs)
   expect 2 "holds device-2.json .. device-3.json" -- "$plan" model.yaml --check two.json --lower programs
   expect 0 "" -- "$plan" model.yaml --check four.json --lower programs
   rm two.json
+  # No other output or input may be one of the programs --lower writes, or
+  # the folder itself: the plan would be replaced by device 0's program,
+  # exit 0 (or written, then --lower fail to make its folder, exit 1).
+  expect 2 "-o new.json: is the folder of --lower new.json; name another file" -- \
+    "$plan" model.yaml --cluster cluster.yaml -o new.json --lower new.json
+  [ -e new.json ] && { echo "FAIL: new.json written by a refused --lower"; failures=$((failures + 1)); }
+  expect 2 "-o programs/device-0.json: is in the folder of --lower programs, where device-0.json is a device's program" \
+    -- "$plan" model.yaml --cluster cluster.yaml -o programs/device-0.json --lower programs
+  expect 2 "--trace programs/./device-3.json: is in the folder of --lower programs" -- \
+    "$plan" model.yaml --cluster cluster.yaml -o four.json --trace programs/./device-3.json --lower programs
+  cp four.json programs/device-1.json
+  expect 2 "the input programs/device-1.json is in the folder of --lower programs" -- \
+    "$plan" model.yaml --check programs/device-1.json --lower programs
+  cmp -s four.json programs/device-1.json || { echo "FAIL: the checked plan was replaced"; failures=$((failures + 1)); }
+  rm programs/device-1.json
+  expect 0 "" -- "$plan" model.yaml --cluster cluster.yaml -o programs/plan.json --lower programs
+  [ -e programs/plan.json ] && [ -e programs/device-3.json ] ||
+    { echo "FAIL: a plan beside its programs was not written"; failures=$((failures + 1)); }
   # Nothing was written by any refusal; a good run still writes.
   ls *.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary file left"; failures=$((failures + 1)); }
   [ -e p.json ] && { echo "FAIL: p.json written by a refused run"; failures=$((failures + 1)); }
@@ -226,6 +244,12 @@ run-paths)
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --metrics one.json
   expect 2 "--dump-params /dev/null: is a device node" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --dump-params /dev/null
+  # Nor may an output or input be the checkpoint folder, or a name its
+  # checkpoints take (saving, keeping the newest and --overwrite replace or
+  # remove those).
+  expect 2 "--metrics ck: is the folder of --checkpoint ck; name another file" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --metrics ck
+  [ -e ck ] && { echo "FAIL: ck made by a refused run"; failures=$((failures + 1)); }
   expect 2 "--metrics adir: is a directory" -- \
     bash -c "mkdir -p adir; $mpiexec --oversubscribe -np 1 $run one.json --model $models/tiny-clip.yaml --steps 2 --metrics adir"
   # An empty path: "--data $DATA" with DATA unset must not train on

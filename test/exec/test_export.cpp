@@ -200,7 +200,7 @@ TEST_CASE("export: an output inside a checkpoint's step folder is refused, the c
     auto r = export_checkpoint(checkpoint.string(), out.string(), &write_failed);
     REQUIRE_FALSE(r.ok());
     CHECK_FALSE(write_failed);
-    CHECK_THAT(r.error().message, Catch::Contains("inside the checkpoint"));
+    CHECK_THAT(r.error().message, Catch::Contains("is in the folder of checkpoint"));
   }
   CHECK(*sp::read_file((step / "manifest.json").string()) == manifest);
   CHECK_FALSE(fs::exists(step / "w.safetensors"));

@@ -428,6 +428,42 @@ TEST_CASE("an output that is an input, or another output, is refused", "[hostile
   CHECK(slurp(model) == "name: m\n");
 }
 
+TEST_CASE("no output or input may be a folder output or a name its own entries take", "[hostile]") {
+  Scratch s;
+  const std::string L = s.path("L");
+  const auto programs = [&](const std::string& path) {
+    return sp::OutputDir{"--lower", path, [](const std::string& n) { return n.rfind("device-", 0) == 0; },
+                         "a device's program"};
+  };
+  const auto outputs_error = [&](const std::string& dir, const std::string& out) {
+    return status_error(sp::check_apart_from_dir(programs(dir), {{"-o", out}}, {}));
+  };
+  // The folder itself, existing or not, under any spelling.
+  CHECK(outputs_error(L, L) == "-o " + L + ": is the folder of --lower " + L + "; name another file");
+  fs::create_directory(L);
+  CHECK(outputs_error(L + "/", s.dir.string() + "/./L").find("is the folder of --lower") != std::string::npos);
+  // A name the folder's entries take, directly in it or inside such an entry.
+  CHECK(outputs_error(L, L + "/device-0.json") ==
+        "-o " + L + "/device-0.json: is in the folder of --lower " + L +
+            ", where device-0.json is a device's program; name another file");
+  CHECK(outputs_error(L, L + "/../L/device-7.json").find("where device-7.json is") != std::string::npos);
+  CHECK(outputs_error(L, L + "/device-2.json/x").find("where device-2.json is") != std::string::npos);
+  // Through a link to the folder.
+  fs::create_directory_symlink(L, s.path("link"));
+  CHECK(outputs_error(s.path("link"), L + "/device-1.json").find("where device-1.json is") != std::string::npos);
+  // Other names in it, beside it, above it: fine; no folder: nothing checked.
+  CHECK(sp::check_apart_from_dir(programs(L), {{"-o", L + "/plan.json"}, {"--trace", L + "/sub/device-0.json"}},
+                                 {s.path("device-0.json"), s.path("model.yaml")})
+            .ok());
+  CHECK(sp::check_apart_from_dir(programs(L + "/sub"), {{"-o", L + "/device-0.json"}, {"--trace", L}}, {}).ok());
+  CHECK(sp::check_apart_from_dir(programs(""), {{"-o", L + "/device-0.json"}}, {L + "/device-1.json"}).ok());
+  CHECK(sp::check_apart_from_dir(programs(L), {{"-o", ""}}, {""}).ok());
+  // An input there is named as the input.
+  CHECK(status_error(sp::check_apart_from_dir(programs(L), {}, {L + "/device-3.json"})) ==
+        "the input " + L + "/device-3.json is in the folder of --lower " + L +
+            ", where device-3.json is a device's program: --lower would replace it; name another folder");
+}
+
 TEST_CASE("a checkpoint folder that is a file, or under a file, is refused", "[hostile]") {
   Scratch s;
   REQUIRE(sp::write_file_atomic(s.path("file"), "x").ok());
