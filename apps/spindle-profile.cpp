@@ -398,7 +398,8 @@ int main(int argc, char** argv) {
   // Given at all, it must hold counts: --devices "$COUNTS" with COUNTS unset
   // is an error, not every count.
   if (app.count("--devices") > 0 && !parse_counts(devices_text, counts)) {
-    std::fprintf(stderr, "spindle-profile: --devices: expected positive integers separated by commas, found '%s'\n",
+    std::fprintf(stderr,
+                 "spindle-profile: error: --devices: expected positive integers separated by commas, found '%s'\n",
                  devices_text.c_str());
     return kExitInvalid;
   }
@@ -407,37 +408,28 @@ int main(int argc, char** argv) {
     return run_measure(&argc, &argv, model_path, cluster_path, out_path, counts, backend_name, point_ms);
 #else
     std::fprintf(stderr,
-                 "spindle-profile: --measure needs the runtime (libexec), which this build does not "
+                 "spindle-profile: error: --measure needs the runtime (libexec), which this build does not "
                  "include (SPINDLE_BUILD_RUNTIME=OFF); use --analytic\n");
     return kExitInvalid;
 #endif
   }
 
-  if (sp::Status st = sp::check_output_paths({{"-o", out_path}}, {model_path, cluster_path}); !st.ok()) {
-    std::fprintf(stderr, "spindle-profile: error: %s\n", st.error().message.c_str());
-    return kExitInvalid;
-  }
+  // Every refusal as "spindle-profile: error: MESSAGE", as in --measure.
+  const auto error = [](const std::string& message, int code) {
+    std::fprintf(stderr, "spindle-profile: error: %s\n", message.c_str());
+    return code;
+  };
+  if (sp::Status st = sp::check_output_paths({{"-o", out_path}}, {model_path, cluster_path}); !st.ok())
+    return error(st.error().message, kExitInvalid);
   auto model = sp::load_model(model_path);
-  if (!model.ok()) {
-    std::fprintf(stderr, "%s\n", model.error().message.c_str());
-    return kExitInvalid;
-  }
+  if (!model.ok()) return error(model.error().message, kExitInvalid);
   auto cluster = sp::load_cluster(cluster_path);
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "%s\n", cluster.error().message.c_str());
-    return kExitInvalid;
-  }
+  if (!cluster.ok()) return error(cluster.error().message, kExitInvalid);
   const sp::OpGraph graph = sp::expand(*model);
   auto profile = sp::analytic_profile(*model, graph, *cluster, counts.empty() ? nullptr : &counts);
-  if (!profile.ok()) {
-    std::fprintf(stderr, "%s\n", profile.error().message.c_str());
-    return kExitInvalid;
-  }
+  if (!profile.ok()) return error(profile.error().message, kExitInvalid);
   const std::string bytes = sp::profile_to_json(*profile);
-  if (auto st = sp::write_file_atomic(out_path, bytes); !st.ok()) {
-    std::fprintf(stderr, "%s\n", st.error().message.c_str());
-    return kExitRuntime;
-  }
+  if (auto st = sp::write_file_atomic(out_path, bytes); !st.ok()) return error(st.error().message, kExitRuntime);
   std::printf("spindle-profile: %zu entries, analytic on %s, device counts %s -> %s\n",
               profile->entries.size(), profile->device.c_str(), counts_summary(*profile).c_str(),
               out_path.c_str());

@@ -287,6 +287,18 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
                    ": a count must be a multiple n of tensor_parallel with n / tensor_parallel "
                    "dividing the batch"};
     }
+    // One point where the cluster allows several counts: the planner refuses
+    // such a profile (ProfileCostModel::create), so it is not written.
+    if (counts.size() == 1 && several_valid_device_counts(cluster.devices(), use.tensor_parallel, use.workload.batch)) {
+      const std::vector<int> valid = analytic_valid_counts(use.workload.batch, use.tensor_parallel, cluster, nullptr);
+      std::string listed;
+      for (int n : valid) listed += (listed.empty() ? "" : ",") + std::to_string(n);
+      return Error{"--devices: operator " + use.first_op + " (" + key + ", tensor_parallel " +
+                   std::to_string(use.tensor_parallel) + ") gets one point (" + std::to_string(counts.front()) +
+                   " devices), but " + listed + " are valid on the " + std::to_string(cluster.devices()) +
+                   " devices of " + cfile + ": a profile gives at least two points wherever more than one count "
+                   "is valid (spec/profile.md), so spindle-plan would refuse it; list another of those counts"};
+    }
     // The profile format's bounds (limits.h): a figure beyond them would be
     // written and then refused by every reader.
     const std::string where = (model.path.empty() ? std::string("<model>") : model.path) + ": operator " +

@@ -8,6 +8,7 @@
 #                     (x-links) and the executor's own overhead, and
 #                     spindle-plan plans with it
 #   bad-usage         every bad usage exits 2 naming the problem, output untouched
+#                     (a --devices list that would give a one-point entry too)
 set -u
 mode="$1"; bin="$2"; src="$3"; out="$4/$mode"; mpiexec="$5"
 model="$src/configs/models/tiny-clip.yaml"
@@ -96,6 +97,12 @@ bad-usage)
     bash "$expect" "$o" "--point-ms" -- "$p" "$model" --cluster "$c4" --measure --point-ms "$ms" -o "$o" || status=1
   done
   bash "$expect" "$o" "device count 9" -- "$p" "$model" --cluster "$c4" --measure --devices 9 -o "$o" || status=1
+  # One count where the cluster allows several: spindle-plan would refuse
+  # the profile (one point), so neither mode writes it.
+  for how in --analytic --measure; do
+    bash "$expect" "$o" "gets one point (2 devices), but 1,2,3,4 are valid" -- \
+      "$p" "$model" --cluster "$c4" "$how" --devices 2 -o "$o" || status=1
+  done
   bash "$expect" "$o" "--devices" -- "$p" "$model" --cluster "$c4" --measure --devices 2,x -o "$o" || status=1
   bash "$expect" "$o" "--backend" -- "$p" "$model" --cluster "$c4" --backend cpu -o "$o" || status=1
   bash "$expect" "$o" "does not exist" -- "$p" "$model" --cluster "$c4" --measure -o "$out/missing/dir/p.json" || status=1

@@ -2,8 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "libplan/cost/analytic.h"
+#include "libplan/cost/cost_model.h"
 #include "libplan/io/profile.h"
 #include "libplan/model/ops.h"
 
@@ -235,6 +238,41 @@ TEST_CASE("analytic profile errors name the cluster key") {
   auto q = analytic_profile(*model, g, a800(1), &too_many);
   REQUIRE_FALSE(q.ok());
   CHECK_THAT(q.error().message, Catch::Contains("--devices"));
+}
+
+TEST_CASE("a --devices list that gives an operator one point where several counts are valid is refused") {
+  // spindle-plan refuses such a profile (spec/profile.md: at least two
+  // points wherever more than one count is valid), so it is not written.
+  auto model = load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/tiny-lm.yaml");
+  REQUIRE(model.ok());
+  const OpGraph g = expand(*model);
+  auto cluster = load_cluster(std::string(SPINDLE_SOURCE_DIR) + "/configs/clusters/cpu-1x4.yaml");
+  REQUIRE(cluster.ok());
+  const std::vector<int> two{2};
+  auto one = analytic_profile(*model, g, *cluster, &two);
+  REQUIRE_FALSE(one.ok());
+  CHECK_THAT(one.error().message, Catch::Contains("gets one point (2 devices), but 1,2,3,4 are valid on the 4 devices"));
+  CHECK_THAT(one.error().message, Catch::Contains("spindle-plan would refuse it"));
+  // {1, 2} leaves the TP-2 trunk (valid on 2 and 4) one point too.
+  const std::vector<int> low{1, 2};
+  auto trunk = analytic_profile(*model, g, *cluster, &low);
+  REQUIRE_FALSE(trunk.ok());
+  CHECK_THAT(trunk.error().message, Catch::Contains("tensor_parallel 2) gets one point (2 devices), but 2,4 are valid"));
+  // What it refuses is what the planner refuses: with two counts each, it plans.
+  const std::vector<int> pair{2, 4};
+  auto ok = analytic_profile(*model, g, *cluster, &pair);
+  REQUIRE(ok.ok());
+  CHECK(ProfileCostModel::create(*ok, *cluster, g).ok());
+  // On one device a single point is all there is.
+  auto single = load_cluster(std::string(SPINDLE_SOURCE_DIR) + "/configs/clusters/cpu-1x1.yaml");
+  REQUIRE(single.ok());
+  auto clip = load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/tiny-clip.yaml");
+  REQUIRE(clip.ok());
+  const OpGraph g1 = expand(*clip);
+  const std::vector<int> just_one{1};
+  auto lone = analytic_profile(*clip, g1, *single, &just_one);
+  REQUIRE(lone.ok());
+  CHECK(ProfileCostModel::create(*lone, *single, g1).ok());
 }
 
 TEST_CASE("analytic time of a tensor-parallel layer, by hand") {
