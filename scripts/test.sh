@@ -8,16 +8,35 @@
 # the readers (label `fuzz`). SPINDLE_TEST_SANITIZE=0 skips them.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+
+# The wall time of each step, printed last, also when a step fails: the log
+# of a slow or failed CI run shows where its time went (docs/building.md,
+# "Test time").
+steps=()
+step_start=$SECONDS
+step_done() {  # step_done LABEL: the step since the last one ended
+  steps+=("$1 $((SECONDS - step_start)) s")
+  step_start=$SECONDS
+}
+report_times() {
+  local rc=$? joined="" step
+  for step in "${steps[@]}"; do joined+="${joined:+, }$step"; done
+  [ "$rc" -ne 0 ] && joined+="${joined:+, }the step that failed $((SECONDS - step_start)) s"
+  echo "test: wall time per step: $joined; in all $SECONDS s"
+}
+trap report_times EXIT
+
 # The test programs' own sources at -O1 (the code under test keeps -O2):
 # they only call it, and compile in about 30% less time.
 spindle_build -DSPINDLE_WERROR=ON -DSPINDLE_TEST_COMPILE_OPTIONS=-O1
+step_done "setup and build"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600 "$@"
+step_done "suite"
 
 if [ "${SPINDLE_TEST_SANITIZE:-1}" = 0 ]; then
   echo "test: sanitizer and fuzz steps skipped (SPINDLE_TEST_SANITIZE=0)"
   exit 0
 fi
-start=$SECONDS
 ASAN_DIR="${ASAN_BUILD_DIR:-$SPINDLE_ROOT/build-asan}"
 # -O1 for the code under test: the sanitized suite runs three times as fast
 # as with -O0 (2 min against 6 on 2 cores). -O0 for the test programs' own
@@ -37,6 +56,7 @@ CXX=clang++ cmake -S "$SPINDLE_ROOT" -B "$ASAN_DIR" $(spindle_generator "$ASAN_D
   "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" -DSPINDLE_TEST_COMPILE_OPTIONS=-O0 -DSPINDLE_APP_COMPILE_OPTIONS=-O0 -DSPINDLE_WERROR=ON \
   -DSPINDLE_SANITIZE=address,undefined -DSPINDLE_BUILD_BENCH=OFF "${LINKER[@]}"
 cmake --build "$ASAN_DIR" -j "$JOBS"
+step_done "sanitizer build"
 # Any undefined behaviour stops the test (it is also compiled with
 # -fno-sanitize-recover=undefined).
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -48,5 +68,6 @@ export SPINDLE_TEST_SANITIZED=1
 # here) run without leak checking: Open MPI keeps allocations until exit.
 OWN_CODE='^(plan/.*|exec|cli|regress|fuzz)$'
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" --timeout 600 -L "$OWN_CODE"
+step_done "sanitized own code and fuzzing"
 ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" --timeout 600 -LE "$OWN_CODE"
-echo "test: sanitizer and fuzz steps took $((SECONDS - start)) s"
+step_done "sanitized Open MPI programs"
