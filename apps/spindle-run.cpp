@@ -569,6 +569,16 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
     for (const std::string& note : rt.sync_notes)
       std::printf("spindle-run: note: %s; its predictions describe another run\n", note.c_str());
+    // Evaluation on the samples trained on (the train split named twice).
+    if (in.data && in.eval_data) {
+      std::string tasks;
+      for (int t : se::tasks_evaluated_on_training_data(*in.data, *in.eval_data))
+        tasks += (tasks.empty() ? "" : ", ") + model.tasks[static_cast<size_t>(t)].name;
+      if (!tasks.empty())
+        std::printf("spindle-run: warning: --eval-data reads the training data of task(s) %s (the same folders "
+                    "as --data): their evaluation measures the samples trained on, not unseen ones\n",
+                    tasks.c_str());
+    }
     // The gradient sync in effect (sync_for_run: the plan's unless a flag
     // overrode it), as DDP users look for their bucket layout.
     const sp::GradSync& sync = rt.options.sync;

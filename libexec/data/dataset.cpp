@@ -1,5 +1,6 @@
 #include "libexec/data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -311,6 +312,18 @@ Tensor FileSource::load(const DataRead& r, int64_t batch) {
         case DataKind::labels: dst[e] = static_cast<float>(v); break;
       }
     }
+  }
+  return out;
+}
+
+std::vector<int> tasks_evaluated_on_training_data(const FileSource& train, const FileSource& eval) {
+  std::vector<int> out;
+  for (int t = 0; t < std::min(train.tasks(), eval.tasks()); ++t) {
+    const TaskFiles& a = train.task(t);
+    const TaskFiles& b = eval.task(t);
+    if (a.synthetic || b.synthetic) continue;
+    std::error_code ec;
+    if (std::filesystem::equivalent(a.dir, b.dir, ec) && !ec) out.push_back(t);
   }
   return out;
 }

@@ -92,6 +92,7 @@ class FileSource final : public DataSource {
 
   bool may_ignore_targets(int task) const override;
   const TaskFiles& task(int t) const { return tasks_[static_cast<size_t>(t)]; }
+  int tasks() const { return static_cast<int>(tasks_.size()); }
   // Sample index of row `row` of batch `batch` of task `t` (not synthetic).
   int64_t sample_of(int t, int64_t batch, int64_t row);
 
@@ -110,5 +111,12 @@ class FileSource final : public DataSource {
   std::map<std::pair<int, std::string>, std::unique_ptr<SampleFile>> files_;
   std::map<int, std::pair<int64_t, std::vector<int64_t>>> order_cache_;  // task -> (epoch, order)
 };
+
+// The tasks (model task indices, ascending) whose evaluation data is their
+// training data: the same dataset folder (device and inode, so another
+// spelling or a link to it counts) in `train` and `eval`. Evaluating there
+// measures the samples trained on, not unseen ones: the train split named
+// twice is a common slip. Synthetic tasks never count.
+std::vector<int> tasks_evaluated_on_training_data(const FileSource& train, const FileSource& eval);
 
 }  // namespace spindle::exec

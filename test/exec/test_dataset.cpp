@@ -241,6 +241,41 @@ TEST_CASE("npy: the shipped digits data reads as numpy wrote it", "[data]") {
   CHECK(aud->shape() == std::vector<int64_t>{1500, 32, 16});
 }
 
+TEST_CASE("evaluation on the training data: the tasks whose --eval-data folder is their --data folder", "[data]") {
+  const std::string root = std::string(SPINDLE_SOURCE_DIR) + "/configs/data/digits/";
+  auto model = plan::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/digits-mm.yaml");
+  REQUIRE(model.ok());
+  const auto open = [&](const std::string& yaml_path, bool eval) {
+    auto spec = load_data_spec(yaml_path, *model, eval);
+    REQUIRE(spec.ok());
+    auto src = FileSource::open(*spec, *model, 0);
+    REQUIRE(src.ok());
+    return std::move(*src);
+  };
+  const auto train = open(root + "train.yaml", false);
+  const auto val = open(root + "val.yaml", true);
+  const int tasks = static_cast<int>(model->tasks.size());
+  REQUIRE(train->tasks() == tasks);
+  CHECK(tasks_evaluated_on_training_data(*train, *val).empty());   // the shipped split
+  std::vector<int> all(static_cast<size_t>(tasks));
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(tasks_evaluated_on_training_data(*train, *open(root + "train.yaml", true)) == all);
+  // The training folder under another spelling and through a link, for
+  // one task; another task synthetic in both.
+  const fs::path d = fs::temp_directory_path() / "spindle-eval-on-train";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  fs::create_directory_symlink(root + "train", d / "linked");
+  const std::string names[] = {model->tasks[0].name, model->tasks[1].name, model->tasks[2].name};
+  std::ofstream(d / "eval.yaml") << "tasks:\n  " << names[0] << ": {path: linked}\n  " << names[1] << ": {path: "
+                                 << root << "val}\n  " << names[2] << ": {synthetic: true}\n";
+  std::ofstream(d / "train.yaml") << "tasks:\n  " << names[0] << ": {path: " << root << "./train}\n  " << names[1]
+                                  << ": {path: " << root << "train}\n  " << names[2] << ": {synthetic: true}\n";
+  CHECK(tasks_evaluated_on_training_data(*open((d / "train.yaml").string(), false),
+                                         *open((d / "eval.yaml").string(), true)) == std::vector<int>{0});
+  fs::remove_all(d);
+}
+
 TEST_CASE("sampling: the documented shuffle, by an independent Python implementation", "[data]") {
   // Reference (Python, the algorithm of dataset.h):
   //   M = 2**64 - 1

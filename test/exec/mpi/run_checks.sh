@@ -333,6 +333,7 @@ PY
       fi
       grep '^evaluation' run.log | tail -n 1
       [ "$(grep -c '^evaluation at iteration' run.log)" -eq 2 ] || die "run $v: expected evaluations after steps 3 and 6"
+      ! grep -q 'warning: --eval-data' run.log || die "run $v: warned of training data on the validation split"
       if [ "$v" != 1 ]; then
         echo "== digits-mm: plan $v against 1 device"
         "$COMPARE" m1.jsonl params1.json "m$v.jsonl" "params$v.json" || status=1
@@ -441,7 +442,14 @@ PY
       "$SRC" "$SRC" "$SRC" > train.yaml
     run 2 p2.json "$model" --steps 1 --data train.yaml --eval-data d.yaml
     expect_reject "a bad evaluation value" "d/txt.npy: sample 0, element 3: token id -1 outside"
-    echo "PASS: every bad-data case exits 2 naming the file" ;;
+    # Careless, not bad: the training data named as --eval-data (here under
+    # another spelling) trains and evaluates, with a warning naming the tasks.
+    run 2 p2.json "$model" --steps 1 --data train.yaml --eval-data "$SRC/configs/data/digits/train.yaml"
+    cat run.log
+    [ "$rc" -eq 0 ] || die "evaluation on the training data: exit $rc"
+    grep -q "^spindle-run: warning: --eval-data reads the training data of task(s) image-text, audio-text, caption" \
+      run.log || die "evaluation on the training data: no warning"
+    echo "PASS: every bad-data case exits 2 naming the file; evaluating on the training data warns" ;;
   wrong-world)
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     start=$SECONDS
