@@ -579,6 +579,17 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
                     "as --data): their evaluation measures the samples trained on, not unseen ones\n",
                     tasks.c_str());
     }
+    // More evaluation batches than one pass holds: samples counted twice.
+    if (in.eval_data && args.eval_batches > 0) {
+      std::string tasks;
+      for (int t : se::tasks_evaluated_past_one_pass(*in.eval_data, args.eval_batches))
+        tasks += (tasks.empty() ? "" : ", ") + model.tasks[static_cast<size_t>(t)].name + " (" +
+                 std::to_string(in.eval_data->task(t).per_epoch) + " batches a pass)";
+      if (!tasks.empty())
+        std::printf("spindle-run: warning: --eval-batches %d is more than one pass over the evaluation set of "
+                    "task(s) %s: the batches after a pass repeat its samples, which count twice\n",
+                    args.eval_batches, tasks.c_str());
+    }
     // The gradient sync in effect (sync_for_run: the plan's unless a flag
     // overrode it), as DDP users look for their bucket layout.
     const sp::GradSync& sync = rt.options.sync;

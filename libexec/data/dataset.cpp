@@ -328,4 +328,11 @@ std::vector<int> tasks_evaluated_on_training_data(const FileSource& train, const
   return out;
 }
 
+std::vector<int> tasks_evaluated_past_one_pass(const FileSource& eval, int64_t batches) {
+  std::vector<int> out;
+  for (int t = 0; t < eval.tasks(); ++t)
+    if (!eval.task(t).synthetic && batches > eval.task(t).per_epoch) out.push_back(t);
+  return out;
+}
+
 }  // namespace spindle::exec

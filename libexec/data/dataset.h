@@ -119,4 +119,11 @@ class FileSource final : public DataSource {
 // twice is a common slip. Synthetic tasks never count.
 std::vector<int> tasks_evaluated_on_training_data(const FileSource& train, const FileSource& eval);
 
+// The tasks (model task indices, ascending) for which `batches` evaluation
+// batches (--eval-batches) are more than one pass over their samples
+// (TaskFiles::per_epoch batches a pass): the batches after a pass repeat
+// samples already evaluated, which then count twice in the figures.
+// Synthetic tasks never count.
+std::vector<int> tasks_evaluated_past_one_pass(const FileSource& eval, int64_t batches);
+
 }  // namespace spindle::exec

@@ -276,6 +276,24 @@ TEST_CASE("evaluation on the training data: the tasks whose --eval-data folder i
   fs::remove_all(d);
 }
 
+TEST_CASE("evaluation past one pass: the tasks whose --eval-batches exceed floor(S / B)", "[data]") {
+  // digits-mm's validation set: 297 samples; image-text and audio-text
+  // take batches of 48 (6 a pass, drop last), caption of 24 (12 a pass).
+  auto model = plan::load_model(std::string(SPINDLE_SOURCE_DIR) + "/configs/models/digits-mm.yaml");
+  REQUIRE(model.ok());
+  auto spec = load_data_spec(std::string(SPINDLE_SOURCE_DIR) + "/configs/data/digits/val.yaml", *model, true);
+  REQUIRE(spec.ok());
+  auto val = FileSource::open(*spec, *model, 0);
+  REQUIRE(val.ok());
+  REQUIRE((*val)->task(0).per_epoch == 297 / 48);
+  REQUIRE((*val)->task(2).per_epoch == 297 / 24);
+  CHECK(tasks_evaluated_past_one_pass(**val, 6).empty());
+  CHECK(tasks_evaluated_past_one_pass(**val, 7) == std::vector<int>{0, 1});
+  CHECK(tasks_evaluated_past_one_pass(**val, 12) == std::vector<int>{0, 1});
+  CHECK(tasks_evaluated_past_one_pass(**val, 13) == std::vector<int>{0, 1, 2});
+  CHECK(tasks_evaluated_past_one_pass(**val, 1).empty());
+}
+
 TEST_CASE("sampling: the documented shuffle, by an independent Python implementation", "[data]") {
   // Reference (Python, the algorithm of dataset.h):
   //   M = 2**64 - 1

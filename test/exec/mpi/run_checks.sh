@@ -449,7 +449,16 @@ PY
     [ "$rc" -eq 0 ] || die "evaluation on the training data: exit $rc"
     grep -q "^spindle-run: warning: --eval-data reads the training data of task(s) image-text, audio-text, caption" \
       run.log || die "evaluation on the training data: no warning"
-    echo "PASS: every bad-data case exits 2 naming the file; evaluating on the training data warns" ;;
+    # More evaluation batches than a pass holds: a warning naming the tasks
+    # (297 validation samples: 6 batches of 48 a pass, 12 of 24 for caption).
+    run 2 p2.json "$model" --steps 1 --data train.yaml --eval-data "$SRC/configs/data/digits/val.yaml" \
+        --eval-batches 7
+    cat run.log
+    [ "$rc" -eq 0 ] || die "evaluation past one pass: exit $rc"
+    grep -q "^spindle-run: warning: --eval-batches 7 is more than one pass over the evaluation set of task(s) image-text (6 batches a pass), audio-text (6 batches a pass): " \
+      run.log || die "evaluation past one pass: no warning naming image-text and audio-text"
+    ! grep -q 'warning: --eval-data' run.log || die "evaluation past one pass: warned of training data"
+    echo "PASS: every bad-data case exits 2 naming the file; evaluating on the training data or past a pass warns" ;;
   wrong-world)
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     start=$SECONDS
