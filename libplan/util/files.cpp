@@ -68,12 +68,15 @@ std::string folder_refusal(const std::string& dir) {
   return "";
 }
 
-// `path` absolute, with its existing part's links, "." and ".." resolved:
-// two spellings of one path compare equal.
+// `path` absolute, with its existing part's links, "." and ".." resolved
+// and no trailing separator: two spellings of one path compare equal
+// ("new/" and "new" too, while new does not exist yet).
 std::filesystem::path normal_path(const std::string& path) {
   std::error_code ec;
   std::filesystem::path norm = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
-  return ec ? std::filesystem::path(path) : norm;
+  if (ec) norm = std::filesystem::path(path);
+  norm = norm.lexically_normal();
+  return norm.has_filename() || !norm.has_relative_path() ? norm : norm.parent_path();
 }
 
 void fsync_folder(const std::string& dir) {
@@ -142,7 +145,7 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
     const std::filesystem::path p = normal_path(path);
     if (p == folder) return "is the folder of " + where;
     const std::filesystem::path rel = p.lexically_relative(folder);
-    if (rel.empty() || *rel.begin() == ".." || *rel.begin() == ".") return "";
+    if (rel.empty() || *rel.begin() == "..") return "";
     const std::string first = rel.begin()->string();
     if (!dir.owns(first)) return "";
     return "is in the folder of " + where + ", where " + first + " is " + dir.taken;

@@ -438,8 +438,10 @@ TEST_CASE("no output or input may be a folder output or a name its own entries t
   const auto outputs_error = [&](const std::string& dir, const std::string& out) {
     return status_error(sp::check_apart_from_dir(programs(dir), {{"-o", out}}, {}));
   };
-  // The folder itself, existing or not, under any spelling.
+  // The folder itself, existing or not, under any spelling (a trailing
+  // separator on a folder not made yet too).
   CHECK(outputs_error(L, L) == "-o " + L + ": is the folder of --lower " + L + "; name another file");
+  CHECK(outputs_error(L + "/", L) == "-o " + L + ": is the folder of --lower " + L + "/; name another file");
   fs::create_directory(L);
   CHECK(outputs_error(L + "/", s.dir.string() + "/./L").find("is the folder of --lower") != std::string::npos);
   // A name the folder's entries take, directly in it or inside such an entry.
