@@ -63,7 +63,7 @@ std::vector<int64_t> scan(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() < 6 || name.size() > 20 || name.rfind("step-", 0) != 0 ||
+    if (name.size() < 6 || name.size() > 20 || !is_checkpoint_entry(name) ||
         name.find_first_not_of("0123456789", 5) != std::string::npos)
       continue;
     const int64_t step = std::stoll(name.substr(5));
@@ -218,7 +218,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
     const size_t t = n.find(".tmp.");
-    if (n.rfind("step-", 0) != 0 || t == std::string::npos) continue;
+    if (!is_checkpoint_entry(n) || t == std::string::npos) continue;
     const std::string digits = n.substr(5, t - 5);
     if (!digits.empty() && digits.size() <= 15 &&
         digits.find_first_not_of("0123456789") == std::string::npos && std::stoll(digits) <= meta.step)
@@ -232,7 +232,7 @@ plan::Status remove_checkpoints(const std::string& dir) {
   std::vector<fs::path> doomed;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("step-", 0) != 0) continue;
+    if (!is_checkpoint_entry(n)) continue;
     const size_t end = n.find(".tmp.");
     const std::string digits = n.substr(5, end == std::string::npos ? std::string::npos : end - 5);
     if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) doomed.push_back(e.path());
