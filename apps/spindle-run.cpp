@@ -701,19 +701,25 @@ void prepare_outputs(Training& tr) {
 }
 
 // Collective: rank 0 writes the checkpoint of the steps done so far (keeping
-// --keep), and prints its path and the time it took, ms. Throws
-// std::runtime_error when writing fails.
-void write_checkpoint(Training& tr) {
+// --keep), and prints its path and the time it took, ms. False on every
+// rank when it could not (rank 0 printed why): writing failed, or the state
+// is not finite (training diverged: se::save_checkpoint refuses it).
+bool write_checkpoint(Training& tr) {
   const auto t0 = std::chrono::steady_clock::now();
   const se::TrainingState state = tr.executor.gather_state();
-  if (tr.rank != 0) return;
-  tr.meta.step = state.step;
-  if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
-  const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep);
-  if (!path.ok()) throw std::runtime_error(path.error().message);
-  std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  std::fflush(stdout);
+  std::string error;
+  if (tr.rank == 0) {
+    tr.meta.step = state.step;
+    if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
+    const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep);
+    if (path.ok())
+      std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    else
+      error = path.error().message;
+    std::fflush(stdout);
+  }
+  return all_ok(MPI_COMM_WORLD, tr.rank, error);
 }
 
 // Evaluation after step `step`: forward passes over the evaluation set,
@@ -809,13 +815,41 @@ void dump_grads(Training& tr) {
   }
 }
 
+// After step `st` (reported): whether every task's loss is finite. A loss
+// that is not (inf or nan: training diverged, as with a task weight or
+// learning rate too large, or data of huge values) stops the run before
+// anything of the step is saved: no gradients, checkpoint, evaluation or
+// final outputs, so --checkpoint keeps only the steps before it (as
+// Megatron-LM's --check-for-nan-in-loss-and-grad stops the run). The
+// losses were reduced over every rank (Executor::step): every rank decides
+// the same, and rank 0 prints the one message.
+bool losses_finite(const Training& tr, const se::StepStats& st) {
+  std::string bad;
+  for (size_t t = 0; t < st.task_loss.size(); ++t)
+    if (!std::isfinite(st.task_loss[t]))
+      bad += (bad.empty() ? "" : ", ") + tr.model.tasks[t].name + " " + sp::number_text(st.task_loss[t]);
+  if (bad.empty()) return true;
+  if (tr.rank == 0) {
+    std::string message = "spindle-run: error: step " + std::to_string(st.step) + ": loss not finite (" + bad +
+                          "): training diverged; stopped before anything of this step was saved";
+    if (!tr.args.checkpoint_dir.empty())
+      message += " (--resume continues from the newest checkpoint in " + tr.args.checkpoint_dir + ")";
+    message += ". Lower --lr (" + sp::number_text(tr.args.lr) + " here) or the task weights, or check the data";
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+  }
+  return false;
+}
+
 // Step 4 of run: trains steps (steps done + 1) .. --steps. Each step reads
-// its data (--data), runs the executor's step, reports it, and when due
-// dumps the gradients (the first step), saves a checkpoint (every --every
-// steps and the last) and evaluates (every --eval-every steps and the last).
-// False when a bad data value stopped every rank before a step or an
-// evaluation (the error printed). Collective over MPI_COMM_WORLD.
-bool train(Training& tr) {
+// its data (--data), runs the executor's step, reports it, stops when a
+// loss is not finite, and when due dumps the gradients (the first step),
+// saves a checkpoint (every --every steps and the last) and evaluates
+// (every --eval-every steps and the last). Returns the exit code: 0;
+// kExitInvalid when a bad data value stopped every rank before a step or
+// an evaluation; kExitFailure when a loss was not finite or a checkpoint
+// could not be saved (the error printed). Collective over MPI_COMM_WORLD.
+int train(Training& tr) {
   const Args& args = tr.args;
   const char* die = std::getenv("SPINDLE_TEST_DIE_AT_STEP");
   const int die_rank = tr.size > 1 ? 1 : 0;
@@ -826,14 +860,17 @@ bool train(Training& tr) {
       std::fflush(stderr);
       _exit(9);
     }
-    if (tr.data && !all_ok(MPI_COMM_WORLD, tr.rank, tr.data->prepare(tr.reads, s - 1))) return false;
+    if (tr.data && !all_ok(MPI_COMM_WORLD, tr.rank, tr.data->prepare(tr.reads, s - 1))) return kExitInvalid;
     const se::StepStats st = tr.executor.step();
     report_step(tr, st);
+    if (!losses_finite(tr, st)) return kExitFailure;
     if (!args.grads_path.empty() && s == first_step) dump_grads(tr);
-    if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps)) write_checkpoint(tr);
-    if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(tr, s)) return false;
+    if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps) && !write_checkpoint(tr))
+      return kExitFailure;
+    if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(tr, s))
+      return kExitInvalid;
   }
-  return true;
+  return 0;
 }
 
 // Step 5 of run: the measured trace of every rank (--trace) and the final
@@ -865,8 +902,8 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
 }
 
 // This rank's whole run, in the five steps below. Returns the exit code: 0,
-// or kExitInvalid when an input, a checkpoint or a data value was refused
-// (every rank agrees); throws std::runtime_error on a failure while training
+// kExitInvalid when an input, a checkpoint or a data value was refused,
+// kExitFailure when a loss went non-finite (every rank agrees); throws std::runtime_error on a failure while training
 // (main then aborts the job). Collective over MPI_COMM_WORLD.
 int run(const Args& args, int rank, int size) {
   // 1. Inputs: load and check on every rank; all ranks agree before going on.
@@ -911,7 +948,7 @@ int run(const Args& args, int rank, int size) {
   prepare_outputs(tr);
   rt.world->barrier();
   executor.reset_clock();
-  if (!train(tr)) return kExitInvalid;
+  if (const int code = train(tr); code != 0) return code;
   if (rank == 0 && tr.metrics.is_open()) {
     tr.metrics.close();
     if (tr.metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");

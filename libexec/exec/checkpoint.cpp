@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +18,7 @@
 
 #include "libplan/io/json_reader.h"
 #include "libplan/util/files.h"
+#include "libplan/util/units.h"
 
 namespace spindle::exec {
 
@@ -149,8 +151,22 @@ Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, c
 
 std::vector<int64_t> list_checkpoints(const std::string& dir) { return scan(dir); }
 
+plan::Status check_state_finite(const TrainingState& state) {
+  for (const auto& [name, ts] : state.tensors)
+    for (const auto& [part, t] : {std::pair{"value", &ts.value}, {"AdamW m", &ts.m}, {"AdamW v", &ts.v}}) {
+      const float* x = t->data();
+      for (int64_t i = 0; i < t->numel(); ++i)
+        if (!std::isfinite(x[i]))
+          return Error{"the training state after step " + std::to_string(state.step) + " is not finite: " + name +
+                       ", " + part + ", element " + std::to_string(i) + " is " + plan::number_text(x[i]) +
+                       " (training diverged; no checkpoint of this step is saved)"};
+    }
+  return {};
+}
+
 Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                                     const TrainingState& state, int keep) {
+  SPINDLE_TRY(check_state_finite(state));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Error{dir + ": cannot create checkpoint directory: " + ec.message()};

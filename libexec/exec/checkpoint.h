@@ -90,11 +90,19 @@ std::string checkpoint_name(int64_t step);
 // starting "step-" (complete checkpoints and *.tmp.* leftovers among them).
 inline bool is_checkpoint_entry(const std::string& name) { return name.rfind("step-", 0) == 0; }
 
+// Ok when every value, m and v of `state` is finite; else an error naming
+// the first tensor, part and element that is not (inf or nan: training
+// diverged, e.g. a gradient too large for fp32, whose square made v inf).
+plan::Status check_state_finite(const TrainingState& state);
+
 // Writes the checkpoint of `state` (step = meta.step) into `dir` (created
 // if missing) atomically as above, then removes all but the newest `keep`
 // complete checkpoints and any *.tmp.* leftovers of steps up to this one.
 // A checkpoint of the same step already there is replaced. Returns the step
-// directory's path; on error nothing complete is changed.
+// directory's path; on error nothing complete is changed. A state that is
+// not finite (check_state_finite) is refused before anything is written: no
+// checkpoint holds a diverged run, so resuming from the newest one starts
+// before the divergence.
 plan::Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                                           const TrainingState& state, int keep);
 

@@ -187,6 +187,12 @@ struct Reader {
       out = std::strtod(s.c_str(), &end);
       ok = end == s.c_str() + s.size() && errno == 0 && std::isfinite(out) &&
            s.find_first_of("xXnN") == std::string::npos;  // no hex, nan, inf
+      // A number written plainly but past a double (1e400), or so small it
+      // loses precision (1e-320, subnormal): strtod's ERANGE.
+      if (!ok && end == s.c_str() + s.size() && errno == ERANGE && s.find_first_of("xXnN") == std::string::npos)
+        return error(path, node,
+                     "expected a number of magnitude 0 or 2.2250738585072014e-308 to 1.7976931348623157e+308, "
+                     "found " + describe(node));
     }
     if (!ok) return error(path, node, "expected a number, found " + describe(node));
     return Status::Ok();

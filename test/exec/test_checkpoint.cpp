@@ -7,8 +7,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -142,6 +144,40 @@ TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and c
   REQUIRE(save_checkpoint(dir.str(), small_meta(6), state, 2).ok());
   CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{4, 6});
   CHECK(list_checkpoints((dir.path / "missing").string()).empty());
+}
+
+TEST_CASE("checkpoint: a state that is not finite is refused, named, and nothing is written") {
+  TempDir dir("ckpt-finite");
+  REQUIRE(check_state_finite(small_state()).ok());
+  REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
+  struct Case {
+    const char* tensor;
+    int part;   // 0 value, 1 m, 2 v
+    int64_t element;
+    float x;
+    const char* expected;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Case& c : {Case{"x/0.0/w", 0, 4, std::nanf(""), "x/0.0/w, value, element 4 is nan"},
+                        Case{"x/0.0/b", 1, 0, -inf, "x/0.0/b, AdamW m, element 0 is -inf"},
+                        Case{"x/0.0/w", 2, 5, inf, "x/0.0/w, AdamW v, element 5 is inf"}}) {
+    CAPTURE(c.expected);
+    TrainingState state = small_state();
+    TensorState& ts = state.tensors.at(c.tensor);
+    (c.part == 0 ? ts.value : c.part == 1 ? ts.m : ts.v).data()[c.element] = c.x;
+    const sp::Status st = check_state_finite(state);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.error().message == std::string("the training state after step 4 is not finite: ") + c.expected +
+                                    " (training diverged; no checkpoint of this step is saved)");
+    const auto saved = save_checkpoint(dir.str(), small_meta(2), state, 3);
+    REQUIRE_FALSE(saved.ok());
+    CHECK(saved.error().message == st.error().message);
+    // Nothing of step 2, not even a leftover; step 1 as it was.
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir.path)) names.push_back(e.path().filename().string());
+    CHECK(names == std::vector<std::string>{"step-000001"});
+    CHECK(load_checkpoint((dir.path / "step-000001").string()).ok());
+  }
 }
 
 TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the file") {

@@ -50,7 +50,9 @@
 #       onto other data (another S, or synthetic) says so and trains on.
 #   bad-data        every case of docs/spec/data.md "Bad data" (and bad
 #       DATA.yaml files): exit 2, one message naming the file; a bad value
-#       met at step 3 leaves the checkpoints of steps 1 and 2 only.
+#       met at step 3 leaves the checkpoints of steps 1 and 2 only. Training
+#       that diverges (a loss, or the state a checkpoint would hold, not
+#       finite) exits 1 and saves nothing of that step.
 #   wrong-world     a 4-device plan on 2 ranks: exit 2 with a message, fast.
 #   other-model     tiny-lm's plan run with tiny-clip's model: rejected (exit 2).
 #   corrupt-plan    a truncated plan file: rejected (exit 2).
@@ -458,7 +460,35 @@ PY
     grep -q "^spindle-run: warning: --eval-batches 7 is more than one pass over the evaluation set of task(s) image-text (6 batches a pass), audio-text (6 batches a pass): " \
       run.log || die "evaluation past one pass: no warning naming image-text and audio-text"
     ! grep -q 'warning: --eval-data' run.log || die "evaluation past one pass: warned of training data"
-    echo "PASS: every bad-data case exits 2 naming the file; evaluating on the training data or past a pass warns" ;;
+    # Training that diverges stops with exit 1 before anything of the bad
+    # step is saved. tiny-clip's audio-image weight 6e37: step 1's
+    # weighted loss (2.4e38) is still a float, its gradients are not (inf),
+    # so the parameters after step 1 are nan and step 2's losses are too.
+    sed 's/weight: 0.5/weight: 6e37/' "$MODELS/tiny-clip.yaml" > huge-weight.yaml
+    plan huge-weight.yaml 2 pw.json
+    rm -f m.jsonl dp.json
+    run 2 pw.json huge-weight.yaml --steps 4 --metrics m.jsonl --dump-params dp.json
+    cat run.log
+    [ "$rc" -eq 1 ] || die "a non-finite loss: exit $rc, expected 1"
+    grep -q "^spindle-run: error: step 2: loss not finite (image-text -*nan, audio-image -*nan): training diverged" run.log ||
+      die "a non-finite loss: no message naming step 2 and its tasks"
+    [ "$(grep -c '^iteration' run.log)" -eq 2 ] && [ "$(wc -l < m.jsonl)" -eq 2 ] || die "a non-finite loss: steps after it ran"
+    [ ! -e dp.json ] || die "a non-finite loss: --dump-params was written"
+    # No checkpoint holds a diverged state, even where the loss is still
+    # finite: weight 8e19 squares to more than a float in AdamW's v at some
+    # step N (2 in this build); the checkpoints of steps 1 .. N-1 stay.
+    sed 's/weight: 0.5/weight: 8e19/' "$MODELS/tiny-clip.yaml" > big-weight.yaml
+    plan big-weight.yaml 2 pb.json
+    rm -rf ck
+    run 2 pb.json big-weight.yaml --steps 6 --checkpoint ck --every 1
+    cat run.log
+    [ "$rc" -eq 1 ] || die "a non-finite state: exit $rc, expected 1"
+    n=$(sed -n 's/^spindle-run: error: the training state after step \([0-9]*\) is not finite: .*, AdamW v, element [0-9]* is inf (training diverged; no checkpoint of this step is saved)$/\1/p' run.log)
+    [ -n "$n" ] || die "a non-finite state: no message naming the step, tensor and element"
+    [ "$(ls ck 2>/dev/null | tr '\n' ' ')" = "$(for ((i = 1; i < n; ++i)); do printf 'step-%06d ' "$i"; done)" ] ||
+      die "a non-finite state after step $n: expected the checkpoints of steps 1 to $((n - 1)) only: $(ls ck 2>/dev/null)"
+    echo "PASS: every bad-data case exits 2 naming the file; evaluating on the training data or past a pass warns;" \
+         "diverged training exits 1 and saves nothing of the step" ;;
   wrong-world)
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     start=$SECONDS

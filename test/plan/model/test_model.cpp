@@ -289,6 +289,28 @@ modules:
   REQUIRE_FALSE(weight.ok());
   CHECK(weight.error().message.find("tasks[0].weight: expected a positive loss weight") !=
         std::string::npos);
+  // Past a double, or subnormal (strtod's ERANGE): said so, not "expected a
+  // number"; the largest and least normal doubles are read.
+  for (const std::string w : {"1e400", "1e-320", "-1e400"}) {
+    CAPTURE(w);
+    Result<Model> range = parse_model_string(mods + "tasks:\n  - {name: t, batch: 6, weight: " + w +
+                                                 ", nodes: [{id: x, module: a, seq: 2}, {id: l, module: head, "
+                                                 "inputs: [x]}]}\n",
+                                             "r.yaml");
+    REQUIRE_FALSE(range.ok());
+    CHECK(range.error().message.find("r.yaml:9:") == 0);
+    CHECK(range.error().message.find("tasks[0].weight: expected a number of magnitude 0 or 2.2250738585072014e-308 "
+                                     "to 1.7976931348623157e+308, found '" + w + "'") != std::string::npos);
+  }
+  for (const std::string w : {"1.7976931348623157e308", "2.2250738585072014e-308"}) {
+    CAPTURE(w);
+    Result<Model> edge = parse_model_string(mods + "tasks:\n  - {name: t, batch: 6, weight: " + w +
+                                                ", nodes: [{id: x, module: a, seq: 2}, {id: l, module: head, "
+                                                "inputs: [x]}]}\n",
+                                            "r.yaml");
+    REQUIRE(edge.ok());
+    CHECK(edge->tasks[0].weight == std::stod(w));
+  }
 
   Result<Model> notmap = parse_model_string("- just\n- a list\n", "l.yaml");
   REQUIRE_FALSE(notmap.ok());
