@@ -66,6 +66,15 @@ Result<DataSpec> parse_spec_yaml(const yamlu::Reader& r, const YAML::Node& root,
       SPINDLE_TRY(r.get_string(yamlu::child(key, "path"), p->value, dir));
       if (dir.empty()) return r.error(yamlu::child(key, "path"), p->value, "expected a directory, found ''");
       ts.dir = std::filesystem::path(dir).is_absolute() ? dir : (base / dir).lexically_normal().string();
+      // A file named where its folder belongs (path: d/img.npy): said here,
+      // at the key, not as "d/img.npy/img.npy: cannot open" later. A path
+      // that does not exist is left to the file checks, which name the
+      // first file missing.
+      std::error_code ec;
+      const auto kind = std::filesystem::status(ts.dir, ec).type();
+      if (kind != std::filesystem::file_type::not_found && kind != std::filesystem::file_type::none &&
+          kind != std::filesystem::file_type::directory)
+        return r.error(yamlu::child(key, "path"), p->value, ts.dir + " is not a directory (a dataset directory holds one .npy file per node)");
     }
     if (const yamlu::Entry* s = v.find("shuffle")) SPINDLE_TRY(r.get_bool(yamlu::child(key, "shuffle"), s->value, ts.shuffle));
   }

@@ -377,6 +377,19 @@ TEST_CASE("DATA.yaml: unknown keys, tasks missing or unknown, path and synthetic
   CHECK_FALSE(ok->tasks[0].shuffle);  // evaluation default
   CHECK(ok->tasks[1].synthetic);
   CHECK(parse_data_spec("tasks:\n  pairs: {path: x}\n  lm: {path: x}\n", "d.yaml", m, false)->tasks[0].shuffle);
+  // path naming a file, not its folder: refused at the key; a folder, or a
+  // path not there (left to the file checks, which name the file), is read.
+  const fs::path dir = temp_dir("path-kind");
+  std::ofstream(dir / "img.npy") << "x";
+  const std::string yaml = (dir / "data.yaml").string();
+  const auto file = parse_data_spec("tasks:\n  pairs: {path: img.npy}\n  lm: {synthetic: true}\n", yaml, m, false);
+  REQUIRE_FALSE(file.ok());
+  CHECK(file.error().message == yaml + ":2:17: tasks.pairs.path: " + (dir / "img.npy").string() +
+                                    " is not a directory (a dataset directory holds one .npy file per node)");
+  for (const char* path : {".", "missing"})
+    CHECK(parse_data_spec("tasks:\n  pairs: {path: " + std::string(path) + "}\n  lm: {synthetic: true}\n", yaml, m,
+                          false)
+              .ok());
 }
 
 TEST_CASE("bad data: FileSource names the file and what is wrong", "[data]") {
