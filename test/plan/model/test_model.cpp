@@ -291,12 +291,14 @@ modules:
         std::string::npos);
   // Past a double, or subnormal (strtod's ERANGE): said so, not "expected a
   // number"; the largest and least normal doubles are read.
+  auto with_weight = [&](const std::string& w) {
+    return parse_model_string(mods + "tasks:\n  - {name: t, batch: 6, weight: " + w +
+                                  ", nodes: [{id: x, module: a, seq: 2}, {id: l, module: head, inputs: [x]}]}\n",
+                              "r.yaml");
+  };
   for (const std::string w : {"1e400", "1e-320", "-1e400"}) {
     CAPTURE(w);
-    Result<Model> range = parse_model_string(mods + "tasks:\n  - {name: t, batch: 6, weight: " + w +
-                                                 ", nodes: [{id: x, module: a, seq: 2}, {id: l, module: head, "
-                                                 "inputs: [x]}]}\n",
-                                             "r.yaml");
+    Result<Model> range = with_weight(w);
     REQUIRE_FALSE(range.ok());
     CHECK(range.error().message.find("r.yaml:9:") == 0);
     CHECK(range.error().message.find("tasks[0].weight: expected a number of magnitude 0 or 2.2250738585072014e-308 "
@@ -304,10 +306,7 @@ modules:
   }
   for (const std::string w : {"1.7976931348623157e308", "2.2250738585072014e-308"}) {
     CAPTURE(w);
-    Result<Model> edge = parse_model_string(mods + "tasks:\n  - {name: t, batch: 6, weight: " + w +
-                                                ", nodes: [{id: x, module: a, seq: 2}, {id: l, module: head, "
-                                                "inputs: [x]}]}\n",
-                                            "r.yaml");
+    Result<Model> edge = with_weight(w);
     REQUIRE(edge.ok());
     CHECK(edge->tasks[0].weight == std::stod(w));
   }
