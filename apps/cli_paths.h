@@ -42,6 +42,24 @@ inline CLI::Validator uint64_decimal() {
       "UINT", "unsigned 64-bit decimal");
 }
 
+// For an integer option with bounds (--eval-every, --lr-warmup-steps):
+// decimal digits only, in [min, max]. CLI11's PositiveNumber and
+// NonNegativeNumber would answer "Value 0 not in range 0.000000 to" and
+// the largest double in 309 digits.
+inline CLI::Validator integer_in(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& value) {
+        int64_t parsed = 0;
+        const char* end = value.data() + value.size();
+        const auto [ptr, ec] = std::from_chars(value.data(), end, parsed, 10);
+        if (value.empty() || ec != std::errc() || ptr != end || parsed < min || parsed > max)
+          return "expected an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", found '" +
+                 value + "'";
+        return std::string();
+      },
+      "INT", "integer in range");
+}
+
 // A range of training steps, numbered as --metrics numbers them (from 1),
 // both ends included.
 struct StepRange {

@@ -37,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,6 +64,7 @@
 #include "libexec/data/dataset.h"
 #include "libexec/exec/checkpoint.h"
 #include "libexec/exec/executor.h"
+#include "libexec/optim/lr_schedule.h"
 #include "libplan/report/trace.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
@@ -78,6 +80,8 @@ namespace {
 
 constexpr int kExitInvalid = 2;
 constexpr int kExitFailure = 1;
+// The most a step count or number of batches can be (the int that --steps is).
+constexpr int64_t kMaxSteps = std::numeric_limits<int>::max();
 
 struct Args {
   std::string plan_path, model_path, backend = "cpu", metrics_path, trace_path, dump_path, grads_path;
@@ -95,7 +99,15 @@ struct Args {
   double comm_timeout_s = 600; // NCCL: how long a call waits for its peers before the job ends
   int steps = 10;
   uint64_t seed = 0;
-  float lr = 3e-3f;
+  double lr = 3e-3;            // the peak rate (AdamW takes each step's as a float)
+  // The learning-rate schedule's flags (optim/lr_schedule.h), and the
+  // schedule they and --lr, --steps make (lr_schedule_of, after parsing).
+  std::string lr_decay_style = "constant";
+  int64_t lr_warmup_steps = 0;
+  int64_t lr_decay_steps = 0;   // 0: not given (--steps)
+  double min_lr = 0;
+  bool min_lr_given = false;
+  se::LrSchedule schedule;
   std::string data_path, eval_path;  // "" = synthetic training data / no evaluation
   int eval_every = 0;                // 0: evaluate after the last step only
   int eval_batches = 0;              // 0: one pass over the evaluation set (drop last)
@@ -232,13 +244,14 @@ std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, c
   return "";
 }
 
-std::string log_line(const sp::Model& model, const se::StepStats& st, int steps, int64_t samples_per_step) {
+std::string log_line(const sp::Model& model, const se::StepStats& st, int steps, int64_t samples_per_step,
+                     double lr) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "iteration %8lld/%8d | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
-                "samples per second: %.1f |",
+                "samples per second: %.1f | learning rate: %.6E |",
                 static_cast<long long>(st.step), steps, static_cast<long long>(st.step * samples_per_step),
-                st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms);
+                st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms, lr);
   std::string line = buf;
   for (size_t t = 0; t < model.tasks.size(); ++t) {
     std::snprintf(buf, sizeof buf, " loss %s: %.6f |", model.tasks[t].name.c_str(), st.task_loss[t]);
@@ -347,8 +360,11 @@ bool cuda_backend_usable(std::string* error) {
 
 // Numeric flags (docs/hardening.md, "Limits"): "" or what is wrong.
 std::string check_numbers(const Args& args) {
-  if (!(std::isfinite(args.lr) && args.lr > 0 && args.lr <= 1))
-    return "--lr " + sp::number_text(args.lr) + ": expected a learning rate above 0 and at most 1";
+  if (std::string error = se::check_lr_schedule(args.schedule); !error.empty()) return error;
+  // Careless: a floor or a decay length with nothing that decays.
+  if (args.schedule.decay == se::LrDecay::constant && (args.min_lr_given || args.lr_decay_steps > 0))
+    return std::string(args.min_lr_given ? "--min-lr" : "--lr-decay-steps") +
+           " has no effect with --lr-decay-style constant (the default): give --lr-decay-style linear or cosine";
   if (args.steps < 1) return "--steps must be at least 1";
   if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
@@ -526,7 +542,7 @@ std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) 
 void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
   rt.backend = se::make_backend(args.backend);
   rt.options.seed = args.seed;
-  rt.options.adamw.lr = args.lr;
+  rt.options.adamw.lr = static_cast<float>(se::lr_at(args.schedule, 1));
   rt.options.record_trace = !args.trace_path.empty();
   rt.options.trace_first_step = args.trace_window.first;
   rt.options.trace_last_step = args.trace_window.last;
@@ -567,6 +583,7 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     std::string list;
     for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
+    std::printf("spindle-run: learning rate %s\n", se::describe_lr_schedule(args.schedule).c_str());
     for (const std::string& note : rt.sync_notes)
       std::printf("spindle-run: note: %s; its predictions describe another run\n", note.c_str());
     // Evaluation on the samples trained on (the train split named twice).
@@ -637,9 +654,10 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
                   ck->meta.model_sha256.substr(0, 12).c_str(), model.sha256.substr(0, 12).c_str(), note.c_str());
     for (const std::string& line : data_changes(model, ck->meta.data_tasks, in.data.get()))
       std::printf("spindle-run: data: %s\n", line.c_str());
-    if (ck->meta.lr != args.lr)
-      std::printf("spindle-run: warning: the checkpoint was trained with --lr %g, continuing with %g\n",
-                  static_cast<double>(ck->meta.lr), static_cast<double>(args.lr));
+    if (!se::same_lr_schedule(ck->meta.lr_schedule, args.schedule))
+      std::printf("spindle-run: warning: the checkpoint was trained with learning rate %s, continuing with %s\n",
+                  se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
+                  se::describe_lr_schedule(args.schedule).c_str());
   }
   ck.reset();  // free the full tensors
   return true;
@@ -657,7 +675,8 @@ se::CheckpointMeta checkpoint_meta(const Args& args, const Inputs& in, const se:
   meta.plan_devices = in.plan->devices;
   meta.seed = args.seed;
   for (const sp::Task& t : model.tasks) meta.task_batch[t.name] = t.batch;
-  meta.lr = options.adamw.lr;
+  meta.lr = static_cast<float>(args.lr);
+  meta.lr_schedule = args.schedule;
   meta.beta1 = options.adamw.beta1;
   meta.beta2 = options.adamw.beta2;
   meta.eps = options.adamw.eps;
@@ -782,16 +801,17 @@ bool evaluate(Training& tr, int64_t step) {
 // gather per step), which prints the log line and appends the step's
 // object to --metrics (throws std::runtime_error when that write fails).
 // Collective over MPI_COMM_WORLD.
-void report_step(Training& tr, const se::StepStats& st) {
+void report_step(Training& tr, const se::StepStats& st, double lr) {
   const std::vector<double> per_rank = gather_counters(st.counters, tr.rank, tr.size);
   if (tr.rank == 0) {
-    std::printf("%s\n", log_line(tr.model, st, tr.args.steps, tr.samples_per_step).c_str());
+    std::printf("%s\n", log_line(tr.model, st, tr.args.steps, tr.samples_per_step, lr).c_str());
     std::fflush(stdout);
   }
   if (tr.rank == 0 && tr.metrics.is_open()) {
     nlohmann::json j = {{"step", st.step},
                         {"step_ms", st.step_ms},
-                        {"samples_per_s", static_cast<double>(tr.samples_per_step) * 1000.0 / st.step_ms}};
+                        {"samples_per_s", static_cast<double>(tr.samples_per_step) * 1000.0 / st.step_ms},
+                        {"lr", lr}};
     double total = 0;
     for (size_t t = 0; t < tr.model.tasks.size(); ++t) {
       j["loss"][tr.model.tasks[t].name] = st.task_loss[t];
@@ -861,8 +881,10 @@ int train(Training& tr) {
       _exit(9);
     }
     if (tr.data && !all_ok(MPI_COMM_WORLD, tr.rank, tr.data->prepare(tr.reads, s - 1))) return kExitInvalid;
+    const double lr = se::lr_at(args.schedule, s);
+    tr.executor.set_learning_rate(static_cast<float>(lr));
     const se::StepStats st = tr.executor.step();
-    report_step(tr, st);
+    report_step(tr, st, lr);
     if (!losses_finite(tr, st)) return kExitFailure;
     if (!args.grads_path.empty() && s == first_step) dump_grads(tr);
     if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps) && !write_checkpoint(tr))
@@ -973,7 +995,20 @@ int main(int argc, char** argv) {
   app.add_option("--seed", args.seed, "seed of parameters and synthetic data")
       ->capture_default_str()
       ->check(spindle::apps::uint64_decimal());  // before conversion: "-1" would wrap to 2^64 - 1
-  app.add_option("--lr", args.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--lr", args.lr, "AdamW learning rate (the peak, with a schedule)")->capture_default_str();
+  app.add_option("--lr-warmup-steps", args.lr_warmup_steps,
+                 "rise linearly from 0 to --lr over this many steps (Megatron-LM's --lr-warmup-iters)")
+      ->check(spindle::apps::integer_in(0, kMaxSteps));
+  app.add_option("--lr-decay-style", args.lr_decay_style,
+                 "after the warm-up: constant | linear | cosine decay from --lr to --min-lr (Megatron-LM's "
+                 "--lr-decay-style)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}));
+  app.add_option("--lr-decay-steps", args.lr_decay_steps,
+                 "the decay reaches --min-lr at step N + 1 and stays there (default: --steps; Megatron-LM's "
+                 "--lr-decay-iters)")
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
+  app.add_option("--min-lr", args.min_lr, "the rate linear or cosine decay ends at (default 0)");
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)")->check(spindle::apps::non_empty_path());
   CLI::Option* trace =
       app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")
@@ -1013,10 +1048,10 @@ int main(int argc, char** argv) {
       app.add_option("--eval-data", args.eval_path, "evaluation data (same format)")->check(spindle::apps::non_empty_path());
   app.add_option("--eval-every", args.eval_every, "evaluate after every K-th step (and after the last)")
       ->needs(eval)
-      ->check(CLI::PositiveNumber);
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
   app.add_option("--eval-batches", args.eval_batches, "batches per task and evaluation (default: one pass)")
       ->needs(eval)
-      ->check(CLI::PositiveNumber);
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
   CLI::Option* resume =
       app.add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --checkpoint DIR")
           ->needs(ckpt);
@@ -1037,6 +1072,13 @@ int main(int argc, char** argv) {
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
   args.bucket_mb_given = app.count("--bucket-mb") > 0;
+  args.min_lr_given = app.count("--min-lr") > 0;
+  // Constant: no decay length (what a checkpoint records and a resume
+  // compares, whatever --steps is).
+  const se::LrDecay decay = *se::parse_lr_decay(args.lr_decay_style);   // one of IsMember's
+  args.schedule = {args.lr, args.min_lr, args.lr_warmup_steps,
+                   decay == se::LrDecay::constant ? 0 : args.lr_decay_steps > 0 ? args.lr_decay_steps : args.steps,
+                   decay};
   if (!args.trace_steps.empty()) args.trace_window = *spindle::apps::parse_step_range(args.trace_steps);   // checked
 
   se::MpiSession session(&argc, &argv);

@@ -212,6 +212,11 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
         {"weight_decay", meta.weight_decay}, {"steps", steps}}},
       {"files", files}};
   if (!meta.data_tasks.empty()) manifest["data"]["tasks"] = meta.data_tasks;
+  const LrSchedule& ls = meta.lr_schedule;
+  manifest["optimizer"]["lr_schedule"] = {{"decay", lr_decay_name(ls.decay)},
+                                          {"warmup_steps", ls.warmup_steps},
+                                          {"decay_steps", ls.decay_steps},
+                                          {"min_lr", ls.min_lr}};
   const plan::Status st = plan::write_file_atomic(tmp + "/manifest.json", manifest.dump(1) + "\n");
   if (!st.ok()) return fail(st.error().message);
   fsync_dir(tmp);
@@ -295,6 +300,16 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
     m.beta2 = opt.at("beta2").get<float>();
     m.eps = opt.at("eps").get<float>();
     m.weight_decay = opt.at("weight_decay").get<float>();
+    m.lr_schedule.max_lr = m.lr;
+    if (opt.contains("lr_schedule")) {
+      const nlohmann::json& ls = opt.at("lr_schedule");
+      const auto decay = parse_lr_decay(ls.at("decay").get<std::string>());
+      if (!decay) return Error{manifest_path + ": optimizer.lr_schedule.decay: expected constant, linear or cosine"};
+      m.lr_schedule.decay = *decay;
+      m.lr_schedule.warmup_steps = ls.at("warmup_steps").get<int64_t>();
+      m.lr_schedule.decay_steps = ls.at("decay_steps").get<int64_t>();
+      m.lr_schedule.min_lr = ls.at("min_lr").get<double>();
+    }
     for (const auto& [tname, n] : opt.at("steps").items()) ck.state.tensors[tname].adam_steps = n.get<int64_t>();
     files = j.at("files");
     if (m.step < 1) return Error{manifest_path + ": step: must be at least 1"};

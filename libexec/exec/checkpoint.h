@@ -27,7 +27,9 @@
 // "batch_in_epoch"}}} ({"source": "synthetic", "next_batch"} for synthetic
 // tasks), by which a resumed run sees whether a dataset changed. The key is
 // optional: manifests without it (older builds, synthetic runs) read as
-// before, and builds that do not know it ignore it.
+// before, and builds that do not know it ignore it. So is
+// "optimizer": {"lr_schedule": {"decay", "warmup_steps", "decay_steps",
+// "min_lr"}} (optim/lr_schedule.h; "lr" is its peak): without it, constant.
 //
 // Writing: into DIR/step-NNNNNN.tmp.XXXXXX, every file fsynced, then renamed
 // to DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
@@ -42,6 +44,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "libexec/optim/lr_schedule.h"
 #include "libexec/tensor.h"
 #include "libplan/util/status.h"
 
@@ -68,6 +71,10 @@ struct CheckpointMeta {
   uint64_t seed = 0;
   std::map<std::string, int64_t> task_batch;  // task -> batch (for "data")
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  // The learning-rate schedule (its max_lr is `lr`): "optimizer"."lr_schedule"
+  // in the manifest; a manifest without it (older builds) reads as
+  // constant.
+  LrSchedule lr_schedule;
   nlohmann::json data_tasks = nlohmann::json::object();  // "data"."tasks" (empty: not written)
 };
 

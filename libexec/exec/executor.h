@@ -169,6 +169,12 @@ class Executor {
   // data of data.h with options.seed.
   void set_data(DataSource* source);
 
+  // AdamW's learning rate from the next step on (options.adamw.lr until
+  // then): spindle-run sets each step's rate of its schedule
+  // (optim/lr_schedule.h) before the step.
+  void set_learning_rate(float lr) { options_.adamw.lr = lr; }
+  float learning_rate() const { return options_.adamw.lr; }
+
   // What this rank reads per batch: one entry per data-reading operator of
   // its slices, with this device's rows; with `labels`, also the whole
   // batch's labels for each contrastive_loss slice it leads. Pure.

@@ -159,11 +159,21 @@ run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
   # Each value echoed as the shortest decimal that reads back (number_text):
   # not 1e30 as 31 digits and six decimals, nor a tiny value as 0.000000.
-  # (--lr is a float: 1e30 echoed as the float, not 1.0000000150474662e+30.)
   for lr in nan:nan inf:inf -1:-1 0:0 1e30:1e+30 1.5:1.5; do
     expect 2 "--lr ${lr#*:}: expected a learning rate above 0 and at most 1" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --lr "${lr%%:*}" --metrics m.jsonl
   done
+  # The learning-rate schedule: a floor with nothing that decays (careless),
+  # a decay no longer than the warm-up (--steps 10 its default length), a
+  # floor above the peak, a negative count (not CLI11's 309-digit range).
+  expect 2 "--min-lr has no effect with --lr-decay-style constant (the default): give --lr-decay-style linear or cosine" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --min-lr 1e-4 --metrics m.jsonl
+  expect 2 "--lr-decay-steps 10 (default: --steps): cosine decay needs more steps than the warm-up (--lr-warmup-steps 20)" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --lr-decay-style cosine --lr-warmup-steps 20 --metrics m.jsonl
+  expect 2 "--min-lr 0.01: expected a rate from 0 to --lr (0.003)" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --lr-decay-style linear --min-lr 0.01 --metrics m.jsonl
+  expect 2 "--lr-warmup-steps: expected an integer from 0 to 2147483647, found '-1'" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --lr-warmup-steps -1 --metrics m.jsonl
   [ -e m.jsonl ] && { echo "FAIL: metrics written by a refused run"; failures=$((failures + 1)); }
   expect 2 "--steps" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 0
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps -5

@@ -180,6 +180,41 @@ TEST_CASE("checkpoint: a state that is not finite is refused, named, and nothing
   }
 }
 
+TEST_CASE("checkpoint: the learning-rate schedule round-trips, is constant when absent, a bad one refused") {
+  TempDir dir("ckpt-lr");
+  CheckpointMeta meta = small_meta(1);
+  meta.lr_schedule = {3e-3, 2.5e-4, 7, 90, LrDecay::cosine};
+  REQUIRE(save_checkpoint(dir.str(), meta, small_state(), 3).ok());
+  const std::string step = (dir.path / "step-000001").string();
+  auto back = load_checkpoint(step);
+  REQUIRE(back.ok());
+  const LrSchedule& ls = back->meta.lr_schedule;
+  CHECK(ls.decay == LrDecay::cosine);
+  CHECK(ls.warmup_steps == 7);
+  CHECK(ls.decay_steps == 90);
+  CHECK(ls.min_lr == 2.5e-4);
+  CHECK(ls.max_lr == static_cast<double>(meta.lr));   // the peak is "lr"
+  CHECK(same_lr_schedule(ls, meta.lr_schedule));
+  // As an older build wrote it: no lr_schedule, read as constant at "lr".
+  const auto text = sp::read_file(step + "/manifest.json");
+  REQUIRE(text.ok());
+  auto manifest = nlohmann::json::parse(*text);
+  REQUIRE(manifest["optimizer"].contains("lr_schedule"));
+  manifest["optimizer"].erase("lr_schedule");
+  write_bytes(step + "/manifest.json", manifest.dump(1));
+  back = load_checkpoint(step);
+  REQUIRE(back.ok());
+  CHECK(same_lr_schedule(back->meta.lr_schedule, LrSchedule{meta.lr, 0, 0, 0, LrDecay::constant}));
+  // A decay no build writes.
+  manifest["optimizer"]["lr_schedule"] = {{"decay", "exponential"}, {"warmup_steps", 0}, {"decay_steps", 5},
+                                          {"min_lr", 0}};
+  write_bytes(step + "/manifest.json", manifest.dump(1));
+  back = load_checkpoint(step);
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.error().message ==
+        step + "/manifest.json: optimizer.lr_schedule.decay: expected constant, linear or cosine");
+}
+
 TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the file") {
   TempDir dir("ckpt-corrupt");
   REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());

@@ -69,7 +69,9 @@
 #       resume for 3 on 3 ranks (checkpoint re-sharded by parameter; tiny-lm
 #       has tensor-parallel shards), compared by compare_runs. The optimizer
 #       state is written whole and resumed sharded (ZeRO-1) on 4 ranks, and
-#       written from shards and resumed whole on 3.
+#       written from shards and resumed whole on 3. tiny-clip trains under a
+#       learning-rate schedule (warm-up, cosine decay): each step's rate as
+#       worked out by hand, and the resumed steps go on with it.
 #   ckpt-corrupt    a *.tmp.* leftover is ignored; a flipped byte, a
 #       truncated file, another seed, another model, an empty directory are
 #       refused with exit 2 and one message naming the file or the cause.
@@ -549,18 +551,36 @@ PY
     # ranks the first part writes it from shards and the resume holds it
     # whole.
     "$COMPARE" --optimizer-state sharded p4.json p4zero1.json || die "writing p4zero1.json"
+    # tiny-clip trains under a learning-rate schedule: the resumed part
+    # must go on with the rates of steps 4-6 (a function of the step), and
+    # every step's rate is checked against the hand-worked one.
+    # tiny-lm keeps the constant default.
+    sched=()
+    [ "$name" = tiny-clip ] && sched=(--lr-warmup-steps 2 --lr-decay-style cosine --lr-decay-steps 6 --min-lr 3e-4)
     rm -rf ck44 ck43 ./*.jsonl
-    run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json
+    run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json "${sched[@]}"
     [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
+    if [ "$name" = tiny-clip ]; then
+      # Peak 3e-3 (the default --lr), floor 3e-4, W = 2, D = 6; step s at
+      # n = s - 1: n / 2 of the peak to n = 2, then 3e-4 + (cos(pi (n -
+      # 2) / 4) + 1) / 2 * 2.7e-3.
+      want="0 0.0015 0.003 0.0026045941546 0.00165 0.00069540584540"
+      got=$(grep -o '"lr":[^,}]*' straight.jsonl | cut -d: -f2 | tr '\n' ' ')
+      python3 -c "import sys; w, g = map(lambda s: [float(x) for x in s.split()], sys.argv[1:]); sys.exit(not (len(w) == len(g) == 6 and all(abs(a - b) <= 1e-9 for a, b in zip(w, g))))" \
+        "$want" "$got" || die "the schedule's rates: expected $want, found $got"
+      grep -q "^spindle-run: learning rate warm-up 2 steps to 0.003, cosine decay to 0.0003 at step 7$" run.log ||
+        die "no line describing the schedule"
+    fi
     for np in 4 3; do
       first=p4.json resumed=p$np.json
       if [ "$np" = 4 ]; then resumed=p4zero1.json; else first=p4zero1.json; fi
-      run 4 "$first" "$model" --steps 3 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" --every 2
+      run 4 "$first" "$model" --steps 3 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" --every 2 "${sched[@]}"
       [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
       [ -d "ck4$np/step-000002" ] && [ -d "ck4$np/step-000003" ] || die "no checkpoints at steps 2 and 3"
       run "$np" "$resumed" "$model" --steps 6 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" \
-          --resume --dump-params "r4$np.json"
+          --resume --dump-params "r4$np.json" "${sched[@]}"
       cat run.log
+      ! grep -q "warning: the checkpoint was trained with learning rate" run.log || die "the same schedule called another"
       [ "$rc" -eq 0 ] || die "resume on $np ranks: exit $rc"
       grep -q "resumed from ck4$np/step-000003 (step 3" run.log || die "did not resume from step 3"
       [ "$(grep -c '^iteration' run.log)" -eq 3 ] || die "expected steps 4..6 only"
