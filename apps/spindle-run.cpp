@@ -111,6 +111,7 @@ struct Args {
   std::string data_path, eval_path;  // "" = synthetic training data / no evaluation
   int eval_every = 0;                // 0: evaluate after the last step only
   int eval_batches = 0;              // 0: one pass over the evaluation set (drop last)
+  int log_interval = 1;              // print a line every N steps (and the last), averaged over them
 };
 
 // What each rank counted in one step (Executor's StepCounters), on rank 0:
@@ -698,6 +699,13 @@ struct Training {
   se::CheckpointMeta meta;               // step and data_tasks set by each save
   int64_t samples_per_step;              // the tasks' batches, summed
   std::ofstream metrics;                 // rank 0 with --metrics: open for appending
+  // Rank 0: the steps since the last printed line (--log-interval), whose
+  // step times and losses the next line averages.
+  struct Window {
+    int steps = 0;
+    double ms = 0;
+    std::vector<double> loss;
+  } window = {};
 };
 
 // Before training, on rank 0: opens --metrics for appending and, with
@@ -798,14 +806,27 @@ bool evaluate(Training& tr, int64_t step) {
 }
 
 // After step `st`: every rank's counters gathered on rank 0 (one small
-// gather per step), which prints the log line and appends the step's
-// object to --metrics (throws std::runtime_error when that write fails).
+// gather per step), which appends the step's object to --metrics (throws
+// std::runtime_error when that write fails) and, every --log-interval
+// steps and after the last, prints the log line: as Megatron-LM's, step
+// time and losses are the means over the steps since the line before.
 // Collective over MPI_COMM_WORLD.
 void report_step(Training& tr, const se::StepStats& st, double lr) {
   const std::vector<double> per_rank = gather_counters(st.counters, tr.rank, tr.size);
   if (tr.rank == 0) {
-    std::printf("%s\n", log_line(tr.model, st, tr.args.steps, tr.samples_per_step, lr).c_str());
-    std::fflush(stdout);
+    Training::Window& w = tr.window;
+    w.loss.resize(st.task_loss.size(), 0.0);
+    for (size_t t = 0; t < st.task_loss.size(); ++t) w.loss[t] += st.task_loss[t];
+    w.ms += st.step_ms;
+    ++w.steps;
+    if (st.step % tr.args.log_interval == 0 || st.step == tr.args.steps) {
+      se::StepStats mean = st;
+      mean.step_ms = w.ms / w.steps;
+      for (size_t t = 0; t < mean.task_loss.size(); ++t) mean.task_loss[t] = w.loss[t] / w.steps;
+      std::printf("%s\n", log_line(tr.model, mean, tr.args.steps, tr.samples_per_step, lr).c_str());
+      std::fflush(stdout);
+      w = {};
+    }
   }
   if (tr.rank == 0 && tr.metrics.is_open()) {
     nlohmann::json j = {{"step", st.step},
@@ -1009,6 +1030,11 @@ int main(int argc, char** argv) {
                  "--lr-decay-iters)")
       ->check(spindle::apps::integer_in(1, kMaxSteps));
   app.add_option("--min-lr", args.min_lr, "the rate linear or cosine decay ends at (default 0)");
+  app.add_option("--log-interval", args.log_interval,
+                 "print the step line every N steps and after the last, its step time and losses the means over "
+                 "those steps (Megatron-LM's --log-interval; --metrics keeps every step)")
+      ->capture_default_str()
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
   app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)")->check(spindle::apps::non_empty_path());
   CLI::Option* trace =
       app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")

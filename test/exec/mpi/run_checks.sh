@@ -71,7 +71,9 @@
 #       state is written whole and resumed sharded (ZeRO-1) on 4 ranks, and
 #       written from shards and resumed whole on 3. tiny-clip trains under a
 #       learning-rate schedule (warm-up, cosine decay): each step's rate as
-#       worked out by hand, and the resumed steps go on with it.
+#       worked out by hand, and the resumed steps go on with it. The
+#       straight run logs with --log-interval 4: lines after steps 4 and 6
+#       only, each the means of its steps.
 #   ckpt-corrupt    a *.tmp.* leftover is ignored; a flipped byte, a
 #       truncated file, another seed, another model, an empty directory are
 #       refused with exit 2 and one message naming the file or the cause.
@@ -565,8 +567,23 @@ PY
     sched=()
     [ "$name" = tiny-clip ] && sched=(--lr-warmup-steps 2 --lr-decay-style cosine --lr-decay-steps 6 --min-lr 3e-4)
     rm -rf ck44 ck43 ./*.jsonl
-    run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json "${sched[@]}"
+    run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json "${sched[@]}" \
+        --log-interval 4
     [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
+    # --log-interval 4 of 6 steps: lines after steps 4 and 6, their losses
+    # the means of steps 1-4 and 5-6 in --metrics (which has every step).
+    python3 - run.log straight.jsonl <<'PY' || die "--log-interval 4: the lines are not the means of their steps"
+import json, re, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith("iteration")]
+steps = [json.loads(l) for l in open(sys.argv[2])]
+assert [int(l.split()[1].split("/")[0]) for l in lines] == [4, 6], lines
+assert len(steps) == 6
+for line, (a, b) in zip(lines, [(0, 4), (4, 6)]):
+    for task, value in re.findall(r"loss ([\w-]+): ([-\d.]+) \|", line):
+        mean = sum(s["loss"][task] for s in steps[a:b]) / (b - a)
+        assert abs(float(value) - mean) <= 1e-6 * max(1.0, abs(mean)), (task, value, mean)  # printed %.6f
+print("log interval: lines at steps 4 and 6, the means of their steps")
+PY
     if [ "$name" = tiny-clip ]; then
       # Peak 3e-3 (the default --lr), floor 3e-4, W = 2, D = 6; step s at
       # n = s - 1: n / 2 of the peak to n = 2, then 3e-4 + (cos(pi (n -
