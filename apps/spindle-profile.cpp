@@ -303,6 +303,14 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
   if (!cluster.ok()) return invalid(cluster.error().message);
   if (sp::Status st = sp::check_output_paths({{"-o", out_path}}, {model_path, cluster_path}); !st.ok())
     return invalid(st.error().message);
+  // One rank per device at most: a rank past the cluster's devices would
+  // time links the cluster does not have (rank 2 of a one-island cpu-1x2
+  // timed "inter_island" send/recv and all-reduce, recorded as the
+  // cluster's) and collectives over more devices than any plan of it uses.
+  if (world->size() > cluster->devices())
+    return invalid(std::to_string(world->size()) + " ranks, but cluster " + cluster->name + " (" + cluster_path +
+                   ") has " + std::to_string(cluster->devices()) + " devices: run at most one rank per device "
+                   "(mpirun -np " + std::to_string(cluster->devices()) + " or fewer)");
   const sp::OpGraph graph = sp::expand(*model);
   // The skeleton (keys, sizes, valid counts) comes from the analytic profile;
   // its times are replaced. Device figures only matter to those times.

@@ -97,6 +97,12 @@ bad-usage)
     bash "$expect" "$o" "--point-ms" -- "$p" "$model" --cluster "$c4" --measure --point-ms "$ms" -o "$o" || status=1
   done
   bash "$expect" "$o" "device count 9" -- "$p" "$model" --cluster "$c4" --measure --devices 9 -o "$o" || status=1
+  # More ranks than the cluster has devices: rank 2 of one-island cpu-1x2
+  # would time "inter_island" links the cluster lacks. Refused by every
+  # rank before anything is timed.
+  bash "$expect" "$o" "3 ranks, but cluster cpu-1x2" "has 2 devices: run at most one rank per device (mpirun -np 2 or fewer)" -- \
+    "$mpiexec" -np 3 --oversubscribe "$p" "$model" --cluster "$src/configs/clusters/cpu-1x2.yaml" --measure -o "$o" ||
+    status=1
   # One count where the cluster allows several: spindle-plan would refuse
   # the profile (one point), so neither mode writes it.
   for how in --analytic --measure; do
