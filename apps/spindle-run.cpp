@@ -101,7 +101,7 @@ struct Args {
   uint64_t seed = 0;
   double lr = 3e-3;            // the peak rate (AdamW takes each step's as a float)
   // The learning-rate schedule's flags (optim/lr_schedule.h), and the
-  // schedule they and --lr, --steps make (lr_schedule_of, after parsing).
+  // schedule they and --lr, --steps make (set in main after parsing).
   std::string lr_decay_style = "constant";
   int64_t lr_warmup_steps = 0;
   int64_t lr_decay_steps = 0;   // 0: not given (--steps)
@@ -946,8 +946,9 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
 
 // This rank's whole run, in the five steps below. Returns the exit code: 0,
 // kExitInvalid when an input, a checkpoint or a data value was refused,
-// kExitFailure when a loss went non-finite (every rank agrees); throws std::runtime_error on a failure while training
-// (main then aborts the job). Collective over MPI_COMM_WORLD.
+// kExitFailure when training diverged or a checkpoint could not be saved
+// (every rank agrees); throws std::runtime_error on a failure while
+// training (main then aborts the job). Collective over MPI_COMM_WORLD.
 int run(const Args& args, int rank, int size) {
   // 1. Inputs: load and check on every rank; all ranks agree before going on.
   Inputs in;

@@ -74,7 +74,8 @@ Result<DataSpec> parse_spec_yaml(const yamlu::Reader& r, const YAML::Node& root,
       const auto kind = std::filesystem::status(ts.dir, ec).type();
       if (kind != std::filesystem::file_type::not_found && kind != std::filesystem::file_type::none &&
           kind != std::filesystem::file_type::directory)
-        return r.error(yamlu::child(key, "path"), p->value, ts.dir + " is not a directory (a dataset directory holds one .npy file per node)");
+        return r.error(yamlu::child(key, "path"), p->value,
+                       ts.dir + " is not a directory (a dataset directory holds one .npy file per node)");
     }
     if (const yamlu::Entry* s = v.find("shuffle")) SPINDLE_TRY(r.get_bool(yamlu::child(key, "shuffle"), s->value, ts.shuffle));
   }
