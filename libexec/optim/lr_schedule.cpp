@@ -53,7 +53,8 @@ double lr_at(const LrSchedule& s, int64_t step) {
 
 std::string describe_lr_schedule(const LrSchedule& s) {
   std::string text;
-  if (s.warmup_steps > 0) text = "warm-up " + std::to_string(s.warmup_steps) + " steps to ";
+  if (s.warmup_steps > 0)
+    text = "warm-up " + std::to_string(s.warmup_steps) + (s.warmup_steps == 1 ? " step to " : " steps to ");
   text += plan::number_text(static_cast<float>(s.max_lr));   // as the checkpoint records it
   if (s.decay == LrDecay::constant) return (s.warmup_steps > 0 ? "" : "constant ") + text;
   return text + ", " + lr_decay_name(s.decay) + " decay to " + plan::number_text(s.min_lr) + " at step " +

@@ -19,6 +19,11 @@
 #   SPINDLE_LAUNCHER     srun (default) | mpirun
 #   SPINDLE_GPUS_PER_NODE  overrides SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
 #   SPINDLE_DRY_RUN=1    print what would be written and run, run nothing
+# Arguments: passed on to every spindle-run rank after the launcher's own
+# (--data, --eval-data, --lr and the schedule, --log-interval, ...). The
+# flags the launcher sets itself are refused there (exit 2): the plan,
+# --model, --steps, --seed, --backend, --checkpoint, --every, --resume,
+# --metrics; set them through the variables above.
 # Slurm variables read: SLURM_JOB_NODELIST, SLURM_NNODES (or
 # SLURM_JOB_NUM_NODES), SLURM_GPUS_ON_NODE (or SLURM_GPUS_PER_NODE, e.g.
 # "h200:8"), SLURM_JOB_ID, SLURM_SUBMIT_DIR.
@@ -50,6 +55,21 @@ first_host() {
     echo "$prefix"
   fi
 }
+
+# spindle-run's flags that the launcher sets (a second value would be
+# refused by spindle-run after planning, or, for --resume, skip the check
+# for a checkpoint).
+for arg in "$@"; do
+  flag=${arg%%=*}
+  case "$flag" in
+    --model) fail "$flag: the launcher sets it; use SPINDLE_MODEL" ;;
+    --steps|--seed|--backend|--every)
+      var=${flag#--}; fail "$flag: the launcher sets it; use SPINDLE_${var^^}" ;;
+    --checkpoint|--metrics) fail "$flag: the launcher writes it under SPINDLE_RUN_DIR" ;;
+    --resume|--overwrite)
+      fail "$flag: the launcher resumes by itself when SPINDLE_RUN_DIR/checkpoints holds a checkpoint" ;;
+  esac
+done
 
 [ -n "${SLURM_JOB_NODELIST:-}" ] ||
   fail "SLURM_JOB_NODELIST is not set: run inside a Slurm job (sbatch scripts/slurm/spindle.sbatch), or set the SLURM_* variables for a dry run"
@@ -99,7 +119,7 @@ for d in "$CKPT"/step-*; do
 done
 [ ${#resume[@]} -eq 0 ] || say "resuming from the newest checkpoint in $CKPT"
 train=("$BIN/spindle-run" "$RUN_DIR/plan.json" --model "$SPINDLE_MODEL" --steps "$STEPS" --backend "$BACKEND"
-       --seed "$SEED" --checkpoint "$CKPT" --every "$EVERY" "${resume[@]}" --metrics "$RUN_DIR/metrics.jsonl")
+       --seed "$SEED" --checkpoint "$CKPT" --every "$EVERY" "${resume[@]}" --metrics "$RUN_DIR/metrics.jsonl" "$@")
 case "$LAUNCHER" in
   srun)
     # --kill-on-bad-exit: one dead rank ends the step (srun names the task).

@@ -73,6 +73,7 @@ TEST_CASE("lr schedule: what it refuses, names, and compares", "[lr]") {
 
   CHECK(describe_lr_schedule({3e-3, 0, 0, 0, LrDecay::constant}) == "constant 0.003");
   CHECK(describe_lr_schedule({3e-3, 0, 100, 0, LrDecay::constant}) == "warm-up 100 steps to 0.003");
+  CHECK(describe_lr_schedule({3e-3, 0, 1, 0, LrDecay::constant}) == "warm-up 1 step to 0.003");
   CHECK(describe_lr_schedule({3e-3, 3e-4, 100, 1000, LrDecay::cosine}) ==
         "warm-up 100 steps to 0.003, cosine decay to 0.0003 at step 1001");
 

@@ -749,7 +749,7 @@ PY
           SLURM_JOB_NUM_NODES=2 SLURM_GPUS_ON_NODE=8 SLURM_SUBMIT_DIR="$PWD" SPINDLE_DRY_RUN=1 \
           SPINDLE_BIN=/opt/spindle/bin SPINDLE_MODEL=models/clip.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" \
           SPINDLE_STEPS=1000 SPINDLE_EVERY=50 SPINDLE_RUN_DIR=/scratch/run \
-          bash "$SRC/scripts/slurm/spindle-launch.sh" 2>&1)
+          bash "$SRC/scripts/slurm/spindle-launch.sh" --data 'd/my train.yaml' --lr-warmup-steps 100 2>&1)
     rc=$?
     echo "$out"
     [ "$rc" -eq 0 ] || die "dry run: exit $rc"
@@ -758,8 +758,17 @@ PY
     expect_line "islands: 2"
     expect_line "devices_per_island: 8"
     expect_line "+ /opt/spindle/bin/spindle-plan models/clip.yaml --cluster /scratch/run/cluster.yaml -o /scratch/run/plan.json"
-    expect_line "+ srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --gpus-per-task=1 --kill-on-bad-exit=1 --mpi=pmix /opt/spindle/bin/spindle-run /scratch/run/plan.json --model models/clip.yaml --steps 1000 --backend cuda --seed 0 --checkpoint /scratch/run/checkpoints --every 50 --metrics /scratch/run/metrics.jsonl"
+    expect_line "+ srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --gpus-per-task=1 --kill-on-bad-exit=1 --mpi=pmix /opt/spindle/bin/spindle-run /scratch/run/plan.json --model models/clip.yaml --steps 1000 --backend cuda --seed 0 --checkpoint /scratch/run/checkpoints --every 50 --metrics /scratch/run/metrics.jsonl --data d/my\\ train.yaml --lr-warmup-steps 100"
     grep -q -- '--resume' <<< "$out" && die "dry run: --resume without a checkpoint"
+    # The flags the launcher sets itself are refused, naming the variable.
+    for flag in "--steps 5" "--seed=3" "--resume"; do
+      # shellcheck disable=SC2086  # a flag and its value
+      env -i PATH="$PATH" SPINDLE_DRY_RUN=1 bash "$SRC/scripts/slurm/spindle-launch.sh" --data d.yaml $flag > bad.log 2>&1
+      rc=$?
+      cat bad.log
+      [ "$rc" -eq 2 ] && grep -q "^spindle-launch: error: ${flag%%[ =]*}: the launcher" bad.log ||
+        die "dry run: $flag not refused"
+    done
     # With a complete checkpoint (and a leftover) it resumes; mpirun on request.
     mkdir -p run2/checkpoints/step-000050 run2/checkpoints/step-000100.tmp.x
     out=$(env -i PATH="$PATH" SLURM_JOB_ID=4243 SLURM_JOB_NODELIST='gpu01,gpu02' SLURM_NNODES=2 \
@@ -838,20 +847,26 @@ PY
     # with 2 "GPUs", CPU ranks under mpirun. Trains 3 steps; the same command
     # with more steps resumes (as a requeued job does).
     rm -rf job
-    launch() {  # launch STEPS: output in launch.log, exit code in $rc
+    launch() {  # launch STEPS [SPINDLE-RUN ARGS...]: output in launch.log, exit code in $rc
       env SLURM_JOB_ID=7 SLURM_JOB_NODELIST=localhost SLURM_NNODES=1 SLURM_GPUS_ON_NODE=2 \
           SPINDLE_LAUNCHER=mpirun SPINDLE_BACKEND=cpu SPINDLE_BIN="$BIN" SPINDLE_MODEL="$MODELS/tiny-clip.yaml" \
           SPINDLE_CLUSTER="$CLUSTERS/cpu-1x4.yaml" SPINDLE_STEPS="$1" SPINDLE_EVERY=2 SPINDLE_RUN_DIR="$PWD/job" \
-          OMPI_MCA_rmaps_base_oversubscribe=1 timeout 100 bash "$SRC/scripts/slurm/spindle-launch.sh" > launch.log 2>&1
+          OMPI_MCA_rmaps_base_oversubscribe=1 timeout 100 bash "$SRC/scripts/slurm/spindle-launch.sh" "${@:2}" \
+          > launch.log 2>&1
       rc=$?
       cat launch.log
     }
-    launch 3
+    # Arguments after the script reach spindle-run: a warm-up, and a line
+    # every 3 steps (one line for the 3 steps).
+    launch 3 --lr-warmup-steps 1 --log-interval 3
     [ "$rc" -eq 0 ] || die "first launch: exit $rc"
+    grep -q "^spindle-run: learning rate warm-up 1 step to 0.003$" launch.log || die "first launch: no warm-up"
+    [ "$(grep -c '^iteration' launch.log)" -eq 1 ] || die "first launch: --log-interval 3 not passed on"
     grep -q '^devices_per_island: 2' job/cluster.yaml || die "cluster.yaml not written for 2 devices"
     [ -d job/checkpoints/step-000003 ] || die "no checkpoint at step 3"
-    launch 5
+    launch 5 --lr-warmup-steps 1
     [ "$rc" -eq 0 ] || die "second launch: exit $rc"
+    ! grep -q "warning: the checkpoint was trained with learning rate" launch.log || die "second launch: schedule lost"
     grep -q "resumed from $PWD/job/checkpoints/step-000003" launch.log || die "second launch did not resume"
     [ "$(grep -c '^iteration' launch.log)" -eq 2 ] || die "second launch: expected steps 4 and 5 only"
     echo "PASS: the Slurm helper plans, trains and resumes" ;;
