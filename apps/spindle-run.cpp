@@ -653,9 +653,13 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
     if (replan)
       std::printf("spindle-run: re-planned: model %s changed (sha256 %s -> %s): %s\n", model.name.c_str(),
                   ck->meta.model_sha256.substr(0, 12).c_str(), model.sha256.substr(0, 12).c_str(), note.c_str());
-    for (const std::string& line : data_changes(model, ck->meta.data_tasks, in.data.get()))
+    // What the steps to come train with, against the checkpoint's: moot
+    // when there are none (the checkpoint only evaluated, or nothing).
+    const bool trains = executor.steps_done() < args.steps;
+    for (const std::string& line : trains ? data_changes(model, ck->meta.data_tasks, in.data.get())
+                                          : std::vector<std::string>{})
       std::printf("spindle-run: data: %s\n", line.c_str());
-    if (!se::same_lr_schedule(ck->meta.lr_schedule, args.schedule))
+    if (trains && !se::same_lr_schedule(ck->meta.lr_schedule, args.schedule))
       std::printf("spindle-run: warning: the checkpoint was trained with learning rate %s, continuing with %s\n",
                   se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
                   se::describe_lr_schedule(args.schedule).c_str());
@@ -964,17 +968,23 @@ int run(const Args& args, int rank, int size) {
   std::vector<se::DataRead> reads = executor.data_reads(false), eval_reads = executor.data_reads(true);
   print_banner(args, in, rt, rank, size);
 
-  // 3. Resume: the checkpoint's state, if any; nothing to do past --steps.
+  // 3. Resume: the checkpoint's state, if any. At or past --steps there is
+  // nothing to train; with --eval-data the checkpoint is evaluated once
+  // (Megatron-LM's --skip-train), else the run ends here.
   if (in.ck && !resume(args, in, executor, rank, size)) return kExitInvalid;
-  if (executor.steps_done() >= args.steps) {
+  const bool nothing_to_train = executor.steps_done() >= args.steps;
+  if (nothing_to_train) {
     if (rank == 0)
-      std::printf("spindle-run: the checkpoint is at step %lld, --steps %d: nothing to train\n",
-                  static_cast<long long>(executor.steps_done()), args.steps);
-    rt.world->barrier();
-    return 0;
+      std::printf("spindle-run: the checkpoint is at step %lld, --steps %d: nothing to train%s\n",
+                  static_cast<long long>(executor.steps_done()), args.steps,
+                  in.eval_data ? "; evaluating it (--eval-data)" : "");
+    if (!in.eval_data) {
+      rt.world->barrier();
+      return 0;
+    }
   }
 
-  // 4. Training.
+  // 4. Training (or the evaluation of the checkpoint alone).
   int64_t samples_per_step = 0;
   for (const sp::Task& t : in.model->tasks) samples_per_step += t.batch;
   Training tr{args,
@@ -992,10 +1002,18 @@ int run(const Args& args, int rank, int size) {
   prepare_outputs(tr);
   rt.world->barrier();
   executor.reset_clock();
-  if (const int code = train(tr); code != 0) return code;
+  if (nothing_to_train) {
+    if (!evaluate(tr, executor.steps_done())) return kExitInvalid;
+  } else if (const int code = train(tr); code != 0) {
+    return code;
+  }
   if (rank == 0 && tr.metrics.is_open()) {
     tr.metrics.close();
     if (tr.metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");
+  }
+  if (nothing_to_train) {   // no step taken: nothing of this run to trace or dump
+    rt.world->barrier();
+    return 0;
   }
 
   // 5. Outputs: the measured trace of every rank, the final parameters.

@@ -46,7 +46,10 @@
 #       1-device run (compare_runs). Sanitized: plans 3 and 4seq only, as above.
 #   data-resume     digits-mm with --data: 6 steps straight on 4 ranks equal
 #       3 steps on 4 ranks + resume for 3 on 2 ranks (another plan): the data
-#       position carries over; the manifest records it per task. Resuming
+#       position carries over; the manifest records it per task. Both
+#       evaluate after step 6, and so does the checkpoint of step 6 run
+#       alone (--resume --steps 6 --eval-data: nothing to train): the same
+#       figures. Resuming
 #       onto other data (another S, or synthetic) says so and trains on.
 #   bad-data        every case of docs/spec/data.md "Bad data" (and bad
 #       DATA.yaml files): exit 2, one message naming the file; a bad value
@@ -351,18 +354,30 @@ PY
     plan "$model" 4 p4.json
     plan "$model" 2 p2.json
     rm -rf ck ./*.jsonl
-    run 4 p4.json "$model" --steps 6 --seed 3 --data "$data" --metrics straight.jsonl --dump-params straight.json
+    val=(--eval-data "$SRC/configs/data/digits/val.yaml" --eval-batches 2)
+    run 4 p4.json "$model" --steps 6 --seed 3 --data "$data" --metrics straight.jsonl --dump-params straight.json \
+        "${val[@]}"
     [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
     run 4 p4.json "$model" --steps 3 --seed 3 --data "$data" --metrics resumed.jsonl --checkpoint ck --every 3
     [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
     grep -q '"batch_in_epoch": 3' ck/step-000003/manifest.json && grep -q '"next_batch": 3' ck/step-000003/manifest.json ||
       die "the manifest does not record the data position"
     run 2 p2.json "$model" --steps 6 --seed 3 --data "$data" --metrics resumed.jsonl --checkpoint ck --resume \
-        --dump-params resumed.json
+        --dump-params resumed.json "${val[@]}"
     cat run.log
     [ "$rc" -eq 0 ] || die "resume on 2 ranks: exit $rc"
     grep -q "resumed from ck/step-000003 (step 3" run.log || die "did not resume from step 3"
+    # Losses, parameters and the evaluation after step 6.
     "$COMPARE" straight.jsonl straight.json resumed.jsonl resumed.json || die "resume on another plan differs"
+    # The checkpoint of step 6 evaluated alone (--steps 6: nothing to
+    # train), on 4 ranks again: the straight run's evaluation after step 6.
+    run 4 p4.json "$model" --steps 6 --seed 3 --checkpoint ck --resume --metrics evalonly.jsonl "${val[@]}"
+    cat run.log
+    [ "$rc" -eq 0 ] || die "evaluating a checkpoint: exit $rc"
+    grep -q "nothing to train; evaluating it (--eval-data)" run.log && ! grep -q '^iteration' run.log ||
+      die "evaluating a checkpoint: trained, or did not say so"
+    grep -q '"eval"' evalonly.jsonl && "$COMPARE" straight.jsonl straight.json <(grep -v '"eval"' straight.jsonl; cat evalonly.jsonl) \
+        straight.json || die "the checkpoint's evaluation is not the straight run's"
     # Resumed onto other data: said in one line per task, and training goes on.
     run 2 p2.json "$model" --steps 7 --seed 3 --data "$SRC/configs/data/digits/val.yaml" --checkpoint ck --resume
     cat run.log
