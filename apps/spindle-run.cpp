@@ -97,6 +97,7 @@ struct Args {
   double bucket_mb = 25;       // gradient bucket cap, MiB
   bool bucket_mb_given = false;  // --bucket-mb was passed (else the plan's)
   double comm_timeout_s = 600; // NCCL: how long a call waits for its peers before the job ends
+  double exit_duration_mins = 0;  // > 0: checkpoint and exit 0 after the first step ending this long after start
   int steps = 10;
   uint64_t seed = 0;
   double lr = 3e-3;            // the peak rate (AdamW takes each step's as a float)
@@ -369,6 +370,10 @@ std::string check_numbers(const Args& args) {
   if (args.steps < 1) return "--steps must be at least 1";
   if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
+  if (!(args.exit_duration_mins == 0 ||
+        (std::isfinite(args.exit_duration_mins) && args.exit_duration_mins > 0 && args.exit_duration_mins <= 1e6)))
+    return "--exit-duration-mins " + sp::number_text(args.exit_duration_mins) +
+           ": expected minutes above 0 and at most 1e6";
   if (!(std::isfinite(args.comm_timeout_s) && args.comm_timeout_s > 0 && args.comm_timeout_s <= 1e6))
     return "--comm-timeout " + sp::number_text(args.comm_timeout_s) + ": expected seconds above 0 and at most 1e6";
   if (args.trace_window.first > args.steps)
@@ -703,6 +708,7 @@ struct Training {
   se::CheckpointMeta meta;               // step and data_tasks set by each save
   int64_t samples_per_step;              // the tasks' batches, summed
   std::ofstream metrics;                 // rank 0 with --metrics: open for appending
+  std::chrono::steady_clock::time_point start;   // of the run (--exit-duration-mins counts from it)
   // Rank 0: the steps since the last printed line (--log-interval), whose
   // step times and losses the next line averages.
   struct Window {
@@ -812,10 +818,11 @@ bool evaluate(Training& tr, int64_t step) {
 // After step `st`: every rank's counters gathered on rank 0 (one small
 // gather per step), which appends the step's object to --metrics (throws
 // std::runtime_error when that write fails) and, every --log-interval
-// steps and after the last, prints the log line: as Megatron-LM's, step
+// steps and after the last (`last`: the run stops after this one, else
+// --steps), prints the log line: as Megatron-LM's, step
 // time and losses are the means over the steps since the line before.
 // Collective over MPI_COMM_WORLD.
-void report_step(Training& tr, const se::StepStats& st, double lr) {
+void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
   const std::vector<double> per_rank = gather_counters(st.counters, tr.rank, tr.size);
   if (tr.rank == 0) {
     Training::Window& w = tr.window;
@@ -823,7 +830,7 @@ void report_step(Training& tr, const se::StepStats& st, double lr) {
     for (size_t t = 0; t < st.task_loss.size(); ++t) w.loss[t] += st.task_loss[t];
     w.ms += st.step_ms;
     ++w.steps;
-    if (st.step % tr.args.log_interval == 0 || st.step == tr.args.steps) {
+    if (st.step % tr.args.log_interval == 0 || st.step == tr.args.steps || last) {
       se::StepStats mean = st;
       mean.step_ms = w.ms / w.steps;
       for (size_t t = 0; t < mean.task_loss.size(); ++t) mean.task_loss[t] = w.loss[t] / w.steps;
@@ -886,11 +893,24 @@ bool losses_finite(const Training& tr, const se::StepStats& st) {
   return false;
 }
 
+// With --exit-duration-mins: whether the run has lasted that long, as
+// rank 0's clock says (one broadcast, so every rank decides the same);
+// the minutes it has lasted in *mins (rank 0). Collective over
+// MPI_COMM_WORLD.
+bool out_of_time(const Training& tr, double* mins) {
+  if (tr.args.exit_duration_mins <= 0) return false;
+  *mins = std::chrono::duration<double>(std::chrono::steady_clock::now() - tr.start).count() / 60.0;
+  int stop = tr.rank == 0 && *mins >= tr.args.exit_duration_mins ? 1 : 0;
+  MPI_CHECK(MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  return stop != 0;
+}
+
 // Step 4 of run: trains steps (steps done + 1) .. --steps. Each step reads
 // its data (--data), runs the executor's step, reports it, stops when a
 // loss is not finite, and when due dumps the gradients (the first step),
 // saves a checkpoint (every --every steps and the last) and evaluates
-// (every --eval-every steps and the last). Returns the exit code: 0;
+// (every --eval-every steps and the last); with --exit-duration-mins it
+// saves and stops early once out of time. Returns the exit code: 0;
 // kExitInvalid when a bad data value stopped every rank before a step or
 // an evaluation; kExitFailure when a loss was not finite or a checkpoint
 // could not be saved (the error printed). Collective over MPI_COMM_WORLD.
@@ -909,13 +929,30 @@ int train(Training& tr) {
     const double lr = se::lr_at(args.schedule, s);
     tr.executor.set_learning_rate(static_cast<float>(lr));
     const se::StepStats st = tr.executor.step();
-    report_step(tr, st, lr);
+    double mins = 0;   // --exit-duration-mins: out of time after this step (not the last)?
+    const bool stop = s < args.steps && out_of_time(tr, &mins);
+    report_step(tr, st, lr, stop);
     if (!losses_finite(tr, st)) return kExitFailure;
     if (!args.grads_path.empty() && s == first_step) dump_grads(tr);
     if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps) && !write_checkpoint(tr))
       return kExitFailure;
     if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(tr, s))
       return kExitInvalid;
+    // Out of time (--exit-duration-mins, Megatron-LM's
+    // --exit-duration-in-mins): a checkpoint of this step, unless it just
+    // saved one, and exit 0, so that a job near its time limit stops where
+    // --resume takes it up instead of being killed and losing the steps
+    // since the last checkpoint.
+    if (stop) {
+      if (s % args.every != 0 && !write_checkpoint(tr)) return kExitFailure;
+      if (tr.rank == 0) {
+        std::printf("spindle-run: --exit-duration-mins %s: %.2f min after the start, step %d of %d done; stopping "
+                    "(--resume goes on from the checkpoint of step %d)\n",
+                    sp::number_text(args.exit_duration_mins).c_str(), mins, s, args.steps, s);
+        std::fflush(stdout);
+      }
+      return 0;
+    }
   }
   return 0;
 }
@@ -954,6 +991,7 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
 // (every rank agrees); throws std::runtime_error on a failure while
 // training (main then aborts the job). Collective over MPI_COMM_WORLD.
 int run(const Args& args, int rank, int size) {
+  const auto start = std::chrono::steady_clock::now();
   // 1. Inputs: load and check on every rank; all ranks agree before going on.
   Inputs in;
   if (!load_inputs(args, rank, size, in)) return kExitInvalid;
@@ -998,7 +1036,8 @@ int run(const Args& args, int rank, int size) {
               std::move(eval_reads),
               checkpoint_meta(args, in, rt.options),
               samples_per_step,
-              std::ofstream()};
+              std::ofstream(),
+              start};
   prepare_outputs(tr);
   rt.world->barrier();
   executor.reset_clock();
@@ -1087,6 +1126,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->needs(ckpt);
   app.add_option("--keep", args.keep, "complete checkpoints to keep (newest)")->capture_default_str()->needs(ckpt);
+  app.add_option("--exit-duration-mins", args.exit_duration_mins,
+                 "after the first step that ends this many minutes after the start, save a checkpoint and exit 0, "
+                 "for --resume to go on (Megatron-LM's --exit-duration-in-mins; a job's time limit)")
+      ->needs(ckpt);
   app.add_option("--data", args.data_path, "training data (DATA.yaml, docs/spec/data.md); default: synthetic")
       ->check(spindle::apps::non_empty_path());
   CLI::Option* eval =

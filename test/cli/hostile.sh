@@ -174,6 +174,8 @@ run-flags)
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --lr-decay-style linear --min-lr 0.01 --metrics m.jsonl
   expect 2 "--lr-warmup-steps: expected an integer from 0 to 2147483647, found '-1'" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --lr-warmup-steps -1 --metrics m.jsonl
+  expect 2 "--exit-duration-mins -1: expected minutes above 0 and at most 1e6" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --exit-duration-mins -1 --metrics m.jsonl
   [ -e m.jsonl ] && { echo "FAIL: metrics written by a refused run"; failures=$((failures + 1)); }
   expect 2 "--steps" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 0
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps -5

@@ -103,7 +103,9 @@
 #   slurm-dry-run   scripts/slurm/spindle-launch.sh with fake SLURM_* variables
 #       and SPINDLE_DRY_RUN=1 prints the plan and launch commands it would run.
 #   slurm-local     the same helper run for real with fake SLURM_* variables,
-#       mpirun and CPU ranks: plans, trains, and a second launch resumes.
+#       mpirun and CPU ranks: plans, trains, and a second launch resumes;
+#       arguments after the script reach spindle-run; a third launch out
+#       of time (--exit-duration-mins) saves after one step and exits 0.
 set -uo pipefail
 MODE=$1 BIN=$2 SRC=$3 WORK=$4 MPIEXEC=$5 COMPARE=$6
 MODELS=$SRC/configs/models CLUSTERS=$SRC/configs/clusters
@@ -884,6 +886,14 @@ PY
     ! grep -q "warning: the checkpoint was trained with learning rate" launch.log || die "second launch: schedule lost"
     grep -q "resumed from $PWD/job/checkpoints/step-000003" launch.log || die "second launch did not resume"
     [ "$(grep -c '^iteration' launch.log)" -eq 2 ] || die "second launch: expected steps 4 and 5 only"
+    # Near the allocation's time limit (--exit-duration-mins, here already
+    # past): one step (6), its checkpoint, exit 0, for a resubmitted job
+    # to resume from (as the second launch did).
+    launch 9 --lr-warmup-steps 1 --exit-duration-mins 1e-9
+    [ "$rc" -eq 0 ] || die "third launch: exit $rc"
+    [ "$(grep -c '^iteration' launch.log)" -eq 1 ] && [ -d job/checkpoints/step-000006 ] &&
+      grep -q "^spindle-run: --exit-duration-mins 1e-09: .* min after the start, step 6 of 9 done; stopping" launch.log ||
+      die "third launch: did not stop after one step with its checkpoint"
     echo "PASS: the Slurm helper plans, trains and resumes" ;;
   *) die "unknown mode $MODE" ;;
 esac
