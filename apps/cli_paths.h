@@ -11,6 +11,16 @@
 
 namespace spindle::apps {
 
+#ifndef SPINDLE_VERSION
+#define SPINDLE_VERSION "unknown"
+#endif
+
+// --version: "PROGRAM VERSION" on stdout, exit 0 (the project's version,
+// set by apps/CMakeLists.txt from CMakeLists.txt's project()).
+inline void add_version_flag(CLI::App& app, const std::string& program) {
+  app.set_version_flag("--version", program + " " SPINDLE_VERSION, "print the version and exit");
+}
+
 // For every option that takes a path: an empty value ("--data ''", or
 // "--data $DATA" in a job script where DATA is unset) is a usage error
 // (exit 2), not the option left out. Read as "not given", it would train

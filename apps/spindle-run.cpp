@@ -1067,6 +1067,7 @@ int main(int argc, char** argv) {
   spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   Args args;
   CLI::App app{"spindle-run: train a model under a wave plan, one MPI rank per device"};
+  spindle::apps::add_version_flag(app, "spindle-run");
   app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--steps", args.steps, "training steps")->capture_default_str();
