@@ -65,6 +65,8 @@
 #include "libexec/exec/checkpoint.h"
 #include "libexec/exec/executor.h"
 #include "libexec/optim/lr_schedule.h"
+#include "libplan/cost/analytic.h"
+#include "libplan/graph/op_graph.h"
 #include "libplan/report/trace.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
@@ -246,14 +248,18 @@ std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, c
   return "";
 }
 
+// The step line, Megatron-LM's keys: `tflops` is the model FLOPs of a step
+// per device and second, TFLOP/s (tflops_per_device), under "per GPU" on
+// GPUs.
 std::string log_line(const sp::Model& model, const se::StepStats& st, int steps, int64_t samples_per_step,
-                     double lr) {
-  char buf[256];
+                     double lr, double tflops, bool gpu) {
+  char buf[320];
   std::snprintf(buf, sizeof buf,
                 "iteration %8lld/%8d | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
-                "samples per second: %.1f | learning rate: %.6E |",
+                "samples per second: %.1f | throughput per %s (TFLOP/s/%s): %.3f | learning rate: %.6E |",
                 static_cast<long long>(st.step), steps, static_cast<long long>(st.step * samples_per_step),
-                st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms, lr);
+                st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms, gpu ? "GPU" : "device",
+                gpu ? "GPU" : "device", tflops, lr);
   std::string line = buf;
   for (size_t t = 0; t < model.tasks.size(); ++t) {
     std::snprintf(buf, sizeof buf, " loss %s: %.6f |", model.tasks[t].name.c_str(), st.task_loss[t]);
@@ -707,6 +713,8 @@ struct Training {
   std::vector<se::DataRead> eval_reads;  // ... of an evaluation batch
   se::CheckpointMeta meta;               // step and data_tasks set by each save
   int64_t samples_per_step;              // the tasks' batches, summed
+  double flops_per_step;                 // model FLOPs of a step (sp::model_flops_per_step)
+  bool gpu;                              // the backend runs on GPUs (the step line says "per GPU")
   std::ofstream metrics;                 // rank 0 with --metrics: open for appending
   std::chrono::steady_clock::time_point start;   // of the run (--exit-duration-mins counts from it)
   // Rank 0: the steps since the last printed line (--log-interval), whose
@@ -815,6 +823,13 @@ bool evaluate(Training& tr, int64_t step) {
   return true;
 }
 
+// Model FLOPs per device and second over a step of `step_ms`, in TFLOP/s
+// (Megatron-LM's throughput per GPU: the model's FLOPs, not the
+// hardware's, so recomputation or idle devices lower it).
+double tflops_per_device(const Training& tr, double step_ms) {
+  return tr.flops_per_step / (step_ms / 1000.0) / tr.size / 1e12;
+}
+
 // After step `st`: every rank's counters gathered on rank 0 (one small
 // gather per step), which appends the step's object to --metrics (throws
 // std::runtime_error when that write fails) and, every --log-interval
@@ -834,7 +849,9 @@ void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
       se::StepStats mean = st;
       mean.step_ms = w.ms / w.steps;
       for (size_t t = 0; t < mean.task_loss.size(); ++t) mean.task_loss[t] = w.loss[t] / w.steps;
-      std::printf("%s\n", log_line(tr.model, mean, tr.args.steps, tr.samples_per_step, lr).c_str());
+      std::printf("%s\n", log_line(tr.model, mean, tr.args.steps, tr.samples_per_step, lr,
+                                    tflops_per_device(tr, mean.step_ms), tr.gpu)
+                              .c_str());
       std::fflush(stdout);
       w = {};
     }
@@ -843,7 +860,8 @@ void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
     nlohmann::json j = {{"step", st.step},
                         {"step_ms", st.step_ms},
                         {"samples_per_s", static_cast<double>(tr.samples_per_step) * 1000.0 / st.step_ms},
-                        {"lr", lr}};
+                        {"lr", lr},
+                        {"tflops_per_device", tflops_per_device(tr, st.step_ms)}};
     double total = 0;
     for (size_t t = 0; t < tr.model.tasks.size(); ++t) {
       j["loss"][tr.model.tasks[t].name] = st.task_loss[t];
@@ -1036,6 +1054,8 @@ int run(const Args& args, int rank, int size) {
               std::move(eval_reads),
               checkpoint_meta(args, in, rt.options),
               samples_per_step,
+              sp::model_flops_per_step(sp::expand(*in.model)),
+              rt.backend->device() == se::Device::cuda,
               std::ofstream(),
               start};
   prepare_outputs(tr);

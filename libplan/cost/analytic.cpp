@@ -152,6 +152,12 @@ CommOverhead analytic_comm_overhead(const Cluster& cluster) {
 
 double analytic_flops_per_sample(const Workload& w) { return shape_of(w, DType::bf16).flops; }
 
+double model_flops_per_step(const OpGraph& graph) {
+  double flops = 0;
+  for (const Operator& op : graph.ops) flops += analytic_flops_per_sample(op.workload) * double(op.workload.batch);
+  return flops;
+}
+
 int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype) {
   return limits::bytes_to_int64(std::round(shape_of(w, dtype).kept_bytes));
 }

@@ -37,6 +37,13 @@ CommOverhead analytic_comm_overhead(const Cluster& cluster);
 // it depends on the global batch (each sample meets every other one).
 double analytic_flops_per_sample(const Workload& w);
 
+// The model FLOPs of one training step: forward plus backward of every
+// operator of `graph` (every task's use of a module counts), each at its
+// task's global batch, as analytic_flops_per_sample counts them. What
+// spindle-run's "throughput per GPU (TFLOP/s/GPU)" divides by the step time
+// and the device count (Megatron-LM's model-FLOPs throughput).
+double model_flops_per_step(const OpGraph& graph);
+
 // Bytes one operator keeps for backward per sample, in `dtype` (the full
 // operator: a tensor-parallel group holds it spread over its devices).
 int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype);

@@ -592,7 +592,13 @@ for line, (a, b) in zip(lines, [(0, 4), (4, 6)]):
     for task, value in re.findall(r"loss ([\w-]+): ([-\d.]+) \|", line):
         mean = sum(s["loss"][task] for s in steps[a:b]) / (b - a)
         assert abs(float(value) - mean) <= 1e-6 * max(1.0, abs(mean)), (task, value, mean)  # printed %.6f
-print("log interval: lines at steps 4 and 6, the means of their steps")
+# The throughput: model FLOPs of a step over its time and the 4 devices,
+# the same FLOPs every step (sp::model_flops_per_step, tested by hand in
+# test_cost), and said in the line.
+flops = [s["tflops_per_device"] * 1e12 * s["step_ms"] / 1000 * 4 for s in steps]
+assert flops[0] > 0 and all(abs(f - flops[0]) <= 1e-9 * flops[0] for f in flops), flops
+assert all(re.search(r"\| throughput per device \(TFLOP/s/device\): \d+\.\d{3} \|", l) for l in lines), lines
+print("log interval: lines at steps 4 and 6, the means of their steps; %.6g model FLOPs a step" % flops[0])
 PY
     if [ "$name" = tiny-clip ]; then
       # Peak 3e-3 (the default --lr), floor 3e-4, W = 2, D = 6; step s at

@@ -294,3 +294,34 @@ TEST_CASE("analytic time of a tensor-parallel layer, by hand") {
   const double memory1 = 3 * (params + 8 * (kept + out)) / 2039e9 * 1e3;
   CHECK(analytic_op_ms(w, 1, 1, c, DType::bf16) == Approx(std::max(compute1, memory1) + 0.03));
 }
+
+TEST_CASE("model FLOPs per step: every operator of every task at its batch, by hand") {
+  // s = 4, h = 8, ffn 16, vocab 16, per sample (forward + backward):
+  //   token_embed 3 s h = 96; transformer_layer 3 (8 s h^2 + 4 s h f +
+  //   4 s^2 h) = 3 (2048 + 2048 + 512) = 13824; lm_loss 3 (2 s h v + 8 s h +
+  //   5 s v) = 3 (1024 + 256 + 320) = 4800; in all 18720.
+  // Two tasks use the same modules, at batches 2 and 6: 8 x 18720.
+  const char* yaml = R"(name: flops
+dtype: bf16
+modules:
+  text:
+    - {op: token_embed, vocab: 16, hidden: 8}
+    - {op: transformer_layer, hidden: 8, heads: 2, ffn: 16}
+  head:
+    - {op: lm_loss, hidden: 8, vocab: 16}
+tasks:
+  - name: a
+    batch: 2
+    nodes:
+      - {id: txt, module: text, seq: 4}
+      - {id: llm, module: head, inputs: [txt]}
+  - name: b
+    batch: 6
+    nodes:
+      - {id: txt, module: text, seq: 4}
+      - {id: llm, module: head, inputs: [txt]}
+)";
+  auto model = parse_model_string(yaml, "flops.yaml");
+  REQUIRE(model.ok());
+  CHECK(model_flops_per_step(expand(*model)) == 8.0 * 18720.0);
+}
