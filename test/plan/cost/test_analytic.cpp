@@ -304,22 +304,11 @@ TEST_CASE("model FLOPs per step: every operator of every task at its batch, by h
   const char* yaml = R"(name: flops
 dtype: bf16
 modules:
-  text:
-    - {op: token_embed, vocab: 16, hidden: 8}
-    - {op: transformer_layer, hidden: 8, heads: 2, ffn: 16}
-  head:
-    - {op: lm_loss, hidden: 8, vocab: 16}
+  text: [{op: token_embed, vocab: 16, hidden: 8}, {op: transformer_layer, hidden: 8, heads: 2, ffn: 16}]
+  head: [{op: lm_loss, hidden: 8, vocab: 16}]
 tasks:
-  - name: a
-    batch: 2
-    nodes:
-      - {id: txt, module: text, seq: 4}
-      - {id: llm, module: head, inputs: [txt]}
-  - name: b
-    batch: 6
-    nodes:
-      - {id: txt, module: text, seq: 4}
-      - {id: llm, module: head, inputs: [txt]}
+  - {name: a, batch: 2, nodes: [{id: txt, module: text, seq: 4}, {id: llm, module: head, inputs: [txt]}]}
+  - {name: b, batch: 6, nodes: [{id: txt, module: text, seq: 4}, {id: llm, module: head, inputs: [txt]}]}
 )";
   auto model = parse_model_string(yaml, "flops.yaml");
   REQUIRE(model.ok());
