@@ -2,9 +2,11 @@
 // docs/runtime.md).
 //
 //   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
-//          [--backend cpu|cuda] [--seed K] [--lr X] [--metrics M.jsonl]
+//          [--backend cpu|cuda] [--seed K] [--lr X] [--lr-warmup-steps W]
+//          [--lr-decay-style constant|linear|cosine [--lr-decay-steps D] [--min-lr X]]
+//          [--metrics M.jsonl] [--log-interval N]
 //          [--trace T.json [--trace-steps FIRST:LAST]] [--dump-params P.json] [--dump-grads G.json]
-//          [--checkpoint DIR [--every K] [--keep N]] [--resume]
+//          [--checkpoint DIR [--every K] [--keep N] [--exit-duration-mins M]] [--resume]
 //          [--data DATA.yaml] [--eval-data EVAL.yaml [--eval-every K]
 //          [--eval-batches M]]
 //
@@ -254,12 +256,13 @@ std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, c
 std::string log_line(const sp::Model& model, const se::StepStats& st, int steps, int64_t samples_per_step,
                      double lr, double tflops, bool gpu) {
   char buf[320];
+  const char* device = gpu ? "GPU" : "device";
   std::snprintf(buf, sizeof buf,
                 "iteration %8lld/%8d | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
                 "samples per second: %.1f | throughput per %s (TFLOP/s/%s): %.3f | learning rate: %.6E |",
                 static_cast<long long>(st.step), steps, static_cast<long long>(st.step * samples_per_step),
-                st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms, gpu ? "GPU" : "device",
-                gpu ? "GPU" : "device", tflops, lr);
+                st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms, device, device,
+                tflops, lr);
   std::string line = buf;
   for (size_t t = 0; t < model.tasks.size(); ++t) {
     std::snprintf(buf, sizeof buf, " loss %s: %.6f |", model.tasks[t].name.c_str(), st.task_loss[t]);
@@ -422,6 +425,7 @@ struct Inputs {
   std::string local_source;             // where local_rank came from
   std::vector<std::string> locals;      // every rank's local rank, in rank order
   sp::Result<sp::Model> model = sp::Error{"not loaded"};
+  sp::OpGraph graph;                    // the model's operators (sp::expand), once it is loaded
   sp::Result<sp::Plan> plan = sp::Error{"not loaded"};
   std::string plan_sha;                 // sha256 of the plan file's bytes
   std::unique_ptr<se::FileSource> data, eval_data;   // null: synthetic / no evaluation
@@ -448,13 +452,14 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   if (error.empty()) {
     in.model = sp::load_model(args.model_path);
     if (!in.model.ok()) error = in.model.error().message;
+    else in.graph = sp::expand(*in.model);
   }
   if (error.empty()) {
     in.plan = sp::load_plan(args.plan_path);
     if (!in.plan.ok()) error = in.plan.error().message;
   }
   if (error.empty()) {
-    const sp::Status st = sp::check_plan_status(*in.plan, *in.model, sp::expand(*in.model), args.plan_path);
+    const sp::Status st = sp::check_plan_status(*in.plan, *in.model, in.graph, args.plan_path);
     if (!st.ok()) error = st.error().message;
   }
   if (error.empty() && in.plan->devices != size)
@@ -541,7 +546,7 @@ Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const 
 // check_memory_as_run), before anything is allocated: "" or the error.
 // The same on every rank.
 std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) {
-  const sp::Status st = sp::check_memory_as_run(*in.plan, *in.model, sp::expand(*in.model), args.plan_path,
+  const sp::Status st = sp::check_memory_as_run(*in.plan, *in.model, in.graph, args.plan_path,
                                                 rt.use_nccl);
   return st.ok() ? "" : st.error().message;
 }
@@ -667,9 +672,9 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
     // What the steps to come train with, against the checkpoint's: moot
     // when there are none (the checkpoint only evaluated, or nothing).
     const bool trains = executor.steps_done() < args.steps;
-    for (const std::string& line : trains ? data_changes(model, ck->meta.data_tasks, in.data.get())
-                                          : std::vector<std::string>{})
-      std::printf("spindle-run: data: %s\n", line.c_str());
+    if (trains)
+      for (const std::string& line : data_changes(model, ck->meta.data_tasks, in.data.get()))
+        std::printf("spindle-run: data: %s\n", line.c_str());
     if (trains && !se::same_lr_schedule(ck->meta.lr_schedule, args.schedule))
       std::printf("spindle-run: warning: the checkpoint was trained with learning rate %s, continuing with %s\n",
                   se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
@@ -1054,7 +1059,7 @@ int run(const Args& args, int rank, int size) {
               std::move(eval_reads),
               checkpoint_meta(args, in, rt.options),
               samples_per_step,
-              sp::model_flops_per_step(sp::expand(*in.model)),
+              sp::model_flops_per_step(in.graph),
               rt.backend->device() == se::Device::cuda,
               std::ofstream(),
               start};
@@ -1070,13 +1075,9 @@ int run(const Args& args, int rank, int size) {
     tr.metrics.close();
     if (tr.metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");
   }
-  if (nothing_to_train) {   // no step taken: nothing of this run to trace or dump
-    rt.world->barrier();
-    return 0;
-  }
-
-  // 5. Outputs: the measured trace of every rank, the final parameters.
-  write_outputs(args, executor, rank, size);
+  // 5. Outputs: the measured trace of every rank, the final parameters
+  // (none when no step was taken).
+  if (!nothing_to_train) write_outputs(args, executor, rank, size);
   rt.world->barrier();
   return 0;
 }

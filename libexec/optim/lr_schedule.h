@@ -53,8 +53,9 @@ std::string check_lr_schedule(const LrSchedule& s);
 // The rate of step `step` (>= 1) under `s` (check_lr_schedule passed).
 double lr_at(const LrSchedule& s, int64_t step);
 
-// One line for logs: "constant 0.003", or "warm-up 100 steps, cosine decay
-// to 0.0003 at step 1000" and the like.
+// One line for logs: "constant 0.003", "warm-up 100 steps to 0.003", or
+// "warm-up 100 steps to 0.003, cosine decay to 0.0003 at step 1001" (the
+// step from which the floor holds: D + 1).
 std::string describe_lr_schedule(const LrSchedule& s);
 
 }  // namespace spindle::exec

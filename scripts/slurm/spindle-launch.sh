@@ -21,8 +21,8 @@
 #   SPINDLE_DRY_RUN=1    print what would be written and run, run nothing
 # Arguments: passed on to every spindle-run rank after the launcher's own
 # (--data, --eval-data, --lr and the schedule, --log-interval, ...). The
-# flags the launcher sets itself are refused there (exit 2): the plan,
-# --model, --steps, --seed, --backend, --checkpoint, --every, --resume,
+# flags the launcher sets itself are refused there (exit 2): --model,
+# --steps, --seed, --backend, --checkpoint, --every, --resume, --overwrite,
 # --metrics; set them through the variables above.
 # Slurm variables read: SLURM_JOB_NODELIST, SLURM_NNODES (or
 # SLURM_JOB_NUM_NODES), SLURM_GPUS_ON_NODE (or SLURM_GPUS_PER_NODE, e.g.
