@@ -211,6 +211,7 @@ struct Options {
   std::string placement_name = "islands", optimizer_state = "auto";
   std::string trace_path, check_path, plot_path, lower_dir;
   bool compare = false, accept_profile_mismatch = false, no_overlap = false, no_early = false;
+  bool grad_norm = false;
   double bucket_mb = 25;
   int shift_simulations = sp::kShiftSimulations;
   bool cluster_given = false;   // --cluster was passed (else cluster_path is the default)
@@ -260,6 +261,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--no-early-transfers", o.no_early,
                "each transfer in its wave's exchange, recorded in the plan for spindle-run (default: sent right "
                "after the compute that made it, unless keeping it in its exchange simulates faster)");
+  app.add_flag("--grad-norm", o.grad_norm,
+               "plan, simulate and lower for runs that clip gradients (spindle-run --clip-grad): every device's "
+               "optimizer steps wait for the global gradient norm, one all-reduce over every device; recorded in the "
+               "plan, which spindle-run follows");
   app.add_option("--shift-simulations", o.shift_simulations,
                  "Spindle: at most this many simulations of boundary shifts on the winning plan (docs/planner.md, "
                  "step 9); 0: none")
@@ -309,7 +314,8 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
               against ? (", cluster " + o.cluster_path).c_str() : "");
   if (o.lower_dir.empty()) return 0;
   const sp::SyncFlags flags{o.no_overlap, o.no_early,
-                            o.bucket_given ? std::optional(sp::bucket_bytes_of_mb(o.bucket_mb)) : std::nullopt};
+                            o.bucket_given ? std::optional(sp::bucket_bytes_of_mb(o.bucket_mb)) : std::nullopt,
+                            o.grad_norm};
   std::vector<std::string> notes;
   const sp::GradSync sync = sp::sync_for_run(*plan, flags, notes);
   for (const std::string& note : notes) std::printf("note      %s\n", note.c_str());
@@ -467,6 +473,7 @@ int main(int argc, char** argv) {
   sync.overlap = !o.no_overlap;
   sync.early_transfers = !o.no_early;
   sync.bucket_bytes = sp::bucket_bytes_of_mb(o.bucket_mb);
+  sync.grad_norm = o.grad_norm;
   o.cluster_given = !o.cluster_path.empty();
   if (o.cluster_path.empty()) o.cluster_path = default_cluster_path(argv[0]);
   // Outputs are checked before anything is read or written (files.h policy).

@@ -3,7 +3,7 @@
 //
 //   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
 //          [--backend cpu|cuda] [--seed K] [--lr X] [--lr-warmup-steps W]
-//          [--lr-decay-style constant|linear|cosine [--lr-decay-steps D] [--min-lr X]]
+//          [--lr-decay-style constant|linear|cosine [--lr-decay-steps D] [--min-lr X]] [--clip-grad C]
 //          [--metrics M.jsonl] [--log-interval N]
 //          [--trace T.json [--trace-steps FIRST:LAST]] [--dump-params P.json] [--dump-grads G.json]
 //          [--checkpoint DIR [--every K] [--keep N] [--exit-duration-mins M]] [--resume]
@@ -113,6 +113,7 @@ struct Args {
   double min_lr = 0;
   bool min_lr_given = false;
   se::LrSchedule schedule;
+  double clip_grad = 0;              // > 0: clip the gradients' global L2 norm to it (ExecOptions::clip_grad)
   std::string data_path, eval_path;  // "" = synthetic training data / no evaluation
   int eval_every = 0;                // 0: evaluate after the last step only
   int eval_batches = 0;              // 0: one pass over the evaluation set (drop last)
@@ -268,6 +269,10 @@ std::string log_line(const sp::Model& model, const se::StepStats& st, int steps,
     std::snprintf(buf, sizeof buf, " loss %s: %.6f |", model.tasks[t].name.c_str(), st.task_loss[t]);
     line += buf;
   }
+  if (st.grad_norm) {   // the step's own, before clipping (as Megatron-LM prints it)
+    std::snprintf(buf, sizeof buf, " grad norm: %.3f |", *st.grad_norm);
+    line += buf;
+  }
   return line;
 }
 
@@ -376,6 +381,9 @@ std::string check_numbers(const Args& args) {
   if (args.schedule.decay == se::LrDecay::constant && (args.min_lr_given || args.lr_decay_steps > 0))
     return std::string(args.min_lr_given ? "--min-lr" : "--lr-decay-steps") +
            " has no effect with --lr-decay-style constant (the default): give --lr-decay-style linear or cosine";
+  if (!(std::isfinite(args.clip_grad) && args.clip_grad >= 0 && args.clip_grad <= 1e30))
+    return "--clip-grad " + sp::number_text(args.clip_grad) +
+           ": expected the largest gradient norm, a number above 0 and at most 1e30 (0: no clipping)";
   if (args.steps < 1) return "--steps must be at least 1";
   if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
@@ -571,8 +579,10 @@ void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
   rt.options.host_threads = se::host_threads_for(rt.backend->device(), cores, ranks_on_node);
   // The gradient sync the plan was simulated with, unless a flag says otherwise.
   const sp::SyncFlags flags{args.no_overlap, args.no_early,
-                            args.bucket_mb_given ? std::optional(sp::bucket_bytes_of_mb(args.bucket_mb)) : std::nullopt};
+                            args.bucket_mb_given ? std::optional(sp::bucket_bytes_of_mb(args.bucket_mb)) : std::nullopt,
+                            args.clip_grad > 0};
   rt.options.sync = sp::sync_for_run(*in.plan, flags, rt.sync_notes);
+  rt.options.clip_grad = args.clip_grad;
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;
 #ifdef SPINDLE_HAVE_NCCL
@@ -601,6 +611,12 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
     std::printf("spindle-run: learning rate %s\n", se::describe_lr_schedule(args.schedule).c_str());
+    if (args.clip_grad > 0)
+      std::printf("spindle-run: gradient clipping: the global L2 norm to at most %s (--clip-grad)\n",
+                  sp::number_text(args.clip_grad).c_str());
+    else if (rt.options.sync.grad_norm)
+      std::printf("spindle-run: gradient norm computed every step (the plan's x-lowering), not clipped "
+                  "(--clip-grad)\n");
     for (const std::string& note : rt.sync_notes)
       std::printf("spindle-run: note: %s; its predictions describe another run\n", note.c_str());
     // Evaluation on the samples trained on (the train split named twice).
@@ -873,6 +889,7 @@ void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
       total += st.task_loss[t];
     }
     j["total_loss"] = total;
+    if (st.grad_norm) j["grad_norm"] = *st.grad_norm;
     j["ranks"] = counters_json(per_rank, tr.size);
     tr.metrics << j.dump() << "\n" << std::flush;
     if (!tr.metrics) throw std::runtime_error(tr.args.metrics_path + ": write failed (--metrics; disk full?)");
@@ -903,10 +920,15 @@ bool losses_finite(const Training& tr, const se::StepStats& st) {
   for (size_t t = 0; t < st.task_loss.size(); ++t)
     if (!std::isfinite(st.task_loss[t]))
       bad += (bad.empty() ? "" : ", ") + tr.model.tasks[t].name + " " + sp::number_text(st.task_loss[t]);
-  if (bad.empty()) return true;
+  // The gradient norm as well, when the programs compute it (the same on
+  // every rank): the update it scaled is not to be kept either.
+  const bool norm_bad = st.grad_norm && !std::isfinite(*st.grad_norm);
+  if (bad.empty() && !norm_bad) return true;
   if (tr.rank == 0) {
-    std::string message = "spindle-run: error: step " + std::to_string(st.step) + ": loss not finite (" + bad +
-                          "): training diverged; stopped before anything of this step was saved";
+    const std::string what = bad.empty() ? "gradient norm not finite (" + sp::number_text(*st.grad_norm) + ")"
+                                         : "loss not finite (" + bad + ")";
+    std::string message = "spindle-run: error: step " + std::to_string(st.step) + ": " + what +
+                          ": training diverged; stopped before anything of this step was saved";
     if (!tr.args.checkpoint_dir.empty())
       message += " (--resume continues from the newest checkpoint in " + tr.args.checkpoint_dir + ")";
     message += ". Lower --lr (" + sp::number_text(tr.args.lr) + " here) or the task weights, or check the data";
@@ -1110,6 +1132,10 @@ int main(int argc, char** argv) {
                  "--lr-decay-iters)")
       ->check(spindle::apps::integer_in(1, kMaxSteps));
   app.add_option("--min-lr", args.min_lr, "the rate linear or cosine decay ends at (default 0)");
+  app.add_option("--clip-grad", args.clip_grad,
+                 "clip the gradients' global L2 norm to at most this before each AdamW step (Megatron-LM's --clip-grad, "
+                 "PyTorch's clip_grad_norm_; the step line shows the norm); 0: no clipping")
+      ->capture_default_str();
   app.add_option("--log-interval", args.log_interval,
                  "print the step line every N steps and after the last, its step time and losses the means over "
                  "those steps (Megatron-LM's --log-interval; --metrics keeps every step)")

@@ -1,6 +1,7 @@
 #include "libexec/exec/executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <set>
 #include <stdexcept>
@@ -349,6 +350,10 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
       loss_(model.tasks.size(), 0.0),
       synthetic_(std::make_unique<SyntheticSource>(options.seed, 0, options.host_threads)),
       data_(synthetic_.get()), origin_(Clock::now()) {
+  if (!(options.clip_grad >= 0) || std::isinf(options.clip_grad))
+    throw std::invalid_argument("clip_grad must be a finite number >= 0");
+  if (options.clip_grad > 0 && !options.sync.grad_norm)
+    throw std::invalid_argument("clipping gradients needs programs that compute their norm (GradSync::grad_norm)");
   if (world.size() != plan.devices)
     throw std::invalid_argument("the plan is for " + std::to_string(plan.devices) +
                                 " devices but the world has " + std::to_string(world.size()) + " ranks");
@@ -510,6 +515,8 @@ StepStats Executor::step() {
   din_.clear();
   std::fill(loss_.begin(), loss_.end(), 0.0);
   counters_ = StepCounters{};
+  grad_norm_.reset();
+  options_.adamw.grad_scale = 1.0f;   // gradient_norm sets the clipping factor
   data_batch_ = step_ - 1;
   zero_grads();
 
@@ -557,6 +564,7 @@ StepStats Executor::step() {
       case plan::InstrKind::allgather: gather_bucket(in.bucket); break;
       case plan::InstrKind::allgather_start: start_gather(in.bucket); break;
       case plan::InstrKind::allgather_wait: finish_gather(in.bucket); break;
+      case plan::InstrKind::grad_norm: gradient_norm(); break;
     }
     instr_ms[pc] = ms_since(began);
   }
@@ -577,6 +585,7 @@ StepStats Executor::step() {
   stats.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   stats.counters = counters_;
   stats.instr_ms = std::move(instr_ms);
+  stats.grad_norm = grad_norm_;
   return stats;
 }
 
@@ -951,6 +960,45 @@ void Executor::optimizer_step(int bucket) {
   record({BoxKind::optimizer, bucket}, t0);
 }
 
+// The global L2 norm of the step's gradients (grad_norm: after every
+// all-reduce of this rank's buckets, before its optimizer steps), as one
+// device would compute it over the full tensors: each rank adds the
+// squares of the gradient values it counts, in double, and the world sums
+// those in fp32 (Megatron sums its norm in fp32 too). A value is counted
+// once: of a tensor replicated over a TP group (Param::shard_axis -1) only
+// TP rank 0's copy; of a shard several devices hold, after the all-reduce,
+// the first holder's copy, or with sharded state (ZeRO-1, where each member
+// holds the sum of its own chunk alone) every member's own values
+// (ParamState::own). With ExecOptions::clip_grad > 0, AdamW then scales
+// every gradient by clip / (norm + 1e-6) when that is below 1, the factor
+// computed in double and rounded to fp32 (grad_scale). On a device backend
+// the gradients are copied to the host for the sum (docs/gpu.md).
+void Executor::gradient_norm() {
+  const Clock::time_point t0 = Clock::now();
+  const bool sharded = sched_->lowered.sharded_state;
+  double squares = 0;
+  for (auto& [key, ps] : params_) {
+    if (!sharded && ps.sync.front() != rank_) continue;   // another holder counts this shard
+    for (size_t i = 0; i < ps.set.params.size(); ++i) {
+      const Param& p = ps.set.params[i];
+      const plan::ValueRange r = ps.own[i];
+      if ((p.shard_axis < 0 && key.second != 0) || r.size() == 0) continue;
+      const Tensor g = to_host(backend_, flat_view(p.grad, r.begin, r.size()));
+      for (int64_t j = 0; j < g.numel(); ++j) squares += static_cast<double>(g[j]) * g[j];
+    }
+  }
+  std::vector<float> sum{static_cast<float>(squares)};
+  world_.all_reduce_sum(sum);
+  const double norm = std::sqrt(static_cast<double>(sum[0]));
+  grad_norm_ = norm;
+  if (options_.clip_grad > 0) {
+    const double factor = options_.clip_grad / (norm + 1e-6);
+    if (factor < 1) options_.adamw.grad_scale = static_cast<float>(factor);
+  }
+  counters_.sync_ms += ms_since(t0);
+  record({BoxKind::gradient_norm}, t0);
+}
+
 Tensor Executor::flat_buffer(int64_t values, bool device) {
   return device ? backend_.allocate({values}) : Tensor::zeros({values});
 }
@@ -1207,6 +1255,10 @@ std::vector<plan::TraceEvent> Executor::trace() const {
         e.name = r.kind == BoxKind::gradient_sync ? "gradient sync" : "parameter all-gather";
         e.cat = "sync";
         e.args = {{"floats", r.amount}, {"group", sched_->lowered.buckets[static_cast<size_t>(r.index)].devices}};
+        break;
+      case BoxKind::gradient_norm:
+        e.name = "gradient norm";
+        e.cat = "sync";
         break;
       case BoxKind::optimizer:
         e.name = r.index >= 0 ? "optimizer bucket " + std::to_string(r.index) : std::string("optimizer");

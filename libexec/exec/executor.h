@@ -51,6 +51,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,12 @@ struct ExecOptions {
   // each; spindle-run gives a CUDA rank its node's cores over its ranks
   // there (host_threads_for, backend.h). Fewer than 1 counts as 1.
   int host_threads = 1;
+  // Gradient clipping (spindle-run --clip-grad): when > 0, each step
+  // scales every gradient by min(1, clip_grad / (norm + 1e-6)) before
+  // AdamW, norm being the global L2 norm of the step's gradients (PyTorch's
+  // clip_grad_norm_, Megatron's --clip-grad). Needs sync.grad_norm (the
+  // programs then compute the norm); 0: no clipping.
+  double clip_grad = 0;
 };
 
 // What this rank did in one step, by phase of its lowered program. Bytes
@@ -120,6 +127,10 @@ struct StepStats {
   // time in the step, ms (host time, as the counters; what
   // spindle-profile --measure fits the executor's overhead from).
   std::vector<double> instr_ms;
+  // The global L2 norm of the step's gradients, before clipping, the same
+  // on every rank; empty when the programs compute none
+  // (ExecOptions::sync.grad_norm false).
+  std::optional<double> grad_norm;
 };
 
 // One forward-only pass over one batch (Executor::evaluate), reduced over
@@ -261,6 +272,7 @@ class Executor {
   void finish_bucket(int bucket);
   void progress_collectives();   // started all-reduces and all-gathers
   void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
+  void gradient_norm();              // grad_norm: the global norm and the clipping factor
   void gather_bucket(int bucket);    // allgather: the bucket's stepped values from every member
   void start_gather(int bucket);     // allgather_start: the same, started
   void finish_gather(int bucket);    // allgather_wait: and waited for
@@ -319,7 +331,9 @@ class Executor {
   // trace() builds names and args from it after the run: recording costs
   // a clock read and a push_back, so the trace perturbs the step it
   // measures (above all an all-reduce in flight) as little as it can.
-  enum class BoxKind : uint8_t { post_sends, wait_sends, exchange, slice, gradient_sync, param_gather, optimizer };
+  enum class BoxKind : uint8_t {
+    post_sends, wait_sends, exchange, slice, gradient_sync, param_gather, optimizer, gradient_norm
+  };
   struct Box {
     BoxKind kind;
     int index = -1;
@@ -353,6 +367,7 @@ class Executor {
   std::map<std::pair<int, int>, Tensor> din_;  // (slice, input) -> input gradient, this group's rows
   std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
   StepCounters counters_;
+  std::optional<double> grad_norm_;   // this step's (gradient_norm)
   std::map<int, double> lm_share_;  // lm_loss operator -> share of the task's loss its rows carry
   // Messages posted and not yet waited for, by transfer: the request and
   // the host buffer it reads (a send) or fills (a receive).

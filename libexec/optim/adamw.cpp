@@ -24,7 +24,7 @@ void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tenso
   const auto [bc1, bc2, decay] = adamw_scalars(cfg, step, param, grad, m, v);
   const int64_t n = param.numel();
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * cfg.grad_scale;
     m[i] = cfg.beta1 * m[i] + (1.0f - cfg.beta1) * g;
     v[i] = cfg.beta2 * v[i] + (1.0f - cfg.beta2) * g * g;
     param[i] = param[i] * decay - cfg.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + cfg.eps);

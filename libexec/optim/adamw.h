@@ -1,5 +1,7 @@
 // AdamW (Loshchilov & Hutter, decoupled weight decay), fp32 parameters and
-// moments, PyTorch's order of operations. For step t >= 1:
+// moments, PyTorch's order of operations. For step t >= 1, with
+// g = grad * grad_scale (fp32; 1 but under gradient clipping: the clipping
+// factor, as torch.nn.utils.clip_grad_norm_ scales the gradients first):
 //   p <- p * (1 - lr * weight_decay)
 //   m <- beta1 m + (1 - beta1) g;   v <- beta2 v + (1 - beta2) g^2
 //   p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
@@ -17,6 +19,7 @@ struct AdamWConfig {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.01f;
+  float grad_scale = 1.0f;   // gradients are multiplied by it first (spindle-run --clip-grad)
 };
 
 // The per-step scalars every AdamW implementation shares: bias corrections

@@ -529,6 +529,7 @@ class ProgramBuilder {
   void backward_pass();
   void step_shards(int b, std::span<const int> after);
   void sync_and_step();
+  int grad_norm();
   void gather(int b);
   void start_gathers();
   void wait_gathers(size_t k);
@@ -540,7 +541,7 @@ class ProgramBuilder {
   // From the scratch: by param id (BuilderScratch).
   std::vector<std::vector<int>>& param_bwd_;
   std::vector<int>& last_step_;
-  const bool deps_, overlap_, early_;
+  const bool deps_, overlap_, early_, norm_;
   const BucketStarts starts_;
   bool& starts_matter_;
 
@@ -591,7 +592,7 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
                                bool& starts_matter)
     : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(scratch.param_bwd),
       last_step_(scratch.last_step), deps_(deps), overlap_(sync.overlap),
-      early_(sync.overlap && sync.early_transfers), starts_(starts), starts_matter_(starts_matter),
+      early_(sync.overlap && sync.early_transfers), norm_(sync.grad_norm), starts_(starts), starts_matter_(starts_matter),
       wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
       posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
       bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
@@ -611,7 +612,7 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
   // start and wait) and an optimizer step at most, the last optimizer step
   // and the wait for the sends.
   prog_.instrs.reserve((early_ ? 4 : 2) * (mine.slices.size() + static_cast<size_t>(waves)) +
-                       (l.sharded_state ? 5 : 3) * mine.buckets.size() + 2);
+                       (l.sharded_state ? 5 : 3) * mine.buckets.size() + 3);
   prog_.transfers.reserve(early_ ? 2 * mine.transfers.size() : mine.transfers.size());
   wave_begin_.assign(static_cast<size_t>(waves) + 1, 0);
   for (int s : mine.slices) ++wave_begin_[static_cast<size_t>(slice(s).wave) + 1];
@@ -898,15 +899,38 @@ void ProgramBuilder::sync_and_step() {
       in.bucket = mine_.buckets[i];
       if (deps_) deps_of(last()).push_back(reductions_[i]);
       reductions_[i] = last();
+      if (norm_) continue;   // every step after the norm (below)
       step_shards(mine_.buckets[i], {&reductions_[i], 1});
       if (!l_.gathers_at_start) gather(mine_.buckets[i]);   // sharded, Plan::param_gather after_step
     }
-    step_shards(-1, {});
+    if (!norm_) return step_shards(-1, {});
+    const int norm = grad_norm();   // every step scales its gradients by the clipping factor
+    for (int b : mine_.buckets) {
+      step_shards(b, {&norm, 1});
+      if (!l_.gathers_at_start) gather(b);
+    }
+    step_shards(-1, {&norm, 1});
   } else {
     for (size_t i = 0; i < mine_.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
+    if (norm_) reductions_.assign(1, grad_norm());
     step_shards(-1, reductions_);
     for (int b : mine_.buckets) gather(b);
   }
+}
+
+// With GradSync::grad_norm, after every all-reduce (or wait) of d's
+// buckets: the all-reduce of d's share of the sum of squares of the
+// step's gradients, which reads every gradient of d (its buckets' summed,
+// its own shards' from the backward pass). Returns its index.
+int ProgramBuilder::grad_norm() {
+  append(InstrKind::grad_norm);
+  if (deps_) {
+    std::vector<int> deps(reductions_.begin(), reductions_.end());
+    for (int s : bwd_of_)
+      if (s >= 0) deps.push_back(s);
+    deps_of(last()) = sorted_unique(std::move(deps));
+  }
+  return last();
 }
 
 // With overlap and sharded state, the program's first instructions: the
@@ -987,6 +1011,7 @@ const char* kind_name(InstrKind k) {
     case InstrKind::allgather: return "allgather";
     case InstrKind::allgather_start: return "allgather_start";
     case InstrKind::allgather_wait: return "allgather_wait";
+    case InstrKind::grad_norm: return "grad_norm";
   }
   return "?";
 }
@@ -1124,6 +1149,10 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   // Transfers posted early when the caller allows it and the plan asks for it.
   GradSync sync = lowering_sync(options, plan);
   sync.early_transfers = sync.early_transfers && plan.early_transfers;
+  out.grad_norm = sync.grad_norm;
+  out.all_devices.clear();
+  if (sync.grad_norm)
+    for (int d = 0; d < plan.devices; ++d) out.all_devices.push_back(d);
   out.programs.reserve(static_cast<size_t>(plan.devices));
   out.bucket_starts_matter = false;
   for (int d = 0; d < plan.devices; ++d)
@@ -1217,6 +1246,7 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         break;
       }
       case InstrKind::wait_sends: break;
+      case InstrKind::grad_norm: j["bytes"] = kNormBytes; break;   // over every device
       case InstrKind::optimizer:   // a bucket's shards (sharded: this device's chunk of them); else every other one held here
         if (in.bucket >= 0) {
           j["shards"] = shard_names(l.buckets[static_cast<size_t>(in.bucket)]);
@@ -1264,6 +1294,11 @@ GradSync sync_for_run(const Plan& plan, const SyncFlags& flags, std::vector<std:
   if (flags.no_early_transfers && plan.overlap && plan.early_transfers)
     notes.push_back("--no-early-transfers: the plan was simulated with its transfers posted early");
   sync.early_transfers = !flags.no_early_transfers;
+  if (flags.grad_norm && !plan.grad_norm) {
+    sync.grad_norm = true;
+    notes.push_back("--clip-grad: the plan was simulated without the gradient norm before the optimizer "
+                    "(spindle-plan --grad-norm)");
+  }
   if (flags.bucket_bytes && *flags.bucket_bytes != plan.bucket_bytes) {
     sync.bucket_bytes = *flags.bucket_bytes;
     notes.push_back("--bucket-mb " + mib(*flags.bucket_bytes) + ": the plan was simulated with buckets of " +

@@ -74,11 +74,12 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 8;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+inline constexpr int kProgramVersion = 9;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
                                             // 4: post_send, post_recv, wait_sends (transfers posted early);
                                             // 5: an optimizer step's values; 6: a backward piece's "adds"
                                             // 7: allgather (ZeRO-1), a bucket's optimizer step over its own chunk
                                             // 8: allgather_start, allgather_wait (ZeRO-1 with overlap)
+                                            // 9: grad_norm (GradSync::grad_norm)
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -154,9 +155,16 @@ struct Bucket {
 // all-gather runs at the next step's start instead: allgather_start (first
 // in the program) starts it without waiting, allgather_wait (right before
 // the first forward using one of the bucket's parameters) waits for it.
+//
+// grad_norm (GradSync::grad_norm: runs that clip gradients): the global
+// L2 norm of the step's gradients, a blocking all-reduce over every
+// device of one value (this device's share of the sum of squares,
+// kNormBytes), after every all-reduce of its buckets and before
+// its first optimizer step: each step then scales its gradients by the
+// clipping factor (docs/runtime.md, "Gradient clipping").
 enum class InstrKind : uint8_t {
   exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv,
-  wait_sends, allgather, allgather_start, allgather_wait
+  wait_sends, allgather, allgather_start, allgather_wait, grad_norm
 };
 
 // 32 bytes: the simulation reads thousands of them per candidate plan, so
@@ -276,6 +284,11 @@ struct Lowered {
   // values' all-gathers open each program (allgather_start) instead of
   // following the buckets' optimizer steps (allgather). Set by lower_header.
   bool gathers_at_start = false;
+  // Whether every program computes the global gradient norm (a grad_norm
+  // instruction each; GradSync::grad_norm), and then every device, in
+  // order: the group of that all-reduce. Set by lower_programs.
+  bool grad_norm = false;
+  std::vector<int> all_devices;
 
   // Position of `device` in slice `slice`'s device list; -1 when absent.
   int position(int slice, int device) const;
@@ -319,8 +332,18 @@ struct GradSync {
   // spindle-run lowers for NCCL, whose point-to-point calls it does not yet
   // run on a stream of their own (docs/gpu.md).
   bool early_transfers = true;
+  // Every device's optimizer steps wait for the global gradient norm (a
+  // grad_norm instruction after its all-reduces), which spindle-run
+  // --clip-grad needs; recorded in the plan (Plan::grad_norm,
+  // spindle-plan --grad-norm).
+  bool grad_norm = false;
   bool operator==(const GradSync&) const = default;
 };
+
+// What one grad_norm all-reduce moves: one fp32 value (a device's share of
+// the sum of squares). In no ProgramBytes figure, as the runtime counts it
+// in no StepCounters byte count.
+inline constexpr int64_t kNormBytes = kWireBytesPerValue;
 
 // --bucket-mb: an error naming the flag unless `mb` is in [kMinBucketMb,
 // kMaxBucketMb] (plan.h; NaN is not); and its value in bytes (at least 1).
@@ -348,6 +371,7 @@ inline GradSync planned_sync(const Plan& plan) {
   GradSync sync;
   sync.overlap = plan.overlap;
   sync.bucket_bytes = plan.bucket_bytes;
+  sync.grad_norm = plan.grad_norm;
   return sync;
 }
 
@@ -357,6 +381,7 @@ struct SyncFlags {
   bool no_overlap = false;             // --no-overlap
   bool no_early_transfers = false;     // --no-early-transfers
   std::optional<int64_t> bucket_bytes; // --bucket-mb, when given
+  bool grad_norm = false;              // spindle-run --clip-grad: the programs need the gradient norm
 };
 // planned_sync(plan) with each given flag in place of its part. Appends to
 // `notes` a line for each flag that makes the run lower other programs

@@ -118,6 +118,10 @@ struct Plan {
   // simulated (planned_sync).
   bool overlap = true;
   int64_t bucket_bytes = kDefaultBucketBytes;
+  // The programs compute the global gradient norm before the optimizer
+  // (GradSync::grad_norm; spindle-plan --grad-norm, for runs with
+  // spindle-run --clip-grad): written as "x-lowering": {"grad_norm": true}.
+  bool grad_norm = false;
   // How predicted.memory_bytes counts the optimizer state (rules/memory.h;
   // spindle-plan --optimizer-state): written as "x-memory":
   // {"optimizer_state": "replicated"} when not the default, sharded.

@@ -81,6 +81,7 @@ std::string plan_to_json(const Plan& p) {
   if (p.param_gather == ParamGather::next_step) doc["x-lowering"]["param_gather"] = "next-step";
   if (!p.overlap) doc["x-lowering"]["overlap"] = false;
   if (p.bucket_bytes != kDefaultBucketBytes) doc["x-lowering"]["bucket_bytes"] = p.bucket_bytes;
+  if (p.grad_norm) doc["x-lowering"]["grad_norm"] = true;
   if (p.optimizer_state != OptimizerState::sharded)
     doc["x-memory"]["optimizer_state"] = optimizer_state_name(p.optimizer_state);
   return doc.dump(1) + "\n";
@@ -279,7 +280,8 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   if (r.has("x-lowering")) {
     JsonReader lowering = r.at("x-lowering");
     SPINDLE_TRY(
-        lowering.require_object({}, {"bucket_starts", "early_transfers", "param_gather", "overlap", "bucket_bytes"}));
+        lowering.require_object({}, {"bucket_starts", "early_transfers", "param_gather", "overlap", "bucket_bytes",
+                                     "grad_norm"}));
     if (lowering.has("bucket_starts")) {
       SPINDLE_ASSIGN(starts, lowering.at("bucket_starts").get_string());
       if (starts == "when-ready") p.bucket_starts = BucketStarts::when_ready;
@@ -299,6 +301,10 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
     if (lowering.has("overlap")) {
       SPINDLE_ASSIGN(overlap, lowering.at("overlap").get_bool());
       p.overlap = overlap;
+    }
+    if (lowering.has("grad_norm")) {
+      SPINDLE_ASSIGN(norm, lowering.at("grad_norm").get_bool());
+      p.grad_norm = norm;
     }
     if (lowering.has("bucket_bytes")) {
       // --bucket-mb's range, in bytes (plan.h).

@@ -535,6 +535,7 @@ Plan plan_header(const PlanRequest& request, const Prepared& p) {
   plan.profile_sha256 = request.profile_sha256;
   plan.overlap = request.sync.overlap;
   plan.bucket_bytes = request.sync.bucket_bytes;
+  plan.grad_norm = request.sync.grad_norm;
   plan.optimizer_state = request.optimizer_state;
   for (const MetaOp& m : p.contraction.metaops) {
     PlanMetaOp pm;
@@ -1034,6 +1035,7 @@ Result<double> shard_if_faster(Plan& plan, PlanRequest request, const LowerConte
   request.placement_state.reset();
   request.sync.overlap = plan.overlap;
   request.sync.bucket_bytes = plan.bucket_bytes;
+  request.sync.grad_norm = plan.grad_norm;
   const double replicated_ms = plan.predicted.simulated_ms;
   double best_ms = replicated_ms, sharded_ms = std::numeric_limits<double>::infinity();
   std::optional<Plan> best;

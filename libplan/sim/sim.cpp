@@ -66,27 +66,40 @@ double gather_ms(const Lowered& l, size_t b, const CostModel& cost, const SimOpt
              : 0.0;
 }
 
+// How long the grad_norm all-reduce takes once every device is there:
+// CostModel::allreduce_ms of kNormBytes over them all.
+double norm_ms(const Lowered& l, const CostModel& cost, const SimOptions& options) {
+  return options.price_communication && l.all_devices.size() >= 2
+             ? cost.allreduce_ms(static_cast<double>(kNormBytes), l.all_devices)
+             : 0.0;
+}
+
 // The collectives of a lowering, numbered: bucket b's all-reduce is
 // collective b, its all-gather (sharded optimizer state) collective
-// buckets + b. Every per-collective array of the simulation has
+// buckets + b, and with Lowered::grad_norm the gradient norm's all-reduce
+// collective 2 x buckets. Every per-collective array of the simulation has
 // collective_count entries.
-size_t collective_count(const Lowered& l) { return 2 * l.buckets.size(); }
+size_t collective_count(const Lowered& l) { return 2 * l.buckets.size() + (l.grad_norm ? 1 : 0); }
 // An instruction of a bucket's all-gather: the blocking one, or its start or wait.
 bool is_gather(InstrKind k) {
   return k == InstrKind::allgather || k == InstrKind::allgather_start || k == InstrKind::allgather_wait;
 }
 // The collective instruction `in` (allreduce, allreduce_start,
 // allreduce_wait: the bucket's all-reduce; allgather, allgather_start,
-// allgather_wait: its all-gather) takes part in.
+// allgather_wait: its all-gather; grad_norm) takes part in.
 int collective_of(const Lowered& l, const Instr& in) {
+  if (in.kind == InstrKind::grad_norm) return 2 * static_cast<int>(l.buckets.size());
   return is_gather(in.kind) ? static_cast<int>(l.buckets.size()) + in.bucket : in.bucket;
 }
-// The bucket whose devices run collective k.
-const Bucket& group_of(const Lowered& l, int k) {
-  return l.buckets[static_cast<size_t>(k) % l.buckets.size()];
+// The devices that run collective k: its bucket's, or every device.
+const std::vector<int>& group_of(const Lowered& l, int k) {
+  if (static_cast<size_t>(k) == 2 * l.buckets.size()) return l.all_devices;
+  return l.buckets[static_cast<size_t>(k) % l.buckets.size()].devices;
 }
 // A device blocks in it until the collective ends: a blocking all-reduce or all-gather.
-bool blocking_collective(InstrKind k) { return k == InstrKind::allreduce || k == InstrKind::allgather; }
+bool blocking_collective(InstrKind k) {
+  return k == InstrKind::allreduce || k == InstrKind::allgather || k == InstrKind::grad_norm;
+}
 // The device reaches the collective and goes on at once: allreduce_start, allgather_start.
 bool starts_collective(InstrKind k) { return k == InstrKind::allreduce_start || k == InstrKind::allgather_start; }
 // The device blocks until a collective it started has ended: allreduce_wait, allgather_wait.
@@ -319,6 +332,7 @@ class Simulator {
   bool exchange_box(const Program& prog, const Instr& in, const InstrTimes& tm, int d, SimDevice& dev,
                     SimBox& box) const;
   bool allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box) const;
+  void norm_box(const InstrTimes& tm, SimDevice& dev, SimBox& box, std::vector<SimBox>& boxes) const;
   void allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
                      std::vector<SimBox>& boxes) const;
   // Adds e to the queue. While an event is handled it stays at the top of
@@ -483,7 +497,7 @@ Result<Simulation> Simulator::run() {
     // Every all-reduce, then (sharded state) every all-gather: gather_ms is
     // 0 without, and the sums those of the all-reduces alone.
     for (size_t k = 0; k < collectives; ++k)
-      for (int m : group_of(l_, static_cast<int>(k)).devices) s_.sync_left[static_cast<size_t>(m)] += s_.reduce_ms[k];
+      for (int m : group_of(l_, static_cast<int>(k))) s_.sync_left[static_cast<size_t>(m)] += s_.reduce_ms[k];
   }
 
   for (int d = 0; d < l_.devices; ++d) push({start_ms(d), kReady, d, 0});
@@ -648,6 +662,7 @@ void Simulator::zero_comm_advance(int d) {
       case InstrKind::allgather_start: zero_comm_arrive(collective_of(l_, in), t, cause); break;
       case InstrKind::allreduce:
       case InstrKind::allgather:
+      case InstrKind::grad_norm:
       case InstrKind::allreduce_wait:
       case InstrKind::allgather_wait: {
         const int k = collective_of(l_, in);
@@ -681,7 +696,7 @@ void Simulator::zero_comm_arrive(int c, double t, int node) {
   const size_t k = static_cast<size_t>(c);
   if (s_.arrived[k] == 0 || t > s_.bucket_begin[k]) set_cause(static_cast<size_t>(bucket_node(c)), node);
   s_.bucket_begin[k] = std::max(s_.bucket_begin[k], t);
-  if (++s_.arrived[k] < static_cast<int>(group_of(l_, c).devices.size())) return;
+  if (++s_.arrived[k] < static_cast<int>(group_of(l_, c).size())) return;
   s_.bucket_end[k] = s_.bucket_begin[k] + s_.reduce_ms[k];
   for (auto [m, mpc] : s_.at_wait[k]) {
     if (s_.bucket_end[k] > s_.clock[static_cast<size_t>(m)]) set_cause(at(m, mpc), bucket_node(c));
@@ -712,6 +727,7 @@ void Simulator::index_programs() {
   s_.reduce_ms.clear();
   for (size_t b = 0; b < l_.buckets.size(); ++b) s_.reduce_ms.push_back(bucket_ms(l_, b, cost_, options_));
   for (size_t b = 0; b < l_.buckets.size(); ++b) s_.reduce_ms.push_back(gather_ms(l_, b, cost_, options_));
+  if (l_.grad_norm) s_.reduce_ms.push_back(norm_ms(l_, cost_, options_));
 }
 
 Status Simulator::check_replay() const {
@@ -806,7 +822,8 @@ void Simulator::fill_time_left() {
           break;
         }
         case InstrKind::allreduce:
-        case InstrKind::allgather: {
+        case InstrKind::allgather:
+        case InstrKind::grad_norm: {
           const double ms = s_.reduce_ms[static_cast<size_t>(collective_of(l_, in))];
           if (gathers) {
             collective += ms;
@@ -992,12 +1009,12 @@ void Simulator::end_exchange(int d, int pc, double t, int why) {
 // need not wait for an earlier-started one whose group is not.
 void Simulator::enter_allreduce(int d, int pc, double t) {
   const int b = collective_of(l_, l_.programs[static_cast<size_t>(d)].instrs[static_cast<size_t>(pc)]);
-  const Bucket& bucket = group_of(l_, b);
+  const std::vector<int>& group = group_of(l_, b);
   s_.at_bucket[static_cast<size_t>(b)].push_back({d, pc});
-  if (++s_.arrived[static_cast<size_t>(b)] < static_cast<int>(bucket.devices.size())) return;
+  if (++s_.arrived[static_cast<size_t>(b)] < static_cast<int>(group.size())) return;
   double begin = t;
   int why = before_node(d, pc);   // what the end waits for: the last member's arrival, ...
-  for (int m : bucket.devices) {
+  for (int m : group) {
     const size_t dev = static_cast<size_t>(m);
     if (s_.comm_free[dev] > begin) {   // a member's collective before
       why = bucket_node(s_.comm_free_bucket[dev]);
@@ -1009,7 +1026,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   // (CostModel::allreduce_progress_in_calls): it begins once every member
   // has polled after the group completed.
   if (progress_in_calls_)
-    for (int m : bucket.devices) {
+    for (int m : group) {
       int instr = -1;
       const double poll = next_poll(m, t, &instr);
       if (poll > begin) why = instr_node(m, instr);   // ... or a member's compute before its poll
@@ -1018,7 +1035,7 @@ void Simulator::enter_allreduce(int d, int pc, double t) {
   set_cause(static_cast<size_t>(bucket_node(b)), why);
   const double ms = s_.reduce_ms[static_cast<size_t>(b)];
   const double end = begin + ms;
-  for (int m : bucket.devices) {
+  for (int m : group) {
     s_.comm_free[static_cast<size_t>(m)] = end;
     s_.comm_free_bucket[static_cast<size_t>(m)] = b;
     if (!bounded_) continue;
@@ -1221,7 +1238,8 @@ void Simulator::trace_critical_path(Simulation& sim) {
       case InstrKind::allreduce_wait:
       case InstrKind::allgather:
       case InstrKind::allgather_start:
-      case InstrKind::allgather_wait: path.sync_ms += part; break;
+      case InstrKind::allgather_wait:
+      case InstrKind::grad_norm: path.sync_ms += part; break;
       default: path.transfer_ms += part;   // exchanges, posts, waits for sends: packing and unpacking
     }
   }
@@ -1253,6 +1271,7 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
       case InstrKind::allreduce:
       case InstrKind::allgather:
       case InstrKind::allgather_start: allreduce_box(in, tm, dev, box, boxes); break;
+      case InstrKind::grad_norm: norm_box(tm, dev, box, boxes); break;
     }
     if (!shown) continue;
     if (options_.critical_path) {
@@ -1382,6 +1401,26 @@ bool Simulator::allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDev
 // blocking one that waited for its group first also gets a wait box (into
 // `boxes`) and counts as sync (a started one, allreduce_start or
 // allgather_start, is counted at its wait).
+// The gradient norm's all-reduce over every device (grad_norm), from its
+// begin to its end, counted as sync; the wait for the last device to
+// reach it before, a wait box (into `boxes`).
+void Simulator::norm_box(const InstrTimes& tm, SimDevice& dev, SimBox& box, std::vector<SimBox>& boxes) const {
+  box.track = SimTrack::communication;
+  if (tm.began > tm.reached) {
+    SimBox wait = box;
+    wait.cat = "wait";
+    wait.name = "wait for the gradient norm";
+    wait.start_ms = tm.reached;
+    wait.dur_ms = tm.began - tm.reached;
+    dev.wait_ms += wait.dur_ms;
+    boxes.push_back(std::move(wait));
+  }
+  dev.sync_ms += box.dur_ms;
+  box.cat = "allreduce";
+  box.sent_bytes = kNormBytes;
+  box.name = "gradient norm (" + std::to_string(l_.devices) + " devices)";
+}
+
 void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
                               std::vector<SimBox>& boxes) const {
   const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];

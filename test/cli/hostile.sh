@@ -176,6 +176,10 @@ run-flags)
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --lr-warmup-steps -1 --metrics m.jsonl
   expect 2 "--exit-duration-mins -1: expected minutes above 0 and at most 1e6" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --exit-duration-mins -1 --metrics m.jsonl
+  for clip in -1:-1 nan:nan; do
+    expect 2 "--clip-grad ${clip#*:}: expected the largest gradient norm, a number above 0 and at most 1e30 (0: no clipping)" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --clip-grad "${clip%%:*}" --metrics m.jsonl
+  done
   [ -e m.jsonl ] && { echo "FAIL: metrics written by a refused run"; failures=$((failures + 1)); }
   expect 2 "--steps" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 0
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps -5

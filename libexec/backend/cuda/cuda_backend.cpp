@@ -309,13 +309,14 @@ class CudaBackend final : public Backend {
     const auto on_device = [](const Tensor& x) { return x.device() == Device::cuda; };
     if (on_device(param) && on_device(grad) && on_device(m) && on_device(v)) {
       k::adamw(param.data(), grad.data(), m.data(), v.data(), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, bc1,
-               bc2);
+               bc2, cfg.grad_scale);
       return;
     }
     if (on_device(param) || on_device(grad) || on_device(m) || on_device(v))
       throw std::invalid_argument("adamw_step: parameter, gradient and moments must all be host or all device");
     Tensor dp = upload(param), dg = upload(grad), dm = upload(m), dv = upload(v);
-    k::adamw(dp.data(), dg.data(), dm.data(), dv.data(), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, bc1, bc2);
+    k::adamw(dp.data(), dg.data(), dm.data(), dv.data(), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, bc1, bc2,
+             cfg.grad_scale);
     for (auto [dst, src] : {std::pair<Tensor*, Tensor*>{&param, &dp}, {&m, &dm}, {&v, &dv}})
       CUDA_CHECK(cudaMemcpy(dst->data(), src->data(), static_cast<size_t>(n) * kFloatBytes, cudaMemcpyDeviceToHost));
   }
@@ -326,7 +327,7 @@ class CudaBackend final : public Backend {
     k::AdamWBatch batch;
     float decay = 1.0f;
     const auto flush = [&] {
-      k::adamw_batch(batch, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay);
+      k::adamw_batch(batch, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, decay, cfg.grad_scale);
       batch = k::AdamWBatch{};
     };
     for (const AdamWUpdate& u : updates) {

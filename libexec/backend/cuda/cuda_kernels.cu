@@ -486,8 +486,9 @@ __global__ void contrastive_dlogits_k(const float* pr, const float* pct, float* 
 
 // One value's AdamW update (optim/adamw.h), shared by adamw_k and
 // adamw_batch_k so that both update bitwise alike.
-__device__ __forceinline__ void adamw_value(float& p, float g, float& m, float& v, float lr, float beta1,
-                                            float beta2, float eps, float decay, float bc1, float bc2) {
+__device__ __forceinline__ void adamw_value(float& p, float grad, float& m, float& v, float lr, float beta1,
+                                            float beta2, float eps, float decay, float bc1, float bc2, float gscale) {
+  const float g = grad * gscale;
   const float mi = beta1 * m + (1.0f - beta1) * g;
   const float vi = beta2 * v + (1.0f - beta2) * g * g;
   m = mi;
@@ -496,12 +497,13 @@ __device__ __forceinline__ void adamw_value(float& p, float g, float& m, float& 
 }
 
 __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                        float beta2, float eps, float decay, float bc1, float bc2) {
-  GRID_STRIDE(i, n) adamw_value(p[i], g[i], m[i], v[i], lr, beta1, beta2, eps, decay, bc1, bc2);
+                        float beta2, float eps, float decay, float bc1, float bc2, float gscale) {
+  GRID_STRIDE(i, n) adamw_value(p[i], g[i], m[i], v[i], lr, beta1, beta2, eps, decay, bc1, bc2, gscale);
 }
 
 // Value i of the batch belongs to the first tensor t with i < end[t].
-__global__ void adamw_batch_k(AdamWBatch b, float lr, float beta1, float beta2, float eps, float decay) {
+__global__ void adamw_batch_k(AdamWBatch b, float lr, float beta1, float beta2, float eps, float decay,
+                              float gscale) {
   GRID_STRIDE(i, b.end[b.count - 1]) {
     int lo = 0, hi = b.count - 1;
     while (lo < hi) {
@@ -510,7 +512,8 @@ __global__ void adamw_batch_k(AdamWBatch b, float lr, float beta1, float beta2, 
       else lo = mid + 1;
     }
     const int64_t j = i - (lo > 0 ? b.end[lo - 1] : 0);
-    adamw_value(b.p[lo][j], b.g[lo][j], b.m[lo][j], b.v[lo][j], lr, beta1, beta2, eps, decay, b.bc1[lo], b.bc2[lo]);
+    adamw_value(b.p[lo][j], b.g[lo][j], b.m[lo][j], b.v[lo][j], lr, beta1, beta2, eps, decay, b.bc1[lo], b.bc2[lo],
+                gscale);
   }
 }
 
@@ -733,13 +736,13 @@ void contrastive_dlogits(const float* pr, const float* pct, float* dl, int64_t n
 }
 
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-           float decay, float bc1, float bc2) {
-  if (n > 0) LAUNCH(adamw_k, blocks_for(n), kThreads, p, g, m, v, n, lr, beta1, beta2, eps, decay, bc1, bc2);
+           float decay, float bc1, float bc2, float gscale) {
+  if (n > 0) LAUNCH(adamw_k, blocks_for(n), kThreads, p, g, m, v, n, lr, beta1, beta2, eps, decay, bc1, bc2, gscale);
 }
 
-void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay) {
+void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay, float gscale) {
   if (b.count > 0 && b.end[b.count - 1] > 0)
-    LAUNCH(adamw_batch_k, blocks_for(b.end[b.count - 1]), kThreads, b, lr, beta1, beta2, eps, decay);
+    LAUNCH(adamw_batch_k, blocks_for(b.end[b.count - 1]), kThreads, b, lr, beta1, beta2, eps, decay, gscale);
 }
 
 }  // namespace spindle::exec::cuda

@@ -136,9 +136,10 @@ void normalise_backward(const float* u, const float* norm, const float* du, floa
 void contrastive_dlogits(const float* pr, const float* pct, float* dl, int64_t n, float coef);
 
 // AdamW (optim/adamw.h), bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t
-// and decay = 1 - lr * weight_decay computed by the caller.
+// and decay = 1 - lr * weight_decay computed by the caller; each gradient
+// value multiplied by gscale first (AdamWConfig::grad_scale).
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-           float decay, float bc1, float bc2);
+           float decay, float bc1, float bc2, float gscale);
 // The same update over up to kAdamWBatch tensors in one launch: tensor t
 // holds end[t] - end[t - 1] values (end[-1] = 0, ends non-decreasing) and
 // takes its own bias corrections; each value is updated exactly as adamw
@@ -154,6 +155,6 @@ struct AdamWBatch {
   float bc1[kAdamWBatch] = {};
   float bc2[kAdamWBatch] = {};
 };
-void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay);
+void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay, float gscale);
 
 }  // namespace spindle::exec::cuda

@@ -37,6 +37,13 @@
 // rank of every step is compared; a run with no step, or a rank without its
 // program, fails.
 //
+//   compare_runs --grad-norms REF.metrics.jsonl GOT.metrics.jsonl GOT.grads.json
+//
+// Gradient clipping (spindle-run --clip-grad): every step of GOT has a
+// "grad_norm" equal to REF's of that step (same tolerance), and GOT's step
+// 1 norm equals the L2 norm of the full gradients in GOT.grads.json
+// (--dump-grads: after the sync, before clipping), summed here in double.
+//
 //   compare_runs --flip-bucket-starts PLAN.json OUT.json
 //   compare_runs --late-transfers PLAN.json OUT.json
 //   compare_runs --optimizer-state sharded|replicated PLAN.json OUT.json
@@ -193,6 +200,38 @@ int compare_losses(const std::string& ref_path, const std::string& got_path) {
   return ok ? 0 : 1;
 }
 
+// The --grad-norms mode (header).
+int compare_grad_norms(const std::string& ref_path, const std::string& got_path, const std::string& grads_path) {
+  std::map<int64_t, double> ref;
+  for (const auto& j : read_lines(ref_path)) ref[j.at("step").get<int64_t>()] = j.at("grad_norm").get<double>();
+  Worst norm;
+  size_t compared = 0;
+  double first = -1;
+  for (const auto& g : read_lines(got_path)) {
+    const int64_t step = g.at("step").get<int64_t>();
+    const double got = g.at("grad_norm").get<double>();
+    if (step == 1) first = got;
+    if (!ref.count(step)) throw std::runtime_error("step " + std::to_string(step) + ": not in " + ref_path);
+    norm.see(got, ref[step], "step " + std::to_string(step) + " grad_norm");
+    ++compared;
+  }
+  double squares = 0;
+  size_t values = 0;
+  const nlohmann::json grads = read_json(grads_path);
+  for (const auto& [name, t] : grads.at("params").items())
+    for (const auto& v : t.at("values")) {
+      squares += v.get<double>() * v.get<double>();
+      ++values;
+    }
+  if (first >= 0) norm.see(first, std::sqrt(squares), "step 1 grad_norm against the gradients' own norm");
+  std::printf("compared %zu gradient norms with %s and step 1's with the L2 norm of %zu gradient values (worst %.3g "
+              "of tolerance%s%s)\n",
+              compared, ref_path.c_str(), values, norm.excess, norm.what.empty() ? "" : ": ", norm.what.c_str());
+  const bool ok = compared > 0 && first >= 0 && values > 0 && norm.excess <= 1;
+  std::printf("%s\n", ok ? "AGREE" : "DIFFER");
+  return ok ? 0 : 1;
+}
+
 // The --bytes mode (header).
 int compare_bytes(const std::string& dir, const std::string& got_path) {
   std::map<int, nlohmann::json> predicted;  // rank -> {"sent", "received", "reduced"[, "gathered"]}
@@ -240,6 +279,7 @@ int main(int argc, char** argv) {
   try {
     if (args.size() == 3 && args[0] == "--losses") return compare_losses(args[1], args[2]);
     if (args.size() == 3 && args[0] == "--bytes") return compare_bytes(args[1], args[2]);
+    if (args.size() == 4 && args[0] == "--grad-norms") return compare_grad_norms(args[1], args[2], args[3]);
     if (args.size() == 4 && args[0] == "--optimizer-state" && (args[1] == "sharded" || args[1] == "replicated")) {
       nlohmann::json plan = read_json(args[2]);
       plan["x-memory"]["optimizer_state"] = args[1];
@@ -300,6 +340,7 @@ int main(int argc, char** argv) {
                            "       compare_runs [--rtol X] --losses REF.metrics GOT.metrics\n"
                            "       compare_runs [--rtol X] --params REF.params GOT.params\n"
                            "       compare_runs --bytes PROGRAM_DIR GOT.metrics\n"
+                           "       compare_runs [--rtol X] --grad-norms REF.metrics GOT.metrics GOT.grads\n"
                            "       compare_runs --flip-bucket-starts PLAN OUT\n"
                            "       compare_runs --late-transfers PLAN OUT\n"
                            "       compare_runs --optimizer-state sharded|replicated PLAN OUT\n"

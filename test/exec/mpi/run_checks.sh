@@ -32,7 +32,12 @@
 #       values all-gathered) instead of replicated (what --optimizer-state
 #       auto chooses where it fits), also with --no-overlap: gradients, final
 #       parameters and every step's losses must be bitwise the same, and the
-#       all-gathers' bytes as the lowered programs state.
+#       all-gathers' bytes as the lowered programs state. Gradient clipping
+#       (--clip-grad 1): the 1-device reference clipped; plans 3 and 4seq,
+#       replicated and sharded, clipped against it (losses, parameters,
+#       every step's gradient norm, step 1's against the norm of its
+#       --dump-grads) and not as unclipped; and plan 3 made with
+#       spindle-plan --grad-norm (a grad_norm in each program, no note).
 #       Under the sanitizers (SPINDLE_TEST_SANITIZED=1, set by scripts/test.sh
 #       for its build-asan pass) only plans 3 and 4seq run against the
 #       reference, and plan 3 alone its variants (--no-overlap, the
@@ -206,6 +211,29 @@ case "$MODE" in
     for np in 2 3 4; do has_variant "$np" && plan "$model" "$np" "p$np.json"; done
     for np in 2 4; do has_variant "${np}seq" && plan "$model" "$np" "p${np}seq.json" --strategy sequential; done
     status=0
+    # Gradient clipping (--clip-grad 1, below every step's norm here): the
+    # 1-device reference, clipped, and the norm it logs against its own
+    # gradients; then (clipped, below) plans 3 and 4seq and their sharded
+    # state (ZeRO-1: each rank counts its own chunk) against it.
+    cp p1.json p1-clip.json
+    train 1-clip 1 "$ref_model" --clip-grad 1
+    grep -q 'grad norm: ' run.log || die "the clipped run's step line has no grad norm"
+    "$COMPARE" --grad-norms m1-clip.jsonl m1-clip.jsonl grads1-clip.json || status=1
+    clipped() {  # clipped V NP MODEL: pV.json trained clipped equals the clipped reference, and not the unclipped run
+      echo "== $name: plan $1 clipped (--clip-grad 1) against 1 device clipped: losses, parameters, gradient norms"
+      local runs="$1-clip $1-zero1-clip"
+      [ "${SPINDLE_TEST_SANITIZED:-0}" = 1 ] && runs="$1-zero1-clip"
+      for c in $runs; do
+        cp "p${c%-clip}.json" "p$c.json"
+        train "$c" "$2" "$3" --clip-grad 1
+        grep -q 'note: --clip-grad: the plan was simulated without the gradient norm' run.log ||
+          die "plan $c: no note that the plan was made without the norm"
+        "$COMPARE" m1-clip.jsonl params1-clip.json "m$c.jsonl" "params$c.json" || status=1
+        "$COMPARE" --grad-norms m1-clip.jsonl "m$c.jsonl" "grads$c.json" || status=1
+        "$COMPARE" --bytes "prog${c%-clip}" "m$c.jsonl" || status=1   # the norm's value is in no byte count
+        ! cmp -s "params${c%-clip}.json" "params$c.json" || die "plan $c: clipping changed no parameter"
+      done
+    }
     for v in $VARIANTS; do
       np=${v%seq} m=$model
       [ "$v" = 1 ] && m=$ref_model
@@ -293,8 +321,23 @@ case "$MODE" in
         train "$v-zero1-next" "$np" "$m"
         bitwise "$v" "$v-zero1-next" "optimizer state sharded, all-gathers at the next step's start"
         "$COMPARE" --bytes "prog$v-zero1-next" "m$v-zero1-next.jsonl" || status=1
+        clipped "$v" "$np" "$m"
       fi
     done
+    # Planned for clipping (spindle-plan --grad-norm: x-lowering.grad_norm):
+    # the programs spindle-run lowers hold the norm, as the planner
+    # simulated them, so --clip-grad needs no note; trained clipped, the
+    # same as the clipped reference.
+    plan "$model" 3 p3gn.json --grad-norm
+    grep -q '"grad_norm": true' p3gn.json || die "spindle-plan --grad-norm: no x-lowering.grad_norm in the plan"
+    lower_plan 3gn "$model"
+    [ "$(grep -c '"kind":"grad_norm"' prog3gn/device-*.json | grep -c ':1$')" -eq 3 ] ||
+      die "p3gn.json: not one grad_norm in each of the 3 programs"
+    train 3gn 3 "$model" --clip-grad 1
+    ! grep -q 'note: --clip-grad' run.log || die "p3gn.json: --clip-grad noted though the plan has the norm"
+    echo "== $name: planned with --grad-norm, clipped, against 1 device clipped"
+    "$COMPARE" m1-clip.jsonl params1-clip.json m3gn.jsonl params3gn.json || status=1
+    "$COMPARE" --bytes prog3gn m3gn.jsonl || status=1
     # tiny-clip's 3-device plan starts its buckets in another order when
     # ready: the flipped runs above did run other programs.
     if [ "$name" = tiny-clip ] && [ "${flipped_programs_differ:-0}" != 1 ]; then

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "test/plan/shipped_fixture.h"
+#include "libplan/lower/lower.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
 #include "libplan/planner/planner.h"
@@ -246,4 +247,29 @@ TEST_CASE("plan JSON: x-lowering.overlap and bucket_bytes are written when not t
   nlohmann::json d = doc;
   d["x-lowering"]["overlap"] = "no";
   CHECK_THAT(error_of(d), Catch::Contains("x-lowering.overlap"));
+}
+
+TEST_CASE("plan JSON: x-lowering.grad_norm is written when true, read back, and checked", "[plan_io]") {
+  Fixture f;
+  sp::Plan plan = f.plan();
+  CHECK_FALSE(plan.grad_norm);
+  plan.grad_norm = true;   // spindle-plan --grad-norm
+  const std::string text = sp::plan_to_json(plan);
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  CHECK(doc["x-lowering"] == nlohmann::json{{"grad_norm", true}});
+  auto back = sp::parse_plan_string(text, "p.json");
+  REQUIRE(back.ok());
+  CHECK(back->grad_norm);
+  CHECK(sp::planned_sync(*back).grad_norm);
+  CHECK(sp::plan_to_json(*back) == text);
+  nlohmann::json off = doc;
+  off["x-lowering"]["grad_norm"] = false;   // written by hand: the default
+  auto r = sp::parse_plan_string(off.dump(), "p.json");
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->grad_norm);
+  for (const nlohmann::json& bad : {nlohmann::json(1), nlohmann::json("true"), nlohmann::json(nullptr)}) {
+    nlohmann::json d = doc;
+    d["x-lowering"]["grad_norm"] = bad;
+    CHECK_THAT(error_of(d), Catch::Contains("p.json") && Catch::Contains("x-lowering.grad_norm"));
+  }
 }

@@ -82,6 +82,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     int last_exchange = -1, last_bucket = -1, last_started = -1, last_waited = -1, last_gathered = -1;
     int last_backward = -1;   // slice of the latest backward
     bool optimizer = false, blocking = false, overlapped = false;
+    int norm = -1;   // the grad_norm instruction (Lowered::grad_norm)
     std::set<int> started, stepped, waited;
     std::vector<int> gathers, gathers_waited;   // allgather_start's, allgather_wait's buckets in order
     std::multiset<int> fwd, bwd;
@@ -167,6 +168,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           last_backward = in.slice;
           break;
         case sp::InstrKind::allreduce:
+          CHECK(norm < 0);   // every all-reduce before the norm
           blocking = true;
           CHECK(in.bucket > last_bucket);
           last_bucket = in.bucket;
@@ -202,6 +204,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           break;
         }
         case sp::InstrKind::allreduce_wait:
+          CHECK(norm < 0);
           overlapped = true;
           CHECK(in.bucket > last_waited);   // waited for in the one global order, whatever the starts
           last_waited = in.bucket;
@@ -209,10 +212,18 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           waited.insert(in.bucket);
           break;
         case sp::InstrKind::optimizer:
-          if (in.bucket >= 0) {   // a bucket's shards, right after its wait
+          // With the norm, every step after it, and depending on it.
+          CHECK(l.grad_norm == (norm >= 0));
+          if (norm >= 0 && !in_deps.empty()) CHECK(std::count(in_deps.begin(), in_deps.end(), norm) == 1);
+          if (in.bucket >= 0) {   // a bucket's shards, right after its wait (or in wait order after the norm)
             CHECK(overlapped);
-            CHECK(in.bucket == last_waited);
-            CHECK(prog.instrs[i - 1].kind == sp::InstrKind::allreduce_wait);
+            if (norm < 0) {
+              CHECK(in.bucket == last_waited);
+              CHECK(prog.instrs[i - 1].kind == sp::InstrKind::allreduce_wait);
+            } else {
+              CHECK((stepped.empty() || in.bucket > *stepped.rbegin()));
+              CHECK(waited.count(in.bucket) == 1);
+            }
             CHECK(stepped.insert(in.bucket).second);
           } else {
             CHECK_FALSE(optimizer);
@@ -291,6 +302,25 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           if (!deps_of(next).empty()) CHECK(std::count(deps_of(next).begin(), deps_of(next).end(), static_cast<int>(i)) == 1);
           break;
         }
+        case sp::InstrKind::grad_norm: {
+          // Once, after every all-reduce of the device's buckets (and,
+          // with deps, depending on each and on every backward), before
+          // any optimizer step.
+          CHECK(l.grad_norm);
+          CHECK(norm < 0);
+          norm = static_cast<int>(i);
+          CHECK(stepped.empty());
+          CHECK_FALSE(optimizer);
+          CHECK(waited == started);
+          if (!prog.deps.empty())
+            for (size_t j = 0; j < i; ++j) {
+              const sp::InstrKind k = prog.instrs[j].kind;
+              const bool needed = k == sp::InstrKind::allreduce || k == sp::InstrKind::allreduce_wait ||
+                                  k == sp::InstrKind::backward;
+              if (needed) CHECK(std::count(in_deps.begin(), in_deps.end(), static_cast<int>(j)) == 1);
+            }
+          break;
+        }
         case sp::InstrKind::wait_sends: {
           // Last, after every post_send, waiting for each of them.
           CHECK(i + 1 == prog.instrs.size());
@@ -304,6 +334,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
       }
     }
     CHECK(optimizer);
+    CHECK(l.grad_norm == (norm >= 0));
     CHECK(posted_recvs.empty());   // every receive posted early is waited for by its exchange
     const bool sends_posted = std::any_of(prog.instrs.begin(), prog.instrs.end(),
                                           [](const sp::Instr& x) { return x.kind == sp::InstrKind::post_send; });
@@ -738,6 +769,28 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       auto at_exchanges = sp::lower(*plan, f.model, f.graph, late);
       REQUIRE(at_exchanges.ok());
       check_invariants(*plan, *at_exchanges, *context);
+      // With the gradient norm (GradSync::grad_norm): the same programs
+      // but for one grad_norm each, before the optimizer steps.
+      sp::LowerOptions norm;
+      norm.sync = sp::planned_sync(*plan);
+      norm.sync->grad_norm = true;
+      auto normed = sp::lower(*plan, f.model, f.graph, norm);
+      REQUIRE(normed.ok());
+      CHECK(normed->grad_norm);
+      CHECK(normed->all_devices.size() == static_cast<size_t>(plan->devices));
+      check_invariants(*plan, *normed, *context);
+      for (int d = 0; d < plan->devices; ++d) {
+        auto kinds = [](const sp::Program& prog, bool with_norm) {
+          std::multiset<std::pair<sp::InstrKind, int>> all;
+          for (const sp::Instr& in : prog.instrs)
+            if (with_norm || in.kind != sp::InstrKind::grad_norm) all.insert({in.kind, in.slice >= 0 ? in.slice : in.bucket});
+          return all;
+        };
+        const sp::Program& with = normed->programs[static_cast<size_t>(d)];
+        CHECK(kinds(with, false) == kinds(lowered->programs[static_cast<size_t>(d)], true));
+        CHECK(kinds(with, true).size() == with.instrs.size());
+        CHECK(normed->bytes(d) == lowered->bytes(d));   // the norm's value is in no byte count
+      }
       for (int d = 0; d < plan->devices; ++d) {
         auto without_reductions = [](const sp::Program& prog) {
           std::vector<std::pair<sp::InstrKind, int>> kept;
@@ -783,6 +836,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           sp::LowerOptions zero1;
           zero1.sync = sp::planned_sync(sharded);
           zero1.sync->overlap = overlap;
+          // The gradient norm too, on two of the four (each pass costs time).
+          zero1.sync->grad_norm = overlap == (gather == sp::ParamGather::next_step);
           auto z = sp::lower(sharded, f.model, f.graph, zero1);
           REQUIRE(z.ok());
           check_invariants(sharded, *z, *context);
@@ -947,5 +1002,18 @@ TEST_CASE("sync_for_run: the plan's gradient sync unless a flag overrides it, wi
   sp::SyncFlags blocking;
   blocking.no_overlap = true;
   CHECK_FALSE(sp::sync_for_run(plan, blocking, notes).overlap);
+  CHECK(notes.empty());
+  // The gradient norm (spindle-run --clip-grad): added, and noted, when the
+  // plan lacks it; a plan made with it keeps it with or without the flag.
+  CHECK_FALSE(sp::sync_for_run(plan, {}, notes).grad_norm);
+  sp::SyncFlags clip;
+  clip.grad_norm = true;
+  CHECK(sp::sync_for_run(plan, clip, notes).grad_norm);
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("--clip-grad") && Catch::Contains("spindle-plan --grad-norm"));
+  notes.clear();
+  plan.grad_norm = true;
+  CHECK(sp::sync_for_run(plan, clip, notes).grad_norm);
+  CHECK(sp::sync_for_run(plan, {}, notes).grad_norm);
   CHECK(notes.empty());
 }

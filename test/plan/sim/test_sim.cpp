@@ -134,6 +134,15 @@ struct Programs {
   // With overlap: the all-gather started as the program opens, and the wait for it.
   void gather_start(int d, int bucket) { reduction(d, sp::InstrKind::allgather_start, bucket); }
   void gather_wait(int d, int bucket) { reduction(d, sp::InstrKind::allgather_wait, bucket); }
+  // The gradient norm's all-reduce over every device (the programs then
+  // have one each: Lowered::grad_norm).
+  void norm(int d) {
+    l.grad_norm = true;
+    l.all_devices = sp::first_devices(l.devices);
+    sp::Instr in;
+    in.kind = sp::InstrKind::grad_norm;
+    add(d, in);
+  }
   // An optimizer step of bucket `bucket`'s shards (-1: the rest), `values` values.
   void optimizer(int d, int bucket = -1, int64_t values = 0) {
     sp::Instr in;
@@ -756,6 +765,60 @@ Programs zero_one(bool sharded, bool overlap) {
   return p;
 }
 }  // namespace
+
+TEST_CASE("the gradient norm: every device waits for the last one, then a ring all-reduce of one value", "[sim]") {
+  // d0 and d1 run slice a (3 ms: forward 0-1, backward 1-3) and all-reduce
+  // bucket k (1e6 bytes over 2 devices, latency 100 us: 1 + 0.2 ms, 3-4.2);
+  // d2 runs slice c alone (9 ms). With the norm, each then all-reduces one
+  // value (4 bytes) over all three: 2 x 2/3 x 4 B at 1 GB/s plus 2 x 2 x
+  // 100 us = 0.4000053 ms, once d2 is there at 9; then the steps (0 ms).
+  auto programs = [](bool norm) {
+    Programs p(3);
+    const int a = p.slice(0, {0, 1}, 3.0), c = p.slice(0, {2}, 9.0);
+    const int k = p.bucket({0, 1}, 1'000'000);
+    for (int d : {0, 1}) {
+      p.fwd(d, a);
+      p.bwd(d, a);
+      p.start(d, k);
+      p.wait(d, k);
+      if (norm) p.norm(d);
+      p.optimizer(d, k);
+      p.optimizer(d);
+    }
+    p.fwd(2, c);
+    p.bwd(2, c);
+    if (norm) p.norm(2);
+    p.optimizer(2);
+    return p;
+  };
+  const sp::Cluster cluster = hand_cluster(1, 3, 100);
+  const double norm_ms = 2 * 2.0 / 3 * 4 / 1e9 * 1e3 + 0.4;
+  const sp::Simulation without = programs(false).run(cluster);
+  CHECK(without.iteration_ms == Approx(9.0));
+  CHECK(without.devices[0].finish_ms == Approx(4.2));
+  const Programs p = programs(true);
+  const sp::Simulation sim = p.run(cluster);
+  CHECK(sim.iteration_ms == Approx(9.0 + norm_ms).epsilon(1e-12));
+  for (int d = 0; d < 3; ++d) CHECK(sim.devices[static_cast<size_t>(d)].finish_ms == Approx(9.0 + norm_ms).epsilon(1e-12));
+  // On d0: the wait for d2 (4.2-9), then the norm, counted as sync.
+  CHECK(box(sim, 0, 4, "wait").start_ms == Approx(4.2));
+  CHECK(box(sim, 0, 4, "wait").dur_ms == Approx(4.8));
+  CHECK(box(sim, 0, 4, "allreduce").start_ms == Approx(9.0));
+  CHECK(box(sim, 0, 4, "allreduce").dur_ms == Approx(norm_ms).epsilon(1e-12));
+  CHECK(box(sim, 0, 4, "allreduce").name == "gradient norm (3 devices)");
+  CHECK(box(sim, 2, 2, "allreduce").start_ms == Approx(9.0));
+  CHECK(sim.devices[2].sync_ms == Approx(norm_ms).epsilon(1e-12));
+  // The bounds hold; compute alone, the events and the one pass agree to
+  // the bit (and the norm costs nothing there).
+  const sp::TableCostModel cost(cluster);
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, cost) <= sim.iteration_ms);
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, cost) >= 9.0);
+  sp::SimOptions compute_only;
+  compute_only.price_communication = false;
+  const auto [options, one_pass] = one_pass_equals_events(p.l, p.slice_ms, cost, 3, compute_only);
+  CHECK(one_pass.iteration_ms == Approx(9.0));
+  CHECK(one_pass.devices[0].finish_ms == Approx(9.0));   // d0 still waits for d2
+}
 
 TEST_CASE("sharded optimizer state: each bucket reduce-scattered, then all-gathered after its step, priced as rings", "[sim]") {
   // 1 GB/s and 10 us latency inside the island; optimizer at 7 GB/s (28
