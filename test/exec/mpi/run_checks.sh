@@ -59,8 +59,9 @@
 #   bad-data        every case of docs/spec/data.md "Bad data" (and bad
 #       DATA.yaml files): exit 2, one message naming the file; a bad value
 #       met at step 3 leaves the checkpoints of steps 1 and 2 only. Training
-#       that diverges (a loss, or the state a checkpoint would hold, not
-#       finite) exits 1 and saves nothing of that step.
+#       that diverges (a loss, the gradient norm with --clip-grad, or the
+#       state a checkpoint would hold, not finite) exits 1 and saves
+#       nothing of that step.
 #   wrong-world     a 4-device plan on 2 ranks: exit 2 with a message, fast.
 #   other-model     tiny-lm's plan run with tiny-clip's model: rejected (exit 2).
 #   corrupt-plan    a truncated plan file: rejected (exit 2).
@@ -551,6 +552,15 @@ PY
     [ -n "$n" ] || die "a non-finite state: no message naming the step, tensor and element"
     [ "$(ls ck 2>/dev/null | tr '\n' ' ')" = "$(for ((i = 1; i < n; ++i)); do printf 'step-%06d ' "$i"; done)" ] ||
       die "a non-finite state after step $n: expected the checkpoints of steps 1 to $((n - 1)) only: $(ls ck 2>/dev/null)"
+    # Clipped (--clip-grad), the same model stops at step 1: its losses are
+    # finite, but the gradients' squares pass a float, so the norm is inf.
+    rm -rf ck
+    run 2 pb.json big-weight.yaml --steps 6 --checkpoint ck --every 1 --clip-grad 1
+    cat run.log
+    [ "$rc" -eq 1 ] || die "a gradient norm not finite: exit $rc, expected 1"
+    grep -q '^spindle-run: error: step 1: gradient norm not finite (inf): training diverged; stopped before anything of this step was saved' run.log ||
+      die "a gradient norm not finite: no message naming step 1 and the norm"
+    [ -z "$(ls ck 2>/dev/null)" ] || die "a gradient norm not finite at step 1: checkpoints saved: $(ls ck)"
     echo "PASS: every bad-data case exits 2 naming the file; evaluating on the training data or past a pass warns;" \
          "diverged training exits 1 and saves nothing of the step" ;;
   wrong-world)
