@@ -695,6 +695,11 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
       std::printf("spindle-run: warning: the checkpoint was trained with learning rate %s, continuing with %s\n",
                   se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
                   se::describe_lr_schedule(args.schedule).c_str());
+    if (trains && ck->meta.clip_grad != args.clip_grad) {
+      auto clip = [](double c) { return c > 0 ? "--clip-grad " + sp::number_text(c) : std::string("no clipping"); };
+      std::printf("spindle-run: warning: the checkpoint was trained with %s, continuing with %s\n",
+                  clip(ck->meta.clip_grad).c_str(), clip(args.clip_grad).c_str());
+    }
   }
   ck.reset();  // free the full tensors
   return true;
@@ -714,6 +719,7 @@ se::CheckpointMeta checkpoint_meta(const Args& args, const Inputs& in, const se:
   for (const sp::Task& t : model.tasks) meta.task_batch[t.name] = t.batch;
   meta.lr = static_cast<float>(args.lr);
   meta.lr_schedule = args.schedule;
+  meta.clip_grad = args.clip_grad;
   meta.beta1 = options.adamw.beta1;
   meta.beta2 = options.adamw.beta2;
   meta.eps = options.adamw.eps;

@@ -217,6 +217,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
                                           {"warmup_steps", ls.warmup_steps},
                                           {"decay_steps", ls.decay_steps},
                                           {"min_lr", ls.min_lr}};
+  manifest["optimizer"]["clip_grad"] = meta.clip_grad;
   const plan::Status st = plan::write_file_atomic(tmp + "/manifest.json", manifest.dump(1) + "\n");
   if (!st.ok()) return fail(st.error().message);
   fsync_dir(tmp);
@@ -310,6 +311,9 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
       m.lr_schedule.decay_steps = ls.at("decay_steps").get<int64_t>();
       m.lr_schedule.min_lr = ls.at("min_lr").get<double>();
     }
+    m.clip_grad = opt.value("clip_grad", 0.0);
+    if (!(m.clip_grad >= 0) || std::isinf(m.clip_grad))
+      return Error{manifest_path + ": optimizer.clip_grad: expected a finite number >= 0"};
     for (const auto& [tname, n] : opt.at("steps").items()) ck.state.tensors[tname].adam_steps = n.get<int64_t>();
     files = j.at("files");
     if (m.step < 1) return Error{manifest_path + ": step: must be at least 1"};

@@ -29,7 +29,8 @@
 // optional: manifests without it (older builds, synthetic runs) read as
 // before, and builds that do not know it ignore it. So is
 // "optimizer": {"lr_schedule": {"decay", "warmup_steps", "decay_steps",
-// "min_lr"}} (optim/lr_schedule.h; "lr" is its peak): without it, constant.
+// "min_lr"}} (optim/lr_schedule.h; "lr" is its peak): without it, constant;
+// and "optimizer": {"clip_grad"} (spindle-run --clip-grad): without it, 0.
 //
 // Writing: into DIR/step-NNNNNN.tmp.XXXXXX, every file fsynced, then renamed
 // to DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
@@ -75,6 +76,9 @@ struct CheckpointMeta {
   // in the manifest; a manifest without it (older builds) reads as
   // constant.
   LrSchedule lr_schedule;
+  // Gradient clipping's bound (ExecOptions::clip_grad; 0: none):
+  // "optimizer"."clip_grad", 0 when absent (older builds).
+  double clip_grad = 0;
   nlohmann::json data_tasks = nlohmann::json::object();  // "data"."tasks" (empty: not written)
 };
 

@@ -215,6 +215,34 @@ TEST_CASE("checkpoint: the learning-rate schedule round-trips, is constant when 
         step + "/manifest.json: optimizer.lr_schedule.decay: expected constant, linear or cosine");
 }
 
+TEST_CASE("checkpoint: the gradient clip round-trips, is 0 when absent, a bad one refused") {
+  TempDir dir("ckpt-clip");
+  CheckpointMeta meta = small_meta(1);
+  meta.clip_grad = 0.75;
+  REQUIRE(save_checkpoint(dir.str(), meta, small_state(), 3).ok());
+  const std::string step = (dir.path / "step-000001").string();
+  auto back = load_checkpoint(step);
+  REQUIRE(back.ok());
+  CHECK(back->meta.clip_grad == 0.75);
+  const auto text = sp::read_file(step + "/manifest.json");
+  REQUIRE(text.ok());
+  auto manifest = nlohmann::json::parse(*text);
+  CHECK(manifest["optimizer"]["clip_grad"] == 0.75);
+  manifest["optimizer"].erase("clip_grad");   // as an older build wrote it
+  write_bytes(step + "/manifest.json", manifest.dump(1));
+  back = load_checkpoint(step);
+  REQUIRE(back.ok());
+  CHECK(back->meta.clip_grad == 0);
+  for (const nlohmann::json& bad : {nlohmann::json(-1.0), nlohmann::json("1")}) {
+    manifest["optimizer"]["clip_grad"] = bad;
+    write_bytes(step + "/manifest.json", manifest.dump(1));
+    back = load_checkpoint(step);
+    REQUIRE_FALSE(back.ok());
+    CHECK_THAT(back.error().message, Catch::Contains("manifest.json") &&
+                                         (Catch::Contains("optimizer.clip_grad") || Catch::Contains("not a valid")));
+  }
+}
+
 TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the file") {
   TempDir dir("ckpt-corrupt");
   REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());

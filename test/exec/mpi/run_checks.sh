@@ -80,7 +80,9 @@
 #       state is written whole and resumed sharded (ZeRO-1) on 4 ranks, and
 #       written from shards and resumed whole on 3. tiny-clip trains under a
 #       learning-rate schedule (warm-up, cosine decay): each step's rate as
-#       worked out by hand, and the resumed steps go on with it. The
+#       worked out by hand, and the resumed steps go on with it; tiny-lm
+#       clips its gradients (--clip-grad 1), and resumed without the clip
+#       a run warns that the checkpoint was trained with it. The
 #       straight run logs with --log-interval 4: lines after steps 4 and 6
 #       only, each the means of its steps.
 #   ckpt-corrupt    a *.tmp.* leftover is ignored; a flipped byte, a
@@ -626,8 +628,9 @@ PY
     # tiny-clip trains under a learning-rate schedule: the resumed part
     # must go on with the rates of steps 4-6 (a function of the step), and
     # every step's rate is checked against the hand-worked one.
-    # tiny-lm keeps the constant default.
-    sched=()
+    # tiny-lm keeps the constant default and clips its gradients (the norm
+    # over its tensor-parallel shards, then re-sharded onto 3 ranks).
+    sched=(--clip-grad 1)
     [ "$name" = tiny-clip ] && sched=(--lr-warmup-steps 2 --lr-decay-style cosine --lr-decay-steps 6 --min-lr 3e-4)
     rm -rf ck44 ck43 ./*.jsonl
     run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json "${sched[@]}" \
@@ -673,13 +676,20 @@ PY
       run "$np" "$resumed" "$model" --steps 6 --seed 3 --metrics "r4$np.jsonl" --checkpoint "ck4$np" \
           --resume --dump-params "r4$np.json" "${sched[@]}"
       cat run.log
-      ! grep -q "warning: the checkpoint was trained with learning rate" run.log || die "the same schedule called another"
+      ! grep -q "warning: the checkpoint was trained with" run.log || die "the same schedule or clip called another"
       [ "$rc" -eq 0 ] || die "resume on $np ranks: exit $rc"
       grep -q "resumed from ck4$np/step-000003 (step 3" run.log || die "did not resume from step 3"
       [ "$(grep -c '^iteration' run.log)" -eq 3 ] || die "expected steps 4..6 only"
       echo "== $name: 3 steps on 4 ranks ($first) + 3 on $np ranks ($resumed) against 6 straight"
       "$COMPARE" straight.jsonl straight.json "r4$np.jsonl" "r4$np.json" || die "resume on $np ranks differs"
     done
+    if [ "$name" = tiny-lm ]; then
+      # The checkpoint records the clip: resumed without it, the run says so.
+      run 4 p4.json "$model" --steps 7 --seed 3 --checkpoint ck44 --resume
+      [ "$rc" -eq 0 ] || { cat run.log; die "resume without --clip-grad: exit $rc"; }
+      grep -q "^spindle-run: warning: the checkpoint was trained with --clip-grad 1, continuing with no clipping$" run.log ||
+        { cat run.log; die "resumed without --clip-grad: no warning"; }
+    fi
     echo "PASS: resume equals training straight" ;;
   ckpt-corrupt)
     model=$MODELS/tiny-clip.yaml
