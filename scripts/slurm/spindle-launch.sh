@@ -20,7 +20,9 @@
 #   SPINDLE_GPUS_PER_NODE  overrides SLURM_GPUS_ON_NODE / SLURM_GPUS_PER_NODE
 #   SPINDLE_DRY_RUN=1    print what would be written and run, run nothing
 # Arguments: passed on to every spindle-run rank after the launcher's own
-# (--data, --eval-data, --lr and the schedule, --log-interval, ...). The
+# (--data, --eval-data, --lr and the schedule, --clip-grad, --log-interval,
+# ...); with --clip-grad C (C > 0) the plan is made with spindle-plan
+# --grad-norm, so its predictions are of the programs that run. The
 # flags the launcher sets itself are refused there (exit 2): --model,
 # --steps, --seed, --backend, --checkpoint, --every, --resume, --overwrite,
 # --metrics; set them through the variables above.
@@ -59,8 +61,12 @@ first_host() {
 # spindle-run's flags that the launcher sets (a second value would be
 # refused by spindle-run after planning, or, for --resume, skip the check
 # for a checkpoint).
+clip=0 prev=""
 for arg in "$@"; do
   flag=${arg%%=*}
+  [ "$prev" = --clip-grad ] && clip=$arg   # --clip-grad C
+  [ "$flag" = --clip-grad ] && [ "$flag" != "$arg" ] && clip=${arg#*=}   # --clip-grad=C
+  prev=$arg
   case "$flag" in
     --model) fail "$flag: the launcher sets it; use SPINDLE_MODEL" ;;
     --steps|--seed|--backend|--every)
@@ -110,6 +116,9 @@ fi
 plan_args=("$BIN/spindle-plan" "$SPINDLE_MODEL" --cluster "$RUN_DIR/cluster.yaml" -o "$RUN_DIR/plan.json")
 [ "$STRATEGY" = spindle ] || plan_args+=(--strategy "$STRATEGY")
 [ -z "${SPINDLE_PROFILE:-}" ] || plan_args+=(--profile "$SPINDLE_PROFILE")
+# Clipping: the norm's wait before the optimizer, planned and simulated.
+# (A value that is no number reads as 0 here; spindle-run refuses it.)
+awk -v c="$clip" 'BEGIN { exit !(c + 0 > 0) }' && plan_args+=(--grad-norm)
 run "${plan_args[@]}" || fail "planning failed"
 
 # 3. Train: resume when a complete checkpoint (step-N, not *.tmp.*) exists.

@@ -835,7 +835,7 @@ PY
           SLURM_JOB_NUM_NODES=2 SLURM_GPUS_ON_NODE=8 SLURM_SUBMIT_DIR="$PWD" SPINDLE_DRY_RUN=1 \
           SPINDLE_BIN=/opt/spindle/bin SPINDLE_MODEL=models/clip.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" \
           SPINDLE_STEPS=1000 SPINDLE_EVERY=50 SPINDLE_RUN_DIR=/scratch/run \
-          bash "$SRC/scripts/slurm/spindle-launch.sh" --data 'd/my train.yaml' --lr-warmup-steps 100 2>&1)
+          bash "$SRC/scripts/slurm/spindle-launch.sh" --data 'd/my train.yaml' --lr-warmup-steps 100 --clip-grad 0 2>&1)
     rc=$?
     echo "$out"
     [ "$rc" -eq 0 ] || die "dry run: exit $rc"
@@ -844,8 +844,9 @@ PY
     expect_line "islands: 2"
     expect_line "devices_per_island: 8"
     expect_line "+ /opt/spindle/bin/spindle-plan models/clip.yaml --cluster /scratch/run/cluster.yaml -o /scratch/run/plan.json"
-    expect_line "+ srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --gpus-per-task=1 --kill-on-bad-exit=1 --mpi=pmix /opt/spindle/bin/spindle-run /scratch/run/plan.json --model models/clip.yaml --steps 1000 --backend cuda --seed 0 --checkpoint /scratch/run/checkpoints --every 50 --metrics /scratch/run/metrics.jsonl --data d/my\\ train.yaml --lr-warmup-steps 100"
+    expect_line "+ srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --gpus-per-task=1 --kill-on-bad-exit=1 --mpi=pmix /opt/spindle/bin/spindle-run /scratch/run/plan.json --model models/clip.yaml --steps 1000 --backend cuda --seed 0 --checkpoint /scratch/run/checkpoints --every 50 --metrics /scratch/run/metrics.jsonl --data d/my\\ train.yaml --lr-warmup-steps 100 --clip-grad 0"
     grep -q -- '--resume' <<< "$out" && die "dry run: --resume without a checkpoint"
+    grep -q -- '--grad-norm' <<< "$out" && die "dry run: planned with the gradient norm for --clip-grad 0"
     # The flags the launcher sets itself are refused, naming the variable.
     for flag in "--steps 5" "--seed=3" "--resume"; do
       # shellcheck disable=SC2086  # a flag and its value
@@ -860,10 +861,12 @@ PY
     out=$(env -i PATH="$PATH" SLURM_JOB_ID=4243 SLURM_JOB_NODELIST='gpu01,gpu02' SLURM_NNODES=2 \
           SLURM_GPUS_ON_NODE=4 SPINDLE_DRY_RUN=1 SPINDLE_LAUNCHER=mpirun SPINDLE_BIN=/b \
           SPINDLE_MODEL=m.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" SPINDLE_RUN_DIR="$PWD/run2" \
-          bash "$SRC/scripts/slurm/spindle-launch.sh" 2>&1)
+          bash "$SRC/scripts/slurm/spindle-launch.sh" --clip-grad=1.0 2>&1)
     rc=$?
     echo "$out"
     [ "$rc" -eq 0 ] || die "second dry run: exit $rc"
+    # --clip-grad above 0: planned with the norm its programs run.
+    expect_line "+ /b/spindle-plan m.yaml --cluster $PWD/run2/cluster.yaml -o $PWD/run2/plan.json --grad-norm"
     expect_line "first node gpu01, 2 nodes x 4 GPUs = 8 ranks"
     expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $PWD/run2/plan.json --model m.yaml"
     expect_line "--checkpoint $PWD/run2/checkpoints --every 100 --resume"

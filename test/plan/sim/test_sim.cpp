@@ -129,6 +129,14 @@ struct Programs {
   }
   void start(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_start, bucket); }
   void wait(int d, int bucket) { reduction(d, sp::InstrKind::allreduce_wait, bucket); }
+  // On d: the forward and backward of `slice`, then `bucket`'s all-reduce
+  // started and waited for.
+  void train_and_reduce(int d, int slice, int bucket) {
+    fwd(d, slice);
+    bwd(d, slice);
+    start(d, bucket);
+    wait(d, bucket);
+  }
   // The all-gather of bucket `bucket`'s stepped values (sharded optimizer state).
   void gather(int d, int bucket) { reduction(d, sp::InstrKind::allgather, bucket); }
   // With overlap: the all-gather started as the program opens, and the wait for it.
@@ -698,10 +706,7 @@ TEST_CASE("optimizer steps: 28 bytes per value at the profile's rate, a bucket's
   const int s = p.slice(0, {0, 1}, 3.0);
   const int k = p.bucket({0, 1}, 1'000'000);
   for (int d : {0, 1}) {
-    p.fwd(d, s);
-    p.bwd(d, s);
-    p.start(d, k);
-    p.wait(d, k);
+    p.train_and_reduce(d, s, k);
     p.optimizer(d, k, 250'000);
     p.optimizer(d, -1, d == 0 ? 500'000 : 0);
   }
@@ -777,10 +782,7 @@ TEST_CASE("the gradient norm: every device waits for the last one, then a ring a
     const int a = p.slice(0, {0, 1}, 3.0), c = p.slice(0, {2}, 9.0);
     const int k = p.bucket({0, 1}, 1'000'000);
     for (int d : {0, 1}) {
-      p.fwd(d, a);
-      p.bwd(d, a);
-      p.start(d, k);
-      p.wait(d, k);
+      p.train_and_reduce(d, a, k);
       if (norm) p.norm(d);
       p.optimizer(d, k);
       p.optimizer(d);
