@@ -1296,8 +1296,8 @@ GradSync sync_for_run(const Plan& plan, const SyncFlags& flags, std::vector<std:
   sync.early_transfers = !flags.no_early_transfers;
   if (flags.grad_norm && !plan.grad_norm) {
     sync.grad_norm = true;
-    notes.push_back("--clip-grad: the plan was simulated without the gradient norm before the optimizer "
-                    "(spindle-plan --grad-norm)");
+    notes.push_back("the gradient norm before the optimizer (spindle-run --clip-grad, spindle-plan --grad-norm): "
+                    "the plan was simulated without it");
   }
   if (flags.bucket_bytes && *flags.bucket_bytes != plan.bucket_bytes) {
     sync.bucket_bytes = *flags.bucket_bytes;

@@ -232,7 +232,7 @@ case "$MODE" in
       for c in $runs; do
         cp "p${c%-clip}.json" "p$c.json"
         train "$c" "$2" "$3" --clip-grad 1
-        grep -q 'note: --clip-grad: the plan was simulated without the gradient norm' run.log ||
+        grep -q 'note: the gradient norm before the optimizer (spindle-run --clip-grad, spindle-plan --grad-norm): the plan was simulated without it' run.log ||
           die "plan $c: no note that the plan was made without the norm"
         "$COMPARE" m1-clip.jsonl params1-clip.json "m$c.jsonl" "params$c.json" || status=1
         "$COMPARE" --grad-norms m1-clip.jsonl "m$c.jsonl" "grads$c.json" || status=1
@@ -342,7 +342,7 @@ case "$MODE" in
       [ "$(grep -c '"kind":"grad_norm"' prog3gn/device-*.json | grep -c ':1$')" -eq 3 ] ||
         die "p3gn.json: not one grad_norm in each of the 3 programs"
       train 3gn 3 "$model" --clip-grad 1
-      ! grep -q 'note: --clip-grad' run.log || die "p3gn.json: --clip-grad noted though the plan has the norm"
+      ! grep -q 'note: the gradient norm' run.log || die "p3gn.json: --clip-grad noted though the plan has the norm"
       echo "== $name: planned with --grad-norm, clipped, against 1 device clipped"
       "$COMPARE" m1-clip.jsonl params1-clip.json m3gn.jsonl params3gn.json || status=1
       "$COMPARE" --bytes prog3gn m3gn.jsonl || status=1
