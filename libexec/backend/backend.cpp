@@ -15,6 +15,20 @@ void Backend::adamw_steps(const AdamWConfig& cfg, std::span<const AdamWUpdate> u
   for (const AdamWUpdate& u : updates) adamw_step(cfg, u.step, *u.param, *u.grad, *u.m, *u.v);
 }
 
+double Backend::sum_squares(std::span<const Tensor> tensors) {
+  double sum = 0;
+  for (const Tensor& t : tensors) {
+    Tensor host = t;
+    if (t.device() != Device::host) {
+      host = Tensor::zeros(t.shape());
+      copy(t, host);
+      synchronize();
+    }
+    for (int64_t i = 0; i < host.numel(); ++i) sum += static_cast<double>(host[i]) * host[i];
+  }
+  return sum;
+}
+
 int host_threads_for(Device device, int cores, int ranks_on_node) {
   if (device == Device::host) return 1;
   return std::max(1, cores / std::max(ranks_on_node, 1));

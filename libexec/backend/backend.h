@@ -62,6 +62,12 @@ class Backend {
   virtual void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param,
                           const Tensor& grad, Tensor& m, Tensor& v) = 0;
   virtual void adamw_steps(const AdamWConfig& cfg, std::span<const AdamWUpdate> updates);
+  // The sum of the squares of every value of `tensors` (host or this
+  // backend's memory), in double and in one fixed order, so the same
+  // tensors give the same sum on every call (gradient clipping's norm,
+  // Executor::gradient_norm). The default reads the values on the host,
+  // copying a tensor that is elsewhere there first.
+  virtual double sum_squares(std::span<const Tensor> tensors);
 };
 
 // "cpu" is always built. Returns nullptr for a name not built into this

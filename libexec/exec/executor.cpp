@@ -971,23 +971,22 @@ void Executor::optimizer_step(int bucket) {
 // holds the sum of its own chunk alone) every member's own values
 // (ParamState::own). With ExecOptions::clip_grad > 0, AdamW then scales
 // every gradient by clip / (norm + 1e-6) when that is below 1, the factor
-// computed in double and rounded to fp32 (grad_scale). On a device backend
-// the gradients are copied to the host for the sum (docs/gpu.md).
+// computed in double and rounded to fp32 (grad_scale). The squares are
+// summed where the gradients are (Backend::sum_squares).
 void Executor::gradient_norm() {
   const Clock::time_point t0 = Clock::now();
   const bool sharded = sched_->lowered.sharded_state;
-  double squares = 0;
+  std::vector<Tensor> counted;   // views of the gradient values this rank counts
   for (auto& [key, ps] : params_) {
     if (!sharded && ps.sync.front() != rank_) continue;   // another holder counts this shard
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       const Param& p = ps.set.params[i];
       const plan::ValueRange r = ps.own[i];
       if ((p.shard_axis < 0 && key.second != 0) || r.size() == 0) continue;
-      const Tensor g = to_host(backend_, flat_view(p.grad, r.begin, r.size()));
-      for (int64_t j = 0; j < g.numel(); ++j) squares += static_cast<double>(g[j]) * g[j];
+      counted.push_back(flat_view(p.grad, r.begin, r.size()));
     }
   }
-  std::vector<float> sum{static_cast<float>(squares)};
+  std::vector<float> sum{static_cast<float>(backend_.sum_squares(counted))};
   world_.all_reduce_sum(sum);
   const double norm = std::sqrt(static_cast<double>(sum[0]));
   grad_norm_ = norm;

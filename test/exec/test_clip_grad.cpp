@@ -38,6 +38,16 @@ ExecOptions with_norm(double clip) {
 
 }  // namespace
 
+TEST_CASE("backend: sum_squares adds every value's square in double", "[clip]") {
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  Tensor a = Tensor::zeros({3}), b = Tensor::zeros({2, 2}), empty = Tensor::zeros({0});
+  a[0] = 1.5f, a[1] = -2.0f, a[2] = 1e-20f;   // 1e-40 still counts in double
+  b[0] = 3.0f, b[3] = -0.5f;
+  const std::vector<Tensor> all{a, empty, b};
+  CHECK(cpu->sum_squares(all) == 2.25 + 4.0 + static_cast<double>(1e-20f) * 1e-20f + 9.0 + 0.25);
+  CHECK(cpu->sum_squares(std::span<const Tensor>()) == 0.0);
+}
+
 TEST_CASE("adamw: grad_scale multiplies each gradient first, as scaling the gradients by hand", "[clip]") {
   AdamWConfig scaled;
   scaled.lr = 1e-2f;

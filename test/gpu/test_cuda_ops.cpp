@@ -277,6 +277,27 @@ TEST_CASE("cuda AdamW equals the CPU AdamW over 3 steps, host and device tensors
   }
 }
 
+TEST_CASE("cuda sum_squares: device and host tensors as the CPU sums them (1e-12), the same on every call", "[gpu]") {
+  skip_without_gpu();
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::unique_ptr<Backend> gpu = make_cuda_backend();
+  // Sizes below, at and past one block's and kSquareBlocks blocks' worth,
+  // an empty tensor, and a host tensor among device ones.
+  std::vector<Tensor> host, mixed;
+  int i = 0;
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257}, int64_t{65536}, int64_t{70001},
+                    int64_t{1} << 20}) {
+    host.push_back(random_tensor({n}, 300 + static_cast<uint64_t>(n), 2.0f));
+    mixed.push_back(i++ == 3 ? host.back() : to_dev(*gpu, host.back()));
+  }
+  const double want = cpu->sum_squares(host);
+  const double got = gpu->sum_squares(mixed);
+  CHECK(want > 0);
+  CHECK(std::abs(got - want) <= 1e-12 * want);
+  CHECK(gpu->sum_squares(mixed) == got);
+  CHECK(gpu->sum_squares(std::span<const Tensor>()) == 0.0);
+}
+
 TEST_CASE("cuda adamw_steps: 70 tensors in batched launches equal adamw_step tensor by tensor, bitwise", "[gpu]") {
   skip_without_gpu();
   std::unique_ptr<Backend> cpu = make_backend("cpu");

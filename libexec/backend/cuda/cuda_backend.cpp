@@ -352,6 +352,30 @@ class CudaBackend final : public Backend {
     if (batch.count > 0) flush();
   }
 
+  // Device tensors: each tensor's squares summed on the device into at most
+  // kSquareBlocks partials (fixed order), all copied back at once and added
+  // here in order; host tensors on the host. The same sum on every call.
+  double sum_squares(std::span<const Tensor> tensors) override {
+    const Buf part = device_buf<double>(static_cast<int64_t>(tensors.size()) * k::kSquareBlocks);
+    std::vector<int> blocks(tensors.size(), 0);
+    for (size_t t = 0; t < tensors.size(); ++t)
+      if (tensors[t].device() == Device::cuda)
+        blocks[t] = k::sum_squares_partials(part.as<double>() + t * k::kSquareBlocks, tensors[t].data(),
+                                            tensors[t].numel());
+    std::vector<double> host(tensors.size() * k::kSquareBlocks, 0.0);
+    if (!host.empty())
+      CUDA_CHECK(cudaMemcpy(host.data(), part.as<double>(), host.size() * sizeof(double), cudaMemcpyDeviceToHost));
+    double sum = 0;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (tensors[t].device() != Device::cuda) {
+        sum += Backend::sum_squares(tensors.subspan(t, 1));
+        continue;
+      }
+      for (int b = 0; b < blocks[t]; ++b) sum += host[t * k::kSquareBlocks + static_cast<size_t>(b)];
+    }
+    return sum;
+  }
+
  private:
   // ---- matrix products (row-major; see gemm) ----
 

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -517,6 +518,24 @@ __global__ void adamw_batch_k(AdamWBatch b, float lr, float beta1, float beta2, 
   }
 }
 
+// Block b's share of the squares of x (grid-stride), reduced in shared
+// memory in a fixed order into part[b].
+__global__ void sum_squares_k(double* part, const float* x, int64_t n) {
+  __shared__ double acc_s[kThreads];
+  double acc = 0;
+  GRID_STRIDE(i, n) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  acc_s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o /= 2) {
+    if (static_cast<int>(threadIdx.x) < o) acc_s[threadIdx.x] += acc_s[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part[blockIdx.x] = acc_s[0];
+}
+
 }  // namespace
 
 #define LAUNCH(kernel, grid, block, ...)      \
@@ -738,6 +757,13 @@ void contrastive_dlogits(const float* pr, const float* pct, float* dl, int64_t n
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
            float decay, float bc1, float bc2, float gscale) {
   if (n > 0) LAUNCH(adamw_k, blocks_for(n), kThreads, p, g, m, v, n, lr, beta1, beta2, eps, decay, bc1, bc2, gscale);
+}
+
+int sum_squares_partials(double* part, const float* x, int64_t n) {
+  if (n <= 0) return 0;
+  const unsigned blocks = std::min<unsigned>(blocks_for(n), kSquareBlocks);
+  LAUNCH(sum_squares_k, blocks, kThreads, part, x, n);
+  return static_cast<int>(blocks);
 }
 
 void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay, float gscale) {

@@ -157,4 +157,10 @@ struct AdamWBatch {
 };
 void adamw_batch(const AdamWBatch& b, float lr, float beta1, float beta2, float eps, float decay, float gscale);
 
+// The squares of x[0, n) summed in double by at most kSquareBlocks blocks,
+// each in a fixed order (no atomics), block b's sum into part[b]; returns
+// the blocks used (part[0, blocks) to add, in order; 0 when n is 0).
+constexpr int kSquareBlocks = 256;
+int sum_squares_partials(double* part, const float* x, int64_t n);
+
 }  // namespace spindle::exec::cuda
