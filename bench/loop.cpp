@@ -146,13 +146,16 @@ CommParts comm_parts(const spindle::plan::Simulation& sim, const spindle::plan::
   CommParts parts;
   for (const sp::SimBox& box : sim.boxes) {
     if (box.device != program.device) continue;
-    const bool waits_for_bucket = box.cat == "wait" && box.bucket >= 0;
+    const sp::InstrKind kind = program.instrs[static_cast<size_t>(box.instr)].kind;
+    // The gradient norm (--clip-grad): its all-reduce and the wait for the
+    // last device before it, sync as the runtime counts it.
+    const bool norm = kind == sp::InstrKind::grad_norm;
+    const bool waits_for_bucket = box.cat == "wait" && (box.bucket >= 0 || norm);
     if (box.cat == "exchange" || box.cat == "send" || box.cat == "recv" ||
         (box.cat == "wait" && !waits_for_bucket))
       parts.xfer_wait += box.dur_ms;
-    const sp::InstrKind kind = program.instrs[static_cast<size_t>(box.instr)].kind;
     const bool blocking = (box.cat == "allgather" && kind == sp::InstrKind::allgather) ||
-                          (box.cat == "allreduce" && kind == sp::InstrKind::allreduce);
+                          (box.cat == "allreduce" && (kind == sp::InstrKind::allreduce || norm));
     if (waits_for_bucket || blocking) parts.sync_wait += box.dur_ms;
   }
   return parts;

@@ -11,6 +11,9 @@
 # SPINDLE_OPTIMIZER_STATE=sharded|replicated (default: spindle-plan's auto)
 # plans with that optimizer state (sharded: ZeRO-1's reduce-scatters and
 # all-gathers are measured and predicted).
+# SPINDLE_CLIP_GRAD=C plans with spindle-plan --grad-norm and runs with
+# spindle-run --clip-grad C (the gradient norm's all-reduce and its wait
+# are measured and predicted as sync).
 # SPINDLE_BACKEND=cuda (default cpu) measures and runs on the CUDA backend,
 # one GPU per rank (scripts/gpu-check.sh's loop-gpu step, with one rank).
 # Prints the profile summary, the plan summary and the comparison table (the
@@ -25,7 +28,9 @@ build="$(cd "${1:-$root/build}" && pwd)"; ranks="${2:-2}"; model_name="${3:-tiny
 strategy="${5:-spindle}"
 model="$root/configs/models/$model_name.yaml"
 cluster="$root/configs/clusters/cpu-1x$ranks.yaml"
-out="$build/loop/$model_name.cpu-1x$ranks${5:+.$strategy}${SPINDLE_OPTIMIZER_STATE:+.$SPINDLE_OPTIMIZER_STATE}"
+out="$build/loop/$model_name.cpu-1x$ranks${5:+.$strategy}${SPINDLE_OPTIMIZER_STATE:+.$SPINDLE_OPTIMIZER_STATE}${SPINDLE_CLIP_GRAD:+.clip}"
+clip_plan=() clip_run=()
+[ -z "${SPINDLE_CLIP_GRAD:-}" ] || { clip_plan=(--grad-norm); clip_run=(--clip-grad "$SPINDLE_CLIP_GRAD"); }
 mkdir -p "$out"
 rm -f "$out/metrics.jsonl"
 mpirun=(mpirun -np "$ranks" --oversubscribe)
@@ -36,7 +41,8 @@ echo "== 1. measure: ${mpirun[*]} spindle-profile --measure"
     -o "$out/profile.json"
 echo "== 2. plan with the measured profile"
 "$build/apps/spindle-plan" "$model" --cluster "$cluster" --profile "$out/profile.json" --strategy "$strategy" \
-    --optimizer-state "${SPINDLE_OPTIMIZER_STATE:-auto}" -o "$out/plan.json" --trace "$out/planned-trace.json"
+    --optimizer-state "${SPINDLE_OPTIMIZER_STATE:-auto}" "${clip_plan[@]}" -o "$out/plan.json" \
+    --trace "$out/planned-trace.json"
 # Measured as users run it, without --trace; then again with --trace for the
 # per-box comparison (its compact records change tiny-clip's step and
 # all-reduce within the 2-core VM's noise: bench/README.md, 2026-12-05 10:25),
@@ -47,10 +53,10 @@ trace_steps=()
 [ "$steps" -gt "$skip" ] && trace_steps=(--trace-steps "$((skip + 1)):")
 echo "== 3. run: ${mpirun[*]} spindle-run ($steps steps), then again with --trace"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
-    --metrics "$out/metrics.jsonl" | tail -n 2
+    "${clip_run[@]}" --metrics "$out/metrics.jsonl" | tail -n 2
 rm -f "$out/traced-metrics.jsonl"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
-    --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" "${trace_steps[@]}" | tail -n 1
+    "${clip_run[@]}" --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" "${trace_steps[@]}" | tail -n 1
 echo "== 4. predicted against measured"
 "$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip "$skip" \
     --model "$model" --cluster "$cluster" --profile "$out/profile.json" --traced-metrics "$out/traced-metrics.jsonl"
