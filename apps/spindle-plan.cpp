@@ -137,6 +137,10 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   if (plan.bucket_starts == sp::BucketStarts::when_ready && all_sync > 0)
     std::printf("buckets   each started as soon as its gradients are final, not in one global order (simulates "
                 "faster here; the plan says so, spindle-run follows it)\n");
+  if (plan.grad_norm)
+    std::printf("norm      every device's optimizer waits for the global gradient norm, an all-reduce over all %d "
+                "devices (--grad-norm, for spindle-run --clip-grad)\n",
+                plan.devices);
   std::printf("barrier   %.3f ms if every wave ended on a barrier = compute %.3f + transfer %.3f + sync %.3f\n",
               p.iteration_ms, p.compute_ms, p.transfer_ms, p.sync_ms);
   std::printf("optimum   relaxed %.3f ms, compute gap %+.2f%% (simulated with communication and optimizer at 0)\n",

@@ -338,6 +338,8 @@ case "$MODE" in
     if [ "${SPINDLE_TEST_SANITIZED:-0}" != 1 ]; then
       plan "$model" 3 p3gn.json --grad-norm
       grep -q '"grad_norm": true' p3gn.json || die "spindle-plan --grad-norm: no x-lowering.grad_norm in the plan"
+      grep -q '^norm      every device.s optimizer waits for the global gradient norm, an all-reduce over all 3 devices' \
+        p3gn.json.log || die "spindle-plan --grad-norm: no line saying so"
       lower_plan 3gn "$model"
       [ "$(grep -c '"kind":"grad_norm"' prog3gn/device-*.json | grep -c ':1$')" -eq 3 ] ||
         die "p3gn.json: not one grad_norm in each of the 3 programs"
