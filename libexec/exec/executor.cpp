@@ -526,7 +526,9 @@ StepStats Executor::step() {
   // that sends their input gradients back; the all-reduce of each gradient
   // bucket it holds (started during the backward pass, waited for after
   // it), each followed by the optimizer step of its shards; the optimizer
-  // step of the shards in no bucket. With overlap, each compute's outputs
+  // step of the shards in no bucket. With the gradient norm (--clip-grad:
+  // grad_norm), every optimizer step follows it, after the last wait.
+  // With overlap, each compute's outputs
   // for other ranks are sent right after it (post_send), an exchange's
   // receives are posted one exchange ahead (post_recv), and the step ends
   // waiting for those sends (wait_sends). After each compute

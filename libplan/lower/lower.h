@@ -26,6 +26,8 @@
 //   owned_values)
 //   optimizer (every shard not stepped above); without overlap, sharded,
 //   then the all-gather of each bucket it is in, in the global order
+//   with GradSync::grad_norm: a grad_norm after the last all-reduce (or
+//   wait), and every optimizer step (with its all-gather) after it
 // With overlap and sharded optimizer state, when the plan says next_step
 // (Plan::param_gather), the values' all-gathers move to the start of the
 // next step instead (Megatron's overlap_param_gather):
