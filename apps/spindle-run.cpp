@@ -4,6 +4,7 @@
 //   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
 //          [--backend cpu|cuda] [--seed K] [--lr X] [--lr-warmup-steps W]
 //          [--lr-decay-style constant|linear|cosine [--lr-decay-steps D] [--min-lr X]] [--clip-grad C]
+//          [--weight-decay W] [--adam-beta1 B1] [--adam-beta2 B2] [--adam-eps E]
 //          [--metrics M.jsonl] [--log-interval N]
 //          [--trace T.json [--trace-steps FIRST:LAST]] [--dump-params P.json] [--dump-grads G.json]
 //          [--checkpoint DIR [--every K] [--keep N] [--exit-duration-mins M]] [--resume]
@@ -114,6 +115,8 @@ struct Args {
   bool min_lr_given = false;
   se::LrSchedule schedule;
   double clip_grad = 0;              // > 0: clip the gradients' global L2 norm to it (ExecOptions::clip_grad)
+  // AdamW's other settings (optim/adamw.h), Megatron-LM's flags and defaults.
+  double weight_decay = 0.01, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
   std::string data_path, eval_path;  // "" = synthetic training data / no evaluation
   int eval_every = 0;                // 0: evaluate after the last step only
   int eval_batches = 0;              // 0: one pass over the evaluation set (drop last)
@@ -384,6 +387,16 @@ std::string check_numbers(const Args& args) {
   if (!(std::isfinite(args.clip_grad) && args.clip_grad >= 0 && args.clip_grad <= 1e30))
     return "--clip-grad " + sp::number_text(args.clip_grad) +
            ": expected the largest gradient norm, a number above 0 and at most 1e30 (0: no clipping)";
+  // AdamW: a decay that keeps 1 - lr * wd positive at any rate up to 1,
+  // moment factors below 1 (at 1 the bias correction divides by 0), an
+  // epsilon that keeps the update's denominator positive.
+  for (const auto& [flag, value] : {std::pair{"--weight-decay", args.weight_decay},
+                                    std::pair{"--adam-beta1", args.adam_beta1},
+                                    std::pair{"--adam-beta2", args.adam_beta2}})
+    if (!(value >= 0 && value < 1))
+      return std::string(flag) + " " + sp::number_text(value) + ": expected a number from 0 to below 1";
+  if (!(args.adam_eps > 0 && args.adam_eps <= 1))
+    return "--adam-eps " + sp::number_text(args.adam_eps) + ": expected a number above 0 and at most 1";
   if (args.steps < 1) return "--steps must be at least 1";
   if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
@@ -567,7 +580,9 @@ std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) 
 void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
   rt.backend = se::make_backend(args.backend);
   rt.options.seed = args.seed;
-  rt.options.adamw.lr = static_cast<float>(se::lr_at(args.schedule, 1));
+  rt.options.adamw = {static_cast<float>(se::lr_at(args.schedule, 1)), static_cast<float>(args.adam_beta1),
+                     static_cast<float>(args.adam_beta2), static_cast<float>(args.adam_eps),
+                     static_cast<float>(args.weight_decay)};
   rt.options.record_trace = !args.trace_path.empty();
   rt.options.trace_first_step = args.trace_window.first;
   rt.options.trace_last_step = args.trace_window.last;
@@ -597,6 +612,13 @@ void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
                                                std::move(groups), *rt.backend, rt.options);
 }
 
+// AdamW's settings but the rate (the schedule's line says that):
+// "betas 0.9, 0.999, eps 1e-08, weight decay 0.01".
+std::string adamw_text(const se::AdamWConfig& c) {
+  return "betas " + sp::number_text(c.beta1) + ", " + sp::number_text(c.beta2) + ", eps " + sp::number_text(c.eps) +
+         ", weight decay " + sp::number_text(c.weight_decay);
+}
+
 // Rank 0 prints what runs where: the model, the plan, the ranks, backend and
 // seed, every rank's local rank and, with a GPU, the transports.
 void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int rank, int size) {
@@ -611,6 +633,7 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
     std::printf("spindle-run: learning rate %s\n", se::describe_lr_schedule(args.schedule).c_str());
+    std::printf("spindle-run: AdamW %s\n", adamw_text(rt.options.adamw).c_str());
     if (args.clip_grad > 0)
       std::printf("spindle-run: gradient clipping: the global L2 norm to at most %s (--clip-grad)\n",
                   sp::number_text(args.clip_grad).c_str());
@@ -695,6 +718,10 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
       std::printf("spindle-run: warning: the checkpoint was trained with learning rate %s, continuing with %s\n",
                   se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
                   se::describe_lr_schedule(args.schedule).c_str());
+    const se::AdamWConfig was{ck->meta.lr, ck->meta.beta1, ck->meta.beta2, ck->meta.eps, ck->meta.weight_decay};
+    if (trains && adamw_text(was) != adamw_text(executor.adamw()))
+      std::printf("spindle-run: warning: the checkpoint was trained with AdamW %s, continuing with %s\n",
+                  adamw_text(was).c_str(), adamw_text(executor.adamw()).c_str());
     if (trains && ck->meta.clip_grad != args.clip_grad) {
       auto clip = [](double c) { return c > 0 ? "--clip-grad " + sp::number_text(c) : std::string("no clipping"); };
       std::printf("spindle-run: warning: the checkpoint was trained with %s, continuing with %s\n",
@@ -1141,6 +1168,13 @@ int main(int argc, char** argv) {
   app.add_option("--clip-grad", args.clip_grad,
                  "clip the gradients' global L2 norm to at most this before each AdamW step (Megatron-LM's --clip-grad, "
                  "PyTorch's clip_grad_norm_; the step line shows the norm); 0: no clipping")
+      ->capture_default_str();
+  app.add_option("--weight-decay", args.weight_decay,
+                 "AdamW's decoupled weight decay, on every tensor (Megatron-LM's --weight-decay)")
+      ->capture_default_str();
+  app.add_option("--adam-beta1", args.adam_beta1, "AdamW's first-moment factor")->capture_default_str();
+  app.add_option("--adam-beta2", args.adam_beta2, "AdamW's second-moment factor")->capture_default_str();
+  app.add_option("--adam-eps", args.adam_eps, "AdamW's epsilon, added to the update's denominator")
       ->capture_default_str();
   app.add_option("--log-interval", args.log_interval,
                  "print the step line every N steps and after the last, its step time and losses the means over "

@@ -185,6 +185,7 @@ class Executor {
   // (optim/lr_schedule.h) before the step.
   void set_learning_rate(float lr) { options_.adamw.lr = lr; }
   float learning_rate() const { return options_.adamw.lr; }
+  const AdamWConfig& adamw() const { return options_.adamw; }
 
   // What this rank reads per batch: one entry per data-reading operator of
   // its slices, with this device's rows; with `labels`, also the whole

@@ -176,6 +176,12 @@ run-flags)
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --lr-warmup-steps -1 --metrics m.jsonl
   expect 2 "--exit-duration-mins -1: expected minutes above 0 and at most 1e6" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --exit-duration-mins -1 --metrics m.jsonl
+  for adam in --weight-decay:-0.1 --adam-beta1:1 --adam-beta2:nan; do
+    expect 2 "${adam%%:*} ${adam#*:}: expected a number from 0 to below 1" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" "${adam%%:*}" "${adam#*:}" --metrics m.jsonl
+  done
+  expect 2 "--adam-eps 0: expected a number above 0 and at most 1" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --adam-eps 0 --metrics m.jsonl
   for clip in -1:-1 nan:nan; do
     expect 2 "--clip-grad ${clip#*:}: expected the largest gradient norm, a number above 0 and at most 1e30 (0: no clipping)" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --clip-grad "${clip%%:*}" --metrics m.jsonl

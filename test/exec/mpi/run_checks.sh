@@ -81,7 +81,9 @@
 #       state is written whole and resumed sharded (ZeRO-1) on 4 ranks, and
 #       written from shards and resumed whole on 3. tiny-clip trains under a
 #       learning-rate schedule (warm-up, cosine decay): each step's rate as
-#       worked out by hand, and the resumed steps go on with it; tiny-lm
+#       worked out by hand, and the resumed steps go on with it, under
+#       AdamW settings of its own (--weight-decay, --adam-beta2,
+#       --adam-eps: stated, recorded, and a resume without them warns); tiny-lm
 #       clips its gradients (--clip-grad 1), and resumed without the clip
 #       a run warns that the checkpoint was trained with it. The
 #       straight run logs with --log-interval 4: lines after steps 4 and 6
@@ -639,7 +641,10 @@ PY
     # tiny-lm keeps the constant default and clips its gradients (the norm
     # over its tensor-parallel shards, then re-sharded onto 3 ranks).
     sched=(--clip-grad 1)
-    [ "$name" = tiny-clip ] && sched=(--lr-warmup-steps 2 --lr-decay-style cosine --lr-decay-steps 6 --min-lr 3e-4)
+    # tiny-clip also trains with AdamW settings of its own (recorded in the
+    # checkpoints: a resume without them warns, below).
+    [ "$name" = tiny-clip ] && sched=(--lr-warmup-steps 2 --lr-decay-style cosine --lr-decay-steps 6 --min-lr 3e-4
+                                      --weight-decay 0.05 --adam-beta2 0.99 --adam-eps 1e-6)
     rm -rf ck44 ck43 ./*.jsonl
     run 4 p4.json "$model" --steps 6 --seed 3 --metrics straight.jsonl --dump-params straight.json "${sched[@]}" \
         --log-interval 4
@@ -691,6 +696,19 @@ PY
       echo "== $name: 3 steps on 4 ranks ($first) + 3 on $np ranks ($resumed) against 6 straight"
       "$COMPARE" straight.jsonl straight.json "r4$np.jsonl" "r4$np.json" || die "resume on $np ranks differs"
     done
+    if [ "$name" = tiny-clip ]; then
+      grep -q "^spindle-run: AdamW betas 0.9, 0.99, eps 0.000001, weight decay 0.05$" run.log ||
+        die "no line stating the AdamW settings given"
+      python3 -c "import json, sys; o = json.load(open(sys.argv[1]))['optimizer']; sys.exit(not (abs(o['beta2'] - 0.99) < 1e-7 and abs(o['eps'] - 1e-6) < 1e-12 and abs(o['weight_decay'] - 0.05) < 1e-8))" \
+        ck44/step-000006/manifest.json || die "the checkpoint does not record the AdamW settings given"
+      # Resumed with the defaults: the run says what changed.
+      run 4 p4.json "$model" --steps 7 --seed 3 --checkpoint ck44 --resume
+      [ "$rc" -eq 0 ] || { cat run.log; die "resume with other AdamW settings: exit $rc"; }
+      grep -q "^spindle-run: warning: the checkpoint was trained with AdamW betas 0.9, 0.99, eps 0.000001, weight decay 0.05, continuing with betas 0.9, 0.999, eps 1e-08, weight decay 0.01$" run.log ||
+        { cat run.log; die "resumed with other AdamW settings: no warning"; }
+      grep -q "^spindle-run: warning: the checkpoint was trained with learning rate warm-up 2 steps to 0.003, cosine decay to 0.0003 at step 7, continuing with constant 0.003$" run.log ||
+        { cat run.log; die "resumed under another schedule: no warning"; }
+    fi
     if [ "$name" = tiny-lm ]; then
       # The checkpoint records the clip: resumed without it, the run says so.
       run 4 p4.json "$model" --steps 7 --seed 3 --checkpoint ck44 --resume
