@@ -210,7 +210,8 @@ class Executor {
   std::map<std::string, Tensor> gather_params();
 
   // Every full parameter gradient of the last step() ("M/k.r/<tensor>" ->
-  // the gradient after the gradient sync, the one AdamW used: the
+  // the gradient after the gradient sync, the one AdamW used, before the
+  // clipping factor AdamW applies (ExecOptions::clip_grad): the
   // full-batch gradient, TP shards reassembled), on rank 0; other ranks
   // return an empty map. Valid after step() until the next step(). A test
   // hook (spindle-run --dump-grads): gradients, unlike parameters after
