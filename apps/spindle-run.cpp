@@ -4,7 +4,7 @@
 //   mpirun -np N spindle-run PLAN.json --model MODEL.yaml [--steps S]
 //          [--backend cpu|cuda] [--seed K] [--lr X] [--lr-warmup-steps W]
 //          [--lr-decay-style constant|linear|cosine [--lr-decay-steps D] [--min-lr X]] [--clip-grad C]
-//          [--weight-decay W] [--adam-beta1 B1] [--adam-beta2 B2] [--adam-eps E]
+//          [--weight-decay W [--no-weight-decay-1d]] [--adam-beta1 B1] [--adam-beta2 B2] [--adam-eps E]
 //          [--metrics M.jsonl] [--log-interval N]
 //          [--trace T.json [--trace-steps FIRST:LAST]] [--dump-params P.json] [--dump-grads G.json]
 //          [--checkpoint DIR [--every K] [--keep N] [--exit-duration-mins M]] [--resume]
@@ -117,6 +117,7 @@ struct Args {
   double clip_grad = 0;              // > 0: clip the gradients' global L2 norm to it (ExecOptions::clip_grad)
   // AdamW's other settings (optim/adamw.h), Megatron-LM's flags and defaults.
   double weight_decay = 0.01, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  bool no_decay_1d = false;          // --no-weight-decay-1d (ExecOptions::decay_1d false)
   std::string data_path, eval_path;  // "" = synthetic training data / no evaluation
   int eval_every = 0;                // 0: evaluate after the last step only
   int eval_batches = 0;              // 0: one pass over the evaluation set (drop last)
@@ -598,6 +599,7 @@ void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
                             args.clip_grad > 0};
   rt.options.sync = sp::sync_for_run(*in.plan, flags, rt.sync_notes);
   rt.options.clip_grad = args.clip_grad;
+  rt.options.decay_1d = !args.no_decay_1d;
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;
 #ifdef SPINDLE_HAVE_NCCL
@@ -613,10 +615,11 @@ void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
 }
 
 // AdamW's settings but the rate (the schedule's line says that):
-// "betas 0.9, 0.999, eps 1e-08, weight decay 0.01".
-std::string adamw_text(const se::AdamWConfig& c) {
+// "betas 0.9, 0.999, eps 1e-08, weight decay 0.01" and, without decay on
+// 1-D tensors (`decay_1d` false), " (not on 1-D tensors)".
+std::string adamw_text(const se::AdamWConfig& c, bool decay_1d) {
   return "betas " + sp::number_text(c.beta1) + ", " + sp::number_text(c.beta2) + ", eps " + sp::number_text(c.eps) +
-         ", weight decay " + sp::number_text(c.weight_decay);
+         ", weight decay " + sp::number_text(c.weight_decay) + (decay_1d ? "" : " (not on 1-D tensors)");
 }
 
 // Rank 0 prints what runs where: the model, the plan, the ranks, backend and
@@ -633,7 +636,7 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
     std::printf("spindle-run: local ranks %s (%s)\n", list.c_str(), in.local_source.c_str());
     std::printf("spindle-run: learning rate %s\n", se::describe_lr_schedule(args.schedule).c_str());
-    std::printf("spindle-run: AdamW %s\n", adamw_text(rt.options.adamw).c_str());
+    std::printf("spindle-run: AdamW %s\n", adamw_text(rt.options.adamw, rt.options.decay_1d).c_str());
     if (args.clip_grad > 0)
       std::printf("spindle-run: gradient clipping: the global L2 norm to at most %s (--clip-grad)\n",
                   sp::number_text(args.clip_grad).c_str());
@@ -719,9 +722,10 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
                   se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
                   se::describe_lr_schedule(args.schedule).c_str());
     const se::AdamWConfig was{ck->meta.lr, ck->meta.beta1, ck->meta.beta2, ck->meta.eps, ck->meta.weight_decay};
-    if (trains && adamw_text(was) != adamw_text(executor.adamw()))
+    const std::string before = adamw_text(was, ck->meta.decay_1d), now = adamw_text(executor.adamw(), !args.no_decay_1d);
+    if (trains && before != now)
       std::printf("spindle-run: warning: the checkpoint was trained with AdamW %s, continuing with %s\n",
-                  adamw_text(was).c_str(), adamw_text(executor.adamw()).c_str());
+                  before.c_str(), now.c_str());
     if (trains && ck->meta.clip_grad != args.clip_grad) {
       auto clip = [](double c) { return c > 0 ? "--clip-grad " + sp::number_text(c) : std::string("no clipping"); };
       std::printf("spindle-run: warning: the checkpoint was trained with %s, continuing with %s\n",
@@ -747,6 +751,7 @@ se::CheckpointMeta checkpoint_meta(const Args& args, const Inputs& in, const se:
   meta.lr = static_cast<float>(args.lr);
   meta.lr_schedule = args.schedule;
   meta.clip_grad = args.clip_grad;
+  meta.decay_1d = !args.no_decay_1d;
   meta.beta1 = options.adamw.beta1;
   meta.beta2 = options.adamw.beta2;
   meta.eps = options.adamw.eps;
@@ -1172,6 +1177,9 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", args.weight_decay,
                  "AdamW's decoupled weight decay, on every tensor (Megatron-LM's --weight-decay)")
       ->capture_default_str();
+  app.add_flag("--no-weight-decay-1d", args.no_decay_1d,
+               "no weight decay on 1-D tensors (biases, LayerNorm gains and biases), as Megatron-LM by default "
+               "(default here: every tensor decays)");
   app.add_option("--adam-beta1", args.adam_beta1, "AdamW's first-moment factor")->capture_default_str();
   app.add_option("--adam-beta2", args.adam_beta2, "AdamW's second-moment factor")->capture_default_str();
   app.add_option("--adam-eps", args.adam_eps, "AdamW's epsilon, added to the update's denominator")

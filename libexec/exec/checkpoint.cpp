@@ -218,6 +218,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
                                           {"decay_steps", ls.decay_steps},
                                           {"min_lr", ls.min_lr}};
   manifest["optimizer"]["clip_grad"] = meta.clip_grad;
+  manifest["optimizer"]["weight_decay_1d"] = meta.decay_1d;
   const plan::Status st = plan::write_file_atomic(tmp + "/manifest.json", manifest.dump(1) + "\n");
   if (!st.ok()) return fail(st.error().message);
   fsync_dir(tmp);
@@ -312,6 +313,7 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
       m.lr_schedule.min_lr = ls.at("min_lr").get<double>();
     }
     m.clip_grad = opt.value("clip_grad", 0.0);
+    m.decay_1d = opt.value("weight_decay_1d", true);
     if (!(m.clip_grad >= 0) || std::isinf(m.clip_grad))
       return Error{manifest_path + ": optimizer.clip_grad: expected a finite number >= 0"};
     for (const auto& [tname, n] : opt.at("steps").items()) ck.state.tensors[tname].adam_steps = n.get<int64_t>();

@@ -30,7 +30,9 @@
 // before, and builds that do not know it ignore it. So is
 // "optimizer": {"lr_schedule": {"decay", "warmup_steps", "decay_steps",
 // "min_lr"}} (optim/lr_schedule.h; "lr" is its peak): without it, constant;
-// and "optimizer": {"clip_grad"} (spindle-run --clip-grad): without it, 0.
+// and "optimizer": {"clip_grad"} (spindle-run --clip-grad): without it, 0;
+// and "optimizer": {"weight_decay_1d"} (false: --no-weight-decay-1d):
+// without it, true.
 //
 // Writing: into DIR/step-NNNNNN.tmp.XXXXXX, every file fsynced, then renamed
 // to DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
@@ -79,6 +81,9 @@ struct CheckpointMeta {
   // Gradient clipping's bound (ExecOptions::clip_grad; 0: none):
   // "optimizer"."clip_grad", 0 when absent (older builds).
   double clip_grad = 0;
+  // Weight decay on 1-D tensors too (ExecOptions::decay_1d):
+  // "optimizer"."weight_decay_1d", true when absent.
+  bool decay_1d = true;
   nlohmann::json data_tasks = nlohmann::json::object();  // "data"."tasks" (empty: not written)
 };
 

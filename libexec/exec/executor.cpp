@@ -934,7 +934,10 @@ void Executor::progress_collectives() {
 // bucket gives bitwise the step of all at once.
 void Executor::optimizer_step(int bucket) {
   const Clock::time_point t0 = Clock::now();
-  std::vector<AdamWUpdate> updates;   // every tensor of the shards, in one backend call
+  // Every tensor of the shards, in one backend call; with
+  // ExecOptions::decay_1d false, the 1-D tensors in a second one without
+  // weight decay.
+  std::vector<AdamWUpdate> updates, undecayed;
   std::deque<Tensor> views;           // the owned values and gradients they update (stable addresses)
   auto step_shard = [&](ParamState& ps) {
     if (ps.stepped >= step_)   // a lowering bug: every shard is stepped once per step
@@ -947,7 +950,8 @@ void Executor::optimizer_step(int bucket) {
       if (r.size() == 0) continue;
       Tensor* value = &views.emplace_back(flat_view(p.value, r.begin, r.size()));
       const Tensor* grad = &views.emplace_back(flat_view(p.grad, r.begin, r.size()));
-      updates.push_back({ps.adam_steps, value, grad, &ps.m[i], &ps.v[i]});
+      const bool decays = options_.decay_1d || p.full_shape.size() != 1;
+      (decays ? updates : undecayed).push_back({ps.adam_steps, value, grad, &ps.m[i], &ps.v[i]});
     }
   };
   if (bucket >= 0) {
@@ -958,6 +962,11 @@ void Executor::optimizer_step(int bucket) {
       if (ps.stepped < step_) step_shard(ps);
   }
   backend_.adamw_steps(options_.adamw, updates);
+  if (!undecayed.empty()) {
+    AdamWConfig no_decay = options_.adamw;
+    no_decay.weight_decay = 0;
+    backend_.adamw_steps(no_decay, undecayed);
+  }
   counters_.compute_ms += ms_since(t0);
   record({BoxKind::optimizer, bucket}, t0);
 }

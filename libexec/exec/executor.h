@@ -99,6 +99,11 @@ struct ExecOptions {
   // clip_grad_norm_, Megatron's --clip-grad). Needs sync.grad_norm (the
   // programs then compute the norm); 0: no clipping.
   double clip_grad = 0;
+  // Weight decay on 1-D tensors too (biases, LayerNorm gains and biases):
+  // the default, docs/spec/ops.md. false: AdamW steps them without weight
+  // decay, as Megatron-LM does by default (spindle-run --no-weight-decay-1d);
+  // a property of the full tensor, so the same on every plan.
+  bool decay_1d = true;
 };
 
 // What this rank did in one step, by phase of its lowered program. Bytes

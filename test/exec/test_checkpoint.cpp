@@ -233,6 +233,14 @@ TEST_CASE("checkpoint: the gradient clip round-trips, is 0 when absent, a bad on
   back = load_checkpoint(step);
   REQUIRE(back.ok());
   CHECK(back->meta.clip_grad == 0);
+  // Weight decay on 1-D tensors: recorded, true when absent.
+  CHECK(back->meta.decay_1d);
+  manifest["optimizer"]["weight_decay_1d"] = false;
+  write_bytes(step + "/manifest.json", manifest.dump(1));
+  back = load_checkpoint(step);
+  REQUIRE(back.ok());
+  CHECK_FALSE(back->meta.decay_1d);
+  manifest["optimizer"].erase("weight_decay_1d");
   for (const nlohmann::json& bad : {nlohmann::json(-1.0), nlohmann::json("1")}) {
     manifest["optimizer"]["clip_grad"] = bad;
     write_bytes(step + "/manifest.json", manifest.dump(1));

@@ -84,8 +84,9 @@
 #       worked out by hand, and the resumed steps go on with it, under
 #       AdamW settings of its own (--weight-decay, --adam-beta2,
 #       --adam-eps: stated, recorded, and a resume without them warns); tiny-lm
-#       clips its gradients (--clip-grad 1), and resumed without the clip
-#       a run warns that the checkpoint was trained with it. The
+#       clips its gradients (--clip-grad 1) with no weight decay on its 1-D
+#       tensors (--no-weight-decay-1d), and resumed without either a run
+#       warns that the checkpoint was trained with them. The
 #       straight run logs with --log-interval 4: lines after steps 4 and 6
 #       only, each the means of its steps.
 #   ckpt-corrupt    a *.tmp.* leftover is ignored; a flipped byte, a
@@ -639,8 +640,9 @@ PY
     # must go on with the rates of steps 4-6 (a function of the step), and
     # every step's rate is checked against the hand-worked one.
     # tiny-lm keeps the constant default and clips its gradients (the norm
-    # over its tensor-parallel shards, then re-sharded onto 3 ranks).
-    sched=(--clip-grad 1)
+    # over its tensor-parallel shards, then re-sharded onto 3 ranks), with
+    # no weight decay on its 1-D tensors (ZeRO-1 chunks cut through them).
+    sched=(--clip-grad 1 --no-weight-decay-1d)
     # tiny-clip also trains with AdamW settings of its own (recorded in the
     # checkpoints: a resume without them warns, below).
     [ "$name" = tiny-clip ] && sched=(--lr-warmup-steps 2 --lr-decay-style cosine --lr-decay-steps 6 --min-lr 3e-4
@@ -715,6 +717,8 @@ PY
       [ "$rc" -eq 0 ] || { cat run.log; die "resume without --clip-grad: exit $rc"; }
       grep -q "^spindle-run: warning: the checkpoint was trained with --clip-grad 1, continuing with no clipping$" run.log ||
         { cat run.log; die "resumed without --clip-grad: no warning"; }
+      grep -q "^spindle-run: warning: the checkpoint was trained with AdamW betas 0.9, 0.999, eps 1e-08, weight decay 0.01 (not on 1-D tensors), continuing with betas 0.9, 0.999, eps 1e-08, weight decay 0.01$" run.log ||
+        { cat run.log; die "resumed without --no-weight-decay-1d: no warning"; }
     fi
     echo "PASS: resume equals training straight" ;;
   ckpt-corrupt)
