@@ -9,7 +9,9 @@
 #       sequential plan with the text task's trunk slices moved, compare_runs
 #       --move-slices): two shards of each trunk parameter on that device,
 #       trained as one device (losses, parameters, step-1 gradients) and
-#       its bytes as its lowered program states; a checkpoint written there
+#       its bytes as its lowered program states, and clipped (--clip-grad:
+#       each replicated trunk tensor's norm counted once) as one device
+#       clipped; a checkpoint written there
 #       and resumed on the planner's own placement continues as 6 steps
 #       straight there.
 #   equiv-tiny-clip, equiv-tiny-lm  plan the model for 1, 2, 3 and 4 devices
@@ -193,6 +195,15 @@ case "$MODE" in
     "$COMPARE" --params grads1.json grads3two.json || status=1
     echo "== the same: measured bytes against the lowered programs"
     "$COMPARE" --bytes prog m3two.jsonl || status=1
+    # Clipped (--clip-grad 1): device 1 holds a TP-rank-0 and a TP-rank-1
+    # copy of each replicated trunk tensor and counts the first alone.
+    cp p1.json p1-clip.json
+    cp p3two.json p3two-clip.json
+    train 1-clip 1 "$ref_model" --clip-grad 1
+    train 3two-clip 3 "$model" --clip-grad 1
+    echo "== the same, clipped: losses, parameters and every step's gradient norm"
+    "$COMPARE" m1-clip.jsonl params1-clip.json m3two-clip.jsonl params3two-clip.json || status=1
+    "$COMPARE" --grad-norms m1-clip.jsonl m3two-clip.jsonl grads3two-clip.json || status=1
     # A checkpoint written there (both shards of device 1 reassembled)
     # resumed on the planner's own placement: the same as 6 steps there.
     rm -rf ck straight.jsonl resumed.jsonl
