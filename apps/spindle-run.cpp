@@ -722,7 +722,8 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
                   se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
                   se::describe_lr_schedule(args.schedule).c_str());
     const se::AdamWConfig was{ck->meta.lr, ck->meta.beta1, ck->meta.beta2, ck->meta.eps, ck->meta.weight_decay};
-    const std::string before = adamw_text(was, ck->meta.decay_1d), now = adamw_text(executor.adamw(), !args.no_decay_1d);
+    const std::string before = adamw_text(was, ck->meta.decay_1d);
+    const std::string now = adamw_text(executor.adamw(), !args.no_decay_1d);
     if (trains && before != now)
       std::printf("spindle-run: warning: the checkpoint was trained with AdamW %s, continuing with %s\n",
                   before.c_str(), now.c_str());

@@ -592,7 +592,8 @@ ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const Devi
                                bool& starts_matter)
     : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(scratch.param_bwd),
       last_step_(scratch.last_step), deps_(deps), overlap_(sync.overlap),
-      early_(sync.overlap && sync.early_transfers), norm_(sync.grad_norm), starts_(starts), starts_matter_(starts_matter),
+      early_(sync.overlap && sync.early_transfers), norm_(sync.grad_norm), starts_(starts),
+      starts_matter_(starts_matter),
       wave_begin_(scratch.wave_begin), runs_(scratch.runs), sends_after_(scratch.sends_after),
       posted_(scratch.posted), posted_sends_(scratch.posted_sends), fwd_of_(deps ? l.slices.size() : 0, -1),
       bwd_of_(deps ? l.slices.size() : 0, -1), touched_(scratch.touched), ready_step_(scratch.ready_step),
