@@ -1176,7 +1176,7 @@ int main(int argc, char** argv) {
                  "PyTorch's clip_grad_norm_; the step line shows the norm); 0: no clipping")
       ->capture_default_str();
   app.add_option("--weight-decay", args.weight_decay,
-                 "AdamW's decoupled weight decay, on every tensor (Megatron-LM's --weight-decay)")
+                 "AdamW's decoupled weight decay (Megatron-LM's --weight-decay), on every tensor unless --no-weight-decay-1d")
       ->capture_default_str();
   app.add_flag("--no-weight-decay-1d", args.no_decay_1d,
                "no weight decay on 1-D tensors (biases, LayerNorm gains and biases), as Megatron-LM by default "
