@@ -1143,13 +1143,8 @@ int run(const Args& args, int rank, int size) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
-  Args args;
-  CLI::App app{"spindle-run: train a model under a wave plan, one MPI rank per device"};
-  spindle::apps::add_version_flag(app, "spindle-run");
+// The command line (docs/spec/cli.md): every option and flag into `args`.
+void add_options(CLI::App& app, Args& args) {
   app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--steps", args.steps, "training steps")->capture_default_str();
@@ -1244,6 +1239,31 @@ int main(int argc, char** argv) {
                "a fresh run into a --checkpoint DIR holding another run's checkpoints deletes them")
       ->needs(ckpt)
       ->excludes(resume);
+}
+
+// After parsing: what the flags given and their values make (whether
+// --bucket-mb and --min-lr were given, the learning-rate schedule, the
+// trace window, already checked by the parser).
+void finish_args(const CLI::App& app, Args& args) {
+  args.bucket_mb_given = app.count("--bucket-mb") > 0;
+  args.min_lr_given = app.count("--min-lr") > 0;
+  // Constant: no decay length (what a checkpoint records and a resume
+  // compares, whatever --steps is).
+  const se::LrDecay decay = *se::parse_lr_decay(args.lr_decay_style);   // one of IsMember's
+  args.schedule = {args.lr, args.min_lr, args.lr_warmup_steps,
+                   decay == se::LrDecay::constant ? 0 : args.lr_decay_steps > 0 ? args.lr_decay_steps : args.steps,
+                   decay};
+  if (!args.trace_steps.empty()) args.trace_window = *spindle::apps::parse_step_range(args.trace_steps);   // checked
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
+  Args args;
+  CLI::App app{"spindle-run: train a model under a wave plan, one MPI rank per device"};
+  spindle::apps::add_version_flag(app, "spindle-run");
+  add_options(app, args);
   // The command line is read before MPI starts: --help or a bad flag is
   // answered without it (a process started by hand would otherwise start
   // Open MPI's singleton server first: 0.4 s here), and a process that ends
@@ -1256,15 +1276,7 @@ int main(int argc, char** argv) {
     if (se::launcher_rank(se::process_launch_env()) <= 0) app.exit(e);
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
-  args.bucket_mb_given = app.count("--bucket-mb") > 0;
-  args.min_lr_given = app.count("--min-lr") > 0;
-  // Constant: no decay length (what a checkpoint records and a resume
-  // compares, whatever --steps is).
-  const se::LrDecay decay = *se::parse_lr_decay(args.lr_decay_style);   // one of IsMember's
-  args.schedule = {args.lr, args.min_lr, args.lr_warmup_steps,
-                   decay == se::LrDecay::constant ? 0 : args.lr_decay_steps > 0 ? args.lr_decay_steps : args.steps,
-                   decay};
-  if (!args.trace_steps.empty()) args.trace_window = *spindle::apps::parse_step_range(args.trace_steps);   // checked
+  finish_args(app, args);
 
   se::MpiSession session(&argc, &argv);
   int rank = 0, size = 1;
