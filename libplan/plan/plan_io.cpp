@@ -192,6 +192,56 @@ Result<Wave> read_wave(const JsonReader& r) {
   return w;
 }
 
+// The plan's extension keys (spec/plan.md): "x-lowering" (how spindle-run
+// lowers the plan, as the planner simulated it) and "x-memory", each
+// optional, with no other key under them.
+Status read_extensions(const JsonReader& r, Plan& p) {
+  if (r.has("x-lowering")) {
+    JsonReader lowering = r.at("x-lowering");
+    SPINDLE_TRY(
+        lowering.require_object({}, {"bucket_starts", "early_transfers", "param_gather", "overlap", "bucket_bytes",
+                                     "grad_norm"}));
+    if (lowering.has("bucket_starts")) {
+      SPINDLE_ASSIGN(starts, lowering.at("bucket_starts").get_string());
+      if (starts == "when-ready") p.bucket_starts = BucketStarts::when_ready;
+      else if (starts != "in-order")
+        return lowering.at("bucket_starts").error("expected \"in-order\" or \"when-ready\", found \"" + starts + "\"");
+    }
+    if (lowering.has("param_gather")) {
+      SPINDLE_ASSIGN(gather, lowering.at("param_gather").get_string());
+      if (gather == "next-step") p.param_gather = ParamGather::next_step;
+      else if (gather != "after-step")
+        return lowering.at("param_gather").error("expected \"next-step\" or \"after-step\", found \"" + gather + "\"");
+    }
+    for (const auto& [key, field] : {std::pair{"early_transfers", &p.early_transfers}, std::pair{"overlap", &p.overlap},
+                                     std::pair{"grad_norm", &p.grad_norm}})
+      if (lowering.has(key)) {
+        SPINDLE_ASSIGN(value, lowering.at(key).get_bool());
+        *field = value;
+      }
+    if (lowering.has("bucket_bytes")) {
+      // --bucket-mb's range, in bytes (plan.h).
+      SPINDLE_ASSIGN(bytes, lowering.at("bucket_bytes").get_int());
+      if (bytes < kMinBucketBytes || bytes > kMaxBucketBytes)
+        return lowering.at("bucket_bytes").error("expected bytes from " + std::to_string(kMinBucketBytes) + " to " +
+                                                 std::to_string(kMaxBucketBytes) + ", found " + std::to_string(bytes));
+      p.bucket_bytes = bytes;
+    }
+  }
+  if (r.has("x-memory")) {
+    JsonReader memory = r.at("x-memory");
+    SPINDLE_TRY(memory.require_object({}, {"optimizer_state"}));
+    if (memory.has("optimizer_state")) {
+      SPINDLE_ASSIGN(name, memory.at("optimizer_state").get_string());
+      const std::optional<OptimizerState> state = optimizer_state_named(name);
+      if (!state)
+        return memory.at("optimizer_state").error("expected \"sharded\" or \"replicated\", found \"" + name + "\"");
+      p.optimizer_state = *state;
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Plan> parse_plan_string(const std::string& text, const std::string& path) {
@@ -277,55 +327,7 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
     if (b < 0) return memb.at(i).error("expected a byte count >= 0, found " + std::to_string(b));
     p.predicted.memory_bytes.push_back(b);
   }
-  if (r.has("x-lowering")) {
-    JsonReader lowering = r.at("x-lowering");
-    SPINDLE_TRY(
-        lowering.require_object({}, {"bucket_starts", "early_transfers", "param_gather", "overlap", "bucket_bytes",
-                                     "grad_norm"}));
-    if (lowering.has("bucket_starts")) {
-      SPINDLE_ASSIGN(starts, lowering.at("bucket_starts").get_string());
-      if (starts == "when-ready") p.bucket_starts = BucketStarts::when_ready;
-      else if (starts != "in-order")
-        return lowering.at("bucket_starts").error("expected \"in-order\" or \"when-ready\", found \"" + starts + "\"");
-    }
-    if (lowering.has("param_gather")) {
-      SPINDLE_ASSIGN(gather, lowering.at("param_gather").get_string());
-      if (gather == "next-step") p.param_gather = ParamGather::next_step;
-      else if (gather != "after-step")
-        return lowering.at("param_gather").error("expected \"next-step\" or \"after-step\", found \"" + gather + "\"");
-    }
-    if (lowering.has("early_transfers")) {
-      SPINDLE_ASSIGN(early, lowering.at("early_transfers").get_bool());
-      p.early_transfers = early;
-    }
-    if (lowering.has("overlap")) {
-      SPINDLE_ASSIGN(overlap, lowering.at("overlap").get_bool());
-      p.overlap = overlap;
-    }
-    if (lowering.has("grad_norm")) {
-      SPINDLE_ASSIGN(norm, lowering.at("grad_norm").get_bool());
-      p.grad_norm = norm;
-    }
-    if (lowering.has("bucket_bytes")) {
-      // --bucket-mb's range, in bytes (plan.h).
-      SPINDLE_ASSIGN(bytes, lowering.at("bucket_bytes").get_int());
-      if (bytes < kMinBucketBytes || bytes > kMaxBucketBytes)
-        return lowering.at("bucket_bytes").error("expected bytes from " + std::to_string(kMinBucketBytes) + " to " +
-                                                 std::to_string(kMaxBucketBytes) + ", found " + std::to_string(bytes));
-      p.bucket_bytes = bytes;
-    }
-  }
-  if (r.has("x-memory")) {
-    JsonReader memory = r.at("x-memory");
-    SPINDLE_TRY(memory.require_object({}, {"optimizer_state"}));
-    if (memory.has("optimizer_state")) {
-      SPINDLE_ASSIGN(name, memory.at("optimizer_state").get_string());
-      const std::optional<OptimizerState> state = optimizer_state_named(name);
-      if (!state)
-        return memory.at("optimizer_state").error("expected \"sharded\" or \"replicated\", found \"" + name + "\"");
-      p.optimizer_state = *state;
-    }
-  }
+  SPINDLE_TRY(read_extensions(r, p));
   return p;
 }
 
