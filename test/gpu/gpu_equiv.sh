@@ -19,6 +19,8 @@
 #             steps its chunk of the bucket on the device and all-gathers,
 #             at the next step's start in the bf16 run (x-lowering
 #             param_gather next-step), after the step in the fp32 run.
+#             tiny-lm also runs clipped (--clip-grad 1, fp32) against the
+#             1-device CPU run clipped: every step's gradient norm too.
 # Both modes run twice: the bf16 mode within 2e-2, and fp32 matmuls
 # (SPINDLE_CUDA_MATMUL=fp32) within 1e-4 (a learning rate off by 2x moves
 # the parameters far more than that).
@@ -40,10 +42,10 @@ plan() {  # plan MODEL.yaml DEVICES OUT [spindle-plan flags]
   "$BIN/spindle-plan" "$1" --cluster "$CLUSTERS/cpu-1x$2.yaml" -o "$3" "${@:4}" > "$3.log" 2>&1 ||
     die "spindle-plan $1 on $2 devices: $(cat "$3.log")"
 }
-train() {  # train NP PLAN MODEL BACKEND OUT: OUT.jsonl, OUT.params.json, OUT.grads.json
+train() {  # train NP PLAN MODEL BACKEND OUT [spindle-run flags]: OUT.jsonl, OUT.params.json, OUT.grads.json
   rm -f "$5.jsonl" "$5.params.json" "$5.grads.json"
   timeout 60 "$MPIEXEC" -np "$1" --oversubscribe "$BIN/spindle-run" "$2" --model "$3" --backend "$4" \
-    --steps 5 --seed 3 --metrics "$5.jsonl" --dump-params "$5.params.json" --dump-grads "$5.grads.json" \
+    --steps 5 --seed 3 --metrics "$5.jsonl" --dump-params "$5.params.json" --dump-grads "$5.grads.json" "${@:6}" \
     > "$5.log" 2>&1 || { cat "$5.log"; die "spindle-run $4 np $1 on $2"; }
   grep -E "spindle-run: (rank 0 on GPU|local ranks)" "$5.log" || true
   tail -n 1 "$5.log"
@@ -78,5 +80,16 @@ for name in tiny-clip tiny-lm; do
   SPINDLE_CUDA_MATMUL=fp32 train "$np" "$p" "$m" cuda "$name-cuda-fp32"
   echo "== $name: $np rank(s) on $gpus GPU(s), cuda fp32 matmuls, against 1 CPU device (1e-4)"
   compare 1e-4 "$name-cpu" "$name-cuda-fp32"
+  # Gradient clipping on the device (the norm's sum of squares and AdamW's
+  # factor): tiny-lm on 2 ranks (TP shards, sharded state), fp32, against
+  # the 1-device CPU run clipped, every step's norm too.
+  if [ "$MODE" = mpi-np2 ] && [ "$name" = tiny-lm ]; then
+    train 1 "$name-p1.json" "$ref_model" cpu "$name-cpu-clip" --clip-grad 1
+    SPINDLE_CUDA_MATMUL=fp32 train "$np" "$p" "$m" cuda "$name-cuda-clip" --clip-grad 1
+    echo "== $name: $np ranks on $gpus GPU(s), clipped, cuda fp32 against 1 CPU device clipped (1e-4)"
+    compare 1e-4 "$name-cpu-clip" "$name-cuda-clip"
+    "$COMPARE" --rtol 1e-4 --grad-norms "$name-cpu-clip.jsonl" "$name-cuda-clip.jsonl" "$name-cuda-clip.grads.json" ||
+      status=1
+  fi
 done
 exit $status
