@@ -17,6 +17,8 @@
 #    posted early until the wave shifts of 2026-12-03) spindle-plan hints so.
 #  - multitask-clip-10 on a800-4x8 chooses 100 MiB buckets: "bucket_bytes"
 #    and the bucket line; --bucket-mb 25 keeps 25;
+#  - --grad-norm is recorded and lowered as planned; on a plan without
+#    it, --check --lower --grad-norm adds the norm with a note;
 #  - multitask-clip-10's capped plan on a800-4x8 prints the widths line,
 #    multitask-clip-4's there not; each prints a critical line whose parts
 #    add up to the prediction.
@@ -105,3 +107,22 @@ diff -r planned default >/dev/null && fail "--bucket-mb 25 on --check lowered th
 grep -q '^note      --bucket-mb 25: the plan was simulated with buckets of 0.01 MiB' default.txt ||
   fail "no note for --bucket-mb 25: $(cat default.txt)"
 echo "PASS: the plan's gradient sync recorded and lowered by default"
+
+# The gradient norm (--grad-norm, for spindle-run --clip-grad) the same
+# way: recorded, lowered by --check --lower without the flag as the
+# planner lowered it; on a plan without it, --check --lower --grad-norm
+# adds one grad_norm to each program, with a note.
+"$plan" "$tiny" --cluster "$two" --grad-norm -o norm.json --lower norm-planned > norm.txt
+grep -q '"grad_norm": true' norm.json || fail "--grad-norm is not in the plan"
+grep -q '^norm      every device.s optimizer waits for the global gradient norm' norm.txt || fail "no norm line"
+"$plan" "$tiny" --cluster "$two" --check norm.json --lower norm-checked > /dev/null
+diff -r norm-planned norm-checked >/dev/null || fail "--check --lower lowers other programs than --grad-norm's planner"
+for d in 0 1; do
+  [ "$(grep -c '"kind":"grad_norm"' norm-planned/device-$d.json)" -eq 1 ] || fail "device $d: not one grad_norm"
+done
+"$plan" "$tiny" --cluster "$two" --check sync.json --lower added --grad-norm > added.txt
+grep -q '^note      the gradient norm before the optimizer (spindle-run --clip-grad, spindle-plan --grad-norm): the plan was simulated without it' added.txt ||
+  fail "no note for --grad-norm on a plan without it: $(cat added.txt)"
+[ "$(grep -c '"kind":"grad_norm"' added/device-0.json)" -eq 1 ] || fail "--check --lower --grad-norm: no grad_norm"
+grep -q '"kind":"grad_norm"' planned/device-0.json && fail "a plan without --grad-norm lowered with the norm"
+echo "PASS: the gradient norm recorded, lowered as planned, and added by --grad-norm with a note"
