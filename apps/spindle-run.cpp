@@ -717,21 +717,20 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
     if (trains)
       for (const std::string& line : data_changes(model, ck->meta.data_tasks, in.data.get()))
         std::printf("spindle-run: data: %s\n", line.c_str());
-    if (trains && !se::same_lr_schedule(ck->meta.lr_schedule, args.schedule))
-      std::printf("spindle-run: warning: the checkpoint was trained with learning rate %s, continuing with %s\n",
-                  se::describe_lr_schedule(ck->meta.lr_schedule).c_str(),
-                  se::describe_lr_schedule(args.schedule).c_str());
+    // The optimizer's settings, each warned about when it changed.
+    auto changed = [](bool differs, const std::string& was, const std::string& now) {
+      if (differs)
+        std::printf("spindle-run: warning: the checkpoint was trained with %s, continuing with %s\n", was.c_str(),
+                    now.c_str());
+    };
+    auto clip = [](double c) { return c > 0 ? "--clip-grad " + sp::number_text(c) : std::string("no clipping"); };
     const se::AdamWConfig was{ck->meta.lr, ck->meta.beta1, ck->meta.beta2, ck->meta.eps, ck->meta.weight_decay};
-    const std::string before = adamw_text(was, ck->meta.decay_1d);
-    const std::string now = adamw_text(executor.adamw(), !args.no_decay_1d);
-    if (trains && before != now)
-      std::printf("spindle-run: warning: the checkpoint was trained with AdamW %s, continuing with %s\n",
-                  before.c_str(), now.c_str());
-    if (trains && ck->meta.clip_grad != args.clip_grad) {
-      auto clip = [](double c) { return c > 0 ? "--clip-grad " + sp::number_text(c) : std::string("no clipping"); };
-      std::printf("spindle-run: warning: the checkpoint was trained with %s, continuing with %s\n",
-                  clip(ck->meta.clip_grad).c_str(), clip(args.clip_grad).c_str());
-    }
+    const std::string adamw_was = adamw_text(was, ck->meta.decay_1d);
+    const std::string adamw_now = adamw_text(executor.adamw(), !args.no_decay_1d);
+    changed(trains && !se::same_lr_schedule(ck->meta.lr_schedule, args.schedule),
+            "learning rate " + se::describe_lr_schedule(ck->meta.lr_schedule), se::describe_lr_schedule(args.schedule));
+    changed(trains && adamw_was != adamw_now, "AdamW " + adamw_was, adamw_now);
+    changed(trains && ck->meta.clip_grad != args.clip_grad, clip(ck->meta.clip_grad), clip(args.clip_grad));
   }
   ck.reset();  // free the full tensors
   return true;

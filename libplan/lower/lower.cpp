@@ -913,8 +913,8 @@ void ProgramBuilder::sync_and_step() {
     step_shards(-1, {&norm, 1});
   } else {
     for (size_t i = 0; i < mine_.buckets.size(); ++i) reduce(i, InstrKind::allreduce);
-    if (norm_) reductions_.assign(1, grad_norm());
-    step_shards(-1, reductions_);
+    const int norm = norm_ ? grad_norm() : -1;   // after every all-reduce, before the step
+    step_shards(-1, norm_ ? std::span<const int>(&norm, 1) : std::span<const int>(reductions_));
     for (int b : mine_.buckets) gather(b);
   }
 }

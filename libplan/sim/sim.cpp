@@ -332,7 +332,6 @@ class Simulator {
   bool exchange_box(const Program& prog, const Instr& in, const InstrTimes& tm, int d, SimDevice& dev,
                     SimBox& box) const;
   bool allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box) const;
-  void norm_box(const InstrTimes& tm, SimDevice& dev, SimBox& box, std::vector<SimBox>& boxes) const;
   void allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
                      std::vector<SimBox>& boxes) const;
   // Adds e to the queue. While an event is handled it stays at the top of
@@ -1270,8 +1269,8 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
       case InstrKind::allreduce_start:
       case InstrKind::allreduce:
       case InstrKind::allgather:
-      case InstrKind::allgather_start: allreduce_box(in, tm, dev, box, boxes); break;
-      case InstrKind::grad_norm: norm_box(tm, dev, box, boxes); break;
+      case InstrKind::allgather_start:
+      case InstrKind::grad_norm: allreduce_box(in, tm, dev, box, boxes); break;
     }
     if (!shown) continue;
     if (options_.critical_path) {
@@ -1397,40 +1396,22 @@ bool Simulator::allreduce_wait_box(const Instr& in, const InstrTimes& tm, SimDev
   return true;
 }
 
-// The all-reduce's (or all-gather's) box, from its begin to its end; a
-// blocking one that waited for its group first also gets a wait box (into
-// `boxes`) and counts as sync (a started one, allreduce_start or
-// allgather_start, is counted at its wait).
-// The gradient norm's all-reduce over every device (grad_norm), from its
-// begin to its end, counted as sync; the wait for the last device to
-// reach it before, a wait box (into `boxes`).
-void Simulator::norm_box(const InstrTimes& tm, SimDevice& dev, SimBox& box, std::vector<SimBox>& boxes) const {
-  box.track = SimTrack::communication;
-  if (tm.began > tm.reached) {
-    SimBox wait = box;
-    wait.cat = "wait";
-    wait.name = "wait for the gradient norm";
-    wait.start_ms = tm.reached;
-    wait.dur_ms = tm.began - tm.reached;
-    dev.wait_ms += wait.dur_ms;
-    boxes.push_back(std::move(wait));
-  }
-  dev.sync_ms += box.dur_ms;
-  box.cat = "allreduce";
-  box.sent_bytes = kNormBytes;
-  box.name = "gradient norm (" + std::to_string(l_.devices) + " devices)";
-}
-
+// The all-reduce's (or all-gather's, or the gradient norm's) box, from
+// its begin to its end; a blocking one that waited for its group first
+// also gets a wait box (into `boxes`) and counts as sync (a started one,
+// allreduce_start or allgather_start, is counted at its wait).
 void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& dev, SimBox& box,
                               std::vector<SimBox>& boxes) const {
-  const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
+  const bool norm = in.kind == InstrKind::grad_norm;   // over every device, of no bucket
   const bool started = starts_collective(in.kind);
   const bool gather = is_gather(in.kind);
   if (!started && tm.began > tm.reached) {
     SimBox wait = box;
     wait.track = SimTrack::communication;
     wait.cat = "wait";
-    wait.name = (gather ? "wait for all-gather of bucket " : "wait for bucket ") + std::to_string(in.bucket);
+    wait.name = norm     ? std::string("wait for the gradient norm")
+                : gather ? "wait for all-gather of bucket " + std::to_string(in.bucket)
+                         : "wait for bucket " + std::to_string(in.bucket);
     wait.bucket = in.bucket;
     wait.start_ms = tm.reached;
     wait.dur_ms = tm.began - tm.reached;
@@ -1441,6 +1422,12 @@ void Simulator::allreduce_box(const Instr& in, const InstrTimes& tm, SimDevice& 
   box.track = SimTrack::communication;
   box.cat = gather ? "allgather" : "allreduce";
   box.bucket = in.bucket;
+  if (norm) {
+    box.sent_bytes = kNormBytes;
+    box.name = "gradient norm (" + std::to_string(l_.devices) + " devices)";
+    return;
+  }
+  const Bucket& b = l_.buckets[static_cast<size_t>(in.bucket)];
   // With sharded state a bucket's sum is a reduce-scatter of its padded buffer.
   box.sent_bytes = gather || l_.sharded_state ? l_.gather_bytes(in.bucket) : b.bytes;
   box.name = (gather ? "all-gather bucket " : l_.sharded_state ? "reduce-scatter bucket " : "all-reduce bucket ") +
