@@ -222,7 +222,7 @@ void compare_boxes(const spindle::plan::Simulation& sim, const json& trace, int 
 
 // A measured compute box's key: (rank, 0 forward / 1 backward, MetaOp,
 // wave) or (rank, 2 optimizer, bucket (-1: the step of the shards in no
-// bucket), 0).
+// bucket; -2: the gradient norm's local sum, norm_sum), 0).
 using ComputeKey = std::tuple<int, int, int, int>;
 // The key of a measured box: nullopt for a box that is no forward,
 // backward or optimizer step.
@@ -234,6 +234,7 @@ std::optional<ComputeKey> box_key(const json& e) {
   if (args.contains("metaop") && args.contains("wave"))
     return ComputeKey{rank, name.rfind("fwd", 0) == 0 ? 0 : 1, args["metaop"].get<int>(), args["wave"].get<int>()};
   if (name == "optimizer") return ComputeKey{rank, 2, -1, 0};
+  if (name == "optimizer norm sum") return ComputeKey{rank, 2, -2, 0};
   if (name.rfind("optimizer bucket ", 0) == 0) return ComputeKey{rank, 2, std::stoi(name.substr(17)), 0};
   return std::nullopt;
 }
@@ -302,6 +303,7 @@ std::map<int, StepBoxes> compute_boxes(const json& trace, int skip) {
 std::optional<ComputeKey> instr_key(const spindle::plan::Lowered& lowered, int d, const spindle::plan::Instr& in) {
   namespace sp = spindle::plan;
   if (in.kind == sp::InstrKind::optimizer) return ComputeKey{d, 2, in.bucket, 0};
+  if (in.kind == sp::InstrKind::norm_sum) return ComputeKey{d, 2, -2, 0};
   if (in.kind != sp::InstrKind::forward && in.kind != sp::InstrKind::backward) return std::nullopt;
   const sp::LoweredSlice& s = lowered.slices[static_cast<size_t>(in.slice)];
   return ComputeKey{d, in.kind == sp::InstrKind::forward ? 0 : 1, s.metaop, s.wave};

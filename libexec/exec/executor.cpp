@@ -527,7 +527,8 @@ StepStats Executor::step() {
   // bucket it holds (started during the backward pass, waited for after
   // it), each followed by the optimizer step of its shards; the optimizer
   // step of the shards in no bucket. With the gradient norm (--clip-grad:
-  // grad_norm), every optimizer step follows it, after the last wait.
+  // norm_sum, then grad_norm), every optimizer step follows it, after the
+  // last wait.
   // With overlap, each compute's outputs
   // for other ranks are sent right after it (post_send), an exchange's
   // receives are posted one exchange ahead (post_recv), and the step ends
@@ -566,6 +567,7 @@ StepStats Executor::step() {
       case plan::InstrKind::allgather: gather_bucket(in.bucket); break;
       case plan::InstrKind::allgather_start: start_gather(in.bucket); break;
       case plan::InstrKind::allgather_wait: finish_gather(in.bucket); break;
+      case plan::InstrKind::norm_sum: norm_sum(in); break;
       case plan::InstrKind::grad_norm: gradient_norm(); break;
     }
     instr_ms[pc] = ms_since(began);
@@ -971,33 +973,48 @@ void Executor::optimizer_step(int bucket) {
   record({BoxKind::optimizer, bucket}, t0);
 }
 
-// The global L2 norm of the step's gradients (grad_norm: after every
-// all-reduce of this rank's buckets, before its optimizer steps), as one
-// device would compute it over the full tensors: each rank adds the
-// squares of the gradient values it counts, in double, and the world sums
-// those in fp32 (Megatron sums its norm in fp32 too). A value is counted
-// once: of a tensor replicated over a TP group (Param::shard_axis -1) only
-// TP rank 0's copy; of a shard several devices hold, after the all-reduce,
-// the first holder's copy, or with sharded state (ZeRO-1, where each member
-// holds the sum of its own chunk alone) every member's own values
-// (ParamState::own). With ExecOptions::clip_grad > 0, AdamW then scales
-// every gradient by clip / (norm + 1e-6) when that is below 1, the factor
-// computed in double and rounded to fp32 (grad_scale). The squares are
-// summed where the gradients are (Backend::sum_squares).
-void Executor::gradient_norm() {
+// This rank's share of the squared global norm (norm_sum: after every
+// all-reduce of its buckets), as one device would compute it over the full
+// tensors: the squares of the gradient values it counts, summed in double
+// where the gradients are (Backend::sum_squares). A value is counted once:
+// of a shard several devices hold, after the all-reduce, the first
+// holder's copy, or with sharded state (ZeRO-1, where each member holds the
+// sum of its own chunk alone) every member's own values (ParamState::own):
+// Lowered::counts_in_norm; and of a tensor replicated over a TP group
+// (Param::shard_axis -1) only TP rank 0's copy. Those it reads, the
+// replicated copies it leaves out included, are the instruction's values
+// (Lowered::norm_values), checked.
+void Executor::norm_sum(const plan::Instr& in) {
   const Clock::time_point t0 = Clock::now();
-  const bool sharded = sched_->lowered.sharded_state;
   std::vector<Tensor> counted;   // views of the gradient values this rank counts
+  int64_t values = 0;            // those, and the replicated copies of TP ranks other than 0
   for (auto& [key, ps] : params_) {
-    if (!sharded && ps.sync.front() != rank_) continue;   // another holder counts this shard
+    if (!sched_->lowered.counts_in_norm(key, rank_)) continue;
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       const Param& p = ps.set.params[i];
       const plan::ValueRange r = ps.own[i];
+      values += r.size();
       if ((p.shard_axis < 0 && key.second != 0) || r.size() == 0) continue;
       counted.push_back(flat_view(p.grad, r.begin, r.size()));
     }
   }
-  std::vector<float> sum{static_cast<float>(backend_.sum_squares(counted))};
+  if (values != in.values)
+    throw std::logic_error("norm_sum: this rank reads " + std::to_string(values) + " gradient values, the lowering says " +
+                           std::to_string(in.values));
+  norm_squares_ = backend_.sum_squares(counted);
+  counters_.compute_ms += ms_since(t0);
+  record({BoxKind::norm_sum, -1, values}, t0);
+}
+
+// The global L2 norm of the step's gradients (grad_norm: after norm_sum,
+// before this rank's optimizer steps): the world sums every rank's
+// norm_sum in fp32 (Megatron sums its norm in fp32 too). With
+// ExecOptions::clip_grad > 0, AdamW then scales every gradient by clip /
+// (norm + 1e-6) when that is below 1, the factor computed in double and
+// rounded to fp32 (grad_scale).
+void Executor::gradient_norm() {
+  const Clock::time_point t0 = Clock::now();
+  std::vector<float> sum{static_cast<float>(norm_squares_)};
   world_.all_reduce_sum(sum);
   const double norm = std::sqrt(static_cast<double>(sum[0]));
   grad_norm_ = norm;
@@ -1269,6 +1286,12 @@ std::vector<plan::TraceEvent> Executor::trace() const {
       case BoxKind::gradient_norm:
         e.name = "gradient norm";
         e.cat = "sync";
+        break;
+      case BoxKind::norm_sum:
+        e.name = "optimizer norm sum";   // bench/loop counts "optimizer ..." boxes as the optimizer's
+        e.cat = "compute";
+        e.track = 0;
+        e.args = {{"values", r.amount}};
         break;
       case BoxKind::optimizer:
         e.name = r.index >= 0 ? "optimizer bucket " + std::to_string(r.index) : std::string("optimizer");

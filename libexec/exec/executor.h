@@ -117,7 +117,7 @@ struct StepCounters {
   int64_t received_bytes = 0;   // inter-wave transfers from other ranks
   int64_t reduced_bytes = 0;    // gradient all-reduce payload, summed over buckets
   int64_t gathered_bytes = 0;   // ZeRO-1 parameter all-gather payload (received buffer), summed over buckets
-  double compute_ms = 0;        // forward, backward, optimizer
+  double compute_ms = 0;        // forward, backward, optimizer (its norm_sum too)
   double transfer_ms = 0;       // exchanges (packing, messages, unpacking)
   double sync_ms = 0;           // gradient all-reduce: starting and waiting (not the polls between);
                                 // ZeRO-1 all-gathers
@@ -279,6 +279,7 @@ class Executor {
   void finish_bucket(int bucket);
   void progress_collectives();   // started all-reduces and all-gathers
   void optimizer_step(int bucket);   // Instr::bucket: a bucket's shards, -1: the rest
+  void norm_sum(const plan::Instr& in);   // norm_sum: this rank's sum of squares
   void gradient_norm();              // grad_norm: the global norm and the clipping factor
   void gather_bucket(int bucket);    // allgather: the bucket's stepped values from every member
   void start_gather(int bucket);     // allgather_start: the same, started
@@ -339,7 +340,7 @@ class Executor {
   // a clock read and a push_back, so the trace perturbs the step it
   // measures (above all an all-reduce in flight) as little as it can.
   enum class BoxKind : uint8_t {
-    post_sends, wait_sends, exchange, slice, gradient_sync, param_gather, optimizer, gradient_norm
+    post_sends, wait_sends, exchange, slice, gradient_sync, param_gather, optimizer, norm_sum, gradient_norm
   };
   struct Box {
     BoxKind kind;
@@ -374,6 +375,7 @@ class Executor {
   std::map<std::pair<int, int>, Tensor> din_;  // (slice, input) -> input gradient, this group's rows
   std::vector<double> loss_;      // per task: this rank's share of the full-batch loss
   StepCounters counters_;
+  double norm_squares_ = 0;           // this step's sum of squares on this rank (norm_sum)
   std::optional<double> grad_norm_;   // this step's (gradient_norm)
   std::map<int, double> lm_share_;  // lm_loss operator -> share of the task's loss its rows carry
   // Messages posted and not yet waited for, by transfer: the request and

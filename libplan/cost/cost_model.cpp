@@ -100,6 +100,10 @@ double TableCostModel::optimizer_ms(int64_t values) const {
   return plan::optimizer_ms(values, optimizer_gbytes_per_s_);
 }
 
+double TableCostModel::norm_sum_ms(int64_t values) const {
+  return plan::norm_sum_ms(values, optimizer_gbytes_per_s_);
+}
+
 double TableCostModel::collective_ms(Collective c, double bytes, const std::vector<int>& devices) const {
   if (devices.size() <= 1) return 0.0;
   // A ring reduce-scatter moves what a ring all-gather moves; an all-reduce is both.

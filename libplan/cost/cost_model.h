@@ -62,6 +62,9 @@ class CostModel {
   // (rules/memory.h's optimizer_ms at the profile's "x-optimizer" rate); 0
   // when the profile does not carry one.
   virtual double optimizer_ms(int64_t /*values*/) const { return 0; }
+  // Time of one device's norm_sum over `values` gradient values, ms
+  // (rules/memory.h's norm_sum_ms at the same rate); 0 without one.
+  virtual double norm_sum_ms(int64_t /*values*/) const { return 0; }
   // Whether a started all-reduce moves only while every member of its group
   // is inside a communication call or polls between instructions (MPI, as
   // spindle-run runs it on CPUs: a profile's x-links "progress": "calls"),
@@ -101,6 +104,7 @@ class TableCostModel : public CostModel {
   // Prices the optimizer step at `gbytes_per_s` (a profile's "x-optimizer").
   void set_optimizer_rate(double gbytes_per_s) { optimizer_gbytes_per_s_ = gbytes_per_s; }
   double optimizer_ms(int64_t values) const override;
+  double norm_sum_ms(int64_t values) const override;
   bool allreduce_progress_in_calls() const override { return progress_in_calls_; }
   const ScalingCurve* curve(const Workload& w) const override;
   int64_t param_bytes(const Workload& w) const override;

@@ -920,17 +920,21 @@ void ProgramBuilder::sync_and_step() {
 }
 
 // With GradSync::grad_norm, after every all-reduce (or wait) of d's
-// buckets: the all-reduce of d's share of the sum of squares of the
-// step's gradients, which reads every gradient of d (its buckets' summed,
-// its own shards' from the backward pass). Returns its index.
+// buckets: the sum of the squares of the gradient values d counts
+// (norm_sum, Lowered::norm_values: its buckets' summed, its own shards'
+// from the backward pass), then the all-reduce of that sum over every
+// device (grad_norm). Returns the grad_norm's index.
 int ProgramBuilder::grad_norm() {
-  append(InstrKind::grad_norm);
+  append(InstrKind::norm_sum).values = l_.norm_values(d_);
   if (deps_) {
     std::vector<int> deps(reductions_.begin(), reductions_.end());
     for (int s : bwd_of_)
       if (s >= 0) deps.push_back(s);
     deps_of(last()) = sorted_unique(std::move(deps));
   }
+  const int sum = last();
+  append(InstrKind::grad_norm);
+  if (deps_) deps_of(last()) = {sum};
   return last();
 }
 
@@ -1013,6 +1017,7 @@ const char* kind_name(InstrKind k) {
     case InstrKind::allgather_start: return "allgather_start";
     case InstrKind::allgather_wait: return "allgather_wait";
     case InstrKind::grad_norm: return "grad_norm";
+    case InstrKind::norm_sum: return "norm_sum";
   }
   return "?";
 }
@@ -1057,6 +1062,22 @@ int64_t Lowered::flat_values(int bucket) const {
 }
 
 int64_t Lowered::gather_bytes(int bucket) const { return sharded_state ? flat_values(bucket) * kWireBytesPerValue : 0; }
+
+bool Lowered::counts_in_norm(const ShardKey& key, int device) const {
+  if (sharded_state) return true;   // its own chunk
+  const auto it = shard_devices.find(key);
+  return it != shard_devices.end() && !it->second.empty() && it->second.front() == device;
+}
+
+int64_t Lowered::norm_values(int device) const {
+  int64_t values = unreduced_values[static_cast<size_t>(device)];
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    const std::vector<int>& d = buckets[k].devices;
+    if (sharded_state ? std::binary_search(d.begin(), d.end(), device) : d.front() == device)
+      values += owned(static_cast<int>(k), device).size();
+  }
+  return values;
+}
 
 Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
   LowerContext ctx;
@@ -1248,6 +1269,7 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
       }
       case InstrKind::wait_sends: break;
       case InstrKind::grad_norm: j["bytes"] = kNormBytes; break;   // over every device
+      case InstrKind::norm_sum: j["values"] = in.values; break;      // the gradient values it reads
       case InstrKind::optimizer:   // a bucket's shards (sharded: this device's chunk of them); else every other one held here
         if (in.bucket >= 0) {
           j["shards"] = shard_names(l.buckets[static_cast<size_t>(in.bucket)]);

@@ -26,8 +26,9 @@
 //   owned_values)
 //   optimizer (every shard not stepped above); without overlap, sharded,
 //   then the all-gather of each bucket it is in, in the global order
-//   with GradSync::grad_norm: a grad_norm after the last all-reduce (or
-//   wait), and every optimizer step (with its all-gather) after it
+//   with GradSync::grad_norm: a norm_sum and a grad_norm after the last
+//   all-reduce (or wait), and every optimizer step (with its all-gather)
+//   after them
 // With overlap and sharded optimizer state, when the plan says next_step
 // (Plan::param_gather), the values' all-gathers move to the start of the
 // next step instead (Megatron's overlap_param_gather):
@@ -76,12 +77,13 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 9;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+inline constexpr int kProgramVersion = 10;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
                                             // 4: post_send, post_recv, wait_sends (transfers posted early);
                                             // 5: an optimizer step's values; 6: a backward piece's "adds"
                                             // 7: allgather (ZeRO-1), a bucket's optimizer step over its own chunk
                                             // 8: allgather_start, allgather_wait (ZeRO-1 with overlap)
                                             // 9: grad_norm (GradSync::grad_norm)
+                                            // 10: norm_sum before grad_norm, with the values it reads
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -158,15 +160,17 @@ struct Bucket {
 // in the program) starts it without waiting, allgather_wait (right before
 // the first forward using one of the bucket's parameters) waits for it.
 //
-// grad_norm (GradSync::grad_norm: runs that clip gradients): the global
-// L2 norm of the step's gradients, a blocking all-reduce over every
-// device of one value (this device's share of the sum of squares,
-// kNormBytes), after every all-reduce of its buckets and before
-// its first optimizer step: each step then scales its gradients by the
+// norm_sum and grad_norm (GradSync::grad_norm: runs that clip
+// gradients), after every all-reduce of the device's buckets and before
+// its first optimizer step: norm_sum adds up the squares of the gradient
+// values this device counts in the global norm (Lowered::norm_values, the
+// instruction's `values`); grad_norm is the global L2 norm of the step's
+// gradients, a blocking all-reduce over every device of that one sum
+// (kNormBytes). Each optimizer step then scales its gradients by the
 // clipping factor (docs/runtime.md, "Gradient clipping").
 enum class InstrKind : uint8_t {
   exchange, forward, backward, allreduce, allreduce_start, allreduce_wait, optimizer, post_send, post_recv,
-  wait_sends, allgather, allgather_start, allgather_wait, grad_norm
+  wait_sends, allgather, allgather_start, allgather_wait, grad_norm, norm_sum
 };
 
 // 32 bytes: the simulation reads thousands of them per candidate plan, so
@@ -191,7 +195,9 @@ struct Instr {
                                // every shard of this device in no bucket stepped before
   int64_t values = 0;          // optimizer: the parameter values it steps (op_shard_param_count of
                                // each shard, or with sharded state this device's chunk of the
-                               // bucket, Lowered::owned; CostModel::optimizer_ms prices them)
+                               // bucket, Lowered::owned; CostModel::optimizer_ms prices them);
+                               // norm_sum: the gradient values it reads (Lowered::norm_values;
+                               // CostModel::norm_sum_ms prices them)
   bool operator==(const Instr&) const = default;
 };
 static_assert(sizeof(Instr) <= 32, "Instr: 32 bytes at most (see above)");
@@ -286,11 +292,28 @@ struct Lowered {
   // values' all-gathers open each program (allgather_start) instead of
   // following the buckets' optimizer steps (allgather). Set by lower_header.
   bool gathers_at_start = false;
-  // Whether every program computes the global gradient norm (a grad_norm
-  // instruction each; GradSync::grad_norm), and then every device, in
-  // order: the group of that all-reduce. Set by lower_programs.
+  // Whether every program computes the global gradient norm (a norm_sum
+  // and a grad_norm instruction each; GradSync::grad_norm), and then every
+  // device, in order: the group of that all-reduce. Set by lower_programs.
   bool grad_norm = false;
   std::vector<int> all_devices;
+
+  // The gradient norm counts each parameter value once. Whether `device`
+  // adds up the squares of its gradients of parameter shard `key` (one it
+  // holds): with sharded_state every holder adds its own chunk (owned:
+  // after the reduce-scatter it holds the sum of that chunk alone); else
+  // the shard's first holder adds all of it. Needs
+  // LowerOptions::runtime_maps (shard_devices).
+  bool counts_in_norm(const ShardKey& key, int device) const;
+  // The gradient values `device` reads for the norm (its norm_sum's
+  // values), by the same rule: of each bucket it is in, its own chunk
+  // with sharded_state, else all of the bucket's values when it is the
+  // bucket's first device (every shard of a bucket has the bucket's
+  // holders); and its shards in no bucket (unreduced_values). Those reads
+  // include the copies of tensors replicated over a tensor-parallel group
+  // that the runtime leaves out of the sum on ranks other than TP rank 0
+  // (LayerNorms, row-parallel biases: Executor::gradient_norm).
+  int64_t norm_values(int device) const;
 
   // Position of `device` in slice `slice`'s device list; -1 when absent.
   int position(int slice, int device) const;

@@ -66,6 +66,19 @@ inline double optimizer_ms(int64_t values, double gbytes_per_s) {
   return static_cast<double>(values) * kAdamWBytesPerValue / (gbytes_per_s * 1e6);
 }
 
+// The gradient norm's memory traffic per gradient value it reads (a
+// norm_sum adds up the squares of one fp32 gradient per value: 4 bytes).
+// Memory-bound like AdamW's step, so it is priced at the same rate.
+inline constexpr int kNormSumBytesPerValue = 4;
+
+// Milliseconds one device takes to add up the squares of `values`
+// gradient values (its norm_sum) at the optimizer rate `gbytes_per_s`
+// (optimizer_ms's); 0 when the rate is not known (<= 0).
+inline double norm_sum_ms(int64_t values, double gbytes_per_s) {
+  if (!(gbytes_per_s > 0)) return 0.0;
+  return static_cast<double>(values) * kNormSumBytesPerValue / (gbytes_per_s * 1e6);
+}
+
 // Data-parallel replicas of a parameter held by `devices` devices at
 // tensor-parallel degree `tensor_parallel` (at least 1).
 inline double param_replicas(int devices, int tensor_parallel) {

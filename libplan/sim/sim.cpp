@@ -96,6 +96,12 @@ const std::vector<int>& group_of(const Lowered& l, int k) {
   if (static_cast<size_t>(k) == 2 * l.buckets.size()) return l.all_devices;
   return l.buckets[static_cast<size_t>(k) % l.buckets.size()].devices;
 }
+// Compute on the device itself, priced by the cost model (compute_ms) and
+// replaced by a replay's measured time: forward, backward, an optimizer
+// step or the gradient norm's local sum.
+bool is_compute(InstrKind k) {
+  return k == InstrKind::forward || k == InstrKind::backward || k == InstrKind::optimizer || k == InstrKind::norm_sum;
+}
 // A device blocks in it until the collective ends: a blocking all-reduce or all-gather.
 bool blocking_collective(InstrKind k) {
   return k == InstrKind::allreduce || k == InstrKind::allgather || k == InstrKind::grad_norm;
@@ -370,6 +376,7 @@ class Simulator {
       case InstrKind::forward:
       case InstrKind::backward:
       case InstrKind::optimizer:
+      case InstrKind::norm_sum:
       case InstrKind::post_recv: return true;
       case InstrKind::allreduce_wait:
       case InstrKind::allgather_wait: return s_.bucket_end[static_cast<size_t>(collective_of(l_, c))] >= 0;
@@ -378,7 +385,8 @@ class Simulator {
   }
   // How long compute instruction `c`, instruction i of device d's program,
   // takes (forward, backward: its share of the slice's time; optimizer:
-  // CostModel::optimizer_ms of the values it steps; either replaced by
+  // CostModel::optimizer_ms of the values it steps; norm_sum:
+  // CostModel::norm_sum_ms of the values it reads; each replaced by
   // SimOptions::replay_ms); a post_recv, its software overhead; 0 for
   // every other kind.
   // (fill_slice_ms first: the forwards' and backwards' times by slice.)
@@ -387,12 +395,14 @@ class Simulator {
       case InstrKind::post_recv: return instruction_overhead_ms_;   // its messages' overhead is the exchange's
       case InstrKind::forward:
       case InstrKind::backward:
-      case InstrKind::optimizer: break;
+      case InstrKind::optimizer:
+      case InstrKind::norm_sum: break;
       default: return 0.0;
     }
     if (!options_.price_compute) return 0.0;
     if (!options_.replay_ms.empty() && options_.replay_ms[d][i] >= 0) return options_.replay_ms[d][i];
     if (c.kind == InstrKind::optimizer) return options_.price_optimizer ? cost_.optimizer_ms(c.values) : 0.0;
+    if (c.kind == InstrKind::norm_sum) return options_.price_optimizer ? cost_.norm_sum_ms(c.values) : 0.0;
     return (c.kind == InstrKind::forward ? s_.forward_ms : s_.backward_ms)[static_cast<size_t>(c.slice)];
   }
   // s_.forward_ms and s_.backward_ms: each slice's ms split by its forward
@@ -750,11 +760,9 @@ Status Simulator::check_replay() const {
       return Error{"simulate: device " + std::to_string(d) + ": replay times for " + std::to_string(replay[d].size()) +
                    " instructions, its program has " + std::to_string(instrs.size())};
     for (size_t i = 0; i < instrs.size(); ++i) {
-      const InstrKind k = instrs[i].kind;
-      const bool compute = k == InstrKind::forward || k == InstrKind::backward || k == InstrKind::optimizer;
-      if (replay[d][i] >= 0 && !compute)
+      if (replay[d][i] >= 0 && !is_compute(instrs[i].kind))
         return Error{"simulate: device " + std::to_string(d) + ": instruction " + std::to_string(i) +
-                     " is no forward, backward or optimizer step but has a replay time"};
+                     " is no forward, backward, optimizer step or norm_sum but has a replay time"};
       if (std::isnan(replay[d][i]) || std::isinf(replay[d][i]))
         return Error{"simulate: device " + std::to_string(d) + ": instruction " + std::to_string(i) +
                      ": replay time is not finite"};
@@ -919,8 +927,7 @@ double Simulator::next_poll(int d, double t, int* instr) const {
   for (int i = s_.chain_begin[dev]; i < s_.chain_end[dev]; ++i) {
     const InstrTimes& tm = s_.times[at(d, i)];
     if (tm.began <= t && t < tm.ended) {
-      const InstrKind k = prog.instrs[static_cast<size_t>(i)].kind;
-      const bool compute = k == InstrKind::forward || k == InstrKind::backward || k == InstrKind::optimizer;
+      const bool compute = is_compute(prog.instrs[static_cast<size_t>(i)].kind);
       if (compute) *instr = i;
       return compute ? tm.ended : t;
     }
@@ -1224,6 +1231,7 @@ void Simulator::trace_critical_path(Simulation& sim) {
         sim.critical_slices[static_cast<size_t>(in.slice)] = 1;
         path.compute_ms += part;
         break;
+      case InstrKind::norm_sum: path.compute_ms += part; break;
       case InstrKind::optimizer:
         path.compute_ms += part;
         if (in.bucket >= 0 || in.values == 0) break;
@@ -1259,7 +1267,8 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
     switch (in.kind) {
       case InstrKind::forward:
       case InstrKind::backward:
-      case InstrKind::optimizer: shown = compute_box(in, dev, box); break;
+      case InstrKind::optimizer:
+      case InstrKind::norm_sum: shown = compute_box(in, dev, box); break;
       case InstrKind::post_recv: shown = post_recv_box(in, dev, box); break;
       case InstrKind::wait_sends: shown = wait_sends_box(prog, i, tm, dev, box); break;
       case InstrKind::post_send: shown = post_send_box(prog, in, dev, box); break;
@@ -1286,9 +1295,9 @@ void Simulator::add_boxes(int d, SimDevice& dev, std::vector<SimBox>& boxes) con
 
 bool Simulator::compute_box(const Instr& in, SimDevice& dev, SimBox& box) const {
   dev.compute_ms += box.dur_ms;
-  if (in.kind == InstrKind::optimizer) {
+  if (in.kind == InstrKind::optimizer || in.kind == InstrKind::norm_sum) {
     box.cat = "optimizer";
-    box.name = "optimizer";
+    box.name = in.kind == InstrKind::optimizer ? "optimizer" : "gradient norm sum";
     return box.dur_ms > 0;
   }
   const bool fwd = in.kind == InstrKind::forward;

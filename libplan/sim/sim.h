@@ -14,6 +14,8 @@
 //   optimizer          CostModel::optimizer_ms of the values it steps (AdamW
 //                      is memory-bound: rules/memory.h, at the profile's
 //                      "x-optimizer" rate; 0 ms without one)
+//   norm_sum           CostModel::norm_sum_ms of the gradient values it reads
+//                      (4 bytes each at the same rate)
 //   exchange           done on a device when every message it receives has
 //                      arrived and every message it sends has been delivered.
 //                      A message leaves once its sender has reached the
@@ -68,6 +70,9 @@
 //                      opens, with overlap): the device goes on at once,
 //                      the all-gather runs beside its forward pass, and
 //                      allgather_wait blocks until it has ended.
+//   grad_norm          (GradSync::grad_norm) a blocking all-reduce of one
+//                      value (kNormBytes) over every device, simulated as a
+//                      blocking bucket all-reduce: a collective of its own.
 //
 // Deterministic: events ordered by time, then kind, then device, then index.
 #pragma once
@@ -113,7 +118,7 @@ struct SimOptions {
   // empty means GradSync{}.
   std::optional<GradSync> sync;
   // A replay: by device, then by instruction of its program, the ms that a
-  // forward, backward or optimizer instruction takes in place of its priced
+  // forward, backward, optimizer or norm_sum instruction takes in place of its priced
   // time (bench/loop gives the durations spindle-run measured, so that the
   // waits and communication are simulated around the compute that really
   // ran). An entry < 0 keeps the priced time; every other kind of
@@ -165,7 +170,7 @@ struct SimBox {
 // Where one device's time went. busy = compute + transfer + sync; every
 // part is inside [0, finish_ms] and they do not overlap, so busy <= finish.
 struct SimDevice {
-  double compute_ms = 0;    // forward, backward, optimizer
+  double compute_ms = 0;    // forward, backward, optimizer, norm_sum
   double transfer_ms = 0;   // inside its exchanges, while one of their messages moves or the
                             // device packs or unpacks (CostModel::overhead)
   double sync_ms = 0;       // its blocking all-reduces and all-gathers, from start to end; of a
@@ -193,7 +198,7 @@ struct SimMessage {
 // part is the time from the end it waited for to its own.
 struct SimPath {
   int device = -1;          // the last device to finish (ties: the lowest); -1: no instruction
-  double compute_ms = 0;    // forward, backward, optimizer (all of it with communication priced at 0)
+  double compute_ms = 0;    // forward, backward, optimizer, norm_sum (all of it with communication priced at 0)
   double transfer_ms = 0;   // messages, packing and unpacking
   double sync_ms = 0;       // all-reduces, all-gathers and what they waited for in their members' polls
 };

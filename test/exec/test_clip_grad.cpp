@@ -4,6 +4,7 @@
 // scaled by the factor clip / (norm + 1e-6).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -81,8 +82,19 @@ TEST_CASE("executor: the gradient norm is the full gradients' L2 norm, and clipp
   // Without the norm in the programs, the step reports none.
   OneDevice bare(m, plan);
   CHECK_FALSE(bare.ex->step().grad_norm.has_value());
-  CHECK(bare.ex->lowered().programs[0].instrs.size() + 1 ==
-        OneDevice(m, plan, with_norm(0)).ex->lowered().programs[0].instrs.size());
+  // With it, two instructions more: the local sum of squares over every
+  // parameter value of the model (one device holds them all), and the
+  // all-reduce.
+  const OneDevice normed(m, plan, with_norm(0));
+  const std::vector<spindle::plan::Instr>& instrs = normed.ex->lowered().programs[0].instrs;
+  CHECK(bare.ex->lowered().programs[0].instrs.size() + 2 == instrs.size());
+  int64_t values = 0;
+  for (const auto& [name, shape] : normed.ex->param_shapes()) values += shape_numel(shape);
+  const auto sum = std::find_if(instrs.begin(), instrs.end(),
+                                [](const spindle::plan::Instr& in) { return in.kind == spindle::plan::InstrKind::norm_sum; });
+  REQUIRE(sum != instrs.end());
+  CHECK(sum->values == values);
+  CHECK(values > 40000);
 
   // The norm computed, not clipped: the norm of the full gradients.
   OneDevice unclipped(m, plan, with_norm(0));

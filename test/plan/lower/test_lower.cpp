@@ -78,6 +78,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
   sp::ProgramBytes sum;
   std::map<int, int> reduced_by;   // bucket -> members whose program reduces it
   std::map<int, int> gathered_by;  // bucket -> members whose program all-gathers it (sharded state)
+  int64_t norm_values = 0;         // the norm_sums' values, over every device
   for (const sp::Program& prog : l.programs) {
     int last_exchange = -1, last_bucket = -1, last_started = -1, last_waited = -1, last_gathered = -1;
     int last_backward = -1;   // slice of the latest backward
@@ -302,16 +303,19 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           if (!deps_of(next).empty()) CHECK(std::count(deps_of(next).begin(), deps_of(next).end(), static_cast<int>(i)) == 1);
           break;
         }
-        case sp::InstrKind::grad_norm: {
+        case sp::InstrKind::norm_sum: {
           // Once, after every all-reduce of the device's buckets (and,
-          // with deps, depending on each and on every backward), before
-          // any optimizer step.
+          // with deps, depending on each and on every backward), right
+          // before the grad_norm, reading the values the device counts.
           CHECK(l.grad_norm);
           CHECK(norm < 0);
-          norm = static_cast<int>(i);
           CHECK(stepped.empty());
           CHECK_FALSE(optimizer);
           CHECK(waited == started);
+          CHECK(in.values == l.norm_values(prog.device));
+          norm_values += in.values;
+          REQUIRE(i + 1 < prog.instrs.size());
+          CHECK(prog.instrs[i + 1].kind == sp::InstrKind::grad_norm);
           if (!prog.deps.empty())
             for (size_t j = 0; j < i; ++j) {
               const sp::InstrKind k = prog.instrs[j].kind;
@@ -319,6 +323,17 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
                                   k == sp::InstrKind::backward;
               if (needed) CHECK(std::count(in_deps.begin(), in_deps.end(), static_cast<int>(j)) == 1);
             }
+          break;
+        }
+        case sp::InstrKind::grad_norm: {
+          // Once, right after its norm_sum (depending on it), before any
+          // optimizer step.
+          CHECK(l.grad_norm);
+          CHECK(norm < 0);
+          norm = static_cast<int>(i);
+          REQUIRE(i > 0);
+          CHECK(prog.instrs[i - 1].kind == sp::InstrKind::norm_sum);
+          if (!prog.deps.empty()) CHECK(in_deps == std::vector<int>{static_cast<int>(i) - 1});
           break;
         }
         case sp::InstrKind::wait_sends: {
@@ -406,6 +421,20 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     for (const sp::Instr& in : prog.instrs)
       if (in.kind == sp::InstrKind::optimizer) stepped[static_cast<size_t>(prog.device)] += in.values;
   CHECK(stepped == held);
+  // The gradient norm reads every shard's values once over all devices:
+  // of each shard its first holder (with sharded state, every holder its
+  // own chunk: the chunks cover each bucket once, above).
+  int64_t shard_total = 0, norm_total = 0;
+  for (const auto& [key, devices] : l.shard_devices) {
+    shard_total += ctx.shard_values[static_cast<size_t>(l.param_op.at(key.first))];
+    int counters = 0;
+    for (int d : devices) counters += l.counts_in_norm(key, d) ? 1 : 0;
+    CHECK(counters == (l.sharded_state ? static_cast<int>(devices.size()) : 1));
+    CHECK(l.counts_in_norm(key, devices.front()));
+  }
+  for (int d = 0; d < plan.devices; ++d) norm_total += l.norm_values(d);
+  CHECK(norm_total == shard_total);
+  if (l.grad_norm) CHECK(norm_values == shard_total);   // the programs' norm_sums
   for (size_t k = 0; k < l.buckets.size(); ++k) {
     const sp::Bucket& b = l.buckets[k];
     CHECK(reduced_by[static_cast<int>(k)] == static_cast<int>(b.devices.size()));   // by every member, once
@@ -770,7 +799,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
       REQUIRE(at_exchanges.ok());
       check_invariants(*plan, *at_exchanges, *context);
       // With the gradient norm (GradSync::grad_norm): the same programs
-      // but for one grad_norm each, before the optimizer steps.
+      // but for one norm_sum and one grad_norm each, before the optimizer
+      // steps.
       sp::LowerOptions norm;
       norm.sync = sp::planned_sync(*plan);
       norm.sync->grad_norm = true;
@@ -783,7 +813,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
         auto kinds = [](const sp::Program& prog, bool with_norm) {
           std::multiset<std::pair<sp::InstrKind, int>> all;
           for (const sp::Instr& in : prog.instrs)
-            if (with_norm || in.kind != sp::InstrKind::grad_norm) all.insert({in.kind, in.slice >= 0 ? in.slice : in.bucket});
+            if (with_norm || (in.kind != sp::InstrKind::grad_norm && in.kind != sp::InstrKind::norm_sum))
+              all.insert({in.kind, in.slice >= 0 ? in.slice : in.bucket});
           return all;
         };
         const sp::Program& with = normed->programs[static_cast<size_t>(d)];

@@ -142,11 +142,16 @@ struct Programs {
   // With overlap: the all-gather started as the program opens, and the wait for it.
   void gather_start(int d, int bucket) { reduction(d, sp::InstrKind::allgather_start, bucket); }
   void gather_wait(int d, int bucket) { reduction(d, sp::InstrKind::allgather_wait, bucket); }
-  // The gradient norm's all-reduce over every device (the programs then
-  // have one each: Lowered::grad_norm).
-  void norm(int d) {
+  // The gradient norm as lowering makes it (the programs then have one
+  // each: Lowered::grad_norm): the sum of squares of `values` gradient
+  // values on d (norm_sum), then the all-reduce over every device.
+  void norm(int d, int64_t values = 0) {
     l.grad_norm = true;
     l.all_devices = sp::first_devices(l.devices);
+    sp::Instr sum;
+    sum.kind = sp::InstrKind::norm_sum;
+    sum.values = values;
+    add(d, sum);
     sp::Instr in;
     in.kind = sp::InstrKind::grad_norm;
     add(d, in);
@@ -777,19 +782,21 @@ TEST_CASE("the gradient norm: every device waits for the last one, then a ring a
   // d2 runs slice c alone (9 ms). With the norm, each then all-reduces one
   // value (4 bytes) over all three: 2 x 2/3 x 4 B at 1 GB/s plus 2 x 2 x
   // 100 us = 0.4000053 ms, once d2 is there at 9; then the steps (0 ms).
+  // The norm's local sums read 250,000 gradient values on d0 and d1 and
+  // 1,000,000 on d2: unpriced here (no optimizer rate), below at 4 GB/s.
   auto programs = [](bool norm) {
     Programs p(3);
     const int a = p.slice(0, {0, 1}, 3.0), c = p.slice(0, {2}, 9.0);
     const int k = p.bucket({0, 1}, 1'000'000);
     for (int d : {0, 1}) {
       p.train_and_reduce(d, a, k);
-      if (norm) p.norm(d);
+      if (norm) p.norm(d, 250'000);
       p.optimizer(d, k);
       p.optimizer(d);
     }
     p.fwd(2, c);
     p.bwd(2, c);
-    if (norm) p.norm(2);
+    if (norm) p.norm(2, 1'000'000);
     p.optimizer(2);
     return p;
   };
@@ -803,13 +810,28 @@ TEST_CASE("the gradient norm: every device waits for the last one, then a ring a
   CHECK(sim.iteration_ms == Approx(9.0 + norm_ms).epsilon(1e-12));
   for (int d = 0; d < 3; ++d) CHECK(sim.devices[static_cast<size_t>(d)].finish_ms == Approx(9.0 + norm_ms).epsilon(1e-12));
   // On d0: the wait for d2 (4.2-9), then the norm, counted as sync.
-  CHECK(box(sim, 0, 4, "wait").start_ms == Approx(4.2));
-  CHECK(box(sim, 0, 4, "wait").dur_ms == Approx(4.8));
-  CHECK(box(sim, 0, 4, "allreduce").start_ms == Approx(9.0));
-  CHECK(box(sim, 0, 4, "allreduce").dur_ms == Approx(norm_ms).epsilon(1e-12));
-  CHECK(box(sim, 0, 4, "allreduce").name == "gradient norm (3 devices)");
-  CHECK(box(sim, 2, 2, "allreduce").start_ms == Approx(9.0));
+  CHECK(box(sim, 0, 5, "wait").start_ms == Approx(4.2));
+  CHECK(box(sim, 0, 5, "wait").dur_ms == Approx(4.8));
+  CHECK(box(sim, 0, 5, "allreduce").start_ms == Approx(9.0));
+  CHECK(box(sim, 0, 5, "allreduce").dur_ms == Approx(norm_ms).epsilon(1e-12));
+  CHECK(box(sim, 0, 5, "allreduce").name == "gradient norm (3 devices)");
+  CHECK(box(sim, 2, 3, "allreduce").start_ms == Approx(9.0));
   CHECK(sim.devices[2].sync_ms == Approx(norm_ms).epsilon(1e-12));
+  // The local sums priced at 4 GB/s, 4 bytes a value (rules/memory.h
+  // norm_sum_ms): 0.25 ms on d0 and d1 (4.2-4.45), 1 ms on d2 (9-10); the
+  // all-reduce then begins at 10. They are the optimizer's compute.
+  const sp::Simulation priced = p.run(cluster, {}, {}, 4.0);
+  CHECK(sp::norm_sum_ms(1'000'000, 4.0) == Approx(1.0).epsilon(1e-15));
+  CHECK(priced.iteration_ms == Approx(10.0 + norm_ms).epsilon(1e-12));
+  CHECK(box(priced, 0, 4, "optimizer").name == "gradient norm sum");
+  CHECK(box(priced, 0, 4, "optimizer").start_ms == Approx(4.2));
+  CHECK(box(priced, 0, 4, "optimizer").dur_ms == Approx(0.25).epsilon(1e-12));
+  CHECK(box(priced, 2, 2, "optimizer").start_ms == Approx(9.0));
+  CHECK(box(priced, 2, 2, "optimizer").dur_ms == Approx(1.0).epsilon(1e-12));
+  CHECK(box(priced, 0, 5, "wait").dur_ms == Approx(10.0 - 4.45).epsilon(1e-12));
+  CHECK(box(priced, 0, 5, "allreduce").start_ms == Approx(10.0));
+  CHECK(priced.devices[2].compute_ms == Approx(10.0).epsilon(1e-12));
+  CHECK(priced.devices[0].compute_ms == Approx(3.25).epsilon(1e-12));
   // The bounds hold; compute alone, the events and the one pass agree to
   // the bit (and the norm costs nothing there).
   const sp::TableCostModel cost(cluster);
@@ -820,6 +842,13 @@ TEST_CASE("the gradient norm: every device waits for the last one, then a ring a
   const auto [options, one_pass] = one_pass_equals_events(p.l, p.slice_ms, cost, 3, compute_only);
   CHECK(one_pass.iteration_ms == Approx(9.0));
   CHECK(one_pass.devices[0].finish_ms == Approx(9.0));   // d0 still waits for d2
+  // Priced, the local sums count in the bound and in compute alone.
+  sp::TableCostModel rated(cluster);
+  rated.set_optimizer_rate(4.0);
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, rated) <= priced.iteration_ms);
+  CHECK(sp::program_lower_bound_ms(p.l, p.slice_ms, rated) >= 10.0);
+  const auto [rated_options, rated_pass] = one_pass_equals_events(p.l, p.slice_ms, rated, 3, compute_only);
+  CHECK(rated_pass.iteration_ms == Approx(10.0));
 }
 
 TEST_CASE("sharded optimizer state: each bucket reduce-scattered, then all-gathered after its step, priced as rings", "[sim]") {
