@@ -65,7 +65,7 @@ class Backend {
   // The sum of the squares of every value of `tensors` (host or this
   // backend's memory), in double and in one fixed order, so the same
   // tensors give the same sum on every call (gradient clipping's norm,
-  // Executor::gradient_norm). The default reads the values on the host,
+  // Executor::norm_sum). The default reads the values on the host,
   // copying a tensor that is elsewhere there first.
   virtual double sum_squares(std::span<const Tensor> tensors);
 };

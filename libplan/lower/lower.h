@@ -312,7 +312,7 @@ struct Lowered {
   // holders); and its shards in no bucket (unreduced_values). Those reads
   // include the copies of tensors replicated over a tensor-parallel group
   // that the runtime leaves out of the sum on ranks other than TP rank 0
-  // (LayerNorms, row-parallel biases: Executor::gradient_norm).
+  // (LayerNorms, row-parallel biases: Executor::norm_sum).
   int64_t norm_values(int device) const;
 
   // Position of `device` in slice `slice`'s device list; -1 when absent.
@@ -358,7 +358,7 @@ struct GradSync {
   // run on a stream of their own (docs/gpu.md).
   bool early_transfers = true;
   // Every device's optimizer steps wait for the global gradient norm (a
-  // grad_norm instruction after its all-reduces), which spindle-run
+  // norm_sum and a grad_norm after its all-reduces), which spindle-run
   // --clip-grad needs; recorded in the plan (Plan::grad_norm,
   // spindle-plan --grad-norm).
   bool grad_norm = false;
