@@ -6,11 +6,9 @@
 
 namespace spindle::exec {
 
-void linear_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
-  const int64_t in = cfg.dim("in"), out = cfg.dim("out");
-  const float bound = 1.0f / std::sqrt(static_cast<float>(in));
-  add_param(set, "w", {in, out}, -1, 0, 1, seed, {InitKind::uniform, bound});
-  add_param(set, "bias", {out}, -1, 0, 1, seed, {InitKind::zeros, 0});
+InitSpec linear_param_init(const OpConfig& cfg, const std::string& tensor) {
+  if (tensor == "bias") return {InitKind::zeros, 0};
+  return {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(cfg.dim("in")))};
 }
 
 void linear_init(LinearState& s, const OpConfig& cfg, ParamSet& params) {

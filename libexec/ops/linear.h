@@ -13,7 +13,9 @@ struct LinearState {
   Tensor x;                    // saved input
 };
 
-void linear_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set);
+// The initialisation of its parameter tensor `tensor` (a name of
+// plan::op_param_tensors for this op; make_params allocates them).
+InitSpec linear_param_init(const OpConfig& cfg, const std::string& tensor);
 void linear_init(LinearState& s, const OpConfig& cfg, ParamSet& params);
 Tensor linear_forward(LinearState& s, const Tensor& x);
 // Adds parameter gradients; returns dL/dx.

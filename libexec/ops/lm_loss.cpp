@@ -24,14 +24,11 @@ int64_t target_id(float v, int64_t vocab) {
 }
 }  // namespace
 
-void lm_loss_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
+InitSpec lm_loss_param_init(const OpConfig& cfg, const std::string& tensor) {
   check_dims(cfg);
-  const int64_t h = cfg.dim("hidden"), v = cfg.dim("vocab");
-  const int t = cfg.tp_rank, k = cfg.tp_size;
-  add_param(set, "ln_g", {h}, -1, t, k, seed, {InitKind::ones, 0});
-  add_param(set, "ln_b", {h}, -1, t, k, seed, {InitKind::zeros, 0});
-  add_param(set, "w", {h, v}, 1, t, k, seed,
-            {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(h))});
+  if (tensor == "ln_g") return {InitKind::ones, 0};
+  if (tensor == "ln_b") return {InitKind::zeros, 0};
+  return {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(cfg.dim("hidden")))};
 }
 
 void lm_loss_init(LmLossState& s, const OpConfig& cfg, ParamSet& params) {

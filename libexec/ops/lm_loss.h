@@ -30,7 +30,9 @@ struct LmLossState {
   int64_t counted = 0;  // tokens whose target is not -1
 };
 
-void lm_loss_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set);
+// The initialisation of its parameter tensor `tensor` (a name of
+// plan::op_param_tensors for this op; make_params allocates them).
+InitSpec lm_loss_param_init(const OpConfig& cfg, const std::string& tensor);
 // Throws std::invalid_argument when the TP size does not divide vocab.
 void lm_loss_init(LmLossState& s, const OpConfig& cfg, ParamSet& params);
 // Throws std::out_of_range for a target outside the vocabulary (and not -1).

@@ -1,22 +1,34 @@
 #include "libexec/ops/op.h"
 
 #include <stdexcept>
+#include <string>
+
+#include "libplan/model/ops.h"
 
 namespace spindle::exec {
+
+namespace {
+InitSpec param_init(const OpConfig& cfg, const std::string& tensor) {
+  switch (cfg.kind) {
+    case OpKind::patch_embed: return patch_embed_param_init(cfg, tensor);
+    case OpKind::token_embed: return token_embed_param_init(cfg, tensor);
+    case OpKind::transformer_layer: return transformer_layer_param_init(cfg, tensor);
+    case OpKind::linear: return linear_param_init(cfg, tensor);
+    case OpKind::pool_project: return pool_project_param_init(cfg, tensor);
+    case OpKind::lm_loss: return lm_loss_param_init(cfg, tensor);
+    case OpKind::contrastive_loss: break;
+  }
+  throw std::logic_error(std::string(op_name(cfg.kind)) + " has no parameter " + tensor);
+}
+}  // namespace
 
 ParamSet make_params(const OpConfig& cfg, const std::string& name, uint64_t seed, int threads) {
   ParamSet set;
   set.name = name;
   set.init_threads = threads;
-  switch (cfg.kind) {
-    case OpKind::patch_embed: patch_embed_make_params(cfg, seed, set); break;
-    case OpKind::token_embed: token_embed_make_params(cfg, seed, set); break;
-    case OpKind::transformer_layer: transformer_layer_make_params(cfg, seed, set); break;
-    case OpKind::linear: linear_make_params(cfg, seed, set); break;
-    case OpKind::pool_project: pool_project_make_params(cfg, seed, set); break;
-    case OpKind::contrastive_loss: break;
-    case OpKind::lm_loss: lm_loss_make_params(cfg, seed, set); break;
-  }
+  // The tensors, shapes and TP splits of the op catalogue, in its order.
+  for (const plan::ParamTensor& t : plan::op_param_tensors(op_name(cfg.kind), cfg.dims, cfg.max_seq))
+    add_param(set, t.name, t.shape, t.shard_axis, cfg.tp_rank, cfg.tp_size, seed, param_init(cfg, t.name));
   return set;
 }
 

@@ -7,12 +7,10 @@
 
 namespace spindle::exec {
 
-void patch_embed_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
-  const int64_t in = cfg.dim("in_dim"), h = cfg.dim("hidden");
-  add_param(set, "w", {in, h}, -1, 0, 1, seed,
-            {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(in))});
-  add_param(set, "bias", {h}, -1, 0, 1, seed, {InitKind::zeros, 0});
-  add_param(set, "pos", {cfg.max_seq, h}, -1, 0, 1, seed, {InitKind::normal, 0.02f});
+InitSpec patch_embed_param_init(const OpConfig& cfg, const std::string& tensor) {
+  if (tensor == "bias") return {InitKind::zeros, 0};
+  if (tensor == "pos") return {InitKind::normal, 0.02f};
+  return {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(cfg.dim("in_dim")))};
 }
 
 void patch_embed_init(PatchEmbedState& s, const OpConfig& cfg, ParamSet& params) {

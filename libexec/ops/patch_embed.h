@@ -16,7 +16,9 @@ struct PatchEmbedState {
   Tensor x;                    // saved input
 };
 
-void patch_embed_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set);
+// The initialisation of its parameter tensor `tensor` (a name of
+// plan::op_param_tensors for this op; make_params allocates them).
+InitSpec patch_embed_param_init(const OpConfig& cfg, const std::string& tensor);
 void patch_embed_init(PatchEmbedState& s, const OpConfig& cfg, ParamSet& params);
 Tensor patch_embed_forward(PatchEmbedState& s, const Tensor& x);
 void patch_embed_backward(PatchEmbedState& s, const Tensor& dy);  // parameter gradients only

@@ -4,13 +4,10 @@
 
 namespace spindle::exec {
 
-void pool_project_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
-  const int64_t in = cfg.dim("in"), out = cfg.dim("out");
-  add_param(set, "ln_g", {in}, -1, 0, 1, seed, {InitKind::ones, 0});
-  add_param(set, "ln_b", {in}, -1, 0, 1, seed, {InitKind::zeros, 0});
-  add_param(set, "w", {in, out}, -1, 0, 1, seed,
-            {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(in))});
-  add_param(set, "bias", {out}, -1, 0, 1, seed, {InitKind::zeros, 0});
+InitSpec pool_project_param_init(const OpConfig& cfg, const std::string& tensor) {
+  if (tensor == "ln_g") return {InitKind::ones, 0};
+  if (tensor == "w") return {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(cfg.dim("in")))};
+  return {InitKind::zeros, 0};   // ln_b, bias
 }
 
 void pool_project_init(PoolProjectState& s, const OpConfig& cfg, ParamSet& params) {

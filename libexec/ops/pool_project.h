@@ -17,7 +17,9 @@ struct PoolProjectState {
   Tensor z;                    // LayerNorm output [b, 1, in]
 };
 
-void pool_project_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set);
+// The initialisation of its parameter tensor `tensor` (a name of
+// plan::op_param_tensors for this op; make_params allocates them).
+InitSpec pool_project_param_init(const OpConfig& cfg, const std::string& tensor);
 void pool_project_init(PoolProjectState& s, const OpConfig& cfg, ParamSet& params);
 Tensor pool_project_forward(PoolProjectState& s, const Tensor& x);
 Tensor pool_project_backward(PoolProjectState& s, const Tensor& dy);  // returns dL/dx [b, s, in]

@@ -4,10 +4,8 @@
 
 namespace spindle::exec {
 
-void token_embed_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
-  const int64_t v = cfg.dim("vocab"), h = cfg.dim("hidden");
-  add_param(set, "table", {v, h}, -1, 0, 1, seed, {InitKind::normal, 0.02f});
-  add_param(set, "pos", {cfg.max_seq, h}, -1, 0, 1, seed, {InitKind::normal, 0.02f});
+InitSpec token_embed_param_init(const OpConfig&, const std::string&) {
+  return {InitKind::normal, 0.02f};   // the table and the positions
 }
 
 void token_embed_init(TokenEmbedState& s, const OpConfig& cfg, ParamSet& params) {

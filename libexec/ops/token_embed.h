@@ -16,7 +16,9 @@ struct TokenEmbedState {
   Tensor ids;                  // saved input
 };
 
-void token_embed_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set);
+// The initialisation of its parameter tensor `tensor` (a name of
+// plan::op_param_tensors for this op; make_params allocates them).
+InitSpec token_embed_param_init(const OpConfig& cfg, const std::string& tensor);
 void token_embed_init(TokenEmbedState& s, const OpConfig& cfg, ParamSet& params);
 // Throws std::out_of_range for an id outside the vocabulary.
 Tensor token_embed_forward(TokenEmbedState& s, const Tensor& ids);

@@ -26,27 +26,14 @@ void add_bias_rows(Tensor& y, const Tensor& b) {
 }
 }  // namespace
 
-void transformer_layer_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set) {
+// LayerNorm gains 1, every bias and LayerNorm bias 0, the weights uniform
+// in +-1/sqrt(fan-in): h for q, k, v, o and w_1, ffn for w_2.
+InitSpec transformer_layer_param_init(const OpConfig& cfg, const std::string& tensor) {
   check_dims(cfg);
-  const int64_t h = cfg.dim("hidden"), f = cfg.dim("ffn");
-  const int t = cfg.tp_rank, k = cfg.tp_size;
-  const InitSpec zeros{InitKind::zeros, 0}, ones{InitKind::ones, 0};
-  const InitSpec wh{InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(h))};
-  const InitSpec wf{InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(f))};
-  add_param(set, "ln1_g", {h}, -1, t, k, seed, ones);
-  add_param(set, "ln1_b", {h}, -1, t, k, seed, zeros);
-  for (const char* n : {"q", "k", "v"}) {
-    add_param(set, std::string("w_") + n, {h, h}, 1, t, k, seed, wh);
-    add_param(set, std::string("b_") + n, {h}, 0, t, k, seed, zeros);
-  }
-  add_param(set, "w_o", {h, h}, 0, t, k, seed, wh);
-  add_param(set, "b_o", {h}, -1, t, k, seed, zeros);
-  add_param(set, "ln2_g", {h}, -1, t, k, seed, ones);
-  add_param(set, "ln2_b", {h}, -1, t, k, seed, zeros);
-  add_param(set, "w_1", {h, f}, 1, t, k, seed, wh);
-  add_param(set, "b_1", {f}, 0, t, k, seed, zeros);
-  add_param(set, "w_2", {f, h}, 0, t, k, seed, wf);
-  add_param(set, "b_2", {h}, -1, t, k, seed, zeros);
+  if (tensor == "ln1_g" || tensor == "ln2_g") return {InitKind::ones, 0};
+  if (tensor.rfind("w_", 0) != 0) return {InitKind::zeros, 0};
+  const int64_t fan_in = tensor == "w_2" ? cfg.dim("ffn") : cfg.dim("hidden");
+  return {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(fan_in))};
 }
 
 void transformer_layer_init(TransformerLayerState& s, const OpConfig& cfg, ParamSet& params) {

@@ -38,7 +38,9 @@ struct TransformerLayerState {
   Tensor h1, a1;        // MLP pre- and post-GELU [b, s, fl]
 };
 
-void transformer_layer_make_params(const OpConfig& cfg, uint64_t seed, ParamSet& set);
+// The initialisation of its parameter tensor `tensor` (a name of
+// plan::op_param_tensors for this op; make_params allocates them).
+InitSpec transformer_layer_param_init(const OpConfig& cfg, const std::string& tensor);
 // Throws std::invalid_argument when heads does not divide hidden or the TP
 // size does not divide heads and ffn.
 void transformer_layer_init(TransformerLayerState& s, const OpConfig& cfg, ParamSet& params);

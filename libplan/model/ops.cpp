@@ -135,46 +135,68 @@ int64_t op_out_width(const std::string& op, const json& dims) {
   return spec != nullptr && spec->out_width != nullptr ? dim_of(dims, spec->out_width) : 0;
 }
 
-int64_t op_param_count(const std::string& op, const json& dims, int64_t max_seq) {
+std::vector<ParamTensor> op_param_tensors(const std::string& op, const json& dims, int64_t max_seq) {
+  using Shape = std::vector<int64_t>;
   if (op == "patch_embed") {
     const int64_t in = dim_of(dims, "in_dim"), h = dim_of(dims, "hidden");
-    return in * h + h + max_seq * h;
+    return {{"w", Shape{in, h}}, {"bias", Shape{h}}, {"pos", Shape{max_seq, h}}};
   }
   if (op == "token_embed") {
     const int64_t v = dim_of(dims, "vocab"), h = dim_of(dims, "hidden");
-    return v * h + max_seq * h;
+    return {{"table", Shape{v, h}}, {"pos", Shape{max_seq, h}}};
   }
   if (op == "transformer_layer") {
+    // Megatron's split: q, k, v and the first MLP weight by columns (with
+    // their biases), the output and second MLP weights by rows; the
+    // LayerNorms and the row-parallel biases whole on every rank.
     const int64_t h = dim_of(dims, "hidden"), f = dim_of(dims, "ffn");
-    return 4 * h * h + 2 * h * f + f + 9 * h;
+    std::vector<ParamTensor> t = {{"ln1_g", Shape{h}}, {"ln1_b", Shape{h}}};
+    for (const char* n : {"q", "k", "v"}) {
+      t.push_back({std::string("w_") + n, Shape{h, h}, 1});
+      t.push_back({std::string("b_") + n, Shape{h}, 0});
+    }
+    t.push_back({"w_o", Shape{h, h}, 0});
+    t.push_back({"b_o", Shape{h}});
+    t.push_back({"ln2_g", Shape{h}});
+    t.push_back({"ln2_b", Shape{h}});
+    t.push_back({"w_1", Shape{h, f}, 1});
+    t.push_back({"b_1", Shape{f}, 0});
+    t.push_back({"w_2", Shape{f, h}, 0});
+    t.push_back({"b_2", Shape{h}});
+    return t;
   }
   if (op == "linear") {
     const int64_t in = dim_of(dims, "in"), out = dim_of(dims, "out");
-    return in * out + out;
+    return {{"w", Shape{in, out}}, {"bias", Shape{out}}};
   }
   if (op == "pool_project") {
     const int64_t in = dim_of(dims, "in"), out = dim_of(dims, "out");
-    return in * out + out + 2 * in;
+    return {{"ln_g", Shape{in}}, {"ln_b", Shape{in}}, {"w", Shape{in, out}}, {"bias", Shape{out}}};
   }
-  if (op == "lm_loss") {
+  if (op == "lm_loss") {   // the vocabulary projection split by vocabulary
     const int64_t h = dim_of(dims, "hidden"), v = dim_of(dims, "vocab");
-    return h * v + 2 * h;
+    return {{"ln_g", Shape{h}}, {"ln_b", Shape{h}}, {"w", Shape{h, v}, 1}};
   }
-  return 0;  // contrastive_loss has no parameters
+  return {};   // contrastive_loss has no parameters
+}
+
+int64_t ParamTensor::values() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t op_param_count(const std::string& op, const json& dims, int64_t max_seq) {
+  int64_t n = 0;
+  for (const ParamTensor& t : op_param_tensors(op, dims, max_seq)) n += t.values();
+  return n;
 }
 
 int64_t op_shard_param_count(const std::string& op, const json& dims, int64_t max_seq, int tensor_parallel) {
   const int64_t k = tensor_parallel > 1 ? tensor_parallel : 1;
-  if (op == "transformer_layer") {
-    const int64_t h = dim_of(dims, "hidden"), f = dim_of(dims, "ffn");
-    const int64_t split = 4 * h * h + 3 * h + 2 * h * f + f;  // w_q,k,v,o, b_q,k,v, w_1, b_1, w_2
-    return split / k + 6 * h;                                // ln1, ln2 (g, b), b_o, b_2
-  }
-  if (op == "lm_loss") {
-    const int64_t h = dim_of(dims, "hidden"), v = dim_of(dims, "vocab");
-    return h * v / k + 2 * h;  // w split by vocabulary; ln_g, ln_b whole
-  }
-  return op_param_count(op, dims, max_seq);
+  int64_t n = 0;
+  for (const ParamTensor& t : op_param_tensors(op, dims, max_seq)) n += t.shard_axis >= 0 ? t.values() / k : t.values();
+  return n;
 }
 
 }  // namespace spindle::plan

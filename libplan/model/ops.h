@@ -63,12 +63,31 @@ bool op_needs_whole_batch(const std::string& op);
 // targets (reads_targets). The runtime draws that data inside the forward,
 // so spindle-profile times it there too.
 bool op_reads_from_data(const std::string& op);
+// One parameter tensor of an operator (docs/spec/ops.md lists them): its
+// name in the op's parameter set ("M/k.r/<name>"), its full shape (without
+// tensor parallelism) and the axis a tensor-parallel group splits it along
+// into equal blocks, one per rank (-1: whole on every rank). The one list
+// of them: the planner counts parameters from it, spindle-run allocates
+// and initialises them from it, in this order (a bucket's flat layout
+// follows it).
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int shard_axis = -1;
+  int64_t values() const;   // of the full shape
+};
+// The parameter tensors of `op` with `dims` (filled in); `max_seq` the
+// module's S, the rows of the position tables. Empty for an op without
+// parameters (contrastive_loss) or an unknown one.
+std::vector<ParamTensor> op_param_tensors(const std::string& op, const nlohmann::json& dims, int64_t max_seq);
+// The values of op_param_tensors, full shapes.
 int64_t op_param_count(const std::string& op, const nlohmann::json& dims, int64_t max_seq);
 // Parameter values one tensor-parallel rank of `tensor_parallel` holds, as the
-// runtime allocates them: tensors split along one axis hold 1/K of their
-// values (transformer_layer: q, k, v, o, MLP weights and the column-parallel
-// biases; lm_loss: the vocabulary projection), the others (LayerNorms,
-// row-parallel biases, every tensor of the other ops) are whole on every rank.
+// runtime allocates them (op_param_tensors): tensors split along one axis
+// hold 1/K of their values (transformer_layer: q, k, v, o, MLP weights and
+// the column-parallel biases; lm_loss: the vocabulary projection), the
+// others (LayerNorms, row-parallel biases, every tensor of the other ops)
+// are whole on every rank. K divides every split axis of a valid model.
 int64_t op_shard_param_count(const std::string& op, const nlohmann::json& dims, int64_t max_seq,
                              int tensor_parallel);
 

@@ -1,8 +1,14 @@
 // The lowering states gradient bucket sizes from the operator catalogue
 // (plan::op_shard_param_count); the runtime allocates parameters with
-// make_params. The two must agree for every op and tensor-parallel degree,
-// or predicted and measured bytes differ.
+// make_params from the catalogue's tensors (plan::op_param_tensors). The
+// two must agree for every op and tensor-parallel degree, tensor by tensor
+// (the order is a bucket's flat layout), or predicted and measured bytes
+// differ.
 #include <catch2/catch.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +44,17 @@ TEST_CASE("catalogue shard counts equal the runtime's parameter shards") {
         const ParamSet set = make_params(cfg, "m/0.0", 1);
         CHECK(set.local_count() == sp::op_shard_param_count(name, dims, max_seq, k));
         CHECK(set.full_count() == sp::op_param_count(name, dims, max_seq));
+        const std::vector<sp::ParamTensor> tensors = sp::op_param_tensors(name, dims, max_seq);
+        REQUIRE(set.params.size() == tensors.size());
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const Param& p = set.params[i];
+          CHECK(p.name == "m/0.0/" + tensors[i].name);
+          CHECK(p.full_shape == tensors[i].shape);
+          CHECK(p.shard_axis == tensors[i].shard_axis);
+          Shape local = tensors[i].shape;   // rank t's block along the split axis
+          if (tensors[i].shard_axis >= 0) local[static_cast<size_t>(tensors[i].shard_axis)] /= k;
+          CHECK(p.value.shape() == local);
+        }
       }
     }
   }

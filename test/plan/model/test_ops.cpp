@@ -1,6 +1,10 @@
 // The operator catalogue (spec/model.md table).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "libplan/model/ops.h"
 
 using namespace spindle::plan;
@@ -74,4 +78,39 @@ TEST_CASE("widths and parameter counts follow the table", "[ops]") {
   CHECK(op_in_width("lm_loss", lm) == 32);
   CHECK(op_out_width("lm_loss", lm) == 0);
   CHECK(op_param_count("lm_loss", lm, 9) == 32 * 64 + 64);
+}
+
+TEST_CASE("parameter tensors: names, shapes and tensor-parallel splits as docs/spec/ops.md lists them", "[ops]") {
+  const json tl = {{"hidden", 8}, {"heads", 2}, {"ffn", 12}, {"causal", true}};
+  const std::vector<ParamTensor> t = op_param_tensors("transformer_layer", tl, 0);
+  std::vector<std::string> names;
+  for (const ParamTensor& p : t) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"ln1_g", "ln1_b", "w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o",
+                                          "ln2_g", "ln2_b", "w_1", "b_1", "w_2", "b_2"});
+  auto find = [&](const std::string& n) -> const ParamTensor& {
+    return *std::find_if(t.begin(), t.end(), [&](const ParamTensor& p) { return p.name == n; });
+  };
+  // Column-parallel (q, k, v, w_1 and their biases), row-parallel (w_o,
+  // w_2), whole (LayerNorms, b_o, b_2).
+  CHECK(find("w_q").shape == std::vector<int64_t>{8, 8});
+  CHECK(find("w_q").shard_axis == 1);
+  CHECK(find("b_q").shard_axis == 0);
+  CHECK(find("w_o").shard_axis == 0);
+  CHECK(find("w_1").shape == std::vector<int64_t>{8, 12});
+  CHECK(find("w_1").shard_axis == 1);
+  CHECK(find("w_2").shape == std::vector<int64_t>{12, 8});
+  CHECK(find("w_2").shard_axis == 0);
+  for (const char* whole : {"ln1_g", "ln1_b", "b_o", "ln2_g", "ln2_b", "b_2"}) CHECK(find(whole).shard_axis == -1);
+  // 4 h^2 + 2 h f + f + 9 h = 256 + 192 + 12 + 72; on 2 ranks the split
+  // part (4 h^2 + 3 h + 2 h f + f = 484) halves and 6 h stay whole.
+  CHECK(op_param_count("transformer_layer", tl, 0) == 532);
+  CHECK(op_shard_param_count("transformer_layer", tl, 0, 2) == 484 / 2 + 48);
+  const json lm = {{"hidden", 8}, {"vocab", 12}};
+  CHECK(op_shard_param_count("lm_loss", lm, 0, 3) == 8 * 12 / 3 + 16);
+  const std::vector<ParamTensor> pe = op_param_tensors("patch_embed", json{{"in_dim", 6}, {"hidden", 4}}, 5);
+  REQUIRE(pe.size() == 3);
+  CHECK(pe[2].name == "pos");
+  CHECK(pe[2].shape == std::vector<int64_t>{5, 4});   // max_seq rows
+  CHECK(op_param_tensors("contrastive_loss", json{{"dim", 4}, {"temperature", 0.07}}, 1).empty());
+  CHECK(op_param_tensors("no_such_op", json::object(), 1).empty());
 }
