@@ -981,26 +981,25 @@ void Executor::optimizer_step(int bucket) {
 // holder's copy, or with sharded state (ZeRO-1, where each member holds the
 // sum of its own chunk alone) every member's own values (ParamState::own):
 // Lowered::counts_in_norm; and of a tensor replicated over a TP group
-// (Param::shard_axis -1) only TP rank 0's copy. Those it reads, the
-// replicated copies it leaves out included, are the instruction's values
-// (Lowered::norm_values), checked.
+// (Param::shard_axis -1) only TP rank 0's copy. Their number is the
+// instruction's values (Lowered::norm_values), checked.
 void Executor::norm_sum(const plan::Instr& in) {
   const Clock::time_point t0 = Clock::now();
   std::vector<Tensor> counted;   // views of the gradient values this rank counts
-  int64_t values = 0;            // those, and the replicated copies of TP ranks other than 0
+  int64_t values = 0;
   for (auto& [key, ps] : params_) {
     if (!sched_->lowered.counts_in_norm(key, rank_)) continue;
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       const Param& p = ps.set.params[i];
       const plan::ValueRange r = ps.own[i];
-      values += r.size();
       if ((p.shard_axis < 0 && key.second != 0) || r.size() == 0) continue;
       counted.push_back(flat_view(p.grad, r.begin, r.size()));
+      values += r.size();
     }
   }
   if (values != in.values)
-    throw std::logic_error("norm_sum: this rank reads " + std::to_string(values) + " gradient values, the lowering says " +
-                           std::to_string(in.values));
+    throw std::logic_error("norm_sum: this rank counts " + std::to_string(values) +
+                           " gradient values, the lowering says " + std::to_string(in.values));
   norm_squares_ = backend_.sum_squares(counted);
   counters_.compute_ms += ms_since(t0);
   record({BoxKind::norm_sum, -1, values}, t0);

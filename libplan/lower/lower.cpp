@@ -223,6 +223,7 @@ void split_bucket(Bucket b, const std::vector<int>& first_wave, const std::vecto
     piece.first_wave = first_wave[static_cast<size_t>(p)];   // non-increasing: the piece's earliest
     if (!b.shards.empty()) piece.shards.push_back(std::move(b.shards[i]));
     piece.params.push_back(p);
+    piece.ranks.push_back(b.ranks[i]);
     piece.values += values;
   }
   close();
@@ -319,6 +320,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
   sc.reduced.clear();
   std::vector<int64_t> shard_values(params, 0);   // by param: one shard's values
   out.unreduced_values.assign(static_cast<size_t>(std::max(out.devices, 0)), 0);
+  out.unreduced_norm_values.assign(out.unreduced_values.size(), 0);
   for (int p : ids.sorted) {
     const int first = sc.first_op[static_cast<size_t>(p)];
     if (first < 0) continue;
@@ -336,7 +338,10 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
       if (runtime_maps && !list.empty())
         out.shard_devices.emplace_hint(out.shard_devices.end(), ShardKey{name, static_cast<int>(rank)}, list);
       if (list.size() < 2) {   // one holder: nothing to all-reduce
-        if (!list.empty()) out.unreduced_values[static_cast<size_t>(list.front())] += values;
+        if (list.empty()) continue;
+        out.unreduced_values[static_cast<size_t>(list.front())] += values;
+        for (const LowerContext::NormTensor& t : ctx.param_tensors[static_cast<size_t>(p)])
+          if (!t.tp_copy || rank == 0) out.unreduced_norm_values[static_cast<size_t>(list.front())] += t.values;
         continue;
       }
       const size_t begin = sc.pool.size();
@@ -367,6 +372,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
       const ShardScratch::Reduced& x = sc.reduced[sc.by_holders[i]];
       if (runtime_maps) b.shards.emplace_back(ids.names[static_cast<size_t>(x.param)], x.rank);
       b.params.push_back(x.param);
+      b.ranks.push_back(x.rank);
       b.values += shard_values[static_cast<size_t>(x.param)];
     }
     split_bucket(std::move(b), first_wave, shard_values, sync.bucket_bytes, out.buckets);
@@ -481,7 +487,7 @@ class ProgramBuilder {
   // false, every Instr::deps is left empty (LowerOptions). Sets
   // `starts_matter` when the two bucket-start rules would give d other
   // programs.
-  ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
+  ProgramBuilder(const Lowered& l, const LowerContext& ctx, const DeviceShare& mine, int waves, int d,
                  BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
                  bool& starts_matter);
 
@@ -535,7 +541,8 @@ class ProgramBuilder {
   void wait_gathers(size_t k);
 
   const Lowered& l_;
-  const ParamIds& ids_;
+  const LowerContext& ctx_;
+  const ParamIds& ids_;   // ctx_.params
   const DeviceShare mine_;
   const int waves_, d_;
   // From the scratch: by param id (BuilderScratch).
@@ -587,10 +594,10 @@ class ProgramBuilder {
   size_t next_gather_ = 0;
 };
 
-ProgramBuilder::ProgramBuilder(const Lowered& l, const ParamIds& ids, const DeviceShare& mine, int waves, int d,
+ProgramBuilder::ProgramBuilder(const Lowered& l, const LowerContext& ctx, const DeviceShare& mine, int waves, int d,
                                BuilderScratch& scratch, bool deps, const GradSync& sync, BucketStarts starts,
                                bool& starts_matter)
-    : l_(l), ids_(ids), mine_(mine), waves_(waves), d_(d), param_bwd_(scratch.param_bwd),
+    : l_(l), ctx_(ctx), ids_(ctx.params), mine_(mine), waves_(waves), d_(d), param_bwd_(scratch.param_bwd),
       last_step_(scratch.last_step), deps_(deps), overlap_(sync.overlap),
       early_(sync.overlap && sync.early_transfers), norm_(sync.grad_norm), starts_(starts),
       starts_matter_(starts_matter),
@@ -925,7 +932,7 @@ void ProgramBuilder::sync_and_step() {
 // from the backward pass), then the all-reduce of that sum over every
 // device (grad_norm). Returns the grad_norm's index.
 int ProgramBuilder::grad_norm() {
-  append(InstrKind::norm_sum).values = l_.norm_values(d_);
+  append(InstrKind::norm_sum).values = l_.norm_values(d_, ctx_);
   if (deps_) {
     std::vector<int> deps(reductions_.begin(), reductions_.end());
     for (int s : bwd_of_)
@@ -1069,12 +1076,22 @@ bool Lowered::counts_in_norm(const ShardKey& key, int device) const {
   return it != shard_devices.end() && !it->second.empty() && it->second.front() == device;
 }
 
-int64_t Lowered::norm_values(int device) const {
-  int64_t values = unreduced_values[static_cast<size_t>(device)];
+int64_t Lowered::norm_values(int device, const LowerContext& context) const {
+  int64_t values = unreduced_norm_values[static_cast<size_t>(device)];
   for (size_t k = 0; k < buckets.size(); ++k) {
-    const std::vector<int>& d = buckets[k].devices;
-    if (sharded_state ? std::binary_search(d.begin(), d.end(), device) : d.front() == device)
-      values += owned(static_cast<int>(k), device).size();
+    const Bucket& b = buckets[k];
+    if (!(sharded_state ? std::binary_search(b.devices.begin(), b.devices.end(), device) : b.devices.front() == device))
+      continue;
+    // Its part of the bucket's flat layout (shards in order, each its
+    // tensors in order), less the copies TP ranks > 0 leave out.
+    const ValueRange own = owned(static_cast<int>(k), device);
+    int64_t at = 0;
+    for (size_t i = 0; i < b.params.size(); ++i)
+      for (const LowerContext::NormTensor& t : context.param_tensors[static_cast<size_t>(b.params[i])]) {
+        if (!t.tp_copy || b.ranks[i] == 0)
+          values += std::max<int64_t>(0, std::min(at + t.values, own.end) - std::max(at, own.begin));
+        at += t.values;
+      }
   }
   return values;
 }
@@ -1098,6 +1115,7 @@ Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
   }
   ctx.producers.resize(graph.ops.size());
   ctx.shard_values.assign(graph.ops.size(), 0);
+  ctx.param_tensors.assign(ctx.params.names.size(), {});
   ctx.out_values_per_row.resize(graph.ops.size());
   ctx.op_index.reserve(graph.ops.size());
   for (size_t i = 0; i < graph.ops.size(); ++i) {
@@ -1121,6 +1139,12 @@ Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
       const Module* module = model.find_module(node.module);
       if (module == nullptr) return Error{"lowering: operator " + op.id + " has no module '" + node.module + "'"};
       ctx.shard_values[i] = op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
+      std::vector<LowerContext::NormTensor>& tensors = ctx.param_tensors[static_cast<size_t>(ctx.params.of_op[i])];
+      if (tensors.empty()) {   // the parameter's first operator (all of them have its shapes)
+        const int64_t k = std::max(op.tensor_parallel, 1);
+        for (const ParamTensor& t : op_param_tensors(op.workload.op, op.workload.dims, module->max_seq))
+          tensors.push_back({t.shard_axis >= 0 ? t.values() / k : t.values(), t.shard_axis < 0 && k > 1});
+      }
     }
   }
   return ctx;
@@ -1178,7 +1202,7 @@ Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, c
   out.programs.reserve(static_cast<size_t>(plan.devices));
   out.bucket_starts_matter = false;
   for (int d = 0; d < plan.devices; ++d)
-    out.programs.push_back(ProgramBuilder(out, ids, shares.of(d), static_cast<int>(plan.waves.size()),
+    out.programs.push_back(ProgramBuilder(out, ctx, shares.of(d), static_cast<int>(plan.waves.size()),
                                           d, scratch, options.deps, sync, plan.bucket_starts,
                                           out.bucket_starts_matter)
                                .build());

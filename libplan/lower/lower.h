@@ -132,6 +132,7 @@ struct Bucket {
   std::vector<int> devices;     // ascending, at least 2
   std::vector<ShardKey> shards; // ascending; empty without LowerOptions::runtime_maps (params say the same)
   std::vector<int> params;      // by shard: its parameter id (LowerContext::params)
+  std::vector<int> ranks;       // by shard: its tensor-parallel rank
   int first_wave = 0;           // the earliest wave using one of them: their gradients are final once
                                 // the backward pass is past it
   int64_t values = 0;           // gradient values summed: op_shard_param_count of each shard
@@ -256,6 +257,16 @@ struct LowerContext {
   // By graph operator: the values of one batch row of its output
   // (op_out_values_per_sample).
   std::vector<int64_t> out_values_per_row;
+  // By parameter id: its tensors at one tensor-parallel rank, in the order
+  // of a bucket's flat layout (op_param_tensors): the values of each, and
+  // whether it is a copy that TP ranks other than 0 leave out of the
+  // gradient norm (a tensor whole on every rank of a TP group of two or
+  // more: LayerNorms, row-parallel biases). Lowered::norm_values.
+  struct NormTensor {
+    int64_t values = 0;
+    bool tp_copy = false;
+  };
+  std::vector<std::vector<NormTensor>> param_tensors;
   std::unordered_map<std::string_view, int> op_index;   // operator id -> graph index
 };
 
@@ -270,8 +281,9 @@ struct Lowered {
   std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending
   std::vector<Bucket> buckets;           // in the one order every device runs them (lower.cpp, order_buckets)
   // By device: the values of the parameter shards it alone holds (no
-  // all-reduce), which its last optimizer step steps.
-  std::vector<int64_t> unreduced_values;
+  // all-reduce), which its last optimizer step steps; and of those, the
+  // ones it counts in the gradient norm (norm_values).
+  std::vector<int64_t> unreduced_values, unreduced_norm_values;
   // Every parameter shard: the devices holding it (ascending), its
   // tensor-parallel degree, and one operator using it.
   std::map<ShardKey, std::vector<int>> shard_devices;
@@ -305,15 +317,15 @@ struct Lowered {
   // the shard's first holder adds all of it. Needs
   // LowerOptions::runtime_maps (shard_devices).
   bool counts_in_norm(const ShardKey& key, int device) const;
-  // The gradient values `device` reads for the norm (its norm_sum's
-  // values), by the same rule: of each bucket it is in, its own chunk
-  // with sharded_state, else all of the bucket's values when it is the
-  // bucket's first device (every shard of a bucket has the bucket's
-  // holders); and its shards in no bucket (unreduced_values). Those reads
-  // include the copies of tensors replicated over a tensor-parallel group
-  // that the runtime leaves out of the sum on ranks other than TP rank 0
-  // (LayerNorms, row-parallel biases: Executor::norm_sum).
-  int64_t norm_values(int device) const;
+  // The gradient values `device` adds to the norm (its norm_sum's values),
+  // by the same rule: of each bucket it is in, its own chunk with
+  // sharded_state, else all of the bucket's values when it is the bucket's
+  // first device (every shard of a bucket has the bucket's holders); and
+  // its shards in no bucket. Of a shard at TP rank > 0, its copies of the
+  // tensors whole on every TP rank are left out (counted at rank 0:
+  // LowerContext::NormTensor). Over every device they add up to every
+  // parameter value of the model once. `context` is the one lowered with.
+  int64_t norm_values(int device, const LowerContext& context) const;
 
   // Position of `device` in slice `slice`'s device list; -1 when absent.
   int position(int slice, int device) const;

@@ -312,7 +312,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
           CHECK(stepped.empty());
           CHECK_FALSE(optimizer);
           CHECK(waited == started);
-          CHECK(in.values == l.norm_values(prog.device));
+          CHECK(in.values == l.norm_values(prog.device, ctx));
           norm_values += in.values;
           REQUIRE(i + 1 < prog.instrs.size());
           CHECK(prog.instrs[i + 1].kind == sp::InstrKind::grad_norm);
@@ -421,20 +421,28 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     for (const sp::Instr& in : prog.instrs)
       if (in.kind == sp::InstrKind::optimizer) stepped[static_cast<size_t>(prog.device)] += in.values;
   CHECK(stepped == held);
-  // The gradient norm reads every shard's values once over all devices:
-  // of each shard its first holder (with sharded state, every holder its
-  // own chunk: the chunks cover each bucket once, above).
-  int64_t shard_total = 0, norm_total = 0;
+  // The gradient norm counts every parameter value of the model once over
+  // all devices (its full tensors, as one device holds them): of each
+  // shard its first holder (with sharded state, every holder its own
+  // chunk: the chunks cover each bucket once, above), and of a tensor whole
+  // on every TP rank only rank 0's copy.
+  int64_t model_total = 0, norm_total = 0;
+  for (const auto& [name, op_index] : l.param_op) {
+    const sp::Operator& op = ctx.graph->ops[static_cast<size_t>(op_index)];
+    const sp::Task& task = ctx.model->tasks[static_cast<size_t>(op.task)];
+    const sp::Module* module = ctx.model->find_module(task.nodes[static_cast<size_t>(op.node)].module);
+    REQUIRE(module != nullptr);
+    model_total += sp::op_param_count(op.workload.op, op.workload.dims, module->max_seq);
+  }
   for (const auto& [key, devices] : l.shard_devices) {
-    shard_total += ctx.shard_values[static_cast<size_t>(l.param_op.at(key.first))];
     int counters = 0;
     for (int d : devices) counters += l.counts_in_norm(key, d) ? 1 : 0;
     CHECK(counters == (l.sharded_state ? static_cast<int>(devices.size()) : 1));
     CHECK(l.counts_in_norm(key, devices.front()));
   }
-  for (int d = 0; d < plan.devices; ++d) norm_total += l.norm_values(d);
-  CHECK(norm_total == shard_total);
-  if (l.grad_norm) CHECK(norm_values == shard_total);   // the programs' norm_sums
+  for (int d = 0; d < plan.devices; ++d) norm_total += l.norm_values(d, ctx);
+  CHECK(norm_total == model_total);
+  if (l.grad_norm) CHECK(norm_values == model_total);   // the programs' norm_sums
   for (size_t k = 0; k < l.buckets.size(); ++k) {
     const sp::Bucket& b = l.buckets[k];
     CHECK(reduced_by[static_cast<int>(k)] == static_cast<int>(b.devices.size()));   // by every member, once
