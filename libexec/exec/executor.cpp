@@ -992,7 +992,7 @@ void Executor::norm_sum(const plan::Instr& in) {
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       const Param& p = ps.set.params[i];
       const plan::ValueRange r = ps.own[i];
-      if ((p.shard_axis < 0 && key.second != 0) || r.size() == 0) continue;
+      if (!plan::counted_in_norm(p.shard_axis, key.second) || r.size() == 0) continue;
       counted.push_back(flat_view(p.grad, r.begin, r.size()));
       values += r.size();
     }

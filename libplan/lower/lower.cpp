@@ -341,7 +341,8 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
         if (list.empty()) continue;
         out.unreduced_values[static_cast<size_t>(list.front())] += values;
         for (const LowerContext::NormTensor& t : ctx.param_tensors[static_cast<size_t>(p)])
-          if (!t.tp_copy || rank == 0) out.unreduced_norm_values[static_cast<size_t>(list.front())] += t.values;
+          if (counted_in_norm(t.shard_axis, static_cast<int>(rank)))
+            out.unreduced_norm_values[static_cast<size_t>(list.front())] += t.values;
         continue;
       }
       const size_t begin = sc.pool.size();
@@ -1088,7 +1089,7 @@ int64_t Lowered::norm_values(int device, const LowerContext& context) const {
     int64_t at = 0;
     for (size_t i = 0; i < b.params.size(); ++i)
       for (const LowerContext::NormTensor& t : context.param_tensors[static_cast<size_t>(b.params[i])]) {
-        if (!t.tp_copy || b.ranks[i] == 0)
+        if (counted_in_norm(t.shard_axis, b.ranks[i]))
           values += std::max<int64_t>(0, std::min(at + t.values, own.end) - std::max(at, own.begin));
         at += t.values;
       }
@@ -1143,7 +1144,7 @@ Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
       if (tensors.empty()) {   // the parameter's first operator (all of them have its shapes)
         const int64_t k = std::max(op.tensor_parallel, 1);
         for (const ParamTensor& t : op_param_tensors(op.workload.op, op.workload.dims, module->max_seq))
-          tensors.push_back({t.shard_axis >= 0 ? t.values() / k : t.values(), t.shard_axis < 0 && k > 1});
+          tensors.push_back({t.shard_axis >= 0 ? t.values() / k : t.values(), t.shard_axis});
       }
     }
   }
