@@ -1071,18 +1071,21 @@ int64_t Lowered::flat_values(int bucket) const {
 
 int64_t Lowered::gather_bytes(int bucket) const { return sharded_state ? flat_values(bucket) * kWireBytesPerValue : 0; }
 
+bool Lowered::counts_holders_in_norm(const std::vector<int>& holders, int device) const {
+  if (holders.empty()) return false;
+  return sharded_state ? std::binary_search(holders.begin(), holders.end(), device) : holders.front() == device;
+}
+
 bool Lowered::counts_in_norm(const ShardKey& key, int device) const {
-  if (sharded_state) return true;   // its own chunk
   const auto it = shard_devices.find(key);
-  return it != shard_devices.end() && !it->second.empty() && it->second.front() == device;
+  return it != shard_devices.end() && counts_holders_in_norm(it->second, device);
 }
 
 int64_t Lowered::norm_values(int device, const LowerContext& context) const {
   int64_t values = unreduced_norm_values[static_cast<size_t>(device)];
   for (size_t k = 0; k < buckets.size(); ++k) {
     const Bucket& b = buckets[k];
-    if (!(sharded_state ? std::binary_search(b.devices.begin(), b.devices.end(), device) : b.devices.front() == device))
-      continue;
+    if (!counts_holders_in_norm(b.devices, device)) continue;
     // Its part of the bucket's flat layout (shards in order, each its
     // tensors in order), less the copies TP ranks > 0 leave out.
     const ValueRange own = owned(static_cast<int>(k), device);
@@ -1139,13 +1142,16 @@ Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
     if (ctx.params.of_op[i] >= 0) {
       const Module* module = model.find_module(node.module);
       if (module == nullptr) return Error{"lowering: operator " + op.id + " has no module '" + node.module + "'"};
-      ctx.shard_values[i] = op_shard_param_count(op.workload.op, op.workload.dims, module->max_seq, op.tensor_parallel);
+      // The parameter's tensors at one TP rank, from its first operator
+      // (all of them have its shapes); the shard's values are their sum
+      // (op_shard_param_count).
       std::vector<LowerContext::NormTensor>& tensors = ctx.param_tensors[static_cast<size_t>(ctx.params.of_op[i])];
-      if (tensors.empty()) {   // the parameter's first operator (all of them have its shapes)
+      if (tensors.empty()) {
         const int64_t k = std::max(op.tensor_parallel, 1);
         for (const ParamTensor& t : op_param_tensors(op.workload.op, op.workload.dims, module->max_seq))
           tensors.push_back({t.shard_axis >= 0 ? t.values() / k : t.values(), t.shard_axis});
       }
+      for (const LowerContext::NormTensor& t : tensors) ctx.shard_values[i] += t.values;
     }
   }
   return ctx;

@@ -317,6 +317,9 @@ struct Lowered {
   // the shard's first holder adds all of it. Needs
   // LowerOptions::runtime_maps (shard_devices).
   bool counts_in_norm(const ShardKey& key, int device) const;
+  // The same for any shard whose holders (ascending) are `holders`: the
+  // rule counts_in_norm and norm_values share.
+  bool counts_holders_in_norm(const std::vector<int>& holders, int device) const;
   // The gradient values `device` adds to the norm (its norm_sum's values),
   // by the same rule: of each bucket it is in, its own chunk with
   // sharded_state, else all of the bucket's values when it is the bucket's

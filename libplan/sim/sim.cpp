@@ -372,11 +372,8 @@ class Simulator {
   // device can run through it without an event: compute, post_recv, and the
   // wait for a started all-reduce or all-gather that has begun.
   bool runs_alone(const Instr& c) const {
+    if (is_compute(c.kind)) return true;
     switch (c.kind) {
-      case InstrKind::forward:
-      case InstrKind::backward:
-      case InstrKind::optimizer:
-      case InstrKind::norm_sum:
       case InstrKind::post_recv: return true;
       case InstrKind::allreduce_wait:
       case InstrKind::allgather_wait: return s_.bucket_end[static_cast<size_t>(collective_of(l_, c))] >= 0;
@@ -391,15 +388,8 @@ class Simulator {
   // every other kind.
   // (fill_slice_ms first: the forwards' and backwards' times by slice.)
   double compute_ms(const Instr& c, size_t d, size_t i) const {
-    switch (c.kind) {
-      case InstrKind::post_recv: return instruction_overhead_ms_;   // its messages' overhead is the exchange's
-      case InstrKind::forward:
-      case InstrKind::backward:
-      case InstrKind::optimizer:
-      case InstrKind::norm_sum: break;
-      default: return 0.0;
-    }
-    if (!options_.price_compute) return 0.0;
+    if (c.kind == InstrKind::post_recv) return instruction_overhead_ms_;   // its messages' overhead is the exchange's
+    if (!is_compute(c.kind) || !options_.price_compute) return 0.0;
     if (!options_.replay_ms.empty() && options_.replay_ms[d][i] >= 0) return options_.replay_ms[d][i];
     if (c.kind == InstrKind::optimizer) return options_.price_optimizer ? cost_.optimizer_ms(c.values) : 0.0;
     if (c.kind == InstrKind::norm_sum) return options_.price_optimizer ? cost_.norm_sum_ms(c.values) : 0.0;
