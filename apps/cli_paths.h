@@ -21,6 +21,24 @@ inline void add_version_flag(CLI::App& app, const std::string& program) {
   app.set_version_flag("--version", program + " " SPINDLE_VERSION, "print the version and exit");
 }
 
+// A usage error CLI11 finds ("--steps x", a missing MODEL) reads as the
+// program's own errors do: "PROGRAM: error: MESSAGE" on stderr, then
+// CLI11's hint to --help. Without it CLI11 prints the bare message
+// ("Could not convert: --steps = x"), which a log's reader or a grep for
+// "error:" cannot tell from other output.
+inline void prefix_usage_errors(CLI::App& app, const std::string& program) {
+  app.failure_message([program](const CLI::App* a, const CLI::Error& e) {
+    return program + ": error: " + CLI::FailureMessage::simple(a, e);
+  });
+}
+
+// What every program's command line starts with: --version and the error
+// prefix.
+inline void init_app(CLI::App& app, const std::string& program) {
+  add_version_flag(app, program);
+  prefix_usage_errors(app, program);
+}
+
 // For every option that takes a path: an empty value ("--data ''", or
 // "--data $DATA" in a job script where DATA is unset) is a usage error
 // (exit 2), not the option left out. Read as "not given", it would train

@@ -24,7 +24,7 @@ constexpr int kExitFailure = 1;
 int main(int argc, char** argv) {
   std::string checkpoint, out_path;
   CLI::App app{"spindle-export: write a checkpoint's parameters as safetensors"};
-  spindle::apps::add_version_flag(app, "spindle-export");
+  spindle::apps::init_app(app, "spindle-export");
   app.add_option("checkpoint", checkpoint, "checkpoint step directory DIR/step-N, or DIR for its newest")
       ->required();
   app.add_option("-o,--output", out_path, "safetensors file to write")->required()->check(spindle::apps::non_empty_path());

@@ -460,7 +460,7 @@ void print_profile_links(const sp::Profile& profile) {
 int main(int argc, char** argv) {
   spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   CLI::App app{"spindle-plan: plan multi-task multi-modal training as waves of MetaOps"};
-  spindle::apps::add_version_flag(app, "spindle-plan");
+  spindle::apps::init_app(app, "spindle-plan");
   Options o;
   add_options(app, o);
   try {

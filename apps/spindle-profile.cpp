@@ -377,7 +377,7 @@ int main(int argc, char** argv) {
   spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   namespace sp = spindle::plan;
   CLI::App app{"spindle-profile: operator scaling curves of a model on a cluster (spec/profile.md)"};
-  spindle::apps::add_version_flag(app, "spindle-profile");
+  spindle::apps::init_app(app, "spindle-profile");
   std::string model_path, cluster_path, out_path, devices_text, backend_name = "cpu";
   double point_ms = 120;
   bool analytic = false, measure = false;

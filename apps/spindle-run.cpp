@@ -1261,7 +1261,7 @@ int main(int argc, char** argv) {
   spindle::plan::keep_freed_host_memory(std::getenv("GLIBC_TUNABLES"));  // util/host_memory.h
   Args args;
   CLI::App app{"spindle-run: train a model under a wave plan, one MPI rank per device"};
-  spindle::apps::add_version_flag(app, "spindle-run");
+  spindle::apps::init_app(app, "spindle-run");
   add_options(app, args);
   // The command line is read before MPI starts: --help or a bad flag is
   // answered without it (a process started by hand would otherwise start

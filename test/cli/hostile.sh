@@ -110,6 +110,14 @@ outputs)
   ls *.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary file left"; failures=$((failures + 1)); }
   [ -e p.json ] && { echo "FAIL: p.json written by a refused run"; failures=$((failures + 1)); }
   expect 0 "" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --trace t.json
+  # A usage error that CLI11 finds reads as the programs' own errors:
+  # "PROGRAM: error: MESSAGE", then the hint to --help.
+  expect 2 "spindle-plan: error: --shift-simulations: Value abc not in range" -- \
+    "$plan" model.yaml --cluster cluster.yaml --shift-simulations abc
+  expect 2 "spindle-profile: error: MODEL is required" -- "$profile"
+  if [ -x "$bin/spindle-export" ]; then
+    expect 2 "spindle-export: error: checkpoint is required" -- "$bin/spindle-export"
+  fi
   ;;
 check-cluster)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
@@ -157,6 +165,12 @@ profile-mismatch)
   ;;
 run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
+  # A usage error that CLI11 finds, on every rank: said once (the launcher's
+  # rank 0 speaks for all), as "spindle-run: error: ...".
+  expect 2 "spindle-run: error: Could not convert: --steps = x" -- \
+    mpi 2 "$run" one.json --model "$models/tiny-clip.yaml" --steps x
+  [ "$(grep -c 'error:' "$work/err.txt")" -eq 1 ] ||
+    { echo "FAIL: a usage error said $(grep -c 'error:' "$work/err.txt") times, not once"; failures=$((failures + 1)); }
   # Each value echoed as the shortest decimal that reads back (number_text):
   # not 1e30 as 31 digits and six decimals, nor a tiny value as 0.000000.
   for lr in nan:nan inf:inf -1:-1 0:0 1e30:1e+30 1.5:1.5; do
