@@ -52,6 +52,22 @@ inline CLI::Validator non_empty_path() {
       "PATH", "non-empty path");
 }
 
+// For every option that takes a value, called once all are added: an
+// empty value ("--clip-grad $CLIP" in a job script where CLIP is unset) is
+// a usage error (exit 2). CLI11 alone reads "" as 0 for a number, so that
+// run would train unclipped, or without weight decay, and exit 0. Path
+// options keep their own message (non_empty_path, checked first).
+inline void refuse_empty_values(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;   // a flag: takes no value
+    opt->check(CLI::Validator(
+        [](std::string& value) {
+          return value.empty() ? std::string("empty value (an unset variable in a script?)") : std::string();
+        },
+        "", "non-empty value"));
+  }
+}
+
 // For an unsigned 64-bit option (--seed): decimal digits only, at most
 // 2^64 - 1. CLI11 alone would read "99999999999999999999" as 2^64 - 1 (its
 // conversion saturates instead of failing) and "0x10" as 16, so a typo

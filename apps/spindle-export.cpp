@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("checkpoint", checkpoint, "checkpoint step directory DIR/step-N, or DIR for its newest")
       ->required();
   app.add_option("-o,--output", out_path, "safetensors file to write")->required()->check(spindle::apps::non_empty_path());
+  spindle::apps::refuse_empty_values(app);   // once every option is added
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

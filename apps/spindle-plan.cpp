@@ -463,6 +463,7 @@ int main(int argc, char** argv) {
   spindle::apps::init_app(app, "spindle-plan");
   Options o;
   add_options(app, o);
+  spindle::apps::refuse_empty_values(app);   // once every option is added
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

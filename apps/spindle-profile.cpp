@@ -396,6 +396,7 @@ int main(int argc, char** argv) {
                  ->capture_default_str();
   b->needs(m);
   pm->needs(m);
+  spindle::apps::refuse_empty_values(app);   // once every option is added
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1269,6 +1269,7 @@ int main(int argc, char** argv) {
   // before MPI_Init leaves mpirun nothing to report but the exit code.
   // Every rank parses the same line: the launcher's rank 0 (or a process
   // started alone) speaks for all.
+  spindle::apps::refuse_empty_values(app);   // once every option is added
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -64,7 +64,8 @@ outputs)
   done
   expect 2 "--output: empty path" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o ""
   # --devices: given, it must list counts ("$COUNTS" unset is not "every count").
-  for list in "" "2," ",2" "1,,2" "-1" "x"; do
+  expect 2 "--devices: empty value" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o prof.json --devices ""
+  for list in "2," ",2" "1,,2" "-1" "x"; do
     expect 2 "--devices: expected positive integers" -- \
       "$profile" model.yaml --cluster cluster.yaml --analytic -o prof.json --devices "$list"
   done
@@ -115,6 +116,12 @@ outputs)
   expect 2 "spindle-plan: error: --shift-simulations: Value abc not in range" -- \
     "$plan" model.yaml --cluster cluster.yaml --shift-simulations abc
   expect 2 "spindle-profile: error: MODEL is required" -- "$profile"
+  for opt in --bucket-mb --strategy; do
+    expect 2 "spindle-plan: error: $opt: empty value" -- "$plan" model.yaml --cluster cluster.yaml -o e.json "$opt" ""
+  done
+  expect 2 "spindle-profile: error: --point-ms: empty value" -- \
+    "$profile" model.yaml --cluster cluster.yaml --measure -o e.json --point-ms ""
+  [ -e e.json ] && { echo "FAIL: e.json written by a refused run"; failures=$((failures + 1)); }
   if [ -x "$bin/spindle-export" ]; then
     expect 2 "spindle-export: error: checkpoint is required" -- "$bin/spindle-export"
   fi
@@ -171,6 +178,13 @@ run-flags)
     mpi 2 "$run" one.json --model "$models/tiny-clip.yaml" --steps x
   [ "$(grep -c 'error:' "$work/err.txt")" -eq 1 ] ||
     { echo "FAIL: a usage error said $(grep -c 'error:' "$work/err.txt") times, not once"; failures=$((failures + 1)); }
+  # An empty value ("--clip-grad $CLIP", CLIP unset) is refused, not read
+  # as 0: that run would train unclipped, or with no weight decay.
+  for opt in --clip-grad --weight-decay --lr --steps --adam-eps; do
+    expect 2 "spindle-run: error: $opt: empty value (an unset variable in a script?)" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" "$opt" "" --metrics m.jsonl
+  done
+  [ -e m.jsonl ] && { echo "FAIL: m.jsonl written by a refused run"; failures=$((failures + 1)); }
   # Each value echoed as the shortest decimal that reads back (number_text):
   # not 1e30 as 31 digits and six decimals, nor a tiny value as 0.000000.
   for lr in nan:nan inf:inf -1:-1 0:0 1e30:1e+30 1.5:1.5; do
