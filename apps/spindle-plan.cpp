@@ -31,6 +31,7 @@
 #include "libplan/sim/sim.h"
 #include "libplan/util/files.h"
 #include "libplan/util/host_memory.h"
+#include "libplan/util/parallel.h"
 #include "libplan/util/units.h"
 
 namespace sp = spindle::plan;
@@ -472,6 +473,9 @@ int main(int argc, char** argv) {
   }
   o.bucket_given = app.count("--bucket-mb") > 0;
   if (o.model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
+  if (sp::plan_threads_env_invalid())
+    return fail(kExitInvalid, std::string("SPINDLE_PLAN_THREADS=") + std::getenv("SPINDLE_PLAN_THREADS") +
+                                  ": expected a number of threads from 1 to 1024 (unset: one per hardware thread)");
 
   if (sp::Status st = sp::check_bucket_mb(o.bucket_mb); !st) return fail(kExitInvalid, st.error().message);
   sp::GradSync sync;

@@ -14,16 +14,30 @@
 
 namespace spindle::plan {
 
+// SPINDLE_PLAN_THREADS as given: a number from 1 to 1024, or 0 when the
+// variable is not set or holds anything else.
+inline size_t plan_threads_env() {
+  const char* env = std::getenv("SPINDLE_PLAN_THREADS");
+  if (env == nullptr) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  return end != env && *end == '\0' && v >= 1 && v <= 1024 ? static_cast<size_t>(v) : 0;
+}
+
+// Whether SPINDLE_PLAN_THREADS is set but not to a number from 1 to 1024
+// (the programs refuse it: the library alone would plan on every hardware
+// thread instead of the count asked for).
+inline bool plan_threads_env_invalid() {
+  return std::getenv("SPINDLE_PLAN_THREADS") != nullptr && plan_threads_env() == 0;
+}
+
 // Threads parallel_for uses for n items: std::thread::hardware_concurrency()
 // (at least 1), or SPINDLE_PLAN_THREADS when set to a number from 1 to 1024
-// (other values are ignored), at most n.
+// (other values are ignored here; spindle-plan and spindle-profile refuse
+// them), at most n.
 inline size_t parallel_workers(size_t n) {
   size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  if (const char* env = std::getenv("SPINDLE_PLAN_THREADS")) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v >= 1 && v <= 1024) threads = static_cast<size_t>(v);
-  }
+  if (const size_t env = plan_threads_env(); env > 0) threads = env;
   return std::min(n, threads);
 }
 

@@ -116,6 +116,12 @@ outputs)
   expect 2 "spindle-plan: error: --shift-simulations: Value abc not in range" -- \
     "$plan" model.yaml --cluster cluster.yaml --shift-simulations abc
   expect 2 "spindle-profile: error: MODEL is required" -- "$profile"
+  for threads in 0 -1 abc "" 2.5 1025; do
+    expect 2 "spindle-plan: error: SPINDLE_PLAN_THREADS=$threads: expected a number of threads from 1 to 1024" -- \
+      env SPINDLE_PLAN_THREADS="$threads" "$plan" model.yaml --cluster cluster.yaml -o e.json
+  done
+  expect 0 "" -- env SPINDLE_PLAN_THREADS=1 "$plan" model.yaml --cluster cluster.yaml -o one-thread.json
+  cmp -s one-thread.json p.json || { echo "FAIL: the plan on 1 thread differs"; failures=$((failures + 1)); }
   for opt in --bucket-mb --strategy; do
     expect 2 "spindle-plan: error: $opt: empty value" -- "$plan" model.yaml --cluster cluster.yaml -o e.json "$opt" ""
   done
