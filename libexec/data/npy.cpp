@@ -205,7 +205,11 @@ NpyArray::~NpyArray() {
 }
 
 Result<NpyArray> NpyArray::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in the data folder opens at once and is refused
+  // below (only a regular file can be mapped); a blocking open would wait
+  // for a writer forever, and every rank of the job with it. No effect on
+  // a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Error{path + ": cannot open: " + std::strerror(errno)};
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

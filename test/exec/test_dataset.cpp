@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "libexec/data/dataset.h"
 #include "libexec/data/npy.h"
 #include "libexec/exec/checkpoint.h"
@@ -217,6 +219,21 @@ TEST_CASE("npy: a mapped file gives exactly the rows asked for, a short file is 
   CHECK_THAT(s.error().message, Catch::Contains("short.npy: truncated") && Catch::Contains("needs 24 data bytes"));
   CHECK_THAT(NpyArray::open((d / "none.npy").string()).error().message,
              Catch::Contains("none.npy: cannot open: No such file"));
+}
+
+TEST_CASE("npy: a FIFO, a folder or a device where a data file belongs is refused at once", "[data]") {
+  const fs::path d = temp_dir("npy-special");
+  // A FIFO with no writer: a blocking open would wait forever (and the
+  // test with it, until ctest's timeout).
+  REQUIRE(::mkfifo((d / "fifo.npy").c_str(), 0600) == 0);
+  fs::create_directory(d / "dir.npy");
+  fs::create_symlink("/dev/zero", d / "zero.npy");
+  for (const char* name : {"fifo.npy", "dir.npy", "zero.npy"}) {
+    INFO(name);
+    const auto a = NpyArray::open((d / name).string());
+    REQUIRE_FALSE(a.ok());
+    CHECK_THAT(a.error().message, Catch::Contains(std::string(name) + ": not a regular file"));
+  }
 }
 
 TEST_CASE("npy: the shipped digits data reads as numpy wrote it", "[data]") {
