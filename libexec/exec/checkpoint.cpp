@@ -270,7 +270,7 @@ plan::Status remove_checkpoints(const std::string& dir) {
 
 Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   const std::string manifest_path = step_dir + "/manifest.json";
-  SPINDLE_ASSIGN(text, plan::read_file(manifest_path));
+  SPINDLE_ASSIGN(text, plan::read_regular_file(manifest_path));
   Checkpoint ck;
   ck.path = step_dir;
   nlohmann::json files;
@@ -329,7 +329,7 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
     const std::string path = step_dir + "/" + kFiles[f];
     if (!files.contains(kFiles[f])) return Error{manifest_path + ": files: no entry for " + kFiles[f]};
     // Tensor files are as large as the model: no input-size cap (the manifest's size is checked below).
-    SPINDLE_ASSIGN(bytes, plan::read_file(path, std::numeric_limits<int64_t>::max()));
+    SPINDLE_ASSIGN(bytes, plan::read_regular_file(path, std::numeric_limits<int64_t>::max()));
     std::string want_sha;
     uint64_t want_bytes = 0;
     try {

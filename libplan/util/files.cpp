@@ -33,6 +33,12 @@ Result<std::string> read_file(const std::string& path, int64_t max_bytes) {
   return out;
 }
 
+Result<std::string> read_regular_file(const std::string& path, int64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return Error{path + ": not a regular file"};
+  return read_file(path, max_bytes);
+}
+
 namespace {
 
 // What is at `path` without following a final symbolic link; "" when it may

@@ -18,7 +18,13 @@ inline constexpr int64_t kMaxReadBytes = limits::kMaxJsonBytes;
 // Reads a whole file of at most `max_bytes` (default: the largest input any
 // reader takes, limits.h), so an endless input (/dev/zero) ends with an
 // Error instead of exhausting memory. Error names the file and the reason.
+// A pipe is read like a file (`spindle-plan <(sed ... model.yaml)`).
 Result<std::string> read_file(const std::string& path, int64_t max_bytes = kMaxReadBytes);
+
+// read_file for what only the programs write (a checkpoint's files): a
+// folder, device, FIFO or socket there is refused at once, where opening a
+// FIFO with no writer would wait forever.
+Result<std::string> read_regular_file(const std::string& path, int64_t max_bytes = kMaxReadBytes);
 
 // The output-file policy of every program (docs/hardening.md, "Outputs").
 // An output path is refused, before anything is written, when

@@ -5,6 +5,7 @@
 // re-planning run under mpirun (test/exec/mpi/run_checks.sh ckpt-*).
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -281,6 +282,34 @@ TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the
   r = load_checkpoint(step);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("manifest.json") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: a FIFO or a folder in place of one of its files is refused at once, naming it") {
+  TempDir dir("ckpt-special");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
+  const std::string step = (dir.path / "step-000001").string();
+  REQUIRE(load_checkpoint(step).ok());
+  // A FIFO with no writer: a blocking read would wait forever (and the test
+  // with it, until ctest's timeout).
+  for (const char* name : {"params.bin", "manifest.json"}) {
+    INFO(name);
+    const std::string path = step + "/" + name;
+    const auto bytes = sp::read_file(path);
+    REQUIRE(bytes.ok());
+    std::filesystem::remove(path);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    auto r = load_checkpoint(step);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains(std::string(name) + ": not a regular file"));
+    std::filesystem::remove(path);
+    std::filesystem::create_directory(path);
+    r = load_checkpoint(step);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains(std::string(name) + ": not a regular file"));
+    std::filesystem::remove(path);
+    write_bytes(path, *bytes);
+    REQUIRE(load_checkpoint(step).ok());
+  }
 }
 
 TEST_CASE("checkpoint: training 2 steps, saving, loading into a new executor, 2 more equals 4 straight") {
