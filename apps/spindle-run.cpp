@@ -7,7 +7,7 @@
 //          [--weight-decay W [--no-weight-decay-1d]] [--adam-beta1 B1] [--adam-beta2 B2] [--adam-eps E]
 //          [--metrics M.jsonl] [--log-interval N]
 //          [--trace T.json [--trace-steps FIRST:LAST]] [--dump-params P.json] [--dump-grads G.json]
-//          [--checkpoint DIR [--every K] [--keep N] [--exit-duration-mins M]] [--resume]
+//          [--checkpoint DIR [--every K] [--keep N] [--exit-duration-mins M] [--exit-signal-handler]] [--resume]
 //          [--data DATA.yaml] [--eval-data EVAL.yaml [--eval-every K]
 //          [--eval-batches M]]
 //
@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -103,6 +104,7 @@ struct Args {
   bool bucket_mb_given = false;  // --bucket-mb was passed (else the plan's)
   double comm_timeout_s = 600; // NCCL: how long a call waits for its peers before the job ends
   double exit_duration_mins = 0;  // > 0: checkpoint and exit 0 after the first step ending this long after start
+  bool exit_signal_handler = false;  // SIGTERM or SIGUSR1: checkpoint and exit 0 after the step under way
   int steps = 10;
   uint64_t seed = 0;
   double lr = 3e-3;            // the peak rate (AdamW takes each step's as a float)
@@ -988,6 +990,36 @@ bool out_of_time(const Training& tr, double* mins) {
   return stop != 0;
 }
 
+// --exit-signal-handler (Megatron-LM's): the signal a rank received, 0
+// while none. Set by the handler alone (async-signal-safe).
+volatile std::sig_atomic_t g_exit_signal = 0;
+
+extern "C" void on_exit_signal(int signo) { g_exit_signal = signo; }
+
+// Installs on_exit_signal for SIGTERM (what Slurm sends at a time limit or
+// preemption, and `scancel` by default) and SIGUSR1 (what mpirun forwards
+// to every rank, and `sbatch --signal=USR1@SECONDS` sends ahead of the
+// limit). Called after MPI_Init, so the handlers are ours.
+void install_exit_signal_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_exit_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;   // a system call under way goes on
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+// With --exit-signal-handler: the signal any rank has received so far (the
+// largest number), 0 for none; one all-reduce, so every rank decides the
+// same even where the signal reached the ranks at different steps.
+// Collective over MPI_COMM_WORLD.
+int exit_signal_received(const Training& tr) {
+  if (!tr.args.exit_signal_handler) return 0;
+  int mine = static_cast<int>(g_exit_signal), any = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return any;
+}
+
 // Step 4 of run: trains steps (steps done + 1) .. --steps. Each step reads
 // its data (--data), runs the executor's step, reports it, stops when a
 // loss is not finite, and when due dumps the gradients (the first step),
@@ -1013,7 +1045,9 @@ int train(Training& tr) {
     tr.executor.set_learning_rate(static_cast<float>(lr));
     const se::StepStats st = tr.executor.step();
     double mins = 0;   // --exit-duration-mins: out of time after this step (not the last)?
-    const bool stop = s < args.steps && out_of_time(tr, &mins);
+    const bool late = s < args.steps && out_of_time(tr, &mins);
+    const int signo = s < args.steps ? exit_signal_received(tr) : 0;   // --exit-signal-handler
+    const bool stop = late || signo != 0;
     report_step(tr, st, lr, stop);
     if (!losses_finite(tr, st)) return kExitFailure;
     if (!args.grads_path.empty() && s == first_step) dump_grads(tr);
@@ -1022,16 +1056,22 @@ int train(Training& tr) {
     if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(tr, s))
       return kExitInvalid;
     // Out of time (--exit-duration-mins, Megatron-LM's
-    // --exit-duration-in-mins): a checkpoint of this step, unless it just
-    // saved one, and exit 0, so that a job near its time limit stops where
-    // --resume takes it up instead of being killed and losing the steps
-    // since the last checkpoint.
+    // --exit-duration-in-mins) or told to stop (--exit-signal-handler): a
+    // checkpoint of this step, unless it just saved one, and exit 0, so
+    // that a job near its time limit or preempted stops where --resume
+    // takes it up instead of being killed and losing the steps since the
+    // last checkpoint.
     if (stop) {
       if (s % args.every != 0 && !write_checkpoint(tr)) return kExitFailure;
       if (tr.rank == 0) {
-        std::printf("spindle-run: --exit-duration-mins %s: %.2f min after the start, step %d of %d done; stopping "
-                    "(--resume goes on from the checkpoint of step %d)\n",
-                    sp::number_text(args.exit_duration_mins).c_str(), mins, s, args.steps, s);
+        char minutes[32];
+        std::snprintf(minutes, sizeof minutes, "%.2f", mins);
+        const std::string why = late ? "--exit-duration-mins " + sp::number_text(args.exit_duration_mins) + ": " +
+                                           minutes + " min after the start"
+                                     : std::string(signo == SIGTERM ? "SIGTERM" : "SIGUSR1") +
+                                           " received (--exit-signal-handler)";
+        std::printf("spindle-run: %s, step %d of %d done; stopping (--resume goes on from the checkpoint of step %d)\n",
+                    why.c_str(), s, args.steps, s);
         std::fflush(stdout);
       }
       return 0;
@@ -1221,6 +1261,11 @@ void add_options(CLI::App& app, Args& args) {
                  "after the first step that ends this many minutes after the start, save a checkpoint and exit 0, "
                  "for --resume to go on (Megatron-LM's --exit-duration-in-mins; a job's time limit)")
       ->needs(ckpt);
+  app.add_flag("--exit-signal-handler", args.exit_signal_handler,
+               "on SIGTERM or SIGUSR1 (to mpirun, which passes SIGUSR1 on; sbatch --signal=USR1@SECONDS), finish the "
+               "step under way, save a checkpoint and exit 0, for --resume to go on (Megatron-LM's "
+               "--exit-signal-handler; preemption)")
+      ->needs(ckpt);
   app.add_option("--data", args.data_path, "training data (DATA.yaml, docs/spec/data.md); default: synthetic")
       ->check(spindle::apps::non_empty_path());
   CLI::Option* eval =
@@ -1279,6 +1324,7 @@ int main(int argc, char** argv) {
   finish_args(app, args);
 
   se::MpiSession session(&argc, &argv);
+  if (args.exit_signal_handler) install_exit_signal_handler();   // after MPI_Init: ours, not Open MPI's
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));

@@ -99,6 +99,11 @@
 #       remaining tasks' next-step losses equal the full run's; then with two
 #       tasks removed (audio dropped) and back (audio new): the log counts
 #       carried/new/dropped tensors.
+#   ckpt-signal     --exit-signal-handler: SIGUSR1 to mpirun (which passes it
+#       on), then SIGTERM to rank 1 alone (as srun or Slurm would reach a
+#       rank): every rank finishes the step under way, the checkpoint of that
+#       step is saved, exit 0 with a line naming the signal and the step;
+#       --resume goes on from it.
 #   ckpt-fault      rank 1 is killed with SIGKILL while training with
 #       --checkpoint --every 4, between two checkpoints from step 9 on (frozen
 #       with SIGSTOP first so that the step count is known): the job ends
@@ -801,6 +806,59 @@ PY
       run.log || die "expected carried $((total - audio)), new $audio, dropped 0"
     [ "$(wc -l < back.jsonl)" -eq 1 ] && grep -q '"audio-text"' back.jsonl || die "no step 6 with every task"
     echo "PASS: re-planned resumes carry shared parameters" ;;
+  ckpt-signal)
+    model=$MODELS/tiny-clip.yaml
+    plan "$model" 2 p2.json
+    rm -rf ck ./*.jsonl
+    # signalled WHO SIGNAL LOG METRICS [args...]: trains until METRICS holds
+    # 3 steps, then sends SIGNAL to mpirun (WHO=launcher: it passes SIGUSR1
+    # on to every rank) or to rank 1 alone (WHO=rank1, as srun or Slurm
+    # would reach a rank); exit code in $rc.
+    signalled() {
+      local who=$1 sig=$2 log=$3 metrics=$4 target=""
+      timeout 100 "$MPIEXEC" -np 2 --oversubscribe "$BIN/spindle-run" p2.json --model "$model" --steps 100000 \
+        --seed 3 --checkpoint ck --every 1000 --exit-signal-handler --metrics "$metrics" "${@:5}" > "$log" 2>&1 &
+      local job=$!
+      for _ in $(seq 500); do
+        [ "$(wc -l < "$metrics" 2> /dev/null || echo 0)" -ge 3 ] && break
+        sleep 0.02
+      done
+      local launcher
+      launcher=$(pgrep -P "$job" | head -n 1)   # timeout's child: mpirun
+      if [ "$who" = launcher ]; then
+        target=$launcher
+      else
+        for p in $(pgrep -P "$launcher" 2> /dev/null); do
+          tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && target=$p
+        done
+      fi
+      [ -n "$target" ] || { kill "$job"; die "$who: process not found"; }
+      kill "-$sig" "$target"
+      wait "$job"
+      rc=$?
+      cat "$log" | grep -v '^iteration'
+    }
+    # SIGUSR1 to mpirun: every rank finishes its step, the checkpoint of
+    # that step is saved, exit 0.
+    signalled launcher USR1 usr1.log usr1.jsonl
+    [ "$rc" -eq 0 ] || die "SIGUSR1 to mpirun: exit $rc, expected 0"
+    n=$(wc -l < usr1.jsonl)
+    grep -q "^spindle-run: SIGUSR1 received (--exit-signal-handler), step $n of 100000 done; stopping (--resume goes on from the checkpoint of step $n)$" usr1.log ||
+      die "SIGUSR1: no line naming step $n"
+    [ "$(ls ck)" = "$(printf 'step-%06d' "$n")" ] || die "SIGUSR1: expected the checkpoint of step $n alone: $(ls ck)"
+    # SIGTERM to rank 1 alone: rank 0 learns of it in the same step's
+    # all-reduce, and both stop after it; the resumed run goes on from there.
+    signalled rank1 TERM term.log term.jsonl --resume
+    [ "$rc" -eq 0 ] || die "SIGTERM to rank 1: exit $rc, expected 0"
+    m=$((n + $(wc -l < term.jsonl)))
+    grep -q "^spindle-run: SIGTERM received (--exit-signal-handler), step $m of 100000 done; stopping" term.log ||
+      die "SIGTERM: no line naming step $m"
+    [ -d "$(printf 'ck/step-%06d' "$m")" ] || die "SIGTERM: no checkpoint of step $m: $(ls ck)"
+    run 2 p2.json "$model" --steps $((m + 2)) --seed 3 --checkpoint ck --every 1000 --resume --metrics after.jsonl
+    cat run.log
+    [ "$rc" -eq 0 ] && [ "$(wc -l < after.jsonl)" -eq 2 ] || die "resume after SIGTERM: exit $rc, $(wc -l < after.jsonl) steps"
+    grep -q "resum.*step $m" run.log || die "resume after SIGTERM: not from step $m"
+    echo "PASS: SIGUSR1 to mpirun and SIGTERM to one rank each stop every rank after one step with its checkpoint, exit 0; --resume goes on" ;;
   ckpt-fault)
     model=$MODELS/tiny-clip.yaml
     plan "$model" 4 p4.json
