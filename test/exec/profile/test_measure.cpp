@@ -164,13 +164,19 @@ TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[p
   // A data reader draws its batch in the forward and has no input
   // gradient to compute: most of its time is forward; a transformer
   // layer's backward costs more than its forward (two matmuls per one).
+  // Compared with each other, not with 0.5: measured times, and under the
+  // sanitizers a layer's forward (allocation-heavy there) once took 53% of
+  // the layer's time (2026-12-06). The shares are measured per entry, so
+  // the two differ by a wide margin either way.
   auto share_of = [&](const std::string& op) {
     for (const sp::ProfileEntry& e : p.entries)
       if (e.workload.op == op) return e.forward_share;
     return -1.0;
   };
+  INFO("forward shares: patch_embed " << share_of("patch_embed") << ", transformer_layer "
+                                      << share_of("transformer_layer"));
   CHECK(share_of("patch_embed") > 0.5);
-  CHECK(share_of("transformer_layer") < 0.5);
+  CHECK(share_of("patch_embed") > share_of("transformer_layer") + 0.1);
   // Every point once per pass (quick(): 3 passes), then the final "done".
   CHECK(report->points == points);
   CHECK(total == 3 * points);
