@@ -1319,6 +1319,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (se::launcher_rank(se::process_launch_env()) <= 0) app.exit(e);
+    // The other ranks wait before they end: the first to end makes mpirun
+    // end the job, which would cut rank 0 off before it says why.
+    else if (e.get_exit_code() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
   finish_args(app, args);
