@@ -818,21 +818,26 @@ PY
       local who=$1 sig=$2 log=$3 metrics=$4 target=""
       timeout 100 "$MPIEXEC" -np 2 --oversubscribe "$BIN/spindle-run" p2.json --model "$model" --steps 100000 \
         --seed 3 --checkpoint ck --every 1000 --exit-signal-handler --metrics "$metrics" "${@:5}" > "$log" 2>&1 &
-      local job=$!
+      local job=$! launcher=""
       for _ in $(seq 500); do
-        [ "$(wc -l < "$metrics" 2> /dev/null || echo 0)" -ge 3 ] && break
+        [ -f "$metrics" ] && [ "$(wc -l < "$metrics")" -ge 3 ] && break
         sleep 0.02
       done
-      local launcher
-      launcher=$(pgrep -P "$job" | head -n 1)   # timeout's child: mpirun
-      if [ "$who" = launcher ]; then
-        target=$launcher
-      else
-        for p in $(pgrep -P "$launcher" 2> /dev/null); do
-          tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && target=$p
-        done
-      fi
-      [ -n "$target" ] || { kill "$job"; die "$who: process not found"; }
+      # As ckpt-fault: looked for until found (timeout's child is mpirun,
+      # whose children are the ranks).
+      for _ in $(seq 500); do
+        launcher=$(pgrep -P "$job" | head -n 1)
+        if [ "$who" = launcher ]; then
+          target=$launcher
+        else
+          for p in $(pgrep -P "$launcher" 2> /dev/null); do
+            tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && target=$p
+          done
+        fi
+        [ -n "$target" ] && break
+        sleep 0.02
+      done
+      [ -n "$target" ] || { kill "$job"; cat "$log"; die "$who: process not found"; }
       kill "-$sig" "$target"
       wait "$job"
       rc=$?
