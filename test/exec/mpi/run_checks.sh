@@ -173,6 +173,24 @@ expect_reject() {  # expect_reject WHAT PATTERN: after run, exit 2 and the messa
   echo "PASS: $1 rejected with exit 2"
 }
 
+# rank_pid JOB RANK: the process of rank RANK (or, for RANK=launcher,
+# mpirun itself) of the job that JOB, a background `timeout ... mpirun`,
+# started; looked for until found (10 s at most), empty if never.
+rank_pid() {
+  local job=$1 rank=$2 launcher p
+  for _ in $(seq 500); do
+    launcher=$(pgrep -P "$job" | head -n 1)   # timeout's child: mpirun
+    if [ "$rank" = launcher ]; then
+      [ -n "$launcher" ] && { echo "$launcher"; return; }
+    else
+      for p in $(pgrep -P "$launcher" 2> /dev/null); do
+        tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && { echo "$p"; return; }
+      done
+    fi
+    sleep 0.02
+  done
+}
+
 case "$MODE" in
   two-tp-ranks)
     # tiny-lm's trunk (tensor_parallel 2) is shared by its two tasks. Placed
@@ -818,25 +836,12 @@ PY
       local who=$1 sig=$2 log=$3 metrics=$4 target=""
       timeout 100 "$MPIEXEC" -np 2 --oversubscribe "$BIN/spindle-run" p2.json --model "$model" --steps 100000 \
         --seed 3 --checkpoint ck --every 1000 --exit-signal-handler --metrics "$metrics" "${@:5}" > "$log" 2>&1 &
-      local job=$! launcher=""
+      local job=$!
       for _ in $(seq 500); do
         [ -f "$metrics" ] && [ "$(wc -l < "$metrics")" -ge 3 ] && break
         sleep 0.02
       done
-      # As ckpt-fault: looked for until found (timeout's child is mpirun,
-      # whose children are the ranks).
-      for _ in $(seq 500); do
-        launcher=$(pgrep -P "$job" | head -n 1)
-        if [ "$who" = launcher ]; then
-          target=$launcher
-        else
-          for p in $(pgrep -P "$launcher" 2> /dev/null); do
-            tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && target=$p
-          done
-        fi
-        [ -n "$target" ] && break
-        sleep 0.02
-      done
+      target=$(rank_pid "$job" "$([ "$who" = launcher ] && echo launcher || echo 1)")
       [ -n "$target" ] || { kill "$job"; cat "$log"; die "$who: process not found"; }
       kill "-$sig" "$target"
       wait "$job"
@@ -873,15 +878,7 @@ PY
       --seed 3 --checkpoint ck --every 4 --metrics killed.jsonl > killed.log 2>&1 &
     job=$!
     # Rank 1: the child of mpirun whose environment says so.
-    victim=""
-    for _ in $(seq 500); do
-      launcher=$(pgrep -P "$job" | head -n 1)  # timeout's child: mpirun
-      for p in $(pgrep -P "$launcher" 2> /dev/null); do
-        tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
-      done
-      [ -n "$victim" ] && break
-      sleep 0.02
-    done
+    victim=$(rank_pid "$job" 1)
     [ -n "$victim" ] || { kill "$job"; die "rank 1's process not found under mpirun"; }
     # Kill between two checkpoints, from step 9 on, so that the resume below
     # has lost steps to recompute. A fast step outruns any polling, so rank 1
