@@ -39,18 +39,23 @@ inline void init_app(CLI::App& app, const std::string& program) {
   prefix_usage_errors(app, program);
 }
 
+// Refuses an empty value as "empty WHAT (an unset variable in a
+// script?)"; `desc` and `name` are CLI11's (the help's type tag, the
+// validator's name).
+inline CLI::Validator non_empty(const std::string& what, const std::string& desc, const std::string& name) {
+  return CLI::Validator(
+      [what](std::string& value) {
+        return value.empty() ? "empty " + what + " (an unset variable in a script?)" : std::string();
+      },
+      desc, name);
+}
+
 // For every option that takes a path: an empty value ("--data ''", or
 // "--data $DATA" in a job script where DATA is unset) is a usage error
 // (exit 2), not the option left out. Read as "not given", it would train
 // on synthetic data instead of the data named, or write no trace, and
 // exit 0.
-inline CLI::Validator non_empty_path() {
-  return CLI::Validator(
-      [](std::string& value) {
-        return value.empty() ? std::string("empty path (an unset variable in a script?)") : std::string();
-      },
-      "PATH", "non-empty path");
-}
+inline CLI::Validator non_empty_path() { return non_empty("path", "PATH", "non-empty path"); }
 
 // For every option that takes a value, called once all are added: an
 // empty value ("--clip-grad $CLIP" in a job script where CLIP is unset) is
@@ -60,11 +65,7 @@ inline CLI::Validator non_empty_path() {
 inline void refuse_empty_values(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     if (opt->get_type_size() == 0) continue;   // a flag: takes no value
-    opt->check(CLI::Validator(
-        [](std::string& value) {
-          return value.empty() ? std::string("empty value (an unset variable in a script?)") : std::string();
-        },
-        "", "non-empty value"));
+    opt->check(non_empty("value", "", "non-empty value"));
   }
 }
 

@@ -992,7 +992,7 @@ void Executor::norm_sum(const plan::Instr& in) {
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       const Param& p = ps.set.params[i];
       const plan::ValueRange r = ps.own[i];
-      if (!plan::counted_in_norm(p.shard_axis, key.second) || r.size() == 0) continue;
+      if (!plan::tp_copy_counts(p.shard_axis, key.second) || r.size() == 0) continue;
       counted.push_back(flat_view(p.grad, r.begin, r.size()));
       values += r.size();
     }
@@ -1414,7 +1414,7 @@ TrainingState Executor::gather_state() {
         ts.v = Tensor::zeros(p.full_shape);
         ts.adam_steps = adam_steps;
       }
-      if (p.shard_axis >= 0 || t == 0) {
+      if (plan::tp_copy_counts(p.shard_axis, t)) {
         place_shard(ts.value, p.value, p.shard_axis, t, k);
         place_shard(ts.m, m[i], p.shard_axis, t, k);
         place_shard(ts.v, v[i], p.shard_axis, t, k);
@@ -1477,7 +1477,7 @@ std::map<std::string, Tensor> Executor::gather_grads() {
       auto [it, fresh] = out.try_emplace(p.name);
       if (fresh) it->second = Tensor::zeros(p.full_shape);
       // A replicated tensor's gradient is the same on every TP rank: rank 0's.
-      if (p.shard_axis >= 0 || t == 0) place_shard(it->second, p.value, p.shard_axis, t, k);
+      if (plan::tp_copy_counts(p.shard_axis, t)) place_shard(it->second, p.value, p.shard_axis, t, k);
     }
   }
   return out;

@@ -341,7 +341,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
         if (list.empty()) continue;
         out.unreduced_values[static_cast<size_t>(list.front())] += values;
         for (const LowerContext::NormTensor& t : ctx.param_tensors[static_cast<size_t>(p)])
-          if (counted_in_norm(t.shard_axis, static_cast<int>(rank)))
+          if (tp_copy_counts(t.shard_axis, static_cast<int>(rank)))
             out.unreduced_norm_values[static_cast<size_t>(list.front())] += t.values;
         continue;
       }
@@ -1092,7 +1092,7 @@ int64_t Lowered::norm_values(int device, const LowerContext& context) const {
     int64_t at = 0;
     for (size_t i = 0; i < b.params.size(); ++i)
       for (const LowerContext::NormTensor& t : context.param_tensors[static_cast<size_t>(b.params[i])]) {
-        if (counted_in_norm(t.shard_axis, b.ranks[i]))
+        if (tp_copy_counts(t.shard_axis, b.ranks[i]))
           values += std::max<int64_t>(0, std::min(at + t.values, own.end) - std::max(at, own.begin));
         at += t.values;
       }
@@ -1146,11 +1146,9 @@ Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
       // (all of them have its shapes); the shard's values are their sum
       // (op_shard_param_count).
       std::vector<LowerContext::NormTensor>& tensors = ctx.param_tensors[static_cast<size_t>(ctx.params.of_op[i])];
-      if (tensors.empty()) {
-        const int64_t k = std::max(op.tensor_parallel, 1);
+      if (tensors.empty())
         for (const ParamTensor& t : op_param_tensors(op.workload.op, op.workload.dims, module->max_seq))
-          tensors.push_back({t.shard_axis >= 0 ? t.values() / k : t.values(), t.shard_axis});
-      }
+          tensors.push_back({t.shard_values(op.tensor_parallel), t.shard_axis});
       for (const LowerContext::NormTensor& t : tensors) ctx.shard_values[i] += t.values;
     }
   }

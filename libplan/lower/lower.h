@@ -68,6 +68,7 @@
 
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/model.h"
+#include "libplan/model/ops.h"
 #include "libplan/plan/plan.h"
 #include "libplan/rules/links.h"
 #include "libplan/rules/memory.h"
@@ -260,11 +261,11 @@ struct LowerContext {
   // By parameter id: its tensors at one tensor-parallel rank, in the order
   // of a bucket's flat layout (op_param_tensors): the values of each and
   // its split axis (-1: whole on every TP rank, so that TP ranks other than
-  // 0 leave their copy out of the gradient norm: counted_in_norm).
+  // 0 leave their copy out of the gradient norm: tp_copy_counts).
   // Lowered::norm_values.
   struct NormTensor {
     int64_t values = 0;
-    int shard_axis = -1;   // op_param_tensors'; counted_in_norm
+    int shard_axis = -1;   // op_param_tensors'; tp_copy_counts
   };
   std::vector<std::vector<NormTensor>> param_tensors;
   std::unordered_map<std::string_view, int> op_index;   // operator id -> graph index
@@ -379,12 +380,6 @@ struct GradSync {
   bool grad_norm = false;
   bool operator==(const GradSync&) const = default;
 };
-
-// Whether the gradient norm counts a tensor of a shard at tensor-parallel
-// rank `tp_rank`: every split tensor (`shard_axis` >= 0: each rank holds
-// its own block), and a tensor whole on every rank of the group (-1) at
-// rank 0 alone. Lowered::norm_values and the executor's sum both ask it.
-inline bool counted_in_norm(int shard_axis, int tp_rank) { return shard_axis >= 0 || tp_rank == 0; }
 
 // What one grad_norm all-reduce moves: one fp32 value (a device's share of
 // the sum of squares). In no ProgramBytes figure, as the runtime counts it

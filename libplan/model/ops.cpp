@@ -186,6 +186,10 @@ int64_t ParamTensor::values() const {
   return n;
 }
 
+int64_t ParamTensor::shard_values(int tensor_parallel) const {
+  return shard_axis >= 0 && tensor_parallel > 1 ? values() / tensor_parallel : values();
+}
+
 int64_t op_param_count(const std::string& op, const json& dims, int64_t max_seq) {
   int64_t n = 0;
   for (const ParamTensor& t : op_param_tensors(op, dims, max_seq)) n += t.values();
@@ -193,9 +197,8 @@ int64_t op_param_count(const std::string& op, const json& dims, int64_t max_seq)
 }
 
 int64_t op_shard_param_count(const std::string& op, const json& dims, int64_t max_seq, int tensor_parallel) {
-  const int64_t k = tensor_parallel > 1 ? tensor_parallel : 1;
   int64_t n = 0;
-  for (const ParamTensor& t : op_param_tensors(op, dims, max_seq)) n += t.shard_axis >= 0 ? t.values() / k : t.values();
+  for (const ParamTensor& t : op_param_tensors(op, dims, max_seq)) n += t.shard_values(tensor_parallel);
   return n;
 }
 

@@ -75,7 +75,17 @@ struct ParamTensor {
   std::vector<int64_t> shape;
   int shard_axis = -1;
   int64_t values() const;   // of the full shape
+  // Of one rank's block in a tensor-parallel group of `tensor_parallel`:
+  // 1/K of the values when split, all of them when whole.
+  int64_t shard_values(int tensor_parallel) const;
 };
+// Whether tensor-parallel rank `tp_rank`'s copy of a tensor split along
+// `shard_axis` stands for its values: every rank's own block of a split
+// tensor (>= 0), and of a tensor whole on every rank of the group (-1)
+// rank 0's copy alone, the others holding the same values. The gradient
+// norm counts those copies alone (Lowered::norm_values, the executor's
+// norm_sum), and a checkpoint and --dump-grads take them alone.
+inline bool tp_copy_counts(int shard_axis, int tp_rank) { return shard_axis >= 0 || tp_rank == 0; }
 // The parameter tensors of `op` with `dims` (filled in); `max_seq` the
 // module's S, the rows of the position tables. Empty for an op without
 // parameters (contrastive_loss) or an unknown one.
