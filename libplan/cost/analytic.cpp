@@ -231,6 +231,7 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
     }
   }
 
+  SPINDLE_TRY(check_profile_keys(model, graph));   // so one tensor_parallel per workload below
   struct Use {
     Workload workload;
     int tensor_parallel = 1;
@@ -254,14 +255,6 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
     if (it == uses.end()) {
       uses.emplace(key, Use{op.workload, op.tensor_parallel, params, op.id});
       continue;
-    }
-    if (it->second.tensor_parallel != op.tensor_parallel) {
-      return Error{(model.path.empty() ? std::string("<model>") : model.path) + ": operators " +
-                   it->second.first_op + " and " + op.id + " have the same workload (" + key +
-                   ") but tensor_parallel " + std::to_string(it->second.tensor_parallel) +
-                   " and " + std::to_string(op.tensor_parallel) +
-                   "; a profile cannot key both: give the modules different dimensions or the "
-                   "same tensor_parallel"};
     }
     it->second.param_bytes = std::max(it->second.param_bytes, params);
   }

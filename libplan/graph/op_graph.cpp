@@ -117,4 +117,36 @@ OpGraph expand(const Model& model) {
   return g;
 }
 
+Status check_profile_keys(const Model& model, const OpGraph& graph) {
+  std::map<std::string, const Operator*> first;   // by Workload::key()
+  for (const Operator& op : graph.ops) {
+    const auto [it, fresh] = first.emplace(op.workload.key(), &op);
+    if (fresh || it->second->tensor_parallel == op.tensor_parallel) continue;
+    // The modules and the block's place in the file, where the graph is the
+    // model's (a graph built by hand may name none).
+    const auto module_of = [&](const Operator& o) -> const Module* {
+      if (o.task < 0 || static_cast<size_t>(o.task) >= model.tasks.size()) return nullptr;
+      const Task& t = model.tasks[static_cast<size_t>(o.task)];
+      if (o.node < 0 || static_cast<size_t>(o.node) >= t.nodes.size()) return nullptr;
+      return model.find_module(t.nodes[static_cast<size_t>(o.node)].module);
+    };
+    const auto describe = [&](const Operator& o, const Module* m) {
+      return "operator " + o.id + " (" + (m ? "module '" + m->name + "', " : std::string()) + "tensor_parallel " +
+             std::to_string(o.tensor_parallel) + ")";
+    };
+    const Module* a = module_of(*it->second);
+    const Module* b = module_of(op);
+    Where where{model.path.empty() ? "<model>" : model.path, "", 0, 0};
+    if (b != nullptr && static_cast<size_t>(op.block) < b->blocks.size()) {
+      const Mark at = b->blocks[static_cast<size_t>(op.block)].mark;
+      where = Where{where.file, "modules." + b->name, at.line, at.column};
+    }
+    return make_error(where, describe(op, b) + " has the workload of " + describe(*it->second, a) + ": " +
+                                 op.workload.key() +
+                                 "; a profile keys one curve per workload, so both modules need the same "
+                                 "tensor_parallel, or the blocks other dimensions (or the nodes another seq)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace spindle::plan

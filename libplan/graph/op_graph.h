@@ -49,4 +49,14 @@ struct OpGraph {
 // Expands a validated model. Cannot fail on a model that parse_model accepted.
 OpGraph expand(const Model& model);
 
+// A profile keys its entries by workload alone (spec/profile.md), and the
+// times of K-way tensor-parallel groups are not those of data parallelism
+// over the same devices: operators of one workload must come from modules
+// of the same tensor_parallel. Else an error at the second module's block
+// ("FILE:LINE:COL: modules.M: ..."), naming both operators and modules.
+// Every path from a model to a plan or a profile asks it (analytic_profile,
+// the planner's prepare), so a profile from a file cannot lend one curve
+// to both.
+Status check_profile_keys(const Model& model, const OpGraph& graph);
+
 }  // namespace spindle::plan

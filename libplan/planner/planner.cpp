@@ -184,6 +184,8 @@ Result<Prepared> prepare(const PlanRequest& req) {
   Prepared p;
   const Model& model = *req.model;
   const int n_dev = req.cluster->devices();
+  // A profile from a file holds one curve per workload, whatever module asks.
+  SPINDLE_TRY(check_profile_keys(model, *req.graph));
   p.contraction = contract(*req.graph);
   // The scheduler keeps a time per MetaOp and device count: bounded (limits.h)
   // so that a huge cluster under a large model is an error, not bad_alloc.

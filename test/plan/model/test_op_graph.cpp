@@ -166,3 +166,49 @@ TEST_CASE("shared modules share parameter ids across tasks", "[graph]") {
     for (int o : g.ops[i].outputs) CHECK(o > static_cast<int>(i));
   }
 }
+
+TEST_CASE("one tensor_parallel per workload: a profile keys one curve per workload", "[graph]") {
+  // enc's linear and trunk's first block compute the same workload
+  // (linear 8 -> 8 at seq 4, batch 8) under tensor_parallel 1 and 2.
+  const std::string model = R"(name: keys
+modules:
+  enc:
+    - {op: token_embed, vocab: 16, hidden: 8}
+    - {op: linear, in: 8, out: 8}
+  trunk:
+    blocks:
+      - {op: linear, in: 8, out: 8}
+      - {op: lm_loss, hidden: 8, vocab: 16}
+    tensor_parallel: 2
+tasks:
+  - name: t
+    batch: 8
+    nodes:
+      - {id: e, module: enc, seq: 4}
+      - {id: lm, module: trunk, inputs: [e]}
+)";
+  Result<Model> m = parse_model_string(model, "keys.yaml");
+  REQUIRE(m.ok());
+  const Status st = check_profile_keys(*m, expand(*m));
+  REQUIRE_FALSE(st.ok());
+  // The trunk's block (line 8, column 9), both operators and both modules.
+  CHECK_THAT(st.error().message, Catch::StartsWith("keys.yaml:8:9: modules.trunk: operator t/lm/0.0 (module 'trunk', "
+                                                   "tensor_parallel 2) has the workload of operator t/e/1.0 "
+                                                   "(module 'enc', tensor_parallel 1): linear{\"in\":8,\"out\":8}/s4/b8"));
+  // The same tensor_parallel, or other dimensions: nothing to refuse.
+  std::string same_tp = model;
+  same_tp.replace(same_tp.find("tensor_parallel: 2"), 18, "tensor_parallel: 1");
+  CHECK(check_profile_keys(parse_model_string(same_tp, "keys.yaml").value(),
+                           expand(parse_model_string(same_tp, "keys.yaml").value()))
+            .ok());
+  std::string other_dims = model;
+  const std::string enc = "hidden: 8}\n    - {op: linear, in: 8";
+  other_dims.replace(other_dims.find(enc), enc.size(), "hidden: 6}\n    - {op: linear, in: 6");
+  Result<Model> m2 = parse_model_string(other_dims, "keys.yaml");
+  REQUIRE(m2.ok());
+  CHECK(check_profile_keys(*m2, expand(*m2)).ok());
+  // The hand-written model above: its vision and trunk layers differ (causal).
+  Result<Model> g = parse_model_string(kModel, "graph.yaml");
+  REQUIRE(g.ok());
+  CHECK(check_profile_keys(*g, expand(*g)).ok());
+}

@@ -26,6 +26,8 @@ namespace {
 // Task a (batch 12): enc_a on seq 16 (4 layers), enc_b on seq 8 (2 layers).
 // Task b (batch 4): both on seq 4. With T(n) = seq / n per transformer layer
 // and near-flat small operators, task a's layers take 80/n ms, task b's 24/n.
+// enc_b is wider (48) than enc_a, so that no workload is both modules'
+// (enc_a may be tensor-parallel: check_profile_keys).
 std::string two_task_yaml(int enc_a_tensor_parallel) {
   return std::string(R"(
 name: baseline-two
@@ -38,9 +40,9 @@ modules:
     tensor_parallel: )") +
          std::to_string(enc_a_tensor_parallel) + R"(
   enc_b:
-    - {op: token_embed, vocab: 50, hidden: 32}
-    - {op: transformer_layer, repeat: 2, hidden: 32, heads: 4, ffn: 64}
-    - {op: pool_project, in: 32, out: 16}
+    - {op: token_embed, vocab: 50, hidden: 48}
+    - {op: transformer_layer, repeat: 2, hidden: 48, heads: 4, ffn: 96}
+    - {op: pool_project, in: 48, out: 16}
   loss:
     - {op: contrastive_loss, dim: 16}
 tasks:
