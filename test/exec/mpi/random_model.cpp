@@ -1,0 +1,192 @@
+// random_model: writes a small random multi-task model for the random
+// equivalence check (run_checks.sh equiv-random).
+//
+//   random_model SEED MODEL.yaml REFERENCE.yaml
+//
+// MODEL.yaml is a valid model of docs/spec/model.md drawn from SEED alone
+// (the same seed gives the same bytes on every machine: the draws are taken
+// from std::mt19937's raw output, whose sequence the C++ standard fixes).
+// REFERENCE.yaml is the same model with every tensor_parallel removed: the
+// 1-device reference a plan with tensor-parallel modules is compared with
+// (same parameter names, so the same initial values and data).
+//
+// What it draws, all at toy sizes so that a step takes milliseconds:
+//   - 2-4 encoders, each a patch_embed or token_embed, 0-2 transformer
+//     layers (causal or not, of their own width 8-16), then a linear adapter to
+//     the common sequence width W when theirs differs;
+//     an encoder is used by nodes of several tasks at several sequence
+//     lengths (one position table of the longest);
+//   - 1-2 pooling modules ([transformer_layer,] pool_project W -> D) and one
+//     contrastive_loss of width D;
+//   - 0-1 LLM-style trunks (transformer layers of width W, an optional
+//     linear, lm_loss), tensor_parallel 1 or 2;
+//   - 1-4 tasks, each contrastive (two pooled encoder nodes, possibly of the
+//     same encoder), language modelling (one or two encoder nodes
+//     concatenated into the trunk) or both at once (one encoder node read by
+//     both losses); batches among 6, 8, 12 and 24 (6 and 8 do not divide by
+//     every device count: the planner must choose others); weights 0.5-2.
+//
+// Exit 0 on success, 2 on bad usage or an unwritable file.
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+class Draw {
+ public:
+  explicit Draw(uint32_t seed) : gen_(seed) {}
+  // Uniform in [lo, hi] (hi - lo small: the modulo bias is negligible and,
+  // above all, the same everywhere).
+  int in(int lo, int hi) { return lo + static_cast<int>(gen_() % static_cast<uint32_t>(hi - lo + 1)); }
+  bool coin() { return in(0, 1) == 1; }
+  template <class T>
+  const T& pick(const std::vector<T>& v) { return v[static_cast<size_t>(in(0, static_cast<int>(v.size()) - 1))]; }
+
+ private:
+  std::mt19937 gen_;
+};
+
+struct Encoder {
+  std::string name;
+  std::vector<std::string> blocks;   // YAML flow maps, in order
+};
+
+// A transformer layer of width h with a head count that divides it (and is
+// even where the module may be split over 2 tensor-parallel ranks); its MLP
+// `ffn` wide, or h, 2h or 3h drawn when ffn is 0. (Draws happen in the
+// order written: a chain of << is sequenced left to right since C++17.)
+std::string transformer(Draw& d, int h, int repeat, bool even_heads, int ffn = 0) {
+  std::vector<int> heads;
+  for (int k = 1; k <= h; ++k)
+    if (h % k == 0 && h / k >= 2 && (!even_heads || k % 2 == 0)) heads.push_back(k);
+  std::ostringstream s;
+  s << "{op: transformer_layer";
+  if (repeat > 1) s << ", repeat: " << repeat;
+  s << ", hidden: " << h << ", heads: " << d.pick(heads) << ", ffn: " << (ffn > 0 ? ffn : h * d.in(1, 3));
+  if (d.coin()) s << ", causal: true";
+  s << "}";
+  return s.str();
+}
+
+std::string write_model(uint32_t seed, bool with_tp) {
+  Draw d(seed);
+  const int width = d.pick(std::vector<int>{8, 12, 16});   // W: every encoder's output width
+  const int embed = d.pick(std::vector<int>{4, 8});         // D: the contrastive width
+  std::ostringstream y;
+  y << "# random_model seed " << seed << (with_tp ? "" : " (reference: no tensor_parallel)") << "\n";
+  y << "name: random-" << seed << "\ndtype: fp32\nmodules:\n";
+
+  std::vector<Encoder> encoders(static_cast<size_t>(d.in(2, 4)));
+  for (size_t i = 0; i < encoders.size(); ++i) {
+    Encoder& e = encoders[i];
+    e.name = "enc" + std::to_string(i);
+    // Widths from 8: a LayerNorm over 4 elements of size 0.02 (the
+    // embeddings' initial scale) amplified rounding so much that a
+    // parameter drifted by 1e-5 from one summation order to another within
+    // 5 steps (seed 6 of the first generator: one embedding row, every
+    // plan alike, step 1's gradients bitwise the same).
+    const int h = d.pick(std::vector<int>{8, 12, 16});
+    if (d.coin())
+      e.blocks.push_back("{op: patch_embed, in_dim: " + std::to_string(d.in(2, 10)) + ", hidden: " + std::to_string(h) + "}");
+    else
+      e.blocks.push_back("{op: token_embed, vocab: " + std::to_string(d.in(5, 30)) + ", hidden: " + std::to_string(h) + "}");
+    // 0-2 transformer layers: one block of repeat 2 (one MetaOp of 2), or
+    // blocks of their own (their own head counts and widths of the MLP).
+    const int layers = d.in(0, 2);
+    if (layers == 2 && d.coin())
+      e.blocks.push_back(transformer(d, h, 2, false));
+    else
+      for (int l = 0; l < layers; ++l) e.blocks.push_back(transformer(d, h, 1, false));
+    if (h != width)
+      e.blocks.push_back("{op: linear, in: " + std::to_string(h) + ", out: " + std::to_string(width) + "}");
+    y << "  " << e.name << ":\n";
+    for (const std::string& b : e.blocks) y << "    - " << b << "\n";
+  }
+  const int pools = d.in(1, 2);
+  for (int p = 0; p < pools; ++p) {
+    y << "  pool" << p << ":\n";
+    if (d.coin()) y << "    - " << transformer(d, width, 1, false) << "\n";
+    y << "    - {op: pool_project, in: " << width << ", out: " << embed << "}\n";
+  }
+  y << "  clip:\n    - {op: contrastive_loss, dim: " << embed;
+  if (d.coin()) y << ", temperature: " << d.pick(std::vector<std::string>{"0.1", "0.5", "1"});
+  y << "}\n";
+  const bool trunk = d.in(0, 2) > 0;
+  const int tp = d.coin() ? 2 : 1;
+  if (trunk) {
+    // Width W split over tp ranks: an even head count, ffn and vocab. No
+    // block of another module has the trunk's workload (its ffn 4 W, the
+    // others' at most 3 W; linear W -> W nowhere else): a profile keys one
+    // curve per workload, whatever the tensor_parallel (check_profile_keys).
+    y << "  trunk:\n    blocks:\n";
+    y << "      - " << transformer(d, width, d.in(1, 2), tp == 2, 4 * width) << "\n";
+    if (d.in(0, 2) == 0) y << "      - {op: linear, in: " << width << ", out: " << width << "}\n";
+    y << "      - {op: lm_loss, hidden: " << width << ", vocab: " << 2 * d.in(4, 12) << "}\n";
+    if (with_tp) y << "    tensor_parallel: " << tp << "\n";
+  }
+
+  y << "tasks:\n";
+  const int tasks = d.in(1, 4);
+  for (int t = 0; t < tasks; ++t) {
+    // 0: contrastive, 1: language modelling, 2: both.
+    const int kind = trunk ? d.in(0, 2) : 0;
+    y << "  - name: task" << t << "\n    batch: " << d.pick(std::vector<int>{6, 8, 12, 24, 24}) << "\n";
+    if (d.in(0, 2) == 0) y << "    weight: " << d.pick(std::vector<std::string>{"0.5", "2", "1.5"}) << "\n";
+    y << "    nodes:\n";
+    int node = 0;
+    auto encoder_node = [&]() {
+      const std::string id = "e" + std::to_string(node++);
+      y << "      - {id: " << id << ", module: " << d.pick(encoders).name << ", seq: " << d.in(1, 7) << "}\n";
+      return id;
+    };
+    auto pooled = [&](const std::string& input) {
+      const std::string id = "p" + std::to_string(node++);
+      y << "      - {id: " << id << ", module: pool" << d.in(0, pools - 1) << ", inputs: [" << input << "]}\n";
+      return id;
+    };
+    std::string shared;   // kind 2: the encoder node both losses read
+    if (kind != 0) {
+      std::string inputs = encoder_node();
+      shared = inputs;
+      if (d.coin()) inputs += ", " + encoder_node();
+      y << "      - {id: lm, module: trunk, inputs: [" << inputs << "]}\n";
+    }
+    if (kind != 1) {
+      const std::string a = pooled(kind == 2 ? shared : encoder_node());
+      const std::string b = pooled(encoder_node());
+      y << "      - {id: loss, module: clip, inputs: [" << a << ", " << b << "]}\n";
+    }
+  }
+  return y.str();
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) std::cerr << "random_model: cannot write " << path << "\n";
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::cerr << "usage: random_model SEED MODEL.yaml REFERENCE.yaml\n";
+    return 2;
+  }
+  char* end = nullptr;
+  const unsigned long seed = std::strtoul(argv[1], &end, 10);
+  if (*argv[1] == '\0' || *end != '\0' || seed > UINT32_MAX) {
+    std::cerr << "random_model: SEED must be an integer in [0, 2^32)\n";
+    return 2;
+  }
+  const auto s = static_cast<uint32_t>(seed);
+  return write_file(argv[2], write_model(s, true)) && write_file(argv[3], write_model(s, false)) ? 0 : 2;
+}
