@@ -48,9 +48,9 @@
 #       uninstrumented pass covers every one, and each run costs 5-10 times
 #       as much instrumented.
 #   equiv-random  the same comparisons on random small models
-#       (random_model SEED; seeds 1-3, SPINDLE_RANDOM_SEEDS for a soak) on 7
-#       plans each, ZeRO-1 and a resume onto another plan among them (the
-#       mode's own comment below).
+#       (random_model SEED; seeds 1 and 2, SPINDLE_RANDOM_SEEDS for a soak)
+#       on 7 plans each, ZeRO-1, random data files with evaluations and a
+#       resume onto another plan among them (the mode's own comment below).
 #   data-equiv    the real example (digits-mm on configs/data/digits, with
 #       ignored lm targets): planned for 1, 2, 3 and 4 devices (spindle) and
 #       2 and 4 devices (sequential), 6 steps with --data and an evaluation
@@ -254,10 +254,12 @@ case "$MODE" in
     # (ZeRO-1), trained 5 steps and compared with the 1-device run of the
     # same model without tensor parallelism, as equiv-tiny-* does: losses,
     # final parameters, step 1's gradients, and every rank's bytes against
-    # its lowered program; and 3 steps on plan 4 resumed for 2 on plan 3tl
-    # against it too.
+    # its lowered program; the same on random data files (random_model's
+    # DATA_DIR: every dtype the data contract allows, ignored lm targets,
+    # labels) with evaluations, on 3 of the plans; and 3 steps on plan 4
+    # resumed for 2 on plan 3tl against it too.
     # SPINDLE_RANDOM_SEEDS replaces the seeds (e.g. `seq 100 199` for a
-    # longer soak); sanitized, the first seed alone.
+    # longer soak); sanitized, the first seed alone on fewer plans.
     # AdamW's epsilon 1e-2 instead of 1e-8. AdamW divides each element's
     # step by its own gradient's size, so an element whose gradient is
     # rounding noise (an MLP unit no token activates, a value projection's
@@ -269,16 +271,20 @@ case "$MODE" in
     # by at most lr / 1e-2 times its gradient's rounding (0.3 x 1e-6 here),
     # and those four agree within 0.35 of the tolerance.
     eps=(--adam-eps 1e-2)
-    seeds=${SPINDLE_RANDOM_SEEDS:-"1 2 3"}
-    [ "${SPINDLE_TEST_SANITIZED:-0}" = 1 ] && [ -z "${SPINDLE_RANDOM_SEEDS:-}" ] && seeds=1
+    seeds=${SPINDLE_RANDOM_SEEDS:-"1 2"}
+    plans="2 3 4 2seq 3tl 4it 3z" data_plans="3 2seq 4it"
+    if [ "${SPINDLE_TEST_SANITIZED:-0}" = 1 ]; then   # each run 5-10 times as costly
+      [ -z "${SPINDLE_RANDOM_SEEDS:-}" ] && seeds=1
+      plans="3 4 3tl 4it 3z" data_plans=4it
+    fi
     failed=""
     for seed in $seeds; do
       name=random-$seed status=0
       rm -rf "$name" && mkdir "$name" && cd "$name" || die "cannot make $WORK/$MODE/$name"
-      "$(dirname "$COMPARE")/random_model" "$seed" model.yaml ref.yaml || die "random_model $seed"
+      "$(dirname "$COMPARE")/random_model" "$seed" model.yaml ref.yaml data || die "random_model $seed"
       plan ref.yaml 1 p1.json
       train 1 1 ref.yaml "${eps[@]}"
-      for v in 2 3 4 2seq 3tl 4it 3z; do
+      for v in $plans; do
         np=${v%%[a-z]*} extra=()
         case $v in
           *seq) strategy=sequential ;;
@@ -295,16 +301,34 @@ case "$MODE" in
         "$COMPARE" m1.jsonl params1.json "m$v.jsonl" "params$v.json" || status=1
         "$COMPARE" --params grads1.json "grads$v.json" || status=1
       done
+      # On the model's random data files (and synthetic data for about 1
+      # task in 4), evaluated after steps 3 and 5 (the last): plans 3,
+      # 2seq and 4it (sanitized, 4it) against the 1-device run, evaluations
+      # included.
+      for v in 1 $data_plans; do
+        np=${v%%[a-z]*}
+        cp "p$v.json" "p${v}d.json"
+        train "${v}d" "$np" "$([ "$v" = 1 ] && echo ref.yaml || echo model.yaml)" "${eps[@]}" \
+            --data data/train.yaml --eval-data data/eval.yaml --eval-every 3
+        [ "$v" = 1 ] && continue
+        echo "== $name: plan $v on data files, evaluated: losses, evaluations, parameters against 1 device"
+        "$COMPARE" m1d.jsonl params1d.json "m${v}d.jsonl" "params${v}d.json" || status=1
+      done
+      grep -q '"eval"' m1d.jsonl || die "$name: no evaluation in m1d.jsonl"
       # 3 steps on plan 4, resumed for 2 on plan 3tl (its checkpoint
       # re-sharded onto other devices, tensor-parallel ranks and tasks'
-      # groups): as 5 steps on one device.
-      run 4 p4.json model.yaml --steps 3 --seed 3 --checkpoint ck --every 3 --metrics resumed.jsonl "${eps[@]}"
+      # groups, the data read on from the next unseen sample), on the data
+      # files with the same evaluations (after step 3, the first part's
+      # last, and 5): as 5 steps on one device.
+      data=(--data data/train.yaml --eval-data data/eval.yaml --eval-every 3)
+      run 4 p4.json model.yaml --steps 3 --seed 3 --checkpoint ck --every 3 --metrics resumed.jsonl "${eps[@]}" \
+          "${data[@]}"
       [ "$rc" -eq 0 ] || { cat run.log; die "$name: 3 steps on plan 4 with a checkpoint: exit $rc"; }
       run 3 p3tl.json model.yaml --steps 5 --seed 3 --checkpoint ck --resume --metrics resumed.jsonl \
-          --dump-params resumed.json "${eps[@]}"
+          --dump-params resumed.json "${eps[@]}" "${data[@]}"
       [ "$rc" -eq 0 ] || { cat run.log; die "$name: resumed on plan 3tl: exit $rc"; }
-      echo "== $name: 3 steps on plan 4, resumed for 2 on plan 3tl, against 1 device"
-      "$COMPARE" m1.jsonl params1.json resumed.jsonl resumed.json || status=1
+      echo "== $name: 3 steps on plan 4, resumed for 2 on plan 3tl, on data files, against 1 device"
+      "$COMPARE" m1d.jsonl params1d.json resumed.jsonl resumed.json || status=1
       [ "$status" = 0 ] || { failed+=" $seed"; echo "FAIL: $name ($WORK/$MODE/$name/model.yaml):"; cat model.yaml; }
       cd ..
     done
