@@ -254,7 +254,8 @@ case "$MODE" in
     # (ZeRO-1), trained 5 steps and compared with the 1-device run of the
     # same model without tensor parallelism, as equiv-tiny-* does: losses,
     # final parameters, step 1's gradients, and every rank's bytes against
-    # its lowered program; the same on random data files (random_model's
+    # its lowered program; plan 4 clipped (--clip-grad) against the
+    # reference clipped; the same on random data files (random_model's
     # DATA_DIR: every dtype the data contract allows, ignored lm targets,
     # labels) with evaluations, on 3 of the plans; and 3 steps on plan 4
     # resumed for 2 on plan 3tl against it too.
@@ -301,6 +302,20 @@ case "$MODE" in
         "$COMPARE" m1.jsonl params1.json "m$v.jsonl" "params$v.json" || status=1
         "$COMPARE" --params grads1.json "grads$v.json" || status=1
       done
+      # Clipped (--clip-grad 0.5, below these models' first norms): plan 4
+      # against the 1-device run clipped, every step's gradient norm too
+      # (each tensor-parallel copy of a replicated tensor counted once).
+      if [ "${SPINDLE_TEST_SANITIZED:-0}" != 1 ]; then
+        for v in 1 4; do
+          cp "p$v.json" "p${v}c.json"
+          train "${v}c" "$v" "$([ "$v" = 1 ] && echo ref.yaml || echo model.yaml)" "${eps[@]}" --clip-grad 0.5
+        done
+        grep -q '"grad_norm":' m1c.jsonl || die "$name: no gradient norm in m1c.jsonl"
+        echo "== $name: plan 4 clipped against 1 device clipped: losses, parameters, gradient norms"
+        "$COMPARE" m1c.jsonl params1c.json m4c.jsonl params4c.json || status=1
+        "$COMPARE" --grad-norms m1c.jsonl m4c.jsonl grads4c.json || status=1
+        ! cmp -s params4.json params4c.json || die "$name: clipping changed no parameter"
+      fi
       # On the model's random data files (and synthetic data for about 1
       # task in 4), evaluated after steps 3 and 5 (the last): plans 3,
       # 2seq and 4it (sanitized, 4it) against the 1-device run, evaluations
