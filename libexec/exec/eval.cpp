@@ -16,13 +16,15 @@ MatrixRM unit_rows(const Tensor& t, int64_t rows) {
   return m;
 }
 
-// Hits of the queries `q` (rows) against keys `k` (rows), similarity q k^T.
+// Hits of the queries (rows of `sim`, the cosine similarities q k^T)
+// against the keys (its columns): each query's nearest key is the lowest
+// column within kSimilarityTie of its largest similarity.
 int64_t hits(const MatrixRM& sim, const Tensor& labels) {
   int64_t n = 0;
   for (int64_t i = 0; i < sim.rows(); ++i) {
+    const float top = sim.row(i).maxCoeff();
     int64_t best = 0;
-    for (int64_t j = 1; j < sim.cols(); ++j)
-      if (sim(i, j) > sim(i, best)) best = j;  // strictly greater: the lowest row wins ties
+    while (sim(i, best) < top - kSimilarityTie) ++best;
     if (best == i || (!labels.empty() && labels[best] == labels[i])) ++n;
   }
   return n;

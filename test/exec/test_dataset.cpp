@@ -515,6 +515,23 @@ TEST_CASE("retrieval accuracy: top-1 both ways by cosine, labels, lowest row on 
   CHECK_THROWS_AS(retrieval_hits(a, Tensor::from({2, 1, 2}, {1, 0, 0, 1}), Tensor()), std::invalid_argument);
 }
 
+TEST_CASE("retrieval accuracy: similarities within kSimilarityTie are ties, whichever copy rounding favours", "[data]") {
+  // a = [e2, e1]; b's two rows both e1, one of them turned by d toward e3.
+  // a0 (e2) sees 0 and 0: b0, its pair, a hit. a1 (e1) sees 1 and
+  // cos(d) = 1 - d^2 / 2: within the tie (d = 1.5e-3: 1.1e-6) b0, not its
+  // pair, whichever row was turned; beyond it (d = 1e-2: 5e-5) the exact
+  // one, b1 when b0 was turned.
+  const auto a_to_b = [](float d, bool turn_b0) {
+    const Tensor a = Tensor::from({2, 1, 3}, {0, 1, 0, 1, 0, 0});
+    const Tensor b = Tensor::from({2, 1, 3}, {1, 0, turn_b0 ? d : 0, 1, 0, turn_b0 ? 0 : d});
+    return retrieval_hits(a, b, Tensor()).a_to_b;
+  };
+  CHECK(a_to_b(1.5e-3f, false) == 1);
+  CHECK(a_to_b(1.5e-3f, true) == 1);   // compared exactly: b1, its pair, 2 hits
+  CHECK(a_to_b(1e-2f, false) == 1);
+  CHECK(a_to_b(1e-2f, true) == 2);
+}
+
 TEST_CASE("checkpoint: the data position per task round-trips, a manifest without it loads as before", "[data]") {
   TrainingState state;
   state.step = 3;

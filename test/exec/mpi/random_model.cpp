@@ -101,7 +101,11 @@ std::string transformer(Draw& d, int h, int repeat, bool even_heads, int ffn = 0
 std::string write_model(uint32_t seed, bool with_tp, Drawn& drawn) {
   Draw d(seed);
   const int width = d.pick(std::vector<int>{8, 12, 16});   // W: every encoder's output width
-  const int embed = d.pick(std::vector<int>{4, 8});         // D: the contrastive width
+  // D: the contrastive width. Not 4: at the default temperature (0.07)
+  // 4-wide embeddings gave losses so sharp that a 5th step's loss moved by
+  // 1.3 times the tolerance from one summation order to another (seed 13
+  // on data files; parameters within tolerance).
+  const int embed = d.pick(std::vector<int>{8, 16});
   std::ostringstream y;
   y << "# random_model seed " << seed << (with_tp ? "" : " (reference: no tensor_parallel)") << "\n";
   y << "name: random-" << seed << "\ndtype: fp32\nmodules:\n";
