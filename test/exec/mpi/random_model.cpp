@@ -252,6 +252,8 @@ bool write_npy(const std::string& path, const std::string& descr, const std::vec
 // synthetic ({synthetic: true}); training shuffles or not at random.
 bool write_data(uint32_t seed, const Drawn& drawn, const std::string& dir) {
   Draw d(seed ^ 0x9e3779b9u);   // not the model's draws: the model stays as it is without data
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);   // also when every task stays synthetic
   std::string train = "# random_model seed " + std::to_string(seed) + "\ntasks:\n";
   std::string eval = train;
   for (size_t t = 0; t < drawn.tasks.size(); ++t) {
@@ -266,7 +268,6 @@ bool write_data(uint32_t seed, const Drawn& drawn, const std::string& dir) {
     eval += "  " + name + ": {path: " + name + "/eval}\n";
     for (const char* split : {"train", "eval"}) {
       const std::string folder = dir + "/" + name + "/" + split;
-      std::error_code ec;
       std::filesystem::create_directories(folder, ec);
       const int samples = d.in(task.batch, 3 * task.batch);
       for (const DataNode& n : task.nodes) {
