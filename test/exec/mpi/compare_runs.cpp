@@ -63,6 +63,13 @@
 // whole: x-memory.optimizer_state; its memory figures as they were), for
 // the runs that check each gives bitwise the same result.
 //
+//   compare_runs --mutate SEED PLAN.json OUT.json
+//
+// Not a comparison: write PLAN with one edit drawn from SEED (a device of a
+// slice replaced, added or dropped, a count or first moved, two waves
+// swapped, a slice dropped, doubled or moved to another wave, a parameter
+// group changed or dropped, a MetaOp field changed), and print which.
+//
 //   compare_runs --params REF.params.json GOT.params.json
 //
 // Only tensors (--dump-params or --dump-grads files), in RMS as above: the
@@ -71,11 +78,14 @@
 // `--rtol X` before the mode sets the relative tolerance (default 1e-5; the
 // GPU checks use 1e-4 in fp32 and 2e-2 in bf16). Any mode fails when it
 // compared nothing.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -266,6 +276,60 @@ int compare_bytes(const std::string& dir, const std::string& got_path) {
   return ok ? 0 : 1;
 }
 
+// The --mutate mode (header): one edit of a plan, drawn from `seed`, that
+// leaves it valid JSON of the same shape; returns what it did.
+std::string mutate_plan(nlohmann::json& plan, uint32_t seed) {
+  std::mt19937 gen(seed);
+  const auto draw = [&](size_t n) { return static_cast<size_t>(gen() % static_cast<uint32_t>(n)); };
+  nlohmann::json& waves = plan.at("waves");
+  nlohmann::json& groups = plan.at("param_groups");
+  const int devices = plan.at("cluster").at("devices").get<int>();
+  std::vector<std::pair<size_t, size_t>> slices;   // (wave, slice)
+  for (size_t w = 0; w < waves.size(); ++w)
+    for (size_t k = 0; k < waves[w].at("slices").size(); ++k) slices.emplace_back(w, k);
+  const auto [w, k] = slices.at(draw(slices.size()));
+  nlohmann::json& slice = waves[w]["slices"][k];
+  nlohmann::json& on = slice["devices"];
+  const std::string at = " (wave " + std::to_string(w) + ", slice " + std::to_string(k) + ")";
+  const auto other_device = [&] { return static_cast<int>(draw(static_cast<size_t>(devices))); };
+  switch (draw(12)) {
+    case 0: on[draw(on.size())] = other_device(); return "a slice's device replaced" + at;
+    case 1: on.push_back(other_device()); return "a device added to a slice" + at;
+    case 2:
+      if (on.size() < 2) return "nothing (a one-device slice keeps its device)";
+      on.erase(draw(on.size()));
+      return "a device dropped from a slice" + at;
+    case 3: slice["count"] = slice["count"].get<int>() + (gen() % 2 ? 1 : -1); return "a slice's count moved" + at;
+    case 4: slice["first"] = slice["first"].get<int>() + 1; return "a slice's first operator moved" + at;
+    case 5:
+      if (w + 1 >= waves.size()) return "nothing (the last wave has no next one)";
+      std::swap(waves[w]["slices"], waves[w + 1]["slices"]);
+      return "waves " + std::to_string(w) + " and " + std::to_string(w + 1) + " swapped";
+    case 6: waves[w]["slices"].erase(k); return "a slice dropped" + at;
+    case 7: {
+      nlohmann::json& g = groups[draw(groups.size())]["devices"];
+      const int d = other_device();
+      if (std::find(g.begin(), g.end(), d) == g.end()) g.push_back(d);
+      std::sort(g.begin(), g.end());
+      return "a device added to a parameter group";
+    }
+    case 8: groups.erase(draw(groups.size())); return "a parameter group dropped";
+    case 9: {
+      nlohmann::json& m = plan.at("metaops")[draw(plan.at("metaops").size())];
+      const char* field = std::array{"batch", "seq", "level", "tensor_parallel"}[draw(4)];
+      m[field] = m[field].get<int>() + 1;
+      return std::string("a MetaOp's ") + field + " changed";
+    }
+    case 10: {
+      nlohmann::json copy = slice;
+      waves[w]["slices"].erase(k);
+      waves[draw(waves.size())]["slices"].push_back(copy);
+      return "a slice moved to a wave" + at;
+    }
+    default: waves[w]["slices"].push_back(slice); return "a slice doubled" + at;
+  }
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() >= 2 && args[0] == "--rtol") {
@@ -329,6 +393,14 @@ int main(int argc, char** argv) {
       out << plan.dump(1) << "\n";
       return out.good() ? 0 : 2;
     }
+    if (args.size() == 4 && args[0] == "--mutate") {
+      nlohmann::json plan = read_json(args[2]);
+      const std::string what = mutate_plan(plan, static_cast<uint32_t>(std::stoul(args[1])));
+      std::printf("%s\n", what.c_str());
+      std::ofstream out(args[3]);
+      out << plan.dump(1) << "\n";
+      return out.good() ? 0 : 2;
+    }
     if (args.size() == 3 && args[0] == "--params") {
       const bool ok = compare_params(read_json(args[1]), read_json(args[2]));
       std::printf("%s (tolerance: RMS of the difference <= %g * max(RMS of the reference, %g))\n",
@@ -344,7 +416,8 @@ int main(int argc, char** argv) {
                            "       compare_runs --flip-bucket-starts PLAN OUT\n"
                            "       compare_runs --late-transfers PLAN OUT\n"
                            "       compare_runs --optimizer-state sharded|replicated PLAN OUT\n"
-                           "       compare_runs --move-slices PLAN OUT PREFIX DEVICES\n");
+                           "       compare_runs --move-slices PLAN OUT PREFIX DEVICES\n"
+                           "       compare_runs --mutate SEED PLAN OUT\n");
       return 2;
     }
     std::vector<nlohmann::json> ref_e, got_e;

@@ -51,6 +51,10 @@
 #       (random_model SEED; seeds 1 and 2, SPINDLE_RANDOM_SEEDS for a soak)
 #       on 7 plans each, ZeRO-1, random data files with evaluations and a
 #       resume onto another plan among them (the mode's own comment below).
+#   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
+#       (compare_runs --mutate K: devices, counts, waves, slices, parameter
+#       groups, MetaOp fields): each refused with exit 2 and one message,
+#       or trained as the 1-device run; some of both.
 #   data-equiv    the real example (digits-mm on configs/data/digits, with
 #       ignored lm targets): planned for 1, 2, 3 and 4 devices (spindle) and
 #       2 and 4 devices (sequential), 6 steps with --data and an evaluation
@@ -501,6 +505,37 @@ case "$MODE" in
       status=1
     fi
     exit $status ;;
+  plan-mutations)
+    # One-edit mutations of tiny-lm's 4-device plan (a TP-2 trunk), drawn
+    # by compare_runs --mutate K: each is refused (exit 2, one message) or,
+    # accepted, trains as the 1-device run. A plan spindle-run accepts is
+    # never run wrong, whatever hand edited it.
+    model=$MODELS/tiny-lm.yaml ref_model=$PWD/tiny-lm-tp1.yaml
+    sed 's/tensor_parallel: 2/tensor_parallel: 1/' "$model" > "$ref_model"
+    plan "$ref_model" 1 p1.json
+    plan "$model" 4 p4.json
+    rm -f m1.jsonl   # --metrics appends
+    run 1 p1.json "$ref_model" --steps 3 --seed 3 --metrics m1.jsonl --dump-params params1.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "the 1-device run: exit $rc"; }
+    mutations=$(seq 1 16) accepted=0 refused=0
+    # Sanitized, 6 of them: 12 and 14 are accepted, the others refused.
+    [ "${SPINDLE_TEST_SANITIZED:-0}" = 1 ] && mutations="1 3 6 12 14 16"
+    for k in $mutations; do
+      what=$("$COMPARE" --mutate "$k" p4.json q.json) || die "compare_runs --mutate $k"
+      rm -f q.jsonl
+      run 4 q.json "$model" --steps 3 --seed 3 --metrics q.jsonl --dump-params q.params.json
+      case $rc in
+        0) "$COMPARE" m1.jsonl params1.json q.jsonl q.params.json > compare.log ||
+             { cat compare.log; die "mutation $k ($what): accepted, but trained otherwise than one device"; }
+           accepted=$((accepted + 1)); echo "mutation $k, $what: trains as one device" ;;
+        2) [ "$(grep -c 'spindle-run: error' run.log)" -eq 1 ] || { cat run.log; die "mutation $k ($what): not one error line"; }
+           refused=$((refused + 1)); echo "mutation $k, $what: refused: $(grep -m1 'spindle-run: error' run.log | cut -c1-160)" ;;
+        *) cat run.log; die "mutation $k ($what): exit $rc (expected 0 or 2)" ;;
+      esac
+    done
+    [ "$accepted" -gt 0 ] && [ "$refused" -gt 0 ] || die "$accepted accepted and $refused refused: expected some of both"
+    echo "PASS: $((accepted + refused)) mutations, $accepted trained as one device, $refused refused"
+    exit 0 ;;
   data-equiv)
     model=$MODELS/digits-mm.yaml data=$SRC/configs/data/digits
     for v in 1 2 3 4; do has_variant "$v" && plan "$model" "$v" "p$v.json"; done
