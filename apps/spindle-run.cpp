@@ -454,6 +454,7 @@ struct Inputs {
   std::string plan_sha;                 // sha256 of the plan file's bytes
   std::unique_ptr<se::FileSource> data, eval_data;   // null: synthetic / no evaluation
   std::optional<se::Checkpoint> ck;     // --resume: the newest complete checkpoint
+  se::CheckpointLock lock;              // rank 0, with --checkpoint: the folder is this run's
 };
 
 // Step 1 of run: the launch, the numeric flags and every path, the model,
@@ -511,6 +512,23 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     error = "plan, model or data description differs from rank 0's (sha256 of the files' bytes)";
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   in.locals = all_gather_strings(MPI_COMM_WORLD, std::to_string(in.local_rank));
+
+  // The checkpoint folder is this run's alone from here on (rank 0 writes
+  // it): another run still using it, e.g. the job this one resumes, is
+  // refused before anything is read.
+  if (rank == 0 && !args.checkpoint_dir.empty()) {
+    auto lock = se::lock_checkpoint_dir(args.checkpoint_dir);
+    if (!lock.ok()) {
+      error = lock.error().message;
+    } else {
+      in.lock = std::move(*lock);
+      if (!in.lock.unlocked_reason().empty())
+        std::printf("spindle-run: note: --checkpoint %s could not be locked (%s): a second run into it would not "
+                    "be noticed\n",
+                    args.checkpoint_dir.c_str(), in.lock.unlocked_reason().c_str());
+    }
+  }
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
 
   // Resume: every rank reads and verifies the newest complete checkpoint
   // (DIR must be visible to every rank, e.g. a shared filesystem).

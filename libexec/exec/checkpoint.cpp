@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,9 +11,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +41,7 @@ constexpr uint32_t kTensorFileVersion = 1;
 constexpr int kManifestVersion = 1;
 constexpr uint32_t kMaxRank = 8;
 const char* const kFiles[] = {"params.bin", "adam_m.bin", "adam_v.bin"};
+const char* const kLockFile = ".spindle-run.lock";   // CheckpointLock
 
 template <class T>
 void put(std::string& out, T v) {
@@ -366,6 +370,76 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   if (decoded[1].size() != decoded[0].size() || decoded[2].size() != decoded[0].size())
     return Error{step_dir + ": adam_m.bin or adam_v.bin holds tensors params.bin lacks"};
   return ck;
+}
+
+CheckpointLock::CheckpointLock(CheckpointLock&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), dir_(std::move(o.dir_)), unlocked_(std::move(o.unlocked_)) {
+  o.dir_.clear();
+}
+
+CheckpointLock& CheckpointLock::operator=(CheckpointLock&& o) noexcept {
+  if (this != &o) {
+    this->~CheckpointLock();
+    fd_ = std::exchange(o.fd_, -1);
+    dir_ = std::move(o.dir_);
+    o.dir_.clear();
+    unlocked_ = std::move(o.unlocked_);
+  }
+  return *this;
+}
+
+CheckpointLock::~CheckpointLock() {
+  // A folder this lock made and nothing but the lock file was put into (a
+  // run that stopped before its first checkpoint) is removed again.
+  if (!dir_.empty()) {
+    std::error_code ec;
+    const std::filesystem::path lock = std::filesystem::path(dir_) / kLockFile;
+    bool only_lock = true;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec))
+      if (entry.path().filename() != kLockFile) only_lock = false;
+    if (!ec && only_lock) {
+      std::filesystem::remove(lock, ec);
+      std::filesystem::remove(dir_, ec);
+    }
+  }
+  if (fd_ >= 0) ::close(fd_);   // releases the flock
+  fd_ = -1;
+}
+
+plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir) {
+  CheckpointLock lock;
+  std::error_code ec;
+  const bool made = std::filesystem::create_directories(dir, ec);
+  if (ec) return plan::Error{dir + ": cannot create the checkpoint folder: " + ec.message()};
+  if (made) lock.dir_ = dir;
+  const std::string path = (std::filesystem::path(dir) / kLockFile).string();
+  lock.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (lock.fd_ < 0) return plan::Error{path + ": cannot open the lock file: " + std::strerror(errno)};
+  if (::flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK || err == EINTR) {
+      char held[256] = {};
+      const ssize_t n = ::pread(lock.fd_, held, sizeof held - 1, 0);
+      std::string who = n > 0 ? std::string(held, static_cast<size_t>(n)) : std::string();
+      while (!who.empty() && (who.back() == '\n' || who.back() == '\0')) who.pop_back();
+      return plan::Error{"--checkpoint " + dir + ": in use by another spindle-run (" +
+                         (who.empty() ? std::string("its holder unknown") : who) + ", " + path +
+                         "): two runs must not write one folder; wait for that run to end, or name another folder"};
+    }
+    lock.unlocked_ = std::string("flock: ") + std::strerror(err);   // e.g. ENOLCK, EOPNOTSUPP
+    return lock;
+  }
+  // Who holds it, for a second run's message.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {};
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string who = "pid " + std::to_string(::getpid()) + " on host " + host + " since " + when + "\n";
+  if (::ftruncate(lock.fd_, 0) != 0 || ::pwrite(lock.fd_, who.data(), who.size(), 0) < 0) {
+    // Only the message of a second run depends on it: the lock itself holds.
+  }
+  return lock;
 }
 
 }  // namespace spindle::exec

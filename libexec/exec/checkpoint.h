@@ -131,6 +131,36 @@ std::vector<int64_t> list_checkpoints(const std::string& dir);
 // another run's checkpoints. Error names what could not be removed.
 plan::Status remove_checkpoints(const std::string& dir);
 
+// An advisory lock on a checkpoint folder (flock on DIR/.spindle-run.lock,
+// which holds "pid P on host H since TIME" of its holder), taken by one
+// run's rank 0 before it reads or writes the folder and held until the
+// object is destroyed or the process ends (a killed process releases it).
+// Two runs writing one folder (a job resumed while the old one still runs,
+// a second launch of the same command) each pruned the other's checkpoints
+// (--keep) and left two runs' steps interleaved in it.
+class CheckpointLock {
+ public:
+  CheckpointLock() = default;
+  CheckpointLock(CheckpointLock&& o) noexcept;
+  CheckpointLock& operator=(CheckpointLock&& o) noexcept;
+  ~CheckpointLock();
+  // Empty when the lock is held; else why the filesystem could not lock
+  // (flock unsupported, e.g. Lustre mounted without -o flock): the run goes
+  // on unlocked and says so.
+  const std::string& unlocked_reason() const { return unlocked_; }
+
+ private:
+  friend plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
+  int fd_ = -1;
+  std::string dir_;           // set when this lock made the folder: removed again if left empty
+  std::string unlocked_;
+};
+
+// Creates `dir` if missing and locks it (CheckpointLock). Error when
+// another process holds the lock (naming it, from the lock file) or the
+// lock file cannot be made.
+plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
+
 // Reads and verifies DIR/step-N: manifest format and version, every file's
 // size and SHA-256, tensor files, and that params/m/v name the same tensors
 // with the same shapes. Errors name the offending file.

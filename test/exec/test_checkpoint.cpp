@@ -147,6 +147,37 @@ TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and c
   CHECK(list_checkpoints((dir.path / "missing").string()).empty());
 }
 
+TEST_CASE("checkpoint: one run locks its folder, a second is refused naming the first, released on destruction") {
+  TempDir dir("ckpt-lock");
+  const std::string folder = (dir.path / "ck").string();
+  {
+    auto first = lock_checkpoint_dir(folder);   // makes the folder
+    REQUIRE(first.ok());
+    CHECK(first->unlocked_reason().empty());
+    CHECK(fs::is_directory(folder));
+    // flock belongs to the open file: a second open conflicts, in one process as in two.
+    auto second = lock_checkpoint_dir(folder);
+    REQUIRE_FALSE(second.ok());
+    CHECK_THAT(second.error().message,
+               Catch::StartsWith("--checkpoint " + folder + ": in use by another spindle-run (pid " +
+                                 std::to_string(::getpid()) + " on host "));
+    CHECK_THAT(second.error().message, Catch::Contains("two runs must not write one folder"));
+    // Moved, it is still held.
+    CheckpointLock moved = std::move(*first);
+    CHECK_FALSE(lock_checkpoint_dir(folder).ok());
+  }
+  // Released, and the folder it made, left empty, removed again.
+  CHECK_FALSE(fs::exists(folder));
+  {
+    auto lock = lock_checkpoint_dir(folder);
+    REQUIRE(lock.ok());
+    fs::create_directories(fs::path(folder) / "step-000001");   // as a checkpoint would be
+  }
+  CHECK(fs::is_directory(fs::path(folder) / "step-000001"));     // kept: not empty
+  auto again = lock_checkpoint_dir(folder);                       // an existing folder: free again
+  REQUIRE(again.ok());
+}
+
 TEST_CASE("checkpoint: a state that is not finite is refused, named, and nothing is written") {
   TempDir dir("ckpt-finite");
   REQUIRE(check_state_finite(small_state()).ok());

@@ -107,6 +107,9 @@
 #       remaining tasks' next-step losses equal the full run's; then with two
 #       tasks removed (audio dropped) and back (audio new): the log counts
 #       carried/new/dropped tensors.
+#   ckpt-lock       a run resumed into the checkpoint folder of a run still
+#       going is refused (exit 2), naming that run's rank 0 by pid; once it
+#       ends, the resume goes on.
 #   ckpt-signal     --exit-signal-handler: SIGUSR1 to mpirun (which passes it
 #       on), then SIGTERM to rank 1 alone (as srun or Slurm would reach a
 #       rank): every rank finishes the step under way, the checkpoint of that
@@ -967,6 +970,32 @@ PY
       run.log || die "expected carried $((total - audio)), new $audio, dropped 0"
     [ "$(wc -l < back.jsonl)" -eq 1 ] && grep -q '"audio-text"' back.jsonl || die "no step 6 with every task"
     echo "PASS: re-planned resumes carry shared parameters" ;;
+  ckpt-lock)
+    # A run resumed into the folder of one still running (a requeued job
+    # whose old allocation has not ended) is refused, naming the running
+    # one, and writes nothing; once that run ends, the resume goes on.
+    model=$MODELS/tiny-clip.yaml
+    plan "$model" 2 p2.json
+    rm -rf ck first.log second.jsonl
+    timeout 100 "$MPIEXEC" -np 2 --oversubscribe "$BIN/spindle-run" p2.json --model "$model" --steps 100000 \
+      --seed 3 --checkpoint ck --every 5 --exit-signal-handler > first.log 2>&1 &
+    job=$!
+    trap 'kill "$job" 2> /dev/null' EXIT   # a failed check leaves no run behind
+    for _ in $(seq 500); do [ -d ck/step-000005 ] && break; sleep 0.02; done
+    [ -d ck/step-000005 ] || { kill "$job"; cat first.log; die "the first run saved no checkpoint"; }
+    holder=$(rank_pid "$job" 0)
+    before=$(ls ck)
+    run 2 p2.json "$model" --steps 100000 --seed 3 --checkpoint ck --every 5 --resume --metrics second.jsonl
+    expect_reject "a resume into the folder of a running run" \
+      "in use by another spindle-run (pid $holder on host .*): two runs must not write one folder"
+    [ ! -e second.jsonl ] || die "the refused run wrote --metrics"
+    kill -USR1 "$(rank_pid "$job" launcher)"   # the first run saves and ends (--exit-signal-handler)
+    wait "$job" || { cat first.log; die "the first run: exit $?"; }
+    run 2 p2.json "$model" --steps "$(($(ls ck | tail -n 1 | sed 's/step-0*//') + 2))" --seed 3 --checkpoint ck \
+      --every 5 --resume --metrics second.jsonl
+    [ "$rc" -eq 0 ] || { cat run.log; die "the resume after the first run ended: exit $rc"; }
+    grep -q "resumed from ck/step-" run.log || die "the resume after the first run ended did not resume"
+    [ -n "$before" ] && echo "PASS: refused while the first run held the folder, resumed once it ended" ;;
   ckpt-signal)
     model=$MODELS/tiny-clip.yaml
     plan "$model" 2 p2.json
