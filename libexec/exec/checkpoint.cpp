@@ -373,33 +373,33 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
 }
 
 CheckpointLock::CheckpointLock(CheckpointLock&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), dir_(std::move(o.dir_)), unlocked_(std::move(o.unlocked_)) {
-  o.dir_.clear();
-}
+    : fd_(std::exchange(o.fd_, -1)), dir_(std::move(o.dir_)), made_dir_(o.made_dir_),
+      unlocked_(std::move(o.unlocked_)) {}
 
 CheckpointLock& CheckpointLock::operator=(CheckpointLock&& o) noexcept {
   if (this != &o) {
     this->~CheckpointLock();
     fd_ = std::exchange(o.fd_, -1);
     dir_ = std::move(o.dir_);
-    o.dir_.clear();
+    made_dir_ = o.made_dir_;
     unlocked_ = std::move(o.unlocked_);
   }
   return *this;
 }
 
 CheckpointLock::~CheckpointLock() {
-  // A folder this lock made and nothing but the lock file was put into (a
-  // run that stopped before its first checkpoint) is removed again.
-  if (!dir_.empty()) {
+  // A folder holding nothing but the lock file (a run that stopped before
+  // its first checkpoint) is left as the run found it: the lock file
+  // removed, and the folder too when this lock made it. Removed while
+  // still locked, so that no other run locks the file being removed.
+  if (fd_ >= 0 && !dir_.empty()) {
     std::error_code ec;
-    const std::filesystem::path lock = std::filesystem::path(dir_) / kLockFile;
     bool only_lock = true;
     for (const auto& entry : std::filesystem::directory_iterator(dir_, ec))
       if (entry.path().filename() != kLockFile) only_lock = false;
     if (!ec && only_lock) {
-      std::filesystem::remove(lock, ec);
-      std::filesystem::remove(dir_, ec);
+      std::filesystem::remove(std::filesystem::path(dir_) / kLockFile, ec);
+      if (made_dir_) std::filesystem::remove(dir_, ec);
     }
   }
   if (fd_ >= 0) ::close(fd_);   // releases the flock
@@ -409,9 +409,8 @@ CheckpointLock::~CheckpointLock() {
 plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir) {
   CheckpointLock lock;
   std::error_code ec;
-  const bool made = std::filesystem::create_directories(dir, ec);
+  lock.made_dir_ = std::filesystem::create_directories(dir, ec);
   if (ec) return plan::Error{dir + ": cannot create the checkpoint folder: " + ec.message()};
-  if (made) lock.dir_ = dir;
   const std::string path = (std::filesystem::path(dir) / kLockFile).string();
   lock.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (lock.fd_ < 0) return plan::Error{path + ": cannot open the lock file: " + std::strerror(errno)};
@@ -429,6 +428,7 @@ plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir) {
     lock.unlocked_ = std::string("flock: ") + std::strerror(err);   // e.g. ENOLCK, EOPNOTSUPP
     return lock;
   }
+  lock.dir_ = dir;   // held: the destructor may tidy the folder (never another run's lock file)
   // Who holds it, for a second run's message.
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);

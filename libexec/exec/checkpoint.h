@@ -152,7 +152,8 @@ class CheckpointLock {
  private:
   friend plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
   int fd_ = -1;
-  std::string dir_;           // set when this lock made the folder: removed again if left empty
+  std::string dir_;
+  bool made_dir_ = false;     // this lock made the folder: removed again if left empty
   std::string unlocked_;
 };
 

@@ -162,6 +162,7 @@ TEST_CASE("checkpoint: one run locks its folder, a second is refused naming the 
                Catch::StartsWith("--checkpoint " + folder + ": in use by another spindle-run (pid " +
                                  std::to_string(::getpid()) + " on host "));
     CHECK_THAT(second.error().message, Catch::Contains("two runs must not write one folder"));
+    CHECK(fs::exists(fs::path(folder) / ".spindle-run.lock"));   // the refused one leaves the holder's file
     // Moved, it is still held.
     CheckpointLock moved = std::move(*first);
     CHECK_FALSE(lock_checkpoint_dir(folder).ok());
@@ -176,6 +177,12 @@ TEST_CASE("checkpoint: one run locks its folder, a second is refused naming the 
   CHECK(fs::is_directory(fs::path(folder) / "step-000001"));     // kept: not empty
   auto again = lock_checkpoint_dir(folder);                       // an existing folder: free again
   REQUIRE(again.ok());
+  // A folder that was there, empty: left as it was found, without the lock file.
+  const fs::path empty = dir.path / "empty";
+  fs::create_directories(empty);
+  { REQUIRE(lock_checkpoint_dir(empty.string()).ok()); }
+  CHECK(fs::is_directory(empty));
+  CHECK(fs::is_empty(empty));
 }
 
 TEST_CASE("checkpoint: a state that is not finite is refused, named, and nothing is written") {
