@@ -981,7 +981,7 @@ PY
       --seed 3 --checkpoint ck --every 5 --exit-signal-handler > first.log 2>&1 &
     job=$!
     trap 'kill "$job" 2> /dev/null' EXIT   # a failed check leaves no run behind
-    for _ in $(seq 500); do [ -d ck/step-000005 ] && break; sleep 0.02; done
+    for _ in $(seq 3000); do [ -d ck/step-000005 ] && break; sleep 0.02; done   # 60 s at most
     [ -d ck/step-000005 ] || { kill "$job"; cat first.log; die "the first run saved no checkpoint"; }
     holder=$(rank_pid "$job" 0)
     before=$(ls ck)
