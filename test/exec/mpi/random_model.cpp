@@ -14,12 +14,12 @@
 //
 // What it draws, all at toy sizes so that a step takes milliseconds:
 //   - 2-4 encoders, each a patch_embed or token_embed, 0-2 transformer
-//     layers (causal or not, of their own width 8-16), then a linear adapter to
-//     the common sequence width W when theirs differs;
+//     layers (causal or not, of their own width 8-16), then a linear
+//     adapter to the common sequence width W (8-16) when theirs differs;
 //     an encoder is used by nodes of several tasks at several sequence
 //     lengths (one position table of the longest);
 //   - 1-2 pooling modules ([transformer_layer,] pool_project W -> D) and one
-//     contrastive_loss of width D;
+//     contrastive_loss of width D (8 or 16);
 //   - 0-1 LLM-style trunks (transformer layers of width W, an optional
 //     linear, lm_loss), tensor_parallel 1 or 2;
 //   - 1-4 tasks, each contrastive (two pooled encoder nodes, possibly of the
