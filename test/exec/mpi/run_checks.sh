@@ -320,7 +320,10 @@ case "$MODE" in
         grep -q '"grad_norm":' m1c.jsonl || die "$name: no gradient norm in m1c.jsonl"
         echo "== $name: plan 4 clipped against 1 device clipped: losses, parameters, gradient norms"
         "$COMPARE" m1c.jsonl params1c.json m4c.jsonl params4c.json || status=1
-        "$COMPARE" --grad-norms m1c.jsonl m4c.jsonl grads4c.json || status=1
+        # The norms within 1e-4: a gradient moves more than the loss with
+        # the parameters' rounding, and a model whose norm reached 257 by
+        # step 3 (seed 197) moved it by 1.3e-5 with losses within 1.4e-6.
+        "$COMPARE" --rtol 1e-4 --grad-norms m1c.jsonl m4c.jsonl grads4c.json || status=1
         ! cmp -s params4.json params4c.json || die "$name: clipping changed no parameter"
       fi
       # On the model's random data files (and synthetic data for about 1
