@@ -1336,10 +1336,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (se::launcher_rank(se::process_launch_env()) <= 0) app.exit(e);
-    // The other ranks wait before they end: the first to end makes mpirun
-    // end the job, which would cut rank 0 off before it says why.
-    else if (e.get_exit_code() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+    const se::EnvMap env = se::process_launch_env();
+    const int launched_as = se::launcher_rank(env);   // -1: started alone
+    if (launched_as <= 0) app.exit(e);
+    // With other ranks, a bad line ends every rank only once rank 0 has said
+    // why: the first rank to end makes mpirun end the job, which cut rank 0
+    // off (seen under the sanitizers, where ranks start up to a second
+    // apart). A barrier rank 0 enters after printing orders the ends.
+    if (launched_as >= 0 && se::launcher_size(env) != 1 && e.get_exit_code() != 0) {
+      se::MpiSession session(&argc, &argv);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
   finish_args(app, args);

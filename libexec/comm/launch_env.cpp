@@ -59,6 +59,15 @@ int launcher_rank(const EnvMap& env) {
   return -1;
 }
 
+int launcher_size(const EnvMap& env) {
+  for (const LauncherVars& g : {kGroups[0], kGroups[1]}) {   // the group launcher_rank reads
+    if (read_int(env, g.rank_var) == -1) continue;
+    const int size = read_int(env, g.size_var);
+    return size >= 1 ? size : -1;
+  }
+  return -1;
+}
+
 std::string discover_launch_env(const EnvMap& env, int mpi_rank, int mpi_size, LaunchEnv* out) {
   LaunchEnv found;
   const bool openmpi = env.count(kGroups[0].rank_var) > 0;

@@ -56,5 +56,8 @@ std::string discover_launch_env(const EnvMap& env, int mpi_rank, int mpi_size, L
 // spindle-run reads its command line before MPI_Init and lets the process
 // whose launcher rank is 0 or -1 report a bad one for all.
 int launcher_rank(const EnvMap& env);
+// The number of processes that launcher started (OMPI_COMM_WORLD_SIZE, or
+// SLURM_NTASKS, of the group launcher_rank reads); -1 when unknown.
+int launcher_size(const EnvMap& env);
 
 }  // namespace spindle::exec

@@ -79,3 +79,15 @@ TEST_CASE("launch env: the launcher's rank before MPI starts") {
   CHECK(launcher_rank({{"RANK", "5"}}) == -1);   // a stale torchrun RANK does not count
   CHECK(launcher_rank({{"OMPI_COMM_WORLD_RANK", "x1"}}) == -1);
 }
+
+TEST_CASE("launch env: the launcher's size before MPI starts, of the group that gave the rank") {
+  CHECK(launcher_size({}) == -1);
+  CHECK(launcher_size({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}}) == 1);
+  // mpirun inside a Slurm job of 8 tasks: mpirun's 2 processes.
+  CHECK(launcher_size({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"},
+                       {"SLURM_NTASKS", "8"}}) == 2);
+  CHECK(launcher_size({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}}) == 4);
+  CHECK(launcher_size({{"OMPI_COMM_WORLD_SIZE", "4"}}) == -1);   // no rank: not a launched process
+  CHECK(launcher_size({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "0"}}) == -1);
+  CHECK(launcher_size({{"OMPI_COMM_WORLD_RANK", "0"}}) == -1);
+}
