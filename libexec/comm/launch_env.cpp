@@ -51,21 +51,27 @@ EnvMap process_launch_env() {
   return env;
 }
 
+namespace {
+// Before MPI starts: the group of the launcher that started this process,
+// openmpi before slurm (mpirun inside a Slurm job), the first whose rank
+// variable is set (even malformed); null when neither is.
+const LauncherVars* launching_group(const EnvMap& env) {
+  for (const LauncherVars* g : {&kGroups[0], &kGroups[1]})
+    if (read_int(env, g->rank_var) != -1) return g;
+  return nullptr;
+}
+}  // namespace
+
 int launcher_rank(const EnvMap& env) {
-  for (const LauncherVars& g : {kGroups[0], kGroups[1]}) {   // openmpi, slurm
-    const int rank = read_int(env, g.rank_var);
-    if (rank != -1) return rank >= 0 ? rank : -1;
-  }
-  return -1;
+  const LauncherVars* g = launching_group(env);
+  const int rank = g ? read_int(env, g->rank_var) : -1;
+  return rank >= 0 ? rank : -1;
 }
 
 int launcher_size(const EnvMap& env) {
-  for (const LauncherVars& g : {kGroups[0], kGroups[1]}) {   // the group launcher_rank reads
-    if (read_int(env, g.rank_var) == -1) continue;
-    const int size = read_int(env, g.size_var);
-    return size >= 1 ? size : -1;
-  }
-  return -1;
+  const LauncherVars* g = launching_group(env);
+  const int size = g ? read_int(env, g->size_var) : -1;
+  return size >= 1 ? size : -1;
 }
 
 std::string discover_launch_env(const EnvMap& env, int mpi_rank, int mpi_size, LaunchEnv* out) {

@@ -378,7 +378,7 @@ CheckpointLock::CheckpointLock(CheckpointLock&& o) noexcept
 
 CheckpointLock& CheckpointLock::operator=(CheckpointLock&& o) noexcept {
   if (this != &o) {
-    this->~CheckpointLock();
+    release();
     fd_ = std::exchange(o.fd_, -1);
     dir_ = std::move(o.dir_);
     made_dir_ = o.made_dir_;
@@ -387,7 +387,9 @@ CheckpointLock& CheckpointLock::operator=(CheckpointLock&& o) noexcept {
   return *this;
 }
 
-CheckpointLock::~CheckpointLock() {
+CheckpointLock::~CheckpointLock() { release(); }
+
+void CheckpointLock::release() {
   // A folder holding nothing but the lock file (a run that stopped before
   // its first checkpoint) is left as the run found it: the lock file
   // removed, and the folder too when this lock made it. Removed while

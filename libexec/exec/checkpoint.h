@@ -151,6 +151,7 @@ class CheckpointLock {
 
  private:
   friend plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
+  void release();   // tidies the folder as the destructor says, then unlocks
   int fd_ = -1;
   std::string dir_;
   bool made_dir_ = false;     // this lock made the folder: removed again if left empty
