@@ -6,7 +6,7 @@
 namespace spindle::exec {
 
 namespace {
-void check_dims(const OpConfig& cfg) {
+void check_loss_dims(const OpConfig& cfg) {
   if (cfg.dim("vocab") % cfg.tp_size != 0)
     throw std::invalid_argument("lm_loss: tensor_parallel " + std::to_string(cfg.tp_size) +
                                 " does not divide vocab " + std::to_string(cfg.dim("vocab")));
@@ -25,14 +25,14 @@ int64_t target_id(float v, int64_t vocab) {
 }  // namespace
 
 InitSpec lm_loss_param_init(const OpConfig& cfg, const std::string& tensor) {
-  check_dims(cfg);
+  check_loss_dims(cfg);
   if (tensor == "ln_g") return {InitKind::ones, 0};
   if (tensor == "ln_b") return {InitKind::zeros, 0};
   return {InitKind::uniform, 1.0f / std::sqrt(static_cast<float>(cfg.dim("hidden")))};
 }
 
 void lm_loss_init(LmLossState& s, const OpConfig& cfg, ParamSet& params) {
-  check_dims(cfg);
+  check_loss_dims(cfg);
   s.cfg = cfg;
   s.params = &params;
   s.vocab = cfg.dim("vocab");

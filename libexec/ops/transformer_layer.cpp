@@ -11,7 +11,7 @@ namespace {
 // Positions in ParamSet::params.
 enum : size_t { LN1_G, LN1_B, W_Q, B_Q, W_K, B_K, W_V, B_V, W_O, B_O, LN2_G, LN2_B, W_1, B_1, W_2, B_2 };
 
-void check_dims(const OpConfig& cfg) {
+void check_layer_dims(const OpConfig& cfg) {
   const int64_t h = cfg.dim("hidden"), heads = cfg.dim("heads"), f = cfg.dim("ffn");
   const int k = cfg.tp_size;
   if (heads <= 0 || h % heads != 0 || heads % k != 0 || f % k != 0)
@@ -29,7 +29,7 @@ void add_bias_rows(Tensor& y, const Tensor& b) {
 // LayerNorm gains 1, every bias and LayerNorm bias 0, the weights uniform
 // in +-1/sqrt(fan-in): h for q, k, v, o and w_1, ffn for w_2.
 InitSpec transformer_layer_param_init(const OpConfig& cfg, const std::string& tensor) {
-  check_dims(cfg);
+  check_layer_dims(cfg);
   if (tensor == "ln1_g" || tensor == "ln2_g") return {InitKind::ones, 0};
   if (tensor.rfind("w_", 0) != 0) return {InitKind::zeros, 0};
   const int64_t fan_in = tensor == "w_2" ? cfg.dim("ffn") : cfg.dim("hidden");
@@ -37,7 +37,7 @@ InitSpec transformer_layer_param_init(const OpConfig& cfg, const std::string& te
 }
 
 void transformer_layer_init(TransformerLayerState& s, const OpConfig& cfg, ParamSet& params) {
-  check_dims(cfg);
+  check_layer_dims(cfg);
   s.cfg = cfg;
   s.params = &params;
   s.hidden = cfg.dim("hidden");
