@@ -313,14 +313,23 @@ namespace {
 // spindle-run sums a bucket's gradients after the backward pass has gone
 // through the rest of the device's data: the bucket (and MPI's own
 // buffers) are out of the caches by then. This writes one float per
-// 64-byte line of a buffer of twice the last-level cache (at least 64 MiB),
-// so that a timed all-reduce starts as cold. On this VM (32 MiB L3) a 160
+// 64-byte line of a buffer of twice the last-level cache, from 64 to 256
+// MiB, so that a timed all-reduce starts as cold. On a 32 MiB-L3 VM a 160
 // KB all-reduce over 2 ranks takes 0.012 ms warm, 0.055 ms cold, and 0.075-
 // 0.094 ms inside spindle-run (bench/README.md, "loop").
+// The cap: sysconf reports the whole package's L3, and a virtual machine
+// what its host's CPUID says (508 MiB on a 2-core VM of 2026-12-06: each
+// eviction swept 1 GiB, 4.5 of the 7.5 s of a 2-rank --measure of
+// tiny-clip). A core of AMD's server parts reaches at most 96 MiB of L3
+// (a 3D V-Cache die); Intel's share up to 320-504 MiB in a package
+// (Emerald Rapids, Xeon 6), where 256 MiB may leave part of a bucket
+// cached: only CPU-backend all-reduces there read a little fast.
+constexpr size_t kMinEvictBytes = size_t{64} << 20;
+constexpr size_t kMaxEvictBytes = size_t{256} << 20;
 void evict_caches() {
   static std::vector<float> junk = [] {
     const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    const size_t bytes = std::max<size_t>(size_t{64} << 20, llc > 0 ? 2 * static_cast<size_t>(llc) : 0);
+    const size_t bytes = std::clamp(llc > 0 ? 2 * static_cast<size_t>(llc) : 0, kMinEvictBytes, kMaxEvictBytes);
     return std::vector<float>(bytes / sizeof(float), 0.0f);
   }();
   for (size_t k = 0; k < junk.size(); k += 16) junk[k] += 1.0f;
