@@ -320,10 +320,11 @@ namespace {
 // The cap: sysconf reports the whole package's L3, and a virtual machine
 // what its host's CPUID says (508 MiB on a 2-core VM of 2026-12-06, where
 // 1 GiB sweeps made a 2-rank --measure of tiny-clip take 8.0-8.2 s; 2.7-2.9
-// s capped, its all-reduce figures within their run-to-run spread). A core of AMD's server parts reaches at most 96 MiB of L3
-// (a 3D V-Cache die); Intel's share up to 320-504 MiB in a package
-// (Emerald Rapids, Xeon 6), where 256 MiB may leave part of a bucket
-// cached: only CPU-backend all-reduces there read a little fast.
+// s capped, its all-reduce figures within their run-to-run spread). A core
+// of AMD's server parts reaches at most 96 MiB of L3 (a 3D V-Cache die);
+// Intel's share up to 320-504 MiB in a package (Emerald Rapids, Xeon 6),
+// where 256 MiB may leave part of a bucket cached: only CPU-backend
+// all-reduces there read a little fast.
 constexpr size_t kMinEvictBytes = size_t{64} << 20;
 constexpr size_t kMaxEvictBytes = size_t{256} << 20;
 void evict_caches() {
