@@ -1345,7 +1345,7 @@ int main(int argc, char** argv) {
     // apart). A barrier rank 0 enters after printing orders the ends.
     if (launched_as >= 0 && se::launcher_size(env) != 1 && e.get_exit_code() != 0) {
       se::MpiSession session(&argc, &argv);
-      MPI_Barrier(MPI_COMM_WORLD);
+      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     }
     return e.get_exit_code() == 0 ? 0 : kExitInvalid;
   }
