@@ -39,15 +39,17 @@ inline void init_app(CLI::App& app, const std::string& program) {
   prefix_usage_errors(app, program);
 }
 
+// What an empty value is refused with, whichever check meets it first.
+inline std::string empty_message(const std::string& what) {
+  return "empty " + what + " (an unset variable in a script?)";
+}
+
 // Refuses an empty value as "empty WHAT (an unset variable in a
 // script?)"; `desc` and `name` are CLI11's (the help's type tag, the
 // validator's name).
 inline CLI::Validator non_empty(const std::string& what, const std::string& desc, const std::string& name) {
   return CLI::Validator(
-      [what](std::string& value) {
-        return value.empty() ? "empty " + what + " (an unset variable in a script?)" : std::string();
-      },
-      desc, name);
+      [what](std::string& value) { return value.empty() ? empty_message(what) : std::string(); }, desc, name);
 }
 
 // For every option that takes a path: an empty value ("--data ''", or
@@ -76,10 +78,11 @@ inline void refuse_empty_values(CLI::App& app) {
 inline CLI::Validator uint64_decimal() {
   return CLI::Validator(
       [](std::string& value) {
+        if (value.empty()) return empty_message("value");
         uint64_t parsed = 0;
         const char* end = value.data() + value.size();
         const auto [ptr, ec] = std::from_chars(value.data(), end, parsed, 10);
-        if (value.empty() || ec != std::errc() || ptr != end)
+        if (ec != std::errc() || ptr != end)
           return "expected a decimal integer in [0, " + std::to_string(std::numeric_limits<uint64_t>::max()) +
                  "], found '" + value + "'";
         return std::string();
@@ -94,10 +97,11 @@ inline CLI::Validator uint64_decimal() {
 inline CLI::Validator integer_in(int64_t min, int64_t max) {
   return CLI::Validator(
       [min, max](std::string& value) {
+        if (value.empty()) return empty_message("value");
         int64_t parsed = 0;
         const char* end = value.data() + value.size();
         const auto [ptr, ec] = std::from_chars(value.data(), end, parsed, 10);
-        if (value.empty() || ec != std::errc() || ptr != end || parsed < min || parsed > max)
+        if (ec != std::errc() || ptr != end || parsed < min || parsed > max)
           return "expected an integer from " + std::to_string(min) + " to " + std::to_string(max) + ", found '" +
                  value + "'";
         return std::string();

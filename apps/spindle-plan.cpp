@@ -273,7 +273,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--shift-simulations", o.shift_simulations,
                  "Spindle: at most this many simulations of boundary shifts on the winning plan (docs/planner.md, "
                  "step 9); 0: none")
-      ->check(CLI::Range(0, sp::kMaxShiftSimulations))
+      ->check(spindle::apps::integer_in(0, sp::kMaxShiftSimulations))
       ->capture_default_str();
   app.add_option("--optimizer-state", o.optimizer_state,
                  "how AdamW's state is held, recorded in the plan and followed by spindle-run: auto (replicated when "

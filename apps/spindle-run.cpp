@@ -400,8 +400,7 @@ std::string check_numbers(const Args& args) {
       return std::string(flag) + " " + sp::number_text(value) + ": expected a number from 0 to below 1";
   if (!(args.adam_eps > 0 && args.adam_eps <= 1))
     return "--adam-eps " + sp::number_text(args.adam_eps) + ": expected a number above 0 and at most 1";
-  if (args.steps < 1) return "--steps must be at least 1";
-  if (args.every < 1 || args.keep < 1) return "--every and --keep must be at least 1";
+  // --steps, --every and --keep: decimal integers from 1 (integer_in, on the command line).
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
   if (!(args.exit_duration_mins == 0 ||
         (std::isfinite(args.exit_duration_mins) && args.exit_duration_mins > 0 && args.exit_duration_mins <= 1e6)))
@@ -1204,7 +1203,9 @@ int run(const Args& args, int rank, int size) {
 void add_options(CLI::App& app, Args& args) {
   app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required()->check(spindle::apps::non_empty_path());
-  app.add_option("--steps", args.steps, "training steps")->capture_default_str();
+  app.add_option("--steps", args.steps, "training steps")
+      ->capture_default_str()
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
   app.add_option("--backend", args.backend, "compute backend: cpu | cuda")->capture_default_str();
   app.add_option("--seed", args.seed, "seed of parameters and synthetic data")
       ->capture_default_str()
@@ -1273,8 +1274,12 @@ void add_options(CLI::App& app, Args& args) {
           ->check(spindle::apps::non_empty_path());
   app.add_option("--every", args.every, "save a checkpoint every K steps (and at the end)")
       ->capture_default_str()
+      ->check(spindle::apps::integer_in(1, kMaxSteps))
       ->needs(ckpt);
-  app.add_option("--keep", args.keep, "complete checkpoints to keep (newest)")->capture_default_str()->needs(ckpt);
+  app.add_option("--keep", args.keep, "complete checkpoints to keep (newest)")
+      ->capture_default_str()
+      ->check(spindle::apps::integer_in(1, kMaxSteps))
+      ->needs(ckpt);
   app.add_option("--exit-duration-mins", args.exit_duration_mins,
                  "after the first step that ends this many minutes after the start, save a checkpoint and exit 0, "
                  "for --resume to go on (Megatron-LM's --exit-duration-in-mins; a job's time limit)")

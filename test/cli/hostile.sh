@@ -113,7 +113,7 @@ outputs)
   expect 0 "" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --trace t.json
   # A usage error that CLI11 finds reads as the programs' own errors:
   # "PROGRAM: error: MESSAGE", then the hint to --help.
-  expect 2 "spindle-plan: error: --shift-simulations: Value abc not in range" -- \
+  expect 2 "spindle-plan: error: --shift-simulations: expected an integer from 0 to 1048576, found 'abc'" -- \
     "$plan" model.yaml --cluster cluster.yaml --shift-simulations abc
   expect 2 "spindle-profile: error: MODEL is required" -- "$profile"
   for threads in 0 -1 abc "" 2.5 1025; do
@@ -180,13 +180,13 @@ run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
   # A usage error that CLI11 finds, on every rank: said once (the launcher's
   # rank 0 speaks for all), as "spindle-run: error: ...".
-  expect 2 "spindle-run: error: Could not convert: --steps = x" -- \
-    mpi 2 "$run" one.json --model "$models/tiny-clip.yaml" --steps x
+  expect 2 "spindle-run: error: Could not convert: --lr = x" -- \
+    mpi 2 "$run" one.json --model "$models/tiny-clip.yaml" --lr x
   [ "$(grep -c 'error:' "$work/err.txt")" -eq 1 ] ||
     { echo "FAIL: a usage error said $(grep -c 'error:' "$work/err.txt") times, not once"; failures=$((failures + 1)); }
   # An empty value ("--clip-grad $CLIP", CLIP unset) is refused, not read
   # as 0: that run would train unclipped, or with no weight decay.
-  for opt in --clip-grad --weight-decay --lr --steps --adam-eps; do
+  for opt in --clip-grad --weight-decay --lr --steps --adam-eps --seed; do
     expect 2 "spindle-run: error: $opt: empty value (an unset variable in a script?)" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" "$opt" "" --metrics m.jsonl
   done
@@ -221,14 +221,21 @@ run-flags)
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --clip-grad "${clip%%:*}" --metrics m.jsonl
   done
   [ -e m.jsonl ] && { echo "FAIL: metrics written by a refused run"; failures=$((failures + 1)); }
-  expect 2 "--steps" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 0
-  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps -5
-  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1e30
-  expect 2 "--every and --keep" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --keep 0
+  # Counts are decimal digits: CLI11 alone read --steps 0x10 as 16 and
+  # trained (before 2026-12-06), and answered 3000000000 with "Could not
+  # convert".
+  for steps in 0 -5 1e30 0x10 3000000000; do
+    expect 2 "--steps: expected an integer from 1 to 2147483647, found '$steps'" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps "$steps"
+  done
+  expect 2 "--keep: expected an integer from 1 to 2147483647, found '0'" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --keep 0
+  expect 2 "--every: expected an integer from 1 to 2147483647, found '0b11'" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --every 0b11
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed -1
   expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed 1e30
   # Past 2^64 - 1 (CLI11 alone saturated it to 2^64 - 1 and trained), hex.
-  for seed in 18446744073709551616 99999999999999999999 0x10 "" " 7"; do
+  for seed in 18446744073709551616 99999999999999999999 0x10 " 7"; do
     expect 2 "--seed: expected a decimal integer in [0, 18446744073709551615]" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --seed "$seed"
   done
@@ -265,9 +272,10 @@ run-flags)
   expect 2 "--bucket-mb" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json \
     --bucket-mb x
   [ -e mb.json ] && { echo "FAIL: a plan written with a refused --bucket-mb"; failures=$((failures + 1)); }
-  # --shift-simulations: a count from 0 to 2^20.
-  for n in -1 1e30 x 2.5 nan 2000000; do
-    expect 2 "--shift-simulations" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o sh.json \
+  # --shift-simulations: a count from 0 to 2^20, in decimal digits (CLI11
+  # alone read 0x10 as 16 and 1e3 as 1000).
+  for n in -1 1e30 x 2.5 nan 2000000 0x10 1e3; do
+    expect 2 "--shift-simulations: expected an integer from 0 to 1048576, found '$n'" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o sh.json \
       --shift-simulations "$n"
   done
   [ -e sh.json ] && { echo "FAIL: a plan written with a refused --shift-simulations"; failures=$((failures + 1)); }
