@@ -103,6 +103,14 @@ say "job ${SLURM_JOB_ID:-?}: first node $(first_host "$SLURM_JOB_NODELIST"), $no
 # 1. The cluster of this allocation: one island per node.
 cluster=$(sed -E -e "s/^islands:.*/islands: $nodes/" -e "s/^devices_per_island:.*/devices_per_island: $gpus/" \
               -e "s/^name:[[:space:]]*(.*)/name: \1-slurm-${nodes}x${gpus}/" "$SPINDLE_CLUSTER")
+# Rewritten only where each key stands on a line of its own at the top
+# level (block style, as configs/clusters/ writes them). A cluster in flow
+# style ({islands: 1, ...}) would keep its one node, and every rank past
+# it would be refused by spindle-run after the plan: refused here instead.
+for key in "islands: $nodes" "devices_per_island: $gpus"; do
+  [ "$(grep -c -x -- "$key" <<< "$cluster")" = 1 ] ||
+    fail "SPINDLE_CLUSTER=$SPINDLE_CLUSTER: needs '${key%%:*}:' once at the top level on a line of its own (block style, as in configs/clusters/), which the launcher sets to this allocation"
+done
 if [ -n "$DRY" ]; then
   say "would write $RUN_DIR/cluster.yaml:"
   grep -E '^(name|islands|devices_per_island):' <<< "$cluster"

@@ -1154,6 +1154,17 @@ PY
     rc=$?
     cat bad.log
     [ "$rc" -eq 2 ] && grep -q "SLURM_JOB_NODELIST" bad.log || die "no clear error outside a Slurm job"
+    # A cluster file in flow style, valid YAML whose islands the launcher
+    # cannot set: refused before planning (it planned one node's devices and
+    # launched 16 ranks, which spindle-run refused).
+    printf '{name: f, islands: 1, devices_per_island: 8, device: {name: d, memory_gib: 80, peak_tflops: 100, memory_gbytes_per_s: 1000}, links: {intra_island: {gbytes_per_s: 100, latency_us: 3}, inter_island: {gbytes_per_s: 10, latency_us: 8}}}\n' > flow.yaml
+    env -i PATH="$PATH" SLURM_JOB_NODELIST='gpu[07-08]' SLURM_NNODES=2 SLURM_GPUS_ON_NODE=8 SPINDLE_DRY_RUN=1 \
+        SPINDLE_MODEL=m.yaml SPINDLE_CLUSTER=flow.yaml SPINDLE_RUN_DIR="$PWD/run3" \
+        bash "$SRC/scripts/slurm/spindle-launch.sh" > bad.log 2>&1
+    rc=$?
+    cat bad.log
+    [ "$rc" -eq 2 ] && grep -q "SPINDLE_CLUSTER=flow.yaml: needs 'islands:' once at the top level" bad.log &&
+      ! grep -q spindle-plan bad.log || die "a flow-style cluster file was not refused before planning"
     echo "PASS: dry run prints the plan and launch commands" ;;
   export)
     model=$MODELS/tiny-clip.yaml
