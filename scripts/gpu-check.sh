@@ -193,7 +193,7 @@ fi
 gpus=$("$BUILD/test/gpu/gpu_tool" count 2>/dev/null || echo 0)
 echo "CUDA devices: $gpus" | tee -a "$WORK/environment.txt"
 # -V: the parity tests print their worst relative errors.
-step ctest-gpu ctest --test-dir "$BUILD" -L gpu -V --timeout 60
+step ctest-gpu ctest --test-dir "$BUILD" -L gpu --no-tests=error -V --timeout 60
 if [ "$gpus" -ge 1 ] && grep -q "(Skipped)" "$WORK/ctest-gpu.log"; then
   echo "ctest-gpu: tests skipped although $gpus GPU(s) are visible" | tee -a "$SUMMARY"
   failed=1
