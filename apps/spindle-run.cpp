@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -469,8 +470,7 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   } else if (args.backend == "cuda" && !cuda_backend_usable(&error)) {
   } else if (args.backend != "cuda" && !se::make_backend(args.backend)) {
     error = "--backend " + args.backend + ": unknown backend (built: cpu)";
-  } else if (error = check_numbers(args); !error.empty()) {
-  } else {
+  } else {   // the numbers were checked before MPI started (main)
     error = check_paths(args);
   }
   if (error.empty()) {
@@ -1311,6 +1311,24 @@ void add_options(CLI::App& app, Args& args) {
 // After parsing: what the flags given and their values make (whether
 // --bucket-mb and --min-lr were given, the learning-rate schedule, the
 // trace window, already checked by the parser).
+// Ends a run refused before MPI starts (a bad command line) with
+// `exit_code`. Every rank reads the same line, so only the launcher's rank
+// 0, or a process started alone, says why (`say`). With other ranks, a
+// refused line ends every rank only once rank 0 has said it: the first rank
+// to end makes mpirun end the job, which cut rank 0 off (seen under the
+// sanitizers, where ranks start up to a second apart). A barrier rank 0
+// enters after printing orders the ends.
+int end_before_mpi(int* argc, char*** argv, int exit_code, const std::function<void()>& say) {
+  const se::EnvMap env = se::process_launch_env();
+  const int launched_as = se::launcher_rank(env);   // -1: started alone
+  if (launched_as <= 0) say();
+  if (launched_as >= 0 && se::launcher_size(env) != 1 && exit_code != 0) {
+    se::MpiSession session(argc, argv);
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  }
+  return exit_code;
+}
+
 void finish_args(const CLI::App& app, Args& args) {
   args.bucket_mb_given = app.count("--bucket-mb") > 0;
   args.min_lr_given = app.count("--min-lr") > 0;
@@ -1341,20 +1359,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const se::EnvMap env = se::process_launch_env();
-    const int launched_as = se::launcher_rank(env);   // -1: started alone
-    if (launched_as <= 0) app.exit(e);
-    // With other ranks, a bad line ends every rank only once rank 0 has said
-    // why: the first rank to end makes mpirun end the job, which cut rank 0
-    // off (seen under the sanitizers, where ranks start up to a second
-    // apart). A barrier rank 0 enters after printing orders the ends.
-    if (launched_as >= 0 && se::launcher_size(env) != 1 && e.get_exit_code() != 0) {
-      se::MpiSession session(&argc, &argv);
-      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    }
-    return e.get_exit_code() == 0 ? 0 : kExitInvalid;
+    return end_before_mpi(&argc, &argv, e.get_exit_code() == 0 ? 0 : kExitInvalid, [&] { app.exit(e); });
   }
   finish_args(app, args);
+  // The numbers too (they need no file): a refused --lr ends here, without
+  // Open MPI's start-up.
+  if (const std::string error = check_numbers(args); !error.empty())
+    return end_before_mpi(&argc, &argv, kExitInvalid, [&] {
+      std::fprintf(stderr, "spindle-run: error: %s\n", error.c_str());
+      std::fflush(stderr);
+    });
 
   se::MpiSession session(&argc, &argv);
   if (args.exit_signal_handler) install_exit_signal_handler();   // after MPI_Init: ours, not Open MPI's

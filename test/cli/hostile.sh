@@ -184,6 +184,11 @@ run-flags)
     mpi 2 "$run" one.json --model "$models/tiny-clip.yaml" --lr x
   [ "$(grep -c 'error:' "$work/err.txt")" -eq 1 ] ||
     { echo "FAIL: a usage error said $(grep -c 'error:' "$work/err.txt") times, not once"; failures=$((failures + 1)); }
+  # So is a number out of range, checked before MPI starts (main).
+  expect 2 "spindle-run: error: --lr 2: expected a learning rate above 0 and at most 1" -- \
+    mpi 2 "$run" one.json --model "$models/tiny-clip.yaml" --lr 2
+  [ "$(grep -c 'error:' "$work/err.txt")" -eq 1 ] ||
+    { echo "FAIL: a refused number said $(grep -c 'error:' "$work/err.txt") times, not once"; failures=$((failures + 1)); }
   # An empty value ("--clip-grad $CLIP", CLIP unset) is refused, not read
   # as 0: that run would train unclipped, or with no weight decay.
   for opt in --clip-grad --weight-decay --lr --steps --adam-eps --seed; do
