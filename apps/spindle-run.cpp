@@ -1308,9 +1308,6 @@ void add_options(CLI::App& app, Args& args) {
       ->excludes(resume);
 }
 
-// After parsing: what the flags given and their values make (whether
-// --bucket-mb and --min-lr were given, the learning-rate schedule, the
-// trace window, already checked by the parser).
 // Ends a run refused before MPI starts (a bad command line) with
 // `exit_code`. Every rank reads the same line, so only the launcher's rank
 // 0, or a process started alone, says why (`say`). With other ranks, a
@@ -1329,6 +1326,9 @@ int end_before_mpi(int* argc, char*** argv, int exit_code, const std::function<v
   return exit_code;
 }
 
+// After parsing: what the flags given and their values make (whether
+// --bucket-mb and --min-lr were given, the learning-rate schedule, the
+// trace window, already checked by the parser).
 void finish_args(const CLI::App& app, Args& args) {
   args.bucket_mb_given = app.count("--bucket-mb") > 0;
   args.min_lr_given = app.count("--min-lr") > 0;
