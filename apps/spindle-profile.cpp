@@ -161,6 +161,33 @@ void print_links(const sp::ProfileLinks& l) {
 // milliseconds, and a large model's steps on the host take long.
 constexpr double kMaxCalibrationStepMs = 2000;
 
+// The operators inside the executor's steps (Calibration::compute_scale)
+// within [kMinAppliedScale, kMaxAppliedScale]: the profile's "x-compute"
+// (the cost model prices every point at its time alone times the scale).
+// Outside, a step ran so far from the operators' times alone that the
+// machine more likely changed between the two (another load) than the
+// operators: the times alone stay. Returns the summary line.
+constexpr double kMinAppliedScale = 0.5;
+constexpr double kMaxAppliedScale = 2.0;
+std::string compute_scale_note(const se::Calibration& cal, sp::Profile& profile) {
+  char line[320];
+  if (cal.compute_scale < 0) return "compute: as timed alone (no forward or backward timed in a step)";
+  if (cal.compute_scale < kMinAppliedScale || cal.compute_scale > kMaxAppliedScale) {
+    std::snprintf(line, sizeof line,
+                  "compute: as timed alone; in %d steps of a plan of the model the operators took %.3fx that "
+                  "(%d instructions), outside %.1f-%.1fx, not applied",
+                  cal.steps, cal.compute_scale, cal.compute_instructions, kMinAppliedScale, kMaxAppliedScale);
+    return line;
+  }
+  profile.compute_scale = sp::profile_figure(cal.compute_scale);   // as the file stores it
+  std::snprintf(line, sizeof line,
+                "compute: in %d steps of a plan of the model the operators took %.3fx their times alone "
+                "(%d forward and backward instructions over the ranks): the profile's x-compute, which "
+                "spindle-plan applies to every point",
+                cal.steps, *profile.compute_scale, cal.compute_instructions);
+  return line;
+}
+
 // After measure_profile, with a host backend under mpirun (calibrate.h):
 // rank 0 plans the model with the profile it will write, every rank trains
 // that plan a few steps, replicated and then sharded, and the executor's
@@ -252,6 +279,7 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   if (z.reduce_scatter_us >= 0 && z.allgather_us >= 0)
     std::snprintf(zero1, sizeof zero1, "reduce-scatter %.2f us, all-gather %.2f us per call (%d steps sharded)",
                   *o.reduce_scatter_us, *o.allgather_us, z.steps);
+  report.notes.push_back(compute_scale_note(*cal, report.profile));
   char line[800];
   std::snprintf(line, sizeof line,
                 "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "

@@ -5,14 +5,22 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "libplan/cost/cost_model.h"
 #include "libplan/plan/check.h"
 #include "libplan/planner/planner.h"
 #include "libplan/rules/links.h"
 #include "libplan/rules/memory.h"
+#include "libplan/sim/sim.h"
 
 namespace spindle::exec {
+
+namespace {
+// The gradient sync the calibration trains with (the executor's default),
+// and simulates with: the same lowering on both sides.
+const plan::GradSync kCalibrationSync{};
+}  // namespace
 
 plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::OpGraph& graph,
                                           const plan::Cluster& cluster, const plan::CostModel& cost,
@@ -82,6 +90,27 @@ std::vector<double> optimizer_rate_samples(const plan::Lowered& l, int d,
       }
     // bytes / ms / 1e6 = GB/s
     out.push_back(values > 0 && ms > 0 ? values * plan::kAdamWBytesPerValue / (ms * 1e6) : -1.0);
+  }
+  return out;
+}
+
+ComputeInSitu compute_in_situ(const plan::Lowered& l, int d, const std::vector<std::vector<double>>& steps,
+                              const plan::Simulation& sim) {
+  ComputeInSitu out;
+  const plan::Program& prog = l.programs[static_cast<size_t>(d)];
+  for (const plan::SimBox& box : sim.boxes) {
+    if (box.device != d || (box.cat != "forward" && box.cat != "backward")) continue;
+    const auto i = static_cast<size_t>(box.instr);
+    if (i >= prog.instrs.size() ||
+        (prog.instrs[i].kind != plan::InstrKind::forward && prog.instrs[i].kind != plan::InstrKind::backward))
+      continue;
+    std::vector<double> times;
+    for (const std::vector<double>& step : steps)
+      if (i < step.size()) times.push_back(step[i]);
+    if (times.empty()) continue;
+    out.measured_ms += timing_stats(times).median;
+    out.profiled_ms += box.dur_ms;
+    ++out.instructions;
   }
   return out;
 }
@@ -224,7 +253,9 @@ namespace {
 std::vector<std::vector<double>> train_timed(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend, double budget_ms,
                                              plan::Lowered& lowered) {
-  Executor ex(model, plan, world, std::move(groups), backend, ExecOptions{});
+  ExecOptions options;
+  options.sync = kCalibrationSync;
+  Executor ex(model, plan, world, std::move(groups), backend, options);
   for (int i = 0; i < 2; ++i) ex.step();
   std::vector<std::vector<double>> steps{ex.step().instr_ms};
   std::vector<float> first(static_cast<size_t>(world.size()));
@@ -259,7 +290,26 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   for (float r : rates)
     if (r > 0) positive.push_back(r);
   const double optimizer = positive.empty() ? -1.0 : timing_stats(positive).median;
-  return Calibration{fit, static_cast<int>(steps.size()), static_cast<int>(pooled.size()), allreduce, optimizer};
+  Calibration cal{fit, static_cast<int>(steps.size()), static_cast<int>(pooled.size()), allreduce, optimizer};
+  // The operators: the executor's programs priced by `cost` (the same
+  // lowering: the executor's gradient sync), summed over the ranks.
+  plan::SimOptions priced;
+  priced.sync = kCalibrationSync;
+  SPINDLE_ASSIGN(sim, plan::simulate_plan(plan, model, plan::expand(model), cost, priced));
+  const ComputeInSitu mine_compute = compute_in_situ(l, world.rank(), steps, sim);
+  const std::vector<float> sums_mine = {static_cast<float>(mine_compute.measured_ms),
+                                        static_cast<float>(mine_compute.profiled_ms),
+                                        static_cast<float>(mine_compute.instructions)};
+  std::vector<float> sums(3 * static_cast<size_t>(world.size()));
+  world.all_gather(sums_mine, sums);
+  double measured = 0, profiled = 0;
+  for (size_t r = 0; r < sums.size(); r += 3) {
+    measured += sums[r];
+    profiled += sums[r + 1];
+    cal.compute_instructions += static_cast<int>(sums[r + 2]);
+  }
+  if (measured > 0 && profiled > 0) cal.compute_scale = measured / profiled;
+  return cal;
 }
 
 Zero1InSitu calibrate_zero1(const plan::Model& model, const plan::Plan& sharded, Comm& world, GroupComms groups,

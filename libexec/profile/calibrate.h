@@ -26,6 +26,7 @@
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
 #include "libplan/plan/plan.h"
+#include "libplan/sim/sim.h"
 #include "libplan/util/status.h"
 
 namespace spindle::exec {
@@ -100,6 +101,24 @@ double fit_executor_fixed_us(const plan::Lowered& l, const plan::CostModel& cost
 std::vector<double> optimizer_rate_samples(const plan::Lowered& l, int d,
                                            const std::vector<std::vector<double>>& steps);
 
+// The operators as the executor runs them, against the profile: over
+// device d's forward and backward instructions in `l`, the sum of their
+// median times over `steps` (each one step's StepStats::instr_ms) and the
+// sum of their boxes' durations in `sim`, a simulation of `l`'s programs
+// priced by the profile (boxes by device, then program order; an
+// instruction without a compute box is left out). Pure.
+//
+// Why: --measure times each operator alone, repeated on the same inputs
+// (warm); in a step it follows other operators, and on a 2-core VM ran
+// 12-25% slower (bench/README.md, loop, 2026-12-06) in every run.
+struct ComputeInSitu {
+  double measured_ms = 0;
+  double profiled_ms = 0;
+  int instructions = 0;
+};
+ComputeInSitu compute_in_situ(const plan::Lowered& l, int d, const std::vector<std::vector<double>>& steps,
+                              const plan::Simulation& sim);
+
 struct Calibration {
   ExecutorOverheadFit fit;
   int steps = 0;     // timed steps (after 2 untimed)
@@ -108,6 +127,11 @@ struct Calibration {
   // The optimizer's rate in the executor's steps: the median of every
   // rank's optimizer_rate_samples, in GB/s; -1 when none has one.
   double optimizer_gbytes_per_s = -1;
+  // The operators' time in the executor's steps over the profile's, summed
+  // over every rank's compute_in_situ; -1 when none has a forward or
+  // backward instruction with a time.
+  double compute_scale = -1;
+  int compute_instructions = 0;   // over all ranks
 };
 
 // Trains `plan` (which must have passed check_plan_status against `model`)
@@ -117,7 +141,8 @@ struct Calibration {
 // (fit_executor_overhead: the same on every rank), fits the all-reduce
 // against `cost` (fit_executor_allreduce, on the same times everywhere:
 // the same on every rank given the same `cost`) and the optimizer's rate
-// (Calibration::optimizer_gbytes_per_s, pooled the same way).
+// (Calibration::optimizer_gbytes_per_s, pooled the same way) and the
+// operators' time against `cost`'s (compute_in_situ summed over the ranks).
 // Collective over world; an executor error throws (as spindle-run's would).
 plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,

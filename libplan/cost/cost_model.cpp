@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "libplan/rules/devices.h"
 #include "libplan/rules/memory.h"
@@ -44,7 +45,11 @@ Result<std::unique_ptr<ProfileCostModel>> ProfileCostModel::create(const Profile
                    std::to_string(cluster.devices()) + " devices: a profile gives at least two points wherever "
                    "more than one count is valid (spec/profile.md)"};
     }
-    auto curve = ScalingCurve::fit(e.points);
+    // Inside a training step, as measured (Profile::compute_scale).
+    std::vector<ProfilePoint> points = e.points;
+    if (profile.compute_scale)
+      for (ProfilePoint& pt : points) pt.ms *= *profile.compute_scale;
+    auto curve = ScalingCurve::fit(points);
     if (!curve.ok()) {
       return Error{file + ": entries[" + std::to_string(it->second) + "] (" + key +
                    "): " + curve.error().message};

@@ -237,6 +237,19 @@ Result<double> parse_optimizer(const ProfileReader& r, const json& j) {
   return rate;
 }
 
+// "x-compute": {"in_step_scale": a factor} (docs/profiling.md).
+Result<double> parse_compute(const ProfileReader& r, const json& j) {
+  const std::string at = "x-compute";
+  if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
+  SPINDLE_TRY(r.check_keys(j, at, {"in_step_scale"}, {}));
+  SPINDLE_ASSIGN(scale, r.get_number(j, at, "in_step_scale"));
+  if (!(scale >= kMinComputeScale && scale <= kMaxComputeScale)) {
+    return r.err(at + ".in_step_scale", "expected a factor from " + json(kMinComputeScale).dump() + " to " +
+                                            json(kMaxComputeScale).dump() + ", found " + j["in_step_scale"].dump());
+  }
+  return scale;
+}
+
 // The optional figures only when not 0, so files without them re-encode
 // to the same bytes.
 json overhead_to_json(const CommOverhead& o) {
@@ -313,6 +326,10 @@ Status parse_header(const ProfileReader& r, const json& doc, int version, Profil
   if (version >= 3) {
     SPINDLE_ASSIGN(o, parse_overhead(r, doc));
     p.overhead = o;
+  }
+  if (doc.contains("x-compute")) {
+    SPINDLE_ASSIGN(scale, parse_compute(r, doc["x-compute"]));
+    p.compute_scale = scale;
   }
   if (doc.contains("x-links")) {
     SPINDLE_ASSIGN(links, parse_links(r, doc["x-links"]));
@@ -502,6 +519,10 @@ std::string profile_to_json(const Profile& profile) {
   out += "  \"format\": \"spindle-profile\",\n";
   out += "  \"source\": " + json(profile.source).dump() + ",\n";
   out += "  \"version\": " + std::to_string(overhead ? 3 : profile.cluster ? 2 : 1);
+  if (profile.compute_scale) {
+    const json jc = {{"in_step_scale", profile_figure(*profile.compute_scale)}};
+    out += ",\n  \"x-compute\": " + jc.dump();
+  }
   if (profile.links) out += ",\n  \"x-links\": " + links_to_json(*profile.links).dump();
   if (profile.optimizer_gbytes_per_s) {
     const json jo = {{"gbytes_per_s", profile_figure(*profile.optimizer_gbytes_per_s)}};

@@ -18,6 +18,10 @@ namespace spindle::plan {
 // resp. carry no overhead figures: the cost model then prices none).
 inline constexpr int kProfileVersion = 3;
 
+// The bounds of Profile::compute_scale in a file.
+inline constexpr double kMinComputeScale = 0.25;
+inline constexpr double kMaxComputeScale = 4.0;
+
 struct ProfilePoint {
   int devices = 0;
   double ms = 0;        // one operator, forward + backward, local batch batch/n
@@ -72,6 +76,13 @@ struct Profile {
   // spindle-profile --measure: the backend's AdamW timed (docs/profiling.md).
   // Absent (older files): the optimizer step is not priced.
   std::optional<double> optimizer_gbytes_per_s;
+  // "x-compute": {"in_step_scale": S}: how much longer the operators took
+  // inside spindle-run's steps than timed alone, measured by spindle-profile
+  // --measure under mpirun with a host backend (docs/profiling.md). The
+  // points keep their times alone; the cost model multiplies every point's
+  // ms by S (ProfileCostModel::create). In [kMinComputeScale,
+  // kMaxComputeScale]. Absent: 1.
+  std::optional<double> compute_scale;
   std::string path;
   std::string sha256;                   // of the file's bytes ("" if built in memory)
 

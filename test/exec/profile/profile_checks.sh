@@ -63,6 +63,19 @@ mpi-links)
   [ -n "$opt" ] || fail "no optimizer rate in its steps said: $(grep '^overhead: the' "$out/stdout")"
   written=$(awk -v r="$(sed -n 's/.*"x-optimizer": {"gbytes_per_s":\([0-9.e+-]*\)}.*/\1/p' "$out/p.json")" 'BEGIN { printf "%.2f", r }')
   [ "$opt" = "$written" ] || fail "optimizer rate said ($opt GB/s) is not the one written ($written)"
+  # The operators inside the executor's steps against their times alone:
+  # said, and written as the profile's x-compute with the factor said (on
+  # 2 CPU ranks 1.09-1.13 on 2026-12-06; the line says when a factor
+  # outside 0.5-2 was left out, and then nothing is written).
+  scale=$(sed -n 's/^compute: in [0-9]* steps of a plan of the model the operators took \([0-9.]*\)x their times alone ([0-9]* forward and backward instructions over the ranks).*/\1/p' "$out/stdout")
+  if [ -n "$scale" ]; then
+    written=$(awk -v r="$(sed -n 's/.*"x-compute": {"in_step_scale":\([0-9.e+-]*\)}.*/\1/p' "$out/p.json")" 'BEGIN { printf "%.3f", r }')
+    [ "$scale" = "$written" ] || fail "compute scale said ($scale) is not the one written ($written)"
+  else
+    grep -q '^compute: as timed alone; in [0-9]* steps .* not applied' "$out/stdout" ||
+      fail "no compute line: $(grep '^compute' "$out/stdout")"
+    grep -q '"x-compute"' "$out/p.json" && fail "x-compute written though not applied"
+  fi
   grep -q 'intra_island send/recv' "$out/stdout" || fail "no link figures printed"
   grep -q 'intra_island all-reduce' "$out/stdout" || fail "no all-reduce figures printed"
   # When the executor's buckets gave the all-reduce's rate (fixed cost 0),

@@ -4,6 +4,7 @@
 // mpi-links checks that spindle-profile --measure writes the figures.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "libexec/profile/calibrate.h"
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
+#include "libplan/lower/lower.h"
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
 #include "libplan/plan/check.h"
@@ -117,6 +119,52 @@ TEST_CASE("optimizer_rate_samples: the values a device's optimizer instructions 
   CHECK(se::optimizer_rate_samples(l, 1, steps) == std::vector<double>{-1, -1, -1});
 }
 
+TEST_CASE("compute_in_situ: a device's forward and backward instructions, median measured against simulated",
+          "[profile][calibrate]") {
+  // Device 0: a forward (0), an exchange (1), a backward (2), an optimizer
+  // step (3); device 1: a forward (0). The simulation's boxes: device 0's
+  // forward 2 ms and backward 4 ms, its exchange 1 ms (not compute), and
+  // device 1's forward 3 ms.
+  sp::Lowered l;
+  l.devices = 2;
+  sp::Program p{0, {}, {}, {}};
+  p.instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
+              hand_instr(sp::InstrKind::exchange, sp::Direction::forward, 0, 0),
+              hand_instr(sp::InstrKind::backward, sp::Direction::backward, 0, 0),
+              hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0)};
+  l.programs = {p, sp::Program{1, {}, {}, {}}};
+  l.programs[1].instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0)};
+  auto box = [](int device, const char* cat, int instr, double ms) {
+    sp::SimBox b;
+    b.device = device;
+    b.cat = cat;
+    b.instr = instr;
+    b.dur_ms = ms;
+    return b;
+  };
+  sp::Simulation sim;
+  sim.boxes = {box(0, "forward", 0, 2.0), box(0, "exchange", 1, 1.0), box(0, "backward", 2, 4.0),
+               box(0, "optimizer", 3, 0.5), box(1, "forward", 0, 3.0)};
+  // Three steps: device 0's forward 2.5, 2.2, 9.0 (median 2.5) and backward
+  // 5.0, 4.4, 4.6 (median 4.6); the exchange and optimizer times count not.
+  const std::vector<std::vector<double>> steps = {
+      {2.5, 7.0, 5.0, 1.0}, {2.2, 7.0, 4.4, 1.0}, {9.0, 7.0, 4.6, 1.0}};
+  const se::ComputeInSitu c = se::compute_in_situ(l, 0, steps, sim);
+  CHECK(c.instructions == 2);
+  CHECK(c.measured_ms == Approx(2.5 + 4.6));
+  CHECK(c.profiled_ms == Approx(2.0 + 4.0));
+  // Device 1's forward, from its own steps.
+  const se::ComputeInSitu one = se::compute_in_situ(l, 1, {{3.3}, {3.6}, {3.0}}, sim);
+  CHECK(one.instructions == 1);
+  CHECK(one.measured_ms == Approx(3.3));
+  CHECK(one.profiled_ms == Approx(3.0));
+  // No step timed, or a box whose instruction is not compute in the
+  // program (another lowering): left out.
+  CHECK(se::compute_in_situ(l, 0, {}, sim).instructions == 0);
+  sim.boxes = {box(0, "forward", 1, 2.0), box(0, "forward", 7, 2.0)};
+  CHECK(se::compute_in_situ(l, 0, steps, sim).instructions == 0);
+}
+
 TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 and the plan must fit the ranks",
           "[profile][calibrate]") {
   auto model = sp::load_model(shipped("models/tiny-clip.yaml"));
@@ -149,6 +197,21 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   // instructions: a rate from them, which no CPU reaches 10^4 GB/s with.
   CHECK(cal->optimizer_gbytes_per_s > 0);
   CHECK(cal->optimizer_gbytes_per_s < 1e4);
+  // The operators in its steps against the analytic profile's times (a
+  // CPU core is not the cluster file's device: any positive factor), from
+  // every forward and backward instruction of the plan's one program.
+  CHECK(cal->compute_scale > 0);
+  CHECK(std::isfinite(cal->compute_scale));
+  // (Lowered as the executor there lowers it: the default gradient sync.)
+  sp::LowerOptions executors;
+  executors.sync = sp::GradSync{};
+  const sp::Result<sp::Lowered> lowered = sp::lower(*plan, *model, graph, executors);
+  REQUIRE(lowered.ok());
+  int compute = 0;
+  for (const sp::Instr& in : lowered->programs[0].instrs)
+    compute += in.kind == sp::InstrKind::forward || in.kind == sp::InstrKind::backward;
+  CHECK(compute > 0);
+  CHECK(cal->compute_instructions == compute);
   // The same plan sharded (calibrate_zero1): trained, but no bucket of two
   // members to fit.
   se::GroupComms sharded_groups;

@@ -97,6 +97,17 @@ TEST_CASE("ProfileCostModel fits every workload of the graph, and names a missin
   CHECK((*priced)->optimizer_ms(1'000'000) == Approx(4.0));
   CHECK((*priced)->optimizer_ms(0) == 0.0);
   p.optimizer_gbytes_per_s.reset();
+  // The operators' in-step scale (x-compute): every point's ms times it,
+  // so the curve through them too; the points themselves stay as timed.
+  p.compute_scale = 1.25;
+  auto scaled = ProfileCostModel::create(p, two_islands(), g);
+  REQUIRE(scaled.ok());
+  const ScalingCurve* sc = (*scaled)->curve(layer(256));
+  REQUIRE(sc != nullptr);
+  for (int n : {1, 2, 3, 4, 8}) CHECK(sc->time_ms(n) == Approx(1.25 * c->time_ms(n)).epsilon(1e-9));
+  CHECK(sc->time_ms(2) == Approx(38.75));   // 1.25 x 31.0
+  CHECK(p.entries[0].points[1].ms == 31.0);
+  p.compute_scale.reset();
 
   op.id = "image-text/img/1.2";
   op.workload = layer(128);

@@ -277,6 +277,35 @@ TEST_CASE("x-optimizer: the optimizer step's rate round-trips, absent means unpr
   }
 }
 
+TEST_CASE("x-compute: the operators' in-step scale round-trips, absent means 1, bad figures are rejected") {
+  Profile p = sample();
+  CHECK_FALSE(parse_profile_string(profile_to_json(p), "p.json")->compute_scale.has_value());
+  p.compute_scale = 1.123456789;
+  const std::string bytes = profile_to_json(p);
+  CHECK(bytes.find("\"x-compute\": {\"in_step_scale\":1.12346}") != std::string::npos);
+  auto back = parse_profile_string(bytes, "p.json");
+  REQUIRE(back.ok());
+  REQUIRE(back->compute_scale.has_value());
+  CHECK(*back->compute_scale == 1.12346);
+  CHECK(profile_to_json(*back) == bytes);
+  for (const char* bad_value : {"0", "0.2", "4.5", "-1", "\"slow\""}) {
+    std::string text = bytes;
+    const size_t at = text.find("1.12346");
+    text.replace(at, 7, bad_value);
+    auto r = parse_profile_string(text, "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-compute.in_step_scale"));
+  }
+  for (const char* bad_object : {"{}", "{\"in_step_scale\":1,\"extra\":2}", "[1]"}) {
+    std::string text = bytes;
+    const std::string was = "{\"in_step_scale\":1.12346}";
+    text.replace(text.find(was), was.size(), bad_object);
+    auto r = parse_profile_string(text, "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-compute"));
+  }
+}
+
 TEST_CASE("x-links progress: calls round-trips, absent means background, another value is refused") {
   Profile p = sample();
   p.cluster = ProfileCluster{"c", 2, 2};
