@@ -456,6 +456,13 @@ void print_profile_links(const sp::Profile& profile) {
               l.progress_in_calls ? "; all-reduces move only inside MPI calls and polls (progress: calls)" : "");
 }
 
+// The operators' in-step scale a measured profile carries (x-compute), when it does.
+void print_profile_compute(const sp::Profile& profile) {
+  if (!profile.compute_scale) return;
+  std::printf("compute   the profile's operator times x %.3f, as they ran inside training steps (x-compute)\n",
+              *profile.compute_scale);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -575,6 +582,7 @@ int main(int argc, char** argv) {
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_bucket_choice(*plan, request, sim_options);
   print_profile_links(*profile);
+  print_profile_compute(*profile);
   std::printf("wrote     %s%s%s\n", o.out_path.c_str(), o.trace_path.empty() ? "" : ", ", o.trace_path.c_str());
   if (!o.plot_path.empty()) std::printf("plot      %s (%zu strategies)\n", o.plot_path.c_str(), plotted.size());
   return 0;

@@ -97,6 +97,11 @@ mpi-links)
       || fail "spindle-plan does not say it uses the measured links"
   grep -q '^links .*all-reduces move only inside MPI calls and polls (progress: calls)$' "$out/plan.stdout" \
       || fail "spindle-plan does not say how the all-reduces progress"
+  # And the operators' in-step scale it prices with, the one written.
+  if [ -n "$scale" ]; then
+    grep -q "^compute   the profile's operator times x $scale, as they ran inside training steps (x-compute)$" \
+        "$out/plan.stdout" || fail "spindle-plan does not say it scales the operators by $scale: $(grep '^compute' "$out/plan.stdout")"
+  fi
   ;;
 bad-usage)
   p="$bin/spindle-profile"; c4="$src/configs/clusters/cpu-1x4.yaml"; o="$out/o.json"
