@@ -16,11 +16,6 @@
 
 namespace spindle::exec {
 
-namespace {
-// The gradient sync the calibration trains with (the executor's default),
-// and simulates with: the same lowering on both sides.
-const plan::GradSync kCalibrationSync{};
-}  // namespace
 
 plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::OpGraph& graph,
                                           const plan::Cluster& cluster, const plan::CostModel& cost,
@@ -253,8 +248,10 @@ namespace {
 std::vector<std::vector<double>> train_timed(const plan::Model& model, const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend, double budget_ms,
                                              plan::Lowered& lowered) {
+  // As spindle-run given no flag runs the plan (its overlap, bucket cap
+  // and gradient norm: planned_sync), which the simulation lowers alike.
   ExecOptions options;
-  options.sync = kCalibrationSync;
+  options.sync = plan::planned_sync(plan);
   Executor ex(model, plan, world, std::move(groups), backend, options);
   for (int i = 0; i < 2; ++i) ex.step();
   std::vector<std::vector<double>> steps{ex.step().instr_ms};
@@ -291,11 +288,9 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
     if (r > 0) positive.push_back(r);
   const double optimizer = positive.empty() ? -1.0 : timing_stats(positive).median;
   Calibration cal{fit, static_cast<int>(steps.size()), static_cast<int>(pooled.size()), allreduce, optimizer};
-  // The operators: the executor's programs priced by `cost` (the same
-  // lowering: the executor's gradient sync), summed over the ranks.
-  plan::SimOptions priced;
-  priced.sync = kCalibrationSync;
-  SPINDLE_ASSIGN(sim, plan::simulate_plan(plan, model, plan::expand(model), cost, priced));
+  // The operators: the executor's programs (the plan's own gradient sync,
+  // as train_timed ran them) priced by `cost`, summed over the ranks.
+  SPINDLE_ASSIGN(sim, plan::simulate_plan(plan, model, plan::expand(model), cost));
   const ComputeInSitu mine_compute = compute_in_situ(l, world.rank(), steps, sim);
   const std::vector<float> sums_mine = {static_cast<float>(mine_compute.measured_ms),
                                         static_cast<float>(mine_compute.profiled_ms),

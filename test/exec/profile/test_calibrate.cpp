@@ -202,10 +202,8 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   // every forward and backward instruction of the plan's one program.
   CHECK(cal->compute_scale > 0);
   CHECK(std::isfinite(cal->compute_scale));
-  // (Lowered as the executor there lowers it: the default gradient sync.)
-  sp::LowerOptions executors;
-  executors.sync = sp::GradSync{};
-  const sp::Result<sp::Lowered> lowered = sp::lower(*plan, *model, graph, executors);
+  // (Lowered as spindle-run lowers the plan given no flag.)
+  const sp::Result<sp::Lowered> lowered = sp::lower(*plan, *model, graph);
   REQUIRE(lowered.ok());
   int compute = 0;
   for (const sp::Instr& in : lowered->programs[0].instrs)
