@@ -162,35 +162,19 @@ void print_links(const sp::ProfileLinks& l) {
 // milliseconds, and a large model's steps on the host take long.
 constexpr double kMaxCalibrationStepMs = 2000;
 
-// The operators inside the executor's steps (Calibration::compute_scale)
-// within [kMinAppliedScale, kMaxAppliedScale]: the profile's "x-compute"
+// The operators inside the executor's steps (Calibration::compute_scale):
+// the profile's "x-compute" unless compute_scale_refusal says why not
 // (the cost model prices every point at its time alone times the scale).
-// Outside, a step ran so far from the operators' times alone that the
-// machine more likely changed between the two (another load) than the
-// operators: the times alone stay. So they do when more ranks than cores
-// share this host (`ranks_here` > `cores`): there a rank computes slower
-// while others compute beside it on its core, by how many do at once,
-// which the plan decides (4 ranks of tiny-clip on 2 cores: 1.65-1.94, and
-// a run of the plan made with it computed at 0.67-0.83 of that).
 // Returns the summary line.
-constexpr double kMinAppliedScale = 0.5;
-constexpr double kMaxAppliedScale = 2.0;
 std::string compute_scale_note(const se::Calibration& cal, int ranks_here, int cores, sp::Profile& profile) {
-  char line[320];
-  if (cal.compute_scale < 0) return "compute: as timed alone (no forward or backward timed in a step)";
-  if (cores > 0 && ranks_here > cores) {
+  const std::string why = se::compute_scale_refusal(cal.compute_scale, ranks_here, cores);
+  char line[400];
+  if (!why.empty()) {
+    if (cal.compute_scale < 0) return "compute: as timed alone (" + why + ")";
     std::snprintf(line, sizeof line,
                   "compute: as timed alone; in %d steps of a plan of the model the operators took %.3fx that, "
-                  "but %d ranks share %d cores here (how much slower a rank computes depends on the plan), "
-                  "not applied",
-                  cal.steps, cal.compute_scale, ranks_here, cores);
-    return line;
-  }
-  if (cal.compute_scale < kMinAppliedScale || cal.compute_scale > kMaxAppliedScale) {
-    std::snprintf(line, sizeof line,
-                  "compute: as timed alone; in %d steps of a plan of the model the operators took %.3fx that "
-                  "(%d instructions), outside %.1f-%.1fx, not applied",
-                  cal.steps, cal.compute_scale, cal.compute_instructions, kMinAppliedScale, kMaxAppliedScale);
+                  "not applied: %s",
+                  cal.steps, cal.compute_scale, why.c_str());
     return line;
   }
   profile.compute_scale = sp::profile_figure(cal.compute_scale);   // as the file stores it

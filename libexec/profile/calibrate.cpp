@@ -13,6 +13,7 @@
 #include "libplan/rules/links.h"
 #include "libplan/rules/memory.h"
 #include "libplan/sim/sim.h"
+#include "libplan/util/units.h"
 
 namespace spindle::exec {
 
@@ -108,6 +109,17 @@ ComputeInSitu compute_in_situ(const plan::Lowered& l, int d, const std::vector<s
     ++out.instructions;
   }
   return out;
+}
+
+std::string compute_scale_refusal(double scale, int ranks_here, int cores) {
+  if (scale < 0) return "no forward or backward timed in a step";
+  if (cores > 0 && ranks_here > cores)
+    return std::to_string(ranks_here) + " ranks share " + std::to_string(cores) +
+           " cores here (how much slower a rank computes depends on the plan)";
+  if (scale < kMinAppliedComputeScale || scale > kMaxAppliedComputeScale)
+    return "outside " + plan::number_text(kMinAppliedComputeScale) + "-" +
+           plan::number_text(kMaxAppliedComputeScale) + "x";
+  return "";
 }
 
 namespace {

@@ -119,6 +119,20 @@ struct ComputeInSitu {
 ComputeInSitu compute_in_situ(const plan::Lowered& l, int d, const std::vector<std::vector<double>>& steps,
                               const plan::Simulation& sim);
 
+// Whether the profile takes a Calibration::compute_scale as its
+// "x-compute": "" when it does; else why not. Not when none was measured
+// (< 0); not outside [kMinAppliedComputeScale, kMaxAppliedComputeScale],
+// where a step ran so far from the operators' times alone that the
+// machine more likely changed between the two (another load) than the
+// operators; not when more ranks than cores share the host (`ranks_here`
+// > `cores`, cores > 0): a rank then computes slower by how many others
+// compute beside it on its core, which the plan decides (4 ranks of
+// tiny-clip on 2 cores: 1.65-2.11, and a run of the plan made with 1.65
+// computed at 0.67-0.83 of its prediction). Pure.
+inline constexpr double kMinAppliedComputeScale = 0.5;
+inline constexpr double kMaxAppliedComputeScale = 2.0;
+std::string compute_scale_refusal(double scale, int ranks_here, int cores);
+
 struct Calibration {
   ExecutorOverheadFit fit;
   int steps = 0;     // timed steps (after 2 untimed)

@@ -72,7 +72,7 @@ mpi-links)
     written=$(awk -v r="$(sed -n 's/.*"x-compute": {"in_step_scale":\([0-9.e+-]*\)}.*/\1/p' "$out/p.json")" 'BEGIN { printf "%.3f", r }')
     [ "$scale" = "$written" ] || fail "compute scale said ($scale) is not the one written ($written)"
   else
-    grep -q '^compute: as timed alone; in [0-9]* steps .* not applied' "$out/stdout" ||
+    grep -q '^compute: as timed alone; in [0-9]* steps .* not applied: ' "$out/stdout" ||
       fail "no compute line: $(grep '^compute' "$out/stdout")"
     grep -q '"x-compute"' "$out/p.json" && fail "x-compute written though not applied"
   fi

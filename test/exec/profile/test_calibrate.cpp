@@ -165,6 +165,19 @@ TEST_CASE("compute_in_situ: a device's forward and backward instructions, median
   CHECK(se::compute_in_situ(l, 0, steps, sim).instructions == 0);
 }
 
+TEST_CASE("compute_scale_refusal: applied within 0.5-2x with no more ranks than cores, else why not",
+          "[profile][calibrate]") {
+  CHECK(se::compute_scale_refusal(1.12, 2, 2) == "");
+  CHECK(se::compute_scale_refusal(0.5, 1, 16) == "");
+  CHECK(se::compute_scale_refusal(2.0, 8, 8) == "");
+  CHECK(se::compute_scale_refusal(1.12, 2, 0) == "");   // cores unknown: not held against it
+  CHECK(se::compute_scale_refusal(0.49, 2, 2) == "outside 0.5-2x");
+  CHECK(se::compute_scale_refusal(2.01, 2, 2) == "outside 0.5-2x");
+  CHECK(se::compute_scale_refusal(1.65, 4, 2) ==
+        "4 ranks share 2 cores here (how much slower a rank computes depends on the plan)");
+  CHECK(se::compute_scale_refusal(-1, 2, 2) == "no forward or backward timed in a step");
+}
+
 TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 and the plan must fit the ranks",
           "[profile][calibrate]") {
   auto model = sp::load_model(shipped("models/tiny-clip.yaml"));
