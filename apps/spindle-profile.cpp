@@ -162,6 +162,22 @@ void print_links(const sp::ProfileLinks& l) {
 // milliseconds, and a large model's steps on the host take long.
 constexpr double kMaxCalibrationStepMs = 2000;
 
+// This process's host: its cores and the ranks on it (MPI_COMM_TYPE_SHARED).
+// Collective over MPI_COMM_WORLD.
+struct Host {
+  int cores = 0;
+  int ranks = 1;
+};
+Host this_host() {
+  Host h;
+  h.cores = static_cast<int>(std::thread::hardware_concurrency());
+  MPI_Comm host;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  MPI_CHECK(MPI_Comm_size(host, &h.ranks));
+  MPI_CHECK(MPI_Comm_free(&host));
+  return h;
+}
+
 // The operators inside the executor's steps (Calibration::compute_scale):
 // the profile's "x-compute" unless compute_scale_refusal says why not
 // (the cost model prices every point at its time alone times the scale).
@@ -194,7 +210,8 @@ std::string compute_scale_note(const se::Calibration& cal, int ranks_here, int c
 // allgather_us. Collective; a plan that cannot be made or run
 // here leaves the figures as measured, with a note saying why.
 void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph, const sp::Cluster& cluster,
-                               se::MpiComm& world, se::Backend& backend, se::MeasureReport& report) {
+                               se::MpiComm& world, const Host& host, se::Backend& backend,
+                               se::MeasureReport& report) {
   const auto start = std::chrono::steady_clock::now();
   // Plans on rank 0 and prices the all-reduce fit on every rank.
   auto cost = sp::ProfileCostModel::create(report.profile, cluster, graph);
@@ -225,7 +242,7 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   if (!plan) throw std::runtime_error(plan.error().message);
   se::GroupComms groups = se::create_group_comms(world, se::Executor::device_groups(model, *plan));
   const sp::CommOverhead packing = report.profile.overhead.value_or(sp::CommOverhead{});
-  auto cal = se::calibrate_executor(model, *plan, world, std::move(groups), backend, packing, **cost);
+  auto cal = se::calibrate_executor(model, graph, *plan, world, std::move(groups), backend, packing, **cost);
   if (!cal) {
     report.notes.push_back("overhead: the executor's own not measured: " + cal.error().message);
     return;
@@ -277,14 +294,7 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   if (z.reduce_scatter_us >= 0 && z.allgather_us >= 0)
     std::snprintf(zero1, sizeof zero1, "reduce-scatter %.2f us, all-gather %.2f us per call (%d steps sharded)",
                   *o.reduce_scatter_us, *o.allgather_us, z.steps);
-  // The ranks on this host (rank 0's), against its cores.
-  MPI_Comm host;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
-  int ranks_here = 1;
-  MPI_CHECK(MPI_Comm_size(host, &ranks_here));
-  MPI_CHECK(MPI_Comm_free(&host));
-  report.notes.push_back(
-      compute_scale_note(*cal, ranks_here, static_cast<int>(std::thread::hardware_concurrency()), report.profile));
+  report.notes.push_back(compute_scale_note(*cal, host.ranks, host.cores, report.profile));
   char line[800];
   std::snprintf(line, sizeof line,
                 "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "
@@ -358,8 +368,8 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
   // Ranks on the host share its memory system: a point of n devices is
   // timed on n ranks at once, as its slice runs (MeasureOptions::together).
   options.together = backend->device() == se::Device::host;
-  options.host_threads = se::host_threads_for(backend->device(), static_cast<int>(std::thread::hardware_concurrency()),
-                                              world->size());
+  const Host host = this_host();
+  options.host_threads = se::host_threads_for(backend->device(), host.cores, host.ranks);
   ProgressLine line;
   se::ProgressFn progress;
   if (lead) progress = [&line](const se::MeasureProgress& p) { line(p); };
@@ -368,7 +378,7 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
     report = se::measure_profile(*model, graph, *skeleton, *cluster, *world, *backend, options, progress);
     if (report.ok() && world->size() >= 2 && backend->device() == se::Device::host) {
       if (lead) std::fprintf(stderr, "spindle-profile: the executor's own overhead: training a plan a few steps\n");
-      measure_executor_overhead(*model, graph, *cluster, *world, *backend, *report);
+      measure_executor_overhead(*model, graph, *cluster, *world, host, *backend, *report);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "spindle-profile: error: rank %d: %s\n", world->rank(), e.what());

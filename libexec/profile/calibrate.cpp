@@ -95,8 +95,8 @@ ComputeInSitu compute_in_situ(const plan::Lowered& l, int d, const std::vector<s
   ComputeInSitu out;
   const plan::Program& prog = l.programs[static_cast<size_t>(d)];
   for (const plan::SimBox& box : sim.boxes) {
-    if (box.device != d || (box.cat != "forward" && box.cat != "backward")) continue;
-    const auto i = static_cast<size_t>(box.instr);
+    if (box.device != d) continue;
+    const auto i = static_cast<size_t>(box.instr);   // a compute instruction has its box alone
     if (i >= prog.instrs.size() ||
         (prog.instrs[i].kind != plan::InstrKind::forward && prog.instrs[i].kind != plan::InstrKind::backward))
       continue;
@@ -280,7 +280,8 @@ std::vector<std::vector<double>> train_timed(const plan::Model& model, const pla
 
 }  // namespace
 
-plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
+plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::OpGraph& graph,
+                                             const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,
                                              const plan::CommOverhead& packing, const plan::CostModel& cost,
                                              double budget_ms) {
@@ -302,7 +303,7 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   Calibration cal{fit, static_cast<int>(steps.size()), static_cast<int>(pooled.size()), allreduce, optimizer};
   // The operators: the executor's programs (the plan's own gradient sync,
   // as train_timed ran them) priced by `cost`, summed over the ranks.
-  SPINDLE_ASSIGN(sim, plan::simulate_plan(plan, model, plan::expand(model), cost));
+  SPINDLE_ASSIGN(sim, plan::simulate_plan(plan, model, graph, cost));
   const ComputeInSitu mine_compute = compute_in_situ(l, world.rank(), steps, sim);
   const std::vector<float> sums_mine = {static_cast<float>(mine_compute.measured_ms),
                                         static_cast<float>(mine_compute.profiled_ms),

@@ -105,8 +105,8 @@ std::vector<double> optimizer_rate_samples(const plan::Lowered& l, int d,
 // device d's forward and backward instructions in `l`, the sum of their
 // median times over `steps` (each one step's StepStats::instr_ms) and the
 // sum of their boxes' durations in `sim`, a simulation of `l`'s programs
-// priced by the profile (boxes by device, then program order; an
-// instruction without a compute box is left out). Pure.
+// priced by the profile (boxes by device, then program order; a box whose
+// instruction in `l` is no forward or backward is left out). Pure.
 //
 // Why: --measure times each operator alone, repeated on the same inputs
 // (warm); in a step it follows other operators, and on a 2-core VM ran
@@ -148,7 +148,8 @@ struct Calibration {
   int compute_instructions = 0;   // over all ranks
 };
 
-// Trains `plan` (which must have passed check_plan_status against `model`)
+// Trains `plan` (which must have passed check_plan_status against `model`,
+// whose expansion `graph` is)
 // with an Executor on `world` (`groups`: as spindle-run creates them): 2
 // untimed steps, then as many as fit `budget_ms` by the slowest rank's
 // first step, 5 to 30; pools every rank's overhead_samples and fits them
@@ -158,7 +159,8 @@ struct Calibration {
 // (Calibration::optimizer_gbytes_per_s, pooled the same way) and the
 // operators' time against `cost`'s (compute_in_situ summed over the ranks).
 // Collective over world; an executor error throws (as spindle-run's would).
-plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::Plan& plan, Comm& world,
+plan::Result<Calibration> calibrate_executor(const plan::Model& model, const plan::OpGraph& graph,
+                                             const plan::Plan& plan, Comm& world,
                                              GroupComms groups, Backend& backend,
                                              const plan::CommOverhead& packing, const plan::CostModel& cost,
                                              double budget_ms = 1500);

@@ -224,30 +224,19 @@ Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
   return o;
 }
 
-// "x-optimizer": {"gbytes_per_s": a rate} (docs/profiling.md).
-Result<double> parse_optimizer(const ProfileReader& r, const json& j) {
-  const std::string at = "x-optimizer";
+// An extension key holding one object of one number, `key`, in [min, max]
+// ("x-optimizer": {"gbytes_per_s": a rate}, "x-compute": {"in_step_scale":
+// a factor}; docs/profiling.md); `what` names the number in the error.
+Result<double> parse_one_figure(const ProfileReader& r, const json& j, const std::string& at, const std::string& key,
+                                double min, double max, const std::string& what) {
   if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
-  SPINDLE_TRY(r.check_keys(j, at, {"gbytes_per_s"}, {}));
-  SPINDLE_ASSIGN(rate, r.get_number(j, at, "gbytes_per_s"));
-  if (!(rate >= limits::kMinRate && rate <= limits::kMaxRate)) {
-    return r.err(at + ".gbytes_per_s", "expected a rate from " + json(limits::kMinRate).dump() + " to " +
-                                           json(limits::kMaxRate).dump() + ", found " + j["gbytes_per_s"].dump());
+  SPINDLE_TRY(r.check_keys(j, at, {key}, {}));
+  SPINDLE_ASSIGN(v, r.get_number(j, at, key.c_str()));
+  if (!(v >= min && v <= max)) {
+    return r.err(at + "." + key, "expected " + what + " from " + json(min).dump() + " to " + json(max).dump() +
+                                     ", found " + j[key].dump());
   }
-  return rate;
-}
-
-// "x-compute": {"in_step_scale": a factor} (docs/profiling.md).
-Result<double> parse_compute(const ProfileReader& r, const json& j) {
-  const std::string at = "x-compute";
-  if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
-  SPINDLE_TRY(r.check_keys(j, at, {"in_step_scale"}, {}));
-  SPINDLE_ASSIGN(scale, r.get_number(j, at, "in_step_scale"));
-  if (!(scale >= kMinComputeScale && scale <= kMaxComputeScale)) {
-    return r.err(at + ".in_step_scale", "expected a factor from " + json(kMinComputeScale).dump() + " to " +
-                                            json(kMaxComputeScale).dump() + ", found " + j["in_step_scale"].dump());
-  }
-  return scale;
+  return v;
 }
 
 // The optional figures only when not 0, so files without them re-encode
@@ -328,7 +317,8 @@ Status parse_header(const ProfileReader& r, const json& doc, int version, Profil
     p.overhead = o;
   }
   if (doc.contains("x-compute")) {
-    SPINDLE_ASSIGN(scale, parse_compute(r, doc["x-compute"]));
+    SPINDLE_ASSIGN(scale, parse_one_figure(r, doc["x-compute"], "x-compute", "in_step_scale", kMinComputeScale,
+                                           kMaxComputeScale, "a factor"));
     p.compute_scale = scale;
   }
   if (doc.contains("x-links")) {
@@ -336,7 +326,8 @@ Status parse_header(const ProfileReader& r, const json& doc, int version, Profil
     p.links = links;
   }
   if (doc.contains("x-optimizer")) {
-    SPINDLE_ASSIGN(rate, parse_optimizer(r, doc["x-optimizer"]));
+    SPINDLE_ASSIGN(rate, parse_one_figure(r, doc["x-optimizer"], "x-optimizer", "gbytes_per_s", limits::kMinRate,
+                                          limits::kMaxRate, "a rate"));
     p.optimizer_gbytes_per_s = rate;
   }
   return {};

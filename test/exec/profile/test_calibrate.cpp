@@ -197,7 +197,7 @@ TEST_CASE("calibrate_executor trains a plan on one rank and fits figures >= 0 an
   auto backend = se::make_backend("cpu");
   sp::CommOverhead packing;
   packing.pack_gbytes_per_s = 10;
-  auto cal = se::calibrate_executor(*model, *plan, world, std::move(groups), *backend, packing, **cost, 1.0);
+  auto cal = se::calibrate_executor(*model, graph, *plan, world, std::move(groups), *backend, packing, **cost, 1.0);
   REQUIRE(cal.ok());
   CHECK(cal->steps == 5);   // a 1 ms budget: the fewest
   CHECK(cal->samples >= 2);

@@ -1,6 +1,7 @@
 // Profile database reader and writer (spec/profile.md).
 #include <catch2/catch.hpp>
 
+#include <initializer_list>
 #include <string>
 
 #include "libplan/io/profile.h"
@@ -51,6 +52,20 @@ std::string refused(std::string text, const std::string& figure, const std::stri
   auto r = parse_profile_string(text, "v3.json");
   REQUIRE_FALSE(r.ok());
   return r.error().message;
+}
+// Each of `bad` put in the place of the first `was` in `bytes`: refused,
+// the message naming p.json and `key`.
+void check_each_refused(const std::string& bytes, const std::string& was, std::initializer_list<const char*> bad,
+                        const std::string& key) {
+  for (const char* b : bad) {
+    std::string text = bytes;
+    const size_t at = text.find(was);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, was.size(), b);
+    auto r = parse_profile_string(text, "p.json");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains(key));
+  }
 }
 }  // namespace
 
@@ -259,22 +274,9 @@ TEST_CASE("x-optimizer: the optimizer step's rate round-trips, absent means unpr
   REQUIRE(back->optimizer_gbytes_per_s.has_value());
   CHECK(*back->optimizer_gbytes_per_s == 12.3457);
   CHECK(profile_to_json(*back) == bytes);
-  for (const char* bad_value : {"0", "-1", "2e9", "\"fast\""}) {
-    std::string text = bytes;
-    const size_t at = text.find("12.3457");
-    text.replace(at, 7, bad_value);
-    auto r = parse_profile_string(text, "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-optimizer.gbytes_per_s"));
-  }
-  for (const char* bad_object : {"{}", "{\"gbytes_per_s\":1,\"extra\":2}", "[1]"}) {
-    std::string text = bytes;
-    const size_t at = text.find("{\"gbytes_per_s\":12.3457}");
-    text.replace(at, std::string("{\"gbytes_per_s\":12.3457}").size(), bad_object);
-    auto r = parse_profile_string(text, "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-optimizer"));
-  }
+  check_each_refused(bytes, "12.3457", {"0", "-1", "2e9", "\"fast\""}, "x-optimizer.gbytes_per_s");
+  check_each_refused(bytes, "{\"gbytes_per_s\":12.3457}", {"{}", "{\"gbytes_per_s\":1,\"extra\":2}", "[1]"},
+                     "x-optimizer");
 }
 
 TEST_CASE("x-compute: the operators' in-step scale round-trips, absent means 1, bad figures are rejected") {
@@ -288,22 +290,9 @@ TEST_CASE("x-compute: the operators' in-step scale round-trips, absent means 1, 
   REQUIRE(back->compute_scale.has_value());
   CHECK(*back->compute_scale == 1.12346);
   CHECK(profile_to_json(*back) == bytes);
-  for (const char* bad_value : {"0", "0.2", "4.5", "-1", "\"slow\""}) {
-    std::string text = bytes;
-    const size_t at = text.find("1.12346");
-    text.replace(at, 7, bad_value);
-    auto r = parse_profile_string(text, "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-compute.in_step_scale"));
-  }
-  for (const char* bad_object : {"{}", "{\"in_step_scale\":1,\"extra\":2}", "[1]"}) {
-    std::string text = bytes;
-    const std::string was = "{\"in_step_scale\":1.12346}";
-    text.replace(text.find(was), was.size(), bad_object);
-    auto r = parse_profile_string(text, "p.json");
-    REQUIRE_FALSE(r.ok());
-    CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains("x-compute"));
-  }
+  check_each_refused(bytes, "1.12346", {"0", "0.2", "4.5", "-1", "\"slow\""}, "x-compute.in_step_scale");
+  check_each_refused(bytes, "{\"in_step_scale\":1.12346}", {"{}", "{\"in_step_scale\":1,\"extra\":2}", "[1]"},
+                     "x-compute");
 }
 
 TEST_CASE("x-links progress: calls round-trips, absent means background, another value is refused") {
