@@ -700,7 +700,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   for (const auto& [model, cluster] : std::vector<std::pair<std::string, std::string>>{
            {"tiny-clip", "cpu-1x3"}, {"tiny-clip", "cpu-1x4"}, {"tiny-lm", "cpu-1x3"}, {"tiny-lm", "cpu-1x4"},
            {"multitask-clip-10", "a800-4x8"}, {"ofasys-7", "a800-2x8"}, {"qwen-val-3", "a800-4x8"}}) {
-    if (sp::testing::left_out_when_sanitized(cluster)) continue;
+    if (sp::testing::profile_left_out_when_sanitized(model, cluster)) continue;
     Fixture f(model, cluster);
     // One context for the plans of every strategy, as the planner shares
     // one among its candidates.

@@ -1744,8 +1744,8 @@ struct Workload {
 };
 
 // Every shipped workload: profiles/MODEL.CLUSTER.json with its model and
-// cluster, by file name (under the sanitizers, those of
-// left_out_when_sanitized's clusters).
+// cluster, by file name (under the sanitizers, those that
+// profile_left_out_when_sanitized keeps).
 std::vector<Workload> shipped_workloads() {
   const fs::path root = SPINDLE_SOURCE_DIR;
   std::vector<fs::path> files;
@@ -1758,7 +1758,7 @@ std::vector<Workload> shipped_workloads() {
     const std::string stem = path.stem().string();
     w.model_name = stem.substr(0, stem.find('.'));
     w.cluster_name = stem.substr(stem.find('.') + 1);
-    if (sp::testing::left_out_when_sanitized(w.cluster_name)) continue;
+    if (sp::testing::profile_left_out_when_sanitized(w.model_name, w.cluster_name)) continue;
     w.model = sp::load_model((root / "configs/models" / (w.model_name + ".yaml")).string()).value();
     w.cluster = sp::load_cluster((root / "configs/clusters" / (w.cluster_name + ".yaml")).string()).value();
     w.profile = sp::load_profile(path.string()).value();
