@@ -1,8 +1,8 @@
 // The model description (spec/model.md), parsed and validated.
 //
 // A Model is plain data: modules (stacks of blocks) and tasks (small DAGs of
-// module instances). parse_model() fills in every default, so downstream code
-// never looks at optional keys again.
+// module instances). parse_model_string (and load_model) fill in every
+// default, so downstream code never looks at optional keys again.
 #pragma once
 
 #include <cstdint>
