@@ -87,6 +87,19 @@ namespace se = spindle::exec;
 // cores while timing (on an idle machine it is a few percent).
 constexpr double kBusySpread = 0.25;
 
+// A time in seconds as a person reads it: "45 s", "12 min", "3.2 h".
+std::string duration_text(double s) {
+  char buf[32];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.0f s", s);
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.0f min", s / 60);
+  else std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  return buf;
+}
+
+// Before the first operator: an estimate over this long (from the analytic
+// profile's times) is said once, with the way out.
+constexpr double kLongMeasureS = 1800;
+
 // The progress line on stderr (rank 0): rewritten in place with \r on a
 // terminal, else a plain line at most once a second (and the last one).
 class ProgressLine {
@@ -95,13 +108,20 @@ class ProgressLine {
   void operator()(const se::MeasureProgress& p) {
     const auto now = std::chrono::steady_clock::now();
     const bool last = p.what == "done";
+    if (p.total > 0 && p.done == 0 && p.left_s > kLongMeasureS && !warned_) {
+      warned_ = true;
+      std::fprintf(stderr,
+                   "spindle-profile: timing the operators will take about %s on rank 0, as the analytic profile "
+                   "prices them on this cluster (spindle-profile --analytic computes a profile in seconds)\n",
+                   duration_text(p.left_s).c_str());
+    }
     if (!tty_ && !last && shown_ && now - last_ < std::chrono::seconds(1)) return;
     last_ = now;
     shown_ = true;
     char buf[320];
     if (p.total > 0)
-      std::snprintf(buf, sizeof buf, "spindle-profile: [%d/%d] %s | %.1f s, about %.0f s left", p.done, p.total,
-                    p.what.c_str(), p.elapsed_s, p.left_s);
+      std::snprintf(buf, sizeof buf, "spindle-profile: [%d/%d] %s | %.1f s, about %s left", p.done, p.total,
+                    p.what.c_str(), p.elapsed_s, duration_text(p.left_s).c_str());
     else
       std::snprintf(buf, sizeof buf, "spindle-profile: timing %s | %.1f s", p.what.c_str(), p.elapsed_s);
     if (tty_) {
@@ -116,6 +136,7 @@ class ProgressLine {
  private:
   bool tty_;
   bool shown_ = false;
+  bool warned_ = false;
   std::chrono::steady_clock::time_point last_{};
 };
 

@@ -146,10 +146,20 @@ plan::Result<std::vector<MeasureTarget>> measure_targets(const plan::Model& mode
       return plan::Error{"profile entry " + e.workload.key() + " is not a workload of model " + model.name};
     MeasureTarget t = it->second;
     t.max_seq = std::max(t.max_seq, t.workload.seq);
-    for (const plan::ProfilePoint& p : e.points) t.counts.push_back(p.devices);
+    for (const plan::ProfilePoint& p : e.points) {
+      t.counts.push_back(p.devices);
+      t.analytic_ms.push_back(p.ms);
+    }
     out.push_back(std::move(t));
   }
   return out;
+}
+
+double expected_point_ms(double run_ms, const MeasureOptions& o) {
+  if (!(run_ms > 0)) return 0;
+  const double to_budget = std::ceil(o.point_budget_ms / run_ms);   // runs until the budget is spent
+  const double timed = std::max<double>(o.min_repeats, std::min<double>(o.max_repeats, to_budget));
+  return run_ms * (o.warmup + timed);
 }
 
 OpTiming time_operator(const MeasureTarget& t, int n, Backend& backend, const MeasureOptions& o) {
@@ -634,10 +644,11 @@ constexpr size_t kFields = 6;   // median, p10, p90, repeats, comm ms, forward m
 // point, the same on every rank.
 std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarget>& targets,
                                const plan::Cluster& links) {
-  struct Point { size_t target; int n; };
+  struct Point { size_t target; int n; double analytic_ms; };
   std::vector<Point> points;
   for (size_t i = 0; i < targets.size(); ++i)
-    for (int n : targets[i].counts) points.push_back({i, n});
+    for (size_t k = 0; k < targets[i].counts.size(); ++k)
+      points.push_back({i, targets[i].counts[k], k < targets[i].analytic_ms.size() ? targets[i].analytic_ms[k] : 0.0});
   const size_t np = points.size();
   const int ranks = m.world.size(), me = m.world.rank();
   const auto group = [&](size_t p) { return timing_group(m.o, points[p].n, ranks); };
@@ -658,18 +669,34 @@ std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarg
   std::vector<std::vector<double>> samples(np), forward(np);
   const int mine = (static_cast<int>(own.size()) + in_joint) * passes;
   int done = 0;
+  // The time left (MeasureProgress::left_s): each pass of a point weighs
+  // its expected time at the analytic profile's pace (every point the same
+  // when the skeleton has no times), scaled by the pace measured so far.
+  std::vector<double> weight(np, 0.0);
+  double weight_left = 0, weight_done = 0;   // over this rank's passes of its points
+  for (size_t p = 0; p < np; ++p) weight[p] = expected_point_ms(points[p].analytic_ms, per_pass);
+  const auto mine_to_time = [&](size_t p) { return group(p) < 2 || me < group(p); };
+  bool weighed = false;
+  for (size_t p : own) weighed |= weight[p] > 0;
+  for (size_t p : joint) weighed |= mine_to_time(p) && weight[p] > 0;
+  if (!weighed) std::fill(weight.begin(), weight.end(), 1.0);
+  for (size_t p : own) weight_left += passes * weight[p];
+  for (size_t p : joint)
+    if (mine_to_time(p)) weight_left += passes * weight[p];
   const Clock::time_point ops_start = Clock::now();
   const auto time_point = [&](size_t p, int pass) {
     const MeasureTarget& t = targets[points[p].target];
     const double spent = ms_since(ops_start) / 1e3;
     m.report(short_name(t.workload) + " on " + std::to_string(points[p].n), done, mine,
-             done > 0 ? spent / done * (mine - done) : 0.0);
+             weight_done > 0 ? spent * weight_left / weight_done : weight_left / 1e3);
     const OpTiming tm = time_operator(t, points[p].n, m.backend, per_pass);
     samples[p].insert(samples[p].end(), tm.samples_ms.begin(), tm.samples_ms.end());
     forward[p].insert(forward[p].end(), tm.forward_samples_ms.begin(), tm.forward_samples_ms.end());
     if (pass == 0 && (group(p) < 2 || me == 0))   // a joint point's: rank 0's alone
       result[p * kFields + 4] = static_cast<float>(op_comm_ms(t, points[p].n, tm.tp, links));
     ++done;
+    weight_done += weight[p];
+    weight_left = std::max(weight_left - weight[p], 0.0);
   };
   for (int pass = 0; pass < passes; ++pass) {
     for (size_t p : own) time_point(p, pass);

@@ -69,6 +69,9 @@ struct MeasureTarget {
   int tensor_parallel = 1;
   int64_t max_seq = 0;            // rows of the position tables (largest S of its modules)
   std::vector<int> counts;        // device counts to time (the entry's points)
+  // The skeleton's time of each count (ms, forward plus backward), parallel
+  // to counts: for the estimate of how long timing takes, nothing else.
+  std::vector<double> analytic_ms;
 };
 
 // The targets of a profile skeleton (analytic_profile of the same model:
@@ -151,13 +154,25 @@ int64_t optimizer_measure_values(const plan::OpGraph& graph, int ranks);
 // valid on rank 0.
 LinkSamples time_exchange(Comm& comm, double bytes, const std::vector<int>& messages, const MeasureOptions& options);
 
+// The wall time one time_operator call is expected to take (ms), for an
+// operator whose forward plus backward runs in run_ms: o.warmup untimed runs,
+// then timed runs until there are at least o.min_repeats and either
+// o.point_budget_ms is spent or o.max_repeats are done. Drawing the inputs
+// and parameters is not counted. For estimates only: run_ms comes from the
+// analytic profile, and the progress line scales it by the pace measured.
+double expected_point_ms(double run_ms, const MeasureOptions& o);
+
 // Progress of a measurement, for the terminal line.
 struct MeasureProgress {
   std::string what;       // the workload (or collective) being timed
   int done = 0;           // points this rank has finished
   int total = 0;          // points this rank times
-  double elapsed_s = 0;
-  double left_s = 0;      // estimate
+  double elapsed_s = 0;   // since the measurement started
+  // Seconds this rank's operators have left, an estimate: each point
+  // weighted by expected_point_ms of its analytic time, scaled by the pace
+  // of the points timed so far (before the first: the analytic times as
+  // they are). 0 outside the operators.
+  double left_s = 0;
 };
 using ProgressFn = std::function<void(const MeasureProgress&)>;
 

@@ -118,6 +118,17 @@ TEST_CASE("link_message_sizes spans the model's gradient and transfer sizes", "[
   for (double s : sizes) CHECK(std::fmod(s, 4.0) == 0.0);
 }
 
+TEST_CASE("expected_point_ms: warm-up runs, then timed runs to the budget within the repeat bounds",
+          "[profile][measure]") {
+  se::MeasureOptions o;   // per call: 3 warm-up, 6..300 timed, 120 ms
+  CHECK(se::expected_point_ms(1.0, o) == 1.0 * (3 + 120));     // the budget: 120 runs
+  CHECK(se::expected_point_ms(100.0, o) == 100.0 * (3 + 6));   // past it at once: the minimum
+  CHECK(se::expected_point_ms(0.1, o) == Approx(0.1 * (3 + 300)));   // the budget needs 1200: the maximum
+  CHECK(se::expected_point_ms(7.0, o) == 7.0 * (3 + 18));      // 18 runs reach 126 ms, 17 only 119
+  CHECK(se::expected_point_ms(0.0, o) == 0);
+  CHECK(se::expected_point_ms(-1.0, o) == 0);
+}
+
 TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[profile][measure]") {
   auto model = sp::load_model(config("models/tiny-clip.yaml"));
   REQUIRE(model.ok());
@@ -130,11 +141,15 @@ TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[p
   se::SelfComm world;
   auto backend = se::make_backend("cpu");
   int calls = 0, last_done = -1, total = 0;
+  double first_left_s = -1, last_left_s = -1;
   auto report = se::measure_profile(*model, graph, *skeleton, *cluster, world, *backend, quick(),
                                     [&](const se::MeasureProgress& p) {
                                       ++calls;
                                       CHECK(p.done >= last_done);
+                                      CHECK(p.left_s >= 0);
+                                      if (p.total > 0 && p.done == 0 && first_left_s < 0) first_left_s = p.left_s;
                                       last_done = p.done;
+                                      last_left_s = p.left_s;
                                       total = p.total;
                                     });
   REQUIRE(report.ok());
@@ -182,6 +197,16 @@ TEST_CASE("a measured profile of tiny-clip reads back, validates and plans", "[p
   CHECK(total == 3 * points);
   CHECK(last_done == 3 * points);
   CHECK(calls == 3 * points + 1);
+  // The time left before the first point is the analytic estimate: quick()
+  // split over 3 passes runs each point once warm and once timed per pass
+  // (warm-up 1, at least 1 and at most 1 timed run), 6 runs of its
+  // analytic time in all, on this one rank. At the end nothing is left.
+  double analytic_ms = 0;
+  for (const sp::ProfileEntry& e : skeleton->entries)
+    for (const sp::ProfilePoint& pt : e.points) analytic_ms += pt.ms;
+  REQUIRE(analytic_ms > 0);
+  CHECK(first_left_s == Approx(6 * analytic_ms / 1e3).epsilon(1e-9));
+  CHECK(last_left_s == 0);
 
   // Reads back as a valid profile and plans.
   const std::string bytes = sp::profile_to_json(p);
