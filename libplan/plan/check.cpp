@@ -313,7 +313,8 @@ std::vector<std::string> check_plan(const Plan& plan, const Model& model, const 
   check_figures(plan, out);
   if (!plan.model_sha256.empty() && !model.sha256.empty() && plan.model_sha256 != model.sha256)
     out.push_back("model.sha256: the plan was made for another version of the model file (plan " +
-                  plan.model_sha256.substr(0, 12) + "..., model " + model.sha256.substr(0, 12) + "...)");
+                  plan.model_sha256.substr(0, 12) + "..., model " + model.sha256.substr(0, 12) +
+                  "...; any edit counts, a comment too: plan it again with spindle-plan)");
   if (plan.model_name != model.name)
     out.push_back("model.name: the plan is for '" + plan.model_name + "', the model is '" + model.name + "'");
   if (plan.devices < 1) {

@@ -79,6 +79,7 @@ TEST_CASE("plan checker: a valid plan passes and every rule is enforced", "[chec
     sp::Plan p = good;
     p.model_sha256 = std::string(64, '0');
     CHECK(f.flags(p, "model.sha256"));
+    CHECK(f.flags(p, "plan it again with spindle-plan"));   // what to do about it
     p = good;
     p.metaops[0].operators[0] = "no-such-task/x/0.0";
     CHECK(f.flags(p, "not an operator of model"));
