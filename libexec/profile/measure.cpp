@@ -673,16 +673,18 @@ std::vector<float> time_points(const Measuring& m, const std::vector<MeasureTarg
   // its expected time at the analytic profile's pace (every point the same
   // when the skeleton has no times), scaled by the pace measured so far.
   std::vector<double> weight(np, 0.0);
-  double weight_left = 0, weight_done = 0;   // over this rank's passes of its points
   for (size_t p = 0; p < np; ++p) weight[p] = expected_point_ms(points[p].analytic_ms, per_pass);
-  const auto mine_to_time = [&](size_t p) { return group(p) < 2 || me < group(p); };
-  bool weighed = false;
-  for (size_t p : own) weighed |= weight[p] > 0;
-  for (size_t p : joint) weighed |= mine_to_time(p) && weight[p] > 0;
-  if (!weighed) std::fill(weight.begin(), weight.end(), 1.0);
-  for (size_t p : own) weight_left += passes * weight[p];
-  for (size_t p : joint)
-    if (mine_to_time(p)) weight_left += passes * weight[p];
+  const auto this_ranks_weight = [&] {   // over every pass of the points this rank times
+    double w = 0;
+    for (size_t p : own) w += weight[p];
+    for (size_t p : joint) w += me < group(p) ? weight[p] : 0.0;
+    return passes * w;
+  };
+  double weight_left = this_ranks_weight(), weight_done = 0;
+  if (!(weight_left > 0)) {
+    std::fill(weight.begin(), weight.end(), 1.0);
+    weight_left = this_ranks_weight();
+  }
   const Clock::time_point ops_start = Clock::now();
   const auto time_point = [&](size_t p, int pass) {
     const MeasureTarget& t = targets[points[p].target];
