@@ -200,10 +200,10 @@ Host this_host() {
 }
 
 // The operators inside the executor's steps (Calibration::compute_scale):
-// the profile's "x-compute" unless compute_scale_refusal says why not
-// (the cost model prices every point at its time alone times the scale).
-// Returns the summary line.
-std::string compute_scale_note(const se::Calibration& cal, int ranks_here, int cores, sp::Profile& profile) {
+// sets it as the profile's "x-compute" unless compute_scale_refusal says
+// why not (the cost model prices every point at its time alone times the
+// scale). Returns the summary line, either way.
+std::string take_compute_scale(const se::Calibration& cal, int ranks_here, int cores, sp::Profile& profile) {
   const std::string why = se::compute_scale_refusal(cal.compute_scale, ranks_here, cores);
   char line[400];
   if (!why.empty()) {
@@ -315,7 +315,7 @@ void measure_executor_overhead(const sp::Model& model, const sp::OpGraph& graph,
   if (z.reduce_scatter_us >= 0 && z.allgather_us >= 0)
     std::snprintf(zero1, sizeof zero1, "reduce-scatter %.2f us, all-gather %.2f us per call (%d steps sharded)",
                   *o.reduce_scatter_us, *o.allgather_us, z.steps);
-  report.notes.push_back(compute_scale_note(*cal, host.ranks, host.cores, report.profile));
+  report.notes.push_back(take_compute_scale(*cal, host.ranks, host.cores, report.profile));
   char line[800];
   std::snprintf(line, sizeof line,
                 "overhead: the executor's own, from %d instructions of %d steps of a plan of the model: "

@@ -17,7 +17,6 @@
 
 namespace spindle::exec {
 
-
 plan::Result<plan::Plan> calibration_plan(const plan::Model& model, const plan::OpGraph& graph,
                                           const plan::Cluster& cluster, const plan::CostModel& cost,
                                           const std::string& profile_sha256, int ranks) {
@@ -305,18 +304,12 @@ plan::Result<Calibration> calibrate_executor(const plan::Model& model, const pla
   // as train_timed ran them) priced by `cost`, summed over the ranks.
   SPINDLE_ASSIGN(sim, plan::simulate_plan(plan, model, graph, cost));
   const ComputeInSitu mine_compute = compute_in_situ(l, world.rank(), steps, sim);
-  const std::vector<float> sums_mine = {static_cast<float>(mine_compute.measured_ms),
-                                        static_cast<float>(mine_compute.profiled_ms),
-                                        static_cast<float>(mine_compute.instructions)};
-  std::vector<float> sums(3 * static_cast<size_t>(world.size()));
-  world.all_gather(sums_mine, sums);
-  double measured = 0, profiled = 0;
-  for (size_t r = 0; r < sums.size(); r += 3) {
-    measured += sums[r];
-    profiled += sums[r + 1];
-    cal.compute_instructions += static_cast<int>(sums[r + 2]);
-  }
-  if (measured > 0 && profiled > 0) cal.compute_scale = measured / profiled;
+  std::vector<float> sums = {static_cast<float>(mine_compute.measured_ms),
+                             static_cast<float>(mine_compute.profiled_ms),
+                             static_cast<float>(mine_compute.instructions)};
+  world.all_reduce_sum(sums);   // over the ranks, the same on every one
+  cal.compute_instructions = static_cast<int>(sums[2]);
+  if (sums[0] > 0 && sums[1] > 0) cal.compute_scale = static_cast<double>(sums[0]) / sums[1];
   return cal;
 }
 

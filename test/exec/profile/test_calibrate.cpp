@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "libexec/comm/fake_comm.h"
@@ -42,6 +43,16 @@ sp::Instr hand_instr(sp::InstrKind kind, sp::Direction dir, int begin, int end) 
   in.transfers_begin = begin;
   in.transfers_end = end;
   return in;
+}
+
+// A lowering of two devices with these instructions (no transfers).
+sp::Lowered two_programs(std::vector<sp::Instr> device0, std::vector<sp::Instr> device1) {
+  sp::Lowered l;
+  l.devices = 2;
+  l.programs = {sp::Program{0, {}, {}, {}}, sp::Program{1, {}, {}, {}}};
+  l.programs[0].instrs = std::move(device0);
+  l.programs[1].instrs = std::move(device1);
+  return l;
 }
 
 }  // namespace
@@ -94,17 +105,13 @@ TEST_CASE("optimizer_rate_samples: the values a device's optimizer instructions 
   // Device 0 steps 1000 values in a bucket's optimizer instruction (1) and
   // 500 in the whole-device one (3), around a forward (0) and an
   // all-reduce (2); device 1's program has no optimizer instruction.
-  sp::Lowered l;
-  l.devices = 2;
-  sp::Program p{0, {}, {}, {}};
-  p.instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
-              hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0),
-              hand_instr(sp::InstrKind::allreduce, sp::Direction::backward, 0, 0),
-              hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0)};
-  p.instrs[1].values = 1000;
-  p.instrs[3].values = 500;
-  l.programs = {p, sp::Program{1, {}, {}, {}}};
-  l.programs[1].instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0)};
+  sp::Lowered l = two_programs({hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
+                                 hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0),
+                                 hand_instr(sp::InstrKind::allreduce, sp::Direction::backward, 0, 0),
+                                 hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0)},
+                                {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0)});
+  l.programs[0].instrs[1].values = 1000;
+  l.programs[0].instrs[3].values = 500;
   // Step 1: the optimizer instructions take 0.004 + 0.003 ms: 1500 x 28
   // bytes in 7 us, 6 GB/s. Step 2: 0.010 + 0.011 ms, 2 GB/s. Step 3: no
   // time at all (a clock that did not move): no sample.
@@ -125,15 +132,11 @@ TEST_CASE("compute_in_situ: a device's forward and backward instructions, median
   // step (3); device 1: a forward (0). The simulation's boxes: device 0's
   // forward 2 ms and backward 4 ms, its exchange 1 ms (not compute), and
   // device 1's forward 3 ms.
-  sp::Lowered l;
-  l.devices = 2;
-  sp::Program p{0, {}, {}, {}};
-  p.instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
-              hand_instr(sp::InstrKind::exchange, sp::Direction::forward, 0, 0),
-              hand_instr(sp::InstrKind::backward, sp::Direction::backward, 0, 0),
-              hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0)};
-  l.programs = {p, sp::Program{1, {}, {}, {}}};
-  l.programs[1].instrs = {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0)};
+  const sp::Lowered l = two_programs({hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0),
+                                       hand_instr(sp::InstrKind::exchange, sp::Direction::forward, 0, 0),
+                                       hand_instr(sp::InstrKind::backward, sp::Direction::backward, 0, 0),
+                                       hand_instr(sp::InstrKind::optimizer, sp::Direction::backward, 0, 0)},
+                                      {hand_instr(sp::InstrKind::forward, sp::Direction::forward, 0, 0)});
   auto box = [](int device, const char* cat, int instr, double ms) {
     sp::SimBox b;
     b.device = device;

@@ -1,8 +1,9 @@
 // Profile database reader and writer (spec/profile.md).
 #include <catch2/catch.hpp>
 
-#include <initializer_list>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "libplan/io/profile.h"
 
@@ -55,9 +56,9 @@ std::string refused(std::string text, const std::string& figure, const std::stri
 }
 // Each of `bad` put in the place of the first `was` in `bytes`: refused,
 // the message naming p.json and `key`.
-void check_each_refused(const std::string& bytes, const std::string& was, std::initializer_list<const char*> bad,
+void check_each_refused(const std::string& bytes, const std::string& was, const std::vector<std::string>& bad,
                         const std::string& key) {
-  for (const char* b : bad) {
+  for (const std::string& b : bad) {
     std::string text = bytes;
     const size_t at = text.find(was);
     REQUIRE(at != std::string::npos);
@@ -66,6 +67,26 @@ void check_each_refused(const std::string& bytes, const std::string& was, std::i
     REQUIRE_FALSE(r.ok());
     CHECK_THAT(r.error().message, Catch::Contains("p.json") && Catch::Contains(key));
   }
+}
+
+// A one-number extension key (parse_one_figure): absent unless set, written
+// with 6 significant digits as `stored`, read back as written, and refused,
+// naming it, with a bad number or a bad object.
+void check_one_figure(std::optional<double> Profile::*field, const std::string& key, const std::string& number,
+                      double value, const std::string& stored, const std::vector<std::string>& bad_numbers) {
+  Profile p = sample();
+  CHECK_FALSE((parse_profile_string(profile_to_json(p), "p.json").value().*field).has_value());
+  p.*field = value;
+  const std::string bytes = profile_to_json(p);
+  const std::string object = "{\"" + number + "\":" + stored + "}";
+  CHECK(bytes.find("\"" + key + "\": " + object) != std::string::npos);
+  auto back = parse_profile_string(bytes, "p.json");
+  REQUIRE(back.ok());
+  REQUIRE((*back.*field).has_value());
+  CHECK(*(*back.*field) == std::stod(stored));
+  CHECK(profile_to_json(*back) == bytes);
+  check_each_refused(bytes, stored, bad_numbers, key + "." + number);
+  check_each_refused(bytes, object, {"{}", "{\"" + number + "\":1,\"extra\":2}", "[1]"}, key);
 }
 }  // namespace
 
@@ -264,35 +285,13 @@ TEST_CASE("x-forward_share: written when known, read back, absent means unknown,
 }
 
 TEST_CASE("x-optimizer: the optimizer step's rate round-trips, absent means unpriced, bad figures are rejected") {
-  Profile p = sample();
-  CHECK_FALSE(parse_profile_string(profile_to_json(p), "p.json")->optimizer_gbytes_per_s.has_value());
-  p.optimizer_gbytes_per_s = 12.3456789;
-  const std::string bytes = profile_to_json(p);
-  CHECK(bytes.find("\"x-optimizer\": {\"gbytes_per_s\":12.3457}") != std::string::npos);
-  auto back = parse_profile_string(bytes, "p.json");
-  REQUIRE(back.ok());
-  REQUIRE(back->optimizer_gbytes_per_s.has_value());
-  CHECK(*back->optimizer_gbytes_per_s == 12.3457);
-  CHECK(profile_to_json(*back) == bytes);
-  check_each_refused(bytes, "12.3457", {"0", "-1", "2e9", "\"fast\""}, "x-optimizer.gbytes_per_s");
-  check_each_refused(bytes, "{\"gbytes_per_s\":12.3457}", {"{}", "{\"gbytes_per_s\":1,\"extra\":2}", "[1]"},
-                     "x-optimizer");
+  check_one_figure(&Profile::optimizer_gbytes_per_s, "x-optimizer", "gbytes_per_s", 12.3456789, "12.3457",
+                   {"0", "-1", "2e9", "\"fast\""});
 }
 
 TEST_CASE("x-compute: the operators' in-step scale round-trips, absent means 1, bad figures are rejected") {
-  Profile p = sample();
-  CHECK_FALSE(parse_profile_string(profile_to_json(p), "p.json")->compute_scale.has_value());
-  p.compute_scale = 1.123456789;
-  const std::string bytes = profile_to_json(p);
-  CHECK(bytes.find("\"x-compute\": {\"in_step_scale\":1.12346}") != std::string::npos);
-  auto back = parse_profile_string(bytes, "p.json");
-  REQUIRE(back.ok());
-  REQUIRE(back->compute_scale.has_value());
-  CHECK(*back->compute_scale == 1.12346);
-  CHECK(profile_to_json(*back) == bytes);
-  check_each_refused(bytes, "1.12346", {"0", "0.2", "4.5", "-1", "\"slow\""}, "x-compute.in_step_scale");
-  check_each_refused(bytes, "{\"in_step_scale\":1.12346}", {"{}", "{\"in_step_scale\":1,\"extra\":2}", "[1]"},
-                     "x-compute");
+  check_one_figure(&Profile::compute_scale, "x-compute", "in_step_scale", 1.123456789, "1.12346",
+                   {"0", "0.2", "4.5", "-1", "\"slow\""});
 }
 
 TEST_CASE("x-links progress: calls round-trips, absent means background, another value is refused") {
