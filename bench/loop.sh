@@ -16,6 +16,9 @@
 # are measured and predicted as sync).
 # SPINDLE_BACKEND=cuda (default cpu) measures and runs on the CUDA backend,
 # one GPU per rank (scripts/gpu-check.sh's loop-gpu step, with one rank).
+# SPINDLE_LOOP_LOG_INTERVAL=N runs spindle-run with --log-interval N
+# (default STEPS: one line, after the last step; 1 is spindle-run's own
+# default, a line after every step).
 # SPINDLE_LOOP_PROFILE=FILE plans with that profile instead of measuring a
 # new one (e.g. the profile.json of a run before): every run then plans the
 # same plan, so an A/B of the runtime compares one plan (each --measure
@@ -58,20 +61,21 @@ echo "== 2. plan with the measured profile"
 # per-box comparison (its compact records change tiny-clip's step and
 # all-reduce within the 2-core VM's noise: bench/README.md, 2026-12-05 10:25),
 # of the steps after the warm-up alone (--trace-steps), which is all
-# bench/loop reads of it. One log line, after the last step
-# (--log-interval STEPS): rank 0 printing a line through mpirun's pipe
-# after every step (the default, --log-interval 1) is not in the programs,
-# and the other ranks wait for it at the next step's first collective
-# (about 0.09 ms a step on tiny-clip; bench/README.md, "loop").
+# bench/loop reads of it. One log line, after the last step (--log-interval
+# STEPS, unless SPINDLE_LOOP_LOG_INTERVAL): rank 0 printing a line through
+# mpirun's pipe after every step (the default, --log-interval 1) is not in
+# the programs, and the other ranks wait for it at the next step's first
+# collective (about 0.09 ms a step on tiny-clip; bench/README.md, "loop").
 skip=5
+log_interval="${SPINDLE_LOOP_LOG_INTERVAL:-$steps}"
 trace_steps=()
 [ "$steps" -gt "$skip" ] && trace_steps=(--trace-steps "$((skip + 1)):")
 echo "== 3. run: ${mpirun[*]} spindle-run ($steps steps), then again with --trace"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
-    "${clip_run[@]}" --log-interval "$steps" --metrics "$out/metrics.jsonl" | tail -n 1
+    "${clip_run[@]}" --log-interval "$log_interval" --metrics "$out/metrics.jsonl" | tail -n 1
 rm -f "$out/traced-metrics.jsonl"
 "${mpirun[@]}" "$build/apps/spindle-run" "$out/plan.json" --model "$model" --steps "$steps" "${backend[@]}" \
-    "${clip_run[@]}" --log-interval "$steps" --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" "${trace_steps[@]}" | tail -n 1
+    "${clip_run[@]}" --log-interval "$log_interval" --metrics "$out/traced-metrics.jsonl" --trace "$out/trace.json" "${trace_steps[@]}" | tail -n 1
 echo "== 4. predicted against measured"
 "$build/bench/loop" "$out/plan.json" "$out/trace.json" "$out/metrics.jsonl" --skip "$skip" \
     --model "$model" --cluster "$cluster" --profile "$out/profile.json" --traced-metrics "$out/traced-metrics.jsonl"
