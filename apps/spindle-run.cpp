@@ -57,6 +57,7 @@
 
 #include "apps/cli_paths.h"
 #include "libexec/backend/backend.h"
+#include "libexec/backend/cpu/cpu_backend.h"
 #ifdef SPINDLE_HAVE_CUDA
 #include "libexec/backend/cuda/cuda_backend.h"
 #endif
@@ -66,6 +67,7 @@
 #include "libexec/comm/launch_env.h"
 #include "libexec/comm/mpi_check.h"
 #include "libexec/comm/mpi_comm.h"
+#include "libexec/comm/nccl_emulation.h"
 #include "libexec/data/dataset.h"
 #include "libexec/exec/checkpoint.h"
 #include "libexec/exec/executor.h"
@@ -553,12 +555,17 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
 // The communicators, backend and executor of this rank (step 2 of run).
 struct Runtime {
   std::unique_ptr<se::MpiComm> world;
-  std::unique_ptr<se::Comm> nccl_world;    // the executor's world with NCCL, else null
+  std::unique_ptr<se::Comm> nccl_world;    // the executor's world with NCCL (or its emulation), else null
   std::unique_ptr<se::Backend> backend;
   se::ExecOptions options;
   std::unique_ptr<se::Executor> executor;
   int gpu = -1;                            // the bound GPU (--backend cuda), else -1
   bool use_nccl = false;
+  // SPINDLE_TEST_EMULATE_DEVICE=1 with --backend cpu: the CPU backend
+  // posing as a device's and the communicators under NCCL's rules, so that
+  // the executor takes its NCCL branches without a GPU (docs/gpu.md, "The
+  // device paths on the CPU"); the device-memory calls they made.
+  std::shared_ptr<se::DeviceCalls> emulated;
   std::vector<std::string> sync_notes;     // flags that lower other programs than the plan's (sync_for_run)
 };
 
@@ -598,7 +605,10 @@ std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) 
 // group communicators split from it; else group communicators over MPI.
 // Collective over MPI_COMM_WORLD.
 void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
-  rt.backend = se::make_backend(args.backend);
+  const char* emulate = std::getenv("SPINDLE_TEST_EMULATE_DEVICE");
+  if (emulate && std::string(emulate) == "1" && args.backend == "cpu")
+    rt.emulated = std::make_shared<se::DeviceCalls>();
+  rt.backend = rt.emulated ? se::make_cpu_backend_as_device() : se::make_backend(args.backend);
   rt.options.seed = args.seed;
   rt.options.adamw = {static_cast<float>(se::lr_at(args.schedule, 1)), static_cast<float>(args.adam_beta1),
                      static_cast<float>(args.adam_beta2), static_cast<float>(args.adam_eps),
@@ -629,8 +639,24 @@ void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
   }
 #endif
   if (!rt.use_nccl) groups = se::create_group_comms(*rt.world, device_groups);
+  if (rt.emulated) {
+    // A world of its own (MPI_Comm_dup): its messages never meet rt.world's.
+    rt.nccl_world = std::make_unique<se::NcclEmulation>(rt.world->duplicate(), rt.emulated);
+    for (auto& [members, comm] : groups) comm = std::make_unique<se::NcclEmulation>(std::move(comm), rt.emulated);
+  }
   rt.executor = std::make_unique<se::Executor>(*in.model, *in.plan, rt.nccl_world ? *rt.nccl_world : *rt.world,
                                                std::move(groups), *rt.backend, rt.options);
+}
+
+// Under SPINDLE_TEST_EMULATE_DEVICE: rank 0 prints the device-memory calls
+// every rank made, the evidence that the run took the executor's NCCL
+// branches (run_checks.sh device-paths reads it). Collective over `world`.
+void report_emulated_calls(se::Comm& world, const se::DeviceCalls& calls) {
+  std::vector<float> sums{static_cast<float>(calls.exchanges), static_cast<float>(calls.collectives)};
+  world.all_reduce_sum(sums);
+  if (world.rank() == 0)
+    std::printf("spindle-run: emulated device memory: %.0f exchanges and %.0f collectives over all ranks\n", sums[0],
+                sums[1]);
 }
 
 // AdamW's settings but the rate (the schedule's line says that):
@@ -703,6 +729,9 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
     if (rt.gpu >= 0)
       std::printf("spindle-run: rank 0 on GPU %d; group communicators and inter-wave transfers over %s\n", rt.gpu,
                   rt.use_nccl ? "NCCL" : "MPI (host-staged)");
+    if (rt.emulated)
+      std::printf("spindle-run: SPINDLE_TEST_EMULATE_DEVICE=1: the CPU backend posing as a device's, group "
+                  "communicators and inter-wave transfers over MPI under NCCL's rules (a test mode)\n");
     if (rt.options.host_threads > 1)
       std::printf("spindle-run: parameters seeded%s on %d host threads per rank\n",
                   in.data ? "" : " and synthetic data drawn", rt.options.host_threads);
@@ -1177,7 +1206,7 @@ int run(const Args& args, int rank, int size) {
               checkpoint_meta(args, in, rt.options),
               samples_per_step,
               sp::model_flops_per_step(in.graph),
-              rt.backend->device() == se::Device::cuda,
+              rt.backend->device() == se::Device::cuda && !rt.emulated,
               std::ofstream(),
               start};
   prepare_outputs(tr);
@@ -1195,6 +1224,7 @@ int run(const Args& args, int rank, int size) {
   // 5. Outputs: the measured trace of every rank, the final parameters
   // (none when no step was taken).
   if (!nothing_to_train) write_outputs(args, executor, rank, size);
+  if (rt.emulated) report_emulated_calls(*rt.world, *rt.emulated);
   rt.world->barrier();
   return 0;
 }

@@ -29,7 +29,12 @@ Tensor linear_rows_backward(const Tensor& x, const Tensor& w, const Tensor& dy, 
   const int64_t in = w.size(0), out = w.size(1), rows = x.numel() / in;
   ConstMatMap dym = dy.mat(rows, out);
   dw.mat(in, out).noalias() += x.mat(rows, in).transpose() * dym;
-  if (db) db->row_vec() += dym.colwise().sum();
+  // Column sums through a temporary: added straight into db, Eigen's
+  // vectorised loop would start at db's first 16-byte boundary and sum the
+  // columns before it another way, so the gradient's rounding would depend
+  // on where db lies (a view into its bucket's flat buffer, at the offset
+  // the bucket layout gives it). The temporary is always aligned.
+  if (db) db->row_vec() += Eigen::RowVectorXf(dym.colwise().sum());
   if (!want_dx) return {};
   Tensor dx = Tensor::zeros(x.shape());
   dx.mat(rows, in).noalias() = dym * w.mat(in, out).transpose();
@@ -59,8 +64,10 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& gamma, const LayerNorm
                           Tensor& dgamma, Tensor& dbeta) {
   const int64_t w = dy.shape().back(), rows = dy.numel() / w;
   ConstMatMap dym = dy.mat(rows, w), xh = cache.xhat.mat(rows, w);
-  dgamma.row_vec() += (dym.array() * xh.array()).colwise().sum().matrix();
-  dbeta.row_vec() += dym.colwise().sum();
+  // Through temporaries, as linear_rows_backward's bias: the same bits
+  // wherever dgamma and dbeta lie.
+  dgamma.row_vec() += Eigen::RowVectorXf((dym.array() * xh.array()).colwise().sum().matrix());
+  dbeta.row_vec() += Eigen::RowVectorXf(dym.colwise().sum());
   Tensor dx = Tensor::zeros(dy.shape());
   MatMap dxm = dx.mat(rows, w);
   const MatrixRM dxhat = (dym.array().rowwise() * gamma.row_vec().array()).matrix();

@@ -9,8 +9,11 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
+  // `says`: the memory device() reports; the tensors are host memory either way.
+  explicit CpuBackend(Device says) : says_(says) {}
+
   const char* name() const override { return "cpu"; }
-  Device device() const override { return Device::host; }
+  Device device() const override { return says_; }
 
   Tensor allocate(Shape shape) override { return Tensor::zeros(std::move(shape)); }
 
@@ -45,10 +48,15 @@ class CpuBackend final : public Backend {
                   Tensor& m, Tensor& v) override {
     exec::adamw_step(cfg, step, param, grad, m, v);
   }
+
+ private:
+  Device says_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(Device::host); }
+
+std::unique_ptr<Backend> make_cpu_backend_as_device() { return std::make_unique<CpuBackend>(Device::cuda); }
 
 }  // namespace spindle::exec

@@ -51,6 +51,19 @@
 #       (random_model SEED; seeds 1 and 2, SPINDLE_RANDOM_SEEDS for a soak)
 #       on 7 plans each, ZeRO-1, random data files with evaluations and a
 #       resume onto another plan among them (the mode's own comment below).
+#   device-paths  the executor's NCCL branches on CPU ranks
+#       (SPINDLE_TEST_EMULATE_DEVICE=1: the CPU backend posing as a device's,
+#       communicators under NCCL's rules, messages matched by order, not tag;
+#       docs/gpu.md, "The device paths on the CPU"): tiny-lm (TP 2), tiny-clip
+#       and random model 3 on plans 3 and 4seq, tiny-lm also with device 1
+#       at both TP ranks, each trained bitwise as the host paths train it,
+#       with --no-overlap, with AdamW's state sharded (ZeRO-1) and its
+#       all-gathers at the next step's start; every rank's bytes as its
+#       lowered program states; each run counts its device-memory exchanges
+#       and collectives (none: the branches were not taken, a failure). And
+#       random model 3 with 7 buckets (--bucket-mb 0.002) instead of 3:
+#       bitwise the same (bias and LayerNorm gradients do not depend on
+#       where their bucket puts them). Sanitized: tiny-lm alone.
 #   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
 #       (compare_runs --mutate K: devices, counts, waves, slices, parameter
 #       groups, MetaOp fields): each refused with exit 2 and one message,
@@ -510,6 +523,77 @@ case "$MODE" in
     if [ "$name" = tiny-clip ] && [ "${flipped_programs_differ:-0}" != 1 ]; then
       echo "FAIL: no flipped plan of $name lowered to other programs (the bucket-start check ran nothing new)"
       status=1
+    fi
+    exit $status ;;
+  device-paths)
+    status=0
+    # emulated V NP MODEL [args...]: train V on the device paths; the run
+    # must say so and count device-memory calls of both kinds.
+    emulated() {
+      ( export SPINDLE_TEST_EMULATE_DEVICE=1; train "$@" ) || exit 1
+      grep -q 'SPINDLE_TEST_EMULATE_DEVICE=1: the CPU backend posing as a device' run.log ||
+        die "run $1: no line saying the device paths are emulated"
+      grep -q 'emulated device memory: [1-9][0-9]* exchanges and [1-9][0-9]* collectives' run.log ||
+        die "run $1: no device-memory exchange or collective counted: $(grep 'emulated device memory' run.log)"
+    }
+    ref_lm=$PWD/tiny-lm-tp1.yaml
+    sed 's/tensor_parallel: 2/tensor_parallel: 1/' "$MODELS/tiny-lm.yaml" > "$ref_lm"
+    "$(dirname "$COMPARE")/random_model" 3 random-3.yaml random-3-ref.yaml random-3-data > /dev/null || die "random_model 3"
+    names="tiny-lm tiny-clip random-3"
+    [ "${SPINDLE_TEST_SANITIZED:-0}" = 1 ] && names=tiny-lm
+    for name in $names; do
+      m=$MODELS/$name.yaml
+      [ "$name" = random-3 ] && m=$PWD/random-3.yaml
+      for v in 3 4seq; do
+        np=${v%seq} strategy=spindle
+        [ "$v" = 4seq ] && strategy=sequential
+        v=$name-$v
+        plan "$m" "$np" "p$v.json" --strategy "$strategy"
+        train "$v" "$np" "$m"
+        cp "p$v.json" "p$v-dev.json"
+        emulated "$v-dev" "$np" "$m"
+        bitwise "$v" "$v-dev" "device paths (emulated) against the host paths"
+        lower_plan "$v" "$m"
+        "$COMPARE" --bytes "prog$v" "m$v-dev.jsonl" || status=1
+        [[ $v == *-3 ]] || continue
+        # Blocking all-reduces after the backward pass.
+        cp "p$v.json" "p$v-dev-no.json"
+        emulated "$v-dev-no" "$np" "$m" --no-overlap
+        bitwise "$v" "$v-dev-no" "device paths, --no-overlap"
+        # ZeRO-1: reduce-scatters and all-gathers in device memory, after
+        # the step and at the next step's start.
+        "$COMPARE" --optimizer-state sharded "p$v.json" "p$v-zero1.json" || die "writing p$v-zero1.json"
+        "$COMPARE" --gather-next-step "p$v-zero1.json" "p$v-zero1-next.json" || die "writing p$v-zero1-next.json"
+        for z in zero1 zero1-next; do
+          cp "p$v-$z.json" "p$v-$z-dev.json"
+          emulated "$v-$z-dev" "$np" "$m"
+          bitwise "$v" "$v-$z-dev" "device paths, optimizer state sharded ($z)"
+          lower_plan "$v-$z" "$m"
+          "$COMPARE" --bytes "prog$v-$z" "m$v-$z-dev.jsonl" || status=1
+        done
+      done
+    done
+    # tiny-lm with device 1 at TP rank 1 for one task and rank 0 for the
+    # other (two-tp-ranks): two shards of each trunk tensor there, and
+    # several messages between one pair of ranks in one exchange.
+    v=tiny-lm-3two
+    plan "$MODELS/tiny-lm.yaml" 3 ptiny-lm-3seq.json --strategy sequential
+    "$COMPARE" --move-slices ptiny-lm-3seq.json "p$v.json" text/llm/ 1,2 || die "moving the text task's trunk slices"
+    train "$v" 3 "$MODELS/tiny-lm.yaml"
+    cp "p$v.json" "p$v-dev.json"
+    emulated "$v-dev" 3 "$MODELS/tiny-lm.yaml"
+    bitwise "$v" "$v-dev" "device 1 at both TP ranks, device paths against host paths"
+    lower_plan "$v" "$MODELS/tiny-lm.yaml"
+    "$COMPARE" --bytes "prog$v" "m$v-dev.jsonl" || status=1
+    # Other bucket layouts, the same bits: random model 3 (on plan 3, whose
+    # bias gradients lie at offsets that are not multiples of 4 floats in
+    # the 7-bucket layout).
+    if [ "${SPINDLE_TEST_SANITIZED:-0}" != 1 ]; then
+      name=random-3 v=random-3-3
+      cp "p$v.json" "p$v-small.json"
+      train "$v-small" 3 "$PWD/random-3.yaml" --bucket-mb 0.002
+      grep -q 'all-reduces 7 buckets' run.log || die "random-3 with --bucket-mb 0.002: not 7 buckets: $(grep 'gradient sync' run.log)"
+      bitwise "$v" "$v-small" "7 buckets instead of 3"
     fi
     exit $status ;;
   plan-mutations)
