@@ -852,6 +852,19 @@ void prepare_outputs(Training& tr) {
   }
 }
 
+// Rank 0: one line when the tensor-parallel copies of replicated tensors
+// have drifted from TP rank 0's (se::ReplicaDrift), which a checkpoint or
+// --dump-params keeps.
+void note_drift(const se::ReplicaDrift& drift, int64_t step) {
+  if (drift.tensors == 0) return;
+  std::printf("spindle-run: note: after step %lld the tensor-parallel copies of %d replicated tensor%s differ from "
+              "TP rank 0's in %lld value%s (at most %.2g relative, %s): this plan sums their gradients in other "
+              "groupings (docs/runtime.md, \"Tensor-parallel copies\"); TP rank 0's are kept\n",
+              static_cast<long long>(step), drift.tensors, drift.tensors == 1 ? "" : "s",
+              static_cast<long long>(drift.values), drift.values == 1 ? "" : "s", drift.max_relative,
+              drift.worst.c_str());
+}
+
 // Collective: rank 0 writes the checkpoint of the steps done so far (keeping
 // --keep), and prints its path and the time it took, ms. False on every
 // rank when it could not (rank 0 printed why): writing failed, or the state
@@ -862,6 +875,7 @@ bool write_checkpoint(Training& tr) {
   std::string error;
   if (tr.rank == 0) {
     tr.meta.step = state.step;
+    note_drift(state.drift, state.step);
     if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
     const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep);
     if (path.ok())
@@ -1145,8 +1159,11 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
     }
   }
   if (!args.dump_path.empty()) {
-    const auto params = executor.gather_params();
+    se::TrainingState state = executor.gather_state();
     if (rank == 0) {
+      note_drift(state.drift, state.step);
+      std::map<std::string, se::Tensor> params;
+      for (auto& [name, ts] : state.tensors) params.emplace(name, std::move(ts.value));
       const sp::Status st =
           sp::write_file_atomic(args.dump_path, params_json(params, executor.steps_done()).dump() + "\n");
       if (!st.ok()) throw std::runtime_error(st.error().message);

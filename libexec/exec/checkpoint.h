@@ -59,10 +59,26 @@ struct TensorState {
   int64_t adam_steps = 0;  // AdamW steps taken (bias correction)
 };
 
+// How far the tensor-parallel copies of replicated tensors (LayerNorm
+// gains and biases, row-parallel biases: every rank of a TP group holds the
+// whole tensor) are from TP rank 0's, which a checkpoint keeps. Each copy
+// is stepped by its own holders, with a gradient summed over the devices
+// that hold that copy. Where a plan places TP rank 0's copies on other
+// devices than rank 1's (not mirrored), the same contributions are summed
+// in other groupings, and the copies drift apart by rounding
+// (docs/runtime.md, "Tensor-parallel copies").
+struct ReplicaDrift {
+  int tensors = 0;         // replicated tensors with a copy that differs from TP rank 0's
+  int64_t values = 0;      // values that differ, over those copies
+  double max_relative = 0; // the largest |copy - rank 0's| / max(|rank 0's|, 1e-30)
+  std::string worst;       // the tensor that holds it, "M/k.r/<tensor>"
+};
+
 // Everything a run needs to continue: full tensors by name "M/k.r/<tensor>".
 struct TrainingState {
   int64_t step = 0;  // steps done
   std::map<std::string, TensorState> tensors;
+  ReplicaDrift drift;  // Executor::gather_state only; not saved
 };
 
 // What the manifest says besides the tensors.

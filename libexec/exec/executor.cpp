@@ -1342,6 +1342,27 @@ std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_mome
   return out;
 }
 
+namespace {
+// Adds to `drift` how `copy` (a TP rank > 0's copy of a replicated tensor)
+// differs from `first` (TP rank 0's copy, the value kept).
+void add_drift(ReplicaDrift& drift, const Param& copy, const Tensor& first) {
+  int64_t differ = 0;
+  for (int64_t i = 0; i < first.numel(); ++i) {
+    if (copy.value[i] == first[i]) continue;
+    ++differ;
+    const double rel = std::abs(static_cast<double>(copy.value[i]) - first[i]) /
+                       std::max(std::abs(static_cast<double>(first[i])), 1e-30);
+    if (rel > drift.max_relative) {
+      drift.max_relative = rel;
+      drift.worst = copy.name;
+    }
+  }
+  if (differ == 0) return;
+  ++drift.tensors;
+  drift.values += differ;
+}
+}  // namespace
+
 TrainingState Executor::gather_state() {
   TrainingState out;
   out.step = step_;
@@ -1414,6 +1435,7 @@ TrainingState Executor::gather_state() {
         ts.v = Tensor::zeros(p.full_shape);
         ts.adam_steps = adam_steps;
       }
+      if (!fresh && !plan::tp_copy_counts(p.shard_axis, t)) add_drift(out.drift, p, ts.value);
       if (plan::tp_copy_counts(p.shard_axis, t)) {
         place_shard(ts.value, p.value, p.shard_axis, t, k);
         place_shard(ts.m, m[i], p.shard_axis, t, k);

@@ -226,6 +226,8 @@ class Executor {
   // The full training state (values, AdamW moments and step counts of every
   // parameter tensor, TP shards reassembled; step = steps_done()) on rank 0;
   // other ranks get only `step`. Collective over world.
+  // Also, on rank 0, how far the TP copies of replicated tensors are from
+  // TP rank 0's (TrainingState::drift): rank 0 receives every copy anyway.
   TrainingState gather_state();
 
   // Replaces this rank's parameters and optimizer state with its shards of

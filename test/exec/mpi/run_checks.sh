@@ -64,6 +64,13 @@
 #       random model 3 with 7 buckets (--bucket-mb 0.002) instead of 3:
 #       bitwise the same (bias and LayerNorm gradients do not depend on
 #       where their bucket puts them). Sanitized: tiny-lm alone.
+#   tp-copies     random model 12 (a TP-2 trunk shared by three tasks): on
+#       its 3-device plan TP rank 0's copies of the trunk's replicated
+#       tensors sit on device 0 alone and rank 1's on devices 1 and 2, so
+#       their gradients are summed in other groupings; after 3 steps
+#       spindle-run notes the copies that differ from rank 0's (4 tensors,
+#       within 1e-6 relative: rounding). Its 4-device sequential plan mirrors
+#       the copies: no note.
 #   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
 #       (compare_runs --mutate K: devices, counts, waves, slices, parameter
 #       groups, MetaOp fields): each refused with exit 2 and one message,
@@ -596,6 +603,26 @@ case "$MODE" in
       bitwise "$v" "$v-small" "7 buckets instead of 3"
     fi
     exit $status ;;
+  tp-copies)
+    "$(dirname "$COMPARE")/random_model" 12 model.yaml ref.yaml data > /dev/null || die "random_model 12"
+    grep -q 'tensor_parallel: 2' model.yaml || die "random model 12 has no TP-2 trunk (random_model changed?)"
+    plan model.yaml 3 p3.json
+    run 3 p3.json model.yaml --steps 3 --seed 3 --dump-params params3.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "plan 3: exit $rc"; }
+    note=$(grep 'note: after step 3 the tensor-parallel copies of' run.log) ||
+      { cat run.log; die "plan 3: no note on the TP copies that differ"; }
+    echo "$note"
+    [[ $note =~ copies\ of\ ([0-9]+)\ replicated.*at\ most\ ([0-9.e+-]+)\ relative,\ trunk/ ]] ||
+      die "plan 3: the note does not name a trunk tensor"
+    [ "${BASH_REMATCH[1]}" -ge 1 ] || die "plan 3: no tensor counted"
+    awk -v r="${BASH_REMATCH[2]}" 'BEGIN { exit !(r > 0 && r < 1e-6) }' ||
+      die "plan 3: copies ${BASH_REMATCH[2]} apart, not rounding"
+    plan model.yaml 4 p4seq.json --strategy sequential
+    run 4 p4seq.json model.yaml --steps 3 --seed 3 --dump-params params4seq.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "plan 4seq: exit $rc"; }
+    ! grep -q 'tensor-parallel copies' run.log || die "plan 4seq (mirrored copies): $(grep 'tensor-parallel copies' run.log)"
+    echo "PASS: drifted TP copies noted on plan 3, none on 4seq"
+    exit 0 ;;
   plan-mutations)
     # One-edit mutations of tiny-lm's 4-device plan (a TP-2 trunk), drawn
     # by compare_runs --mutate K: each is refused (exit 2, one message) or,
