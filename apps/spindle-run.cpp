@@ -885,7 +885,11 @@ bool write_checkpoint(Training& tr) {
       error = path.error().message;
     std::fflush(stdout);
   }
-  return all_ok(MPI_COMM_WORLD, tr.rank, error);
+  if (!all_ok(MPI_COMM_WORLD, tr.rank, error)) return false;
+  // The run goes on from what it saved, as a run resumed from it would:
+  // TP copies that drifted (note_drift) take TP rank 0's again.
+  tr.executor.sync_tp_copies(state);
+  return true;
 }
 
 // Evaluation after step `step`: forward passes over the evaluation set,

@@ -1505,6 +1505,63 @@ std::map<std::string, Tensor> Executor::gather_grads() {
   return out;
 }
 
+void Executor::load_tensor(ParamState& ps, size_t i, int t, int k, const TensorState& ts) {
+  Param& p = ps.set.params[i];
+  const plan::ValueRange own = ps.own[i];
+  // The value whole; the moments for the values this rank owns (ParamState::own).
+  for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}}) {
+    Tensor local = Tensor::zeros(p.value.shape());  // host staging
+    take_shard(local, *src, p.shard_axis, t, k);
+    if (dst == &p.value) backend_.copy(local, *dst);
+    else if (own.size() > 0) backend_.copy(flat_view(local, own.begin, own.size()), *dst);
+  }
+}
+
+void Executor::sync_tp_copies(const TrainingState& state) {
+  // The replicated tensors of every tensor-parallel parameter, in one order
+  // on every rank (param_tp's, then each parameter set's own).
+  std::vector<std::string> names;
+  for (const auto& [param, k] : sched_->lowered.param_tp) {
+    if (k < 2) continue;
+    for (const Param& p : shard_shapes(param, 0).params)
+      if (p.shard_axis < 0) names.push_back(p.name);
+  }
+  if (names.empty()) return;
+  // Rank 0 sends each one's value, m and v (rank 0 holds `state`).
+  const std::map<std::string, Shape> shapes = param_shapes();
+  int64_t floats = 0;
+  for (const std::string& n : names) floats += 3 * shape_numel(shapes.at(n));
+  std::vector<float> packed(static_cast<size_t>(floats));
+  if (rank_ == 0) {
+    float* at = packed.data();
+    for (const std::string& n : names) {
+      const TensorState& ts = state.tensors.at(n);
+      for (const Tensor* x : {&ts.value, &ts.m, &ts.v}) at = std::copy(x->data(), x->data() + x->numel(), at);
+    }
+    for (int r = 1; r < world_.size(); ++r) world_.send(packed, r, kDumpTag);
+  } else {
+    world_.recv(packed, 0, kDumpTag);
+  }
+  std::map<std::string, TensorState> copies;
+  const float* src = packed.data();
+  for (const std::string& n : names) {
+    TensorState& ts = copies[n];
+    for (Tensor* x : {&ts.value, &ts.m, &ts.v}) {
+      *x = Tensor::zeros(shapes.at(n));
+      std::copy(src, src + x->numel(), x->data());
+      src += x->numel();
+    }
+  }
+  // Into this rank's copies at TP ranks > 0 (rank 0's copies hold them already).
+  for (auto& [key, ps] : params_) {
+    const auto& [param, t] = key;
+    if (t == 0) continue;
+    for (size_t i = 0; i < ps.set.params.size(); ++i)
+      if (const auto it = copies.find(ps.set.params[i].name); it != copies.end())
+        load_tensor(ps, i, t, sched_->lowered.param_tp.at(param), it->second);
+  }
+}
+
 LoadCounts Executor::load_state(const TrainingState& state) {
   if (values_partial_)   // tensors the state lacks would keep a partial value
     throw std::logic_error("load_state after a step that left the values to the next step's all-gathers");
@@ -1527,13 +1584,7 @@ LoadCounts Executor::load_state(const TrainingState& state) {
       if (ts.value.shape() != p.full_shape)
         throw std::invalid_argument(p.name + ": the checkpoint holds shape " + shape_str(ts.value.shape()) +
                                     ", the model needs " + shape_str(p.full_shape));
-      // The value whole; the moments for the values this rank owns (ParamState::own).
-      for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}}) {
-        Tensor local = Tensor::zeros(p.value.shape());  // host staging
-        take_shard(local, *src, p.shard_axis, t, k);
-        if (dst == &p.value) backend_.copy(local, *dst);
-        else if (own.size() > 0) backend_.copy(flat_view(local, own.begin, own.size()), *dst);
-      }
+      load_tensor(ps, i, t, k, ts);
       ps.adam_steps = ts.adam_steps;
       ++counts.carried;
     }

@@ -239,6 +239,15 @@ class Executor {
   // communication; call on every rank before step().
   LoadCounts load_state(const TrainingState& state);
 
+  // Every copy at a TP rank > 0 of a replicated tensor (shard_axis -1) of
+  // a tensor-parallel parameter takes TP rank 0's value and AdamW moments
+  // from `state` (gather_state's, on rank 0; ignored elsewhere), as a run
+  // resumed from `state` loads them (load_state). After a checkpoint of a
+  // plan whose copies drifted (TrainingState::drift), the run then goes on
+  // from exactly what it saved. Collective over world: rank 0 sends them
+  // to every other rank.
+  void sync_tp_copies(const TrainingState& state);
+
   // Full shape of every parameter tensor of the model ("M/k.r/<tensor>").
   // Pure: the same on every rank.
   std::map<std::string, Shape> param_shapes() const;
@@ -333,6 +342,9 @@ class Executor {
   void zero_grads();
   void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
+  // Tensor i of shard `ps` (TP rank t of k) from its full state `ts`: the
+  // value whole, the AdamW moments of the values this rank owns.
+  void load_tensor(ParamState& ps, size_t i, int t, int k, const TensorState& ts);
   // One measured box as the step records it (ExecOptions::record_trace):
   // what ran, by the lowering's index (`index`: the wave of post_sends and
   // exchange, the lowered slice of slice, the bucket of gradient_sync,

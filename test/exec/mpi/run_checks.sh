@@ -69,8 +69,10 @@
 #       tensors sit on device 0 alone and rank 1's on devices 1 and 2, so
 #       their gradients are summed in other groupings; after 3 steps
 #       spindle-run notes the copies that differ from rank 0's (4 tensors,
-#       within 1e-6 relative: rounding). Its 4-device sequential plan mirrors
-#       the copies: no note.
+#       within 1e-6 relative: rounding). The checkpoint keeps rank 0's
+#       copies and the run goes on from them: 6 steps straight equal 3 + a
+#       resume for 3, bitwise. Its 4-device sequential plan mirrors the
+#       copies: no note.
 #   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
 #       (compare_runs --mutate K: devices, counts, waves, slices, parameter
 #       groups, MetaOp fields): each refused with exit 2 and one message,
@@ -617,6 +619,23 @@ case "$MODE" in
     [ "${BASH_REMATCH[1]}" -ge 1 ] || die "plan 3: no tensor counted"
     awk -v r="${BASH_REMATCH[2]}" 'BEGIN { exit !(r > 0 && r < 1e-6) }' ||
       die "plan 3: copies ${BASH_REMATCH[2]} apart, not rounding"
+    # A checkpoint keeps TP rank 0's copies, and the run goes on from them
+    # (Executor::sync_tp_copies): 6 steps straight with a checkpoint at step
+    # 3 equal 3 steps + a resume for 3, bitwise, though the copies drift.
+    rm -rf ck-straight ck-resumed straight.jsonl resumed.jsonl
+    run 3 p3.json model.yaml --steps 6 --seed 3 --checkpoint ck-straight --every 3 --metrics straight.jsonl \
+        --dump-params straight.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
+    grep -q 'note: after step 3 the tensor-parallel copies' run.log || die "straight run: the copies did not drift"
+    run 3 p3.json model.yaml --steps 3 --seed 3 --checkpoint ck-resumed --every 3 --metrics resumed.jsonl
+    [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
+    run 3 p3.json model.yaml --steps 6 --seed 3 --checkpoint ck-resumed --resume --metrics resumed.jsonl \
+        --dump-params resumed.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "resumed part: exit $rc"; }
+    [ "$(losses straight.jsonl | wc -l)" -eq 6 ] || die "straight.jsonl: not 6 steps of losses"
+    cmp straight.json resumed.json || die "6 steps straight and 3 + 3 resumed: other parameters"
+    diff <(losses straight.jsonl) <(losses resumed.jsonl) || die "6 steps straight and 3 + 3 resumed: other losses"
+    echo "PASS: 6 steps straight equal 3 + 3 resumed, bitwise"
     plan model.yaml 4 p4seq.json --strategy sequential
     run 4 p4seq.json model.yaml --steps 3 --seed 3 --dump-params params4seq.json
     [ "$rc" -eq 0 ] || { cat run.log; die "plan 4seq: exit $rc"; }
