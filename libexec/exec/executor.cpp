@@ -1527,7 +1527,17 @@ void Executor::sync_tp_copies(const TrainingState& state) {
       if (p.shard_axis < 0) names.push_back(p.name);
   }
   if (names.empty()) return;
-  // Rank 0 sends each one's value, m and v (rank 0 holds `state`).
+  // Nothing to do unless rank 0 found copies that differ: one flag.
+  std::vector<float> drifted{rank_ == 0 && state.drift.tensors > 0 ? 1.0f : 0.0f};
+  world_.all_reduce_sum(drifted);
+  if (drifted[0] == 0) return;
+  // Rank 0 sends each one's value, m and v (rank 0 holds `state`) to the
+  // ranks that hold a copy at a TP rank above 0.
+  std::set<int> holders;
+  for (const auto& [key, devs] : sched_->lowered.shard_devices)
+    if (key.second > 0) holders.insert(devs.begin(), devs.end());
+  holders.erase(0);
+  if (rank_ != 0 && !holders.contains(rank_)) return;
   const std::map<std::string, Shape> shapes = param_shapes();
   int64_t floats = 0;
   for (const std::string& n : names) floats += 3 * shape_numel(shapes.at(n));
@@ -1538,7 +1548,7 @@ void Executor::sync_tp_copies(const TrainingState& state) {
       const TensorState& ts = state.tensors.at(n);
       for (const Tensor* x : {&ts.value, &ts.m, &ts.v}) at = std::copy(x->data(), x->data() + x->numel(), at);
     }
-    for (int r = 1; r < world_.size(); ++r) world_.send(packed, r, kDumpTag);
+    for (int r : holders) world_.send(packed, r, kDumpTag);
   } else {
     world_.recv(packed, 0, kDumpTag);
   }

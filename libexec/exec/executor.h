@@ -244,8 +244,9 @@ class Executor {
   // from `state` (gather_state's, on rank 0; ignored elsewhere), as a run
   // resumed from `state` loads them (load_state). After a checkpoint of a
   // plan whose copies drifted (TrainingState::drift), the run then goes on
-  // from exactly what it saved. Collective over world: rank 0 sends them
-  // to every other rank.
+  // from exactly what it saved. Collective over world: a flag from rank 0
+  // (copies differ or not); if they do, rank 0 sends them to every rank
+  // that holds a copy at a TP rank above 0.
   void sync_tp_copies(const TrainingState& state);
 
   // Full shape of every parameter tensor of the model ("M/k.r/<tensor>").
