@@ -37,6 +37,9 @@ int NcclEmulation::next_tag(std::vector<int64_t>& count, int peer) const {
 }
 
 void NcclEmulation::exchange_device(std::span<const DeviceTransfer> sends, std::span<const DeviceTransfer> recvs) {
+  for (const auto* list : {&sends, &recvs})
+    for (const DeviceTransfer& t : *list)
+      if (t.count < 0) throw std::invalid_argument("NcclEmulation: a message of " + std::to_string(t.count) + " floats");
   ++calls_->exchanges;
   std::vector<int> requests;
   for (const DeviceTransfer& r : recvs)

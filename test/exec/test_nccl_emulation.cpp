@@ -90,13 +90,15 @@ TEST_CASE("nccl emulation: device-memory collectives run the inner ones on the s
   CHECK(scattered[2][2] == 6);
 }
 
-TEST_CASE("nccl emulation: a peer outside the group and a reduce-scatter of unequal blocks are refused") {
+TEST_CASE("nccl emulation: a peer outside the group, a negative count and a reduce-scatter of unequal blocks are refused") {
   SelfComm self;
   auto calls = std::make_shared<DeviceCalls>();
   NcclEmulation c(self, calls);
   std::vector<float> x{1, 2};
   const Comm::DeviceTransfer to_peer_1[] = {{x.data(), 2, 1}};
   CHECK_THROWS_AS(c.exchange_device(to_peer_1, {}), std::invalid_argument);
+  const Comm::DeviceTransfer negative[] = {{x.data(), -1, 0}};
+  CHECK_THROWS_AS(c.exchange_device({}, negative), std::invalid_argument);
   // To itself, in order: the first receive gets the first message.
   std::vector<float> y(2, 0);
   const Comm::DeviceTransfer to_self[] = {{x.data(), 2, 0}};
