@@ -60,7 +60,8 @@
 #       with --no-overlap, with AdamW's state sharded (ZeRO-1) and its
 #       all-gathers at the next step's start; every rank's bytes as its
 #       lowered program states; each run counts its device-memory exchanges
-#       and collectives (none: the branches were not taken, a failure). And
+#       and collectives (none: the branches were not taken, a failure); a
+#       checkpoint of tiny-lm's plan 3 resumed on 4seq, as on the host paths. And
 #       random model 3 with 7 buckets (--bucket-mb 0.002) instead of 3:
 #       bitwise the same (bias and LayerNorm gradients do not depend on
 #       where their bucket puts them). Sanitized: tiny-lm alone.
@@ -594,6 +595,24 @@ case "$MODE" in
     bitwise "$v" "$v-dev" "device 1 at both TP ranks, device paths against host paths"
     lower_plan "$v" "$MODELS/tiny-lm.yaml"
     "$COMPARE" --bytes "prog$v" "m$v-dev.jsonl" || status=1
+    # A checkpoint on plan 3 resumed on plan 4seq (tiny-lm): gathering the
+    # state, loading it and the TP copies' sync over the emulated world, as
+    # on the host paths, bitwise.
+    for paths in host dev; do
+      rm -rf "ck-$paths" "resume-$paths.jsonl"
+      export SPINDLE_TEST_EMULATE_DEVICE=$([ "$paths" = dev ] && echo 1 || echo 0)
+      run 3 ptiny-lm-3.json "$MODELS/tiny-lm.yaml" --steps 3 --seed 3 --checkpoint "ck-$paths" --every 3 \
+          --metrics "resume-$paths.jsonl"
+      [ "$rc" -eq 0 ] || { cat run.log; die "tiny-lm plan 3 with a checkpoint ($paths paths): exit $rc"; }
+      run 4 ptiny-lm-4seq.json "$MODELS/tiny-lm.yaml" --steps 5 --seed 3 --checkpoint "ck-$paths" --resume \
+          --metrics "resume-$paths.jsonl" --dump-params "resume-$paths.json"
+      [ "$rc" -eq 0 ] || { cat run.log; die "tiny-lm resumed on plan 4seq ($paths paths): exit $rc"; }
+      grep -q "resumed from ck-$paths/step-000003" run.log || die "$paths paths: not resumed from step 3"
+    done
+    unset SPINDLE_TEST_EMULATE_DEVICE
+    grep -q 'emulated device memory' run.log || die "the resumed run on the device paths did not emulate them"
+    echo "== tiny-lm: 3 steps on plan 3, resumed for 2 on plan 4seq: device paths against host paths"
+    { cmp resume-host.json resume-dev.json && diff <(losses resume-host.jsonl) <(losses resume-dev.jsonl); } || status=1
     # Other bucket layouts, the same bits: random model 3 (on plan 3, whose
     # bias gradients lie at offsets that are not multiples of 4 floats in
     # the 7-bucket layout).
