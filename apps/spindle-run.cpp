@@ -1163,11 +1163,10 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
     }
   }
   if (!args.dump_path.empty()) {
-    se::TrainingState state = executor.gather_state();
+    se::ReplicaDrift drift;
+    const auto params = executor.gather_params(&drift);
     if (rank == 0) {
-      note_drift(state.drift, state.step);
-      std::map<std::string, se::Tensor> params;
-      for (auto& [name, ts] : state.tensors) params.emplace(name, std::move(ts.value));
+      note_drift(drift, executor.steps_done());
       const sp::Status st =
           sp::write_file_atomic(args.dump_path, params_json(params, executor.steps_done()).dump() + "\n");
       if (!st.ok()) throw std::runtime_error(st.error().message);

@@ -1446,9 +1446,11 @@ TrainingState Executor::gather_state() {
   return out;
 }
 
-std::map<std::string, Tensor> Executor::gather_params() {
+std::map<std::string, Tensor> Executor::gather_params(ReplicaDrift* drift) {
+  TrainingState state = gather_state();
+  if (drift) *drift = state.drift;
   std::map<std::string, Tensor> out;
-  for (auto& [name, ts] : gather_state().tensors) out.emplace(name, std::move(ts.value));
+  for (auto& [name, ts] : state.tensors) out.emplace(name, std::move(ts.value));
   return out;
 }
 
@@ -1520,13 +1522,13 @@ void Executor::load_tensor(ParamState& ps, size_t i, int t, int k, const TensorS
 void Executor::sync_tp_copies(const TrainingState& state) {
   // The replicated tensors of every tensor-parallel parameter, in one order
   // on every rank (param_tp's, then each parameter set's own).
-  std::vector<std::string> names;
+  std::vector<std::pair<std::string, Shape>> tensors;   // name, shape (whole on every rank)
   for (const auto& [param, k] : sched_->lowered.param_tp) {
     if (k < 2) continue;
     for (const Param& p : shard_shapes(param, 0).params)
-      if (p.shard_axis < 0) names.push_back(p.name);
+      if (p.shard_axis < 0) tensors.emplace_back(p.name, p.full_shape);
   }
-  if (names.empty()) return;
+  if (tensors.empty()) return;
   // Nothing to do unless rank 0 found copies that differ: one flag.
   std::vector<float> drifted{rank_ == 0 && state.drift.tensors > 0 ? 1.0f : 0.0f};
   world_.all_reduce_sum(drifted);
@@ -1538,14 +1540,13 @@ void Executor::sync_tp_copies(const TrainingState& state) {
     if (key.second > 0) holders.insert(devs.begin(), devs.end());
   holders.erase(0);
   if (rank_ != 0 && !holders.contains(rank_)) return;
-  const std::map<std::string, Shape> shapes = param_shapes();
   int64_t floats = 0;
-  for (const std::string& n : names) floats += 3 * shape_numel(shapes.at(n));
+  for (const auto& [name, shape] : tensors) floats += 3 * shape_numel(shape);
   std::vector<float> packed(static_cast<size_t>(floats));
   if (rank_ == 0) {
     float* at = packed.data();
-    for (const std::string& n : names) {
-      const TensorState& ts = state.tensors.at(n);
+    for (const auto& [name, shape] : tensors) {
+      const TensorState& ts = state.tensors.at(name);
       for (const Tensor* x : {&ts.value, &ts.m, &ts.v}) at = std::copy(x->data(), x->data() + x->numel(), at);
     }
     for (int r : holders) world_.send(packed, r, kDumpTag);
@@ -1554,10 +1555,10 @@ void Executor::sync_tp_copies(const TrainingState& state) {
   }
   std::map<std::string, TensorState> copies;
   const float* src = packed.data();
-  for (const std::string& n : names) {
-    TensorState& ts = copies[n];
+  for (const auto& [name, shape] : tensors) {
+    TensorState& ts = copies[name];
     for (Tensor* x : {&ts.value, &ts.m, &ts.v}) {
-      *x = Tensor::zeros(shapes.at(n));
+      *x = Tensor::zeros(shape);
       std::copy(src, src + x->numel(), x->data());
       src += x->numel();
     }

@@ -212,7 +212,8 @@ class Executor {
   // Every full parameter tensor ("M/k.r/<tensor>" -> value, TP shards
   // reassembled), on rank 0; other ranks return an empty map. Collective
   // over world.
-  std::map<std::string, Tensor> gather_params();
+  // With `drift`, also gather_state's TrainingState::drift (rank 0's).
+  std::map<std::string, Tensor> gather_params(ReplicaDrift* drift = nullptr);
 
   // Every full parameter gradient of the last step() ("M/k.r/<tensor>" ->
   // the gradient after the gradient sync, the one AdamW used, before the

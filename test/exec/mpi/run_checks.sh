@@ -540,14 +540,12 @@ case "$MODE" in
     # emulated V NP MODEL [args...]: train V on the device paths; the run
     # must say so and count device-memory calls of both kinds.
     emulated() {
-      ( export SPINDLE_TEST_EMULATE_DEVICE=1; train "$@" ) || exit 1
+      SPINDLE_TEST_EMULATE_DEVICE=1 train "$@"
       grep -q 'SPINDLE_TEST_EMULATE_DEVICE=1: the CPU backend posing as a device' run.log ||
         die "run $1: no line saying the device paths are emulated"
       grep -q 'emulated device memory: [1-9][0-9]* exchanges and [1-9][0-9]* collectives' run.log ||
         die "run $1: no device-memory exchange or collective counted: $(grep 'emulated device memory' run.log)"
     }
-    ref_lm=$PWD/tiny-lm-tp1.yaml
-    sed 's/tensor_parallel: 2/tensor_parallel: 1/' "$MODELS/tiny-lm.yaml" > "$ref_lm"
     "$(dirname "$COMPARE")/random_model" 3 random-3.yaml random-3-ref.yaml random-3-data > /dev/null || die "random_model 3"
     names="tiny-lm tiny-clip random-3"
     [ "${SPINDLE_TEST_SANITIZED:-0}" = 1 ] && names=tiny-lm
@@ -600,16 +598,15 @@ case "$MODE" in
     # on the host paths, bitwise.
     for paths in host dev; do
       rm -rf "ck-$paths" "resume-$paths.jsonl"
-      export SPINDLE_TEST_EMULATE_DEVICE=$([ "$paths" = dev ] && echo 1 || echo 0)
-      run 3 ptiny-lm-3.json "$MODELS/tiny-lm.yaml" --steps 3 --seed 3 --checkpoint "ck-$paths" --every 3 \
-          --metrics "resume-$paths.jsonl"
+      emulate=$([ "$paths" = dev ] && echo 1 || echo 0)
+      SPINDLE_TEST_EMULATE_DEVICE=$emulate run 3 ptiny-lm-3.json "$MODELS/tiny-lm.yaml" --steps 3 --seed 3 \
+          --checkpoint "ck-$paths" --every 3 --metrics "resume-$paths.jsonl"
       [ "$rc" -eq 0 ] || { cat run.log; die "tiny-lm plan 3 with a checkpoint ($paths paths): exit $rc"; }
-      run 4 ptiny-lm-4seq.json "$MODELS/tiny-lm.yaml" --steps 5 --seed 3 --checkpoint "ck-$paths" --resume \
-          --metrics "resume-$paths.jsonl" --dump-params "resume-$paths.json"
+      SPINDLE_TEST_EMULATE_DEVICE=$emulate run 4 ptiny-lm-4seq.json "$MODELS/tiny-lm.yaml" --steps 5 --seed 3 \
+          --checkpoint "ck-$paths" --resume --metrics "resume-$paths.jsonl" --dump-params "resume-$paths.json"
       [ "$rc" -eq 0 ] || { cat run.log; die "tiny-lm resumed on plan 4seq ($paths paths): exit $rc"; }
       grep -q "resumed from ck-$paths/step-000003" run.log || die "$paths paths: not resumed from step 3"
     done
-    unset SPINDLE_TEST_EMULATE_DEVICE
     grep -q 'emulated device memory' run.log || die "the resumed run on the device paths did not emulate them"
     echo "== tiny-lm: 3 steps on plan 3, resumed for 2 on plan 4seq: device paths against host paths"
     { cmp resume-host.json resume-dev.json && diff <(losses resume-host.jsonl) <(losses resume-dev.jsonl); } || status=1
