@@ -853,13 +853,15 @@ void prepare_outputs(Training& tr) {
 }
 
 // Rank 0: one line when the tensor-parallel copies of replicated tensors
-// have drifted from TP rank 0's (se::ReplicaDrift), which a checkpoint or
-// --dump-params keeps.
-void note_drift(const se::ReplicaDrift& drift, int64_t step) {
+// differ from TP rank 0's (se::ReplicaDrift), which a checkpoint or
+// --dump-params keeps. The programs' copy exchange sets them to rank 0's
+// after every step, so a difference is a defect of the runtime.
+void warn_drift(const se::ReplicaDrift& drift, int64_t step) {
   if (drift.tensors == 0) return;
-  std::printf("spindle-run: note: after step %lld the tensor-parallel copies of %d replicated tensor%s differ from "
-              "TP rank 0's in %lld value%s (at most %.2g relative, %s): this plan sums their gradients in other "
-              "groupings (docs/runtime.md, \"Tensor-parallel copies\"); TP rank 0's are kept\n",
+  std::printf("spindle-run: warning: after step %lld the tensor-parallel copies of %d replicated tensor%s differ from "
+              "TP rank 0's in %lld value%s (at most %.2g relative, %s), though every step ends by copying TP rank "
+              "0's into them (docs/runtime.md, \"Tensor-parallel copies\"): please report it; TP rank 0's are "
+              "kept\n",
               static_cast<long long>(step), drift.tensors, drift.tensors == 1 ? "" : "s",
               static_cast<long long>(drift.values), drift.values == 1 ? "" : "s", drift.max_relative,
               drift.worst.c_str());
@@ -875,7 +877,7 @@ bool write_checkpoint(Training& tr) {
   std::string error;
   if (tr.rank == 0) {
     tr.meta.step = state.step;
-    note_drift(state.drift, state.step);
+    warn_drift(state.drift, state.step);
     if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
     const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep);
     if (path.ok())
@@ -885,11 +887,7 @@ bool write_checkpoint(Training& tr) {
       error = path.error().message;
     std::fflush(stdout);
   }
-  if (!all_ok(MPI_COMM_WORLD, tr.rank, error)) return false;
-  // The run goes on from what it saved, as a run resumed from it would:
-  // TP copies that drifted (note_drift) take TP rank 0's again.
-  tr.executor.sync_tp_copies(state);
-  return true;
+  return all_ok(MPI_COMM_WORLD, tr.rank, error);
 }
 
 // Evaluation after step `step`: forward passes over the evaluation set,
@@ -1166,7 +1164,7 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
     se::ReplicaDrift drift;
     const auto params = executor.gather_params(&drift);
     if (rank == 0) {
-      note_drift(drift, executor.steps_done());
+      warn_drift(drift, executor.steps_done());
       const sp::Status st =
           sp::write_file_atomic(args.dump_path, params_json(params, executor.steps_done()).dump() + "\n");
       if (!st.ok()) throw std::runtime_error(st.error().message);

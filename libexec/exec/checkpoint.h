@@ -63,10 +63,12 @@ struct TensorState {
 // gains and biases, row-parallel biases: every rank of a TP group holds the
 // whole tensor) are from TP rank 0's, which a checkpoint keeps. Each copy
 // is stepped by its own holders, with a gradient summed over the devices
-// that hold that copy. Where a plan places TP rank 0's copies on other
-// devices than rank 1's (not mirrored), the same contributions are summed
-// in other groupings, and the copies drift apart by rounding
-// (docs/runtime.md, "Tensor-parallel copies").
+// that hold that copy; where a plan places TP rank 0's copies on other
+// devices than rank 1's, the same contributions are summed in other
+// groupings and would drift apart by rounding, but every step ends with
+// the programs' copy exchange, which sets them to TP rank 0's values
+// (docs/runtime.md, "Tensor-parallel copies"). So any difference here is
+// a defect.
 struct ReplicaDrift {
   int tensors = 0;         // replicated tensors with a copy that differs from TP rank 0's
   int64_t values = 0;      // values that differ, over those copies

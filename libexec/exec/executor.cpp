@@ -542,7 +542,8 @@ StepStats Executor::step() {
     switch (in.kind) {
       case plan::InstrKind::exchange:
         if (in.dir == plan::Direction::forward) forward_exchange(in);
-        else backward_exchange(in);
+        else if (in.dir == plan::Direction::backward) backward_exchange(in);
+        else copy_exchange(in);
         break;
       case plan::InstrKind::post_send:
       case plan::InstrKind::post_recv: post_transfers(in); break;
@@ -604,6 +605,7 @@ StepStats Executor::step() {
 // (post_recv) by the exchange that uses them.
 
 Tensor Executor::transfer_rows(const plan::Transfer& t) const {
+  if (t.dir == plan::Direction::copy) return copy_values(t);
   if (t.dir == plan::Direction::forward) {
     const int ps = sched_->lowered.slice_of[static_cast<size_t>(t.producer)];
     const RowRange mine = sched_->slice(ps).layout.rows_of(sched_->position(ps, rank_));
@@ -627,10 +629,14 @@ void Executor::post_send(int transfer) {
   posted_sends_.emplace(transfer, Posted{request, std::move(host)});
 }
 
+Shape Executor::incoming_shape(const plan::Transfer& t) const {
+  if (t.dir == plan::Direction::copy) return {t.values};
+  return with_rows(t.rows.size(), out_row_shape(sched_->graph.ops[static_cast<size_t>(t.producer)]));
+}
+
 void Executor::post_recv(int transfer) {
   const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(transfer)];
-  const plan::Operator& p = sched_->graph.ops[static_cast<size_t>(t.producer)];
-  Tensor host = Tensor::zeros(with_rows(t.rows.size(), out_row_shape(p)));
+  Tensor host = Tensor::zeros(incoming_shape(t));
   const int request = world_.post_recv({host.data(), static_cast<size_t>(host.numel())}, t.src, transfer_tag(transfer));
   counters_.received_bytes += host.numel() * kBytesPerFloat;
   posted_recvs_.emplace(transfer, Posted{request, std::move(host)});
@@ -674,7 +680,7 @@ std::vector<std::pair<int, Tensor>> Executor::complete_exchange(const plan::Inst
         ex.sends.push_back({outgoing(t), t.dst});
         counters_.sent_bytes += ex.sends.back().data.numel() * kBytesPerFloat;
       } else {
-        const Shape shape = with_rows(t.rows.size(), out_row_shape(sched_->graph.ops[static_cast<size_t>(t.producer)]));
+        const Shape shape = incoming_shape(t);
         received.push_back(got.size());
         got.emplace_back(ti, Tensor());
         ex.recvs.push_back({shape, t.src});
@@ -729,6 +735,49 @@ void Executor::forward_exchange(const plan::Instr& instr) {
   }
   counters_.transfer_ms += ms_since(t0);
   record({BoxKind::exchange, instr.wave, 0, plan::Direction::forward}, t0);
+}
+
+// ---------------------------------------------------------------------------
+// Tensor-parallel copies (Direction::copy): the values of a parameter's
+// tensors whole on every TP rank, laid end to end in the order of its
+// tensors, move from its TP rank 0 shard into the shards of higher ranks.
+
+template <class Fn>
+void Executor::for_each_copy_piece(const plan::Transfer& t, int tp_rank, Fn fn) const {
+  const std::string& param = sched_->graph.ops[static_cast<size_t>(t.producer)].param;
+  const ParamState& ps = params_.at({param, tp_rank});
+  int64_t laid = 0;   // the tensor's first value in the copy layout
+  for (const Param& p : ps.set.params) {
+    if (p.shard_axis >= 0) continue;
+    const int64_t lo = std::max(t.rows.begin, laid), hi = std::min(t.rows.end, laid + p.value.numel());
+    if (lo < hi) fn(p, lo - laid, lo - t.rows.begin, hi - lo);
+    laid += p.value.numel();
+  }
+  if (t.rows.end > laid)
+    throw std::logic_error(param + ": a copy of values " + std::to_string(t.rows.begin) + ".." +
+                           std::to_string(t.rows.end) + " of its whole tensors, which hold " + std::to_string(laid));
+}
+
+Tensor Executor::copy_values(const plan::Transfer& t) const {
+  Tensor out = backend_.allocate({t.values});
+  for_each_copy_piece(t, 0, [&](const Param& p, int64_t at, int64_t into, int64_t n) {
+    Tensor dst = flat_view(out, into, n);
+    backend_.copy(flat_view(p.value, at, n), dst);
+  });
+  return out;
+}
+
+void Executor::copy_exchange(const plan::Instr& instr) {
+  const Clock::time_point t0 = Clock::now();
+  for (auto& [ti, piece] : complete_exchange(instr)) {
+    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
+    for_each_copy_piece(t, t.slice, [&](const Param& p, int64_t at, int64_t from, int64_t n) {
+      Tensor dst = flat_view(p.value, at, n);
+      backend_.copy(flat_view(piece, from, n), dst);
+    });
+  }
+  counters_.transfer_ms += ms_since(t0);
+  record({BoxKind::exchange, -1, 0, plan::Direction::copy}, t0);
 }
 
 void Executor::forward_slice(int slice) {
@@ -1250,7 +1299,7 @@ std::vector<plan::TraceEvent> Executor::trace() const {
   std::vector<plan::TraceEvent> events;
   events.reserve(boxes_.size());
   for (const Recorded& r : boxes_) {
-    const char* dir = r.dir == plan::Direction::forward ? "fwd" : "bwd";
+    const char* dir = plan::short_name(r.dir);
     plan::TraceEvent e{"", "", rank_, 1, wall_us(r.t0), wall_us(r.t1) - wall_us(r.t0), nlohmann::json::object()};
     switch (r.kind) {
       case BoxKind::post_sends:
@@ -1263,8 +1312,12 @@ std::vector<plan::TraceEvent> Executor::trace() const {
         e.cat = "transfer";
         break;
       case BoxKind::exchange:
-        e.name = std::string("transfer ") + dir + " wave " + std::to_string(r.index);
         e.cat = "transfer";
+        if (r.dir == plan::Direction::copy) {
+          e.name = "transfer copy (TP copies)";
+          break;
+        }
+        e.name = std::string("transfer ") + dir + " wave " + std::to_string(r.index);
         e.args = {{"wave", r.index}};
         break;
       case BoxKind::slice: {
@@ -1516,60 +1569,6 @@ void Executor::load_tensor(ParamState& ps, size_t i, int t, int k, const TensorS
     take_shard(local, *src, p.shard_axis, t, k);
     if (dst == &p.value) backend_.copy(local, *dst);
     else if (own.size() > 0) backend_.copy(flat_view(local, own.begin, own.size()), *dst);
-  }
-}
-
-void Executor::sync_tp_copies(const TrainingState& state) {
-  // The replicated tensors of every tensor-parallel parameter, in one order
-  // on every rank (param_tp's, then each parameter set's own).
-  std::vector<std::pair<std::string, Shape>> tensors;   // name, shape (whole on every rank)
-  for (const auto& [param, k] : sched_->lowered.param_tp) {
-    if (k < 2) continue;
-    for (const Param& p : shard_shapes(param, 0).params)
-      if (p.shard_axis < 0) tensors.emplace_back(p.name, p.full_shape);
-  }
-  if (tensors.empty()) return;
-  // Nothing to do unless rank 0 found copies that differ: one flag.
-  std::vector<float> drifted{rank_ == 0 && state.drift.tensors > 0 ? 1.0f : 0.0f};
-  world_.all_reduce_sum(drifted);
-  if (drifted[0] == 0) return;
-  // Rank 0 sends each one's value, m and v (rank 0 holds `state`) to the
-  // ranks that hold a copy at a TP rank above 0.
-  std::set<int> holders;
-  for (const auto& [key, devs] : sched_->lowered.shard_devices)
-    if (key.second > 0) holders.insert(devs.begin(), devs.end());
-  holders.erase(0);
-  if (rank_ != 0 && !holders.contains(rank_)) return;
-  int64_t floats = 0;
-  for (const auto& [name, shape] : tensors) floats += 3 * shape_numel(shape);
-  std::vector<float> packed(static_cast<size_t>(floats));
-  if (rank_ == 0) {
-    float* at = packed.data();
-    for (const auto& [name, shape] : tensors) {
-      const TensorState& ts = state.tensors.at(name);
-      for (const Tensor* x : {&ts.value, &ts.m, &ts.v}) at = std::copy(x->data(), x->data() + x->numel(), at);
-    }
-    for (int r : holders) world_.send(packed, r, kDumpTag);
-  } else {
-    world_.recv(packed, 0, kDumpTag);
-  }
-  std::map<std::string, TensorState> copies;
-  const float* src = packed.data();
-  for (const auto& [name, shape] : tensors) {
-    TensorState& ts = copies[name];
-    for (Tensor* x : {&ts.value, &ts.m, &ts.v}) {
-      *x = Tensor::zeros(shape);
-      std::copy(src, src + x->numel(), x->data());
-      src += x->numel();
-    }
-  }
-  // Into this rank's copies at TP ranks > 0 (rank 0's copies hold them already).
-  for (auto& [key, ps] : params_) {
-    const auto& [param, t] = key;
-    if (t == 0) continue;
-    for (size_t i = 0; i < ps.set.params.size(); ++i)
-      if (const auto it = copies.find(ps.set.params[i].name); it != copies.end())
-        load_tensor(ps, i, t, sched_->lowered.param_tp.at(param), it->second);
   }
 }
 

@@ -240,15 +240,6 @@ class Executor {
   // communication; call on every rank before step().
   LoadCounts load_state(const TrainingState& state);
 
-  // Every copy at a TP rank > 0 of a replicated tensor (shard_axis -1) of
-  // a tensor-parallel parameter takes TP rank 0's value and AdamW moments
-  // from `state` (gather_state's, on rank 0; ignored elsewhere), as a run
-  // resumed from `state` loads them (load_state). After a checkpoint of a
-  // plan whose copies drifted (TrainingState::drift), the run then goes on
-  // from exactly what it saved. Collective over world: a flag from rank 0
-  // (copies differ or not); if they do, rank 0 sends them to every rank
-  // that holds a copy at a TP rank above 0.
-  void sync_tp_copies(const TrainingState& state);
 
   // Full shape of every parameter tensor of the model ("M/k.r/<tensor>").
   // Pure: the same on every rank.
@@ -278,6 +269,16 @@ class Executor {
   // one send or receive; the exchange's pieces that end on this rank
   // (transfer, piece) in program order; waiting for the sends posted early.
   Tensor transfer_rows(const plan::Transfer& t) const;
+  Shape incoming_shape(const plan::Transfer& t) const;   // of what a receive of `t` gets
+  // Copies (Direction::copy): fn(tensor, first value there, first value in
+  // the transfer, count) for each whole tensor of the shard at `tp_rank` of
+  // t's parameter that t's values cover; t's values of TP rank 0's shard,
+  // packed (what a copy sends); and the copy exchange, which writes what
+  // it gets into the shards of TP ranks above 0.
+  template <class Fn>
+  void for_each_copy_piece(const plan::Transfer& t, int tp_rank, Fn fn) const;
+  Tensor copy_values(const plan::Transfer& t) const;
+  void copy_exchange(const plan::Instr& instr);
   Tensor outgoing(const plan::Transfer& t);
   void post_send(int transfer);
   void post_recv(int transfer);

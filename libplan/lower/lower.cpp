@@ -536,6 +536,7 @@ class ProgramBuilder {
   void backward_pass();
   void step_shards(int b, std::span<const int> after);
   void sync_and_step();
+  void copy_exchange();
   int grad_norm();
   void gather(int b);
   void start_gathers();
@@ -565,6 +566,7 @@ class ProgramBuilder {
   // Exchanges in program order: next_run_ is the next one to emit, and
   // posted_[r] the post_recv that posted run r's receives (-1: none).
   size_t next_run_ = 0;
+  size_t copies_begin_ = 0;   // mine.transfers from here on are copies (Direction::copy)
   std::vector<int>& posted_;
   std::vector<int>& posted_sends_;   // the post_sends made
   // Only the dependencies need these: each slice's forward and backward.
@@ -637,6 +639,7 @@ Program ProgramBuilder::build() && {
   if (overlap_) find_ready_steps();
   backward_pass();
   sync_and_step();
+  copy_exchange();
   // Last, the wait for every send posted early to be delivered (their
   // buffers are then free for the next step).
   if (!posted_sends_.empty()) {
@@ -649,9 +652,14 @@ Program ProgramBuilder::build() && {
 }
 
 void ProgramBuilder::find_runs() {
+  copies_begin_ = mine_.transfers.size();
   for (size_t i = 0; i < mine_.transfers.size(); ++i) {
     const int t = mine_.transfers[i];
     const Transfer& tr = transfer(t);
+    if (tr.dir == Direction::copy) {   // the copies come last: copy_exchange's
+      copies_begin_ = i;
+      break;
+    }
     if (runs_.empty() || runs_.back().dir != tr.dir || runs_.back().wave != tr.wave)
       runs_.push_back({tr.dir, tr.wave, i, i, false});
     runs_.back().end = i + 1;
@@ -927,6 +935,26 @@ void ProgramBuilder::sync_and_step() {
   }
 }
 
+// After every optimizer step (and all-gather after one) of d: the copy
+// exchange of its copies (Direction::copy), if it has any.
+void ProgramBuilder::copy_exchange() {
+  if (copies_begin_ == mine_.transfers.size()) return;
+  std::vector<int> deps;   // every optimizer step and all-gather of d
+  if (deps_)
+    for (int i = 0; i <= last(); ++i) {
+      const InstrKind kind = prog_.instrs[static_cast<size_t>(i)].kind;
+      if (kind == InstrKind::optimizer || kind == InstrKind::allgather) deps.push_back(i);
+    }
+  Instr in;
+  in.kind = InstrKind::exchange;
+  in.dir = Direction::copy;
+  in.transfers_begin = static_cast<int>(prog_.transfers.size());
+  prog_.transfers.insert(prog_.transfers.end(), mine_.transfers.begin() + static_cast<std::ptrdiff_t>(copies_begin_),
+                         mine_.transfers.end());
+  in.transfers_end = static_cast<int>(prog_.transfers.size());
+  add(in, std::move(deps));
+}
+
 // With GradSync::grad_norm, after every all-reduce (or wait) of d's
 // buckets: the sum of the squares of the gradient values d counts
 // (norm_sum, Lowered::norm_values: its buckets' summed, its own shards'
@@ -1030,7 +1058,9 @@ const char* kind_name(InstrKind k) {
   return "?";
 }
 
-const char* dir_name(Direction d) { return d == Direction::forward ? "forward" : "backward"; }
+const char* dir_name(Direction d) {
+  return d == Direction::forward ? "forward" : d == Direction::backward ? "backward" : "copy";
+}
 
 }  // namespace
 
@@ -1120,6 +1150,7 @@ Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
   ctx.producers.resize(graph.ops.size());
   ctx.shard_values.assign(graph.ops.size(), 0);
   ctx.param_tensors.assign(ctx.params.names.size(), {});
+  ctx.copy_values.assign(ctx.params.names.size(), 0);
   ctx.out_values_per_row.resize(graph.ops.size());
   ctx.op_index.reserve(graph.ops.size());
   for (size_t i = 0; i < graph.ops.size(); ++i) {
@@ -1146,9 +1177,13 @@ Result<LowerContext> lower_context(const Model& model, const OpGraph& graph) {
       // (all of them have its shapes); the shard's values are their sum
       // (op_shard_param_count).
       std::vector<LowerContext::NormTensor>& tensors = ctx.param_tensors[static_cast<size_t>(ctx.params.of_op[i])];
-      if (tensors.empty())
-        for (const ParamTensor& t : op_param_tensors(op.workload.op, op.workload.dims, module->max_seq))
+      if (tensors.empty()) {
+        const size_t p = static_cast<size_t>(ctx.params.of_op[i]);
+        for (const ParamTensor& t : op_param_tensors(op.workload.op, op.workload.dims, module->max_seq)) {
           tensors.push_back({t.shard_values(op.tensor_parallel), t.shard_axis});
+          if (op.tensor_parallel > 1 && t.shard_axis < 0) ctx.copy_values[p] += tensors.back().values;
+        }
+      }
       for (const LowerContext::NormTensor& t : tensors) ctx.shard_values[i] += t.values;
     }
   }
@@ -1190,10 +1225,129 @@ void mark_adds(Lowered& out) {
   }
 }
 
+// Where each shard of a parameter with copies sits in its bucket's flat
+// layout (its bucket, its first value there), by (param id, TP rank):
+// only with the values' all-gathers at the next step's start, where each
+// member holds its own chunk stepped at the step's end.
+using ShardPlaces = std::map<std::pair<int, int>, std::pair<int, int64_t>>;
+
+ShardPlaces copy_shard_places(const LowerContext& ctx, const Lowered& out) {
+  ShardPlaces places;
+  for (size_t b = 0; b < out.buckets.size(); ++b) {
+    const Bucket& bucket = out.buckets[b];
+    int64_t at = 0;
+    for (size_t i = 0; i < bucket.params.size(); ++i) {
+      const auto p = static_cast<size_t>(bucket.params[i]);
+      if (ctx.copy_values[p] > 0) places[{bucket.params[i], bucket.ranks[i]}] = {static_cast<int>(b), at};
+      for (const LowerContext::NormTensor& t : ctx.param_tensors[p]) at += t.values;
+    }
+  }
+  return places;
+}
+
+// The values of param p's whole tensors, laid end to end (Transfer's copy
+// layout), that `device`, one of the `holders` of its shard at TP rank k,
+// holds stepped at the end of a step: all of them, or with `places` (the
+// gathers at the next step's start) those in its own chunk of the shard's
+// bucket. One range: a chunk is contiguous in the bucket, and so are the
+// whole tensors' values in it in that layout.
+RowRange stepped_copy_values(const LowerContext& ctx, const Lowered& out, const ShardPlaces* places, int p, int k,
+                             const std::vector<int>& holders, int device) {
+  const int64_t whole = ctx.copy_values[static_cast<size_t>(p)];
+  if (places == nullptr || holders.size() < 2) return {0, whole};
+  const auto [bucket, shard_at] = places->at({p, k});
+  const ValueRange own = out.owned(bucket, device);
+  RowRange r{whole, 0};
+  int64_t flat = shard_at, laid = 0;   // the tensor's first value in the bucket and in the copy layout
+  for (const LowerContext::NormTensor& t : ctx.param_tensors[static_cast<size_t>(p)]) {
+    if (t.shard_axis < 0) {
+      const int64_t lo = std::max(own.begin, flat), hi = std::min(own.end, flat + t.values);
+      if (lo < hi) r = {std::min(r.begin, laid + lo - flat), std::max(r.end, laid + hi - flat)};
+      laid += t.values;
+    }
+    flat += t.values;
+  }
+  return r.begin < r.end ? r : RowRange{};
+}
+
+// The copies (Direction::copy), appended to out.transfers after the
+// exchanges': parameters by name, TP ranks ascending, receivers ascending.
+// Every holder of a copy at TP rank k > 0 takes all of it from one holder
+// of TP rank 0's: itself when it holds one, else the first on its island,
+// else the first. With the gathers at the next step's start, each member
+// of the copy's bucket takes its own chunk instead, from the members of
+// TP rank 0's bucket whose chunks hold those values.
+void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
+  const ParamIds& ids = ctx.params;
+  if (std::ranges::all_of(ctx.copy_values, [](int64_t v) { return v == 0; })) return;
+  ShardScratch& sc = thread_shard_scratch();
+  sc.users.resize(ids.names.size());
+  for (std::vector<int>& u : sc.users) u.clear();
+  sc.first_op.assign(ids.names.size(), -1);
+  for (size_t s = 0; s < out.slices.size(); ++s)
+    for (int o : out.slices[s].ops) {
+      const int p = ids.of_op[static_cast<size_t>(o)];
+      if (p < 0 || ctx.copy_values[static_cast<size_t>(p)] == 0) continue;
+      if (sc.first_op[static_cast<size_t>(p)] < 0) sc.first_op[static_cast<size_t>(p)] = o;
+      std::vector<int>& u = sc.users[static_cast<size_t>(p)];
+      if (u.empty() || u.back() != static_cast<int>(s)) u.push_back(static_cast<int>(s));
+    }
+  const bool by_chunk = out.sharded_state && out.gathers_at_start;
+  const ShardPlaces places = by_chunk ? copy_shard_places(ctx, out) : ShardPlaces{};
+  const ShardPlaces* chunks = by_chunk ? &places : nullptr;
+  auto add = [&](int p, int k, int src, int dst, RowRange values) {
+    Transfer t;
+    t.dir = Direction::copy;
+    t.adds = false;
+    t.wave = -1;
+    t.slice = k;
+    t.producer = sc.first_op[static_cast<size_t>(p)];
+    t.src = src;
+    t.dst = dst;
+    t.rows = values;
+    t.values = values.size();
+    t.bytes = src == dst ? 0 : t.values * kWireBytesPerValue;
+    out.transfers.push_back(t);
+  };
+  for (int p : ids.sorted) {
+    const std::vector<int>& users = sc.users[static_cast<size_t>(p)];
+    if (users.empty()) continue;
+    const int tp = out.slices[static_cast<size_t>(users.front())].layout.tp;
+    holders_by_rank(users, tp, out, sc.by_rank, sc.marked);
+    const std::vector<int>& first = sc.by_rank[0];
+    for (int k = 1; k < tp; ++k) {
+      const std::vector<int>& copies = sc.by_rank[static_cast<size_t>(k)];
+      for (int dst : copies) {
+        const RowRange want = stepped_copy_values(ctx, out, chunks, p, k, copies, dst);
+        if (want.size() == 0) continue;
+        if (!by_chunk) {
+          int src = first.front();
+          if (std::binary_search(first.begin(), first.end(), dst)) {
+            src = dst;
+          } else {
+            const int island = island_of(dst, plan.devices_per_island);
+            const auto near = std::ranges::find_if(
+                first, [&](int d) { return island_of(d, plan.devices_per_island) == island; });
+            if (near != first.end()) src = *near;
+          }
+          add(p, k, src, dst, want);
+          continue;
+        }
+        for (int src : first) {
+          const RowRange have = stepped_copy_values(ctx, out, chunks, p, 0, first, src);
+          const RowRange both{std::max(have.begin, want.begin), std::min(have.end, want.end)};
+          if (both.size() > 0) add(p, k, src, dst, both);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, const LowerOptions& options) {
   SPINDLE_TRY(lower_transfers(plan, ctx, out));
+  lower_copies(plan, ctx, out);
   const ParamIds& ids = ctx.params;
   const DeviceShares shares(out);
   BuilderScratch scratch(ids.names.size());
@@ -1252,8 +1406,11 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         json sends = json::array(), recvs = json::array(), copies = json::array();
         for (int t : prog.transfers_of(in)) {
           const Transfer& tr = l.transfers[static_cast<size_t>(t)];
-          const std::string& tensor = graph.ops[static_cast<size_t>(tr.producer)].id;
-          json entry = {{"tensor", tensor}, {"rows", rows(tr.rows)}};
+          const Operator& producer = graph.ops[static_cast<size_t>(tr.producer)];
+          // A copy: TP rank 0's whole tensors of the parameter into TP rank tp_rank's.
+          json entry = tr.dir == Direction::copy
+                           ? json{{"param", producer.param}, {"tp_rank", tr.slice}, {"values", rows(tr.rows)}}
+                           : json{{"tensor", producer.id}, {"rows", rows(tr.rows)}};
           json* list = &copies;
           if (tr.src != tr.dst) {   // a message: its peer, bytes and tag
             const bool sent = tr.src == device;

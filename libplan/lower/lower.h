@@ -29,6 +29,11 @@
 //   with GradSync::grad_norm: a norm_sum and a grad_norm after the last
 //   all-reduce (or wait), and every optimizer step (with its all-gather)
 //   after them
+//   last (before wait_sends), on plans with tensor-parallel parameters: the
+//   copy exchange (Direction::copy), in which every copy at a TP rank above
+//   0 of a tensor whole on every TP rank takes TP rank 0's stepped values
+//   (with the values' all-gathers at the next step's start, each member
+//   sends and takes only its own chunk, which those gathers then spread)
 // With overlap and sharded optimizer state, when the plan says next_step
 // (Plan::param_gather), the values' all-gathers move to the start of the
 // next step instead (Megatron's overlap_param_gather):
@@ -78,13 +83,14 @@
 
 namespace spindle::plan {
 
-inline constexpr int kProgramVersion = 10;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
+inline constexpr int kProgramVersion = 11;   // 2: allreduce_start, allreduce_wait; 3: a bucket's optimizer step;
                                             // 4: post_send, post_recv, wait_sends (transfers posted early);
                                             // 5: an optimizer step's values; 6: a backward piece's "adds"
                                             // 7: allgather (ZeRO-1), a bucket's optimizer step over its own chunk
                                             // 8: allgather_start, allgather_wait (ZeRO-1 with overlap)
                                             // 9: grad_norm (GradSync::grad_norm)
                                             // 10: norm_sum before grad_norm, with the values it reads
+                                            // 11: the copy exchange (Direction::copy: TP copies kept equal)
 
 // kWireBytesPerValue (rules/links.h): what one value costs on the wire.
 
@@ -98,11 +104,28 @@ struct LoweredSlice {
   std::vector<int> producers;  // graph operators feeding ops[0], in the node's input order
 };
 
-enum class Direction : uint8_t { forward, backward };
+// forward and backward: activations and their gradients between slices.
+// copy: the tensor-parallel copies of replicated tensors, last in each
+// step (Lowered::transfers, "Tensor-parallel copies" in docs/runtime.md).
+enum class Direction : uint8_t { forward, backward, copy };
+// "fwd", "bwd", "copy": as the trace names exchanges.
+inline const char* short_name(Direction d) {
+  return d == Direction::forward ? "fwd" : d == Direction::backward ? "bwd" : "copy";
+}
 
 // One piece of a re-sharding between two slices: rows of `producer`'s output
 // (forward) or of its output gradient (backward) move from device src to
 // device dst (src == dst: a local copy, no message).
+//
+// A copy (Direction::copy) moves parameter values instead: of the tensors
+// of one tensor-parallel parameter that every TP rank holds whole (its
+// LayerNorm gains and biases, its row-parallel bias: shard_axis -1), laid
+// end to end in the order of its tensors (LowerContext::copy_values long),
+// the values `rows` of TP rank 0's shard on src, as stepped this step, move
+// into TP rank `slice`'s shard on dst (`slice` > 0; `producer` is an
+// operator using the parameter; `input` 0, `wave` -1). So every copy holds
+// TP rank 0's values after every step, whichever groupings the plan sums
+// their gradients in.
 struct Transfer {
   Direction dir = Direction::forward;
   // Backward only, at dst: the piece is added into the producer's output
@@ -268,6 +291,10 @@ struct LowerContext {
     int shard_axis = -1;   // op_param_tensors'; tp_copy_counts
   };
   std::vector<std::vector<NormTensor>> param_tensors;
+  // By parameter id: with tensor_parallel > 1, the values of its tensors
+  // whole on every TP rank (shard_axis -1), which copies keep equal
+  // (Direction::copy); else 0.
+  std::vector<int64_t> copy_values;
   std::unordered_map<std::string_view, int> op_index;   // operator id -> graph index
 };
 
@@ -279,7 +306,8 @@ struct Lowered {
   int devices = 0;
   std::vector<LoweredSlice> slices;      // wave by wave, in plan order
   std::vector<int> slice_of;             // graph operator -> slice
-  std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending
+  std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending,
+                                         // then the copies (lower_copies in lower.cpp)
   std::vector<Bucket> buckets;           // in the one order every device runs them (lower.cpp, order_buckets)
   // By device: the values of the parameter shards it alone holds (no
   // all-reduce), which its last optimizer step steps; and of those, the

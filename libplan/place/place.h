@@ -101,7 +101,10 @@ std::vector<WavePlacement> place_islands(const std::vector<AbstractWave>& waves,
 // (intra[d]) and to each island from others (inter[i]), the same for its
 // backward exchange; per device, the gradient bytes it all-reduces. A test
 // holds these equal to the lowered programs' transfers and buckets
-// (test_place.cpp), so the evaluator prices the messages the runtime sends.
+// (test_place.cpp), so the evaluator prices the messages the runtime sends,
+// but for the copies of tensor-parallel parameters' whole tensors at the
+// step's end (Direction::copy, lower.h: a few vectors per layer), which it
+// leaves out; the simulation of the candidates it makes prices them.
 struct PlacementBytes {
   struct Exchange {
     std::vector<double> intra;   // by destination device

@@ -527,7 +527,8 @@ Result<Simulation> Simulator::run() {
 Error Simulator::never_finishes(int d, size_t pc) const {
   const Instr& in = l_.programs[static_cast<size_t>(d)].instrs[pc];
   return Error{"simulate: device " + std::to_string(d) + " never finishes instruction " + std::to_string(pc) +
-               (in.kind == InstrKind::exchange     ? " (exchange of wave " + std::to_string(in.wave) + ")"
+               (in.kind == InstrKind::exchange     ? (in.dir == Direction::copy ? std::string(" (copy exchange)")
+                                                                     : " (exchange of wave " + std::to_string(in.wave) + ")")
                 : in.kind == InstrKind::wait_sends ? " (wait for its sends)"
                 : is_gather(in.kind)               ? " (all-gather of bucket " + std::to_string(in.bucket) + ")"
                                                    : " (all-reduce of bucket " + std::to_string(in.bucket) + ")")};
@@ -1368,8 +1369,9 @@ bool Simulator::exchange_box(const Program& prog, const Instr& in, const InstrTi
   box.track = SimTrack::communication;
   box.cat = "exchange";
   box.wave = in.wave;
-  box.name = std::string("exchange ") + (in.dir == Direction::forward ? "fwd" : "bwd") + " wave " +
-             std::to_string(in.wave);
+  box.name = in.dir == Direction::copy
+                 ? std::string("exchange copy (TP copies)")
+                 : std::string("exchange ") + short_name(in.dir) + " wave " + std::to_string(in.wave);
   return true;
 }
 

@@ -68,12 +68,12 @@
 #   tp-copies     random model 12 (a TP-2 trunk shared by three tasks): on
 #       its 3-device plan TP rank 0's copies of the trunk's replicated
 #       tensors sit on device 0 alone and rank 1's on devices 1 and 2, so
-#       their gradients are summed in other groupings; after 3 steps
-#       spindle-run notes the copies that differ from rank 0's (4 tensors,
-#       within 1e-6 relative: rounding). The checkpoint keeps rank 0's
-#       copies and the run goes on from them: 6 steps straight equal 3 + a
-#       resume for 3, bitwise. Its 4-device sequential plan mirrors the
-#       copies: no note.
+#       their gradients are summed in other groupings (the copies drifted by
+#       rounding before the programs' copy exchange). With it, replicated,
+#       ZeRO-1 and ZeRO-1 gathered at the next step's start (whose copies
+#       move chunks): no copy differs from TP rank 0's at steps 3 and 6, the
+#       bytes are those the programs state, and 6 steps straight equal 3 + a
+#       resume for 3, bitwise; on the emulated device paths too.
 #   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
 #       (compare_runs --mutate K: devices, counts, waves, slices, parameter
 #       groups, MetaOp fields): each refused with exit 2 and one message,
@@ -625,38 +625,52 @@ case "$MODE" in
     "$(dirname "$COMPARE")/random_model" 12 model.yaml ref.yaml data > /dev/null || die "random_model 12"
     grep -q 'tensor_parallel: 2' model.yaml || die "random model 12 has no TP-2 trunk (random_model changed?)"
     plan model.yaml 3 p3.json
-    run 3 p3.json model.yaml --steps 3 --seed 3 --dump-params params3.json
-    [ "$rc" -eq 0 ] || { cat run.log; die "plan 3: exit $rc"; }
-    note=$(grep 'note: after step 3 the tensor-parallel copies of' run.log) ||
-      { cat run.log; die "plan 3: no note on the TP copies that differ"; }
-    echo "$note"
-    [[ $note =~ copies\ of\ ([0-9]+)\ replicated.*at\ most\ ([0-9.e+-]+)\ relative,\ trunk/ ]] ||
-      die "plan 3: the note does not name a trunk tensor"
-    [ "${BASH_REMATCH[1]}" -ge 1 ] || die "plan 3: no tensor counted"
-    awk -v r="${BASH_REMATCH[2]}" 'BEGIN { exit !(r > 0 && r < 1e-6) }' ||
-      die "plan 3: copies ${BASH_REMATCH[2]} apart, not rounding"
-    # A checkpoint keeps TP rank 0's copies, and the run goes on from them
-    # (Executor::sync_tp_copies): 6 steps straight with a checkpoint at step
-    # 3 equal 3 steps + a resume for 3, bitwise, though the copies drift.
-    rm -rf ck-straight ck-resumed straight.jsonl resumed.jsonl
-    run 3 p3.json model.yaml --steps 6 --seed 3 --checkpoint ck-straight --every 3 --metrics straight.jsonl \
-        --dump-params straight.json
-    [ "$rc" -eq 0 ] || { cat run.log; die "straight run: exit $rc"; }
-    grep -q 'note: after step 3 the tensor-parallel copies' run.log || die "straight run: the copies did not drift"
-    run 3 p3.json model.yaml --steps 3 --seed 3 --checkpoint ck-resumed --every 3 --metrics resumed.jsonl
-    [ "$rc" -eq 0 ] || { cat run.log; die "first part: exit $rc"; }
-    run 3 p3.json model.yaml --steps 6 --seed 3 --checkpoint ck-resumed --resume --metrics resumed.jsonl \
-        --dump-params resumed.json
-    [ "$rc" -eq 0 ] || { cat run.log; die "resumed part: exit $rc"; }
-    [ "$(losses straight.jsonl | wc -l)" -eq 6 ] || die "straight.jsonl: not 6 steps of losses"
-    cmp straight.json resumed.json || die "6 steps straight and 3 + 3 resumed: other parameters"
-    diff <(losses straight.jsonl) <(losses resumed.jsonl) || die "6 steps straight and 3 + 3 resumed: other losses"
-    echo "PASS: 6 steps straight equal 3 + 3 resumed, bitwise"
-    plan model.yaml 4 p4seq.json --strategy sequential
-    run 4 p4seq.json model.yaml --steps 3 --seed 3 --dump-params params4seq.json
-    [ "$rc" -eq 0 ] || { cat run.log; die "plan 4seq: exit $rc"; }
-    ! grep -q 'tensor-parallel copies' run.log || die "plan 4seq (mirrored copies): $(grep 'tensor-parallel copies' run.log)"
-    echo "PASS: drifted TP copies noted on plan 3, none on 4seq"
+    "$COMPARE" --optimizer-state sharded p3.json p3-zero1.json || die "writing p3-zero1.json"
+    "$COMPARE" --gather-next-step p3-zero1.json p3-zero1-next.json || die "writing p3-zero1-next.json"
+    for v in 3 3-zero1 3-zero1-next; do
+      lower_plan "$v" model.yaml
+      grep -q '"dir": *"copy"' "prog$v/device-1.json" || die "plan $v: no copy exchange in device 1's program"
+      rm -rf "ck-$v" "ck-$v-resumed" "straight-$v.jsonl" "resumed-$v.jsonl"
+      run 3 "p$v.json" model.yaml --steps 6 --seed 3 --checkpoint "ck-$v" --every 3 --metrics "straight-$v.jsonl" \
+          --dump-params "straight-$v.json"
+      [ "$rc" -eq 0 ] || { cat run.log; die "plan $v: exit $rc"; }
+      ! grep 'tensor-parallel copies' run.log || die "plan $v: TP copies differ from TP rank 0's after step 3 or 6"
+      "$COMPARE" --bytes "prog$v" "straight-$v.jsonl" || die "plan $v: bytes other than the programs state"
+      # The run goes on from exactly what it saved: 6 steps straight equal
+      # 3 steps + a resume for 3, bitwise.
+      run 3 "p$v.json" model.yaml --steps 3 --seed 3 --checkpoint "ck-$v-resumed" --every 3 --metrics "resumed-$v.jsonl"
+      [ "$rc" -eq 0 ] || { cat run.log; die "plan $v, first part: exit $rc"; }
+      run 3 "p$v.json" model.yaml --steps 6 --seed 3 --checkpoint "ck-$v-resumed" --resume \
+          --metrics "resumed-$v.jsonl" --dump-params "resumed-$v.json"
+      [ "$rc" -eq 0 ] || { cat run.log; die "plan $v, resumed part: exit $rc"; }
+      [ "$(losses "straight-$v.jsonl" | wc -l)" -eq 6 ] || die "straight-$v.jsonl: not 6 steps of losses"
+      cmp "straight-$v.json" "resumed-$v.json" || die "plan $v: 6 steps straight and 3 + 3 resumed: other parameters"
+      diff <(losses "straight-$v.jsonl") <(losses "resumed-$v.jsonl") ||
+        die "plan $v: 6 steps straight and 3 + 3 resumed: other losses"
+      echo "PASS: plan $v: TP copies equal at steps 3 and 6; 6 steps straight equal 3 + 3 resumed, bitwise"
+    done
+    # With the gathers at the next step's start each member of a copy's
+    # bucket takes its own chunk alone (the next step's all-gather spreads
+    # it): the rank-1 copies, held by devices 1 and 2, move once, not twice.
+    python3 - prog3 prog3-zero1-next <<'PY' || die "plan 3-zero1-next: the copies do not move by chunk"
+import json, pathlib, sys
+def copied(folder):
+    return sum(r["values"][1] - r["values"][0] for f in pathlib.Path(folder).glob("device-*.json")
+               for i in json.load(open(f))["instructions"] if i["kind"] == "exchange" and i["dir"] == "copy"
+               for r in i["recvs"] + i["copies"])
+whole, chunked = copied(sys.argv[1]), copied(sys.argv[2])
+print(f"values copied a step: {whole} replicated, {chunked} with ZeRO-1 gathered at the next step's start")
+sys.exit(0 if 0 < chunked < whole else 1)
+PY
+    # The emulated device paths (NCCL's branches) copy alike.
+    rm -f "m3-zero1-next-dev.jsonl"
+    SPINDLE_TEST_EMULATE_DEVICE=1 run 3 p3-zero1-next.json model.yaml --steps 6 --seed 3 \
+        --metrics m3-zero1-next-dev.jsonl --dump-params dev.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "plan 3-zero1-next on the device paths: exit $rc"; }
+    grep -q 'emulated device memory' run.log || die "the device paths were not emulated"
+    ! grep 'tensor-parallel copies' run.log || die "plan 3-zero1-next, device paths: TP copies differ"
+    cmp straight-3-zero1-next.json dev.json || die "plan 3-zero1-next: device paths and host paths differ"
+    echo "PASS: plan 3-zero1-next on the emulated device paths as on the host paths"
     exit 0 ;;
   plan-mutations)
     # One-edit mutations of tiny-lm's 4-device plan (a TP-2 trunk), drawn

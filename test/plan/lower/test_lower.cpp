@@ -66,6 +66,60 @@ std::pair<int, int> check_adds(const sp::Lowered& l) {
   return {taken, added};
 }
 
+// The copies (Direction::copy): each takes values of TP rank 0's whole
+// tensors of a parameter from a holder of that shard into a holder of the
+// same parameter's shard at a TP rank above 0. Without the values'
+// gathers at the next step's start every holder of such a shard gets all
+// of them, once; with, each member gets its own chunk's alone, so the
+// holders together get each value once. Returns the copies of part of a
+// parameter's whole tensors.
+int check_copies(const sp::Lowered& l, const sp::LowerContext& ctx) {
+  using Key = std::tuple<std::string, int, int>;   // (param, TP rank, receiver)
+  std::map<Key, std::vector<sp::RowRange>> got;
+  int parts = 0;
+  for (const sp::Transfer& tr : l.transfers) {
+    if (tr.dir != sp::Direction::copy) continue;
+    const std::string& param = ctx.graph->ops[static_cast<size_t>(tr.producer)].param;
+    parts += tr.values < ctx.copy_values.at(static_cast<size_t>(ctx.params.of_op.at(static_cast<size_t>(tr.producer))));
+    REQUIRE(tr.slice > 0);
+    const std::vector<int>& first = l.shard_devices.at({param, 0});
+    const std::vector<int>& mine = l.shard_devices.at({param, tr.slice});
+    CHECK(std::binary_search(first.begin(), first.end(), tr.src));
+    CHECK(std::binary_search(mine.begin(), mine.end(), tr.dst));
+    CHECK(tr.values == tr.rows.size());
+    CHECK(tr.values > 0);
+    CHECK(tr.wave == -1);
+    CHECK(tr.bytes == (tr.src == tr.dst ? 0 : tr.values * sp::kWireBytesPerValue));
+    got[{param, tr.slice, tr.dst}].push_back(tr.rows);
+  }
+  const bool by_chunk = l.sharded_state && l.gathers_at_start;
+  size_t keys = 0;
+  for (const auto& [key, holders] : l.shard_devices) {
+    const auto id = std::find(ctx.params.names.begin(), ctx.params.names.end(), key.first) - ctx.params.names.begin();
+    const int64_t whole = ctx.copy_values.at(static_cast<size_t>(id));
+    if (key.second == 0 || whole == 0) continue;
+    INFO(key.first << "@" << key.second);
+    std::vector<int> all(static_cast<size_t>(whole), 0);
+    for (int d : holders) {
+      std::vector<int> own(static_cast<size_t>(whole), 0);
+      if (const auto it = got.find({key.first, key.second, d}); it != got.end()) {
+        ++keys;
+        for (const sp::RowRange& r : it->second) {
+          REQUIRE((r.begin >= 0 && r.end <= whole));
+          for (int64_t v = r.begin; v < r.end; ++v) {
+            ++own[static_cast<size_t>(v)];
+            ++all[static_cast<size_t>(v)];
+          }
+        }
+      }
+      if (!by_chunk) CHECK(std::count(own.begin(), own.end(), 1) == whole);
+    }
+    CHECK(std::count(all.begin(), all.end(), by_chunk ? 1 : static_cast<int>(holders.size())) == whole);
+  }
+  CHECK(keys == got.size());   // every receiver holds the shard it gets
+  return parts;
+}
+
 void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::LowerContext& ctx) {
   REQUIRE(static_cast<int>(l.programs.size()) == plan.devices);
   // Global order of exchanges: (direction, wave) pairs; each program visits
@@ -101,9 +155,25 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
       // The rest's optimizer step is last but for that (and, without
       // overlap, the all-gathers of sharded state).
       CHECK((!optimizer || in.kind == sp::InstrKind::wait_sends ||
-             (in.kind == sp::InstrKind::allgather && !overlapped)));
+             (in.kind == sp::InstrKind::allgather && !overlapped) ||
+             (in.kind == sp::InstrKind::exchange && in.dir == sp::Direction::copy)));
       switch (in.kind) {
         case sp::InstrKind::exchange:
+          if (in.dir == sp::Direction::copy) {   // the copies: once, after every optimizer step and all-gather
+            CHECK(optimizer);
+            CHECK(in.wave == -1);
+            CHECK((i + 1 == prog.instrs.size() ||
+                   (i + 2 == prog.instrs.size() && prog.instrs[i + 1].kind == sp::InstrKind::wait_sends)));
+            CHECK(prog.transfers_of(in).size() > 0);
+            for (int t : prog.transfers_of(in)) {
+              const sp::Transfer& tr = l.transfers[static_cast<size_t>(t)];
+              CHECK(tr.dir == sp::Direction::copy);
+              CHECK((tr.src == prog.device || tr.dst == prog.device));
+              if (tr.src == prog.device && tr.dst != prog.device) CHECK(sent_by.emplace(t, prog.device).second);
+              if (tr.dst == prog.device && tr.src != prog.device) CHECK(received_by.emplace(t, prog.device).second);
+            }
+            break;
+          }
           CHECK(exchange_rank(in) > last_exchange);
           last_exchange = exchange_rank(in);
           CHECK(last_bucket < 0);
@@ -234,6 +304,9 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
             size_t after = i + 1;
             CHECK(gathers_waited.size() == gathers.size());   // every gather waited for before
             while (after < prog.instrs.size() && prog.instrs[after].kind == sp::InstrKind::allgather) ++after;
+            if (after < prog.instrs.size() && prog.instrs[after].kind == sp::InstrKind::exchange &&
+                prog.instrs[after].dir == sp::Direction::copy)
+              ++after;
             CHECK((after == prog.instrs.size() ||
                    (after + 1 == prog.instrs.size() && prog.instrs[after].kind == sp::InstrKind::wait_sends)));
           }
@@ -394,6 +467,7 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
     CHECK(tr.bytes == tr.values * sp::kWireBytesPerValue);
   }
   CHECK(sum.sent == sum.received);
+  check_copies(l, ctx);
   // Each device's optimizer steps step every parameter shard it holds, once
   // (from the holders' map, not the buckets): what CostModel::optimizer_ms
   // prices.
@@ -697,6 +771,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
   int starts_checked = 0;    // bucket starts checked to stand right after their last backward
   int pieces_taken = 0, pieces_added = 0;   // backward pieces, over every plan (check_adds)
   bool matter_both_ways[2] = {false, false};   // plans whose bucket rule matters, and plans whose does not
+  int copied_parts = 0;   // copies of part of a parameter's whole tensors (a chunk: check_copies)
   for (const auto& [model, cluster] : std::vector<std::pair<std::string, std::string>>{
            {"tiny-clip", "cpu-1x3"}, {"tiny-clip", "cpu-1x4"}, {"tiny-lm", "cpu-1x3"}, {"tiny-lm", "cpu-1x4"},
            {"multitask-clip-10", "a800-4x8"}, {"ofasys-7", "a800-2x8"}, {"qwen-val-3", "a800-4x8"}}) {
@@ -880,6 +955,7 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
           auto z = sp::lower(sharded, f.model, f.graph, zero1);
           REQUIRE(z.ok());
           check_invariants(sharded, *z, *context);
+          copied_parts += check_copies(*z, *context);
         }
       // Deterministic: the same programs and transfers twice (compared as
       // data: their JSON, every device's, took a third of this test's time
@@ -927,6 +1003,8 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
     }
   }
   CHECK(lowered_plans >= 20);
+  INFO("copies of a chunk: " << copied_parts);
+  CHECK(copied_parts > 0);   // the chunked copies are checked somewhere
   CHECK(started_earlier > 0);   // the two rules differ somewhere
   CHECK(starts_checked > 0);
   CHECK(matter_both_ways[0]);

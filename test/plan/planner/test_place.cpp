@@ -297,7 +297,9 @@ PlacementBytes lowered_bytes(const Lowered& l, int waves, int per_island) {
   out.forward.assign(static_cast<size_t>(waves), empty);
   out.backward.assign(static_cast<size_t>(waves), empty);
   for (const Transfer& t : l.transfers) {
-    if (t.src == t.dst) continue;
+    // The copies at the step's end (Direction::copy) are in no wave's
+    // exchange, and the evaluator leaves them out: a few vectors per layer.
+    if (t.src == t.dst || t.dir == Direction::copy) continue;
     auto& ex = (t.dir == Direction::forward ? out.forward : out.backward)[static_cast<size_t>(t.wave)];
     if (t.src / per_island == t.dst / per_island)
       ex.intra[static_cast<size_t>(t.dst)] += static_cast<double>(t.bytes);
