@@ -1271,7 +1271,8 @@ RowRange stepped_copy_values(const LowerContext& ctx, const Lowered& out, const 
 }
 
 // The copies (Direction::copy), appended to out.transfers after the
-// exchanges': parameters by name, TP ranks ascending, receivers ascending.
+// exchanges': parameters by name, TP ranks ascending, receivers ascending;
+// none for a parameter with one holder per TP rank (below).
 // Every holder of a copy at TP rank k > 0 takes all of it from one holder
 // of TP rank 0's: itself when it holds one, else the first on its island,
 // else the first. With the gathers at the next step's start, each member
@@ -1314,6 +1315,10 @@ void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
     if (users.empty()) continue;
     const int tp = out.slices[static_cast<size_t>(users.front())].layout.tp;
     holders_by_rank(users, tp, out, sc.by_rank, sc.marked);
+    // One holder per TP rank: each runs every slice using the parameter, in
+    // the same order, with no all-reduce, so its copies step alike and
+    // stay equal without copying.
+    if (std::ranges::all_of(sc.by_rank, [](const std::vector<int>& h) { return h.size() == 1; })) continue;
     const std::vector<int>& first = sc.by_rank[0];
     for (int k = 1; k < tp; ++k) {
       const std::vector<int>& copies = sc.by_rank[static_cast<size_t>(k)];
