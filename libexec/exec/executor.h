@@ -5,7 +5,8 @@
 // Each rank of `world` drives device = rank. Per step it runs its program:
 // forward over the waves (activations re-sharded between slices), backward
 // over the waves reversed (gradients re-sharded back), gradient all-reduce
-// per bucket, AdamW step. Transfers and sync groups come from the lowering;
+// per bucket, AdamW step, then the copy of TP rank 0's replicated tensors
+// into the other TP ranks' copies (lower.h, Direction::copy). Transfers and sync groups come from the lowering;
 // the executor derives none itself. Gradients are scaled so that the all-reduced sum
 // equals single-device training on the whole batch:
 //   - lm_loss returns the mean over its local rows' counted tokens (targets
@@ -271,8 +272,8 @@ class Executor {
   Tensor transfer_rows(const plan::Transfer& t) const;
   Shape incoming_shape(const plan::Transfer& t) const;   // of what a receive of `t` gets
   // Copies (Direction::copy): fn(tensor, first value there, first value in
-  // the transfer, count) for each whole tensor of the shard at `tp_rank` of
-  // t's parameter that t's values cover; t's values of TP rank 0's shard,
+  // the transfer, count) for each whole tensor of the shards at `tp_rank` of
+  // t's parameters that t's values cover; t's values of TP rank 0's shards,
   // packed (what a copy sends); and the copy exchange, which writes what
   // it gets into the shards of TP ranks above 0.
   template <class Fn>

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -333,6 +334,12 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
     const int64_t values = ctx.shard_values[static_cast<size_t>(first)];
     shard_values[static_cast<size_t>(p)] = values;
     holders_by_rank(sc.users[static_cast<size_t>(p)], op.tensor_parallel, out, sc.by_rank, sc.marked);
+    // One holder per TP rank: each runs every slice using the parameter, in
+    // the same order, with no all-reduce, so its copies step alike and need
+    // no copying (lower_copies).
+    if (ctx.copy_values[static_cast<size_t>(p)] > 0 &&
+        !std::ranges::all_of(sc.by_rank, [](const std::vector<int>& h) { return h.size() == 1; }))
+      out.copy_holders.push_back({p, first, sc.by_rank});
     for (size_t rank = 0; rank < sc.by_rank.size(); ++rank) {
       const std::vector<int>& list = sc.by_rank[rank];
       if (runtime_maps && !list.empty())
@@ -1271,59 +1278,39 @@ RowRange stepped_copy_values(const LowerContext& ctx, const Lowered& out, const 
 }
 
 // The copies (Direction::copy), appended to out.transfers after the
-// exchanges': parameters by name, TP ranks ascending, receivers ascending;
-// none for a parameter with one holder per TP rank (below).
-// Every holder of a copy at TP rank k > 0 takes all of it from one holder
-// of TP rank 0's: itself when it holds one, else the first on its island,
-// else the first. With the gathers at the next step's start, each member
-// of the copy's bucket takes its own chunk instead, from the members of
-// TP rank 0's bucket whose chunks hold those values.
+// exchanges'. Every holder of a copy at TP rank k > 0 takes all of it from
+// one holder of TP rank 0's: itself when it holds one, else the first on
+// its island, else the first; one transfer per (sender, receiver, k), its
+// run the parameters it copies in name order. With the gathers at the
+// next step's start, each member of the copy's bucket takes its own chunk
+// instead, from the members of TP rank 0's bucket whose chunks hold those
+// values: one transfer per parameter and pair. None for a parameter with
+// one holder per TP rank (not in Lowered::copy_holders: lower_shards).
 void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
-  const ParamIds& ids = ctx.params;
-  if (std::ranges::all_of(ctx.copy_values, [](int64_t v) { return v == 0; })) return;
-  ShardScratch& sc = thread_shard_scratch();
-  sc.users.resize(ids.names.size());
-  for (std::vector<int>& u : sc.users) u.clear();
-  sc.first_op.assign(ids.names.size(), -1);
-  for (size_t s = 0; s < out.slices.size(); ++s)
-    for (int o : out.slices[s].ops) {
-      const int p = ids.of_op[static_cast<size_t>(o)];
-      if (p < 0 || ctx.copy_values[static_cast<size_t>(p)] == 0) continue;
-      if (sc.first_op[static_cast<size_t>(p)] < 0) sc.first_op[static_cast<size_t>(p)] = o;
-      std::vector<int>& u = sc.users[static_cast<size_t>(p)];
-      if (u.empty() || u.back() != static_cast<int>(s)) u.push_back(static_cast<int>(s));
-    }
+  out.copy_runs.clear();
+  if (out.copy_holders.empty()) return;
   const bool by_chunk = out.sharded_state && out.gathers_at_start;
   const ShardPlaces places = by_chunk ? copy_shard_places(ctx, out) : ShardPlaces{};
   const ShardPlaces* chunks = by_chunk ? &places : nullptr;
-  auto add = [&](int p, int k, int src, int dst, RowRange values) {
-    Transfer t;
-    t.dir = Direction::copy;
-    t.adds = false;
-    t.wave = -1;
-    t.slice = k;
-    t.producer = sc.first_op[static_cast<size_t>(p)];
-    t.src = src;
-    t.dst = dst;
-    t.rows = values;
-    t.values = values.size();
-    t.bytes = src == dst ? 0 : t.values * kWireBytesPerValue;
-    out.transfers.push_back(t);
+  // Every parameter's copy into one holder at one TP rank, from one
+  // holder of rank 0's.
+  struct Copy {
+    int src = 0, dst = 0, k = 0, op = 0;
+    RowRange values;
   };
-  for (int p : ids.sorted) {
-    const std::vector<int>& users = sc.users[static_cast<size_t>(p)];
-    if (users.empty()) continue;
-    const int tp = out.slices[static_cast<size_t>(users.front())].layout.tp;
-    holders_by_rank(users, tp, out, sc.by_rank, sc.marked);
-    // One holder per TP rank: each runs every slice using the parameter, in
-    // the same order, with no all-reduce, so its copies step alike and
-    // stay equal without copying.
-    if (std::ranges::all_of(sc.by_rank, [](const std::vector<int>& h) { return h.size() == 1; })) continue;
-    const std::vector<int>& first = sc.by_rank[0];
-    for (int k = 1; k < tp; ++k) {
-      const std::vector<int>& copies = sc.by_rank[static_cast<size_t>(k)];
-      for (int dst : copies) {
-        const RowRange want = stepped_copy_values(ctx, out, chunks, p, k, copies, dst);
+  std::vector<Copy> copies;
+  std::vector<RowRange> have;   // by chunk: what each holder of rank 0's copy holds stepped
+  for (const Lowered::CopyHolders& h : out.copy_holders) {
+    const int p = h.param;
+    const std::vector<int>& first = h.by_rank[0];
+    if (by_chunk) {
+      have.clear();
+      for (int src : first) have.push_back(stepped_copy_values(ctx, out, chunks, p, 0, first, src));
+    }
+    for (size_t k = 1; k < h.by_rank.size(); ++k) {
+      const std::vector<int>& holders = h.by_rank[k];
+      for (int dst : holders) {
+        const RowRange want = stepped_copy_values(ctx, out, chunks, p, static_cast<int>(k), holders, dst);
         if (want.size() == 0) continue;
         if (!by_chunk) {
           int src = first.front();
@@ -1335,16 +1322,48 @@ void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
                 first, [&](int d) { return island_of(d, plan.devices_per_island) == island; });
             if (near != first.end()) src = *near;
           }
-          add(p, k, src, dst, want);
+          copies.push_back({src, dst, static_cast<int>(k), h.op, want});
           continue;
         }
-        for (int src : first) {
-          const RowRange have = stepped_copy_values(ctx, out, chunks, p, 0, first, src);
-          const RowRange both{std::max(have.begin, want.begin), std::min(have.end, want.end)};
-          if (both.size() > 0) add(p, k, src, dst, both);
+        for (size_t i = 0; i < first.size(); ++i) {
+          const RowRange both{std::max(have[i].begin, want.begin), std::min(have[i].end, want.end)};
+          if (both.size() > 0) copies.push_back({first[i], dst, static_cast<int>(k), h.op, both});
         }
       }
     }
+  }
+  // Whole copies of one (sender, receiver, k) as one transfer.
+  if (!by_chunk)
+    std::stable_sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) {
+      return std::tuple{a.src, a.dst, a.k} < std::tuple{b.src, b.dst, b.k};
+    });
+  for (size_t i = 0; i < copies.size();) {
+    const Copy& c = copies[i];
+    Transfer t;
+    t.dir = Direction::copy;
+    t.adds = false;
+    t.wave = -1;
+    t.slice = c.k;
+    t.input = static_cast<int>(out.copy_runs.size());
+    t.src = c.src;
+    t.dst = c.dst;
+    std::vector<int>& run = out.copy_runs.emplace_back();
+    if (by_chunk) {   // a chunk of one parameter
+      run.push_back(c.op);
+      t.rows = c.values;
+      ++i;
+    } else {
+      int64_t values = 0;
+      for (; i < copies.size() && copies[i].src == c.src && copies[i].dst == c.dst && copies[i].k == c.k; ++i) {
+        run.push_back(copies[i].op);
+        values += copies[i].values.size();
+      }
+      t.rows = {0, values};
+    }
+    t.producer = run.front();
+    t.values = t.rows.size();
+    t.bytes = t.src == t.dst ? 0 : t.values * kWireBytesPerValue;
+    out.transfers.push_back(t);
   }
 }
 
@@ -1411,11 +1430,14 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
         json sends = json::array(), recvs = json::array(), copies = json::array();
         for (int t : prog.transfers_of(in)) {
           const Transfer& tr = l.transfers[static_cast<size_t>(t)];
-          const Operator& producer = graph.ops[static_cast<size_t>(tr.producer)];
-          // A copy: TP rank 0's whole tensors of the parameter into TP rank tp_rank's.
-          json entry = tr.dir == Direction::copy
-                           ? json{{"param", producer.param}, {"tp_rank", tr.slice}, {"values", rows(tr.rows)}}
-                           : json{{"tensor", producer.id}, {"rows", rows(tr.rows)}};
+          json entry;
+          if (tr.dir == Direction::copy) {   // TP rank 0's whole tensors of its params into TP rank tp_rank's
+            json params = json::array();
+            for (int op : l.copy_runs[static_cast<size_t>(tr.input)]) params.push_back(graph.ops[static_cast<size_t>(op)].param);
+            entry = {{"params", std::move(params)}, {"tp_rank", tr.slice}, {"values", rows(tr.rows)}};
+          } else {
+            entry = {{"tensor", graph.ops[static_cast<size_t>(tr.producer)].id}, {"rows", rows(tr.rows)}};
+          }
           json* list = &copies;
           if (tr.src != tr.dst) {   // a message: its peer, bytes and tag
             const bool sent = tr.src == device;

@@ -118,14 +118,16 @@ inline const char* short_name(Direction d) {
 // device dst (src == dst: a local copy, no message).
 //
 // A copy (Direction::copy) moves parameter values instead: of the tensors
-// of one tensor-parallel parameter that every TP rank holds whole (its
-// LayerNorm gains and biases, its row-parallel bias: shard_axis -1), laid
-// end to end in the order of its tensors (LowerContext::copy_values long),
-// the values `rows` of TP rank 0's shard on src, as stepped this step, move
-// into TP rank `slice`'s shard on dst (`slice` > 0; `producer` is an
-// operator using the parameter; `input` 0, `wave` -1). So every copy holds
-// TP rank 0's values after every step, whichever groupings the plan sums
-// their gradients in.
+// of tensor-parallel parameters that every TP rank holds whole (their
+// LayerNorm gains and biases, row-parallel biases: shard_axis -1), TP rank
+// 0's shards on src, as stepped this step, into the shards of TP rank
+// `slice` (> 0) on dst. Its parameters are a run, Lowered::copy_runs[input]
+// (by an operator using each; `producer` is the first), whose whole
+// tensors, laid end to end (each parameter's LowerContext::copy_values, in
+// the order of its tensors), it moves the values `rows` of
+// (for_each_copied_param); `wave` -1. So every copy holds TP rank 0's
+// values after every step, whichever groupings the plan sums their
+// gradients in.
 struct Transfer {
   Direction dir = Direction::forward;
   // Backward only, at dst: the piece is added into the producer's output
@@ -308,6 +310,18 @@ struct Lowered {
   std::vector<int> slice_of;             // graph operator -> slice
   std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending,
                                          // then the copies (lower_copies in lower.cpp)
+  // The parameters of each copy run (Transfer::input of a copy), by an
+  // operator using each, in parameter name order.
+  std::vector<std::vector<int>> copy_runs;
+  // Set by lower_header for lower_copies: each parameter with values to
+  // copy (LowerContext::copy_values) and more than one holder at some TP
+  // rank, in name order: its id, an operator using it, and its holders by
+  // TP rank (each ascending).
+  struct CopyHolders {
+    int param = 0, op = 0;
+    std::vector<std::vector<int>> by_rank;
+  };
+  std::vector<CopyHolders> copy_holders;
   std::vector<Bucket> buckets;           // in the one order every device runs them (lower.cpp, order_buckets)
   // By device: the values of the parameter shards it alone holds (no
   // all-reduce), which its last optimizer step steps; and of those, the
@@ -374,6 +388,24 @@ struct Lowered {
   // all-gather each move, flat_values x kWireBytesPerValue; else 0.
   int64_t gather_bytes(int bucket) const;
 };
+
+// Of copy `t` (Direction::copy) of `l`: fn(op, begin, end, at) for each
+// parameter of its run (by an operator using it) of which t moves values
+// [begin, end) of its whole tensors laid end to end, in the run's order,
+// `at` the first one's place among t's values; whole(op) is that
+// parameter's count of them (LowerContext::copy_values). Returns the run's
+// count of them in all.
+template <class Whole, class Fn>
+int64_t for_each_copied_param(const Lowered& l, const Transfer& t, Whole whole, Fn fn) {
+  int64_t laid = 0;   // the parameter's first value in the run's layout
+  for (int op : l.copy_runs[static_cast<size_t>(t.input)]) {
+    const int64_t n = whole(op);
+    const int64_t lo = std::max(t.rows.begin, laid), hi = std::min(t.rows.end, laid + n);
+    if (lo < hi) fn(op, lo - laid, hi - laid, lo - t.rows.begin);
+    laid += n;
+  }
+  return laid;
+}
 
 // Lowers `plan` for `model` (whose expanded graph is `graph`). The plan must
 // name the model's operators; errors name the plan and the offending slice

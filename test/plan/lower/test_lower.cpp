@@ -77,22 +77,40 @@ int check_copies(const sp::Lowered& l, const sp::LowerContext& ctx) {
   using Key = std::tuple<std::string, int, int>;   // (param, TP rank, receiver)
   std::map<Key, std::vector<sp::RowRange>> got;
   int parts = 0;
+  const bool by_chunk = l.sharded_state && l.gathers_at_start;
+  auto whole_of = [&](int op) {
+    return ctx.copy_values.at(static_cast<size_t>(ctx.params.of_op.at(static_cast<size_t>(op))));
+  };
+  std::set<std::tuple<int, int, int>> pairs;   // (src, dst, k) of whole copies: one transfer each
   for (const sp::Transfer& tr : l.transfers) {
     if (tr.dir != sp::Direction::copy) continue;
-    const std::string& param = ctx.graph->ops[static_cast<size_t>(tr.producer)].param;
-    parts += tr.values < ctx.copy_values.at(static_cast<size_t>(ctx.params.of_op.at(static_cast<size_t>(tr.producer))));
     REQUIRE(tr.slice > 0);
-    const std::vector<int>& first = l.shard_devices.at({param, 0});
-    const std::vector<int>& mine = l.shard_devices.at({param, tr.slice});
-    CHECK(std::binary_search(first.begin(), first.end(), tr.src));
-    CHECK(std::binary_search(mine.begin(), mine.end(), tr.dst));
+    REQUIRE((tr.input >= 0 && static_cast<size_t>(tr.input) < l.copy_runs.size()));
+    const std::vector<int>& run = l.copy_runs[static_cast<size_t>(tr.input)];
+    REQUIRE_FALSE(run.empty());
+    CHECK(tr.producer == run.front());
     CHECK(tr.values == tr.rows.size());
     CHECK(tr.values > 0);
     CHECK(tr.wave == -1);
     CHECK(tr.bytes == (tr.src == tr.dst ? 0 : tr.values * sp::kWireBytesPerValue));
-    got[{param, tr.slice, tr.dst}].push_back(tr.rows);
+    if (by_chunk) CHECK(run.size() == 1);   // a chunk of one parameter
+    else CHECK(pairs.emplace(tr.src, tr.dst, tr.slice).second);
+    int64_t covered = 0;
+    const int64_t laid = sp::for_each_copied_param(l, tr, whole_of, [&](int op, int64_t begin, int64_t end, int64_t at) {
+      const std::string& param = ctx.graph->ops[static_cast<size_t>(op)].param;
+      INFO(param);
+      const std::vector<int>& first = l.shard_devices.at({param, 0});
+      const std::vector<int>& mine = l.shard_devices.at({param, tr.slice});
+      CHECK(std::binary_search(first.begin(), first.end(), tr.src));
+      CHECK(std::binary_search(mine.begin(), mine.end(), tr.dst));
+      CHECK(at == covered);
+      covered += end - begin;
+      parts += end - begin < whole_of(op);
+      got[{param, tr.slice, tr.dst}].push_back({begin, end});
+    });
+    CHECK(covered == tr.values);
+    CHECK(tr.rows.end <= laid);
   }
-  const bool by_chunk = l.sharded_state && l.gathers_at_start;
   size_t keys = 0;
   for (const auto& [key, holders] : l.shard_devices) {
     const auto id = std::find(ctx.params.names.begin(), ctx.params.names.end(), key.first) - ctx.params.names.begin();
