@@ -779,8 +779,9 @@ Tensor Executor::copy_values(const plan::Transfer& t) const {
 
 void Executor::copy_exchange(const plan::Instr& instr) {
   const Clock::time_point t0 = Clock::now();
-  for (auto& [ti, piece] : complete_exchange(instr)) {
-    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(ti)];
+  for (const auto& got : complete_exchange(instr)) {
+    const plan::Transfer& t = sched_->lowered.transfers[static_cast<size_t>(got.first)];
+    const Tensor& piece = got.second;   // (a structured binding: not capturable by clang 14's lambdas)
     for_each_copy_piece(t, t.slice, [&](const Param& p, int64_t at, int64_t from, int64_t n) {
       Tensor dst = flat_view(p.value, at, n);
       backend_.copy(flat_view(piece, from, n), dst);
