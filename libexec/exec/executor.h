@@ -114,8 +114,8 @@ struct ExecOptions {
 // (launches are asynchronous) unless the trace is recorded, which
 // synchronises after every box.
 struct StepCounters {
-  int64_t sent_bytes = 0;       // inter-wave transfers to other ranks
-  int64_t received_bytes = 0;   // inter-wave transfers from other ranks
+  int64_t sent_bytes = 0;       // inter-wave transfers (and TP copies: Direction::copy) to other ranks
+  int64_t received_bytes = 0;   // the same from other ranks
   int64_t reduced_bytes = 0;    // gradient all-reduce payload, summed over buckets
   int64_t gathered_bytes = 0;   // ZeRO-1 parameter all-gather payload (received buffer), summed over buckets
   double compute_ms = 0;        // forward, backward, optimizer (its norm_sum too)

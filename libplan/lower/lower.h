@@ -248,7 +248,7 @@ struct Program {
 
 // What one device sends and receives in one step, bytes.
 struct ProgramBytes {
-  int64_t sent = 0;       // transfers to other devices
+  int64_t sent = 0;       // transfers to other devices (the copies' too: Direction::copy)
   int64_t received = 0;   // transfers from other devices
   int64_t reduced = 0;    // gradient all-reduce payload (each bucket's bytes once; with sharded state its
                           // reduce-scatter's, Lowered::gather_bytes)
