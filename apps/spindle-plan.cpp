@@ -439,6 +439,27 @@ void print_bucket_choice(const sp::Plan& plan, const sp::PlanRequest& request, c
               alt->iteration_ms);
 }
 
+// The tensor-parallel copies at the end of each step (docs/lowering.md,
+// "Tensor-parallel copies"), when the plan's programs have any messages
+// of them.
+void print_copies(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
+  sp::LowerOptions options;
+  options.deps = false;
+  const auto lowered = sp::lower(plan, model, graph, options);
+  if (!lowered) return;
+  int64_t messages = 0, bytes = 0;
+  for (const sp::Transfer& t : lowered->transfers)
+    if (t.dir == sp::Direction::copy && t.src != t.dst) {
+      ++messages;
+      bytes += t.bytes;
+    }
+  if (messages == 0) return;
+  std::printf("copies    %lld message%s (%s) at the end of each step set the tensor-parallel copies of replicated "
+              "tensors to TP rank 0's values (docs/lowering.md, \"Tensor-parallel copies\")\n",
+              static_cast<long long>(messages), messages == 1 ? "" : "s",
+              sp::human_bytes(static_cast<double>(bytes)).c_str());
+}
+
 // The link figures a measured profile carries (x-links), when it does.
 void print_profile_links(const sp::Profile& profile) {
   if (!profile.links) return;
@@ -581,6 +602,7 @@ int main(int argc, char** argv) {
   print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0);
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_bucket_choice(*plan, request, sim_options);
+  print_copies(*plan, *model, graph);
   print_profile_links(*profile);
   print_profile_compute(*profile);
   std::printf("wrote     %s%s%s\n", o.out_path.c_str(), o.trace_path.empty() ? "" : ", ", o.trace_path.c_str());

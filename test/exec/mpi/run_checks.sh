@@ -625,6 +625,8 @@ case "$MODE" in
     "$(dirname "$COMPARE")/random_model" 12 model.yaml ref.yaml data > /dev/null || die "random_model 12"
     grep -q 'tensor_parallel: 2' model.yaml || die "random model 12 has no TP-2 trunk (random_model changed?)"
     plan model.yaml 3 p3.json
+    grep -E '^copies +[1-9][0-9]* messages? \(' p3.json.log ||
+      die "spindle-plan printed no copies line: $(cat p3.json.log)"
     "$COMPARE" --optimizer-state sharded p3.json p3-zero1.json || die "writing p3-zero1.json"
     "$COMPARE" --gather-next-step p3-zero1.json p3-zero1-next.json || die "writing p3-zero1-next.json"
     for v in 3 3-zero1 3-zero1-next; do
