@@ -290,6 +290,41 @@ void holders_by_rank(const std::vector<int>& slices, int tp, const Lowered& out,
   }
 }
 
+// Whether the TP copies of a parameter used by `slices`, held by
+// `by_rank` (holders_by_rank), step alike with no copying: at most two
+// holders at each TP rank, and one map from rank 0's holders to rank k's
+// that every row group of every slice using it follows. Then rank 0's
+// holder and its image run the same slices on the same rows, in the same
+// program order, so their gradients of the whole tensors are the same
+// bits, and their all-reduces add the same two terms (fp32 addition of two
+// terms does not depend on their order), or none.
+bool copies_step_alike(const std::vector<int>& slices, const std::vector<std::vector<int>>& by_rank,
+                       const Lowered& out) {
+  const std::vector<int>& first = by_rank[0];
+  if (first.size() > 2) return false;
+  for (const std::vector<int>& h : by_rank)
+    if (h.size() != first.size()) return false;
+  // image[k * 2 + i]: the device at TP rank k of rank 0's holder i's row groups.
+  std::vector<int> image(by_rank.size() * 2, -1);
+  for (int s : slices) {
+    const LoweredSlice& slice = out.slices[static_cast<size_t>(s)];
+    const int tp = slice.layout.tp;
+    for (int g = 0; g < slice.layout.groups(); ++g) {
+      const int d0 = slice.devices[static_cast<size_t>(g * tp)];
+      const size_t i = d0 == first[0] ? 0 : 1;
+      for (int k = 1; k < tp; ++k) {
+        int& to = image[static_cast<size_t>(k) * 2 + i];
+        const int dk = slice.devices[static_cast<size_t>(g * tp + k)];
+        if (to >= 0 && to != dk) return false;
+        to = dk;
+      }
+    }
+  }
+  for (size_t k = 1; k < by_rank.size(); ++k)
+    if (first.size() == 2 && image[k * 2] == image[k * 2 + 1]) return false;
+  return true;
+}
+
 // The gradient sync a lowering of `plan` follows: options.sync, or when it
 // is empty the plan's own (planned_sync).
 GradSync lowering_sync(const LowerOptions& options, const Plan& plan) {
@@ -334,11 +369,7 @@ void lower_shards(const LowerContext& ctx, const LowerOptions& options, const Gr
     const int64_t values = ctx.shard_values[static_cast<size_t>(first)];
     shard_values[static_cast<size_t>(p)] = values;
     holders_by_rank(sc.users[static_cast<size_t>(p)], op.tensor_parallel, out, sc.by_rank, sc.marked);
-    // One holder per TP rank: each runs every slice using the parameter, in
-    // the same order, with no all-reduce, so its copies step alike and need
-    // no copying (lower_copies).
-    if (ctx.copy_values[static_cast<size_t>(p)] > 0 &&
-        !std::ranges::all_of(sc.by_rank, [](const std::vector<int>& h) { return h.size() == 1; }))
+    if (ctx.copy_values[static_cast<size_t>(p)] > 0 && !copies_step_alike(sc.users[static_cast<size_t>(p)], sc.by_rank, out))
       out.copy_holders.push_back({p, first, sc.by_rank});
     for (size_t rank = 0; rank < sc.by_rank.size(); ++rank) {
       const std::vector<int>& list = sc.by_rank[rank];
@@ -1284,8 +1315,8 @@ RowRange stepped_copy_values(const LowerContext& ctx, const Lowered& out, const 
 // run the parameters it copies in name order. With the gathers at the
 // next step's start, each member of the copy's bucket takes its own chunk
 // instead, from the members of TP rank 0's bucket whose chunks hold those
-// values: one transfer per parameter and pair. None for a parameter with
-// one holder per TP rank (not in Lowered::copy_holders: lower_shards).
+// values: one transfer per parameter and pair. None for a parameter whose
+// copies step alike (copies_step_alike: not in Lowered::copy_holders).
 void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
   out.copy_runs.clear();
   if (out.copy_holders.empty()) return;

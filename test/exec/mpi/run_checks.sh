@@ -73,7 +73,8 @@
 #       ZeRO-1 and ZeRO-1 gathered at the next step's start (whose copies
 #       move chunks): no copy differs from TP rank 0's at steps 3 and 6, the
 #       bytes are those the programs state, and 6 steps straight equal 3 + a
-#       resume for 3, bitwise; on the emulated device paths too.
+#       resume for 3, bitwise; on the emulated device paths too. Its
+#       4-device sequential plan mirrors the copies: no copies, none differ.
 #   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
 #       (compare_runs --mutate K: devices, counts, waves, slices, parameter
 #       groups, MetaOp fields): each refused with exit 2 and one message,
@@ -664,6 +665,15 @@ whole, chunked = copied(sys.argv[1]), copied(sys.argv[2])
 print(f"values copied a step: {whole} replicated, {chunked} with ZeRO-1 gathered at the next step's start")
 sys.exit(0 if 0 < chunked < whole else 1)
 PY
+    # Its 4-device sequential plan mirrors the copies (TP 2 x 2 replicas,
+    # each rank-1 holder running what one rank-0 holder runs): no copies,
+    # and none differ.
+    plan model.yaml 4 p4seq.json --strategy sequential
+    ! grep '^copies ' p4seq.json.log || die "plan 4seq: copies planned for mirrored copies"
+    run 4 p4seq.json model.yaml --steps 6 --seed 3 --dump-params params4seq.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "plan 4seq: exit $rc"; }
+    ! grep 'tensor-parallel copies' run.log || die "plan 4seq (mirrored, no copies): TP copies differ"
+    echo "PASS: plan 4seq: no copies, none differ"
     # The emulated device paths (NCCL's branches) copy alike.
     rm -f "m3-zero1-next-dev.jsonl"
     SPINDLE_TEST_EMULATE_DEVICE=1 run 3 p3-zero1-next.json model.yaml --steps 6 --seed 3 \

@@ -66,6 +66,37 @@ std::pair<int, int> check_adds(const sp::Lowered& l) {
   return {taken, added};
 }
 
+// Copy sets (a parameter's shard at a TP rank above 0, over its holders)
+// check_copies found stepping alike (no copies), and copied.
+int copies_alike = 0, copies_made = 0;
+
+// Whether the holders of param's shard at TP rank k mirror rank 0's:
+// rank 0 has at most two holders, and each runs exactly the (slice, row
+// group)s that one holder at rank k runs, a different one each.
+bool mirrored(const sp::Lowered& l, const sp::LowerContext& ctx, const std::string& param, int k) {
+  using Runs = std::set<std::pair<int, int>>;   // (slice, row group)
+  std::map<int, Runs> at0, atk;                 // by holder
+  for (size_t s = 0; s < l.slices.size(); ++s) {
+    const sp::LoweredSlice& slice = l.slices[s];
+    if (std::none_of(slice.ops.begin(), slice.ops.end(),
+                     [&](int o) { return ctx.graph->ops[static_cast<size_t>(o)].param == param; }))
+      continue;
+    for (size_t i = 0; i < slice.devices.size(); ++i) {
+      const int rank = slice.layout.tp_rank_of(static_cast<int>(i));
+      const std::pair<int, int> run{static_cast<int>(s), slice.layout.group_of(static_cast<int>(i))};
+      if (rank == 0) at0[slice.devices[i]].insert(run);
+      if (rank == k) atk[slice.devices[i]].insert(run);
+    }
+  }
+  if (at0.size() > 2 || at0.size() != atk.size()) return false;
+  std::vector<Runs> a, b;
+  for (auto& [d, r] : at0) a.push_back(r);
+  for (auto& [d, r] : atk) b.push_back(r);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
+}
+
 // The copies (Direction::copy): each takes values of TP rank 0's whole
 // tensors of a parameter from a holder of that shard into a holder of the
 // same parameter's shard at a TP rank above 0. Without the values'
@@ -117,13 +148,14 @@ int check_copies(const sp::Lowered& l, const sp::LowerContext& ctx) {
     const int64_t whole = ctx.copy_values.at(static_cast<size_t>(id));
     if (key.second == 0 || whole == 0) continue;
     INFO(key.first << "@" << key.second);
-    // One holder per TP rank: no copies (they step alike).
-    bool single = true;
-    for (int k = 0; l.shard_devices.contains({key.first, k}); ++k) single &= l.shard_devices.at({key.first, k}).size() == 1;
-    if (single) {
+    // Copies that step alike get none: at most two holders at rank 0, and
+    // each runs exactly the (slice, row group)s one holder at this rank runs.
+    if (mirrored(l, ctx, key.first, key.second)) {
+      ++copies_alike;
       for (int d : holders) CHECK_FALSE(got.contains({key.first, key.second, d}));
       continue;
     }
+    ++copies_made;
     std::vector<int> all(static_cast<size_t>(whole), 0);
     for (int d : holders) {
       std::vector<int> own(static_cast<size_t>(whole), 0);
@@ -1028,8 +1060,10 @@ TEST_CASE("lowering keeps its invariants on every shipped workload and strategy"
     }
   }
   CHECK(lowered_plans >= 20);
-  INFO("copies of a chunk: " << copied_parts);
+  INFO("copies of a chunk: " << copied_parts << "; copy sets alike " << copies_alike << ", copied " << copies_made);
   CHECK(copied_parts > 0);   // the chunked copies are checked somewhere
+  CHECK(copies_alike > 0);   // and both kinds of copy set
+  CHECK(copies_made > 0);
   CHECK(started_earlier > 0);   // the two rules differ somewhere
   CHECK(starts_checked > 0);
   CHECK(matter_both_ways[0]);
