@@ -744,28 +744,19 @@ void Executor::forward_exchange(const plan::Instr& instr) {
 
 template <class Fn>
 void Executor::for_each_copy_piece(const plan::Transfer& t, int tp_rank, Fn fn) const {
-  auto shard = [&](int op) -> const ParamState& {
-    return params_.at({sched_->graph.ops[static_cast<size_t>(op)].param, tp_rank});
-  };
-  auto whole = [&](int op) {
-    int64_t n = 0;
-    for (const Param& p : shard(op).set.params)
-      if (p.shard_axis < 0) n += p.value.numel();
-    return n;
-  };
-  const int64_t laid = plan::for_each_copied_param(
-      sched_->lowered, t, whole, [&](int op, int64_t begin, int64_t end, int64_t at) {
-        int64_t first = 0;   // the tensor's first value among the parameter's whole ones
-        for (const Param& p : shard(op).set.params) {
-          if (p.shard_axis >= 0) continue;
-          const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.value.numel());
-          if (lo < hi) fn(p, lo - first, at + (lo - begin), hi - lo);
-          first += p.value.numel();
-        }
-      });
-  if (t.rows.end > laid)
-    throw std::logic_error("a copy of values " + std::to_string(t.rows.begin) + ".." + std::to_string(t.rows.end) +
-                           " of whole tensors that hold " + std::to_string(laid));
+  plan::for_each_copied_param(sched_->lowered, t, [&](int op, int64_t begin, int64_t end, int64_t at) {
+    const std::string& param = sched_->graph.ops[static_cast<size_t>(op)].param;
+    int64_t first = 0;   // the tensor's first value among the parameter's whole ones
+    for (const Param& p : params_.at({param, tp_rank}).set.params) {
+      if (p.shard_axis >= 0) continue;
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.value.numel());
+      if (lo < hi) fn(p, lo - first, at + (lo - begin), hi - lo);
+      first += p.value.numel();
+    }
+    if (end > first)
+      throw std::logic_error(param + ": a copy of values " + std::to_string(begin) + ".." + std::to_string(end) +
+                             " of whole tensors that hold " + std::to_string(first));
+  });
 }
 
 Tensor Executor::copy_values(const plan::Transfer& t) const {

@@ -1311,12 +1311,12 @@ RowRange stepped_copy_values(const LowerContext& ctx, const Lowered& out, const 
 // The copies (Direction::copy), appended to out.transfers after the
 // exchanges'. Every holder of a copy at TP rank k > 0 takes all of it from
 // one holder of TP rank 0's: itself when it holds one, else the first on
-// its island, else the first; one transfer per (sender, receiver, k), its
-// run the parameters it copies in name order. With the gathers at the
-// next step's start, each member of the copy's bucket takes its own chunk
-// instead, from the members of TP rank 0's bucket whose chunks hold those
-// values: one transfer per parameter and pair. None for a parameter whose
-// copies step alike (copies_step_alike: not in Lowered::copy_holders).
+// its island, else the first. With the gathers at the next step's start,
+// each member of the copy's bucket takes its own chunk instead, from the
+// members of TP rank 0's bucket whose chunks hold those values. One
+// transfer per (sender, receiver, k), its pieces (Lowered::copy_runs) in
+// parameter name order. None for a parameter whose copies step alike
+// (copies_step_alike: not in Lowered::copy_holders).
 void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
   out.copy_runs.clear();
   if (out.copy_holders.empty()) return;
@@ -1363,11 +1363,11 @@ void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
       }
     }
   }
-  // Whole copies of one (sender, receiver, k) as one transfer.
-  if (!by_chunk)
-    std::stable_sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) {
-      return std::tuple{a.src, a.dst, a.k} < std::tuple{b.src, b.dst, b.k};
-    });
+  // The copies of one (sender, receiver, k) as one transfer, its pieces
+  // in parameter name order.
+  std::stable_sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) {
+    return std::tuple{a.src, a.dst, a.k} < std::tuple{b.src, b.dst, b.k};
+  });
   for (size_t i = 0; i < copies.size();) {
     const Copy& c = copies[i];
     Transfer t;
@@ -1376,23 +1376,15 @@ void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
     t.wave = -1;
     t.slice = c.k;
     t.input = static_cast<int>(out.copy_runs.size());
+    t.producer = c.op;
     t.src = c.src;
     t.dst = c.dst;
-    std::vector<int>& run = out.copy_runs.emplace_back();
-    if (by_chunk) {   // a chunk of one parameter
-      run.push_back(c.op);
-      t.rows = c.values;
-      ++i;
-    } else {
-      int64_t values = 0;
-      for (; i < copies.size() && copies[i].src == c.src && copies[i].dst == c.dst && copies[i].k == c.k; ++i) {
-        run.push_back(copies[i].op);
-        values += copies[i].values.size();
-      }
-      t.rows = {0, values};
+    std::vector<Lowered::CopyPiece>& run = out.copy_runs.emplace_back();
+    for (; i < copies.size() && copies[i].src == c.src && copies[i].dst == c.dst && copies[i].k == c.k; ++i) {
+      run.push_back({copies[i].op, copies[i].values.begin, copies[i].values.end});
+      t.values += copies[i].values.size();
     }
-    t.producer = run.front();
-    t.values = t.rows.size();
+    t.rows = {0, t.values};
     t.bytes = t.src == t.dst ? 0 : t.values * kWireBytesPerValue;
     out.transfers.push_back(t);
   }
@@ -1464,7 +1456,8 @@ std::string program_json(const Lowered& l, const OpGraph& graph, int device) {
           json entry;
           if (tr.dir == Direction::copy) {   // TP rank 0's whole tensors of its params into TP rank tp_rank's
             json params = json::array();
-            for (int op : l.copy_runs[static_cast<size_t>(tr.input)]) params.push_back(graph.ops[static_cast<size_t>(op)].param);
+            for (const Lowered::CopyPiece& p : l.copy_runs[static_cast<size_t>(tr.input)])
+              params.push_back({{"param", graph.ops[static_cast<size_t>(p.op)].param}, {"values", {p.begin, p.end}}});
             entry = {{"params", std::move(params)}, {"tp_rank", tr.slice}, {"values", rows(tr.rows)}};
           } else {
             entry = {{"tensor", graph.ops[static_cast<size_t>(tr.producer)].id}, {"rows", rows(tr.rows)}};

@@ -121,13 +121,13 @@ inline const char* short_name(Direction d) {
 // of tensor-parallel parameters that every TP rank holds whole (their
 // LayerNorm gains and biases, row-parallel biases: shard_axis -1), TP rank
 // 0's shards on src, as stepped this step, into the shards of TP rank
-// `slice` (> 0) on dst. Its parameters are a run, Lowered::copy_runs[input]
-// (by an operator using each; `producer` is the first), whose whole
-// tensors, laid end to end (each parameter's LowerContext::copy_values, in
-// the order of its tensors), it moves the values `rows` of
-// (for_each_copied_param); `wave` -1. So every copy holds TP rank 0's
-// values after every step, whichever groupings the plan sums their
-// gradients in.
+// `slice` (> 0) on dst. What it moves is a run of pieces,
+// Lowered::copy_runs[input]: each a range of one parameter's whole
+// tensors laid end to end (LowerContext::copy_values of them, in the
+// order of its tensors), the pieces one after another in its `rows` [0,
+// values) (for_each_copied_param). `producer` is the first piece's
+// operator, `wave` -1. So every copy holds TP rank 0's values after every
+// step, whichever groupings the plan sums their gradients in.
 struct Transfer {
   Direction dir = Direction::forward;
   // Backward only, at dst: the piece is added into the producer's output
@@ -310,9 +310,15 @@ struct Lowered {
   std::vector<int> slice_of;             // graph operator -> slice
   std::vector<Transfer> transfers;       // forward waves ascending, then backward waves descending,
                                          // then the copies (lower_copies in lower.cpp)
-  // The parameters of each copy run (Transfer::input of a copy), by an
-  // operator using each, in parameter name order.
-  std::vector<std::vector<int>> copy_runs;
+  // The pieces of each copy (Transfer::input of a copy): values [begin,
+  // end) of the whole tensors of the parameter that operator `op` uses,
+  // laid end to end; parameters in name order.
+  struct CopyPiece {
+    int op = 0;
+    int64_t begin = 0, end = 0;
+    bool operator==(const CopyPiece&) const = default;
+  };
+  std::vector<std::vector<CopyPiece>> copy_runs;
   // Set by lower_header for lower_copies: each parameter with values to
   // copy (LowerContext::copy_values) and more than one holder at some TP
   // rank, in name order: its id, an operator using it, and its holders by
@@ -390,21 +396,15 @@ struct Lowered {
 };
 
 // Of copy `t` (Direction::copy) of `l`: fn(op, begin, end, at) for each
-// parameter of its run (by an operator using it) of which t moves values
-// [begin, end) of its whole tensors laid end to end, in the run's order,
-// `at` the first one's place among t's values; whole(op) is that
-// parameter's count of them (LowerContext::copy_values). Returns the run's
-// count of them in all.
-template <class Whole, class Fn>
-int64_t for_each_copied_param(const Lowered& l, const Transfer& t, Whole whole, Fn fn) {
-  int64_t laid = 0;   // the parameter's first value in the run's layout
-  for (int op : l.copy_runs[static_cast<size_t>(t.input)]) {
-    const int64_t n = whole(op);
-    const int64_t lo = std::max(t.rows.begin, laid), hi = std::min(t.rows.end, laid + n);
-    if (lo < hi) fn(op, lo - laid, hi - laid, lo - t.rows.begin);
-    laid += n;
+// of its pieces, in order: values [begin, end) of the whole tensors of the
+// parameter `op` uses, `at` the first one's place among t's values.
+template <class Fn>
+void for_each_copied_param(const Lowered& l, const Transfer& t, Fn fn) {
+  int64_t at = 0;
+  for (const Lowered::CopyPiece& piece : l.copy_runs[static_cast<size_t>(t.input)]) {
+    fn(piece.op, piece.begin, piece.end, at);
+    at += piece.end - piece.begin;
   }
-  return laid;
 }
 
 // Lowers `plan` for `model` (whose expanded graph is `graph`). The plan must

@@ -112,35 +112,39 @@ int check_copies(const sp::Lowered& l, const sp::LowerContext& ctx) {
   auto whole_of = [&](int op) {
     return ctx.copy_values.at(static_cast<size_t>(ctx.params.of_op.at(static_cast<size_t>(op))));
   };
-  std::set<std::tuple<int, int, int>> pairs;   // (src, dst, k) of whole copies: one transfer each
+  std::set<std::tuple<int, int, int>> pairs;   // (src, dst, k): one transfer each
   for (const sp::Transfer& tr : l.transfers) {
     if (tr.dir != sp::Direction::copy) continue;
     REQUIRE(tr.slice > 0);
     REQUIRE((tr.input >= 0 && static_cast<size_t>(tr.input) < l.copy_runs.size()));
-    const std::vector<int>& run = l.copy_runs[static_cast<size_t>(tr.input)];
+    const auto& run = l.copy_runs[static_cast<size_t>(tr.input)];
     REQUIRE_FALSE(run.empty());
-    CHECK(tr.producer == run.front());
+    CHECK(tr.producer == run.front().op);
+    CHECK(tr.rows.begin == 0);
     CHECK(tr.values == tr.rows.size());
     CHECK(tr.values > 0);
     CHECK(tr.wave == -1);
     CHECK(tr.bytes == (tr.src == tr.dst ? 0 : tr.values * sp::kWireBytesPerValue));
-    if (by_chunk) CHECK(run.size() == 1);   // a chunk of one parameter
-    else CHECK(pairs.emplace(tr.src, tr.dst, tr.slice).second);
+    CHECK(pairs.emplace(tr.src, tr.dst, tr.slice).second);
     int64_t covered = 0;
-    const int64_t laid = sp::for_each_copied_param(l, tr, whole_of, [&](int op, int64_t begin, int64_t end, int64_t at) {
+    std::string last_param;
+    sp::for_each_copied_param(l, tr, [&](int op, int64_t begin, int64_t end, int64_t at) {
       const std::string& param = ctx.graph->ops[static_cast<size_t>(op)].param;
       INFO(param);
+      CHECK(param > last_param);   // parameters in name order, each once
+      last_param = param;
       const std::vector<int>& first = l.shard_devices.at({param, 0});
       const std::vector<int>& mine = l.shard_devices.at({param, tr.slice});
       CHECK(std::binary_search(first.begin(), first.end(), tr.src));
       CHECK(std::binary_search(mine.begin(), mine.end(), tr.dst));
       CHECK(at == covered);
+      REQUIRE((0 <= begin && begin < end && end <= whole_of(op)));
+      if (!by_chunk) CHECK((begin == 0 && end == whole_of(op)));
       covered += end - begin;
       parts += end - begin < whole_of(op);
       got[{param, tr.slice, tr.dst}].push_back({begin, end});
     });
     CHECK(covered == tr.values);
-    CHECK(tr.rows.end <= laid);
   }
   size_t keys = 0;
   for (const auto& [key, holders] : l.shard_devices) {
