@@ -29,9 +29,10 @@
 //   with GradSync::grad_norm: a norm_sum and a grad_norm after the last
 //   all-reduce (or wait), and every optimizer step (with its all-gather)
 //   after them
-//   last (before wait_sends), on plans with tensor-parallel parameters: the
-//   copy exchange (Direction::copy), in which every copy at a TP rank above
-//   0 of a tensor whole on every TP rank takes TP rank 0's stepped values
+//   last (before wait_sends), on plans with tensor-parallel parameters
+//   whose copies do not step alike: the copy exchange (Direction::copy), in
+//   which every copy at a TP rank above 0 of a tensor whole on every TP
+//   rank takes TP rank 0's stepped values
 //   (with the values' all-gathers at the next step's start, each member
 //   sends and takes only its own chunk, which those gathers then spread)
 // With overlap and sharded optimizer state, when the plan says next_step
@@ -320,9 +321,9 @@ struct Lowered {
   };
   std::vector<std::vector<CopyPiece>> copy_runs;
   // Set by lower_header for lower_copies: each parameter with values to
-  // copy (LowerContext::copy_values) and more than one holder at some TP
-  // rank, in name order: its id, an operator using it, and its holders by
-  // TP rank (each ascending).
+  // copy (LowerContext::copy_values) whose copies do not step alike
+  // (copies_step_alike in lower.cpp), in name order: its id, an operator
+  // using it, and its holders by TP rank (each ascending).
   struct CopyHolders {
     int param = 0, op = 0;
     std::vector<std::vector<int>> by_rank;
