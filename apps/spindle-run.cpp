@@ -854,14 +854,14 @@ void prepare_outputs(Training& tr) {
 
 // Rank 0: one line when the tensor-parallel copies of replicated tensors
 // differ from TP rank 0's (se::ReplicaDrift), which a checkpoint or
-// --dump-params keeps. The programs' copy exchange sets them to rank 0's
-// after every step, so a difference is a defect of the runtime.
+// --dump-params keeps. The programs keep them equal (their copy exchange
+// sets them to rank 0's after every step, or they step alike), so a
+// difference is a defect of the runtime.
 void warn_drift(const se::ReplicaDrift& drift, int64_t step) {
   if (drift.tensors == 0) return;
   std::printf("spindle-run: warning: after step %lld the tensor-parallel copies of %d replicated tensor%s differ from "
-              "TP rank 0's in %lld value%s (at most %.2g relative, %s), though every step ends by copying TP rank "
-              "0's into them (docs/runtime.md, \"Tensor-parallel copies\"): please report it; TP rank 0's are "
-              "kept\n",
+              "TP rank 0's in %lld value%s (at most %.2g relative, %s), though the programs keep them equal "
+              "(docs/runtime.md, \"Tensor-parallel copies\"): please report it; TP rank 0's are kept\n",
               static_cast<long long>(step), drift.tensors, drift.tensors == 1 ? "" : "s",
               static_cast<long long>(drift.values), drift.values == 1 ? "" : "s", drift.max_relative,
               drift.worst.c_str());

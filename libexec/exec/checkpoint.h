@@ -67,8 +67,8 @@ struct TensorState {
 // devices than rank 1's, the same contributions are summed in other
 // groupings and would drift apart by rounding, but every step ends with
 // the programs' copy exchange, which sets them to TP rank 0's values
-// (docs/runtime.md, "Tensor-parallel copies"). So any difference here is
-// a defect.
+// (where they do not step alike anyway: docs/runtime.md,
+// "Tensor-parallel copies"). So any difference here is a defect.
 struct ReplicaDrift {
   int tensors = 0;         // replicated tensors with a copy that differs from TP rank 0's
   int64_t values = 0;      // values that differ, over those copies
