@@ -1562,18 +1562,6 @@ std::map<std::string, Tensor> Executor::gather_grads() {
   return out;
 }
 
-void Executor::load_tensor(ParamState& ps, size_t i, int t, int k, const TensorState& ts) {
-  Param& p = ps.set.params[i];
-  const plan::ValueRange own = ps.own[i];
-  // The value whole; the moments for the values this rank owns (ParamState::own).
-  for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}}) {
-    Tensor local = Tensor::zeros(p.value.shape());  // host staging
-    take_shard(local, *src, p.shard_axis, t, k);
-    if (dst == &p.value) backend_.copy(local, *dst);
-    else if (own.size() > 0) backend_.copy(flat_view(local, own.begin, own.size()), *dst);
-  }
-}
-
 LoadCounts Executor::load_state(const TrainingState& state) {
   if (values_partial_)   // tensors the state lacks would keep a partial value
     throw std::logic_error("load_state after a step that left the values to the next step's all-gathers");
@@ -1596,7 +1584,13 @@ LoadCounts Executor::load_state(const TrainingState& state) {
       if (ts.value.shape() != p.full_shape)
         throw std::invalid_argument(p.name + ": the checkpoint holds shape " + shape_str(ts.value.shape()) +
                                     ", the model needs " + shape_str(p.full_shape));
-      load_tensor(ps, i, t, k, ts);
+      // The value whole; the moments for the values this rank owns (ParamState::own).
+      for (auto [dst, src] : {std::pair{&p.value, &ts.value}, {&ps.m[i], &ts.m}, {&ps.v[i], &ts.v}}) {
+        Tensor local = Tensor::zeros(p.value.shape());  // host staging
+        take_shard(local, *src, p.shard_axis, t, k);
+        if (dst == &p.value) backend_.copy(local, *dst);
+        else if (own.size() > 0) backend_.copy(flat_view(local, own.begin, own.size()), *dst);
+      }
       ps.adam_steps = ts.adam_steps;
       ++counts.carried;
     }

@@ -346,9 +346,6 @@ class Executor {
   void zero_grads();
   void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
-  // Tensor i of shard `ps` (TP rank t of k) from its full state `ts`: the
-  // value whole, the AdamW moments of the values this rank owns.
-  void load_tensor(ParamState& ps, size_t i, int t, int k, const TensorState& ts);
   // One measured box as the step records it (ExecOptions::record_trace):
   // what ran, by the lowering's index (`index`: the wave of post_sends and
   // exchange, the lowered slice of slice, the bucket of gradient_sync,

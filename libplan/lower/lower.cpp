@@ -1344,15 +1344,7 @@ void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
         const RowRange want = stepped_copy_values(ctx, out, chunks, p, static_cast<int>(k), holders, dst);
         if (want.size() == 0) continue;
         if (!by_chunk) {
-          int src = first.front();
-          if (std::binary_search(first.begin(), first.end(), dst)) {
-            src = dst;
-          } else {
-            const int island = island_of(dst, plan.devices_per_island);
-            const auto near = std::ranges::find_if(
-                first, [&](int d) { return island_of(d, plan.devices_per_island) == island; });
-            if (near != first.end()) src = *near;
-          }
+          const int src = nearest_replica(first.data(), static_cast<int>(first.size()), dst, plan.devices_per_island);
           copies.push_back({src, dst, static_cast<int>(k), h.op, want});
           continue;
         }

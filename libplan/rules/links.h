@@ -25,6 +25,18 @@ inline int island_count(int devices, int devices_per_island) {
   return (devices + k - 1) / k;
 }
 
+// The one of `count` replicas at `replicas` (count >= 1) that device `d`
+// takes a copy from: `d` itself when it is one, else the first on d's
+// island, else the first. Re-sharding (rules/rows.h) and the
+// tensor-parallel copies (lower.cpp, lower_copies) both follow it.
+inline int nearest_replica(const int* replicas, int count, int d, int devices_per_island) {
+  for (int r = 0; r < count; ++r)
+    if (replicas[r] == d) return d;
+  for (int r = 0; r < count; ++r)
+    if (island_of(replicas[r], devices_per_island) == island_of(d, devices_per_island)) return replicas[r];
+  return replicas[0];
+}
+
 struct Link {
   double gbytes_per_s = 0;   // per direction (per device inside an island, per island across)
   double latency_us = 0;

@@ -125,13 +125,7 @@ void for_each_reshard_move(const std::vector<int>& from, int from_tp, const std:
       if (rows.begin >= need.end) break;
       if (rows.size() <= 0) continue;
       const int* replicas = from.data() + static_cast<size_t>(g) * static_cast<size_t>(from_tp);
-      int chosen = -1;
-      for (int r = 0; r < from_tp && chosen < 0; ++r)
-        if (replicas[r] == d) chosen = d;
-      for (int r = 0; r < from_tp && chosen < 0; ++r)
-        if (island_of(replicas[r], devices_per_island) == island_of(d, devices_per_island)) chosen = replicas[r];
-      if (chosen < 0) chosen = replicas[0];
-      f(RowMove{chosen, d, rows});
+      f(RowMove{nearest_replica(replicas, from_tp, d, devices_per_island), d, rows});
     }
   }
 }
