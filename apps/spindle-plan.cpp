@@ -169,7 +169,9 @@ const std::regex& program_file() {
 
 // --lower DIR must not hold the programs of a plan for more devices:
 // DIR/device-D.json with D >= `devices` would sit beside this plan's and
-// read as part of it. Refused before anything is written, naming them
+// read as part of it. Nor may a program's name be taken by anything but a
+// regular file (a folder, link, FIFO...: writing the program would fail
+// after planning). Refused before anything is written, naming them
 // (nothing is removed: they may be what the user wanted to keep).
 sp::Status check_no_stale_programs(const std::string& dir, int devices) {
   std::vector<int> stale;
@@ -177,8 +179,14 @@ sp::Status check_no_stale_programs(const std::string& dir, int devices) {
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     std::smatch m;
-    if (std::regex_match(name, m, program_file()))
-      if (const int d = std::stoi(m[1].str()); d >= devices) stale.push_back(d);
+    if (!std::regex_match(name, m, program_file())) continue;
+    if (const int d = std::stoi(m[1].str()); d >= devices) {
+      stale.push_back(d);
+    } else if (std::error_code type_ec; !fs::is_regular_file(entry.symlink_status(type_ec))) {
+      return sp::Error{"--lower " + dir + ": " + name + " is not a regular file (" +
+                       (fs::is_directory(entry.symlink_status(type_ec)) ? "a folder" : "a link or special file") +
+                       "), where this plan's program goes; remove it or name another folder"};
+    }
   }
   if (stale.empty()) return {};
   std::sort(stale.begin(), stale.end());
@@ -191,22 +199,29 @@ sp::Status check_no_stale_programs(const std::string& dir, int devices) {
 }
 
 // --lower DIR: the plan's per-device programs (libplan/lower), one file per
-// device, DIR/device-D.json, each written atomically. Exit code or 0.
-int write_programs(const std::string& dir, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph,
-                   const sp::GradSync& sync) {
+// device, DIR/device-D.json, staged in `out` (the folder made if missing)
+// with the command's other outputs. Exit code or 0.
+int stage_programs(sp::OutputSet& out, const std::string& dir, const sp::Plan& plan, const sp::Model& model,
+                   const sp::OpGraph& graph, const sp::GradSync& sync) {
   sp::LowerOptions options;
   options.sync = sync;
   auto lowered = sp::lower(plan, model, graph, options);
   if (!lowered) return fail(kExitInvalid, lowered.error().message);
-  std::error_code ec;  // the folder passed check_output_dir before anything was read
-  fs::create_directories(dir, ec);
-  if (ec) return fail(kExitFailure, dir + ": --lower: cannot create the directory: " + ec.message());
+  // The folder passed check_output_dir before anything was read.
+  if (sp::Status st = out.make_folder("--lower", dir); !st) return fail(kExitFailure, st.error().message);
   for (int d = 0; d < plan.devices; ++d) {
     const std::string path = (fs::path(dir) / ("device-" + std::to_string(d) + ".json")).string();
-    if (sp::Status st = sp::write_file_atomic(path, sp::program_json(*lowered, graph, d)); !st)
+    if (sp::Status st = out.stage(path, sp::program_json(*lowered, graph, d)); !st)
       return fail(kExitFailure, st.error().message);
   }
-  std::printf("lowered   %d programs into %s\n", plan.devices, dir.c_str());
+  return 0;
+}
+
+// Every staged output in place, or exit code kExitFailure; then the
+// --lower line when there were programs.
+int commit_outputs(sp::OutputSet& out, const std::string& lower_dir, int devices) {
+  if (sp::Status st = out.commit(); !st) return fail(kExitFailure, st.error().message);
+  if (!lower_dir.empty()) std::printf("lowered   %d programs into %s\n", devices, lower_dir.c_str());
   return 0;
 }
 
@@ -324,7 +339,9 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   std::vector<std::string> notes;
   const sp::GradSync sync = sp::sync_for_run(*plan, flags, notes);
   for (const std::string& note : notes) std::printf("note      %s\n", note.c_str());
-  return write_programs(o.lower_dir, *plan, model, graph, sync);
+  sp::OutputSet out;
+  if (int rc = stage_programs(out, o.lower_dir, *plan, model, graph, sync); rc != 0) return rc;
+  return commit_outputs(out, o.lower_dir, plan->devices);
 }
 
 // The profile planned with: --profile (refused when made for another device
@@ -582,20 +599,21 @@ int main(int argc, char** argv) {
   if (!sim || !gap)
     return fail(kExitFailure, "internal error: cannot simulate the plan: " + (sim ? gap.error() : sim.error()).message);
 
-  // Outputs, each written atomically: trace, plot, plan, programs.
+  // Outputs, all or none (util/files.h OutputSet): trace, plot, plan, programs.
+  sp::OutputSet out;
   if (!o.trace_path.empty()) {
-    sp::Status st = sp::write_file_atomic(o.trace_path, sp::trace_to_json(sp::simulated_trace(*sim), plan->devices));
+    sp::Status st = out.stage(o.trace_path, sp::trace_to_json(sp::simulated_trace(*sim), plan->devices));
     if (!st) return fail(kExitFailure, st.error().message);
   }
   if (!o.plot_path.empty()) {
     if (!o.compare) plotted.push_back(sp::utilisation(*sim, *plan));
-    if (sp::Status st = sp::write_file_atomic(o.plot_path, sp::utilisation_svg(plotted)); !st)
+    if (sp::Status st = out.stage(o.plot_path, sp::utilisation_svg(plotted)); !st)
       return fail(kExitFailure, st.error().message);
   }
-  if (sp::Status st = sp::write_file_atomic(o.out_path, sp::plan_to_json(*plan)); !st)
-    return fail(kExitFailure, st.error().message);
+  if (sp::Status st = out.stage(o.out_path, sp::plan_to_json(*plan)); !st) return fail(kExitFailure, st.error().message);
   if (!o.lower_dir.empty())
-    if (int rc = write_programs(o.lower_dir, *plan, *model, graph, sp::planned_sync(*plan)); rc != 0) return rc;
+    if (int rc = stage_programs(out, o.lower_dir, *plan, *model, graph, sp::planned_sync(*plan)); rc != 0) return rc;
+  if (int rc = commit_outputs(out, o.lower_dir, plan->devices); rc != 0) return rc;
 
   if (o.compare) std::printf("\n");
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());

@@ -436,12 +436,13 @@ int main(int argc, char** argv) {
   md += "## Summary (Spindle, island-aware placement)\n\n" + summary + "\n```\n" + lines + "```\n\n## Cases\n\n";
   for (const Result& r : results) md += case_table(r);
 
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "paper: error: cannot create %s: %s\n", out_dir.c_str(), ec.message().c_str());
+  // paper.md and its plots all or none (util/files.h OutputSet).
+  sp::OutputSet out;
+  const auto failed = [](const sp::Status& st) {
+    std::fprintf(stderr, "paper: error: %s\n", st.error().message.c_str());
     return 1;
-  }
+  };
+  if (sp::Status st = out.make_folder("--out-dir", out_dir); !st) return failed(st);
   for (const Result& r : results) {
     std::vector<sp::Utilisation> series;
     for (const Run& run : r.runs)
@@ -449,15 +450,10 @@ int main(int argc, char** argv) {
         series.push_back(run.valid ? sp::utilisation(run.sim, run.plan) : sp::utilisation(run.plan));
         series.back().label = run.label;
       }
-    if (sp::Status st = sp::write_file_atomic(out_dir + "/" + r.svg_name(), sp::utilisation_svg(series)); !st) {
-      std::fprintf(stderr, "paper: error: %s\n", st.error().message.c_str());
-      return 1;
-    }
+    if (sp::Status st = out.stage(out_dir + "/" + r.svg_name(), sp::utilisation_svg(series)); !st) return failed(st);
   }
-  if (sp::Status st = sp::write_file_atomic(out_dir + "/paper.md", md); !st) {
-    std::fprintf(stderr, "paper: error: %s\n", st.error().message.c_str());
-    return 1;
-  }
+  if (sp::Status st = out.stage(out_dir + "/paper.md", md); !st) return failed(st);
+  if (sp::Status st = out.commit(); !st) return failed(st);
   std::printf("Predictions of the analytic cost model (not measurements); planning times measured here.\n\n%s\n%s",
               summary.c_str(), lines.c_str());
   std::printf("wrote %s/paper.md and %zu SVGs\n", out_dir.c_str(), results.size());

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -168,7 +169,12 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
   return Status::Ok();
 }
 
-Status write_file_atomic(const std::string& path, const std::string& bytes) {
+namespace {
+
+// write_file_atomic up to the rename: `bytes` in a temporary beside `path`,
+// created exclusively (never through a link), written, fsynced and closed.
+// Its name, or an Error naming `path` (the temporary removed).
+Result<std::string> write_temporary(const std::string& path, const std::string& bytes) {
   if (std::string why = output_refusal(path); !why.empty()) return Error{path + ": " + why};
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   // O_EXCL | O_NOFOLLOW: never write through a link or into another file.
@@ -191,12 +197,73 @@ Status write_file_atomic(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     return Error{path + ": write failed: " + std::strerror(saved)};
   }
+  return tmp;
+}
+
+// The temporary renamed over `path`; on error it is removed.
+Status rename_into_place(const std::string& tmp, const std::string& path) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    saved = errno;
+    const int saved = errno;
     ::unlink(tmp.c_str());
     return Error{path + ": cannot rename into place: " + std::strerror(saved)};
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status write_file_atomic(const std::string& path, const std::string& bytes) {
+  Result<std::string> tmp = write_temporary(path, bytes);
+  if (!tmp) return tmp.error();
+  SPINDLE_TRY(rename_into_place(*tmp, path));
   fsync_folder(parent_of(path));
+  return Status::Ok();
+}
+
+OutputSet::~OutputSet() {
+  if (committed_) return;
+  for (const Staged& s : staged_) ::unlink(s.tmp.c_str());
+  for (auto d = made_.rbegin(); d != made_.rend(); ++d) ::rmdir(d->c_str());  // empty by now; innermost first
+}
+
+Status OutputSet::make_folder(const std::string& flag, const std::string& dir) {
+  // The folders that do not exist yet, from `dir` up to the first that does.
+  std::vector<std::string> missing;
+  for (std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
+       !p.empty() && p != p.parent_path(); p = p.parent_path()) {
+    if (p.filename().empty()) continue;  // "a/b/": the trailing separator
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) break;
+    missing.push_back(p.string());
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  // Remembered even on error: what was made before it is removed with the set.
+  for (auto m = missing.rbegin(); m != missing.rend(); ++m)
+    if (std::filesystem::is_directory(*m)) made_.push_back(*m);
+  if (ec) return Error{flag + " " + dir + ": cannot create the folder: " + ec.message()};
+  return Status::Ok();
+}
+
+Status OutputSet::stage(const std::string& path, const std::string& bytes) {
+  Result<std::string> tmp = write_temporary(path, bytes);
+  if (!tmp) return tmp.error();
+  staged_.push_back({*tmp, path});
+  return Status::Ok();
+}
+
+Status OutputSet::commit() {
+  committed_ = true;  // from here on nothing is removed: what was renamed stays
+  std::vector<std::string> folders;
+  for (size_t i = 0; i < staged_.size(); ++i) {
+    if (Status st = rename_into_place(staged_[i].tmp, staged_[i].path); !st) {
+      for (size_t j = i + 1; j < staged_.size(); ++j) ::unlink(staged_[j].tmp.c_str());
+      return st;
+    }
+    const std::string folder = parent_of(staged_[i].path);
+    if (std::find(folders.begin(), folders.end(), folder) == folders.end()) folders.push_back(folder);
+  }
+  for (const std::string& f : folders) fsync_folder(f);
   return Status::Ok();
 }
 

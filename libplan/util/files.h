@@ -77,6 +77,40 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
 // that is a directory, device node, FIFO, socket or symbolic link.
 Status write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Outputs one command writes together: all of them, or none. stage()
+// writes a file's bytes to a temporary beside it, as write_file_atomic does,
+// and keeps it there; commit() renames every staged file over its path, in
+// the order staged, and fsyncs their folders. Destroyed uncommitted (a stage
+// failed, or the command failed after staging), the set removes its
+// temporaries and the folders make_folder made for them: a command that
+// fails leaves no output behind and replaces no file (a plan written, then
+// `--lower DIR` failing, would be a failed run's partial output). Once
+// commit() begins only a rename can fail (the folder changed under the
+// command): the outputs renamed before it stay, and the Error names the
+// first that did not.
+class OutputSet {
+ public:
+  OutputSet() = default;
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+  ~OutputSet();
+  // `dir` and any missing folder above it created, remembered for removal
+  // if the set is not committed. Error names `flag` and `dir`.
+  Status make_folder(const std::string& flag, const std::string& dir);
+  // The refusals and errors of write_file_atomic, naming `path`; on error
+  // nothing at `path` changes and no temporary is left for it.
+  Status stage(const std::string& path, const std::string& bytes);
+  Status commit();
+
+ private:
+  struct Staged {
+    std::string tmp, path;
+  };
+  std::vector<Staged> staged_;
+  std::vector<std::string> made_;  // folders make_folder created, outermost first
+  bool committed_ = false;
+};
+
 // Lower-case hex SHA-256 of `bytes` (OpenSSL).
 std::string sha256_hex(const std::string& bytes);
 

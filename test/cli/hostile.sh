@@ -107,6 +107,24 @@ outputs)
   expect 0 "" -- "$plan" model.yaml --cluster cluster.yaml -o programs/plan.json --lower programs
   [ -e programs/plan.json ] && [ -e programs/device-3.json ] ||
     { echo "FAIL: a plan beside its programs was not written"; failures=$((failures + 1)); }
+  # A program's name taken by a folder: refused before planning. A --lower
+  # folder that cannot be made (under /proc; as root the access check
+  # passes and mkdir fails after planning): no output at all, the plan that
+  # was there kept (before 2026-12-06 the plan and trace were written, then
+  # the run failed).
+  echo "earlier plan" > kept.json
+  mkdir -p taken/device-1.json
+  expect 2 "--lower taken: device-1.json is not a regular file (a folder), where this plan's program goes" -- \
+    "$plan" model.yaml --cluster cluster.yaml -o kept.json --trace kept-trace.json --lower taken
+  "$plan" model.yaml --cluster cluster.yaml -o kept.json --trace kept-trace.json --lower /proc/spindle-no/programs \
+    >out.txt 2>err.txt
+  rc=$?
+  if [ "$rc" -ne 1 ] && [ "$rc" -ne 2 ]; then echo "FAIL: --lower under /proc: exit $rc"; failures=$((failures + 1)); fi
+  grep -qF -- "--lower /proc/spindle-no/programs: " err.txt || { echo "FAIL: --lower under /proc: no error naming it"; failures=$((failures + 1)); }
+  same kept.json "earlier plan"
+  [ -e kept-trace.json ] && { echo "FAIL: a trace written by a failed --lower"; failures=$((failures + 1)); }
+  [ -e taken/device-0.json ] && { echo "FAIL: a program written by a refused --lower"; failures=$((failures + 1)); }
+  rm -rf kept.json taken
   # Nothing was written by any refusal; a good run still writes.
   ls *.tmp.* >/dev/null 2>&1 && { echo "FAIL: temporary file left"; failures=$((failures + 1)); }
   [ -e p.json ] && { echo "FAIL: p.json written by a refused run"; failures=$((failures + 1)); }

@@ -409,6 +409,51 @@ TEST_CASE("write errors, at close and fsync too, are reported", "[hostile]") {
   CHECK(status_error(sp::write_file_atomic("/nonexistent-folder/x.json", "x")).find("/nonexistent-folder/x.json: cannot write") == 0);
 }
 
+TEST_CASE("OutputSet writes every output or none", "[hostile]") {
+  Scratch s;
+  const auto temporaries = [&] {
+    int n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(s.dir))
+      n += e.path().filename().string().find(".tmp.") != std::string::npos;
+    return n;
+  };
+  REQUIRE(sp::write_file_atomic(s.path("plan.json"), "old plan").ok());
+  fs::create_directory(s.path("taken"));
+  {  // A stage fails after others were staged and a folder made: nothing stays.
+    sp::OutputSet out;
+    REQUIRE(out.stage(s.path("plan.json"), "new plan").ok());
+    REQUIRE(out.stage(s.path("trace.json"), "trace").ok());
+    REQUIRE(out.make_folder("--lower", s.path("made/deeper")).ok());
+    REQUIRE(fs::is_directory(s.path("made/deeper")));
+    REQUIRE(out.stage(s.path("made/deeper/device-0.json"), "program 0").ok());
+    CHECK(out.make_folder("--lower", s.path("taken")).ok());   // exists: not made, so not removed
+    CHECK(status_error(out.stage(s.path("taken"), "x")) == s.path("taken") + ": is a directory");
+    CHECK(slurp(s.path("plan.json")) == "old plan");   // nothing in place before commit
+    CHECK(!fs::exists(s.path("trace.json")));
+  }
+  CHECK(slurp(s.path("plan.json")) == "old plan");
+  CHECK(!fs::exists(s.path("trace.json")));
+  CHECK(!fs::exists(s.path("made")));   // both folders it made, removed
+  CHECK(fs::is_directory(s.path("taken")));
+  CHECK(temporaries() == 0);
+  {  // A folder it cannot make: the error names the flag and the folder.
+    sp::OutputSet out;
+    REQUIRE(sp::write_file_atomic(s.path("file"), "x").ok());
+    CHECK(status_error(out.make_folder("--lower", s.path("file/sub"))).find("--lower " + s.path("file/sub") +
+                                                                          ": cannot create the folder") == 0);
+  }
+  {  // Committed: every output in place, the old plan replaced.
+    sp::OutputSet out;
+    REQUIRE(out.stage(s.path("plan.json"), "new plan").ok());
+    REQUIRE(out.make_folder("--lower", s.path("made/deeper")).ok());
+    REQUIRE(out.stage(s.path("made/deeper/device-0.json"), "program 0").ok());
+    REQUIRE(out.commit().ok());
+  }
+  CHECK(slurp(s.path("plan.json")) == "new plan");
+  CHECK(slurp(s.path("made/deeper/device-0.json")) == "program 0");
+  CHECK(temporaries() == 0);
+}
+
 TEST_CASE("an output that is an input, or another output, is refused", "[hostile]") {
   Scratch s;
   const std::string model = s.path("model.yaml");
