@@ -59,7 +59,7 @@ echo "== 2. plan with the measured profile"
     --trace "$out/planned-trace.json"
 # Measured as users run it, without --trace; then again with --trace for the
 # per-box comparison (its compact records change tiny-clip's step and
-# all-reduce within the 2-core VM's noise: bench/README.md, 2026-12-05 10:25),
+# all-reduce within the 2-core VM's noise: bench/history.md, 2026-12-05 10:25),
 # of the steps after the warm-up alone (--trace-steps), which is all
 # bench/loop reads of it. One log line, after the last step (--log-interval
 # STEPS, unless SPINDLE_LOOP_LOG_INTERVAL): rank 0 printing a line through

@@ -110,7 +110,7 @@ std::vector<double> optimizer_rate_samples(const plan::Lowered& l, int d,
 //
 // Why: --measure times each operator alone, repeated on the same inputs
 // (warm); in a step it follows other operators, and on a 2-core VM ran
-// 12-25% slower (bench/README.md, loop, 2026-12-06) in every run.
+// 12-25% slower (bench/history.md, loop, 2026-12-06) in every run.
 struct ComputeInSitu {
   double measured_ms = 0;
   double profiled_ms = 0;

@@ -326,7 +326,7 @@ namespace {
 // 64-byte line of a buffer of twice the last-level cache, from 64 to 256
 // MiB, so that a timed all-reduce starts as cold. On a 32 MiB-L3 VM a 160
 // KB all-reduce over 2 ranks takes 0.012 ms warm, 0.055 ms cold, and 0.075-
-// 0.094 ms inside spindle-run (bench/README.md, "loop").
+// 0.094 ms inside spindle-run (bench/history.md, "loop").
 // The cap: sysconf reports the whole package's L3, and a virtual machine
 // what its host's CPUID says (508 MiB on a 2-core VM of 2026-12-06, where
 // 1 GiB sweeps made a 2-rank --measure of tiny-clip take 8.0-8.2 s; 2.7-2.9

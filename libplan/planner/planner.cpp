@@ -65,7 +65,7 @@ namespace {
 // Spindle also plans on half the islands (PlanRequest::fewer_islands) on
 // clusters of at least this many: each halving costs about one more
 // planning, and up to the paper's 8 islands more islands have made every
-// shipped workload faster (bench/README.md), while beyond them the batch
+// shipped workload faster (bench/history.md, paper), while beyond them the batch
 // runs out and the same work's gradient sums only spread wider.
 constexpr int kFewerIslandsFrom = 16;
 // The half is not planned when its compute alone, packed as this plan packs

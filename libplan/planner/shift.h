@@ -29,7 +29,7 @@ namespace spindle::plan {
 // devices and fewer 128 fit under the cap, and they took ofasys-7 on
 // a800-2x8 from a compute gap of 3.05% to 2.98% and 314.7 to 314.3 ms, and
 // made no bench/plan_time row slower, for 10-50% more planning time there
-// (bench/README.md, plan_time).
+// (bench/history.md, plan_time).
 inline constexpr int kShiftSimulations = 128;
 inline constexpr int kMaxShiftSimulations = 1 << 20;
 // A simulation costs about as much as the plan has devices: a plan gets at
