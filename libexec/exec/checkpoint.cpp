@@ -124,6 +124,7 @@ Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, c
   if (version != kTensorFileVersion)
     return bad("tensor file version " + std::to_string(version) + ", this build reads version " +
                std::to_string(kTensorFileVersion));
+  if (reserved != 0) return bad("header: the reserved field is " + std::to_string(reserved) + ", not 0");
   std::map<std::string, Tensor> out;
   std::string previous;
   for (uint64_t i = 0; i < count; ++i) {
@@ -136,11 +137,13 @@ Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, c
     if (!r.take(&rank, 4) || rank > kMaxRank) return bad("record '" + name + "': bad rank");
     Shape shape(rank);
     int64_t numel = 1;
+    constexpr int64_t kMaxElements = int64_t{1} << 40;
     for (uint32_t d = 0; d < rank; ++d) {
-      if (!r.take(&shape[d], 8) || shape[d] < 0 || shape[d] > (int64_t{1} << 40))
+      if (!r.take(&shape[d], 8) || shape[d] < 0 || shape[d] > kMaxElements)
         return bad("record '" + name + "': bad or truncated shape");
+      // Checked before multiplying: two dimensions of 2^40 would overflow.
+      if (shape[d] > 0 && numel > kMaxElements / shape[d]) return bad("record '" + name + "': too many elements");
       numel *= shape[d];
-      if (numel > (int64_t{1} << 40)) return bad("record '" + name + "': too many elements");
     }
     const size_t n_bytes = static_cast<size_t>(numel) * sizeof(float);
     if (n_bytes > bytes.size() - r.pos) return bad("record '" + name + "': truncated values");

@@ -112,6 +112,41 @@ TEST_CASE("checkpoint: every truncation and trailing bytes are refused, naming t
   CHECK_FALSE(decode_tensors(bad_magic, "m.bin").ok());
 }
 
+// A record header by hand: name "a", the given dims, no values.
+std::string record_header(const std::vector<int64_t>& dims) {
+  std::string out;
+  const auto put = [&](const auto v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint32_t{1});
+  out += "a";
+  put(static_cast<uint32_t>(dims.size()));
+  for (int64_t d : dims) put(d);
+  return out;
+}
+
+TEST_CASE("checkpoint: dimensions whose product passes 2^40 and a reserved field other than 0 are refused") {
+  const std::string empty = encode_tensors({});   // the header, count 0
+  std::string one = empty;
+  one[16] = 1;   // count 1 (u64 at byte 16)
+  // Each dimension within 2^40, their product 2^80: refused before it is
+  // multiplied (found by fuzz_tensors: a signed overflow, undefined).
+  const auto big = decode_tensors(one + record_header({int64_t{1} << 40, int64_t{1} << 40}), "big.bin");
+  REQUIRE_FALSE(big.ok());
+  CHECK(big.error().message.find("big.bin: record 'a': too many elements") == 0);
+  // 2^20 x 2^20 = 2^40 elements is within the bound: refused as truncated.
+  const auto at_bound = decode_tensors(one + record_header({int64_t{1} << 20, int64_t{1} << 20}), "edge.bin");
+  REQUIRE_FALSE(at_bound.ok());
+  CHECK(at_bound.error().message.find("truncated values") != std::string::npos);
+  // A zero dimension first: no elements, whatever follows.
+  const auto zero = decode_tensors(one + record_header({0, int64_t{1} << 40, int64_t{1} << 40}), "zero.bin");
+  REQUIRE(zero.ok());
+  CHECK(zero->at("a").numel() == 0);
+  std::string reserved = empty;
+  reserved[12] = 7;   // the u32 after the version
+  const auto r = decode_tensors(reserved, "reserved.bin");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message.find("reserved.bin: header: the reserved field is 7, not 0") == 0);
+}
+
 TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and cleaned") {
   TempDir dir("ckpt-roundtrip");
   const TrainingState state = small_state();
