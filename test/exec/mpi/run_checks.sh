@@ -78,7 +78,8 @@
 #   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
 #       (compare_runs --mutate K: devices, counts, waves, slices, parameter
 #       groups, MetaOp fields): each refused with exit 2 and one message,
-#       or trained as the 1-device run; some of both.
+#       or trained as the 1-device run; some of both. SPINDLE_MUTATION_SEEDS
+#       for a soak (the ZeRO-1 and intra-task plans too, some edits twice).
 #   data-equiv    the real example (digits-mm on configs/data/digits, with
 #       ignored lm targets): planned for 1, 2, 3 and 4 devices (spindle) and
 #       2 and 4 devices (sequential), 6 steps with --data and an evaluation
@@ -696,21 +697,36 @@ PY
     rm -f m1.jsonl   # --metrics appends
     run 1 p1.json "$ref_model" --steps 3 --seed 3 --metrics m1.jsonl --dump-params params1.json
     [ "$rc" -eq 0 ] || { cat run.log; die "the 1-device run: exit $rc"; }
-    mutations=$(seq 1 16) accepted=0 refused=0
+    mutations=$(seq 1 16) accepted=0 refused=0 bases=p4
     # Sanitized, 3 of them: 12 and 14 are accepted, 3 refused.
     [ "${SPINDLE_TEST_SANITIZED:-0}" = 1 ] && mutations="3 12 14"
+    # A soak: SPINDLE_MUTATION_SEEDS replaces the seeds (e.g. `seq 17 216`),
+    # each applied to the ZeRO-1 and the intra-task plans too, and every
+    # third seed's plan mutated twice.
+    if [ -n "${SPINDLE_MUTATION_SEEDS:-}" ]; then
+      mutations=$SPINDLE_MUTATION_SEEDS bases="p4 p4z p4it"
+      plan "$model" 4 p4z.json --optimizer-state sharded
+      plan "$model" 4 p4it.json --strategy intra-task
+    fi
     for k in $mutations; do
-      what=$("$COMPARE" --mutate "$k" p4.json q.json) || die "compare_runs --mutate $k"
-      rm -f q.jsonl
-      run 4 q.json "$model" --steps 3 --seed 3 --metrics q.jsonl --dump-params q.params.json
-      case $rc in
-        0) "$COMPARE" m1.jsonl params1.json q.jsonl q.params.json > compare.log ||
-             { cat compare.log; die "mutation $k ($what): accepted, but trained otherwise than one device"; }
-           accepted=$((accepted + 1)); echo "mutation $k, $what: trains as one device" ;;
-        2) [ "$(grep -c 'spindle-run: error' run.log)" -eq 1 ] || { cat run.log; die "mutation $k ($what): not one error line"; }
-           refused=$((refused + 1)); echo "mutation $k, $what: refused: $(grep -m1 'spindle-run: error' run.log | cut -c1-160)" ;;
-        *) cat run.log; die "mutation $k ($what): exit $rc (expected 0 or 2)" ;;
-      esac
+      for base in $bases; do
+        what=$("$COMPARE" --mutate "$k" "$base.json" q.json) || die "compare_runs --mutate $k $base.json"
+        if [ -n "${SPINDLE_MUTATION_SEEDS:-}" ] && [ $((k % 3)) -eq 0 ]; then
+          what="$what; then $("$COMPARE" --mutate $((k * 7919)) q.json q2.json)" || die "compare_runs --mutate again"
+          mv q2.json q.json
+        fi
+        what="$base.json, $what"
+        rm -f q.jsonl
+        run 4 q.json "$model" --steps 3 --seed 3 --metrics q.jsonl --dump-params q.params.json
+        case $rc in
+          0) "$COMPARE" m1.jsonl params1.json q.jsonl q.params.json > compare.log ||
+               { cat compare.log; die "mutation $k ($what): accepted, but trained otherwise than one device"; }
+             accepted=$((accepted + 1)); echo "mutation $k, $what: trains as one device" ;;
+          2) [ "$(grep -c 'spindle-run: error' run.log)" -eq 1 ] || { cat run.log; die "mutation $k ($what): not one error line"; }
+             refused=$((refused + 1)); echo "mutation $k, $what: refused: $(grep -m1 'spindle-run: error' run.log | cut -c1-160)" ;;
+          *) cat run.log; die "mutation $k ($what): exit $rc (expected 0 or 2)" ;;
+        esac
+      done
     done
     [ "$accepted" -gt 0 ] && [ "$refused" -gt 0 ] || die "$accepted accepted and $refused refused: expected some of both"
     echo "PASS: $((accepted + refused)) mutations, $accepted trained as one device, $refused refused"
