@@ -275,76 +275,147 @@ plan::Status remove_checkpoints(const std::string& dir) {
   return plan::Status::Ok();
 }
 
+namespace {
+
+// Manifest values through the checked reader (libplan/io/json_reader.h): a
+// value of another type, an integer out of range or a number that is not
+// finite is an Error naming the manifest and the key, never a conversion
+// with undefined behaviour (a step of 1e300 read as int64_t was one).
+Result<int64_t> manifest_int(const plan::JsonReader& r, int64_t lo, int64_t hi) {
+  SPINDLE_ASSIGN(v, r.get_int());
+  if (v < lo || v > hi)
+    return r.error("expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found " +
+                   std::to_string(v));
+  return v;
+}
+Result<uint64_t> manifest_u64(const plan::JsonReader& r) {
+  if (!r.value().is_number_unsigned() && !(r.value().is_number_integer() && r.value().get<int64_t>() >= 0))
+    return r.error("expected an integer >= 0, found " + r.value().dump());
+  return r.value().get<uint64_t>();
+}
+// A float setting (AdamW's): a finite number a float holds.
+Result<float> manifest_float(const plan::JsonReader& r) {
+  SPINDLE_ASSIGN(v, r.get_number());
+  if (std::fabs(v) > std::numeric_limits<float>::max()) return r.error("expected a number a float holds");
+  return static_cast<float>(v);
+}
+Result<std::map<std::string, int64_t>> manifest_counts(const plan::JsonReader& r) {
+  if (!r.value().is_object()) return r.error(std::string("expected an object, found ") + r.value().type_name());
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, _] : r.value().items()) {
+    SPINDLE_ASSIGN(n, manifest_int(r.at(name), 0, std::numeric_limits<int64_t>::max()));
+    out[name] = n;
+  }
+  return out;
+}
+
+// The manifest's fields into `ck` (the header's layout; keys this build does
+// not know are ignored, so older builds read newer manifests' core).
+// What the manifest says of each of kFiles.
+struct FileEntry {
+  std::string sha256;
+  uint64_t bytes = 0;
+};
+
+plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_path, Checkpoint& ck,
+                           FileEntry (&files)[3]) {
+  const plan::JsonReader doc(j, manifest_path);
+  if (!j.is_object()) return doc.error(std::string("expected an object, found ") + j.type_name());
+  SPINDLE_ASSIGN(format, doc.at("format").get_string());
+  if (format != "spindle-checkpoint") return doc.at("format").error("expected \"spindle-checkpoint\"");
+  SPINDLE_ASSIGN(version, doc.at("version").get_int());
+  if (version != kManifestVersion)
+    return doc.at("version").error("version " + std::to_string(version) + ", this build reads version " +
+                                   std::to_string(kManifestVersion));
+  CheckpointMeta& m = ck.meta;
+  SPINDLE_ASSIGN(step, manifest_int(doc.at("step"), 1, std::numeric_limits<int64_t>::max()));
+  m.step = step;
+  SPINDLE_ASSIGN(model_name, doc.at("model").at("name").get_string());
+  SPINDLE_ASSIGN(model_sha, doc.at("model").at("sha256").get_string());
+  SPINDLE_ASSIGN(plan_sha, doc.at("plan").at("sha256").get_string());
+  SPINDLE_ASSIGN(strategy, doc.at("plan").at("strategy").get_string());
+  SPINDLE_ASSIGN(devices, manifest_int(doc.at("plan").at("devices"), 0, std::numeric_limits<int>::max()));
+  m.model_name = model_name;
+  m.model_sha256 = model_sha;
+  m.plan_sha256 = plan_sha;
+  m.plan_strategy = strategy;
+  m.plan_devices = static_cast<int>(devices);
+  SPINDLE_ASSIGN(seed, manifest_u64(doc.at("seed")));
+  m.seed = seed;
+  const plan::JsonReader data = doc.at("data");
+  SPINDLE_ASSIGN(samples, manifest_counts(data.at("samples")));
+  for (const auto& [task, n] : samples) m.task_batch[task] = n / m.step;
+  if (data.has("tasks")) {
+    m.data_tasks = data.at("tasks").value();
+    if (!m.data_tasks.is_object()) return data.at("tasks").error("expected an object");
+  }
+  const plan::JsonReader opt = doc.at("optimizer");
+  SPINDLE_ASSIGN(lr, manifest_float(opt.at("lr")));
+  SPINDLE_ASSIGN(beta1, manifest_float(opt.at("beta1")));
+  SPINDLE_ASSIGN(beta2, manifest_float(opt.at("beta2")));
+  SPINDLE_ASSIGN(eps, manifest_float(opt.at("eps")));
+  SPINDLE_ASSIGN(weight_decay, manifest_float(opt.at("weight_decay")));
+  m.lr = lr;
+  m.beta1 = beta1;
+  m.beta2 = beta2;
+  m.eps = eps;
+  m.weight_decay = weight_decay;
+  m.lr_schedule.max_lr = m.lr;
+  if (opt.has("lr_schedule")) {
+    const plan::JsonReader ls = opt.at("lr_schedule");
+    SPINDLE_ASSIGN(decay_name, ls.at("decay").get_string());
+    const auto decay = parse_lr_decay(decay_name);
+    if (!decay) return ls.at("decay").error("expected constant, linear or cosine");
+    m.lr_schedule.decay = *decay;
+    SPINDLE_ASSIGN(warmup, manifest_int(ls.at("warmup_steps"), 0, std::numeric_limits<int64_t>::max()));
+    SPINDLE_ASSIGN(decay_steps, manifest_int(ls.at("decay_steps"), 0, std::numeric_limits<int64_t>::max()));
+    SPINDLE_ASSIGN(min_lr, ls.at("min_lr").get_number());
+    m.lr_schedule.warmup_steps = warmup;
+    m.lr_schedule.decay_steps = decay_steps;
+    m.lr_schedule.min_lr = min_lr;
+  }
+  if (opt.has("clip_grad")) {
+    SPINDLE_ASSIGN(clip, opt.at("clip_grad").get_number());
+    if (!(clip >= 0)) return opt.at("clip_grad").error("expected a finite number >= 0");
+    m.clip_grad = clip;
+  }
+  if (opt.has("weight_decay_1d")) {
+    SPINDLE_ASSIGN(decay_1d, opt.at("weight_decay_1d").get_bool());
+    m.decay_1d = decay_1d;
+  }
+  SPINDLE_ASSIGN(steps, manifest_counts(opt.at("steps")));
+  for (const auto& [tname, n] : steps) ck.state.tensors[tname].adam_steps = n;
+  const plan::JsonReader listed = doc.at("files");
+  if (!listed.value().is_object()) return listed.error("expected an object");
+  for (int f = 0; f < 3; ++f) {
+    if (!listed.has(kFiles[f])) return listed.error(std::string("no entry for ") + kFiles[f]);
+    SPINDLE_ASSIGN(sha, listed.at(kFiles[f]).at("sha256").get_string());
+    SPINDLE_ASSIGN(bytes, manifest_u64(listed.at(kFiles[f]).at("bytes")));
+    files[f] = {sha, bytes};
+  }
+  return plan::Status::Ok();
+}
+
+}  // namespace
+
 Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   const std::string manifest_path = step_dir + "/manifest.json";
   SPINDLE_ASSIGN(text, plan::read_regular_file(manifest_path));
   Checkpoint ck;
   ck.path = step_dir;
-  nlohmann::json files;
+  FileEntry files[3];
   SPINDLE_TRY(plan::check_json_shape(text, manifest_path));   // bounded depth: the messages dump values
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.value("format", "") != "spindle-checkpoint")
-      return Error{manifest_path + ": format: expected \"spindle-checkpoint\""};
-    if (j.at("version").get<int>() != kManifestVersion)
-      return Error{manifest_path + ": version " + j.at("version").dump() + ", this build reads version " +
-                   std::to_string(kManifestVersion)};
-    CheckpointMeta& m = ck.meta;
-    m.step = j.at("step").get<int64_t>();
-    m.model_name = j.at("model").at("name").get<std::string>();
-    m.model_sha256 = j.at("model").at("sha256").get<std::string>();
-    m.plan_sha256 = j.at("plan").at("sha256").get<std::string>();
-    m.plan_strategy = j.at("plan").at("strategy").get<std::string>();
-    m.plan_devices = j.at("plan").at("devices").get<int>();
-    m.seed = j.at("seed").get<uint64_t>();
-    for (const auto& [task, n] : j.at("data").at("samples").items())
-      m.task_batch[task] = m.step > 0 ? n.get<int64_t>() / m.step : 0;
-    if (j.at("data").contains("tasks")) {
-      m.data_tasks = j.at("data").at("tasks");
-      if (!m.data_tasks.is_object()) return Error{manifest_path + ": data.tasks: expected an object"};
-    }
-    const nlohmann::json& opt = j.at("optimizer");
-    m.lr = opt.at("lr").get<float>();
-    m.beta1 = opt.at("beta1").get<float>();
-    m.beta2 = opt.at("beta2").get<float>();
-    m.eps = opt.at("eps").get<float>();
-    m.weight_decay = opt.at("weight_decay").get<float>();
-    m.lr_schedule.max_lr = m.lr;
-    if (opt.contains("lr_schedule")) {
-      const nlohmann::json& ls = opt.at("lr_schedule");
-      const auto decay = parse_lr_decay(ls.at("decay").get<std::string>());
-      if (!decay) return Error{manifest_path + ": optimizer.lr_schedule.decay: expected constant, linear or cosine"};
-      m.lr_schedule.decay = *decay;
-      m.lr_schedule.warmup_steps = ls.at("warmup_steps").get<int64_t>();
-      m.lr_schedule.decay_steps = ls.at("decay_steps").get<int64_t>();
-      m.lr_schedule.min_lr = ls.at("min_lr").get<double>();
-    }
-    m.clip_grad = opt.value("clip_grad", 0.0);
-    m.decay_1d = opt.value("weight_decay_1d", true);
-    if (!(m.clip_grad >= 0) || std::isinf(m.clip_grad))
-      return Error{manifest_path + ": optimizer.clip_grad: expected a finite number >= 0"};
-    for (const auto& [tname, n] : opt.at("steps").items()) ck.state.tensors[tname].adam_steps = n.get<int64_t>();
-    files = j.at("files");
-    if (m.step < 1) return Error{manifest_path + ": step: must be at least 1"};
-  } catch (const nlohmann::json::exception& e) {
-    return Error{manifest_path + ": not a valid checkpoint manifest: " + e.what()};
-  }
+  SPINDLE_ASSIGN(j, plan::parse_json_text(text, manifest_path));
+  SPINDLE_TRY(read_manifest(j, manifest_path, ck, files));
   ck.state.step = ck.meta.step;
 
   std::map<std::string, Tensor> decoded[3];
   for (int f = 0; f < 3; ++f) {
     const std::string path = step_dir + "/" + kFiles[f];
-    if (!files.contains(kFiles[f])) return Error{manifest_path + ": files: no entry for " + kFiles[f]};
     // Tensor files are as large as the model: no input-size cap (the manifest's size is checked below).
     SPINDLE_ASSIGN(bytes, plan::read_regular_file(path, std::numeric_limits<int64_t>::max()));
-    std::string want_sha;
-    uint64_t want_bytes = 0;
-    try {
-      want_sha = files.at(kFiles[f]).at("sha256").get<std::string>();
-      want_bytes = files.at(kFiles[f]).at("bytes").get<uint64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      return Error{manifest_path + ": files." + kFiles[f] + ": " + e.what()};
-    }
+    const std::string& want_sha = files[f].sha256;
+    const uint64_t want_bytes = files[f].bytes;
     if (bytes.size() != want_bytes)
       return Error{path + ": truncated or corrupt checkpoint file: " + std::to_string(bytes.size()) +
                    " bytes, the manifest says " + std::to_string(want_bytes)};

@@ -325,6 +325,44 @@ TEST_CASE("checkpoint: the gradient clip round-trips, is 0 when absent, a bad on
   }
 }
 
+TEST_CASE("checkpoint: manifest values of the wrong type or range are refused, naming the key") {
+  TempDir dir("ckpt-manifest");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
+  const std::string step = (dir.path / "step-000001").string();
+  const auto text = sp::read_file(step + "/manifest.json");
+  REQUIRE(text.ok());
+  const nlohmann::json good = nlohmann::json::parse(*text);
+  // Each edit, and the message that must follow the manifest's path. Before
+  // 2026-12-06 the first and the fourth converted 1e300 to int64_t and
+  // uint64_t (undefined behaviour) and the rest read as valid.
+  using J = nlohmann::json;
+  // A tensor's name in a JSON pointer ("/" inside it escaped as "~1").
+  std::string tensor = good["optimizer"]["steps"].begin().key();
+  for (size_t at = tensor.find('/'); at != std::string::npos; at = tensor.find('/', at + 2)) tensor.replace(at, 1, "~1");
+  const std::vector<std::tuple<J::json_pointer, J, std::string>> edits = {
+      {J::json_pointer("/step"), J(1e300), "step: expected an integer, found 1e+300"},
+      {J::json_pointer("/step"), J(0), "step: expected an integer from 1 to 9223372036854775807, found 0"},
+      {J::json_pointer("/optimizer/lr"), J(1e300), "optimizer.lr: expected a number a float holds"},
+      {J::json_pointer("/files/adam_m.bin/bytes"), J(1e300), "files.adam_m.bin.bytes: expected an integer >= 0, found 1e+300"},
+      {J::json_pointer("/optimizer/steps/" + tensor), J(2.5),
+       "optimizer.steps." + good["optimizer"]["steps"].begin().key() + ": expected an integer, found 2.5"},
+      {J::json_pointer("/data/samples"), J::array(), "data.samples: expected an object, found array"},
+      {J::json_pointer("/seed"), J(-3), "seed: expected an integer >= 0, found -3"},
+      {J::json_pointer("/plan/devices"), J(4294967298.0), "plan.devices: expected an integer, found 4294967298.0"},
+      {J::json_pointer("/optimizer/weight_decay_1d"), J("no"), "optimizer.weight_decay_1d: expected true or false"},
+  };
+  for (const auto& [where, value, message] : edits) {
+    nlohmann::json edited = good;
+    edited[where] = value;
+    write_bytes(step + "/manifest.json", edited.dump(1));
+    const auto back = load_checkpoint(step);
+    REQUIRE_FALSE(back.ok());
+    CHECK_THAT(back.error().message, Catch::StartsWith(step + "/manifest.json: " + message));
+  }
+  write_bytes(step + "/manifest.json", good.dump(1));
+  CHECK(load_checkpoint(step).ok());
+}
+
 TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the file") {
   TempDir dir("ckpt-corrupt");
   REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
