@@ -346,8 +346,17 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
   SPINDLE_ASSIGN(samples, manifest_counts(data.at("samples")));
   for (const auto& [task, n] : samples) m.task_batch[task] = n / m.step;
   if (data.has("tasks")) {
-    m.data_tasks = data.at("tasks").value();
-    if (!m.data_tasks.is_object()) return data.at("tasks").error("expected an object");
+    // Kept as written; what a resume reads of it (spindle-run's
+    // data_changes: "source", "samples") checked here.
+    const plan::JsonReader tasks = data.at("tasks");
+    if (!tasks.value().is_object()) return tasks.error("expected an object");
+    for (const auto& [task, _] : tasks.value().items()) {
+      const plan::JsonReader entry = tasks.at(task);
+      if (!entry.value().is_object()) return entry.error(std::string("expected an object, found ") + entry.value().type_name());
+      if (entry.has("source")) SPINDLE_TRY(entry.at("source").get_string());
+      if (entry.has("samples")) SPINDLE_TRY(manifest_int(entry.at("samples"), 0, std::numeric_limits<int64_t>::max()));
+    }
+    m.data_tasks = tasks.value();
   }
   const plan::JsonReader opt = doc.at("optimizer");
   SPINDLE_ASSIGN(lr, manifest_float(opt.at("lr")));

@@ -334,7 +334,10 @@ TEST_CASE("checkpoint: manifest values of the wrong type or range are refused, n
   const nlohmann::json good = nlohmann::json::parse(*text);
   // Each edit, and the message that must follow the manifest's path. Before
   // 2026-12-06 the first and the fourth converted 1e300 to int64_t and
-  // uint64_t (undefined behaviour) and the rest read as valid.
+  // uint64_t (undefined behaviour) and the rest read as valid. The last
+  // three then failed in spindle-run's resume with --data: two threw a JSON
+  // type error (exit 1 through MPI_Abort, the manifest not named), the
+  // third converted 1e300 unchecked.
   using J = nlohmann::json;
   // A tensor's name in a JSON pointer ("/" inside it escaped as "~1").
   std::string tensor = good["optimizer"]["steps"].begin().key();
@@ -350,6 +353,12 @@ TEST_CASE("checkpoint: manifest values of the wrong type or range are refused, n
       {J::json_pointer("/seed"), J(-3), "seed: expected an integer >= 0, found -3"},
       {J::json_pointer("/plan/devices"), J(4294967298.0), "plan.devices: expected an integer, found 4294967298.0"},
       {J::json_pointer("/optimizer/weight_decay_1d"), J("no"), "optimizer.weight_decay_1d: expected true or false"},
+      // What a resume with --data reads of the data position (spindle-run
+      // threw a JSON type error there on these: the job aborted).
+      {J::json_pointer("/data/tasks"), J({{"pairs", 5}}), "data.tasks.pairs: expected an object, found number"},
+      {J::json_pointer("/data/tasks"), J({{"pairs", {{"source", 1}}}}), "data.tasks.pairs.source: expected a string"},
+      {J::json_pointer("/data/tasks"), J({{"pairs", {{"source", "npy"}, {"samples", 1e300}}}}),
+       "data.tasks.pairs.samples: expected an integer, found 1e+300"},
   };
   for (const auto& [where, value, message] : edits) {
     nlohmann::json edited = good;
