@@ -5,8 +5,11 @@
 // checkpoint it accepts holds those tensors, its step at least 1 and a
 // finite, non-negative gradient clip; an error must name a file of the
 // checkpoint's folder. Nothing else reads files here.
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <cstdint>
@@ -32,23 +35,35 @@ const std::map<std::string, exec::Tensor>& tensors(int file) {
   return t[file];
 }
 
-// A folder holding the three tensor files, made once per process.
+// A folder holding the three tensor files, made once per process:
+// TMPDIR/spindle-fuzz-manifest-PID. libFuzzer may end a run without exit
+// handlers, so each process first removes the folders of processes that
+// are gone, and its own at a normal exit.
 const std::string& checkpoint_dir() {
-  static const std::string dir = [] {
-    std::string t = (std::filesystem::temp_directory_path() / "spindle-fuzz-manifest-XXXXXX").string();
-    fuzz::require(::mkdtemp(t.data()) != nullptr, "a scratch folder");
+  namespace fs = std::filesystem;
+  static const std::string prefix = "spindle-fuzz-manifest-";
+  // Never destroyed: the exit handler registered while it is made would
+  // run after its destructor.
+  static const std::string& dir = *new std::string([] {
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      const std::string digits = name.substr(prefix.size());
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+      if (::kill(static_cast<pid_t>(std::stol(digits)), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+    }
+    const std::string t = (fs::temp_directory_path() / (prefix + std::to_string(::getpid()))).string();
+    fs::remove_all(t, ec);
+    fuzz::require(fs::create_directory(t, ec), "a scratch folder", t);
     const char* names[3] = {"params.bin", "adam_m.bin", "adam_v.bin"};
     for (int f = 0; f < 3; ++f) std::ofstream(t + "/" + names[f], std::ios::binary) << exec::encode_tensors(tensors(f));
-    return t;
-  }();
-  static const bool cleaned = [] {   // removed when the process exits
     std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(checkpoint_dir(), ec);
+      std::error_code ignored;
+      fs::remove_all(checkpoint_dir(), ignored);
     });
-    return true;
-  }();
-  (void)cleaned;
+    return t;
+  }());
   return dir;
 }
 
