@@ -281,13 +281,6 @@ namespace {
 // value of another type, an integer out of range or a number that is not
 // finite is an Error naming the manifest and the key, never a conversion
 // with undefined behaviour (a step of 1e300 read as int64_t was one).
-Result<int64_t> manifest_int(const plan::JsonReader& r, int64_t lo, int64_t hi) {
-  SPINDLE_ASSIGN(v, r.get_int());
-  if (v < lo || v > hi)
-    return r.error("expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found " +
-                   std::to_string(v));
-  return v;
-}
 Result<uint64_t> manifest_u64(const plan::JsonReader& r) {
   if (!r.value().is_number_unsigned() && !(r.value().is_number_integer() && r.value().get<int64_t>() >= 0))
     return r.error("expected an integer >= 0, found " + r.value().dump());
@@ -303,20 +296,21 @@ Result<std::map<std::string, int64_t>> manifest_counts(const plan::JsonReader& r
   if (!r.value().is_object()) return r.error(std::string("expected an object, found ") + r.value().type_name());
   std::map<std::string, int64_t> out;
   for (const auto& [name, _] : r.value().items()) {
-    SPINDLE_ASSIGN(n, manifest_int(r.at(name), 0, std::numeric_limits<int64_t>::max()));
+    SPINDLE_ASSIGN(n, r.at(name).get_int_in(0, std::numeric_limits<int64_t>::max()));
     out[name] = n;
   }
   return out;
 }
 
-// The manifest's fields into `ck` (the header's layout; keys this build does
-// not know are ignored, so older builds read newer manifests' core).
 // What the manifest says of each of kFiles.
 struct FileEntry {
   std::string sha256;
   uint64_t bytes = 0;
 };
 
+// The manifest's fields into `ck` and `files` (the header's layout; keys
+// this build does not know are ignored, so older builds read newer
+// manifests' core).
 plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_path, Checkpoint& ck,
                            FileEntry (&files)[3]) {
   const plan::JsonReader doc(j, manifest_path);
@@ -328,13 +322,13 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
     return doc.at("version").error("version " + std::to_string(version) + ", this build reads version " +
                                    std::to_string(kManifestVersion));
   CheckpointMeta& m = ck.meta;
-  SPINDLE_ASSIGN(step, manifest_int(doc.at("step"), 1, std::numeric_limits<int64_t>::max()));
+  SPINDLE_ASSIGN(step, doc.at("step").get_int_in(1, std::numeric_limits<int64_t>::max()));
   m.step = step;
   SPINDLE_ASSIGN(model_name, doc.at("model").at("name").get_string());
   SPINDLE_ASSIGN(model_sha, doc.at("model").at("sha256").get_string());
   SPINDLE_ASSIGN(plan_sha, doc.at("plan").at("sha256").get_string());
   SPINDLE_ASSIGN(strategy, doc.at("plan").at("strategy").get_string());
-  SPINDLE_ASSIGN(devices, manifest_int(doc.at("plan").at("devices"), 0, std::numeric_limits<int>::max()));
+  SPINDLE_ASSIGN(devices, doc.at("plan").at("devices").get_int_in(0, std::numeric_limits<int>::max()));
   m.model_name = model_name;
   m.model_sha256 = model_sha;
   m.plan_sha256 = plan_sha;
@@ -352,9 +346,10 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
     if (!tasks.value().is_object()) return tasks.error("expected an object");
     for (const auto& [task, _] : tasks.value().items()) {
       const plan::JsonReader entry = tasks.at(task);
-      if (!entry.value().is_object()) return entry.error(std::string("expected an object, found ") + entry.value().type_name());
+      if (!entry.value().is_object())
+        return entry.error(std::string("expected an object, found ") + entry.value().type_name());
       if (entry.has("source")) SPINDLE_TRY(entry.at("source").get_string());
-      if (entry.has("samples")) SPINDLE_TRY(manifest_int(entry.at("samples"), 0, std::numeric_limits<int64_t>::max()));
+      if (entry.has("samples")) SPINDLE_TRY(entry.at("samples").get_int_in(0, std::numeric_limits<int64_t>::max()));
     }
     m.data_tasks = tasks.value();
   }
@@ -376,8 +371,8 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
     const auto decay = parse_lr_decay(decay_name);
     if (!decay) return ls.at("decay").error("expected constant, linear or cosine");
     m.lr_schedule.decay = *decay;
-    SPINDLE_ASSIGN(warmup, manifest_int(ls.at("warmup_steps"), 0, std::numeric_limits<int64_t>::max()));
-    SPINDLE_ASSIGN(decay_steps, manifest_int(ls.at("decay_steps"), 0, std::numeric_limits<int64_t>::max()));
+    SPINDLE_ASSIGN(warmup, ls.at("warmup_steps").get_int_in(0, std::numeric_limits<int64_t>::max()));
+    SPINDLE_ASSIGN(decay_steps, ls.at("decay_steps").get_int_in(0, std::numeric_limits<int64_t>::max()));
     SPINDLE_ASSIGN(min_lr, ls.at("min_lr").get_number());
     m.lr_schedule.warmup_steps = warmup;
     m.lr_schedule.decay_steps = decay_steps;

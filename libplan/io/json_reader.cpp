@@ -101,6 +101,14 @@ Result<int64_t> JsonReader::get_int() const {
   return v_.get<int64_t>();
 }
 
+Result<int64_t> JsonReader::get_int_in(int64_t lo, int64_t hi) const {
+  SPINDLE_ASSIGN(v, get_int());
+  if (v < lo || v > hi)
+    return error("expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found " +
+                 std::to_string(v));
+  return v;
+}
+
 Result<double> JsonReader::get_number() const {
   if (!v_.is_number()) return error(std::string("expected a number, found ") + v_.dump());
   double d = v_.get<double>();

@@ -44,6 +44,8 @@ class JsonReader {
 
   Result<std::string> get_string() const;
   Result<int64_t> get_int() const;
+  // get_int within [lo, hi]; outside it, an error naming both bounds.
+  Result<int64_t> get_int_in(int64_t lo, int64_t hi) const;
   Result<double> get_number() const;
   Result<bool> get_bool() const;
 

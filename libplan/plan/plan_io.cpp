@@ -99,13 +99,9 @@ Result<int> get_int32(const JsonReader& r) {
   return static_cast<int>(v);
 }
 
-// An int in lo..hi.
+// An int in lo..hi (both within int).
 Result<int> get_int_in(const JsonReader& r, int64_t lo, int64_t hi) {
-  SPINDLE_ASSIGN(v, r.get_int());
-  if (v < lo || v > hi) {
-    return r.error("expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found " +
-                   std::to_string(v));
-  }
+  SPINDLE_ASSIGN(v, r.get_int_in(lo, hi));
   return static_cast<int>(v);
 }
 
