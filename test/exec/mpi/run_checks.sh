@@ -371,12 +371,12 @@ case "$MODE" in
       # groups, the data read on from the next unseen sample), on the data
       # files with the same evaluations (after step 3, the first part's
       # last, and 5): as 5 steps on one device.
-      data=(--data data/train.yaml --eval-data data/eval.yaml --eval-every 3)
+      data_args=(--data data/train.yaml --eval-data data/eval.yaml --eval-every 3)
       run 4 p4.json model.yaml --steps 3 --seed 3 --checkpoint ck --every 3 --metrics resumed.jsonl "${eps[@]}" \
-          "${data[@]}"
+          "${data_args[@]}"
       [ "$rc" -eq 0 ] || { cat run.log; die "$name: 3 steps on plan 4 with a checkpoint: exit $rc"; }
       run 3 p3tl.json model.yaml --steps 5 --seed 3 --checkpoint ck --resume --metrics resumed.jsonl \
-          --dump-params resumed.json "${eps[@]}" "${data[@]}"
+          --dump-params resumed.json "${eps[@]}" "${data_args[@]}"
       [ "$rc" -eq 0 ] || { cat run.log; die "$name: resumed on plan 3tl: exit $rc"; }
       echo "== $name: 3 steps on plan 4, resumed for 2 on plan 3tl, on data files, against 1 device"
       "$COMPARE" m1d.jsonl params1d.json resumed.jsonl resumed.json || status=1
@@ -1365,7 +1365,9 @@ PY
     cat export.log
     [ "$rc" -eq 0 ] || die "spindle-export: exit $rc"
     grep -q "ck/step-000003 (step 3): .* tensors" export.log || die "export did not report step 3"
-    ls out/ | grep -qv '^tiny.safetensors$' && die "a temporary file was left in out/"
+    for left in out/*; do
+      [ "$left" = out/tiny.safetensors ] || die "a temporary file was left in out/: $left"
+    done
     numpy_python=""
     for py in python3 /usr/bin/python3; do
       "$py" -c 'import numpy' 2> /dev/null && { numpy_python=$py; break; }
