@@ -538,9 +538,19 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     if (found.empty()) {
       error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
     } else {
-      auto loaded = se::load_checkpoint(args.checkpoint_dir + "/" + se::checkpoint_name(found.back()));
-      if (loaded.ok()) in.ck = std::move(*loaded);
-      else error = loaded.error().message;
+      const std::string newest = args.checkpoint_dir + "/" + se::checkpoint_name(found.back());
+      auto loaded = se::load_checkpoint(newest);
+      if (loaded.ok()) {
+        in.ck = std::move(*loaded);
+      } else {
+        // Nothing is removed for the user: the way back to the one before
+        // is said instead.
+        error = loaded.error().message + " (--resume reads the newest checkpoint, " + newest;
+        error += found.size() > 1 ? "; to resume from " + args.checkpoint_dir + "/" +
+                                        se::checkpoint_name(found[found.size() - 2]) + ", move " + newest +
+                                        " out of " + args.checkpoint_dir + ")"
+                                  : ", and there is no other)";
+      }
     }
     // A run that will train (the checkpoint before --steps) resumes after
     // the checkpoint's step: a trace window ending there holds nothing.

@@ -1110,6 +1110,9 @@ PY
     printf '\x7f' | dd of=ck/step-000003/params.bin bs=1 seek=5000 conv=notrunc status=none
     run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint ck --resume
     expect_reject "checkpoint with a flipped byte" "step-000003/params.bin: corrupt checkpoint file: SHA-256"
+    # ... and says how to resume from the one before, removing nothing.
+    expect_reject "checkpoint with a flipped byte" "to resume from ck/step-000002, move ck/step-000003 out of ck)"
+    [ -d ck/step-000003 ] || die "the corrupt checkpoint was removed"
     cp good.bin ck/step-000003/params.bin
     head -c 1000 ck/step-000003/adam_m.bin > cut.bin && cp cut.bin ck/step-000003/adam_m.bin
     run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint ck --resume
