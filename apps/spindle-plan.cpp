@@ -182,11 +182,13 @@ sp::Status check_no_stale_programs(const std::string& dir, int devices) {
     if (!std::regex_match(name, m, program_file())) continue;
     if (const int d = std::stoi(m[1].str()); d >= devices) {
       stale.push_back(d);
-    } else if (std::error_code type_ec; !fs::is_regular_file(entry.symlink_status(type_ec))) {
-      return sp::Error{"--lower " + dir + ": " + name + " is not a regular file (" +
-                       (fs::is_directory(entry.symlink_status(type_ec)) ? "a folder" : "a link or special file") +
-                       "), where this plan's program goes; remove it or name another folder"};
+      continue;
     }
+    std::error_code type_ec;
+    if (const fs::file_status st = entry.symlink_status(type_ec); !fs::is_regular_file(st))
+      return sp::Error{"--lower " + dir + ": " + name + " is not a regular file (" +
+                       (fs::is_directory(st) ? "a folder" : "a link or special file") +
+                       "), where this plan's program goes; remove it or name another folder"};
   }
   if (stale.empty()) return {};
   std::sort(stale.begin(), stale.end());

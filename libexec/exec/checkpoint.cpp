@@ -293,7 +293,7 @@ Result<float> manifest_float(const plan::JsonReader& r) {
   return static_cast<float>(v);
 }
 Result<std::map<std::string, int64_t>> manifest_counts(const plan::JsonReader& r) {
-  if (!r.value().is_object()) return r.error(std::string("expected an object, found ") + r.value().type_name());
+  SPINDLE_TRY(r.require_map());
   std::map<std::string, int64_t> out;
   for (const auto& [name, _] : r.value().items()) {
     SPINDLE_ASSIGN(n, r.at(name).get_int_in(0, std::numeric_limits<int64_t>::max()));
@@ -314,7 +314,7 @@ struct FileEntry {
 plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_path, Checkpoint& ck,
                            FileEntry (&files)[3]) {
   const plan::JsonReader doc(j, manifest_path);
-  if (!j.is_object()) return doc.error(std::string("expected an object, found ") + j.type_name());
+  SPINDLE_TRY(doc.require_map());
   SPINDLE_ASSIGN(format, doc.at("format").get_string());
   if (format != "spindle-checkpoint") return doc.at("format").error("expected \"spindle-checkpoint\"");
   SPINDLE_ASSIGN(version, doc.at("version").get_int());
@@ -343,11 +343,10 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
     // Kept as written; what a resume reads of it (spindle-run's
     // data_changes: "source", "samples") checked here.
     const plan::JsonReader tasks = data.at("tasks");
-    if (!tasks.value().is_object()) return tasks.error("expected an object");
+    SPINDLE_TRY(tasks.require_map());
     for (const auto& [task, _] : tasks.value().items()) {
       const plan::JsonReader entry = tasks.at(task);
-      if (!entry.value().is_object())
-        return entry.error(std::string("expected an object, found ") + entry.value().type_name());
+      SPINDLE_TRY(entry.require_map());
       if (entry.has("source")) SPINDLE_TRY(entry.at("source").get_string());
       if (entry.has("samples")) SPINDLE_TRY(entry.at("samples").get_int_in(0, std::numeric_limits<int64_t>::max()));
     }
@@ -390,7 +389,7 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
   SPINDLE_ASSIGN(steps, manifest_counts(opt.at("steps")));
   for (const auto& [tname, n] : steps) ck.state.tensors[tname].adam_steps = n;
   const plan::JsonReader listed = doc.at("files");
-  if (!listed.value().is_object()) return listed.error("expected an object");
+  SPINDLE_TRY(listed.require_map());
   for (int f = 0; f < 3; ++f) {
     if (!listed.has(kFiles[f])) return listed.error(std::string("no entry for ") + kFiles[f]);
     SPINDLE_ASSIGN(sha, listed.at(kFiles[f]).at("sha256").get_string());

@@ -6,9 +6,10 @@
 // forward over the waves (activations re-sharded between slices), backward
 // over the waves reversed (gradients re-sharded back), gradient all-reduce
 // per bucket, AdamW step, then the copy of TP rank 0's replicated tensors
-// into the other TP ranks' copies (lower.h, Direction::copy). Transfers and sync groups come from the lowering;
-// the executor derives none itself. Gradients are scaled so that the all-reduced sum
-// equals single-device training on the whole batch:
+// into the other TP ranks' copies (lower.h, Direction::copy). Transfers and
+// sync groups come from the lowering; the executor derives none itself.
+// Gradients are scaled so that the all-reduced sum equals single-device
+// training on the whole batch:
 //   - lm_loss returns the mean over its local rows' counted tokens (targets
 //     -1 are ignored); a data-parallel group whose rows hold c of the C
 //     counted tokens of the whole task batch back-propagates weight * c / C

@@ -67,9 +67,14 @@ JsonReader JsonReader::at(size_t index) const {
   return JsonReader(v_.at(index), file_, k);
 }
 
+Status JsonReader::require_map() const {
+  if (!v_.is_object()) return error(std::string("expected an object, found ") + v_.type_name());
+  return Status::Ok();
+}
+
 Status JsonReader::require_object(std::initializer_list<const char*> required,
                                   std::initializer_list<const char*> optional) const {
-  if (!v_.is_object()) return error(std::string("expected an object, found ") + v_.type_name());
+  SPINDLE_TRY(require_map());
   std::set<std::string> known;
   for (const char* r : required) {
     known.insert(r);

@@ -40,6 +40,8 @@ class JsonReader {
   Status require_object(std::initializer_list<const char*> required,
                         std::initializer_list<const char*> optional) const;
   Status require_array() const;
+  // An object whose keys are free names (tasks, tensors): any keys.
+  Status require_map() const;
   bool has(const std::string& name) const { return v_.is_object() && v_.contains(name); }
 
   Result<std::string> get_string() const;

@@ -1310,8 +1310,8 @@ RowRange stepped_copy_values(const LowerContext& ctx, const Lowered& out, const 
 
 // The copies (Direction::copy), appended to out.transfers after the
 // exchanges'. Every holder of a copy at TP rank k > 0 takes all of it from
-// one holder of TP rank 0's: itself when it holds one, else the first on
-// its island, else the first. With the gathers at the next step's start,
+// one holder of TP rank 0's, the nearest (rules/links.h nearest_replica,
+// the rule re-sharding follows). With the gathers at the next step's start,
 // each member of the copy's bucket takes its own chunk instead, from the
 // members of TP rank 0's bucket whose chunks hold those values. One
 // transfer per (sender, receiver, k), its pieces (Lowered::copy_runs) in
