@@ -9,6 +9,7 @@ PACKAGES=(
   catch2 libopenmpi-dev openmpi-bin libssl-dev
   clang libclang-rt-dev   # sanitizer and libFuzzer build (docs/hardening.md)
   ccache                  # used by CMake when present: rebuilds after the first are faster
+  python3                 # the tests' JSON and trace checks (test/cli/hostile.sh, test/exec/mpi/run_checks.sh)
 )
 
 missing=()
