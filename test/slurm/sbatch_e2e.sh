@@ -14,10 +14,13 @@
 # 2. The same submission with 5 steps and SPINDLE_LAUNCHER=srun (--mpi=pmix):
 #    it resumes from step 3, trains steps 4 and 5 only, and its ranks took
 #    their local rank from Slurm (SLURM_LOCALID).
-# 3. The same with 40 steps, requeued (scontrol requeue) once a checkpoint at
-#    step 10 exists: the job restarts, resumes from step >= 10 and reaches 40;
-#    its log holds both runs (--open-mode=append). Left out when Slurm holds
-#    requeued jobs longer than 20 s (cred_expire; local-cluster.sh sets 10).
+# 3. The same with 400 steps, requeued (scontrol requeue) once it has saved a
+#    checkpoint at step 10 or later: the job restarts, resumes from step >= 10
+#    and reaches 400; its log holds both runs (--open-mode=append). Left out
+#    when Slurm holds requeued jobs longer than 20 s (cred_expire;
+#    local-cluster.sh sets 10). 400 steps keep the job running for seconds
+#    after its step 10 (a tiny-clip step takes about 7 ms): with 40, the
+#    job could end, and --keep remove step 10's checkpoint, between two looks.
 # 4. SIGKILL to rank 1 of a running job: the job FAILs within 10 s and srun
 #    names the task (--kill-on-bad-exit=1).
 # 5. Every step of jobs 1-3 has the losses of one straight run of the same
@@ -119,20 +122,30 @@ grep '^iteration' "$out" | awk '{ print $2 }' | tr '\n' ' ' | grep -qx '4/ 5/ ' 
 #    a requeued job for cred_expire seconds (local-cluster.sh: 10).
 expire=$(scontrol show config | grep -o 'cred_expire=[0-9]*' | cut -d= -f2)
 if [ "${expire:-120}" -le 20 ]; then
-  submit srun 40
-  for _ in $(seq 300); do [ -d run/checkpoints/step-000010 ] && break; sleep 0.1; done
-  [ -d run/checkpoints/step-000010 ] || { scancel "$job"; cat "job-$job.out"; die "job 3: no checkpoint at step 10 after 30 s"; }
+  steps=400
+  submit srun "$steps"
+  # newest: the step of the newest checkpoint in run/ (0 when none).
+  newest() {
+    local d n=0
+    for d in run/checkpoints/step-[0-9]*; do
+      [[ "$d" =~ step-([0-9]+)$ ]] && [ $((10#${BASH_REMATCH[1]})) -gt "$n" ] && n=$((10#${BASH_REMATCH[1]}))
+    done
+    echo "$n"
+  }
+  for _ in $(seq 300); do [ "$(newest)" -ge 10 ] && break; sleep 0.1; done
+  at=$(newest)
+  [ "$at" -ge 10 ] || { scancel "$job"; cat "job-$job.out"; die "job 3: no checkpoint at step 10 or later after 30 s"; }
+  [ "$at" -lt "$steps" ] || { cat "job-$job.out"; die "job 3 reached step $steps before it could be requeued"; }
   scontrol requeue "$job" || die "scontrol requeue $job failed"
-  finish "srun, 40 steps, requeued at step >= 10" 40
+  finish "srun, $steps steps, requeued after its checkpoint at step $at" 60
   out=job-$job.out
   [ "$(grep -c "^spindle-launch: job $job:" "$out")" -eq 2 ] ||
     die "job 3: expected the log of both runs in $out (--open-mode=append)"
   from=$(grep -o 'resumed from [^ ]*step-[0-9]*' "$out" | tail -n 1 | grep -o '[0-9]*$')
-  [ -n "$from" ] && [ $((10#$from)) -ge 10 ] && [ $((10#$from)) -lt 40 ] ||
-    die "job 3: the requeued run did not resume from a checkpoint at step 10..39 (got '${from:-none}')"
-  grep -q '^iteration *40/' "$out" || die "job 3: did not reach step 40"
-  [ -d run/checkpoints/step-000040 ] || die "job 3: no checkpoint at step 40"
-  steps=40
+  [ -n "$from" ] && [ $((10#$from)) -ge "$at" ] && [ $((10#$from)) -lt "$steps" ] ||
+    die "job 3: the requeued run did not resume from a checkpoint at step $at..$((steps - 1)) (got '${from:-none}')"
+  grep -q "^iteration *$steps/" "$out" || die "job 3: did not reach step $steps"
+  [ -d "run/checkpoints/step-$(printf %06d "$steps")" ] || die "job 3: no checkpoint at step $steps"
 else
   echo "requeue part skipped: Slurm's cred_expire is ${expire:-120} s (a requeued job waits that long)"
   steps=5
@@ -169,6 +182,6 @@ env -u SLURM_CONF timeout 60 mpirun -np 2 --oversubscribe "$BIN/spindle-run" run
 # checkpoint) has the reference's losses.
 "$COMPARE" --losses ref.jsonl run/metrics.jsonl || die "the Slurm jobs' losses differ from a straight run"
 [ "$(grep -c '"step":'"$steps"',' run/metrics.jsonl)" -ge 1 ] || die "no metrics for step $steps"
-echo "PASS: sbatch plans, trains (mpirun), resumes (srun --mpi=pmix)$([ "$steps" = 40 ] && echo ', survives a requeue')," \
+echo "PASS: sbatch plans, trains (mpirun), resumes (srun --mpi=pmix)$([ "$steps" -gt 5 ] && echo ', survives a requeue')," \
      "ends on a killed rank," \
      "has the losses of a straight $steps-step run; jobs ${jobs_s} s, total $((SECONDS - start)) s"
