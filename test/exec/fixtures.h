@@ -2,7 +2,7 @@
 // a scratch folder, a shipped model, one device running a plan.
 #pragma once
 
-#include <unistd.h>
+#include <stdlib.h>   // mkdtemp
 
 #include <filesystem>
 #include <memory>
@@ -17,16 +17,21 @@
 
 namespace spindle::exec::test {
 
-// A fresh empty folder under the system temp folder, named after `tag` and
-// this process, removed at scope end.
+// A fresh empty folder under the system temp folder, named after `tag`
+// and made unique by mkdtemp (spindle-TAG-XXXXXX): a folder another user's
+// or checkout's run left there, or is using, is never this one. Removed at
+// scope end.
 struct TempDir {
   std::filesystem::path path;
   explicit TempDir(const std::string& tag) {
-    path = std::filesystem::temp_directory_path() / ("spindle-" + tag + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
+    std::string t = (std::filesystem::temp_directory_path() / ("spindle-" + tag + "-XXXXXX")).string();
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    path = t;
   }
-  ~TempDir() { std::filesystem::remove_all(path); }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::string str() const { return path.string(); }

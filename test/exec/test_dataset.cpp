@@ -20,8 +20,11 @@
 #include "libexec/exec/eval.h"
 #include "libplan/model/model.h"
 
+#include "fixtures.h"
+
 using namespace spindle;
 using namespace spindle::exec;
+using spindle::exec::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -50,9 +53,13 @@ std::string dict(const std::string& descr, const std::string& shape, const char*
   return "{'descr': '" + descr + "', 'fortran_order': " + order + ", 'shape': " + shape + ", }";
 }
 
-// A fresh folder under the system temp folder.
+// A fresh folder NAME in this process's scratch folder: one folder under
+// the system temp folder made unique by mkdtemp (spindle-test-data-XXXXXX;
+// before 2026-12-06 fixed names there, which another user's run left
+// behind and this one could not remove), removed at exit.
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("spindle-test-data-" + name);
+  static const TempDir scratch("test-data");
+  const fs::path d = scratch.path / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -279,9 +286,7 @@ TEST_CASE("evaluation on the training data: the tasks whose --eval-data folder i
   CHECK(tasks_evaluated_on_training_data(*train, *open(root + "train.yaml", true)) == all);
   // The training folder under another spelling and through a link, for
   // one task; another task synthetic in both.
-  const fs::path d = fs::temp_directory_path() / "spindle-eval-on-train";
-  fs::remove_all(d);
-  fs::create_directories(d);
+  const fs::path d = temp_dir("eval-on-train");
   fs::create_directory_symlink(root + "train", d / "linked");
   const std::string names[] = {model->tasks[0].name, model->tasks[1].name, model->tasks[2].name};
   std::ofstream(d / "eval.yaml") << "tasks:\n  " << names[0] << ": {path: linked}\n  " << names[1] << ": {path: "
