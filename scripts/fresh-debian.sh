@@ -28,6 +28,13 @@ unmount() {   # the three mounts below, each with what it holds
     if mountpoint -q "$dir/$m" 2> /dev/null; then umount -R "$dir/$m" || umount -R -l "$dir/$m" || true; fi
   done
 }
+# An existing DIR is removed only when this script made it (its marker
+# file) or it is an empty folder: a mistyped DIR such as /home stays.
+marker="$dir/.spindle-fresh-debian"
+if [ -e "$dir" ] && [ ! -e "$marker" ] && ! rmdir "$dir" 2> /dev/null; then
+  echo "fresh-debian: $dir exists and is no tree of this script (no $marker): not removed; pick another DIR" >&2
+  exit 2
+fi
 trap unmount EXIT
 if [ -e "$dir" ]; then
   unmount
@@ -37,6 +44,7 @@ fi
 echo "fresh-debian: debootstrap --variant=minbase bookworm $dir"
 debootstrap --variant=minbase bookworm "$dir" http://deb.debian.org/debian > "$dir.debootstrap.log" 2>&1 ||
   { tail -20 "$dir.debootstrap.log" >&2; exit 1; }
+touch "$marker"
 cat > "$dir/etc/apt/sources.list" << 'EOF'
 deb http://deb.debian.org/debian bookworm main
 deb http://deb.debian.org/debian bookworm-updates main
