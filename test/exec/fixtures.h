@@ -2,8 +2,6 @@
 // a scratch folder, a shipped model, one device running a plan.
 #pragma once
 
-#include <stdlib.h>   // mkdtemp
-
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -14,28 +12,11 @@
 #include "libexec/comm/fake_comm.h"
 #include "libexec/exec/executor.h"
 #include "libplan/model/model.h"
+#include "test/scratch.h"
 
 namespace spindle::exec::test {
 
-// A fresh empty folder under the system temp folder, named after `tag`
-// and made unique by mkdtemp (spindle-TAG-XXXXXX): a folder another user's
-// or checkout's run left there, or is using, is never this one. Removed at
-// scope end.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& tag) {
-    std::string t = (std::filesystem::temp_directory_path() / ("spindle-" + tag + "-XXXXXX")).string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path.string(); }
-};
+using spindle::testutil::TempDir;   // test/scratch.h
 
 // configs/models/NAME.yaml, which must parse.
 inline plan::Model shipped_model(const std::string& name) {

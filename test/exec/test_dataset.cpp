@@ -19,12 +19,11 @@
 #include "libexec/exec/checkpoint.h"
 #include "libexec/exec/eval.h"
 #include "libplan/model/model.h"
-
-#include "fixtures.h"
+#include "test/scratch.h"
 
 using namespace spindle;
 using namespace spindle::exec;
-using spindle::exec::test::TempDir;
+using spindle::testutil::TempDir;
 namespace fs = std::filesystem;
 
 namespace {

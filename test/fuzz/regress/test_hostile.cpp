@@ -27,11 +27,13 @@
 #include "libplan/util/limits.h"
 #include "test/fuzz/regress/regress_helpers.h"
 #include "test/plan/shipped_fixture.h"
+#include "test/scratch.h"
 
 namespace sp = spindle::plan;
 using spindle::plan::testing::error_of;
 using spindle::plan::testing::Fixture;
 using spindle::plan::testing::slurp;
+using spindle::testutil::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -84,21 +86,6 @@ TinyPlan tiny_plan() {
   const Fixture f;   // tiny-clip on cpu-1x4, analytic profile
   return {f.model, f.cluster, f.graph, f.plan()};
 }
-
-// A scratch folder, removed at the end of the test.
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    std::string t = (fs::temp_directory_path() / "spindle-hostile-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    dir = t;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string path(const std::string& name) const { return (dir / name).string(); }
-};
 
 }  // namespace
 
@@ -382,23 +369,23 @@ TEST_CASE("a plan is checked against the cluster it is given", "[hostile]") {
 // ---- 5. Outputs: never destroy a file or device ----
 
 TEST_CASE("write_file_atomic refuses devices, folders and links and keeps them intact", "[hostile]") {
-  Scratch s;
+  const TempDir s("hostile");
   CHECK(status_error(sp::write_file_atomic("/dev/null", "x")).find("/dev/null: is a device node") == 0);
   struct stat st {};
   REQUIRE(::stat("/dev/null", &st) == 0);
   CHECK(S_ISCHR(st.st_mode));
-  CHECK(status_error(sp::write_file_atomic(s.dir.string(), "x")).find("is a directory") != std::string::npos);
-  const std::string target = s.path("target.txt"), link = s.path("link.txt");
+  CHECK(status_error(sp::write_file_atomic(s.str(), "x")).find("is a directory") != std::string::npos);
+  const std::string target = s.file("target.txt"), link = s.file("link.txt");
   REQUIRE(sp::write_file_atomic(target, "precious").ok());
   fs::create_symlink(target, link);
   CHECK(status_error(sp::write_file_atomic(link, "x")).find("is a symbolic link") != std::string::npos);
   CHECK(fs::is_symlink(link));
   CHECK(slurp(target) == "precious");
-  REQUIRE(::mkfifo(s.path("fifo").c_str(), 0600) == 0);
-  CHECK(status_error(sp::write_file_atomic(s.path("fifo"), "x")).find("is a FIFO") != std::string::npos);
+  REQUIRE(::mkfifo(s.file("fifo").c_str(), 0600) == 0);
+  CHECK(status_error(sp::write_file_atomic(s.file("fifo"), "x")).find("is a FIFO") != std::string::npos);
   // Nothing left behind by the refusals.
   int entries = 0;
-  for (const auto& e : fs::directory_iterator(s.dir)) entries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  for (const auto& e : fs::directory_iterator(s.path)) entries += e.path().filename().string().find(".tmp.") != std::string::npos;
   CHECK(entries == 0);
 }
 
@@ -410,72 +397,72 @@ TEST_CASE("write errors, at close and fsync too, are reported", "[hostile]") {
 }
 
 TEST_CASE("OutputSet writes every output or none", "[hostile]") {
-  Scratch s;
+  const TempDir s("hostile");
   const auto temporaries = [&] {
     int n = 0;
-    for (const auto& e : fs::recursive_directory_iterator(s.dir))
+    for (const auto& e : fs::recursive_directory_iterator(s.path))
       n += e.path().filename().string().find(".tmp.") != std::string::npos;
     return n;
   };
-  REQUIRE(sp::write_file_atomic(s.path("plan.json"), "old plan").ok());
-  fs::create_directory(s.path("taken"));
+  REQUIRE(sp::write_file_atomic(s.file("plan.json"), "old plan").ok());
+  fs::create_directory(s.file("taken"));
   {  // A stage fails after others were staged and a folder made: nothing stays.
     sp::OutputSet out;
-    REQUIRE(out.stage(s.path("plan.json"), "new plan").ok());
-    REQUIRE(out.stage(s.path("trace.json"), "trace").ok());
-    REQUIRE(out.make_folder("--lower", s.path("made/deeper")).ok());
-    REQUIRE(fs::is_directory(s.path("made/deeper")));
-    REQUIRE(out.stage(s.path("made/deeper/device-0.json"), "program 0").ok());
-    CHECK(out.make_folder("--lower", s.path("taken")).ok());   // exists: not made, so not removed
-    CHECK(status_error(out.stage(s.path("taken"), "x")) == s.path("taken") + ": is a directory");
-    CHECK(slurp(s.path("plan.json")) == "old plan");   // nothing in place before commit
-    CHECK(!fs::exists(s.path("trace.json")));
+    REQUIRE(out.stage(s.file("plan.json"), "new plan").ok());
+    REQUIRE(out.stage(s.file("trace.json"), "trace").ok());
+    REQUIRE(out.make_folder("--lower", s.file("made/deeper")).ok());
+    REQUIRE(fs::is_directory(s.file("made/deeper")));
+    REQUIRE(out.stage(s.file("made/deeper/device-0.json"), "program 0").ok());
+    CHECK(out.make_folder("--lower", s.file("taken")).ok());   // exists: not made, so not removed
+    CHECK(status_error(out.stage(s.file("taken"), "x")) == s.file("taken") + ": is a directory");
+    CHECK(slurp(s.file("plan.json")) == "old plan");   // nothing in place before commit
+    CHECK(!fs::exists(s.file("trace.json")));
   }
-  CHECK(slurp(s.path("plan.json")) == "old plan");
-  CHECK(!fs::exists(s.path("trace.json")));
-  CHECK(!fs::exists(s.path("made")));   // both folders it made, removed
-  CHECK(fs::is_directory(s.path("taken")));
+  CHECK(slurp(s.file("plan.json")) == "old plan");
+  CHECK(!fs::exists(s.file("trace.json")));
+  CHECK(!fs::exists(s.file("made")));   // both folders it made, removed
+  CHECK(fs::is_directory(s.file("taken")));
   CHECK(temporaries() == 0);
   {  // A folder it cannot make: the error names the flag and the folder.
     sp::OutputSet out;
-    REQUIRE(sp::write_file_atomic(s.path("file"), "x").ok());
-    CHECK(status_error(out.make_folder("--lower", s.path("file/sub"))).find("--lower " + s.path("file/sub") +
+    REQUIRE(sp::write_file_atomic(s.file("file"), "x").ok());
+    CHECK(status_error(out.make_folder("--lower", s.file("file/sub"))).find("--lower " + s.file("file/sub") +
                                                                           ": cannot create the folder") == 0);
   }
   {  // Committed: every output in place, the old plan replaced.
     sp::OutputSet out;
-    REQUIRE(out.stage(s.path("plan.json"), "new plan").ok());
-    REQUIRE(out.make_folder("--lower", s.path("made/deeper")).ok());
-    REQUIRE(out.stage(s.path("made/deeper/device-0.json"), "program 0").ok());
+    REQUIRE(out.stage(s.file("plan.json"), "new plan").ok());
+    REQUIRE(out.make_folder("--lower", s.file("made/deeper")).ok());
+    REQUIRE(out.stage(s.file("made/deeper/device-0.json"), "program 0").ok());
     REQUIRE(out.commit().ok());
   }
-  CHECK(slurp(s.path("plan.json")) == "new plan");
-  CHECK(slurp(s.path("made/deeper/device-0.json")) == "program 0");
+  CHECK(slurp(s.file("plan.json")) == "new plan");
+  CHECK(slurp(s.file("made/deeper/device-0.json")) == "program 0");
   CHECK(temporaries() == 0);
 }
 
 TEST_CASE("an output that is an input, or another output, is refused", "[hostile]") {
-  Scratch s;
-  const std::string model = s.path("model.yaml");
+  const TempDir s("hostile");
+  const std::string model = s.file("model.yaml");
   REQUIRE(sp::write_file_atomic(model, "name: m\n").ok());
   CHECK(status_error(sp::check_output_paths({{"-o", model}}, {model})).find("-o " + model + ": is the input " + model) == 0);
   // The same file under another spelling.
-  const std::string other = s.dir.string() + "/./model.yaml";
+  const std::string other = s.str() + "/./model.yaml";
   CHECK(status_error(sp::check_output_paths({{"--metrics", other}}, {model})).find("is the input") != std::string::npos);
   // A hard link is the same file.
-  fs::create_hard_link(model, s.path("hard.yaml"));
-  CHECK(status_error(sp::check_output_paths({{"--trace", s.path("hard.yaml")}}, {model})).find("is the input") !=
+  fs::create_hard_link(model, s.file("hard.yaml"));
+  CHECK(status_error(sp::check_output_paths({{"--trace", s.file("hard.yaml")}}, {model})).find("is the input") !=
         std::string::npos);
-  CHECK(status_error(sp::check_output_paths({{"-o", s.path("a.json")}, {"--trace", s.dir.string() + "/a.json"}}, {}))
+  CHECK(status_error(sp::check_output_paths({{"-o", s.file("a.json")}, {"--trace", s.str() + "/a.json"}}, {}))
             .find("the same file as another output") != std::string::npos);
-  CHECK(status_error(sp::check_output_paths({{"-o", s.path("missing/a.json")}}, {})).find("folder") != std::string::npos);
-  CHECK(sp::check_output_paths({{"-o", s.path("new.json")}, {"--trace", ""}}, {model}).ok());
+  CHECK(status_error(sp::check_output_paths({{"-o", s.file("missing/a.json")}}, {})).find("folder") != std::string::npos);
+  CHECK(sp::check_output_paths({{"-o", s.file("new.json")}, {"--trace", ""}}, {model}).ok());
   CHECK(slurp(model) == "name: m\n");
 }
 
 TEST_CASE("no output or input may be a folder output or a name its own entries take", "[hostile]") {
-  Scratch s;
-  const std::string L = s.path("L");
+  const TempDir s("hostile");
+  const std::string L = s.file("L");
   const auto programs = [&](const std::string& path) {
     return sp::OutputDir{"--lower", path, [](const std::string& n) { return n.rfind("device-", 0) == 0; },
                          "a device's program"};
@@ -488,7 +475,7 @@ TEST_CASE("no output or input may be a folder output or a name its own entries t
   CHECK(outputs_error(L, L) == "-o " + L + ": is the folder of --lower " + L + "; name another file");
   CHECK(outputs_error(L + "/", L) == "-o " + L + ": is the folder of --lower " + L + "/; name another file");
   fs::create_directory(L);
-  CHECK(outputs_error(L + "/", s.dir.string() + "/./L").find("is the folder of --lower") != std::string::npos);
+  CHECK(outputs_error(L + "/", s.str() + "/./L").find("is the folder of --lower") != std::string::npos);
   // A name the folder's entries take, directly in it or inside such an entry.
   CHECK(outputs_error(L, L + "/device-0.json") ==
         "-o " + L + "/device-0.json: is in the folder of --lower " + L +
@@ -496,11 +483,11 @@ TEST_CASE("no output or input may be a folder output or a name its own entries t
   CHECK(outputs_error(L, L + "/../L/device-7.json").find("where device-7.json is") != std::string::npos);
   CHECK(outputs_error(L, L + "/device-2.json/x").find("where device-2.json is") != std::string::npos);
   // Through a link to the folder.
-  fs::create_directory_symlink(L, s.path("link"));
-  CHECK(outputs_error(s.path("link"), L + "/device-1.json").find("where device-1.json is") != std::string::npos);
+  fs::create_directory_symlink(L, s.file("link"));
+  CHECK(outputs_error(s.file("link"), L + "/device-1.json").find("where device-1.json is") != std::string::npos);
   // Other names in it, beside it, above it: fine; no folder: nothing checked.
   CHECK(sp::check_apart_from_dir(programs(L), {{"-o", L + "/plan.json"}, {"--trace", L + "/sub/device-0.json"}},
-                                 {s.path("device-0.json"), s.path("model.yaml")})
+                                 {s.file("device-0.json"), s.file("model.yaml")})
             .ok());
   CHECK(sp::check_apart_from_dir(programs(L + "/sub"), {{"-o", L + "/device-0.json"}, {"--trace", L}}, {}).ok());
   CHECK(sp::check_apart_from_dir(programs(""), {{"-o", L + "/device-0.json"}}, {L + "/device-1.json"}).ok());
@@ -512,14 +499,14 @@ TEST_CASE("no output or input may be a folder output or a name its own entries t
 }
 
 TEST_CASE("a checkpoint folder that is a file, or under a file, is refused", "[hostile]") {
-  Scratch s;
-  REQUIRE(sp::write_file_atomic(s.path("file"), "x").ok());
-  CHECK(status_error(sp::check_output_dir("--checkpoint", s.path("file"))).find("exists and is not a folder") !=
+  const TempDir s("hostile");
+  REQUIRE(sp::write_file_atomic(s.file("file"), "x").ok());
+  CHECK(status_error(sp::check_output_dir("--checkpoint", s.file("file"))).find("exists and is not a folder") !=
         std::string::npos);
-  CHECK(status_error(sp::check_output_dir("--checkpoint", s.path("file/sub"))).find("not a folder") !=
+  CHECK(status_error(sp::check_output_dir("--checkpoint", s.file("file/sub"))).find("not a folder") !=
         std::string::npos);
-  CHECK(sp::check_output_dir("--checkpoint", s.path("new/deeper")).ok());
-  CHECK(sp::check_output_dir("--checkpoint", s.dir.string()).ok());
+  CHECK(sp::check_output_dir("--checkpoint", s.file("new/deeper")).ok());
+  CHECK(sp::check_output_dir("--checkpoint", s.str()).ok());
 }
 
 // ---- 6. Planning work: bounded before scheduling ----
