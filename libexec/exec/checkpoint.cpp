@@ -353,16 +353,11 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
     m.data_tasks = tasks.value();
   }
   const plan::JsonReader opt = doc.at("optimizer");
-  SPINDLE_ASSIGN(lr, manifest_float(opt.at("lr")));
-  SPINDLE_ASSIGN(beta1, manifest_float(opt.at("beta1")));
-  SPINDLE_ASSIGN(beta2, manifest_float(opt.at("beta2")));
-  SPINDLE_ASSIGN(eps, manifest_float(opt.at("eps")));
-  SPINDLE_ASSIGN(weight_decay, manifest_float(opt.at("weight_decay")));
-  m.lr = lr;
-  m.beta1 = beta1;
-  m.beta2 = beta2;
-  m.eps = eps;
-  m.weight_decay = weight_decay;
+  for (const auto& [key, field] : {std::pair{"lr", &m.lr}, std::pair{"beta1", &m.beta1}, std::pair{"beta2", &m.beta2},
+                                   std::pair{"eps", &m.eps}, std::pair{"weight_decay", &m.weight_decay}}) {
+    SPINDLE_ASSIGN(value, manifest_float(opt.at(key)));
+    *field = value;
+  }
   m.lr_schedule.max_lr = m.lr;
   if (opt.has("lr_schedule")) {
     const plan::JsonReader ls = opt.at("lr_schedule");
