@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts: build folder, parallelism and the Open MPI settings
 # that let mpirun work as root and in containers (docs/building.md).
 SPINDLE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/gpu-check.sh and scripts/gpu-prebuild.sh: what both
 # must agree on.
 
@@ -10,6 +11,7 @@ spindle_nvcc_on_path() {
 }
 
 # The targets the GPU check builds and runs.
+# shellcheck disable=SC2034 # read by the scripts that source this file
 SPINDLE_GPU_TARGETS=(spindle-plan spindle-run spindle-profile test_gpu gpu_tool gpu compare_runs loop)
 
 # One line naming the working tree's content: a hash over the path and

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/gpu-check.sh (and usable by hand): makes the Debian 12
 # packages that scripts/gpu-deps.sh put in .gpu-deps/ usable on a machine
 # that lacks them and has no network (the GPU machine, docs/gpu.md).
@@ -115,6 +116,7 @@ spindle_deps_use() {
   # Shared memory and TCP only (what Debian's openmpi-mca-params.conf
   # leaves too), whatever the image sets for its own MPI: no InfiniBand there.
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
+  # shellcheck disable=SC2034 # read by the scripts that source this file
   SPINDLE_DEPS_CMAKE_ARGS=(-DMPI_CXX_COMPILER="$R/usr/bin/mpicxx" -DMPIEXEC_EXECUTABLE="$R/usr/bin/mpiexec")
 }
 
@@ -144,7 +146,9 @@ spindle_nccl_args() {
     echo "nccl: none found (no nccl.h in $inc, no python3 package nvidia.nccl): the build goes without NCCL"
     return 0
   fi
+  # shellcheck disable=SC2034 # read by the scripts that source this file
   SPINDLE_NCCL_CMAKE_ARGS=(-DSPINDLE_NCCL_INCLUDE_DIR="$d/include" -DSPINDLE_NCCL_LIBRARY="$lib")
-  export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
   echo "nccl: pip package $d (${lib##*/})"
 }

@@ -65,7 +65,7 @@ for p in "${RUNTIME[@]}" "${FALLBACK[@]}" libyaml-cpp-dev libspdlog-dev libfmt-d
 done
 # libhwloc-plugins is optional at run time (see above); mpirun needs ssh only
 # to start ranks on other nodes.
-missing=($(printf '%s\n' "${missing[@]}" | grep -v -E -- '->(libhwloc-plugins|openssh-client)$' || true))
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | grep -v -E -e '^$' -e '->(libhwloc-plugins|openssh-client)$' || true)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "gpu-deps: warning: dependencies not bundled: ${missing[*]}" >&2
 fi

@@ -33,6 +33,7 @@ spindle_nvcc_on_path ||
 stamp="$(spindle_tree_stamp "$SPINDLE_ROOT")"
 
 rm -rf "$BUILD"
+# shellcheck disable=SC2046 # empty or one word
 cmake -S "$SPINDLE_ROOT" -B "$BUILD" $(spindle_generator "$BUILD") -DCMAKE_BUILD_TYPE=Release \
   -DSPINDLE_WITH_CUDA=ON -DCMAKE_EXE_LINKER_FLAGS=-s \
   -DMPIEXEC_EXECUTABLE="$DEPS_PREFIX/root/usr/bin/mpiexec"

@@ -10,6 +10,7 @@ PACKAGES=(
   clang libclang-rt-dev   # sanitizer and libFuzzer build (docs/hardening.md)
   ccache                  # used by CMake when present: rebuilds after the first are faster
   python3                 # the tests' JSON and trace checks (test/cli/hostile.sh, test/exec/mpi/run_checks.sh)
+  shellcheck              # lint:shellcheck, every shell script of the repository (test/lint/shellcheck.sh)
 )
 
 missing=()
