@@ -503,6 +503,67 @@ void print_profile_compute(const sp::Profile& profile) {
               *profile.compute_scale);
 }
 
+// The outputs (-o, --trace, --plot, --lower), before anything is read or
+// written (util/files.h policy): each writable, none an input, and no file
+// of them one of --lower's programs. With --check only --lower is written.
+sp::Status check_outputs(const Options& o) {
+  const bool planning = o.check_path.empty();
+  if (planning) {
+    SPINDLE_TRY(sp::check_output_paths({{"-o", o.out_path}, {"--trace", o.trace_path}, {"--plot", o.plot_path}},
+                                       {o.model_path, o.cluster_path, o.profile_path}));
+  }
+  if (o.lower_dir.empty()) return {};
+  SPINDLE_TRY(sp::check_output_dir("--lower", o.lower_dir));
+  const sp::OutputDir programs{"--lower", o.lower_dir,
+                               [](const std::string& name) { return std::regex_match(name, program_file()); },
+                               "a device's program"};
+  return sp::check_apart_from_dir(programs,
+                                  {{"-o", planning ? o.out_path : ""}, {"--trace", planning ? o.trace_path : ""},
+                                   {"--plot", planning ? o.plot_path : ""}},
+                                  {o.model_path, o.cluster_path, o.profile_path, o.check_path});
+}
+
+// The planner's request from the options (their values checked by CLI11
+// and main): every strategy simulated as its plan says it synchronises,
+// with the bucket cap the planner chooses unless --bucket-mb fixed one.
+sp::PlanRequest plan_request(const Options& o, const sp::Model& model, const sp::OpGraph& graph,
+                             const sp::Cluster& cluster, const sp::CostModel& cost, const std::string& profile_sha256,
+                             sp::Strategy strategy, sp::Placement placement) {
+  sp::PlanRequest request{&model, &graph, &cluster, &cost, profile_sha256, strategy};
+  request.placement = placement;
+  request.sync.overlap = !o.no_overlap;
+  request.sync.early_transfers = !o.no_early;
+  request.sync.bucket_bytes = sp::bucket_bytes_of_mb(o.bucket_mb);
+  request.sync.grad_norm = o.grad_norm;
+  request.shift_simulations = o.shift_simulations;
+  request.choose_optimizer_state = o.optimizer_state == "auto";
+  if (!request.choose_optimizer_state)
+    request.optimizer_state = *sp::optimizer_state_named(o.optimizer_state);   // CLI::IsMember checked it
+  request.choose_bucket_bytes = !o.bucket_given;
+  return request;
+}
+
+// Every output of a plan staged, then committed all or none (util/files.h
+// OutputSet): trace, plot (`plotted`: the compared plans, else this one),
+// plan, programs. Returns the exit code; 0 when all were written.
+int write_outputs(const Options& o, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph,
+                  const sp::Simulation& sim, std::vector<sp::Utilisation>& plotted) {
+  sp::OutputSet out;
+  if (!o.trace_path.empty()) {
+    sp::Status st = out.stage(o.trace_path, sp::trace_to_json(sp::simulated_trace(sim), plan.devices));
+    if (!st) return fail(kExitFailure, st.error().message);
+  }
+  if (!o.plot_path.empty()) {
+    if (!o.compare) plotted.push_back(sp::utilisation(sim, plan));
+    if (sp::Status st = out.stage(o.plot_path, sp::utilisation_svg(plotted)); !st)
+      return fail(kExitFailure, st.error().message);
+  }
+  if (sp::Status st = out.stage(o.out_path, sp::plan_to_json(plan)); !st) return fail(kExitFailure, st.error().message);
+  if (!o.lower_dir.empty())
+    if (int rc = stage_programs(out, o.lower_dir, plan, model, graph, sp::planned_sync(plan)); rc != 0) return rc;
+  return commit_outputs(out, o.lower_dir, plan.devices);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -525,33 +586,10 @@ int main(int argc, char** argv) {
                                   ": expected a number of threads from 1 to 1024 (unset: one per hardware thread)");
 
   if (sp::Status st = sp::check_bucket_mb(o.bucket_mb); !st) return fail(kExitInvalid, st.error().message);
-  sp::GradSync sync;
-  sync.overlap = !o.no_overlap;
-  sync.early_transfers = !o.no_early;
-  sync.bucket_bytes = sp::bucket_bytes_of_mb(o.bucket_mb);
-  sync.grad_norm = o.grad_norm;
   o.cluster_given = !o.cluster_path.empty();
   if (o.cluster_path.empty()) o.cluster_path = default_cluster_path(argv[0]);
   // Outputs are checked before anything is read or written (files.h policy).
-  if (o.check_path.empty()) {
-    sp::Status st = sp::check_output_paths({{"-o", o.out_path}, {"--trace", o.trace_path}, {"--plot", o.plot_path}},
-                                           {o.model_path, o.cluster_path, o.profile_path});
-    if (!st) return fail(kExitInvalid, st.error().message);
-  }
-  if (!o.lower_dir.empty()) {
-    if (sp::Status st = sp::check_output_dir("--lower", o.lower_dir); !st) return fail(kExitInvalid, st.error().message);
-    // Nor may the plan, its trace or plot, or an input be one of the programs.
-    const sp::OutputDir programs{"--lower", o.lower_dir,
-                                 [](const std::string& name) { return std::regex_match(name, program_file()); },
-                                 "a device's program"};
-    const bool planning = o.check_path.empty();
-    sp::Status st = sp::check_apart_from_dir(
-        programs,
-        {{"-o", planning ? o.out_path : ""}, {"--trace", planning ? o.trace_path : ""},
-         {"--plot", planning ? o.plot_path : ""}},
-        {o.model_path, o.cluster_path, o.profile_path, o.check_path});
-    if (!st) return fail(kExitInvalid, st.error().message);
-  }
+  if (sp::Status st = check_outputs(o); !st) return fail(kExitInvalid, st.error().message);
 
   auto model = sp::load_model(o.model_path);
   if (!model) return fail(kExitInvalid, model.error().message);
@@ -572,17 +610,9 @@ int main(int argc, char** argv) {
   if (!strategy) return fail(kExitInvalid, strategy.error().message);
   auto placement = sp::parse_placement(o.placement_name);
   if (!placement) return fail(kExitInvalid, placement.error().message);
-  sp::PlanRequest request{&*model, &graph, &*cluster, cost->get(), profile->sha256, *strategy};
-  request.placement = *placement;
-  request.sync = sync;
-  request.shift_simulations = o.shift_simulations;
-  request.choose_optimizer_state = o.optimizer_state == "auto";
-  if (!request.choose_optimizer_state)
-    request.optimizer_state = *sp::optimizer_state_named(o.optimizer_state);   // CLI::IsMember checked it
-  // Each plan simulated as it says it synchronises (sync empty: planned_sync),
-  // with the bucket cap the planner chose unless --bucket-mb fixed it.
-  request.choose_bucket_bytes = !o.bucket_given;
-  sp::SimOptions sim_options;
+  const sp::PlanRequest request =
+      plan_request(o, *model, graph, *cluster, *cost->get(), profile->sha256, *strategy, *placement);
+  const sp::SimOptions sim_options;   // each plan simulated as it says it synchronises (planned_sync)
 
   std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
   if (o.compare)
@@ -601,21 +631,7 @@ int main(int argc, char** argv) {
   if (!sim || !gap)
     return fail(kExitFailure, "internal error: cannot simulate the plan: " + (sim ? gap.error() : sim.error()).message);
 
-  // Outputs, all or none (util/files.h OutputSet): trace, plot, plan, programs.
-  sp::OutputSet out;
-  if (!o.trace_path.empty()) {
-    sp::Status st = out.stage(o.trace_path, sp::trace_to_json(sp::simulated_trace(*sim), plan->devices));
-    if (!st) return fail(kExitFailure, st.error().message);
-  }
-  if (!o.plot_path.empty()) {
-    if (!o.compare) plotted.push_back(sp::utilisation(*sim, *plan));
-    if (sp::Status st = out.stage(o.plot_path, sp::utilisation_svg(plotted)); !st)
-      return fail(kExitFailure, st.error().message);
-  }
-  if (sp::Status st = out.stage(o.out_path, sp::plan_to_json(*plan)); !st) return fail(kExitFailure, st.error().message);
-  if (!o.lower_dir.empty())
-    if (int rc = stage_programs(out, o.lower_dir, *plan, *model, graph, sp::planned_sync(*plan)); rc != 0) return rc;
-  if (int rc = commit_outputs(out, o.lower_dir, plan->devices); rc != 0) return rc;
+  if (int rc = write_outputs(o, *plan, *model, graph, *sim, plotted); rc != 0) return rc;
 
   if (o.compare) std::printf("\n");
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
