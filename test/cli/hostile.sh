@@ -338,7 +338,8 @@ run-paths)
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --metrics ck
   [ -e ck ] && { echo "FAIL: ck made by a refused run"; failures=$((failures + 1)); }
   expect 2 "--metrics adir: is a directory" -- \
-    bash -c "mkdir -p adir; $mpiexec --oversubscribe -np 1 $run one.json --model $models/tiny-clip.yaml --steps 2 --metrics adir"
+    bash -c 'mkdir -p adir && exec "$@"' bash \
+      "$mpiexec" --oversubscribe -np 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --metrics adir
   # An empty path: "--data $DATA" with DATA unset must not train on
   # synthetic data and exit 0.
   for opt in --data --eval-data --metrics --trace --checkpoint --dump-params --dump-grads; do

@@ -1335,11 +1335,14 @@ PY
     rc=$?
     echo "$out"
     [ "$rc" -eq 0 ] || die "second dry run: exit $rc"
-    # --clip-grad above 0: planned with the norm its programs run.
-    expect_line "+ /b/spindle-plan m.yaml --cluster $PWD/run2/cluster.yaml -o $PWD/run2/plan.json --grad-norm"
+    # --clip-grad above 0: planned with the norm its programs run. The
+    # launcher shows its commands with each word quoted for the shell
+    # (printf %q): so is this folder's path, where it has spaces.
+    here=$(printf %q "$PWD")
+    expect_line "+ /b/spindle-plan m.yaml --cluster $here/run2/cluster.yaml -o $here/run2/plan.json --grad-norm"
     expect_line "first node gpu01, 2 nodes x 4 GPUs = 8 ranks"
-    expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $PWD/run2/plan.json --model m.yaml"
-    expect_line "--checkpoint $PWD/run2/checkpoints --every 100 --resume"
+    expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $here/run2/plan.json --model m.yaml"
+    expect_line "--checkpoint $here/run2/checkpoints --every 100 --resume"
     # Missing inputs: a clear error, exit 2.
     env -i PATH="$PATH" SPINDLE_DRY_RUN=1 bash "$SRC/scripts/slurm/spindle-launch.sh" > bad.log 2>&1
     rc=$?
