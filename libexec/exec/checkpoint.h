@@ -34,8 +34,9 @@
 // and "optimizer": {"weight_decay_1d"} (false: --no-weight-decay-1d):
 // without it, true.
 //
-// Writing: into DIR/step-NNNNNN.tmp.XXXXXX, every file fsynced, then renamed
-// to DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
+// Writing: into DIR/step-NNNNNN.tmp.PID.K (the folder and its files get
+// the permissions the umask gives), every file fsynced, then renamed to
+// DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
 // which readers ignore. Reading verifies every file's size and SHA-256
 // against the manifest before decoding.
 #pragma once

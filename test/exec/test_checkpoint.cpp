@@ -66,6 +66,12 @@ CheckpointMeta small_meta(int64_t step) {
   return m;
 }
 
+struct stat stat_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st;
+}
+
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -180,6 +186,32 @@ TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and c
   REQUIRE(save_checkpoint(dir.str(), small_meta(6), state, 2).ok());
   CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{4, 6});
   CHECK(list_checkpoints((dir.path / "missing").string()).empty());
+}
+
+// The checkpoint's folder and files get what the umask gives, as every
+// other output: with mkdtemp the folder was 0700 whatever the umask.
+TEST_CASE("checkpoint: folder and files get the permissions the umask gives") {
+  TempDir dir("ckpt-umask");
+  const TrainingState state = small_state();
+  struct Case {
+    mode_t umask, dir_mode, file_mode;
+  };
+  for (const Case c : {Case{022, 0755, 0644}, Case{077, 0700, 0600}, Case{002, 0775, 0664}}) {
+    const mode_t before = ::umask(c.umask);
+    const auto path = save_checkpoint(dir.str(), small_meta(2), state, 1);
+    ::umask(before);
+    REQUIRE(path.ok());
+    INFO("umask " << std::oct << c.umask);
+    const struct stat folder = stat_of(*path);
+    CHECK((folder.st_mode & 07777) == c.dir_mode);
+    for (const auto& entry : fs::directory_iterator(*path)) {
+      INFO(entry.path().filename().string());
+      CHECK((stat_of(entry.path().string()).st_mode & 07777) == c.file_mode);
+    }
+  }
+  // No temporary folder left beside it.
+  for (const auto& entry : fs::directory_iterator(dir.path))
+    CHECK(entry.path().filename().string().find(".tmp.") == std::string::npos);
 }
 
 TEST_CASE("checkpoint: one run locks its folder, a second is refused naming the first, released on destruction") {
