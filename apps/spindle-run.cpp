@@ -489,9 +489,9 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     if (!st.ok()) error = st.error().message;
   }
   if (error.empty() && in.plan->devices != size)
-    error = args.plan_path + ": the plan is for " + std::to_string(in.plan->devices) +
-            " devices but mpirun started " + std::to_string(size) + " ranks (use mpirun -np " +
-            std::to_string(in.plan->devices) + ")";
+    error = args.plan_path + ": the plan is for " + std::to_string(in.plan->devices) + " devices but the job has " +
+            std::to_string(size) + (size == 1 ? " rank" : " ranks") + " (start it with mpirun -np " +
+            std::to_string(in.plan->devices) + ", or srun --ntasks=" + std::to_string(in.plan->devices) + ")";
   if (error.empty()) {
     const auto bytes = sp::read_file(args.plan_path);
     if (bytes.ok()) in.plan_sha = sp::sha256_hex(*bytes);

@@ -957,7 +957,11 @@ PY
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     start=$SECONDS
     run 2 p4.json "$MODELS/tiny-clip.yaml" --steps 2
-    expect_reject "plan for 4 devices on 2 ranks" "plan is for 4 devices but mpirun started 2 ranks"
+    expect_reject "plan for 4 devices on 2 ranks" "plan is for 4 devices but the job has 2 ranks (start it with mpirun -np 4, or srun --ntasks=4)"
+    # Started without mpirun (an MPI singleton): one rank, said so.
+    timeout 100 "$BIN/spindle-run" p4.json --model "$MODELS/tiny-clip.yaml" --steps 2 > run.log 2>&1
+    rc=$?
+    expect_reject "plan for 4 devices, no mpirun" "plan is for 4 devices but the job has 1 rank (start it with mpirun -np 4, or srun --ntasks=4)"
     [ $((SECONDS - start)) -lt 30 ] || die "took $((SECONDS - start)) s" ;;
   other-model)
     plan "$MODELS/tiny-lm.yaml" 4 p4.json
