@@ -123,9 +123,11 @@ void time_stages(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph
     header.push_back(spindle::bench::time_ms([&] { lowered = sp::lower_header(plan, *context, lite); }));
     if (!lowered) return;
     programs.push_back(spindle::bench::time_ms([&] { (void)sp::lower_programs(plan, *context, *lowered, lite); }));
-    for (auto [opts, into] : {std::pair{&options, &simulate}, std::pair{&compute_only, &zero_comm}})
+    for (const auto& [opts, into] : {std::pair{&options, &simulate}, std::pair{&compute_only, &zero_comm}}) {
+      const sp::SimOptions* o = opts;   // clang before 16 cannot capture a structured binding
       into->push_back(spindle::bench::time_ms(
-          [&] { (void)sp::simulate(*lowered, slice_ms, cost, plan.devices_per_island, *opts); }));
+          [&] { (void)sp::simulate(*lowered, slice_ms, cost, plan.devices_per_island, *o); }));
+    }
   }
   row.header_ms = spindle::bench::median(header);
   row.programs_ms = spindle::bench::median(programs);
