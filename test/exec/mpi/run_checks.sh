@@ -1341,12 +1341,14 @@ PY
     [ "$rc" -eq 0 ] || die "second dry run: exit $rc"
     # --clip-grad above 0: planned with the norm its programs run. The
     # launcher shows its commands with each word quoted for the shell
-    # (printf %q): so is this folder's path, where it has spaces.
-    here=$(printf %q "$PWD")
-    expect_line "+ /b/spindle-plan m.yaml --cluster $here/run2/cluster.yaml -o $here/run2/plan.json --grad-norm"
+    # (printf %q), so are the paths under this folder, which may have
+    # spaces or other bytes: as the launcher quotes them under env -i (the
+    # C locale: a byte outside ASCII as $'\ooo', the whole word quoted).
+    q() { (export LC_ALL=C; printf %q "$1"); }
+    expect_line "+ /b/spindle-plan m.yaml --cluster $(q "$PWD/run2/cluster.yaml") -o $(q "$PWD/run2/plan.json") --grad-norm"
     expect_line "first node gpu01, 2 nodes x 4 GPUs = 8 ranks"
-    expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $here/run2/plan.json --model m.yaml"
-    expect_line "--checkpoint $here/run2/checkpoints --every 100 --resume"
+    expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $(q "$PWD/run2/plan.json") --model m.yaml"
+    expect_line "--checkpoint $(q "$PWD/run2/checkpoints") --every 100 --resume"
     # Missing inputs: a clear error, exit 2.
     env -i PATH="$PATH" SPINDLE_DRY_RUN=1 bash "$SRC/scripts/slurm/spindle-launch.sh" > bad.log 2>&1
     rc=$?
