@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -172,27 +171,6 @@ plan::Status check_state_finite(const TrainingState& state) {
   return {};
 }
 
-namespace {
-
-// A new, empty folder beside `final_dir` for the checkpoint being written,
-// named FINAL.tmp.PID.K (the first K free). Made by mkdir with mode 0777, so
-// the user's umask decides its permissions, as it does for the files in it
-// and for every other output. mkdtemp would make it 0700 whatever the
-// umask, and the renamed checkpoint would stay unreadable to the group
-// that reads it (an evaluation job under another account, a colleague
-// resuming the run).
-Result<std::string> make_temp_dir(const std::string& final_dir) {
-  const std::string prefix = final_dir + ".tmp." + std::to_string(::getpid()) + ".";
-  for (int k = 0; k < 1000; ++k) {
-    std::string tmp = prefix + std::to_string(k);
-    if (::mkdir(tmp.c_str(), 0777) == 0) return tmp;
-    if (errno != EEXIST) return Error{final_dir + ".tmp.*: cannot create: " + std::strerror(errno)};
-  }
-  return Error{final_dir + ".tmp.*: cannot create: 1000 folders " + prefix + "K are there already"};
-}
-
-}  // namespace
-
 Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                                     const TrainingState& state, int keep) {
   SPINDLE_TRY(check_state_finite(state));
@@ -201,7 +179,8 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
   if (ec) return Error{dir + ": cannot create checkpoint directory: " + ec.message()};
   const std::string name = checkpoint_name(meta.step);
   const std::string final_dir = (fs::path(dir) / name).string();
-  SPINDLE_ASSIGN(tmp, make_temp_dir(final_dir));
+  // The folder and its files get the permissions the umask gives.
+  SPINDLE_ASSIGN(tmp, plan::make_temp_dir(final_dir));
   auto fail = [&](const std::string& msg) {
     fs::remove_all(tmp, ec);
     return Error{msg};

@@ -171,12 +171,15 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
 
 namespace {
 
+// Every temporary beside `path` starts with this: PATH.tmp.PID.
+std::string temporary_prefix(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
 // write_file_atomic up to the rename: `bytes` in a temporary beside `path`,
 // created exclusively (never through a link), written, fsynced and closed.
 // Its name, or an Error naming `path` (the temporary removed).
 Result<std::string> write_temporary(const std::string& path, const std::string& bytes) {
   if (std::string why = output_refusal(path); !why.empty()) return Error{path + ": " + why};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = temporary_prefix(path);
   // O_EXCL | O_NOFOLLOW: never write through a link or into another file.
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
@@ -211,6 +214,16 @@ Status rename_into_place(const std::string& tmp, const std::string& path) {
 }
 
 }  // namespace
+
+Result<std::string> make_temp_dir(const std::string& path) {
+  const std::string prefix = temporary_prefix(path) + ".";
+  for (int k = 0; k < 1000; ++k) {
+    std::string tmp = prefix + std::to_string(k);
+    if (::mkdir(tmp.c_str(), 0777) == 0) return tmp;
+    if (errno != EEXIST) return Error{path + ".tmp.*: cannot create: " + std::strerror(errno)};
+  }
+  return Error{path + ".tmp.*: cannot create: 1000 folders " + prefix + "K are there already"};
+}
 
 Status write_file_atomic(const std::string& path, const std::string& bytes) {
   Result<std::string> tmp = write_temporary(path, bytes);

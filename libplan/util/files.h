@@ -77,6 +77,14 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
 // that is a directory, device node, FIFO, socket or symbolic link.
 Status write_file_atomic(const std::string& path, const std::string& bytes);
 
+// A new, empty folder beside `path` for a folder written whole and then
+// renamed over `path` (a checkpoint): PATH.tmp.PID.K, the first K free (the
+// temporaries of write_file_atomic are PATH.tmp.PID). Made with mode 0777,
+// so the umask decides its permissions, as it does for the files written
+// into it; mkdtemp's 0700 would hide the output from a group that shares
+// it. Returns its path, or an Error naming `path`.
+Result<std::string> make_temp_dir(const std::string& path);
+
 // Outputs one command writes together: all of them, or none. stage()
 // writes a file's bytes to a temporary beside it, as write_file_atomic does,
 // and keeps it there; commit() renames every staged file over its path, in
