@@ -47,21 +47,31 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
-// The default cluster: configs/clusters/a800-1x8.yaml, looked up beside an
-// installed binary (../share/spindle/configs, ../configs) and in the source tree.
-std::string default_cluster_path(const char* argv0) {
+// The default cluster, configs/clusters/a800-1x8.yaml, from the first of
+// these configs/ folders that holds it: $SPINDLE_HOME/configs; beside an
+// installed binary (PREFIX/bin/spindle-plan -> PREFIX/share/spindle/configs,
+// `cmake --install`, docs/building.md); ../configs beside the binary; the
+// source tree the binary was built from. None: an error naming where it
+// looked (the user then gives --cluster).
+sp::Result<std::string> default_cluster_path(const char* argv0) {
   const char* rel = "clusters/a800-1x8.yaml";
   std::vector<fs::path> roots;
-  if (const char* home = std::getenv("SPINDLE_HOME")) roots.push_back(fs::path(home) / "configs");
+  if (const char* home = std::getenv("SPINDLE_HOME"); home != nullptr && *home != '\0')
+    roots.push_back(fs::path(home) / "configs");
   std::error_code ec;
   fs::path exe = fs::canonical("/proc/self/exe", ec);
   if (ec) exe = fs::path(argv0);
   roots.push_back(exe.parent_path() / ".." / "share" / "spindle" / "configs");
   roots.push_back(exe.parent_path() / ".." / "configs");
   roots.push_back(fs::path(SPINDLE_SOURCE_DIR) / "configs");
-  for (const fs::path& r : roots)
-    if (fs::exists(r / rel, ec)) return (r / rel).lexically_normal().string();
-  return (fs::path(SPINDLE_SOURCE_DIR) / "configs" / rel).string();
+  std::string looked;
+  for (const fs::path& r : roots) {
+    const fs::path candidate = (r / rel).lexically_normal();
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
+    looked += (looked.empty() ? "" : ", ") + candidate.string();
+  }
+  return sp::Error{std::string("no default cluster: ") + rel + " is in none of " + looked +
+                   " (give --cluster CLUSTER.yaml, or set SPINDLE_HOME to the folder that holds configs/)"};
 }
 
 std::string size_text(int64_t bytes) { return sp::human_bytes(static_cast<double>(bytes)); }
@@ -587,7 +597,11 @@ int main(int argc, char** argv) {
 
   if (sp::Status st = sp::check_bucket_mb(o.bucket_mb); !st) return fail(kExitInvalid, st.error().message);
   o.cluster_given = !o.cluster_path.empty();
-  if (o.cluster_path.empty()) o.cluster_path = default_cluster_path(argv[0]);
+  if (o.cluster_path.empty() && o.check_path.empty()) {   // --check needs no cluster unless given one
+    auto found = default_cluster_path(argv[0]);
+    if (!found) return fail(kExitInvalid, found.error().message);
+    o.cluster_path = *found;
+  }
   // Outputs are checked before anything is read or written (files.h policy).
   if (sp::Status st = check_outputs(o); !st) return fail(kExitInvalid, st.error().message);
 
@@ -634,6 +648,7 @@ int main(int argc, char** argv) {
   if (int rc = write_outputs(o, *plan, *model, graph, *sim, plotted); rc != 0) return rc;
 
   if (o.compare) std::printf("\n");
+  if (!o.cluster_given) std::printf("cluster   %s (the default; --cluster chooses another)\n", o.cluster_path.c_str());
   const sp::Result<double> width = sp::width_optimum_ms(*plan, *cost->get());
   print_summary(*plan, graph, sp::contract(graph).levels, *sim, *gap, width ? *width : 0.0);
   print_transfer_choice(*plan, *sim, request, sim_options);

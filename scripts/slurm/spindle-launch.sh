@@ -10,7 +10,9 @@
 #   SPINDLE_MODEL        model YAML (required)
 #   SPINDLE_CLUSTER      cluster YAML of one node's devices and links (required);
 #                        islands and devices_per_island are set to the allocation
-#   SPINDLE_BIN          folder of spindle-plan and spindle-run (default: build/apps)
+#   SPINDLE_BIN          folder of spindle-plan and spindle-run (default: build/apps
+#                        of this tree, or PREFIX/bin when this script is installed
+#                        as PREFIX/share/spindle/scripts/slurm/, `cmake --install`)
 #   SPINDLE_RUN_DIR      outputs: cluster.yaml, plan.json, checkpoints/, metrics.jsonl
 #                        (default: $SLURM_SUBMIT_DIR/spindle-run-$SLURM_JOB_ID)
 #   SPINDLE_STEPS (1000) SPINDLE_EVERY (100) SPINDLE_SEED (0) SPINDLE_BACKEND (cuda)
@@ -91,7 +93,21 @@ gpus=${gpus##*:}  # "h200:8" -> 8
 [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || fail "SLURM_NNODES='$nodes' is not a positive integer"
 world=$((nodes * gpus))
 
-BIN=${SPINDLE_BIN:-$ROOT/build/apps}
+# The programs: SPINDLE_BIN, else build/apps of this tree (a checkout), else
+# the bin/ of an installed tree (ROOT is PREFIX/share/spindle there).
+if [ -n "${SPINDLE_BIN:-}" ]; then
+  BIN=$SPINDLE_BIN
+elif [ ! -x "$ROOT/build/apps/spindle-run" ] && [ -x "$ROOT/../../bin/spindle-run" ]; then
+  BIN=$(cd "$ROOT/../../bin" && pwd)
+else
+  BIN=$ROOT/build/apps
+fi
+if [ -z "$DRY" ]; then
+  for program in spindle-plan spindle-run; do
+    [ -x "$BIN/$program" ] ||
+      fail "$BIN/$program: no such program (build first: cmake --build build; or set SPINDLE_BIN to the folder that holds spindle-plan and spindle-run)"
+  done
+fi
 RUN_DIR=${SPINDLE_RUN_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/spindle-run-${SLURM_JOB_ID:-0}}
 CKPT=$RUN_DIR/checkpoints
 STEPS=${SPINDLE_STEPS:-1000} EVERY=${SPINDLE_EVERY:-100} SEED=${SPINDLE_SEED:-0}

@@ -2,11 +2,12 @@
 # The shipped batch script on a real (local, single-node) Slurm, end to end
 # (docs/slurm.md "A local single-node Slurm"):
 #
-#   sbatch_e2e.sh BIN SRC WORK COMPARE
+#   sbatch_e2e.sh BIN SRC WORK COMPARE [BUILD]
 #     BIN      folder of spindle-plan and spindle-run
 #     SRC      the repository (scripts/slurm/, configs/)
 #     WORK     scratch folder (emptied)
 #     COMPARE  test/exec/mpi compare_runs
+#     BUILD    the build folder, for part 6 (left out without it)
 #
 # 1. sbatch scripts/slurm/spindle.sbatch, SPINDLE_LAUNCHER=mpirun, tiny-clip on
 #    2 ranks (2 GPUs of the node; --backend cpu), 3 steps, a checkpoint every 2:
@@ -23,6 +24,9 @@
 #    job could end, and --keep remove step 10's checkpoint, between two looks.
 # 4. SIGKILL to rank 1 of a running job: the job FAILs within 10 s and srun
 #    names the task (--kill-on-bad-exit=1).
+# 6. The installed tree (cmake --install BUILD --prefix WORK/prefix): its
+#    spindle.sbatch, submitted with neither SPINDLE_ROOT nor SPINDLE_BIN
+#    set, finds its launcher and the installed programs and trains 2 steps.
 # 5. Every step of jobs 1-3 has the losses of one straight run of the same
 #    plan under plain mpirun (compare_runs --losses, 1e-5 relative).
 #
@@ -33,7 +37,7 @@
 # (SPINDLE_SLURM_DIR, default /tmp/spindle-slurm) if it has one.
 # Exit: 0 pass, 1 fail, 77 skipped.
 set -uo pipefail
-BIN=$1 SRC=$2 WORK=$3 COMPARE=$4
+BIN=$1 SRC=$2 WORK=$3 COMPARE=$4 BUILD=${5:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_odls_base_sigkill_timeout=0   # no 2 s grace after a refused run (test/CMakeLists.txt)
 
@@ -62,11 +66,12 @@ unset SPINDLE_STRATEGY SPINDLE_PROFILE SPINDLE_GPUS_PER_NODE SPINDLE_DRY_RUN
 
 # submit LAUNCHER STEPS [SBATCH-ARGS...]: sbatch the shipped script on 1 node
 # with 2 GPUs and 1 CPU per task (the script's defaults ask for 8 GPUs with
-# 8 CPUs each); the job id in $job, its output in job-ID.out.
+# 8 CPUs each); the job id in $job, its output in job-ID.out. SBATCH_FILE:
+# another batch script than the repository's.
 submit() {
   job=$(SPINDLE_LAUNCHER=$1 SPINDLE_STEPS=$2 sbatch --parsable --nodes=1 --nodelist="$host" \
           --gpus-per-node=2 --ntasks-per-node=2 --cpus-per-task=1 --time=00:02:00 \
-          --job-name=spindle-test --output="$WORK/job-%j.out" "${@:3}" "$SRC/scripts/slurm/spindle.sbatch") ||
+          --job-name=spindle-test --output="$WORK/job-%j.out" "${@:3}" "${SBATCH_FILE:-$SRC/scripts/slurm/spindle.sbatch}") ||
     die "sbatch failed: $job"
   job=${job%%;*}
 }
@@ -172,6 +177,25 @@ grep -v '^iteration' "job-$job.out"
 [ "$state" = FAILED ] || { scancel "$job"; die "job 4 is '$state' 10 s after its rank 1 was killed, not FAILED"; }
 expect "job-$job.out" "task 1: Killed" "job 4: srun did not name the killed task"
 echo "job 4 FAILED $((SECONDS - job_end)) s after rank 1 was killed"
+
+# 6. The installed tree's batch script, with no path to the repository.
+installed=""
+if [ -n "$BUILD" ]; then
+  cmake --install "$BUILD" --prefix "$WORK/prefix" > install.log 2>&1 || { cat install.log; die "cmake --install failed"; }
+  share=$WORK/prefix/share/spindle
+  unset SPINDLE_ROOT SPINDLE_BIN
+  SBATCH_FILE=$share/scripts/slurm/spindle.sbatch SPINDLE_RUN_DIR=$WORK/installed \
+    SPINDLE_MODEL=$share/configs/models/tiny-clip.yaml SPINDLE_CLUSTER=$share/configs/clusters/cpu-1x4.yaml \
+    submit mpirun 2 --no-requeue
+  finish "the installed tree's spindle.sbatch, 2 steps" 40
+  # The launcher prints its commands printf %q-quoted, in the C locale.
+  bin_q=$(LC_ALL=C printf %q "$WORK/prefix/bin")
+  grep -qF "+ $bin_q/spindle-plan " "job-$job.out" || die "job 5 did not plan with the installed spindle-plan"
+  grep -qF " $bin_q/spindle-run " "job-$job.out" || die "job 5 did not run the installed spindle-run"
+  [ "$(grep -c '^iteration' "job-$job.out")" -eq 2 ] || die "job 5: expected 2 iterations"
+  export SPINDLE_ROOT=$SRC SPINDLE_BIN=$BIN
+  installed=", runs from an installed tree"
+fi
 jobs_s=$((SECONDS - start))
 
 # The reference: the same plan, trained straight, plain mpirun outside Slurm.
@@ -183,5 +207,5 @@ env -u SLURM_CONF timeout 60 mpirun -np 2 --oversubscribe "$BIN/spindle-run" run
 "$COMPARE" --losses ref.jsonl run/metrics.jsonl || die "the Slurm jobs' losses differ from a straight run"
 [ "$(grep -c '"step":'"$steps"',' run/metrics.jsonl)" -ge 1 ] || die "no metrics for step $steps"
 echo "PASS: sbatch plans, trains (mpirun), resumes (srun --mpi=pmix)$([ "$steps" -gt 5 ] && echo ', survives a requeue')," \
-     "ends on a killed rank," \
+     "ends on a killed rank$installed," \
      "has the losses of a straight $steps-step run; jobs ${jobs_s} s, total $((SECONDS - start)) s"

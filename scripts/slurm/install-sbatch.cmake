@@ -1,0 +1,29 @@
+# Run by `cmake --install` (CMakeLists.txt, "Installation"): installs
+# spindle.sbatch as DATADIR/spindle/scripts/slurm/spindle.sbatch with the
+# installed tree as the default SPINDLE_ROOT, so that
+# `sbatch PREFIX/share/spindle/scripts/slurm/spindle.sbatch` finds its
+# launcher from any submit directory. In the repository the script finds
+# the launcher through the submit directory (the repository root) instead.
+#
+# Needs SPINDLE_SOURCE_DIR, SPINDLE_BUILD_DIR and SPINDLE_INSTALL_DATADIR
+# (set by the install(CODE) before it); CMAKE_INSTALL_PREFIX is the install's prefix
+# (`cmake --install --prefix P` included), DESTDIR is honoured.
+set(source "${SPINDLE_SOURCE_DIR}/scripts/slurm/spindle.sbatch")
+if(IS_ABSOLUTE "${SPINDLE_INSTALL_DATADIR}")
+  set(root "${SPINDLE_INSTALL_DATADIR}")
+else()
+  set(root "${CMAKE_INSTALL_PREFIX}/${SPINDLE_INSTALL_DATADIR}")
+endif()
+file(READ "${source}" text)
+set(from [=[${SPINDLE_ROOT:-${SLURM_SUBMIT_DIR:-.}}]=])
+string(FIND "${text}" "${from}" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "${source}: no '${from}' to point at the installed tree")
+endif()
+string(REPLACE "${from}" "\${SPINDLE_ROOT:-${root}}" text "${text}")
+# Written beside the build, then installed from there (file(INSTALL) lists
+# it in install_manifest.txt and keeps the mode).
+set(staged "${SPINDLE_BUILD_DIR}/spindle.sbatch")
+file(WRITE "${staged}" "${text}")
+file(INSTALL DESTINATION "${root}/scripts/slurm" TYPE FILE FILES "${staged}"
+     PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
