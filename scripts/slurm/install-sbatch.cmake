@@ -14,6 +14,11 @@ if(IS_ABSOLUTE "${SPINDLE_INSTALL_DATADIR}")
 else()
   set(root "${CMAKE_INSTALL_PREFIX}/${SPINDLE_INSTALL_DATADIR}")
 endif()
+# The path goes inside a double-quoted "${SPINDLE_ROOT:-PATH}": characters
+# the shell would expand there, or a "}" that would end it, are refused.
+if(root MATCHES "[\"$`\\}]")
+  message(FATAL_ERROR "install prefix ${root}: the installed spindle.sbatch cannot name a path with \", $, `, \\ or }; install elsewhere")
+endif()
 file(READ "${source}" text)
 set(from [=[${SPINDLE_ROOT:-${SLURM_SUBMIT_DIR:-.}}]=])
 string(FIND "${text}" "${from}" at)

@@ -13,7 +13,8 @@
 # 1. the install lists the programs and nothing else in bin/, every shipped
 #    config and profile, the Slurm scripts and the docs;
 # 2. DESTDIR (a packager's staging) puts everything under it, while the
-#    installed spindle.sbatch names the final prefix;
+#    installed spindle.sbatch names the final prefix; a prefix it cannot
+#    name (a $ in it) is refused before anything is copied;
 # 3. moved elsewhere and run from an empty folder with SPINDLE_HOME unset,
 #    spindle-plan finds its default cluster in the moved tree (the
 #    `cluster` line names it); SPINDLE_HOME points it at another configs/;
@@ -52,6 +53,12 @@ DESTDIR="$S/stage" cmake --install "$BUILD" --prefix /opt/spindle-test > "$S/sta
 [ ! -e /opt/spindle-test ] || fail "DESTDIR: /opt/spindle-test was written"
 grep -qF '${SPINDLE_ROOT:-/opt/spindle-test/share/spindle}' "$S/stage/opt/spindle-test/share/spindle/scripts/slurm/spindle.sbatch" ||
   fail "DESTDIR: the staged spindle.sbatch does not name /opt/spindle-test/share/spindle"
+
+# A prefix the batch script cannot name in its "${SPINDLE_ROOT:-...}" is
+# refused before anything is copied.
+if cmake --install "$BUILD" --prefix "$S/a\$b" > "$S/dollar.log" 2>&1; then fail "a prefix with \$ was installed"; fi
+grep -q 'cannot name a path with' "$S/dollar.log" || fail "a prefix with \$: no message naming it: $(tail -3 "$S/dollar.log")"
+[ ! -e "$S/a\$b" ] || fail "a prefix with \$: refused, but $S/a\$b was written"
 
 # 3. Moved, from an empty folder: the default cluster comes from the moved tree.
 mv "$P" "$S/moved"
