@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +98,26 @@ bool mirrored(const sp::Lowered& l, const sp::LowerContext& ctx, const std::stri
   return a == b;
 }
 
+// Whether every value of [0, whole) lies in exactly `times` (>= 1) of
+// `ranges`, each within [0, whole): a sweep over the ranges' ends, so that
+// a parameter of millions of values costs its ranges, not its values.
+bool covered_exactly(const std::vector<sp::RowRange>& ranges, int64_t whole, int times) {
+  std::vector<std::pair<int64_t, int>> ends;   // (value, +1 where a range begins, -1 where one ends)
+  for (const sp::RowRange& r : ranges) {
+    ends.emplace_back(r.begin, 1);
+    ends.emplace_back(r.end, -1);
+  }
+  std::sort(ends.begin(), ends.end());
+  int64_t at = 0;   // values before `at` are checked
+  int depth = 0;    // how many ranges hold the values from `at` on
+  for (const auto& [value, step] : ends) {
+    if (value > at && depth != times) return false;   // [at, value) held `depth` times
+    at = std::max(at, value);
+    depth += step;
+  }
+  return at == whole;   // and nothing from there on is held at all
+}
+
 // The copies (Direction::copy): each takes values of TP rank 0's whole
 // tensors of a parameter from a holder of that shard into a holder of the
 // same parameter's shard at a TP rank above 0. Without the values'
@@ -160,22 +181,18 @@ int check_copies(const sp::Lowered& l, const sp::LowerContext& ctx) {
       continue;
     }
     ++copies_made;
-    std::vector<int> all(static_cast<size_t>(whole), 0);
+    std::vector<sp::RowRange> all;
     for (int d : holders) {
-      std::vector<int> own(static_cast<size_t>(whole), 0);
+      std::vector<sp::RowRange> own;
       if (const auto it = got.find({key.first, key.second, d}); it != got.end()) {
         ++keys;
-        for (const sp::RowRange& r : it->second) {
-          REQUIRE((r.begin >= 0 && r.end <= whole));
-          for (int64_t v = r.begin; v < r.end; ++v) {
-            ++own[static_cast<size_t>(v)];
-            ++all[static_cast<size_t>(v)];
-          }
-        }
+        own = it->second;
+        for (const sp::RowRange& r : own) REQUIRE((r.begin >= 0 && r.end <= whole));
       }
-      if (!by_chunk) CHECK(std::count(own.begin(), own.end(), 1) == whole);
+      if (!by_chunk) CHECK(covered_exactly(own, whole, 1));
+      all.insert(all.end(), own.begin(), own.end());
     }
-    CHECK(std::count(all.begin(), all.end(), by_chunk ? 1 : static_cast<int>(holders.size())) == whole);
+    CHECK(covered_exactly(all, whole, by_chunk ? 1 : static_cast<int>(holders.size())));
   }
   CHECK(keys == got.size());   // every receiver holds the shard it gets
   return parts;
@@ -589,6 +606,37 @@ void check_invariants(const sp::Plan& plan, const sp::Lowered& l, const sp::Lowe
 }
 
 }  // namespace
+
+TEST_CASE("covered_exactly (the copies' check): the same answer as counting each value") {
+  CHECK(covered_exactly({{0, 4}}, 4, 1));
+  CHECK(covered_exactly({{2, 4}, {0, 2}}, 4, 1));
+  CHECK_FALSE(covered_exactly({{0, 2}, {3, 4}}, 4, 1));   // 2 is missing
+  CHECK_FALSE(covered_exactly({{0, 3}, {2, 4}}, 4, 1));   // 2 twice
+  CHECK_FALSE(covered_exactly({{0, 3}}, 4, 1));           // the tail
+  CHECK_FALSE(covered_exactly({{1, 4}}, 4, 1));           // the head
+  CHECK_FALSE(covered_exactly({}, 4, 1));
+  CHECK(covered_exactly({{0, 4}, {0, 1}, {1, 4}}, 4, 2));
+  CHECK_FALSE(covered_exactly({{0, 4}, {0, 1}, {2, 4}}, 4, 2));
+  // Random ranges against a count of every value.
+  std::mt19937 rng(7);
+  int agreed = 0, held = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t whole = 1 + static_cast<int64_t>(rng() % 12);
+    const int times = 1 + static_cast<int>(rng() % 3);
+    std::vector<sp::RowRange> ranges(rng() % 6);
+    std::vector<int> count(static_cast<size_t>(whole), 0);
+    for (sp::RowRange& r : ranges) {
+      r.begin = static_cast<int64_t>(rng() % static_cast<uint32_t>(whole));
+      r.end = r.begin + 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(whole - r.begin));
+      for (int64_t v = r.begin; v < r.end; ++v) ++count[static_cast<size_t>(v)];
+    }
+    const bool counted = std::count(count.begin(), count.end(), times) == whole;
+    agreed += covered_exactly(ranges, whole, times) == counted;
+    held += counted;
+  }
+  CHECK(agreed == 2000);
+  CHECK(held >= 20);   // both answers drawn often enough to compare (38 of the 2000 hold)
+}
 
 TEST_CASE("lowering by hand: tiny-clip on 2 devices, sequential strategy") {
   // Sequential: every MetaOp on both devices, so each activation stays where
