@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "apps/cli_paths.h"
 #include "libplan/cost/analytic.h"
@@ -241,7 +242,7 @@ int commit_outputs(sp::OutputSet& out, const std::string& lower_dir, int devices
 struct Options {
   std::string model_path, cluster_path, profile_path, out_path = "plan.json", strategy_name = "spindle";
   std::string placement_name = "islands", optimizer_state = "auto";
-  std::string trace_path, check_path, plot_path, lower_dir;
+  std::string trace_path, check_path, plot_path, lower_dir, compare_json_path;
   bool compare = false, accept_profile_mismatch = false, no_overlap = false, no_early = false;
   bool grad_norm = false;
   double bucket_mb = 25;
@@ -267,6 +268,9 @@ void add_options(CLI::App& app, Options& o) {
                  "islands (island-, locality- and memory-aware) | sequential (naive, contiguous)")
       ->capture_default_str();
   app.add_flag("--compare", o.compare, "plan every strategy and print the comparison table");
+  app.add_option("--compare-json", o.compare_json_path,
+                 "also write the comparison as JSON (implies --compare; docs/spec/cli.md has the fields)")
+      ->check(spindle::apps::non_empty_path());
   app.add_option("--trace", o.trace_path,
                  "write the simulated timeline (compute and communication tracks per device) as a Chrome trace (Perfetto)")
       ->check(spindle::apps::non_empty_path());
@@ -312,7 +316,7 @@ void add_options(CLI::App& app, Options& o) {
   // (exit 2), not ignored: `--check P --trace T` would otherwise exit 0
   // and write no trace.
   CLI::Option* check = app.get_option("--check");
-  for (const char* name : {"--output", "--strategy", "--placement", "--compare", "--trace", "--plot",
+  for (const char* name : {"--output", "--strategy", "--placement", "--compare", "--compare-json", "--trace", "--plot",
                            "--accept-profile-mismatch", "--shift-simulations", "--optimizer-state"})
     check->excludes(app.get_option(name));
 }
@@ -377,11 +381,16 @@ sp::Result<sp::Profile> profile_for(const Options& o, const sp::Model& model, co
 // --compare: every strategy planned and simulated, one table row each (every
 // figure from the simulation, the planner's objective, except barrier_ms,
 // the wave-barrier prediction: plan.predicted.iteration_ms). With --plot,
-// each plan's utilisation appended to `plotted`, in table order.
+// each plan's utilisation appended to `plotted`, in table order. `table`:
+// the same rows as data, for --compare-json (docs/spec/cli.md: a row per
+// strategy, its figures unrounded; a strategy with no plan has its error).
 sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_options, bool plot,
-                            std::vector<sp::Utilisation>& plotted) {
+                            std::vector<sp::Utilisation>& plotted, nlohmann::json& table) {
   const sp::Model& model = *request.model;
   const sp::OpGraph& graph = *request.graph;
+  const sp::Cluster& cluster = *request.cluster;
+  table = {{"format", "spindle-compare"}, {"version", 1},      {"model", model.name},
+           {"cluster", cluster.name},     {"devices", cluster.devices()}, {"strategies", nlohmann::json::array()}};
   std::printf("%-12s %13s %9s %9s %9s %9s %11s %10s %11s %10s\n", "strategy", "iteration_ms", "speedup", "gap",
               "transfer", "sync", "barrier_ms", "memory", "state", "plan_ms");
   double sequential_ms = 0;
@@ -391,6 +400,7 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
     auto plan = sp::make_plan(request);
     if (!plan) {
       std::printf("%-12s  not available: %s\n", sp::strategy_name(s), plan.error().message.c_str());
+      table["strategies"].push_back({{"strategy", sp::strategy_name(s)}, {"error", plan.error().message}});
       continue;
     }
     auto sim = sp::simulate_plan(*plan, model, graph, *request.cost, sim_options);
@@ -401,23 +411,38 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
     const double device_ms = sim->iteration_ms * static_cast<double>(sim->devices.size());
     auto share = [&](double ms) { return device_ms > 0 ? 100 * ms / device_ms : 0.0; };
     if (s == sp::Strategy::sequential) sequential_ms = sim->iteration_ms;
-    // A plan over a device's memory (rule 6) is shown, and said to be.
-    std::string over;
+    const double speedup = sequential_ms > 0 ? sequential_ms / sim->iteration_ms : 0.0;
+    // Peak device memory as the plan counts it (and spindle-run holds it);
+    // a plan over a device's memory (rule 6) is shown, and said to be.
     const std::vector<int64_t>& mem = plan->predicted.memory_bytes;
-    if (const auto worst = std::max_element(mem.begin(), mem.end()); worst != mem.end() && *worst > plan->memory_bytes)
+    const auto worst = std::max_element(mem.begin(), mem.end());
+    const int64_t peak = worst == mem.end() ? 0 : *worst;
+    const bool over_memory = worst != mem.end() && *worst > plan->memory_bytes;
+    std::string over;
+    if (over_memory)
       over = "  over memory: device " + std::to_string(worst - mem.begin()) + " needs " +
              sp::human_bytes(static_cast<double>(*worst), 2) + " of " +
              sp::human_bytes(static_cast<double>(plan->memory_bytes), 2);
-    // Peak device memory as the plan counts it (and spindle-run holds it).
-    auto peak = [](const std::vector<int64_t>& m) {
-      return sp::human_bytes(m.empty() ? 0.0 : static_cast<double>(*std::max_element(m.begin(), m.end())));
-    };
     // `state`: how the plan holds AdamW's state (--optimizer-state; auto
     // may choose either per strategy).
+    const char* state = sp::optimizer_state_name(plan->optimizer_state);
     std::printf("%-12s %13.3f %8.2fx %8.2f%% %8.2f%% %8.2f%% %11.3f %10s %11s %10.2f%s\n", sp::strategy_name(s),
-                sim->iteration_ms, sequential_ms > 0 ? sequential_ms / sim->iteration_ms : 0.0, *gap * 100,
-                share(sim->transfer_device_ms()), share(sim->sync_device_ms()), plan->predicted.iteration_ms,
-                peak(mem).c_str(), sp::optimizer_state_name(plan->optimizer_state), plan->planning_ms, over.c_str());
+                sim->iteration_ms, speedup, *gap * 100, share(sim->transfer_device_ms()), share(sim->sync_device_ms()),
+                plan->predicted.iteration_ms, sp::human_bytes(static_cast<double>(peak)).c_str(), state,
+                plan->planning_ms, over.c_str());
+    nlohmann::json row = {{"strategy", sp::strategy_name(s)},
+                          {"iteration_ms", sim->iteration_ms},
+                          {"speedup", sequential_ms > 0 ? nlohmann::json(speedup) : nlohmann::json(nullptr)},
+                          {"gap_percent", *gap * 100},
+                          {"transfer_percent", share(sim->transfer_device_ms())},
+                          {"sync_percent", share(sim->sync_device_ms())},
+                          {"barrier_ms", plan->predicted.iteration_ms},
+                          {"peak_memory_bytes", peak},
+                          {"device_memory_bytes", plan->memory_bytes},
+                          {"optimizer_state", state},
+                          {"planning_ms", plan->planning_ms}};
+    if (over_memory) row["over_memory_device"] = worst - mem.begin();
+    table["strategies"].push_back(std::move(row));
     if (plot) plotted.push_back(sp::utilisation(*sim, *plan));
   }
   return {};
@@ -513,13 +538,16 @@ void print_profile_compute(const sp::Profile& profile) {
               *profile.compute_scale);
 }
 
-// The outputs (-o, --trace, --plot, --lower), before anything is read or
+// The outputs (-o, --trace, --plot, --compare-json, --lower), before anything is read or
 // written (util/files.h policy): each writable, none an input, and no file
 // of them one of --lower's programs. With --check only --lower is written.
 sp::Status check_outputs(const Options& o) {
   const bool planning = o.check_path.empty();
   if (planning) {
-    SPINDLE_TRY(sp::check_output_paths({{"-o", o.out_path}, {"--trace", o.trace_path}, {"--plot", o.plot_path}},
+    SPINDLE_TRY(sp::check_output_paths({{"-o", o.out_path},
+                                        {"--trace", o.trace_path},
+                                        {"--plot", o.plot_path},
+                                        {"--compare-json", o.compare_json_path}},
                                        {o.model_path, o.cluster_path, o.profile_path}));
   }
   if (o.lower_dir.empty()) return {};
@@ -528,8 +556,10 @@ sp::Status check_outputs(const Options& o) {
                                [](const std::string& name) { return std::regex_match(name, program_file()); },
                                "a device's program"};
   return sp::check_apart_from_dir(programs,
-                                  {{"-o", planning ? o.out_path : ""}, {"--trace", planning ? o.trace_path : ""},
-                                   {"--plot", planning ? o.plot_path : ""}},
+                                  {{"-o", planning ? o.out_path : ""},
+                                   {"--trace", planning ? o.trace_path : ""},
+                                   {"--plot", planning ? o.plot_path : ""},
+                                   {"--compare-json", planning ? o.compare_json_path : ""}},
                                   {o.model_path, o.cluster_path, o.profile_path, o.check_path});
 }
 
@@ -554,11 +584,14 @@ sp::PlanRequest plan_request(const Options& o, const sp::Model& model, const sp:
 }
 
 // Every output of a plan staged, then committed all or none (util/files.h
-// OutputSet): trace, plot (`plotted`: the compared plans, else this one),
-// plan, programs. Returns the exit code; 0 when all were written.
+// OutputSet): the comparison (--compare-json: `compared`), trace, plot
+// (`plotted`: the compared plans, else this one), plan, programs. Returns the exit code; 0 when all were written.
 int write_outputs(const Options& o, const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph,
-                  const sp::Simulation& sim, std::vector<sp::Utilisation>& plotted) {
+                  const sp::Simulation& sim, std::vector<sp::Utilisation>& plotted, const nlohmann::json& compared) {
   sp::OutputSet out;
+  if (!o.compare_json_path.empty())
+    if (sp::Status st = out.stage(o.compare_json_path, compared.dump(2) + "\n"); !st)
+      return fail(kExitFailure, st.error().message);
   if (!o.trace_path.empty()) {
     sp::Status st = out.stage(o.trace_path, sp::trace_to_json(sp::simulated_trace(sim), plan.devices));
     if (!st) return fail(kExitFailure, st.error().message);
@@ -590,6 +623,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitInvalid;
   }
   o.bucket_given = app.count("--bucket-mb") > 0;
+  if (!o.compare_json_path.empty()) o.compare = true;   // --compare-json implies the comparison
   if (o.model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
   if (sp::plan_threads_env_invalid())
     return fail(kExitInvalid, std::string("SPINDLE_PLAN_THREADS=") + std::getenv("SPINDLE_PLAN_THREADS") +
@@ -629,8 +663,9 @@ int main(int argc, char** argv) {
   const sp::SimOptions sim_options;   // each plan simulated as it says it synchronises (planned_sync)
 
   std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
+  nlohmann::json compared;                // --compare-json: the table's rows
   if (o.compare)
-    if (sp::Status st = print_comparison(request, sim_options, !o.plot_path.empty(), plotted); !st)
+    if (sp::Status st = print_comparison(request, sim_options, !o.plot_path.empty(), plotted, compared); !st)
       return fail(kExitFailure, st.error().message);
 
   auto plan = sp::make_plan(request);
@@ -645,7 +680,7 @@ int main(int argc, char** argv) {
   if (!sim || !gap)
     return fail(kExitFailure, "internal error: cannot simulate the plan: " + (sim ? gap.error() : sim.error()).message);
 
-  if (int rc = write_outputs(o, *plan, *model, graph, *sim, plotted); rc != 0) return rc;
+  if (int rc = write_outputs(o, *plan, *model, graph, *sim, plotted, compared); rc != 0) return rc;
 
   if (o.compare) std::printf("\n");
   if (!o.cluster_given) std::printf("cluster   %s (the default; --cluster chooses another)\n", o.cluster_path.c_str());

@@ -51,6 +51,9 @@ outputs)
   [ -L link.json ] && same target.json precious || { echo "FAIL: link replaced"; failures=$((failures + 1)); }
   expect 2 "folder" -- "$plan" model.yaml --cluster cluster.yaml -o missing/p.json
   expect 2 "--plot model.yaml: is the input" -- "$plan" model.yaml --cluster cluster.yaml --plot model.yaml
+  expect 2 "--compare-json /dev/null: is a device node" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --compare-json /dev/null
+  expect 2 "--compare-json link.json: is a symbolic link" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --compare-json link.json
+  expect 2 "--compare-json adir: is a directory" -- "$plan" model.yaml --cluster cluster.yaml -o p.json --compare-json adir
   expect 2 "-o model.yaml: is the input" -- "$profile" model.yaml --cluster cluster.yaml -o model.yaml
   same model.yaml "$before"
   expect 2 "-o /dev/null: is a device node" -- "$profile" model.yaml --cluster cluster.yaml -o /dev/null
@@ -59,7 +62,7 @@ outputs)
   expect 2 "larger than" -- "$plan" /dev/zero --cluster cluster.yaml -o p.json
   # An empty path ("--trace $UNSET" in a script) is refused, not read as
   # the option left out; nothing is planned or written.
-  for opt in -o --trace --plot --lower; do
+  for opt in -o --trace --plot --compare-json --lower; do
     expect 2 "empty path" -- "$plan" model.yaml --cluster cluster.yaml "$opt" ""
   done
   expect 2 "--output: empty path" -- "$profile" model.yaml --cluster cluster.yaml --analytic -o ""
@@ -154,12 +157,12 @@ check-cluster)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --check two.json --cluster "$clusters/cpu-1x2.yaml"
   # --check plans nothing: what only planning reads is refused, not ignored.
-  for opt in "-o x.json" "--trace t.json" "--plot p.svg" "--compare" "--strategy sequential" \
+  for opt in "-o x.json" "--trace t.json" "--plot p.svg" "--compare" "--compare-json c.json" "--strategy sequential" \
              "--placement sequential" "--shift-simulations 3" "--accept-profile-mismatch"; do
     # shellcheck disable=SC2086  # each case is a flag and its value
     expect 2 "excludes" -- "$plan" "$models/tiny-clip.yaml" --check two.json $opt
   done
-  for f in x.json t.json p.svg; do
+  for f in x.json t.json p.svg c.json; do
     [ -e "$f" ] && { echo "FAIL: $f written by a refused --check"; failures=$((failures + 1)); }
   done
   expect 2 "cluster.devices: the plan is for 2 devices, cluster 'cpu-1x4' has 4" -- \
