@@ -384,8 +384,12 @@ sp::Result<sp::Profile> profile_for(const Options& o, const sp::Model& model, co
 // each plan's utilisation appended to `plotted`, in table order. `table`:
 // the same rows as data, for --compare-json (docs/spec/cli.md: a row per
 // strategy, its figures unrounded; a strategy with no plan has its error).
+// `kept`: the plan of request.strategy, the one to write (make_plan is
+// deterministic: planning it again would give the same plan).
 sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_options, bool plot,
-                            std::vector<sp::Utilisation>& plotted, nlohmann::json& table) {
+                            std::vector<sp::Utilisation>& plotted, nlohmann::json& table,
+                            std::optional<sp::Plan>& kept) {
+  const sp::Strategy wanted = request.strategy;
   const sp::Model& model = *request.model;
   const sp::OpGraph& graph = *request.graph;
   const sp::Cluster& cluster = *request.cluster;
@@ -444,6 +448,7 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
     if (over_memory) row["over_memory_device"] = worst - mem.begin();
     table["strategies"].push_back(std::move(row));
     if (plot) plotted.push_back(sp::utilisation(*sim, *plan));
+    if (s == wanted) kept = std::move(*plan);
   }
   return {};
 }
@@ -664,11 +669,14 @@ int main(int argc, char** argv) {
 
   std::vector<sp::Utilisation> plotted;  // --plot: the compared plans, in table order
   nlohmann::json compared;                // --compare-json: the table's rows
+  std::optional<sp::Plan> compared_plan;  // the compared plan of --strategy
   if (o.compare)
-    if (sp::Status st = print_comparison(request, sim_options, !o.plot_path.empty(), plotted, compared); !st)
+    if (sp::Status st =
+            print_comparison(request, sim_options, !o.plot_path.empty(), plotted, compared, compared_plan);
+        !st)
       return fail(kExitFailure, st.error().message);
 
-  auto plan = sp::make_plan(request);
+  sp::Result<sp::Plan> plan = compared_plan ? sp::Result<sp::Plan>(std::move(*compared_plan)) : sp::make_plan(request);
   if (!plan) return fail(kExitInvalid, plan.error().message);
   if (sp::Status st = sp::check_plan_memory(*plan, *model); !st) return fail(kExitInvalid, st.error().message);
   if (sp::Status st = sp::check_plan_status(*plan, *model, graph, o.out_path); !st)

@@ -10,7 +10,8 @@
 # - the rows: the four strategies in the table's order; sequential's
 #   speedup 1; each speedup sequential's iteration over the row's;
 #   over_memory_device exactly where the table says "over memory";
-# - spindle's row simulates the plan -o wrote (predicted.simulated_ms);
+# - spindle's row simulates the plan -o wrote (predicted.simulated_ms), and
+#   that plan is byte for byte the one planned without --compare;
 # - refusals: the same path as -o, or as the model, exit 2 and nothing
 #   written; with --check, exit 2.
 set -euo pipefail
@@ -64,6 +65,11 @@ print(model + ": " + ("ok" if not bad else "%d problems" % len(bad)), ", ".join(
 sys.exit(1 if bad else 0)
 EOF
   grep -q '^strategy  *iteration_ms' "$model.out" || fail "$model: --compare-json printed no table"
+  # The plan written is the compared one (not planned again): the same bytes
+  # as planned alone.
+  "$BIN/spindle-plan" "$CONFIGS/models/$model.yaml" --cluster "$CONFIGS/clusters/$cluster.yaml" \
+    -o "$model.alone.json" > /dev/null 2>&1 || fail "$model planned alone"
+  cmp -s "$model.plan.json" "$model.alone.json" || fail "$model: the plan written with --compare-json differs from the plan alone"
 done
 grep -q '"over_memory_device"' multitask-clip-10.cmp.json || fail "multitask-clip-10 on a800-1x8: no row over memory (task-level was)"
 
