@@ -122,6 +122,17 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
     std::printf("devices   %td of %d run a slice; the others stay idle (more would only spread the gradient "
                 "all-reduces wider)\n",
                 n, plan.devices);
+  // The shares of the cluster planned on (docs/planner.md, "Fewer
+  // islands"): each with its makespan before the boundary shifts.
+  if (!plan.shares_planned.empty()) {
+    std::string shares;
+    for (const sp::Plan::Share& sh : plan.shares_planned) {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.3f", sh.ms);
+      shares += (shares.empty() ? "" : ", ") + std::to_string(sh.islands) + " (" + ms + " ms)";
+    }
+    std::printf("islands   planned on %s islands, before boundary shifts; the fastest kept\n", shares.c_str());
+  }
   // The simulated programs (libplan/sim): device-ms shares of devices x iteration.
   const double device_ms = sim.iteration_ms * static_cast<double>(sim.devices.size());
   auto of_all = [&](double ms) { return device_ms > 0 ? 100.0 * ms / device_ms : 0.0; };

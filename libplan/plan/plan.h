@@ -131,6 +131,15 @@ struct Plan {
   // choose_optimizer_state) sharded the state; none when it did not.
   enum class ShardedBecause { none, does_not_fit, faster } sharded_because = ShardedBecause::none;
   double replicated_ms = 0;            // with `faster`: the plan's simulation with the state replicated
+  // Not serialised: with PlanRequest::fewer_islands, the shares of the
+  // cluster Spindle planned on (its own islands, then halves: islands, the
+  // plan's simulated makespan at its best bucket cap, ms), in the order
+  // planned; empty when it planned on the cluster's own islands alone.
+  struct Share {
+    int islands = 0;
+    double ms = 0;
+  };
+  std::vector<Share> shares_planned;
 };
 
 }  // namespace spindle::plan

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -71,6 +72,9 @@ constexpr int kFewerIslandsFrom = 16;
 // The half is not planned when its compute alone, packed as this plan packs
 // its own (at most this much over the work bound), cannot beat this plan.
 constexpr double kMaxPackingSlack = 0.1;
+// The halving of the islands (plan_beating) goes on past a share that does
+// not win only while it is at most this much slower than the best plan.
+constexpr double kHalvingSlack = 0.1;
 // Island placement passes (place_islands with the previous pass as hint).
 constexpr int kPlacementPasses = 3;
 // Schedules whose first placement pass simulates fastest that get the
@@ -938,60 +942,88 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, const LowerContext& low
 }
 
 // make_plan, or an error when it cannot beat `beat_ms` (plan_on_cluster).
+//
+// Spindle on a cluster of kFewerIslandsFrom islands or more also plans on
+// its first half of the islands, then on the half of that, ...: when a
+// share simulates faster (its all-reduce groups spread over fewer
+// islands), it is the plan, the other devices idle. So more islands do
+// not make Spindle's plan slower (multitask-clip-10, batch fixed: 8
+// islands of 8 A800s are as fast as Spindle gets; 16 or 128 islands only
+// spread the same work's gradient sums wider). The halving stops at a
+// share more than kHalvingSlack slower than the best plan so far: its
+// halves are not planned (50 tasks on 1024 devices: 64 islands 29% slower
+// than 128, and planning 32 islands after them cost 16% of the planning,
+// for a plan slower still; docs/planner.md, "Fewer islands").
 Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& lowering, double beat_ms,
                           double packing) {
   const auto start = std::chrono::steady_clock::now();
   Result<Plan> plan = plan_on_cluster(request, lowering, beat_ms, packing);
-  if (!plan || request.strategy != Strategy::spindle || !request.fewer_islands ||
-      request.cluster->islands < kFewerIslandsFrom)
-    return plan;
-  // Spindle on the cluster's first half of the islands (and so, by
-  // recursion, on its first quarter, ...): when that simulates faster (its
-  // all-reduce groups spread over fewer islands), it is the plan, the
-  // other devices idle. So more islands never make Spindle's plan slower
-  // (multitask-clip-10, batch fixed: 8 islands of 8 A800s are as fast as
-  // Spindle gets; 16 or 128 islands only spread the same work's gradient
-  // sums wider).
-  Cluster half = *request.cluster;
-  half.islands /= 2;
-  PlanRequest on_half = request;
-  on_half.cluster = &half;
-  // Skipped when its compute alone, packed no better than this plan packs
-  // its own (its compute gap to the relaxed optimum, at most
-  // kMaxPackingSlack), cannot beat both this plan and the caller's: a
-  // heuristic, so that a cluster whose plan is compute-bound (1000 tasks on
-  // 1024 devices) is not planned again on every halving; a plan slowed by
-  // its all-reduces always is.
-  const double gap = plan->predicted.relaxed_optimum_ms > 0
-                         ? plan->predicted.compute_ms / plan->predicted.relaxed_optimum_ms - 1.0
-                         : 0.0;
-  Result<Plan> smaller = plan_beating(on_half, lowering, std::min(beat_ms, plan->predicted.simulated_ms),
-                                      1.0 + std::clamp(gap, 0.0, kMaxPackingSlack));
+  if (!plan || request.strategy != Strategy::spindle || !request.fewer_islands) return plan;
   auto fits = [&](const Plan& x) { return check_plan_memory(x, *request.model).ok(); };
-  // Compared at their best bucket caps when make_plan will choose one
-  // (wider all-reduces gain the most from larger buckets: 16 islands of the
-  // 10-task CLIP beat 8 with the caps, 209.4 against 224.0 ms, and lost
-  // with 25 MiB); each keeps the request's cap, make_plan chooses again.
-  double plan_ms = plan->predicted.simulated_ms, smaller_ms = smaller ? smaller->predicted.simulated_ms : 0;
-  if (smaller && request.choose_bucket_bytes) {
-    SPINDLE_ASSIGN(whole, best_bucket_cap(*plan, plan_ms, lowering, request));
-    SPINDLE_ASSIGN(share, best_bucket_cap(*smaller, smaller_ms, lowering, on_half, whole.ms));
-    plan_ms = whole.ms;
-    smaller_ms = share.ms;
+  Plan& best = *plan;
+  const double relaxed_optimum_ms = best.predicted.relaxed_optimum_ms;   // the whole cluster's
+  std::deque<Cluster> shares;     // the halves planned (stable: requests point at them)
+  PlanRequest last = request;     // the share planned last; its half is next
+  PlanRequest best_request = request;   // the share of the best plan
+  double last_gap = 0;            // the compute gap of the plan on `last`
+  bool on_share = false;
+  // The best plan's makespan at its best bucket cap (when make_plan will
+  // choose one): wider all-reduces gain the most from larger buckets (16
+  // islands of the 10-task CLIP beat 8 with the caps, 209.4 against 224.0
+  // ms, and lost with 25 MiB); each plan keeps the request's cap, and
+  // make_plan chooses again.
+  auto at_best_cap = [&](const Plan& x, const PlanRequest& on, double bound_ms) -> Result<double> {
+    if (!request.choose_bucket_bytes) return x.predicted.simulated_ms;
+    SPINDLE_ASSIGN(cap, best_bucket_cap(x, x.predicted.simulated_ms, lowering, on, bound_ms));
+    return cap.ms;
+  };
+  SPINDLE_ASSIGN(best_ms, at_best_cap(best, best_request, std::numeric_limits<double>::infinity()));
+  std::vector<Plan::Share> shares_planned{{request.cluster->islands, best_ms}};
+  last_gap = best.predicted.relaxed_optimum_ms > 0
+                 ? best.predicted.compute_ms / best.predicted.relaxed_optimum_ms - 1.0
+                 : 0.0;
+  while (last.cluster->islands >= kFewerIslandsFrom) {
+    Cluster& half = shares.emplace_back(*last.cluster);
+    half.islands /= 2;
+    PlanRequest on_half = last;
+    on_half.cluster = &half;
+    // Skipped when its compute alone, packed no better than the share
+    // before it packs its own (its compute gap to the relaxed optimum, at
+    // most kMaxPackingSlack), cannot beat both the best plan and the
+    // caller's: a heuristic, so that a cluster whose plan is compute-bound
+    // (1000 tasks on 1024 devices) is not planned again on a half; a plan
+    // slowed by its all-reduces always is.
+    Result<Plan> smaller = plan_on_cluster(on_half, lowering, std::min(beat_ms, best.predicted.simulated_ms),
+                                           1.0 + std::clamp(last_gap, 0.0, kMaxPackingSlack));
+    if (!smaller) break;
+    SPINDLE_ASSIGN(smaller_ms, at_best_cap(*smaller, on_half, best_ms));
+    shares_planned.push_back({half.islands, smaller_ms});
+    last = on_half;
+    last_gap = smaller->predicted.relaxed_optimum_ms > 0
+                   ? smaller->predicted.compute_ms / smaller->predicted.relaxed_optimum_ms - 1.0
+                   : 0.0;
+    if (smaller_ms < best_ms * (1 - 1e-12) && (fits(*smaller) || !fits(best))) {
+      best = std::move(*smaller);
+      best_ms = smaller_ms;
+      best_request = on_half;
+      on_share = true;
+    } else if (smaller_ms > best_ms * (1 + kHalvingSlack)) {
+      break;
+    }
   }
-  if (smaller && smaller_ms < plan_ms * (1 - 1e-12) && (fits(*smaller) || !fits(*plan))) {
+  if (on_share) {
     // The same waves, on the whole cluster's header; its costing redone
-    // there (the simulation is the same: idle devices change nothing).
-    Plan wide = std::move(*smaller);
+    // there (the simulation is the same: idle devices change nothing), with
+    // the whole cluster's relaxed optimum.
     const Cluster& cluster = *request.cluster;
-    wide.cluster_name = cluster.name;
-    wide.devices = cluster.devices();
-    wide.devices_per_island = cluster.devices_per_island;
-    wide.memory_bytes = cluster.memory_bytes();
-    cost_winner(wide, wide.predicted.simulated_ms, plan->predicted.relaxed_optimum_ms, request);
-    *plan = std::move(wide);
+    best.cluster_name = cluster.name;
+    best.devices = cluster.devices();
+    best.devices_per_island = cluster.devices_per_island;
+    best.memory_bytes = cluster.memory_bytes();
+    cost_winner(best, best.predicted.simulated_ms, relaxed_optimum_ms, request);
   }
-  plan->planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (shares_planned.size() > 1) best.shares_planned = std::move(shares_planned);
+  best.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
 }
 

@@ -76,6 +76,24 @@ struct Outcome {
   std::vector<std::string> violations;
 };
 
+// The halving of the islands (plan_beating, docs/planner.md "Fewer
+// islands") in `plan`'s shares_planned, for a plan on `islands`: the first
+// share the whole cluster, each next one half the one before, and one is
+// planned after a share only when that share is at most 10%
+// (kHalvingSlack) slower than the fastest before it.
+void check_shares(const Plan& plan, int islands) {
+  const std::vector<Plan::Share>& sh = plan.shares_planned;
+  INFO("a plan on " << islands << " islands, " << sh.size() << " shares planned");
+  REQUIRE(sh.size() >= 2);   // every caller's cluster has 16 islands or more
+  CHECK(sh[0].islands == islands);
+  double best = sh[0].ms;
+  for (size_t i = 1; i < sh.size(); ++i) {
+    CHECK(sh[i].islands * 2 == sh[i - 1].islands);
+    if (i + 1 < sh.size()) CHECK(sh[i].ms <= best * 1.1);
+    best = std::min(best, sh[i].ms);
+  }
+}
+
 Outcome plan_clip(int tasks, int islands, Strategy strategy, bool start_early) {
   Result<Model> model = parse_model_string(clip_yaml(tasks), "clip.yaml");
   REQUIRE(model.ok());
@@ -181,6 +199,45 @@ TEST_CASE("10-task CLIP, batch fixed: 16 and 32 islands are never slower than 8"
   CHECK(highest_device(fixed16) < 64);
   CHECK(fixed16.predicted.simulated_ms == fixed8.predicted.simulated_ms);
   CHECK(on8.predicted.simulated_ms <= fixed8.predicted.simulated_ms);
+  check_shares(on32, 32);
+  check_shares(on16, 16);
+  CHECK(on8.shares_planned.empty());   // fewer than 16 islands: no halving
+}
+
+TEST_CASE("10-task CLIP on 32 islands: no quarter planned after a half more than 10% slower", "[planner][clip][scale]") {
+  // Its own profile for 32 islands: the half (16 islands) simulates about
+  // 48% slower than the whole, so 8 islands are not planned (plan_beating,
+  // docs/planner.md "Fewer islands").
+  Result<Model> model = parse_model_string(clip_yaml(10), "clip.yaml");
+  REQUIRE(model.ok());
+  const OpGraph graph = expand(*model);
+  Result<Cluster> a800 = load_cluster(SPINDLE_SOURCE_DIR "/configs/clusters/a800-8x8.yaml");
+  REQUIRE(a800.ok());
+  Cluster on32 = *a800;
+  on32.islands = 32;
+  Result<Profile> profile = analytic_profile(*model, graph, on32);
+  REQUIRE(profile.ok());
+  auto plan_on = [&](const Cluster& cluster) {
+    auto cost = ProfileCostModel::create(*profile, cluster, graph);
+    REQUIRE(cost.ok());
+    PlanRequest req{&*model, &graph, &cluster, cost->get(), "", Strategy::spindle};
+    Result<Plan> plan = make_plan(req);
+    REQUIRE(plan.ok());
+    CHECK(check_plan(*plan, *model, graph) == std::vector<std::string>{});
+    return *plan;
+  };
+  const Plan whole = plan_on(on32);
+  check_shares(whole, 32);
+  REQUIRE(whole.shares_planned.size() == 2);
+  CHECK(whole.shares_planned[1].islands == 16);
+  CHECK(whole.shares_planned[1].ms > 1.1 * whole.shares_planned[0].ms);
+  // The stop lost nothing here: the first 8 islands alone, the quarter it
+  // did not plan, plan slower than the whole (with the boundary shifts
+  // that follow, 8 islands' plan gets them too).
+  if (spindle::plan::testing::sanitized_run()) return;   // one more planning, left to the normal pass
+  Cluster on8 = *a800;
+  on8.islands = 8;
+  CHECK(plan_on(on8).predicted.simulated_ms > whole.predicted.simulated_ms);
 }
 
 TEST_CASE("planner figures: gap and planning time", "[.bench]") {
