@@ -958,15 +958,15 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
                           double packing) {
   const auto start = std::chrono::steady_clock::now();
   Result<Plan> plan = plan_on_cluster(request, lowering, beat_ms, packing);
-  if (!plan || request.strategy != Strategy::spindle || !request.fewer_islands) return plan;
+  if (!plan || request.strategy != Strategy::spindle || !request.fewer_islands ||
+      request.cluster->islands < kFewerIslandsFrom)
+    return plan;
   auto fits = [&](const Plan& x) { return check_plan_memory(x, *request.model).ok(); };
   Plan& best = *plan;
   const double relaxed_optimum_ms = best.predicted.relaxed_optimum_ms;   // the whole cluster's
   std::deque<Cluster> shares;     // the halves planned (stable: requests point at them)
   PlanRequest last = request;     // the share planned last; its half is next
-  PlanRequest best_request = request;   // the share of the best plan
-  double last_gap = 0;            // the compute gap of the plan on `last`
-  bool on_share = false;
+  bool on_share = false;          // the best plan is on a half, not the whole
   // The best plan's makespan at its best bucket cap (when make_plan will
   // choose one): wider all-reduces gain the most from larger buckets (16
   // islands of the 10-task CLIP beat 8 with the caps, 209.4 against 224.0
@@ -977,11 +977,13 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
     SPINDLE_ASSIGN(cap, best_bucket_cap(x, x.predicted.simulated_ms, lowering, on, bound_ms));
     return cap.ms;
   };
-  SPINDLE_ASSIGN(best_ms, at_best_cap(best, best_request, std::numeric_limits<double>::infinity()));
-  std::vector<Plan::Share> shares_planned{{request.cluster->islands, best_ms}};
-  last_gap = best.predicted.relaxed_optimum_ms > 0
-                 ? best.predicted.compute_ms / best.predicted.relaxed_optimum_ms - 1.0
-                 : 0.0;
+  double best_ms = 0;                  // at_best_cap of `best`, once a half is planned
+  std::vector<Plan::Share> shares_planned;   // the whole first, once a half is planned
+  // The compute gap of the plan on `last` (to its relaxed optimum).
+  auto gap_of = [](const Plan& x) {
+    return x.predicted.relaxed_optimum_ms > 0 ? x.predicted.compute_ms / x.predicted.relaxed_optimum_ms - 1.0 : 0.0;
+  };
+  double last_gap = gap_of(best);
   while (last.cluster->islands >= kFewerIslandsFrom) {
     Cluster& half = shares.emplace_back(*last.cluster);
     half.islands /= 2;
@@ -996,16 +998,18 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
     Result<Plan> smaller = plan_on_cluster(on_half, lowering, std::min(beat_ms, best.predicted.simulated_ms),
                                            1.0 + std::clamp(last_gap, 0.0, kMaxPackingSlack));
     if (!smaller) break;
+    if (shares_planned.empty()) {   // the whole's cap, needed only now (pruned halves cost no simulation)
+      SPINDLE_ASSIGN(whole_ms, at_best_cap(best, request, std::numeric_limits<double>::infinity()));
+      best_ms = whole_ms;
+      shares_planned.push_back({request.cluster->islands, best_ms});
+    }
     SPINDLE_ASSIGN(smaller_ms, at_best_cap(*smaller, on_half, best_ms));
     shares_planned.push_back({half.islands, smaller_ms});
     last = on_half;
-    last_gap = smaller->predicted.relaxed_optimum_ms > 0
-                   ? smaller->predicted.compute_ms / smaller->predicted.relaxed_optimum_ms - 1.0
-                   : 0.0;
+    last_gap = gap_of(*smaller);
     if (smaller_ms < best_ms * (1 - 1e-12) && (fits(*smaller) || !fits(best))) {
       best = std::move(*smaller);
       best_ms = smaller_ms;
-      best_request = on_half;
       on_share = true;
     } else if (smaller_ms > best_ms * (1 + kHalvingSlack)) {
       break;
@@ -1022,7 +1026,7 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
     best.memory_bytes = cluster.memory_bytes();
     cost_winner(best, best.predicted.simulated_ms, relaxed_optimum_ms, request);
   }
-  if (shares_planned.size() > 1) best.shares_planned = std::move(shares_planned);
+  best.shares_planned = std::move(shares_planned);
   best.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
 }
