@@ -3,13 +3,26 @@
 
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "libplan/util/parallel.h"
+
 namespace spindle::apps {
+
+// SPINDLE_PLAN_THREADS set, but not to a number of threads from 1 to 1024
+// (libplan/util/parallel.h): the usage error's message; empty when unset or
+// valid. spindle-plan and spindle-profile (whose --measure plans) refuse it
+// with exit 2, rather than plan on every hardware thread.
+inline std::string plan_threads_env_error() {
+  if (!spindle::plan::plan_threads_env_invalid()) return {};
+  return std::string("SPINDLE_PLAN_THREADS=") + std::getenv("SPINDLE_PLAN_THREADS") +
+         ": expected a number of threads from 1 to 1024 (unset: one per hardware thread)";
+}
 
 #ifndef SPINDLE_VERSION
 #define SPINDLE_VERSION "unknown"

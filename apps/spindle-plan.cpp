@@ -641,9 +641,8 @@ int main(int argc, char** argv) {
   o.bucket_given = app.count("--bucket-mb") > 0;
   if (!o.compare_json_path.empty()) o.compare = true;   // --compare-json implies the comparison
   if (o.model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
-  if (sp::plan_threads_env_invalid())
-    return fail(kExitInvalid, std::string("SPINDLE_PLAN_THREADS=") + std::getenv("SPINDLE_PLAN_THREADS") +
-                                  ": expected a number of threads from 1 to 1024 (unset: one per hardware thread)");
+  if (const std::string threads = spindle::apps::plan_threads_env_error(); !threads.empty())
+    return fail(kExitInvalid, threads);
 
   if (sp::Status st = sp::check_bucket_mb(o.bucket_mb); !st) return fail(kExitInvalid, st.error().message);
   o.cluster_given = !o.cluster_path.empty();

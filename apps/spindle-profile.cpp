@@ -467,6 +467,10 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitInvalid;
   }
+  if (const std::string threads = spindle::apps::plan_threads_env_error(); !threads.empty()) {
+    std::fprintf(stderr, "spindle-profile: error: %s\n", threads.c_str());
+    return kExitInvalid;
+  }
 
   std::vector<int> counts;
   // Given at all, it must hold counts: --devices "$COUNTS" with COUNTS unset

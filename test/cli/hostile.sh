@@ -140,7 +140,10 @@ outputs)
   for threads in 0 -1 abc "" 2.5 1025; do
     expect 2 "spindle-plan: error: SPINDLE_PLAN_THREADS=$threads: expected a number of threads from 1 to 1024" -- \
       env SPINDLE_PLAN_THREADS="$threads" "$plan" model.yaml --cluster cluster.yaml -o e.json
+    expect 2 "spindle-profile: error: SPINDLE_PLAN_THREADS=$threads: expected a number of threads from 1 to 1024" -- \
+      env SPINDLE_PLAN_THREADS="$threads" "$profile" model.yaml --cluster cluster.yaml -o e.json
   done
+  [ -e e.json ] && { echo "FAIL: e.json written under a refused SPINDLE_PLAN_THREADS"; failures=$((failures + 1)); }
   expect 0 "" -- env SPINDLE_PLAN_THREADS=1 "$plan" model.yaml --cluster cluster.yaml -o one-thread.json
   cmp -s one-thread.json p.json || { echo "FAIL: the plan on 1 thread differs"; failures=$((failures + 1)); }
   for opt in --bucket-mb --strategy; do
