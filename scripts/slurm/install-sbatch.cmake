@@ -27,8 +27,11 @@ if(at EQUAL -1)
 endif()
 string(REPLACE "${from}" "\${SPINDLE_ROOT:-${root}}" text "${text}")
 # Written beside the build, then installed from there (file(INSTALL) lists
-# it in install_manifest.txt and keeps the mode).
-set(staged "${SPINDLE_BUILD_DIR}/spindle.sbatch")
+# it in install_manifest.txt and keeps the mode); a folder per installed
+# tree, so that two installs of one build to different prefixes at once
+# (tests under ctest -j) do not take each other's copy.
+string(MD5 tree "${root}")
+set(staged "${SPINDLE_BUILD_DIR}/install-sbatch/${tree}/spindle.sbatch")
 file(WRITE "${staged}" "${text}")
 file(INSTALL DESTINATION "${root}/scripts/slurm" TYPE FILE FILES "${staged}"
      PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
