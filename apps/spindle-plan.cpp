@@ -262,7 +262,10 @@ struct Options {
   bool bucket_given = false;    // --bucket-mb was passed (--check: else the plan's)
 };
 
+// The options in --help's groups (each option_defaults()->group call names
+// the group of those after it; a group shows where it first appears).
 void add_options(CLI::App& app, Options& o) {
+  app.option_defaults()->group("Inputs");
   app.add_option("model", o.model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
   app.add_option("--model", o.model_path, "the model, as an option (same as the positional)")
       ->check(CLI::ExistingFile);
@@ -270,14 +273,17 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::ExistingFile);
   app.add_option("--profile", o.profile_path, "profile database (JSON); default: analytic, computed in memory")
       ->check(CLI::ExistingFile);
+  app.option_defaults()->group("Outputs");
   app.add_option("-o,--output", o.out_path, "plan to write (JSON, spec/plan.md)")
       ->check(spindle::apps::non_empty_path())
       ->capture_default_str();
+  app.option_defaults()->group("Planning");
   app.add_option("--strategy", o.strategy_name, "spindle | sequential | task-level | intra-task")
       ->capture_default_str();
   app.add_option("--placement", o.placement_name,
                  "islands (island-, locality- and memory-aware) | sequential (naive, contiguous)")
       ->capture_default_str();
+  app.option_defaults()->group("Outputs");
   app.add_flag("--compare", o.compare, "plan every strategy and print the comparison table");
   app.add_option("--compare-json", o.compare_json_path,
                  "also write the comparison as JSON (implies --compare; docs/spec/cli.md has the fields)")
@@ -289,15 +295,19 @@ void add_options(CLI::App& app, Options& o) {
                  "write simulated cluster utilisation over one iteration as SVG: every strategy with --compare, else the "
                  "one planned")
       ->check(spindle::apps::non_empty_path());
+  app.option_defaults()->group("Checking an existing plan");
   app.add_option("--check", o.check_path,
                  "check an existing plan against the model (and the cluster, when --cluster is given) instead of "
                  "planning")
       ->check(CLI::ExistingFile);
+  app.option_defaults()->group("Inputs");
   app.add_flag("--accept-profile-mismatch", o.accept_profile_mismatch,
                "plan with a profile made for another device or cluster (a warning instead of an error)");
+  app.option_defaults()->group("Outputs");
   app.add_option("--lower", o.lower_dir,
                  "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json")
       ->check(spindle::apps::non_empty_path());
+  app.option_defaults()->group("Planning");
   app.add_flag("--no-overlap", o.no_overlap,
                "plan, simulate and lower with gradient all-reduces after the backward pass, blocking (default: "
                "started during it); recorded in the plan, which spindle-run follows");

@@ -1258,7 +1258,10 @@ int run(const Args& args, int rank, int size) {
 }
 
 // The command line (docs/spec/cli.md): every option and flag into `args`.
+// The options in --help's groups, as Megatron-LM's arguments are grouped
+// (each option_defaults()->group call names the group of those after it).
 void add_options(CLI::App& app, Args& args) {
+  app.option_defaults()->group("Run");
   app.add_option("plan", args.plan_path, "wave plan (JSON, from spindle-plan)")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--model", args.model_path, "model description (YAML) the plan was made for")->required()->check(spindle::apps::non_empty_path());
   app.add_option("--steps", args.steps, "training steps")
@@ -1268,6 +1271,18 @@ void add_options(CLI::App& app, Args& args) {
   app.add_option("--seed", args.seed, "seed of parameters and synthetic data")
       ->capture_default_str()
       ->check(spindle::apps::uint64_decimal());  // before conversion: "-1" would wrap to 2^64 - 1
+  app.option_defaults()->group("Data and evaluation");
+  app.add_option("--data", args.data_path, "training data (DATA.yaml, docs/spec/data.md); default: synthetic")
+      ->check(spindle::apps::non_empty_path());
+  CLI::Option* eval =
+      app.add_option("--eval-data", args.eval_path, "evaluation data (same format)")->check(spindle::apps::non_empty_path());
+  app.add_option("--eval-every", args.eval_every, "evaluate after every K-th step (and after the last)")
+      ->needs(eval)
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
+  app.add_option("--eval-batches", args.eval_batches, "batches per task and evaluation (default: one pass)")
+      ->needs(eval)
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
+  app.option_defaults()->group("Optimizer and learning rate");
   app.add_option("--lr", args.lr, "AdamW learning rate (the peak, with a schedule)")->capture_default_str();
   app.add_option("--lr-warmup-steps", args.lr_warmup_steps,
                  "rise linearly from 0 to --lr over this many steps (Megatron-LM's --lr-warmup-iters)")
@@ -1296,37 +1311,7 @@ void add_options(CLI::App& app, Args& args) {
   app.add_option("--adam-beta2", args.adam_beta2, "AdamW's second-moment factor")->capture_default_str();
   app.add_option("--adam-eps", args.adam_eps, "AdamW's epsilon, added to the update's denominator")
       ->capture_default_str();
-  app.add_option("--log-interval", args.log_interval,
-                 "print the step line every N steps and after the last, its step time and losses the means over "
-                 "those steps (Megatron-LM's --log-interval; --metrics keeps every step)")
-      ->capture_default_str()
-      ->check(spindle::apps::integer_in(1, kMaxSteps));
-  app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)")->check(spindle::apps::non_empty_path());
-  CLI::Option* trace =
-      app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")
-          ->check(spindle::apps::non_empty_path());
-  app.add_option("--trace-steps", args.trace_steps,
-                 "record the trace of these steps only, FIRST:LAST, FIRST: (to the end) or FIRST, numbered as "
-                 "--metrics numbers them (default: every step; as Megatron-LM's --profile-step-start/-end)")
-      ->needs(trace)
-      ->check(spindle::apps::step_range());
-  app.add_flag("--no-overlap", args.no_overlap,
-               "all-reduce each gradient bucket after the backward pass, blocking, instead of starting it "
-               "during the backward pass (same results; for comparison)");
-  app.add_option("--bucket-mb", args.bucket_mb,
-                 "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (default: what the plan "
-                 "was made with, spindle-plan --bucket-mb; 25 unless given there)");
-  app.add_flag("--no-early-transfers", args.no_early,
-               "send each transfer in its wave's exchange instead of right after the compute that made it, "
-               "whatever the plan says (same results)");
-  app.add_option("--comm-timeout", args.comm_timeout_s,
-                 "NCCL: seconds a collective or transfer waits for its peers before the job ends with a message "
-                 "naming the rank (a stalled or dead peer)")
-      ->capture_default_str();
-  app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)")->check(spindle::apps::non_empty_path());
-  app.add_option("--dump-grads", args.grads_path,
-                 "write every full gradient of the first step trained, after the gradient sync (JSON; for tests)")
-      ->check(spindle::apps::non_empty_path());
+  app.option_defaults()->group("Checkpoints");
   CLI::Option* ckpt =
       app.add_option("--checkpoint", args.checkpoint_dir, "save checkpoints into DIR (step-N directories)")
           ->check(spindle::apps::non_empty_path());
@@ -1347,16 +1332,6 @@ void add_options(CLI::App& app, Args& args) {
                "step under way, save a checkpoint and exit 0, for --resume to go on (Megatron-LM's "
                "--exit-signal-handler; preemption)")
       ->needs(ckpt);
-  app.add_option("--data", args.data_path, "training data (DATA.yaml, docs/spec/data.md); default: synthetic")
-      ->check(spindle::apps::non_empty_path());
-  CLI::Option* eval =
-      app.add_option("--eval-data", args.eval_path, "evaluation data (same format)")->check(spindle::apps::non_empty_path());
-  app.add_option("--eval-every", args.eval_every, "evaluate after every K-th step (and after the last)")
-      ->needs(eval)
-      ->check(spindle::apps::integer_in(1, kMaxSteps));
-  app.add_option("--eval-batches", args.eval_batches, "batches per task and evaluation (default: one pass)")
-      ->needs(eval)
-      ->check(spindle::apps::integer_in(1, kMaxSteps));
   CLI::Option* resume =
       app.add_flag("--resume", args.resume, "continue from the newest complete checkpoint in --checkpoint DIR")
           ->needs(ckpt);
@@ -1364,6 +1339,40 @@ void add_options(CLI::App& app, Args& args) {
                "a fresh run into a --checkpoint DIR holding another run's checkpoints deletes them")
       ->needs(ckpt)
       ->excludes(resume);
+  app.option_defaults()->group("Logging and tracing");
+  app.add_option("--log-interval", args.log_interval,
+                 "print the step line every N steps and after the last, its step time and losses the means over "
+                 "those steps (Megatron-LM's --log-interval; --metrics keeps every step)")
+      ->capture_default_str()
+      ->check(spindle::apps::integer_in(1, kMaxSteps));
+  app.add_option("--metrics", args.metrics_path, "append one JSON object per step (rank 0)")->check(spindle::apps::non_empty_path());
+  CLI::Option* trace =
+      app.add_option("--trace", args.trace_path, "write the measured timeline of all ranks (Chrome trace)")
+          ->check(spindle::apps::non_empty_path());
+  app.add_option("--trace-steps", args.trace_steps,
+                 "record the trace of these steps only, FIRST:LAST, FIRST: (to the end) or FIRST, numbered as "
+                 "--metrics numbers them (default: every step; as Megatron-LM's --profile-step-start/-end)")
+      ->needs(trace)
+      ->check(spindle::apps::step_range());
+  app.option_defaults()->group("Communication");
+  app.add_flag("--no-overlap", args.no_overlap,
+               "all-reduce each gradient bucket after the backward pass, blocking, instead of starting it "
+               "during the backward pass (same results; for comparison)");
+  app.add_option("--bucket-mb", args.bucket_mb,
+                 "gradient buckets of at most this many MiB, as PyTorch DDP's bucket_cap_mb (default: what the plan "
+                 "was made with, spindle-plan --bucket-mb; 25 unless given there)");
+  app.add_flag("--no-early-transfers", args.no_early,
+               "send each transfer in its wave's exchange instead of right after the compute that made it, "
+               "whatever the plan says (same results)");
+  app.add_option("--comm-timeout", args.comm_timeout_s,
+                 "NCCL: seconds a collective or transfer waits for its peers before the job ends with a message "
+                 "naming the rank (a stalled or dead peer)")
+      ->capture_default_str();
+  app.option_defaults()->group("Dumps (tests and debugging)");
+  app.add_option("--dump-params", args.dump_path, "write every final parameter (JSON)")->check(spindle::apps::non_empty_path());
+  app.add_option("--dump-grads", args.grads_path,
+                 "write every full gradient of the first step trained, after the gradient sync (JSON; for tests)")
+      ->check(spindle::apps::non_empty_path());
 }
 
 // Ends a run refused before MPI starts (a bad command line) with
