@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -180,7 +181,10 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   std::printf("memory    peak %s on device %d (of %s), optimizer state %s%s\n", size_text(peak).c_str(), peak_dev,
               size_text(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state),
               sharded_because(plan).c_str());
-  std::printf("planning  %.2f ms\n", plan.planning_ms);
+  // The threads the planner's parallel loops ran on (SPINDLE_PLAN_THREADS,
+  // else one per hardware thread): planning times compare only alike.
+  const size_t threads = sp::parallel_workers(std::numeric_limits<size_t>::max());
+  std::printf("planning  %.2f ms on %zu thread%s\n", plan.planning_ms, threads, threads == 1 ? "" : "s");
 }
 
 // The name of a device's program in the --lower folder: device-D.json.

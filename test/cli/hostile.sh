@@ -146,6 +146,13 @@ outputs)
   [ -e e.json ] && { echo "FAIL: e.json written under a refused SPINDLE_PLAN_THREADS"; failures=$((failures + 1)); }
   expect 0 "" -- env SPINDLE_PLAN_THREADS=1 "$plan" model.yaml --cluster cluster.yaml -o one-thread.json
   cmp -s one-thread.json p.json || { echo "FAIL: the plan on 1 thread differs"; failures=$((failures + 1)); }
+  # The summary says how many threads planned (its planning time depends on it).
+  grep -Eq '^planning  [0-9.]+ ms on 1 thread$' "$work/out.txt" ||
+    { echo "FAIL: no 'planning ... on 1 thread' line: $(grep '^planning' "$work/out.txt")"; failures=$((failures + 1)); }
+  env SPINDLE_PLAN_THREADS=3 "$plan" model.yaml --cluster cluster.yaml -o three-threads.json > three.txt 2>&1
+  grep -Eq '^planning  [0-9.]+ ms on 3 threads$' three.txt ||
+    { echo "FAIL: no 'planning ... on 3 threads' line: $(grep '^planning' three.txt)"; failures=$((failures + 1)); }
+  cmp -s three-threads.json p.json || { echo "FAIL: the plan on 3 threads differs"; failures=$((failures + 1)); }
   for opt in --bucket-mb --strategy; do
     expect 2 "spindle-plan: error: $opt: empty value" -- "$plan" model.yaml --cluster cluster.yaml -o e.json "$opt" ""
   done
