@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -183,7 +182,7 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
               sharded_because(plan).c_str());
   // The threads the planner's parallel loops ran on (SPINDLE_PLAN_THREADS,
   // else one per hardware thread): planning times compare only alike.
-  const size_t threads = sp::parallel_workers(std::numeric_limits<size_t>::max());
+  const size_t threads = sp::plan_threads();
   std::printf("planning  %.2f ms on %zu thread%s\n", plan.planning_ms, threads, threads == 1 ? "" : "s");
 }
 
@@ -573,23 +572,20 @@ void print_profile_compute(const sp::Profile& profile) {
 // of them one of --lower's programs. With --check only --lower is written.
 sp::Status check_outputs(const Options& o) {
   const bool planning = o.check_path.empty();
-  if (planning) {
-    SPINDLE_TRY(sp::check_output_paths({{"-o", o.out_path},
-                                        {"--trace", o.trace_path},
-                                        {"--plot", o.plot_path},
-                                        {"--compare-json", o.compare_json_path}},
-                                       {o.model_path, o.cluster_path, o.profile_path}));
-  }
+  // The files only planning writes (none with --check).
+  const std::vector<sp::OutputPath> files =
+      planning ? std::vector<sp::OutputPath>{{"-o", o.out_path},
+                                             {"--trace", o.trace_path},
+                                             {"--plot", o.plot_path},
+                                             {"--compare-json", o.compare_json_path}}
+               : std::vector<sp::OutputPath>{};
+  SPINDLE_TRY(sp::check_output_paths(files, {o.model_path, o.cluster_path, o.profile_path}));
   if (o.lower_dir.empty()) return {};
   SPINDLE_TRY(sp::check_output_dir("--lower", o.lower_dir));
   const sp::OutputDir programs{"--lower", o.lower_dir,
                                [](const std::string& name) { return std::regex_match(name, program_file()); },
                                "a device's program"};
-  return sp::check_apart_from_dir(programs,
-                                  {{"-o", planning ? o.out_path : ""},
-                                   {"--trace", planning ? o.trace_path : ""},
-                                   {"--plot", planning ? o.plot_path : ""},
-                                   {"--compare-json", planning ? o.compare_json_path : ""}},
+  return sp::check_apart_from_dir(programs, files,
                                   {o.model_path, o.cluster_path, o.profile_path, o.check_path});
 }
 

@@ -31,15 +31,17 @@ inline bool plan_threads_env_invalid() {
   return std::getenv("SPINDLE_PLAN_THREADS") != nullptr && plan_threads_env() == 0;
 }
 
-// Threads parallel_for uses for n items: std::thread::hardware_concurrency()
-// (at least 1), or SPINDLE_PLAN_THREADS when set to a number from 1 to 1024
-// (other values are ignored here; spindle-plan and spindle-profile refuse
-// them), at most n.
-inline size_t parallel_workers(size_t n) {
-  size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  if (const size_t env = plan_threads_env(); env > 0) threads = env;
-  return std::min(n, threads);
+// The threads the planner's parallel loops use:
+// std::thread::hardware_concurrency() (at least 1), or SPINDLE_PLAN_THREADS
+// when set to a number from 1 to 1024 (other values are ignored here;
+// spindle-plan and spindle-profile refuse them).
+inline size_t plan_threads() {
+  if (const size_t env = plan_threads_env(); env > 0) return env;
+  return std::max(1u, std::thread::hardware_concurrency());
 }
+
+// Threads parallel_for uses for n items: plan_threads(), at most n.
+inline size_t parallel_workers(size_t n) { return std::min(n, plan_threads()); }
 
 // Runs job(worker) once for every worker in [0, workers): worker 0 on the
 // calling thread, the others on threads of one process-wide pool, started

@@ -22,12 +22,13 @@ for program in "$@"; do
   help=$("$bin/$program" --help) || { echo "FAIL: $program --help exited non-zero" >&2; exit 1; }
   # CLI11 lists each option on a line of its own: two spaces, then its
   # names joined by commas ("  -o,--output TEXT:PATH REQUIRED").
-  names=$(sed -n 's/^  \(-[^ ]*\).*/\1/p' <<< "$help" | tr ',' '\n')
+  options=$(sed -n 's/^  \(-[^ ]*\).*/\1/p' <<< "$help")
+  names=$(tr ',' '\n' <<< "$options")
   [ "$(wc -l <<< "$names")" -ge 3 ] || { echo "FAIL: $program --help lists fewer than 3 option names" >&2; exit 1; }
   while read -r option; do
     # One name of the option documented is enough (-o for -o,--output).
     found=0
-    for name in $(sed -n "s/^  \\(-[^ ]*\\).*/\\1/p" <<< "$help" | grep -E -- "(^|,)$option(,|$)" | tr ',' ' '); do
+    for name in ${option//,/ }; do
       grep -qE -- "(^|[^a-zA-Z0-9-])$name([^a-zA-Z0-9-]|$)" "$doc" && found=1
     done
     if [ "$found" = 0 ]; then
@@ -35,7 +36,7 @@ for program in "$@"; do
       problems=$((problems + 1))
     fi
     checked=$((checked + 1))
-  done <<< "$names"
+  done <<< "$options"
 
   # The synopsis lines of this program: from a line that names it as the
   # command (first word, or after "mpirun -np N") to the next such line.

@@ -76,46 +76,6 @@ struct Outcome {
   std::vector<std::string> violations;
 };
 
-// The 10-task CLIP on islands of 8 A800s (a800-8x8's), with one analytic
-// profile made for `profile_islands` islands: plans on any island count
-// then differ only in the islands they may use.
-struct ClipOnIslands {
-  Model model;
-  OpGraph graph;
-  Cluster node;
-  Profile profile;
-  explicit ClipOnIslands(int profile_islands) {
-    Result<Model> m = parse_model_string(clip_yaml(10), "clip.yaml");
-    REQUIRE(m.ok());
-    model = *m;
-    graph = expand(model);
-    Result<Cluster> a800 = load_cluster(SPINDLE_SOURCE_DIR "/configs/clusters/a800-8x8.yaml");
-    REQUIRE(a800.ok());
-    node = *a800;
-    Cluster largest = node;
-    largest.islands = profile_islands;
-    Result<Profile> p = analytic_profile(model, graph, largest);
-    REQUIRE(p.ok());
-    profile = *p;
-  }
-  // Spindle's plan on `islands` (fewer_islands, choose_bucket_bytes as
-  // given), checked valid and for the whole cluster.
-  Plan plan_on(int islands, bool fewer = true, bool choose_cap = true) const {
-    Cluster cluster = node;
-    cluster.islands = islands;
-    auto cost = ProfileCostModel::create(profile, cluster, graph);
-    REQUIRE(cost.ok());
-    PlanRequest req{&model, &graph, &cluster, cost->get(), "", Strategy::spindle};
-    req.fewer_islands = fewer;
-    req.choose_bucket_bytes = choose_cap;
-    Result<Plan> plan = make_plan(req);
-    REQUIRE(plan.ok());
-    CHECK(plan->devices == cluster.devices());
-    CHECK(check_plan(*plan, model, graph) == std::vector<std::string>{});
-    return *plan;
-  }
-};
-
 // The halving of the islands (plan_beating, docs/planner.md "Fewer
 // islands") in `plan`'s shares_planned, for a plan on `islands`: the first
 // share the whole cluster, each next one half the one before, and one is
@@ -189,8 +149,29 @@ TEST_CASE("10-task CLIP, batch fixed: 16 and 32 islands are never slower than 8"
   // batch runs out: Spindle on 16 islands would spread the same work's
   // gradient all-reduces over more islands; it also plans on the first 8
   // and keeps that plan (the other devices idle) when it is faster.
-  const ClipOnIslands clip(32);
-  auto plan_on = [&](int islands, bool fewer, bool choose_cap = true) { return clip.plan_on(islands, fewer, choose_cap); };
+  Result<Model> model = parse_model_string(clip_yaml(10), "clip.yaml");
+  REQUIRE(model.ok());
+  const OpGraph graph = expand(*model);
+  Result<Cluster> a800 = load_cluster(SPINDLE_SOURCE_DIR "/configs/clusters/a800-8x8.yaml");
+  REQUIRE(a800.ok());
+  Cluster largest = *a800;
+  largest.islands = 32;
+  Result<Profile> profile = analytic_profile(*model, graph, largest);
+  REQUIRE(profile.ok());
+  auto plan_on = [&](int islands, bool fewer, bool choose_cap = true) {
+    Cluster cluster = *a800;
+    cluster.islands = islands;
+    auto cost = ProfileCostModel::create(*profile, cluster, graph);
+    REQUIRE(cost.ok());
+    PlanRequest req{&*model, &graph, &cluster, cost->get(), "", Strategy::spindle};
+    req.fewer_islands = fewer;
+    req.choose_bucket_bytes = choose_cap;
+    Result<Plan> plan = make_plan(req);
+    REQUIRE(plan.ok());
+    CHECK(plan->devices == cluster.devices());
+    CHECK(check_plan(*plan, *model, graph) == std::vector<std::string>{});
+    return *plan;
+  };
   const Plan on8 = plan_on(8, true), on16 = plan_on(16, true), on32 = plan_on(32, true);
   CHECK(on16.predicted.simulated_ms <= on8.predicted.simulated_ms);
   CHECK(on32.predicted.simulated_ms <= on16.predicted.simulated_ms);
