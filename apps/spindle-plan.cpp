@@ -332,7 +332,7 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--optimizer-state", o.optimizer_state,
                  "how AdamW's state is held, recorded in the plan and followed by spindle-run: auto (replicated when "
-                 "that plan fits the devices, else sharded) | sharded over the data-parallel replicas (ZeRO-1, "
+                 "that plan fits the devices, unless sharded simulates faster; else sharded) | sharded over the data-parallel replicas (ZeRO-1, "
                  "Megatron's distributed optimizer: an all-gather per bucket and step) | replicated")
       ->check(CLI::IsMember({"auto", "sharded", "replicated"}))
       ->capture_default_str();

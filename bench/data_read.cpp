@@ -9,7 +9,7 @@
 // the memory-mapped .npy files (DataSource::prepare: sampling, the shuffle,
 // dtype conversion, value checks) and the time of the training step itself
 // (Executor::step). Prints medians and the share read / (read + step)
-// against the target (< 5%, issue 15). One device reads every row of every
+// against the target (< 5%, bench/README.md). One device reads every row of every
 // task: with N devices each reads about 1/N of the rows and steps take
 // longer per row, so the share on one device is the upper end.
 #include <cstdio>

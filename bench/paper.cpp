@@ -1,5 +1,5 @@
 // The shape of the paper's evaluation (its Figures 7-9 and Table 3), predicted
-// by the analytic cost model from the shipped profiles (issue 3, bench/paper).
+// by the analytic cost model from the shipped profiles (bench/README.md, bench/paper).
 //
 // For multitask-clip-4/7/10 on 8, 16 and 32 A800s, ofasys-7 on 8 and 16 and
 // qwen-val-3 on 32 and 64, plans every strategy with island-aware placement

@@ -4,7 +4,7 @@
 // case of 50 tasks on 1024 devices, times the whole planner (curve fitting,
 // contraction, allocation, scheduling, placement, costing) from an analytic
 // profile built beforehand, and reports the compute gap to the relaxed
-// optimum; and 1000 tasks on 1024 devices (issue 14: under 5 s). Prints
+// optimum; and 1000 tasks on 1024 devices (under 5 s). Prints
 // ratios against the targets from this one run, so a noisy
 // machine moves all rows together.
 //
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     for (int islands : {1, 2, 4, 8})
       if (wanted(name, 8 * islands)) rows.push_back(run(*model, a800(*node, islands), repeats, shift_simulations, !only.empty()));
   }
-  // The scale case (50 tasks) and many tasks (issue 14: the scheduler and
+  // The scale case (50 tasks) and many tasks (the scheduler and
   // placement near-linear in tasks x devices), on 1024 devices.
   for (const auto& [tasks, repeats_here] : {std::pair{50, std::max(1, repeats / 2)}, std::pair{1000, 1}}) {
     if (!wanted("multitask-clip-" + std::to_string(tasks), 1024)) continue;

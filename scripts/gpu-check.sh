@@ -199,7 +199,7 @@ if [ "$gpus" -ge 1 ] && grep -q "(Skipped)" "$WORK/ctest-gpu.log"; then
   failed=1
 fi
 
-# 3. Layer throughput: the target first (the hidden-1280 layers,
+# 3. Layer throughput: the target (50% of peak) first (the hidden-1280 layers,
 # ViT-H among them, bf16 then fp32 for comparison), then every shipped
 # transformer layer shape over a range of local batches.
 step bench-vith "$BUILD/bench/gpu/gpu" --hidden 1280 --batches 16,64,128,256 --csv "$WORK/bench-vith.csv" \

@@ -1,7 +1,7 @@
 // Collectives started on a communication stream and ordered against the
-// compute stream by events, with no host wait inside a step (issue 13,
-// part 3): the NCCL communicator's started all-reduces (gradient buckets
-// during the backward pass). Written against four stream primitives
+// compute stream by events, with no host wait inside a step: the NCCL
+// communicator's started all-reduces (gradient buckets during the
+// backward pass). Written against four stream primitives
 // (StreamOps) so that the ordering is plain C++: NcclComm runs it over
 // CUDA streams and events, test_stream_order.cpp over a fake that records
 // which work happens before which.

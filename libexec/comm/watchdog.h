@@ -1,5 +1,5 @@
 // Waiting for asynchronous communication without hanging on a peer that
-// stalled or died (issue 13): a CUDA stream's NCCL calls complete on the
+// stalled or died: a CUDA stream's NCCL calls complete on the
 // device, and a peer that never joins leaves cudaStreamSynchronize waiting
 // for ever. wait_or_give_up polls instead, asks the communicator for an
 // asynchronous error between polls (ncclCommGetAsyncError), and gives up

@@ -377,7 +377,7 @@ PortfolioSchedules spindle_waves(const Prepared& p, int n_dev, int island, bool 
   return schedule_portfolio(in);
 }
 
-// Communication-aware allocation (issue 13): `p` with each MetaOp's valid
+// Communication-aware allocation (docs/planner.md): `p` with each MetaOp's valid
 // device counts cut at the count n that minimises L T(n) + the all-reduce
 // of its L operators' gradients, their bytes x `bytes_weight`, over n
 // devices (a block from an island's start, as placement packs them;

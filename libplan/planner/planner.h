@@ -57,7 +57,7 @@ struct PlanRequest {
   // fastest, so that Spindle is never predicted slower than a baseline. Off:
   // Spindle's own portfolio only.
   bool baseline_candidates = true;
-  // Spindle only (issue 13): also schedule the allocation in which no
+  // Spindle only: also schedule the allocation in which no
   // MetaOp runs on more devices than its gradients' all-reduce pays for
   // (its count n minimising L T(n) + that all-reduce), and keep it when it
   // simulates fastest. Such a plan trades compute for sync: its compute gap
@@ -70,7 +70,7 @@ struct PlanRequest {
   // group (docs/planner.md, "Communication-aware caps"). Off: the caps
   // above alone.
   bool queued_sync_candidates = true;
-  // Spindle only (issue 13), on clusters of 16 islands or more: also plan
+  // Spindle only, on clusters of 16 islands or more: also plan
   // on the cluster's first half of the islands (recursively, down to 8) and
   // keep that plan, the other devices idle, when it simulates faster: from
   // 8 islands on, doubling the islands never makes Spindle's plan

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile command lines (issue 14 and a second pass of our own): each case
+# Hostile command lines (a red-team pass and a second pass of our own): each case
 # must exit with the stated code, say the stated things on stderr, and leave
 # every file and device it was pointed at as it was.
 #

@@ -5,7 +5,9 @@
 #   - every option a program's --help lists (each of its names: -o or
 #     --output) is named somewhere in CLI_MD, as `--name` or `-o`;
 #   - every long option in CLI_MD's synopsis (its first ``` block) under a
-#     program's command line is one that program's --help lists.
+#     program's command line is one that program's --help lists;
+#   - every option of a program's --help but --help and --version is on
+#     that program's synopsis lines (one of its names).
 # Exit 0 when they agree; 1 naming each option that is on one side only.
 set -euo pipefail
 doc=$1 bin=$2
@@ -44,6 +46,18 @@ for program in "$@"; do
     /^(mpirun -np [A-Z] )?spindle-[a-z]+ / { cmd = $1 == "mpirun" ? $4 : $1 }
     cmd == p' <<< "$synopsis")
   [ -n "$lines" ] || { echo "FAIL: $program has no command line in $doc's synopsis" >&2; problems=$((problems + 1)); }
+  while read -r option; do
+    case "$option" in -h,--help | --version) continue ;; esac
+    found=0
+    for name in ${option//,/ }; do
+      grep -qE -- "(^|[^a-zA-Z0-9-])$name([^a-zA-Z0-9-]|$)" <<< "$lines" && found=1
+    done
+    if [ "$found" = 0 ]; then
+      echo "FAIL: $program $option: in its --help, not in $doc's synopsis" >&2
+      problems=$((problems + 1))
+    fi
+    checked=$((checked + 1))
+  done <<< "$options"
   flags=$({ grep -oE -- '--[a-z][a-z0-9-]*' <<< "$lines" || true; } | sort -u)
   for flag in $flags; do
     if ! grep -qE -- "(^|,)$flag(,|$)" <<< "$names"; then

@@ -1,4 +1,4 @@
-// Hostile inputs, written as a careless or hostile user would (issue 14 and
+// Hostile inputs, written as a careless or hostile user would (a red-team pass and
 // a second pass of our own): each must be an Error naming the file (and the
 // key where there is one), never a crash, a hang or a silently wrong value.
 #include <catch2/catch.hpp>
