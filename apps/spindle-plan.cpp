@@ -69,6 +69,10 @@ sp::Result<std::string> default_cluster_path(const char* argv0) {
   for (const fs::path& r : roots) {
     const fs::path candidate = (r / rel).lexically_normal();
     if (fs::is_regular_file(candidate, ec)) return candidate.string();
+    // Something else there (a folder, a FIFO) is a mistake to name, not a
+    // reason to take another tree's cluster.
+    if (fs::exists(candidate, ec))
+      return sp::Error{"default cluster " + candidate.string() + ": not a regular file (give --cluster CLUSTER.yaml)"};
     looked += (looked.empty() ? "" : ", ") + candidate.string();
   }
   return sp::Error{std::string("no default cluster: ") + rel + " is in none of " + looked +
@@ -263,6 +267,7 @@ struct Options {
   int shift_simulations = sp::kShiftSimulations;
   bool cluster_given = false;   // --cluster was passed (else cluster_path is the default)
   bool bucket_given = false;    // --bucket-mb was passed (--check: else the plan's)
+  std::string model_option;     // --model, moved into model_path once parsed
 };
 
 // The options in --help's groups (each option_defaults()->group call names
@@ -270,7 +275,7 @@ struct Options {
 void add_options(CLI::App& app, Options& o) {
   app.option_defaults()->group("Inputs");
   app.add_option("model", o.model_path, "model description (YAML, spec/model.md)")->check(CLI::ExistingFile);
-  app.add_option("--model", o.model_path, "the model, as an option (same as the positional)")
+  app.add_option("--model", o.model_option, "the model, as an option (same as the positional)")
       ->check(CLI::ExistingFile);
   app.add_option("--cluster", o.cluster_path, "cluster description (YAML); default configs/clusters/a800-1x8.yaml")
       ->check(CLI::ExistingFile);
@@ -649,6 +654,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitInvalid;
   }
   o.bucket_given = app.count("--bucket-mb") > 0;
+  // One model: given both ways, one was silently not planned (or checked).
+  if (!o.model_option.empty() && !o.model_path.empty())
+    return fail(kExitInvalid, "two models: " + o.model_path + " and --model " + o.model_option + "; give one");
+  if (!o.model_option.empty()) o.model_path = o.model_option;
   if (!o.compare_json_path.empty()) o.compare = true;   // --compare-json implies the comparison
   if (o.model_path.empty()) return fail(kExitInvalid, "a model description is required (spindle-plan MODEL.yaml)");
   if (const std::string threads = spindle::apps::plan_threads_env_error(); !threads.empty())

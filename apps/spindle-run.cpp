@@ -40,6 +40,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -395,14 +396,17 @@ std::string check_numbers(const Args& args) {
            ": expected the largest gradient norm, a number above 0 and at most 1e30 (0: no clipping)";
   // AdamW: a decay that keeps 1 - lr * wd positive at any rate up to 1,
   // moment factors below 1 (at 1 the bias correction divides by 0), an
-  // epsilon that keeps the update's denominator positive.
+  // epsilon that keeps the update's denominator positive. AdamW takes them
+  // as floats, so they hold as floats: 0.99999999 is 1 there, 1e-46 is 0.
   for (const auto& [flag, value] : {std::pair{"--weight-decay", args.weight_decay},
                                     std::pair{"--adam-beta1", args.adam_beta1},
                                     std::pair{"--adam-beta2", args.adam_beta2}})
-    if (!(value >= 0 && value < 1))
-      return std::string(flag) + " " + sp::number_text(value) + ": expected a number from 0 to below 1";
-  if (!(args.adam_eps > 0 && args.adam_eps <= 1))
-    return "--adam-eps " + sp::number_text(args.adam_eps) + ": expected a number above 0 and at most 1";
+    if (!(value >= 0 && static_cast<float>(value) < 1))
+      return std::string(flag) + " " + sp::number_text(value) + ": expected a number from 0 to below 1" +
+             (value < 1 ? " (as a float: it is 1 there)" : "");
+  if (!(static_cast<float>(args.adam_eps) > 0 && args.adam_eps <= 1))
+    return "--adam-eps " + sp::number_text(args.adam_eps) + ": expected a number above 0 and at most 1" +
+           (args.adam_eps > 0 ? " (as a float: it is 0 there)" : "");
   // --steps, --every and --keep: decimal integers from 1 (integer_in, on the command line).
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
   if (!(args.exit_duration_mins == 0 ||
@@ -421,19 +425,32 @@ std::string check_numbers(const Args& args) {
 // policy): the outputs, and the checkpoint folder, which belongs to one
 // run: a fresh run (no --resume) refuses a folder holding checkpoints unless
 // --overwrite. "" or what is wrong.
+std::vector<sp::OutputPath> file_outputs(const Args& args) {
+  return {{"--metrics", args.metrics_path},
+          {"--trace", args.trace_path},
+          {"--dump-params", args.dump_path},
+          {"--dump-grads", args.grads_path}};
+}
+
 std::string check_paths(const Args& args) {
-  const std::vector<sp::OutputPath> outputs = {{"--metrics", args.metrics_path},
-                                               {"--trace", args.trace_path},
-                                               {"--dump-params", args.dump_path},
-                                               {"--dump-grads", args.grads_path}};
+  const std::vector<sp::OutputPath> outputs = file_outputs(args);
   const std::vector<std::string> inputs = {args.plan_path, args.model_path, args.data_path, args.eval_path};
   sp::Status st = sp::check_output_paths(outputs, inputs);
   if (!st.ok()) return st.error().message;
   if (args.checkpoint_dir.empty()) return "";
   st = sp::check_output_dir("--checkpoint", args.checkpoint_dir);
   if (!st.ok()) return st.error().message;
+  // The folder that holds the step-N folders, not one of them: nested
+  // there, this run's checkpoints would be deleted with that step.
+  const std::filesystem::path dir = std::filesystem::path(args.checkpoint_dir).lexically_normal();
+  const std::string name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
+  std::error_code ec;
+  if (se::checkpoint_step_of(name) >= 0 || std::filesystem::exists(dir / "manifest.json", ec))
+    return "--checkpoint " + args.checkpoint_dir +
+           ": is a checkpoint (a step folder), not a folder of checkpoints; name the folder that holds the "
+           "step-N folders, or a new one";
   st = sp::check_apart_from_dir(
-      {"--checkpoint", args.checkpoint_dir, se::is_checkpoint_entry, "a name checkpoints take (step-*)"}, outputs,
+      {"--checkpoint", args.checkpoint_dir, se::is_checkpoint_entry, "a name checkpoints take (step-*, .spindle-run.lock)"}, outputs,
       inputs);
   if (!st.ok()) return st.error().message;
   const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
@@ -504,6 +521,13 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     in.data = open_data(args.data_path, *in.model, args.seed, false, &error, &data_sha);
   if (error.empty() && !args.eval_path.empty())
     in.eval_data = open_data(args.eval_path, *in.model, args.seed, true, &error, &eval_sha);
+  if (error.empty()) {   // the files DATA.yaml names are inputs too (check_paths had the DATA.yaml files)
+    std::vector<std::string> read;
+    for (const se::FileSource* src : {in.data.get(), in.eval_data.get()})
+      if (src)
+        for (const std::string& path : src->paths()) read.push_back(path);
+    if (sp::Status st = sp::check_output_paths(file_outputs(args), read); !st.ok()) error = st.error().message;
+  }
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   // Same files on every rank (sha256 of plan, model and DATA.yaml bytes).
   const std::vector<std::string> hashes =

@@ -193,6 +193,12 @@ BatchPosition batch_position(int64_t batch, int64_t per_epoch) {
   return {batch / per_epoch, batch % per_epoch};
 }
 
+std::vector<std::string> FileSource::paths() const {
+  std::vector<std::string> out;
+  for (const auto& [_, file] : files_) out.push_back(file->path());
+  return out;
+}
+
 Result<std::unique_ptr<FileSource>> FileSource::open(const DataSpec& spec, const plan::Model& model, uint64_t seed,
                                                    uint64_t synthetic_stream) {
   std::unique_ptr<FileSource> src(new FileSource(seed, synthetic_stream));

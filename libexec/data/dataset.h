@@ -92,6 +92,8 @@ class FileSource final : public DataSource {
 
   bool may_ignore_targets(int task) const override;
   const TaskFiles& task(int t) const { return tasks_[static_cast<size_t>(t)]; }
+  // The path of every file it opened (inputs no output may overwrite).
+  std::vector<std::string> paths() const;
   int tasks() const { return static_cast<int>(tasks_.size()); }
   // Sample index of row `row` of batch `batch` of task `t` (not synthetic).
   int64_t sample_of(int t, int64_t batch, int64_t row);

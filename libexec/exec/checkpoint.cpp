@@ -41,7 +41,7 @@ constexpr uint32_t kTensorFileVersion = 1;
 constexpr int kManifestVersion = 1;
 constexpr uint32_t kMaxRank = 8;
 const char* const kFiles[] = {"params.bin", "adam_m.bin", "adam_v.bin"};
-const char* const kLockFile = ".spindle-run.lock";   // CheckpointLock
+const char* const kLockFile = kCheckpointLockFile;
 
 template <class T>
 void put(std::string& out, T v) {
@@ -62,18 +62,15 @@ struct Reader {
   }
 };
 
-// Steps of the complete checkpoints in `dir`: directories named exactly
-// checkpoint_name(step).
-std::vector<int64_t> scan(const std::string& dir) {
-  std::vector<int64_t> out;
+// The directories in `dir` that checkpoint_step_of names, by step:
+// complete checkpoints or (`leftovers`) leftovers of saves.
+std::vector<std::pair<int64_t, fs::path>> scan(const std::string& dir, bool leftovers) {
+  std::vector<std::pair<int64_t, fs::path>> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() < 6 || name.size() > 20 || !is_checkpoint_entry(name) ||
-        name.find_first_not_of("0123456789", 5) != std::string::npos)
-      continue;
-    const int64_t step = std::stoll(name.substr(5));
-    if (name == checkpoint_name(step) && e.is_directory(ec)) out.push_back(step);
+    bool leftover = false;
+    const int64_t step = checkpoint_step_of(e.path().filename().string(), &leftover);
+    if (step >= 0 && leftover == leftovers && e.is_directory(ec)) out.emplace_back(step, e.path());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -93,6 +90,18 @@ std::string checkpoint_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%06lld", static_cast<long long>(step));
   return buf;
+}
+
+int64_t checkpoint_step_of(const std::string& name, bool* leftover) {
+  const size_t tmp = name.find(".tmp.");
+  if (leftover) *leftover = tmp != std::string::npos;
+  const std::string base = name.substr(0, tmp);
+  // At most 15 digits: a step fits int64_t, and stoll cannot throw.
+  if (base.size() < 6 || base.size() > 20 || base.rfind("step-", 0) != 0 ||
+      base.find_first_not_of("0123456789", 5) != std::string::npos)
+    return -1;
+  const int64_t step = std::stoll(base.substr(5));
+  return base == checkpoint_name(step) ? step : -1;
 }
 
 std::string encode_tensors(const std::map<std::string, Tensor>& tensors) {
@@ -156,7 +165,11 @@ Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, c
   return out;
 }
 
-std::vector<int64_t> list_checkpoints(const std::string& dir) { return scan(dir); }
+std::vector<int64_t> list_checkpoints(const std::string& dir) {
+  std::vector<int64_t> out;
+  for (const auto& [step, _] : scan(dir, false)) out.push_back(step);
+  return out;
+}
 
 plan::Status check_state_finite(const TrainingState& state) {
   for (const auto& [name, ts] : state.tensors)
@@ -243,29 +256,17 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
   const std::vector<int64_t> done = list_checkpoints(dir);
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < done.size(); ++i)
     fs::remove_all(fs::path(dir) / checkpoint_name(done[i]), ec);
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    const size_t t = n.find(".tmp.");
-    if (!is_checkpoint_entry(n) || t == std::string::npos) continue;
-    const std::string digits = n.substr(5, t - 5);
-    if (!digits.empty() && digits.size() <= 15 &&
-        digits.find_first_not_of("0123456789") == std::string::npos && std::stoll(digits) <= meta.step)
-      fs::remove_all(e.path(), ec);
-  }
+  for (const auto& [step, path] : scan(dir, true))
+    if (step <= meta.step) fs::remove_all(path, ec);
   return final_dir;
 }
 
 plan::Status remove_checkpoints(const std::string& dir) {
   std::error_code ec;
+  if (const fs::directory_iterator listed(dir, ec); ec) return Error{dir + ": cannot list: " + ec.message()};
   std::vector<fs::path> doomed;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (!is_checkpoint_entry(n)) continue;
-    const size_t end = n.find(".tmp.");
-    const std::string digits = n.substr(5, end == std::string::npos ? std::string::npos : end - 5);
-    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos) doomed.push_back(e.path());
-  }
-  if (ec) return Error{dir + ": cannot list: " + ec.message()};
+  for (bool leftovers : {false, true})
+    for (const auto& [_, path] : scan(dir, leftovers)) doomed.push_back(path);
   for (const fs::path& p : doomed) {
     fs::remove_all(p, ec);
     if (ec) return Error{p.string() + ": cannot remove: " + ec.message()};
@@ -404,6 +405,16 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   SPINDLE_ASSIGN(j, plan::parse_json_text(text, manifest_path));
   SPINDLE_TRY(read_manifest(j, manifest_path, ck, files));
   ck.state.step = ck.meta.step;
+  // A folder named for another step (renamed or copied by hand) would be
+  // resumed as the newest when it is not, or pruned out of turn; a
+  // leftover of a save is no checkpoint.
+  const fs::path folder = fs::path(step_dir).lexically_normal();
+  const std::string name = (folder.has_filename() ? folder : folder.parent_path()).filename().string();
+  bool leftover = false;
+  if (const int64_t named = checkpoint_step_of(name, &leftover); named >= 0 && (leftover || named != ck.meta.step))
+    return Error{manifest_path + ": step " + std::to_string(ck.meta.step) + ", but its folder is named " + name +
+                 " (a checkpoint renamed or copied by hand? name it " + checkpoint_name(ck.meta.step) +
+                 ", or any name not step-*)"};
 
   std::map<std::string, Tensor> decoded[3];
   for (int f = 0; f < 3; ++f) {
@@ -444,7 +455,7 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
 
 CheckpointLock::CheckpointLock(CheckpointLock&& o) noexcept
     : fd_(std::exchange(o.fd_, -1)), dir_(std::move(o.dir_)), made_dir_(o.made_dir_),
-      unlocked_(std::move(o.unlocked_)) {}
+      made_from_(std::move(o.made_from_)), unlocked_(std::move(o.unlocked_)) {}
 
 CheckpointLock& CheckpointLock::operator=(CheckpointLock&& o) noexcept {
   if (this != &o) {
@@ -452,6 +463,7 @@ CheckpointLock& CheckpointLock::operator=(CheckpointLock&& o) noexcept {
     fd_ = std::exchange(o.fd_, -1);
     dir_ = std::move(o.dir_);
     made_dir_ = o.made_dir_;
+    made_from_ = std::move(o.made_from_);
     unlocked_ = std::move(o.unlocked_);
   }
   return *this;
@@ -471,7 +483,16 @@ void CheckpointLock::release() {
       if (entry.path().filename() != kLockFile) only_lock = false;
     if (!ec && only_lock) {
       std::filesystem::remove(std::filesystem::path(dir_) / kLockFile, ec);
-      if (made_dir_) std::filesystem::remove(dir_, ec);
+      // The folder, then each parent made for it while empty (remove
+      // refuses a folder that is not), up to the outermost one made.
+      if (made_dir_) {
+        const std::filesystem::path outermost = made_from_;   // empty: the folder alone
+        for (std::filesystem::path p = std::filesystem::absolute(dir_, ec).lexically_normal();; p = p.parent_path()) {
+          if (p.filename().empty()) p = p.parent_path();   // "dir/" normalised
+          if (!std::filesystem::remove(p, ec) || ec || outermost.empty() || p == outermost || p == p.parent_path())
+            break;
+        }
+      }
     }
   }
   if (fd_ >= 0) ::close(fd_);   // releases the flock
@@ -481,6 +502,15 @@ void CheckpointLock::release() {
 plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir) {
   CheckpointLock lock;
   std::error_code ec;
+  // The outermost folder missing now: create_directories makes it and
+  // those below, which release() removes again when nothing was saved.
+  for (std::filesystem::path p = std::filesystem::absolute(dir, ec).lexically_normal(); !ec && !p.empty();) {
+    if (p.filename().empty()) p = p.parent_path();
+    std::error_code missing;
+    if (std::filesystem::exists(p, missing) || missing || p == p.parent_path()) break;
+    lock.made_from_ = p.string();
+    p = p.parent_path();
+  }
   lock.made_dir_ = std::filesystem::create_directories(dir, ec);
   if (ec) return plan::Error{dir + ": cannot create the checkpoint folder: " + ec.message()};
   const std::string path = (std::filesystem::path(dir) / kLockFile).string();

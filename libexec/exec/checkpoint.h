@@ -120,10 +120,22 @@ plan::Result<std::map<std::string, Tensor>> decode_tensors(const std::string& by
 // "step-000006" for step 6.
 std::string checkpoint_name(int64_t step);
 
-// Whether `name`, an entry directly in a checkpoint folder, is one that
-// saving, keeping the newest or --overwrite may replace or remove: any name
-// starting "step-" (complete checkpoints and *.tmp.* leftovers among them).
-inline bool is_checkpoint_entry(const std::string& name) { return name.rfind("step-", 0) == 0; }
+// The lock file a run keeps in its checkpoint folder (CheckpointLock).
+inline constexpr const char* kCheckpointLockFile = ".spindle-run.lock";
+
+// Whether `name`, an entry directly in a checkpoint folder, is one the
+// runtime may write, replace or remove there, so that no output of any
+// program may take it: any name starting "step-" (checkpoints, their
+// *.tmp.* leftovers, and names the steps to come take) and the lock file.
+inline bool is_checkpoint_entry(const std::string& name) {
+  return name.rfind("step-", 0) == 0 || name == kCheckpointLockFile;
+}
+
+// The step of `name` when it is exactly checkpoint_name(step) (a complete
+// checkpoint's folder name: "step-000006"), or of the checkpoint a
+// leftover of a save names ("step-000006.tmp.*"), with `leftover` set; -1
+// for any other name (a user's "step-1" or "step-2020" is neither).
+int64_t checkpoint_step_of(const std::string& name, bool* leftover = nullptr);
 
 // Ok when every value, m and v of `state` is finite; else an error naming
 // the first tensor, part and element that is not (inf or nan: training
@@ -145,9 +157,10 @@ plan::Result<std::string> save_checkpoint(const std::string& dir, const Checkpoi
 // ".tmp."), ascending; empty when none or `dir` is missing.
 std::vector<int64_t> list_checkpoints(const std::string& dir);
 
-// Removes every checkpoint in `dir` (complete step-N directories and
-// step-N.tmp.* leftovers), nothing else; for a fresh run told to overwrite
-// another run's checkpoints. Error names what could not be removed.
+// Removes every checkpoint in `dir` (the directories checkpoint_step_of
+// names: complete checkpoints and leftovers of saves), nothing else; for a
+// fresh run told to overwrite another run's checkpoints. Error names what
+// could not be removed.
 plan::Status remove_checkpoints(const std::string& dir);
 
 // An advisory lock on a checkpoint folder (flock on DIR/.spindle-run.lock,
@@ -174,6 +187,7 @@ class CheckpointLock {
   int fd_ = -1;
   std::string dir_;
   bool made_dir_ = false;     // this lock made the folder: removed again if left empty
+  std::string made_from_;     // the outermost folder it made for it (dir_ or a parent), removed too if empty
   std::string unlocked_;
 };
 

@@ -38,17 +38,25 @@ std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
 namespace {
 
 // An error when `out_path` lies inside a checkpoint step folder of
-// `checkpoint`: the step read, or (given a checkpoint folder) any step
-// folder in it, which a later --resume, --keep or --overwrite reads or
-// deletes. Writing there could replace the manifest or a shard of the
-// checkpoint being exported. A file directly in the checkpoint folder is
-// fine unless named as its steps are (step-*).
+// `checkpoint`: the step read, or any step folder of the checkpoint
+// folder (the one given, or the one holding the step given), which a later
+// --resume, --keep or --overwrite reads or deletes. Writing there could
+// replace the manifest or a shard of the checkpoint being exported, or be
+// deleted with an older step. A file directly in the checkpoint folder is
+// fine unless named as its entries are (is_checkpoint_entry).
 plan::Status check_outside_checkpoint(const std::string& checkpoint, bool is_step, const std::string& out_path) {
-  const plan::OutputDir read =
-      is_step ? plan::OutputDir{"checkpoint", checkpoint, [](const std::string&) { return true; },
-                                "part of the checkpoint read"}
-              : plan::OutputDir{"checkpoint", checkpoint, is_checkpoint_entry, "a checkpoint"};
-  return plan::check_apart_from_dir(read, {{"-o", out_path}}, {});
+  const std::vector<plan::OutputPath> outputs{{"-o", out_path}};
+  if (!is_step)
+    return plan::check_apart_from_dir({"checkpoint", checkpoint, is_checkpoint_entry, "a name checkpoints take (step-*, .spindle-run.lock)"}, outputs, {});
+  SPINDLE_TRY(plan::check_apart_from_dir(
+      {"checkpoint", checkpoint, [](const std::string&) { return true; }, "part of the checkpoint read"}, outputs, {}));
+  const std::filesystem::path step = std::filesystem::path(checkpoint).lexically_normal();
+  const std::filesystem::path name = step.has_filename() ? step.filename() : step.parent_path().filename();
+  if (checkpoint_step_of(name.string()) < 0) return {};   // a step folder kept elsewhere: its folder is the user's
+  const std::filesystem::path folder = step.has_filename() ? step.parent_path() : step.parent_path().parent_path();
+  return plan::check_apart_from_dir({"checkpoint", folder.empty() ? std::string(".") : folder.string(),
+                                     is_checkpoint_entry, "a name the checkpoints beside the step read take (step-*, .spindle-run.lock)"},
+                                    outputs, {});
 }
 
 }  // namespace

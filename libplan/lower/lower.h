@@ -62,6 +62,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -448,14 +449,16 @@ struct GradSync {
 inline constexpr int64_t kNormBytes = kWireBytesPerValue;
 
 // --bucket-mb: an error naming the flag unless `mb` is in [kMinBucketMb,
-// kMaxBucketMb] (plan.h; NaN is not); and its value in bytes (at least 1).
+// kMaxBucketMb] (plan.h; NaN is not); and its value in bytes (at least 1),
+// the nearest whole byte (0.001 MiB is 1049 bytes, which reads back as
+// 0.001 MiB; cut down to 1048 it was echoed as 0.000999).
 inline Status check_bucket_mb(double mb) {
   if (mb >= kMinBucketMb && mb <= kMaxBucketMb) return {};
   return Error{"--bucket-mb " + number_text(mb) + ": expected MiB in [" + number_text(kMinBucketMb) + ", " +
                number_text(kMaxBucketMb) + "]"};
 }
 inline int64_t bucket_bytes_of_mb(double mb) {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::clamp(mb, kMinBucketMb, kMaxBucketMb) * (1 << 20)));
+  return std::max<int64_t>(1, std::llround(std::clamp(mb, kMinBucketMb, kMaxBucketMb) * (1 << 20)));
 }
 
 // Whether Plan::param_gather changes the programs of `plan` lowered with

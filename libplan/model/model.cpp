@@ -373,9 +373,10 @@ Status parse_task_keys(const Reader& r, const std::string& path, const YAML::Nod
   }
   if (const Entry* w = view.find("weight")) {
     SPINDLE_TRY(r.get_number(yamlu::child(path, "weight"), w->value, out.weight));
-    if (!(out.weight > 0)) {
+    if (!(out.weight >= limits::kMinLossWeight && out.weight <= limits::kMaxLossWeight)) {
       return r.error(yamlu::child(path, "weight"), w->value,
-                     "expected a positive loss weight, found " + w->value.Scalar());
+                     "expected a positive loss weight from " + nlohmann::json(limits::kMinLossWeight).dump() + " to " +
+                         nlohmann::json(limits::kMaxLossWeight).dump() + ", found " + w->value.Scalar());
     }
   }
   return Status::Ok();

@@ -14,11 +14,12 @@
 
 namespace spindle::plan {
 
-// SPINDLE_PLAN_THREADS as given: a number from 1 to 1024, or 0 when the
-// variable is not set or holds anything else.
+// SPINDLE_PLAN_THREADS as given: a number from 1 to 1024 in decimal digits
+// alone, or 0 when the variable is not set or holds anything else (" 1"
+// and "+1" too, as "1 " always was).
 inline size_t plan_threads_env() {
   const char* env = std::getenv("SPINDLE_PLAN_THREADS");
-  if (env == nullptr) return 0;
+  if (env == nullptr || !(*env >= '0' && *env <= '9')) return 0;
   char* end = nullptr;
   const long v = std::strtol(env, &end, 10);
   return end != env && *end == '\0' && v >= 1 && v <= 1024 ? static_cast<size_t>(v) : 0;

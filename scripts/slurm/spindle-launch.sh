@@ -35,8 +35,14 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DRY=${SPINDLE_DRY_RUN:-}
 fail() { echo "spindle-launch: error: $*" >&2; exit 2; }
+# Only 1 is a dry run: a job script that sets 0 (or "false") to turn dry
+# runs off must not train nothing and exit 0.
+case "${SPINDLE_DRY_RUN:-}" in
+  "" | 0) DRY="" ;;
+  1) DRY=1 ;;
+  *) fail "SPINDLE_DRY_RUN='$SPINDLE_DRY_RUN': expected 1 (a dry run) or 0 (a run; the same as unset)" ;;
+esac
 say() { echo "spindle-launch: $*"; }
 # run CMD...: prints "+ CMD" (shell-quoted); runs it unless dry.
 run() {
@@ -117,7 +123,9 @@ LAUNCHER=${SPINDLE_LAUNCHER:-srun}
 say "job ${SLURM_JOB_ID:-?}: first node $(first_host "$SLURM_JOB_NODELIST"), $nodes nodes x $gpus GPUs = $world ranks${DRY:+ (dry run)}"
 
 # 1. The cluster of this allocation: one island per node.
-cluster=$(sed -E -e "s/^islands:.*/islands: $nodes/" -e "s/^devices_per_island:.*/devices_per_island: $gpus/" \
+# (Windows line ends dropped: the rewritten name would keep a \r, which the
+# cluster reader refuses, naming the generated file rather than the user's.)
+cluster=$(sed -E -e 's/\r$//' -e "s/^islands:.*/islands: $nodes/" -e "s/^devices_per_island:.*/devices_per_island: $gpus/" \
               -e "s/^name:[[:space:]]*(.*)/name: \1-slurm-${nodes}x${gpus}/" "$SPINDLE_CLUSTER")
 # Rewritten only where each key stands on a line of its own at the top
 # level (block style, as configs/clusters/ writes them). A cluster in flow

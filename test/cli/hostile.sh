@@ -137,7 +137,7 @@ outputs)
   expect 2 "spindle-plan: error: --shift-simulations: expected an integer from 0 to 1048576, found 'abc'" -- \
     "$plan" model.yaml --cluster cluster.yaml --shift-simulations abc
   expect 2 "spindle-profile: error: MODEL is required" -- "$profile"
-  for threads in 0 -1 abc "" 2.5 1025; do
+  for threads in 0 -1 abc "" 2.5 1025 " 1" +1 "1 "; do
     expect 2 "spindle-plan: error: SPINDLE_PLAN_THREADS=$threads: expected a number of threads from 1 to 1024" -- \
       env SPINDLE_PLAN_THREADS="$threads" "$plan" model.yaml --cluster cluster.yaml -o e.json
     expect 2 "spindle-profile: error: SPINDLE_PLAN_THREADS=$threads: expected a number of threads from 1 to 1024" -- \
@@ -252,6 +252,16 @@ run-flags)
   done
   expect 2 "--adam-eps 0: expected a number above 0 and at most 1" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --adam-eps 0 --metrics m.jsonl
+  # AdamW takes them as floats: below 1 or above 0 as doubles is not enough
+  # (these ran with a factor of 1 or an epsilon or rate of 0, and diverged
+  # or did not train, exit 0 or 1 with a misleading message).
+  for f in --adam-beta1:0.99999999:1 --adam-beta2:0.99999999:1 --weight-decay:0.99999999:1 --adam-eps:1e-46:0 --lr:1e-46:0; do
+    IFS=: read -r opt value as <<< "$f"
+    expect 2 "$opt $value: expected a" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" "$opt" "$value" --metrics m.jsonl
+    grep -qF "(as a float: it is $as there)" "$work/err.txt" ||
+      { echo "FAIL: $opt $value: the float's value not said"; failures=$((failures + 1)); }
+  done
   for clip in -1:-1 nan:nan; do
     expect 2 "--clip-grad ${clip#*:}: expected the largest gradient norm, a number above 0 and at most 1e30 (0: no clipping)" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --clip-grad "${clip%%:*}" --metrics m.jsonl
@@ -338,6 +348,20 @@ run-paths)
   expect 2 "--checkpoint afile: exists and is not a folder" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint afile
   same afile precious
+  # The files DATA.yaml names are inputs too: an output over one was
+  # written, exit 0, and the data lost (--metrics appended to an .npy, which
+  # the reader then still took).
+  "$plan" "$models/digits-mm.yaml" --cluster "$clusters/cpu-1x1.yaml" -o digits.json >/dev/null || exit 1
+  cp -r "$src/configs/data/digits/val" dval || exit 1
+  printf 'tasks:\n  image-text: {path: dval}\n  audio-text: {path: dval}\n  caption: {path: dval}\n' > dval.yaml
+  data_sum=$(cat dval/* | cksum)
+  for opt in --dump-params --dump-grads --metrics --trace; do
+    for data in --data --eval-data; do
+      expect 2 "$opt dval/txt.npy: is the input" -- \
+        mpi 1 "$run" digits.json --model "$models/digits-mm.yaml" --steps 1 "$data" dval.yaml "$opt" dval/txt.npy
+    done
+  done
+  [ "$(cat dval/* | cksum)" = "$data_sum" ] || { echo "FAIL: the data files changed"; failures=$((failures + 1)); }
   expect 2 "--trace missing/t.json: folder" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --trace missing/t.json
   expect 2 "--metrics one.json: is the input one.json" -- \
@@ -385,6 +409,24 @@ run-owner)
     echo "FAIL: --overwrite left $(ls ck)"; failures=$((failures + 1))
   fi
   grep -q "removed the checkpoints of another run" out.txt || { echo "FAIL: --overwrite did not say so"; failures=$((failures + 1)); }
+  # --overwrite removes checkpoints, not what only looks like one (a file
+  # step-1 and a folder step-2020 were deleted, exit 0); the run's lock file
+  # is no output's (a resume truncates it).
+  echo mine > ck/step-1; mkdir -p ck/step-2020; echo photo > ck/step-2020/photo.jpg
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --checkpoint ck --seed 8 --overwrite
+  same ck/step-1 mine
+  same ck/step-2020/photo.jpg photo
+  # A step folder is no folder of checkpoints: nested in it, a run's
+  # checkpoints were deleted with that step (--keep, --overwrite).
+  for into in ck/step-000001 ck/step-000007; do
+    expect 2 "--checkpoint $into: is a checkpoint (a step folder), not a folder of checkpoints" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --checkpoint "$into"
+  done
+  [ -e ck/step-000007 ] && { echo "FAIL: a refused run made ck/step-000007"; failures=$((failures + 1)); }
+  for opt in --metrics --trace; do
+    expect 2 "$opt ck/.spindle-run.lock: is in the folder of --checkpoint ck, where .spindle-run.lock is a name checkpoints take" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --resume "$opt" ck/.spindle-run.lock
+  done
   # A manifest nested 100000 arrays deep: refused by name, no crash.
   python3 -c "import sys; open(sys.argv[1], 'w').write('{\"version\": ' + '[' * 100000 + ']' * 100000 + '}')" \
     ck/step-000001/manifest.json

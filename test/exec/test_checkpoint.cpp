@@ -188,6 +188,51 @@ TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and c
   CHECK(list_checkpoints((dir.path / "missing").string()).empty());
 }
 
+// --overwrite and --keep remove checkpoints, and nothing of the user's
+// that only looks like one: a file "step-1" and a folder "step-2020" (not
+// checkpoint_name of any step) were deleted by --overwrite, exit 0.
+TEST_CASE("checkpoint: removal and pruning take only checkpoints and their leftovers, not look-alikes") {
+  TempDir dir("ckpt-lookalikes");
+  const TrainingState state = small_state();
+  REQUIRE(save_checkpoint(dir.str(), small_meta(1), state, 5).ok());
+  const std::vector<fs::path> users{dir.path / "step-1", dir.path / "step-2020" / "photo.jpg",
+                                    dir.path / "step-000002.txt", dir.path / "step-000001.tmp.notes"};
+  fs::create_directories(dir.path / "step-2020");
+  for (const fs::path& p : users) REQUIRE(sp::write_file_atomic(p.string(), "the user's").ok());
+  fs::create_directories(dir.path / "step-000000.tmp.123.0");   // a crashed save: a folder
+  CHECK(checkpoint_step_of("step-000001") == 1);
+  CHECK(checkpoint_step_of("step-1234567") == 1234567);
+  bool leftover = false;
+  CHECK(checkpoint_step_of("step-000003.tmp.9.0", &leftover) == 3);
+  CHECK(leftover);
+  for (const std::string name : {"step-1", "step-2020", "step-000002.txt", "step-", "step-0000001", "xstep-000001",
+                                 "step-1.tmp.2", "step-999999999999999999999"}) {
+    CAPTURE(name);
+    CHECK(checkpoint_step_of(name) == -1);
+  }
+  // Pruning at step 2 removes the leftover folder, not the look-alike file.
+  REQUIRE(save_checkpoint(dir.str(), small_meta(2), state, 1).ok());
+  CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{2});
+  CHECK_FALSE(fs::exists(dir.path / "step-000000.tmp.123.0"));
+  for (const fs::path& p : users) CHECK(*sp::read_file(p.string()) == "the user's");
+  // A checkpoint renamed for another step is refused, naming both; under a
+  // name that is no checkpoint's it is the user's copy, and loads.
+  fs::rename(dir.path / "step-000002", dir.path / "step-000009");
+  auto renamed = load_checkpoint((dir.path / "step-000009").string());
+  REQUIRE_FALSE(renamed.ok());
+  CHECK_THAT(renamed.error().message, Catch::Contains("manifest.json: step 2, but its folder is named step-000009"));
+  fs::rename(dir.path / "step-000009", dir.path / "best");
+  REQUIRE(load_checkpoint((dir.path / "best").string()).ok());
+  fs::rename(dir.path / "best", dir.path / "step-000002");
+  REQUIRE(remove_checkpoints(dir.str()).ok());
+  CHECK(list_checkpoints(dir.str()).empty());
+  for (const fs::path& p : users) CHECK(*sp::read_file(p.string()) == "the user's");
+  // The lock file and every step-* name stay reserved for outputs.
+  CHECK(is_checkpoint_entry(".spindle-run.lock"));
+  CHECK(is_checkpoint_entry("step-1"));
+  CHECK_FALSE(is_checkpoint_entry("model.safetensors"));
+}
+
 // The checkpoint's folder and files get what the umask gives, as every
 // other output: with mkdtemp the folder was 0700 whatever the umask.
 TEST_CASE("checkpoint: folder and files get the permissions the umask gives") {
@@ -250,6 +295,20 @@ TEST_CASE("checkpoint: one run locks its folder, a second is refused naming the 
   { REQUIRE(lock_checkpoint_dir(empty.string()).ok()); }
   CHECK(fs::is_directory(empty));
   CHECK(fs::is_empty(empty));
+  // The parents it made for a new folder go too (they were left behind by
+  // a run that failed before its first checkpoint); those that were there
+  // stay, and so does a parent that is no longer empty.
+  fs::create_directories(dir.path / "was");
+  { REQUIRE(lock_checkpoint_dir((dir.path / "was" / "new" / "sub" / "ck").string()).ok()); }
+  CHECK(fs::is_directory(dir.path / "was"));
+  CHECK(fs::is_empty(dir.path / "was"));
+  {
+    auto held = lock_checkpoint_dir((dir.path / "was" / "new" / "ck" / "").string());
+    REQUIRE(held.ok());
+    REQUIRE(sp::write_file_atomic((dir.path / "was" / "new" / "notes").string(), "mine").ok());
+  }
+  CHECK_FALSE(fs::exists(dir.path / "was" / "new" / "ck"));
+  CHECK(fs::exists(dir.path / "was" / "new" / "notes"));
 }
 
 TEST_CASE("checkpoint: a state that is not finite is refused, named, and nothing is written") {

@@ -195,7 +195,12 @@ TEST_CASE("export: an output inside a checkpoint's step folder is refused, the c
            {dir.path / "ck", step / "manifest.json"},
            {step, step / "manifest.json"},
            {step, step / "w.safetensors"},
-           {dir.path / "ck", dir.path / "ck" / "step-000002" / "w.safetensors"}}) {
+           {dir.path / "ck", dir.path / "ck" / "step-000002" / "w.safetensors"},
+           // From the step, into an older step beside it, which --keep
+           // deletes later; or over the run's lock (a resume truncates it).
+           {step, dir.path / "ck" / "step-000002" / "w.safetensors"},
+           {step, dir.path / "ck" / ".spindle-run.lock"},
+           {dir.path / "ck", dir.path / "ck" / ".spindle-run.lock"}}) {
     INFO(checkpoint.string() << " -> " << out.string());
     auto r = export_checkpoint(checkpoint.string(), out.string(), &write_failed);
     REQUIRE_FALSE(r.ok());
@@ -212,6 +217,14 @@ TEST_CASE("export: an output inside a checkpoint's step folder is refused, the c
   auto again = export_checkpoint((dir.path / "ck").string(), (dir.path / "m2.safetensors").string(), &write_failed);
   REQUIRE(again.ok());
   CHECK(again->step == 3);
+  // A step folder copied out under another name is the user's own: its
+  // neighbours are not checkpoints, so writing beside it is fine.
+  fs::create_directories(dir.path / "kept");
+  fs::copy(step, dir.path / "kept" / "best", fs::copy_options::recursive);
+  fs::create_directories(dir.path / "kept" / "step-000002");
+  REQUIRE(export_checkpoint((dir.path / "kept" / "best").string(),
+                            (dir.path / "kept" / "step-000002" / "w.safetensors").string(), &write_failed)
+              .ok());
 }
 
 TEST_CASE("export: a trained tiny-clip exports every parameter under its documented name", "[export]") {

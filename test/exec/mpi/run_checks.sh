@@ -1349,6 +1349,25 @@ PY
     expect_line "first node gpu01, 2 nodes x 4 GPUs = 8 ranks"
     expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $(q "$PWD/run2/plan.json") --model m.yaml"
     expect_line "--checkpoint $(q "$PWD/run2/checkpoints") --every 100 --resume"
+    # Only 1 is a dry run: "false" (or "no") was one too, so a job script
+    # that meant to train ran nothing and exited 0.
+    env -i PATH="$PATH" SPINDLE_DRY_RUN=false SLURM_JOB_NODELIST=gpu01 SLURM_NNODES=1 SLURM_GPUS_ON_NODE=8 \
+        SPINDLE_BIN=/nonexistent SPINDLE_MODEL=m.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" \
+        bash "$SRC/scripts/slurm/spindle-launch.sh" > bad.log 2>&1
+    rc=$?
+    cat bad.log
+    [ "$rc" -eq 2 ] && grep -q "SPINDLE_DRY_RUN='false': expected 1" bad.log || die "SPINDLE_DRY_RUN=false was not refused"
+    # A cluster file with Windows line ends: its rewritten name kept a \r,
+    # which the cluster reader then refused in the generated file.
+    sed 's/$/\r/' "$CLUSTERS/h200-1x8.yaml" > crlf.yaml
+    out=$(env -i PATH="$PATH" SLURM_JOB_NODELIST='gpu[07-08]' SLURM_NNODES=2 SLURM_GPUS_ON_NODE=8 SPINDLE_DRY_RUN=1 \
+          SPINDLE_MODEL=m.yaml SPINDLE_CLUSTER=crlf.yaml SPINDLE_RUN_DIR="$PWD/run4" \
+          bash "$SRC/scripts/slurm/spindle-launch.sh" 2>&1)
+    rc=$?
+    echo "$out"
+    [ "$rc" -eq 0 ] || die "a cluster file with CRLF line ends: exit $rc"
+    expect_line "name: h200-1x8-slurm-2x8"
+    grep -q $'\r' <<< "$out" && die "a carriage return left in the generated cluster"
     # Missing inputs: a clear error, exit 2.
     env -i PATH="$PATH" SPINDLE_DRY_RUN=1 bash "$SRC/scripts/slurm/spindle-launch.sh" > bad.log 2>&1
     rc=$?

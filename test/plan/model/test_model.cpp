@@ -304,11 +304,22 @@ modules:
     CHECK(range.error().message.find("tasks[0].weight: expected a number of magnitude 0 or 2.2250738585072014e-308 "
                                      "to 1.7976931348623157e+308, found '" + w + "'") != std::string::npos);
   }
-  for (const std::string w : {"1.7976931348623157e308", "2.2250738585072014e-308"}) {
+  // The largest and least normal doubles are read as numbers, and then
+  // refused as weights: a float loss weight of 1e-300 is 0, and 1e300
+  // makes every loss inf (limits.h, kMinLossWeight..kMaxLossWeight).
+  for (const std::string w : {"1.7976931348623157e308", "2.2250738585072014e-308", "1e-7", "1.000001e6", "-1"}) {
     CAPTURE(w);
-    Result<Model> edge = with_weight(w);
-    REQUIRE(edge.ok());
-    CHECK(edge->tasks[0].weight == std::stod(w));
+    Result<Model> outside = with_weight(w);
+    REQUIRE_FALSE(outside.ok());
+    CHECK(outside.error().message.find("r.yaml:9:") == 0);
+    CHECK(outside.error().message.find("tasks[0].weight: expected a positive loss weight from 1e-06 to 1000000.0, "
+                                       "found " + w) != std::string::npos);
+  }
+  for (const std::string w : {"1e-6", "1e6", "0.5"}) {
+    CAPTURE(w);
+    Result<Model> inside = with_weight(w);
+    REQUIRE(inside.ok());
+    CHECK(inside->tasks[0].weight == std::stod(w));
   }
 
   Result<Model> notmap = parse_model_string("- just\n- a list\n", "l.yaml");
