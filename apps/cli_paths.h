@@ -1,9 +1,12 @@
 // What the apps' command lines share beyond CLI11 itself.
 #pragma once
 
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -47,9 +50,26 @@ inline void prefix_usage_errors(CLI::App& app, const std::string& program) {
 
 // What every program's command line starts with: --version and the error
 // prefix.
+// Standard output checked as the program ends (as coreutils' close_stdout):
+// a summary that could not be written (a full disk, `> /dev/full`) ends
+// with a message and exit 1, not exit 0. Registered once (init_app).
+inline std::string& program_name() {
+  static std::string name;
+  return name;
+}
+inline void check_stdout_at_exit() {
+  const bool flushed = std::fflush(stdout) == 0;
+  if (flushed && !std::ferror(stdout)) return;
+  std::fprintf(stderr, "%s: error: writing standard output: %s\n", program_name().c_str(),
+               flushed ? "a write failed" : std::strerror(errno));
+  std::_Exit(1);
+}
+
 inline void init_app(CLI::App& app, const std::string& program) {
   add_version_flag(app, program);
   prefix_usage_errors(app, program);
+  if (program_name().empty()) std::atexit(check_stdout_at_exit);
+  program_name() = program;
 }
 
 // What an empty value is refused with, whichever check meets it first.

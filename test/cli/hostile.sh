@@ -162,6 +162,15 @@ outputs)
   if [ -x "$bin/spindle-export" ]; then
     expect 2 "spindle-export: error: checkpoint is required" -- "$bin/spindle-export"
   fi
+  # Standard output that cannot be written (a full disk) is a failure, not
+  # exit 0 with the summary lost.
+  if [ -w /dev/full ]; then
+    expect 1 "spindle-plan: error: writing standard output: No space left on device" -- \
+      bash -c '"$@" > /dev/full' bash "$plan" model.yaml --cluster cluster.yaml -o full.json
+    expect 1 "spindle-profile: error: writing standard output" -- \
+      bash -c '"$@" > /dev/full' bash "$profile" model.yaml --cluster cluster.yaml --analytic -o full-profile.json
+    expect 1 "spindle-plan: error: writing standard output" -- bash -c '"$@" > /dev/full' bash "$plan" --help
+  fi
   ;;
 check-cluster)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
