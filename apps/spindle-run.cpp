@@ -403,10 +403,10 @@ std::string check_numbers(const Args& args) {
                                     std::pair{"--adam-beta2", args.adam_beta2}})
     if (!(value >= 0 && static_cast<float>(value) < 1))
       return std::string(flag) + " " + sp::number_text(value) + ": expected a number from 0 to below 1" +
-             (value < 1 ? " (as a float: it is 1 there)" : "");
+             (value >= 0 && value < 1 ? " (as a float: it is 1 there)" : "");
   if (!(static_cast<float>(args.adam_eps) > 0 && args.adam_eps <= 1))
     return "--adam-eps " + sp::number_text(args.adam_eps) + ": expected a number above 0 and at most 1" +
-           (args.adam_eps > 0 ? " (as a float: it is 0 there)" : "");
+           (args.adam_eps > 0 && static_cast<float>(args.adam_eps) == 0 ? " (as a float: it is 0 there)" : "");
   // --steps, --every and --keep: decimal integers from 1 (integer_in, on the command line).
   if (sp::Status st = sp::check_bucket_mb(args.bucket_mb); !st) return st.error().message;
   if (!(args.exit_duration_mins == 0 ||

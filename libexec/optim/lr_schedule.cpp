@@ -26,7 +26,7 @@ std::string check_lr_schedule(const LrSchedule& s) {
   // AdamW steps with the rate as a float: one that rounds to 0 there is 0.
   if (!(std::isfinite(s.max_lr) && static_cast<float>(s.max_lr) > 0 && s.max_lr <= 1))
     return "--lr " + plan::number_text(s.max_lr) + ": expected a learning rate above 0 and at most 1" +
-           (s.max_lr > 0 ? " (as a float: it is 0 there)" : "");
+           (s.max_lr > 0 && static_cast<float>(s.max_lr) == 0 ? " (as a float: it is 0 there)" : "");
   if (!(std::isfinite(s.min_lr) && s.min_lr >= 0 && s.min_lr <= s.max_lr))
     return "--min-lr " + plan::number_text(s.min_lr) + ": expected a rate from 0 to --lr (" +
            plan::number_text(s.max_lr) + ")";

@@ -30,10 +30,11 @@ inline constexpr int64_t kMaxOperators = 200000;   // operators of the expanded 
 inline constexpr int64_t kMaxSize = 1000000000;    // an integer dimension, seq, batch (10^9)
 inline constexpr double kMinTemperature = 1e-4;    // contrastive_loss temperature
 inline constexpr double kMaxTemperature = 1e4;
-// A task's loss weight: a float (the runtime's) that neither rounds to 0
-// nor makes a loss of ordinary size overflow.
-inline constexpr double kMinLossWeight = 1e-6;
-inline constexpr double kMaxLossWeight = 1e6;
+// A task's loss weight: a normal float (the runtime weighs in float), so
+// that it neither rounds to 0 nor is inf there. A weight that large still
+// makes the training diverge, which the runtime stops at that step.
+inline constexpr double kMinLossWeight = 1e-30;
+inline constexpr double kMaxLossWeight = 1e38;
 
 // Planning: MetaOps x devices of one plan (the scheduler keeps a time per
 // MetaOp and device count: 2^26 cells, 512 MiB).

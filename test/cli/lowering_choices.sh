@@ -95,9 +95,10 @@ echo "PASS: the critical path adds up to the predicted iteration"
 # lowered (spindle-run resolves its flags with the same sync_for_run); a
 # flag given there overrides the plan's, with a note.
 tiny="$models/tiny-clip.yaml"; two="$clusters/cpu-1x2.yaml"
+# (0.01 MiB is 10485.76 bytes: the nearest whole byte, bucket_bytes_of_mb.)
 "$plan" "$tiny" --cluster "$two" --no-overlap --bucket-mb 0.01 -o sync.json --lower planned >/dev/null
 grep -q '"overlap": false' sync.json || fail "--no-overlap is not in the plan"
-grep -q '"bucket_bytes": 10485' sync.json || fail "--bucket-mb 0.01 is not in the plan"
+grep -q '"bucket_bytes": 10486,' sync.json || fail "--bucket-mb 0.01 is not in the plan"
 "$plan" "$tiny" --cluster "$two" --check sync.json --lower checked > checked.txt
 diff -r planned checked >/dev/null || fail "--check --lower without flags lowers other programs than the planner's"
 grep -q '^note' checked.txt && fail "a note without a flag: $(cat checked.txt)"
