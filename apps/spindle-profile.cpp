@@ -348,7 +348,8 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
     }
     se::LaunchEnv env;
     const std::string e = se::discover_launch_env(se::process_launch_env(), world->rank(), world->size(), &env);
-    se::cuda_bind_device(e.empty() && env.local_rank >= 0 ? env.local_rank : world->rank());
+    const int on_node = se::node_local_rank();   // collective: every rank, whatever its variables
+    se::cuda_bind_device(e.empty() && !env.local_rank_var.empty() ? env.local_rank : on_node);
   }
 #endif
   std::unique_ptr<se::Backend> backend = se::make_backend(backend_name);

@@ -202,11 +202,14 @@ bool all_ok(MPI_Comm comm, int rank, const std::string& error) {
 
 // Rank discovery (launch_env.h): the launcher's variables must agree with
 // MPI. Returns "" or the error; fills `local_rank`.
+// Collective over MPI_COMM_WORLD (node_local_rank, on every rank alike).
 std::string check_launch_env(int rank, int size, int* local_rank, std::string* source) {
   se::LaunchEnv env;
   const std::string error = se::discover_launch_env(se::process_launch_env(), rank, size, &env);
-  *local_rank = env.local_rank;
-  *source = env.local_rank_var.empty() ? "no local-rank variable: one node assumed" : env.local_rank_var;
+  const int on_node = se::node_local_rank();
+  *local_rank = env.local_rank_var.empty() ? on_node : env.local_rank;
+  *source = env.local_rank_var.empty() ? "no local-rank variable: the rank's place among its node's ranks (MPI)"
+                                       : env.local_rank_var;
   return error;
 }
 
@@ -1211,15 +1214,41 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
 // kExitFailure when training diverged or a checkpoint could not be saved
 // (every rank agrees); throws std::runtime_error on a failure while
 // training (main then aborts the job). Collective over MPI_COMM_WORLD.
+// A failure while training (an exception): said with the rank, then the
+// whole job ends with exit 1 (MPI_Abort), nothing hangs.
+[[noreturn]] void abort_job(int rank, const char* what) {
+  std::fprintf(stderr, "spindle-run: error: rank %d: %s\n", rank, what);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+  std::_Exit(kExitFailure);   // MPI_Abort does not return
+}
+
+int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
+           std::chrono::steady_clock::time_point start);
+
 int run(const Args& args, int rank, int size) {
   const auto start = std::chrono::steady_clock::now();
   // 1. Inputs: load and check on every rank; all ranks agree before going on.
   Inputs in;
   if (!load_inputs(args, rank, size, in)) return kExitInvalid;
-
-  // 2. Communicators, backend and executor, once the plan's memory is known
-  // to fit as this run holds it.
+  // 2. Communicators and backend. A failure from here on aborts the job
+  // while they are still up: unwinding first would destroy them, and an
+  // NCCL communicator's destructor waits for its collectives, which the
+  // other ranks, waiting for this one, never finish (the job hung until
+  // their --comm-timeout blamed a stalled peer, the error never printed).
   Runtime rt = start_runtime(args, in);
+  try {
+    return run_on(args, in, rt, rank, size, start);
+  } catch (const std::exception& e) {
+    abort_job(rank, e.what());
+  }
+}
+
+// Steps 2-5 of run on the runtime `rt` made for `in`.
+int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
+           std::chrono::steady_clock::time_point start) {
+  // 2. The executor, once the plan's memory is known to fit as this run
+  // holds it.
   if (!all_ok(MPI_COMM_WORLD, rank, memory_error(args, in, rt))) return kExitInvalid;
   build_executor(args, in, rt);
   se::Executor& executor = *rt.executor;
@@ -1470,9 +1499,6 @@ int main(int argc, char** argv) {
   try {
     return run(args, rank, size);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "spindle-run: error: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitFailure);
-    return kExitFailure;
+    abort_job(rank, e.what());
   }
 }

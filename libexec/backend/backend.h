@@ -54,6 +54,8 @@ class Backend {
 
   virtual Tensor allocate(Shape shape) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // Waits until the work this backend queued is done (copies to host
+  // memory included); not for communicators' own streams.
   virtual void synchronize() = 0;
   virtual void add(const Tensor& src, Tensor& dst) = 0;
 

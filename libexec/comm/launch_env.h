@@ -45,8 +45,9 @@ EnvMap process_launch_env();
 // Rules: a value must be a non-negative decimal integer; each group's rank
 // and size variables that are set must equal MPI's; local ranks must lie in
 // [0, size) and agree between the groups that are checked. Without a local
-// rank variable, local_rank is the MPI rank (one node assumed) and
-// local_rank_var is "".
+// rank variable, local_rank is the MPI rank (right on one node) and
+// local_rank_var is ""; the programs, which have MPI, then take
+// node_local_rank() (mpi_comm.h) instead, right on any number of nodes.
 std::string discover_launch_env(const EnvMap& env, int mpi_rank, int mpi_size, LaunchEnv* out);
 
 // Before MPI starts: the rank a launcher that starts several processes

@@ -48,6 +48,16 @@ void set_mpi_defaults() {
   for (const MpiSetting& s : kMpiDefaults) setenv(s.name, s.value, /*overwrite=*/0);
 }
 
+int node_local_rank() {
+  int world_rank = 0, local = 0;
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return local;
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
   set_mpi_defaults();
   MPI_CHECK(MPI_Init(argc, argv));

@@ -33,6 +33,13 @@ inline constexpr MpiSetting kMpiDefaults[] = {{"OMPI_MCA_btl_vader_eager_limit",
 // Sets each of kMpiDefaults that the environment lacks (before MPI_Init).
 void set_mpi_defaults();
 
+// This rank's index among the ranks of its node (MPI_Comm_split_type with
+// MPI_COMM_TYPE_SHARED, ordered by world rank): the local rank, and so the
+// GPU, where no launcher variable gives one (MPICH's or a PBS mpiexec
+// placing ranks cyclically over nodes; the world rank would make ranks of
+// two nodes share a GPU). Collective over MPI_COMM_WORLD.
+int node_local_rank();
+
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);

@@ -117,10 +117,10 @@ std::unique_ptr<NcclComm> NcclComm::adopt(ncclComm_t comm, int rank, int size, d
 }
 
 std::unique_ptr<NcclComm> NcclComm::create(const MpiComm& group, double timeout_s) {
-  // Every connection (the p2p ones too, which NCCL otherwise makes at their
-  // first send) at init, before the CUDA backend's pool holds the device's
-  // memory: a connection made mid-run could find none left. A value the
-  // user set wins.
+  // The collectives' connections at init, before the CUDA backend's pool
+  // holds the device's memory: a connection made mid-run could find none
+  // left. (Not the point-to-point ones: NCCL makes those at their first
+  // send, docs/gpu.md.) A value the user set wins.
   setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   ncclUniqueId id{};
   if (group.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -146,6 +146,13 @@ float* NcclComm::scratch(int64_t count) {
     scratch_count_ = count;
   }
   return scratch_;
+}
+
+void NcclComm::trim_scratch() {
+  if (scratch_ == nullptr || scratch_count_ * static_cast<int64_t>(kFloatBytes) <= kKeptScratchBytes) return;
+  CUDA_CHECK(cudaFree(scratch_));   // the call's work is done: it waited, then copied back
+  scratch_ = nullptr;
+  scratch_count_ = 0;
 }
 
 // Until the stream's NCCL work is done, or a peer failed (the
@@ -238,6 +245,7 @@ void NcclComm::all_reduce_sum(std::span<float> data) {
   CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kFloatBytes, cudaMemcpyHostToDevice));
   all_reduce_sum_device(d, n);
   CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kFloatBytes, cudaMemcpyDeviceToHost));
+  trim_scratch();
 }
 
 void NcclComm::all_gather(std::span<const float> send, std::span<float> recv) {
@@ -250,6 +258,7 @@ void NcclComm::all_gather(std::span<const float> send, std::span<float> recv) {
   CUDA_CHECK(cudaMemcpy(d, send.data(), send.size() * kFloatBytes, cudaMemcpyHostToDevice));
   all_gather_device(d, d + n, n);
   CUDA_CHECK(cudaMemcpy(recv.data(), d + n, recv.size() * kFloatBytes, cudaMemcpyDeviceToHost));
+  trim_scratch();
 }
 
 void NcclComm::send(std::span<const float> data, int peer, int /*tag*/) {
@@ -260,6 +269,7 @@ void NcclComm::send(std::span<const float> data, int peer, int /*tag*/) {
   CUDA_CHECK(cudaMemcpy(d, data.data(), data.size() * kFloatBytes, cudaMemcpyHostToDevice));
   const Transfer t{d, n, peer};
   exchange_device({&t, 1}, {});
+  trim_scratch();
 }
 
 void NcclComm::recv(std::span<float> data, int peer, int /*tag*/) {
@@ -269,6 +279,7 @@ void NcclComm::recv(std::span<float> data, int peer, int /*tag*/) {
   const Transfer t{d, n, peer};
   exchange_device({}, {&t, 1});
   CUDA_CHECK(cudaMemcpy(data.data(), d, data.size() * kFloatBytes, cudaMemcpyDeviceToHost));
+  trim_scratch();
 }
 
 void NcclComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf> recvs, int /*tag*/) {
@@ -291,6 +302,7 @@ void NcclComm::exchange(std::span<const SendBuf> sends, std::span<const RecvBuf>
   for (size_t i = 0; i < recvs.size(); ++i)
     if (!recvs[i].data.empty())
       CUDA_CHECK(cudaMemcpy(recvs[i].data.data(), dr[i].data, recvs[i].data.size() * kFloatBytes, cudaMemcpyDeviceToHost));
+  trim_scratch();
 }
 
 void NcclComm::barrier() {

@@ -138,6 +138,11 @@ class NcclComm final : public Comm {
   // A communicator split from this one (create_nccl_group_comms, duplicate): made ready to use.
   static std::unique_ptr<NcclComm> adopt(ncclComm_t comm, int rank, int size, double timeout_s);
   float* scratch(int64_t count);  // device buffer of at least count floats
+  // After a host-staged call: a scratch buffer over kKeptScratchBytes is
+  // freed, so a checkpoint's gather (a whole shard's value, m and v) does
+  // not keep that much device memory from training for the rest of the run.
+  void trim_scratch();
+  static constexpr int64_t kKeptScratchBytes = int64_t{64} << 20;
   void wait(const char* what);    // the default stream's work done, or the job ends
 
   ncclComm_t comm_;
