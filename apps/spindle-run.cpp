@@ -1066,11 +1066,18 @@ bool losses_finite(const Training& tr, const se::StepStats& st) {
   if (tr.rank == 0) {
     const std::string what = bad.empty() ? "gradient norm not finite (" + sp::number_text(*st.grad_norm) + ")"
                                          : "loss not finite (" + bad + ")";
+    // Step 1 runs on the initial parameters: no update, so no learning
+    // rate, has played a part yet (a model whose embeddings are constant,
+    // e.g. pooled from a width of 1, normalises 0 by 0).
+    const bool initial = st.step == 1;
     std::string message = "spindle-run: error: step " + std::to_string(st.step) + ": " + what +
-                          ": training diverged; stopped before anything of this step was saved";
-    if (!tr.args.checkpoint_dir.empty())
+                          (initial ? ": at the initial parameters, before any update"
+                                   : ": training diverged; stopped before anything of this step was saved");
+    if (!tr.args.checkpoint_dir.empty() && !initial)
       message += " (--resume continues from the newest checkpoint in " + tr.args.checkpoint_dir + ")";
-    message += ". Lower --lr (" + sp::number_text(tr.args.lr) + " here) or the task weights, or check the data";
+    message += initial ? ". Check the data (huge or constant values), the task weights, and the model's widths (a "
+                         "width of 1 under a LayerNorm or a pool_project gives constant embeddings)"
+                       : ". Lower --lr (" + sp::number_text(tr.args.lr) + " here) or the task weights, or check the data";
     std::fprintf(stderr, "%s\n", message.c_str());
     std::fflush(stderr);
   }

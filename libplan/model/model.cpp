@@ -296,6 +296,22 @@ Status parse_module(const Reader& r, const std::string& path, const YAML::Node& 
                      "contrastive_loss pairs two inputs and must be the only block of its module, "
                      "found " + std::to_string(blocks_node.size()) + " blocks");
     }
+    // Each repeat is the next one's input: a data reader or a loss cannot
+    // repeat, and a block that repeats keeps its width (a pool_project or
+    // linear 32 -> 16 twice planned, and spindle-run failed at step 1 on
+    // the second copy's shapes).
+    if (block.repeat > 1 && (spec->reads_data || spec->is_loss)) {
+      return r.error(yamlu::child(bpath, "repeat"), bnode["repeat"],
+                     "op '" + block.op + "' " + (spec->reads_data ? "reads data" : "is a loss") +
+                         " and cannot repeat (found repeat " + std::to_string(block.repeat) + ")");
+    }
+    if (block.repeat > 1 && op_in_width(block.op, block.dims) != op_out_width(block.op, block.dims)) {
+      return r.error(yamlu::child(bpath, "repeat"), bnode["repeat"],
+                     "a block that repeats must keep its width, each copy feeding the next: " + block.op + " " +
+                         std::string(spec->in_width) + " " + std::to_string(op_in_width(block.op, block.dims)) +
+                         " to " + spec->out_width + " " + std::to_string(op_out_width(block.op, block.dims)) +
+                         " (found repeat " + std::to_string(block.repeat) + ")");
+    }
     if (k > 0) {
       const Block& prev = out.blocks.back();
       const int64_t want = op_out_width(prev.op, prev.dims);
@@ -495,12 +511,14 @@ Status link_inputs(const Reader& r, const std::string& ipath, const Model& model
     }
     const int64_t want = m.in_width();
     const int64_t have = sm.out_width();
-    if (m.blocks.front().op == "contrastive_loss" && !sm.pools()) {
+    // What reaches the loss is one token per sample: pooled by the input's
+    // module, or by a module before it (a projection head of its own).
+    if (m.blocks.front().op == "contrastive_loss" && g.out_seq[src] != 1) {
       return r.error(jpath, jy,
                      "input '" + in_id + "' is not pooled: contrastive_loss needs [b, 1, " +
-                         std::to_string(want) + "] inputs, but module '" + sm.name +
-                         "' has no pool_project (its output has seq " +
-                         std::to_string(g.out_seq[src]) + ")");
+                         std::to_string(want) + "] inputs, but the output of module '" + sm.name +
+                         "' has seq " + std::to_string(g.out_seq[src]) +
+                         " (pool it with a pool_project, in its module or one before it)");
     }
     if (have != want) {
       return r.error(jpath, jy,

@@ -948,8 +948,11 @@ PY
     run 2 pb.json big-weight.yaml --steps 6 --checkpoint ck --every 1 --clip-grad 1
     cat run.log
     [ "$rc" -eq 1 ] || die "a gradient norm not finite: exit $rc, expected 1"
-    grep -q '^spindle-run: error: step 1: gradient norm not finite (inf): training diverged; stopped before anything of this step was saved' run.log ||
-      die "a gradient norm not finite: no message naming step 1 and the norm"
+    # Step 1 runs on the initial parameters: said so, and the learning rate
+    # (no part in it yet) is not the advice.
+    grep -q '^spindle-run: error: step 1: gradient norm not finite (inf): at the initial parameters, before any update\. Check the data (huge or constant values), the task weights' run.log ||
+      die "a gradient norm not finite: no message naming step 1, the norm and the initial parameters"
+    grep -q 'Lower --lr' run.log && die "a gradient norm not finite at step 1: advised to lower --lr"
     [ -z "$(ls ck 2>/dev/null)" ] || die "a gradient norm not finite at step 1: checkpoints saved: $(ls ck)"
     echo "PASS: every bad-data case exits 2 naming the file; evaluating on the training data or past a pass warns;" \
          "diverged training exits 1 and saves nothing of the step" ;;

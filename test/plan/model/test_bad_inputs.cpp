@@ -71,6 +71,10 @@ TEST_CASE("bad model files are rejected with file, key path, line and reason", "
       {"models/bad/wrong-type-dim.yaml", "modules.text[0].hidden", 5,
        "expected an integer, found the quoted string '32'"},
       {"models/bad/missing-tasks.yaml", "tasks", 2, "missing required key 'tasks'"},
+      {"models/bad/repeat-changes-width.yaml", "modules.vision[2].repeat", 7,
+       "a block that repeats must keep its width, each copy feeding the next: pool_project in 32 to out 16"},
+      {"models/bad/repeat-data-reader.yaml", "modules.vision[0].repeat", 5,
+       "op 'patch_embed' reads data and cannot repeat (found repeat 2)"},
   };
   for (const BadCase& c : cases) {
     SECTION(c.file) {

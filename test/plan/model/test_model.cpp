@@ -225,6 +225,43 @@ tasks:
   CHECK(m.find_module("a")->max_seq == 7);
 }
 
+// CLIP's projection head as a module of its own, after the pooling: what
+// reaches contrastive_loss is one token per sample either way. It was
+// refused as "not pooled" since its own module has no pool_project; an
+// input of seq above 1 still is.
+TEST_CASE("contrastive_loss takes seq-1 inputs pooled before their own module", "[model]") {
+  const std::string head = R"(
+name: head
+modules:
+  enc:
+    - {op: patch_embed, in_dim: 4, hidden: 8}
+    - {op: pool_project, in: 8, out: 8}
+  raw:
+    - {op: patch_embed, in_dim: 4, hidden: 8}
+  proj:
+    - {op: linear, in: 8, out: 8}
+  loss:
+    - {op: contrastive_loss, dim: 8}
+tasks:
+  - name: t
+    batch: 6
+    nodes:
+      - {id: a, module: enc, seq: 5}
+      - {id: b, module: enc, seq: 3}
+)";
+  const Model m = parse(head + "      - {id: pa, module: proj, inputs: [a]}\n"
+                               "      - {id: l, module: loss, inputs: [pa, b]}\n");
+  CHECK(m.tasks[0].nodes[2].seq == 1);
+  Result<Model> unpooled = parse_model_string(head + "      - {id: r, module: raw, seq: 3}\n"
+                                                     "      - {id: pr, module: proj, inputs: [r]}\n"
+                                                     "      - {id: l, module: loss, inputs: [pr, b]}\n",
+                                              "u.yaml");
+  REQUIRE_FALSE(unpooled.ok());
+  CHECK_THAT(unpooled.error().message,
+             Catch::Contains("tasks[0].nodes[4].inputs[0]: input 'pr' is not pooled: contrastive_loss needs [b, 1, 8] "
+                             "inputs, but the output of module 'proj' has seq 3"));
+}
+
 TEST_CASE("a module with only lm_loss takes exactly one input", "[model]") {
   Result<Model> m = parse_model_string(R"(
 name: lm
