@@ -20,6 +20,15 @@ synopsis=$(awk '/^```/ { n++; next } n == 1' "$doc")
 [ -n "$synopsis" ] || { echo "FAIL: $doc has no synopsis block" >&2; exit 1; }
 
 problems=0 checked=0
+# names_in OPTION TEXT: whether TEXT names one of OPTION's names as a
+# word (one is enough: -o for -o,--output).
+names_in() {
+  local name
+  for name in ${1//,/ }; do
+    grep -qE -- "(^|[^a-zA-Z0-9-])$name([^a-zA-Z0-9-]|$)" <<< "$2" && return 0
+  done
+  return 1
+}
 for program in "$@"; do
   help=$("$bin/$program" --help) || { echo "FAIL: $program --help exited non-zero" >&2; exit 1; }
   # CLI11 lists each option on a line of its own: two spaces, then its
@@ -28,12 +37,7 @@ for program in "$@"; do
   names=$(tr ',' '\n' <<< "$options")
   [ "$(wc -l <<< "$names")" -ge 3 ] || { echo "FAIL: $program --help lists fewer than 3 option names" >&2; exit 1; }
   while read -r option; do
-    # One name of the option documented is enough (-o for -o,--output).
-    found=0
-    for name in ${option//,/ }; do
-      grep -qE -- "(^|[^a-zA-Z0-9-])$name([^a-zA-Z0-9-]|$)" "$doc" && found=1
-    done
-    if [ "$found" = 0 ]; then
+    if ! names_in "$option" "$(cat "$doc")"; then
       echo "FAIL: $program $option: in its --help, not in $doc" >&2
       problems=$((problems + 1))
     fi
@@ -48,11 +52,7 @@ for program in "$@"; do
   [ -n "$lines" ] || { echo "FAIL: $program has no command line in $doc's synopsis" >&2; problems=$((problems + 1)); }
   while read -r option; do
     case "$option" in -h,--help | --version) continue ;; esac
-    found=0
-    for name in ${option//,/ }; do
-      grep -qE -- "(^|[^a-zA-Z0-9-])$name([^a-zA-Z0-9-]|$)" <<< "$lines" && found=1
-    done
-    if [ "$found" = 0 ]; then
+    if ! names_in "$option" "$lines"; then
       echo "FAIL: $program $option: in its --help, not in $doc's synopsis" >&2
       problems=$((problems + 1))
     fi
