@@ -26,7 +26,8 @@
 //
 // Test hook (undocumented for users): SPINDLE_TEST_DIE_AT_STEP=S makes rank 1
 // (rank 0 when alone) call _exit(9) at the start of step S while the other
-// ranks are inside it; mpirun then ends the job.
+// ranks are inside it; mpirun then ends the job. SPINDLE_TEST_THROW_AT_STEP=S
+// makes that rank throw there instead: the job ends through abort_job.
 //
 // --dump-grads (a test flag, docs/runtime.md): after the first step this run
 // trains, the full gradients after the gradient sync, in --dump-params'
@@ -424,10 +425,7 @@ std::string check_numbers(const Args& args) {
   return "";
 }
 
-// Every path the run will write, checked before the first step (files.h
-// policy): the outputs, and the checkpoint folder, which belongs to one
-// run: a fresh run (no --resume) refuses a folder holding checkpoints unless
-// --overwrite. "" or what is wrong.
+// The file outputs of a run (each checked as files.h says).
 std::vector<sp::OutputPath> file_outputs(const Args& args) {
   return {{"--metrics", args.metrics_path},
           {"--trace", args.trace_path},
@@ -435,6 +433,10 @@ std::vector<sp::OutputPath> file_outputs(const Args& args) {
           {"--dump-grads", args.grads_path}};
 }
 
+// Every path the run will write, checked before the first step (files.h
+// policy): the outputs, and the checkpoint folder, which belongs to one
+// run: a fresh run (no --resume) refuses a folder holding checkpoints unless
+// --overwrite. "" or what is wrong.
 std::string check_paths(const Args& args) {
   const std::vector<sp::OutputPath> outputs = file_outputs(args);
   const std::vector<std::string> inputs = {args.plan_path, args.model_path, args.data_path, args.eval_path};
@@ -452,9 +454,9 @@ std::string check_paths(const Args& args) {
     return "--checkpoint " + args.checkpoint_dir +
            ": is a checkpoint (a step folder), not a folder of checkpoints; name the folder that holds the "
            "step-N folders, or a new one";
-  st = sp::check_apart_from_dir(
-      {"--checkpoint", args.checkpoint_dir, se::is_checkpoint_entry, "a name checkpoints take (step-*, .spindle-run.lock)"}, outputs,
-      inputs);
+  st = sp::check_apart_from_dir({"--checkpoint", args.checkpoint_dir, se::is_checkpoint_entry,
+                                 "a name checkpoints take (step-*, .spindle-run.lock)"},
+                                outputs, inputs);
   if (!st.ok()) return st.error().message;
   const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
   if (!args.resume && !args.overwrite && !found.empty())
@@ -1138,6 +1140,7 @@ int exit_signal_received(const Training& tr) {
 int train(Training& tr) {
   const Args& args = tr.args;
   const char* die = std::getenv("SPINDLE_TEST_DIE_AT_STEP");
+  const char* fail = std::getenv("SPINDLE_TEST_THROW_AT_STEP");
   const int die_rank = tr.size > 1 ? 1 : 0;
   const int first_step = static_cast<int>(tr.executor.steps_done()) + 1;
   for (int s = first_step; s <= args.steps; ++s) {
@@ -1146,6 +1149,8 @@ int train(Training& tr) {
       std::fflush(stderr);
       _exit(9);
     }
+    if (fail && std::atoi(fail) == s && tr.rank == die_rank)
+      throw std::runtime_error("SPINDLE_TEST_THROW_AT_STEP=" + std::to_string(s) + ": a failure inside a step");
     if (tr.data && !all_ok(MPI_COMM_WORLD, tr.rank, tr.data->prepare(tr.reads, s - 1))) return kExitInvalid;
     const double lr = se::lr_at(args.schedule, s);
     tr.executor.set_learning_rate(static_cast<float>(lr));
@@ -1216,11 +1221,6 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
   }
 }
 
-// This rank's whole run, in the five steps below. Returns the exit code: 0,
-// kExitInvalid when an input, a checkpoint or a data value was refused,
-// kExitFailure when training diverged or a checkpoint could not be saved
-// (every rank agrees); throws std::runtime_error on a failure while
-// training (main then aborts the job). Collective over MPI_COMM_WORLD.
 // A failure while training (an exception): said with the rank, then the
 // whole job ends with exit 1 (MPI_Abort), nothing hangs.
 [[noreturn]] void abort_job(int rank, const char* what) {
@@ -1233,6 +1233,11 @@ void write_outputs(const Args& args, se::Executor& executor, int rank, int size)
 int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
            std::chrono::steady_clock::time_point start);
 
+// This rank's whole run, in the five steps below (2-5 in run_on). Returns
+// the exit code: 0, kExitInvalid when an input, a checkpoint or a data
+// value was refused, kExitFailure when training diverged or a checkpoint
+// could not be saved (every rank agrees). A failure while training (an
+// exception) aborts the job (abort_job). Collective over MPI_COMM_WORLD.
 int run(const Args& args, int rank, int size) {
   const auto start = std::chrono::steady_clock::now();
   // 1. Inputs: load and check on every rank; all ranks agree before going on.

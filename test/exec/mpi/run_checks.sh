@@ -109,7 +109,9 @@
 #       (bytes as the lowered programs state), and planned replicated it is
 #       refused.
 #   rank-dies       rank 1 calls _exit(9) at step 2 of a 4-rank run
-#       (SPINDLE_TEST_DIE_AT_STEP): the job ends non-zero well within 60 s.
+#       (SPINDLE_TEST_DIE_AT_STEP): the job ends non-zero well within 60 s;
+#       then rank 1 throws there (SPINDLE_TEST_THROW_AT_STEP): it says so and
+#       the job ends non-zero.
 #   ckpt-resume-tiny-clip, ckpt-resume-tiny-lm  6 steps straight on 4 ranks
 #       equal 3 steps + resume for 3 on 4 ranks, and 3 steps on 4 ranks +
 #       resume for 3 on 3 ranks (checkpoint re-sharded by parameter; tiny-lm
@@ -1009,7 +1011,18 @@ PY
     [ "$rc" -ne 0 ] || die "exit code 0 after a rank died"
     [ "$rc" -ne 124 ] || die "the job hung (killed by timeout)"
     [ "$took" -lt 60 ] || die "took $took s"
-    echo "PASS: job ended with exit $rc after $took s" ;;
+    died_rc=$rc
+    # A failure inside a step (an exception on rank 1): said by that rank,
+    # then the whole job ends with exit 1 (abort_job, before the
+    # communicators unwind: an NCCL one would wait for its peers).
+    start2=$SECONDS
+    SPINDLE_TEST_THROW_AT_STEP=2 run 4 p4.json "$MODELS/tiny-clip.yaml" --steps 20
+    cat run.log
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || die "a failure inside a step: exit $rc"
+    grep -q "^spindle-run: error: rank 1: SPINDLE_TEST_THROW_AT_STEP=2: a failure inside a step" run.log ||
+      die "a failure inside a step: not said by rank 1"
+    [ $((SECONDS - start2)) -lt 30 ] || die "a failure inside a step took $((SECONDS - start2)) s"
+    echo "PASS: job ended with exit $died_rc after $took s when a rank died; with exit $rc when one failed in a step" ;;
   ckpt-resume-*)
     name=${MODE#ckpt-resume-}
     model=$MODELS/$name.yaml
