@@ -390,15 +390,25 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
 }
 
 // The profile planned with: --profile (refused when made for another device
-// or cluster, unless --accept-profile-mismatch: then a warning), else the
-// analytic one, computed in memory.
+// or cluster, or another dtype or tensor_parallel of the model, unless
+// --accept-profile-mismatch: then a warning), else the analytic one,
+// computed in memory.
 sp::Result<sp::Profile> profile_for(const Options& o, const sp::Model& model, const sp::OpGraph& graph,
                                     const sp::Cluster& cluster) {
   if (o.profile_path.empty()) return sp::analytic_profile(model, graph, cluster, nullptr);
   SPINDLE_ASSIGN(loaded, sp::load_profile(o.profile_path));
-  const std::vector<std::string> mismatches = sp::profile_mismatches(loaded, cluster);
+  SPINDLE_TRY(sp::check_profile_keys(model, graph));   // the model's own error first: no profile can serve it
+  std::vector<std::string> mismatches = sp::profile_mismatches(loaded, cluster);
+  const std::vector<std::string> of_model = sp::profile_model_mismatches(loaded, model, graph);
+  constexpr size_t kShown = 5;   // of the model's: a whole other dtype differs in every entry
+  for (size_t i = 0; i < of_model.size() && i < kShown; ++i) mismatches.push_back(of_model[i]);
+  if (of_model.size() > kShown) mismatches.push_back("... and " + std::to_string(of_model.size() - kShown) + " more");
   if (!mismatches.empty()) {
-    std::string msg = o.profile_path + ": made for another device or cluster than " + o.cluster_path + ":";
+    std::string msg = o.profile_path + ": made for another " +
+                      std::string(of_model.empty() ? "device or cluster than " + o.cluster_path
+                                                   : "model, device or cluster than " + o.model_path + " on " +
+                                                         o.cluster_path) +
+                      ":";
     for (const std::string& m : mismatches) msg += "\n  " + m;
     if (!o.accept_profile_mismatch)
       return sp::Error{msg + "\n  (regenerate it with spindle-profile, or pass --accept-profile-mismatch)"};

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 
 #include "libplan/cost/cost_model.h"
@@ -196,6 +197,57 @@ double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Clust
   return analytic_op_ms(w, tensor_parallel, n, cluster, dtype, params);
 }
 
+std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGraph& graph) {
+  std::map<std::string, WorkloadUse> uses;
+  for (const Operator& op : graph.ops) {
+    const std::string key = op.workload.key();
+    int64_t max_seq = op.workload.seq;
+    if (op.task >= 0 && size_t(op.task) < model.tasks.size()) {
+      const Task& t = model.tasks[size_t(op.task)];
+      if (op.node >= 0 && size_t(op.node) < t.nodes.size()) {
+        const Module* m = model.find_module(t.nodes[size_t(op.node)].module);
+        if (m && m->max_seq > 0) max_seq = m->max_seq;
+      }
+    }
+    const int64_t params = op_param_count(op.workload.op, op.workload.dims, max_seq) * dtype_bytes(model.dtype);
+    auto it = uses.find(key);
+    if (it == uses.end()) {
+      uses.emplace(key, WorkloadUse{op.workload, op.tensor_parallel, params, op.id});
+      continue;
+    }
+    it->second.param_bytes = std::max(it->second.param_bytes, params);
+  }
+  return uses;
+}
+
+std::vector<std::string> profile_model_mismatches(const Profile& profile, const Model& model, const OpGraph& graph) {
+  const std::map<std::string, WorkloadUse> uses = workload_uses(model, graph);
+  std::set<std::string> entries;
+  for (const ProfileEntry& e : profile.entries) entries.insert(e.workload.key());
+  for (const auto& [key, _] : uses)
+    if (!entries.count(key)) return {};   // a workload without its entry: the cost model names it
+  std::vector<std::string> out;
+  for (size_t i = 0; i < profile.entries.size(); ++i) {
+    const ProfileEntry& e = profile.entries[i];
+    const auto it = uses.find(e.workload.key());
+    if (it == uses.end()) continue;   // an entry the model does not use: harmless
+    const WorkloadUse& use = it->second;
+    const std::string where = "entries[" + std::to_string(i) + "] (" + e.workload.op + ", operator " + use.first_op + ")";
+    if (e.param_bytes != use.param_bytes)
+      out.push_back(where + ": param_bytes " + std::to_string(e.param_bytes) + ", but in model '" + model.name +
+                    "' (dtype " + dtype_name(model.dtype) + ") the operator holds " + std::to_string(use.param_bytes) +
+                    ": a profile for another dtype or model?");
+    for (const ProfilePoint& pt : e.points)
+      if (!valid_device_count(pt.devices, use.tensor_parallel, e.workload.batch)) {
+        out.push_back(where + ": a point at " + std::to_string(pt.devices) + " devices, which its module (tensor_parallel " +
+                      std::to_string(use.tensor_parallel) + ", batch " + std::to_string(e.workload.batch) +
+                      ") cannot run on: a profile for another tensor_parallel?");
+        break;
+      }
+  }
+  return out;
+}
+
 std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,
                                        const std::vector<int>* device_counts) {
   const std::vector<int> valid = valid_device_counts(cluster.devices(), tensor_parallel, batch);
@@ -232,32 +284,7 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
   }
 
   SPINDLE_TRY(check_profile_keys(model, graph));   // so one tensor_parallel per workload below
-  struct Use {
-    Workload workload;
-    int tensor_parallel = 1;
-    int64_t param_bytes = 0;
-    std::string first_op;
-  };
-  std::map<std::string, Use> uses;   // by Workload::key(): deterministic order
-  for (const Operator& op : graph.ops) {
-    const std::string key = op.workload.key();
-    int64_t max_seq = op.workload.seq;
-    if (op.task >= 0 && size_t(op.task) < model.tasks.size()) {
-      const Task& t = model.tasks[size_t(op.task)];
-      if (op.node >= 0 && size_t(op.node) < t.nodes.size()) {
-        const Module* m = model.find_module(t.nodes[size_t(op.node)].module);
-        if (m && m->max_seq > 0) max_seq = m->max_seq;
-      }
-    }
-    const int64_t params = op_param_count(op.workload.op, op.workload.dims, max_seq) *
-                           dtype_bytes(model.dtype);
-    auto it = uses.find(key);
-    if (it == uses.end()) {
-      uses.emplace(key, Use{op.workload, op.tensor_parallel, params, op.id});
-      continue;
-    }
-    it->second.param_bytes = std::max(it->second.param_bytes, params);
-  }
+  const std::map<std::string, WorkloadUse> uses = workload_uses(model, graph);
 
   Profile p;
   p.device = cluster.device_name;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "libplan/graph/op_graph.h"
@@ -65,6 +67,29 @@ double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Clust
 // order, must be ascending), else every count 1..cluster.devices().
 std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,
                                        const std::vector<int>* device_counts);
+
+// A distinct workload of a model's graph as a profile entry describes it:
+// its module's tensor_parallel, and its parameter bytes in the model's
+// dtype (position tables at the module's largest seq; the largest over
+// the operators sharing the workload).
+struct WorkloadUse {
+  Workload workload;
+  int tensor_parallel = 1;
+  int64_t param_bytes = 0;
+  std::string first_op;   // the first operator with it, for messages
+};
+// By Workload::key(), in key order.
+std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGraph& graph);
+
+// How `profile` differs from what `model` says of the workloads it uses
+// (empty when it does not): an entry's param_bytes other than the model's
+// (made for another dtype or model), or a point at a device count the
+// workload's module cannot run on (made for another tensor_parallel; the
+// keys hold none). Entries the model does not use are not looked at; a
+// workload with no entry at all is the cost model's error to name
+// (ProfileCostModel::create), so none is listed then. spindle-plan refuses
+// such a profile unless --accept-profile-mismatch.
+std::vector<std::string> profile_model_mismatches(const Profile& profile, const Model& model, const OpGraph& graph);
 
 // One entry per distinct workload of `graph`, points at its valid counts.
 // Errors (naming the cluster file and key, or the workload) when the cluster

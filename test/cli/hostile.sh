@@ -215,6 +215,23 @@ profile-mismatch)
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v2.json -o p1.json
   grep -v '"cluster":' v2.json | sed 's/"version": 2/"version": 1/' > v1.json
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v1.json -o p1.json
+  # A profile of the same model in another dtype (its param_bytes half the
+  # model's) or another tensor_parallel (points at counts the module cannot
+  # run on; the keys hold no tensor_parallel): both planned before, exit 0
+  # and no word, with the memory and times of the other model.
+  sed 's/^dtype: fp32/dtype: bf16/' "$models/tiny-clip.yaml" > bf16.yaml
+  "$profile" bf16.yaml --cluster "$clusters/cpu-1x2.yaml" -o bf16.json >/dev/null || exit 1
+  rm -f p.json
+  expect 2 "param_bytes 4224, but in model 'tiny-clip' (dtype fp32) the operator holds 8448: a profile for another dtype or model?" -- \
+    "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile bf16.json -o p.json
+  [ -e p.json ] && { echo "FAIL: p.json written"; failures=$((failures + 1)); }
+  "$profile" "$models/tiny-lm.yaml" --cluster "$clusters/cpu-1x4.yaml" -o tp2.json >/dev/null || exit 1
+  sed 's/tensor_parallel: 2/tensor_parallel: 4/' "$models/tiny-lm.yaml" > tp4.yaml
+  grep -q 'tensor_parallel: 4' tp4.yaml || { echo "FAIL: tp4.yaml has no tensor_parallel 4"; failures=$((failures + 1)); }
+  expect 2 "a point at 2 devices, which its module (tensor_parallel 4, batch 24) cannot run on: a profile for another tensor_parallel?" -- \
+    "$plan" tp4.yaml --cluster "$clusters/cpu-1x4.yaml" --profile tp2.json -o p.json
+  expect 0 "warning" -- "$plan" tp4.yaml --cluster "$clusters/cpu-1x4.yaml" --profile tp2.json -o p.json \
+    --accept-profile-mismatch
   ;;
 run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
