@@ -331,21 +331,43 @@ nlohmann::json data_position(const sp::Model& model, const se::FileSource& data,
 std::vector<std::string> data_changes(const sp::Model& model, const nlohmann::json& saved,
                                       const se::FileSource* data) {
   std::vector<std::string> out;
-  if (saved.empty()) return out;
+  // As the manifest holds a path (bytes that are not UTF-8 as U+FFFD).
+  auto as_saved = [](const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
   for (size_t t = 0; t < model.tasks.size(); ++t) {
     const std::string& name = model.tasks[t].name;
-    if (!saved.contains(name)) continue;
+    const bool files = data && !data->task(static_cast<int>(t)).synthetic;
+    // No record (a synthetic run writes none): synthetic data it was.
+    if (!saved.contains(name)) {
+      if (files) out.push_back("task " + name + " was trained on synthetic data (the checkpoint records no data), continues on files");
+      continue;
+    }
     const nlohmann::json& j = saved[name];
     const bool was_files = j.value("source", "") == "npy";
-    const bool files = data && !data->task(static_cast<int>(t)).synthetic;
     if (was_files != files) {
       out.push_back("task " + name + " was trained on " + (was_files ? "files" : "synthetic data") +
                     ", continues on " + (files ? "files" : "synthetic data"));
-    } else if (files && j.value("samples", int64_t{-1}) != data->task(static_cast<int>(t)).samples) {
-      out.push_back("task " + name + "'s dataset had " + std::to_string(j.value("samples", int64_t{-1})) +
-                    " samples, now " + std::to_string(data->task(static_cast<int>(t)).samples) +
-                    ": its batches are counted afresh over the new data");
+      continue;
     }
+    if (!files) continue;
+    const se::TaskFiles& now = data->task(static_cast<int>(t));
+    std::vector<std::string> what;   // each difference, then one line
+    if (j.value("samples", int64_t{-1}) != now.samples)
+      what.push_back(std::to_string(j.value("samples", int64_t{-1})) + " samples, now " + std::to_string(now.samples));
+    if (j.value("batches_per_epoch", int64_t{-1}) != now.per_epoch)
+      what.push_back(std::to_string(j.value("batches_per_epoch", int64_t{-1})) + " batches an epoch, now " +
+                     std::to_string(now.per_epoch));
+    if (j.contains("shuffle") && j["shuffle"].is_boolean() && j["shuffle"].get<bool>() != now.shuffle)
+      what.push_back(std::string("shuffle ") + (now.shuffle ? "false, now true" : "true, now false"));
+    std::error_code ec;
+    if (j.contains("dir") && j["dir"].is_string() && as_saved(j["dir"].get<std::string>()) != as_saved(now.dir) &&
+        !std::filesystem::equivalent(j["dir"].get<std::string>(), now.dir, ec))   // another spelling of one folder
+      what.push_back("folder " + j["dir"].get<std::string>() + ", now " + now.dir);
+    if (what.empty()) continue;
+    std::string line = "task " + name + "'s data had ";
+    for (size_t k = 0; k < what.size(); ++k) line += (k ? "; " : "") + what[k];
+    out.push_back(line + ": its batches are counted afresh over the new data");
   }
   return out;
 }
@@ -861,7 +883,7 @@ struct Training {
   int64_t samples_per_step;              // the tasks' batches, summed
   double flops_per_step;                 // model FLOPs of a step (sp::model_flops_per_step)
   bool gpu;                              // the backend runs on GPUs (the step line says "per GPU")
-  std::ofstream metrics;                 // rank 0 with --metrics: open for appending
+  std::ofstream metrics;                 // rank 0 with --metrics: opened for appending at its first line
   std::chrono::steady_clock::time_point start;   // of the run (--exit-duration-mins counts from it)
   // Rank 0: the steps since the last printed line (--log-interval), whose
   // step times and losses the next line averages.
@@ -870,25 +892,31 @@ struct Training {
     double ms = 0;
     std::vector<double> loss;
   } window = {};
+  // Rank 0, --overwrite into a folder holding another run's checkpoints:
+  // they are removed just before this run's first save (write_checkpoint),
+  // so a run refused or failed before it (bad data at step 1) loses none.
+  bool overwrite_pending = false;
 };
 
-// Before training, on rank 0: opens --metrics for appending and, with
-// --overwrite, removes another run's checkpoints from --checkpoint DIR.
-// Throws std::runtime_error when either fails.
+// Before training, on rank 0: with --overwrite into a folder holding
+// another run's checkpoints, marks them for removal at the first save.
 void prepare_outputs(Training& tr) {
   const Args& args = tr.args;
-  if (tr.rank == 0 && !args.metrics_path.empty()) {
-    tr.metrics.open(args.metrics_path, std::ios::app);
-    if (!tr.metrics) throw std::runtime_error("cannot open --metrics file " + args.metrics_path);
+  tr.overwrite_pending = tr.rank == 0 && !args.resume && args.overwrite && !args.checkpoint_dir.empty() &&
+                         !se::list_checkpoints(args.checkpoint_dir).empty();
+}
+
+// Rank 0: appends `line` to --metrics (when given), opening it at the
+// first line, so that a run refused before its first step leaves no empty
+// file. Throws std::runtime_error when that fails (a disk full).
+void append_metrics(Training& tr, const nlohmann::json& line) {
+  if (tr.rank != 0 || tr.args.metrics_path.empty()) return;
+  if (!tr.metrics.is_open()) {
+    tr.metrics.open(tr.args.metrics_path, std::ios::app);
+    if (!tr.metrics) throw std::runtime_error("cannot open --metrics file " + tr.args.metrics_path);
   }
-  // --overwrite: this run owns the folder from now on.
-  if (tr.rank == 0 && !args.resume && args.overwrite && !args.checkpoint_dir.empty() &&
-      !se::list_checkpoints(args.checkpoint_dir).empty()) {
-    const sp::Status st = se::remove_checkpoints(args.checkpoint_dir);
-    if (!st.ok()) throw std::runtime_error(st.error().message);
-    std::printf("spindle-run: --overwrite: removed the checkpoints of another run from %s\n",
-                args.checkpoint_dir.c_str());
-  }
+  tr.metrics << line.dump() << "\n" << std::flush;
+  if (!tr.metrics) throw std::runtime_error(tr.args.metrics_path + ": write failed (--metrics; disk full?)");
 }
 
 // Rank 0: one line when the tensor-parallel copies of replicated tensors
@@ -914,7 +942,18 @@ bool write_checkpoint(Training& tr) {
   const auto t0 = std::chrono::steady_clock::now();
   const se::TrainingState state = tr.executor.gather_state();
   std::string error;
-  if (tr.rank == 0) {
+  // --overwrite: this run owns the folder from its first save on (not when
+  // that save is refused: a state that is not finite keeps the old ones).
+  if (tr.rank == 0 && tr.overwrite_pending && se::check_state_finite(state).ok()) {
+    const sp::Status st = se::remove_checkpoints(tr.args.checkpoint_dir);
+    if (st.ok())
+      std::printf("spindle-run: --overwrite: removed the checkpoints of another run from %s\n",
+                  tr.args.checkpoint_dir.c_str());
+    else
+      error = st.error().message;
+    tr.overwrite_pending = false;
+  }
+  if (tr.rank == 0 && error.empty()) {
     tr.meta.step = state.step;
     warn_drift(state.drift, state.step);
     if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
@@ -981,7 +1020,7 @@ bool evaluate(Training& tr, int64_t step) {
   }
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-  if (tr.metrics) tr.metrics << j.dump() << "\n" << std::flush;
+  append_metrics(tr, j);
   return true;
 }
 
@@ -1018,7 +1057,7 @@ void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
       w = {};
     }
   }
-  if (tr.rank == 0 && tr.metrics.is_open()) {
+  if (tr.rank == 0 && !tr.args.metrics_path.empty()) {
     nlohmann::json j = {{"step", st.step},
                         {"step_ms", st.step_ms},
                         {"samples_per_s", static_cast<double>(tr.samples_per_step) * 1000.0 / st.step_ms},
@@ -1032,8 +1071,7 @@ void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
     j["total_loss"] = total;
     if (st.grad_norm) j["grad_norm"] = *st.grad_norm;
     j["ranks"] = counters_json(per_rank, tr.size);
-    tr.metrics << j.dump() << "\n" << std::flush;
-    if (!tr.metrics) throw std::runtime_error(tr.args.metrics_path + ": write failed (--metrics; disk full?)");
+    append_metrics(tr, j);
   }
 }
 
@@ -1194,6 +1232,13 @@ int train(Training& tr) {
 // Step 5 of run: the measured trace of every rank (--trace) and the final
 // parameters (--dump-params), written by rank 0. Throws std::runtime_error
 // when writing fails. Collective over MPI_COMM_WORLD.
+// With nothing to train: --dump-grads (the first trained step's) has
+// nothing to hold, said rather than skipped in silence.
+void note_no_grads(const Args& args, int rank) {
+  if (rank == 0 && !args.grads_path.empty())
+    std::printf("spindle-run: note: --dump-grads %s not written: no step was trained\n", args.grads_path.c_str());
+}
+
 void write_outputs(const Args& args, se::Executor& executor, int rank, int size) {
   if (!args.trace_path.empty()) {
     nlohmann::json mine = nlohmann::json::array();
@@ -1279,6 +1324,8 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
                   static_cast<long long>(executor.steps_done()), args.steps,
                   in.eval_data ? "; evaluating it (--eval-data)" : "");
     if (!in.eval_data) {
+      write_outputs(args, executor, rank, size);   // the checkpoint's parameters; a trace of nothing
+      note_no_grads(args, rank);
       rt.world->barrier();
       return 0;
     }
@@ -1315,8 +1362,10 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
     if (tr.metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");
   }
   // 5. Outputs: the measured trace of every rank, the final parameters
-  // (none when no step was taken).
-  if (!nothing_to_train) write_outputs(args, executor, rank, size);
+  // (with nothing to train, the checkpoint's, and the trace of its
+  // evaluation; they were skipped, exit 0, without a word).
+  write_outputs(args, executor, rank, size);
+  if (nothing_to_train) note_no_grads(args, rank);
   if (rt.emulated) report_emulated_calls(*rt.world, *rt.emulated);
   rt.world->barrier();
   return 0;

@@ -95,6 +95,20 @@ std::string checkpoint_name(int64_t step) {
 int64_t checkpoint_step_of(const std::string& name, bool* leftover) {
   const size_t tmp = name.find(".tmp.");
   if (leftover) *leftover = tmp != std::string::npos;
+  if (tmp != std::string::npos) {
+    // What a save leaves: make_temp_dir's PID.K, or the PID of the copy it
+    // moved aside (old PID); not a user's step-000002.tmp.my-backup.
+    std::string rest = name.substr(tmp + 5);
+    if (rest.rfind("old", 0) == 0) rest = rest.substr(3);
+    const size_t dot = rest.find('.');
+    auto digits = [](const std::string& s) {
+      return !s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos;
+    };
+    const bool ours = name.compare(tmp + 5, 3, "old") == 0
+                          ? digits(rest)
+                          : dot != std::string::npos && digits(rest.substr(0, dot)) && digits(rest.substr(dot + 1));
+    if (!ours) return -1;
+  }
   const std::string base = name.substr(0, tmp);
   // At most 15 digits: a step fits int64_t, and stoll cannot throw.
   if (base.size() < 6 || base.size() > 20 || base.rfind("step-", 0) != 0 ||
@@ -237,7 +251,11 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
                                           {"min_lr", ls.min_lr}};
   manifest["optimizer"]["clip_grad"] = meta.clip_grad;
   manifest["optimizer"]["weight_decay_1d"] = meta.decay_1d;
-  const plan::Status st = plan::write_file_atomic(tmp + "/manifest.json", manifest.dump(1) + "\n");
+  // A data folder's path (data.tasks.*.dir, for people) may hold bytes
+  // that are not UTF-8, which JSON cannot: each is written as U+FFFD
+  // rather than failing every save of the run.
+  const plan::Status st = plan::write_file_atomic(
+      tmp + "/manifest.json", manifest.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (!st.ok()) return fail(st.error().message);
   fsync_dir(tmp);
 

@@ -133,8 +133,9 @@ inline bool is_checkpoint_entry(const std::string& name) {
 
 // The step of `name` when it is exactly checkpoint_name(step) (a complete
 // checkpoint's folder name: "step-000006"), or of the checkpoint a
-// leftover of a save names ("step-000006.tmp.*"), with `leftover` set; -1
-// for any other name (a user's "step-1" or "step-2020" is neither).
+// leftover of a save names ("step-000006.tmp.PID.K" or ".tmp.oldPID"),
+// with `leftover` set; -1 for any other name (a user's "step-1",
+// "step-2020" or "step-000006.tmp.my-backup" is none).
 int64_t checkpoint_step_of(const std::string& name, bool* leftover = nullptr);
 
 // Ok when every value, m and v of `state` is finite; else an error naming

@@ -449,6 +449,21 @@ run-owner)
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --checkpoint "$into"
   done
   [ -e ck/step-000007 ] && { echo "FAIL: a refused run made ck/step-000007"; failures=$((failures + 1)); }
+  # --overwrite removes the other run's checkpoints at this run's first
+  # save, not before it: a run that fails first (bad data at step 1; here a
+  # failure inside step 1) keeps them, and leaves no empty --metrics file.
+  expect 1 "rank 0: SPINDLE_TEST_THROW_AT_STEP=1" -- env SPINDLE_TEST_THROW_AT_STEP=1 "$mpiexec" --oversubscribe -np 1 \
+    "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --seed 9 --overwrite --metrics fresh.jsonl
+  [ -d ck/step-000001 ] || { echo "FAIL: --overwrite removed checkpoints before its first save"; failures=$((failures + 1)); }
+  [ -e fresh.jsonl ] && { echo "FAIL: a run that failed in step 1 left fresh.jsonl"; failures=$((failures + 1)); }
+  # Nothing to train (--steps at the checkpoint's): --dump-params writes the
+  # checkpoint's parameters, --dump-grads says it has none (both were
+  # skipped in silence, exit 0).
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --checkpoint ck --seed 8 --resume \
+    --dump-params ckp.json --dump-grads g.json
+  grep -q '"steps":1' ckp.json 2>/dev/null || { echo "FAIL: --dump-params not written with nothing to train"; failures=$((failures + 1)); }
+  grep -q "note: --dump-grads g.json not written: no step was trained" out.txt ||
+    { echo "FAIL: --dump-grads skipped without a word"; failures=$((failures + 1)); }
   for opt in --metrics --trace; do
     expect 2 "$opt ck/.spindle-run.lock: is in the folder of --checkpoint ck, where .spindle-run.lock is a name checkpoints take" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --resume "$opt" ck/.spindle-run.lock

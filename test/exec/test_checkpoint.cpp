@@ -157,16 +157,16 @@ TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and c
   TempDir dir("ckpt-roundtrip");
   const TrainingState state = small_state();
   // A crashed write of step 3 and of a later step 9.
-  fs::create_directories(dir.path / "step-000003.tmp.abc123");
-  fs::create_directories(dir.path / "step-000009.tmp.zzz");
+  fs::create_directories(dir.path / "step-000003.tmp.4242.0");
+  fs::create_directories(dir.path / "step-000009.tmp.4242.1");
   for (int64_t step : {2, 4, 6}) {
     const auto path = save_checkpoint(dir.str(), small_meta(step), state, 2);
     REQUIRE(path.ok());
     CHECK(*path == (dir.path / checkpoint_name(step)).string());
   }
   CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{4, 6});
-  CHECK_FALSE(fs::exists(dir.path / "step-000003.tmp.abc123"));  // step <= 6: cleaned
-  CHECK(fs::exists(dir.path / "step-000009.tmp.zzz"));           // not ours to judge
+  CHECK_FALSE(fs::exists(dir.path / "step-000003.tmp.4242.0"));  // step <= 6: cleaned
+  CHECK(fs::exists(dir.path / "step-000009.tmp.4242.1"));           // not ours to judge
   const auto ck = load_checkpoint((dir.path / "step-000006").string());
   REQUIRE(ck.ok());
   CHECK(ck->meta.step == 6);
@@ -196,8 +196,10 @@ TEST_CASE("checkpoint: removal and pruning take only checkpoints and their lefto
   const TrainingState state = small_state();
   REQUIRE(save_checkpoint(dir.str(), small_meta(1), state, 5).ok());
   const std::vector<fs::path> users{dir.path / "step-1", dir.path / "step-2020" / "photo.jpg",
-                                    dir.path / "step-000002.txt", dir.path / "step-000001.tmp.notes"};
+                                    dir.path / "step-000002.txt", dir.path / "step-000001.tmp.notes",
+                                    dir.path / "step-000001.tmp.my-backup" / "notes.txt"};
   fs::create_directories(dir.path / "step-2020");
+  fs::create_directories(dir.path / "step-000001.tmp.my-backup");
   for (const fs::path& p : users) REQUIRE(sp::write_file_atomic(p.string(), "the user's").ok());
   fs::create_directories(dir.path / "step-000000.tmp.123.0");   // a crashed save: a folder
   CHECK(checkpoint_step_of("step-000001") == 1);
@@ -205,8 +207,11 @@ TEST_CASE("checkpoint: removal and pruning take only checkpoints and their lefto
   bool leftover = false;
   CHECK(checkpoint_step_of("step-000003.tmp.9.0", &leftover) == 3);
   CHECK(leftover);
+  CHECK(checkpoint_step_of("step-000003.tmp.old1234", &leftover) == 3);
   for (const std::string name : {"step-1", "step-2020", "step-000002.txt", "step-", "step-0000001", "xstep-000001",
-                                 "step-1.tmp.2", "step-999999999999999999999"}) {
+                                 "step-1.tmp.2", "step-999999999999999999999", "step-000002.tmp.my-backup",
+                                 "step-000002.tmp.12", "step-000002.tmp.12.", "step-000002.tmp.old",
+                                 "step-000002.tmp.1.2.3"}) {
     CAPTURE(name);
     CHECK(checkpoint_step_of(name) == -1);
   }

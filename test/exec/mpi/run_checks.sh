@@ -815,12 +815,20 @@ PY
     run 2 p2.json "$model" --steps 7 --seed 3 --data "$SRC/configs/data/digits/val.yaml" --checkpoint ck --resume
     cat run.log
     [ "$rc" -eq 0 ] || die "resume onto other data: exit $rc"
-    grep -q "data: task image-text's dataset had 1500 samples, now 297" run.log || die "no line about the changed data"
+    grep -q "data: task image-text's data had 1500 samples, now 297; 31 batches an epoch, now 6; folder .*/train, now .*/val: " run.log ||
+      die "no line about the changed data (samples, batches an epoch, folder)"
     run 2 p2.json "$model" --steps 8 --seed 3 --checkpoint ck --resume
     cat run.log
     [ "$rc" -eq 0 ] || die "resume onto synthetic data: exit $rc"
     grep -q "data: task caption was trained on files, continues on synthetic data" run.log ||
       die "no line about synthetic data"
+    # A synthetic run's checkpoint records no data: resumed on files, said
+    # too (it was silent), per task.
+    run 2 p2.json "$model" --steps 9 --seed 3 --data "$SRC/configs/data/digits/train.yaml" --checkpoint ck --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume from synthetic onto files: exit $rc"
+    [ "$(grep -c "data: task .* was trained on synthetic data (the checkpoint records no data), continues on files" run.log)" -eq 3 ] ||
+      die "no line per task about files after synthetic data"
     echo "PASS: resume continues with the next unseen samples on another plan" ;;
   bad-data)
     model=$MODELS/digits-mm.yaml
