@@ -184,6 +184,10 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
   std::printf("memory    peak %s on device %d (of %s), optimizer state %s%s\n", size_text(peak).c_str(), peak_dev,
               size_text(plan.memory_bytes).c_str(), sp::optimizer_state_name(plan.optimizer_state),
               sharded_because(plan).c_str());
+  if (plan.fitted_from)
+    std::printf("fitted    Spindle's own schedules do not fit (the fastest needs %s on a device): the %s schedule, "
+                "which fits, planned instead\n",
+                size_text(plan.fitted_from->own_peak_bytes).c_str(), plan.fitted_from->strategy.c_str());
   // The threads the planner's parallel loops ran on (SPINDLE_PLAN_THREADS,
   // else one per hardware thread): planning times compare only alike.
   const size_t threads = sp::plan_threads();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,15 @@ struct Plan {
     double ms = 0;
   };
   std::vector<Share> shares_planned;
+  // Not serialised: set when Spindle's own schedules did not fit the
+  // devices' memory and a baseline's schedule that fits was planned
+  // instead (make_plan): that baseline, and the peak bytes of a device
+  // under Spindle's fastest own plan.
+  struct FittedFrom {
+    std::string strategy;
+    int64_t own_peak_bytes = 0;
+  };
+  std::optional<FittedFrom> fitted_from;
 };
 
 }  // namespace spindle::plan
