@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "libplan/util/limits.h"
 
@@ -44,8 +46,46 @@ Status check_json_shape(const std::string& text, const std::string& path) {
 
 Result<nlohmann::json> parse_json_text(const std::string& text, const std::string& path) {
   SPINDLE_TRY(check_json_shape(text, path));
+  // Duplicate keys: JSON allows them and nlohmann keeps the last, so
+  // {"ms": 1e9, "ms": 0.13} read as 0.13 without a word. Each object's keys
+  // are tracked while parsing (the nesting is bounded above).
+  using Event = nlohmann::json::parse_event_t;
+  struct Level {
+    bool object = false;
+    std::string name;   // its key in the object holding it, "[]" in an array
+    std::set<std::string> keys;
+  };
+  std::vector<Level> levels;
+  std::string key, duplicate;
+  auto track = [&](int, Event event, nlohmann::json& parsed) {
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        levels.push_back({event == Event::object_start, levels.empty() || !levels.back().object ? "[]" : key, {}});
+        break;
+      case Event::object_end:
+      case Event::array_end:
+        if (!levels.empty()) levels.pop_back();
+        break;
+      case Event::key:
+        key = parsed.get<std::string>();
+        if (duplicate.empty() && !levels.empty() && !levels.back().keys.insert(key).second) {
+          for (size_t i = 1; i < levels.size(); ++i)
+            duplicate += levels[i].name == "[]" ? "[]" : (duplicate.empty() ? "" : ".") + levels[i].name;
+          duplicate += (duplicate.empty() ? "" : ".") + key;
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    nlohmann::json doc = nlohmann::json::parse(text, track);
+    if (!duplicate.empty())
+      return Error{path + ": " + duplicate + ": a key given twice in one object (JSON readers keep one of the two "
+                   "values without a word; give it once)"};
+    return doc;
   } catch (const nlohmann::json::parse_error& e) {
     return Error{path + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what()};
   } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double

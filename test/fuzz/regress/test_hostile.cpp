@@ -113,6 +113,27 @@ TEST_CASE("brackets inside JSON strings do not count as nesting", "[hostile]") {
   CHECK(sp::parse_profile_string(text, "p.json").ok());
 }
 
+// {"ms": 1e9, "ms": 0.13}: JSON allows it and nlohmann keeps the last, so
+// a profile, plan or manifest edited by hand read one value silently.
+TEST_CASE("a key given twice in one JSON object is refused, naming its path", "[hostile]") {
+  auto error_of = [](const std::string& text) {
+    const auto r = sp::parse_json_text(text, "d.json");
+    return r.ok() ? std::string() : r.error().message;
+  };
+  CHECK(error_of(R"({"a": 1, "a": 2})") ==
+        "d.json: a: a key given twice in one object (JSON readers keep one of the two values without a word; "
+        "give it once)");
+  CHECK_THAT(error_of(R"({"entries": [{"points": [{"ms": 1, "devices": 1}, {"ms": 2, "ms": 3}]}]})"),
+             Catch::StartsWith("d.json: entries[].points[].ms: a key given twice"));
+  CHECK_THAT(error_of(R"([[{"x": {"y": 1, "y": 1}}]])"), Catch::StartsWith("d.json: [][].x.y: a key given twice"));
+  // The same key in two objects, or as a string value, is no duplicate.
+  CHECK(error_of(R"({"a": {"k": 1}, "b": {"k": 2}, "c": "a", "d": [{"k": 1}, {"k": 2}]})").empty());
+  const std::string twice = replace_once(tiny_profile(), "\"device\": ", "\"device\": \"x\", \"device\": ");
+  const auto profile = sp::parse_profile_string(twice, "p.json");
+  REQUIRE_FALSE(profile.ok());
+  CHECK_THAT(profile.error().message, Catch::StartsWith("p.json: device: a key given twice"));
+}
+
 TEST_CASE("dims nested within the depth limit are refused by the op's dimension list", "[hostile]") {
   const std::string text =
       replace_once(tiny_profile(), "\"hidden\":32", "\"hidden\":[[[[[[[[[[1]]]]]]]]]]");
