@@ -133,7 +133,10 @@ PlaceInput placement_input(const Contraction& contraction, const PlanRequest& re
 // section 9). Errors (as values) when no valid plan exists, e.g. a MetaOp
 // with no valid device count on this cluster. The result obeys every rule of
 // spec/plan.md (check_plan) and is deterministic (the same whatever the
-// number of threads it runs on).
+// number of threads it runs on). Spindle's plan may exceed device memory
+// (the caller's check_plan_memory reports it) only when no baseline's plan
+// fits either: otherwise the fastest baseline plan that fits is returned as
+// Spindle's, with Plan::fitted_from set (docs/planner.md, "Memory").
 Result<Plan> make_plan(const PlanRequest& request);
 
 // The relaxed optimum of `plan`'s widths, ms: as Predicted::relaxed_optimum_ms
