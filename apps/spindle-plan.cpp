@@ -418,6 +418,15 @@ sp::Result<sp::Profile> profile_for(const Options& o, const sp::Model& model, co
       return sp::Error{msg + "\n  (regenerate it with spindle-profile, or pass --accept-profile-mismatch)"};
     std::fprintf(stderr, "spindle-plan: warning: %s\n  (accepted: --accept-profile-mismatch)\n", msg.c_str());
   }
+  // Points that stop below what the cluster allows: planned, but the
+  // curves are flat beyond them, so those MetaOps are never spread wider.
+  const std::vector<std::string> short_entries = sp::profile_coverage_gaps(loaded, model, graph, cluster);
+  if (!short_entries.empty())
+    std::fprintf(stderr,
+                 "spindle-plan: warning: %s: %zu of the entries this model uses stop below the device counts %s "
+                 "allows, first %s: their times beyond are held flat, so the planner never spreads them wider "
+                 "(profile the cluster's counts: spindle-profile --devices)\n",
+                 o.profile_path.c_str(), short_entries.size(), o.cluster_path.c_str(), short_entries.front().c_str());
   return loaded;
 }
 

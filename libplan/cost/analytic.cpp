@@ -248,6 +248,23 @@ std::vector<std::string> profile_model_mismatches(const Profile& profile, const 
   return out;
 }
 
+std::vector<std::string> profile_coverage_gaps(const Profile& profile, const Model& model, const OpGraph& graph,
+                                               const Cluster& cluster) {
+  const std::map<std::string, WorkloadUse> uses = workload_uses(model, graph);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < profile.entries.size(); ++i) {
+    const ProfileEntry& e = profile.entries[i];
+    const auto it = uses.find(e.workload.key());
+    if (it == uses.end() || e.points.empty()) continue;
+    const std::vector<int> valid = valid_device_counts(cluster.devices(), it->second.tensor_parallel, e.workload.batch);
+    if (!valid.empty() && e.points.back().devices < valid.back())
+      out.push_back("entries[" + std::to_string(i) + "] (" + e.workload.op + ", operator " + it->second.first_op +
+                    "): points up to " + std::to_string(e.points.back().devices) + " devices, " +
+                    std::to_string(valid.back()) + " valid");
+  }
+  return out;
+}
+
 std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,
                                        const std::vector<int>* device_counts) {
   const std::vector<int> valid = valid_device_counts(cluster.devices(), tensor_parallel, batch);

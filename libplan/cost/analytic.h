@@ -91,6 +91,15 @@ std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGra
 // such a profile unless --accept-profile-mismatch.
 std::vector<std::string> profile_model_mismatches(const Profile& profile, const Model& model, const OpGraph& graph);
 
+// The entries `model` uses whose points stop below the largest device count
+// its module may run on in `cluster` (a profile made with spindle-profile
+// --devices 1,2 planned on 8): their fitted curves are flat beyond, so the
+// planner never spreads them wider. One line each, "entries[i] (op, operator
+// ID): points up to N devices, M valid", in entry order; empty when every
+// entry reaches its largest valid count.
+std::vector<std::string> profile_coverage_gaps(const Profile& profile, const Model& model, const OpGraph& graph,
+                                               const Cluster& cluster);
+
 // One entry per distinct workload of `graph`, points at its valid counts.
 // Errors (naming the cluster file and key, or the workload) when the cluster
 // lacks device.peak_tflops or device.memory_gbytes_per_s, when a workload has

@@ -232,6 +232,16 @@ profile-mismatch)
     "$plan" tp4.yaml --cluster "$clusters/cpu-1x4.yaml" --profile tp2.json -o p.json
   expect 0 "warning" -- "$plan" tp4.yaml --cluster "$clusters/cpu-1x4.yaml" --profile tp2.json -o p.json \
     --accept-profile-mismatch
+  # A profile of 1 and 2 devices planned on 4: planned, but said, since its
+  # curves are flat beyond 2 (no MetaOp is spread wider); none for a
+  # profile of every count.
+  "$profile" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --devices 1,2 -o short.json >/dev/null || exit 1
+  expect 0 "warning: short.json: 17 of the entries this model uses stop below the device counts" -- \
+    "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --profile short.json -o p.json
+  grep -qF "points up to 2 devices, 4 valid" "$work/err.txt" ||
+    { echo "FAIL: the short profile's warning names no entry"; failures=$((failures + 1)); }
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --profile "$src/profiles/tiny-clip.cpu-1x4.json" -o p.json
+  grep -q warning "$work/err.txt" && { echo "FAIL: a warning for a profile of every count"; failures=$((failures + 1)); }
   ;;
 run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
