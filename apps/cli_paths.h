@@ -48,8 +48,6 @@ inline void prefix_usage_errors(CLI::App& app, const std::string& program) {
   });
 }
 
-// What every program's command line starts with: --version and the error
-// prefix.
 // Standard output checked as the program ends (as coreutils' close_stdout):
 // a summary that could not be written (a full disk, `> /dev/full`) ends
 // with a message and exit 1, not exit 0. Registered once (init_app).
@@ -65,6 +63,8 @@ inline void check_stdout_at_exit() {
   std::_Exit(1);
 }
 
+// What every program's command line starts with: --version, the error
+// prefix, and the check of standard output at exit.
 inline void init_app(CLI::App& app, const std::string& program) {
   add_version_flag(app, program);
   prefix_usage_errors(app, program);

@@ -314,7 +314,8 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::ExistingFile);
   app.option_defaults()->group("Inputs");
   app.add_flag("--accept-profile-mismatch", o.accept_profile_mismatch,
-               "plan with a profile made for another device or cluster (a warning instead of an error)");
+               "plan with a profile made for another device or cluster, or the model in another dtype or "
+               "tensor_parallel (a warning instead of an error)");
   app.option_defaults()->group("Outputs");
   app.add_option("--lower", o.lower_dir,
                  "also write the plan's program for every device (what spindle-run executes) as DIR/device-D.json")
@@ -341,8 +342,9 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--optimizer-state", o.optimizer_state,
                  "how AdamW's state is held, recorded in the plan and followed by spindle-run: auto (replicated when "
-                 "that plan fits the devices, unless sharded simulates faster; else sharded) | sharded over the data-parallel replicas (ZeRO-1, "
-                 "Megatron's distributed optimizer: an all-gather per bucket and step) | replicated")
+                 "that plan fits the devices, unless sharded simulates faster; else sharded) | sharded over the "
+                 "data-parallel replicas (ZeRO-1, Megatron's distributed optimizer: an all-gather per bucket and step) "
+                 "| replicated")
       ->check(CLI::IsMember({"auto", "sharded", "replicated"}))
       ->capture_default_str();
   // --check plans nothing: an option only planning reads is refused with it
@@ -403,7 +405,8 @@ sp::Result<sp::Profile> profile_for(const Options& o, const sp::Model& model, co
   SPINDLE_ASSIGN(loaded, sp::load_profile(o.profile_path));
   SPINDLE_TRY(sp::check_profile_keys(model, graph));   // the model's own error first: no profile can serve it
   std::vector<std::string> mismatches = sp::profile_mismatches(loaded, cluster);
-  const std::vector<std::string> of_model = sp::profile_model_mismatches(loaded, model, graph);
+  const sp::ProfileFit fit = sp::profile_fit(loaded, model, graph, cluster);
+  const std::vector<std::string>& of_model = fit.mismatches;
   constexpr size_t kShown = 5;   // of the model's: a whole other dtype differs in every entry
   for (size_t i = 0; i < of_model.size() && i < kShown; ++i) mismatches.push_back(of_model[i]);
   if (of_model.size() > kShown) mismatches.push_back("... and " + std::to_string(of_model.size() - kShown) + " more");
@@ -420,7 +423,7 @@ sp::Result<sp::Profile> profile_for(const Options& o, const sp::Model& model, co
   }
   // Points that stop below what the cluster allows: planned, but the
   // curves are flat beyond them, so those MetaOps are never spread wider.
-  const std::vector<std::string> short_entries = sp::profile_coverage_gaps(loaded, model, graph, cluster);
+  const std::vector<std::string>& short_entries = fit.short_of_cluster;
   if (!short_entries.empty())
     std::fprintf(stderr,
                  "spindle-plan: warning: %s: %zu of the entries this model uses stop below the device counts %s "

@@ -340,7 +340,9 @@ std::vector<std::string> data_changes(const sp::Model& model, const nlohmann::js
     const bool files = data && !data->task(static_cast<int>(t)).synthetic;
     // No record (a synthetic run writes none): synthetic data it was.
     if (!saved.contains(name)) {
-      if (files) out.push_back("task " + name + " was trained on synthetic data (the checkpoint records no data), continues on files");
+      if (files)
+        out.push_back("task " + name + " was trained on synthetic data (the checkpoint records no data), continues on "
+                      "files");
       continue;
     }
     const nlohmann::json& j = saved[name];
@@ -469,10 +471,9 @@ std::string check_paths(const Args& args) {
   if (!st.ok()) return st.error().message;
   // The folder that holds the step-N folders, not one of them: nested
   // there, this run's checkpoints would be deleted with that step.
-  const std::filesystem::path dir = std::filesystem::path(args.checkpoint_dir).lexically_normal();
-  const std::string name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
+  const std::filesystem::path dir = se::lexical_folder(args.checkpoint_dir);
   std::error_code ec;
-  if (se::checkpoint_step_of(name) >= 0 || std::filesystem::exists(dir / "manifest.json", ec))
+  if (se::checkpoint_step_of(dir.filename().string()) >= 0 || std::filesystem::exists(dir / "manifest.json", ec))
     return "--checkpoint " + args.checkpoint_dir +
            ": is a checkpoint (a step folder), not a folder of checkpoints; name the folder that holds the "
            "step-N folders, or a new one";
@@ -900,7 +901,7 @@ struct Training {
 
 // Before training, on rank 0: with --overwrite into a folder holding
 // another run's checkpoints, marks them for removal at the first save.
-void prepare_outputs(Training& tr) {
+void mark_overwrite(Training& tr) {
   const Args& args = tr.args;
   tr.overwrite_pending = tr.rank == 0 && !args.resume && args.overwrite && !args.checkpoint_dir.empty() &&
                          !se::list_checkpoints(args.checkpoint_dir).empty();
@@ -1349,7 +1350,7 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
               rt.backend->device() == se::Device::cuda && !rt.emulated,
               std::ofstream(),
               start};
-  prepare_outputs(tr);
+  mark_overwrite(tr);
   rt.world->barrier();
   executor.reset_clock();
   if (nothing_to_train) {

@@ -96,17 +96,16 @@ int64_t checkpoint_step_of(const std::string& name, bool* leftover) {
   const size_t tmp = name.find(".tmp.");
   if (leftover) *leftover = tmp != std::string::npos;
   if (tmp != std::string::npos) {
-    // What a save leaves: make_temp_dir's PID.K, or the PID of the copy it
-    // moved aside (old PID); not a user's step-000002.tmp.my-backup.
-    std::string rest = name.substr(tmp + 5);
-    if (rest.rfind("old", 0) == 0) rest = rest.substr(3);
-    const size_t dot = rest.find('.');
+    // What a save leaves: make_temp_dir's PID.K, or the copy it moved
+    // aside, oldPID; not a user's step-000002.tmp.my-backup.
     auto digits = [](const std::string& s) {
       return !s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos;
     };
-    const bool ours = name.compare(tmp + 5, 3, "old") == 0
-                          ? digits(rest)
-                          : dot != std::string::npos && digits(rest.substr(0, dot)) && digits(rest.substr(dot + 1));
+    const std::string suffix = name.substr(tmp + 5);
+    const size_t dot = suffix.find('.');
+    const bool ours = suffix.rfind("old", 0) == 0
+                          ? digits(suffix.substr(3))
+                          : dot != std::string::npos && digits(suffix.substr(0, dot)) && digits(suffix.substr(dot + 1));
     if (!ours) return -1;
   }
   const std::string base = name.substr(0, tmp);
@@ -116,6 +115,11 @@ int64_t checkpoint_step_of(const std::string& name, bool* leftover) {
     return -1;
   const int64_t step = std::stoll(base.substr(5));
   return base == checkpoint_name(step) ? step : -1;
+}
+
+fs::path lexical_folder(const std::string& path) {
+  const fs::path p = fs::path(path).lexically_normal();
+  return p.has_filename() ? p : p.parent_path();
 }
 
 std::string encode_tensors(const std::map<std::string, Tensor>& tensors) {
@@ -426,8 +430,7 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
   // A folder named for another step (renamed or copied by hand) would be
   // resumed as the newest when it is not, or pruned out of turn; a
   // leftover of a save is no checkpoint.
-  const fs::path folder = fs::path(step_dir).lexically_normal();
-  const std::string name = (folder.has_filename() ? folder : folder.parent_path()).filename().string();
+  const std::string name = lexical_folder(step_dir).filename().string();
   bool leftover = false;
   if (const int64_t named = checkpoint_step_of(name, &leftover); named >= 0 && (leftover || named != ck.meta.step))
     return Error{manifest_path + ": step " + std::to_string(ck.meta.step) + ", but its folder is named " + name +
@@ -505,9 +508,8 @@ void CheckpointLock::release() {
       // refuses a folder that is not), up to the outermost one made.
       if (made_dir_) {
         const std::filesystem::path outermost = made_from_;   // empty: the folder alone
-        for (std::filesystem::path p = std::filesystem::absolute(dir_, ec).lexically_normal();; p = p.parent_path()) {
-          if (p.filename().empty()) p = p.parent_path();   // "dir/" normalised
-          if (!std::filesystem::remove(p, ec) || ec || outermost.empty() || p == outermost || p == p.parent_path())
+        for (fs::path p = lexical_folder(fs::absolute(dir_, ec).string());; p = p.parent_path()) {
+          if (!fs::remove(p, ec) || ec || outermost.empty() || p == outermost || p == p.parent_path())
             break;
         }
       }
@@ -522,12 +524,10 @@ plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
   // The outermost folder missing now: create_directories makes it and
   // those below, which release() removes again when nothing was saved.
-  for (std::filesystem::path p = std::filesystem::absolute(dir, ec).lexically_normal(); !ec && !p.empty();) {
-    if (p.filename().empty()) p = p.parent_path();
+  for (fs::path p = lexical_folder(fs::absolute(dir, ec).string()); !ec && !p.empty(); p = p.parent_path()) {
     std::error_code missing;
-    if (std::filesystem::exists(p, missing) || missing || p == p.parent_path()) break;
+    if (fs::exists(p, missing) || missing || p == p.parent_path()) break;
     lock.made_from_ = p.string();
-    p = p.parent_path();
   }
   lock.made_dir_ = std::filesystem::create_directories(dir, ec);
   if (ec) return plan::Error{dir + ": cannot create the checkpoint folder: " + ec.message()};

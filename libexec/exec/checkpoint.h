@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -137,6 +138,11 @@ inline bool is_checkpoint_entry(const std::string& name) {
 // with `leftover` set; -1 for any other name (a user's "step-1",
 // "step-2020" or "step-000006.tmp.my-backup" is none).
 int64_t checkpoint_step_of(const std::string& name, bool* leftover = nullptr);
+
+// `path` with "." and ".." resolved and no trailing separator, lexically
+// (no link followed): filename() is the folder's own name ("ck/step-000002/"
+// gives step-000002), parent_path() the folder holding it.
+std::filesystem::path lexical_folder(const std::string& path);
 
 // Ok when every value, m and v of `state` is finite; else an error naming
 // the first tensor, part and element that is not (inf or nan: training

@@ -47,15 +47,16 @@ namespace {
 plan::Status check_outside_checkpoint(const std::string& checkpoint, bool is_step, const std::string& out_path) {
   const std::vector<plan::OutputPath> outputs{{"-o", out_path}};
   if (!is_step)
-    return plan::check_apart_from_dir({"checkpoint", checkpoint, is_checkpoint_entry, "a name checkpoints take (step-*, .spindle-run.lock)"}, outputs, {});
+    return plan::check_apart_from_dir(
+        {"checkpoint", checkpoint, is_checkpoint_entry, "a name checkpoints take (step-*, .spindle-run.lock)"}, outputs,
+        {});
   SPINDLE_TRY(plan::check_apart_from_dir(
       {"checkpoint", checkpoint, [](const std::string&) { return true; }, "part of the checkpoint read"}, outputs, {}));
-  const std::filesystem::path step = std::filesystem::path(checkpoint).lexically_normal();
-  const std::filesystem::path name = step.has_filename() ? step.filename() : step.parent_path().filename();
-  if (checkpoint_step_of(name.string()) < 0) return {};   // a step folder kept elsewhere: its folder is the user's
-  const std::filesystem::path folder = step.has_filename() ? step.parent_path() : step.parent_path().parent_path();
-  return plan::check_apart_from_dir({"checkpoint", folder.empty() ? std::string(".") : folder.string(),
-                                     is_checkpoint_entry, "a name the checkpoints beside the step read take (step-*, .spindle-run.lock)"},
+  const std::filesystem::path step = lexical_folder(checkpoint);
+  if (checkpoint_step_of(step.filename().string()) < 0) return {};   // a step kept elsewhere: its folder is the user's
+  const std::string folder = step.parent_path().empty() ? std::string(".") : step.parent_path().string();
+  return plan::check_apart_from_dir({"checkpoint", folder, is_checkpoint_entry,
+                                     "a name the checkpoints beside the step read take (step-*, .spindle-run.lock)"},
                                     outputs, {});
 }
 

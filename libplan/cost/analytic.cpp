@@ -220,49 +220,40 @@ std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGra
   return uses;
 }
 
-std::vector<std::string> profile_model_mismatches(const Profile& profile, const Model& model, const OpGraph& graph) {
+ProfileFit profile_fit(const Profile& profile, const Model& model, const OpGraph& graph, const Cluster& cluster) {
   const std::map<std::string, WorkloadUse> uses = workload_uses(model, graph);
-  std::set<std::string> entries;
-  for (const ProfileEntry& e : profile.entries) entries.insert(e.workload.key());
+  std::set<std::string> keys;
+  for (const ProfileEntry& e : profile.entries) keys.insert(e.workload.key());
+  // A workload without its entry: the cost model names it, and nothing
+  // here is worth saying before that.
   for (const auto& [key, _] : uses)
-    if (!entries.count(key)) return {};   // a workload without its entry: the cost model names it
-  std::vector<std::string> out;
+    if (!keys.count(key)) return {};
+  ProfileFit fit;
   for (size_t i = 0; i < profile.entries.size(); ++i) {
     const ProfileEntry& e = profile.entries[i];
     const auto it = uses.find(e.workload.key());
     if (it == uses.end()) continue;   // an entry the model does not use: harmless
     const WorkloadUse& use = it->second;
-    const std::string where = "entries[" + std::to_string(i) + "] (" + e.workload.op + ", operator " + use.first_op + ")";
+    const std::string where =
+        "entries[" + std::to_string(i) + "] (" + e.workload.op + ", operator " + use.first_op + ")";
     if (e.param_bytes != use.param_bytes)
-      out.push_back(where + ": param_bytes " + std::to_string(e.param_bytes) + ", but in model '" + model.name +
-                    "' (dtype " + dtype_name(model.dtype) + ") the operator holds " + std::to_string(use.param_bytes) +
-                    ": a profile for another dtype or model?");
+      fit.mismatches.push_back(where + ": param_bytes " + std::to_string(e.param_bytes) + ", but in model '" +
+                               model.name + "' (dtype " + dtype_name(model.dtype) + ") the operator holds " +
+                               std::to_string(use.param_bytes) + ": a profile for another dtype or model?");
     for (const ProfilePoint& pt : e.points)
       if (!valid_device_count(pt.devices, use.tensor_parallel, e.workload.batch)) {
-        out.push_back(where + ": a point at " + std::to_string(pt.devices) + " devices, which its module (tensor_parallel " +
-                      std::to_string(use.tensor_parallel) + ", batch " + std::to_string(e.workload.batch) +
-                      ") cannot run on: a profile for another tensor_parallel?");
+        fit.mismatches.push_back(where + ": a point at " + std::to_string(pt.devices) +
+                                 " devices, which its module (tensor_parallel " + std::to_string(use.tensor_parallel) +
+                                 ", batch " + std::to_string(e.workload.batch) +
+                                 ") cannot run on: a profile for another tensor_parallel?");
         break;
       }
+    const std::vector<int> valid = valid_device_counts(cluster.devices(), use.tensor_parallel, e.workload.batch);
+    if (!valid.empty() && !e.points.empty() && e.points.back().devices < valid.back())
+      fit.short_of_cluster.push_back(where + ": points up to " + std::to_string(e.points.back().devices) +
+                                     " devices, " + std::to_string(valid.back()) + " valid");
   }
-  return out;
-}
-
-std::vector<std::string> profile_coverage_gaps(const Profile& profile, const Model& model, const OpGraph& graph,
-                                               const Cluster& cluster) {
-  const std::map<std::string, WorkloadUse> uses = workload_uses(model, graph);
-  std::vector<std::string> out;
-  for (size_t i = 0; i < profile.entries.size(); ++i) {
-    const ProfileEntry& e = profile.entries[i];
-    const auto it = uses.find(e.workload.key());
-    if (it == uses.end() || e.points.empty()) continue;
-    const std::vector<int> valid = valid_device_counts(cluster.devices(), it->second.tensor_parallel, e.workload.batch);
-    if (!valid.empty() && e.points.back().devices < valid.back())
-      out.push_back("entries[" + std::to_string(i) + "] (" + e.workload.op + ", operator " + it->second.first_op +
-                    "): points up to " + std::to_string(e.points.back().devices) + " devices, " +
-                    std::to_string(valid.back()) + " valid");
-  }
-  return out;
+  return fit;
 }
 
 std::vector<int> analytic_valid_counts(int64_t batch, int tensor_parallel, const Cluster& cluster,

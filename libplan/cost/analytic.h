@@ -81,24 +81,23 @@ struct WorkloadUse {
 // By Workload::key(), in key order.
 std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGraph& graph);
 
-// How `profile` differs from what `model` says of the workloads it uses
-// (empty when it does not): an entry's param_bytes other than the model's
-// (made for another dtype or model), or a point at a device count the
-// workload's module cannot run on (made for another tensor_parallel; the
-// keys hold none). Entries the model does not use are not looked at; a
-// workload with no entry at all is the cost model's error to name
-// (ProfileCostModel::create), so none is listed then. spindle-plan refuses
-// such a profile unless --accept-profile-mismatch.
-std::vector<std::string> profile_model_mismatches(const Profile& profile, const Model& model, const OpGraph& graph);
-
-// The entries `model` uses whose points stop below the largest device count
-// its module may run on in `cluster` (a profile made with spindle-profile
-// --devices 1,2 planned on 8): their fitted curves are flat beyond, so the
-// planner never spreads them wider. One line each, "entries[i] (op, operator
-// ID): points up to N devices, M valid", in entry order; empty when every
-// entry reaches its largest valid count.
-std::vector<std::string> profile_coverage_gaps(const Profile& profile, const Model& model, const OpGraph& graph,
-                                               const Cluster& cluster);
+// How `profile` suits `model` on `cluster`, looking at the entries the
+// model uses; both lists empty when a workload has no entry at all (the
+// cost model's error to name, ProfileCostModel::create). One line each,
+// "entries[i] (op, operator ID): ...", in entry order.
+struct ProfileFit {
+  // Made for another model: an entry's param_bytes other than the model's
+  // (another dtype or model), or a point at a device count the module
+  // cannot run on (another tensor_parallel; the keys hold none).
+  // spindle-plan refuses such a profile unless --accept-profile-mismatch.
+  std::vector<std::string> mismatches;
+  // Points that stop below the largest count the module may run on in
+  // `cluster` (a profile made with spindle-profile --devices 1,2, planned
+  // on 8): their fitted curves are flat beyond, so the planner never
+  // spreads them wider. spindle-plan warns.
+  std::vector<std::string> short_of_cluster;
+};
+ProfileFit profile_fit(const Profile& profile, const Model& model, const OpGraph& graph, const Cluster& cluster);
 
 // One entry per distinct workload of `graph`, points at its valid counts.
 // Errors (naming the cluster file and key, or the workload) when the cluster

@@ -1152,41 +1152,7 @@ Result<Plan> plan_state(const PlanRequest& given, const LowerContext& lowering,
   return done(simulated_ms);
 }
 
-// make_plan but for the fallback to a baseline's schedule below.
-Result<Plan> plan_one(const PlanRequest& given);
-
-}  // namespace
-
-Result<Plan> make_plan(const PlanRequest& given) {
-  const auto start = std::chrono::steady_clock::now();
-  Result<Plan> own = plan_one(given);
-  if (!own || given.strategy != Strategy::spindle || check_plan_memory(*own, *given.model).ok()) return own;
-  // Over memory: Spindle's search chose by time alone, and a baseline's
-  // schedule (one of its candidates) may fit where its own do not
-  // (multitask-clip-4 on 8 devices of 40 GiB: Spindle's fastest 48.4 GiB,
-  // sequential's 38.5). The fastest baseline plan that fits, kept as
-  // Spindle's, rather than a refusal; none: Spindle's own, for the caller's
-  // memory check to report.
-  std::optional<Plan> fitting;
-  for (Strategy s : {Strategy::sequential, Strategy::task_level, Strategy::intra_task}) {
-    PlanRequest as = given;
-    as.strategy = s;
-    Result<Plan> baseline = plan_one(as);
-    if (!baseline || !check_plan_memory(*baseline, *given.model).ok()) continue;
-    if (!fitting || baseline->predicted.simulated_ms < fitting->predicted.simulated_ms * (1 - 1e-12))
-      fitting = std::move(*baseline);
-  }
-  if (!fitting) return own;
-  const std::vector<int64_t>& own_bytes = own->predicted.memory_bytes;
-  fitting->fitted_from = Plan::FittedFrom{
-      fitting->strategy, own_bytes.empty() ? 0 : *std::max_element(own_bytes.begin(), own_bytes.end())};
-  fitting->strategy = strategy_name(Strategy::spindle);
-  fitting->planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return std::move(*fitting);
-}
-
-namespace {
-
+// One strategy planned (make_plan, before its fallback for memory).
 Result<Plan> plan_one(const PlanRequest& given) {
   const auto start = std::chrono::steady_clock::now();
   if (!given.model || !given.graph || !given.cluster || !given.cost)
@@ -1254,6 +1220,34 @@ Result<Plan> plan_one(const PlanRequest& given) {
 }
 
 }  // namespace
+
+Result<Plan> make_plan(const PlanRequest& given) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<Plan> own = plan_one(given);
+  if (!own || given.strategy != Strategy::spindle || check_plan_memory(*own, *given.model).ok()) return own;
+  // Over memory: Spindle's search chose by time alone, and a baseline's
+  // schedule (one of its candidates) may fit where its own do not
+  // (multitask-clip-4 on 8 devices of 40 GiB: Spindle's fastest 48.4 GiB,
+  // sequential's 38.5). The fastest baseline plan that fits, kept as
+  // Spindle's, rather than a refusal; none: Spindle's own, for the caller's
+  // memory check to report.
+  std::optional<Plan> fitting;
+  for (Strategy s : {Strategy::sequential, Strategy::task_level, Strategy::intra_task}) {
+    PlanRequest as = given;
+    as.strategy = s;
+    Result<Plan> baseline = plan_one(as);
+    if (!baseline || !check_plan_memory(*baseline, *given.model).ok()) continue;
+    if (!fitting || baseline->predicted.simulated_ms < fitting->predicted.simulated_ms * (1 - 1e-12))
+      fitting = std::move(*baseline);
+  }
+  if (!fitting) return own;
+  const std::vector<int64_t>& own_bytes = own->predicted.memory_bytes;
+  fitting->fitted_from = Plan::FittedFrom{
+      fitting->strategy, own_bytes.empty() ? 0 : *std::max_element(own_bytes.begin(), own_bytes.end())};
+  fitting->strategy = strategy_name(Strategy::spindle);
+  fitting->planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::move(*fitting);
+}
 
 Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost) {
   std::vector<int> widest(plan.metaops.size(), 0);
