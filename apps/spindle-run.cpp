@@ -268,14 +268,16 @@ std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, c
 // The step line, Megatron-LM's keys: `tflops` is the model FLOPs of a step
 // per device and second, TFLOP/s (tflops_per_device), under "per GPU" on
 // GPUs.
+// `consumed` is the samples read in steps 1..st.step, over every task and
+// run resumed from (se::samples_read).
 std::string log_line(const sp::Model& model, const se::StepStats& st, int steps, int64_t samples_per_step,
-                     double lr, double tflops, bool gpu) {
+                     int64_t consumed, double lr, double tflops, bool gpu) {
   char buf[320];
   const char* device = gpu ? "GPU" : "device";
   std::snprintf(buf, sizeof buf,
                 "iteration %8lld/%8d | consumed samples: %10lld | elapsed time per iteration (ms): %.1f | "
                 "samples per second: %.1f | throughput per %s (TFLOP/s/%s): %.3f | learning rate: %.6E |",
-                static_cast<long long>(st.step), steps, static_cast<long long>(st.step * samples_per_step),
+                static_cast<long long>(st.step), steps, static_cast<long long>(consumed),
                 st.step_ms, static_cast<double>(samples_per_step) * 1000.0 / st.step_ms, device, device,
                 tflops, lr);
   std::string line = buf;
@@ -501,6 +503,11 @@ struct Inputs {
   std::string plan_sha;                 // sha256 of the plan file's bytes
   std::unique_ptr<se::FileSource> data, eval_data;   // null: synthetic / no evaluation
   std::optional<se::Checkpoint> ck;     // --resume: the newest complete checkpoint
+  // The samples each task had read by the checkpoint resumed from, and its
+  // step (CheckpointMeta::task_samples, samples_step): kept by resume when
+  // it frees ck, counted on from by this run's checkpoints and step lines.
+  std::map<std::string, int64_t> resumed_samples;
+  int64_t resumed_step = 0;
   se::CheckpointLock lock;              // rank 0, with --checkpoint: the folder is this run's
 };
 
@@ -842,6 +849,8 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
     changed(trains && adamw_was != adamw_now, "AdamW " + adamw_was, adamw_now);
     changed(trains && ck->meta.clip_grad != args.clip_grad, clip(ck->meta.clip_grad), clip(args.clip_grad));
   }
+  in.resumed_samples = ck->meta.task_samples;
+  in.resumed_step = ck->meta.samples_step;
   ck.reset();  // free the full tensors
   return true;
 }
@@ -858,6 +867,8 @@ se::CheckpointMeta checkpoint_meta(const Args& args, const Inputs& in, const se:
   meta.plan_devices = in.plan->devices;
   meta.seed = args.seed;
   for (const sp::Task& t : model.tasks) meta.task_batch[t.name] = t.batch;
+  meta.task_samples = in.resumed_samples;
+  meta.samples_step = in.resumed_step;
   meta.lr = static_cast<float>(args.lr);
   meta.lr_schedule = args.schedule;
   meta.clip_grad = args.clip_grad;
@@ -1051,7 +1062,9 @@ void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
       se::StepStats mean = st;
       mean.step_ms = w.ms / w.steps;
       for (size_t t = 0; t < mean.task_loss.size(); ++t) mean.task_loss[t] = w.loss[t] / w.steps;
-      std::printf("%s\n", log_line(tr.model, mean, tr.args.steps, tr.samples_per_step, lr,
+      int64_t consumed = 0;
+      for (const auto& [task, n] : se::samples_read(tr.meta, st.step)) consumed += n;
+      std::printf("%s\n", log_line(tr.model, mean, tr.args.steps, tr.samples_per_step, consumed, lr,
                                     tflops_per_device(tr, mean.step_ms), tr.gpu)
                               .c_str());
       std::fflush(stdout);

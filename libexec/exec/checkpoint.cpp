@@ -202,6 +202,14 @@ plan::Status check_state_finite(const TrainingState& state) {
   return {};
 }
 
+std::map<std::string, int64_t> samples_read(const CheckpointMeta& meta, int64_t step) {
+  // A task of the checkpoint no longer in the model keeps its count (it
+  // read nothing since); a task new to it counts from the resumed step.
+  std::map<std::string, int64_t> n = meta.task_samples;
+  for (const auto& [task, batch] : meta.task_batch) n[task] += batch * (step - meta.samples_step);
+  return n;
+}
+
 Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                                     const TrainingState& state, int keep) {
   SPINDLE_TRY(check_state_finite(state));
@@ -234,7 +242,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
     files[kFiles[f]] = {{"sha256", plan::sha256_hex(bytes)}, {"bytes", bytes.size()}};
   }
   nlohmann::json samples = nlohmann::json::object();
-  for (const auto& [task, batch] : meta.task_batch) samples[task] = batch * meta.step;
+  for (const auto& [task, n] : samples_read(meta, meta.step)) samples[task] = n;
   nlohmann::json manifest = {
       {"format", "spindle-checkpoint"},
       {"version", kManifestVersion},
@@ -359,7 +367,8 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
   m.seed = seed;
   const plan::JsonReader data = doc.at("data");
   SPINDLE_ASSIGN(samples, manifest_counts(data.at("samples")));
-  for (const auto& [task, n] : samples) m.task_batch[task] = n / m.step;
+  m.task_samples = samples;
+  m.samples_step = m.step;
   if (data.has("tasks")) {
     // Kept as written; what a resume reads of it (spindle-run's
     // data_changes: "source", "samples") checked here.

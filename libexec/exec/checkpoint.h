@@ -6,7 +6,7 @@
 //   manifest.json  {"format": "spindle-checkpoint", "version": 1, "step": S,
 //                   "model": {"name", "sha256"}, "plan": {"sha256",
 //                   "strategy", "devices"}, "seed": K, "data": {"next_step":
-//                   S + 1, "samples": {TASK: S * batch}}, "optimizer":
+//                   S + 1, "samples": {TASK: n}}, "optimizer":
 //                   {"name": "adamw", "lr", "beta1", "beta2", "eps",
 //                   "weight_decay", "steps": {TENSOR: n}}, "files": {FILE:
 //                   {"sha256", "bytes"}}}
@@ -92,7 +92,15 @@ struct CheckpointMeta {
   std::string plan_sha256, plan_strategy;
   int plan_devices = 0;
   uint64_t seed = 0;
-  std::map<std::string, int64_t> task_batch;  // task -> batch (for "data")
+  // "data"."samples": the samples each task has read in steps 1..step,
+  // counted from a base: task_samples[task] read by step samples_step
+  // (from the checkpoint a run resumed from; empty and 0 for a fresh run),
+  // plus task_batch[task] (this run's batch) for each step since. A run
+  // that resumes with another batch so counts what was really read.
+  // Reading a manifest sets task_samples and samples_step to its own.
+  std::map<std::string, int64_t> task_batch;    // task -> this run's batch
+  std::map<std::string, int64_t> task_samples;  // task -> samples read by samples_step
+  int64_t samples_step = 0;
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   // The learning-rate schedule (its max_lr is `lr`): "optimizer"."lr_schedule"
   // in the manifest; a manifest without it (older builds) reads as
@@ -106,6 +114,11 @@ struct CheckpointMeta {
   bool decay_1d = true;
   nlohmann::json data_tasks = nlohmann::json::object();  // "data"."tasks" (empty: not written)
 };
+
+// The samples each task of `meta` has read in steps 1..`step` (step >=
+// meta.samples_step): "data"."samples" of a checkpoint at that step, and
+// summed, the step line's "consumed samples".
+std::map<std::string, int64_t> samples_read(const CheckpointMeta& meta, int64_t step);
 
 struct Checkpoint {
   std::string path;  // the step directory

@@ -172,7 +172,8 @@ TEST_CASE("checkpoint: save and load round trip, keep N, leftovers ignored and c
   CHECK(ck->meta.step == 6);
   CHECK(ck->meta.seed == 5);
   CHECK(ck->meta.plan_devices == 2);
-  CHECK(ck->meta.task_batch.at("t") == 8);
+  CHECK(ck->meta.task_samples == std::map<std::string, int64_t>{{"t", 6 * 8}});
+  CHECK(ck->meta.samples_step == 6);
   REQUIRE(ck->state.tensors.size() == 2);
   const TensorState& a = ck->state.tensors.at("x/0.0/w");
   CHECK(a.adam_steps == 4);
@@ -348,6 +349,27 @@ TEST_CASE("checkpoint: a state that is not finite is refused, named, and nothing
     CHECK(names == std::vector<std::string>{"step-000001"});
     CHECK(load_checkpoint((dir.path / "step-000001").string()).ok());
   }
+}
+
+TEST_CASE("checkpoint: the samples read count on from the resumed checkpoint's, with this run's batches") {
+  TempDir dir("ckpt-samples");
+  // Steps 1..6 with batch 8 (48 samples); resumed with batch 3, and task u
+  // new to the model, task gone no longer in it.
+  auto first = load_checkpoint(*save_checkpoint(dir.str(), small_meta(6), small_state(), 2));
+  REQUIRE(first.ok());
+  CheckpointMeta meta = small_meta(9);
+  meta.task_batch = {{"t", 3}, {"u", 5}};
+  meta.task_samples = first->meta.task_samples;
+  meta.task_samples["gone"] = 7;
+  meta.samples_step = first->meta.samples_step;
+  const std::map<std::string, int64_t> at9{{"gone", 7}, {"t", 48 + 3 * 3}, {"u", 5 * 3}};
+  CHECK(samples_read(meta, 9) == at9);
+  CHECK(samples_read(meta, 6) == std::map<std::string, int64_t>{{"gone", 7}, {"t", 48}, {"u", 0}});
+  auto back = load_checkpoint(*save_checkpoint(dir.str(), meta, small_state(), 2));
+  REQUIRE(back.ok());
+  CHECK(back->meta.task_samples == at9);
+  CHECK(back->meta.samples_step == 9);
+  CHECK(samples_read(back->meta, 9) == at9);   // no batches known: as read
 }
 
 TEST_CASE("checkpoint: the learning-rate schedule round-trips, is constant when absent, a bad one refused") {

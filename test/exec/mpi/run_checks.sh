@@ -829,6 +829,26 @@ PY
     [ "$rc" -eq 0 ] || die "resume from synthetic onto files: exit $rc"
     [ "$(grep -c "data: task .* was trained on synthetic data (the checkpoint records no data), continues on files" run.log)" -eq 3 ] ||
       die "no line per task about files after synthetic data"
+    # Another batch on resume (the model changed: re-planned): the samples
+    # read count on from the checkpoint's, in the manifest and the step
+    # line (they were the new batch times the step).
+    sed 's/batch: 24/batch: 12/' "$model" > half.yaml
+    plan half.yaml 2 ph.json
+    run 2 ph.json half.yaml --steps 10 --seed 3 --data "$data" --checkpoint ck --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume with another batch: exit $rc"
+    python3 - ck/step-000009/manifest.json ck/step-000010/manifest.json run.log <<'PY' ||
+import json, re, sys
+before = json.load(open(sys.argv[1]))["data"]["samples"]
+after = json.load(open(sys.argv[2]))["data"]["samples"]
+want = {"image-text": before["image-text"] + 48, "audio-text": before["audio-text"] + 48,
+        "caption": before["caption"] + 12}
+line = [l for l in open(sys.argv[3]) if l.startswith("iteration")][-1]
+consumed = int(re.search(r"consumed samples: +(\d+)", line).group(1))
+print("samples at step 9", before, "at step 10", after, "consumed", consumed)
+sys.exit(not (before["caption"] == 9 * 24 and after == want and consumed == sum(want.values())))
+PY
+      die "another batch on resume: the samples read are not counted on from the checkpoint's"
     echo "PASS: resume continues with the next unseen samples on another plan" ;;
   bad-data)
     model=$MODELS/digits-mm.yaml
