@@ -574,6 +574,22 @@ void print_copies(const sp::Plan& plan, const sp::Model& model, const sp::OpGrap
               sp::human_bytes(static_cast<double>(bytes)).c_str());
 }
 
+// For a bf16 or fp16 model: the peak spindle-run holds, its activations in
+// fp32 (and over NCCL the gradient buckets' flat buffers too:
+// memory_as_run), which it checks before it allocates.
+void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
+  if (sp::dtype_bytes(model.dtype) >= sp::kRunActivationValueBytes) return;
+  const auto host = sp::memory_as_run(plan, model, graph, false);
+  const auto nccl = sp::memory_as_run(plan, model, graph, true);
+  if (!host || !nccl || host->empty()) return;
+  const auto peak = [](const std::vector<int64_t>& m) { return *std::max_element(m.begin(), m.end()); };
+  const int64_t worst = std::max(peak(*host), peak(*nccl));
+  std::printf("run mem   spindle-run keeps the activations in fp32, not %s: peak %s, over NCCL %s (of %s)%s\n",
+              sp::dtype_name(model.dtype), size_text(peak(*host)).c_str(), size_text(peak(*nccl)).c_str(),
+              size_text(plan.memory_bytes).c_str(),
+              worst > plan.memory_bytes ? "; over the device's memory: spindle-run refuses the plan there" : "");
+}
+
 // The link figures a measured profile carries (x-links), when it does.
 void print_profile_links(const sp::Profile& profile) {
   if (!profile.links) return;
@@ -752,6 +768,7 @@ int main(int argc, char** argv) {
   print_transfer_choice(*plan, *sim, request, sim_options);
   print_bucket_choice(*plan, request, sim_options);
   print_copies(*plan, *model, graph);
+  print_run_memory(*plan, *model, graph);
   print_profile_links(*profile);
   print_profile_compute(*profile);
   std::printf("wrote     %s%s%s\n", o.out_path.c_str(), o.trace_path.empty() ? "" : ", ", o.trace_path.c_str());

@@ -1,6 +1,8 @@
 #include "libplan/planner/feasibility.h"
 
+#include "libplan/cost/analytic.h"
 #include "libplan/rules/devices.h"
+#include "libplan/rules/memory.h"
 #include "libplan/plan/plan.h"
 #include "libplan/lower/lower.h"
 #include "libplan/util/limits.h"
@@ -78,10 +80,27 @@ Status check_plan_memory(const Plan& plan, const Model& model) {
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies) {
   std::vector<int64_t> mem = plan.predicted.memory_bytes;
-  if (!bucket_copies) return mem;
   if (mem.size() != static_cast<size_t>(plan.devices))
     return Error{"plan: predicted.memory_bytes has " + std::to_string(mem.size()) + " devices, the plan " +
                  std::to_string(plan.devices)};
+  // The activations as spindle-run keeps them (kRunActivationValueBytes),
+  // where the plan counts them in a narrower model dtype: the difference
+  // for each operator a device runs, by the analytic count of kept bytes
+  // (the plan's count, from its profile, is not in it).
+  std::vector<double> wider(mem.size(), 0.0);
+  if (dtype_bytes(model.dtype) < kRunActivationValueBytes)
+    for (const Wave& wave : plan.waves)
+      for (const Slice& s : wave.slices) {
+        const Workload& w = plan.metaops[static_cast<size_t>(s.metaop)].workload;
+        const double per_sample = static_cast<double>(analytic_activation_bytes_per_sample(w, DType::fp32) -
+                                                      analytic_activation_bytes_per_sample(w, model.dtype));
+        const double bytes =
+            s.count * activation_bytes(per_sample, w.batch, static_cast<int>(s.devices.size()));
+        for (int d : s.devices) wider[static_cast<size_t>(d)] += bytes;
+      }
+  for (size_t d = 0; d < mem.size(); ++d)   // saturates, never wraps
+    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + wider[d]);
+  if (!bucket_copies) return mem;
   // The lowering's buckets: each one's flat buffer on each of its holders,
   // and with sharded state the largest all-gather's two buffers (the
   // gathered values and this device's chunk), which live for the call.
@@ -112,12 +131,15 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& 
   if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
   const auto d = static_cast<size_t>(worst - mem.begin());
   std::string why = "the plan counts " + size_text(static_cast<double>(plan.predicted.memory_bytes[d])) + " there";
+  if (dtype_bytes(model.dtype) < kRunActivationValueBytes)
+    why += std::string(", with the activations in ") + dtype_name(model.dtype) +
+           ", which spindle-run keeps in fp32";
   if (bucket_copies)
     why += ", and each gradient bucket's flat buffer in device memory (NCCL) adds 4 bytes per value" +
            std::string(plan.optimizer_state == OptimizerState::sharded ? " (its all-gather's buffers more)" : "");
   return Error{path + ": device " + std::to_string(d) + " would hold " + size_text(static_cast<double>(*worst)) +
-               " of " + size_text(static_cast<double>(plan.memory_bytes)) + ": " + why +
-               "; plan again on more devices or with smaller gradient buckets (--bucket-mb)"};
+               " of " + size_text(static_cast<double>(plan.memory_bytes)) + ": " + why + "; plan again on more devices" +
+               (bucket_copies ? " or with smaller gradient buckets (--bucket-mb)" : "")};
 }
 
 }  // namespace spindle::plan

@@ -32,13 +32,15 @@ Status check_plan_memory(const Plan& plan, const Model& model);
 // What spindle-run holds per device for `plan` (model `model`, expanded
 // as `graph`), from the plan's own figures, without a cost model: its
 // memory_bytes (spindle-run holds the optimizer state as the plan counts
-// it: whole on every replica, or sharded over them, ZeRO-1), plus, with
-// `bucket_copies` (a device backend over NCCL), each gradient bucket's
-// flat buffer on each of its holders (the lowering's buckets:
-// lower_header; kBucketCopyBytesPerValue) and, with sharded state, the
-// buffers of the device's largest all-gather (the bucket's gathered values
-// and its own chunk, Lowered::gather_bytes). What spindle-plan --check and
-// spindle-run check.
+// it: whole on every replica, or sharded over them, ZeRO-1), with the
+// activations of a bf16 or fp16 model widened to the fp32 spindle-run
+// keeps them in (kRunActivationValueBytes; the analytic count of kept
+// bytes), plus, with `bucket_copies` (a device backend over NCCL), each
+// gradient bucket's flat buffer on each of its holders (the lowering's
+// buckets: lower_header; kBucketCopyBytesPerValue) and, with sharded
+// state, the buffers of the device's largest all-gather (the bucket's
+// gathered values and its own chunk, Lowered::gather_bytes). What
+// spindle-run checks before it allocates, and spindle-plan reports.
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies = false);
 // An error when a device of `plan` (read from `path`) would hold more than

@@ -110,6 +110,13 @@ inline ValueRange owned_values(int64_t values, int members, int index) {
   return {begin, std::min(values, begin + chunk)};
 }
 
+// Bytes per value of the activations spindle-run keeps for backward and
+// passes between operators, whatever the model's dtype: fp32 on both
+// backends (docs/gpu.md). A plan counts them in the model's dtype, as a
+// bf16 Megatron-LM run holds them; what spindle-run checks before it
+// allocates (planner/feasibility.h, memory_as_run) counts them so.
+inline constexpr int kRunActivationValueBytes = 4;
+
 // Bytes one of `devices` devices keeps for backward for one operator that
 // keeps `bytes_per_sample` per sample of a batch of `batch`.
 inline double activation_bytes(double bytes_per_sample, int64_t batch, int devices) {

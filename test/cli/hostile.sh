@@ -245,6 +245,18 @@ profile-mismatch)
   ;;
 run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
+  # A bf16 model on devices of 2 MiB: its plan counts 1.4 MiB a device, the
+  # activations in bf16; spindle-run keeps them in fp32 (2.4 MiB): said by
+  # spindle-plan, refused by spindle-run before it allocates (it trained
+  # past the device's memory before).
+  sed 's/^dtype: fp32/dtype: bf16/' "$models/tiny-clip.yaml" > bf16.yaml
+  sed 's/memory_gib: 4$/memory_gib: 0.001953125/' "$clusters/cpu-1x2.yaml" > small.yaml
+  expect 0 "" -- "$plan" bf16.yaml --cluster small.yaml -o bf16.json
+  grep -q "^run mem   spindle-run keeps the activations in fp32, not bf16: peak 2.4 MiB, .*(of 2.0 MiB); over the device's memory: spindle-run refuses the plan there" out.txt ||
+    { echo "FAIL: spindle-plan does not say what spindle-run holds"; cat out.txt; failures=$((failures + 1)); }
+  expect 2 "bf16.json: device 0 would hold 2.37 MiB of 2.00 MiB: the plan counts 1.44 MiB there, with the activations in bf16, which spindle-run keeps in fp32; plan again on more devices" -- \
+    mpi 2 "$run" bf16.json --model bf16.yaml --steps 1
+  grep -q -- "--bucket-mb" err.txt && { echo "FAIL: --bucket-mb advised without NCCL"; failures=$((failures + 1)); }
   # A usage error that CLI11 finds, on every rank: said once (the launcher's
   # rank 0 speaks for all), as "spindle-run: error: ...".
   expect 2 "spindle-run: error: Could not convert: --lr = x" -- \

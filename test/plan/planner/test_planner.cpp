@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "helpers.h"
+#include "libplan/cost/analytic.h"
 #include "libplan/lower/lower.h"
 #include "libplan/plan/check.h"
 #include "libplan/plan/plan_io.h"
@@ -448,6 +449,25 @@ std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const M
   return std::move(other.predicted.memory_bytes);
 }
 
+// `base` with every operator's kept activations counted in fp32, as the
+// analytic profile counts them (spindle-run keeps them so, whatever the
+// model's dtype): the reference for memory_as_run's widening.
+class Fp32Activations : public CostModel {
+ public:
+  explicit Fp32Activations(const CostModel& base) : base_(base) {}
+  const ScalingCurve* curve(const Workload& w) const override { return base_.curve(w); }
+  int64_t param_bytes(const Workload& w) const override { return base_.param_bytes(w); }
+  int64_t activation_bytes_per_sample(const Workload& w) const override {
+    return analytic_activation_bytes_per_sample(w, DType::fp32);
+  }
+  double p2p_ms(double bytes, bool cross) const override { return base_.p2p_ms(bytes, cross); }
+  double allreduce_ms(double bytes, const std::vector<int>& d) const override { return base_.allreduce_ms(bytes, d); }
+  double allgather_ms(double bytes, const std::vector<int>& d) const override { return base_.allgather_ms(bytes, d); }
+
+ private:
+  const CostModel& base_;
+};
+
 }  // namespace
 
 TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each replica's share, and plans for it",
@@ -484,11 +504,19 @@ TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each
     grew = grew || as_run[d] > mem[d];
   }
   CHECK(grew);
-  // spindle-run shards the state as the plan counts it (ZeRO-1): its figure
-  // is the plan's.
+  // spindle-run shards the state as the plan counts it (ZeRO-1), and keeps
+  // the activations of this bf16 model in fp32: its figure is the plan's
+  // costed with fp32 activations (each figure rounded to bytes).
   auto run = memory_as_run(*sharded, f.model, f.graph);
   REQUIRE(run.ok());
-  CHECK(*run == mem);
+  const std::vector<int64_t> fp32_act =
+      memory_with(*sharded, OptimizerState::sharded, f.model, f.graph, Fp32Activations(*f.cost));
+  bool wider = false;
+  for (size_t d = 0; d < mem.size(); ++d) {
+    CHECK(static_cast<double>((*run)[d]) == Approx(static_cast<double>(fp32_act[d])).margin(2));
+    wider = wider || (*run)[d] > mem[d] + (int64_t{1} << 30);   // GiBs more on some device
+  }
+  CHECK(wider);
 
   // Planned replicated: recorded, costed so, and it fits.
   request.optimizer_state = OptimizerState::replicated;
@@ -516,16 +544,20 @@ TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each
   request.optimizer_state = OptimizerState::replicated;
   auto none = make_plan(request);
   CHECK((!none.ok() || !check_plan_memory(*none, f.model).ok()));
-  // spindle-run runs the sharded plan there.
-  CHECK(check_memory_as_run(*fits_sharded, f.model, f.graph, "p.json").ok());
+  // spindle-run refuses it there: it keeps the activations in fp32.
+  const Status fp32_refused = check_memory_as_run(*fits_sharded, f.model, f.graph, "p.json");
+  REQUIRE_FALSE(fp32_refused.ok());
+  CHECK_THAT(fp32_refused.error().message,
+             Catch::Contains("p.json: device") && Catch::Contains("activations in bf16, which spindle-run keeps in fp32"));
   // Over NCCL its buckets' flat buffers come on top: on devices one byte
   // short of the peak plus them, refused, naming the device and the flag.
+  auto host = memory_as_run(*fits_sharded, f.model, f.graph);
   auto copies = memory_as_run(*fits_sharded, f.model, f.graph, true);
+  REQUIRE(host.ok());
   REQUIRE(copies.ok());
   Plan tight = *fits_sharded;
   tight.memory_bytes = *std::max_element(copies->begin(), copies->end()) - 1;
-  REQUIRE(*std::max_element(fits_sharded->predicted.memory_bytes.begin(), fits_sharded->predicted.memory_bytes.end()) <=
-          tight.memory_bytes);
+  REQUIRE(*std::max_element(host->begin(), host->end()) <= tight.memory_bytes);
   CHECK(check_memory_as_run(tight, f.model, f.graph, "p.json").ok());
   const Status refused = check_memory_as_run(tight, f.model, f.graph, "p.json", true);
   REQUIRE_FALSE(refused.ok());
