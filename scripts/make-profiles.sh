@@ -9,10 +9,17 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-PROFILE_BIN="${SPINDLE_PROFILE:-$BUILD_DIR/apps/spindle-profile}"
-if [ ! -x "$PROFILE_BIN" ]; then
-  cmake -S "$SPINDLE_ROOT" -B "$BUILD_DIR" -DSPINDLE_BUILD_RUNTIME=OFF >/dev/null
-  cmake --build "$BUILD_DIR" --target spindle-profile -j "$JOBS"
+if [ -n "${SPINDLE_PROFILE:-}" ]; then
+  PROFILE_BIN=$SPINDLE_PROFILE
+  [ -x "$PROFILE_BIN" ] || { echo "make-profiles: error: SPINDLE_PROFILE=$PROFILE_BIN: not an executable program" >&2; exit 2; }
+else
+  PROFILE_BIN=$BUILD_DIR/apps/spindle-profile
+  if [ ! -x "$PROFILE_BIN" ]; then
+    # The build folder's own configuration (a cached option such as
+    # SPINDLE_BUILD_RUNTIME stays as the user set it), spindle-profile alone.
+    cmake -S "$SPINDLE_ROOT" -B "$BUILD_DIR" >/dev/null
+    cmake --build "$BUILD_DIR" --target spindle-profile -j "$JOBS"
+  fi
 fi
 
 OUT_DIR="$SPINDLE_ROOT/profiles"

@@ -27,7 +27,13 @@ fi
 
 echo "setup: installing ${missing[*]}"
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo > /dev/null 2>&1 || {
+    echo "setup: error: installing packages needs root, and sudo is not installed: run this script as root, or as root: apt-get install ${missing[*]}" >&2
+    exit 2
+  }
+  SUDO="sudo"
+fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

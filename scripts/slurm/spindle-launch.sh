@@ -14,7 +14,9 @@
 #                        of this tree, or PREFIX/bin when this script is installed
 #                        as PREFIX/share/spindle/scripts/slurm/, `cmake --install`)
 #   SPINDLE_RUN_DIR      outputs: cluster.yaml, plan.json, checkpoints/, metrics.jsonl
-#                        (default: $SLURM_SUBMIT_DIR/spindle-run-$SLURM_JOB_ID)
+#                        (default: $SLURM_SUBMIT_DIR/spindle-run-$SLURM_JOB_ID, which a
+#                        requeued job keeps; a new job resumes a run only when given
+#                        its folder here)
 #   SPINDLE_STEPS (1000) SPINDLE_EVERY (100) SPINDLE_SEED (0) SPINDLE_BACKEND (cuda)
 #   SPINDLE_STRATEGY     spindle-plan --strategy (default spindle)
 #   SPINDLE_PROFILE      spindle-plan --profile PROFILE.json (default: analytic)
@@ -50,10 +52,15 @@ run() {
   [ -n "$DRY" ] || "$@"
 }
 
-# First host of a Slurm host list: "gpu[07-08,11],cpu1" -> gpu07.
+# First host of a Slurm host list: "gpu[07-08,11],cpu1" -> gpu07 (by
+# scontrol inside a job, by hand in a dry run or where scontrol fails).
 first_host() {
+  local host=""
   if [ -z "$DRY" ] && command -v scontrol > /dev/null 2>&1; then
-    scontrol show hostnames "$1" | head -n 1
+    host=$(scontrol show hostnames "$1" 2> /dev/null | head -n 1)
+  fi
+  if [ -n "$host" ]; then
+    echo "$host"
     return
   fi
   local prefix=${1%%[[,]*} rest
@@ -98,6 +105,17 @@ gpus=${gpus##*:}  # "h200:8" -> 8
   fail "GPUs per node unknown ('$gpus'): submit with --gpus-per-node=N or set SPINDLE_GPUS_PER_NODE"
 [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || fail "SLURM_NNODES='$nodes' is not a positive integer"
 world=$((nodes * gpus))
+# The settings checked before anything is written (a dry run included).
+STEPS=${SPINDLE_STEPS:-1000} EVERY=${SPINDLE_EVERY:-100} SEED=${SPINDLE_SEED:-0}
+BACKEND=${SPINDLE_BACKEND:-cuda} STRATEGY=${SPINDLE_STRATEGY:-spindle}
+LAUNCHER=${SPINDLE_LAUNCHER:-srun}
+for setting in "SPINDLE_STEPS=$STEPS" "SPINDLE_EVERY=$EVERY" "SPINDLE_SEED=$SEED"; do
+  [[ "${setting#*=}" =~ ^[0-9]+$ ]] || fail "$setting: expected a whole number"
+done
+case "$LAUNCHER" in
+  srun | mpirun) ;;
+  *) fail "SPINDLE_LAUNCHER=$LAUNCHER: expected srun or mpirun" ;;
+esac
 
 # The programs: SPINDLE_BIN, else build/apps of this tree (a checkout), else
 # the bin/ of an installed tree (ROOT is PREFIX/share/spindle there).
@@ -116,9 +134,6 @@ if [ -z "$DRY" ]; then
 fi
 RUN_DIR=${SPINDLE_RUN_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/spindle-run-${SLURM_JOB_ID:-0}}
 CKPT=$RUN_DIR/checkpoints
-STEPS=${SPINDLE_STEPS:-1000} EVERY=${SPINDLE_EVERY:-100} SEED=${SPINDLE_SEED:-0}
-BACKEND=${SPINDLE_BACKEND:-cuda} STRATEGY=${SPINDLE_STRATEGY:-spindle}
-LAUNCHER=${SPINDLE_LAUNCHER:-srun}
 
 say "job ${SLURM_JOB_ID:-?}: first node $(first_host "$SLURM_JOB_NODELIST"), $nodes nodes x $gpus GPUs = $world ranks${DRY:+ (dry run)}"
 
@@ -158,15 +173,25 @@ resume=()
 for d in "$CKPT"/step-*; do
   [ -d "$d" ] && [[ "$(basename "$d")" =~ ^step-[0-9]+$ ]] && resume=(--resume)
 done
-[ ${#resume[@]} -eq 0 ] || say "resuming from the newest checkpoint in $CKPT"
+if [ ${#resume[@]} -eq 0 ]; then
+  say "outputs in $RUN_DIR (a new job resumes this run with SPINDLE_RUN_DIR=$RUN_DIR)"
+else
+  say "resuming from the newest checkpoint in $CKPT"
+fi
 train=("$BIN/spindle-run" "$RUN_DIR/plan.json" --model "$SPINDLE_MODEL" --steps "$STEPS" --backend "$BACKEND"
        --seed "$SEED" --checkpoint "$CKPT" --every "$EVERY" "${resume[@]}" --metrics "$RUN_DIR/metrics.jsonl" "$@")
 case "$LAUNCHER" in
   srun)
     # --kill-on-bad-exit: one dead rank ends the step (srun names the task).
-    run srun --nodes="$nodes" --ntasks="$world" --ntasks-per-node="$gpus" --gpus-per-task=1 \
+    # The job's --cpus-per-task is not passed on to srun by Slurm 22.05 to
+    # 23.02 (man srun): asked for again, else each rank gets one CPU.
+    cpus=()
+    [ -z "${SLURM_CPUS_PER_TASK:-}" ] || cpus=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+    run srun --nodes="$nodes" --ntasks="$world" --ntasks-per-node="$gpus" "${cpus[@]}" --gpus-per-task=1 \
         --kill-on-bad-exit=1 --mpi=pmix "${train[@]}" ;;
   mpirun)
-    run mpirun -np "$world" --map-by "ppr:$gpus:node" --bind-to none "${train[@]}" ;;
-  *) fail "SPINDLE_LAUNCHER=$LAUNCHER: expected srun or mpirun" ;;
+    # Open MPI refuses to start as root without being told (containers).
+    root=()
+    [ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
+    run mpirun "${root[@]}" -np "$world" --map-by "ppr:$gpus:node" --bind-to none "${train[@]}" ;;
 esac

@@ -1352,7 +1352,7 @@ PY
     out=$(env -i PATH="$PATH" HOME="$PWD" SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='gpu[07-08]' SLURM_NNODES=2 \
           SLURM_JOB_NUM_NODES=2 SLURM_GPUS_ON_NODE=8 SLURM_SUBMIT_DIR="$PWD" SPINDLE_DRY_RUN=1 \
           SPINDLE_BIN=/opt/spindle/bin SPINDLE_MODEL=models/clip.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" \
-          SPINDLE_STEPS=1000 SPINDLE_EVERY=50 SPINDLE_RUN_DIR=/scratch/run \
+          SPINDLE_STEPS=1000 SPINDLE_EVERY=50 SPINDLE_RUN_DIR=/scratch/run SLURM_CPUS_PER_TASK=8 \
           bash "$SRC/scripts/slurm/spindle-launch.sh" --data 'd/my train.yaml' --lr-warmup-steps 100 --clip-grad 0 2>&1)
     rc=$?
     echo "$out"
@@ -1362,7 +1362,9 @@ PY
     expect_line "islands: 2"
     expect_line "devices_per_island: 8"
     expect_line "+ /opt/spindle/bin/spindle-plan models/clip.yaml --cluster /scratch/run/cluster.yaml -o /scratch/run/plan.json"
-    expect_line "+ srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --gpus-per-task=1 --kill-on-bad-exit=1 --mpi=pmix /opt/spindle/bin/spindle-run /scratch/run/plan.json --model models/clip.yaml --steps 1000 --backend cuda --seed 0 --checkpoint /scratch/run/checkpoints --every 50 --metrics /scratch/run/metrics.jsonl --data d/my\\ train.yaml --lr-warmup-steps 100 --clip-grad 0"
+    # The job's --cpus-per-task asked of srun again (Slurm 22.05-23.02 do
+    # not pass it on: one CPU a rank).
+    expect_line "+ srun --nodes=2 --ntasks=16 --ntasks-per-node=8 --cpus-per-task=8 --gpus-per-task=1 --kill-on-bad-exit=1 --mpi=pmix /opt/spindle/bin/spindle-run /scratch/run/plan.json --model models/clip.yaml --steps 1000 --backend cuda --seed 0 --checkpoint /scratch/run/checkpoints --every 50 --metrics /scratch/run/metrics.jsonl --data d/my\\ train.yaml --lr-warmup-steps 100 --clip-grad 0"
     grep -q -- '--resume' <<< "$out" && die "dry run: --resume without a checkpoint"
     grep -q -- '--grad-norm' <<< "$out" && die "dry run: planned with the gradient norm for --clip-grad 0"
     # The flags the launcher sets itself are refused, naming the variable.
@@ -1391,7 +1393,10 @@ PY
     q() { (export LC_ALL=C; printf %q "$1"); }
     expect_line "+ /b/spindle-plan m.yaml --cluster $(q "$PWD/run2/cluster.yaml") -o $(q "$PWD/run2/plan.json") --grad-norm"
     expect_line "first node gpu01, 2 nodes x 4 GPUs = 8 ranks"
-    expect_line "+ mpirun -np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $(q "$PWD/run2/plan.json") --model m.yaml"
+    # As root (containers) mpirun is told so, else it refuses to start.
+    as_root=""
+    [ "$(id -u)" -ne 0 ] || as_root="--allow-run-as-root "
+    expect_line "+ mpirun ${as_root}-np 8 --map-by ppr:4:node --bind-to none /b/spindle-run $(q "$PWD/run2/plan.json") --model m.yaml"
     expect_line "--checkpoint $(q "$PWD/run2/checkpoints") --every 100 --resume"
     # Only 1 is a dry run: "false" (or "no") was one too, so a job script
     # that meant to train ran nothing and exited 0.
@@ -1401,6 +1406,19 @@ PY
     rc=$?
     cat bad.log
     [ "$rc" -eq 2 ] && grep -q "SPINDLE_DRY_RUN='false': expected 1" bad.log || die "SPINDLE_DRY_RUN=false was not refused"
+    # A setting that is no number, or a launcher misspelt: refused before
+    # anything is written (a dry run said nothing; a real one wrote the
+    # cluster and the plan first).
+    for setting in SPINDLE_STEPS=abc SPINDLE_EVERY=-1 SPINDLE_LAUNCHER=mpiexec; do
+      rm -rf run5
+      env -i PATH="$PATH" SLURM_JOB_NODELIST=gpu01 SLURM_NNODES=1 SLURM_GPUS_ON_NODE=8 "$setting" \
+          SPINDLE_BIN=/nonexistent SPINDLE_MODEL=m.yaml SPINDLE_CLUSTER="$CLUSTERS/h200-1x8.yaml" \
+          SPINDLE_RUN_DIR="$PWD/run5" bash "$SRC/scripts/slurm/spindle-launch.sh" > bad.log 2>&1
+      rc=$?
+      cat bad.log
+      [ "$rc" -eq 2 ] && grep -q "^spindle-launch: error: $setting: expected" bad.log && [ ! -e run5 ] ||
+        die "$setting: not refused before anything was written"
+    done
     # A cluster file with Windows line ends: its rewritten name kept a \r,
     # which the cluster reader then refused in the generated file.
     sed 's/$/\r/' "$CLUSTERS/h200-1x8.yaml" > crlf.yaml
@@ -1492,7 +1510,7 @@ PY
     # with more steps resumes (as a requeued job does).
     rm -rf job
     launch() {  # launch STEPS [SPINDLE-RUN ARGS...]: output in launch.log, exit code in $rc
-      env SLURM_JOB_ID=7 SLURM_JOB_NODELIST=localhost SLURM_NNODES=1 SLURM_GPUS_ON_NODE=2 \
+      env PATH="$PWD/fake-bin:$PATH" SLURM_JOB_ID=7 SLURM_JOB_NODELIST=localhost SLURM_NNODES=1 SLURM_GPUS_ON_NODE=2 \
           SPINDLE_LAUNCHER=mpirun SPINDLE_BACKEND=cpu SPINDLE_BIN="$BIN" SPINDLE_MODEL="$MODELS/tiny-clip.yaml" \
           SPINDLE_CLUSTER="$CLUSTERS/cpu-1x4.yaml" SPINDLE_STEPS="$1" SPINDLE_EVERY=2 SPINDLE_RUN_DIR="$PWD/job" \
           OMPI_MCA_rmaps_base_oversubscribe=1 timeout 100 bash "$SRC/scripts/slurm/spindle-launch.sh" "${@:2}" \
@@ -1500,10 +1518,19 @@ PY
       rc=$?
       cat launch.log
     }
+    # An scontrol that cannot reach a Slurm configuration (this machine):
+    # the first node is read from the list by hand (it was empty).
+    mkdir -p fake-bin
+    printf '#!/bin/sh\necho "scontrol: fatal: Could not establish a configuration source" >&2\nexit 1\n' > fake-bin/scontrol
+    chmod +x fake-bin/scontrol
     # Arguments after the script reach spindle-run: a warm-up, and a line
     # every 3 steps (one line for the 3 steps).
     launch 3 --lr-warmup-steps 1 --log-interval 3
     [ "$rc" -eq 0 ] || die "first launch: exit $rc"
+    grep -q "first node localhost, 1 nodes x 2 GPUs = 2 ranks" launch.log || die "first launch: first node not named"
+    grep -q "fatal" launch.log && die "first launch: scontrol's failure shown"
+    grep -q "outputs in $PWD/job (a new job resumes this run with SPINDLE_RUN_DIR=$PWD/job)" launch.log ||
+      die "first launch: no line on how a new job resumes the run"
     grep -q "^spindle-run: learning rate warm-up 1 step to 0.003$" launch.log || die "first launch: no warm-up"
     [ "$(grep -c '^iteration' launch.log)" -eq 1 ] || die "first launch: --log-interval 3 not passed on"
     grep -q '^devices_per_island: 2' job/cluster.yaml || die "cluster.yaml not written for 2 devices"
