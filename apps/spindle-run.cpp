@@ -282,7 +282,7 @@ std::string log_line(const sp::Model& model, const se::StepStats& st, int steps,
                 tflops, lr);
   std::string line = buf;
   for (size_t t = 0; t < model.tasks.size(); ++t) {
-    std::snprintf(buf, sizeof buf, " loss %s: %.6f |", model.tasks[t].name.c_str(), st.task_loss[t]);
+    std::snprintf(buf, sizeof buf, " %s loss: %.6f |", model.tasks[t].name.c_str(), st.task_loss[t]);
     line += buf;
   }
   if (st.grad_norm) {   // the step's own, before clipping (as Megatron-LM prints it)
@@ -1018,14 +1018,14 @@ bool evaluate(Training& tr, int64_t step) {
     nlohmann::json& jt = j["eval"][name];
     jt["loss"] = loss[t] / static_cast<double>(batches[t]);
     jt["batches"] = batches[t];
-    std::snprintf(buf, sizeof buf, " loss %s: %.6f |", name.c_str(), loss[t] / static_cast<double>(batches[t]));
+    std::snprintf(buf, sizeof buf, " %s loss: %.6f |", name.c_str(), loss[t] / static_cast<double>(batches[t]));
     line += buf;
     if (queries[t] > 0) {
       const double acc = (ab[t] + ba[t]) / (2 * queries[t]);
       jt["acc"] = acc;
       jt["acc_a_to_b"] = ab[t] / queries[t];
       jt["acc_b_to_a"] = ba[t] / queries[t];
-      std::snprintf(buf, sizeof buf, " acc %s: %.4f (%.4f, %.4f) |", name.c_str(), acc, ab[t] / queries[t],
+      std::snprintf(buf, sizeof buf, " %s acc: %.4f (%.4f, %.4f) |", name.c_str(), acc, ab[t] / queries[t],
                     ba[t] / queries[t]);
       line += buf;
     }

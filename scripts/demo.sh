@@ -49,7 +49,7 @@ echo
 echo "== validation retrieval accuracy (top-1 within batches of 48, both directions; chance 10%) =="
 awk '/^evaluation at iteration/ {
        step = $4; line = sprintf("after step %4d:", step)
-       for (i = 1; i <= NF; i++) if ($i == "acc") { task = $(i + 1); sub(":", "", task); line = line sprintf("  %s %5.1f%%", task, 100 * $(i + 2)) }
+       for (i = 2; i <= NF; i++) if ($i == "acc:") line = line sprintf("  %s %5.1f%%", $(i - 1), 100 * $(i + 1))
        print line; last = line
      }' "$OUT/digits.log"
 echo

@@ -1085,7 +1085,7 @@ steps = [json.loads(l) for l in open(sys.argv[2])]
 assert [int(l.split()[1].split("/")[0]) for l in lines] == [4, 6], lines
 assert len(steps) == 6
 for line, (a, b) in zip(lines, [(0, 4), (4, 6)]):
-    for task, value in re.findall(r"loss ([\w-]+): ([-\d.]+) \|", line):
+    for task, value in re.findall(r"([\w-]+) loss: ([-\d.]+) \|", line):
         mean = sum(s["loss"][task] for s in steps[a:b]) / (b - a)
         assert abs(float(value) - mean) <= 1e-6 * max(1.0, abs(mean)), (task, value, mean)  # printed %.6f
 # The throughput: model FLOPs of a step over its time and the 4 devices,
