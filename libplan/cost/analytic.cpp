@@ -270,11 +270,11 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
                                  const std::vector<int>* device_counts) {
   const std::string cfile = cluster.path.empty() ? std::string("<cluster>") : cluster.path;
   if (!(cluster.peak_tflops > 0)) {
-    return make_error(Where{cfile, "device.peak_tflops", 0, 0},
+    return make_error(Where{cfile, "device.peak_tflops", cluster.device_line, cluster.device_column},
                       "an analytic profile needs the device's dense peak TFLOP/s (> 0)");
   }
   if (!(cluster.memory_gbytes_per_s > 0)) {
-    return make_error(Where{cfile, "device.memory_gbytes_per_s", 0, 0},
+    return make_error(Where{cfile, "device.memory_gbytes_per_s", cluster.device_line, cluster.device_column},
                       "an analytic profile needs the device memory bandwidth in GB/s; add it "
                       "to the cluster description (e.g. 2039 for an A800 80 GB)");
   }

@@ -174,15 +174,13 @@ json links_to_json(const ProfileLinks& l) {
   return j;
 }
 
-// "comm_overhead" (version 3): {"exchange_us", "message_us", "allreduce_us":
+// "x-comm_overhead" ("comm_overhead" of version 3) at `at`: {"exchange_us", "message_us", "allreduce_us":
 // 0 .. kMaxLatencyUs; "pack_gbytes_per_s": 0 (copies free) or a rate}, all
 // required; "instruction_us" (0 .. kMaxLatencyUs) and
 // "accumulate_gbytes_per_s" (0 or a rate) optional, 0 when absent;
 // "reduce_scatter_us" and "allgather_us" (0 .. kMaxLatencyUs) optional,
 // allreduce_us's when absent. A rate other than 0 is at least kMinRate.
-Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc) {
-  const std::string at = "comm_overhead";
-  if (!doc.contains(at)) return r.err(at, "missing required key (version 3 profiles carry it)");
+Result<CommOverhead> parse_overhead(const ProfileReader& r, const json& doc, const std::string& at) {
   const json& j = doc[at];
   if (!j.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(j));
   CommOverhead o;
@@ -277,9 +275,9 @@ Result<int> parse_version(const ProfileReader& r, const json& doc) {
   }
   if (!doc.contains("version")) return r.err("version", "missing required key");
   SPINDLE_ASSIGN(any, r.get_int(doc, "", "version", 1, std::numeric_limits<int>::max()));
-  if (any > kProfileVersion) {
+  if (any > kProfileNewestVersion) {
     return r.err("version", "version " + std::to_string(any) + " is newer than this spindle understands (" +
-                                std::to_string(kProfileVersion) +
+                                std::to_string(kProfileNewestVersion) +
                                 "): upgrade spindle, or regenerate the profile with this version's spindle-profile");
   }
   const int version = static_cast<int>(any);
@@ -294,26 +292,27 @@ Result<int> parse_version(const ProfileReader& r, const json& doc) {
   return version;
 }
 
-// The profile's header: device, source, cluster (version 2 on), overhead
-// (version 3 on), measured links (x-links), into `p`.
+// The profile's header: device, source, cluster ("x-cluster"; "cluster"
+// of versions 2 and 3), overhead ("x-comm_overhead"; "comm_overhead" of
+// version 3), and the other extensions, into `p`.
 Status parse_header(const ProfileReader& r, const json& doc, int version, Profile& p) {
   SPINDLE_ASSIGN(device, r.get_string(doc, "", "device"));
   p.device = device;
   SPINDLE_ASSIGN(source, r.get_string(doc, "", "source"));
   p.source = source;
-  if (!valid_source(p.source) && p.source != "mixed")
-    return r.err("source", "expected \"analytic\", \"measured\" or \"mixed\", found \"" + p.source + "\"");
-  if (version >= 2) {
-    const json& jc = doc["cluster"];
-    if (!jc.is_object()) return r.err("cluster", std::string("expected an object, found ") + type_name(jc));
-    SPINDLE_TRY(r.check_keys(jc, "cluster", {"name", "devices", "devices_per_island"}, {}));
-    SPINDLE_ASSIGN(name, r.get_string(jc, "cluster", "name"));
-    SPINDLE_ASSIGN(devices, r.get_int(jc, "cluster", "devices", 1, limits::kMaxDevices));
-    SPINDLE_ASSIGN(dpi, r.get_int(jc, "cluster", "devices_per_island", 1, limits::kMaxDevices));
+  if (!valid_source(p.source) && !(p.source == "mixed" && version >= 2))
+    return r.err("source", "expected \"analytic\" or \"measured\", found \"" + p.source + "\"");
+  if (const std::string at = version >= 2 ? "cluster" : "x-cluster"; doc.contains(at)) {
+    const json& jc = doc[at];
+    if (!jc.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(jc));
+    SPINDLE_TRY(r.check_keys(jc, at, {"name", "devices", "devices_per_island"}, {}));
+    SPINDLE_ASSIGN(name, r.get_string(jc, at, "name"));
+    SPINDLE_ASSIGN(devices, r.get_int(jc, at, "devices", 1, limits::kMaxDevices));
+    SPINDLE_ASSIGN(dpi, r.get_int(jc, at, "devices_per_island", 1, limits::kMaxDevices));
     p.cluster = ProfileCluster{name, static_cast<int>(devices), static_cast<int>(dpi)};
   }
-  if (version >= 3) {
-    SPINDLE_ASSIGN(o, parse_overhead(r, doc));
+  if (const std::string at = version >= 3 ? "comm_overhead" : "x-comm_overhead"; doc.contains(at)) {
+    SPINDLE_ASSIGN(o, parse_overhead(r, doc, at));
     p.overhead = o;
   }
   if (doc.contains("x-compute")) {
@@ -333,12 +332,17 @@ Status parse_header(const ProfileReader& r, const json& doc, int version, Profil
   return {};
 }
 
-// Point `pat` of an entry: {devices, ms[, spread]}, its count above
-// `previous` (the entry's last point so far; none: nullptr).
+// Point `pat` of an entry: {devices, ms[, x-spread]} ("spread" in
+// versions 2 and 3), its count above `previous` (the entry's last point so
+// far; none: nullptr).
 Result<ProfilePoint> parse_point(const ProfileReader& r, const json& jp, const std::string& pat,
-                                 const ProfilePoint* previous) {
+                                 const ProfilePoint* previous, int version) {
   if (!jp.is_object()) return r.err(pat, std::string("expected an object, found ") + type_name(jp));
-  SPINDLE_TRY(r.check_keys(jp, pat, {"devices", "ms"}, {"spread"}));
+  const std::string spread_key = version >= 2 ? "spread" : "x-spread";
+  if (version >= 2)
+    SPINDLE_TRY(r.check_keys(jp, pat, {"devices", "ms"}, {"spread"}));
+  else
+    SPINDLE_TRY(r.check_keys(jp, pat, {"devices", "ms"}, {}));
   ProfilePoint pt;
   SPINDLE_ASSIGN(d, r.get_int(jp, pat, "devices", 1, limits::kMaxDevices));
   pt.devices = static_cast<int>(d);
@@ -352,17 +356,20 @@ Result<ProfilePoint> parse_point(const ProfileReader& r, const json& jp, const s
                                   jp["ms"].dump());
   }
   pt.ms = ms;
-  if (jp.contains("spread")) {
-    SPINDLE_ASSIGN(spread, r.get_number(jp, pat, "spread"));
-    if (!(spread >= 0 && spread <= limits::kMaxMs)) return r.err(pat + ".spread", "expected a number from 0 to 1e9");
+  if (jp.contains(spread_key)) {
+    SPINDLE_ASSIGN(spread, r.get_number(jp, pat, spread_key.c_str()));
+    if (!(spread >= 0 && spread <= limits::kMaxMs))
+      return r.err(pat + "." + spread_key, "expected a number from 0 to 1e9");
     pt.spread = spread;
   }
   return pt;
 }
 
-// Entry `at` of a profile whose source is `file_source`.
+// Entry `at` of a profile whose source is `file_source`, of `version`.
+// Its own "source" may differ from the file's (parse_profile_string then
+// requires one on every entry).
 Result<ProfileEntry> parse_entry(const ProfileReader& r, const json& je, const std::string& at,
-                                 const std::string& file_source) {
+                                 const std::string& file_source, int version) {
   if (!je.is_object()) return r.err(at, std::string("expected an object, found ") + type_name(je));
   SPINDLE_TRY(r.check_keys(je, at, {"op", "dims", "seq", "batch", "points", "param_bytes", "activation_bytes_per_sample"},
                            {"source", "x-forward_share"}));
@@ -392,10 +399,6 @@ Result<ProfileEntry> parse_entry(const ProfileReader& r, const json& je, const s
   if (je.contains("source")) {
     SPINDLE_ASSIGN(s, r.get_string(je, at, "source"));
     if (!valid_source(s)) return r.err(at + ".source", "expected \"analytic\" or \"measured\", found \"" + s + "\"");
-    if (file_source != "mixed" && s != file_source) {
-      return r.err(at + ".source", "\"" + s + "\" differs from the file's source \"" + file_source +
-                                       "\" (a file that mixes sources says \"source\": \"mixed\")");
-    }
     e.source = s;
   } else if (file_source == "mixed") {
     return r.err(at + ".source", "missing: every entry of a \"mixed\" profile names its source");
@@ -404,7 +407,7 @@ Result<ProfileEntry> parse_entry(const ProfileReader& r, const json& je, const s
   if (!jp.is_array() || jp.empty()) return r.err(at + ".points", "expected a non-empty array of {devices, ms}");
   for (size_t k = 0; k < jp.size(); ++k) {
     SPINDLE_ASSIGN(pt, parse_point(r, jp[k], at + ".points[" + std::to_string(k) + "]",
-                                   e.points.empty() ? nullptr : &e.points.back()));
+                                   e.points.empty() ? nullptr : &e.points.back(), version));
     e.points.push_back(pt);
   }
   return e;
@@ -427,12 +430,26 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
   std::map<std::string, size_t> seen;   // workload key -> its entry
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string at = "entries[" + std::to_string(i) + "]";
-    SPINDLE_ASSIGN(e, parse_entry(r, entries[i], at, p.source));
+    SPINDLE_ASSIGN(e, parse_entry(r, entries[i], at, p.source, version));
     const std::string key = e.workload.key();
     if (auto it = seen.find(key); it != seen.end())
       return r.err(at, "duplicate entry: same op, dims, seq and batch as entries[" + std::to_string(it->second) + "]");
     seen.emplace(key, i);
     p.entries.push_back(std::move(e));
+  }
+  // A file may mix sources only if each entry then names its own
+  // (docs/spec/profile.md).
+  const auto other = std::find_if(p.entries.begin(), p.entries.end(), [&](const ProfileEntry& e) {
+    return !e.source.empty() && e.source != p.source;
+  });
+  const auto unnamed =
+      std::find_if(p.entries.begin(), p.entries.end(), [](const ProfileEntry& e) { return e.source.empty(); });
+  if (other != p.entries.end() && unnamed != p.entries.end()) {
+    const auto i = std::to_string(unnamed - p.entries.begin());
+    return r.err("entries[" + i + "].source",
+                 "missing: entries[" + std::to_string(other - p.entries.begin()) + "] says \"" + other->source +
+                     "\", unlike the file's \"" + p.source +
+                     "\", and a profile that mixes sources names the source of every entry");
   }
   return p;
 }
@@ -471,14 +488,6 @@ std::string profile_to_json(const Profile& profile) {
   // Top-level keys in sorted order (as nlohmann sorts object keys); one entry
   // per line, compact.
   std::string out = "{\n";
-  const bool overhead = profile.cluster && profile.overhead;
-  if (profile.cluster) {
-    const json jc = {{"name", profile.cluster->name},
-                     {"devices", profile.cluster->devices},
-                     {"devices_per_island", profile.cluster->devices_per_island}};
-    out += "  \"cluster\": " + jc.dump() + ",\n";
-  }
-  if (overhead) out += "  \"comm_overhead\": " + overhead_to_json(*profile.overhead).dump() + ",\n";
   out += "  \"device\": " + json(profile.device).dump() + ",\n";
   out += "  \"entries\": [";
   bool first = true;
@@ -498,7 +507,7 @@ std::string profile_to_json(const Profile& profile) {
       json jp;
       jp["devices"] = pt.devices;
       jp["ms"] = profile_figure(pt.ms);
-      if (pt.spread > 0) jp["spread"] = round_significant(pt.spread, 3);
+      if (pt.spread > 0) jp["x-spread"] = round_significant(pt.spread, 3);
       pts.push_back(std::move(jp));
     }
     je["points"] = std::move(pts);
@@ -508,8 +517,15 @@ std::string profile_to_json(const Profile& profile) {
   }
   out += first ? "],\n" : "\n  ],\n";
   out += "  \"format\": \"spindle-profile\",\n";
-  out += "  \"source\": " + json(profile.source).dump() + ",\n";
-  out += "  \"version\": " + std::to_string(overhead ? 3 : profile.cluster ? 2 : 1);
+  out += "  \"source\": " + json(profile.source == "mixed" ? "measured" : profile.source).dump() + ",\n";
+  out += "  \"version\": " + std::to_string(kProfileVersion);
+  if (profile.cluster) {
+    const json jc = {{"name", profile.cluster->name},
+                     {"devices", profile.cluster->devices},
+                     {"devices_per_island", profile.cluster->devices_per_island}};
+    out += ",\n  \"x-cluster\": " + jc.dump();
+  }
+  if (profile.overhead) out += ",\n  \"x-comm_overhead\": " + overhead_to_json(*profile.overhead).dump();
   if (profile.compute_scale) {
     const json jc = {{"in_step_scale", profile_figure(*profile.compute_scale)}};
     out += ",\n  \"x-compute\": " + jc.dump();

@@ -12,11 +12,18 @@
 
 namespace spindle::plan {
 
-// Version 2 adds "cluster" (the cluster the profile was made for); version 3
-// adds "comm_overhead" (the runtime's software cost around messages and
-// all-reduces). Versions 1 and 2 stay readable (they name only the device,
-// resp. carry no overhead figures: the cost model then prices none).
-inline constexpr int kProfileVersion = 3;
+// Profiles are written as version 1, the format docs/spec/profile.md fixes,
+// with this project's additions under extension keys, which every reader
+// of version 1 skips: "x-cluster" (the cluster the profile was made for),
+// "x-comm_overhead" (the runtime's software cost around messages and
+// collectives), a point's "x-spread", and "x-links", "x-compute",
+// "x-optimizer", an entry's "x-forward_share". Builds from 2026-11 to
+// 2026-12-07 wrote the first two as version 2 ("cluster") and version 3
+// (also "comm_overhead", and "spread"): those files stay readable, with
+// the same meaning. A file of a version above kProfileNewestVersion is
+// refused.
+inline constexpr int kProfileVersion = 1;
+inline constexpr int kProfileNewestVersion = 3;
 
 // The bounds of Profile::compute_scale in a file.
 inline constexpr double kMinComputeScale = 0.25;
@@ -56,7 +63,8 @@ struct ProfileLinks {
   bool progress_in_calls = false;
 };
 
-// The cluster a profile was made for ("cluster" of a version 2 file).
+// The cluster a profile was made for ("x-cluster"; "cluster" of a version 2
+// or 3 file).
 struct ProfileCluster {
   std::string name;
   int devices = 0;
@@ -65,11 +73,11 @@ struct ProfileCluster {
 
 struct Profile {
   std::string device;
-  std::optional<ProfileCluster> cluster;  // absent in version 1 files and when unknown
-  std::string source;                   // "analytic" | "measured" | "mixed"
+  std::optional<ProfileCluster> cluster;  // absent in older version 1 files and when unknown
+  std::string source;                   // "analytic" | "measured" (| "mixed": a version 2 or 3 file)
   std::vector<ProfileEntry> entries;    // sorted by Workload::key() when written
   std::optional<ProfileLinks> links;    // "x-links"; absent unless measured under mpirun
-  std::optional<CommOverhead> overhead; // "comm_overhead" (version 3); absent in older files
+  std::optional<CommOverhead> overhead; // "x-comm_overhead" ("comm_overhead" of version 3); absent in older files
   // "x-optimizer": {"gbytes_per_s": R}: the rate of the optimizer step, in
   // bytes of rules/memory.h's kAdamWBytesPerValue per value stepped per
   // second (1e9 per GB). Analytic profiles: the device's memory bandwidth;
@@ -96,7 +104,7 @@ Result<Profile> parse_profile_string(const std::string& json_text, const std::st
 Result<Profile> load_profile(const std::string& path);
 
 // How the profile's device and cluster differ from `cluster`, one line each
-// (empty when they agree). A profile without a cluster (version 1) is
+// (empty when they agree). A profile without a cluster (older files) is
 // compared by its device only.
 std::vector<std::string> profile_mismatches(const Profile& profile, const Cluster& cluster);
 
@@ -109,10 +117,12 @@ std::vector<std::string> profile_mismatches(const Profile& profile, const Cluste
 // 218.1 ms before both rounded alike).
 double profile_figure(double v);
 
-// Deterministic bytes: a version 3 file when the profile names its cluster
-// and has overhead figures, a version 2 file when it names its cluster only
-// (overhead figures without a cluster are not written), else version 1 (so a version 1 file re-encodes to the same bytes); sorted keys, entries sorted by workload key, fixed
-// float formatting. encode(decode(encode(p))) == encode(p).
+// Deterministic bytes, always version 1 (kProfileVersion; the cluster
+// and overhead figures under their extension keys, when the profile has
+// them): sorted keys, entries sorted by workload key, fixed float
+// formatting. encode(decode(encode(p))) == encode(p). A profile read from
+// a legacy "mixed" file is written with the file's source "measured" (its
+// entries name their own).
 std::string profile_to_json(const Profile& profile);
 
 }  // namespace spindle::plan

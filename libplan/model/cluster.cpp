@@ -100,6 +100,9 @@ Result<Cluster> parse_cluster_yaml(const Reader& r, const YAML::Node& root) {
   SPINDLE_TRY(open_map(r, "device", dev_node,
                        {"name", "memory_gib", "peak_tflops", "memory_gbytes_per_s"},
                        {"name", "memory_gib", "peak_tflops"}, "a device", dev));
+  const Mark device_mark = yamlu::mark_of(dev_node);
+  c.device_line = device_mark.line;
+  c.device_column = device_mark.column;
   SPINDLE_TRY(r.get_string("device.name", dev.find("name")->value, c.device_name));
   // memory_bytes() must fit in int64_t and be at least 1 MiB.
   SPINDLE_TRY(bounded(r, "device.memory_gib", dev.find("memory_gib")->value, c.memory_gib, 1.0 / 1024, 1048576,

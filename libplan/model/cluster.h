@@ -18,6 +18,7 @@ struct Cluster {
   double memory_gib = 0;              // usable device memory
   double peak_tflops = 0;             // dense peak for the model's dtype
   double memory_gbytes_per_s = 0;     // 0 when not given (analytic profiles need it)
+  int device_line = 0, device_column = 0;   // where the `device` map starts in the file (1-based; 0: unknown)
   Link intra_island;
   Link inter_island;
   std::string path;

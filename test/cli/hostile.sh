@@ -201,7 +201,7 @@ EOF
   ;;
 profile-mismatch)
   "$profile" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o p2.json >/dev/null || exit 1
-  grep -q '"cluster": {"devices":2,"devices_per_island":2,"name":"cpu-1x2"}' p2.json ||
+  grep -q '"x-cluster": {"devices":2,"devices_per_island":2,"name":"cpu-1x2"}' p2.json ||
     { echo "FAIL: the profile does not record its cluster"; failures=$((failures + 1)); }
   expect 2 "cluster.devices: the profile was made for 2 devices" -- \
     "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --profile p2.json -o p.json
@@ -210,10 +210,15 @@ profile-mismatch)
     "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/a800-1x8.yaml" --profile p2.json -o p.json
   expect 0 "warning" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x4.yaml" --profile p2.json \
     -o p.json --accept-profile-mismatch
-  # Version 1 (no cluster) and version 2 (no comm_overhead) profiles stay readable.
-  grep -v '"comm_overhead":' p2.json | sed 's/"version": 3/"version": 2/' > v2.json
+  # The files of earlier builds stay readable: version 3 ("cluster",
+  # "comm_overhead" without the x-), version 2 (no comm_overhead), version
+  # 1 of the first builds (no cluster either).
+  sed -e 's/"version": 1,/"version": 3,/' -e 's/"x-cluster":/"cluster":/' -e 's/"x-comm_overhead":/"comm_overhead":/' \
+      p2.json > v3.json
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v3.json -o p1.json
+  grep -v '"comm_overhead":' v3.json | sed 's/"version": 3/"version": 2/' > v2.json
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v2.json -o p1.json
-  grep -v '"cluster":' v2.json | sed 's/"version": 2/"version": 1/' > v1.json
+  grep -v -e '"x-cluster":' -e '"x-comm_overhead":' p2.json > v1.json
   expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --profile v1.json -o p1.json
   # A profile of the same model in another dtype (its param_bytes half the
   # model's) or another tensor_parallel (points at counts the module cannot

@@ -8,6 +8,7 @@
 #include "libplan/cost/analytic.h"
 #include "libplan/cost/cost_model.h"
 #include "libplan/io/profile.h"
+#include "libplan/model/cluster.h"
 #include "libplan/model/ops.h"
 
 using namespace spindle::plan;
@@ -233,6 +234,26 @@ TEST_CASE("analytic profile errors name the cluster key") {
   REQUIRE_FALSE(p.ok());
   CHECK_THAT(p.error().message, Catch::Contains("clusters/a800.yaml"));
   CHECK_THAT(p.error().message, Catch::Contains("device.memory_gbytes_per_s"));
+  // A file without the key: its line and column are the device map's
+  // (the key the error asks for is not there to point at).
+  auto file = parse_cluster_string(R"(name: nobw
+islands: 1
+devices_per_island: 2
+device:
+  name: cpu-core
+  memory_gib: 4
+  peak_tflops: 0.05
+links:
+  intra_island: {gbytes_per_s: 5, latency_us: 20}
+  inter_island: {gbytes_per_s: 1, latency_us: 50}
+)",
+                                   "nobw.yaml");
+  REQUIRE(file.ok());
+  auto f = analytic_profile(*model, g, *file, nullptr);
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.error().message,
+             Catch::StartsWith("nobw.yaml:5:3: device.memory_gbytes_per_s: an analytic profile needs the device memory "
+                               "bandwidth in GB/s"));
 
   const std::vector<int> too_many{1, 64};
   auto q = analytic_profile(*model, g, a800(1), &too_many);

@@ -155,22 +155,77 @@ TEST_CASE("bad profiles are rejected naming the file and the key") {
   }
 }
 
-TEST_CASE("profile reader rejects malformed JSON, mixed sources without per-entry source") {
+TEST_CASE("profile reader rejects malformed JSON, and sources mix only when every entry names its own") {
   auto a = parse_profile_string("{\"format\": ", "broken.json");
   REQUIRE_FALSE(a.ok());
   CHECK_THAT(a.error().message, Catch::Contains("broken.json"));
-  const std::string mixed = R"({"format": "spindle-profile", "version": 1, "device": "d", "source": "mixed",
-    "entries": [{"op": "linear", "dims": {"in": 4, "out": 4}, "seq": 1, "batch": 2,
-                 "points": [{"devices": 1, "ms": 2}], "param_bytes": 40, "activation_bytes_per_sample": 8}]})";
-  auto b = parse_profile_string(mixed, "mixed.json");
-  REQUIRE_FALSE(b.ok());
-  CHECK_THAT(b.error().message, Catch::Contains("entries[0].source"));
   auto c = load_profile(bad("does-not-exist.json"));
   REQUIRE_FALSE(c.ok());
   CHECK_THAT(c.error().message, Catch::Contains("does-not-exist.json"));
+  // docs/spec/profile.md: "a database may mix both only if each entry then
+  // carries its own source". The file's source is analytic or measured.
+  const auto mixed = [](const std::string& version, const std::string& file_source, const std::string& first,
+                        const std::string& second) {
+    auto entry = [](int in, const std::string& source) {
+      return R"({"op": "linear", "dims": {"in": )" + std::to_string(in) +
+             R"(, "out": 4}, "seq": 1, "batch": 2, "points": [{"devices": 1, "ms": 2}], "param_bytes": 40,
+                "activation_bytes_per_sample": 8)" +
+             (source.empty() ? "" : R"(, "source": ")" + source + "\"") + "}";
+    };
+    return R"({"format": "spindle-profile", "version": )" + version + R"(, "device": "d", "source": ")" +
+           file_source + R"(", "entries": [)" + entry(4, first) + ", " + entry(8, second) + "]}";
+  };
+  auto both = parse_profile_string(mixed("1", "measured", "analytic", "measured"), "both.json");
+  REQUIRE(both.ok());
+  CHECK(both->source == "measured");
+  CHECK(both->entries[0].source == "analytic");
+  CHECK(both->entries[1].source == "measured");
+  CHECK(profile_to_json(*parse_profile_string(profile_to_json(*both), "again.json")) == profile_to_json(*both));
+  auto lacking = parse_profile_string(mixed("1", "measured", "analytic", ""), "lacking.json");
+  REQUIRE_FALSE(lacking.ok());
+  CHECK(lacking.error().message ==
+        "lacking.json: entries[1].source: missing: entries[0] says \"analytic\", unlike the file's \"measured\", and "
+        "a profile that mixes sources names the source of every entry");
+  CHECK(parse_profile_string(mixed("1", "analytic", "analytic", ""), "same.json").ok());   // no mix
+  auto v1_mixed = parse_profile_string(mixed("1", "mixed", "analytic", "measured"), "v1.json");
+  REQUIRE_FALSE(v1_mixed.ok());
+  CHECK_THAT(v1_mixed.error().message, Catch::Contains("v1.json: source: expected \"analytic\" or \"measured\""));
+  // Files of the builds that wrote versions 2 and 3 said "mixed": read, and
+  // written again as version 1 with the file's source "measured".
+  auto legacy = parse_profile_string(mixed("3", "mixed", "analytic", "measured").insert(1, R"("cluster": {"name": "c",
+      "devices": 2, "devices_per_island": 2}, "comm_overhead": {"exchange_us": 5, "message_us": 1, "allreduce_us": 5,
+      "pack_gbytes_per_s": 5}, )"),
+                                     "v3.json");
+  REQUIRE(legacy.ok());
+  const std::string rewritten = profile_to_json(*legacy);
+  CHECK_THAT(rewritten, Catch::Contains("\"source\": \"measured\",\n  \"version\": 1,\n  \"x-cluster\":"));
+  auto none = parse_profile_string(mixed("3", "mixed", "analytic", "").insert(1, R"("cluster": {"name": "c",
+      "devices": 2, "devices_per_island": 2}, "comm_overhead": {"exchange_us": 5, "message_us": 1, "allreduce_us": 5,
+      "pack_gbytes_per_s": 5}, )"),
+                                   "v3.json");
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.error().message, Catch::Contains("entries[1].source: missing"));
 }
 
-TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad figures are rejected") {
+namespace {
+
+// `v1`, a version 1 file as spindle-profile writes it, as the builds of
+// 2026-11 to 2026-12-07 wrote it: version 3, its extension keys
+// x-cluster, x-comm_overhead and x-spread without the "x-".
+std::string as_version_3(std::string v1) {
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"version\": 1", "\"version\": 3"},
+                                 {"\"x-cluster\"", "\"cluster\""},
+                                 {"\"x-comm_overhead\"", "\"comm_overhead\""},
+                                 {"\"x-spread\"", "\"spread\""}})
+    for (size_t at = v1.find(from); at != std::string::npos; at = v1.find(from, at + to.size()))
+      v1.replace(at, from.size(), to);
+  return v1;
+}
+
+}  // namespace
+
+TEST_CASE("comm_overhead round-trips under x-comm_overhead in version 1, versions 2 and 3 read the same, bad figures "
+          "are rejected") {
   Profile p = sample();
   p.cluster = ProfileCluster{"a800-1x8", 8, 8};
   CommOverhead o;
@@ -180,32 +235,65 @@ TEST_CASE("version 3 comm_overhead round-trips, version 2 files have none, bad f
   o.allreduce_us = 12.3456789;
   p.overhead = o;
   const std::string a = profile_to_json(p);
-  CHECK_THAT(a, Catch::Contains("\"version\": 3"));
-  auto q = parse_profile_string(a, "v3.json");
+  // The format the spec fixes, version 1; the additions as extension keys.
+  CHECK_THAT(a, Catch::Contains("\"version\": 1,\n  \"x-cluster\": {\"devices\":8,\"devices_per_island\":8,"
+                                "\"name\":\"a800-1x8\"},\n  \"x-comm_overhead\": {"));
+  CHECK_THAT(a, Catch::Contains("{\"devices\":1,\"ms\":0.5,\"x-spread\":0.02}"));
+  CHECK(a.find("\"cluster\"") == std::string::npos);
+  CHECK(a.find("\"comm_overhead\"") == std::string::npos);
+  CHECK(a.find("\"spread\"") == std::string::npos);
+  auto q = parse_profile_string(a, "v1.json");
   REQUIRE(q.ok());
   REQUIRE(q->overhead.has_value());
   CHECK(q->overhead->exchange_us == 5.0);
   CHECK(q->overhead->message_us == 1.25);
   CHECK(q->overhead->pack_gbytes_per_s == 1019.5);
   CHECK(q->overhead->allreduce_us == 12.3457);   // 6 significant digits
+  CHECK(q->cluster->name == "a800-1x8");
+  CHECK(q->entries.size() == p.entries.size());
   CHECK(profile_to_json(*q) == a);
 
-  // Without overhead figures: version 2 (with a cluster), read back without any.
+  // The same profile as a version 3 file of the earlier builds: the same
+  // profile, written back as version 1.
+  const std::string v3 = as_version_3(a);
+  REQUIRE(v3 != a);
+  auto q3 = parse_profile_string(v3, "v3.json");
+  REQUIRE(q3.ok());
+  CHECK(profile_to_json(*q3) == a);
+  // The unprefixed keys belong to versions 2 and 3 only, the prefixed ones
+  // are extensions there (skipped).
+  std::string v1_plain = v3;
+  v1_plain.replace(v1_plain.find("\"version\": 3"), 12, "\"version\": 1");
+  auto plain = parse_profile_string(v1_plain, "v1.json");
+  REQUIRE_FALSE(plain.ok());
+  CHECK_THAT(plain.error().message, Catch::Contains("unknown key"));
+
+  // Without overhead figures: nothing written, read back without any; a
+  // version 2 file (cluster, no overhead) reads so too.
   p.overhead.reset();
-  const std::string v2 = profile_to_json(p);
-  CHECK_THAT(v2, Catch::Contains("\"version\": 2"));
-  auto r = parse_profile_string(v2, "v2.json");
+  const std::string none = profile_to_json(p);
+  CHECK(none.find("comm_overhead") == std::string::npos);
+  auto r = parse_profile_string(none, "v1.json");
   REQUIRE(r.ok());
   CHECK_FALSE(r->overhead.has_value());
+  std::string v2 = as_version_3(none);
+  v2.replace(v2.find("\"version\": 3"), 12, "\"version\": 2");
+  auto r2 = parse_profile_string(v2, "v2.json");
+  REQUIRE(r2.ok());
+  CHECK_FALSE(r2->overhead.has_value());
+  CHECK(r2->cluster.has_value());
+  CHECK(profile_to_json(*r2) == none);
 
   // Version 3 requires the object; each figure >= 0.
-  std::string missing = a;
-  const size_t at = missing.find("  \"comm_overhead\"");
-  missing.erase(at, missing.find('\n', at) + 1 - at);
+  std::string missing = v3;   // its last key: the comma before it goes too
+  const size_t at = missing.find(",\n  \"comm_overhead\"");
+  REQUIRE(at != std::string::npos);
+  missing.erase(at, missing.find('\n', at + 2) - at);
   auto m = parse_profile_string(missing, "v3.json");
   REQUIRE_FALSE(m.ok());
   CHECK_THAT(m.error().message, Catch::Contains("comm_overhead: missing required key"));
-  CHECK_THAT(refused(a, "\"exchange_us\":5", "\"exchange_us\":-5"), Catch::Contains("comm_overhead.exchange_us"));
+  CHECK_THAT(refused(a, "\"exchange_us\":5", "\"exchange_us\":-5"), Catch::Contains("x-comm_overhead.exchange_us"));
+  CHECK_THAT(refused(v3, "\"exchange_us\":5", "\"exchange_us\":-5"), Catch::Contains(": comm_overhead.exchange_us"));
 
   // The executor's figures (measured only): absent, 0 and not written;
   // else written, read back, and checked like the others.
