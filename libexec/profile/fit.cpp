@@ -8,6 +8,7 @@
 #include <Eigen/Dense>
 
 #include "libplan/cost/curve.h"
+#include "libplan/rules/links.h"
 
 namespace spindle::exec {
 
@@ -93,7 +94,7 @@ plan::Result<AllreduceFit> fit_allreduce(const std::vector<double>& bytes, const
   if (ranks < 2) return plan::Error{"all-reduce fit: needs at least two ranks"};
   const double p = ranks;
   std::vector<double> x;
-  for (double b : bytes) x.push_back(2.0 * (p - 1.0) / p * b);
+  for (double b : bytes) x.push_back(plan::ring_allreduce_bytes(b, ranks));
   auto f = fit_line_relative(x, ms);
   SPINDLE_TRY(f);
   const double latency_us = std::max(p2p_latency_us, 0.0);

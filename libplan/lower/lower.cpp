@@ -13,6 +13,7 @@
 
 #include "libplan/model/ops.h"
 #include "libplan/rules/devices.h"
+#include "libplan/rules/links.h"
 
 namespace spindle::plan {
 
@@ -138,8 +139,8 @@ Status lower_transfers(const Plan& plan, const LowerContext& ctx, Lowered& out) 
 }
 
 // Orders the buckets so that all-reduces over disjoint groups overlap:
-// list scheduling, largest estimated time first (bytes x 2 (p - 1) / p, the
-// ring's traffic per device), each bucket starting when every device of its
+// list scheduling, largest estimated time first (the ring's traffic per
+// device, rules/links.h ring_allreduce_bytes), each bucket starting when every device of its
 // group is free; the buckets are then sorted by that start (ties: the
 // earlier scheduled first). Every device runs its buckets in this one
 // order, so blocking all-reduces cannot deadlock; ordered by device list
@@ -147,8 +148,7 @@ Status lower_transfers(const Plan& plan, const LowerContext& ctx, Lowered& out) 
 // chain across the cluster.
 void order_buckets(std::vector<Bucket>& buckets, int devices) {
   auto estimate = [](const Bucket& b) {
-    const double p = static_cast<double>(b.devices.size());
-    return static_cast<double>(b.bytes) * 2.0 * (p - 1.0) / p;
+    return ring_allreduce_bytes(static_cast<double>(b.bytes), static_cast<int>(b.devices.size()));
   };
   std::vector<size_t> by_size(buckets.size());
   for (size_t i = 0; i < by_size.size(); ++i) by_size[i] = i;

@@ -29,7 +29,7 @@ double ring_allreduce_ms(const Link& intra_island, const Link& inter_island, int
   if (p <= 1) return 0.0;
   const Link& link = ring_link(intra_island, inter_island, devices_per_island, devices);
   const double steps = double(p - 1);
-  const double transfer_ms = 2.0 * steps / double(p) * bytes / (link.gbytes_per_s * 1e9) * 1e3;
+  const double transfer_ms = ring_allreduce_bytes(bytes, static_cast<int>(p)) / (link.gbytes_per_s * 1e9) * 1e3;
   const double latency_ms = 2.0 * steps * link.latency_us * 1e-3;
   return transfer_ms + latency_ms;
 }

@@ -45,6 +45,14 @@ struct Link {
 // One message of `bytes` over `link`: latency + bytes / bandwidth, ms.
 double link_ms(const Link& link, double bytes);
 
+// The bytes each of `p` members sends (and receives) in a ring all-reduce
+// of `bytes`: 2 (p-1)/p * bytes (a reduce-scatter, then an all-gather);
+// 0 for p <= 1. What the ring formula below divides by the bandwidth; the
+// lowering orders buckets by it, the profiler fits links with it.
+inline double ring_allreduce_bytes(double bytes, int p) {
+  return p > 1 ? 2.0 * (p - 1.0) / p * bytes : 0.0;
+}
+
 // Ring all-reduce of `bytes` over `devices` (sorted device ids, islands of
 // `devices_per_island`): 2 (p-1)/p * bytes / bandwidth + 2 (p-1) * latency
 // over the intra-island link when every device is on one island, else over

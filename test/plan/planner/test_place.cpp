@@ -244,7 +244,8 @@ TEST_CASE("place: on two nodes, island placement moves less than the naive one",
     CHECK(islands->predicted.simulated_ms == Approx(sim_islands->iteration_ms));
     CHECK(islands->predicted.simulated_ms < naive->predicted.simulated_ms);
     CHECK(sim_islands->transfer_device_ms() < sim_naive->transfer_device_ms());
-    // The design target: inter-wave transfers at most 4% of the devices' time.
+    // The target (docs/workloads.md, "Numbers to reach"): inter-wave
+    // transfers at most 4% of the devices' time.
     const double device_ms = sim_islands->iteration_ms * static_cast<double>(islands->devices);
     CHECK(sim_islands->transfer_device_ms() <= 0.04 * device_ms);
     // Slices that fit an island mostly keep to one: greedily, all of them

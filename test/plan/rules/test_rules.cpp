@@ -154,6 +154,10 @@ TEST_CASE("links: latency plus bytes over bandwidth, ring all-reduce and all-gat
   // Across islands: 2 * 1/2 * 1e9 / 25e9 s = 40 ms, + 2 * 10 us.
   CHECK(ring_allreduce_ms(intra, inter, 8, 1e9, {7, 8}) == Approx(40.020));
   CHECK(ring_allreduce_ms(intra, inter, 8, 1e9, {3}) == 0.0);
+  // The bytes each member moves: 2 (p-1)/p of the buffer, none alone.
+  CHECK(ring_allreduce_bytes(1e9, 8) == Approx(1.75e9));
+  CHECK(ring_allreduce_bytes(100, 2) == Approx(100));
+  CHECK(ring_allreduce_bytes(100, 1) == 0.0);
   // All-gather of 1e9 bytes in all: half the all-reduce's steps. 4 devices
   // on one island: 3/4 * 1e9 / 200e9 s = 3.75 ms, + 3 * 5 us.
   CHECK(ring_allgather_ms(intra, inter, 8, 1e9, first_devices(4)) == Approx(3.75 + 0.015));
