@@ -36,6 +36,8 @@
 #ifdef SPINDLE_HAVE_RUNTIME
 #include <mpi.h>
 
+#include "apps/mpi_start.h"
+
 #include "libexec/backend/backend.h"
 #ifdef SPINDLE_HAVE_CUDA
 #include "libexec/backend/cuda/cuda_backend.h"
@@ -465,8 +467,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitInvalid;
+    // Under mpirun every rank reads the same line: the launcher's rank 0
+    // (or a process started alone) says it once for all.
+    const int rc = e.get_exit_code() == 0 ? 0 : kExitInvalid;
+#ifdef SPINDLE_HAVE_RUNTIME
+    return spindle::apps::end_before_mpi(&argc, &argv, rc, [&] { app.exit(e); });
+#else
+    app.exit(e);
+    return rc;
+#endif
   }
   if (const std::string threads = spindle::apps::plan_threads_env_error(); !threads.empty()) {
     std::fprintf(stderr, "spindle-profile: error: %s\n", threads.c_str());
@@ -477,9 +486,17 @@ int main(int argc, char** argv) {
   // Given at all, it must hold counts: --devices "$COUNTS" with COUNTS unset
   // is an error, not every count.
   if (app.count("--devices") > 0 && !parse_counts(devices_text, counts)) {
-    std::fprintf(stderr,
-                 "spindle-profile: error: --devices: expected positive integers separated by commas, found '%s'\n",
-                 devices_text.c_str());
+    // Echoed up to 80 bytes: a list of 100 000 digits is not repeated back.
+    const std::string shown = devices_text.size() > 80 ? devices_text.substr(0, 77) + "..." : devices_text;
+    const auto say = [&] {
+      std::fprintf(stderr,
+                   "spindle-profile: error: --devices: expected positive integers separated by commas, found '%s'\n",
+                   shown.c_str());
+    };
+#ifdef SPINDLE_HAVE_RUNTIME
+    if (measure) return spindle::apps::end_before_mpi(&argc, &argv, kExitInvalid, say);
+#endif
+    say();
     return kExitInvalid;
   }
   if (measure) {

@@ -58,6 +58,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_paths.h"
+#include "apps/mpi_start.h"
 #include "libexec/backend/backend.h"
 #include "libexec/backend/cpu/cpu_backend.h"
 #ifdef SPINDLE_HAVE_CUDA
@@ -1503,24 +1504,6 @@ void add_options(CLI::App& app, Args& args) {
       ->check(spindle::apps::non_empty_path());
 }
 
-// Ends a run refused before MPI starts (a bad command line) with
-// `exit_code`. Every rank reads the same line, so only the launcher's rank
-// 0, or a process started alone, says why (`say`). With other ranks, a
-// refused line ends every rank only once rank 0 has said it: the first rank
-// to end makes mpirun end the job, which cut rank 0 off (seen under the
-// sanitizers, where ranks start up to a second apart). A barrier rank 0
-// enters after printing orders the ends.
-int end_before_mpi(int* argc, char*** argv, int exit_code, const std::function<void()>& say) {
-  const se::EnvMap env = se::process_launch_env();
-  const int launched_as = se::launcher_rank(env);   // -1: started alone
-  if (launched_as <= 0) say();
-  if (launched_as >= 0 && se::launcher_size(env) != 1 && exit_code != 0) {
-    se::MpiSession session(argc, argv);
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  }
-  return exit_code;
-}
-
 // After parsing: what the flags given and their values make (whether
 // --bucket-mb and --min-lr were given, the learning-rate schedule, the
 // trace window, already checked by the parser).
@@ -1554,13 +1537,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return end_before_mpi(&argc, &argv, e.get_exit_code() == 0 ? 0 : kExitInvalid, [&] { app.exit(e); });
+    return spindle::apps::end_before_mpi(&argc, &argv, e.get_exit_code() == 0 ? 0 : kExitInvalid, [&] { app.exit(e); });
   }
   finish_args(app, args);
   // The numbers too (they need no file): a refused --lr ends here, without
   // Open MPI's start-up.
   if (const std::string error = check_numbers(args); !error.empty())
-    return end_before_mpi(&argc, &argv, kExitInvalid, [&] {
+    return spindle::apps::end_before_mpi(&argc, &argv, kExitInvalid, [&] {
       std::fprintf(stderr, "spindle-run: error: %s\n", error.c_str());
       std::fflush(stderr);
     });

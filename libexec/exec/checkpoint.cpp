@@ -211,7 +211,7 @@ std::map<std::string, int64_t> samples_read(const CheckpointMeta& meta, int64_t 
 }
 
 Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
-                                    const TrainingState& state, int keep) {
+                                    const TrainingState& state, int keep, std::string* warning) {
   SPINDLE_TRY(check_state_finite(state));
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -283,11 +283,22 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
   fsync_dir(dir);
 
   // Keep the newest `keep`; drop leftovers of crashed writes up to this step.
+  // A checkpoint pruned is first renamed to a leftover's name, so one that a
+  // kill or an error leaves half removed is never listed as complete.
+  std::string not_pruned;
   const std::vector<int64_t> done = list_checkpoints(dir);
-  for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < done.size(); ++i)
-    fs::remove_all(fs::path(dir) / checkpoint_name(done[i]), ec);
+  for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < done.size(); ++i) {
+    const std::string doomed = (fs::path(dir) / checkpoint_name(done[i])).string();
+    const std::string aside = doomed + ".tmp.old" + std::to_string(::getpid());
+    fs::rename(doomed, aside, ec);
+    if (!ec) fs::remove_all(aside, ec);
+    if (ec && not_pruned.empty()) not_pruned = doomed + ": " + ec.message();
+  }
   for (const auto& [step, path] : scan(dir, true))
     if (step <= meta.step) fs::remove_all(path, ec);
+  if (warning && !not_pruned.empty())
+    *warning = "--keep " + std::to_string(keep) + ": cannot remove the older checkpoint " + not_pruned +
+               "; the folder keeps more checkpoints than --keep asks";
   return final_dir;
 }
 
@@ -541,7 +552,12 @@ plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir) {
   lock.made_dir_ = std::filesystem::create_directories(dir, ec);
   if (ec) return plan::Error{dir + ": cannot create the checkpoint folder: " + ec.message()};
   const std::string path = (std::filesystem::path(dir) / kLockFile).string();
-  lock.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  // 0666 less the umask, as the checkpoints get: members of a group that
+  // shares the folder (umask 002) can lock it in turn. A lock file another
+  // user made without write permission for us still locks read-only
+  // (flock needs no write access; the holder's note is then not written).
+  lock.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (lock.fd_ < 0 && errno == EACCES) lock.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (lock.fd_ < 0) return plan::Error{path + ": cannot open the lock file: " + std::strerror(errno)};
   if (::flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

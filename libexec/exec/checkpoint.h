@@ -170,8 +170,10 @@ plan::Status check_state_finite(const TrainingState& state);
 // not finite (check_state_finite) is refused before anything is written: no
 // checkpoint holds a diverged run, so resuming from the newest one starts
 // before the divergence.
+// `warning` (optional): set when an older checkpoint could not be pruned
+// (the save itself succeeded; the folder keeps more than `keep`).
 plan::Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
-                                          const TrainingState& state, int keep);
+                                          const TrainingState& state, int keep, std::string* warning = nullptr);
 
 // Step numbers of the complete checkpoints in `dir` (names step-N, no
 // ".tmp."), ascending; empty when none or `dir` is missing.

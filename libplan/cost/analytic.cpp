@@ -329,7 +329,7 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
       for (int n : valid) listed += (listed.empty() ? "" : ",") + std::to_string(n);
       return Error{"--devices: operator " + use.first_op + " (" + key + ", tensor_parallel " +
                    std::to_string(use.tensor_parallel) + ") gets one point (" + std::to_string(counts.front()) +
-                   " devices), but " + listed + " are valid on the " + std::to_string(cluster.devices()) +
+                   (counts.front() == 1 ? " device" : " devices") + "), but " + listed + " are valid on the " + std::to_string(cluster.devices()) +
                    " devices of " + cfile + ": a profile gives at least two points wherever more than one count "
                    "is valid (spec/profile.md), so spindle-plan would refuse it; list another of those counts"};
     }

@@ -103,6 +103,18 @@ mpi-links)
     grep -q "^compute   the profile's operator times x $scale, as they ran inside training steps (x-compute)$" \
         "$out/plan.stdout" || fail "spindle-plan does not say it scales the operators by $scale: $(grep '^compute' "$out/plan.stdout")"
   fi
+  # Islands of one device: no two ranks exchange within one, but the copies
+  # are timed all the same, and their rate is the profile's (it kept the
+  # analytic 5 GB/s without a word).
+  sed -e 's/^islands: 1/islands: 2/' -e 's/^devices_per_island: 2/devices_per_island: 1/' -e 's/^name: cpu-1x2/name: cpu-2x1/' \
+      "$src/configs/clusters/cpu-1x2.yaml" > "$out/c2x1.yaml"
+  "$mpiexec" -np 2 --oversubscribe "$bin/spindle-profile" "$model" --cluster "$out/c2x1.yaml" \
+      --measure --point-ms 5 --devices 1,2 -o "$out/p21.json" >"$out/stdout21" 2>"$out/stderr21" ||
+    fail "profile of islands of one device: exit $?: $(cat "$out/stderr21")"
+  said=$(sed -n 's/^overhead: timed alone: packing \([0-9.]*\) GB\/s (copy [0-9.]* us), all-reduce .*; exchange .* analytic$/\1/p' "$out/stdout21")
+  [ -n "$said" ] || fail "islands of one device: no packing rate said: $(grep '^overhead' "$out/stdout21")"
+  written=$(awk -v r="$(sed -n 's/.*"pack_gbytes_per_s":\([0-9.e+-]*\).*/\1/p' "$out/p21.json")" 'BEGIN { printf "%.3f", r }')
+  [ "$said" = "$written" ] || fail "islands of one device: packing $said GB/s said, $written written"
   ;;
 bad-usage)
   p="$bin/spindle-profile"; c4="$src/configs/clusters/cpu-1x4.yaml"; o="$out/o.json"
@@ -134,6 +146,18 @@ bad-usage)
   bash "$expect" "$o" "unknown-op.yaml" "modules.vision[1].op" -- \
       "$p" "$src/test/data/models/bad/unknown-op.yaml" --cluster "$c4" --measure -o "$o" || status=1
   bash "$expect" "$o" "cpu-1x4.yaml" -- "$p" "$model" --cluster "$src/configs/clusters/cpu-1x4.yaml.missing" --measure -o "$o" || status=1
+  # Under mpirun every rank reads the same line: a bad one is said once
+  # (it was said by every rank), and a long --devices list not echoed whole.
+  c2="$src/configs/clusters/cpu-1x2.yaml"
+  "$mpiexec" -np 2 --oversubscribe "$p" "$model" --cluster "$c2" --measure --point-ms abc -o "$o" > "$out/twice" 2>&1
+  rc=$?
+  [ "$rc" = 2 ] && [ "$(grep -c 'Could not convert' "$out/twice")" = 1 ] ||
+    { echo "FAIL: a bad --point-ms under 2 ranks: exit $rc, said $(grep -c 'Could not convert' "$out/twice") times"; status=1; }
+  long="1,$(printf '9%.0s' $(seq 1 300))"
+  "$mpiexec" -np 2 --oversubscribe "$p" "$model" --cluster "$c2" --measure --devices "$long" -o "$o" > "$out/twice" 2>&1
+  rc=$?
+  [ "$rc" = 2 ] && [ "$(grep -c 'error: --devices' "$out/twice")" = 1 ] && grep -q "found '1,9\{75\}\.\.\.'" "$out/twice" ||
+    { echo "FAIL: a bad --devices under 2 ranks: exit $rc: $(head -c 300 "$out/twice")"; status=1; }
   exit $status
   ;;
 *) fail "unknown mode $mode" ;;
