@@ -28,6 +28,9 @@
 // (rank 0 when alone) call _exit(9) at the start of step S while the other
 // ranks are inside it; mpirun then ends the job. SPINDLE_TEST_THROW_AT_STEP=S
 // makes that rank throw there instead: the job ends through abort_job.
+// SPINDLE_TEST_LOCK_AFTER=FILE makes rank 0 wait (up to 60 s) for FILE to
+// exist before it takes the checkpoint folder's lock: another run can take
+// the folder in between, as it could between the two by chance.
 //
 // --dump-grads (a test flag, docs/runtime.md): after the first step this run
 // trains, the full gradients after the gradient sync, in --dump-params'
@@ -460,6 +463,21 @@ std::vector<sp::OutputPath> file_outputs(const Args& args) {
           {"--dump-grads", args.grads_path}};
 }
 
+// A fresh run (neither --resume nor --overwrite) into a folder that holds
+// checkpoints: the error, else "". Checked with the paths, and again by
+// rank 0 once it holds the folder's lock: a run that took the folder in
+// between (both found it empty) would otherwise have its checkpoints of the
+// same steps replaced.
+std::string other_runs_checkpoints(const Args& args) {
+  if (args.checkpoint_dir.empty() || args.resume || args.overwrite) return "";
+  const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
+  if (found.empty()) return "";
+  return "--checkpoint " + args.checkpoint_dir + ": holds checkpoints of another run (" +
+         se::checkpoint_name(found.front()) + (found.size() > 1 ? " .. " + se::checkpoint_name(found.back()) : "") +
+         "); pass --resume to continue that run, --overwrite to delete them and start afresh, or name an "
+         "empty folder";
+}
+
 // Every path the run will write, checked before the first step (files.h
 // policy): the outputs, and the checkpoint folder, which belongs to one
 // run: a fresh run (no --resume) refuses a folder holding checkpoints unless
@@ -484,13 +502,7 @@ std::string check_paths(const Args& args) {
                                  "a name checkpoints take (step-*, .spindle-run.lock)"},
                                 outputs, inputs);
   if (!st.ok()) return st.error().message;
-  const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
-  if (!args.resume && !args.overwrite && !found.empty())
-    return "--checkpoint " + args.checkpoint_dir + ": holds checkpoints of another run (" +
-           se::checkpoint_name(found.front()) + (found.size() > 1 ? " .. " + se::checkpoint_name(found.back()) : "") +
-           "); pass --resume to continue that run, --overwrite to delete them and start afresh, or name an "
-           "empty folder";
-  return "";
+  return other_runs_checkpoints(args);
 }
 
 // What every rank loaded and checked before training (step 1 of run).
@@ -578,11 +590,15 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   // it): another run still using it, e.g. the job this one resumes, is
   // refused before anything is read.
   if (rank == 0 && !args.checkpoint_dir.empty()) {
+    if (const char* after = std::getenv("SPINDLE_TEST_LOCK_AFTER"))
+      for (int i = 0; i < 600 && !std::filesystem::exists(after); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto lock = se::lock_checkpoint_dir(args.checkpoint_dir);
     if (!lock.ok()) {
       error = lock.error().message;
     } else {
       in.lock = std::move(*lock);
+      error = other_runs_checkpoints(args);
       if (!in.lock.unlocked_reason().empty())
         std::printf("spindle-run: note: --checkpoint %s could not be locked (%s): a second run into it would not "
                     "be noticed\n",
@@ -970,12 +986,14 @@ bool write_checkpoint(Training& tr) {
     tr.meta.step = state.step;
     warn_drift(state.drift, state.step);
     if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
-    const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep);
+    std::string pruning;
+    const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep, &pruning);
     if (path.ok())
       std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     else
       error = path.error().message;
+    if (!pruning.empty()) std::printf("spindle-run: warning: %s\n", pruning.c_str());
     std::fflush(stdout);
   }
   return all_ok(MPI_COMM_WORLD, tr.rank, error);

@@ -495,6 +495,23 @@ run-owner)
     expect 2 "$opt ck/.spindle-run.lock: is in the folder of --checkpoint ck, where .spindle-run.lock is a name checkpoints take" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --checkpoint ck --resume "$opt" ck/.spindle-run.lock
   done
+  # Two fresh runs into one empty folder: both find it empty, the second
+  # to take the lock finds the first's checkpoints and is refused (it
+  # replaced them, exit 0). SPINDLE_TEST_LOCK_AFTER holds B before the lock
+  # until A has finished.
+  rm -rf race go
+  (SPINDLE_TEST_LOCK_AFTER="$work/go" "$mpiexec" --oversubscribe -np 1 "$run" one.json --model "$models/tiny-clip.yaml" \
+     --steps 2 --every 2 --seed 7 --checkpoint race > b.out 2> b.err; echo $? > b.rc) &
+  b=$!
+  expect 0 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 2 --every 2 --checkpoint race
+  touch go
+  wait "$b"
+  if [ "$(cat b.rc)" != 2 ] || ! grep -qF -- "--checkpoint race: holds checkpoints of another run (step-000002)" b.err; then
+    echo "FAIL: a second fresh run into a folder taken meanwhile: exit $(cat b.rc): $(head -c 300 b.err)"
+    failures=$((failures + 1))
+  fi
+  grep -q '"seed": 0' race/step-000002/manifest.json ||
+    { echo "FAIL: the first run's checkpoint was replaced"; failures=$((failures + 1)); }
   # A manifest nested 100000 arrays deep: refused by name, no crash.
   python3 -c "import sys; open(sys.argv[1], 'w').write('{\"version\": ' + '[' * 100000 + ']' * 100000 + '}')" \
     ck/step-000001/manifest.json

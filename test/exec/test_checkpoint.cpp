@@ -259,6 +259,16 @@ TEST_CASE("checkpoint: folder and files get the permissions the umask gives") {
       INFO(entry.path().filename().string());
       CHECK((stat_of(entry.path().string()).st_mode & 07777) == c.file_mode);
     }
+    // The lock file too (it was 0644 whatever the umask: a group sharing
+    // the folder under umask 002 could not lock it in turn).
+    const fs::path lock_dir = dir.path / ("locked-" + std::to_string(c.umask));
+    ::umask(c.umask);
+    {
+      auto lock = lock_checkpoint_dir(lock_dir.string());
+      ::umask(before);
+      REQUIRE(lock.ok());
+      CHECK((stat_of((lock_dir / ".spindle-run.lock").string()).st_mode & 07777) == c.file_mode);
+    }
   }
   // No temporary folder left beside it.
   for (const auto& entry : fs::directory_iterator(dir.path))
@@ -349,6 +359,30 @@ TEST_CASE("checkpoint: a state that is not finite is refused, named, and nothing
     CHECK(names == std::vector<std::string>{"step-000001"});
     CHECK(load_checkpoint((dir.path / "step-000001").string()).ok());
   }
+}
+
+TEST_CASE("checkpoint: a checkpoint --keep cannot prune is said, and none is left half removed") {
+  TempDir dir("ckpt-prune");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(2), small_state(), 1).ok());
+  // Pruning renames step-000002 aside to a leftover's name first; a folder
+  // already there under that name (not empty) makes the rename fail, as a
+  // read-only folder makes it for a user who is not root.
+  const fs::path aside = dir.path / ("step-000002.tmp.old" + std::to_string(::getpid()));
+  fs::create_directories(aside / "x");
+  std::string warning;
+  const auto saved = save_checkpoint(dir.str(), small_meta(4), small_state(), 1, &warning);
+  REQUIRE(saved.ok());
+  CHECK_THAT(warning, Catch::StartsWith("--keep 1: cannot remove the older checkpoint " +
+                                        (dir.path / "step-000002").string() + ": ") &&
+                          Catch::EndsWith("the folder keeps more checkpoints than --keep asks"));
+  CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{2, 4});
+  REQUIRE(load_checkpoint((dir.path / "step-000002").string()).ok());   // whole, not half removed
+  // Pruned when it can be: no warning, the older one gone.
+  fs::remove_all(aside);
+  warning.clear();
+  REQUIRE(save_checkpoint(dir.str(), small_meta(6), small_state(), 1, &warning).ok());
+  CHECK(warning.empty());
+  CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{6});
 }
 
 TEST_CASE("checkpoint: the samples read count on from the resumed checkpoint's, with this run's batches") {
