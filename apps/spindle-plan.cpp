@@ -196,7 +196,7 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
 
 // The name of a device's program in the --lower folder: device-D.json.
 const std::regex& program_file() {
-  static const std::regex name(R"(device-(\d{1,9})\.json)");
+  static const std::regex name(R"(device-(0|[1-9]\d{0,8})\.json)");   // the names lower writes, no leading 0
   return name;
 }
 
@@ -383,6 +383,14 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   std::printf("%s: valid %s plan for %s on %d devices (%zu waves)%s\n", o.check_path.c_str(), plan->strategy.c_str(),
               plan->model_name.c_str(), plan->devices, plan->waves.size(),
               against ? (", cluster " + o.cluster_path).c_str() : "");
+  // Valid, but over a device's memory as spindle-run holds it (costed
+  // again from the model, not read from the plan: memory_as_run): said, as
+  // spindle-run would refuse it, on the host and over NCCL.
+  if (sp::Status host = sp::check_memory_as_run(*plan, model, graph, o.check_path); !host)
+    std::fprintf(stderr, "spindle-plan: warning: spindle-run would refuse it: %s\n", host.error().message.c_str());
+  else if (sp::Status nccl = sp::check_memory_as_run(*plan, model, graph, o.check_path, true); !nccl)
+    std::fprintf(stderr, "spindle-plan: warning: spindle-run on GPUs over NCCL would refuse it: %s\n",
+                 nccl.error().message.c_str());
   if (o.lower_dir.empty()) return 0;
   const sp::SyncFlags flags{o.no_overlap, o.no_early,
                             o.bucket_given ? std::optional(sp::bucket_bytes_of_mb(o.bucket_mb)) : std::nullopt,
@@ -706,6 +714,22 @@ int main(int argc, char** argv) {
     return fail(kExitInvalid, threads);
 
   if (sp::Status st = sp::check_bucket_mb(o.bucket_mb); !st) return fail(kExitInvalid, st.error().message);
+  // Flags that would be taken and do nothing are refused (exit 2), as
+  // --check refuses what only planning reads: the lowering flags shape the
+  // programs --check writes with --lower, and nothing without it; the
+  // boundary shifts are Spindle's; a mismatch is accepted only in a profile.
+  if (!o.check_path.empty() && o.lower_dir.empty())
+    for (const char* flag : {"--bucket-mb", "--no-overlap", "--no-early-transfers", "--grad-norm"})
+      if (app.count(flag) > 0)
+        return fail(kExitInvalid, std::string(flag) +
+                                      ": with --check it shapes the programs --lower DIR writes, and there is no "
+                                      "--lower");
+  if (app.count("--shift-simulations") > 0 && o.strategy_name != "spindle" && !o.compare)
+    return fail(kExitInvalid, "--shift-simulations: shifts Spindle's plans, not --strategy " + o.strategy_name +
+                                  "'s (with --compare it applies to the spindle row)");
+  if (o.accept_profile_mismatch && o.profile_path.empty())
+    return fail(kExitInvalid, "--accept-profile-mismatch: accepts a mismatch of --profile, and there is none (the "
+                              "analytic profile is made for the model and cluster)");
   o.cluster_given = !o.cluster_path.empty();
   if (o.cluster_path.empty() && o.check_path.empty()) {   // --check needs no cluster unless given one
     auto found = default_cluster_path(argv[0]);

@@ -42,6 +42,7 @@ bool check_metaops(const Plan& plan, const Model& model, const OpGraph& graph, s
       usable = false;
       continue;
     }
+    bool tp_said = false;
     for (size_t k = 0; k < m.operators.size(); ++k) {
       auto it = op_index.find(m.operators[k]);
       if (it == op_index.end()) {
@@ -63,9 +64,12 @@ bool check_metaops(const Plan& plan, const Model& model, const OpGraph& graph, s
       if (model.tasks[op.task].name != m.task)
         out.push_back(where + ": operator '" + op.id + "' belongs to task '" + model.tasks[op.task].name +
                       "', the MetaOp says '" + m.task + "'");
-      if (op.tensor_parallel != m.tensor_parallel)
-        out.push_back(where + ": tensor_parallel " + std::to_string(m.tensor_parallel) + " but the module has " +
-                      std::to_string(op.tensor_parallel));
+      if (op.tensor_parallel != m.tensor_parallel && !tp_said) {   // once a MetaOp: its operators share a module
+        tp_said = true;
+        out.push_back(where + ": tensor_parallel " + std::to_string(m.tensor_parallel) +
+                      (m.tensor_parallel == 1 ? " (1 when the key is absent)" : "") + " but the module of '" + op.id +
+                      "' has " + std::to_string(op.tensor_parallel));
+      }
       if (k > 0) {
         auto prev = op_index.find(m.operators[k - 1]);
         if (prev != op_index.end()) {
@@ -85,6 +89,8 @@ bool check_metaops(const Plan& plan, const Model& model, const OpGraph& graph, s
   if (!usable) return false;
 
   // Inputs and levels.
+  bool inputs_right = true;
+  std::vector<char> level_said(plan.metaops.size(), 0);
   for (const PlanMetaOp& m : plan.metaops) {
     std::set<int> expected;
     const Operator& first = graph.ops[op_index[m.operators.front()]];
@@ -93,13 +99,36 @@ bool check_metaops(const Plan& plan, const Model& model, const OpGraph& graph, s
     std::vector<int> have = m.inputs;
     std::sort(have.begin(), have.end());
     std::string where = "metaops[" + std::to_string(m.id) + "]";
-    if (want != have) out.push_back(where + ".inputs: expected " + list(want) + ", found " + list(m.inputs));
+    if (want != have) {
+      out.push_back(where + ".inputs: expected " + list(want) + ", found " + list(m.inputs));
+      inputs_right = false;
+    }
     for (int in : m.inputs) {
       if (in < 0 || in >= static_cast<int>(plan.metaops.size())) continue;
-      if (plan.metaops[in].level >= m.level)
+      if (plan.metaops[in].level >= m.level && !level_said[static_cast<size_t>(m.id)]) {
         out.push_back(where + ".level: " + std::to_string(m.level) + " is not greater than the level " +
                       std::to_string(plan.metaops[in].level) + " of input MetaOp " + std::to_string(in));
+        level_said[static_cast<size_t>(m.id)] = 1;
+      }
     }
+  }
+  // Each level is the MetaOp's MetaLevel: the longest path to it from a
+  // MetaOp without inputs (0 there; docs/planner.md, step 2). With the
+  // inputs right they follow the model's operators, which hold no cycle.
+  if (inputs_right) {
+    std::vector<int> depth(plan.metaops.size(), -1);
+    const std::function<int(int)> level_of = [&](int i) {
+      int& d = depth[static_cast<size_t>(i)];
+      if (d >= 0) return d;
+      int longest = 0;
+      for (int in : plan.metaops[static_cast<size_t>(i)].inputs) longest = std::max(longest, level_of(in) + 1);
+      return d = longest;
+    };
+    for (const PlanMetaOp& m : plan.metaops)
+      if (!level_said[static_cast<size_t>(m.id)] && m.level != level_of(m.id))
+        out.push_back("metaops[" + std::to_string(m.id) + "].level: " + std::to_string(m.level) +
+                      ", but its MetaLevel (the longest path to it from a MetaOp without inputs) is " +
+                      std::to_string(level_of(m.id)));
   }
   return true;
 }

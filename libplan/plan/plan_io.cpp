@@ -249,6 +249,7 @@ Result<Plan> parse_plan_string(const std::string& text, const std::string& path)
   SPINDLE_TRY(check_format_version(r, "spindle-plan", kPlanVersion));
   Plan p;
   SPINDLE_ASSIGN(strategy, r.at("strategy").get_string());
+  if (strategy.empty()) return Error{path + ": strategy: expected a name (spindle, a baseline's, or your own), found \"\""};
   p.strategy = strategy;
 
   JsonReader model = r.at("model");

@@ -4,6 +4,7 @@
 #include "libplan/rules/devices.h"
 #include "libplan/rules/memory.h"
 #include "libplan/plan/plan.h"
+#include "libplan/planner/cost_plan.h"
 #include "libplan/lower/lower.h"
 #include "libplan/util/limits.h"
 #include "libplan/util/units.h"
@@ -77,29 +78,43 @@ Status check_plan_memory(const Plan& plan, const Model& model) {
                "; use more devices, smaller task batches, or devices with more memory"};
 }
 
+namespace {
+
+// The sizes spindle-run allocates by, for cost_plan's memory: each
+// operator's kept activations by the analytic count with its values in
+// fp32 (kRunActivationValueBytes), whatever the model's dtype. No times:
+// cost_plan reads no curve for memory, and the transfer and all-reduce
+// figures it computes with these are discarded.
+class RunSizes : public CostModel {
+ public:
+  const ScalingCurve* curve(const Workload&) const override { return nullptr; }
+  int64_t param_bytes(const Workload&) const override { return 0; }   // the model's, from plan_params
+  int64_t activation_bytes_per_sample(const Workload& w) const override {
+    static_assert(kRunActivationValueBytes == 4, "the analytic count in fp32");
+    return analytic_activation_bytes_per_sample(w, DType::fp32);
+  }
+  double p2p_ms(double, bool) const override { return 0; }
+  double allreduce_ms(double, const std::vector<int>&) const override { return 0; }
+  double allgather_ms(double, const std::vector<int>&) const override { return 0; }
+};
+
+}  // namespace
+
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies) {
-  std::vector<int64_t> mem = plan.predicted.memory_bytes;
-  if (mem.size() != static_cast<size_t>(plan.devices))
-    return Error{"plan: predicted.memory_bytes has " + std::to_string(mem.size()) + " devices, the plan " +
-                 std::to_string(plan.devices)};
-  // The activations as spindle-run keeps them (kRunActivationValueBytes),
-  // where the plan counts them in a narrower model dtype: the difference
-  // for each operator a device runs, by the analytic count of kept bytes
-  // (the plan's count, from its profile, is not in it).
-  std::vector<double> wider(mem.size(), 0.0);
-  if (dtype_bytes(model.dtype) < kRunActivationValueBytes)
-    for (const Wave& wave : plan.waves)
-      for (const Slice& s : wave.slices) {
-        const Workload& w = plan.metaops[static_cast<size_t>(s.metaop)].workload;
-        const double per_sample = static_cast<double>(analytic_activation_bytes_per_sample(w, DType::fp32) -
-                                                      analytic_activation_bytes_per_sample(w, model.dtype));
-        const double bytes =
-            s.count * activation_bytes(per_sample, w.batch, static_cast<int>(s.devices.size()));
-        for (int d : s.devices) wider[static_cast<size_t>(d)] += bytes;
-      }
-  for (size_t d = 0; d < mem.size(); ++d)   // saturates, never wraps
-    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + wider[d]);
+  // Costed again from the model, not read from the plan's own figures (a
+  // plan edited by hand, or made from a profile with other sizes, says
+  // what it likes there): the parameter state of every shard a device
+  // holds, and the activations as spindle-run keeps them.
+  for (const Wave& wave : plan.waves)
+    for (const Slice& sl : wave.slices)
+      for (int d : sl.devices)
+        if (d < 0 || d >= plan.devices)
+          return Error{"plan: a slice on device " + std::to_string(d) + ", the plan has " +
+                       std::to_string(plan.devices)};   // check_plan refuses it first
+  Plan costed = plan;
+  cost_plan(costed, model, graph, RunSizes());
+  std::vector<int64_t> mem = std::move(costed.predicted.memory_bytes);
   if (!bucket_copies) return mem;
   // The lowering's buckets: each one's flat buffer on each of its holders,
   // and with sharded state the largest all-gather's two buffers (the
@@ -130,7 +145,10 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& 
   const auto worst = std::max_element(mem.begin(), mem.end());
   if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
   const auto d = static_cast<size_t>(worst - mem.begin());
-  std::string why = "the plan counts " + size_text(static_cast<double>(plan.predicted.memory_bytes[d])) + " there";
+  const std::vector<int64_t>& counted = plan.predicted.memory_bytes;
+  std::string why = d < counted.size()
+                        ? "the plan counts " + size_text(static_cast<double>(counted[d])) + " there"
+                        : std::string("the plan counts none there");
   if (dtype_bytes(model.dtype) < kRunActivationValueBytes)
     why += std::string(", with the activations in ") + dtype_name(model.dtype) +
            ", which spindle-run keeps in fp32";

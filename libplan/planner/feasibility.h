@@ -30,17 +30,20 @@ struct Plan;
 Status check_plan_memory(const Plan& plan, const Model& model);
 
 // What spindle-run holds per device for `plan` (model `model`, expanded
-// as `graph`), from the plan's own figures, without a cost model: its
-// memory_bytes (spindle-run holds the optimizer state as the plan counts
-// it: whole on every replica, or sharded over them, ZeRO-1), with the
-// activations of a bf16 or fp16 model widened to the fp32 spindle-run
-// keeps them in (kRunActivationValueBytes; the analytic count of kept
-// bytes), plus, with `bucket_copies` (a device backend over NCCL), each
-// gradient bucket's flat buffer on each of its holders (the lowering's
-// buckets: lower_header; kBucketCopyBytesPerValue) and, with sharded
-// state, the buffers of the device's largest all-gather (the bucket's
-// gathered values and its own chunk, Lowered::gather_bytes). What
-// spindle-run checks before it allocates, and spindle-plan reports.
+// as `graph`), costed again from the model, not read from the plan's own
+// figures (a plan edited by hand may count what it likes), and without a
+// profile: the parameter state of every shard a device holds (as the plan
+// holds it: whole on every replica, or sharded over them, ZeRO-1), and
+// every operator's activations by the analytic count in fp32, as
+// spindle-run keeps them whatever the model's dtype
+// (kRunActivationValueBytes); plus, with `bucket_copies` (a device
+// backend over NCCL), each gradient bucket's flat buffer on each of its
+// holders (the lowering's buckets: lower_header; kBucketCopyBytesPerValue)
+// and, with sharded state, the buffers of the device's largest all-gather
+// (the bucket's gathered values and its own chunk, Lowered::gather_bytes).
+// For an fp32 model from a profile spindle-profile made, the first part
+// is the plan's own figure. What spindle-run checks before it allocates,
+// and spindle-plan reports (`run mem`, --check).
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies = false);
 // An error when a device of `plan` (read from `path`) would hold more than

@@ -2,6 +2,8 @@
 
 #include "libplan/io/json_reader.h"
 
+#include <algorithm>
+
 namespace spindle::plan {
 
 std::string trace_to_json(const std::vector<TraceEvent>& events, int devices) {
@@ -15,8 +17,13 @@ std::string trace_to_json(const std::vector<TraceEvent>& events, int devices) {
                    {"args", {{"name", "communication"}}}});
   }
   for (const TraceEvent& e : events) {
+    // The end rounded as the start is: boxes that meet on a track still
+    // meet (each rounded apart, one overlapped the next by 0.001 us, which
+    // viewers take for a box nested in another).
+    const double start = round_to(e.start_us, 3);
+    const double dur = std::max(0.0, round_to(round_to(e.start_us + e.dur_us, 3) - start, 3));
     out.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"pid", e.device}, {"tid", e.track},
-                   {"ts", round_to(e.start_us, 3)}, {"dur", round_to(e.dur_us, 3)}, {"args", e.args}});
+                   {"ts", start}, {"dur", dur}, {"args", e.args}});
   }
   return json{{"traceEvents", out}, {"displayTimeUnit", "ms"}}.dump() + "\n";
 }

@@ -91,6 +91,11 @@ outputs)
   expect 0 "" -- "$plan" model.yaml --cluster two.yaml -o two.json
   expect 2 "holds device-2.json .. device-3.json" -- "$plan" model.yaml --check two.json --lower programs
   expect 0 "" -- "$plan" model.yaml --check four.json --lower programs
+  # A file lower never writes (a leading 0) is not taken for one of its
+  # programs: it refused the folder, naming device-4.json, which did not exist.
+  mkdir -p mine && echo '{}' > mine/device-04.json
+  expect 0 "" -- "$plan" model.yaml --check two.json --lower mine
+  same mine/device-04.json '{}'
   rm two.json
   # No other output or input may be one of the programs --lower writes, or
   # the folder itself: the plan would be replaced by device 0's program,
@@ -198,6 +203,52 @@ EOF
     "$plan" "$models/tiny-clip.yaml" --check islands.json
   expect 2 "predicted.memory_bytes[0]: expected a byte count >= 0" -- \
     "$plan" "$models/tiny-clip.yaml" --check negative.json
+  # A plan whose own memory figures understate it (edited by hand: devices
+  # of 2 MiB, 1000 bytes counted on each, 2.3 MiB held): valid by its own
+  # figures, but costed again from the model spindle-run would refuse it,
+  # and --check says so (it said only "valid").
+  python3 - two.json liar.json <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["cluster"]["memory_bytes"] = 2 * 1024 * 1024
+p["predicted"]["memory_bytes"] = [1000, 1000]
+json.dump(p, open(sys.argv[2], "w"))
+EOF
+  expect 0 "spindle-plan: warning: spindle-run would refuse it: liar.json: device 0 would hold 2.3" -- \
+    "$plan" "$models/tiny-clip.yaml" --check liar.json
+  grep -q "of 2.00 MiB: the plan counts 1000 B there" err.txt ||
+    { echo "FAIL: --check does not say what the plan counts"; sed 's/^/  /' err.txt; failures=$((failures + 1)); }
+  # A plan that fits as run draws no warning.
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --check two.json
+  grep -q warning err.txt && { echo "FAIL: a warning for a plan that fits"; failures=$((failures + 1)); }
+  # Flags that would be taken and do nothing (exit 0, the same output) are
+  # refused: lowering flags with --check but no --lower, boundary shifts
+  # for a baseline's plan, a mismatch accepted with no profile.
+  for flag in "--bucket-mb 1" --no-overlap --no-early-transfers --grad-norm; do
+    # shellcheck disable=SC2086  # a flag and its value
+    expect 2 "${flag%% *}: with --check it shapes the programs --lower DIR writes, and there is no --lower" -- \
+      "$plan" "$models/tiny-clip.yaml" --check two.json $flag
+  done
+  expect 2 "--shift-simulations: shifts Spindle's plans, not --strategy sequential's" -- \
+    "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --strategy sequential --shift-simulations 5 -o x.json
+  expect 0 "" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --strategy sequential --compare \
+    --shift-simulations 5 -o x.json
+  expect 2 "--accept-profile-mismatch: accepts a mismatch of --profile, and there is none" -- \
+    "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" --accept-profile-mismatch -o y.json
+  [ -e y.json ] && { echo "FAIL: y.json written by a refused plan"; failures=$((failures + 1)); }
+  # A MetaOp's level is its MetaLevel, not any number above its inputs'
+  # (a level of 50 passed).
+  python3 - two.json <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+last = p["metaops"][-1]
+last["level"] += 50
+json.dump(p, open("level.json", "w"))
+print(last["id"], last["level"] - 50, file=open("level.txt", "w"))
+EOF
+  read -r id level < level.txt
+  expect 2 "metaops[$id].level: $((level + 50)), but its MetaLevel (the longest path to it from a MetaOp without inputs) is $level" -- \
+    "$plan" "$models/tiny-clip.yaml" --check level.json
   ;;
 profile-mismatch)
   "$profile" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o p2.json >/dev/null || exit 1
@@ -262,6 +313,18 @@ run-flags)
   expect 2 "bf16.json: device 0 would hold 2.37 MiB of 2.00 MiB: the plan counts 1.44 MiB there, with the activations in bf16, which spindle-run keeps in fp32; plan again on more devices" -- \
     mpi 2 "$run" bf16.json --model bf16.yaml --steps 1
   grep -q -- "--bucket-mb" err.txt && { echo "FAIL: --bucket-mb advised without NCCL"; failures=$((failures + 1)); }
+  # A plan whose own memory figures understate it (edited by hand) is
+  # costed again from the model: refused (it trained past the devices'
+  # memory).
+  "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
+  python3 - two.json liar.json <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["cluster"]["memory_bytes"] = 2 * 1024 * 1024
+p["predicted"]["memory_bytes"] = [1000, 1000]
+json.dump(p, open(sys.argv[2], "w"))
+EOF
+  expect 2 "liar.json: device 0 would hold 2.3" -- mpi 2 "$run" liar.json --model "$models/tiny-clip.yaml" --steps 1
   # A usage error that CLI11 finds, on every rank: said once (the launcher's
   # rank 0 speaks for all), as "spindle-run: error: ...".
   expect 2 "spindle-run: error: Could not convert: --lr = x" -- \

@@ -62,6 +62,9 @@ TEST_CASE("plan JSON: other formats, newer versions, unknown keys are rejected",
   d["metaops"][0]["level"] = "one";
   CHECK_THAT(error_of(d), Catch::Contains("metaops[0].level") && Catch::Contains("integer"));
   d = doc;
+  d["strategy"] = "";   // a plan of no strategy passed as "valid  plan"
+  CHECK_THAT(error_of(d), Catch::Contains("p.json: strategy: expected a name"));
+  d = doc;
   d["x-note"] = "extensions are allowed";
   CHECK(sp::parse_plan_string(d.dump(), "p.json").ok());
   CHECK_FALSE(sp::parse_plan_string("{\"format\": ", "p.json").ok());

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "libplan/cost/cost_model.h"
 #include "libplan/io/profile.h"
 #include "libplan/lower/lower.h"
@@ -1516,6 +1518,23 @@ TEST_CASE("programs that cannot finish are an error, not a hang", "[sim]") {
   auto gathered_one_pass = sp::simulate(q.l, q.slice_ms, cost, 2, lean);
   REQUIRE_FALSE(gathered_one_pass.ok());
   CHECK(gathered_one_pass.error().message == gathered.error().message);
+}
+
+TEST_CASE("trace JSON: a box's end is rounded as the next box's start is, so boxes that meet still meet", "[sim]") {
+  // 1171.4006 + 582.6466 = 1754.0472: ts and dur rounded apart (1171.401,
+  // 582.647) ended at 1754.048, past the next start, 1754.047 (viewers nest
+  // such boxes).
+  const std::vector<sp::TraceEvent> ev = {{"a", "compute", 0, 0, 1171.4006, 582.6466, {}},
+                                          {"b", "compute", 0, 0, 1171.4006 + 582.6466, 10.0, {}}};
+  const nlohmann::json j = nlohmann::json::parse(sp::trace_to_json(ev, 1));
+  std::vector<nlohmann::json> boxes;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") boxes.push_back(e);
+  REQUIRE(boxes.size() == 2);
+  CHECK(boxes[0]["ts"].get<double>() == Approx(1171.401).margin(1e-9));
+  CHECK(boxes[0]["dur"].get<double>() == Approx(582.646).margin(1e-9));
+  CHECK(boxes[1]["ts"].get<double>() == Approx(1754.047).margin(1e-9));
+  CHECK(boxes[0]["ts"].get<double>() + boxes[0]["dur"].get<double>() <= boxes[1]["ts"].get<double>() + 1e-9);
 }
 
 TEST_CASE("the simulated trace and utilisation show the simulated boxes", "[sim]") {
