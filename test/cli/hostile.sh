@@ -29,6 +29,17 @@ same() {  # same FILE CONTENT
   if [ "$(cat "$1")" != "$2" ]; then echo "FAIL: $1 changed"; failures=$((failures + 1)); fi
 }
 mpi() { "$mpiexec" --oversubscribe -np "$1" "${@:2}"; }
+# understated PLAN OUT: PLAN (tiny-clip on 2 devices) for devices of 2 MiB,
+# its own memory figures edited to 1000 bytes a device (it holds 2.3 MiB).
+understated() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["cluster"]["memory_bytes"] = 2 * 1024 * 1024
+p["predicted"]["memory_bytes"] = [1000, 1000]
+json.dump(p, open(sys.argv[2], "w"))
+EOF
+}
 
 case "$mode" in
 outputs)
@@ -207,13 +218,7 @@ EOF
   # of 2 MiB, 1000 bytes counted on each, 2.3 MiB held): valid by its own
   # figures, but costed again from the model spindle-run would refuse it,
   # and --check says so (it said only "valid").
-  python3 - two.json liar.json <<'EOF'
-import json, sys
-p = json.load(open(sys.argv[1]))
-p["cluster"]["memory_bytes"] = 2 * 1024 * 1024
-p["predicted"]["memory_bytes"] = [1000, 1000]
-json.dump(p, open(sys.argv[2], "w"))
-EOF
+  understated two.json liar.json
   expect 0 "spindle-plan: warning: spindle-run would refuse it: liar.json: device 0 would hold 2.3" -- \
     "$plan" "$models/tiny-clip.yaml" --check liar.json
   grep -q "of 2.00 MiB: the plan counts 1000 B there" err.txt ||
@@ -317,13 +322,7 @@ run-flags)
   # costed again from the model: refused (it trained past the devices'
   # memory).
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
-  python3 - two.json liar.json <<'EOF'
-import json, sys
-p = json.load(open(sys.argv[1]))
-p["cluster"]["memory_bytes"] = 2 * 1024 * 1024
-p["predicted"]["memory_bytes"] = [1000, 1000]
-json.dump(p, open(sys.argv[2], "w"))
-EOF
+  understated two.json liar.json
   expect 2 "liar.json: device 0 would hold 2.3" -- mpi 2 "$run" liar.json --model "$models/tiny-clip.yaml" --steps 1
   # A usage error that CLI11 finds, on every rank: said once (the launcher's
   # rank 0 speaks for all), as "spindle-run: error: ...".
