@@ -759,9 +759,10 @@ void print_banner(const Args& args, const Inputs& in, const Runtime& rt, int ran
   const sp::Model& model = *in.model;
   const sp::Plan& plan = *in.plan;
   if (rank == 0)
-    std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d ranks, backend %s, seed %llu\n",
+    std::printf("spindle-run: %s (%s), plan %s (%s, %zu waves) on %d rank%s, backend %s, seed %llu\n",
                 model.name.c_str(), args.model_path.c_str(), args.plan_path.c_str(), plan.strategy.c_str(),
-                plan.waves.size(), size, rt.backend->name(), static_cast<unsigned long long>(args.seed));
+                plan.waves.size(), size, size == 1 ? "" : "s", rt.backend->name(),
+                static_cast<unsigned long long>(args.seed));
   if (rank == 0) {
     std::string list;
     for (const std::string& l : in.locals) list += (list.empty() ? "" : ",") + l;
@@ -1127,7 +1128,16 @@ void dump_grads(Training& tr) {
 // Megatron-LM's --check-for-nan-in-loss-and-grad stops the run). The
 // losses were reduced over every rank (Executor::step): every rank decides
 // the same, and rank 0 prints the one message.
+// Whether step `st`'s losses and gradient norm (when computed) are all
+// finite: the test losses_finite says the error of.
+bool step_finite(const se::StepStats& st) {
+  for (double l : st.task_loss)
+    if (!std::isfinite(l)) return false;
+  return !st.grad_norm || std::isfinite(*st.grad_norm);
+}
+
 bool losses_finite(const Training& tr, const se::StepStats& st) {
+  if (step_finite(st)) return true;
   std::string bad;
   for (size_t t = 0; t < st.task_loss.size(); ++t)
     if (!std::isfinite(st.task_loss[t]))
@@ -1230,7 +1240,9 @@ int train(Training& tr) {
     const bool late = s < args.steps && out_of_time(tr, &mins);
     const int signo = s < args.steps ? exit_signal_received(tr) : 0;   // --exit-signal-handler
     const bool stop = late || signo != 0;
-    report_step(tr, st, lr, stop);
+    // A step that diverged is the run's last: its line is printed whatever
+    // --log-interval says (with the means of the steps before it).
+    report_step(tr, st, lr, stop || !step_finite(st));
     if (!losses_finite(tr, st)) return kExitFailure;
     if (!args.grads_path.empty() && s == first_step) dump_grads(tr);
     if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps) && !write_checkpoint(tr))

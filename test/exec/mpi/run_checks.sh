@@ -959,6 +959,14 @@ PY
       die "a non-finite loss: no message naming step 2 and its tasks"
     [ "$(grep -c '^iteration' run.log)" -eq 2 ] && [ "$(wc -l < m.jsonl)" -eq 2 ] || die "a non-finite loss: steps after it ran"
     [ ! -e dp.json ] || die "a non-finite loss: --dump-params was written"
+    # The diverged step's line is printed whatever --log-interval says (it
+    # was left out with --log-interval above 1: the run's last step, its
+    # losses lost), with the means of the steps since the last line.
+    run 2 pw.json huge-weight.yaml --steps 20 --log-interval 10
+    cat run.log
+    [ "$rc" -eq 1 ] && [ "$(grep -c '^iteration' run.log)" -eq 1 ] &&
+      grep -q '^iteration        2/      20 | .* image-text loss: -*nan |' run.log ||
+      die "a non-finite loss under --log-interval 10: its step's line not printed"
     # No checkpoint holds a diverged state, even where the loss is still
     # finite: weight 8e19 squares to more than a float in AdamW's v at some
     # step N (2 in this build); the checkpoints of steps 1 .. N-1 stay.
