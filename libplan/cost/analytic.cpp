@@ -11,6 +11,7 @@
 
 #include "libplan/rules/devices.h"
 #include "libplan/util/limits.h"
+#include "libplan/util/units.h"
 
 #include <algorithm>
 #include <cmath>
@@ -334,19 +335,29 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
                    "is valid (spec/profile.md), so spindle-plan would refuse it; list another of those counts"};
     }
     // The profile format's bounds (limits.h): a figure beyond them would be
-    // written and then refused by every reader.
-    const std::string where = (model.path.empty() ? std::string("<model>") : model.path) + ": operator " +
-                              use.first_op + " (" + use.workload.op + ")";
+    // written and then refused by every reader. Named at the model's node
+    // (file:line:col) that first uses the workload.
+    Where at{model.path.empty() ? std::string("<model>") : model.path, "", 0, 0};
+    for (const Operator& op : graph.ops)
+      if (op.id == use.first_op) {
+        const Node& node = model.tasks[static_cast<size_t>(op.task)].nodes[static_cast<size_t>(op.node)];
+        at = {at.file, "tasks[" + std::to_string(op.task) + "].nodes[" + std::to_string(op.node) + "]",
+              node.mark.line, node.mark.column};
+        break;
+      }
+    const std::string what = "operator " + use.first_op + " (" + use.workload.op + ")";
     if (e.param_bytes > limits::kMaxBytes || e.activation_bytes_per_sample > limits::kMaxBytes) {
-      return Error{where + ": more than " + std::to_string(limits::kMaxBytes) +
-                   " parameter or activation bytes per sample, beyond what a profile may hold"};
+      return make_error(at, what + ": more than " + number_text(static_cast<double>(limits::kMaxBytes)) +
+                                " parameter or activation bytes per sample, beyond what a profile may hold; "
+                                "smaller widths or sequences");
     }
     for (int n : counts) {
       const double ms = analytic_op_ms(use.workload, use.tensor_parallel, n, cluster, model.dtype, use.param_bytes);
       if (!(ms <= limits::kMaxMs)) {
-        return Error{where + ": would take " + std::to_string(ms) + " ms on " + std::to_string(n) +
-                     " devices of cluster " + cfile + ", more than the " + std::to_string(limits::kMaxMs) +
-                     " ms a profile may hold"};
+        return make_error(at, what + ": would take " + number_text(ms) + " ms on " + std::to_string(n) +
+                                  (n == 1 ? " device" : " devices") + " of cluster " + cfile + ", more than the " +
+                                  number_text(limits::kMaxMs) +
+                                  " ms a profile may hold; a smaller batch, sequence or widths");
       }
       e.points.push_back(ProfilePoint{n, profile_figure(ms), 0.0});
     }

@@ -255,6 +255,31 @@ links:
              Catch::StartsWith("nobw.yaml:5:3: device.memory_gbytes_per_s: an analytic profile needs the device memory "
                                "bandwidth in GB/s"));
 
+  // Sizes within the model's limits whose time a profile cannot hold
+  // (over 10^9 ms): named at the node that uses the workload (the
+  // message had no line or key).
+  auto huge = parse_model_string(R"(name: huge
+dtype: fp32
+modules:
+  text:
+    - {op: token_embed, vocab: 4, hidden: 4}
+  lm:
+    - {op: lm_loss, hidden: 4, vocab: 4}
+tasks:
+  - name: t
+    batch: 1000000000
+    nodes:
+      - {id: x, module: text, seq: 1000000000}
+      - {id: l, module: lm, inputs: [x]}
+)",
+                                 "huge.yaml");
+  REQUIRE(huge.ok());
+  auto h = analytic_profile(*huge, expand(*huge), a800(1), nullptr);
+  REQUIRE_FALSE(h.ok());
+  CHECK_THAT(h.error().message, Catch::StartsWith("huge.yaml:13:9: tasks[0].nodes[1]: operator t/l/0.0 (lm_loss): would "
+                                                  "take ") &&
+                                    Catch::EndsWith("ms a profile may hold; a smaller batch, sequence or widths"));
+
   const std::vector<int> too_many{1, 64};
   auto q = analytic_profile(*model, g, a800(1), &too_many);
   REQUIRE_FALSE(q.ok());
