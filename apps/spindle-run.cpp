@@ -1120,6 +1120,15 @@ void dump_grads(Training& tr) {
   }
 }
 
+// Whether step `st`'s losses, and its gradient norm when the programs
+// compute it (the same on every rank: the update it scaled is not to be
+// kept either), are all finite.
+bool step_finite(const se::StepStats& st) {
+  for (double l : st.task_loss)
+    if (!std::isfinite(l)) return false;
+  return !st.grad_norm || std::isfinite(*st.grad_norm);
+}
+
 // After step `st` (reported): whether every task's loss is finite. A loss
 // that is not (inf or nan: training diverged, as with a task weight or
 // learning rate too large, or data of huge values) stops the run before
@@ -1128,24 +1137,12 @@ void dump_grads(Training& tr) {
 // Megatron-LM's --check-for-nan-in-loss-and-grad stops the run). The
 // losses were reduced over every rank (Executor::step): every rank decides
 // the same, and rank 0 prints the one message.
-// Whether step `st`'s losses and gradient norm (when computed) are all
-// finite: the test losses_finite says the error of.
-bool step_finite(const se::StepStats& st) {
-  for (double l : st.task_loss)
-    if (!std::isfinite(l)) return false;
-  return !st.grad_norm || std::isfinite(*st.grad_norm);
-}
-
 bool losses_finite(const Training& tr, const se::StepStats& st) {
   if (step_finite(st)) return true;
-  std::string bad;
+  std::string bad;   // the tasks whose loss is not finite; none: the gradient norm
   for (size_t t = 0; t < st.task_loss.size(); ++t)
     if (!std::isfinite(st.task_loss[t]))
       bad += (bad.empty() ? "" : ", ") + tr.model.tasks[t].name + " " + sp::number_text(st.task_loss[t]);
-  // The gradient norm as well, when the programs compute it (the same on
-  // every rank): the update it scaled is not to be kept either.
-  const bool norm_bad = st.grad_norm && !std::isfinite(*st.grad_norm);
-  if (bad.empty() && !norm_bad) return true;
   if (tr.rank == 0) {
     const std::string what = bad.empty() ? "gradient norm not finite (" + sp::number_text(*st.grad_norm) + ")"
                                          : "loss not finite (" + bad + ")";

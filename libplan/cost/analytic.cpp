@@ -200,7 +200,8 @@ double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Clust
 
 std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGraph& graph) {
   std::map<std::string, WorkloadUse> uses;
-  for (const Operator& op : graph.ops) {
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Operator& op = graph.ops[i];
     const std::string key = op.workload.key();
     int64_t max_seq = op.workload.seq;
     if (op.task >= 0 && size_t(op.task) < model.tasks.size()) {
@@ -213,7 +214,7 @@ std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGra
     const int64_t params = op_param_count(op.workload.op, op.workload.dims, max_seq) * dtype_bytes(model.dtype);
     auto it = uses.find(key);
     if (it == uses.end()) {
-      uses.emplace(key, WorkloadUse{op.workload, op.tensor_parallel, params, op.id});
+      uses.emplace(key, WorkloadUse{op.workload, op.tensor_parallel, params, op.id, static_cast<int>(i)});
       continue;
     }
     it->second.param_bytes = std::max(it->second.param_bytes, params);
@@ -337,14 +338,11 @@ Result<Profile> analytic_profile(const Model& model, const OpGraph& graph, const
     // The profile format's bounds (limits.h): a figure beyond them would be
     // written and then refused by every reader. Named at the model's node
     // (file:line:col) that first uses the workload.
-    Where at{model.path.empty() ? std::string("<model>") : model.path, "", 0, 0};
-    for (const Operator& op : graph.ops)
-      if (op.id == use.first_op) {
-        const Node& node = model.tasks[static_cast<size_t>(op.task)].nodes[static_cast<size_t>(op.node)];
-        at = {at.file, "tasks[" + std::to_string(op.task) + "].nodes[" + std::to_string(op.node) + "]",
-              node.mark.line, node.mark.column};
-        break;
-      }
+    const Operator& first = graph.ops[static_cast<size_t>(use.first_index)];
+    const Node& node = model.tasks[static_cast<size_t>(first.task)].nodes[static_cast<size_t>(first.node)];
+    const Where at{model.path.empty() ? std::string("<model>") : model.path,
+                   "tasks[" + std::to_string(first.task) + "].nodes[" + std::to_string(first.node) + "]",
+                   node.mark.line, node.mark.column};
     const std::string what = "operator " + use.first_op + " (" + use.workload.op + ")";
     if (e.param_bytes > limits::kMaxBytes || e.activation_bytes_per_sample > limits::kMaxBytes) {
       return make_error(at, what + ": more than " + number_text(static_cast<double>(limits::kMaxBytes)) +

@@ -77,6 +77,7 @@ struct WorkloadUse {
   int tensor_parallel = 1;
   int64_t param_bytes = 0;
   std::string first_op;   // the first operator with it, for messages
+  int first_index = 0;    // that operator's index in the graph
 };
 // By Workload::key(), in key order.
 std::map<std::string, WorkloadUse> workload_uses(const Model& model, const OpGraph& graph);

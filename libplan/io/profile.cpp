@@ -338,11 +338,9 @@ Status parse_header(const ProfileReader& r, const json& doc, int version, Profil
 Result<ProfilePoint> parse_point(const ProfileReader& r, const json& jp, const std::string& pat,
                                  const ProfilePoint* previous, int version) {
   if (!jp.is_object()) return r.err(pat, std::string("expected an object, found ") + type_name(jp));
-  const std::string spread_key = version >= 2 ? "spread" : "x-spread";
-  if (version >= 2)
-    SPINDLE_TRY(r.check_keys(jp, pat, {"devices", "ms"}, {"spread"}));
-  else
-    SPINDLE_TRY(r.check_keys(jp, pat, {"devices", "ms"}, {}));
+  const std::string spread_key = version >= 2 ? "spread" : "x-spread";   // x- keys pass check_keys anyway
+  SPINDLE_TRY(r.check_keys(jp, pat, {"devices", "ms"}, version >= 2 ? std::set<std::string>{"spread"}
+                                                                    : std::set<std::string>{}));
   ProfilePoint pt;
   SPINDLE_ASSIGN(d, r.get_int(jp, pat, "devices", 1, limits::kMaxDevices));
   pt.devices = static_cast<int>(d);
