@@ -31,6 +31,9 @@
 // SPINDLE_TEST_LOCK_AFTER=FILE makes rank 0 wait (up to 60 s) for FILE to
 // exist before it takes the checkpoint folder's lock: another run can take
 // the folder in between, as it could between the two by chance.
+// SPINDLE_TEST_SIGNAL_IN_SAVE=S makes rank 1 (rank 0 when alone) raise
+// SIGTERM on itself while the checkpoint of step S is being saved: a signal
+// that arrives during a save, which a test cannot time from outside.
 //
 // --dump-grads (a test flag, docs/runtime.md): after the first step this run
 // trains, the full gradients after the gradient sync, in --dump-params'
@@ -971,6 +974,9 @@ void warn_drift(const se::ReplicaDrift& drift, int64_t step) {
 bool write_checkpoint(Training& tr) {
   const auto t0 = std::chrono::steady_clock::now();
   const se::TrainingState state = tr.executor.gather_state();
+  if (const char* at = std::getenv("SPINDLE_TEST_SIGNAL_IN_SAVE");
+      at && std::atoll(at) == state.step && tr.rank == (tr.size > 1 ? 1 : 0))
+    std::raise(SIGTERM);   // the test hook (header)
   std::string error;
   // --overwrite: this run owns the folder from its first save on (not when
   // that save is refused: a state that is not finite keeps the old ones).
@@ -1070,6 +1076,24 @@ double tflops_per_device(const Training& tr, double step_ms) {
 // --steps), prints the log line: as Megatron-LM's, step
 // time and losses are the means over the steps since the line before.
 // Collective over MPI_COMM_WORLD.
+// Rank 0: the step line of step `st` with the means of the steps since the
+// last line (--log-interval), if any step is waiting for one; the window is
+// then empty. Other ranks: nothing.
+void print_step_line(Training& tr, const se::StepStats& st, double lr) {
+  Training::Window& w = tr.window;
+  if (tr.rank != 0 || w.steps == 0) return;
+  se::StepStats mean = st;
+  mean.step_ms = w.ms / w.steps;
+  for (size_t t = 0; t < mean.task_loss.size(); ++t) mean.task_loss[t] = w.loss[t] / w.steps;
+  int64_t consumed = 0;
+  for (const auto& [task, n] : se::samples_read(tr.meta, st.step)) consumed += n;
+  std::printf("%s\n", log_line(tr.model, mean, tr.args.steps, tr.samples_per_step, consumed, lr,
+                                tflops_per_device(tr, mean.step_ms), tr.gpu)
+                          .c_str());
+  std::fflush(stdout);
+  w = {};
+}
+
 void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
   const std::vector<double> per_rank = gather_counters(st.counters, tr.rank, tr.size);
   if (tr.rank == 0) {
@@ -1078,18 +1102,7 @@ void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
     for (size_t t = 0; t < st.task_loss.size(); ++t) w.loss[t] += st.task_loss[t];
     w.ms += st.step_ms;
     ++w.steps;
-    if (st.step % tr.args.log_interval == 0 || st.step == tr.args.steps || last) {
-      se::StepStats mean = st;
-      mean.step_ms = w.ms / w.steps;
-      for (size_t t = 0; t < mean.task_loss.size(); ++t) mean.task_loss[t] = w.loss[t] / w.steps;
-      int64_t consumed = 0;
-      for (const auto& [task, n] : se::samples_read(tr.meta, st.step)) consumed += n;
-      std::printf("%s\n", log_line(tr.model, mean, tr.args.steps, tr.samples_per_step, consumed, lr,
-                                    tflops_per_device(tr, mean.step_ms), tr.gpu)
-                              .c_str());
-      std::fflush(stdout);
-      w = {};
-    }
+    if (st.step % tr.args.log_interval == 0 || st.step == tr.args.steps || last) print_step_line(tr, st, lr);
   }
   if (tr.rank == 0 && !tr.args.metrics_path.empty()) {
     nlohmann::json j = {{"step", st.step},
@@ -1235,17 +1248,25 @@ int train(Training& tr) {
     const se::StepStats st = tr.executor.step();
     double mins = 0;   // --exit-duration-mins: out of time after this step (not the last)?
     const bool late = s < args.steps && out_of_time(tr, &mins);
-    const int signo = s < args.steps ? exit_signal_received(tr) : 0;   // --exit-signal-handler
-    const bool stop = late || signo != 0;
+    int signo = s < args.steps ? exit_signal_received(tr) : 0;   // --exit-signal-handler
+    bool stop = late || signo != 0;
     // A step that diverged is the run's last: its line is printed whatever
     // --log-interval says (with the means of the steps before it).
     report_step(tr, st, lr, stop || !step_finite(st));
     if (!losses_finite(tr, st)) return kExitFailure;
     if (!args.grads_path.empty() && s == first_step) dump_grads(tr);
-    if (!args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps) && !write_checkpoint(tr))
-      return kExitFailure;
-    if (((args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps) && !evaluate(tr, s))
-      return kExitInvalid;
+    const bool saves = !args.checkpoint_dir.empty() && (s % args.every == 0 || s == args.steps);
+    if (saves && !write_checkpoint(tr)) return kExitFailure;
+    const bool evaluates = (args.eval_every > 0 && s % args.eval_every == 0) || s == args.steps;
+    if (evaluates && !evaluate(tr, s)) return kExitInvalid;
+    // A signal that came during this step's save or evaluation, either of
+    // which can take longer than a step: stop after this step, not the next
+    // (the step's line, if --log-interval held it back, is printed now).
+    if (!stop && s < args.steps && (saves || evaluates)) {
+      signo = exit_signal_received(tr);
+      stop = signo != 0;
+      if (stop) print_step_line(tr, st, lr);
+    }
     // Out of time (--exit-duration-mins, Megatron-LM's
     // --exit-duration-in-mins) or told to stop (--exit-signal-handler): a
     // checkpoint of this step, unless it just saved one, and exit 0, so

@@ -142,7 +142,9 @@
 #       on), then SIGTERM to rank 1 alone (as srun or Slurm would reach a
 #       rank): every rank finishes the step under way, the checkpoint of that
 #       step is saved, exit 0 with a line naming the signal and the step;
-#       --resume goes on from it.
+#       --resume goes on from it. A SIGTERM that arrives while a checkpoint
+#       is saved (SPINDLE_TEST_SIGNAL_IN_SAVE) stops the run after that
+#       step, not the next.
 #   ckpt-fault      rank 1 is killed with SIGKILL while training with
 #       --checkpoint --every 4, between two checkpoints from step 9 on (frozen
 #       with SIGSTOP first so that the step count is known): the job ends
@@ -1296,7 +1298,21 @@ PY
     cat run.log
     [ "$rc" -eq 0 ] && [ "$(wc -l < after.jsonl)" -eq 2 ] || die "resume after SIGTERM: exit $rc, $(wc -l < after.jsonl) steps"
     grep -q "resum.*step $m" run.log || die "resume after SIGTERM: not from step $m"
-    echo "PASS: SIGUSR1 to mpirun and SIGTERM to one rank each stop every rank after one step with its checkpoint, exit 0; --resume goes on" ;;
+    # SIGTERM to rank 1 while the checkpoint of step 3 is saved (the test
+    # hook raises it there): the run stops after step 3, not after step 4
+    # with a second checkpoint; the line of step 3, which --log-interval 10
+    # held back, is printed.
+    rm -rf ck in-save.jsonl
+    SPINDLE_TEST_SIGNAL_IN_SAVE=3 run 2 p2.json "$model" --steps 100 --seed 3 --checkpoint ck --every 3 \
+      --exit-signal-handler --log-interval 10 --metrics in-save.jsonl
+    cat run.log
+    [ "$rc" -eq 0 ] || die "SIGTERM during a save: exit $rc, expected 0"
+    [ "$(wc -l < in-save.jsonl)" -eq 3 ] || die "SIGTERM during a save: $(wc -l < in-save.jsonl) steps trained, expected 3"
+    [ "$(ls ck)" = step-000003 ] || die "SIGTERM during a save: expected the checkpoint of step 3 alone: $(ls ck)"
+    grep -q "^spindle-run: SIGTERM received (--exit-signal-handler), step 3 of 100 done; stopping" run.log ||
+      die "SIGTERM during a save: no line naming step 3"
+    grep -q "^iteration  *3/  *100 |" run.log || die "SIGTERM during a save: no step line of step 3"
+    echo "PASS: SIGUSR1 to mpirun, SIGTERM to one rank, and SIGTERM during a save each stop every rank after the step under way with its checkpoint, exit 0; --resume goes on" ;;
   ckpt-fault)
     model=$MODELS/tiny-clip.yaml
     plan "$model" 4 p4.json
