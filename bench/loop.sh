@@ -27,7 +27,8 @@
 # step and per-rank parts from the run without --trace, the boxes from the one
 # with it);
 # files go to $BUILD_DIR/loop/. Exit 0 when every command ran (the ratio is
-# reported, not enforced: see "within 20%" in the last line).
+# reported, not enforced: see "within 15%" or "OUTSIDE 15%" on the
+# `step (sim)` line).
 set -eu
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/common.sh"
