@@ -141,11 +141,12 @@ struct Args {
 // What each rank counted in one step (Executor's StepCounters), on rank 0:
 // kCounterFields doubles per rank, in rank order (empty on other ranks).
 // Collective over MPI_COMM_WORLD.
-constexpr int kCounterFields = 7;
+constexpr int kCounterFields = 8;
+constexpr int kPeakField = 7;   // peak_bytes
 std::vector<double> gather_counters(const se::StepCounters& c, int rank, int size) {
   const double mine[kCounterFields] = {static_cast<double>(c.sent_bytes), static_cast<double>(c.received_bytes),
                                        static_cast<double>(c.reduced_bytes), c.compute_ms, c.transfer_ms, c.sync_ms,
-                                       static_cast<double>(c.gathered_bytes)};
+                                       static_cast<double>(c.gathered_bytes), static_cast<double>(c.peak_bytes)};
   std::vector<double> all(rank == 0 ? static_cast<size_t>(kCounterFields) * static_cast<size_t>(size) : 0);
   MPI_CHECK(MPI_Gather(mine, kCounterFields, MPI_DOUBLE, all.data(), kCounterFields, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   return all;
@@ -164,7 +165,8 @@ nlohmann::json counters_json(const std::vector<double>& all, int size) {
                    {"gathered_bytes", static_cast<int64_t>(c[6])},
                    {"compute_ms", c[3]},
                    {"transfer_ms", c[4]},
-                   {"sync_ms", c[5]}});
+                   {"sync_ms", c[5]},
+                   {"peak_bytes", static_cast<int64_t>(c[kPeakField])}});
   }
   return out;
 }
@@ -929,6 +931,12 @@ struct Training {
   // they are removed just before this run's first save (write_checkpoint),
   // so a run refused or failed before it (bad data at step 1) loses none.
   bool overwrite_pending = false;
+  // Memory per rank: what the check before allocating counted
+  // (memory_as_run, every rank), and on rank 0 the most the backend held
+  // in a step so far (StepCounters::peak_bytes) and that step.
+  std::vector<int64_t> counted_bytes = {};
+  std::vector<int64_t> peak_bytes = {};
+  std::vector<int64_t> peak_step = {};
 };
 
 // Before training, on rank 0: with --overwrite into a folder holding
@@ -937,6 +945,34 @@ void mark_overwrite(Training& tr) {
   const Args& args = tr.args;
   tr.overwrite_pending = tr.rank == 0 && !args.resume && args.overwrite && !args.checkpoint_dir.empty() &&
                          !se::list_checkpoints(args.checkpoint_dir).empty();
+}
+
+// Rank 0, after training: the rank whose backend held the largest share of
+// what the memory check counted for it (memory_as_run) at its peak step:
+// how close the run came to the count, which has to stay above it.
+void report_memory(const Training& tr, int64_t device_bytes) {
+  if (tr.rank != 0 || tr.counted_bytes.size() != tr.peak_bytes.size()) return;
+  size_t worst = tr.peak_bytes.size();
+  double share = -1;
+  for (size_t r = 0; r < tr.peak_bytes.size(); ++r) {
+    if (tr.peak_bytes[r] < 0 || tr.counted_bytes[r] <= 0) continue;
+    const double s = static_cast<double>(tr.peak_bytes[r]) / static_cast<double>(tr.counted_bytes[r]);
+    if (s > share) {
+      share = s;
+      worst = r;
+    }
+  }
+  if (worst == tr.peak_bytes.size()) return;
+  const int64_t most = *std::max_element(tr.peak_bytes.begin(), tr.peak_bytes.end());
+  std::printf("spindle-run: memory: rank %zu held at most %s in a step (step %lld), %.1f%% of the %s counted for it "
+              "before the run (of %s a device%s; --metrics: each rank's peak_bytes)\n",
+              worst, sp::human_bytes(static_cast<double>(tr.peak_bytes[worst]), 2).c_str(),
+              static_cast<long long>(tr.peak_step[worst]), 100.0 * share,
+              sp::human_bytes(static_cast<double>(tr.counted_bytes[worst]), 2).c_str(),
+              sp::human_bytes(static_cast<double>(device_bytes), 2).c_str(),
+              most > device_bytes ? "; a rank held more than that: on devices of this size the run would not fit"
+                                  : "");
+  std::fflush(stdout);
 }
 
 // Rank 0: appends `line` to --metrics (when given), opening it at the
@@ -1097,6 +1133,15 @@ void print_step_line(Training& tr, const se::StepStats& st, double lr) {
 void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
   const std::vector<double> per_rank = gather_counters(st.counters, tr.rank, tr.size);
   if (tr.rank == 0) {
+    tr.peak_bytes.resize(static_cast<size_t>(tr.size), -1);
+    tr.peak_step.resize(static_cast<size_t>(tr.size), 0);
+    for (size_t r = 0; r < tr.peak_bytes.size(); ++r) {
+      const auto held = static_cast<int64_t>(per_rank[r * kCounterFields + kPeakField]);
+      if (held > tr.peak_bytes[r]) {
+        tr.peak_bytes[r] = held;
+        tr.peak_step[r] = st.step;
+      }
+    }
     Training::Window& w = tr.window;
     w.loss.resize(st.task_loss.size(), 0.0);
     for (size_t t = 0; t < st.task_loss.size(); ++t) w.loss[t] += st.task_loss[t];
@@ -1413,6 +1458,8 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
               std::ofstream(),
               start};
   mark_overwrite(tr);
+  if (const auto counted = sp::memory_as_run(*in.plan, *in.model, in.graph, rt.use_nccl))
+    tr.counted_bytes = *counted;   // checked before allocating (memory_error), so it computes
   rt.world->barrier();
   executor.reset_clock();
   if (nothing_to_train) {
@@ -1420,6 +1467,7 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
   } else if (const int code = train(tr); code != 0) {
     return code;
   }
+  report_memory(tr, in.plan->memory_bytes);
   if (rank == 0 && tr.metrics.is_open()) {
     tr.metrics.close();
     if (tr.metrics.fail()) throw std::runtime_error(args.metrics_path + ": write failed on close (--metrics)");

@@ -1,6 +1,7 @@
 #include "libexec/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <sstream>
 #include <stdexcept>
@@ -24,11 +25,36 @@ std::string shape_str(const Shape& shape) {
   return os.str();
 }
 
+namespace {
+
+std::atomic<int64_t> g_host_bytes{0}, g_host_peak{0};
+
+void raise_host_peak(int64_t held) {
+  int64_t peak = g_host_peak.load(std::memory_order_relaxed);
+  while (held > peak && !g_host_peak.compare_exchange_weak(peak, held, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+int64_t host_tensor_bytes() { return g_host_bytes.load(std::memory_order_relaxed); }
+int64_t host_tensor_peak_bytes() { return g_host_peak.load(std::memory_order_relaxed); }
+void reset_host_tensor_peak() { g_host_peak.store(host_tensor_bytes(), std::memory_order_relaxed); }
+
 Tensor Tensor::zeros(Shape shape) {
   Tensor t;
   t.numel_ = shape_numel(shape);
   t.shape_ = std::move(shape);
-  t.storage_ = std::shared_ptr<float[]>(new float[static_cast<size_t>(std::max<int64_t>(t.numel_, 1))]());
+  const size_t n = static_cast<size_t>(std::max<int64_t>(t.numel_, 1));
+  const auto bytes = static_cast<int64_t>(n * sizeof(float));
+  float* values = new float[n]();
+  // Counted before the handle exists: if making it throws, it calls the
+  // deleter, which takes the bytes off again.
+  raise_host_peak(g_host_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  t.storage_ = std::shared_ptr<float[]>(values, [bytes](float* p) {
+    delete[] p;
+    g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  });
   return t;
 }
 

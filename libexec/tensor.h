@@ -92,4 +92,16 @@ Tensor slice_rows(const Tensor& t, int64_t row0, int64_t rows);
 // Concatenation along dimension 0 (all other dimensions equal), copied.
 Tensor concat_rows(const std::vector<Tensor>& parts);
 
+// The bytes of host tensor storage this process holds: every Tensor::zeros
+// (and what is built on it: from, clone, the CPU backend's allocate, the
+// operators' saved state, the executor's buffers), counted from allocation
+// to the release of its last handle; not storage wrapped from elsewhere
+// (Tensor::wrap: device memory) nor memory that is not a tensor's
+// (communicators' own buffers, containers). Thread-safe.
+int64_t host_tensor_bytes();
+// The most held at once since the last reset_host_tensor_peak() (which sets
+// it to what is held then), or since the start.
+int64_t host_tensor_peak_bytes();
+void reset_host_tensor_peak();
+
 }  // namespace spindle::exec

@@ -70,6 +70,17 @@ class Backend {
   // Executor::norm_sum). The default reads the values on the host,
   // copying a tensor that is elsewhere there first.
   virtual double sum_squares(std::span<const Tensor> tensors);
+
+  // Bytes of this backend's memory in use at most since the last
+  // reset_peak_bytes(): the CPU backend's, the host tensors of the process
+  // (host_tensor_peak_bytes: parameters, gradients, optimizer state,
+  // activations, the operators' saved state and the executor's buffers);
+  // the CUDA backend's, its stream-ordered pool (every tensor and
+  // operator buffer it allocates; not cuBLAS's workspace, NCCL's buffers
+  // or the CUDA context). The figure spindle-run compares with the plan's
+  // memory count.
+  virtual int64_t peak_bytes() = 0;
+  virtual void reset_peak_bytes() = 0;
 };
 
 // "cpu" is always built. Returns nullptr for a name not built into this

@@ -515,6 +515,7 @@ StepStats Executor::step() {
   din_.clear();
   std::fill(loss_.begin(), loss_.end(), 0.0);
   counters_ = StepCounters{};
+  backend_.reset_peak_bytes();
   grad_norm_.reset();
   options_.adamw.grad_scale = 1.0f;   // gradient_norm sets the clipping factor
   data_batch_ = step_ - 1;
@@ -588,6 +589,8 @@ StepStats Executor::step() {
   world_.all_reduce_sum(loss);
   stats.task_loss.assign(loss.begin(), loss.end());
   stats.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  backend_.synchronize();   // the device's frees in stream order have happened
+  counters_.peak_bytes = backend_.peak_bytes();
   stats.counters = counters_;
   stats.instr_ms = std::move(instr_ms);
   stats.grad_norm = grad_norm_;

@@ -123,6 +123,7 @@ struct StepCounters {
   double transfer_ms = 0;       // exchanges (packing, messages, unpacking)
   double sync_ms = 0;           // gradient all-reduce: starting and waiting (not the polls between);
                                 // ZeRO-1 all-gathers
+  int64_t peak_bytes = 0;       // the backend's memory in use at most during the step (Backend::peak_bytes)
 };
 
 struct StepStats {

@@ -255,3 +255,49 @@ TEST_CASE("executor: a plan for another world size is rejected") {
   auto backend = make_backend("cpu");
   CHECK_THROWS_AS(Executor(model, plan, world, GroupComms{}, *backend, ExecOptions{}), std::invalid_argument);
 }
+
+TEST_CASE("tensor: host tensor bytes count from allocation to the last handle's release, with a resettable peak") {
+  // Deltas from what this process holds already (other tests' tensors).
+  const int64_t base = spindle::exec::host_tensor_bytes();
+  spindle::exec::reset_host_tensor_peak();
+  CHECK(spindle::exec::host_tensor_peak_bytes() == base);
+  {
+    Tensor a = Tensor::zeros({3, 5});                 // 15 floats: 60 bytes
+    CHECK(spindle::exec::host_tensor_bytes() == base + 60);
+    Tensor view = a.reshaped({5, 3});                 // the same storage: no bytes
+    Tensor copy = a.clone();                          // 60 more
+    Tensor empty = Tensor::zeros({0, 4});             // holds one float (never 0 bytes): 4
+    CHECK(spindle::exec::host_tensor_bytes() == base + 124);
+    a = Tensor();                                     // `view` still holds the storage
+    CHECK(spindle::exec::host_tensor_bytes() == base + 124);
+    view = Tensor();                                  // the last handle: 60 released
+    CHECK(spindle::exec::host_tensor_bytes() == base + 64);
+    CHECK(spindle::exec::host_tensor_peak_bytes() == base + 124);
+    spindle::exec::reset_host_tensor_peak();          // the peak restarts at what is held: base + 64
+    Tensor big = Tensor::from({2, 2}, {1, 2, 3, 4});  // 16 more
+    big = Tensor();
+    CHECK(spindle::exec::host_tensor_peak_bytes() == base + 80);
+  }
+  CHECK(spindle::exec::host_tensor_bytes() == base);
+  CHECK(spindle::exec::host_tensor_peak_bytes() == base + 80);
+}
+
+TEST_CASE("executor: a step's peak_bytes holds at least every parameter, its gradient and AdamW's moments") {
+  const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
+  const sp::Plan plan = one_device_plan(model);
+  OneDevice one(model, plan, ExecOptions{});
+  Executor& ex = *one.ex;
+  ex.step();
+  const StepStats st = ex.step();   // the moments exist from the first step on
+  // The peak is the backend's (host tensors on the CPU) during that step.
+  CHECK(st.counters.peak_bytes == one.backend->peak_bytes());
+  int64_t values = 0;
+  for (const auto& [name, t] : ex.gather_params()) values += t.numel();
+  // What the executor allocated against the model's own count (the
+  // catalogue's formulas, libplan): value, gradient and two moments of 4
+  // bytes each, all on the one device.
+  REQUIRE(values == model.parameter_count());
+  REQUIRE(values > 0);
+  CHECK(st.counters.peak_bytes >= 16 * values);
+  CHECK(st.counters.peak_bytes < 64 * 1024 * 1024);
+}

@@ -49,6 +49,9 @@ class CpuBackend final : public Backend {
     exec::adamw_step(cfg, step, param, grad, m, v);
   }
 
+  int64_t peak_bytes() override { return host_tensor_peak_bytes(); }
+  void reset_peak_bytes() override { reset_host_tensor_peak(); }
+
  private:
   Device says_;
 };

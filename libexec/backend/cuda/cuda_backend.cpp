@@ -192,10 +192,9 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(CudaOptions options) : options_(options) {
     CUDA_CHECK(cudaGetDevice(&device_));
     // Keep freed pool memory cached instead of returning it at every sync.
-    cudaMemPool_t pool = nullptr;
-    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool_, device_));
     uint64_t threshold = UINT64_MAX;
-    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUBLAS_CHECK(cublasSetStream(blas_, 0));
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&flag_), sizeof(int)));
@@ -230,6 +229,20 @@ class CudaBackend final : public Backend {
   // boxes, Executor::record, waited for every bucket in flight and so
   // measured a run without overlap).
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(0)); }
+
+  // The pool's high watermark of memory in use (allocations the stream has
+  // not freed yet included), at least what is in use now: a reset sets the
+  // watermark to 0, which CUDA raises again at the next allocation.
+  int64_t peak_bytes() override {
+    uint64_t high = 0, now = 0;
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &high));
+    CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &now));
+    return static_cast<int64_t>(std::max(high, now));
+  }
+  void reset_peak_bytes() override {
+    uint64_t zero = 0;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &zero));
+  }
 
   void add(const Tensor& src, Tensor& dst) override {
     if (src.device() != Device::cuda || dst.device() != Device::cuda)
@@ -928,6 +941,7 @@ class CudaBackend final : public Backend {
 
   CudaOptions options_;
   int device_ = 0;
+  cudaMemPool_t pool_ = nullptr;   // the device's default pool, which device_tensor and Buf allocate from
   cublasHandle_t blas_ = nullptr;
   int* flag_ = nullptr;  // device int: a bad id or target seen by a kernel
   std::unordered_map<const Op*, Saved> saved_;

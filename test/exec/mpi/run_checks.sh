@@ -1030,6 +1030,12 @@ PY
     [ "$rc" -eq 0 ] || { cat run.log; die "the sharded plan did not run: exit $rc"; }
     grep -q '"gathered_bytes":[1-9]' tight.jsonl || die "no all-gather measured: $(head -c 400 tight.jsonl)"
     "$COMPARE" --bytes prog-tight tight.jsonl || die "measured bytes differ from the lowered programs"
+    # Each rank's memory at its peak in each step (the CPU backend's host
+    # tensors), and the line naming the rank closest to its count.
+    [ "$(grep -o '"peak_bytes":[1-9][0-9]*' tight.jsonl | wc -l)" -eq 4 ] ||
+      die "expected a positive peak_bytes for 2 ranks in 2 steps: $(grep -o '"peak_bytes":[-0-9]*' tight.jsonl)"
+    grep -Eq "^spindle-run: memory: rank [01] held at most [0-9.]+ [KM]iB in a step \(step [12]\), [0-9.]+% of the [0-9.]+ [KM]iB counted for it before the run \(of 2.30 MiB a device" run.log ||
+      die "no memory line: $(grep memory run.log)"
     # Planned with the state replicated, the same devices are too small:
     # refused by the planner, no plan written.
     "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$SRC/test/data/clusters/cpu-1x2-tight.yaml" \
