@@ -108,6 +108,7 @@ TEST_CASE("nccl emulation: a peer outside the group, a negative count and a redu
   // A group of 1 splits anything into 1 block; the thread group of 2 below
   // refuses 3 floats.
   CHECK_NOTHROW(c.wait_all_reduce_device(c.start_reduce_scatter_sum_device(x.data(), 2)));
+  CHECK(x == std::vector<float>{1, 2});   // the one member's block is its own sum
   bool refused = false;
   run_thread_group(2, [&](Comm& inner) {
     NcclEmulation two(inner, std::make_shared<DeviceCalls>());

@@ -152,8 +152,8 @@
 #       the last logged step, and resuming reproduces the lost steps' losses
 #       (it fails when no step was lost, i.e. nothing was compared).
 #   export          tiny-clip trained 3 steps on 2 ranks with a checkpoint:
-#       spindle-export writes it as safetensors; an independent NumPy reader
-#       (check_export.py, when python3 has NumPy) finds every tensor of
+#       spindle-export writes it as safetensors; an independent reader
+#       (check_export.py, the standard library alone) finds every tensor of
 #       --dump-params bit for bit; a missing or corrupt checkpoint exits 2
 #       naming the file and writes nothing; an output in a missing folder or
 #       onto a device node is refused with exit 2 before anything is read.
@@ -1491,16 +1491,8 @@ PY
     for left in out/*; do
       [ "$left" = out/tiny.safetensors ] || die "a temporary file was left in out/: $left"
     done
-    numpy_python=""
-    for py in python3 /usr/bin/python3; do
-      "$py" -c 'import numpy' 2> /dev/null && { numpy_python=$py; break; }
-    done
-    if [ -n "$numpy_python" ]; then
-      "$numpy_python" "$SRC/test/exec/mpi/check_export.py" out/tiny.safetensors final.json ||
-        die "the NumPy reader disagrees with --dump-params"
-    else
-      echo "NOTE: no python3 with NumPy: the independent reader was not run (test_exec: export:* still reads it back)"
-    fi
+    python3 "$SRC/test/exec/mpi/check_export.py" out/tiny.safetensors final.json ||
+      die "the independent reader disagrees with --dump-params"
     expect_export_reject() {  # expect_export_reject WHAT CODE PATTERN CHECKPOINT OUT
       "$BIN/spindle-export" "$4" -o "$5" > bad.log 2>&1
       rc=$?

@@ -18,18 +18,22 @@ TEST_CASE("plan checker: a valid plan passes and every rule is enforced", "[chec
   const sp::Plan good = f.plan();
   REQUIRE(sp::check_plan(good, f.model, f.graph).empty());
 
+  // No `return` inside a SECTION: it would leave the test case, and Catch2
+  // would never reach (nor run) the sections after it.
   SECTION("rule 1: operators covered exactly once, in order") {
     sp::Plan p = good;
-    // Find a slice of more than one operator and shorten it.
-    for (auto& w : p.waves)
-      for (auto& s : w.slices)
-        if (s.count > 1) {
-          s.count -= 1;
-          CHECK(f.flags(p, "rule 1"));
-          return;
-        }
-    // Otherwise drop the last wave's first slice.
-    p.waves.back().slices.erase(p.waves.back().slices.begin());
+    // A slice of more than one operator shortened, else the last wave's
+    // first slice dropped.
+    const auto shorten = [&] {
+      for (auto& w : p.waves)
+        for (auto& s : w.slices)
+          if (s.count > 1) {
+            s.count -= 1;
+            return true;
+          }
+      return false;
+    };
+    if (!shorten()) p.waves.back().slices.erase(p.waves.back().slices.begin());
     CHECK(f.flags(p, "rule 1"));
   }
   SECTION("rule 2: a MetaOp after its inputs") {
@@ -39,27 +43,36 @@ TEST_CASE("plan checker: a valid plan passes and every rule is enforced", "[chec
     for (const auto& m : p.metaops)
       if (m.workload.op == "contrastive_loss") loss = m.id;
     REQUIRE(loss >= 0);
-    for (auto& w : p.waves)
-      for (size_t i = 0; i < w.slices.size(); ++i)
-        if (w.slices[i].metaop == loss) {
-          sp::Slice s = w.slices[i];
-          w.slices.erase(w.slices.begin() + static_cast<long>(i));
-          s.devices = {3};
-          p.waves[0].slices.push_back(s);
-          CHECK(f.flags(p, "rule 2"));
-          return;
-        }
+    const auto move_to_wave_0 = [&] {
+      for (auto& w : p.waves)
+        for (size_t i = 0; i < w.slices.size(); ++i)
+          if (w.slices[i].metaop == loss) {
+            sp::Slice s = w.slices[i];
+            w.slices.erase(w.slices.begin() + static_cast<long>(i));
+            s.devices = {3};
+            p.waves[0].slices.push_back(s);
+            return true;
+          }
+      return false;
+    };
+    REQUIRE(move_to_wave_0());
+    CHECK(f.flags(p, "rule 2"));
   }
   SECTION("rule 3: disjoint devices inside the cluster") {
     sp::Plan p = good;
     p.waves[0].slices[0].devices.push_back(p.devices);
     CHECK(f.flags(p, "rule 3"));
   }
-  SECTION("rule 4: device count divides the batch") {
+  SECTION("rule 4: the data-parallel size (devices / tensor_parallel) divides the batch") {
     sp::Plan p = good;
-    // batch 24 or 12 is not divisible by 5... but the cluster has 4 devices:
-    // use a count of 4 for a 24-batch slice after changing the batch claim.
-    p.metaops[p.waves[0].slices[0].metaop].workload.batch = 7;
+    // A slice on n >= 2 devices of a MetaOp without tensor parallelism
+    // (tiny-clip has none), its batch claimed to be n + 1: n does not divide it.
+    const sp::Slice* wide = nullptr;
+    for (const auto& w : p.waves)
+      for (const auto& s : w.slices)
+        if (!wide && s.devices.size() >= 2 && p.metaops[static_cast<size_t>(s.metaop)].tensor_parallel == 1) wide = &s;
+    REQUIRE(wide != nullptr);
+    p.metaops[static_cast<size_t>(wide->metaop)].workload.batch = static_cast<int64_t>(wide->devices.size()) + 1;
     CHECK(f.flags(p, "rule 4"));
   }
   SECTION("rule 5: param groups are exactly the devices that run the parameter") {
