@@ -385,12 +385,14 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
               against ? (", cluster " + o.cluster_path).c_str() : "");
   // Valid, but over a device's memory as spindle-run holds it (costed
   // again from the model, not read from the plan: memory_as_run): said, as
-  // spindle-run would refuse it, on the host and over NCCL.
-  if (sp::Status host = sp::check_memory_as_run(*plan, model, graph, o.check_path); !host)
-    std::fprintf(stderr, "spindle-plan: warning: spindle-run would refuse it: %s\n", host.error().message.c_str());
-  else if (sp::Status nccl = sp::check_memory_as_run(*plan, model, graph, o.check_path, true); !nccl)
+  // spindle-run would refuse it, on GPUs over NCCL (the CUDA backend's
+  // bf16 mode) and on the CPU backend.
+  if (sp::Status nccl = sp::check_memory_as_run(*plan, model, graph, o.check_path, true, 2); !nccl)
     std::fprintf(stderr, "spindle-plan: warning: spindle-run on GPUs over NCCL would refuse it: %s\n",
                  nccl.error().message.c_str());
+  if (sp::Status host = sp::check_memory_as_run(*plan, model, graph, o.check_path); !host)
+    std::fprintf(stderr, "spindle-plan: warning: spindle-run on the CPU backend would refuse it: %s\n",
+                 host.error().message.c_str());
   if (o.lower_dir.empty()) return 0;
   const sp::SyncFlags flags{o.no_overlap, o.no_early,
                             o.bucket_given ? std::optional(sp::bucket_bytes_of_mb(o.bucket_mb)) : std::nullopt,
@@ -582,20 +584,32 @@ void print_copies(const sp::Plan& plan, const sp::Model& model, const sp::OpGrap
               sp::human_bytes(static_cast<double>(bytes)).c_str());
 }
 
-// For a bf16 or fp16 model: the peak spindle-run holds, its activations in
-// fp32 (and over NCCL the gradient buckets' flat buffers too:
-// memory_as_run), which it checks before it allocates.
+// The peak spindle-run holds, which it checks before it allocates
+// (memory_as_run): its activations in fp32 with the attention
+// probabilities and the outputs, the backward pass's working set; on the
+// CPU backend, and on GPUs over NCCL in the CUDA backend's default bf16
+// mode (a transformer layer's internals in bf16, the gradient buckets'
+// flat buffers in device memory).
 void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
-  if (sp::dtype_bytes(model.dtype) >= sp::kRunActivationValueBytes) return;
   const auto host = sp::memory_as_run(plan, model, graph, false);
-  const auto nccl = sp::memory_as_run(plan, model, graph, true);
+  const auto nccl = sp::memory_as_run(plan, model, graph, true, 2);
   if (!host || !nccl || host->empty()) return;
   const auto peak = [](const std::vector<int64_t>& m) { return *std::max_element(m.begin(), m.end()); };
-  const int64_t worst = std::max(peak(*host), peak(*nccl));
-  std::printf("run mem   spindle-run keeps the activations in fp32, not %s: peak %s, over NCCL %s (of %s)%s\n",
-              sp::dtype_name(model.dtype), size_text(peak(*host)).c_str(), size_text(peak(*nccl)).c_str(),
-              size_text(plan.memory_bytes).c_str(),
-              worst > plan.memory_bytes ? "; over the device's memory: spindle-run refuses the plan there" : "");
+  const bool gpu_over = peak(*nccl) > plan.memory_bytes, cpu_over = peak(*host) > plan.memory_bytes;
+  const char* verdict = gpu_over && cpu_over ? "; over the device's memory: spindle-run refuses the plan there"
+                        : gpu_over           ? "; over the device's memory on GPUs: spindle-run --backend cuda "
+                                               "refuses the plan there"
+                        : cpu_over           ? "; over the device's memory on the CPU backend: spindle-run "
+                                               "--backend cpu refuses the plan there"
+                                             : "";
+  const std::string width = sp::dtype_bytes(model.dtype) < sp::kRunActivationValueBytes
+                                ? std::string("in fp32, not ") + sp::dtype_name(model.dtype)
+                                : std::string("in fp32");
+  std::printf("run mem   as spindle-run holds it (activations %s, attention probabilities and outputs included; on "
+              "GPUs a transformer layer's internals in bf16): peak %s on the CPU backend, %s on GPUs over NCCL "
+              "(of %s)%s\n",
+              width.c_str(), size_text(peak(*host)).c_str(), size_text(peak(*nccl)).c_str(),
+              size_text(plan.memory_bytes).c_str(), verdict);
 }
 
 // The link figures a measured profile carries (x-links), when it does.

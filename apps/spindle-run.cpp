@@ -652,6 +652,9 @@ struct Runtime {
   std::unique_ptr<se::Executor> executor;
   int gpu = -1;                            // the bound GPU (--backend cuda), else -1
   bool use_nccl = false;
+  // Bytes per value of a transformer layer's internals: 2 in the CUDA
+  // backend's bf16 mode (SPINDLE_CUDA_MATMUL, docs/gpu.md), else 4.
+  int layer_value_bytes = sp::kRunActivationValueBytes;
   // SPINDLE_TEST_EMULATE_DEVICE=1 with --backend cpu: the CPU backend
   // posing as a device's and the communicators under NCCL's rules, so that
   // the executor takes its NCCL branches without a GPU (docs/gpu.md, "The
@@ -671,7 +674,10 @@ Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const 
   Runtime rt;
   rt.world = se::MpiComm::world();
 #ifdef SPINDLE_HAVE_CUDA
-  if (args.backend == "cuda") rt.gpu = se::cuda_bind_device(in.local_rank);
+  if (args.backend == "cuda") {
+    rt.gpu = se::cuda_bind_device(in.local_rank);
+    if (se::cuda_options_from_env(nullptr).matmul == se::MatmulPrecision::bf16) rt.layer_value_bytes = 2;
+  }
 #endif
 #ifdef SPINDLE_HAVE_NCCL
   if (args.backend == "cuda") rt.use_nccl = gpus_all_distinct(se::cuda_device_info().pci_bus_id);
@@ -686,7 +692,7 @@ Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const 
 // The same on every rank.
 std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) {
   const sp::Status st = sp::check_memory_as_run(*in.plan, *in.model, in.graph, args.plan_path,
-                                                rt.use_nccl);
+                                                rt.use_nccl, rt.layer_value_bytes);
   return st.ok() ? "" : st.error().message;
 }
 
@@ -1458,7 +1464,7 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
               std::ofstream(),
               start};
   mark_overwrite(tr);
-  if (const auto counted = sp::memory_as_run(*in.plan, *in.model, in.graph, rt.use_nccl))
+  if (const auto counted = sp::memory_as_run(*in.plan, *in.model, in.graph, rt.use_nccl, rt.layer_value_bytes))
     tr.counted_bytes = *counted;   // checked before allocating (memory_error), so it computes
   rt.world->barrier();
   executor.reset_clock();

@@ -61,6 +61,9 @@ class Backend {
 
   virtual Tensor forward(Op& op, std::span<const Tensor> inputs) = 0;
   virtual std::vector<Tensor> backward(Op& op, const Tensor& grad_output) = 0;
+  // Drops what forward saved for `op`'s backward; backward drops it too.
+  // For a forward with no backward after it (an evaluation).
+  virtual void release_saved(Op& op) = 0;
   virtual void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param,
                           const Tensor& grad, Tensor& m, Tensor& v) = 0;
   virtual void adamw_steps(const AdamWConfig& cfg, std::span<const AdamWUpdate> updates);

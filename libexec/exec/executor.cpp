@@ -578,6 +578,12 @@ StepStats Executor::step() {
   if (!posted_sends_.empty() || !posted_recvs_.empty())
     throw std::logic_error("a send or receive posted early was never waited for");
   if (!gathers_.empty()) throw std::logic_error("an all-gather started was never waited for");
+  // The step's activations, their gradients and the rows received are not
+  // held past it (a checkpoint or an evaluation may follow).
+  out_.clear();
+  dout_.clear();
+  pieces_.clear();
+  din_.clear();
   // ZeRO-1 gathered at the next step's start: the values stepped here
   // reach the other members then.
   values_partial_ = sched_->lowered.gathers_at_start;
@@ -802,8 +808,12 @@ void Executor::forward_slice(int slice) {
     } else if (j > 0) {
       in.push_back(out_.at(s.ops[j - 1]));
     } else {
-      for (size_t k = 0; k < s.producers.size(); ++k)
-        in.push_back(concat_rows(backend_, pieces_.at({slice, static_cast<int>(k)})));
+      for (size_t k = 0; k < s.producers.size(); ++k) {
+        const auto it = pieces_.find({slice, static_cast<int>(k)});
+        if (it == pieces_.end()) throw std::logic_error("a slice's input rows never arrived");
+        in.push_back(concat_rows(backend_, it->second));
+        pieces_.erase(it);   // read once: the op keeps what it needs
+      }
       if (plan::op_needs_whole_batch(kind)) {
         // Gather the whole batch over the slice (blocks of TP rank 0 of each group).
         Comm* comm = groups_.at(s.devices).get();
@@ -843,6 +853,11 @@ void Executor::forward_slice(int slice) {
         loss_[static_cast<size_t>(op.task)] += task.weight * to_host(backend_, y)[0] * lm_share_.at(o);
     }
     out_[o] = std::move(y);
+    // The operator before it in the slice had one reader, this one: its
+    // output is dropped (the op keeps what its backward needs), so that a
+    // step holds each activation once. A slice's last output stays for
+    // the transfers and slices that read it.
+    if (j > 0) out_.erase(s.ops[j - 1]);
   }
   counters_.compute_ms += ms_since(t0);
   record({BoxKind::slice, slice, static_cast<int64_t>(rows.size()), plan::Direction::forward}, t0);
@@ -864,7 +879,10 @@ void Executor::backward_slice(int slice) {
     } else if (kind == "lm_loss") {
       dy = Tensor::from({1}, {static_cast<float>(weight * lm_share_.at(o))});
     } else {
-      dy = dout_.at(o);
+      const auto it = dout_.find(o);
+      if (it == dout_.end()) throw std::logic_error("an operator's output gradient never arrived");
+      dy = std::move(it->second);
+      dout_.erase(it);   // read once
     }
     std::vector<Tensor> dx = backend_.backward(ops_.at(o), dy);
     if (dx.empty()) continue;  // data readers
@@ -1266,6 +1284,10 @@ EvalStats Executor::evaluate(DataSource& source, int64_t batch) {
   data_ = training;
   out_.clear();
   pieces_.clear();
+  // No backward follows: what the forwards saved for it is dropped now,
+  // not held into the next step (whose forwards would replace it one
+  // operator at a time, the old beside the new).
+  for (auto& [o, op] : ops_) backend_.release_saved(op);
   // One all-reduce: losses, hits both ways, queries.
   std::vector<float> all;
   for (const std::vector<double>* v : {&loss_, &stats.hits_ab, &stats.hits_ba, &stats.queries})

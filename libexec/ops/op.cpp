@@ -86,6 +86,38 @@ Tensor op_forward(Op& op, std::span<const Tensor> in) {
   throw std::invalid_argument("op_forward: unknown op kind");
 }
 
+void op_release_saved(Op& op) {
+  switch (op.kind) {
+    case OpKind::patch_embed: std::get<PatchEmbedState>(op.state).x = Tensor(); return;
+    case OpKind::token_embed: std::get<TokenEmbedState>(op.state).ids = Tensor(); return;
+    case OpKind::transformer_layer: {
+      auto& s = std::get<TransformerLayerState>(op.state);
+      s.ln1 = {};
+      s.ln2 = {};
+      s.xn1 = s.xn2 = s.q = s.k = s.v = s.probs = s.attn = s.h1 = s.a1 = Tensor();
+      return;
+    }
+    case OpKind::linear: std::get<LinearState>(op.state).x = Tensor(); return;
+    case OpKind::pool_project: {
+      auto& s = std::get<PoolProjectState>(op.state);
+      s.ln = {};
+      s.z = Tensor();
+      return;
+    }
+    case OpKind::contrastive_loss: {
+      auto& s = std::get<ContrastiveLossState>(op.state);
+      s.u = s.w = s.norm_a = s.norm_b = s.probs_rows = s.probs_cols = Tensor();
+      return;
+    }
+    case OpKind::lm_loss: {
+      auto& s = std::get<LmLossState>(op.state);
+      s.ln = {};
+      s.z = s.probs = s.targets = Tensor();
+      return;
+    }
+  }
+}
+
 std::vector<Tensor> op_backward(Op& op, const Tensor& dout) {
   switch (op.kind) {
     case OpKind::patch_embed: patch_embed_backward(std::get<PatchEmbedState>(op.state), dout); return {};

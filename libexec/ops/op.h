@@ -53,5 +53,11 @@ int op_input_count(OpKind kind);
 // CPU implementations (host tensors): see the table above.
 Tensor op_forward(Op& op, std::span<const Tensor> inputs);
 std::vector<Tensor> op_backward(Op& op, const Tensor& grad_output);
+// Drops the tensors forward saved for backward, keeping the op's
+// configuration and parameters: the CPU backend calls it after an op's
+// backward, so that a step's saved activations are freed as the backward
+// pass goes (as PyTorch's autograd frees a node's saved tensors, and as
+// the CUDA backend drops its own), not held until the op's next forward.
+void op_release_saved(Op& op);
 
 }  // namespace spindle::exec

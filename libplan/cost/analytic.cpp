@@ -10,6 +10,7 @@
 #include "libplan/cost/analytic.h"
 
 #include "libplan/rules/devices.h"
+#include "libplan/rules/memory.h"
 #include "libplan/util/limits.h"
 #include "libplan/util/units.h"
 
@@ -162,6 +163,46 @@ double model_flops_per_step(const OpGraph& graph) {
 
 int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype) {
   return limits::bytes_to_int64(std::round(shape_of(w, dtype).kept_bytes));
+}
+
+RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes) {
+  constexpr double v = kRunActivationValueBytes;   // fp32
+  const double s = double(w.seq);
+  RunActivation r;
+  const std::string& op = w.op;
+  if (op == "transformer_layer") {
+    const double h = d(w, "hidden"), f = d(w, "ffn"), a = d(w, "heads");
+    const double t = layer_value_bytes;
+    const double sp = std::ceil(s / 8.0) * 8.0;   // the CUDA backend's padded sequence
+    // Whole on every rank, fp32: two [s, h] (the CPU's first LayerNorm's
+    // normalised input and the output; the CUDA backend's residual stream
+    // and output) and the LayerNorms' row statistics; in the layer's width,
+    // three [s, h] (the CPU: the second normalised input and both
+    // LayerNorms' outputs; the CUDA backend: both outputs). Split, in the
+    // layer's width: q, k, v, the heads' output, the MLP's pre- and
+    // post-GELU columns, the probabilities.
+    r.replicated = v * (2.0 * s * h + 4.0 * s) + t * 3.0 * s * h;
+    r.split = t * (4.0 * s * h + 2.0 * s * f + a * sp * sp);
+  } else if (op == "linear") {
+    r.replicated = v * s * (d(w, "in") + d(w, "out"));             // its input, its output
+  } else if (op == "patch_embed") {
+    r.replicated = v * s * (d(w, "in_dim") + d(w, "hidden"));
+  } else if (op == "token_embed") {
+    r.replicated = v * s * (1.0 + d(w, "hidden"));                  // the ids (as floats), the output
+  } else if (op == "pool_project") {
+    r.replicated = v * (2.0 * d(w, "in") + 2.0 + d(w, "out"));      // LayerNorm in and out, mean, rstd, output
+  } else if (op == "contrastive_loss") {
+    // Per row of the whole batch, which every device of the slice holds:
+    // both normalised inputs and their norms, a row and a column of each
+    // softmax.
+    r.replicated = v * (2.0 * d(w, "dim") + 2.0 + 2.0 * double(w.batch));
+  } else if (op == "lm_loss") {
+    // The LayerNorm's normalised input, output and statistics, the
+    // targets; the probabilities over the rank's vocabulary columns.
+    r.replicated = v * (2.0 * s * d(w, "hidden") + 3.0 * s);
+    r.split = v * s * d(w, "vocab");
+  }
+  return r;
 }
 
 double analytic_op_ms(const Workload& w, int tensor_parallel, int n, const Cluster& cluster,

@@ -13,6 +13,7 @@
 #include "libplan/graph/op_graph.h"
 #include "libplan/io/profile.h"
 #include "libplan/model/cluster.h"
+#include "libplan/rules/memory.h"
 #include "libplan/model/model.h"
 #include "libplan/util/status.h"
 
@@ -49,6 +50,30 @@ double model_flops_per_step(const OpGraph& graph);
 // Bytes one operator keeps for backward per sample, in `dtype` (the full
 // operator: a tensor-parallel group holds it spread over its devices).
 int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype);
+
+// What spindle-run holds for one operator during a step, per row of its
+// input, in bytes of fp32 values (kRunActivationValueBytes) whatever the
+// model's dtype: the tensors its forward keeps for backward plus its
+// output (which the executor holds for the step when the operator ends a
+// slice: counted for every operator, an upper bound). `replicated` is held
+// whole by each rank of a tensor-parallel group (LayerNorm inputs and
+// outputs, the residual stream, the output), `split` is divided over its
+// ranks (the heads' and the MLP's columns, the vocabulary's). Unlike the
+// count above, which assumes a fused attention kernel (and the planner,
+// Megatron-LM's layout), the attention probabilities are held ([heads, s,
+// s], s rounded up to a multiple of 8 as the CUDA backend pads it), as both
+// backends run attention. `layer_value_bytes` is the width of a
+// transformer layer's internals: 4 on the CPU backend and the CUDA
+// backend's fp32 mode, 2 in its bf16 mode (docs/gpu.md, "Precision"); the
+// residual stream, the outputs and every other operator stay fp32. An
+// upper bound of both backends' saved tensors (libexec/ops/*.h,
+// libexec/backend/cuda/cuda_backend.cpp). planner/feasibility.h's
+// memory_as_run counts a device's activations so.
+struct RunActivation {
+  double replicated = 0;   // bytes per row, on every rank of a TP group
+  double split = 0;        // bytes per row, over the TP group's ranks
+};
+RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes = kRunActivationValueBytes);
 
 // Time of ONE operator, forward plus backward, ms, on each of n devices that
 // run it in data parallel over n / tensor_parallel groups of tensor_parallel

@@ -6,6 +6,7 @@
 #include "libplan/plan/plan.h"
 #include "libplan/planner/cost_plan.h"
 #include "libplan/lower/lower.h"
+#include "libplan/model/ops.h"
 #include "libplan/util/limits.h"
 #include "libplan/util/units.h"
 
@@ -80,19 +81,16 @@ Status check_plan_memory(const Plan& plan, const Model& model) {
 
 namespace {
 
-// The sizes spindle-run allocates by, for cost_plan's memory: each
-// operator's kept activations by the analytic count with its values in
-// fp32 (kRunActivationValueBytes), whatever the model's dtype. No times:
-// cost_plan reads no curve for memory, and the transfer and all-reduce
-// figures it computes with these are discarded.
-class RunSizes : public CostModel {
+// cost_plan's memory with no activations: the parameter state of every
+// shard a device holds, as spindle-run allocates it (memory_as_run adds
+// the activations as spindle-run holds them). No times: cost_plan reads no
+// curve for memory, and the transfer and all-reduce figures it computes
+// with these are discarded.
+class ParamStateOnly : public CostModel {
  public:
   const ScalingCurve* curve(const Workload&) const override { return nullptr; }
   int64_t param_bytes(const Workload&) const override { return 0; }   // the model's, from plan_params
-  int64_t activation_bytes_per_sample(const Workload& w) const override {
-    static_assert(kRunActivationValueBytes == 4, "the analytic count in fp32");
-    return analytic_activation_bytes_per_sample(w, DType::fp32);
-  }
+  int64_t activation_bytes_per_sample(const Workload&) const override { return 0; }
   double p2p_ms(double, bool) const override { return 0; }
   double allreduce_ms(double, const std::vector<int>&) const override { return 0; }
   double allgather_ms(double, const std::vector<int>&) const override { return 0; }
@@ -101,7 +99,7 @@ class RunSizes : public CostModel {
 }  // namespace
 
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
-                                           bool bucket_copies) {
+                                           bool bucket_copies, int layer_value_bytes) {
   // Costed again from the model, not read from the plan's own figures (a
   // plan edited by hand, or made from a profile with other sizes, says
   // what it likes there): the parameter state of every shard a device
@@ -113,24 +111,60 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
           return Error{"plan: a slice on device " + std::to_string(d) + ", the plan has " +
                        std::to_string(plan.devices)};   // check_plan refuses it first
   Plan costed = plan;
-  cost_plan(costed, model, graph, RunSizes());
+  cost_plan(costed, model, graph, ParamStateOnly());
   std::vector<int64_t> mem = std::move(costed.predicted.memory_bytes);
-  if (!bucket_copies) return mem;
-  // The lowering's buckets: each one's flat buffer on each of its holders,
-  // and with sharded state the largest all-gather's two buffers (the
-  // gathered values and this device's chunk), which live for the call.
+  // The activations, every slice's operators at the rows a device holds:
+  // a data-parallel group's share of the batch (tensor-parallel ranks hold
+  // the same rows), or the whole batch for an operator that needs it; the
+  // replicated part whole and the split part over the TP ranks. All are
+  // alive together (every forward before any backward). Plus the backward
+  // pass's working set: an operator's backward makes its gradients while
+  // what its forward kept is still alive (released after it): a gradient
+  // of each kept tensor and temporaries of their order (a LayerNorm's
+  // backward makes three of its input's size), counted as twice the
+  // largest operator the device runs. (Once was not enough: a
+  // pool_project of 16 columns made 1152 bytes for 1008 kept, in a random
+  // model of the equivalence soak.)
+  std::vector<double> held(mem.size(), 0.0), working(mem.size(), 0.0);
+  for (const Wave& wave : plan.waves)
+    for (const Slice& sl : wave.slices) {
+      const PlanMetaOp& m = plan.metaops[static_cast<size_t>(sl.metaop)];
+      const double n = static_cast<double>(sl.devices.size()), k = std::max(m.tensor_parallel, 1);
+      const double rows = op_needs_whole_batch(m.workload.op) ? static_cast<double>(m.workload.batch)
+                                                              : static_cast<double>(m.workload.batch) * k / n;
+      const RunActivation a = analytic_run_activation(m.workload, layer_value_bytes);
+      const double one = rows * (a.replicated + a.split / k);
+      for (int d : sl.devices) {
+        held[static_cast<size_t>(d)] += one * sl.count;
+        working[static_cast<size_t>(d)] = std::max(working[static_cast<size_t>(d)], one);
+      }
+    }
+  // The messages: a device's rows for other devices leave from buffers of
+  // their own, held until the step's last instruction waits for the sends,
+  // and the rows it receives land in buffers held until the slice reads
+  // them (the lowered programs' sent and received bytes, an upper bound).
   SPINDLE_ASSIGN(context, lower_context(model, graph));
-  LowerOptions header;
-  header.deps = false;
-  header.runtime_maps = false;
-  SPINDLE_ASSIGN(lowered, lower_header(plan, context, header));
+  LowerOptions options;
+  options.deps = false;
+  options.runtime_maps = false;
+  SPINDLE_ASSIGN(lowered, lower_header(plan, context, options));
+  SPINDLE_TRY(lower_programs(plan, context, lowered, options));
+  for (size_t d = 0; d < mem.size(); ++d) {
+    const ProgramBytes b = lowered.bytes(static_cast<int>(d));
+    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + held[d] + 2.0 * working[d] +
+                                    static_cast<double>(b.sent + b.received));
+  }
+  // The lowering's buckets: with sharded state the largest all-gather's
+  // two buffers (the gathered values and this device's chunk), which live
+  // for the call, on every backend; over NCCL each bucket's flat buffer on
+  // each of its holders (on the host the gradients are views of it).
   std::vector<double> extra(mem.size(), 0.0), gather(mem.size(), 0.0);
   for (size_t b = 0; b < lowered.buckets.size(); ++b) {
     const Bucket& k = lowered.buckets[b];
     const double gathered = static_cast<double>(lowered.gather_bytes(static_cast<int>(b)));
     const double chunk = gathered / static_cast<double>(k.devices.size());
     for (int d : k.devices) {
-      extra[static_cast<size_t>(d)] += static_cast<double>(k.values) * kBucketCopyBytesPerValue;
+      if (bucket_copies) extra[static_cast<size_t>(d)] += static_cast<double>(k.values) * kBucketCopyBytesPerValue;
       gather[static_cast<size_t>(d)] = std::max(gather[static_cast<size_t>(d)], gathered + chunk);
     }
   }
@@ -140,8 +174,8 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
 }
 
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
-                           bool bucket_copies) {
-  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, bucket_copies));
+                           bool bucket_copies, int layer_value_bytes) {
+  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, bucket_copies, layer_value_bytes));
   const auto worst = std::max_element(mem.begin(), mem.end());
   if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
   const auto d = static_cast<size_t>(worst - mem.begin());
@@ -151,7 +185,11 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& 
                         : std::string("the plan counts none there");
   if (dtype_bytes(model.dtype) < kRunActivationValueBytes)
     why += std::string(", with the activations in ") + dtype_name(model.dtype) +
-           ", which spindle-run keeps in fp32";
+           ", which spindle-run keeps in fp32" +
+           (layer_value_bytes < kRunActivationValueBytes ? " (a transformer layer's internals in bf16)" : "");
+  why += std::string(dtype_bytes(model.dtype) < kRunActivationValueBytes ? ", and" : ",") +
+         " without the attention probabilities, the operators' outputs and the backward pass's working set, which "
+         "spindle-run holds too";
   if (bucket_copies)
     why += ", and each gradient bucket's flat buffer in device memory (NCCL) adds 4 bytes per value" +
            std::string(plan.optimizer_state == OptimizerState::sharded ? " (its all-gather's buffers more)" : "");

@@ -9,6 +9,7 @@
 #include "libplan/graph/op_graph.h"
 #include "libplan/model/cluster.h"
 #include "libplan/model/model.h"
+#include "libplan/rules/memory.h"
 #include "libplan/util/status.h"
 
 namespace spindle::plan {
@@ -33,23 +34,28 @@ Status check_plan_memory(const Plan& plan, const Model& model);
 // as `graph`), costed again from the model, not read from the plan's own
 // figures (a plan edited by hand may count what it likes), and without a
 // profile: the parameter state of every shard a device holds (as the plan
-// holds it: whole on every replica, or sharded over them, ZeRO-1), and
-// every operator's activations by the analytic count in fp32, as
-// spindle-run keeps them whatever the model's dtype
-// (kRunActivationValueBytes); plus, with `bucket_copies` (a device
-// backend over NCCL), each gradient bucket's flat buffer on each of its
-// holders (the lowering's buckets: lower_header; kBucketCopyBytesPerValue)
-// and, with sharded state, the buffers of the device's largest all-gather
-// (the bucket's gathered values and its own chunk, Lowered::gather_bytes).
-// For an fp32 model from a profile spindle-profile made, the first part
-// is the plan's own figure. What spindle-run checks before it allocates,
-// and spindle-plan reports (`run mem`, --check).
+// holds it: whole on every replica, or sharded over them, ZeRO-1), every
+// operator's activations as spindle-run holds them whatever the model's
+// dtype (analytic_run_activation: fp32, the transformer layers' internals
+// `layer_value_bytes` wide, the attention probabilities and the outputs
+// included; a tensor-parallel rank holding the replicated part whole), the
+// backward pass's working set (the largest operator the device runs,
+// twice more) and the message buffers (the bytes it sends and receives in
+// a step); plus, with `bucket_copies` (a device backend over NCCL),
+// each gradient bucket's flat buffer on each of its holders (the
+// lowering's buckets: lower_header; kBucketCopyBytesPerValue) and, with
+// sharded state, the buffers of the device's largest all-gather (the
+// bucket's gathered values and its own chunk, Lowered::gather_bytes).
+// What spindle-run checks before it allocates, and spindle-plan reports
+// (`run mem`, --check). An upper bound of what the CPU backend holds at
+// its peak (StepCounters::peak_bytes; the equivalence runs check it).
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
-                                           bool bucket_copies = false);
+                                           bool bucket_copies = false,
+                                           int layer_value_bytes = kRunActivationValueBytes);
 // An error when a device of `plan` (read from `path`) would hold more than
 // its memory_bytes as spindle-run runs it (memory_as_run): names the path,
 // the device, both figures and what to do.
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
-                           bool bucket_copies = false);
+                           bool bucket_copies = false, int layer_value_bytes = kRunActivationValueBytes);
 
 }  // namespace spindle::plan

@@ -285,10 +285,12 @@ TEST_CASE("tensor: host tensor bytes count from allocation to the last handle's 
 TEST_CASE("executor: a step's peak_bytes holds at least every parameter, its gradient and AdamW's moments") {
   const sp::Model model = spindle::exec::test::shipped_model("tiny-clip");
   const sp::Plan plan = one_device_plan(model);
+  const int64_t before = spindle::exec::host_tensor_bytes();
   OneDevice one(model, plan, ExecOptions{});
   Executor& ex = *one.ex;
   ex.step();
   const StepStats st = ex.step();   // the moments exist from the first step on
+  const int64_t after = spindle::exec::host_tensor_bytes() - before;
   // The peak is the backend's (host tensors on the CPU) during that step.
   CHECK(st.counters.peak_bytes == one.backend->peak_bytes());
   int64_t values = 0;
@@ -299,5 +301,8 @@ TEST_CASE("executor: a step's peak_bytes holds at least every parameter, its gra
   REQUIRE(values == model.parameter_count());
   REQUIRE(values > 0);
   CHECK(st.counters.peak_bytes >= 16 * values);
+  // Between steps it holds the parameter state alone: no activation, saved
+  // tensor or message buffer of the step outlives it.
+  CHECK(after == 16 * values);
   CHECK(st.counters.peak_bytes < 64 * 1024 * 1024);
 }

@@ -41,8 +41,12 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<Tensor> backward(Op& op, const Tensor& grad_output) override {
-    return op_backward(op, grad_output);
+    std::vector<Tensor> dx = op_backward(op, grad_output);
+    op_release_saved(op);
+    return dx;
   }
+
+  void release_saved(Op& op) override { op_release_saved(op); }
 
   void adamw_step(const AdamWConfig& cfg, int64_t step, Tensor& param, const Tensor& grad,
                   Tensor& m, Tensor& v) override {

@@ -283,6 +283,8 @@ class CudaBackend final : public Backend {
     return host_out ? download(y) : y;
   }
 
+  void release_saved(Op& op) override { saved_.erase(&op); }
+
   std::vector<Tensor> backward(Op& op, const Tensor& grad_output) override {
     const auto it = saved_.find(&op);
     if (it == saved_.end())

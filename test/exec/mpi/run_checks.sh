@@ -194,6 +194,14 @@ train() {  # train V NP MODEL [args...]: run pV.json 5 steps at seed 3 into mV.j
   run "$np" "p$v.json" "$m" --steps 5 --seed 3 --metrics "m$v.jsonl" --dump-params "params$v.json" \
       --dump-grads "grads$v.json" "${@:4}"
   [ "$rc" -eq 0 ] || { cat run.log; die "run $v (np $np) exit $rc"; }
+  within_memory_count "run $v (np $np)"
+}
+within_memory_count() {  # within_memory_count WHAT: after run, every rank held at most what the check counted
+  local share
+  share=$(sed -n 's/^spindle-run: memory: rank [0-9]* held at most .* in a step (step [0-9]*), \([0-9.]*\)% of the .*/\1/p' run.log)
+  [ -n "$share" ] || { cat run.log; die "$1: no memory line"; }
+  awk -v s="$share" 'BEGIN { exit !(s + 0 > 0 && s + 0 <= 100) }' ||
+    die "$1: a rank held $share% of what spindle-run's memory check counted for it (docs/runtime.md, \"Output\")"
 }
 lower_plan() {  # lower_plan V MODEL: pV.json's programs into progV (spindle-plan --check --lower)
   rm -rf "prog$1"
@@ -1017,31 +1025,42 @@ PY
     expect_reject "truncated plan" "broken.json" ;;
   memory-as-run)
     # A plan that fits its devices only with AdamW's state sharded over
-    # the replicas (ZeRO-1): spindle-plan (--optimizer-state auto) shards
-    # it and says why, without a warning, and spindle-run trains it, every
-    # rank all-gathering the values it stepped, its bytes as its lowered
-    # program states.
+    # the replicas (ZeRO-1), as the plan counts memory: spindle-plan
+    # (--optimizer-state auto) shards it and says why, and says that
+    # spindle-run, which holds more (docs/runtime.md, "Output"), refuses
+    # it there; spindle-run does, before it allocates.
     "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$SRC/test/data/clusters/cpu-1x2-tight.yaml" \
-      -o tight.json --lower prog-tight > plan.log 2> plan.err || die "spindle-plan failed: $(cat plan.err)"
-    [ ! -s plan.err ] || die "spindle-plan warned: $(cat plan.err)"
+      -o tight.json > plan.log 2> plan.err || die "spindle-plan failed: $(cat plan.err)"
     grep -q "optimizer state sharded (ZeRO-1" plan.log || die "not sharded: $(grep memory plan.log)"
-    rm -f tight.jsonl
-    run 2 tight.json "$MODELS/tiny-clip.yaml" --steps 2 --metrics tight.jsonl
-    [ "$rc" -eq 0 ] || { cat run.log; die "the sharded plan did not run: exit $rc"; }
-    grep -q '"gathered_bytes":[1-9]' tight.jsonl || die "no all-gather measured: $(head -c 400 tight.jsonl)"
-    "$COMPARE" --bytes prog-tight tight.jsonl || die "measured bytes differ from the lowered programs"
-    # Each rank's memory at its peak in each step (the CPU backend's host
-    # tensors), and the line naming the rank closest to its count.
-    [ "$(grep -o '"peak_bytes":[1-9][0-9]*' tight.jsonl | wc -l)" -eq 4 ] ||
-      die "expected a positive peak_bytes for 2 ranks in 2 steps: $(grep -o '"peak_bytes":[-0-9]*' tight.jsonl)"
-    grep -Eq "^spindle-run: memory: rank [01] held at most [0-9.]+ [KM]iB in a step \(step [12]\), [0-9.]+% of the [0-9.]+ [KM]iB counted for it before the run \(of 2.30 MiB a device" run.log ||
-      die "no memory line: $(grep memory run.log)"
-    # Planned with the state replicated, the same devices are too small:
-    # refused by the planner, no plan written.
+    grep -q "^run mem .*; over the device's memory: spindle-run refuses the plan there$" plan.log ||
+      die "no run mem verdict: $(grep '^run mem' plan.log)"
+    run 2 tight.json "$MODELS/tiny-clip.yaml" --steps 2
+    expect_reject "a plan over the devices as spindle-run holds it" "tight.json: device [01] would hold [0-9.]* MiB of 2.30 MiB"
+    # Planned with the state replicated, the same devices are too small
+    # for the plan's own count: refused by the planner, no plan written.
     "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$SRC/test/data/clusters/cpu-1x2-tight.yaml" \
       --optimizer-state replicated -o replicated.json > /dev/null 2> replicated.err && die "planned replicated"
     grep -q "does not fit in device memory" replicated.err || die "no memory error: $(cat replicated.err)"
-    [ ! -e replicated.json ] || die "replicated.json written" ;;
+    [ ! -e replicated.json ] || die "replicated.json written"
+    # Sharded on devices that hold it, spindle-run trains it, every rank
+    # all-gathering the values it stepped, its bytes as its lowered program
+    # states; each rank's memory at its peak in each step (the CPU
+    # backend's host tensors) within what the check counted, and the line
+    # naming the rank closest to its count.
+    "$BIN/spindle-plan" "$MODELS/tiny-clip.yaml" --cluster "$CLUSTERS/cpu-1x2.yaml" \
+      --optimizer-state sharded -o sharded.json --lower prog-sharded > plan.log 2> plan.err ||
+      die "spindle-plan failed: $(cat plan.err)"
+    [ ! -s plan.err ] || die "spindle-plan warned: $(cat plan.err)"
+    rm -f sharded.jsonl
+    run 2 sharded.json "$MODELS/tiny-clip.yaml" --steps 2 --metrics sharded.jsonl
+    [ "$rc" -eq 0 ] || { cat run.log; die "the sharded plan did not run: exit $rc"; }
+    grep -q '"gathered_bytes":[1-9]' sharded.jsonl || die "no all-gather measured: $(head -c 400 sharded.jsonl)"
+    "$COMPARE" --bytes prog-sharded sharded.jsonl || die "measured bytes differ from the lowered programs"
+    [ "$(grep -o '"peak_bytes":[1-9][0-9]*' sharded.jsonl | wc -l)" -eq 4 ] ||
+      die "expected a positive peak_bytes for 2 ranks in 2 steps: $(grep -o '"peak_bytes":[-0-9]*' sharded.jsonl)"
+    grep -Eq "^spindle-run: memory: rank [01] held at most [0-9.]+ [KM]iB in a step \(step [12]\), [0-9.]+% of the [0-9.]+ [KM]iB counted for it before the run \(of 4.00 GiB a device; --metrics" run.log ||
+      die "no memory line: $(grep memory run.log)"
+    within_memory_count "the sharded plan" ;;
   missing-model)
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     run 4 p4.json "$PWD/no-such-model.yaml" --steps 2
