@@ -394,8 +394,10 @@ run-flags)
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --keep 0
   expect 2 "--every: expected an integer from 1 to 2147483647, found '0b11'" -- \
     mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --checkpoint ck --every 0b11
-  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed -1
-  expect 2 "" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed 1e30
+  expect 2 "--seed: expected a decimal integer in [0, 18446744073709551615], found '-1'" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed -1
+  expect 2 "--seed: expected a decimal integer in [0, 18446744073709551615], found '1e30'" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --seed 1e30
   # Past 2^64 - 1 (CLI11 alone saturated it to 2^64 - 1 and trained), hex.
   for seed in 18446744073709551616 99999999999999999999 0x10 " 7"; do
     expect 2 "--seed: expected a decimal integer in [0, 18446744073709551615]" -- \
@@ -406,7 +408,8 @@ run-flags)
   # Both programs check --bucket-mb with sp::check_bucket_mb: spindle-run
   # (each case an mpirun, ~2 s) with two, spindle-plan with all of them.
   for mb in nan 0; do
-    expect 2 "--bucket-mb" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --bucket-mb "$mb"
+    expect 2 "spindle-run: error: --bucket-mb $mb: expected MiB in [0.001, 1048576]" -- \
+      mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --bucket-mb "$mb"
   done
   # --trace-steps: FIRST:LAST, FIRST: or FIRST, steps from 1 (a typo is not
   # read as "every step"), with --trace, inside the run; nothing written.
@@ -426,13 +429,14 @@ run-flags)
     expect 2 "--comm-timeout ${t#*:}: expected seconds above 0 and at most 1e6" -- \
       mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout "${t%%:*}"
   done
-  expect 2 "--comm-timeout" -- mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout x
+  expect 2 "spindle-run: error: Could not convert: --comm-timeout = x" -- \
+    mpi 1 "$run" one.json --model "$models/tiny-clip.yaml" --steps 1 --comm-timeout x
   for mb in nan:nan inf:inf -1:-1 0:0 1e30:1e+30 1e-30:1e-30 0.0009:0.0009 1e-7:1e-07; do
     expect 2 "--bucket-mb ${mb#*:}: expected MiB in [0.001, 1048576]" -- \
       "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json --bucket-mb "${mb%%:*}"
   done
-  expect 2 "--bucket-mb" -- "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json \
-    --bucket-mb x
+  expect 2 "spindle-plan: error: Could not convert: --bucket-mb = x" -- \
+    "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o mb.json --bucket-mb x
   [ -e mb.json ] && { echo "FAIL: a plan written with a refused --bucket-mb"; failures=$((failures + 1)); }
   # --shift-simulations: a count from 0 to 2^20, in decimal digits (CLI11
   # alone read 0x10 as 16 and 1e3 as 1000).

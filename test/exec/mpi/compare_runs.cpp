@@ -83,9 +83,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -248,8 +250,20 @@ int compare_bytes(const std::string& dir, const std::string& got_path) {
   size_t compared = 0, nonzero = 0;
   bool ok = true;
   const auto lines = read_lines(got_path);
+  // Every device of the programs in `dir` must report in every step: a
+  // rank missing from "ranks" is an error, not one comparison fewer.
+  int devices = 0;
+  while (std::filesystem::exists(dir + "/device-" + std::to_string(devices) + ".json")) ++devices;
   for (const auto& g : lines) {
     const int64_t step = g.at("step").get<int64_t>();
+    std::set<int> reported;
+    for (const auto& r : g.at("ranks")) reported.insert(r.at("rank").get<int>());
+    if (devices == 0 || reported.size() != static_cast<size_t>(devices) || *reported.begin() != 0 ||
+        *reported.rbegin() != devices - 1) {
+      std::fprintf(stderr, "step %lld: %zu ranks reported, the programs are for %d devices\n",
+                   static_cast<long long>(step), reported.size(), devices);
+      ok = false;
+    }
     for (const auto& r : g.at("ranks")) {
       const int rank = r.at("rank").get<int>();
       if (!predicted.count(rank))

@@ -119,7 +119,7 @@ mpi-links)
 bad-usage)
   p="$bin/spindle-profile"; c4="$src/configs/clusters/cpu-1x4.yaml"; o="$out/o.json"
   status=0
-  bash "$expect" "$o" -- "$p" "$model" --cluster "$c4" --measure --analytic -o "$o" || status=1
+  bash "$expect" "$o" "--analytic excludes --measure" -- "$p" "$model" --cluster "$c4" --measure --analytic -o "$o" || status=1
   # Without a usable GPU --backend cuda is refused (not built, or no device).
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     bash "$expect" "$o" "--backend cuda" "built: cpu" -- "$p" "$model" --cluster "$c4" --measure --backend cuda -o "$o" || status=1

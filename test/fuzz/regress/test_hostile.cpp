@@ -3,10 +3,14 @@
 // key where there is one), never a crash, a hang or a silently wrong value.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -410,11 +414,33 @@ TEST_CASE("write_file_atomic refuses devices, folders and links and keeps them i
   CHECK(entries == 0);
 }
 
-TEST_CASE("write errors, at close and fsync too, are reported", "[hostile]") {
-  if (::access("/dev/full", W_OK) != 0) return;
-  // /dev/full itself is refused (a device); a write error is seen through a
-  // missing folder instead, and on a full device by the run tests.
+TEST_CASE("write errors are reported, the old file kept and no temporary left", "[hostile]") {
+  // A folder that does not exist: the temporary cannot be made.
   CHECK(status_error(sp::write_file_atomic("/nonexistent-folder/x.json", "x")).find("/nonexistent-folder/x.json: cannot write") == 0);
+  // A write cut short (a full disk or quota): in a child whose file size
+  // limit is 1 KiB, so that write() fails with EFBIG part way through 64
+  // KiB (SIGXFSZ ignored). The child says what failed in its exit code.
+  const TempDir s("hostile");
+  const std::string target = s.file("plan.json");
+  REQUIRE(sp::write_file_atomic(target, "precious").ok());
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{1024, 1024};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(10);
+    const sp::Status st = sp::write_file_atomic(target, std::string(64 * 1024, 'x'));
+    if (st.ok()) ::_exit(11);
+    if (st.error().message != target + ": write failed: " + std::strerror(EFBIG)) ::_exit(12);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);   // 11: no error; 12: another message
+  CHECK(slurp(target) == "precious");
+  // The temporary removed: the folder holds the target alone.
+  CHECK(std::distance(fs::directory_iterator(s.path), fs::directory_iterator{}) == 1);
 }
 
 TEST_CASE("OutputSet writes every output or none", "[hostile]") {
