@@ -610,6 +610,17 @@ void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::Op
               "(of %s)%s\n",
               width.c_str(), size_text(peak(*host)).c_str(), size_text(peak(*nccl)).c_str(),
               size_text(plan.memory_bytes).c_str(), verdict);
+  // Over on GPUs with AdamW's state whole on every replica: what the same
+  // waves hold with it sharded (ZeRO-1), when that fits, and the flag that
+  // plans so (the plan it makes may place the waves otherwise).
+  if (!gpu_over || plan.optimizer_state != sp::OptimizerState::replicated) return;
+  sp::Plan sharded = plan;
+  sharded.optimizer_state = sp::OptimizerState::sharded;
+  const auto with = sp::memory_as_run(sharded, model, graph, true, 2);
+  if (!with || with->empty() || peak(*with) > plan.memory_bytes) return;
+  std::printf("run mem   with the optimizer state sharded (ZeRO-1) these waves need %s on GPUs over NCCL and fit: "
+              "plan with --optimizer-state sharded\n",
+              size_text(peak(*with)).c_str());
 }
 
 // The link figures a measured profile carries (x-links), when it does.
