@@ -238,6 +238,11 @@ fi
 # profile measured on the GPU, a one-device plan made with it, 30 steps run
 # with and without --trace, predicted and measured step and boxes compared.
 step loop-gpu env SPINDLE_BACKEND=cuda "$SPINDLE_ROOT/bench/loop.sh" "$BUILD" 1 tiny-clip 30
+# Its run's memory on the GPU (the pool's high watermark) against what
+# spindle-run's check counted (docs/planner.md, "What spindle-run holds,
+# and the plan's count"): the GPU figure's first measurement, into the
+# summary.
+grep -m 1 '^spindle-run: memory:' "$WORK/loop-gpu.log" | tee -a "$SUMMARY" || true
 
 echo "total $((SECONDS - start_all))s" | tee -a "$SUMMARY"
 pack
