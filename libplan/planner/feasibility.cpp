@@ -129,11 +129,10 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   for (const Wave& wave : plan.waves)
     for (const Slice& sl : wave.slices) {
       const PlanMetaOp& m = plan.metaops[static_cast<size_t>(sl.metaop)];
-      const double n = static_cast<double>(sl.devices.size()), k = std::max(m.tensor_parallel, 1);
-      const double rows = op_needs_whole_batch(m.workload.op) ? static_cast<double>(m.workload.batch)
-                                                              : static_cast<double>(m.workload.batch) * k / n;
       const RunActivation a = analytic_run_activation(m.workload, layer_value_bytes);
-      const double one = rows * (a.replicated + a.split / k);
+      const double one =
+          run_activation_bytes(a.replicated, a.split, m.workload.batch, static_cast<int>(sl.devices.size()),
+                               m.tensor_parallel, op_needs_whole_batch(m.workload.op));
       for (int d : sl.devices) {
         held[static_cast<size_t>(d)] += one * sl.count;
         working[static_cast<size_t>(d)] = std::max(working[static_cast<size_t>(d)], one);

@@ -123,4 +123,17 @@ inline double activation_bytes(double bytes_per_sample, int64_t batch, int devic
   return bytes_per_sample * static_cast<double>(batch) / devices;
 }
 
+// The same as spindle-run holds it (planner/feasibility.h, memory_as_run):
+// one of `devices` devices, in groups of `tensor_parallel`, holds its
+// data-parallel group's rows (batch x tensor_parallel / devices; the whole
+// batch for an operator that needs it), of each `replicated` bytes whole
+// and `split` bytes over the group's ranks (cost/analytic.h,
+// RunActivation).
+inline double run_activation_bytes(double replicated, double split, int64_t batch, int devices, int tensor_parallel,
+                                   bool whole_batch) {
+  const double k = std::max(tensor_parallel, 1);
+  const double rows = whole_batch ? static_cast<double>(batch) : static_cast<double>(batch) * k / devices;
+  return rows * (replicated + split / k);
+}
+
 }  // namespace spindle::plan

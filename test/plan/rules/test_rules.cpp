@@ -143,6 +143,12 @@ TEST_CASE("memory: parameter state and activations per device, by hand") {
   CHECK(param_replicas(8, 2) == 4.0);
   CHECK(param_replicas(1, 2) == 1.0);
   CHECK(activation_bytes(100, 32, 8) == Approx(400));
+  // As spindle-run holds it: 4 devices in TP groups of 2 hold 8 x 2 / 4 = 4
+  // rows each, 100 bytes whole and 40 over the group's 2 ranks per row:
+  // 4 x (100 + 20). Without TP 2 rows of 140; the whole batch: 8 rows.
+  CHECK(run_activation_bytes(100, 40, 8, 4, 2, false) == Approx(480));
+  CHECK(run_activation_bytes(100, 40, 8, 4, 1, false) == Approx(280));
+  CHECK(run_activation_bytes(100, 40, 8, 4, 2, true) == Approx(960));
 }
 
 TEST_CASE("links: latency plus bytes over bandwidth, ring all-reduce and all-gather over the slowest link") {
