@@ -687,12 +687,22 @@ Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const 
 
 // The plan's memory as this run will hold it (the optimizer state as the
 // plan holds it; with NCCL each gradient bucket's flat buffer in device
-// memory too, and sharded the largest all-gather's buffers:
+// memory too; sharded, every all-gather's buffers on any backend:
 // check_memory_as_run), before anything is allocated: "" or the error.
 // The same on every rank.
+// SPINDLE_TEST_EMULATE_DEVICE=1 with --backend cpu (Runtime::emulated).
+bool emulates_device(const Args& args) {
+  const char* emulate = std::getenv("SPINDLE_TEST_EMULATE_DEVICE");
+  return emulate && std::string(emulate) == "1" && args.backend == "cpu";
+}
+
+// Whether the gradient buckets have flat buffers of their own (in device
+// memory over NCCL, and in its emulation), which the memory check counts.
+bool bucket_copies(const Args& args, const Runtime& rt) { return rt.use_nccl || emulates_device(args); }
+
 std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) {
   const sp::Status st = sp::check_memory_as_run(*in.plan, *in.model, in.graph, args.plan_path,
-                                                rt.use_nccl, rt.layer_value_bytes);
+                                                bucket_copies(args, rt), rt.layer_value_bytes);
   return st.ok() ? "" : st.error().message;
 }
 
@@ -702,9 +712,7 @@ std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) 
 // group communicators split from it; else group communicators over MPI.
 // Collective over MPI_COMM_WORLD.
 void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
-  const char* emulate = std::getenv("SPINDLE_TEST_EMULATE_DEVICE");
-  if (emulate && std::string(emulate) == "1" && args.backend == "cpu")
-    rt.emulated = std::make_shared<se::DeviceCalls>();
+  if (emulates_device(args)) rt.emulated = std::make_shared<se::DeviceCalls>();
   rt.backend = rt.emulated ? se::make_cpu_backend_as_device() : se::make_backend(args.backend);
   rt.options.seed = args.seed;
   rt.options.adamw = {static_cast<float>(se::lr_at(args.schedule, 1)), static_cast<float>(args.adam_beta1),
@@ -1067,6 +1075,7 @@ bool evaluate(Training& tr, int64_t step) {
   for (int64_t b = 0; b < passes; ++b) {
     if (!all_ok(MPI_COMM_WORLD, tr.rank, eval_data.prepare(tr.eval_reads, b))) return false;
     const se::EvalStats e = tr.executor.evaluate(eval_data, b);
+    eval_data.release();
     for (size_t t = 0; t < tasks; ++t) {
       const se::TaskFiles& tf = eval_data.task(static_cast<int>(t));
       if (args.eval_batches == 0 && !tf.synthetic && b >= tf.per_epoch) continue;
@@ -1297,6 +1306,7 @@ int train(Training& tr) {
     const double lr = se::lr_at(args.schedule, s);
     tr.executor.set_learning_rate(static_cast<float>(lr));
     const se::StepStats st = tr.executor.step();
+    if (tr.data) tr.data->release();
     double mins = 0;   // --exit-duration-mins: out of time after this step (not the last)?
     const bool late = s < args.steps && out_of_time(tr, &mins);
     int signo = s < args.steps ? exit_signal_received(tr) : 0;   // --exit-signal-handler
@@ -1464,7 +1474,8 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
               std::ofstream(),
               start};
   mark_overwrite(tr);
-  if (const auto counted = sp::memory_as_run(*in.plan, *in.model, in.graph, rt.use_nccl, rt.layer_value_bytes))
+  if (const auto counted =
+          sp::memory_as_run(*in.plan, *in.model, in.graph, bucket_copies(args, rt), rt.layer_value_bytes))
     tr.counted_bytes = *counted;   // checked before allocating (memory_error), so it computes
   rt.world->barrier();
   executor.reset_clock();

@@ -81,7 +81,10 @@ class Backend {
   // the CUDA backend's, its stream-ordered pool (every tensor and
   // operator buffer it allocates; not cuBLAS's workspace, NCCL's buffers
   // or the CUDA context). The figure spindle-run compares with the plan's
-  // memory count.
+  // memory count. Per process: ranks that share one (the fake
+  // communicators' threads) share the CPU figure and reset it for each
+  // other, so it means something only with one rank per process, as
+  // spindle-run runs.
   virtual int64_t peak_bytes() = 0;
   virtual void reset_peak_bytes() = 0;
 };

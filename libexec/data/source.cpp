@@ -45,6 +45,11 @@ std::string DataSource::prepare(const std::vector<DataRead>& reads, int64_t batc
   return "";
 }
 
+void DataSource::release() {
+  prepared_.clear();
+  prepared_batch_ = -1;
+}
+
 Tensor DataSource::read(const DataRead& r, int64_t batch) {
   if (batch == prepared_batch_) {
     const auto it = prepared_.find(r.key());

@@ -78,6 +78,10 @@ class DataSource {
   // prepare() read it, else read now (throws DataError on a bad value).
   Tensor read(const DataRead& r, int64_t batch);
 
+  // Drops what prepare() kept, once the step or evaluation that read it is
+  // done: a batch is not held into the steps after it.
+  void release();
+
   // Whether lm_loss targets of task `task` may hold -1 (ignored positions):
   // the loss's denominator then needs the whole batch's count.
   virtual bool may_ignore_targets(int task) const = 0;

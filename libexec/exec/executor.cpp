@@ -163,12 +163,15 @@ bool on_device(const Backend& be, const Comm& comm) {
 // `flat` is the caller's buffer of `floats` floats (at least the
 // gradients'; the rest is padding, zero, for a reduce-scatter's equal
 // blocks), kept from step to step (allocated here when it has the wrong
-// size or memory): no allocation, page faults or zeroing per step.
+// size): no allocation, page faults or zeroing per step.
 // Gradients that are views of `flat` in order (bind_bucket_views) are
 // reduced where they are: returns true then.
 bool pack_flat(Backend& be, bool device, const std::vector<Tensor*>& grads, int64_t floats, Tensor& flat) {
-  if (flat.numel() != floats || (flat.device() != Device::host) != device)
-    flat = device ? be.allocate({floats}) : Tensor::zeros({floats});
+  // Made once per bucket: its path (host or device memory, its
+  // communicator's) is fixed for the run. (Checking the tensor's device
+  // flag instead made a new buffer every step beside the old one under
+  // SPINDLE_TEST_EMULATE_DEVICE, whose backend allocates host tensors.)
+  if (flat.numel() != floats) flat = device ? be.allocate({floats}) : Tensor::zeros({floats});
   bool in_place = true;
   int64_t off = 0;
   for (const Tensor* g : grads) {

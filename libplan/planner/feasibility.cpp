@@ -133,8 +133,18 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
       const double one =
           run_activation_bytes(a.replicated, a.split, m.workload.batch, static_cast<int>(sl.devices.size()),
                                m.tensor_parallel, op_needs_whole_batch(m.workload.op));
+      // In the CUDA backend's bf16 mode a transformer layer also keeps a
+      // bf16 copy of its weights from its forward to its backward
+      // (docs/gpu.md, "Precision"): 2 bytes per value of its shard (the
+      // shard's biases and LayerNorms too: an upper bound).
+      const double weights =
+          layer_value_bytes < kRunActivationValueBytes && m.workload.op == "transformer_layer"
+              ? static_cast<double>(layer_value_bytes) *
+                    static_cast<double>(op_shard_param_count(m.workload.op, m.workload.dims, m.workload.seq,
+                                                             std::max(m.tensor_parallel, 1)))
+              : 0.0;
       for (int d : sl.devices) {
-        held[static_cast<size_t>(d)] += one * sl.count;
+        held[static_cast<size_t>(d)] += (one + weights) * sl.count;
         working[static_cast<size_t>(d)] = std::max(working[static_cast<size_t>(d)], one);
       }
     }
@@ -153,10 +163,12 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
     mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + held[d] + 2.0 * working[d] +
                                     static_cast<double>(b.sent + b.received));
   }
-  // The lowering's buckets: with sharded state the largest all-gather's
-  // two buffers (the gathered values and this device's chunk), which live
-  // for the call, on every backend; over NCCL each bucket's flat buffer on
-  // each of its holders (on the host the gradients are views of it).
+  // The lowering's buckets: with sharded state each all-gather's two
+  // buffers (the gathered values and this device's chunk), on every
+  // backend, all of them at once (with overlap every bucket's all-gather
+  // starts at the program's start and its buffers live until its wait);
+  // over NCCL each bucket's flat buffer on each of its holders (on the host
+  // the gradients are views of it).
   std::vector<double> extra(mem.size(), 0.0), gather(mem.size(), 0.0);
   for (size_t b = 0; b < lowered.buckets.size(); ++b) {
     const Bucket& k = lowered.buckets[b];
@@ -164,7 +176,7 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
     const double chunk = gathered / static_cast<double>(k.devices.size());
     for (int d : k.devices) {
       if (bucket_copies) extra[static_cast<size_t>(d)] += static_cast<double>(k.values) * kBucketCopyBytesPerValue;
-      gather[static_cast<size_t>(d)] = std::max(gather[static_cast<size_t>(d)], gathered + chunk);
+      gather[static_cast<size_t>(d)] += gathered + chunk;
     }
   }
   for (size_t d = 0; d < mem.size(); ++d)   // saturates, never wraps

@@ -40,12 +40,13 @@ Status check_plan_memory(const Plan& plan, const Model& model);
 // `layer_value_bytes` wide, the attention probabilities and the outputs
 // included; a tensor-parallel rank holding the replicated part whole), the
 // backward pass's working set (the largest operator the device runs,
-// twice more) and the message buffers (the bytes it sends and receives in
-// a step); plus, with `bucket_copies` (a device backend over NCCL),
-// each gradient bucket's flat buffer on each of its holders (the
-// lowering's buckets: lower_header; kBucketCopyBytesPerValue) and, with
-// sharded state, the buffers of the device's largest all-gather (the
-// bucket's gathered values and its own chunk, Lowered::gather_bytes).
+// twice more), the message buffers (the bytes it sends and receives in a
+// step) and, with sharded state, the buffers of every all-gather of the
+// device's buckets (each bucket's gathered values and its own chunk,
+// Lowered::gather_bytes: with overlap all are in flight at once); plus,
+// with `bucket_copies` (a device backend over NCCL), each gradient
+// bucket's flat buffer on each of its holders (the lowering's buckets;
+// kBucketCopyBytesPerValue).
 // What spindle-run checks before it allocates, and spindle-plan reports
 // (`run mem`, --check). An upper bound of what the CPU backend holds at
 // its peak (StepCounters::peak_bytes; the equivalence runs check it).

@@ -773,7 +773,7 @@ TEST_CASE("memory_as_run on one device: the parameter state, every operator's ac
   CHECK(static_cast<double>((*run)[0]) == Approx(static_cast<double>(state[0]) + sum + 2 * largest).margin(1));
 }
 
-TEST_CASE("memory_as_run: more than the plan counts, and over NCCL each bucket's flat buffer and largest all-gather",
+TEST_CASE("memory_as_run: more than the plan counts, every all-gather's buffers, and over NCCL each bucket's flat buffer",
           "[planner]") {
   for (const char* name : {"tiny-lm", "tiny-clip"}) {
     spindle::plan::testing::Fixture f(name, "cpu-1x4");
@@ -789,8 +789,9 @@ TEST_CASE("memory_as_run: more than the plan counts, and over NCCL each bucket's
           CHECK((*run)[d] > plan.predicted.memory_bytes[d]);
         // Over NCCL, by hand from the lowering's buckets: 4 bytes per value
         // on each holder, on top of the host's figure, which holds with
-        // sharded state the largest all-gather's buffers (members x chunk
-        // values gathered, plus the chunk sent) on every backend.
+        // sharded state every all-gather's buffers (members x chunk values
+        // gathered, plus the chunk sent; all in flight at once with
+        // overlap) on every backend.
         auto lowered = lower(plan, f.model, f.graph);
         REQUIRE(lowered.ok());
         const size_t n = plan.predicted.memory_bytes.size();
@@ -801,7 +802,7 @@ TEST_CASE("memory_as_run: more than the plan counts, and over NCCL each bucket's
           for (int d : b.devices) {
             copies[static_cast<size_t>(d)] += 4.0 * static_cast<double>(b.values);
             if (state == OptimizerState::sharded)
-              gather[static_cast<size_t>(d)] = std::max(gather[static_cast<size_t>(d)], 4.0 * chunk * (p + 1));
+              gather[static_cast<size_t>(d)] += 4.0 * chunk * (p + 1);
           }
         }
         if (s == Strategy::sequential) CHECK(!lowered->buckets.empty());   // every MetaOp on all 4 devices
@@ -810,7 +811,7 @@ TEST_CASE("memory_as_run: more than the plan counts, and over NCCL each bucket's
         for (size_t d = 0; d < n; ++d)
           CHECK(static_cast<double>((*with_copies)[d]) ==
                 Approx(static_cast<double>((*run)[d]) + copies[d]).margin(1));
-        // The all-gather's buffers are in the host's figure: the same plan
+        // The all-gathers' buffers are in the host's figure: the same plan
         // replicated holds none, and the host figure of the sharded one
         // minus them is below the replicated one's (less optimizer state).
         if (state == OptimizerState::sharded) {
