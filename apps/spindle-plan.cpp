@@ -387,7 +387,7 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   // again from the model, not read from the plan: memory_as_run): said, as
   // spindle-run would refuse it, on GPUs over NCCL (the CUDA backend's
   // bf16 mode) and on the CPU backend.
-  if (sp::Status nccl = sp::check_memory_as_run(*plan, model, graph, o.check_path, true, 2); !nccl)
+  if (sp::Status nccl = sp::check_memory_as_run(*plan, model, graph, o.check_path, true, sp::kBf16LayerValueBytes); !nccl)
     std::fprintf(stderr, "spindle-plan: warning: spindle-run on GPUs over NCCL would refuse it: %s\n",
                  nccl.error().message.c_str());
   if (sp::Status host = sp::check_memory_as_run(*plan, model, graph, o.check_path); !host)
@@ -592,7 +592,7 @@ void print_copies(const sp::Plan& plan, const sp::Model& model, const sp::OpGrap
 // flat buffers in device memory).
 void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
   const auto host = sp::memory_as_run(plan, model, graph, false);
-  const auto nccl = sp::memory_as_run(plan, model, graph, true, 2);
+  const auto nccl = sp::memory_as_run(plan, model, graph, true, sp::kBf16LayerValueBytes);
   if (!host || !nccl || host->empty()) return;
   const auto peak = [](const std::vector<int64_t>& m) { return *std::max_element(m.begin(), m.end()); };
   const bool gpu_over = peak(*nccl) > plan.memory_bytes, cpu_over = peak(*host) > plan.memory_bytes;
@@ -616,7 +616,7 @@ void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::Op
   if (!gpu_over || plan.optimizer_state != sp::OptimizerState::replicated) return;
   sp::Plan sharded = plan;
   sharded.optimizer_state = sp::OptimizerState::sharded;
-  const auto with = sp::memory_as_run(sharded, model, graph, true, 2);
+  const auto with = sp::memory_as_run(sharded, model, graph, true, sp::kBf16LayerValueBytes);
   if (!with || with->empty() || peak(*with) > plan.memory_bytes) return;
   std::printf("run mem   with the optimizer state sharded (ZeRO-1) these waves need %s on GPUs over NCCL and fit: "
               "plan with --optimizer-state sharded\n",

@@ -655,6 +655,7 @@ struct Runtime {
   // Bytes per value of a transformer layer's internals: 2 in the CUDA
   // backend's bf16 mode (SPINDLE_CUDA_MATMUL, docs/gpu.md), else 4.
   int layer_value_bytes = sp::kRunActivationValueBytes;
+  std::vector<int64_t> counted_bytes;      // per rank: what the memory check counted (memory_as_run)
   // SPINDLE_TEST_EMULATE_DEVICE=1 with --backend cpu: the CPU backend
   // posing as a device's and the communicators under NCCL's rules, so that
   // the executor takes its NCCL branches without a GPU (docs/gpu.md, "The
@@ -676,7 +677,8 @@ Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const 
 #ifdef SPINDLE_HAVE_CUDA
   if (args.backend == "cuda") {
     rt.gpu = se::cuda_bind_device(in.local_rank);
-    if (se::cuda_options_from_env(nullptr).matmul == se::MatmulPrecision::bf16) rt.layer_value_bytes = 2;
+    if (se::cuda_options_from_env(nullptr).matmul == se::MatmulPrecision::bf16)
+      rt.layer_value_bytes = sp::kBf16LayerValueBytes;
   }
 #endif
 #ifdef SPINDLE_HAVE_NCCL
@@ -685,11 +687,6 @@ Runtime start_runtime([[maybe_unused]] const Args& args, [[maybe_unused]] const 
   return rt;
 }
 
-// The plan's memory as this run will hold it (the optimizer state as the
-// plan holds it; with NCCL each gradient bucket's flat buffer in device
-// memory too; sharded, every all-gather's buffers on any backend:
-// check_memory_as_run), before anything is allocated: "" or the error.
-// The same on every rank.
 // SPINDLE_TEST_EMULATE_DEVICE=1 with --backend cpu (Runtime::emulated).
 bool emulates_device(const Args& args) {
   const char* emulate = std::getenv("SPINDLE_TEST_EMULATE_DEVICE");
@@ -700,9 +697,20 @@ bool emulates_device(const Args& args) {
 // memory over NCCL, and in its emulation), which the memory check counts.
 bool bucket_copies(const Args& args, const Runtime& rt) { return rt.use_nccl || emulates_device(args); }
 
-std::string memory_error(const Args& args, const Inputs& in, const Runtime& rt) {
-  const sp::Status st = sp::check_memory_as_run(*in.plan, *in.model, in.graph, args.plan_path,
-                                                bucket_copies(args, rt), rt.layer_value_bytes);
+// The plan's memory as this run will hold it (the optimizer state as the
+// plan holds it; with NCCL each gradient bucket's flat buffer in device
+// memory too; sharded, every all-gather's buffers on any backend:
+// check_memory_as_run), before anything is allocated: "" or the error.
+// The same on every rank.
+// Keeps the figures in `rt.counted_bytes`, which the run's peaks are
+// reported against (report_memory).
+std::string memory_error(const Args& args, const Inputs& in, Runtime& rt) {
+  const bool copies = bucket_copies(args, rt);
+  auto counted = sp::memory_as_run(*in.plan, *in.model, in.graph, copies, rt.layer_value_bytes);
+  if (!counted) return counted.error().message;
+  rt.counted_bytes = std::move(*counted);
+  const sp::Status st =
+      sp::check_memory_as_run(*in.plan, *in.model, rt.counted_bytes, args.plan_path, copies, rt.layer_value_bytes);
   return st.ok() ? "" : st.error().message;
 }
 
@@ -1120,13 +1128,6 @@ double tflops_per_device(const Training& tr, double step_ms) {
   return tr.flops_per_step / (step_ms / 1000.0) / tr.size / 1e12;
 }
 
-// After step `st`: every rank's counters gathered on rank 0 (one small
-// gather per step), which appends the step's object to --metrics (throws
-// std::runtime_error when that write fails) and, every --log-interval
-// steps and after the last (`last`: the run stops after this one, else
-// --steps), prints the log line: as Megatron-LM's, step
-// time and losses are the means over the steps since the line before.
-// Collective over MPI_COMM_WORLD.
 // Rank 0: the step line of step `st` with the means of the steps since the
 // last line (--log-interval), if any step is waiting for one; the window is
 // then empty. Other ranks: nothing.
@@ -1145,6 +1146,13 @@ void print_step_line(Training& tr, const se::StepStats& st, double lr) {
   w = {};
 }
 
+// After step `st`: every rank's counters gathered on rank 0 (one small
+// gather per step), which appends the step's object to --metrics (throws
+// std::runtime_error when that write fails) and, every --log-interval
+// steps and after the last (`last`: the run stops after this one, else
+// --steps), prints the log line: as Megatron-LM's, step
+// time and losses are the means over the steps since the line before.
+// Collective over MPI_COMM_WORLD.
 void report_step(Training& tr, const se::StepStats& st, double lr, bool last) {
   const std::vector<double> per_rank = gather_counters(st.counters, tr.rank, tr.size);
   if (tr.rank == 0) {
@@ -1474,9 +1482,7 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
               std::ofstream(),
               start};
   mark_overwrite(tr);
-  if (const auto counted =
-          sp::memory_as_run(*in.plan, *in.model, in.graph, bucket_copies(args, rt), rt.layer_value_bytes))
-    tr.counted_bytes = *counted;   // checked before allocating (memory_error), so it computes
+  tr.counted_bytes = rt.counted_bytes;   // what memory_error checked
   rt.world->barrier();
   executor.reset_clock();
   if (nothing_to_train) {

@@ -512,10 +512,6 @@ const plan::Lowered& Executor::lowered() const { return sched_->lowered; }
 StepStats Executor::step() {
   const Clock::time_point start = Clock::now();
   ++step_;
-  out_.clear();
-  dout_.clear();
-  pieces_.clear();
-  din_.clear();
   std::fill(loss_.begin(), loss_.end(), 0.0);
   counters_ = StepCounters{};
   backend_.reset_peak_bytes();

@@ -385,7 +385,8 @@ class Executor {
 
   std::map<std::pair<std::string, int>, ParamState> params_;  // (param "M/k.r", TP rank)
   std::map<int, Op> ops_;                                      // graph operator -> its Op here
-  // Per step (cleared at the start of each):
+  // Per step (empty between steps: each is cleared at the step's end, and
+  // an evaluation clears what it uses):
   std::map<int, Tensor> out_;     // operator -> output, this device's rows
   std::map<int, Tensor> dout_;    // operator -> gradient of its output, this device's rows
   std::map<std::pair<int, int>, std::vector<Tensor>> pieces_;  // (slice, input) -> received rows

@@ -187,6 +187,11 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
                            bool bucket_copies, int layer_value_bytes) {
   SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, bucket_copies, layer_value_bytes));
+  return check_memory_as_run(plan, model, mem, path, bucket_copies, layer_value_bytes);
+}
+
+Status check_memory_as_run(const Plan& plan, const Model& model, const std::vector<int64_t>& mem,
+                           const std::string& path, bool bucket_copies, int layer_value_bytes) {
   const auto worst = std::max_element(mem.begin(), mem.end());
   if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
   const auto d = static_cast<size_t>(worst - mem.begin());

@@ -58,5 +58,9 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
 // the device, both figures and what to do.
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
                            bool bucket_copies = false, int layer_value_bytes = kRunActivationValueBytes);
+// The same on figures memory_as_run gave with those two settings (a caller
+// that keeps them: spindle-run reports its peaks against them).
+Status check_memory_as_run(const Plan& plan, const Model& model, const std::vector<int64_t>& mem,
+                           const std::string& path, bool bucket_copies, int layer_value_bytes);
 
 }  // namespace spindle::plan

@@ -116,6 +116,10 @@ inline ValueRange owned_values(int64_t values, int members, int index) {
 // bf16 Megatron-LM run holds them; what spindle-run checks before it
 // allocates (planner/feasibility.h, memory_as_run) counts them so.
 inline constexpr int kRunActivationValueBytes = 4;
+// Bytes per value of a transformer layer's internals in the CUDA backend's
+// bf16 mode, its default (docs/gpu.md, "Precision"): what memory_as_run
+// counts for GPUs (`layer_value_bytes`).
+inline constexpr int kBf16LayerValueBytes = 2;
 
 // Bytes one of `devices` devices keeps for backward for one operator that
 // keeps `bytes_per_sample` per sample of a batch of `batch`.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -449,24 +450,32 @@ std::vector<int64_t> memory_with(const Plan& plan, OptimizerState state, const M
   return std::move(other.predicted.memory_bytes);
 }
 
-// `base` with every operator's kept activations counted in fp32, as the
-// analytic profile counts them (spindle-run keeps them so, whatever the
-// model's dtype): the reference for memory_as_run's widening.
-class Fp32Activations : public CostModel {
+// `base` with each operator's kept activations per sample given by
+// `bytes` instead (cost_plan's memory then counts them so).
+class ActivationsBy : public CostModel {
  public:
-  explicit Fp32Activations(const CostModel& base) : base_(base) {}
+  ActivationsBy(const CostModel& base, std::function<int64_t(const Workload&)> bytes)
+      : base_(base), bytes_(std::move(bytes)) {}
   const ScalingCurve* curve(const Workload& w) const override { return base_.curve(w); }
   int64_t param_bytes(const Workload& w) const override { return base_.param_bytes(w); }
-  int64_t activation_bytes_per_sample(const Workload& w) const override {
-    return analytic_activation_bytes_per_sample(w, DType::fp32);
-  }
+  int64_t activation_bytes_per_sample(const Workload& w) const override { return bytes_(w); }
   double p2p_ms(double bytes, bool cross) const override { return base_.p2p_ms(bytes, cross); }
   double allreduce_ms(double bytes, const std::vector<int>& d) const override { return base_.allreduce_ms(bytes, d); }
   double allgather_ms(double bytes, const std::vector<int>& d) const override { return base_.allgather_ms(bytes, d); }
 
  private:
   const CostModel& base_;
+  std::function<int64_t(const Workload&)> bytes_;
 };
+
+// Every operator's kept activations counted in fp32, as the analytic
+// profile counts them, or none (the parameter state alone).
+ActivationsBy fp32_activations(const CostModel& base) {
+  return {base, [](const Workload& w) { return analytic_activation_bytes_per_sample(w, DType::fp32); }};
+}
+ActivationsBy no_activations(const CostModel& base) {
+  return {base, [](const Workload&) { return int64_t{0}; }};
+}
 
 }  // namespace
 
@@ -514,7 +523,7 @@ TEST_CASE("optimizer state: replicated adds m, v and the master copy beyond each
   REQUIRE(run.ok());
   REQUIRE(gpu.ok());
   const std::vector<int64_t> fp32_act =
-      memory_with(*sharded, OptimizerState::sharded, f.model, f.graph, Fp32Activations(*f.cost));
+      memory_with(*sharded, OptimizerState::sharded, f.model, f.graph, fp32_activations(*f.cost));
   bool wider = false;
   for (size_t d = 0; d < mem.size(); ++d) {
     CHECK((*run)[d] >= fp32_act[d]);
@@ -703,22 +712,6 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, sharded where 
   CHECK(chosen_sim->iteration_ms < without->iteration_ms);
 }
 
-// A CostModel that counts no activations: cost_plan's memory is then the
-// parameter state alone.
-class NoActivations : public CostModel {
- public:
-  explicit NoActivations(const CostModel& base) : base_(base) {}
-  const ScalingCurve* curve(const Workload& w) const override { return base_.curve(w); }
-  int64_t param_bytes(const Workload& w) const override { return base_.param_bytes(w); }
-  int64_t activation_bytes_per_sample(const Workload&) const override { return 0; }
-  double p2p_ms(double bytes, bool cross) const override { return base_.p2p_ms(bytes, cross); }
-  double allreduce_ms(double bytes, const std::vector<int>& d) const override { return base_.allreduce_ms(bytes, d); }
-  double allgather_ms(double bytes, const std::vector<int>& d) const override { return base_.allgather_ms(bytes, d); }
-
- private:
-  const CostModel& base_;
-};
-
 TEST_CASE("analytic_run_activation: what the runtime keeps per row, by hand", "[planner]") {
   // tiny-clip's vision layer: s 17, hidden 32, ffn 64, 4 heads; s padded
   // to 24. fp32 whole on every rank: 2 s h + 4 s = 1156 values; in the
@@ -765,7 +758,7 @@ TEST_CASE("memory_as_run on one device: the parameter state, every operator's ac
   }
   REQUIRE(f.graph.ops.size() == 25);   // 9 + 8 + 8 operators of the three tasks
   const std::vector<int64_t> state =
-      memory_with(plan, plan.optimizer_state, f.model, f.graph, NoActivations(*f.cost));
+      memory_with(plan, plan.optimizer_state, f.model, f.graph, no_activations(*f.cost));
   auto run = memory_as_run(plan, f.model, f.graph);
   REQUIRE(run.ok());
   // One device: no messages to other devices, no all-gather (replicated).
