@@ -95,6 +95,9 @@ std::string sharded_because(const sp::Plan& plan) {
     case sp::Plan::ShardedBecause::none: return "";
     case sp::Plan::ShardedBecause::does_not_fit:
       return " (ZeRO-1: the plan with it replicated does not fit; an all-gather per bucket and step)";
+    case sp::Plan::ShardedBecause::does_not_fit_as_run:
+      return " (ZeRO-1: the plan with it replicated fits the count above, but on GPUs spindle-run would hold more than "
+             "the device has: run mem; an all-gather per bucket and step)";
     case sp::Plan::ShardedBecause::faster: {
       char text[160];
       std::snprintf(text, sizeof text, " (ZeRO-1: it fits replicated, but simulates faster sharded; %.3f ms replicated)",
@@ -342,7 +345,8 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--optimizer-state", o.optimizer_state,
                  "how AdamW's state is held, recorded in the plan and followed by spindle-run: auto (replicated when "
-                 "that plan fits the devices, unless sharded simulates faster; else sharded) | sharded over the "
+                 "that plan fits the devices, unless sharded simulates faster or alone fits them as spindle-run holds "
+                 "it on GPUs; else sharded) | sharded over the "
                  "data-parallel replicas (ZeRO-1, Megatron's distributed optimizer: an all-gather per bucket and step) "
                  "| replicated")
       ->check(CLI::IsMember({"auto", "sharded", "replicated"}))
@@ -613,14 +617,11 @@ void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::Op
   // Over on GPUs with AdamW's state whole on every replica: what the same
   // waves hold with it sharded (ZeRO-1), when that fits, and the flag that
   // plans so (the plan it makes may place the waves otherwise).
-  if (!gpu_over || plan.optimizer_state != sp::OptimizerState::replicated) return;
-  sp::Plan sharded = plan;
-  sharded.optimizer_state = sp::OptimizerState::sharded;
-  const auto with = sp::memory_as_run(sharded, model, graph, true, sp::kBf16LayerValueBytes);
-  if (!with || with->empty() || peak(*with) > plan.memory_bytes) return;
+  const std::optional<int64_t> with = sp::sharding_fits_on_gpus(plan, model, graph);
+  if (!with) return;
   std::printf("run mem   with the optimizer state sharded (ZeRO-1) these waves need %s on GPUs over NCCL and fit: "
               "plan with --optimizer-state sharded\n",
-              size_text(peak(*with)).c_str());
+              size_text(*with).c_str());
 }
 
 // The link figures a measured profile carries (x-links), when it does.

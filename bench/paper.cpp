@@ -16,6 +16,7 @@
 //
 // Exit codes: 0 every plan made and valid, 1 a plan missing or invalid or a
 // file not written, 2 a missing or invalid input (config or profile).
+#include <algorithm>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -93,6 +94,10 @@ struct Run {
   double width_gap = 0;       // the same makespan over width_optimum_ms (the optimum of the plan's own widths), - 1
   bool valid = false;         // check_plan
   bool fits = false;          // check_plan_memory
+  // The most a device would hold as spindle-run runs the plan on GPUs over
+  // NCCL (memory_as_run, a transformer layer's internals in bf16), bytes;
+  // 0 when not costed. Every other figure is the Megatron-LM count's.
+  int64_t gpu_run_bytes = 0;
   std::string problem;        // the first checker violation, else the memory error, else ""
 };
 
@@ -214,6 +219,8 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
     run.valid = violations.empty();
     run.fits = memory.ok();
     run.problem = !run.valid ? violations[0] : !run.fits ? memory.error().message : "";
+    if (auto held = sp::memory_as_run(run.plan, *model, graph, true, sp::kBf16LayerValueBytes); held && !held->empty())
+      run.gpu_run_bytes = *std::max_element(held->begin(), held->end());
     if (run.valid) {
       auto figures = priced(run.plan, *model, graph, **cost);
       if (!figures) {
@@ -324,9 +331,18 @@ std::string ratios(const std::vector<Result>& results, bool& all_ok) {
   std::string s;
   int ahead = 0, over_gap = 0, over_width_gap = 0;
   double best_speedup = 0, worst_gap = 0, worst_width_gap = 0;
-  std::string best_case, worst_gap_case, worst_width_case, behind, problems, over_gap_cases;
+  std::string best_case, worst_gap_case, worst_width_case, behind, problems, over_gap_cases, over_as_run;
+  int plans = 0, over_as_run_count = 0;
   for (const Result& r : results) {
     for (const Run& run : r.runs) {
+      if (run.ok && run.fits) {
+        ++plans;
+        if (run.gpu_run_bytes > run.plan.memory_bytes) {
+          ++over_as_run_count;
+          over_as_run += "  " + r.name() + ", " + run.label + ": " + fmt("%.1f", run.gpu_run_bytes / 1073741824.0) +
+                         " GiB of " + fmt("%.1f", run.plan.memory_bytes / 1073741824.0) + "\n";
+        }
+      }
       // A baseline that does not fit in memory is a result (the paper reports
       // such baselines as out of memory), not a failure of this benchmark.
       all_ok = all_ok && run.ok && (run.valid || (!run.fits && run.strategy != sp::Strategy::spindle));
@@ -378,6 +394,11 @@ std::string ratios(const std::vector<Result>& results, bool& all_ok) {
            (a <= 4.0 ? ", met" : ", MISSED") + "\n";
     }
   s += std::string("every plan made and valid: ") + (all_ok ? "yes" : "NO") + "\n";
+  // Not a target: the comparison above is of plans as the Megatron-LM count
+  // fits them; spindle-run refuses those over on GPUs (docs/planner.md,
+  // "Memory").
+  s += "within the plan's count but over the GPUs' memory as spindle-run holds them (memory_as_run over NCCL): " +
+       std::to_string(over_as_run_count) + " of " + std::to_string(plans) + " plans\n" + over_as_run;
   if (!problems.empty()) s += "plans missing, invalid or over memory:\n" + problems;
   return s;
 }

@@ -130,7 +130,10 @@ struct Plan {
   double planning_ms = 0;              // not serialised (keeps bytes deterministic)
   // Not serialised: why --optimizer-state auto (PlanRequest::
   // choose_optimizer_state) sharded the state; none when it did not.
-  enum class ShardedBecause { none, does_not_fit, faster } sharded_because = ShardedBecause::none;
+  // does_not_fit: replicated, over the plan's own count (rule 6);
+  // does_not_fit_as_run: within it, but over what spindle-run holds on GPUs
+  // (memory_as_run).
+  enum class ShardedBecause { none, does_not_fit, does_not_fit_as_run, faster } sharded_because = ShardedBecause::none;
   double replicated_ms = 0;            // with `faster`: the plan's simulation with the state replicated
   // Not serialised: with PlanRequest::fewer_islands, the shares of the
   // cluster Spindle planned on (its own islands, then halves: islands, the

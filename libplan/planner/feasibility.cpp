@@ -190,6 +190,22 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& 
   return check_memory_as_run(plan, model, mem, path, bucket_copies, layer_value_bytes);
 }
 
+std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph) {
+  if (plan.optimizer_state != OptimizerState::replicated) return std::nullopt;
+  auto peak = [&](const Plan& p) -> std::optional<int64_t> {
+    const auto mem = memory_as_run(p, model, graph, true, kBf16LayerValueBytes);
+    if (!mem || mem->empty()) return std::nullopt;
+    return *std::max_element(mem->begin(), mem->end());
+  };
+  const std::optional<int64_t> replicated = peak(plan);
+  if (!replicated || *replicated <= plan.memory_bytes) return std::nullopt;
+  Plan sharded = plan;
+  sharded.optimizer_state = OptimizerState::sharded;
+  const std::optional<int64_t> with = peak(sharded);
+  if (!with || *with > plan.memory_bytes) return std::nullopt;
+  return with;
+}
+
 Status check_memory_as_run(const Plan& plan, const Model& model, const std::vector<int64_t>& mem,
                            const std::string& path, bool bucket_copies, int layer_value_bytes) {
   const auto worst = std::max_element(mem.begin(), mem.end());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,5 +63,16 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& 
 // that keeps them: spindle-run reports its peaks against them).
 Status check_memory_as_run(const Plan& plan, const Model& model, const std::vector<int64_t>& mem,
                            const std::string& path, bool bucket_copies, int layer_value_bytes);
+
+// When sharding AdamW's state is what would let `plan` run on GPUs: the
+// plan holds the state replicated, is over its devices' memory as
+// spindle-run holds it on GPUs over NCCL (memory_as_run with the bucket
+// buffers and bf16 layer internals), and the same waves with the state
+// sharded (ZeRO-1) are not. Then the largest device's bytes sharded;
+// otherwise nullopt (it fits, holds the state sharded already, or is over
+// either way: then its activations, not the state, are too large).
+// `--optimizer-state auto` plans such a plan sharded; spindle-plan names
+// the flag for a plan made replicated.
+std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph);
 
 }  // namespace spindle::plan

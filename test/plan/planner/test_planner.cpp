@@ -712,6 +712,66 @@ TEST_CASE("optimizer state auto: replicated where that plan fits, sharded where 
   CHECK(chosen_sim->iteration_ms < without->iteration_ms);
 }
 
+TEST_CASE("optimizer state auto: sharded where the replicated plan fits its count and only sharded what spindle-run holds on GPUs",
+          "[planner]") {
+  // qwen-val-3 on 32 A800s: replicated, the plan counts 59.9 GiB a device,
+  // but spindle-run would hold 91.4 on GPUs (the attention probabilities,
+  // the bucket buffers) of 80 and refuse it. Sharded it holds about 71 and
+  // fits; auto plans that, as --optimizer-state sharded does.
+  spindle::plan::testing::Fixture f("qwen-val-3", "a800-4x8");
+  PlanRequest request{&f.model, &f.graph, &f.cluster, f.cost.get(), "", Strategy::spindle};
+  request.shift_simulations = 8;
+  auto on_gpus = [&](const Plan& p) { return check_memory_as_run(p, f.model, f.graph, "p.json", true, kBf16LayerValueBytes); };
+  PlanRequest replicated_request = request;
+  replicated_request.choose_optimizer_state = false;
+  replicated_request.optimizer_state = OptimizerState::replicated;
+  replicated_request.placement_state = OptimizerState::sharded;   // as auto's first plan
+  auto replicated = make_plan(replicated_request);
+  REQUIRE(replicated.ok());
+  REQUIRE(check_plan_memory(*replicated, f.model).ok());
+  const Status refused = on_gpus(*replicated);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.error().message, Catch::Contains("p.json: device"));
+  // The same waves sharded fit: that is the figure sharding_fits_on_gpus
+  // gives (the peak of memory_as_run over NCCL with the state sharded).
+  const std::optional<int64_t> with = sharding_fits_on_gpus(*replicated, f.model, f.graph);
+  REQUIRE(with.has_value());
+  Plan same_waves = *replicated;
+  same_waves.optimizer_state = OptimizerState::sharded;
+  auto same_mem = memory_as_run(same_waves, f.model, f.graph, true, kBf16LayerValueBytes);
+  REQUIRE(same_mem.ok());
+  CHECK(*with == *std::max_element(same_mem->begin(), same_mem->end()));
+  CHECK(*with <= replicated->memory_bytes);
+  auto chosen = make_plan(request);
+  REQUIRE(chosen.ok());
+  CHECK(chosen->optimizer_state == OptimizerState::sharded);
+  CHECK(chosen->sharded_because == Plan::ShardedBecause::does_not_fit_as_run);
+  CHECK(check_plan_memory(*chosen, f.model).ok());
+  CHECK(on_gpus(*chosen).ok());
+  PlanRequest sharded_request = request;
+  sharded_request.choose_optimizer_state = false;
+  sharded_request.optimizer_state = OptimizerState::sharded;
+  auto asked = make_plan(sharded_request);
+  REQUIRE(asked.ok());
+  CHECK(plan_to_json(*chosen) == plan_to_json(*asked));
+  CHECK_FALSE(sharding_fits_on_gpus(*chosen, f.model, f.graph).has_value());   // sharded already
+  // (Where the replicated plan fits both, auto keeps it: multitask-clip-7
+  // on a800-4x8, the test case before.)
+  // ofasys-7 on 8 A800s: its replicated plan is over on GPUs, and the same
+  // waves sharded too (their activations, not the state): the decision is
+  // the plan's own count, which it fits, so auto keeps it replicated
+  // rather than search again for a plan that would not run either.
+  spindle::plan::testing::Fixture ofa("ofasys-7", "a800-1x8");
+  PlanRequest ofa_request{&ofa.model, &ofa.graph, &ofa.cluster, ofa.cost.get(), "", Strategy::spindle};
+  ofa_request.shift_simulations = 8;
+  auto ofa_chosen = make_plan(ofa_request);
+  REQUIRE(ofa_chosen.ok());
+  REQUIRE(ofa_chosen->optimizer_state == OptimizerState::replicated);
+  CHECK(check_plan_memory(*ofa_chosen, ofa.model).ok());
+  CHECK_FALSE(check_memory_as_run(*ofa_chosen, ofa.model, ofa.graph, "p.json", true, kBf16LayerValueBytes).ok());
+  CHECK_FALSE(sharding_fits_on_gpus(*ofa_chosen, ofa.model, ofa.graph).has_value());
+}
+
 TEST_CASE("analytic_run_activation: what the runtime keeps per row, by hand", "[planner]") {
   // tiny-clip's vision layer: s 17, hidden 32, ffn 64, 4 heads; s padded
   // to 24. fp32 whole on every rank: 2 s h + 4 s = 1156 values; in the
