@@ -34,6 +34,8 @@
 // SPINDLE_TEST_SIGNAL_IN_SAVE=S makes rank 1 (rank 0 when alone) raise
 // SIGTERM on itself while the checkpoint of step S is being saved: a signal
 // that arrives during a save, which a test cannot time from outside.
+// SPINDLE_TEST_NO_TP_COPIES=1 runs the programs without their copy exchange
+// (se::ExecOptions::tp_copies): the drift warning's positive control.
 //
 // --dump-grads (a test flag, docs/runtime.md): after the first step this run
 // trains, the full gradients after the gradient sync, in --dump-params'
@@ -742,6 +744,8 @@ void build_executor(const Args& args, const Inputs& in, Runtime& rt) {
   rt.options.sync = sp::sync_for_run(*in.plan, flags, rt.sync_notes);
   rt.options.clip_grad = args.clip_grad;
   rt.options.decay_1d = !args.no_decay_1d;
+  if (const char* no_copies = std::getenv("SPINDLE_TEST_NO_TP_COPIES"); no_copies && std::string(no_copies) == "1")
+    rt.options.tp_copies = false;
   const std::vector<std::vector<int>> device_groups = se::Executor::device_groups(*in.model, *in.plan);
   se::GroupComms groups;
 #ifdef SPINDLE_HAVE_NCCL

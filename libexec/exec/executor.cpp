@@ -297,10 +297,12 @@ plan::GradSync runtime_sync(plan::GradSync sync, const Backend& backend, const C
   return sync;
 }
 
-plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan, const plan::GradSync& sync) {
+plan::Lowered lower_or_throw(const plan::Model& model, const plan::Plan& plan, const plan::GradSync& sync,
+                             bool copies) {
   const plan::OpGraph graph = plan::expand(model);
   plan::LowerOptions options;
   options.sync = sync;
+  options.copies = copies;
   auto lowered = plan::lower(plan, model, graph, options);
   if (!lowered.ok()) throw std::invalid_argument(lowered.error().message);
   return std::move(lowered).value();
@@ -311,8 +313,8 @@ struct Schedule {
   plan::OpGraph graph;
   plan::Lowered lowered;
 
-  Schedule(const plan::Model& model, const plan::Plan& plan, const plan::GradSync& sync = {})
-      : graph(plan::expand(model)), lowered(lower_or_throw(model, plan, sync)) {}
+  Schedule(const plan::Model& model, const plan::Plan& plan, const plan::GradSync& sync = {}, bool copies = true)
+      : graph(plan::expand(model)), lowered(lower_or_throw(model, plan, sync, copies)) {}
   const plan::LoweredSlice& slice(int s) const { return lowered.slices[static_cast<size_t>(s)]; }
   int position(int s, int device) const { return lowered.position(s, device); }
 };
@@ -349,7 +351,7 @@ Executor::Executor(const plan::Model& model, const plan::Plan& plan, Comm& world
                    Backend& backend, ExecOptions options)
     : model_(model), world_(world), groups_(std::move(groups)), backend_(backend),
       options_(options), rank_(world.rank()),
-      sched_(std::make_unique<Schedule>(model, plan, runtime_sync(options.sync, backend, world))),
+      sched_(std::make_unique<Schedule>(model, plan, runtime_sync(options.sync, backend, world), options.tp_copies)),
       loss_(model.tasks.size(), 0.0),
       synthetic_(std::make_unique<SyntheticSource>(options.seed, 0, options.host_threads)),
       data_(synthetic_.get()), origin_(Clock::now()) {

@@ -106,6 +106,11 @@ struct ExecOptions {
   // decay, as Megatron-LM does by default (spindle-run --no-weight-decay-1d);
   // a property of the full tensor, so the same on every plan.
   bool decay_1d = true;
+  // false: the programs without their copy exchange (plan::LowerOptions::
+  // copies), so the TP copies of replicated tensors drift apart. A test
+  // hook alone (spindle-run's SPINDLE_TEST_NO_TP_COPIES=1): gather_state's
+  // drift must then see them differ.
+  bool tp_copies = true;
 };
 
 // What this rank did in one step, by phase of its lowered program. Bytes

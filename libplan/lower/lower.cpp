@@ -1386,7 +1386,7 @@ void lower_copies(const Plan& plan, const LowerContext& ctx, Lowered& out) {
 
 Status lower_programs(const Plan& plan, const LowerContext& ctx, Lowered& out, const LowerOptions& options) {
   SPINDLE_TRY(lower_transfers(plan, ctx, out));
-  lower_copies(plan, ctx, out);
+  if (options.copies) lower_copies(plan, ctx, out);
   const ParamIds& ids = ctx.params;
   const DeviceShares shares(out);
   BuilderScratch scratch(ids.names.size());

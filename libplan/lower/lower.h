@@ -500,6 +500,11 @@ struct LowerOptions {
   // How gradients are synchronised; empty: as the plan says (planned_sync:
   // its overlap and bucket cap, what spindle-run given no flag lowers).
   std::optional<GradSync> sync;
+  // false: no copy exchange (Lowered's Direction::copy transfers and the
+  // exchange that moves them), so the tensor-parallel copies of replicated
+  // tensors drift apart by rounding. For tests alone: the drift detector's
+  // positive control (spindle-run's SPINDLE_TEST_NO_TP_COPIES).
+  bool copies = true;
 };
 
 Result<Lowered> lower(const Plan& plan, const Model& model, const OpGraph& graph, const LowerOptions& options = {});

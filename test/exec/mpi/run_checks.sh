@@ -73,7 +73,9 @@
 #       ZeRO-1 and ZeRO-1 gathered at the next step's start (whose copies
 #       move chunks): no copy differs from TP rank 0's at steps 3 and 6, the
 #       bytes are those the programs state, and 6 steps straight equal 3 + a
-#       resume for 3, bitwise; on the emulated device paths too. Its
+#       resume for 3, bitwise; on the emulated device paths too. Without
+#       the copy exchange (a test hook) the copies drift and the warning
+#       names them: the detector's positive control. Its
 #       4-device sequential plan mirrors the copies: no copies, none differ.
 #   plan-mutations  one-edit mutations of tiny-lm's 4-device plan
 #       (compare_runs --mutate K: devices, counts, waves, slices, parameter
@@ -678,6 +680,16 @@ whole, chunked = copied(sys.argv[1]), copied(sys.argv[2])
 print(f"values copied a step: {whole} replicated, {chunked} with ZeRO-1 gathered at the next step's start")
 sys.exit(0 if 0 < chunked < whole else 1)
 PY
+    # The detector's positive control: the same plan run without its copy
+    # exchange (test hook SPINDLE_TEST_NO_TP_COPIES=1) leaves the rank-1
+    # copies to drift by rounding, and the warning names them (5 tensors, 8
+    # values at step 6 on 2026-12-07). Were the detector blind, every
+    # "none differ" above would pass for nothing.
+    SPINDLE_TEST_NO_TP_COPIES=1 run 3 p3.json model.yaml --steps 6 --seed 3 --dump-params drifted.json
+    [ "$rc" -eq 0 ] || { cat run.log; die "plan 3 without copies: exit $rc"; }
+    grep -E "^spindle-run: warning: after step 6 the tensor-parallel copies of [1-9][0-9]* replicated tensors? differ from TP rank 0's in [1-9][0-9]* values? \(at most [0-9.e+-]+ relative, trunk/" run.log ||
+      { cat run.log; die "plan 3 without its copy exchange: no drift reported"; }
+    echo "PASS: without the copy exchange the TP copies drift, and the warning says so"
     # Its 4-device sequential plan mirrors the copies (TP 2 x 2 replicas,
     # each rank-1 holder running what one rank-0 holder runs): no copies,
     # and none differ.
