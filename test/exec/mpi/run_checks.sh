@@ -1291,25 +1291,39 @@ PY
     model=$MODELS/tiny-clip.yaml
     plan "$model" 2 p2.json
     rm -rf ck first.log second.jsonl
+    # The first run keeps every checkpoint (--keep), so that what it saved
+    # before the second run starts is still there after it.
     timeout 100 "$MPIEXEC" -np 2 --oversubscribe "$BIN/spindle-run" p2.json --model "$model" --steps 100000 \
-      --seed 3 --checkpoint ck --every 5 --exit-signal-handler > first.log 2>&1 &
+      --seed 3 --checkpoint ck --every 5 --keep 100000 --exit-signal-handler > first.log 2>&1 &
     job=$!
     trap 'kill "$job" 2> /dev/null' EXIT   # a failed check leaves no run behind
     for _ in $(seq 3000); do [ -d ck/step-000005 ] && break; sleep 0.02; done   # 60 s at most
     [ -d ck/step-000005 ] || { kill "$job"; cat first.log; die "the first run saved no checkpoint"; }
     holder=$(rank_pid "$job" 0)
     before=$(ls ck)
-    run 2 p2.json "$model" --steps 100000 --seed 3 --checkpoint ck --every 5 --resume --metrics second.jsonl
+    lock_note=$(cat ck/.spindle-run.lock)
+    run 2 p2.json "$model" --steps 100000 --seed 3 --checkpoint ck --every 7 --keep 1 --resume --metrics second.jsonl
     expect_reject "a resume into the folder of a running run" \
       "in use by another spindle-run (pid $holder on host .*): two runs must not write one folder"
     [ ! -e second.jsonl ] || die "the refused run wrote --metrics"
+    # Nor the folder: every checkpoint saved before it is still there (its
+    # --keep 1 pruned none), the lock still names the first run, and
+    # nothing else is in the folder than the first run's checkpoints (every
+    # 5 steps, the refused run's would be every 7) and their temporaries.
+    for c in $before; do [ -d "ck/$c" ] || [[ "$c" == *.tmp* ]] || die "the refused run removed ck/$c"; done
+    [ "$(cat ck/.spindle-run.lock)" = "$lock_note" ] || die "the refused run rewrote the lock file: $(cat ck/.spindle-run.lock)"
+    for c in $(ls -A ck); do
+      [ "$c" = .spindle-run.lock ] && continue
+      [[ "$c" =~ ^step-([0-9]{6})(\.tmp.*)?$ ]] && [ $((10#${BASH_REMATCH[1]} % 5)) -eq 0 ] ||
+        die "ck/$c: not the first run's (it saves every 5 steps)"
+    done
     kill -USR1 "$(rank_pid "$job" launcher)"   # the first run saves and ends (--exit-signal-handler)
     wait "$job" || { cat first.log; die "the first run: exit $?"; }
     run 2 p2.json "$model" --steps "$(($(ls ck | tail -n 1 | sed 's/step-0*//') + 2))" --seed 3 --checkpoint ck \
       --every 5 --resume --metrics second.jsonl
     [ "$rc" -eq 0 ] || { cat run.log; die "the resume after the first run ended: exit $rc"; }
     grep -q "resumed from ck/step-" run.log || die "the resume after the first run ended did not resume"
-    [ -n "$before" ] && echo "PASS: refused while the first run held the folder, resumed once it ended" ;;
+    [ -n "$before" ] && echo "PASS: refused while the first run held the folder (nothing written), resumed once it ended" ;;
   ckpt-signal)
     model=$MODELS/tiny-clip.yaml
     plan "$model" 2 p2.json
