@@ -1312,7 +1312,9 @@ PY
     # 5 steps, the refused run's would be every 7) and their temporaries.
     for c in $before; do [ -d "ck/$c" ] || [[ "$c" == *.tmp* ]] || die "the refused run removed ck/$c"; done
     [ "$(cat ck/.spindle-run.lock)" = "$lock_note" ] || die "the refused run rewrote the lock file: $(cat ck/.spindle-run.lock)"
-    for c in $(ls -A ck); do
+    for path in ck/* ck/.[!.]*; do
+      [ -e "$path" ] || continue
+      c=${path#ck/}
       [ "$c" = .spindle-run.lock ] && continue
       [[ "$c" =~ ^step-([0-9]{6})(\.tmp.*)?$ ]] && [ $((10#${BASH_REMATCH[1]} % 5)) -eq 0 ] ||
         die "ck/$c: not the first run's (it saves every 5 steps)"
