@@ -99,7 +99,7 @@ class ParamStateOnly : public CostModel {
 }  // namespace
 
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
-                                           bool bucket_copies, int layer_value_bytes) {
+                                           bool bucket_copies, int layer_value_bytes, const LowerContext* given) {
   // Costed again from the model, not read from the plan's own figures (a
   // plan edited by hand, or made from a profile with other sizes, says
   // what it likes there): the parameter state of every shard a device
@@ -152,7 +152,12 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   // their own, held until the step's last instruction waits for the sends,
   // and the rows it receives land in buffers held until the slice reads
   // them (the lowered programs' sent and received bytes, an upper bound).
-  SPINDLE_ASSIGN(context, lower_context(model, graph));
+  std::optional<LowerContext> made;
+  if (given == nullptr) {
+    SPINDLE_ASSIGN(context, lower_context(model, graph));
+    made = std::move(context);
+  }
+  const LowerContext& context = given ? *given : *made;
   LowerOptions options;
   options.deps = false;
   options.runtime_maps = false;
@@ -185,19 +190,20 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
 }
 
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
-                           bool bucket_copies, int layer_value_bytes) {
-  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, bucket_copies, layer_value_bytes));
+                           bool bucket_copies, int layer_value_bytes, const LowerContext* context) {
+  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, bucket_copies, layer_value_bytes, context));
   return check_memory_as_run(plan, model, mem, path, bucket_copies, layer_value_bytes);
 }
 
-std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph) {
+std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph,
+                                             std::optional<int64_t> replicated_peak, const LowerContext* context) {
   if (plan.optimizer_state != OptimizerState::replicated) return std::nullopt;
   auto peak = [&](const Plan& p) -> std::optional<int64_t> {
-    const auto mem = memory_as_run(p, model, graph, true, kBf16LayerValueBytes);
+    const auto mem = memory_as_run(p, model, graph, true, kBf16LayerValueBytes, context);
     if (!mem || mem->empty()) return std::nullopt;
     return *std::max_element(mem->begin(), mem->end());
   };
-  const std::optional<int64_t> replicated = peak(plan);
+  const std::optional<int64_t> replicated = replicated_peak ? replicated_peak : peak(plan);
   if (!replicated || *replicated <= plan.memory_bytes) return std::nullopt;
   Plan sharded = plan;
   sharded.optimizer_state = OptimizerState::sharded;

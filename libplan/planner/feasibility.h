@@ -25,6 +25,7 @@ Status check_model_fits_cluster(const Model& model, const Cluster& cluster);
 namespace spindle::plan {
 
 struct Plan;
+struct LowerContext;
 
 // Rule 6 as a user-facing error: when a device's predicted peak exceeds the
 // cluster's memory, names the model file, the device, the bytes needed and
@@ -51,14 +52,18 @@ Status check_plan_memory(const Plan& plan, const Model& model);
 // What spindle-run checks before it allocates, and spindle-plan reports
 // (`run mem`, --check). An upper bound of what the CPU backend holds at
 // its peak (StepCounters::peak_bytes; the equivalence runs check it).
+// `context`: lower_context(model, graph) when the caller has it (the
+// planner), else made here.
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
                                            bool bucket_copies = false,
-                                           int layer_value_bytes = kRunActivationValueBytes);
+                                           int layer_value_bytes = kRunActivationValueBytes,
+                                           const LowerContext* context = nullptr);
 // An error when a device of `plan` (read from `path`) would hold more than
 // its memory_bytes as spindle-run runs it (memory_as_run): names the path,
 // the device, both figures and what to do.
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
-                           bool bucket_copies = false, int layer_value_bytes = kRunActivationValueBytes);
+                           bool bucket_copies = false, int layer_value_bytes = kRunActivationValueBytes,
+                           const LowerContext* context = nullptr);
 // The same on figures memory_as_run gave with those two settings (a caller
 // that keeps them: spindle-run reports its peaks against them).
 Status check_memory_as_run(const Plan& plan, const Model& model, const std::vector<int64_t>& mem,
@@ -72,7 +77,12 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const std::vect
 // otherwise nullopt (it fits, holds the state sharded already, or is over
 // either way: then its activations, not the state, are too large).
 // `--optimizer-state auto` plans such a plan sharded; spindle-plan names
-// the flag for a plan made replicated.
-std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph);
+// the flag for a plan made replicated. `replicated_peak`: the plan's own
+// largest figure on GPUs when the caller has it; `context` as
+// memory_as_run's. A figure that cannot be worked out gives nullopt
+// (spindle-run's own check then reports why).
+std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph,
+                                             std::optional<int64_t> replicated_peak = std::nullopt,
+                                             const LowerContext* context = nullptr);
 
 }  // namespace spindle::plan

@@ -1061,21 +1061,22 @@ Result<double> shift_winner(Plan& plan, const LowerContext& lowering, const Plan
 // `plan` (fitting the devices with its optimizer state replicated) with
 // the state sharded instead, its values gathered after the step and at
 // the next step's start (Plan::param_gather): the faster of those when it
-// simulates faster than `plan`, which it then replaces (recosted: less
-// memory). A reduce-scatter takes half an all-reduce's time at the end of
+// simulates faster than `plan` (with `always`, however fast), which it
+// then replaces (recosted: less memory). A reduce-scatter takes half an all-reduce's time at the end of
 // the backward pass, and the all-gather may hide behind the next step's
 // forwards. Only the winner is simulated again (two simulations, and its
 // lowering choices again when it is sharded), not planned again. Returns
 // the faster sharded simulation over `plan`'s replicated one (below 1:
 // it replaced `plan`).
-Result<double> shard_if_faster(Plan& plan, PlanRequest request, const LowerContext& lowering) {
+Result<double> shard_if_faster(Plan& plan, PlanRequest request, const LowerContext& lowering, bool always = false) {
   request.optimizer_state = OptimizerState::sharded;
   request.placement_state.reset();
   request.sync.overlap = plan.overlap;
   request.sync.bucket_bytes = plan.bucket_bytes;
   request.sync.grad_norm = plan.grad_norm;
   const double replicated_ms = plan.predicted.simulated_ms;
-  double best_ms = replicated_ms, sharded_ms = std::numeric_limits<double>::infinity();
+  double best_ms = always ? std::numeric_limits<double>::infinity() : replicated_ms;
+  double sharded_ms = std::numeric_limits<double>::infinity();
   std::optional<Plan> best;
   std::vector<Plan> sharded;
   for (ParamGather gather : {ParamGather::after_step, ParamGather::next_step}) {
@@ -1090,8 +1091,9 @@ Result<double> shard_if_faster(Plan& plan, PlanRequest request, const LowerConte
   // first stops it, the second's figure is above the first's, which neither
   // the minimum nor the faster plan below takes.
   std::vector<Result<Simulation>> sims(sharded.size(), Error{"not simulated"});
+  const double bound_ms = always ? std::numeric_limits<double>::infinity() : replicated_ms * (1 + kShardedSearchWithin);
   parallel_for(sharded.size(), [&](size_t, size_t k) {
-    sims[k] = simulate_candidate(sharded[k], lowering, request, replicated_ms * (1 + kShardedSearchWithin));
+    sims[k] = simulate_candidate(sharded[k], lowering, request, bound_ms);
   });
   for (size_t k = 0; k < sharded.size(); ++k) {
     if (!sims[k]) return sims[k].error();
@@ -1181,7 +1183,8 @@ Result<Plan> plan_one(const PlanRequest& given) {
   // count's (1000 tasks on 1024 A800s: 103 GiB held replicated, 101
   // sharded, and a second search would double the planning time).
   const bool counted_fits = whole && check_plan_memory(*whole, *given.model).ok();
-  const bool shard_to_run = counted_fits && sharding_fits_on_gpus(*whole, *given.model, *given.graph).has_value();
+  const bool shard_to_run =
+      counted_fits && sharding_fits_on_gpus(*whole, *given.model, *given.graph, std::nullopt, &*context).has_value();
   if (counted_fits && !shard_to_run) {
     const double replicated_ms = whole->predicted.simulated_ms;
     SPINDLE_ASSIGN(ratio, shard_if_faster(*whole, as, *context));
@@ -1204,9 +1207,10 @@ Result<Plan> plan_one(const PlanRequest& given) {
       // rule (shift.h). Faster only by its communication while slower by
       // its compute, it would be a bet on the less certain of the two
       // predictions (bench/README.md, loop). On bench/paper's cases that
-      // kept multitask-clip-7 and -10 on a800-1x8 and ofasys-7 on a800-2x8
-      // replicated, 0.2-1.6% slower, ofasys-7's compute gap 2.98% instead
-      // of 3.95% (docs/planner.md, "Memory").
+      // kept multitask-clip-7 on a800-1x8 and ofasys-7 on a800-2x8
+      // replicated, 0.5-1.6% slower, ofasys-7's compute gap 2.98% instead
+      // of 3.95% (docs/planner.md, "Memory"; multitask-clip-10 on a800-1x8
+      // too until it was sharded for memory: shard_to_run below).
       bool better = sharded->predicted.simulated_ms < whole->predicted.simulated_ms * (1 - 1e-12);
       if (better) {
         SPINDLE_ASSIGN(first_gap, simulated_compute_gap(*whole, *context, *given.cost));
@@ -1225,6 +1229,19 @@ Result<Plan> plan_one(const PlanRequest& given) {
   as.optimizer_state = OptimizerState::sharded;
   as.placement_state.reset();
   Result<Plan> sharded = plan_state(as, *context, start);
+  if (sharded && shard_to_run) {
+    // The search places the waves again, and its plan may be over on GPUs
+    // where the same waves sharded were not (multitask-clip-7 on 72 GiB
+    // devices: 72.7 GiB of 72 against 71.9): those waves sharded, when the
+    // search's plan is over or slower.
+    Plan same = *whole;
+    SPINDLE_TRY(shard_if_faster(same, as, *context, /*always*/ true));
+    const bool search_fits =
+        check_memory_as_run(*sharded, *given.model, *given.graph, "", true, kBf16LayerValueBytes, &*context).ok();
+    if (!search_fits || same.predicted.simulated_ms < sharded->predicted.simulated_ms * (1 - 1e-12))
+      *sharded = std::move(same);
+    sharded->planning_ms = since_start();
+  }
   if (sharded)
     sharded->sharded_because =
         shard_to_run ? Plan::ShardedBecause::does_not_fit_as_run : Plan::ShardedBecause::does_not_fit;

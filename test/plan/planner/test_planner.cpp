@@ -757,6 +757,30 @@ TEST_CASE("optimizer state auto: sharded where the replicated plan fits its coun
   CHECK_FALSE(sharding_fits_on_gpus(*chosen, f.model, f.graph).has_value());   // sharded already
   // (Where the replicated plan fits both, auto keeps it: multitask-clip-7
   // on a800-4x8, the test case before.)
+  // multitask-clip-7 on 8 devices of 72 GiB: replicated 73.4 GiB on GPUs,
+  // the same waves sharded fit, but the sharded search places them again
+  // over the device (a review found it): auto keeps those same waves
+  // sharded, which fit.
+  spindle::plan::testing::Fixture seven("multitask-clip-7", "a800-1x8");
+  seven.cluster.memory_gib = 72;
+  PlanRequest seven_request{&seven.model, &seven.graph, &seven.cluster, seven.cost.get(), "", Strategy::spindle};
+  REQUIRE(seven_request.shift_simulations == kShiftSimulations);   // with 8 the search's plan fits
+  PlanRequest seven_sharded = seven_request;
+  seven_sharded.choose_optimizer_state = false;
+  seven_sharded.optimizer_state = OptimizerState::sharded;
+  auto seven_searched = make_plan(seven_sharded);
+  REQUIRE(seven_searched.ok());
+  auto on_seven = [&](const Plan& p) {
+    return check_memory_as_run(p, seven.model, seven.graph, "p.json", true, kBf16LayerValueBytes);
+  };
+  REQUIRE_FALSE(on_seven(*seven_searched).ok());   // the case: the search's own plan is over
+  auto seven_chosen = make_plan(seven_request);
+  REQUIRE(seven_chosen.ok());
+  CHECK(seven_chosen->optimizer_state == OptimizerState::sharded);
+  CHECK(seven_chosen->sharded_because == Plan::ShardedBecause::does_not_fit_as_run);
+  CHECK(on_seven(*seven_chosen).ok());
+  CHECK(check_plan_memory(*seven_chosen, seven.model).ok());
+  CHECK(check_plan(*seven_chosen, seven.model, seven.graph).empty());
   // ofasys-7 on 8 A800s: its replicated plan is over on GPUs, and the same
   // waves sharded too (their activations, not the state): the decision is
   // the plan's own count, which it fits, so auto keeps it replicated
