@@ -110,8 +110,18 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
         if (d < 0 || d >= plan.devices)
           return Error{"plan: a slice on device " + std::to_string(d) + ", the plan has " +
                        std::to_string(plan.devices)};   // check_plan refuses it first
+  // The parameter state as both backends hold it: values, gradients and
+  // AdamW's moments in fp32 whatever the model's dtype (docs/gpu.md,
+  // "Precision"), so 8 bytes a value whole and m and v (8) divided over
+  // the replicas when sharded: param_state_bytes at fp32. (Counted at a
+  // bf16 model's dtype, 4 + 12 / R, a sharded plan came 4 (1 - 1/R) bytes
+  // a value short, 11.5 GiB on qwen-val-3 on 32 A800s; replicated both
+  // give 16. Found by a review, 2026-12-07.)
+  static_assert(kRunParamValueBytes == 4, "the parameter state as run is fp32");
+  Model fp32 = model;
+  fp32.dtype = DType::fp32;
   Plan costed = plan;
-  cost_plan(costed, model, graph, ParamStateOnly());
+  cost_plan(costed, fp32, graph, ParamStateOnly());
   std::vector<int64_t> mem = std::move(costed.predicted.memory_bytes);
   // The activations, every slice's operators at the rows a device holds:
   // a data-parallel group's share of the batch (tensor-parallel ranks hold

@@ -1181,10 +1181,14 @@ Result<Plan> plan_one(const PlanRequest& given) {
   // refuse the replicated plan. Where the same waves are over sharded too,
   // their activations are too large, not the state: the decision stays the
   // count's (1000 tasks on 1024 A800s: 103 GiB held replicated, 101
-  // sharded, and a second search would double the planning time).
+  // sharded, and a second search would double the planning time). Asked
+  // only of models of at most sharded_search_metaops MetaOps, as the
+  // sharded search below: on the 1000-task case the two figures take 0.3 s
+  // of about 5 (a larger model gets spindle-plan's hint instead).
   const bool counted_fits = whole && check_plan_memory(*whole, *given.model).ok();
   const bool shard_to_run =
-      counted_fits && sharding_fits_on_gpus(*whole, *given.model, *given.graph, std::nullopt, &*context).has_value();
+      counted_fits && whole->metaops.size() <= static_cast<size_t>(std::max(0, given.sharded_search_metaops)) &&
+      sharding_fits_on_gpus(*whole, *given.model, *given.graph, std::nullopt, &*context).has_value();
   if (counted_fits && !shard_to_run) {
     const double replicated_ms = whole->predicted.simulated_ms;
     SPINDLE_ASSIGN(ratio, shard_if_faster(*whole, as, *context));

@@ -45,6 +45,11 @@ inline double param_state_bytes(double shard_bytes, int dtype_bytes, double repl
   return shard_bytes / dtype_bytes * (replicated_per_value + optimizer_per_value / holders);
 }
 
+// Bytes per value of the parameters, their gradients and AdamW's moments
+// as spindle-run keeps them on every backend (fp32), whatever the model's
+// dtype: memory_as_run counts the parameter state at it.
+inline constexpr int kRunParamValueBytes = 4;
+
 // Bytes per gradient value of the flat buffer a gradient bucket is summed
 // in, kept from step to step beside the gradients on each of its holders,
 // where the buffer is in device memory: spindle-run on a device backend
