@@ -625,17 +625,21 @@ void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::Op
   // "Memory").
   if (!gpu_over && static_cast<double>(peak(*nccl)) > (1 - kGpuMarginShare) * static_cast<double>(plan.memory_bytes))
     std::printf("run mem   on GPUs within %.0f%% of the device's memory: the CUDA context, cuBLAS's workspace and "
-                "NCCL's buffers, which this count leaves out, may take it over; more devices or --bucket-mb give a "
-                "margin\n",
+                "NCCL's buffers, which this count leaves out, may take it over; more devices give a margin\n",
                 100 * kGpuMarginShare);
   // Over on GPUs with AdamW's state whole on every replica: what the same
   // waves hold with it sharded (ZeRO-1), when that fits, and the flag that
   // plans so (the plan it makes may place the waves otherwise).
+  // --optimizer-state auto shards such waves (it keeps them where its own
+  // sharded search places the waves over the device); a model of more
+  // MetaOps than it asks gets --optimizer-state sharded, a search of its own.
   const std::optional<int64_t> with = sp::sharding_fits_on_gpus(plan, model, graph, peak(*nccl));
   if (!with) return;
-  std::printf("run mem   with the optimizer state sharded (ZeRO-1) these waves need %s on GPUs over NCCL and fit: "
-              "plan with --optimizer-state sharded\n",
-              size_text(*with).c_str());
+  const bool auto_asks = plan.metaops.size() <= static_cast<size_t>(sp::kShardedSearchMetaOps);
+  std::printf("run mem   with the optimizer state sharded (ZeRO-1) these waves need %s on GPUs over NCCL and fit: %s\n",
+              size_text(*with).c_str(),
+              auto_asks ? "plan with the default --optimizer-state auto, which shards waves that fit only so"
+                        : "plan with --optimizer-state sharded");
 }
 
 // The link figures a measured profile carries (x-links), when it does.

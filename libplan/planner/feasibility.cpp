@@ -234,16 +234,21 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const std::vect
   if (dtype_bytes(model.dtype) < kRunActivationValueBytes)
     why += std::string(", with the activations in ") + dtype_name(model.dtype) +
            ", which spindle-run keeps in fp32" +
-           (layer_value_bytes < kRunActivationValueBytes ? " (a transformer layer's internals in bf16)" : "");
+           (layer_value_bytes < kRunActivationValueBytes ? " (a transformer layer's internals in bf16)" : "") +
+           (plan.optimizer_state == OptimizerState::sharded
+                ? std::string(", and the parameters and their gradients in ") + dtype_name(model.dtype) +
+                      ", which it keeps in fp32 on every replica"
+                : std::string());
   why += std::string(dtype_bytes(model.dtype) < kRunActivationValueBytes ? ", and" : ",") +
          " without the attention probabilities, the operators' outputs and the backward pass's working set, which "
          "spindle-run holds too";
   if (bucket_copies)
     why += ", and each gradient bucket's flat buffer in device memory (NCCL) adds 4 bytes per value" +
            std::string(plan.optimizer_state == OptimizerState::sharded ? " (its all-gather's buffers more)" : "");
+  // (Smaller gradient buckets hold the same bytes in all: not advised.)
   return Error{path + ": device " + std::to_string(d) + " would hold " + size_text(static_cast<double>(*worst)) +
                " of " + size_text(static_cast<double>(plan.memory_bytes)) + ": " + why + "; plan again on more devices" +
-               (bucket_copies ? " or with smaller gradient buckets (--bucket-mb)" : "")};
+               (plan.optimizer_state == OptimizerState::replicated ? ", or with the optimizer state sharded" : "")};
 }
 
 }  // namespace spindle::plan

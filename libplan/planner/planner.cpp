@@ -1176,12 +1176,12 @@ Result<Plan> plan_one(const PlanRequest& given) {
   };
   // Fitting is by the plan's own count (rule 6), and also as spindle-run
   // holds the plan on GPUs where sharding the state is what makes it fit
-  // there (sharding_fits_on_gpus; multitask-clip-10 on a800-1x8: 61.7 GiB
-  // counted, 83.8 held of 80 replicated, 79.9 sharded): spindle-run would
+  // there (sharding_fits_on_gpus; qwen-val-3 on a800-8x8: 55.6 GiB
+  // counted, 82.4 held of 80 replicated, 72.2 sharded): spindle-run would
   // refuse the replicated plan. Where the same waves are over sharded too,
   // their activations are too large, not the state: the decision stays the
-  // count's (1000 tasks on 1024 A800s: 103 GiB held replicated, 101
-  // sharded, and a second search would double the planning time). Asked
+  // count's (ofasys-7 on a800-1x8: 121.8 GiB held replicated, 108.6
+  // sharded; a second search would not make a plan that runs). Asked
   // only of models of at most sharded_search_metaops MetaOps, as the
   // sharded search below: on the 1000-task case the two figures take 0.3 s
   // of about 5 (a larger model gets spindle-plan's hint instead).
@@ -1214,7 +1214,7 @@ Result<Plan> plan_one(const PlanRequest& given) {
       // kept multitask-clip-7 on a800-1x8 and ofasys-7 on a800-2x8
       // replicated, 0.5-1.6% slower, ofasys-7's compute gap 2.98% instead
       // of 3.95% (docs/planner.md, "Memory"; multitask-clip-10 on a800-1x8
-      // too until it was sharded for memory: shard_to_run below).
+      // too).
       bool better = sharded->predicted.simulated_ms < whole->predicted.simulated_ms * (1 - 1e-12);
       if (better) {
         SPINDLE_ASSIGN(first_gap, simulated_compute_gap(*whole, *context, *given.cost));
@@ -1233,17 +1233,18 @@ Result<Plan> plan_one(const PlanRequest& given) {
   as.optimizer_state = OptimizerState::sharded;
   as.placement_state.reset();
   Result<Plan> sharded = plan_state(as, *context, start);
-  if (sharded && shard_to_run) {
+  if (shard_to_run) {
     // The search places the waves again, and its plan may be over on GPUs
-    // where the same waves sharded were not (multitask-clip-7 on 72 GiB
-    // devices: 72.7 GiB of 72 against 71.9): those waves sharded, when the
-    // search's plan is over or slower.
+    // where the same waves sharded were not (ofasys-7 on 32 devices of 34
+    // GiB: 40.7 GiB against 32.9), or fail: those waves sharded, when the
+    // search's plan is over, slower or missing.
     Plan same = *whole;
     SPINDLE_TRY(shard_if_faster(same, as, *context, /*always*/ true));
     const bool search_fits =
+        sharded &&
         check_memory_as_run(*sharded, *given.model, *given.graph, "", true, kBf16LayerValueBytes, &*context).ok();
     if (!search_fits || same.predicted.simulated_ms < sharded->predicted.simulated_ms * (1 - 1e-12))
-      *sharded = std::move(same);
+      sharded = std::move(same);
     sharded->planning_ms = since_start();
   }
   if (sharded)
