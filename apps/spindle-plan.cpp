@@ -501,6 +501,19 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
       over = "  over memory: device " + std::to_string(worst - mem.begin()) + " needs " +
              sp::human_bytes(static_cast<double>(*worst), 2) + " of " +
              sp::human_bytes(static_cast<double>(plan->memory_bytes), 2);
+    // And as spindle-run would hold it on GPUs over NCCL (memory_as_run,
+    // what it checks before it allocates): a plan within its count but
+    // over there is said to be refused (one over its count is said to be
+    // that alone).
+    auto held = sp::memory_as_run(*plan, model, graph, true, sp::kBf16LayerValueBytes);
+    if (!held || held->empty())
+      return sp::Error{"internal error: cannot cost the " + std::string(sp::strategy_name(s)) +
+                       " plan's memory as run: " + (held ? std::string("no devices") : held.error().message)};
+    const auto held_worst = std::max_element(held->begin(), held->end());
+    const bool refused_on_gpus = !over_memory && *held_worst > plan->memory_bytes;
+    if (refused_on_gpus)
+      over += "  refused on GPUs: device " + std::to_string(held_worst - held->begin()) + " would hold " +
+              sp::human_bytes(static_cast<double>(*held_worst), 2) + " as spindle-run runs it";
     // `state`: how the plan holds AdamW's state (--optimizer-state; auto
     // may choose either per strategy).
     const char* state = sp::optimizer_state_name(plan->optimizer_state);
@@ -516,10 +529,12 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
                           {"sync_percent", share(sim->sync_device_ms())},
                           {"barrier_ms", plan->predicted.iteration_ms},
                           {"peak_memory_bytes", peak},
+                          {"gpu_run_memory_bytes", *held_worst},
                           {"device_memory_bytes", plan->memory_bytes},
                           {"optimizer_state", state},
                           {"planning_ms", plan->planning_ms}};
     if (over_memory) row["over_memory_device"] = worst - mem.begin();
+    if (refused_on_gpus) row["refused_on_gpus_device"] = held_worst - held->begin();
     table["strategies"].push_back(std::move(row));
     if (plot) plotted.push_back(sp::utilisation(*sim, *plan));
     if (s == wanted) kept = std::move(*plan);

@@ -9,7 +9,10 @@
 #   row has the JSON row's figures, rounded as the table rounds them;
 # - the rows: the four strategies in the table's order; sequential's
 #   speedup 1; each speedup sequential's iteration over the row's;
-#   over_memory_device exactly where the table says "over memory";
+#   over_memory_device exactly where the table says "over memory", and
+#   refused_on_gpus_device where it says "refused on GPUs" (the plan
+#   within its count but over as spindle-run holds it on GPUs: spindle's
+#   and sequential's multitask-clip-10 on a800-1x8, 83.8 and 87.5 GiB);
 # - spindle's row simulates the plan -o wrote (predicted.simulated_ms), and
 #   that plan is byte for byte the one planned without --compare;
 # - refusals: the same path as -o, or as the model, exit 2 and nothing
@@ -56,6 +59,10 @@ for r in rows:
     need(words[9] == r["optimizer_state"], name + ": state " + words[9])   # memory is two words, "59.6 GiB"
     need(("over memory" in printed[name]) == ("over_memory_device" in r), name + ": over memory disagrees")
     need(("over_memory_device" in r) == (r["peak_memory_bytes"] > r["device_memory_bytes"]), name + ": peak and over memory")
+    need(("refused on GPUs" in printed[name]) == ("refused_on_gpus_device" in r), name + ": refused on GPUs disagrees")
+    need(("refused_on_gpus_device" in r) ==
+         ("over_memory_device" not in r and r["gpu_run_memory_bytes"] > r["device_memory_bytes"]),
+         name + ": GPU figure and refused on GPUs")
     need(r["device_memory_bytes"] == plan["cluster"]["memory_bytes"], name + ": device memory")
 spindle = rows[3]
 need(round(spindle["iteration_ms"], 3) == plan["predicted"]["simulated_ms"], "spindle's row is not the plan written")
@@ -72,6 +79,11 @@ EOF
   cmp -s "$model.plan.json" "$model.alone.json" || fail "$model: the plan written with --compare-json differs from the plan alone"
 done
 grep -q '"over_memory_device"' multitask-clip-10.cmp.json || fail "multitask-clip-10 on a800-1x8: no row over memory (task-level was)"
+python3 -c 'import json, sys; rows = json.load(open("multitask-clip-10.cmp.json"))["strategies"]; sys.exit(0 if {"sequential", "spindle"} <= {r["strategy"] for r in rows if "refused_on_gpus_device" in r} else 1)' ||
+  fail "multitask-clip-10 on a800-1x8: spindle's and sequential's rows not refused on GPUs (83.8 and 87.5 GiB of 80)"
+grep -q '^spindle .*  refused on GPUs: device [0-9]* would hold 83.8[0-9] GiB as spindle-run runs it$' multitask-clip-10.out ||
+  fail "multitask-clip-10 on a800-1x8: spindle's row does not say it is refused on GPUs"
+! grep -q 'refused on GPUs' tiny-clip.out || fail "tiny-clip: a row refused on GPUs"
 
 # Refusals, nothing written.
 for target in same-as-plan model; do
