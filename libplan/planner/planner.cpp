@@ -1062,12 +1062,12 @@ Result<double> shift_winner(Plan& plan, const LowerContext& lowering, const Plan
 // the state sharded instead, its values gathered after the step and at
 // the next step's start (Plan::param_gather): the faster of those when it
 // simulates faster than `plan` (with `always`, however fast), which it
-// then replaces (recosted: less memory). A reduce-scatter takes half an all-reduce's time at the end of
-// the backward pass, and the all-gather may hide behind the next step's
-// forwards. Only the winner is simulated again (two simulations, and its
-// lowering choices again when it is sharded), not planned again. Returns
-// the faster sharded simulation over `plan`'s replicated one (below 1:
-// it replaced `plan`).
+// then replaces (recosted: less memory). A reduce-scatter takes half an
+// all-reduce's time at the end of the backward pass, and the all-gather
+// may hide behind the next step's forwards. Only the winner is simulated
+// again (two simulations, and its lowering choices again when it is
+// sharded), not planned again. Returns the faster sharded simulation over
+// `plan`'s replicated one (below 1, or with `always`: it replaced `plan`).
 Result<double> shard_if_faster(Plan& plan, PlanRequest request, const LowerContext& lowering, bool always = false) {
   request.optimizer_state = OptimizerState::sharded;
   request.placement_state.reset();
