@@ -776,7 +776,7 @@ TEST_CASE("optimizer state auto: sharded where the replicated plan fits its coun
   // sharded, which fit.
   spindle::plan::testing::Fixture seven("ofasys-7", "a800-4x8");
   seven.cluster.memory_gib = 34;
-  PlanRequest seven_request = spindle_request(seven, kShiftSimulations);
+  PlanRequest seven_request = spindle_request(seven);
   PlanRequest seven_sharded = seven_request;
   seven_sharded.choose_optimizer_state = false;
   seven_sharded.optimizer_state = OptimizerState::sharded;
