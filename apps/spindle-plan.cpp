@@ -84,11 +84,6 @@ std::string size_text(int64_t bytes) { return sp::human_bytes(static_cast<double
 // spindle-plan hints at dropping --no-early-transfers when posting early
 // simulates the plan at least this much faster.
 constexpr double kHintMargin = 0.01;
-// A plan's GPU figure (memory_as_run over NCCL) within this share of the
-// device's memory gets a warning: what the figure leaves out (the CUDA
-// context, cuBLAS's workspace, NCCL's buffers) is a few hundred MiB to a
-// few GiB, not measured yet.
-constexpr double kGpuMarginShare = 0.05;
 
 // `sim` simulates `plan` (the planner's objective); `gap` is its
 // simulated_compute_gap and `width_optimum_ms` its width_optimum_ms (0: not
@@ -634,14 +629,13 @@ void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::Op
               "(of %s)%s\n",
               width.c_str(), size_text(peak(*host)).c_str(), size_text(peak(*nccl)).c_str(),
               size_text(plan.memory_bytes).c_str(), verdict);
-  // Within kGpuMarginShare of a GPU's memory: what the count leaves out
-  // (the CUDA context, cuBLAS's workspace, NCCL's buffers for each
-  // communicator) may take the device over; unmeasured (docs/planner.md,
+  // Within the margin of a GPU's memory: what the count leaves out may
+  // take the device over (sp::within_uncounted_margin; docs/planner.md,
   // "Memory").
-  if (!gpu_over && static_cast<double>(peak(*nccl)) > (1 - kGpuMarginShare) * static_cast<double>(plan.memory_bytes))
+  if (sp::within_uncounted_margin(peak(*nccl), plan.memory_bytes))
     std::printf("run mem   on GPUs within %.0f%% of the device's memory: the CUDA context, cuBLAS's workspace and "
                 "NCCL's buffers, which this count leaves out, may take it over; more devices give a margin\n",
-                100 * kGpuMarginShare);
+                100 * sp::kUncountedMarginShare);
   // Over on GPUs with AdamW's state whole on every replica: what the same
   // waves hold with it sharded (ZeRO-1), when that fits, and the flag that
   // plans so (the plan it makes may place the waves otherwise).

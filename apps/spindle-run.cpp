@@ -716,6 +716,22 @@ std::string memory_error(const Args& args, const Inputs& in, Runtime& rt) {
   return st.ok() ? "" : st.error().message;
 }
 
+// Rank 0, on a device backend (its memory the device's: bucket_copies):
+// a warning when a device's figure as this run holds it is within the
+// margin of its memory (sp::within_uncounted_margin), which what the count
+// leaves out may take. The plan fits, so the run goes on.
+void warn_memory_margin(const Args& args, const Inputs& in, const Runtime& rt) {
+  if (!bucket_copies(args, rt) || rt.counted_bytes.empty()) return;
+  const auto worst = std::max_element(rt.counted_bytes.begin(), rt.counted_bytes.end());
+  if (!sp::within_uncounted_margin(*worst, in.plan->memory_bytes)) return;
+  std::printf("spindle-run: warning: device %lld would hold %s of %s as this run holds it, within %.0f%% of the "
+              "device's memory: the CUDA context, cuBLAS's workspace and NCCL's buffers, which that count leaves "
+              "out, may take it over (docs/planner.md, \"Memory\"); more devices give a margin\n",
+              static_cast<long long>(worst - rt.counted_bytes.begin()),
+              sp::human_bytes(static_cast<double>(*worst), 2).c_str(),
+              sp::human_bytes(static_cast<double>(in.plan->memory_bytes), 2).c_str(), 100 * sp::kUncountedMarginShare);
+}
+
 // Step 2 of run, second half: the backend, the communicators and the
 // executor. With NCCL: one world NCCL communicator, the executor's world
 // (inter-wave transfers device to device, one NCCL group per wave), and the
@@ -1443,6 +1459,7 @@ int run_on(const Args& args, Inputs& in, Runtime& rt, int rank, int size,
   // 2. The executor, once the plan's memory is known to fit as this run
   // holds it.
   if (!all_ok(MPI_COMM_WORLD, rank, memory_error(args, in, rt))) return kExitInvalid;
+  if (rank == 0) warn_memory_margin(args, in, rt);
   build_executor(args, in, rt);
   se::Executor& executor = *rt.executor;
   executor.set_data(in.data.get());

@@ -50,6 +50,17 @@ inline double param_state_bytes(double shard_bytes, int dtype_bytes, double repl
 // dtype: memory_as_run counts the parameter state at it.
 inline constexpr int kRunParamValueBytes = 4;
 
+// A device's figure as spindle-run holds it (memory_as_run) on a device
+// backend within this share of the device's memory is warned of (by
+// spindle-plan and spindle-run): what the figure leaves out (the CUDA
+// context, cuBLAS's workspace, NCCL's buffers for each communicator) is a
+// few hundred MiB to a few GiB, not measured yet.
+inline constexpr double kUncountedMarginShare = 0.05;
+// Whether `held` bytes fit `memory` bytes but within kUncountedMarginShare.
+inline bool within_uncounted_margin(int64_t held, int64_t memory) {
+  return held <= memory && static_cast<double>(held) > (1 - kUncountedMarginShare) * static_cast<double>(memory);
+}
+
 // Bytes per gradient value of the flat buffer a gradient bucket is summed
 // in, kept from step to step beside the gradients on each of its holders,
 // where the buffer is in device memory: spindle-run on a device backend
