@@ -500,7 +500,7 @@ sp::Status print_comparison(sp::PlanRequest request, const sp::SimOptions& sim_o
     // what it checks before it allocates): a plan within its count but
     // over there is said to be refused (one over its count is said to be
     // that alone).
-    auto held = sp::memory_as_run(*plan, model, graph, true, sp::kBf16LayerValueBytes);
+    auto held = sp::memory_as_run_on_gpus(*plan, model, graph);
     if (!held || held->empty())
       return sp::Error{"internal error: cannot cost the " + std::string(sp::strategy_name(s)) +
                        " plan's memory as run: " + (held ? std::string("no devices") : held.error().message)};
@@ -611,7 +611,7 @@ void print_copies(const sp::Plan& plan, const sp::Model& model, const sp::OpGrap
 // flat buffers in device memory).
 void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
   const auto host = sp::memory_as_run(plan, model, graph, false);
-  const auto nccl = sp::memory_as_run(plan, model, graph, true, sp::kBf16LayerValueBytes);
+  const auto nccl = sp::memory_as_run_on_gpus(plan, model, graph);
   if (!host || !nccl || host->empty()) return;
   const auto peak = [](const std::vector<int64_t>& m) { return *std::max_element(m.begin(), m.end()); };
   const bool gpu_over = peak(*nccl) > plan.memory_bytes, cpu_over = peak(*host) > plan.memory_bytes;

@@ -219,7 +219,7 @@ bool run_case(const std::string& root, const Case& c, int repeats, Result& out) 
     run.valid = violations.empty();
     run.fits = memory.ok();
     run.problem = !run.valid ? violations[0] : !run.fits ? memory.error().message : "";
-    if (auto held = sp::memory_as_run(run.plan, *model, graph, true, sp::kBf16LayerValueBytes); held && !held->empty())
+    if (auto held = sp::memory_as_run_on_gpus(run.plan, *model, graph); held && !held->empty())
       run.gpu_run_bytes = *std::max_element(held->begin(), held->end());
     if (run.valid) {
       auto figures = priced(run.plan, *model, graph, **cost);

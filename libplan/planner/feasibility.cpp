@@ -205,11 +205,21 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& 
   return check_memory_as_run(plan, model, mem, path, bucket_copies, layer_value_bytes);
 }
 
+Result<std::vector<int64_t>> memory_as_run_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph,
+                                                   const LowerContext* context) {
+  return memory_as_run(plan, model, graph, /*bucket_copies*/ true, kBf16LayerValueBytes, context);
+}
+
+bool fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph, const LowerContext* context) {
+  const auto mem = memory_as_run_on_gpus(plan, model, graph, context);
+  return mem && std::all_of(mem->begin(), mem->end(), [&](int64_t b) { return b <= plan.memory_bytes; });
+}
+
 std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph,
                                              std::optional<int64_t> replicated_peak, const LowerContext* context) {
   if (plan.optimizer_state != OptimizerState::replicated) return std::nullopt;
   auto peak = [&](const Plan& p) -> std::optional<int64_t> {
-    const auto mem = memory_as_run(p, model, graph, true, kBf16LayerValueBytes, context);
+    const auto mem = memory_as_run_on_gpus(p, model, graph, context);
     if (!mem || mem->empty()) return std::nullopt;
     return *std::max_element(mem->begin(), mem->end());
   };

@@ -58,6 +58,16 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
                                            bool bucket_copies = false,
                                            int layer_value_bytes = kRunActivationValueBytes,
                                            const LowerContext* context = nullptr);
+// memory_as_run as spindle-run holds `plan` on GPUs: the CUDA backend over
+// NCCL (each bucket's flat buffer in device memory) in its default bf16
+// mode (a transformer layer's internals kBf16LayerValueBytes wide). The
+// figure spindle-plan reports for GPUs, --compare marks and auto asks.
+Result<std::vector<int64_t>> memory_as_run_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph,
+                                                   const LowerContext* context = nullptr);
+// Whether every device of `plan` holds at most its memory_bytes by
+// memory_as_run_on_gpus (false when it cannot be worked out).
+bool fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph, const LowerContext* context = nullptr);
+
 // An error when a device of `plan` (read from `path`) would hold more than
 // its memory_bytes as spindle-run runs it (memory_as_run): names the path,
 // the device, both figures and what to do.

@@ -1240,9 +1240,7 @@ Result<Plan> plan_one(const PlanRequest& given) {
     // search's plan is over, slower or missing.
     Plan same = *whole;
     SPINDLE_TRY(shard_if_faster(same, as, *context, /*always*/ true));
-    const bool search_fits =
-        sharded &&
-        check_memory_as_run(*sharded, *given.model, *given.graph, "", true, kBf16LayerValueBytes, &*context).ok();
+    const bool search_fits = sharded && fits_on_gpus(*sharded, *given.model, *given.graph, &*context);
     if (!search_fits || same.predicted.simulated_ms < sharded->predicted.simulated_ms * (1 - 1e-12))
       sharded = std::move(same);
     sharded->planning_ms = since_start();
