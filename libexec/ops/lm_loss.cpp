@@ -45,8 +45,10 @@ Tensor lm_loss_forward(LmLossState& s, const Tensor& x, const Tensor& targets) {
   if (targets.numel() != n) throw std::invalid_argument("lm_loss: one target per token expected");
   s.targets = targets;
   s.z = layernorm_forward(x, p[0].value, p[1].value, s.ln);
-  Tensor logits = linear_rows(s.z, p[2].value, nullptr);
-  MatMap lg = logits.mat(n, vl);
+  // The logits, made the probabilities in place below: one [n, vocab/K]
+  // buffer, the largest this operator makes (memory_as_run counts one).
+  s.probs = linear_rows(s.z, p[2].value, nullptr).reshaped({n, vl});
+  MatMap lg = s.probs.mat(n, vl);
 
   // Row maxima over the whole vocabulary.
   Eigen::VectorXf mx = lg.rowwise().maxCoeff();
@@ -56,15 +58,15 @@ Tensor lm_loss_forward(LmLossState& s, const Tensor& x, const Tensor& targets) {
     mx = all.segment(0, n);  // the same shift on every rank
     for (int64_t r = 1; r < k; ++r) mx = mx.cwiseMax(all.segment(r * n, n));
   }
-  // Sums of exponentials [0, n) and target logits [n, 2n), summed over the group.
+  // Sums of exponentials [0, n) and target logits [n, 2n), summed over the
+  // group; each row's target logit is read before its row is exponentiated.
   std::vector<float> red(static_cast<size_t>(2 * n), 0.0f);
-  s.probs = Tensor::zeros({n, vl});
-  MatMap pr = s.probs.mat(n, vl);
+  MatMap pr = lg;
   for (int64_t i = 0; i < n; ++i) {
-    pr.row(i) = (lg.row(i).array() - mx[i]).exp().matrix();
-    red[static_cast<size_t>(i)] = pr.row(i).sum();
     const int64_t t = target_id(targets[i], s.vocab) - first;
     if (t >= 0 && t < vl) red[static_cast<size_t>(n + i)] = lg(i, t);
+    pr.row(i) = (lg.row(i).array() - mx[i]).exp().matrix();
+    red[static_cast<size_t>(i)] = pr.row(i).sum();
   }
   tp_all_reduce(s.cfg, red.data(), 2 * n);
   double loss = 0;
@@ -83,8 +85,10 @@ Tensor lm_loss_backward(LmLossState& s, const Tensor& dloss) {
   std::vector<Param>& p = s.params->params;
   const int64_t n = s.probs.size(0), vl = s.probs.size(1), first = s.cfg.tp_rank * vl;
   // dL/dlogits = g/n * (softmax - onehot(target)) for counted tokens, 0 for
-  // ignored ones; local columns.
-  Tensor dlogits = s.probs.clone();
+  // ignored ones; local columns. Made in the probabilities' buffer, which
+  // backward is their last reader of: no second [n, vocab/K] tensor.
+  Tensor dlogits = std::move(s.probs);
+  s.probs = Tensor();
   MatMap dl = dlogits.mat(n, vl);
   for (int64_t i = 0; i < n; ++i) {
     if (s.targets[i] == kIgnored) {

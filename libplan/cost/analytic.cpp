@@ -179,10 +179,11 @@ RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes) 
     // and output) and the LayerNorms' row statistics; in the layer's width,
     // three [s, h] (the CPU: the second normalised input and both
     // LayerNorms' outputs; the CUDA backend: both outputs). Split, in the
-    // layer's width: q, k, v, the heads' output, the MLP's pre- and
-    // post-GELU columns, the probabilities.
+    // layer's width: q, k, v (at the padded sequence, as the CUDA backend
+    // holds them), the heads' output, the MLP's pre- and post-GELU
+    // columns, the probabilities.
     r.replicated = v * (2.0 * s * h + 4.0 * s) + t * 3.0 * s * h;
-    r.split = t * (4.0 * s * h + 2.0 * s * f + a * sp * sp);
+    r.split = t * (3.0 * sp * h + s * h + 2.0 * s * f + a * sp * sp);
   } else if (op == "linear") {
     r.replicated = v * s * (d(w, "in") + d(w, "out"));             // its input, its output
   } else if (op == "patch_embed") {
@@ -191,6 +192,10 @@ RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes) 
     r.replicated = v * s * (1.0 + d(w, "hidden"));                  // the ids (as floats), the output
   } else if (op == "pool_project") {
     r.replicated = v * (2.0 * d(w, "in") + 2.0 + d(w, "out"));      // LayerNorm in and out, mean, rstd, output
+    // Its backward makes dL/dx over the whole sequence, [s, in], and three
+    // [in] (the LayerNorm's and the mean's gradients), beside dL/dy.
+    r.transient_replicated = v * (s * d(w, "in") + 3.0 * d(w, "in") + d(w, "out"));
+    return r;
   } else if (op == "contrastive_loss") {
     // Per row of the whole batch, which every device of the slice holds:
     // both normalised inputs and their norms, a row and a column of each
@@ -198,10 +203,18 @@ RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes) 
     r.replicated = v * (2.0 * d(w, "dim") + 2.0 + 2.0 * double(w.batch));
   } else if (op == "lm_loss") {
     // The LayerNorm's normalised input, output and statistics, the
-    // targets; the probabilities over the rank's vocabulary columns.
+    // targets; the probabilities over the rank's vocabulary columns (made
+    // in the logits' buffer). Its backward makes dL/dlogits in theirs, then
+    // dL/dz and the LayerNorm's gradient temporaries and dL/dx, three [s,
+    // h] (libexec/ops/lm_loss.cpp; the CUDA backend two): bounded by twice
+    // the replicated part.
     r.replicated = v * (2.0 * s * d(w, "hidden") + 3.0 * s);
     r.split = v * s * d(w, "vocab");
+    r.transient_replicated = r.replicated;
+    return r;
   }
+  r.transient_replicated = r.replicated;
+  r.transient_split = r.split;
   return r;
 }
 

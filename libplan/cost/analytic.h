@@ -69,9 +69,18 @@ int64_t analytic_activation_bytes_per_sample(const Workload& w, DType dtype);
 // upper bound of both backends' saved tensors (libexec/ops/*.h,
 // libexec/backend/cuda/cuda_backend.cpp). planner/feasibility.h's
 // memory_as_run counts a device's activations so.
+//
+// `transient_*` bound, the same way, what the operator makes at once
+// beyond what it keeps (its forward's temporaries, its backward's
+// gradients and temporaries); memory_as_run counts twice the largest of a
+// device's operators. Equal to what it keeps, but for lm_loss, whose
+// logits become its probabilities and whose backward makes dL/dlogits in
+// their buffer: its transients are of the hidden width only.
 struct RunActivation {
   double replicated = 0;   // bytes per row, on every rank of a TP group
   double split = 0;        // bytes per row, over the TP group's ranks
+  double transient_replicated = 0;
+  double transient_split = 0;
 };
 RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes = kRunActivationValueBytes);
 

@@ -132,17 +132,21 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   // what its forward kept is still alive (released after it): a gradient
   // of each kept tensor and temporaries of their order (a LayerNorm's
   // backward makes three of its input's size), counted as twice the
-  // largest operator the device runs. (Once was not enough: a
-  // pool_project of 16 columns made 1152 bytes for 1008 kept, in a random
-  // model of the equivalence soak.)
+  // largest operator's transients the device runs (RunActivation: what it
+  // keeps, but lm_loss's vocabulary-wide gradient is made in place).
+  // (Once was not enough: a pool_project of 16 columns made 1152 bytes
+  // for 1008 kept, in a random model of the equivalence soak.)
   std::vector<double> held(mem.size(), 0.0), working(mem.size(), 0.0);
   for (const Wave& wave : plan.waves)
     for (const Slice& sl : wave.slices) {
       const PlanMetaOp& m = plan.metaops[static_cast<size_t>(sl.metaop)];
       const RunActivation a = analytic_run_activation(m.workload, layer_value_bytes);
-      const double one =
-          run_activation_bytes(a.replicated, a.split, m.workload.batch, static_cast<int>(sl.devices.size()),
-                               m.tensor_parallel, op_needs_whole_batch(m.workload.op));
+      const auto bytes = [&](double replicated, double split) {
+        return run_activation_bytes(replicated, split, m.workload.batch, static_cast<int>(sl.devices.size()),
+                                    m.tensor_parallel, op_needs_whole_batch(m.workload.op));
+      };
+      const double one = bytes(a.replicated, a.split);
+      const double transient = bytes(a.transient_replicated, a.transient_split);
       // In the CUDA backend's bf16 mode a transformer layer also keeps a
       // bf16 copy of its weights from its forward to its backward
       // (docs/gpu.md, "Precision"): 2 bytes per value of its shard (the
@@ -155,7 +159,7 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
               : 0.0;
       for (int d : sl.devices) {
         held[static_cast<size_t>(d)] += (one + weights) * sl.count;
-        working[static_cast<size_t>(d)] = std::max(working[static_cast<size_t>(d)], one);
+        working[static_cast<size_t>(d)] = std::max(working[static_cast<size_t>(d)], transient);
       }
     }
   // The messages: a device's rows for other devices leave from buffers of

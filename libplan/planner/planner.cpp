@@ -1180,7 +1180,7 @@ Result<Plan> plan_one(const PlanRequest& given) {
   // counted, 82.4 held of 80 replicated, 72.2 sharded): spindle-run would
   // refuse the replicated plan. Where the same waves are over sharded too,
   // their activations are too large, not the state: the decision stays the
-  // count's (ofasys-7 on a800-1x8: 121.8 GiB held replicated, 108.6
+  // count's (ofasys-7 on a800-1x8: 96.2 GiB held replicated, 95.0
   // sharded; a second search would not make a plan that runs). Asked
   // only of models of at most sharded_search_metaops MetaOps, as the
   // sharded search below: on the 1000-task case the two figures take 0.3 s
@@ -1235,8 +1235,8 @@ Result<Plan> plan_one(const PlanRequest& given) {
   Result<Plan> sharded = plan_state(as, *context, start);
   if (shard_to_run) {
     // The search places the waves again, and its plan may be over on GPUs
-    // where the same waves sharded were not (ofasys-7 on 32 devices of 34
-    // GiB: 40.7 GiB against 32.9), or fail: those waves sharded, when the
+    // where the same waves sharded were not (multitask-clip-7 on 32 devices
+    // of 28 GiB: 29.5 GiB against 26.5), or fail: those waves sharded, when the
     // search's plan is over, slower or missing.
     Plan same = *whole;
     SPINDLE_TRY(shard_if_faster(same, as, *context, /*always*/ true));

@@ -219,7 +219,7 @@ EOF
   # valid by its own figures, but costed again from the model spindle-run
   # would refuse it, and --check says so (it said only "valid").
   understated two.json liar.json
-  expect 0 "spindle-plan: warning: spindle-run on the CPU backend would refuse it: liar.json: device 0 would hold 4.7" -- \
+  expect 0 "spindle-plan: warning: spindle-run on the CPU backend would refuse it: liar.json: device 0 would hold 5.0" -- \
     "$plan" "$models/tiny-clip.yaml" --check liar.json
   grep -q "of 2.00 MiB: the plan counts 1000 B there" err.txt ||
     { echo "FAIL: --check does not say what the plan counts"; sed 's/^/  /' err.txt; failures=$((failures + 1)); }
@@ -308,15 +308,15 @@ run-flags)
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x1.yaml" -o one.json >/dev/null || exit 1
   # A bf16 model on devices of 2 MiB: its plan counts 1.4 MiB a device, the
   # activations in bf16 without the attention probabilities and outputs;
-  # spindle-run keeps them in fp32 with those (4.8 MiB on the CPU backend):
+  # spindle-run keeps them in fp32 with those (5.0 MiB on the CPU backend):
   # said by spindle-plan, refused by spindle-run before it allocates (it
   # trained past the device's memory before).
   sed 's/^dtype: fp32/dtype: bf16/' "$models/tiny-clip.yaml" > bf16.yaml
   sed 's/memory_gib: 4$/memory_gib: 0.001953125/' "$clusters/cpu-1x2.yaml" > small.yaml
   expect 0 "" -- "$plan" bf16.yaml --cluster small.yaml -o bf16.json
-  grep -q "^run mem   as spindle-run holds it (activations in fp32, not bf16, .*): peak 4.8 MiB on the CPU backend, 3.2 MiB on GPUs over NCCL (of 2.0 MiB); over the device's memory: spindle-run refuses the plan there" out.txt ||
+  grep -q "^run mem   as spindle-run holds it (activations in fp32, not bf16, .*): peak 5.0 MiB on the CPU backend, 3.3 MiB on GPUs over NCCL (of 2.0 MiB); over the device's memory: spindle-run refuses the plan there" out.txt ||
     { echo "FAIL: spindle-plan does not say what spindle-run holds"; cat out.txt; failures=$((failures + 1)); }
-  expect 2 "bf16.json: device 0 would hold 4.76 MiB of 2.00 MiB: the plan counts 1.44 MiB there, with the activations in bf16, which spindle-run keeps in fp32, and without the attention probabilities, the operators' outputs and the backward pass's working set, which spindle-run holds too; plan again on more devices" -- \
+  expect 2 "bf16.json: device 0 would hold 5.04 MiB of 2.00 MiB: the plan counts 1.44 MiB there, with the activations in bf16, which spindle-run keeps in fp32, and without the attention probabilities, the operators' outputs and the backward pass's working set, which spindle-run holds too; plan again on more devices" -- \
     mpi 2 "$run" bf16.json --model bf16.yaml --steps 1
   grep -q -- "--bucket-mb" err.txt && { echo "FAIL: --bucket-mb advised without NCCL"; failures=$((failures + 1)); }
   # A plan whose own memory figures understate it (edited by hand) is
@@ -324,7 +324,7 @@ run-flags)
   # memory).
   "$plan" "$models/tiny-clip.yaml" --cluster "$clusters/cpu-1x2.yaml" -o two.json >/dev/null || exit 1
   understated two.json liar.json
-  expect 2 "liar.json: device 0 would hold 4.7" -- mpi 2 "$run" liar.json --model "$models/tiny-clip.yaml" --steps 1
+  expect 2 "liar.json: device 0 would hold 5.0" -- mpi 2 "$run" liar.json --model "$models/tiny-clip.yaml" --steps 1
   # A usage error that CLI11 finds, on every rank: said once (the launcher's
   # rank 0 speaks for all), as "spindle-run: error: ...".
   expect 2 "spindle-run: error: Could not convert: --lr = x" -- \

@@ -8,6 +8,7 @@
 #include "libexec/ops/kernels.h"
 #include "libexec/ops/op.h"
 #include "libexec/optim/adamw.h"
+#include "libplan/cost/analytic.h"
 
 using namespace spindle::exec;
 using spindle::exec::test::op_config;
@@ -108,6 +109,85 @@ TEST_CASE("lm_loss forward: targets -1 are ignored, the mean is over the counted
   // -2 is neither an id nor the ignore marker.
   const std::vector<Tensor> bad{x, Tensor::from({1, 2}, {1, -2})};
   CHECK_THROWS_AS(op_forward(op, bad), std::out_of_range);
+}
+
+namespace {
+// One operator's forward and backward on the CPU backend against what
+// memory_as_run counts for it (cost/analytic.h, RunActivation): what the
+// forward leaves held at most what it keeps, its peak at most that and its
+// transients, the backward's peak at most that and twice its transients
+// (the count's backward working set). Bytes beyond the inputs, the
+// parameters and their gradients, which the count has elsewhere.
+void check_op_memory(const OpConfig& cfg, const std::vector<Tensor>& in, int64_t seq, int64_t rows) {
+  ParamSet ps = make_params(cfg, "m/0.0", 0);
+  Op op = make_op(cfg, ps);
+  const spindle::plan::Workload w{op_name(cfg.kind), cfg.dims, seq, rows};
+  const spindle::plan::RunActivation a = spindle::plan::analytic_run_activation(w);
+  const double kept = static_cast<double>(rows) * (a.replicated + a.split);
+  const double transient = static_cast<double>(rows) * (a.transient_replicated + a.transient_split);
+  const int64_t base = host_tensor_bytes();
+  reset_host_tensor_peak();
+  const Tensor out = op_forward(op, in);
+  // What it keeps and its output (a loss's scalar aside, which the count
+  // leaves out).
+  CHECK(static_cast<double>(host_tensor_bytes() - base) <= kept + (out.numel() == 1 ? 4 : 0));
+  CHECK(static_cast<double>(host_tensor_peak_bytes() - base) <= kept + transient);
+  const Tensor dy = Tensor::from(out.shape(), std::vector<float>(static_cast<size_t>(out.numel()), 1.0f));
+  reset_host_tensor_peak();
+  const std::vector<Tensor> dx = op_backward(op, dy);
+  CHECK(static_cast<double>(host_tensor_peak_bytes() - base) <= kept + 2 * transient);
+}
+}  // namespace
+
+TEST_CASE("lm_loss holds one [tokens, vocab] buffer: its peaks within what memory_as_run counts for it", "[forward]") {
+  // 2 rows of 16 tokens, hidden 8, vocabulary 2048: the probabilities are
+  // 32 x 2048 fp32, 256 KiB, and every other tensor of the operator a few
+  // KiB. memory_as_run counts what it keeps (the probabilities among it)
+  // and twice its transients, of the hidden width only: the logits become
+  // the probabilities in place and backward makes dL/dlogits in their
+  // buffer. A second vocabulary-wide tensor (a clone for dL/dlogits, or
+  // logits and probabilities side by side) would be 256 KiB over.
+  const int64_t rows = 2, seq = 16, hidden = 8, vocab = 2048;
+  const spindle::plan::RunActivation a =
+      spindle::plan::analytic_run_activation({"lm_loss", {{"hidden", hidden}, {"vocab", vocab}}, seq, rows});
+  REQUIRE(static_cast<double>(rows * seq * vocab * 4) > 8 * rows * (a.transient_replicated + a.transient_split));
+  std::vector<float> ids(static_cast<size_t>(rows * seq));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>((i * 37) % vocab);
+  check_op_memory(op_config(OpKind::lm_loss, {{"hidden", hidden}, {"vocab", vocab}}),
+                  {test::random_tensor({rows, seq, hidden}, 3), Tensor::from({rows, seq}, ids)}, seq, rows);
+}
+
+TEST_CASE("every operator's CPU peaks within what memory_as_run counts for it", "[forward]") {
+  // Sequences of 17 (not a multiple of 8) and 5 rows.
+  SECTION("transformer_layer") {
+    for (bool causal : {false, true})
+      check_op_memory(
+          op_config(OpKind::transformer_layer, {{"hidden", 32}, {"heads", 4}, {"ffn", 64}, {"causal", causal}}),
+          {test::random_tensor({5, 17, 32}, 1)}, 17, 5);
+  }
+  SECTION("linear") {
+    check_op_memory(op_config(OpKind::linear, {{"in", 48}, {"out", 16}}), {test::random_tensor({5, 17, 48}, 1)}, 17, 5);
+  }
+  SECTION("patch_embed") {
+    check_op_memory(op_config(OpKind::patch_embed, {{"in_dim", 24}, {"hidden", 32}}, 17),
+                    {test::random_tensor({5, 17, 24}, 1)}, 17, 5);
+  }
+  SECTION("token_embed") {
+    check_op_memory(op_config(OpKind::token_embed, {{"vocab", 50}, {"hidden", 32}}, 17),
+                    {test::random_ids({5, 17}, 50, 3)}, 17, 5);
+  }
+  SECTION("pool_project: dL/dx over the whole sequence") {
+    check_op_memory(op_config(OpKind::pool_project, {{"in", 32}, {"out", 16}}), {test::random_tensor({5, 17, 32}, 1)},
+                    17, 5);
+  }
+  SECTION("contrastive_loss") {
+    check_op_memory(op_config(OpKind::contrastive_loss, {{"dim", 16}, {"temperature", 0.07}}),
+                    {test::random_tensor({5, 1, 16}, 1), test::random_tensor({5, 1, 16}, 2)}, 1, 5);
+  }
+  SECTION("lm_loss") {
+    check_op_memory(op_config(OpKind::lm_loss, {{"hidden", 32}, {"vocab", 64}}),
+                    {test::random_tensor({5, 17, 32}, 1), test::random_ids({5, 17}, 64, 3)}, 17, 5);
+  }
 }
 
 TEST_CASE("contrastive_loss forward: symmetric InfoNCE on a 2x2 case", "[forward]") {

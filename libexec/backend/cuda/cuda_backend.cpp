@@ -885,8 +885,12 @@ class CudaBackend final : public Backend {
     auto p = values(*st.params, false);
     auto g = grads(*st.params);
     const int64_t n = s.n, vl = s.lm_probs.size(1), h = s.z.shape().back(), first = st.cfg.tp_rank * vl;
-    Tensor dl = device_tensor({n, vl}, false);
-    k::lm_dlogits(s.lm_probs.data(), s.targets.data(), dl.data(), n, vl, first,
+    // dL/dlogits in the probabilities' buffer (each value from its own, one
+    // thread a value): backward is their last reader, so no second
+    // [n, vocab/K] tensor (memory_as_run counts one).
+    Tensor dl = std::move(s.lm_probs);
+    s.lm_probs = {};
+    k::lm_dlogits(dl.data(), s.targets.data(), dl.data(), n, vl, first,
                   s.counted > 0 ? g_loss / static_cast<float>(s.counted) : 0.0f);
     Tensor dz = linear_backward(s.z, n, h, p[2], vl, dl.data(), g[2], nullptr, true);
     dl = {};

@@ -124,7 +124,8 @@ void lm_exp_sums(float* logits, const float* mx, const float* targets, float* re
 // x[r, :] /= sums[r].
 void scale_rows_inv(float* x, const float* sums, int64_t rows, int64_t cols);
 // dl = scale * (p - onehot(t - first)) over local columns; 0 on rows whose
-// target is -1 (ignored).
+// target is -1 (ignored). dl may be p (in place: each value is read and
+// written by one thread).
 void lm_dlogits(const float* p, const float* targets, float* dl, int64_t rows, int64_t vl, int64_t first,
                 float scale);
 
