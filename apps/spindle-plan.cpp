@@ -391,7 +391,7 @@ int check_existing(const Options& o, const sp::Model& model, const sp::OpGraph& 
   // again from the model, not read from the plan: memory_as_run): said, as
   // spindle-run would refuse it, on GPUs over NCCL (the CUDA backend's
   // bf16 mode) and on the CPU backend.
-  if (sp::Status nccl = sp::check_memory_as_run(*plan, model, graph, o.check_path, true, sp::kBf16LayerValueBytes); !nccl)
+  if (sp::Status nccl = sp::check_memory_as_run(*plan, model, graph, o.check_path, sp::kBf16LayerValueBytes); !nccl)
     std::fprintf(stderr, "spindle-plan: warning: spindle-run on GPUs over NCCL would refuse it: %s\n",
                  nccl.error().message.c_str());
   if (sp::Status host = sp::check_memory_as_run(*plan, model, graph, o.check_path); !host)
@@ -607,10 +607,9 @@ void print_copies(const sp::Plan& plan, const sp::Model& model, const sp::OpGrap
 // (memory_as_run): its activations in fp32 with the attention
 // probabilities and the outputs, the backward pass's working set; on the
 // CPU backend, and on GPUs over NCCL in the CUDA backend's default bf16
-// mode (a transformer layer's internals in bf16, the gradient buckets'
-// flat buffers in device memory).
+// mode (a transformer layer's internals in bf16).
 void print_run_memory(const sp::Plan& plan, const sp::Model& model, const sp::OpGraph& graph) {
-  const auto host = sp::memory_as_run(plan, model, graph, false);
+  const auto host = sp::memory_as_run(plan, model, graph);
   const auto nccl = sp::memory_as_run_on_gpus(plan, model, graph);
   if (!host || !nccl || host->empty()) return;
   const auto peak = [](const std::vector<int64_t>& m) { return *std::max_element(m.begin(), m.end()); };

@@ -695,33 +695,32 @@ bool emulates_device(const Args& args) {
   return emulate && std::string(emulate) == "1" && args.backend == "cpu";
 }
 
-// Whether the gradient buckets have flat buffers of their own (in device
-// memory over NCCL, and in its emulation), which the memory check counts.
-bool bucket_copies(const Args& args, const Runtime& rt) { return rt.use_nccl || emulates_device(args); }
+// Whether this run's memory is a device's, over NCCL (or its emulation):
+// where what the memory check leaves out (the CUDA context, cuBLAS's
+// workspace, NCCL's buffers) is taken from the same memory.
+bool device_memory_run(const Args& args, const Runtime& rt) { return rt.use_nccl || emulates_device(args); }
 
 // The plan's memory as this run will hold it (the optimizer state as the
-// plan holds it; with NCCL each gradient bucket's flat buffer in device
-// memory too; sharded, every all-gather's buffers on any backend:
+// plan holds it; sharded, every all-gather's buffers:
 // check_memory_as_run), before anything is allocated: "" or the error.
 // The same on every rank.
 // Keeps the figures in `rt.counted_bytes`, which the run's peaks are
 // reported against (report_memory).
 std::string memory_error(const Args& args, const Inputs& in, Runtime& rt) {
-  const bool copies = bucket_copies(args, rt);
-  auto counted = sp::memory_as_run(*in.plan, *in.model, in.graph, copies, rt.layer_value_bytes);
+  auto counted = sp::memory_as_run(*in.plan, *in.model, in.graph, rt.layer_value_bytes);
   if (!counted) return counted.error().message;
   rt.counted_bytes = std::move(*counted);
   const sp::Status st =
-      sp::check_memory_as_run(*in.plan, *in.model, rt.counted_bytes, args.plan_path, copies, rt.layer_value_bytes);
+      sp::check_memory_as_run(*in.plan, *in.model, rt.counted_bytes, args.plan_path, rt.layer_value_bytes);
   return st.ok() ? "" : st.error().message;
 }
 
-// Rank 0, on a device backend (its memory the device's: bucket_copies):
+// Rank 0, on a device backend (its memory the device's: device_memory_run):
 // a warning when a device's figure as this run holds it is within the
 // margin of its memory (sp::within_uncounted_margin), which what the count
 // leaves out may take. The plan fits, so the run goes on.
 void warn_memory_margin(const Args& args, const Inputs& in, const Runtime& rt) {
-  if (!bucket_copies(args, rt) || rt.counted_bytes.empty()) return;
+  if (!device_memory_run(args, rt) || rt.counted_bytes.empty()) return;
   const auto worst = std::max_element(rt.counted_bytes.begin(), rt.counted_bytes.end());
   if (!sp::within_uncounted_margin(*worst, in.plan->memory_bytes)) return;
   std::printf("spindle-run: warning: device %lld would hold %s of %s as this run holds it, within %.0f%% of the "

@@ -454,22 +454,34 @@ void Executor::for_each_tensor(int bucket, Fn fn) {
                            " values here, the lowering counts " + std::to_string(b.values));
 }
 
-// In host memory (the CPU backend), the gradients of each bucket this rank
-// is in live in the bucket's flat all-reduce buffer, in the bucket's order
+// Where a bucket's all-reduce runs on its flat buffer in the backend's own
+// memory (host memory on the CPU backend; device memory on a device
+// backend whose communicator carries it, NCCL), the gradients of each
+// bucket this rank is in live in that buffer, in the bucket's order
 // (shards in key order, each shard's tensors in order): backward adds into
 // it and the all-reduce runs on it in place, without copying the gradients
-// in and out (as PyTorch DDP's gradient_as_bucket_view). Device backends
-// keep their own gradient tensors (zero_grads reallocates them) and copy.
+// in and out and without a second copy of them (as PyTorch DDP's
+// gradient_as_bucket_view). A device backend over MPI stages the sums in
+// host memory: its gradients stay tensors of their own, copied.
+bool Executor::grads_in_buckets() const {
+  return backend_.device() == Device::host || on_device(backend_, world_);
+}
+
+// Binds every gradient of this rank's buckets to a new zero-filled flat
+// buffer of its bucket (backend memory): at the start, and at each step's
+// start on a device backend (Backend has no fill; zero_grads).
 void Executor::bind_bucket_views() {
-  if (backend_.device() != Device::host) return;
+  if (!grads_in_buckets()) return;
   const std::vector<plan::Bucket>& buckets = sched_->lowered.buckets;
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!in_bucket(b)) continue;
     Tensor& flat = bucket_buffers_[static_cast<int>(b)];
-    flat = Tensor::zeros({sched_->lowered.flat_values(static_cast<int>(b))});
+    flat = {};   // the old buffer goes once its views are bound again
+    flat = backend_.allocate({sched_->lowered.flat_values(static_cast<int>(b))});
     for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
       Param& p = ps.set.params[i];
       p.grad = row_view(flat, off, p.grad.numel()).reshaped(p.value.shape());
+      bucket_views_.insert(&p);
     });
   }
 }
@@ -941,10 +953,16 @@ void Executor::backward_exchange(const plan::Instr& instr) {
 }
 
 void Executor::zero_grads() {
+  // On the host every gradient is zeroed where it is (a bucket's views
+  // with their buffer); on a device backend (Backend has no fill) a new
+  // zero-filled buffer per bucket, its views bound to it, and a new tensor
+  // for each other gradient.
+  const bool host = backend_.device() == Device::host;
+  if (!host) bind_bucket_views();
   for (auto& [key, ps] : params_)
     for (Param& p : ps.set.params) {
-      if (p.grad.device() == Device::host) p.grad.zero();
-      else p.grad = backend_.allocate(p.grad.shape());  // zero-filled (Backend has no fill)
+      if (host) p.grad.zero();
+      else if (!bucket_views_.count(&p)) p.grad = backend_.allocate(p.grad.shape());   // zero-filled
     }
 }
 

@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -351,6 +352,7 @@ class Executor {
   // Collective over each bucket's group, buckets in the lowering's order.
   std::map<std::pair<std::string, int>, std::vector<Tensor>> gather_moments();
   void zero_grads();
+  bool grads_in_buckets() const;
   void bind_bucket_views();
   ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
   // One measured box as the step records it (ExecOptions::record_trace):
@@ -408,9 +410,11 @@ class Executor {
     Tensor host;
   };
   std::map<int, Posted> posted_sends_, posted_recvs_;
-  // Kept across steps: per gradient bucket, its flat all-reduce buffer (in
-  // host memory, also the storage of its gradients: bind_bucket_views).
+  // Kept across steps: per gradient bucket, its flat all-reduce buffer
+  // (where the all-reduce runs in the backend's memory, also the storage of
+  // its gradients: bind_bucket_views, and those gradients' parameters).
   std::map<int, Tensor> bucket_buffers_;
+  std::set<const Param*> bucket_views_;
   // The gradient buckets started and not yet finished (finish_bucket erases).
   struct StartedBucket {
     Comm* comm = nullptr;

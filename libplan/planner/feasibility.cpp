@@ -99,7 +99,7 @@ class ParamStateOnly : public CostModel {
 }  // namespace
 
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
-                                           bool bucket_copies, int layer_value_bytes, const LowerContext* given) {
+                                           int layer_value_bytes, const LowerContext* given) {
   // Costed again from the model, not read from the plan's own figures (a
   // plan edited by hand, or made from a profile with other sizes, says
   // what it likes there): the parameter state of every shard a device
@@ -185,33 +185,31 @@ Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model,
   // The lowering's buckets: with sharded state each all-gather's two
   // buffers (the gathered values and this device's chunk), on every
   // backend, all of them at once (with overlap every bucket's all-gather
-  // starts at the program's start and its buffers live until its wait);
-  // over NCCL each bucket's flat buffer on each of its holders (on the host
-  // the gradients are views of it).
-  std::vector<double> extra(mem.size(), 0.0), gather(mem.size(), 0.0);
+  // starts at the program's start and its buffers live until its wait).
+  // The gradients are views of each bucket's flat buffer (no copy) on the
+  // host and over NCCL; a device backend over MPI stages the buffer in host
+  // memory.
+  std::vector<double> gather(mem.size(), 0.0);
   for (size_t b = 0; b < lowered.buckets.size(); ++b) {
     const Bucket& k = lowered.buckets[b];
     const double gathered = static_cast<double>(lowered.gather_bytes(static_cast<int>(b)));
     const double chunk = gathered / static_cast<double>(k.devices.size());
-    for (int d : k.devices) {
-      if (bucket_copies) extra[static_cast<size_t>(d)] += static_cast<double>(k.values) * kBucketCopyBytesPerValue;
-      gather[static_cast<size_t>(d)] += gathered + chunk;
-    }
+    for (int d : k.devices) gather[static_cast<size_t>(d)] += gathered + chunk;
   }
   for (size_t d = 0; d < mem.size(); ++d)   // saturates, never wraps
-    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + extra[d] + gather[d]);
+    mem[d] = limits::bytes_to_int64(static_cast<double>(mem[d]) + gather[d]);
   return mem;
 }
 
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
-                           bool bucket_copies, int layer_value_bytes, const LowerContext* context) {
-  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, bucket_copies, layer_value_bytes, context));
-  return check_memory_as_run(plan, model, mem, path, bucket_copies, layer_value_bytes);
+                           int layer_value_bytes, const LowerContext* context) {
+  SPINDLE_ASSIGN(mem, memory_as_run(plan, model, graph, layer_value_bytes, context));
+  return check_memory_as_run(plan, model, mem, path, layer_value_bytes);
 }
 
 Result<std::vector<int64_t>> memory_as_run_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph,
                                                    const LowerContext* context) {
-  return memory_as_run(plan, model, graph, /*bucket_copies*/ true, kBf16LayerValueBytes, context);
+  return memory_as_run(plan, model, graph, kBf16LayerValueBytes, context);
 }
 
 bool fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph, const LowerContext* context) {
@@ -237,7 +235,7 @@ std::optional<int64_t> sharding_fits_on_gpus(const Plan& plan, const Model& mode
 }
 
 Status check_memory_as_run(const Plan& plan, const Model& model, const std::vector<int64_t>& mem,
-                           const std::string& path, bool bucket_copies, int layer_value_bytes) {
+                           const std::string& path, int layer_value_bytes) {
   const auto worst = std::max_element(mem.begin(), mem.end());
   if (worst == mem.end() || *worst <= plan.memory_bytes) return Status::Ok();
   const auto d = static_cast<size_t>(worst - mem.begin());
@@ -256,9 +254,7 @@ Status check_memory_as_run(const Plan& plan, const Model& model, const std::vect
   why += std::string(dtype_bytes(model.dtype) < kRunActivationValueBytes ? ", and" : ",") +
          " without the attention probabilities, the operators' outputs and the backward pass's working set, which "
          "spindle-run holds too";
-  if (bucket_copies)
-    why += ", and each gradient bucket's flat buffer in device memory (NCCL) adds 4 bytes per value" +
-           std::string(plan.optimizer_state == OptimizerState::sharded ? " (its all-gather's buffers more)" : "");
+  if (plan.optimizer_state == OptimizerState::sharded) why += ", nor each gradient bucket's all-gather buffers";
   // (Smaller gradient buckets hold the same bytes in all: not advised.)
   return Error{path + ": device " + std::to_string(d) + " would hold " + size_text(static_cast<double>(*worst)) +
                " of " + size_text(static_cast<double>(plan.memory_bytes)) + ": " + why + "; plan again on more devices" +

@@ -45,22 +45,20 @@ Status check_plan_memory(const Plan& plan, const Model& model);
 // twice more), the message buffers (the bytes it sends and receives in a
 // step) and, with sharded state, the buffers of every all-gather of the
 // device's buckets (each bucket's gathered values and its own chunk,
-// Lowered::gather_bytes: with overlap all are in flight at once); plus,
-// with `bucket_copies` (a device backend over NCCL), each gradient
-// bucket's flat buffer on each of its holders (the lowering's buckets;
-// kBucketCopyBytesPerValue).
+// Lowered::gather_bytes: with overlap all are in flight at once). The
+// gradients are their buckets' flat buffers on every backend whose
+// all-reduce runs in its own memory (the CPU backend, and a device backend
+// over NCCL: Executor::bind_bucket_views), so no second copy of them.
 // What spindle-run checks before it allocates, and spindle-plan reports
 // (`run mem`, --check). An upper bound of what the CPU backend holds at
 // its peak (StepCounters::peak_bytes; the equivalence runs check it).
 // `context`: lower_context(model, graph) when the caller has it (the
 // planner), else made here.
 Result<std::vector<int64_t>> memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph,
-                                           bool bucket_copies = false,
                                            int layer_value_bytes = kRunActivationValueBytes,
                                            const LowerContext* context = nullptr);
 // memory_as_run as spindle-run holds `plan` on GPUs: the CUDA backend over
-// NCCL (each bucket's flat buffer in device memory) in its default bf16
-// mode (a transformer layer's internals kBf16LayerValueBytes wide). The
+// NCCL in its default bf16 mode (a transformer layer's internals kBf16LayerValueBytes wide). The
 // figure spindle-plan reports for GPUs, --compare marks and auto asks.
 Result<std::vector<int64_t>> memory_as_run_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph,
                                                    const LowerContext* context = nullptr);
@@ -72,17 +70,16 @@ bool fits_on_gpus(const Plan& plan, const Model& model, const OpGraph& graph, co
 // its memory_bytes as spindle-run runs it (memory_as_run): names the path,
 // the device, both figures and what to do.
 Status check_memory_as_run(const Plan& plan, const Model& model, const OpGraph& graph, const std::string& path,
-                           bool bucket_copies = false, int layer_value_bytes = kRunActivationValueBytes,
-                           const LowerContext* context = nullptr);
-// The same on figures memory_as_run gave with those two settings (a caller
-// that keeps them: spindle-run reports its peaks against them).
+                           int layer_value_bytes = kRunActivationValueBytes, const LowerContext* context = nullptr);
+// The same on figures memory_as_run gave with that width (a caller that
+// keeps them: spindle-run reports its peaks against them).
 Status check_memory_as_run(const Plan& plan, const Model& model, const std::vector<int64_t>& mem,
-                           const std::string& path, bool bucket_copies, int layer_value_bytes);
+                           const std::string& path, int layer_value_bytes);
 
 // When sharding AdamW's state is what would let `plan` run on GPUs: the
 // plan holds the state replicated, is over its devices' memory as
-// spindle-run holds it on GPUs over NCCL (memory_as_run with the bucket
-// buffers and bf16 layer internals), and the same waves with the state
+// spindle-run holds it on GPUs over NCCL (memory_as_run with bf16 layer
+// internals), and the same waves with the state
 // sharded (ZeRO-1) are not. Then the largest device's bytes sharded;
 // otherwise nullopt (it fits, holds the state sharded already, or is over
 // either way: then its activations, not the state, are too large).

@@ -1176,12 +1176,13 @@ Result<Plan> plan_one(const PlanRequest& given) {
   };
   // Fitting is by the plan's own count (rule 6), and also as spindle-run
   // holds the plan on GPUs where sharding the state is what makes it fit
-  // there (sharding_fits_on_gpus; qwen-val-3 on a800-8x8: 55.6 GiB
-  // counted, 82.4 held of 80 replicated, 72.2 sharded): spindle-run would
-  // refuse the replicated plan. Where the same waves are over sharded too,
-  // their activations are too large, not the state: the decision stays the
-  // count's (ofasys-7 on a800-1x8: 96.2 GiB held replicated, 95.0
-  // sharded; a second search would not make a plan that runs). Asked
+  // there (sharding_fits_on_gpus; multitask-clip-10 on a800-1x8: about
+  // 65 GiB counted, 85 held of 80 replicated, 79.0 sharded): spindle-run
+  // would refuse the replicated plan. Where the same waves are over
+  // sharded too, their activations are too large, not the state: the
+  // decision stays the count's (ofasys-7 on a800-1x8: 94.3 GiB held
+  // replicated, 93.1 sharded; a second search would not make a plan that
+  // runs). Asked
   // only of models of at most sharded_search_metaops MetaOps, as the
   // sharded search below: on the 1000-task case the two figures take 0.3 s
   // of about 5 (a larger model gets spindle-plan's hint instead).
@@ -1236,7 +1237,7 @@ Result<Plan> plan_one(const PlanRequest& given) {
   if (shard_to_run) {
     // The search places the waves again, and its plan may be over on GPUs
     // where the same waves sharded were not (multitask-clip-7 on 32 devices
-    // of 28 GiB: 29.5 GiB against 26.5), or fail: those waves sharded, when the
+    // of 26 GiB: 29.8 GiB against 24.1), or fail: those waves sharded, when the
     // search's plan is over, slower or missing.
     Plan same = *whole;
     SPINDLE_TRY(shard_if_faster(same, as, *context, /*always*/ true));

@@ -61,13 +61,6 @@ inline bool within_uncounted_margin(int64_t held, int64_t memory) {
   return held <= memory && static_cast<double>(held) > (1 - kUncountedMarginShare) * static_cast<double>(memory);
 }
 
-// Bytes per gradient value of the flat buffer a gradient bucket is summed
-// in, kept from step to step beside the gradients on each of its holders,
-// where the buffer is in device memory: spindle-run on a device backend
-// whose communicator carries device memory (CUDA with NCCL; fp32). On the
-// host the gradients are views of that buffer, and over MPI a device's
-// buffer is staged in host memory: no second copy in device memory.
-inline constexpr double kBucketCopyBytesPerValue = 4.0;
 
 // AdamW's memory traffic per parameter value it steps, as spindle-run's
 // optimizer runs it (fp32: it reads the value, its gradient, m and v, and

@@ -314,7 +314,7 @@ run-flags)
   sed 's/^dtype: fp32/dtype: bf16/' "$models/tiny-clip.yaml" > bf16.yaml
   sed 's/memory_gib: 4$/memory_gib: 0.001953125/' "$clusters/cpu-1x2.yaml" > small.yaml
   expect 0 "" -- "$plan" bf16.yaml --cluster small.yaml -o bf16.json
-  grep -q "^run mem   as spindle-run holds it (activations in fp32, not bf16, .*): peak 5.0 MiB on the CPU backend, 3.3 MiB on GPUs over NCCL (of 2.0 MiB); over the device's memory: spindle-run refuses the plan there" out.txt ||
+  grep -q "^run mem   as spindle-run holds it (activations in fp32, not bf16, .*): peak 5.0 MiB on the CPU backend, 3.2 MiB on GPUs over NCCL (of 2.0 MiB); over the device's memory: spindle-run refuses the plan there" out.txt ||
     { echo "FAIL: spindle-plan does not say what spindle-run holds"; cat out.txt; failures=$((failures + 1)); }
   expect 2 "bf16.json: device 0 would hold 5.04 MiB of 2.00 MiB: the plan counts 1.44 MiB there, with the activations in bf16, which spindle-run keeps in fp32, and without the attention probabilities, the operators' outputs and the backward pass's working set, which spindle-run holds too; plan again on more devices" -- \
     mpi 2 "$run" bf16.json --model bf16.yaml --steps 1
