@@ -52,7 +52,10 @@ class Backend {
   virtual const char* name() const = 0;  // "cpu", "cuda"
   virtual Device device() const = 0;
 
-  virtual Tensor allocate(Shape shape) = 0;
+  virtual Tensor allocate(Shape shape) = 0;   // zero-filled
+  // Sets every value of `t` (host or this backend's memory) to 0, where it
+  // is: views keep seeing it (a bucket's gradients, Executor::zero_grads).
+  virtual void zero(Tensor& t) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // Waits until the work this backend queued is done (copies to host
   // memory included); not for communicators' own streams.

@@ -467,21 +467,22 @@ bool Executor::grads_in_buckets() const {
   return backend_.device() == Device::host || on_device(backend_, world_);
 }
 
-// Binds every gradient of this rank's buckets to a new zero-filled flat
-// buffer of its bucket (backend memory): at the start, and at each step's
-// start on a device backend (Backend has no fill; zero_grads).
+// Binds every gradient of this rank's buckets to its bucket's flat buffer
+// (zero-filled, backend memory), once: zero_grads zeroes them there. The
+// tensors they were are released first, so a bucket is never held twice.
 void Executor::bind_bucket_views() {
   if (!grads_in_buckets()) return;
   const std::vector<plan::Bucket>& buckets = sched_->lowered.buckets;
   for (size_t b = 0; b < buckets.size(); ++b) {
     if (!in_bucket(b)) continue;
+    for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t) {
+      ps.set.params[i].grad = {};
+    });
     Tensor& flat = bucket_buffers_[static_cast<int>(b)];
-    flat = {};   // the old buffer goes once its views are bound again
     flat = backend_.allocate({sched_->lowered.flat_values(static_cast<int>(b))});
     for_each_tensor(static_cast<int>(b), [&](const plan::ShardKey&, ParamState& ps, size_t i, int64_t off) {
       Param& p = ps.set.params[i];
-      p.grad = row_view(flat, off, p.grad.numel()).reshaped(p.value.shape());
-      bucket_views_.insert(&p);
+      p.grad = row_view(flat, off, p.value.numel()).reshaped(p.value.shape());
     });
   }
 }
@@ -952,18 +953,10 @@ void Executor::backward_exchange(const plan::Instr& instr) {
   record({BoxKind::exchange, instr.wave, 0, plan::Direction::backward}, t0);
 }
 
+// Every gradient zeroed where it is (a bucket's views keep their buffer).
 void Executor::zero_grads() {
-  // On the host every gradient is zeroed where it is (a bucket's views
-  // with their buffer); on a device backend (Backend has no fill) a new
-  // zero-filled buffer per bucket, its views bound to it, and a new tensor
-  // for each other gradient.
-  const bool host = backend_.device() == Device::host;
-  if (!host) bind_bucket_views();
   for (auto& [key, ps] : params_)
-    for (Param& p : ps.set.params) {
-      if (host) p.grad.zero();
-      else if (!bucket_views_.count(&p)) p.grad = backend_.allocate(p.grad.shape());   // zero-filled
-    }
+    for (Param& p : ps.set.params) backend_.zero(p.grad);
 }
 
 // A gradient bucket's all-reduce: started once this device's gradients

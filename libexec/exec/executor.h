@@ -52,7 +52,6 @@
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -412,9 +411,8 @@ class Executor {
   std::map<int, Posted> posted_sends_, posted_recvs_;
   // Kept across steps: per gradient bucket, its flat all-reduce buffer
   // (where the all-reduce runs in the backend's memory, also the storage of
-  // its gradients: bind_bucket_views, and those gradients' parameters).
+  // its gradients: bind_bucket_views).
   std::map<int, Tensor> bucket_buffers_;
-  std::set<const Param*> bucket_views_;
   // The gradient buckets started and not yet finished (finish_bucket erases).
   struct StartedBucket {
     Comm* comm = nullptr;

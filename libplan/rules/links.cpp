@@ -68,7 +68,11 @@ double collective_overhead_ms(const CommOverhead& o, Collective c, double bytes)
   const double fixed_us = c == Collective::reduce_scatter ? o.reduce_scatter_us.value_or(o.allreduce_us)
                           : c == Collective::allgather    ? o.allgather_us.value_or(o.allreduce_us)
                                                           : o.allreduce_us;
-  return fixed_us * 1e-3 + 2.0 * pack_ms(o, bytes);
+  // The gradients are views of their bucket's flat buffer (the host, and
+  // device memory over NCCL): the all-reduce and the reduce-scatter copy
+  // nothing; the all-gather packs the owned values and copies the gathered
+  // ones into the tensors.
+  return fixed_us * 1e-3 + (c == Collective::allgather ? 2.0 * pack_ms(o, bytes) : 0.0);
 }
 
 }  // namespace spindle::plan

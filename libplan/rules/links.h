@@ -81,7 +81,7 @@ struct CommOverhead {
   double message_us = 0;         // per message the device sends or receives in an exchange
   double pack_gbytes_per_s = 0;  // rate of the host or device copies around the wire: the rows a
                                  // device sends are packed once, the rows it receives unpacked once,
-                                 // a bucket is flattened and unflattened (0: copies are free)
+                                 // an all-gather's values packed and unpacked (0: copies are free)
   double allreduce_us = 0;       // per all-reduce call, beyond the ring formula's latency terms
   // Measured on a host backend only (spindle-profile --measure, the
   // executor's own instructions; 0 in analytic profiles, where a device
@@ -125,10 +125,13 @@ double instruction_ms(const CommOverhead& o);
 double accumulate_ms(const CommOverhead& o, double bytes);
 // Software time of collective `c` of a bucket of `bytes` on each device of
 // its group, ms: its fixed cost per call (allreduce_us, reduce_scatter_us
-// or allgather_us, the last two allreduce_us when absent) + 2
-// pack_ms(bytes) (the gradients flattened into one buffer and copied back;
-// for the all-gather, the owned values packed and the gathered ones copied
-// into the tensors). Added to the ring formula for p >= 2.
+// or allgather_us, the last two allreduce_us when absent), and for the
+// all-gather 2 pack_ms(bytes) (the owned values packed, the gathered ones
+// copied into the tensors). The all-reduce and reduce-scatter copy
+// nothing: the gradients are views of the bucket's flat buffer on the host
+// and over NCCL (Executor::bind_bucket_views; a device backend over MPI,
+// which stages the buffer in host memory, copies unpriced). Added to the
+// ring formula for p >= 2.
 double collective_overhead_ms(const CommOverhead& o, Collective c, double bytes);
 
 }  // namespace spindle::plan

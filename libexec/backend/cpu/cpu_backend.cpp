@@ -16,6 +16,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return says_; }
 
   Tensor allocate(Shape shape) override { return Tensor::zeros(std::move(shape)); }
+  void zero(Tensor& t) override { t.zero(); }
 
   void copy(const Tensor& src, Tensor& dst) override {
     if (src.device() != Device::host || dst.device() != Device::host)

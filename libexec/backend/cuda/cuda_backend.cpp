@@ -216,6 +216,13 @@ class CudaBackend final : public Backend {
 
   Tensor allocate(Shape shape) override { return device_tensor(std::move(shape), true); }
 
+  // On the compute stream, ordered after the work queued before it (the
+  // last step's all-reduces included: their waits made stream 0 wait).
+  void zero(Tensor& t) override {
+    if (t.device() == Device::host) t.zero();
+    else if (t.numel() > 0) CUDA_CHECK(cudaMemsetAsync(t.data(), 0, static_cast<size_t>(t.numel()) * kFloatBytes, 0));
+  }
+
   void copy(const Tensor& src, Tensor& dst) override {
     if (src.numel() != dst.numel())
       throw std::invalid_argument("cuda backend: copy " + shape_str(src.shape()) + " into " + shape_str(dst.shape()));

@@ -1116,6 +1116,15 @@ PY
     SPINDLE_TEST_EMULATE_DEVICE=1 run 2 heavy.json "$mem/param-heavy.yaml" --steps 3
     [ "$rc" -eq 0 ] || { cat run.log; die "param-heavy emulating NCCL: exit $rc"; }
     within_memory_count "param-heavy emulating NCCL"
+    # Replicated in one bucket larger than the activations: over NCCL the
+    # gradients are views of the bucket's buffer, bound once and zeroed in
+    # place; rebinding them to a new buffer every step held the bucket
+    # twice (125% of the count, a review, 2026-12-07).
+    "$BIN/spindle-plan" "$mem/param-heavy.yaml" --cluster "$CLUSTERS/cpu-1x2.yaml" --strategy sequential \
+      --optimizer-state replicated -o heavy-replicated.json > plan.log 2>&1 || die "spindle-plan: $(cat plan.log)"
+    SPINDLE_TEST_EMULATE_DEVICE=1 run 2 heavy-replicated.json "$mem/param-heavy.yaml" --steps 3
+    [ "$rc" -eq 0 ] || { cat run.log; die "param-heavy replicated emulating NCCL: exit $rc"; }
+    within_memory_count "param-heavy replicated emulating NCCL, one bucket"
     "$BIN/spindle-plan" "$mem/wide-input.yaml" --cluster "$CLUSTERS/cpu-1x1.yaml" -o wide.json > plan.log 2>&1 ||
       die "spindle-plan: $(cat plan.log)"
     run 1 wide.json "$mem/wide-input.yaml" --steps 3 --data "$mem/synthetic.yaml" --eval-data "$mem/synthetic.yaml" \

@@ -281,39 +281,39 @@ TEST_CASE("fit_executor_allreduce: the fixed cost beyond the formula or else the
   sp::TableCostModel cost = hand_cost();
   sp::Lowered l;
   // 100 kB over 2 devices: 100 kB on the wire per device, 0.025 ms inside an
-  // island; latency 2 x 2 us; copies 2 x 0.01 ms. Priced 0.069 ms with the
-  // fixed cost, 0.049 ms without.
+  // island; latency 2 x 2 us; no copies (the gradients are views of the
+  // bucket's buffer). Priced 0.049 ms with the fixed cost, 0.029 ms without.
   l.buckets = {hand_bucket({0, 1}, 100000)};
-  REQUIRE(cost.allreduce_ms(100000, {0, 1}) == Approx(0.069));
+  REQUIRE(cost.allreduce_ms(100000, {0, 1}) == Approx(0.049));
 
   SECTION("slower than the formula: the fixed cost, the link kept") {
     // Per step the least over the members: 0.058, 0.061, 0.059 (median 0.059).
     const std::vector<std::vector<std::vector<double>>> ms = {{{0.060}, {0.061}, {0.059}},
                                                               {{0.058}, {0.070}, {0.062}}};
     const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
-    CHECK(fit.allreduce_us == Approx(10.0));   // 0.059 - 0.049 ms
+    CHECK(fit.allreduce_us == Approx(30.0));   // 0.059 - 0.029 ms
     CHECK(fit.intra_rate_scale == 0);
   }
   SECTION("faster than the formula with no fixed cost: fixed cost 0 and the wire's rate") {
-    const std::vector<std::vector<std::vector<double>>> ms = {{{0.039}, {0.040}}, {{0.045}, {0.041}}};
-    // Median of the least (0.039, 0.040) is 0.0395: 0.0395 - 0.004 - 0.02 =
-    // 0.0155 ms for 100 kB on the wire.
+    const std::vector<std::vector<std::vector<double>>> ms = {{{0.019}, {0.020}}, {{0.025}, {0.021}}};
+    // Median of the least (0.019, 0.020) is 0.0195: 0.0195 - 0.004 = 0.0155
+    // ms for 100 kB on the wire.
     const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
     CHECK(fit.allreduce_us == 0);
     CHECK(4.0 * fit.intra_rate_scale == Approx(100000 / 0.0155 * 1e3 / 1e9));   // the link's 4 GB/s scaled
   }
   SECTION("a bucket across islands counts for the fixed cost, not for the rate inside an island") {
-    // Across: latency 2 x 10 us, wire 0.1 ms at 1 GB/s, copies 0.02 ms: 0.14
-    // ms without the fixed cost; measured 0.12 (-20 us). Inside: 0.039
-    // (-10 us). Median -15 us: fixed cost 0, the rate from the first alone.
+    // Across: latency 2 x 10 us, wire 0.1 ms at 1 GB/s: 0.12 ms without the
+    // fixed cost; measured 0.10 (-20 us). Inside: 0.019 (-10 us). Median
+    // -15 us: fixed cost 0, the rate from the first alone.
     l.buckets.push_back(hand_bucket({0, 2}, 100000));
-    const std::vector<std::vector<std::vector<double>>> ms = {{{0.039, 0.12}}, {{0.050, -1}}, {{-1, 0.13}}};
+    const std::vector<std::vector<std::vector<double>>> ms = {{{0.019, 0.10}}, {{0.030, -1}}, {{-1, 0.11}}};
     const se::AllreduceInSitu fit = se::fit_executor_allreduce(l, cost, 2, ms);
     CHECK(fit.allreduce_us == 0);
     CHECK(4.0 * fit.intra_rate_scale == Approx(100000 / 0.015 * 1e3 / 1e9));
     // Only across islands: the fixed cost 0, no rate.
     l.buckets.erase(l.buckets.begin());
-    const std::vector<std::vector<std::vector<double>>> across = {{{0.12}}, {{-1}}, {{0.13}}};
+    const std::vector<std::vector<std::vector<double>>> across = {{{0.10}}, {{-1}}, {{0.11}}};
     const se::AllreduceInSitu only = se::fit_executor_allreduce(l, cost, 2, across);
     CHECK(only.allreduce_us == 0);
     CHECK(only.intra_rate_scale == 0);
@@ -335,25 +335,29 @@ TEST_CASE("fit_executor_fixed_us: ZeRO-1's reduce-scatter and all-gather cost pe
   sp::Lowered l;
   l.sharded_state = true;
   // 25001 values over 2 members: padded to 25002, 100008 bytes gathered.
-  // Ring: 1/2 x 100008 B at 4 GB/s = 0.012501 ms, + 2 us; copies 2 x
-  // 0.0100008 ms. Without the fixed cost 0.0345026 ms.
+  // Ring: 1/2 x 100008 B at 4 GB/s = 0.012501 ms, + 2 us; the all-gather's
+  // copies 2 x 0.0100008 ms (the reduce-scatter runs on the gradients in
+  // place). Without the fixed cost 0.014501 ms and 0.0345026 ms.
   sp::Bucket b = hand_bucket({0, 1}, 100004);
   b.values = 25001;
   l.buckets = {b};
   REQUIRE(l.gather_bytes(0) == 100008);
-  REQUIRE(cost.reduce_scatter_ms(100008, {0, 1}) == Approx(0.0545026));
+  REQUIRE(cost.reduce_scatter_ms(100008, {0, 1}) == Approx(0.034501));
   REQUIRE(cost.allgather_ms(100008, {0, 1}) == Approx(0.0545026));
 
   // Per step the least over the members: 0.1345, 0.0845, 0.0945026
-  // (median 0.0945026): 60 us beyond the formula.
+  // (median 0.0945026): 60 us beyond the all-gather's formula; the same
+  // less its copies, 60 us beyond the reduce-scatter's.
   const std::vector<std::vector<std::vector<double>>> ms = {{{0.1345}, {0.0845}, {0.0990}},
                                                             {{0.1400}, {0.0900}, {0.0945026}}};
-  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::reduce_scatter, ms) == Approx(60.0).margin(1e-6));
+  const std::vector<std::vector<std::vector<double>>> rs = {{{0.1145}, {0.0645}, {0.0790}},
+                                                            {{0.1200}, {0.0700}, {0.074501}}};
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::reduce_scatter, rs) == Approx(60.0).margin(1e-6));
   CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::allgather, ms) == Approx(60.0).margin(1e-6));
   // The figure is beyond the formula whatever the fixed cost priced before.
   o.reduce_scatter_us = 100;
   cost.set_overhead(o);
-  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::reduce_scatter, ms) == Approx(60.0).margin(1e-6));
+  CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::reduce_scatter, rs) == Approx(60.0).margin(1e-6));
   // Faster than the formula with no fixed cost: 0, not a negative figure.
   const std::vector<std::vector<std::vector<double>>> fast = {{{0.02}}, {{0.03}}};
   CHECK(se::fit_executor_fixed_us(l, cost, sp::Collective::allgather, fast) == 0.0);

@@ -721,8 +721,7 @@ TEST_CASE("optimizer state auto: sharded where the replicated plan fits its coun
   // multitask-clip-10 on 8 A800s: replicated, the plan counts about 65
   // GiB a device, but spindle-run would hold about 85 on GPUs (the
   // attention probabilities, the fp32 parameter state) of 80 and refuse
-  // it. Sharded it holds 79 and fits; auto plans that, as
-  // --optimizer-state sharded does. (qwen-val-3 on 64 was this case until
+  // it. Sharded it holds about 79 and fits; auto plans that. (qwen-val-3 on 64 was this case until
   // the gradients became views of their buckets on GPUs too.)
   spindle::plan::testing::Fixture f("multitask-clip-10", "a800-1x8");
   PlanRequest request = spindle_request(f);
@@ -758,7 +757,14 @@ TEST_CASE("optimizer state auto: sharded where the replicated plan fits its coun
   sharded_request.optimizer_state = OptimizerState::sharded;
   auto asked = make_plan(sharded_request);
   REQUIRE(asked.ok());
-  CHECK(plan_to_json(*chosen) == plan_to_json(*asked));
+  // Auto keeps the faster of the sharded search's plan (which fits here
+  // too) and the same waves sharded: here the same waves (588.3 against
+  // 593.1 ms; with the default 128 shifts both are the same plan).
+  CHECK(on_gpus(*asked).ok());
+  CHECK(chosen->predicted.simulated_ms < asked->predicted.simulated_ms);
+  auto chosen_mem = memory_as_run(*chosen, f.model, f.graph, kBf16LayerValueBytes);
+  REQUIRE(chosen_mem.ok());
+  CHECK(*std::max_element(chosen_mem->begin(), chosen_mem->end()) == *with);   // the same waves
   CHECK_FALSE(sharding_fits_on_gpus(*chosen, f.model, f.graph).has_value());   // sharded already
   // A model of more MetaOps than sharded_search_metaops is not asked (as
   // it is not searched sharded again): the count's decision, here the
@@ -771,14 +777,14 @@ TEST_CASE("optimizer state auto: sharded where the replicated plan fits its coun
   CHECK(plan_to_json(*not_asked) == plan_to_json(*replicated));
   // (Where the replicated plan fits both, auto keeps it: multitask-clip-7
   // on a800-4x8, the test case before.)
-  // multitask-clip-7 on 32 devices of 26 GiB: replicated 26.2 GiB on
-  // GPUs, the same waves sharded 24.1, but the sharded search places them
-  // again at 28.4 (a review found such a case, then ofasys-7 on 32 of 34
+  // multitask-clip-4 on 32 devices of 24 GiB: replicated 24.4 GiB on
+  // GPUs, the same waves sharded 23.0, but the sharded search places them
+  // again at 25.0 (a review found such a case, then ofasys-7 on 32 of 34
   // GiB, until lm_loss and the gradients held less): auto keeps those
-  // same waves sharded, which fit (cli:plan-run-mem-hint, with the
-  // default shifts).
-  spindle::plan::testing::Fixture seven("multitask-clip-7", "a800-4x8");
-  seven.cluster.memory_gib = 26;
+  // same waves sharded, which fit. (cli:plan-run-mem-hint: the same
+  // model's search over with the default shifts, on 23 GiB.)
+  spindle::plan::testing::Fixture seven("multitask-clip-4", "a800-4x8");
+  seven.cluster.memory_gib = 24;
   PlanRequest seven_request = spindle_request(seven);
   PlanRequest seven_sharded = seven_request;
   seven_sharded.choose_optimizer_state = false;
