@@ -980,6 +980,11 @@ void Executor::start_bucket(int bucket) {
   Tensor& flat = bucket_buffers_[bucket];
   started.device = on_device(backend_, comm);
   started.in_place = pack_flat(backend_, started.device, started.grads, sched_->lowered.flat_values(bucket), flat);
+  // Views of a buffer in device memory go to a communicator that carries
+  // it: bind_bucket_views asked the world's, every bucket's is of its kind.
+  if (started.in_place && backend_.device() != Device::host && !started.device)
+    throw std::logic_error("bucket " + std::to_string(bucket) +
+                           ": its gradients are views of a device buffer, but its communicator carries host memory");
   // Sharded optimizer state (ZeRO-1): each member needs the sum of its own
   // chunk alone (the buffer is padded to equal chunks).
   const bool scatter = sched_->lowered.sharded_state;
