@@ -278,6 +278,19 @@ TEST_CASE("cpu backend add: dst += src into a view, sizes checked", "[backend]")
   CHECK_THROWS_AS(backend->add(Tensor::from({3}, {1, 2, 3}), dst), std::invalid_argument);
 }
 
+TEST_CASE("cpu backend zero: a view's values set to 0 where they lie, the rest of its buffer untouched", "[backend]") {
+  // Executor::zero_grads zeroes a bucket's gradients so: views of its flat
+  // buffer, which must keep seeing that buffer (no new tensor).
+  auto backend = make_backend("cpu");
+  REQUIRE(backend);
+  Tensor flat = Tensor::from({5}, {1, 2, 3, 4, 5});
+  Tensor mid = Tensor::wrap({3}, Device::host, std::shared_ptr<float[]>(std::make_shared<Tensor>(flat), flat.data() + 1));
+  const float* before = mid.data();
+  backend->zero(mid);
+  CHECK(mid.data() == before);
+  CHECK(std::vector<float>(flat.data(), flat.data() + 5) == std::vector<float>{1, 0, 0, 0, 5});
+}
+
 TEST_CASE("parameter counts equal spec/model.md", "[params]") {
   const int64_t h = 8, f = 12, s = 5, in = 6, out = 4, v = 10;
   CHECK(make_params(op_config(OpKind::patch_embed, {{"in_dim", in}, {"hidden", h}}, s), "a/0.0", 0)
