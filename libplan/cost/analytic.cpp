@@ -192,10 +192,6 @@ RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes) 
     r.replicated = v * s * (1.0 + d(w, "hidden"));                  // the ids (as floats), the output
   } else if (op == "pool_project") {
     r.replicated = v * (2.0 * d(w, "in") + 2.0 + d(w, "out"));      // LayerNorm in and out, mean, rstd, output
-    // Its backward makes dL/dx over the whole sequence, [s, in], and three
-    // [in] (the LayerNorm's and the mean's gradients), beside dL/dy.
-    r.transient_replicated = v * (s * d(w, "in") + 3.0 * d(w, "in") + d(w, "out"));
-    return r;
   } else if (op == "contrastive_loss") {
     // Per row of the whole batch, which every device of the slice holds:
     // both normalised inputs and their norms, a row and a column of each
@@ -210,11 +206,17 @@ RunActivation analytic_run_activation(const Workload& w, int layer_value_bytes) 
     // the replicated part.
     r.replicated = v * (2.0 * s * d(w, "hidden") + 3.0 * s);
     r.split = v * s * d(w, "vocab");
-    r.transient_replicated = r.replicated;
-    return r;
   }
+  // The transients: what it keeps, but for two operators.
   r.transient_replicated = r.replicated;
   r.transient_split = r.split;
+  if (op == "lm_loss") {
+    r.transient_split = 0;   // dL/dlogits in the probabilities' buffer (above)
+  } else if (op == "pool_project") {
+    // Its backward makes dL/dx over the whole sequence, [s, in], and three
+    // [in] (the LayerNorm's and the mean's gradients), beside dL/dy.
+    r.transient_replicated = v * (s * d(w, "in") + 3.0 * d(w, "in") + d(w, "out"));
+  }
   return r;
 }
 

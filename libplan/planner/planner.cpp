@@ -1187,8 +1187,10 @@ Result<Plan> plan_one(const PlanRequest& given) {
   // sharded search below: on the 1000-task case the two figures take 0.3 s
   // of about 5 (a larger model gets spindle-plan's hint instead).
   const bool counted_fits = whole && check_plan_memory(*whole, *given.model).ok();
+  const bool small_enough =
+      whole && whole->metaops.size() <= static_cast<size_t>(std::max(0, given.sharded_search_metaops));
   const bool shard_to_run =
-      counted_fits && whole->metaops.size() <= static_cast<size_t>(std::max(0, given.sharded_search_metaops)) &&
+      counted_fits && small_enough &&
       sharding_fits_on_gpus(*whole, *given.model, *given.graph, std::nullopt, &*context).has_value();
   if (counted_fits && !shard_to_run) {
     const double replicated_ms = whole->predicted.simulated_ms;
@@ -1199,8 +1201,7 @@ Result<Plan> plan_one(const PlanRequest& given) {
     // halves), which replaces it. Exactly as fast: sharding changes
     // nothing here (no bucket of two members, no parameters), and the
     // search would price what this one did.
-    if (ratio <= 1 + kShardedSearchWithin && ratio != 1.0 &&
-        whole->metaops.size() <= static_cast<size_t>(std::max(0, given.sharded_search_metaops))) {
+    if (ratio <= 1 + kShardedSearchWithin && ratio != 1.0 && small_enough) {
       PlanRequest sharded_request = as;
       sharded_request.optimizer_state = OptimizerState::sharded;
       sharded_request.placement_state.reset();

@@ -61,7 +61,6 @@ inline bool within_uncounted_margin(int64_t held, int64_t memory) {
   return held <= memory && static_cast<double>(held) > (1 - kUncountedMarginShare) * static_cast<double>(memory);
 }
 
-
 // AdamW's memory traffic per parameter value it steps, as spindle-run's
 // optimizer runs it (fp32: it reads the value, its gradient, m and v, and
 // writes the value, m and v back: 7 x 4 bytes). The step is memory-bound.
