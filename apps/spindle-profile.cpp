@@ -88,6 +88,9 @@ namespace se = spindle::exec;
 // A median spread of the points above this means other work shared the
 // cores while timing (on an idle machine it is a few percent).
 constexpr double kBusySpread = 0.25;
+// An entry's work ratio (superlinear_factor) above 1 + this is reported:
+// smaller ones are within a quiet machine's timing noise.
+constexpr double kSuperlinearTolerance = 0.05;
 
 // A time in seconds as a person reads it: "45 s", "12 min", "3.2 h".
 std::string duration_text(double s) {
@@ -167,6 +170,31 @@ void print_fit_check(const sp::Profile& p) {
   const se::TimingStats st = se::timing_stats(all);
   std::printf("fit check: curve error on %zu left-out interior points: median %.1f%%, max %.1f%% (%s on %d)\n",
               all.size(), 100 * st.median, 100 * worst, worst_key.c_str(), worst_n);
+}
+
+// Entries whose work n T(n) shrinks on more devices (superlinear_factor,
+// curve.h), printed by rank 0: a busy machine's timings, or a cache effect
+// (docs/profiling.md, "Fit check"). The planner keeps them; its relaxed
+// optimum prices them linear.
+void print_superlinear(const sp::Profile& p) {
+  size_t count = 0;
+  double worst = 1.0;
+  std::string worst_key;
+  for (const sp::ProfileEntry& e : p.entries) {
+    const double f = sp::superlinear_factor(e.points);
+    if (f <= 1.0 + kSuperlinearTolerance) continue;
+    ++count;
+    if (f > worst) {
+      worst = f;
+      worst_key = e.workload.op + " seq " + std::to_string(e.workload.seq) + " batch " +
+                  std::to_string(e.workload.batch);
+    }
+  }
+  if (count == 0) return;
+  std::printf("superlinear: %zu of %zu entries take less device time on more devices (worst %s: %.2fx as "
+              "much on fewer); spindle-plan keeps them, its relaxed optimum counts them linear; on a busy "
+              "machine, measure again\n",
+              count, p.entries.size(), worst_key.c_str(), worst);
 }
 
 void print_links(const sp::ProfileLinks& l) {
@@ -431,6 +459,7 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
                  "are unreliable (measure on an otherwise idle machine)\n",
                  100 * sp_stats.median);
   print_fit_check(report->profile);
+  print_superlinear(report->profile);
   std::printf("spindle-profile: %zu entries, measured (%s backend, %d rank%s) for %s, device counts %s -> %s\n",
               report->profile.entries.size(), backend->name(), world->size(), world->size() > 1 ? "s" : "",
               report->profile.device.c_str(), counts_summary(report->profile).c_str(), out_path.c_str());

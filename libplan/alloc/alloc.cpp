@@ -64,6 +64,20 @@ RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices) 
   return out;
 }
 
+double relaxed_bound_ms(const std::vector<AllocItem>& items, int devices, const RelaxedAllocation& relaxed) {
+  bool any = false;
+  for (const AllocItem& it : items) any = any || it.curve->superlinear();
+  if (!any) return relaxed.c_star_ms;
+  std::vector<ScalingCurve> linear;
+  linear.reserve(items.size());   // no reallocation: the items point into it
+  std::vector<AllocItem> bounded = items;
+  for (AllocItem& it : bounded) {
+    linear.push_back(it.curve->without_superlinear());
+    it.curve = &linear.back();
+  }
+  return relax_level(bounded, devices).c_star_ms;
+}
+
 namespace {
 
 enum class Rounding { nearest, down, up };

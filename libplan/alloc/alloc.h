@@ -43,6 +43,15 @@ struct RelaxedAllocation {
 // non-null curves; devices >= 1.
 RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices);
 
+// The level's relaxed optimum as a bound (the plan's relaxed_optimum_ms
+// sums these): relax_level's c_star_ms on the items' curves without their
+// superlinear speedups (ScalingCurve::without_superlinear), where any curve
+// has one; `relaxed` (relax_level of the same items) otherwise. The
+// allocation keeps the curves as profiled (a cache effect that makes 2
+// devices more than twice as fast as 1 is real there); the equal-finish
+// relaxation is no lower bound on such curves.
+double relaxed_bound_ms(const std::vector<AllocItem>& items, int devices, const RelaxedAllocation& relaxed);
+
 // A run of `count` consecutive operators on `devices` devices each
 // (the paper's allocation tuple).
 struct AllocTuple {

@@ -114,6 +114,43 @@ Result<ScalingCurve> ScalingCurve::fit(const std::vector<ProfilePoint>& points) 
   return c;
 }
 
+ScalingCurve ScalingCurve::without_superlinear() const {
+  ScalingCurve c = *this;
+  // Knot values from the largest count down: T(n_lo) at most T(n_hi) n_hi /
+  // n_lo. Pieces share their knots, so piece j's upper value is piece
+  // j + 1's lower one.
+  double upper = 0;   // the lowered value at the current piece's upper knot
+  for (size_t j = c.pieces_.size(); j-- > 0;) {
+    Piece& p = c.pieces_[j];
+    const double hi = j + 1 == c.pieces_.size() ? p.alpha_ms + p.beta_ms / p.n_hi : upper;
+    const double lo = std::min(p.alpha_ms + p.beta_ms / p.n_lo, hi * p.n_hi / p.n_lo);
+    if (p.n_hi > p.n_lo) {
+      p.beta_ms = (lo - hi) / (1.0 / p.n_lo - 1.0 / p.n_hi);
+      p.alpha_ms = hi - p.beta_ms / p.n_hi;
+    }
+    upper = lo;
+  }
+  return c;
+}
+
+bool ScalingCurve::superlinear() const {
+  for (const Piece& p : pieces_)
+    if ((p.alpha_ms + p.beta_ms / p.n_lo) * p.n_lo > (p.alpha_ms + p.beta_ms / p.n_hi) * p.n_hi * (1 + 1e-12))
+      return true;
+  return false;
+}
+
+double superlinear_factor(const std::vector<ProfilePoint>& points) {
+  double worst = 1.0;
+  double most_work = 0;   // the largest n T(n) at a smaller count so far
+  for (const ProfilePoint& p : points) {
+    const double work = p.devices * p.ms;
+    if (most_work > 0 && work > 0) worst = std::max(worst, most_work / work);
+    most_work = std::max(most_work, work);
+  }
+  return worst;
+}
+
 double ScalingCurve::time_ms(double n) const {
   if (pieces_.empty()) return std::numeric_limits<double>::infinity();
   const Piece& first = pieces_.front();

@@ -31,6 +31,20 @@ class ScalingCurve {
   // t_ms < T(max_devices) (no allocation is fast enough).
   double devices_for(double t_ms) const;
 
+  // The largest curve at or below this one whose work n T(n) never
+  // shrinks as n grows (alpha >= 0 on every piece): knot values lowered,
+  // from the largest count down, to at most the next knot's value times
+  // n_next / n. Equal to this curve when its work never shrinks. The
+  // relaxed allocation's optimum is a lower bound only on such curves: on
+  // 10 ms at 1 device and 1 ms at 2 (T = -8 + 18/n between) it priced
+  // the MetaOp at n = 1.5 above what running it on both devices and then
+  // another MetaOp there takes (test_alloc); without_superlinear gives
+  // T = 2/n.
+  ScalingCurve without_superlinear() const;
+  // Whether without_superlinear changes this curve: some piece's work at
+  // its lower count exceeds its work at the upper one (beyond rounding).
+  bool superlinear() const;
+
   int min_devices() const { return min_n_; }
   int max_devices() const { return max_n_; }
 
@@ -45,5 +59,13 @@ class ScalingCurve {
   int min_n_ = 1;
   int max_n_ = 1;
 };
+
+// How far `points` (devices strictly increasing) break the rule that
+// without_superlinear enforces: the largest work ratio n_i T_i / (n_j T_j) over
+// i < j, 1 when the work never shrinks (and for fewer than two points).
+// 10 ms on 1 device and 1 ms on 2: 5. spindle-profile --measure names the
+// worst entry: a timing taken while the machine was busy, or a cache
+// effect (docs/profiling.md, "Fit check").
+double superlinear_factor(const std::vector<ProfilePoint>& points);
 
 }  // namespace spindle::plan

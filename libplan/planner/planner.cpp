@@ -145,7 +145,7 @@ struct Prepared {
   std::vector<std::vector<int>> valid;       // by MetaOp id, never empty
   std::vector<std::vector<int>> by_level;    // MetaOp ids of each level, ascending
   std::vector<RelaxedAllocation> relaxed;    // by level
-  double relaxed_optimum_ms = 0;             // sum over levels of C*
+  double relaxed_optimum_ms = 0;             // sum over levels of C* (relaxed_bound_ms)
 };
 
 // The relaxed optimum of every level (each MetaOp capped at its largest
@@ -159,7 +159,7 @@ void relax_levels(Prepared& p, int n_dev) {
       items.push_back({p.contraction.metaops[static_cast<size_t>(id)].length(),
                        p.curves[static_cast<size_t>(id)], p.valid[static_cast<size_t>(id)].back()});
     p.relaxed.push_back(relax_level(items, n_dev));
-    p.relaxed_optimum_ms += p.relaxed.back().c_star_ms;
+    p.relaxed_optimum_ms += relaxed_bound_ms(items, n_dev, p.relaxed.back());
   }
 }
 
@@ -1298,7 +1298,8 @@ Result<double> width_optimum_ms(const Plan& plan, const CostModel& cost) {
     levels[m.level].push_back({static_cast<int>(m.operators.size()), curve, widest[static_cast<size_t>(m.id)]});
   }
   double sum = 0;
-  for (const auto& [level, items] : levels) sum += relax_level(items, plan.devices).c_star_ms;
+  for (const auto& [level, items] : levels)
+    sum += relaxed_bound_ms(items, plan.devices, relax_level(items, plan.devices));
   return sum;
 }
 

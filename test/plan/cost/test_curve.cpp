@@ -87,6 +87,53 @@ TEST_CASE("curves are forced non-increasing and positive") {
   for (double n : {1.0, 2.0, 3.0, 4.0, 9.0}) CHECK(d.time_ms(n) > 0);
 }
 
+TEST_CASE("without_superlinear: the work n T(n) never shrinks with n, at or below the curve") {
+  // 10 ms on 1 device, 1 on 2: the fit goes through both (T = -8 + 18/n);
+  // without_superlinear lowers T(1) to 2 T(2) = 2: T = 0 + 2/n.
+  auto c = must_fit(pts({{1, 10}, {2, 1}}));
+  CHECK(c.time_ms(1) == Approx(10));
+  CHECK(c.superlinear());
+  const ScalingCurve l = c.without_superlinear();
+  REQUIRE(l.pieces().size() == 1);
+  CHECK(l.pieces()[0].alpha_ms == Approx(0).margin(1e-12));
+  CHECK(l.pieces()[0].beta_ms == Approx(2));
+  CHECK(l.time_ms(1) == Approx(2));
+  CHECK(l.time_ms(2) == Approx(1));
+  CHECK(l.time_ms(0.5) == Approx(4));   // time-sharing below the first count, from the lowered T(1)
+  CHECK_FALSE(l.superlinear());
+  // From the largest count down: 1 -> 40, 2 -> 30, 4 -> 12, 8 -> 2 lowers
+  // T(4) to 2 x 2 = 4, then T(2) to 2 x 4 = 8, then T(1) to 2 x 8 = 16
+  // (work 16 at every knot).
+  auto d = must_fit(pts({{1, 40}, {2, 30}, {4, 12}, {8, 2}})).without_superlinear();
+  CHECK(d.time_ms(1) == Approx(16));
+  CHECK(d.time_ms(2) == Approx(8));
+  CHECK(d.time_ms(4) == Approx(4));
+  CHECK(d.time_ms(8) == Approx(2));
+  for (const auto& p : d.pieces()) CHECK(p.alpha_ms >= -1e-12);
+  double prev = 0;
+  for (double n = 0.5; n <= 10; n += 0.01) {
+    const double work = n * d.time_ms(n);
+    CHECK(work >= prev - 1e-9);
+    prev = work;
+  }
+  // A curve whose work never shrinks is its own: exactly the same values.
+  auto e = must_fit(pts({{1, 10}, {2, 6}, {4, 4}}));
+  CHECK_FALSE(e.superlinear());
+  const ScalingCurve f = e.without_superlinear();
+  for (double n : {0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0}) CHECK(f.time_ms(n) == Approx(e.time_ms(n)));
+  // A single point: nothing to lower.
+  CHECK_FALSE(must_fit(pts({{4, 10}})).superlinear());
+  CHECK(must_fit(pts({{4, 10}})).without_superlinear().time_ms(4) == Approx(10));
+}
+
+TEST_CASE("superlinear_factor: the largest work ratio of a smaller count over a larger") {
+  CHECK(superlinear_factor(pts({{1, 10}, {2, 1}})) == Approx(5));          // 10 / 2
+  CHECK(superlinear_factor(pts({{1, 10}, {2, 6}, {4, 4}})) == Approx(1));   // work 10, 12, 16
+  CHECK(superlinear_factor(pts({{1, 40}, {2, 30}, {4, 12}, {8, 2}})) == Approx(60.0 / 16));   // 2 over 8
+  CHECK(superlinear_factor(pts({{4, 10}})) == Approx(1));
+  CHECK(superlinear_factor({}) == Approx(1));
+}
+
 TEST_CASE("a single point: time-sharing below, flat above") {
   auto c = must_fit(pts({{4, 10}}));
   CHECK(c.min_devices() == 4);

@@ -103,6 +103,35 @@ TEST_CASE("relaxed allocation: a MetaOp capped by its largest valid count", "[al
   CHECK(q.n_star[0] == Approx(3));
 }
 
+TEST_CASE("relaxed allocation: a superlinear profile keeps its bound a lower bound", "[alloc]") {
+  // A profiled 10 ms on 1 device and 1 ms on 2 (a busy machine's first
+  // point): T = -8 + 18/n on [1, 2]. With B (1 ms on 1 device, 0.5 on 2,
+  // T = 1/n) on N = 2 the equal-finish relaxation solves 18/(C+8) + 1/C = 2,
+  // 2C^2 - 3C - 8 = 0, C* = (3 + sqrt 73) / 4 = 2.886 ms, while A on both
+  // devices and then B on both takes 1 + 0.5 = 1.5 ms. The allocation keeps
+  // that (the profile as measured); the bound lowers T_A(1) to 2 T_A(2) = 2
+  // (T = 2/n): 2/C + 1/C = 2, C = 1.5, that schedule's time, by hand.
+  std::vector<ProfilePoint> a_points{{1, 10.0, 0.0}, {2, 1.0, 0.0}};
+  std::vector<ProfilePoint> b_points{{1, 1.0, 0.0}, {2, 0.5, 0.0}};
+  const Result<ScalingCurve> a = ScalingCurve::fit(a_points);
+  const Result<ScalingCurve> b = ScalingCurve::fit(b_points);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->superlinear());
+  CHECK_FALSE(b->superlinear());
+  const std::vector<AllocItem> items{{1, &*a, 2}, {1, &*b, 2}};
+  const RelaxedAllocation r = relax_level(items, 2);
+  CHECK(r.c_star_ms == Approx((3 + std::sqrt(73.0)) / 4).epsilon(1e-8));
+  const double bound = relaxed_bound_ms(items, 2, r);
+  CHECK(bound == Approx(1.5).epsilon(1e-8));
+  CHECK(bound <= a_points[1].ms + b_points[1].ms + 1e-9);
+  // Without a superlinear curve the bound is relax_level's C*, as given.
+  const std::vector<AllocItem> sub{{1, &*b, 2}, {1, &*b, 2}};
+  const RelaxedAllocation q = relax_level(sub, 2);
+  CHECK(relaxed_bound_ms(sub, 2, q) == q.c_star_ms);
+  CHECK(q.c_star_ms == Approx(1.0).epsilon(1e-8));   // 1/C + 1/C = 2
+}
+
 TEST_CASE("discretise: the paper's Figure 5a", "[alloc]") {
   // N = 4, MetaOps of 8, 12, 6 operators, n* = 1.9, 1.5, 0.6, T(n) = a/n with
   // L a / n* = C* = 120 for each: a = 28.5, 15, 12.
