@@ -171,8 +171,18 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
 
 namespace {
 
-// Every temporary beside `path` starts with this: PATH.tmp.PID.
-std::string temporary_prefix(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+// Every temporary beside `path` starts with this: PATH.tmp.PID. A file
+// name that leaves no room for that suffix within NAME_MAX (255 bytes: a
+// 246-byte name failed with "File name too long" after the whole plan was
+// made) gives its first kTemporaryNameBytes bytes instead.
+constexpr size_t kTemporaryNameBytes = 200;
+std::string temporary_prefix(const std::string& path) {
+  const std::string suffix = ".tmp." + std::to_string(::getpid());
+  const size_t slash = path.find_last_of('/');
+  const size_t name_begin = slash == std::string::npos ? 0 : slash + 1;
+  if (path.size() - name_begin + suffix.size() + 8 <= 255) return path + suffix;   // + ".K" of make_temp_dir
+  return path.substr(0, name_begin + kTemporaryNameBytes) + suffix;
+}
 
 // write_file_atomic up to the rename: `bytes` in a temporary beside `path`,
 // created exclusively (never through a link), written, fsynced and closed.

@@ -37,8 +37,11 @@ inline constexpr double kMinLossWeight = 1e-30;
 inline constexpr double kMaxLossWeight = 1e38;
 
 // Planning: MetaOps x devices of one plan (the scheduler keeps a time per
-// MetaOp and device count: 2^26 cells, 512 MiB).
-inline constexpr int64_t kMaxMetaOpDevices = int64_t{1} << 26;
+// MetaOp and device count; placement, lowering and simulation work per
+// device). 2^23: multitask-clip-10 (70 MetaOps) on 120 islands of 1000
+// took 16 s and 1.5 GB, tiny-clip (21) on 399 of 1000 19 s and 2.4 GB
+// (2026-12-07); at 2^26, 240 s and 9.4 GB.
+inline constexpr int64_t kMaxMetaOpDevices = int64_t{1} << 23;
 // Planning: MetaOps x operators / devices (MetaOps times a lower bound on the
 // waves: the scheduler's work), about 10 s of planning at the limit.
 inline constexpr int64_t kMaxScheduleWork = 50000000;

@@ -138,6 +138,54 @@ TEST_CASE("a key given twice in one JSON object is refused, naming its path", "[
   CHECK_THAT(profile.error().message, Catch::StartsWith("p.json: device: a key given twice"));
 }
 
+// A NUL in a plan's model name cut spindle-plan's message short at it
+// ("the plan is for 'tiny"), an ESC and a newline in its strategy wrote
+// colours and a false log line into the terminal: JSON strings, keys
+// included, take no control characters, as the YAML readers.
+TEST_CASE("control characters in JSON strings and keys are refused, naming the path", "[hostile]") {
+  auto error_of = [](const std::string& text) {
+    const auto r = sp::parse_json_text(text, "d.json");
+    return r.ok() ? std::string() : r.error().message;
+  };
+  CHECK(error_of(R"({"model": {"name": "tiny\u0000clip"}})") ==
+        "d.json: model.name: expected a string without control characters, found byte 0 (an escape such as "
+        "\\u0000 or \\n)");
+  CHECK_THAT(error_of(R"({"strategy": "x\u001b[31m\nspindle-plan: fake line"})"),
+             Catch::StartsWith("d.json: strategy: expected a string without control characters, found byte 27"));
+  CHECK_THAT(error_of(R"({"waves": [{"slices": [{"note": "a\tb"}]}]})"),
+             Catch::StartsWith("d.json: waves[].slices[].note: expected a string without control characters, "
+                               "found byte 9"));
+  CHECK_THAT(error_of(R"({"a\nb": 1})"), Catch::StartsWith("d.json: a\nb: expected a string without control"));
+  CHECK_THAT(error_of(R"(["\u007f"])"), Catch::StartsWith("d.json: []: expected a string without control "
+                                                          "characters, found byte 127"));
+  CHECK_THAT(error_of(R"("\u0001")"), Catch::StartsWith("d.json: the document: expected a string without"));
+  // UTF-8 beyond ASCII is no control character.
+  CHECK(error_of(R"({"name": "caf\u00e9 \u4e2d"})").empty());
+  // Through the profile reader: the whole message, nothing cut at a NUL.
+  const std::string text = replace_once(tiny_profile(), "\"device\": \"", "\"device\": \"a\\u0000b");
+  const auto profile = sp::parse_profile_string(text, "p.json");
+  REQUIRE_FALSE(profile.ok());
+  CHECK(profile.error().message.find('\0') == std::string::npos);
+  CHECK_THAT(profile.error().message, Catch::StartsWith("p.json: device: expected a string without control"));
+}
+
+// nlohmann's callback parser, which the duplicate-key check used until
+// 2026-12-07, scans the enclosing array after every object it ends: an
+// array of 400000 small objects under an x- key of a 4 MB profile took
+// spindle-plan 55 s (now 0.2 s). Read here: such a file is valid, and a
+// duplicate after the array is still found.
+TEST_CASE("a long array of objects reads as any other, its duplicate keys found", "[hostile]") {
+  std::string pad = "[";
+  for (int i = 0; i < 100000; ++i) pad += std::string(i ? "," : "") + "{\"a\":" + std::to_string(i) + "}";
+  pad += "]";
+  const std::string text = replace_once(tiny_profile(), "\"device\": ", "\"x-pad\": " + pad + ",\n  \"device\": ");
+  const auto profile = sp::parse_profile_string(text, "p.json");
+  REQUIRE(profile.ok());
+  const auto doc = sp::parse_json_text("{\"p\": " + pad + ", \"q\": [{\"a\": 1, \"a\": 2}]}", "d.json");
+  REQUIRE_FALSE(doc.ok());
+  CHECK_THAT(doc.error().message, Catch::StartsWith("d.json: q[].a: a key given twice"));
+}
+
 TEST_CASE("dims nested within the depth limit are refused by the op's dimension list", "[hostile]") {
   const std::string text =
       replace_once(tiny_profile(), "\"hidden\":32", "\"hidden\":[[[[[[[[[[1]]]]]]]]]]");
@@ -414,6 +462,28 @@ TEST_CASE("write_file_atomic refuses devices, folders and links and keeps them i
   CHECK(entries == 0);
 }
 
+// A 246-byte file name is valid (NAME_MAX is 255), but NAME.tmp.PID was
+// not: spindle-plan failed with "File name too long" after planning.
+TEST_CASE("write_file_atomic writes a file name up to NAME_MAX long, nothing left beside it", "[hostile]") {
+  const TempDir s("hostile");
+  for (size_t length : {200, 246, 255}) {
+    const std::string name = std::string(length - 5, 'a') + ".json";
+    const std::string path = s.file(name);
+    REQUIRE(sp::write_file_atomic(path, "first").ok());
+    REQUIRE(sp::write_file_atomic(path, "second").ok());   // over an existing one
+    CHECK(slurp(path) == "second");
+  }
+  int files = 0, temporaries = 0;
+  for (const auto& e : fs::directory_iterator(s.path)) {
+    ++files;
+    temporaries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  }
+  CHECK(files == 3);
+  CHECK(temporaries == 0);
+  // One byte more is no file name anywhere: refused as the system refuses it.
+  CHECK(status_error(sp::write_file_atomic(s.file(std::string(256, 'b')), "x")).find("File name too long") != std::string::npos);
+}
+
 TEST_CASE("write errors are reported, the old file kept and no temporary left", "[hostile]") {
   // A folder that does not exist: the temporary cannot be made.
   CHECK(status_error(sp::write_file_atomic("/nonexistent-folder/x.json", "x")).find("/nonexistent-folder/x.json: cannot write") == 0);
@@ -581,6 +651,31 @@ tasks:
       error_of(sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle}));
   CHECK(e.find("many.yaml: 9000 MetaOps and 9000 operators on 1 devices") == 0);
   CHECK(e.find("more than the planner's limit 50000000") != std::string::npos);
+}
+
+// multitask-clip-10 on 950 islands of 1000 devices (66.5 million MetaOp
+// device cells, under the old 2^26) planned for 240 s in 9.4 GB. tiny-clip's
+// 21 MetaOps on 400 islands of 1000: 8.4 million, just over 2^23.
+TEST_CASE("a cluster too large for the model is refused before planning", "[hostile]") {
+  auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
+  REQUIRE(model.ok());
+  auto big = [](int islands) {
+    return "name: big\nislands: " + std::to_string(islands) +
+           "\ndevices_per_island: 1000\ndevice: {name: cpu-core, memory_gib: 4, peak_tflops: 0.05, "
+           "memory_gbytes_per_s: 10}\nlinks:\n  intra_island: {gbytes_per_s: 5, latency_us: 20}\n"
+           "  inter_island: {gbytes_per_s: 1, latency_us: 50}\n";
+  };
+  auto cluster = sp::parse_cluster_string(big(400), "big.yaml");
+  REQUIRE(cluster.ok());
+  const sp::OpGraph graph = sp::expand(*model);
+  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
+  REQUIRE(profile.ok());
+  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
+  REQUIRE(cost.ok());
+  const std::string e =
+      error_of(sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle}));
+  CHECK(e.find("21 MetaOps on cluster 'big' (400000 devices): MetaOps x devices = 8400000 is more than the "
+               "planner's limit 8388608") != std::string::npos);
 }
 
 // ---- Second pass: encodings and aliases ----
