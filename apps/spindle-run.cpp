@@ -268,6 +268,21 @@ std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, c
     return ck.path + ": the checkpoint's tensors do not match model " + model.name +
            " although its sha256 does (" + std::to_string(fresh) + " missing, " + std::to_string(dropped) +
            " unknown)";
+  // "data"."samples" holds every task of the model that wrote it (each
+  // save writes them all): with the same model, exactly this model's
+  // tasks. A re-planned model may have dropped tasks (their counts are
+  // kept) or added some (counted from this step).
+  if (!*replan) {
+    const std::string manifest = ck.path + "/manifest.json: data.samples";
+    for (const sp::Task& t : model.tasks)
+      if (!m.task_samples.count(t.name))
+        return manifest + ": no entry for task '" + t.name + "' of model " + model.name +
+               " (every checkpoint of a model counts each of its tasks)";
+    for (const auto& [task, n] : m.task_samples)
+      if (std::none_of(model.tasks.begin(), model.tasks.end(), [&](const sp::Task& t) { return t.name == task; }))
+        return manifest + "." + task + ": model " + model.name + " (" + args.model_path +
+               ", the checkpoint's sha256) has no task '" + task + "'";
+  }
   if (*replan && carried == 0)
     return ck.path + ": no parameter of model " + model.name + " is in the checkpoint";
   *note = "carried " + count_str(carried, carried_n) + ", new (initialised from seed " +
@@ -642,6 +657,17 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
               ", the checkpoint this run resumes from: the trace would hold no step";
     if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   }
+  // The samples this run's last checkpoint would count stay within what a
+  // checkpoint may (se::kMaxCheckpointSamples): one it writes can be
+  // resumed, and no count overflows.
+  se::CheckpointMeta counted;
+  for (const sp::Task& t : in.model->tasks) counted.task_batch[t.name] = t.batch;
+  if (in.ck) {
+    counted.task_samples = in.ck->meta.task_samples;
+    counted.samples_step = in.ck->meta.samples_step;
+  }
+  error = se::check_samples_fit(counted, args.steps, in.ck ? in.ck->path + "/manifest.json" : "");
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   return true;
 }
 

@@ -21,6 +21,7 @@
 
 #include "libplan/io/json_reader.h"
 #include "libplan/util/files.h"
+#include "libplan/util/limits.h"
 #include "libplan/util/units.h"
 
 namespace spindle::exec {
@@ -206,8 +207,35 @@ std::map<std::string, int64_t> samples_read(const CheckpointMeta& meta, int64_t 
   // A task of the checkpoint no longer in the model keeps its count (it
   // read nothing since); a task new to it counts from the resumed step.
   std::map<std::string, int64_t> n = meta.task_samples;
-  for (const auto& [task, batch] : meta.task_batch) n[task] += batch * (step - meta.samples_step);
+  for (const auto& [task, batch] : meta.task_batch) {
+    int64_t added = 0;
+    if (__builtin_mul_overflow(batch, step - meta.samples_step, &added) ||
+        __builtin_add_overflow(n[task], added, &n[task]))
+      n[task] = std::numeric_limits<int64_t>::max();
+  }
   return n;
+}
+
+std::string check_samples_fit(const CheckpointMeta& meta, int64_t last_step, const std::string& manifest) {
+  // With overflow builtins: a sum past INT64_MAX is past the bound too.
+  int64_t before = 0, after = 0;
+  bool over = false;
+  for (const auto& [task, n] : meta.task_samples) over |= __builtin_add_overflow(before, n, &before);
+  after = before;
+  const int64_t steps = std::max<int64_t>(0, last_step - meta.samples_step);
+  for (const auto& [task, batch] : meta.task_batch) {
+    int64_t added = 0;
+    over |= __builtin_mul_overflow(batch, steps, &added) || __builtin_add_overflow(after, added, &after);
+  }
+  if (!over && after <= kMaxCheckpointSamples) return "";
+  const std::string total = over ? "more than 2^63" : std::to_string(after);
+  const std::string limit = " samples, past the " + std::to_string(kMaxCheckpointSamples) +
+                            " (2^62) a checkpoint counts over its tasks";
+  if (manifest.empty())
+    return "--steps " + std::to_string(last_step) + ": the model's tasks would read " + total + limit;
+  return manifest + ": data.samples: " + std::to_string(before) + " samples read by step " +
+         std::to_string(meta.samples_step) + ", and with this run's batches to step " + std::to_string(last_step) +
+         " " + total + limit;
 }
 
 Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
@@ -332,11 +360,13 @@ Result<float> manifest_float(const plan::JsonReader& r) {
   if (std::fabs(v) > std::numeric_limits<float>::max()) return r.error("expected a number a float holds");
   return static_cast<float>(v);
 }
-Result<std::map<std::string, int64_t>> manifest_counts(const plan::JsonReader& r) {
+// Counts by name, each in 0..`hi`.
+Result<std::map<std::string, int64_t>> manifest_counts(const plan::JsonReader& r,
+                                                       int64_t hi = std::numeric_limits<int64_t>::max()) {
   SPINDLE_TRY(r.require_map());
   std::map<std::string, int64_t> out;
   for (const auto& [name, _] : r.value().items()) {
-    SPINDLE_ASSIGN(n, r.at(name).get_int_in(0, std::numeric_limits<int64_t>::max()));
+    SPINDLE_ASSIGN(n, r.at(name).get_int_in(0, hi));
     out[name] = n;
   }
   return out;
@@ -368,7 +398,7 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
   SPINDLE_ASSIGN(model_sha, doc.at("model").at("sha256").get_string());
   SPINDLE_ASSIGN(plan_sha, doc.at("plan").at("sha256").get_string());
   SPINDLE_ASSIGN(strategy, doc.at("plan").at("strategy").get_string());
-  SPINDLE_ASSIGN(devices, doc.at("plan").at("devices").get_int_in(0, std::numeric_limits<int>::max()));
+  SPINDLE_ASSIGN(devices, doc.at("plan").at("devices").get_int_in(1, plan::limits::kMaxDevices));
   m.model_name = model_name;
   m.model_sha256 = model_sha;
   m.plan_sha256 = plan_sha;
@@ -377,7 +407,18 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
   SPINDLE_ASSIGN(seed, manifest_u64(doc.at("seed")));
   m.seed = seed;
   const plan::JsonReader data = doc.at("data");
-  SPINDLE_ASSIGN(samples, manifest_counts(data.at("samples")));
+  // Each count, and their sum, within kMaxCheckpointSamples (checked one
+  // by one, so the sum cannot overflow): what a run adds to them then
+  // cannot overflow either. Which tasks it must hold depends on the model
+  // resumed with (spindle-run's check_checkpoint).
+  SPINDLE_ASSIGN(samples, manifest_counts(data.at("samples"), kMaxCheckpointSamples));
+  int64_t samples_total = 0;
+  for (const auto& [task, n] : samples) {
+    if (n > kMaxCheckpointSamples - samples_total)
+      return data.at("samples").error("the counts sum to more than " + std::to_string(kMaxCheckpointSamples) +
+                                      " (2^62), the most a checkpoint counts");
+    samples_total += n;
+  }
   m.task_samples = samples;
   m.samples_step = m.step;
   if (data.has("tasks")) {
@@ -394,6 +435,11 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
     m.data_tasks = tasks.value();
   }
   const plan::JsonReader opt = doc.at("optimizer");
+  // The state is AdamW's (m, v and the step counts): what spindle-run writes.
+  SPINDLE_ASSIGN(optimizer, opt.at("name").get_string());
+  if (optimizer != "adamw")
+    return opt.at("name").error("\"" + optimizer + "\": expected \"adamw\" (the optimizer spindle-run trains and "
+                                "saves; its m and v are the state this checkpoint holds)");
   for (const auto& [key, field] : {std::pair{"lr", &m.lr}, std::pair{"beta1", &m.beta1}, std::pair{"beta2", &m.beta2},
                                    std::pair{"eps", &m.eps}, std::pair{"weight_decay", &m.weight_decay}}) {
     SPINDLE_ASSIGN(value, manifest_float(opt.at(key)));

@@ -90,7 +90,7 @@ struct CheckpointMeta {
   int64_t step = 0;
   std::string model_name, model_sha256;
   std::string plan_sha256, plan_strategy;
-  int plan_devices = 0;
+  int plan_devices = 1;   // "plan"."devices": 1..10^6
   uint64_t seed = 0;
   // "data"."samples": the samples each task has read in steps 1..step,
   // counted from a base: task_samples[task] read by step samples_step
@@ -115,10 +115,24 @@ struct CheckpointMeta {
   nlohmann::json data_tasks = nlohmann::json::object();  // "data"."tasks" (empty: not written)
 };
 
+// The most samples a checkpoint counts: "data"."samples" summed over its
+// tasks (2^62; docs/hardening.md). A manifest past it is refused, and so
+// is a run whose checkpoints would pass it (check_samples_fit), so the
+// counts, their sum and one run's additions (batch <= 10^9 times fewer
+// than 2^31 steps per task) all stay inside int64_t.
+inline constexpr int64_t kMaxCheckpointSamples = int64_t{1} << 62;
+
 // The samples each task of `meta` has read in steps 1..`step` (step >=
 // meta.samples_step): "data"."samples" of a checkpoint at that step, and
-// summed, the step line's "consumed samples".
+// summed, the step line's "consumed samples". A count past INT64_MAX
+// stays at INT64_MAX (never within check_samples_fit's bound).
 std::map<std::string, int64_t> samples_read(const CheckpointMeta& meta, int64_t step);
+
+// Whether samples_read(meta, last_step), summed over the tasks, stays
+// within kMaxCheckpointSamples: "" or the error, naming `manifest` (the
+// checkpoint resumed from; "" for a fresh run) and its "data"."samples", or
+// --steps.
+std::string check_samples_fit(const CheckpointMeta& meta, int64_t last_step, const std::string& manifest);
 
 struct Checkpoint {
   std::string path;  // the step directory

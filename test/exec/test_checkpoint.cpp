@@ -511,6 +511,16 @@ TEST_CASE("checkpoint: manifest values of the wrong type or range are refused, n
       {J::json_pointer("/data/tasks"), J({{"pairs", {{"source", 1}}}}), "data.tasks.pairs.source: expected a string"},
       {J::json_pointer("/data/tasks"), J({{"pairs", {{"source", "npy"}, {"samples", 1e300}}}}),
        "data.tasks.pairs.samples: expected an integer, found 1e+300"},
+      // Before 2026-12-07 read as valid: a count of 2^63 - 1 then
+      // overflowed when the resumed run counted on (undefined behaviour),
+      // counts past 2^62 together likewise; a plan of 0 devices; another
+      // optimizer's name over AdamW's state.
+      {J::json_pointer("/data/samples/t"), J(INT64_MAX),
+       "data.samples.t: expected an integer from 0 to 4611686018427387904, found 9223372036854775807"},
+      {J::json_pointer("/data/samples"), J({{"t", int64_t{1} << 62}, {"u", 1}}),
+       "data.samples: the counts sum to more than 4611686018427387904 (2^62)"},
+      {J::json_pointer("/plan/devices"), J(0), "plan.devices: expected an integer from 1 to 1000000, found 0"},
+      {J::json_pointer("/optimizer/name"), J("sgd"), "optimizer.name: \"sgd\": expected \"adamw\""},
   };
   for (const auto& [where, value, message] : edits) {
     nlohmann::json edited = good;
@@ -522,6 +532,33 @@ TEST_CASE("checkpoint: manifest values of the wrong type or range are refused, n
   }
   write_bytes(step + "/manifest.json", good.dump(1));
   CHECK(load_checkpoint(step).ok());
+}
+
+TEST_CASE("checkpoint: the sample counts stay within 2^62 and never overflow") {
+  CheckpointMeta meta;
+  meta.task_batch = {{"t", 1000000000}, {"u", 1000000000}};
+  meta.task_samples = {{"t", kMaxCheckpointSamples}};
+  meta.samples_step = 5;
+  // Within the bounds, exact: 2^62 + 10^9 (2^31) fits.
+  CHECK(samples_read(meta, 5 + (int64_t{1} << 31)).at("t") == kMaxCheckpointSamples + 1000000000 * (int64_t{1} << 31));
+  CHECK(samples_read(meta, 5 + (int64_t{1} << 31)).at("u") == 1000000000 * (int64_t{1} << 31));
+  // Past INT64_MAX a count stays there (signed overflow before 2026-12-07).
+  CheckpointMeta near = meta;
+  near.task_samples = {{"t", INT64_MAX - 1}};
+  CHECK(samples_read(near, 6).at("t") == INT64_MAX);
+  // The run's last step is checked against the bound before step 1.
+  CHECK(check_samples_fit(meta, 5, "ck/step-000005/manifest.json").empty());
+  CHECK_THAT(check_samples_fit(meta, 6, "ck/step-000005/manifest.json"),
+             Catch::StartsWith("ck/step-000005/manifest.json: data.samples: 4611686018427387904 samples read by step "
+                               "5, and with this run's batches to step 6 4611686020427387904 samples, past the "
+                               "4611686018427387904 (2^62)"));
+  CHECK_THAT(check_samples_fit(meta, INT64_MAX, "m.json"), Catch::Contains("more than 2^63"));
+  CheckpointMeta fresh;
+  fresh.task_batch = meta.task_batch;
+  CHECK(check_samples_fit(fresh, INT32_MAX, "").empty());   // 2 tasks of 10^9 for 2^31 - 1 steps: 4.3e18
+  fresh.task_batch["v"] = 1000000000;
+  CHECK_THAT(check_samples_fit(fresh, INT32_MAX, ""), Catch::StartsWith("--steps 2147483647: the model's tasks "
+                                                                         "would read 6442450941000000000 samples"));
 }
 
 TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the file") {

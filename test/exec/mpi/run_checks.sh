@@ -135,6 +135,12 @@
 #   ckpt-corrupt    a *.tmp.* leftover is ignored; a flipped byte, a
 #       truncated file, another seed, another model, an empty directory are
 #       refused with exit 2 and one message naming the file or the cause.
+#   ckpt-manifest   a manifest edited by hand: a data.samples count past
+#       2^62 (2^63 - 1 overflowed the count, UB, before 2026-12-07), counts
+#       whose sum is, one this run's batches would push past it, an entry
+#       for a task the model lacks, none for one it has, plan.devices 0,
+#       optimizer.name "sgd": each refused with exit 2 naming the manifest
+#       and the key; a count of 2^53 resumes and counts on exactly.
 #   ckpt-replan     tiny-clip with a task removed (written here), planned in
 #       milliseconds, resumes from the full model's checkpoint: the
 #       remaining tasks' next-step losses equal the full run's; then with two
@@ -1131,6 +1137,47 @@ PY
       --eval-every 1
     [ "$rc" -eq 0 ] || { cat run.log; die "wide-input with evaluations: exit $rc"; }
     within_memory_count "wide-input, evaluated every step" ;;
+  ckpt-manifest)
+    model=$MODELS/tiny-clip.yaml
+    plan "$model" 2 p2.json
+    rm -rf ck0
+    run 2 p2.json "$model" --steps 2 --every 1 --checkpoint ck0
+    [ "$rc" -eq 0 ] || { cat run.log; die "first run: exit $rc"; }
+    # edit PYTHON: a copy of ck0 as ck, its step-2 manifest `m` changed by PYTHON.
+    edit() {
+      rm -rf ck && cp -r ck0 ck
+      python3 -c "import json,sys; p='ck/step-000002/manifest.json'; m=json.load(open(p)); $1; json.dump(m, open(p,'w'))" ||
+        die "edit: $1"
+    }
+    resume() { run 2 p2.json "$model" --steps 3 --checkpoint ck --resume; }
+    no_step3() { [ ! -e ck/step-000003 ] || die "$1: a checkpoint of step 3 was written"; }
+    man=ck/step-000002/manifest.json
+    edit "m['data']['samples']['image-text'] = 2**63 - 1"; resume
+    expect_reject "a count of 2^63 - 1" "$man: data.samples.image-text: .*4611686018427387904"; no_step3 "2^63 - 1"
+    edit "m['data']['samples']['image-text'] = 2**62; m['data']['samples']['audio-text'] = 2**62"; resume
+    expect_reject "counts summing past 2^62" "$man: data.samples: the counts sum to more than 4611686018427387904"
+    edit "m['data']['samples']['image-text'] = 2**62 - 60"; resume  # the sum 2^62 - 12
+    expect_reject "a count this run would push past 2^62" \
+      "$man: data.samples: .* samples read by step 2, and with this run's batches to step 3 .* past the 4611686018427387904"
+    no_step3 "pushed past 2^62"
+    edit "m['data']['samples']['speech'] = 5"; resume
+    expect_reject "a count for a task the model lacks" "$man: data.samples.speech: model tiny-clip .* has no task 'speech'"
+    edit "del m['data']['samples']['audio-image']"; resume
+    expect_reject "no count for a task of the model" "$man: data.samples: no entry for task 'audio-image' of model tiny-clip"
+    edit "m['plan']['devices'] = 0"; resume
+    expect_reject "plan.devices 0" "$man: plan.devices: "
+    edit "m['optimizer']['name'] = 'sgd'"; resume
+    expect_reject "another optimizer" "$man: optimizer.name: \"sgd\": expected \"adamw\""
+    # In range: counted on exactly (2^53, then step 3's 24; the other tasks 3 steps of 12).
+    edit "m['data']['samples']['image-text'] = 2**53"; resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "a count of 2^53: exit $rc"
+    want=$(python3 -c "print(2**53 + 24 + 3 * 12 + 3 * 12)")
+    grep -q "iteration        3/       3 | consumed samples: *$want |" run.log ||
+      die "a count of 2^53: consumed samples at step 3 not $want"
+    python3 -c "import json; m=json.load(open('ck/step-000003/manifest.json')); assert m['data']['samples']['image-text'] == 2**53 + 24, m" ||
+      die "a count of 2^53: step 3's manifest"
+    echo "PASS: bad data.samples, plan.devices, optimizer.name refused naming the key; 2^53 counted on" ;;
   missing-model)
     plan "$MODELS/tiny-clip.yaml" 4 p4.json
     run 4 p4.json "$PWD/no-such-model.yaml" --steps 2
