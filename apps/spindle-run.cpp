@@ -612,8 +612,9 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   // it): another run still using it, e.g. the job this one resumes, is
   // refused before anything is read.
   if (rank == 0 && !args.checkpoint_dir.empty()) {
+    std::error_code lock_ec;
     if (const char* after = std::getenv("SPINDLE_TEST_LOCK_AFTER"))
-      for (int i = 0; i < 600 && !std::filesystem::exists(after); ++i)
+      for (int i = 0; i < 600 && !std::filesystem::exists(after, lock_ec); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     auto lock = se::lock_checkpoint_dir(args.checkpoint_dir);
     if (!lock.ok()) {

@@ -69,11 +69,14 @@ Result<DataSpec> parse_spec_yaml(const yamlu::Reader& r, const YAML::Node& root,
       // A file named where its folder belongs (path: d/img.npy): said here,
       // at the key, not as "d/img.npy/img.npy: cannot open" later. A path
       // that does not exist is left to the file checks, which name the
-      // first file missing.
+      // first file missing. One that cannot be inspected (a loop of
+      // symbolic links, a folder without search permission) is said here
+      // too, with the reason.
       std::error_code ec;
       const auto kind = std::filesystem::status(ts.dir, ec).type();
-      if (kind != std::filesystem::file_type::not_found && kind != std::filesystem::file_type::none &&
-          kind != std::filesystem::file_type::directory)
+      if (kind == std::filesystem::file_type::none)
+        return r.error(yamlu::child(key, "path"), p->value, ts.dir + ": cannot be read: " + ec.message());
+      if (kind != std::filesystem::file_type::not_found && kind != std::filesystem::file_type::directory)
         return r.error(yamlu::child(key, "path"), p->value,
                        ts.dir + " is not a directory (a dataset directory holds one .npy file per node)");
     }
@@ -220,7 +223,14 @@ Result<std::unique_ptr<FileSource>> FileSource::open(const DataSpec& spec, const
     tf.shuffle = ts.shuffle;
     tf.batch = model.tasks[t].batch;
     if (ts.synthetic) continue;
-    if (std::filesystem::exists(sample_file_path(ts.dir, "labels"))) {
+    // labels.npy is optional: absent, no labels; there but not to be
+    // inspected (a loop of symbolic links), an error naming it.
+    std::error_code ec;
+    const std::string labels_path = sample_file_path(ts.dir, "labels");
+    const auto labels_kind = std::filesystem::status(labels_path, ec).type();
+    if (labels_kind == std::filesystem::file_type::none)
+      return Error{labels_path + ": cannot be read: " + ec.message()};
+    if (labels_kind != std::filesystem::file_type::not_found) {
       DataRead lr;
       lr.task = static_cast<int>(t);
       lr.kind = DataKind::labels;

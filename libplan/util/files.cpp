@@ -131,7 +131,9 @@ Status check_output_dir(const std::string& flag, const std::string& dir) {
   if (errno == ENOTDIR) return Error{who + ": a parent of it is not a folder"};
   if (errno != ENOENT) return Error{who + ": " + std::strerror(errno)};
   // Missing: it will be created; its nearest existing ancestor must be a writable folder.
-  std::filesystem::path p = std::filesystem::absolute(dir);
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(dir, ec);   // fails only without a working folder
+  if (ec) return Error{who + ": " + ec.message()};
   while (p.has_parent_path() && p != p.parent_path()) {
     p = p.parent_path();
     if (::stat(p.c_str(), &st) == 0) {
@@ -252,18 +254,21 @@ OutputSet::~OutputSet() {
 Status OutputSet::make_folder(const std::string& flag, const std::string& dir) {
   // The folders that do not exist yet, from `dir` up to the first that does.
   std::vector<std::string> missing;
-  for (std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
-       !p.empty() && p != p.parent_path(); p = p.parent_path()) {
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(dir, ec);   // fails only without a working folder
+  if (ec) return Error{flag + " " + dir + ": " + ec.message()};
+  for (std::filesystem::path p = abs.lexically_normal(); !p.empty() && p != p.parent_path(); p = p.parent_path()) {
     if (p.filename().empty()) continue;  // "a/b/": the trailing separator
     struct stat st {};
     if (::stat(p.c_str(), &st) == 0) break;
     missing.push_back(p.string());
   }
-  std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   // Remembered even on error: what was made before it is removed with the set.
-  for (auto m = missing.rbegin(); m != missing.rend(); ++m)
-    if (std::filesystem::is_directory(*m)) made_.push_back(*m);
+  for (auto m = missing.rbegin(); m != missing.rend(); ++m) {
+    std::error_code made;
+    if (std::filesystem::is_directory(*m, made)) made_.push_back(*m);
+  }
   if (ec) return Error{flag + " " + dir + ": cannot create the folder: " + ec.message()};
   return Status::Ok();
 }

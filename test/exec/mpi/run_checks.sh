@@ -934,6 +934,15 @@ PY
     check "a model task missing" "bad.yaml:.*no entry for task 'caption'" bad.yaml
     printf 'tasks:\n  image-text: {path: d}\n  audio-text: {path: d}\n  caption: {path: d}\n  speech: {path: d}\n' > bad.yaml
     check "a task the model lacks" "bad.yaml:5:3: tasks.speech: model digits-mm has no task 'speech'" bad.yaml
+    # A path that cannot be inspected (a loop of symbolic links): named at
+    # its key, not an uncaught std::filesystem error (exit 1) as before
+    # 2026-12-07; likewise labels.npy as such a loop in a good folder.
+    rm -f loopA loopB && ln -sfn loopA loopB && ln -sfn loopB loopA
+    printf 'tasks:\n  image-text: {path: loopA}\n  audio-text: {path: d}\n  caption: {path: d}\n' > bad.yaml
+    fresh d
+    check "a path that is a loop of links" "bad.yaml:2:.*tasks.image-text.path: .*loopA: cannot be read: Too many levels of symbolic links" bad.yaml
+    fresh d && rm d/labels.npy && ln -s labels.npy d/labels.npy
+    check "labels.npy a loop of links" "d/labels.npy: cannot be read: Too many levels of symbolic links" d.yaml
     # Values: found when read, before the step's update; the checkpoints of
     # the steps before stay, none of the failed step. Step 3 reads samples
     # 96..143 of the 48-sample tasks (shuffle off), steps 1 and 2 none of them.
