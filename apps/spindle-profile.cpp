@@ -392,6 +392,11 @@ int run_measure(int* argc, char*** argv, const std::string& model_path, const st
   // as a budget it is a typo (1e400).
   if (!(point_ms > 0) || !std::isfinite(point_ms))
     return invalid("--point-ms: expected a positive, finite number of milliseconds");
+  // Every rank reads model and cluster itself: under mpirun a pipe there
+  // is refused by all (stat alone, the same on every rank) rather than read
+  // by one while the others wait for it forever.
+  for (const std::string& path : {model_path, cluster_path})
+    if (std::string why = sp::shared_input_refusal(path, world->size()); !why.empty()) return invalid(why);
   auto model = sp::load_model(model_path);
   if (!model.ok()) return invalid(model.error().message);
   auto cluster = sp::load_cluster(cluster_path);

@@ -562,13 +562,25 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   } else {   // the numbers were checked before MPI started (main)
     error = check_paths(args);
   }
+  // Every rank reads plan, model and DATA.yaml itself: with more than one,
+  // a pipe there is refused by all (stat alone, before any rank opens it)
+  // rather than read by one while the others wait for it forever.
+  for (const std::string* path : {&args.plan_path, &args.model_path, &args.data_path, &args.eval_path})
+    if (error.empty() && !path->empty()) error = sp::shared_input_refusal(*path, size);
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   if (error.empty()) {
     in.model = sp::load_model(args.model_path);
     if (!in.model.ok()) error = in.model.error().message;
     else in.graph = sp::expand(*in.model);
   }
+  std::string plan_bytes;   // read once: a pipe (one rank) gives its bytes once
   if (error.empty()) {
-    in.plan = sp::load_plan(args.plan_path);
+    auto bytes = sp::read_file(args.plan_path);
+    if (bytes.ok()) plan_bytes = std::move(*bytes);
+    else error = bytes.error().message;
+  }
+  if (error.empty()) {
+    in.plan = sp::parse_plan_string(plan_bytes, args.plan_path);
     if (!in.plan.ok()) error = in.plan.error().message;
   }
   if (error.empty()) {
@@ -579,11 +591,7 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     error = args.plan_path + ": the plan is for " + std::to_string(in.plan->devices) + " devices but the job has " +
             std::to_string(size) + (size == 1 ? " rank" : " ranks") + " (start it with mpirun -np " +
             std::to_string(in.plan->devices) + ", or srun --ntasks=" + std::to_string(in.plan->devices) + ")";
-  if (error.empty()) {
-    const auto bytes = sp::read_file(args.plan_path);
-    if (bytes.ok()) in.plan_sha = sp::sha256_hex(*bytes);
-    else error = bytes.error().message;
-  }
+  if (error.empty()) in.plan_sha = sp::sha256_hex(plan_bytes);
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   // Data files: every rank opens and checks them (headers, dtypes, shapes).
   std::string data_sha, eval_sha;

@@ -40,6 +40,15 @@ Result<std::string> read_regular_file(const std::string& path, int64_t max_bytes
   return read_file(path, max_bytes);
 }
 
+std::string shared_input_refusal(const std::string& path, int ranks) {
+  struct stat st {};
+  if (ranks <= 1 || ::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return "";
+  const char* what = S_ISFIFO(st.st_mode) ? "a pipe (FIFO)" : S_ISSOCK(st.st_mode) ? "a socket" : "a device";
+  return path + ": is " + what + ", and each of the " + std::to_string(ranks) +
+         " ranks reads this file itself, where a pipe or device can be read only once (one rank would take its "
+         "bytes and the others wait forever): give a regular file";
+}
+
 namespace {
 
 // What is at `path` without following a final symbolic link; "" when it may

@@ -21,6 +21,15 @@ inline constexpr int64_t kMaxReadBytes = limits::kMaxJsonBytes;
 // A pipe is read like a file (`spindle-plan <(sed ... model.yaml)`).
 Result<std::string> read_file(const std::string& path, int64_t max_bytes = kMaxReadBytes);
 
+// An input each rank of an MPI world of `ranks` reads itself (spindle-run's
+// plan, model and DATA.yaml files; spindle-profile --measure's model and
+// cluster): "" when it may be read so, else why not, naming `path`. With
+// more than one rank it must be a regular file: a pipe (a FIFO, `<(...)`)
+// or a device gives its bytes once, so one rank would read them and the
+// others wait in open() forever. stat() only: never blocks, and a path
+// that cannot be inspected is left to the reader's error.
+std::string shared_input_refusal(const std::string& path, int ranks);
+
 // read_file for what only the programs write (a checkpoint's files): a
 // folder, device, FIFO or socket there is refused at once, where opening a
 // FIFO with no writer would wait forever.

@@ -104,6 +104,11 @@
 #   wrong-world     a 4-device plan on 2 ranks: exit 2 with a message, fast.
 #   other-model     tiny-lm's plan run with tiny-clip's model: rejected (exit 2).
 #   corrupt-plan    a truncated plan file: rejected (exit 2).
+#   pipe-inputs     a plan, model or DATA.yaml given as a FIFO under
+#       mpirun -np 2 (each rank reads it; one rank took the bytes and the
+#       other waited in open() forever before 2026-12-07), and a model or
+#       cluster so to spindle-profile --measure: refused at once by every
+#       rank, exit 2; on one rank a FIFO plan and model train.
 #   missing-model   a model path that does not exist: rejected (exit 2).
 #   memory-as-run   tiny-clip planned for 2 devices that hold it only with
 #       AdamW's state sharded over the replicas (ZeRO-1): spindle-plan writes
@@ -1146,6 +1151,54 @@ PY
       --eval-every 1
     [ "$rc" -eq 0 ] || { cat run.log; die "wide-input with evaluations: exit $rc"; }
     within_memory_count "wide-input, evaluated every step" ;;
+  pipe-inputs)
+    model=$MODELS/tiny-clip.yaml
+    plan "$model" 2 p2.json
+    plan "$model" 1 p1.json
+    # feed FIFO FILE: FILE written into a new FIFO in the background ($feeder).
+    feed() { rm -f "$1" && mkfifo "$1" && { cat "$2" > "$1" & feeder=$!; }; }
+    unfeed() { kill "$feeder" 2>/dev/null; wait "$feeder" 2>/dev/null; rm -f "$1"; }
+    piped() {  # piped WHAT NP ARGS...: spindle-run under mpirun, at most 30 s
+      timeout 30 "$MPIEXEC" -np "$2" --oversubscribe "$BIN/spindle-run" "${@:3}" > run.log 2>&1
+      rc=$?
+      [ "$rc" -ne 124 ] || { cat run.log; die "$1: hung (timeout after 30 s)"; }
+    }
+    feed ff p2.json
+    piped "a FIFO plan on 2 ranks" 2 ff --model "$model" --steps 1
+    unfeed ff
+    expect_reject "a FIFO plan on 2 ranks" "ff: is a pipe (FIFO), and each of the 2 ranks reads this file itself"
+    feed fm "$model"
+    piped "a FIFO model on 2 ranks" 2 p2.json --model fm --steps 1
+    unfeed fm
+    expect_reject "a FIFO model on 2 ranks" "fm: is a pipe (FIFO).*give a regular file"
+    printf 'tasks:\n  image-text: {synthetic: true}\n  audio-text: {synthetic: true}\n  audio-image: {synthetic: true}\n' > syn.yaml
+    feed fd syn.yaml
+    piped "a FIFO DATA.yaml on 2 ranks" 2 p2.json --model "$model" --steps 1 --data fd
+    unfeed fd
+    expect_reject "a FIFO DATA.yaml on 2 ranks" "fd: is a pipe (FIFO)"
+    # One rank reads a pipe once: plan (read once for its checks and its
+    # sha256; twice before 2026-12-07, waiting for a second writer) and model.
+    feed ff p1.json
+    feed fm "$model"
+    piped "a FIFO plan and model on 1 rank" 1 ff --model fm --steps 1
+    unfeed ff; unfeed fm
+    cat run.log
+    [ "$rc" -eq 0 ] || die "a FIFO plan and model on 1 rank: exit $rc"
+    # spindle-profile --measure: every rank reads model and cluster.
+    for what in model cluster; do
+      if [ $what = model ]; then feed fp "$model"; m=fp; c=$CLUSTERS/cpu-1x2.yaml
+      else feed fp "$CLUSTERS/cpu-1x2.yaml"; m=$model; c=fp; fi
+      timeout 30 "$MPIEXEC" -np 2 --oversubscribe "$BIN/spindle-profile" "$m" --cluster "$c" -o prof.json \
+        --measure > run.log 2>&1
+      rc=$?
+      unfeed fp
+      cat run.log
+      [ "$rc" -ne 124 ] || die "spindle-profile --measure, a FIFO $what on 2 ranks: hung"
+      [ "$rc" -eq 2 ] || die "spindle-profile --measure, a FIFO $what on 2 ranks: exit $rc, expected 2"
+      grep -q "fp: is a pipe (FIFO), and each of the 2 ranks" run.log || die "spindle-profile: no message naming fp"
+      [ ! -e prof.json ] || die "spindle-profile: wrote prof.json"
+    done
+    echo "PASS: FIFO inputs under mpirun refused at once (exit 2); read once on one rank" ;;
   ckpt-manifest)
     model=$MODELS/tiny-clip.yaml
     plan "$model" 2 p2.json
