@@ -151,7 +151,9 @@ void print_summary(const sp::Plan& plan, const sp::OpGraph& graph, int levels, c
               "transfer %.1f%%, sync %.1f%%, idle %.1f%%\n",
               sim.iteration_ms, of_all(sim.compute_device_ms()), of_all(sim.transfer_device_ms()),
               of_all(sim.sync_device_ms()),
-              of_all(device_ms - sim.compute_device_ms() - sim.transfer_device_ms() - sim.sync_device_ms()));
+              // The rest, at least 0: the three sums round a busy plan's to -0.0.
+              std::max(0.0, of_all(device_ms - sim.compute_device_ms() - sim.transfer_device_ms() -
+                                   sim.sync_device_ms())));
   // What the makespan waits for (SimOptions::critical_path): the chain of
   // ends back from the last device's, split by kind.
   const sp::SimPath& path = sim.critical;
