@@ -278,10 +278,12 @@ std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, c
       if (!m.task_samples.count(t.name))
         return manifest + ": no entry for task '" + t.name + "' of model " + model.name +
                " (every checkpoint of a model counts each of its tasks)";
-    for (const auto& [task, n] : m.task_samples)
+    for (const auto& counted : m.task_samples) {
+      const std::string& task = counted.first;   // a name, not a binding: clang 14 captures no bindings
       if (std::none_of(model.tasks.begin(), model.tasks.end(), [&](const sp::Task& t) { return t.name == task; }))
         return manifest + "." + task + ": model " + model.name + " (" + args.model_path +
                ", the checkpoint's sha256) has no task '" + task + "'";
+    }
   }
   if (*replan && carried == 0)
     return ck.path + ": no parameter of model " + model.name + " is in the checkpoint";

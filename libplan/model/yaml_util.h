@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <sstream>
@@ -51,7 +52,22 @@ inline std::string describe(const YAML::Node& node) {
   if (node.IsSequence()) return node.size() == 0 ? "an empty list" : "a list";
   std::string s = node.Scalar();
   if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return (node.Tag() == "!" ? "the quoted string '" : "'") + s + "'";
+  const std::string& tag = node.Tag();
+  if (tag == "!") return "the quoted string '" + s + "'";
+  if (tag == "?" || tag.empty()) return "'" + s + "'";
+  const std::string core = "tag:yaml.org,2002:";
+  return "'" + s + "' tagged " + (tag.rfind(core, 0) == 0 ? "!!" + tag.substr(core.size()) : tag);
+}
+
+// Whether scalar `node` is written plainly (untagged, unquoted) or with
+// one of `core` YAML's core tags (!!int, !!float, !!bool): `batch: !!str 24`
+// is a string, as `batch: "24"` is.
+inline bool plain_or_tagged(const YAML::Node& node, std::initializer_list<const char*> core) {
+  const std::string& tag = node.Tag();
+  if (tag == "?" || tag.empty()) return true;
+  for (const char* c : core)
+    if (tag == std::string("tag:yaml.org,2002:") + c) return true;
+  return false;
 }
 
 // Offset of the first byte of `text` that is not valid UTF-8 (overlong
@@ -119,6 +135,14 @@ struct Reader {
         return error(path, key, "expected a plain key, found " + describe(key));
       }
       const std::string k = key.Scalar();
+      // A merge key (`<<: *defaults`, YAML 1.1): yaml-cpp keeps it as a key
+      // named "<<", so a map that took its required keys from it read as
+      // missing them.
+      if (k == "<<" && key.Tag() != "!") {
+        return error(child(path, k), key,
+                     "'<<' (a YAML merge key) is not read here (YAML 1.2 has no merge keys): write the keys out "
+                     "in this map");
+      }
       if (out.entries.count(k) != 0) {
         const Mark first = mark_of(out.entries[k].key);
         return error(child(path, k), key,
@@ -167,7 +191,7 @@ struct Reader {
   // A plain (unquoted) decimal integer.
   Status get_int(const std::string& path, const YAML::Node& node, int64_t& out) const {
     const std::string s = node.IsScalar() ? node.Scalar() : std::string();
-    bool ok = node.IsScalar() && node.Tag() != "!" && !s.empty() && s.size() <= 18;
+    bool ok = node.IsScalar() && plain_or_tagged(node, {"int"}) && !s.empty() && s.size() <= 18;
     for (std::size_t i = 0; ok && i < s.size(); ++i) {
       const bool sign = i == 0 && (s[i] == '-' || s[i] == '+') && s.size() > 1;
       ok = sign || (s[i] >= '0' && s[i] <= '9');
@@ -179,7 +203,7 @@ struct Reader {
 
   // A plain (unquoted) finite number.
   Status get_number(const std::string& path, const YAML::Node& node, double& out) const {
-    bool ok = node.IsScalar() && node.Tag() != "!" && !node.Scalar().empty();
+    bool ok = node.IsScalar() && plain_or_tagged(node, {"int", "float"}) && !node.Scalar().empty();
     if (ok) {
       const std::string s = node.Scalar();
       char* end = nullptr;
@@ -200,7 +224,7 @@ struct Reader {
 
   // true / false (YAML 1.2 core schema spellings).
   Status get_bool(const std::string& path, const YAML::Node& node, bool& out) const {
-    const std::string s = node.IsScalar() && node.Tag() != "!" ? node.Scalar() : std::string();
+    const std::string s = node.IsScalar() && plain_or_tagged(node, {"bool"}) ? node.Scalar() : std::string();
     if (s == "true" || s == "True" || s == "TRUE") {
       out = true;
     } else if (s == "false" || s == "False" || s == "FALSE") {
@@ -255,6 +279,14 @@ inline Status check_yaml_shape(const std::string& text, const std::string& path)
   if (text.find('\0') != std::string::npos) {
     return make_error(Where{path, "", 0, 0},
                       "a NUL byte at byte " + std::to_string(text.find('\0')) + " (YAML text has none)");
+  }
+  // A carriage return alone (classic Mac line endings): yaml-cpp breaks no
+  // line there, so the whole file read as one line and the message was
+  // "found nothing (an empty value)". \r\n is fine.
+  for (std::size_t i = text.find('\r'); i != std::string::npos; i = text.find('\r', i + 1)) {
+    if (i + 1 < text.size() && text[i + 1] == '\n') continue;
+    return make_error(Where{path, "", 0, 0}, "a carriage return without a line feed at byte " + std::to_string(i) +
+                                                 " (old Mac line endings): save the file with \\n or \\r\\n line endings");
   }
   // Names end up in JSON files, which hold UTF-8 only (YAML is Unicode too).
   if (const std::size_t bad = invalid_utf8_at(text); bad != std::string::npos) {

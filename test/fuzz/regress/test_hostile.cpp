@@ -680,6 +680,45 @@ TEST_CASE("a cluster too large for the model is refused before planning", "[host
 
 // ---- Second pass: encodings and aliases ----
 
+// From a hostile-input audit (2026-12-07): `batch: !!str 24` read as the
+// integer 24 (while `"24"` was refused); a merge key left a map without
+// its keys and the message named a missing key, not the `<<`; a file with
+// carriage returns alone as line ends read as one line, "found nothing".
+TEST_CASE("YAML tags, merge keys and lone carriage returns are named as such", "[hostile]") {
+  const std::string model = replace_once(kTinyModel, "REPEAT", "1");
+  CHECK(error_of(sp::parse_model_string(replace_once(model, "batch: 4", "batch: !!str 4"), "m.yaml")) ==
+        "m.yaml:6:22: tasks[0].batch: expected an integer, found '4' tagged !!str");
+  CHECK(sp::parse_model_string(replace_once(model, "batch: 4", "batch: !!int 4"), "m.yaml").ok());
+  CHECK_THAT(error_of(sp::parse_model_string(replace_once(model, "hidden: 8, heads", "hidden: !!float 8, heads"),
+                                             "m.yaml")),
+             Catch::Contains("expected an integer, found '8' tagged !!float"));
+  auto cluster = sp::parse_cluster_string(replace_once(cluster_with("1", "2"), "peak_tflops: 1", "peak_tflops: !!int 1"),
+                                          "c.yaml");
+  CHECK(cluster.ok());
+  CHECK_THAT(error_of(sp::parse_cluster_string(
+                 replace_once(cluster_with("1", "2"), "peak_tflops: 1", "peak_tflops: !!str 1"), "c.yaml")),
+             Catch::Contains("device.peak_tflops: expected a number, found '1' tagged !!str"));
+  // A merge key, with and without the keys it would bring.
+  const std::string merged = "name: m\nx-defaults: &tl {op: transformer_layer, hidden: 8, heads: 1, ffn: 16}\n"
+                             "modules:\n  t: [{op: token_embed, vocab: 16, hidden: 8}]\n"
+                             "  lm: [{<<: *tl, repeat: 1}, {op: lm_loss, hidden: 8, vocab: 16}]\n"
+                             "tasks:\n  - {name: a, batch: 4, nodes: [{id: x, module: t, seq: 4}, "
+                             "{id: l, module: lm, inputs: [x]}]}\n";
+  CHECK_THAT(error_of(sp::parse_model_string(merged, "m.yaml")),
+             Catch::StartsWith("m.yaml:5:9: modules.lm[0].<<: '<<' (a YAML merge key) is not read here"));
+  // A quoted "<<" is an ordinary (unknown) key.
+  CHECK_THAT(error_of(sp::parse_model_string(replace_once(merged, "{<<: *tl,", "{\"<<\": 1, op: lm_loss, hidden: 8, vocab: 16,"), "m.yaml")),
+             !Catch::Contains("merge key"));
+  // Carriage returns: alone refused, with a line feed fine.
+  std::string cr = model, crlf;
+  for (char& c : cr) if (c == '\n') c = '\r';
+  for (char c : model) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  CHECK(error_of(sp::parse_model_string(cr, "m.yaml")) ==
+        "m.yaml: a carriage return without a line feed at byte 7 (old Mac line endings): save the file with \\n or "
+        "\\r\\n line endings");
+  CHECK(sp::parse_model_string(crlf, "m.yaml").ok());
+}
+
 TEST_CASE("invalid UTF-8 in a model is refused, never written into a plan", "[hostile]") {
   std::string text = replace_once(kTinyModel, "REPEAT", "1");
   text = replace_once(text, "name: m\n", "name: m\xff\xfe\n");
