@@ -628,6 +628,17 @@ TEST_CASE("a checkpoint folder that is a file, or under a file, is refused", "[h
 
 // ---- 6. Planning work: bounded before scheduling ----
 
+// make_plan's error for `model` on `cluster` with its analytic profile
+// ("" when it plans).
+std::string plan_error(const sp::Model& model, const sp::Cluster& cluster) {
+  const sp::OpGraph graph = sp::expand(model);
+  auto profile = sp::analytic_profile(model, graph, cluster, nullptr);
+  REQUIRE(profile.ok());
+  auto cost = sp::ProfileCostModel::create(*profile, cluster, graph);
+  REQUIRE(cost.ok());
+  return error_of(sp::make_plan({&model, &graph, &cluster, cost->get(), "", sp::Strategy::spindle}));
+}
+
 TEST_CASE("many tasks on one device are refused before scheduling, not planned for minutes", "[hostile]") {
   std::string text = R"(name: many
 modules:
@@ -642,13 +653,7 @@ tasks:
   REQUIRE(model.ok());
   auto cluster = sp::load_cluster(kRoot + "/configs/clusters/cpu-1x1.yaml");
   REQUIRE(cluster.ok());
-  const sp::OpGraph graph = sp::expand(*model);
-  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
-  REQUIRE(profile.ok());
-  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
-  REQUIRE(cost.ok());
-  const std::string e =
-      error_of(sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle}));
+  const std::string e = plan_error(*model, *cluster);
   CHECK(e.find("many.yaml: 9000 MetaOps and 9000 operators on 1 devices") == 0);
   CHECK(e.find("more than the planner's limit 50000000") != std::string::npos);
 }
@@ -659,21 +664,13 @@ tasks:
 TEST_CASE("a cluster too large for the model is refused before planning", "[hostile]") {
   auto model = sp::load_model(kRoot + "/configs/models/tiny-clip.yaml");
   REQUIRE(model.ok());
-  auto big = [](int islands) {
-    return "name: big\nislands: " + std::to_string(islands) +
-           "\ndevices_per_island: 1000\ndevice: {name: cpu-core, memory_gib: 4, peak_tflops: 0.05, "
-           "memory_gbytes_per_s: 10}\nlinks:\n  intra_island: {gbytes_per_s: 5, latency_us: 20}\n"
-           "  inter_island: {gbytes_per_s: 1, latency_us: 50}\n";
-  };
-  auto cluster = sp::parse_cluster_string(big(400), "big.yaml");
+  auto cluster = sp::parse_cluster_string(
+      "name: big\nislands: 400\ndevices_per_island: 1000\n"
+      "device: {name: cpu-core, memory_gib: 4, peak_tflops: 0.05, memory_gbytes_per_s: 10}\n"
+      "links:\n  intra_island: {gbytes_per_s: 5, latency_us: 20}\n  inter_island: {gbytes_per_s: 1, latency_us: 50}\n",
+      "big.yaml");
   REQUIRE(cluster.ok());
-  const sp::OpGraph graph = sp::expand(*model);
-  auto profile = sp::analytic_profile(*model, graph, *cluster, nullptr);
-  REQUIRE(profile.ok());
-  auto cost = sp::ProfileCostModel::create(*profile, *cluster, graph);
-  REQUIRE(cost.ok());
-  const std::string e =
-      error_of(sp::make_plan({&*model, &graph, &*cluster, cost->get(), "", sp::Strategy::spindle}));
+  const std::string e = plan_error(*model, *cluster);
   CHECK(e.find("21 MetaOps on cluster 'big' (400000 devices): MetaOps x devices = 8400000 is more than the "
                "planner's limit 8388608") != std::string::npos);
 }
