@@ -220,8 +220,9 @@ const std::regex& program_file() {
 // (nothing is removed: they may be what the user wanted to keep).
 sp::Status check_no_stale_programs(const std::string& dir, int devices) {
   std::vector<int> stale;
-  std::error_code ec;   // a folder that does not exist yet holds nothing
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+  std::vector<fs::directory_entry> entries;
+  sp::list_folder(dir, entries);   // a folder that does not exist yet holds nothing
+  for (const fs::directory_entry& entry : entries) {
     const std::string name = entry.path().filename().string();
     std::smatch m;
     if (!std::regex_match(name, m, program_file())) continue;

@@ -68,7 +68,9 @@ struct Reader {
 std::vector<std::pair<int64_t, fs::path>> scan(const std::string& dir, bool leftovers) {
   std::vector<std::pair<int64_t, fs::path>> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  std::vector<fs::directory_entry> entries;
+  plan::list_folder(dir, entries);   // a folder that cannot be listed holds no checkpoint
+  for (const fs::directory_entry& e : entries) {
     bool leftover = false;
     const int64_t step = checkpoint_step_of(e.path().filename().string(), &leftover);
     if (step >= 0 && leftover == leftovers && e.is_directory(ec)) out.emplace_back(step, e.path());
@@ -564,9 +566,10 @@ void CheckpointLock::release() {
   // removed, and the folder too when this lock made it. Removed while
   // still locked, so that no other run locks the file being removed.
   if (fd_ >= 0 && !dir_.empty()) {
-    std::error_code ec;
+    std::vector<fs::directory_entry> entries;
+    std::error_code ec = plan::list_folder(dir_, entries);
     bool only_lock = true;
-    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec))
+    for (const fs::directory_entry& entry : entries)
       if (entry.path().filename() != kLockFile) only_lock = false;
     if (!ec && only_lock) {
       std::filesystem::remove(std::filesystem::path(dir_) / kLockFile, ec);

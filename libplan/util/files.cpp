@@ -40,6 +40,13 @@ Result<std::string> read_regular_file(const std::string& path, int64_t max_bytes
   return read_file(path, max_bytes);
 }
 
+std::error_code list_folder(const std::string& dir, std::vector<std::filesystem::directory_entry>& out) {
+  out.clear();
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) out.push_back(*it);
+  return ec;
+}
+
 std::string shared_input_refusal(const std::string& path, int ranks) {
   struct stat st {};
   if (ranks <= 1 || ::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return "";

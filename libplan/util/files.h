@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -34,6 +35,13 @@ std::string shared_input_refusal(const std::string& path, int ranks);
 // folder, device, FIFO or socket there is refused at once, where opening a
 // FIFO with no writer would wait forever.
 Result<std::string> read_regular_file(const std::string& path, int64_t max_bytes = kMaxReadBytes);
+
+// The entries of folder `dir` as the system lists them, never throwing:
+// the error of listing it (a folder that does not exist, or a read that
+// fails part way, with the entries read before it in `out`), else none.
+// A range-for over std::filesystem::directory_iterator throws from its
+// increment.
+std::error_code list_folder(const std::string& dir, std::vector<std::filesystem::directory_entry>& out);
 
 // The output-file policy of every program (docs/hardening.md, "Outputs").
 // An output path is refused, before anything is written, when

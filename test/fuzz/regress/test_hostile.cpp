@@ -484,6 +484,26 @@ TEST_CASE("write_file_atomic writes a file name up to NAME_MAX long, nothing lef
   CHECK(status_error(sp::write_file_atomic(s.file(std::string(256, 'b')), "x")).find("File name too long") != std::string::npos);
 }
 
+// A range-for over std::filesystem::directory_iterator throws from its
+// increment when reading the folder fails part way; the readers and the
+// checkpoint code list folders through list_folder, which returns the error.
+TEST_CASE("list_folder lists a folder's entries and returns, never throws, its errors", "[hostile]") {
+  const TempDir s("hostile");
+  REQUIRE(sp::write_file_atomic(s.file("a"), "x").ok());
+  fs::create_directory(s.file("b"));
+  std::vector<fs::directory_entry> entries;
+  CHECK_FALSE(sp::list_folder(s.str(), entries));
+  std::vector<std::string> names;
+  for (const auto& e : entries) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"a", "b"});
+  // A folder that does not exist, and a file that is none: an error, no entries.
+  CHECK(sp::list_folder(s.file("missing"), entries) == std::errc::no_such_file_or_directory);
+  CHECK(entries.empty());
+  CHECK(sp::list_folder(s.file("a"), entries) == std::errc::not_a_directory);
+  CHECK(entries.empty());
+}
+
 TEST_CASE("write errors are reported, the old file kept and no temporary left", "[hostile]") {
   // A folder that does not exist: the temporary cannot be made.
   CHECK(status_error(sp::write_file_atomic("/nonexistent-folder/x.json", "x")).find("/nonexistent-folder/x.json: cannot write") == 0);
