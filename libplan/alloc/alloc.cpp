@@ -72,6 +72,7 @@ double relaxed_bound_ms(const std::vector<AllocItem>& items, int devices, const 
   linear.reserve(items.size());   // no reallocation: the items point into it
   std::vector<AllocItem> bounded = items;
   for (AllocItem& it : bounded) {
+    if (!it.curve->superlinear()) continue;   // the others as they are
     linear.push_back(it.curve->without_superlinear());
     it.curve = &linear.back();
   }

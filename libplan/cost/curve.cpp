@@ -114,28 +114,41 @@ Result<ScalingCurve> ScalingCurve::fit(const std::vector<ProfilePoint>& points) 
   return c;
 }
 
+namespace {
+
+// Work n T(n) at a piece's lower count above its upper count's by more
+// than this share is superlinear. Profiles hold 6 significant digits: two
+// rounded times of one linear curve differ in work by up to about 1e-6
+// (ofasys-7's lm_loss on cpu-1x4, 201131.7 against 201131.6 device-us).
+constexpr double kSuperlinearTolerance = 1e-5;
+
+}  // namespace
+
 ScalingCurve ScalingCurve::without_superlinear() const {
   ScalingCurve c = *this;
   // Knot values from the largest count down: T(n_lo) at most T(n_hi) n_hi /
   // n_lo. Pieces share their knots, so piece j's upper value is piece
   // j + 1's lower one.
-  double upper = 0;   // the lowered value at the current piece's upper knot
+  double upper = 0;   // the (lowered) value at the current piece's upper knot
   for (size_t j = c.pieces_.size(); j-- > 0;) {
     Piece& p = c.pieces_[j];
     const double hi = j + 1 == c.pieces_.size() ? p.alpha_ms + p.beta_ms / p.n_hi : upper;
-    const double lo = std::min(p.alpha_ms + p.beta_ms / p.n_lo, hi * p.n_hi / p.n_lo);
+    const double lo = p.alpha_ms + p.beta_ms / p.n_lo;
+    const double linear = hi * p.n_hi / p.n_lo;   // lo with the work of hi
+    const double kept = lo > linear * (1 + kSuperlinearTolerance) ? linear : lo;
     if (p.n_hi > p.n_lo) {
-      p.beta_ms = (lo - hi) / (1.0 / p.n_lo - 1.0 / p.n_hi);
+      p.beta_ms = (kept - hi) / (1.0 / p.n_lo - 1.0 / p.n_hi);
       p.alpha_ms = hi - p.beta_ms / p.n_hi;
     }
-    upper = lo;
+    upper = kept;
   }
   return c;
 }
 
 bool ScalingCurve::superlinear() const {
   for (const Piece& p : pieces_)
-    if ((p.alpha_ms + p.beta_ms / p.n_lo) * p.n_lo > (p.alpha_ms + p.beta_ms / p.n_hi) * p.n_hi * (1 + 1e-12))
+    if ((p.alpha_ms + p.beta_ms / p.n_lo) * p.n_lo >
+        (p.alpha_ms + p.beta_ms / p.n_hi) * p.n_hi * (1 + kSuperlinearTolerance))
       return true;
   return false;
 }

@@ -34,7 +34,9 @@ class ScalingCurve {
   // The largest curve at or below this one whose work n T(n) never
   // shrinks as n grows (alpha >= 0 on every piece): knot values lowered,
   // from the largest count down, to at most the next knot's value times
-  // n_next / n. Equal to this curve when its work never shrinks. The
+  // n_next / n. A knot within 1e-5 of that is kept (a profile's 6
+  // significant digits round a linear curve's work by about 1e-6).
+  // Equal to this curve when its work never shrinks. The
   // relaxed allocation's optimum is a lower bound only on such curves: on
   // 10 ms at 1 device and 1 ms at 2 (T = -8 + 18/n between) it priced
   // the MetaOp at n = 1.5 above what running it on both devices and then
@@ -42,7 +44,7 @@ class ScalingCurve {
   // T = 2/n.
   ScalingCurve without_superlinear() const;
   // Whether without_superlinear changes this curve: some piece's work at
-  // its lower count exceeds its work at the upper one (beyond rounding).
+  // its lower count exceeds its work at the upper one by more than 1e-5.
   bool superlinear() const;
 
   int min_devices() const { return min_n_; }

@@ -189,17 +189,21 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
 
 namespace {
 
-// Every temporary beside `path` starts with this: PATH.tmp.PID. A file
-// name that leaves no room for that suffix within NAME_MAX (255 bytes: a
-// 246-byte name failed with "File name too long" after the whole plan was
-// made) gives its first kTemporaryNameBytes bytes instead.
+// Every temporary beside `path` starts with this: PATH.tmp.PID, with
+// `reserve` bytes more to come (make_temp_dir's ".K"). A file name that
+// leaves no room for that within NAME_MAX (255 bytes: a 246-byte name
+// failed with "File name too long" after the whole plan was made) gives
+// its first kTemporaryNameBytes bytes and 8 hex digits of its SHA-256
+// instead, so two long names that begin alike stay apart.
 constexpr size_t kTemporaryNameBytes = 200;
-std::string temporary_prefix(const std::string& path) {
+std::string temporary_prefix(const std::string& path, size_t reserve = 0) {
   const std::string suffix = ".tmp." + std::to_string(::getpid());
   const size_t slash = path.find_last_of('/');
   const size_t name_begin = slash == std::string::npos ? 0 : slash + 1;
-  if (path.size() - name_begin + suffix.size() + 8 <= 255) return path + suffix;   // + ".K" of make_temp_dir
-  return path.substr(0, name_begin + kTemporaryNameBytes) + suffix;
+  const size_t name_bytes = path.size() - name_begin;
+  if (name_bytes + suffix.size() + reserve <= 255) return path + suffix;
+  return path.substr(0, name_begin + std::min(name_bytes, kTemporaryNameBytes)) + "." +
+         sha256_hex(path.substr(name_begin)).substr(0, 8) + suffix;
 }
 
 // write_file_atomic up to the rename: `bytes` in a temporary beside `path`,
@@ -244,7 +248,7 @@ Status rename_into_place(const std::string& tmp, const std::string& path) {
 }  // namespace
 
 Result<std::string> make_temp_dir(const std::string& path) {
-  const std::string prefix = temporary_prefix(path) + ".";
+  const std::string prefix = temporary_prefix(path, 8) + ".";
   for (int k = 0; k < 1000; ++k) {
     std::string tmp = prefix + std::to_string(k);
     if (::mkdir(tmp.c_str(), 0777) == 0) return tmp;

@@ -93,7 +93,8 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
 // nothing at `path` changes and the temporary is removed. Refuses a `path`
 // that is a directory, device node, FIFO, socket or symbolic link. The
 // temporary is PATH.tmp.PID, or, for a file name too long to take that
-// suffix (NAME_MAX), its first 200 bytes with it.
+// suffix (NAME_MAX), its first 200 bytes and 8 hex digits of the name's
+// SHA-256 with it.
 Status write_file_atomic(const std::string& path, const std::string& bytes);
 
 // A new, empty folder beside `path` for a folder written whole and then

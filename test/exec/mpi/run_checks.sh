@@ -142,8 +142,8 @@
 #       refused with exit 2 and one message naming the file or the cause.
 #   ckpt-manifest   a manifest edited by hand: a data.samples count past
 #       2^62 (2^63 - 1 overflowed the count, UB, before 2026-12-07), counts
-#       whose sum is, one this run's batches would push past it, an entry
-#       for a task the model lacks, none for one it has, plan.devices 0,
+#       whose sum is, one this run's batches would push past it, no entry
+#       for a task the model has, plan.devices 0,
 #       optimizer.name "sgd": each refused with exit 2 naming the manifest
 #       and the key; a count of 2^53 resumes and counts on exactly.
 #   ckpt-replan     tiny-clip with a task removed (written here), planned in
@@ -948,6 +948,12 @@ PY
     check "a path that is a loop of links" "bad.yaml:2:.*tasks.image-text.path: .*loopA: cannot be read: Too many levels of symbolic links" bad.yaml
     fresh d && rm d/labels.npy && ln -s labels.npy d/labels.npy
     check "labels.npy a loop of links" "d/labels.npy: cannot be read: Too many levels of symbolic links" d.yaml
+    # A dataset folder with a tab in its path: checkpoints record the folder
+    # in JSON, which takes no control characters, so they would not resume.
+    tab=$(printf 'ta\tb')
+    fresh d && rm -rf "$tab" && mkdir "$tab" && cp -r d "$tab/"
+    printf 'tasks:\n  image-text: {path: d}\n  audio-text: {path: d}\n  caption: {path: d}\n' > "$tab/t.yaml"
+    check "a dataset folder with a tab in its path" "t.yaml:2:.*tasks.image-text.path: the dataset folder .* has a control character (byte 9)" "$tab/t.yaml"
     # Values: found when read, before the step's update; the checkpoints of
     # the steps before stay, none of the failed step. Step 3 reads samples
     # 96..143 of the 48-sample tasks (shuffle off), steps 1 and 2 none of them.
@@ -1222,8 +1228,6 @@ PY
     expect_reject "a count this run would push past 2^62" \
       "$man: data.samples: .* samples read by step 2, and with this run's batches to step 3 .* past the 4611686018427387904"
     no_step3 "pushed past 2^62"
-    edit "m['data']['samples']['speech'] = 5"; resume
-    expect_reject "a count for a task the model lacks" "$man: data.samples.speech: model tiny-clip .* has no task 'speech'"
     edit "del m['data']['samples']['audio-image']"; resume
     expect_reject "no count for a task of the model" "$man: data.samples: no entry for task 'audio-image' of model tiny-clip"
     edit "m['plan']['devices'] = 0"; resume
@@ -1417,6 +1421,14 @@ PY
     grep -q "re-planned: model tiny-clip changed .*: carried $total tensors .*new .* 0 tensors .*dropped 0 tensors" \
       run.log || die "expected carried $total, new 0, dropped 0"
     "$COMPARE" --losses full.jsonl no-ai.jsonl || die "step 4 losses differ from the full model's"
+    # Resumed again with the reduced model from its own checkpoint, whose
+    # data.samples keeps the dropped task's count (refused as a task the
+    # model lacks for a while on 2026-12-07, so that a requeue after a
+    # re-plan could not resume).
+    run 3 no-ai3.json no-ai.yaml --steps 5 --seed 3 --every 1 --checkpoint ckA --resume
+    cat run.log
+    [ "$rc" -eq 0 ] || die "resume of the re-planned run from its own step 4: exit $rc"
+    grep -q "resumed from ckA/step-000004" run.log || die "did not resume from the re-planned run's step 4"
     # Two tasks removed: the audio encoder is dropped ...
     run 2 it2.json it-only.yaml --steps 5 --seed 3 --checkpoint ckB --resume
     cat run.log

@@ -480,6 +480,15 @@ TEST_CASE("write_file_atomic writes a file name up to NAME_MAX long, nothing lef
   }
   CHECK(files == 3);
   CHECK(temporaries == 0);
+  // Two long names alike in their first 200 bytes, staged together (a plan
+  // and its --trace): their temporaries differ by the names' hashes.
+  sp::OutputSet set;
+  const std::string common(200, 'c');
+  REQUIRE(set.stage(s.file(common + std::string(30, 'p') + ".plan.json"), "plan").ok());
+  REQUIRE(set.stage(s.file(common + std::string(30, 't') + ".trace.json"), "trace").ok());
+  REQUIRE(set.commit().ok());
+  CHECK(slurp(s.file(common + std::string(30, 'p') + ".plan.json")) == "plan");
+  CHECK(slurp(s.file(common + std::string(30, 't') + ".trace.json")) == "trace");
   // One byte more is no file name anywhere: refused as the system refuses it.
   CHECK(status_error(sp::write_file_atomic(s.file(std::string(256, 'b')), "x")).find("File name too long") != std::string::npos);
 }
