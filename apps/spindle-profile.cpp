@@ -90,7 +90,7 @@ namespace se = spindle::exec;
 constexpr double kBusySpread = 0.25;
 // An entry's work ratio (superlinear_factor) above 1 + this is reported:
 // smaller ones are within a quiet machine's timing noise.
-constexpr double kSuperlinearTolerance = 0.05;
+constexpr double kSuperlinearReported = 0.05;
 
 // A time in seconds as a person reads it: "45 s", "12 min", "3.2 h".
 std::string duration_text(double s) {
@@ -145,6 +145,11 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// An entry as the summary lines name it: "transformer_layer seq 8 batch 24".
+std::string entry_name(const sp::ProfileEntry& e) {
+  return e.workload.op + " seq " + std::to_string(e.workload.seq) + " batch " + std::to_string(e.workload.batch);
+}
+
 // Leave-one-out error of the fitted curves (fit.h), printed by rank 0.
 void print_fit_check(const sp::Profile& p) {
   std::vector<double> all;
@@ -157,8 +162,7 @@ void print_fit_check(const sp::Profile& p) {
       all.push_back(errs[i]);
       if (errs[i] > worst) {
         worst = errs[i];
-        worst_key = e.workload.op + " seq " + std::to_string(e.workload.seq) + " batch " +
-                    std::to_string(e.workload.batch);
+        worst_key = entry_name(e);
         worst_n = e.points[i + 1].devices;
       }
     }
@@ -182,12 +186,11 @@ void print_superlinear(const sp::Profile& p) {
   std::string worst_key;
   for (const sp::ProfileEntry& e : p.entries) {
     const double f = sp::superlinear_factor(e.points);
-    if (f <= 1.0 + kSuperlinearTolerance) continue;
+    if (f <= 1.0 + kSuperlinearReported) continue;
     ++count;
     if (f > worst) {
       worst = f;
-      worst_key = e.workload.op + " seq " + std::to_string(e.workload.seq) + " batch " +
-                  std::to_string(e.workload.batch);
+      worst_key = entry_name(e);
     }
   }
   if (count == 0) return;

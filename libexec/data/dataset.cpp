@@ -11,6 +11,7 @@
 #include "libplan/model/ops.h"
 #include "libplan/model/yaml_util.h"
 #include "libplan/util/files.h"
+#include "libplan/util/text.h"
 
 namespace spindle::exec {
 
@@ -70,12 +71,11 @@ Result<DataSpec> parse_spec_yaml(const yamlu::Reader& r, const YAML::Node& root,
       // strings take no control characters: DATA.yaml's own folder may
       // bring one (a tab in a folder name), and the checkpoints written
       // with it would not resume.
-      for (const char c : ts.dir)
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-          return r.error(yamlu::child(key, "path"), p->value,
-                         "the dataset folder " + ts.dir + " has a control character (byte " +
-                             std::to_string(static_cast<unsigned char>(c)) +
-                             ") in its path, which checkpoints record and cannot read back: rename the folder");
+      if (const size_t at = plan::control_char_at(ts.dir); at != std::string::npos)
+        return r.error(yamlu::child(key, "path"), p->value,
+                       "the dataset folder " + ts.dir + " has a control character (byte " +
+                           std::to_string(static_cast<unsigned char>(ts.dir[at])) +
+                           ") in its path, which checkpoints record and cannot read back: rename the folder");
       // A file named where its folder belongs (path: d/img.npy): said here,
       // at the key, not as "d/img.npy/img.npy: cannot open" later. A path
       // that does not exist is left to the file checks, which name the

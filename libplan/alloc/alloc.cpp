@@ -65,9 +65,6 @@ RelaxedAllocation relax_level(const std::vector<AllocItem>& items, int devices) 
 }
 
 double relaxed_bound_ms(const std::vector<AllocItem>& items, int devices, const RelaxedAllocation& relaxed) {
-  bool any = false;
-  for (const AllocItem& it : items) any = any || it.curve->superlinear();
-  if (!any) return relaxed.c_star_ms;
   std::vector<ScalingCurve> linear;
   linear.reserve(items.size());   // no reallocation: the items point into it
   std::vector<AllocItem> bounded = items;
@@ -76,7 +73,7 @@ double relaxed_bound_ms(const std::vector<AllocItem>& items, int devices, const 
     linear.push_back(it.curve->without_superlinear());
     it.curve = &linear.back();
   }
-  return relax_level(bounded, devices).c_star_ms;
+  return linear.empty() ? relaxed.c_star_ms : relax_level(bounded, devices).c_star_ms;
 }
 
 namespace {

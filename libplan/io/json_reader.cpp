@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "libplan/util/limits.h"
+#include "libplan/util/text.h"
 
 namespace spindle::plan {
 
@@ -112,15 +113,12 @@ class KeyCheck {
   // No control character (a NUL cuts a message short where it is printed,
   // an ESC or newline writes into the terminal): as the YAML readers.
   bool clean(const std::string& text, const std::string& where) {
-    for (const char c : text) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        problem = (where.empty() ? std::string("the document") : where) +
-                  ": expected a string without control characters, found byte " +
-                  std::to_string(static_cast<unsigned char>(c)) + " (an escape such as \\u0000 or \\n)";
-        return false;
-      }
-    }
-    return true;
+    const size_t at = control_char_at(text);
+    if (at == std::string::npos) return true;
+    problem = (where.empty() ? std::string("the document") : where) +
+              ": expected a string without control characters, found byte " +
+              std::to_string(static_cast<unsigned char>(text[at])) + " (an escape such as \\u0000 or \\n)";
+    return false;
   }
 };
 

@@ -21,6 +21,7 @@
 #include "libplan/model/yaml_util.h"
 #include "libplan/util/files.h"
 #include "libplan/util/limits.h"
+#include "libplan/util/text.h"
 
 namespace spindle::plan {
 
@@ -123,12 +124,10 @@ Status check_name(const Reader& r, const std::string& path, const YAML::Node& no
   if (yamlu::invalid_utf8_at(name) != std::string::npos) {
     return r.error(path, node, std::string("expected a ") + what + " of valid UTF-8");
   }
-  for (const char c : name) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      return r.error(path, node,
-                     std::string("expected a ") + what + " without control characters (found byte " +
-                         std::to_string(static_cast<unsigned char>(c)) + ")");
-    }
+  if (const size_t at = control_char_at(name); at != std::string::npos) {
+    return r.error(path, node,
+                   std::string("expected a ") + what + " without control characters (found byte " +
+                       std::to_string(static_cast<unsigned char>(name[at])) + ")");
   }
   if (name.find('/') != std::string::npos || name.find_first_of(" \t\n") != std::string::npos) {
     return r.error(path, node,

@@ -21,6 +21,7 @@
 #include "libplan/util/files.h"
 #include "libplan/util/limits.h"
 #include "libplan/util/status.h"
+#include "libplan/util/text.h"
 
 namespace spindle::plan::yamlu {
 
@@ -177,12 +178,10 @@ struct Reader {
     if (invalid_utf8_at(node.Scalar()) != std::string::npos) {
       return error(path, node, "expected a string of valid UTF-8 (an escape gave a lone surrogate?)");
     }
-    for (const char c : node.Scalar()) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        return error(path, node,
-                     "expected a string without control characters, found byte " +
-                         std::to_string(static_cast<unsigned char>(c)));
-      }
+    if (const std::size_t at = control_char_at(node.Scalar()); at != std::string::npos) {
+      return error(path, node,
+                   "expected a string without control characters, found byte " +
+                       std::to_string(static_cast<unsigned char>(node.Scalar()[at])));
     }
     out = node.Scalar();
     return Status::Ok();
