@@ -247,22 +247,22 @@ std::string check_checkpoint(const se::Checkpoint& ck, const sp::Model& model, c
            "); re-planning carries parameters over only between variants of one model (same name)";
   int64_t carried = 0, carried_n = 0, fresh = 0, fresh_n = 0, dropped = 0, dropped_n = 0;
   for (const auto& [name, shape] : shapes) {
-    const auto it = ck.state.tensors.find(name);
-    if (it == ck.state.tensors.end()) {
+    const auto it = ck.index.find(name);
+    if (it == ck.index.end()) {
       ++fresh;
       fresh_n += se::shape_numel(shape);
-    } else if (it->second.value.shape() != shape) {
-      return ck.path + "/params.bin: " + name + " has shape " + se::shape_str(it->second.value.shape()) +
+    } else if (it->second.shape != shape) {
+      return ck.path + "/params.bin: " + name + " has shape " + se::shape_str(it->second.shape) +
              " but the model " + args.model_path + " needs " + se::shape_str(shape);
     } else {
       ++carried;
       carried_n += se::shape_numel(shape);
     }
   }
-  for (const auto& [name, ts] : ck.state.tensors)
+  for (const auto& [name, entry] : ck.index)
     if (!shapes.count(name)) {
       ++dropped;
-      dropped_n += ts.value.numel();
+      dropped_n += se::shape_numel(entry.shape);
     }
   if (!*replan && (fresh > 0 || dropped > 0))
     return ck.path + ": the checkpoint's tensors do not match model " + model.name +
@@ -642,7 +642,10 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
       error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
     } else {
       const std::string newest = args.checkpoint_dir + "/" + se::checkpoint_name(found.back());
-      auto loaded = se::load_checkpoint(newest);
+      // Verified whole now, its values read later (resume): each rank
+      // reads only the tensors it holds shards of.
+      const std::set<std::string> none;
+      auto loaded = se::load_checkpoint(newest, &none);
       if (loaded.ok()) {
         in.ck = std::move(*loaded);
       } else {
@@ -912,14 +915,26 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
   std::optional<se::Checkpoint>& ck = in.ck;
   bool replan = false;
   std::string note;
-  const std::string error = check_checkpoint(*ck, model, args, executor.param_shapes(), &replan, &note);
+  std::string error = check_checkpoint(*ck, model, args, executor.param_shapes(), &replan, &note);
+  if (error.empty())
+    if (const sp::Status read = se::read_checkpoint_tensors(*ck, executor.held_tensors()); !read)
+      error = read.error().message;
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   executor.load_state(ck->state);
+  // The tensors whose values each rank read (those it holds shards of).
+  const int read_here = static_cast<int>(ck->state.tensors.size());
+  std::vector<int> read(static_cast<size_t>(rank == 0 ? size : 1), 0);
+  MPI_Gather(&read_here, 1, MPI_INT, read.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     std::printf("spindle-run: resumed from %s (step %lld; written under plan %s, %s on %d devices%s)\n",
                 ck->path.c_str(), static_cast<long long>(ck->meta.step), ck->meta.plan_sha256.substr(0, 12).c_str(),
                 ck->meta.plan_strategy.c_str(), ck->meta.plan_devices,
                 ck->meta.plan_devices != size ? ", re-sharded by parameter" : "");
+    std::string counts;
+    for (int r = 0; r < size; ++r) counts += (r ? "," : "") + std::to_string(read[static_cast<size_t>(r)]);
+    std::printf("spindle-run: each rank verified the checkpoint's files and read the values of the tensors it holds: "
+                "%s of %zu by rank\n",
+                counts.c_str(), ck->index.size());
     if (replan)
       std::printf("spindle-run: re-planned: model %s changed (sha256 %s -> %s): %s\n", model.name.c_str(),
                   ck->meta.model_sha256.substr(0, 12).c_str(), model.sha256.substr(0, 12).c_str(), note.c_str());

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,9 +14,11 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -51,16 +54,86 @@ void put(std::string& out, T v) {
   out.append(b, sizeof(T));
 }
 
-// Bounds-checked reader over a byte string.
-struct Reader {
-  const std::string& bytes;
-  size_t pos = 0;
-  bool take(void* dst, size_t n) {
-    if (n > bytes.size() - pos) return false;
-    std::memcpy(dst, bytes.data() + pos, n);
-    pos += n;
+// Where the parser of tensor files (parse_tensors) takes its bytes from,
+// once each and in order: a string in memory (decode_tensors) or a file
+// read a chunk at a time and hashed as it is read (load_checkpoint), so
+// that a file as large as the model is never held whole.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // The next n bytes into dst, or past them when dst is null; false (and
+  // nothing taken) when fewer than n are left.
+  virtual bool take(void* dst, uint64_t n) = 0;
+  uint64_t pos() const { return pos_; }
+  uint64_t size() const { return size_; }
+
+ protected:
+  uint64_t pos_ = 0, size_ = 0;
+};
+
+class StringSource : public ByteSource {
+ public:
+  explicit StringSource(const std::string& bytes) : bytes_(bytes) { size_ = bytes.size(); }
+  bool take(void* dst, uint64_t n) override {
+    if (n > size_ - pos_) return false;
+    if (dst) std::memcpy(dst, bytes_.data() + pos_, n);
+    pos_ += n;
     return true;
   }
+
+ private:
+  const std::string& bytes_;
+};
+
+// A file of `size` bytes (fstat's) on `fd`, read kChunk bytes at a time,
+// every byte read fed to a SHA-256.
+class FileSource : public ByteSource {
+ public:
+  FileSource(int fd, uint64_t size) : fd_(fd) { size_ = size; }
+  bool take(void* dst, uint64_t n) override {
+    if (n > size_ - pos_) return false;
+    char* out = static_cast<char*>(dst);
+    while (n > 0) {
+      if (at_ == got_ && !refill()) return false;
+      const uint64_t k = std::min<uint64_t>(n, got_ - at_);
+      if (out) {
+        std::memcpy(out, buf_.data() + at_, k);
+        out += k;
+      }
+      at_ += k;
+      pos_ += k;
+      n -= k;
+    }
+    return true;
+  }
+  // The SHA-256 of the whole file, what the parser left unread included
+  // (read now): "" when it could not be read to its end (read_error()).
+  std::string hash_to_end() {
+    while (refill()) {
+    }
+    return read_error_.empty() ? sha_.hex_digest() : "";
+  }
+  const std::string& read_error() const { return read_error_; }
+
+ private:
+  static constexpr size_t kChunk = size_t{4} << 20;
+  bool refill() {
+    buf_.resize(kChunk);
+    ssize_t got = 0;
+    do got = ::read(fd_, buf_.data(), buf_.size());
+    while (got < 0 && errno == EINTR);
+    if (got < 0) read_error_ = std::strerror(errno);
+    if (got <= 0) return false;
+    sha_.update(buf_.data(), static_cast<size_t>(got));
+    got_ = static_cast<uint64_t>(got);
+    at_ = 0;
+    return true;
+  }
+  int fd_;
+  std::vector<char> buf_;
+  uint64_t at_ = 0, got_ = 0;   // the unread part of buf_: [at_, got_)
+  plan::Sha256 sha_;
+  std::string read_error_;
 };
 
 // The directories in `dir` that checkpoint_step_of names, by step:
@@ -125,26 +198,100 @@ fs::path lexical_folder(const std::string& path) {
   return p.has_filename() ? p : p.parent_path();
 }
 
-std::string encode_tensors(const std::map<std::string, Tensor>& tensors) {
-  std::string out(kMagic, sizeof kMagic);
-  put<uint32_t>(out, kTensorFileVersion);
-  put<uint32_t>(out, 0);
-  put<uint64_t>(out, tensors.size());
+namespace {
+
+// A tensor file's bytes (the header's layout) for `tensors`, by name in
+// ascending order, handed to `out` a piece at a time: the header, then each
+// record's head and its values straight from the tensor (no copy of the
+// whole file is made).
+void encode_records(const std::map<std::string, const Tensor*>& tensors,
+                    const std::function<void(const void*, size_t)>& out) {
+  std::string head(kMagic, sizeof kMagic);
+  put<uint32_t>(head, kTensorFileVersion);
+  put<uint32_t>(head, 0);
+  put<uint64_t>(head, tensors.size());
   for (const auto& [name, t] : tensors) {
-    put<uint32_t>(out, static_cast<uint32_t>(name.size()));
-    out += name;
-    put<uint32_t>(out, static_cast<uint32_t>(t.shape().size()));
-    for (int64_t d : t.shape()) put<int64_t>(out, d);
-    out.append(reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * sizeof(float));
+    put<uint32_t>(head, static_cast<uint32_t>(name.size()));
+    head += name;
+    put<uint32_t>(head, static_cast<uint32_t>(t->shape().size()));
+    for (int64_t d : t->shape()) put<int64_t>(head, d);
+    out(head.data(), head.size());
+    head.clear();
+    out(t->data(), static_cast<size_t>(t->numel()) * sizeof(float));
   }
+  if (!head.empty()) out(head.data(), head.size());   // a file without records
+}
+
+// What the manifest says of each of kFiles.
+struct FileEntry {
+  std::string sha256;
+  uint64_t bytes = 0;
+};
+
+// Writes the tensor file of `tensors` to `path` (a new file: in the save's
+// temporary folder), through a buffer, hashed as it is written, fsynced.
+// Its entry for the manifest, or an Error naming `path`.
+Result<FileEntry> write_tensor_file(const std::string& path, const std::map<std::string, const Tensor*>& tensors) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
+  constexpr size_t kChunk = size_t{4} << 20;
+  std::vector<char> buf;
+  buf.reserve(kChunk);
+  plan::Sha256 sha;
+  FileEntry entry;
+  int saved = 0;
+  auto flush = [&] {
+    size_t done = 0;
+    while (done < buf.size() && saved == 0) {
+      const ssize_t n = ::write(fd, buf.data() + done, buf.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) saved = n < 0 ? errno : EIO;
+      else done += static_cast<size_t>(n);
+    }
+    buf.clear();
+  };
+  encode_records(tensors, [&](const void* data, size_t n) {
+    sha.update(data, n);
+    entry.bytes += n;
+    const char* p = static_cast<const char*>(data);
+    while (n > 0 && saved == 0) {
+      const size_t k = std::min(n, kChunk - buf.size());
+      buf.insert(buf.end(), p, p + k);
+      p += k;
+      n -= k;
+      if (buf.size() == kChunk) flush();
+    }
+  });
+  flush();
+  if (saved == 0 && ::fsync(fd) != 0) saved = errno;
+  if (::close(fd) != 0 && saved == 0) saved = errno;
+  if (saved != 0) return Error{path + ": write failed: " + std::strerror(saved)};
+  entry.sha256 = sha.hex_digest();
+  return entry;
+}
+
+}  // namespace
+
+std::string encode_tensors(const std::map<std::string, Tensor>& tensors) {
+  std::map<std::string, const Tensor*> refs;
+  for (const auto& [name, t] : tensors) refs.emplace(name, &t);
+  std::string out;
+  encode_records(refs, [&](const void* data, size_t n) { out.append(static_cast<const char*>(data), n); });
   return out;
 }
 
-Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, const std::string& path) {
-  Reader r{bytes};
+namespace {
+
+// One tensor file from `r` (its errors name `path` and the byte): every
+// record's shape and the byte offset of its values into `index` (when
+// given), and the values of the records `wanted` names (all when null)
+// into the map returned.
+Result<std::map<std::string, Tensor>> parse_tensors(ByteSource& r, const std::string& path,
+                                                    const std::set<std::string>* wanted,
+                                                    std::map<std::string, TensorRecord>* index) {
   auto bad = [&](const std::string& what) {
-    return Error{path + ": " + what + " (at byte " + std::to_string(r.pos) + " of " +
-                 std::to_string(bytes.size()) + ")"};
+    return Error{path + ": " + what + " (at byte " + std::to_string(r.pos()) + " of " + std::to_string(r.size()) +
+                 ")"};
   };
   char magic[8];
   uint32_t version = 0, reserved = 0;
@@ -159,11 +306,11 @@ Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, c
   std::string previous;
   for (uint64_t i = 0; i < count; ++i) {
     uint32_t name_len = 0, rank = 0;
-    if (!r.take(&name_len, 4) || name_len == 0 || name_len > bytes.size() - r.pos)
+    if (!r.take(&name_len, 4) || name_len == 0 || name_len > r.size() - r.pos())
       return bad("record " + std::to_string(i) + ": bad or truncated name");
     std::string name(name_len, '\0');
     r.take(name.data(), name_len);
-    if (!out.empty() && !(previous < name)) return bad("record '" + name + "': names not in ascending order");
+    if (i > 0 && !(previous < name)) return bad("record '" + name + "': names not in ascending order");
     if (!r.take(&rank, 4) || rank > kMaxRank) return bad("record '" + name + "': bad rank");
     Shape shape(rank);
     int64_t numel = 1;
@@ -175,15 +322,27 @@ Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, c
       if (shape[d] > 0 && numel > kMaxElements / shape[d]) return bad("record '" + name + "': too many elements");
       numel *= shape[d];
     }
-    const size_t n_bytes = static_cast<size_t>(numel) * sizeof(float);
-    if (n_bytes > bytes.size() - r.pos) return bad("record '" + name + "': truncated values");
-    Tensor t = Tensor::zeros(shape);
-    r.take(t.data(), n_bytes);
-    previous = name;
-    out.emplace(std::move(name), std::move(t));
+    const uint64_t n_bytes = static_cast<uint64_t>(numel) * sizeof(float);
+    if (n_bytes > r.size() - r.pos()) return bad("record '" + name + "': truncated values");
+    if (index) (*index)[name] = {shape, r.pos()};
+    if (!wanted || wanted->count(name)) {
+      Tensor t = Tensor::zeros(shape);
+      r.take(t.data(), n_bytes);
+      out.emplace(name, std::move(t));
+    } else {
+      r.take(nullptr, n_bytes);
+    }
+    previous = std::move(name);
   }
-  if (r.pos != bytes.size()) return bad("bytes after the last record");
+  if (r.pos() != r.size()) return bad("bytes after the last record");
   return out;
+}
+
+}  // namespace
+
+Result<std::map<std::string, Tensor>> decode_tensors(const std::string& bytes, const std::string& path) {
+  StringSource r(bytes);
+  return parse_tensors(r, path, nullptr, nullptr);
 }
 
 std::vector<int64_t> list_checkpoints(const std::string& dir) {
@@ -256,20 +415,19 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
   };
 
   // Tensor files, then the manifest with their checksums.
-  std::map<std::string, Tensor> which[3];
+  std::map<std::string, const Tensor*> which[3];
   nlohmann::json steps = nlohmann::json::object();
   for (const auto& [tname, ts] : state.tensors) {
-    which[0].emplace(tname, ts.value);
-    which[1].emplace(tname, ts.m);
-    which[2].emplace(tname, ts.v);
+    which[0].emplace(tname, &ts.value);
+    which[1].emplace(tname, &ts.m);
+    which[2].emplace(tname, &ts.v);
     steps[tname] = ts.adam_steps;
   }
   nlohmann::json files = nlohmann::json::object();
   for (int f = 0; f < 3; ++f) {
-    const std::string bytes = encode_tensors(which[f]);
-    const plan::Status st = plan::write_file_atomic(tmp + "/" + kFiles[f], bytes);
-    if (!st.ok()) return fail(st.error().message);
-    files[kFiles[f]] = {{"sha256", plan::sha256_hex(bytes)}, {"bytes", bytes.size()}};
+    Result<FileEntry> written = write_tensor_file(tmp + "/" + kFiles[f], which[f]);
+    if (!written) return fail(written.error().message);
+    files[kFiles[f]] = {{"sha256", written->sha256}, {"bytes", written->bytes}};
   }
   nlohmann::json samples = nlohmann::json::object();
   for (const auto& [task, n] : samples_read(meta, meta.step)) samples[task] = n;
@@ -374,17 +532,11 @@ Result<std::map<std::string, int64_t>> manifest_counts(const plan::JsonReader& r
   return out;
 }
 
-// What the manifest says of each of kFiles.
-struct FileEntry {
-  std::string sha256;
-  uint64_t bytes = 0;
-};
-
 // The manifest's fields into `ck` and `files` (the header's layout; keys
 // this build does not know are ignored, so older builds read newer
 // manifests' core).
 plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_path, Checkpoint& ck,
-                           FileEntry (&files)[3]) {
+                           FileEntry (&files)[3], std::map<std::string, int64_t>& adam_steps) {
   const plan::JsonReader doc(j, manifest_path);
   SPINDLE_TRY(doc.require_map());
   SPINDLE_ASSIGN(format, doc.at("format").get_string());
@@ -471,7 +623,7 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
     m.decay_1d = decay_1d;
   }
   SPINDLE_ASSIGN(steps, manifest_counts(opt.at("steps")));
-  for (const auto& [tname, n] : steps) ck.state.tensors[tname].adam_steps = n;
+  adam_steps = std::move(steps);
   const plan::JsonReader listed = doc.at("files");
   SPINDLE_TRY(listed.require_map());
   for (int f = 0; f < 3; ++f) {
@@ -485,15 +637,60 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
 
 }  // namespace
 
-Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
+namespace {
+
+// An open file descriptor, closed with its scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Opens checkpoint file `path` for reading, refusing what is not a regular
+// file of `bytes` bytes (a FIFO is not waited on: opened non-blocking).
+plan::Status open_checkpoint_file(const std::string& path, uint64_t bytes, Fd& out) {
+  out.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (out.fd < 0) return Error{path + ": cannot open: " + std::strerror(errno)};
+  struct stat st {};
+  if (::fstat(out.fd, &st) != 0) return Error{path + ": cannot inspect: " + std::strerror(errno)};
+  if (!S_ISREG(st.st_mode)) return Error{path + ": not a regular file"};
+  if (static_cast<uint64_t>(st.st_size) != bytes)
+    return Error{path + ": truncated or corrupt checkpoint file: " + std::to_string(st.st_size) +
+                 " bytes, the manifest says " + std::to_string(bytes)};
+  return plan::Status::Ok();
+}
+
+// Tensor file `path`, which the manifest says is `entry`: read once, a
+// chunk at a time, its SHA-256 checked against the manifest's, its records
+// into `records` and the values of those `wanted` names (all when null)
+// returned. A file whose hash differs is reported as corrupt whatever its
+// parse found (a flipped byte may break a record before the hash is done).
+Result<std::map<std::string, Tensor>> read_tensor_file(const std::string& path, const FileEntry& entry,
+                                                       const std::set<std::string>* wanted,
+                                                       std::map<std::string, TensorRecord>& records) {
+  Fd fd;
+  SPINDLE_TRY(open_checkpoint_file(path, entry.bytes, fd));
+  FileSource source(fd.fd, entry.bytes);
+  Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, wanted, &records);
+  const std::string sha = source.hash_to_end();
+  if (sha.empty()) return Error{path + ": read failed: " + source.read_error()};
+  if (sha != entry.sha256) return Error{path + ": corrupt checkpoint file: SHA-256 differs from the manifest's"};
+  return parsed;
+}
+
+}  // namespace
+
+Result<Checkpoint> load_checkpoint(const std::string& step_dir, const std::set<std::string>* wanted) {
   const std::string manifest_path = step_dir + "/manifest.json";
   SPINDLE_ASSIGN(text, plan::read_regular_file(manifest_path));
   Checkpoint ck;
   ck.path = step_dir;
   FileEntry files[3];
+  std::map<std::string, int64_t> adam_steps;
   SPINDLE_TRY(plan::check_json_shape(text, manifest_path));   // bounded depth: the messages dump values
   SPINDLE_ASSIGN(j, plan::parse_json_text(text, manifest_path));
-  SPINDLE_TRY(read_manifest(j, manifest_path, ck, files));
+  SPINDLE_TRY(read_manifest(j, manifest_path, ck, files, adam_steps));
   ck.state.step = ck.meta.step;
   // A folder named for another step (renamed or copied by hand) would be
   // resumed as the newest when it is not, or pruned out of turn; a
@@ -506,40 +703,73 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir) {
                  ", or any name not step-*)"};
 
   std::map<std::string, Tensor> decoded[3];
+  std::map<std::string, TensorRecord> records[3];
   for (int f = 0; f < 3; ++f) {
-    const std::string path = step_dir + "/" + kFiles[f];
-    // Tensor files are as large as the model: no input-size cap (the manifest's size is checked below).
-    SPINDLE_ASSIGN(bytes, plan::read_regular_file(path, std::numeric_limits<int64_t>::max()));
-    const std::string& want_sha = files[f].sha256;
-    const uint64_t want_bytes = files[f].bytes;
-    if (bytes.size() != want_bytes)
-      return Error{path + ": truncated or corrupt checkpoint file: " + std::to_string(bytes.size()) +
-                   " bytes, the manifest says " + std::to_string(want_bytes)};
-    if (plan::sha256_hex(bytes) != want_sha)
-      return Error{path + ": corrupt checkpoint file: SHA-256 differs from the manifest's"};
-    SPINDLE_ASSIGN(tensors, decode_tensors(bytes, path));
-    decoded[f] = std::move(tensors);
+    SPINDLE_ASSIGN(values, read_tensor_file(step_dir + "/" + kFiles[f], files[f], wanted, records[f]));
+    decoded[f] = std::move(values);
+    ck.file_bytes[f] = files[f].bytes;
   }
   // params, m, v and the optimizer steps must name the same tensors.
-  std::map<std::string, TensorState>& out = ck.state.tensors;
-  for (const auto& [tname, ts] : out)
-    if (!decoded[0].count(tname))
+  for (const auto& [tname, n] : adam_steps)
+    if (!records[0].count(tname))
       return Error{manifest_path + ": optimizer.steps names " + tname + ", which params.bin lacks"};
-  for (auto& [tname, value] : decoded[0]) {
+  for (const auto& [tname, record] : records[0]) {
+    CheckpointTensor& entry = ck.index[tname];
+    entry.shape = record.shape;
+    entry.offset[0] = record.offset;
     for (int f = 1; f < 3; ++f) {
-      const auto it = decoded[f].find(tname);
-      if (it == decoded[f].end() || it->second.shape() != value.shape())
+      const auto it = records[f].find(tname);
+      if (it == records[f].end() || it->second.shape != record.shape)
         return Error{step_dir + "/" + kFiles[f] + ": " + tname + " missing or shaped unlike params.bin"};
+      entry.offset[f] = it->second.offset;
     }
-    if (!out.count(tname)) return Error{manifest_path + ": optimizer.steps: no entry for " + tname};
-    TensorState& ts = out[tname];
-    ts.value = value;
-    ts.m = decoded[1].at(tname);
-    ts.v = decoded[2].at(tname);
+    const auto steps = adam_steps.find(tname);
+    if (steps == adam_steps.end()) return Error{manifest_path + ": optimizer.steps: no entry for " + tname};
+    entry.adam_steps = steps->second;
+    if (!decoded[0].count(tname)) continue;
+    TensorState& ts = ck.state.tensors[tname];
+    ts.value = std::move(decoded[0].at(tname));
+    ts.m = std::move(decoded[1].at(tname));
+    ts.v = std::move(decoded[2].at(tname));
+    ts.adam_steps = entry.adam_steps;
   }
-  if (decoded[1].size() != decoded[0].size() || decoded[2].size() != decoded[0].size())
+  if (records[1].size() != records[0].size() || records[2].size() != records[0].size())
     return Error{step_dir + ": adam_m.bin or adam_v.bin holds tensors params.bin lacks"};
   return ck;
+}
+
+plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names) {
+  std::vector<std::pair<const std::string*, const CheckpointTensor*>> todo;
+  for (const std::string& tname : names)
+    if (const auto it = ck.index.find(tname); it != ck.index.end() && !ck.state.tensors.count(tname))
+      todo.emplace_back(&it->first, &it->second);
+  if (todo.empty()) return plan::Status::Ok();
+  std::map<std::string, TensorState> read;
+  for (int f = 0; f < 3; ++f) {
+    const std::string path = ck.path + "/" + kFiles[f];
+    Fd fd;
+    SPINDLE_TRY(open_checkpoint_file(path, ck.file_bytes[f], fd));
+    for (const auto& [tname, entry] : todo) {
+      TensorState& ts = read[*tname];
+      Tensor& t = f == 0 ? ts.value : f == 1 ? ts.m : ts.v;
+      t = Tensor::zeros(entry->shape);
+      char* dst = reinterpret_cast<char*>(t.data());
+      uint64_t left = static_cast<uint64_t>(t.numel()) * sizeof(float), at = entry->offset[f];
+      while (left > 0) {
+        const ssize_t got = ::pread(fd.fd, dst, std::min<uint64_t>(left, uint64_t{1} << 30), static_cast<off_t>(at));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0)
+          return Error{path + ": read failed at byte " + std::to_string(at) + " (" +
+                       (got < 0 ? std::strerror(errno) : "end of file") + ")"};
+        dst += got;
+        at += static_cast<uint64_t>(got);
+        left -= static_cast<uint64_t>(got);
+      }
+      ts.adam_steps = entry->adam_steps;
+    }
+  }
+  for (auto& [tname, ts] : read) ck.state.tensors[tname] = std::move(ts);
+  return plan::Status::Ok();
 }
 
 CheckpointLock::CheckpointLock(CheckpointLock&& o) noexcept

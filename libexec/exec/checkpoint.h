@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -134,9 +135,29 @@ std::map<std::string, int64_t> samples_read(const CheckpointMeta& meta, int64_t 
 // --steps.
 std::string check_samples_fit(const CheckpointMeta& meta, int64_t last_step, const std::string& manifest);
 
+// Where one tensor is in a tensor file: its shape and the byte offset of
+// its values from the file's start.
+struct TensorRecord {
+  Shape shape;
+  uint64_t offset = 0;
+};
+
+// One tensor a checkpoint holds: its full shape, AdamW step count, and
+// where its values are in params.bin, adam_m.bin and adam_v.bin.
+struct CheckpointTensor {
+  Shape shape;
+  int64_t adam_steps = 0;
+  uint64_t offset[3] = {0, 0, 0};
+};
+
 struct Checkpoint {
   std::string path;  // the step directory
   CheckpointMeta meta;
+  // Every tensor the checkpoint holds, whether or not `state` holds its
+  // values (load_checkpoint's `wanted`, read_checkpoint_tensors).
+  std::map<std::string, CheckpointTensor> index;
+  uint64_t file_bytes[3] = {0, 0, 0};   // params.bin, adam_m.bin, adam_v.bin, as verified
+  // The values read: every tensor, or those asked for.
   TrainingState state;
 };
 
@@ -234,7 +255,20 @@ plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
 
 // Reads and verifies DIR/step-N: manifest format and version, every file's
 // size and SHA-256, tensor files, and that params/m/v name the same tensors
-// with the same shapes. Errors name the offending file.
-plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir);
+// with the same shapes. Errors name the offending file. Every tensor goes
+// into Checkpoint::index; the values of those `wanted` names (every one
+// when null) into Checkpoint::state. The files are read once, a chunk at a
+// time: what a rank holds of them is what it asked for (a rank resuming
+// a large model keeps its own parameters, not the model's three times
+// over).
+plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir,
+                                         const std::set<std::string>* wanted = nullptr);
+
+// The values of the tensors `names` gives that `ck` (loaded by
+// load_checkpoint) holds and `ck.state` does not yet, read from its files
+// at the offsets its index has (each file first checked to have the size
+// it was verified with), into ck.state. Names the checkpoint lacks are
+// left out (a re-planned model's new tensors). Errors name the file.
+plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names);
 
 }  // namespace spindle::exec

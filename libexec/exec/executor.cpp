@@ -1424,6 +1424,13 @@ std::map<std::string, Shape> Executor::param_shapes() const {
   return out;
 }
 
+std::set<std::string> Executor::held_tensors() const {
+  std::set<std::string> out;
+  for (const auto& [key, ps] : params_)
+    for (const Param& p : ps.set.params) out.insert(p.name);
+  return out;
+}
+
 std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_moments() {
   std::map<std::pair<std::string, int>, std::vector<Tensor>> out;
   const plan::Lowered& l = sched_->lowered;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <filesystem>
 #include <sstream>
+#include <stdexcept>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -315,10 +316,19 @@ Status OutputSet::commit() {
   return Status::Ok();
 }
 
-std::string sha256_hex(const std::string& bytes) {
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (!ctx_ || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("OpenSSL: cannot start a SHA-256");
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::update(const void* data, size_t n) { EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, n); }
+
+std::string Sha256::hex_digest() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &len);
   static const char* hex = "0123456789abcdef";
   std::string out;
   out.reserve(2 * len);
@@ -327,6 +337,12 @@ std::string sha256_hex(const std::string& bytes) {
     out += hex[digest[i] & 15];
   }
   return out;
+}
+
+std::string sha256_hex(const std::string& bytes) {
+  Sha256 sha;
+  sha.update(bytes.data(), bytes.size());
+  return sha.hex_digest();
 }
 
 }  // namespace spindle::plan

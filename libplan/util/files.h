@@ -142,4 +142,20 @@ class OutputSet {
 // Lower-case hex SHA-256 of `bytes` (OpenSSL).
 std::string sha256_hex(const std::string& bytes);
 
+// SHA-256 fed a piece at a time (OpenSSL), for what is too large to hold
+// whole (a checkpoint's tensor files, read or written a chunk at a time).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(const void* data, size_t n);
+  // Lower-case hex of everything fed so far; call once, then no update.
+  std::string hex_digest();
+
+ private:
+  void* ctx_;   // OpenSSL's EVP_MD_CTX, kept out of this header
+};
+
 }  // namespace spindle::plan

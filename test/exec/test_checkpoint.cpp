@@ -11,8 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -591,6 +592,90 @@ TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the
   r = load_checkpoint(step);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("manifest.json") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: a reader keeps the values it asks for; the index holds every tensor and where it is") {
+  TempDir dir("ckpt-wanted");
+  const TrainingState saved = small_state();
+  REQUIRE(save_checkpoint(dir.str(), small_meta(4), saved, 3).ok());
+  const std::string step = (dir.path / "step-000004").string();
+  const auto whole = load_checkpoint(step);
+  REQUIRE(whole.ok());
+  REQUIRE(whole->state.tensors.size() == 2);
+
+  auto same = [](const TensorState& a, const TensorState& b) {
+    for (const auto& [x, y] : {std::pair{&a.value, &b.value}, {&a.m, &b.m}, {&a.v, &b.v}}) {
+      if (x->shape() != y->shape()) return false;
+      if (std::memcmp(x->data(), y->data(), static_cast<size_t>(x->numel()) * sizeof(float)) != 0) return false;
+    }
+    return a.adam_steps == b.adam_steps;
+  };
+  // Records in name order: x/0.0/b, then x/0.0/w. The header is 24 bytes;
+  // b's head 4 + 7 + 4 + 1 x 8 = 23, so its values start at 47; its one
+  // value ends at 51; w's head 4 + 7 + 4 + 2 x 8 = 31, values at 82. The
+  // three files have the same layout.
+  REQUIRE(whole->index.size() == 2);
+  const CheckpointTensor& b = whole->index.at("x/0.0/b");
+  const CheckpointTensor& w = whole->index.at("x/0.0/w");
+  CHECK(b.shape == Shape{1});
+  CHECK(w.shape == Shape{2, 3});
+  CHECK(b.adam_steps == 2);
+  CHECK(w.adam_steps == 4);
+  for (int f = 0; f < 3; ++f) {
+    CHECK(b.offset[f] == 47);
+    CHECK(w.offset[f] == 82);
+    CHECK(whole->file_bytes[f] == 82 + 6 * 4);
+  }
+  const std::set<std::string> only_b{"x/0.0/b"};
+  auto part = load_checkpoint(step, &only_b);
+  REQUIRE(part.ok());
+  CHECK(part->index.size() == 2);
+  REQUIRE(part->state.tensors.size() == 1);
+  CHECK(same(part->state.tensors.at("x/0.0/b"), whole->state.tensors.at("x/0.0/b")));
+
+  // Nothing read at first, then what is asked for at the index's offsets;
+  // a name the checkpoint lacks (a re-planned model's new tensor) is left out.
+  const std::set<std::string> none;
+  auto later = load_checkpoint(step, &none);
+  REQUIRE(later.ok());
+  CHECK(later->state.tensors.empty());
+  CHECK(later->index.size() == 2);
+  REQUIRE(read_checkpoint_tensors(*later, {"x/0.0/w", "x/9.0/new"}).ok());
+  REQUIRE(later->state.tensors.size() == 1);
+  CHECK(same(later->state.tensors.at("x/0.0/w"), saved.tensors.at("x/0.0/w")));
+  REQUIRE(read_checkpoint_tensors(*later, {"x/0.0/b", "x/0.0/w"}).ok());
+  REQUIRE(later->state.tensors.size() == 2);
+  CHECK(same(later->state.tensors.at("x/0.0/b"), saved.tensors.at("x/0.0/b")));
+
+  // A file that changed size since it was verified is refused, named.
+  auto again = load_checkpoint(step, &none);
+  REQUIRE(again.ok());
+  const auto m = sp::read_file(step + "/adam_m.bin");
+  REQUIRE(m.ok());
+  write_bytes(step + "/adam_m.bin", m->substr(0, m->size() - 4));
+  const sp::Status st = read_checkpoint_tensors(*again, {"x/0.0/w"});
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Catch::Contains("adam_m.bin: truncated or corrupt checkpoint file: 102 bytes, "
+                                                 "the manifest says 106"));
+}
+
+TEST_CASE("checkpoint: a flipped byte in a record's head is reported as corruption, not as a bad record") {
+  TempDir dir("ckpt-flip-head");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
+  const std::string step = (dir.path / "step-000001").string();
+  const auto params = sp::read_file(step + "/params.bin");
+  REQUIRE(params.ok());
+  std::string flipped = *params;
+  flipped[24 + 3] ^= 0x40;   // the high byte of the first record's name length
+  write_bytes(step + "/params.bin", flipped);
+  // Parsed alone, the bytes say what broke; the checkpoint's reader says
+  // the file is not the one the manifest describes.
+  const auto decoded = decode_tensors(flipped, "params.bin");
+  REQUIRE_FALSE(decoded.ok());
+  CHECK_THAT(decoded.error().message, Catch::Contains("bad or truncated name"));
+  const auto r = load_checkpoint(step);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("params.bin: corrupt checkpoint file: SHA-256 differs"));
 }
 
 TEST_CASE("checkpoint: a FIFO or a folder in place of one of its files is refused at once, naming it") {

@@ -1337,6 +1337,11 @@ PY
       ! grep -q "warning: the checkpoint was trained with" run.log || die "the same schedule or clip called another"
       [ "$rc" -eq 0 ] || die "resume on $np ranks: exit $rc"
       grep -q "resumed from ck4$np/step-000003 (step 3" run.log || die "did not resume from step 3"
+      # Each rank read the values of the tensors it holds shards of, not
+      # the model's: on tiny-clip's plans some rank holds fewer than all.
+      read=$(sed -n 's/^spindle-run: each rank verified the checkpoint.s files and read the values of the tensors it holds: \([0-9,]*\) of \([0-9]*\) by rank$/\1 \2/p' run.log)
+      python3 -c "import sys; c = [int(x) for x in sys.argv[1].split(',')]; n = int(sys.argv[2]); sys.exit(not (len(c) == $np and all(0 < x <= n for x in c) and (sys.argv[3] != 'tiny-clip' or min(c) < n)))" \
+        $read "$name" || die "the tensors each rank read: '$read' (expected $np counts, each of 1..all, on tiny-clip one below all)"
       [ "$(grep -c '^iteration' run.log)" -eq 3 ] || die "expected steps 4..6 only"
       echo "== $name: 3 steps on 4 ranks ($first) + 3 on $np ranks ($resumed) against 6 straight"
       "$COMPARE" straight.jsonl straight.json "r4$np.jsonl" "r4$np.json" || die "resume on $np ranks differs"
