@@ -1093,18 +1093,39 @@ void warn_drift(const se::ReplicaDrift& drift, int64_t step) {
 // Collective: rank 0 writes the checkpoint of the steps done so far (keeping
 // --keep), and prints its path and the time it took, ms. False on every
 // rank when it could not (rank 0 printed why): writing failed, or the state
-// is not finite (training diverged: se::save_checkpoint refuses it).
+// is not finite (training diverged: se::CheckpointWriter refuses it).
+// Rank 0 writes each tensor as its parameter's shards come in, holding one
+// parameter's full state at a time (se::CheckpointWriter), not the model's.
 bool write_checkpoint(Training& tr) {
   const auto t0 = std::chrono::steady_clock::now();
-  const se::TrainingState state = tr.executor.gather_state();
-  if (const char* at = std::getenv("SPINDLE_TEST_SIGNAL_IN_SAVE");
-      at && std::atoll(at) == state.step && tr.rank == (tr.size > 1 ? 1 : 0))
-    std::raise(SIGTERM);   // the test hook (header)
+  const int64_t step = tr.executor.steps_done();
   std::string error;
+  std::optional<se::CheckpointWriter> writer;
+  if (tr.rank == 0) {
+    tr.meta.step = step;
+    if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, step);
+    auto begun = se::CheckpointWriter::begin(tr.args.checkpoint_dir, tr.meta, tr.executor.param_shapes());
+    if (begun.ok())
+      writer.emplace(std::move(*begun));
+    else
+      error = begun.error().message;
+  }
+  // Every rank sends its shards whether or not rank 0 could begin: the
+  // gather is collective.
+  se::ReplicaDrift drift;
+  tr.executor.gather_state(
+      [&](const std::string& name, se::TensorState& ts) {
+        if (!writer || !error.empty()) return;
+        if (const sp::Status st = writer->add(name, ts); !st) error = st.error().message;
+      },
+      &drift);
+  if (const char* at = std::getenv("SPINDLE_TEST_SIGNAL_IN_SAVE");
+      at && std::atoll(at) == step && tr.rank == (tr.size > 1 ? 1 : 0))
+    std::raise(SIGTERM);   // the test hook (header)
   // --overwrite: this run owns the folder from its first save on (not when
   // that save is refused: a state that is not finite keeps the old ones).
-  if (tr.rank == 0 && tr.overwrite_pending && se::check_state_finite(state).ok()) {
-    const sp::Status st = se::remove_checkpoints(tr.args.checkpoint_dir);
+  if (tr.rank == 0 && error.empty() && tr.overwrite_pending) {
+    const sp::Status st = se::remove_checkpoints(tr.args.checkpoint_dir, writer->temp_dir());
     if (st.ok())
       std::printf("spindle-run: --overwrite: removed the checkpoints of another run from %s\n",
                   tr.args.checkpoint_dir.c_str());
@@ -1113,11 +1134,9 @@ bool write_checkpoint(Training& tr) {
     tr.overwrite_pending = false;
   }
   if (tr.rank == 0 && error.empty()) {
-    tr.meta.step = state.step;
-    warn_drift(state.drift, state.step);
-    if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, state.step);
+    warn_drift(drift, step);
     std::string pruning;
-    const auto path = se::save_checkpoint(tr.args.checkpoint_dir, tr.meta, state, tr.args.keep, &pruning);
+    const auto path = writer->finish(tr.args.keep, &pruning);
     if (path.ok())
       std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -1126,6 +1145,7 @@ bool write_checkpoint(Training& tr) {
     if (!pruning.empty()) std::printf("spindle-run: warning: %s\n", pruning.c_str());
     std::fflush(stdout);
   }
+  writer.reset();   // a save that did not finish leaves no folder behind
   return all_ok(MPI_COMM_WORLD, tr.rank, error);
 }
 

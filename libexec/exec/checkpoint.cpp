@@ -85,11 +85,19 @@ class StringSource : public ByteSource {
   const std::string& bytes_;
 };
 
+// An open file descriptor, closed with its scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 // A file of `size` bytes (fstat's) on `fd`, read kChunk bytes at a time,
 // every byte read fed to a SHA-256.
-class FileSource : public ByteSource {
+class ChunkedFileSource : public ByteSource {
  public:
-  FileSource(int fd, uint64_t size) : fd_(fd) { size_ = size; }
+  ChunkedFileSource(int fd, uint64_t size) : fd_(fd) { size_ = size; }
   bool take(void* dst, uint64_t n) override {
     if (n > size_ - pos_) return false;
     char* out = static_cast<char*>(dst);
@@ -200,26 +208,23 @@ fs::path lexical_folder(const std::string& path) {
 
 namespace {
 
-// A tensor file's bytes (the header's layout) for `tensors`, by name in
-// ascending order, handed to `out` a piece at a time: the header, then each
-// record's head and its values straight from the tensor (no copy of the
-// whole file is made).
-void encode_records(const std::map<std::string, const Tensor*>& tensors,
-                    const std::function<void(const void*, size_t)>& out) {
+// A tensor file's header (the layout above) for `count` records.
+std::string file_header(uint64_t count) {
   std::string head(kMagic, sizeof kMagic);
   put<uint32_t>(head, kTensorFileVersion);
   put<uint32_t>(head, 0);
-  put<uint64_t>(head, tensors.size());
-  for (const auto& [name, t] : tensors) {
-    put<uint32_t>(head, static_cast<uint32_t>(name.size()));
-    head += name;
-    put<uint32_t>(head, static_cast<uint32_t>(t->shape().size()));
-    for (int64_t d : t->shape()) put<int64_t>(head, d);
-    out(head.data(), head.size());
-    head.clear();
-    out(t->data(), static_cast<size_t>(t->numel()) * sizeof(float));
-  }
-  if (!head.empty()) out(head.data(), head.size());   // a file without records
+  put<uint64_t>(head, count);
+  return head;
+}
+
+// One record's head: name length, name, rank, dims; its values follow.
+std::string record_head(const std::string& name, const Shape& shape) {
+  std::string head;
+  put<uint32_t>(head, static_cast<uint32_t>(name.size()));
+  head += name;
+  put<uint32_t>(head, static_cast<uint32_t>(shape.size()));
+  for (int64_t d : shape) put<int64_t>(head, d);
+  return head;
 }
 
 // What the manifest says of each of kFiles.
@@ -228,55 +233,14 @@ struct FileEntry {
   uint64_t bytes = 0;
 };
 
-// Writes the tensor file of `tensors` to `path` (a new file: in the save's
-// temporary folder), through a buffer, hashed as it is written, fsynced.
-// Its entry for the manifest, or an Error naming `path`.
-Result<FileEntry> write_tensor_file(const std::string& path, const std::map<std::string, const Tensor*>& tensors) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-  if (fd < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
-  constexpr size_t kChunk = size_t{4} << 20;
-  std::vector<char> buf;
-  buf.reserve(kChunk);
-  plan::Sha256 sha;
-  FileEntry entry;
-  int saved = 0;
-  auto flush = [&] {
-    size_t done = 0;
-    while (done < buf.size() && saved == 0) {
-      const ssize_t n = ::write(fd, buf.data() + done, buf.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) saved = n < 0 ? errno : EIO;
-      else done += static_cast<size_t>(n);
-    }
-    buf.clear();
-  };
-  encode_records(tensors, [&](const void* data, size_t n) {
-    sha.update(data, n);
-    entry.bytes += n;
-    const char* p = static_cast<const char*>(data);
-    while (n > 0 && saved == 0) {
-      const size_t k = std::min(n, kChunk - buf.size());
-      buf.insert(buf.end(), p, p + k);
-      p += k;
-      n -= k;
-      if (buf.size() == kChunk) flush();
-    }
-  });
-  flush();
-  if (saved == 0 && ::fsync(fd) != 0) saved = errno;
-  if (::close(fd) != 0 && saved == 0) saved = errno;
-  if (saved != 0) return Error{path + ": write failed: " + std::strerror(saved)};
-  entry.sha256 = sha.hex_digest();
-  return entry;
-}
-
 }  // namespace
 
 std::string encode_tensors(const std::map<std::string, Tensor>& tensors) {
-  std::map<std::string, const Tensor*> refs;
-  for (const auto& [name, t] : tensors) refs.emplace(name, &t);
-  std::string out;
-  encode_records(refs, [&](const void* data, size_t n) { out.append(static_cast<const char*>(data), n); });
+  std::string out = file_header(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    out += record_head(name, t.shape());
+    out.append(reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * sizeof(float));
+  }
   return out;
 }
 
@@ -351,16 +315,26 @@ std::vector<int64_t> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+namespace {
+
+// Ok when the value, m and v of `ts` (tensor `name`, after `step`) are
+// finite; else check_state_finite's error for the first element that is not.
+plan::Status check_tensor_finite(int64_t step, const std::string& name, const TensorState& ts) {
+  for (const auto& [part, t] : {std::pair{"value", &ts.value}, {"AdamW m", &ts.m}, {"AdamW v", &ts.v}}) {
+    const float* x = t->data();
+    for (int64_t i = 0; i < t->numel(); ++i)
+      if (!std::isfinite(x[i]))
+        return Error{"the training state after step " + std::to_string(step) + " is not finite: " + name + ", " +
+                     part + ", element " + std::to_string(i) + " is " + plan::number_text(x[i]) +
+                     " (training diverged; no checkpoint of this step is saved)"};
+  }
+  return {};
+}
+
+}  // namespace
+
 plan::Status check_state_finite(const TrainingState& state) {
-  for (const auto& [name, ts] : state.tensors)
-    for (const auto& [part, t] : {std::pair{"value", &ts.value}, {"AdamW m", &ts.m}, {"AdamW v", &ts.v}}) {
-      const float* x = t->data();
-      for (int64_t i = 0; i < t->numel(); ++i)
-        if (!std::isfinite(x[i]))
-          return Error{"the training state after step " + std::to_string(state.step) + " is not finite: " + name +
-                       ", " + part + ", element " + std::to_string(i) + " is " + plan::number_text(x[i]) +
-                       " (training diverged; no checkpoint of this step is saved)"};
-    }
+  for (const auto& [name, ts] : state.tensors) SPINDLE_TRY(check_tensor_finite(state.step, name, ts));
   return {};
 }
 
@@ -399,36 +373,11 @@ std::string check_samples_fit(const CheckpointMeta& meta, int64_t last_step, con
          " " + total + limit;
 }
 
-Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
-                                    const TrainingState& state, int keep, std::string* warning) {
-  SPINDLE_TRY(check_state_finite(state));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Error{dir + ": cannot create checkpoint directory: " + ec.message()};
-  const std::string name = checkpoint_name(meta.step);
-  const std::string final_dir = (fs::path(dir) / name).string();
-  // The folder and its files get the permissions the umask gives.
-  SPINDLE_ASSIGN(tmp, plan::make_temp_dir(final_dir));
-  auto fail = [&](const std::string& msg) {
-    fs::remove_all(tmp, ec);
-    return Error{msg};
-  };
+namespace {
 
-  // Tensor files, then the manifest with their checksums.
-  std::map<std::string, const Tensor*> which[3];
-  nlohmann::json steps = nlohmann::json::object();
-  for (const auto& [tname, ts] : state.tensors) {
-    which[0].emplace(tname, &ts.value);
-    which[1].emplace(tname, &ts.m);
-    which[2].emplace(tname, &ts.v);
-    steps[tname] = ts.adam_steps;
-  }
-  nlohmann::json files = nlohmann::json::object();
-  for (int f = 0; f < 3; ++f) {
-    Result<FileEntry> written = write_tensor_file(tmp + "/" + kFiles[f], which[f]);
-    if (!written) return fail(written.error().message);
-    files[kFiles[f]] = {{"sha256", written->sha256}, {"bytes", written->bytes}};
-  }
+// The manifest of a checkpoint of `meta` whose tensors took `steps` AdamW
+// steps each and whose files are `files`.
+nlohmann::json manifest_json(const CheckpointMeta& meta, const nlohmann::json& steps, const nlohmann::json& files) {
   nlohmann::json samples = nlohmann::json::object();
   for (const auto& [task, n] : samples_read(meta, meta.step)) samples[task] = n;
   nlohmann::json manifest = {
@@ -451,51 +400,201 @@ Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta
                                           {"min_lr", ls.min_lr}};
   manifest["optimizer"]["clip_grad"] = meta.clip_grad;
   manifest["optimizer"]["weight_decay_1d"] = meta.decay_1d;
+  return manifest;
+}
+
+// `bytes` written whole at `offset` of `fd`; errno, or 0.
+int pwrite_all(int fd, const void* bytes, uint64_t n, uint64_t offset) {
+  const char* p = static_cast<const char*>(bytes);
+  while (n > 0) {
+    const ssize_t done = ::pwrite(fd, p, std::min<uint64_t>(n, uint64_t{1} << 30), static_cast<off_t>(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) return done < 0 ? errno : EIO;
+    p += done;
+    n -= static_cast<uint64_t>(done);
+    offset += static_cast<uint64_t>(done);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<CheckpointWriter> CheckpointWriter::begin(const std::string& dir, const CheckpointMeta& meta,
+                                                 const std::map<std::string, Shape>& shapes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error{dir + ": cannot create checkpoint directory: " + ec.message()};
+  CheckpointWriter w;
+  w.dir_ = dir;
+  w.meta_ = meta;
+  w.final_dir_ = (fs::path(dir) / checkpoint_name(meta.step)).string();
+  // The folder and its files get the permissions the umask gives.
+  SPINDLE_ASSIGN(tmp, plan::make_temp_dir(w.final_dir_));
+  w.tmp_ = tmp;
+  // The layout: the header, then each record's head and values, by name.
+  std::string heads[3];
+  std::vector<std::pair<uint64_t, std::string>> placed;   // (offset, head) of each record
+  uint64_t at = file_header(shapes.size()).size();
+  for (const auto& [name, shape] : shapes) {
+    std::string head = record_head(name, shape);
+    const uint64_t values = static_cast<uint64_t>(shape_numel(shape)) * sizeof(float);
+    w.slots_[name] = {shape, at + head.size()};
+    placed.emplace_back(at, std::move(head));
+    at += placed.back().second.size() + values;
+  }
+  w.file_bytes_ = at;
+  for (int f = 0; f < 3; ++f) {
+    const std::string path = tmp + "/" + kFiles[f];
+    w.fd_[f] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (w.fd_[f] < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
+    const std::string header = file_header(shapes.size());
+    int err = ::ftruncate(w.fd_[f], static_cast<off_t>(at)) != 0 ? errno : 0;
+    if (err == 0) err = pwrite_all(w.fd_[f], header.data(), header.size(), 0);
+    for (size_t i = 0; i < placed.size() && err == 0; ++i)
+      err = pwrite_all(w.fd_[f], placed[i].second.data(), placed[i].second.size(), placed[i].first);
+    if (err != 0) return Error{path + ": write failed: " + std::strerror(err)};
+  }
+  return w;
+}
+
+CheckpointWriter::CheckpointWriter(CheckpointWriter&& o) noexcept { *this = std::move(o); }
+
+CheckpointWriter& CheckpointWriter::operator=(CheckpointWriter&& o) noexcept {
+  if (this != &o) {
+    abandon();
+    dir_ = std::move(o.dir_);
+    final_dir_ = std::move(o.final_dir_);
+    tmp_ = std::exchange(o.tmp_, std::string());
+    meta_ = std::move(o.meta_);
+    slots_ = std::move(o.slots_);
+    steps_ = std::move(o.steps_);
+    file_bytes_ = o.file_bytes_;
+    for (int f = 0; f < 3; ++f) fd_[f] = std::exchange(o.fd_[f], -1);
+    error_ = std::move(o.error_);
+  }
+  return *this;
+}
+
+CheckpointWriter::~CheckpointWriter() { abandon(); }
+
+void CheckpointWriter::abandon() {
+  for (int& fd : fd_)
+    if (fd >= 0) ::close(std::exchange(fd, -1));
+  if (!tmp_.empty()) {
+    std::error_code ec;
+    fs::remove_all(std::exchange(tmp_, std::string()), ec);
+  }
+}
+
+plan::Status CheckpointWriter::add(const std::string& name, const TensorState& state) {
+  if (!error_.empty()) return Error{error_};
+  auto fail = [&](const std::string& why) {
+    error_ = why;
+    return Error{why};
+  };
+  if (tmp_.empty()) return fail("checkpoint " + final_dir_ + ": tensor " + name + " added after the save ended");
+  const auto slot = slots_.find(name);
+  if (slot == slots_.end()) return fail("checkpoint " + final_dir_ + ": tensor " + name + " is not in its layout");
+  if (steps_.contains(name)) return fail("checkpoint " + final_dir_ + ": tensor " + name + " added twice");
+  for (const Tensor* t : {&state.value, &state.m, &state.v})
+    if (t->shape() != slot->second.shape)
+      return fail("checkpoint " + final_dir_ + ": tensor " + name + " has shape " + shape_str(t->shape()) +
+                  ", its layout " + shape_str(slot->second.shape));
+  if (plan::Status finite = check_tensor_finite(meta_.step, name, state); !finite)
+    return fail(finite.error().message);
+  const Tensor* parts[3] = {&state.value, &state.m, &state.v};
+  for (int f = 0; f < 3; ++f)
+    if (const int err = pwrite_all(fd_[f], parts[f]->data(), static_cast<uint64_t>(parts[f]->numel()) * sizeof(float),
+                                   slot->second.offset);
+        err != 0)
+      return fail(tmp_ + "/" + kFiles[f] + ": write failed: " + std::strerror(err));
+  steps_[name] = state.adam_steps;
+  return {};
+}
+
+Result<std::string> CheckpointWriter::finish(int keep, std::string* warning) {
+  if (!error_.empty()) return Error{error_};
+  if (tmp_.empty()) return Error{"checkpoint " + final_dir_ + ": finished twice"};
+  for (const auto& [name, slot] : slots_)
+    if (!steps_.contains(name)) return Error{"checkpoint " + final_dir_ + ": tensor " + name + " was never written"};
+  // Each file made durable, then hashed as written (read back a chunk at a
+  // time: the records came in whatever order their parameters did).
+  nlohmann::json files = nlohmann::json::object();
+  for (int f = 0; f < 3; ++f) {
+    const std::string path = tmp_ + "/" + kFiles[f];
+    int err = ::fsync(fd_[f]) != 0 ? errno : 0;
+    if (::close(std::exchange(fd_[f], -1)) != 0 && err == 0) err = errno;
+    if (err != 0) return Error{path + ": write failed: " + std::strerror(err)};
+    Fd fd;
+    fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd.fd < 0) return Error{path + ": cannot read back: " + std::strerror(errno)};
+    ChunkedFileSource back(fd.fd, file_bytes_);
+    const std::string sha = back.hash_to_end();
+    if (sha.empty()) return Error{path + ": read back failed: " + back.read_error()};
+    files[kFiles[f]] = {{"sha256", sha}, {"bytes", file_bytes_}};
+  }
+  nlohmann::json steps = nlohmann::json::object();
+  for (const auto& [name, n] : steps_) steps[name] = n;
   // A data folder's path (data.tasks.*.dir, for people) may hold bytes
   // that are not UTF-8, which JSON cannot: each is written as U+FFFD
   // rather than failing every save of the run.
   const plan::Status st = plan::write_file_atomic(
-      tmp + "/manifest.json", manifest.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  if (!st.ok()) return fail(st.error().message);
-  fsync_dir(tmp);
+      tmp_ + "/manifest.json",
+      manifest_json(meta_, steps, files).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (!st.ok()) return st.error();
+  fsync_dir(tmp_);
 
   // Into place. A checkpoint of the same step (a rerun) is moved aside first.
-  if (fs::exists(final_dir, ec)) {
-    const std::string old = final_dir + ".tmp.old" + std::to_string(::getpid());
-    fs::rename(final_dir, old, ec);
-    if (ec) return fail(final_dir + ": cannot replace: " + ec.message());
+  std::error_code ec;
+  if (fs::exists(final_dir_, ec)) {
+    const std::string old = final_dir_ + ".tmp.old" + std::to_string(::getpid());
+    fs::rename(final_dir_, old, ec);
+    if (ec) return Error{final_dir_ + ": cannot replace: " + ec.message()};
     fs::remove_all(old, ec);
   }
-  fs::rename(tmp, final_dir, ec);
-  if (ec) return fail(final_dir + ": cannot rename " + tmp + " into place: " + ec.message());
-  fsync_dir(dir);
+  fs::rename(tmp_, final_dir_, ec);
+  if (ec) return Error{final_dir_ + ": cannot rename " + tmp_ + " into place: " + ec.message()};
+  tmp_.clear();   // in place: no longer the writer's to remove
+  fsync_dir(dir_);
 
   // Keep the newest `keep`; drop leftovers of crashed writes up to this step.
   // A checkpoint pruned is first renamed to a leftover's name, so one that a
   // kill or an error leaves half removed is never listed as complete.
   std::string not_pruned;
-  const std::vector<int64_t> done = list_checkpoints(dir);
+  const std::vector<int64_t> done = list_checkpoints(dir_);
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < done.size(); ++i) {
-    const std::string doomed = (fs::path(dir) / checkpoint_name(done[i])).string();
+    const std::string doomed = (fs::path(dir_) / checkpoint_name(done[i])).string();
     const std::string aside = doomed + ".tmp.old" + std::to_string(::getpid());
     fs::rename(doomed, aside, ec);
     if (!ec) fs::remove_all(aside, ec);
     if (ec && not_pruned.empty()) not_pruned = doomed + ": " + ec.message();
   }
-  for (const auto& [step, path] : scan(dir, true))
-    if (step <= meta.step) fs::remove_all(path, ec);
+  for (const auto& [step, path] : scan(dir_, true))
+    if (step <= meta_.step) fs::remove_all(path, ec);
   if (warning && !not_pruned.empty())
     *warning = "--keep " + std::to_string(keep) + ": cannot remove the older checkpoint " + not_pruned +
                "; the folder keeps more checkpoints than --keep asks";
-  return final_dir;
+  return final_dir_;
 }
 
-plan::Status remove_checkpoints(const std::string& dir) {
+Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                                    const TrainingState& state, int keep, std::string* warning) {
+  // Refused before anything is written.
+  SPINDLE_TRY(check_state_finite(state));
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, ts] : state.tensors) shapes[name] = ts.value.shape();
+  SPINDLE_ASSIGN(writer, CheckpointWriter::begin(dir, meta, shapes));
+  for (const auto& [name, ts] : state.tensors) SPINDLE_TRY(writer.add(name, ts));
+  return writer.finish(keep, warning);
+}
+
+plan::Status remove_checkpoints(const std::string& dir, const std::string& except) {
   std::error_code ec;
   if (const fs::directory_iterator listed(dir, ec); ec) return Error{dir + ": cannot list: " + ec.message()};
   std::vector<fs::path> doomed;
   for (bool leftovers : {false, true})
-    for (const auto& [_, path] : scan(dir, leftovers)) doomed.push_back(path);
+    for (const auto& [_, path] : scan(dir, leftovers))
+      if (except.empty() || path.filename() != lexical_folder(except).filename()) doomed.push_back(path);
   for (const fs::path& p : doomed) {
     fs::remove_all(p, ec);
     if (ec) return Error{p.string() + ": cannot remove: " + ec.message()};
@@ -639,14 +738,6 @@ plan::Status read_manifest(const nlohmann::json& j, const std::string& manifest_
 
 namespace {
 
-// An open file descriptor, closed with its scope.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // Opens checkpoint file `path` for reading, refusing what is not a regular
 // file of `bytes` bytes (a FIFO is not waited on: opened non-blocking).
 plan::Status open_checkpoint_file(const std::string& path, uint64_t bytes, Fd& out) {
@@ -671,7 +762,7 @@ Result<std::map<std::string, Tensor>> read_tensor_file(const std::string& path, 
                                                        std::map<std::string, TensorRecord>& records) {
   Fd fd;
   SPINDLE_TRY(open_checkpoint_file(path, entry.bytes, fd));
-  FileSource source(fd.fd, entry.bytes);
+  ChunkedFileSource source(fd.fd, entry.bytes);
   Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, wanted, &records);
   const std::string sha = source.hash_to_end();
   if (sha.empty()) return Error{path + ": read failed: " + source.read_error()};

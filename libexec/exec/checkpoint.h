@@ -210,15 +210,64 @@ plan::Status check_state_finite(const TrainingState& state);
 plan::Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                                           const TrainingState& state, int keep, std::string* warning = nullptr);
 
+// A checkpoint written a tensor at a time, into the files and folder
+// save_checkpoint writes: spindle-run's saves, where rank 0 holds one
+// parameter's full state at a time (Executor::gather_state's sink), not
+// the model's. The tensor files are laid out first (every record's head
+// in place), each tensor's values written at their offsets as they come,
+// in any order, and the files hashed by reading them back when all are in.
+class CheckpointWriter {
+ public:
+  // Starts the checkpoint of `meta.step` in `dir` (created if missing): its
+  // temporary folder (DIR/step-N.tmp.PID.K) and the three tensor files laid
+  // out for `shapes` (every tensor it will hold, by name, full shapes).
+  // Error names what could not be made; nothing is left then.
+  static plan::Result<CheckpointWriter> begin(const std::string& dir, const CheckpointMeta& meta,
+                                              const std::map<std::string, Shape>& shapes);
+  CheckpointWriter(CheckpointWriter&& o) noexcept;
+  CheckpointWriter& operator=(CheckpointWriter&& o) noexcept;
+  // Removes the temporary folder unless finish put it in place.
+  ~CheckpointWriter();
+
+  // Writes one tensor's value, m and v into place. An error (a name not in
+  // the layout or added before, another shape, a state that is not finite:
+  // check_state_finite's message, after meta.step, or a write that failed)
+  // ends the save: later adds return it, and so does finish.
+  plan::Status add(const std::string& name, const TensorState& state);
+  // The temporary folder while the save is in progress ("" after finish).
+  const std::string& temp_dir() const { return tmp_; }
+  // Once every tensor of the layout was added: the files fsynced and
+  // hashed, the manifest written, the folder renamed into place and the
+  // checkpoints pruned as save_checkpoint says (`keep`, `warning`).
+  // Returns the step folder's path.
+  plan::Result<std::string> finish(int keep, std::string* warning = nullptr);
+
+ private:
+  CheckpointWriter() = default;
+  void abandon();   // closes the files, removes the temporary folder
+  struct Slot {
+    Shape shape;
+    uint64_t offset = 0;   // of its values, in each of the three files
+  };
+  std::string dir_, final_dir_, tmp_;
+  CheckpointMeta meta_;
+  std::map<std::string, Slot> slots_;
+  std::map<std::string, int64_t> steps_;   // the tensors added: AdamW steps
+  uint64_t file_bytes_ = 0;                // each file's size (the three have one layout)
+  int fd_[3] = {-1, -1, -1};
+  std::string error_;
+};
+
 // Step numbers of the complete checkpoints in `dir` (names step-N, no
 // ".tmp."), ascending; empty when none or `dir` is missing.
 std::vector<int64_t> list_checkpoints(const std::string& dir);
 
 // Removes every checkpoint in `dir` (the directories checkpoint_step_of
-// names: complete checkpoints and leftovers of saves), nothing else; for a
-// fresh run told to overwrite another run's checkpoints. Error names what
-// could not be removed.
-plan::Status remove_checkpoints(const std::string& dir);
+// names: complete checkpoints and leftovers of saves), nothing else, but
+// the folder `except` names (a save in progress: CheckpointWriter::temp_dir);
+// for a fresh run told to overwrite another run's checkpoints. Error names
+// what could not be removed.
+plan::Status remove_checkpoints(const std::string& dir, const std::string& except = "");
 
 // An advisory lock on a checkpoint folder (flock on DIR/.spindle-run.lock,
 // which holds "pid P on host H since TIME" of its holder), taken by one

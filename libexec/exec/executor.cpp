@@ -1472,7 +1472,22 @@ void add_drift(ReplicaDrift& drift, const Param& copy, const Tensor& first) {
 TrainingState Executor::gather_state() {
   TrainingState out;
   out.step = step_;
+  gather_state([&](const std::string& name, TensorState& ts) { out.tensors[name] = std::move(ts); }, &out.drift);
+  return out;
+}
+
+void Executor::gather_state(const std::function<void(const std::string& name, TensorState& state)>& sink,
+                            ReplicaDrift* drift) {
   gather_values();
+  // Rank 0: the full tensors of the parameter whose shards are coming in
+  // (the map's keys are (param, t): a parameter's shards come one after
+  // another), handed to `sink` when the next parameter begins.
+  std::map<std::string, TensorState> current;
+  std::string current_param;
+  auto hand_on = [&] {
+    for (auto& [name, ts] : current) sink(name, ts);
+    current.clear();
+  };
   // With sharded state every member of a bucket first gathers its moments.
   const auto gathered = gather_moments();
   // The host moments of shard `key` (held here): its tensors' m, then v, in shard shapes.
@@ -1502,6 +1517,10 @@ TrainingState Executor::gather_state() {
       world_.send(packed, 0, kDumpTag);
     }
     if (rank_ != 0) continue;
+    if (param != current_param) {
+      hand_on();
+      current_param = param;
+    }
     const int k = sched_->lowered.param_tp.at(param);
     ParamSet shard;
     std::vector<Tensor> m, v;
@@ -1533,7 +1552,7 @@ TrainingState Executor::gather_state() {
     }
     for (size_t i = 0; i < shard.params.size(); ++i) {
       const Param& p = shard.params[i];
-      auto [it, fresh] = out.tensors.try_emplace(p.name);
+      auto [it, fresh] = current.try_emplace(p.name);
       TensorState& ts = it->second;
       if (fresh) {
         ts.value = Tensor::zeros(p.full_shape);
@@ -1541,7 +1560,7 @@ TrainingState Executor::gather_state() {
         ts.v = Tensor::zeros(p.full_shape);
         ts.adam_steps = adam_steps;
       }
-      if (!fresh && !plan::tp_copy_counts(p.shard_axis, t)) add_drift(out.drift, p, ts.value);
+      if (!fresh && !plan::tp_copy_counts(p.shard_axis, t) && drift) add_drift(*drift, p, ts.value);
       if (plan::tp_copy_counts(p.shard_axis, t)) {
         place_shard(ts.value, p.value, p.shard_axis, t, k);
         place_shard(ts.m, m[i], p.shard_axis, t, k);
@@ -1549,7 +1568,7 @@ TrainingState Executor::gather_state() {
       }
     }
   }
-  return out;
+  hand_on();
 }
 
 std::map<std::string, Tensor> Executor::gather_params(ReplicaDrift* drift) {

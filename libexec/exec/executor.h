@@ -50,6 +50,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -239,6 +240,14 @@ class Executor {
   // Also, on rank 0, how far the TP copies of replicated tensors are from
   // TP rank 0's (TrainingState::drift): rank 0 receives every copy anyway.
   TrainingState gather_state();
+  // The same a parameter at a time: on rank 0 `sink` gets each full tensor
+  // (name, state) once its parameter's shards are all in, and then rank 0
+  // lets it go, so that it holds one parameter's full state at a time
+  // (a checkpoint of a large model is written as it arrives:
+  // CheckpointWriter), not the model's. `drift` (rank 0) as above. Other
+  // ranks send theirs; `sink` is not called there. Collective over world.
+  void gather_state(const std::function<void(const std::string& name, TensorState& state)>& sink,
+                    ReplicaDrift* drift);
 
   // Replaces this rank's parameters and optimizer state with its shards of
   // `state` (any plan and device count wrote it) and sets steps_done() to

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -594,7 +595,7 @@ TEST_CASE("checkpoint: a flipped byte or a truncated file is refused, naming the
   CHECK(r.error().message.find("manifest.json") != std::string::npos);
 }
 
-TEST_CASE("checkpoint: a reader keeps the values it asks for; the index holds every tensor and where it is") {
+TEST_CASE("checkpoint: a reader keeps the values it asks for and indexes every tensor with its offsets") {
   TempDir dir("ckpt-wanted");
   const TrainingState saved = small_state();
   REQUIRE(save_checkpoint(dir.str(), small_meta(4), saved, 3).ok());
@@ -657,6 +658,102 @@ TEST_CASE("checkpoint: a reader keeps the values it asks for; the index holds ev
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Catch::Contains("adam_m.bin: truncated or corrupt checkpoint file: 102 bytes, "
                                                  "the manifest says 106"));
+}
+
+TEST_CASE("checkpoint: a writer given the tensors in any order writes save_checkpoint's bytes") {
+  TempDir a("ckpt-writer-a"), b("ckpt-writer-b");
+  const TrainingState state = small_state();
+  REQUIRE(save_checkpoint(a.str(), small_meta(4), state, 3).ok());
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, ts] : state.tensors) shapes[name] = ts.value.shape();
+  auto writer = CheckpointWriter::begin(b.str(), small_meta(4), shapes);
+  REQUIRE(writer.ok());
+  CHECK(fs::is_directory(writer->temp_dir()));
+  for (auto it = state.tensors.rbegin(); it != state.tensors.rend(); ++it)   // w before b: not the files' order
+    REQUIRE(writer->add(it->first, it->second).ok());
+  const auto path = writer->finish(3);
+  REQUIRE(path.ok());
+  CHECK(*path == (b.path / "step-000004").string());
+  CHECK(writer->temp_dir().empty());
+  for (const char* file : {"params.bin", "adam_m.bin", "adam_v.bin", "manifest.json"}) {
+    const auto x = sp::read_file((a.path / "step-000004" / file).string());
+    const auto y = sp::read_file((b.path / "step-000004" / file).string());
+    REQUIRE(x.ok());
+    REQUIRE(y.ok());
+    CHECK(*x == *y);
+  }
+  // And the bytes are the format's: the files encode_tensors makes.
+  std::map<std::string, Tensor> values;
+  for (const auto& [name, ts] : state.tensors) values.emplace(name, ts.value);
+  CHECK(*sp::read_file((b.path / "step-000004/params.bin").string()) == encode_tensors(values));
+}
+
+TEST_CASE("checkpoint: a writer refuses a tensor it was not laid out for and leaves nothing behind") {
+  const TrainingState state = small_state();
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, ts] : state.tensors) shapes[name] = ts.value.shape();
+  TensorState inf = state.tensors.at("x/0.0/w");
+  inf.v = Tensor::from({2, 3}, {0, 0, std::numeric_limits<float>::infinity(), 0, 0, 0});
+  const TensorState& b = state.tensors.at("x/0.0/b");
+  struct Case {
+    const char* what;
+    std::string name;
+    const TensorState* ts;
+    std::string expected;
+  } cases[] = {
+      {"unknown", "x/0.0/z", &b, "tensor x/0.0/z is not in its layout"},
+      {"shape", "x/0.0/w", &b, "tensor x/0.0/w has shape [1], its layout [2, 3]"},
+      {"not finite", "x/0.0/w", &inf,
+       "the training state after step 4 is not finite: x/0.0/w, AdamW v, element 2 is inf (training diverged; no "
+       "checkpoint of this step is saved)"},
+      {"twice", "x/0.0/b", &b, "tensor x/0.0/b added twice"},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.what) {
+      TempDir dir("ckpt-writer-bad");
+      {
+        auto writer = CheckpointWriter::begin(dir.str(), small_meta(4), shapes);
+        REQUIRE(writer.ok());
+        REQUIRE(writer->add("x/0.0/b", b).ok());
+        const sp::Status st = writer->add(c.name, *c.ts);
+        REQUIRE_FALSE(st.ok());
+        CHECK_THAT(st.error().message, Catch::Contains(c.expected));
+        // The save is over: a good tensor now gets the same error, and so does finish.
+        CHECK_FALSE(writer->add("x/0.0/w", state.tensors.at("x/0.0/w")).ok());
+        const auto done = writer->finish(3);
+        REQUIRE_FALSE(done.ok());
+        CHECK(done.error().message == st.error().message);
+      }
+      CHECK(fs::is_empty(dir.path));   // neither the step nor its temporary folder
+    }
+  }
+  SECTION("one never written") {
+    TempDir dir("ckpt-writer-short");
+    {
+      auto writer = CheckpointWriter::begin(dir.str(), small_meta(4), shapes);
+      REQUIRE(writer.ok());
+      REQUIRE(writer->add("x/0.0/w", state.tensors.at("x/0.0/w")).ok());
+      const auto done = writer->finish(3);
+      REQUIRE_FALSE(done.ok());
+      CHECK_THAT(done.error().message, Catch::Contains("tensor x/0.0/b was never written"));
+    }
+    CHECK(fs::is_empty(dir.path));
+  }
+}
+
+TEST_CASE("checkpoint: removing another run's checkpoints keeps the save in progress") {
+  TempDir dir("ckpt-remove-except");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(2), small_state(), 3).ok());
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, ts] : small_state().tensors) shapes[name] = ts.value.shape();
+  auto writer = CheckpointWriter::begin(dir.str(), small_meta(3), shapes);
+  REQUIRE(writer.ok());
+  REQUIRE(remove_checkpoints(dir.str(), writer->temp_dir()).ok());
+  CHECK_FALSE(fs::exists(dir.path / "step-000002"));
+  CHECK(fs::is_directory(writer->temp_dir()));
+  for (const auto& [name, ts] : small_state().tensors) REQUIRE(writer->add(name, ts).ok());
+  REQUIRE(writer->finish(3).ok());
+  CHECK(list_checkpoints(dir.str()) == std::vector<int64_t>{3});
 }
 
 TEST_CASE("checkpoint: a flipped byte in a record's head is reported as corruption, not as a bad record") {
