@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# What a checkpoint's save and resume cost in host memory, per rank
+# (docs/runtime.md, "Checkpoints and resume"; bench/README.md, ckpt_memory).
+#
+#   bench/ckpt_memory.sh [BUILD_DIR] [SPINDLE_RUN]
+#     BUILD_DIR    default build (its apps/spindle-plan plans, and its
+#                  apps/spindle-run runs unless SPINDLE_RUN is given)
+#     SPINDLE_RUN  another spindle-run to measure with the same plan (an
+#                  older build's, for a before/after)
+#
+# bench/models/big-lm.yaml (two tasks, each with its own 200000-token
+# embedding and output table: 206 M parameters, 2.3 GiB of values and
+# AdamW moments) planned task-level on 2 CPU ranks, so that each rank holds
+# one task's parameters (the model is symmetric: half each). Three runs,
+# each rank's peak resident memory
+# (GNU time's maximum RSS): one step; one step and a checkpoint; resuming
+# that checkpoint (no step). Prints the peaks and two ratios: rank 0's
+# peak in the save over the other rank's (rank 0 writes the checkpoint),
+# and each rank's growth on resuming (over the one-step run) against the
+# bytes of the state it holds (12 bytes a value: value, m, v). Files go to
+# BUILD_DIR/ckpt_memory/. Takes about 2 minutes on 2 cores, most of it
+# writing and reading 2.3 GiB (fsynced).
+set -eu
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/scripts/common.sh"
+build="$(cd "${1:-$root/build}" && pwd)"
+run_bin="${2:-$build/apps/spindle-run}"
+out="$build/ckpt_memory"
+rm -rf "$out" && mkdir -p "$out"
+cd "$out"
+model="$root/bench/models/big-lm.yaml"
+# cpu-1x2 with devices large enough for the model.
+sed -e 's/^name: .*/name: cpu-1x2-16gib/' -e 's/memory_gib: .*/memory_gib: 16/' \
+  "$root/configs/clusters/cpu-1x2.yaml" > cluster.yaml
+"$build/apps/spindle-plan" "$model" --cluster cluster.yaml --strategy task-level -o plan.json > plan.log
+cat > wrap.sh <<'WRAP'
+#!/usr/bin/env bash
+exec /usr/bin/time -o "peak.${OMPI_COMM_WORLD_RANK}" -f "%M" "$@"
+WRAP
+chmod +x wrap.sh
+[ -x /usr/bin/time ] || { echo "ckpt_memory: needs GNU time (/usr/bin/time; Debian package time)"; exit 1; }
+
+# run LABEL ARGS...: spindle-run on 2 ranks; sets peak0 and peak1, MiB.
+run() {
+  local label="$1"; shift
+  rm -f peak.0 peak.1
+  if ! mpirun -np 2 --oversubscribe ./wrap.sh "$run_bin" plan.json --model "$model" --seed 1 "$@" > "$label.log" 2>&1; then
+    cat "$label.log"; echo "ckpt_memory: $label failed"; exit 1
+  fi
+  peak0=$(( $(cat peak.0) / 1024 )); peak1=$(( $(cat peak.1) / 1024 ))
+  printf '%-28s rank 0 %6d MiB, rank 1 %6d MiB\n' "$label" "$peak0" "$peak1"
+}
+echo "== ckpt_memory: $(basename "$model") on 2 CPU ranks, task-level; spindle-run: $run_bin"
+run "one step" --steps 1
+train0=$peak0 train1=$peak1
+run "one step and a checkpoint" --steps 1 --checkpoint ck --every 1
+save0=$peak0 save1=$peak1
+run "resume (no step)" --steps 1 --checkpoint ck --resume
+resume0=$peak0 resume1=$peak1
+grep -h "saved checkpoint\|each rank verified" ./*.log | sed 's/^/  /'
+# Each rank holds one task's half of the model: its values, m and v are
+# 3 x half of params.bin (4 bytes a value, plus the records' heads).
+params_bytes=$(stat -c %s ck/step-000001/params.bin)
+held=$(( params_bytes * 3 / 2 / 1048576 ))
+values=$(( params_bytes / 4 ))
+awk -v s0="$save0" -v s1="$save1" -v r0="$resume0" -v r1="$resume1" -v t0="$train0" -v t1="$train1" -v h="$held" \
+  -v v="$values" 'BEGIN {
+  printf "model: %.1f M parameters, %d MiB of state (value, m, v) held by each rank\n", v / 1e6, h
+  printf "save: rank 0 over rank 1 %.2f (target <= 1.05)\n", s0 / s1
+  printf "resume: growth over one step, rank 0 %.2f, rank 1 %.2f of the state it holds (target <= 1.2)\n", (r0 - t0) / h, (r1 - t1) / h
+}'
