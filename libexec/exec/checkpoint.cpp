@@ -432,7 +432,6 @@ Result<CheckpointWriter> CheckpointWriter::begin(const std::string& dir, const C
   SPINDLE_ASSIGN(tmp, plan::make_temp_dir(w.final_dir_));
   w.tmp_ = tmp;
   // The layout: the header, then each record's head and values, by name.
-  std::string heads[3];
   std::vector<std::pair<uint64_t, std::string>> placed;   // (offset, head) of each record
   uint64_t at = file_header(shapes.size()).size();
   for (const auto& [name, shape] : shapes) {

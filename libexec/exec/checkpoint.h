@@ -37,8 +37,11 @@
 // Writing: into DIR/step-NNNNNN.tmp.PID.K (the folder and its files get
 // the permissions the umask gives), every file fsynced, then renamed to
 // DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
-// which readers ignore. Reading verifies every file's size and SHA-256
-// against the manifest before decoding.
+// which readers ignore. A tensor at a time (CheckpointWriter): no rank
+// holds the model's whole state. Reading verifies every file's size and
+// SHA-256 against the manifest, a chunk at a time as it decodes, and
+// returns nothing of a file whose hash differs; a reader may keep only
+// the tensors it asks for (load_checkpoint's `wanted`).
 #pragma once
 
 #include <cstdint>
