@@ -100,6 +100,21 @@ constexpr size_t kMoreCappedSchedules = 2;
 // caps", has what it gains and the weights and variants that did worse.
 constexpr double kQueuedSyncWeight = 2.0;
 
+// The candidates are compared before their lowering choices, boundary
+// shifts and bucket cap, which gain the schedules of one candidate group
+// more than another's: on multitask-clip-4, a800-8x8, sharded, the
+// uncapped allocation's best schedule simulates at 183.093 ms and the
+// capped one's at 184.210 (+0.6%), but after the transfers and gathers
+// are chosen 166.721 and 160.034, shifted 164.094 and 146.935, at their
+// best caps 152.408 and 141.451 ms. So the best placement of another
+// candidate group than the winner's, when it simulates within this share
+// of the winner before and after both their transfers and gathers are
+// chosen, is made a plan as well (a runner-up, only where the shifts run),
+// and the faster of the two finished plans kept (plan_state). 2%, as
+// kShardedSearchWithin; it costs one more shift search where a runner-up
+// is that close (docs/planner.md, "Runner-up").
+constexpr double kRunnerUpWithin = 0.02;
+
 // `--optimizer-state auto`, a plan that fits replicated: when re-simulated
 // sharded (shard_if_faster) it comes within this share of its replicated
 // figure, or under it, the model is planned again with the state sharded
@@ -615,7 +630,11 @@ class CandidateSearch {
   // The further passes of each group's best kRefinedSchedules schedules
   // (after first_pass), side by side: the best schedule after one pass is
   // not always the best after three. Returns the fastest placement found.
-  Result<Costed> refine();
+  // `runner_up`, when given, gets the fastest placement of another group
+  // than the winner's within kRunnerUpWithin of it, if any (else nullopt);
+  // its simulations are then bounded that far above the best makespan so
+  // far, so that every placement within it is simulated to the end.
+  Result<Costed> refine(std::optional<Costed>* runner_up = nullptr);
   // Schedule `c`'s waves in `plan`, placed as `placed`.
   void emit(size_t c, const std::vector<WavePlacement>& placed, Plan& plan) const {
     emit_waves(c_.waves[c], placed, plan);
@@ -712,7 +731,7 @@ std::vector<size_t> CandidateSearch::refined_schedules() const {
 // neither wins everywhere (multitask-clip-10 on a800-4x8: 204.9 ms in
 // order, 198.9 when ready; qwen-val-3 there: 916.8 and 964.9). Trying both
 // on every first pass too would cost a third more planning time.
-Result<Costed> CandidateSearch::refine() {
+Result<Costed> CandidateSearch::refine(std::optional<Costed>* runner_up) {
   const std::vector<size_t> order = refined_schedules();
   std::vector<Costed> refined(order.size());
   std::vector<Status> status(order.size());
@@ -733,7 +752,7 @@ Result<Costed> CandidateSearch::refine() {
   for (size_t c : order) best = std::min(best, costed_[c].simulated_ms);
   auto bound = [&](double own) {
     const std::lock_guard<std::mutex> lock(best_mutex);
-    return std::min(own, best * (1 + 1e-9));
+    return std::min(own, best * (1 + (runner_up ? kRunnerUpWithin : 1e-9)));
   };
   parallel_for(order.size(), [&](size_t w, size_t i) {
     const size_t k = run_order[i];
@@ -772,6 +791,19 @@ Result<Costed> CandidateSearch::refine() {
   for (size_t k = 1; k < refined.size(); ++k)
     if (faster(refined[k], refined[win])) win = k;
   refined[win].schedule = order[win];
+  if (runner_up) {
+    // A bound of the winner's makespan x (1 + kRunnerUpWithin) or more
+    // stopped none of these (the best so far is never below the winner's):
+    // which placement that is does not depend on the threads.
+    runner_up->reset();
+    const int g = c_.group_of(order[win]);
+    for (size_t k = 0; k < refined.size(); ++k)
+      if (c_.group_of(order[k]) != g && refined[k].simulated_ms <= refined[win].simulated_ms * (1 + kRunnerUpWithin) &&
+          (!*runner_up || faster(refined[k], **runner_up))) {
+        *runner_up = refined[k];
+        (*runner_up)->schedule = order[k];
+      }
+  }
   return std::move(refined[win]);
 }
 
@@ -913,7 +945,7 @@ Result<CapChoice> best_bucket_cap(const Plan& plan, double simulated_ms, const L
 // it may refine to a faster plan, and the plan must be the one make_plan
 // gives on this cluster.
 Result<Plan> plan_on_cluster(const PlanRequest& request, const LowerContext& lowering, double beat_ms,
-                             double packing) {
+                             double packing, std::optional<Plan>* runner_up = nullptr) {
   const auto start = std::chrono::steady_clock::now();
   const Cluster& cluster = *request.cluster;
   if (cluster.devices() < 1)
@@ -929,10 +961,25 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, const LowerContext& low
   const PlaceInput in = placement_input(p.contraction, request);
   CandidateSearch search(candidates, request, in, lowering, plan);
   SPINDLE_TRY(search.first_pass());
-  SPINDLE_ASSIGN(best, search.refine());
+  // A runner-up only where the shifts will run (kRunnerUpWithin).
+  const bool with_runner_up = runner_up && request.strategy == Strategy::spindle && request.shift_simulations > 0;
+  std::optional<Costed> other;
+  SPINDLE_ASSIGN(best, search.refine(with_runner_up ? &other : nullptr));
+  if (runner_up) runner_up->reset();
+  if (other) {
+    Plan& up = runner_up->emplace(plan);
+    search.emit(other->schedule, other->placed, up);
+    up.bucket_starts = other->starts;
+    SPINDLE_ASSIGN(up_ms, choose_transfers(up, other->simulated_ms, lowering, request));
+    cost_winner(up, up_ms, p.relaxed_optimum_ms, request);
+  }
   search.emit(best.schedule, best.placed, plan);
   plan.bucket_starts = best.starts;
   SPINDLE_ASSIGN(simulated_ms, choose_transfers(plan, best.simulated_ms, lowering, request));
+  // Still within kRunnerUpWithin of the winner with both their transfers
+  // and gathers chosen, else not shifted.
+  if (runner_up && *runner_up && (*runner_up)->predicted.simulated_ms > simulated_ms * (1 + kRunnerUpWithin))
+    runner_up->reset();
 
   // The winner alone is also costed by the wave-barrier model.
   cost_winner(plan, simulated_ms, p.relaxed_optimum_ms, request);
@@ -955,9 +1002,9 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, const LowerContext& low
 // than 128, and planning 32 islands after them cost 16% of the planning,
 // for a plan slower still; docs/planner.md, "Fewer islands").
 Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& lowering, double beat_ms,
-                          double packing) {
+                          double packing, std::optional<Plan>* runner_up = nullptr) {
   const auto start = std::chrono::steady_clock::now();
-  Result<Plan> plan = plan_on_cluster(request, lowering, beat_ms, packing);
+  Result<Plan> plan = plan_on_cluster(request, lowering, beat_ms, packing, runner_up);
   if (!plan || request.strategy != Strategy::spindle || !request.fewer_islands ||
       request.cluster->islands < kFewerIslandsFrom)
     return plan;
@@ -995,8 +1042,10 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
     // caller's: a heuristic, so that a cluster whose plan is compute-bound
     // (1000 tasks on 1024 devices) is not planned again on a half; a plan
     // slowed by its all-reduces always is.
+    std::optional<Plan> smaller_up;
     Result<Plan> smaller = plan_on_cluster(on_half, lowering, std::min(beat_ms, best.predicted.simulated_ms),
-                                           1.0 + std::clamp(last_gap, 0.0, kMaxPackingSlack));
+                                           1.0 + std::clamp(last_gap, 0.0, kMaxPackingSlack),
+                                           runner_up ? &smaller_up : nullptr);
     if (!smaller) break;
     if (shares_planned.empty()) {   // the whole's cap, needed only now (pruned halves cost no simulation)
       SPINDLE_ASSIGN(whole_ms, at_best_cap(best, request, std::numeric_limits<double>::infinity()));
@@ -1011,6 +1060,7 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
       best = std::move(*smaller);
       best_ms = smaller_ms;
       on_share = true;
+      if (runner_up) *runner_up = std::move(smaller_up);
     } else if (smaller_ms > best_ms * (1 + kHalvingSlack)) {
       break;
     }
@@ -1020,11 +1070,15 @@ Result<Plan> plan_beating(const PlanRequest& request, const LowerContext& loweri
     // there (the simulation is the same: idle devices change nothing), with
     // the whole cluster's relaxed optimum.
     const Cluster& cluster = *request.cluster;
-    best.cluster_name = cluster.name;
-    best.devices = cluster.devices();
-    best.devices_per_island = cluster.devices_per_island;
-    best.memory_bytes = cluster.memory_bytes();
-    cost_winner(best, best.predicted.simulated_ms, relaxed_optimum_ms, request);
+    auto on_whole = [&](Plan& x) {
+      x.cluster_name = cluster.name;
+      x.devices = cluster.devices();
+      x.devices_per_island = cluster.devices_per_island;
+      x.memory_bytes = cluster.memory_bytes();
+      cost_winner(x, x.predicted.simulated_ms, relaxed_optimum_ms, request);
+    };
+    on_whole(best);
+    if (runner_up && *runner_up) on_whole(**runner_up);
   }
   best.shares_planned = std::move(shares_planned);
   best.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -1116,20 +1170,12 @@ Result<double> shard_if_faster(Plan& plan, PlanRequest request, const LowerConte
   return ratio;
 }
 
-// make_plan with the optimizer state as `given` holds it
-// (choose_optimizer_state aside), `lowering` made once by the caller, its
-// planning time counted from `start`.
-Result<Plan> plan_state(const PlanRequest& given, const LowerContext& lowering,
-                        std::chrono::steady_clock::time_point start) {
-  SPINDLE_ASSIGN(plan, plan_beating(given, lowering, std::numeric_limits<double>::infinity(), 1.0));
+// The boundary shifts (Spindle's plans) and the bucket cap of `plan`, the
+// winner of plan_beating or its runner-up, with the lowering choices made
+// again after each; returns its simulated makespan.
+Result<double> finish_plan(Plan& plan, const PlanRequest& given, const LowerContext& lowering) {
   PlanRequest request = given;   // its bucket cap, once chosen
-  auto done = [&](double simulated_ms) {
-    cost_winner(plan, simulated_ms, plan.predicted.relaxed_optimum_ms, request);
-    plan.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return std::move(plan);
-  };
   const bool shifts = request.strategy == Strategy::spindle && request.shift_simulations > 0;
-  if (!shifts && !request.choose_bucket_bytes) return plan;
   double simulated_ms = plan.predicted.simulated_ms;
   if (shifts) {
     SPINDLE_ASSIGN(shifted_ms, shift_winner(plan, lowering, request));
@@ -1151,7 +1197,32 @@ Result<Plan> plan_state(const PlanRequest& given, const LowerContext& lowering,
       simulated_ms = again_ms;
     }
   }
-  return done(simulated_ms);
+  return simulated_ms;
+}
+
+// make_plan with the optimizer state as `given` holds it
+// (choose_optimizer_state aside), `lowering` made once by the caller, its
+// planning time counted from `start`.
+Result<Plan> plan_state(const PlanRequest& given, const LowerContext& lowering,
+                        std::chrono::steady_clock::time_point start) {
+  std::optional<Plan> runner_up;
+  SPINDLE_ASSIGN(plan, plan_beating(given, lowering, std::numeric_limits<double>::infinity(), 1.0, &runner_up));
+  const bool shifts = given.strategy == Strategy::spindle && given.shift_simulations > 0;
+  if (!shifts && !given.choose_bucket_bytes) return plan;
+  SPINDLE_ASSIGN(ms, finish_plan(plan, given, lowering));
+  cost_winner(plan, ms, plan.predicted.relaxed_optimum_ms, given);
+  // The runner-up of the candidate search (kRunnerUpWithin), shifted and
+  // capped as well: kept when it simulates faster, and fits when the
+  // winner does (as a share of the islands is, plan_beating).
+  if (runner_up) {
+    SPINDLE_ASSIGN(up_ms, finish_plan(*runner_up, given, lowering));
+    cost_winner(*runner_up, up_ms, runner_up->predicted.relaxed_optimum_ms, given);
+    if (up_ms < ms * (1 - 1e-12) &&
+        (check_plan_memory(*runner_up, *given.model).ok() || !check_plan_memory(plan, *given.model).ok()))
+      plan = std::move(*runner_up);
+  }
+  plan.planning_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return plan;
 }
 
 // One strategy planned (make_plan, before its fallback for memory).

@@ -244,7 +244,12 @@ TEST_CASE("make_plan spindle: single-operator losses reach the level's optimum",
   req.baseline_candidates = false;
   Result<Plan> plan = make_plan(req);
   REQUIRE(plan.ok());
-  CHECK(with_baselines->predicted.simulated_ms <= plan->predicted.simulated_ms);
+  // No slower than Spindle's own candidates but by what the runner-up
+  // (docs/planner.md, "Runner-up") gains there: among its own candidates
+  // the winner has a runner-up of another group within 2%, shifted to
+  // 5.00675 ms; with the baselines the sequential schedule wins (5.01534)
+  // and none of the others comes within 2% of it.
+  CHECK(with_baselines->predicted.simulated_ms <= plan->predicted.simulated_ms * 1.002);
   CHECK(with_baselines->predicted.compute_ms == Approx(5.0).margin(0.001));   // + the embeddings
   CHECK(check_plan(*plan, *m, graph) == std::vector<std::string>{});
   // The extended combination does better still: its variant deferring
@@ -333,7 +338,7 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
   struct Case {
     const char* model;
     const char* cluster;
-    bool faster;   // by more than 5% with the queued caps
+    bool faster;   // by more than 3% with the queued caps
   };
   int planned = 0;
   for (const auto& [model, cluster, faster] :
@@ -344,7 +349,9 @@ TEST_CASE("queued caps: one more candidate group, never a slower plan here, fast
     const spindle::plan::testing::Fixture f(model, cluster);
     const auto [a, b] = with_and_without(f, [](PlanRequest& r) { r.queued_sync_candidates = false; });
     CHECK(a.predicted.simulated_ms <= b.predicted.simulated_ms * (1 + 1e-12));
-    if (faster) CHECK(a.predicted.simulated_ms < b.predicted.simulated_ms * 0.95);
+    // 190.968 against 199.220 ms (203.390 without the queued caps before
+    // the runner-up of docs/planner.md, which reaches a faster plan there).
+    if (faster) CHECK(a.predicted.simulated_ms < b.predicted.simulated_ms * 0.97);
   }
   CHECK(planned >= 1);
 }
