@@ -828,14 +828,14 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir, const std::set<s
   return ck;
 }
 
-plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names) {
+plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names, bool values_only) {
   std::vector<std::pair<const std::string*, const CheckpointTensor*>> todo;
   for (const std::string& tname : names)
     if (const auto it = ck.index.find(tname); it != ck.index.end() && !ck.state.tensors.count(tname))
       todo.emplace_back(&it->first, &it->second);
   if (todo.empty()) return plan::Status::Ok();
   std::map<std::string, TensorState> read;
-  for (int f = 0; f < 3; ++f) {
+  for (int f = 0; f < (values_only ? 1 : 3); ++f) {
     const std::string path = ck.path + "/" + kFiles[f];
     Fd fd;
     SPINDLE_TRY(open_checkpoint_file(path, ck.file_bytes[f], fd));

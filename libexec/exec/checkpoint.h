@@ -320,7 +320,9 @@ plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir,
 // load_checkpoint) holds and `ck.state` does not yet, read from its files
 // at the offsets its index has (each file first checked to have the size
 // it was verified with), into ck.state. Names the checkpoint lacks are
-// left out (a re-planned model's new tensors). Errors name the file.
-plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names);
+// left out (a re-planned model's new tensors). `values_only`: each
+// tensor's value alone, m and v left empty (a reader of the parameters:
+// spindle-export). Errors name the file.
+plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names, bool values_only = false);
 
 }  // namespace spindle::exec

@@ -3,6 +3,9 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -77,8 +80,13 @@ plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, con
       return plan::Error{checkpoint + ": no manifest.json and no complete checkpoint (step-N) inside"};
     step_dir = (std::filesystem::path(checkpoint) / checkpoint_name(steps.back())).string();
   }
-  plan::Result<Checkpoint> ck = load_checkpoint(step_dir);
+  // Verified whole, then the values alone read (not AdamW's m and v).
+  const std::set<std::string> none;
+  plan::Result<Checkpoint> ck = load_checkpoint(step_dir, &none);
   if (!ck.ok()) return ck.error();
+  std::set<std::string> names;
+  for (const auto& [name, entry] : ck->index) names.insert(name);
+  if (plan::Status read = read_checkpoint_tensors(*ck, names, true); !read.ok()) return read.error();
   const CheckpointMeta& meta = ck.value().meta;
   std::map<std::string, Tensor> params;
   ExportSummary summary;

@@ -647,6 +647,15 @@ TEST_CASE("checkpoint: a reader keeps the values it asks for and indexes every t
   REQUIRE(read_checkpoint_tensors(*later, {"x/0.0/b", "x/0.0/w"}).ok());
   REQUIRE(later->state.tensors.size() == 2);
   CHECK(same(later->state.tensors.at("x/0.0/b"), saved.tensors.at("x/0.0/b")));
+  // The values alone (spindle-export's read): m and v left empty.
+  auto values = load_checkpoint(step, &none);
+  REQUIRE(values.ok());
+  REQUIRE(read_checkpoint_tensors(*values, {"x/0.0/w"}, true).ok());
+  const TensorState& w_value = values->state.tensors.at("x/0.0/w");
+  REQUIRE(w_value.value.shape() == Shape{2, 3});
+  CHECK(std::memcmp(w_value.value.data(), saved.tensors.at("x/0.0/w").value.data(), 6 * sizeof(float)) == 0);
+  CHECK(w_value.m.numel() == 0);
+  CHECK(w_value.v.numel() == 0);
 
   // A file that changed size since it was verified is refused, named.
   auto again = load_checkpoint(step, &none);
