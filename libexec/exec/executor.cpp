@@ -1472,7 +1472,16 @@ void add_drift(ReplicaDrift& drift, const Param& copy, const Tensor& first) {
 TrainingState Executor::gather_state() {
   TrainingState out;
   out.step = step_;
-  gather_state([&](const std::string& name, TensorState& ts) { out.tensors[name] = std::move(ts); }, &out.drift);
+  // Copies: the sink's tensors may be views of this rank's live state.
+  gather_state(
+      [&](const std::string& name, TensorState& ts) {
+        TensorState& kept = out.tensors[name];
+        kept.value = ts.value.clone();
+        kept.m = ts.m.clone();
+        kept.v = ts.v.clone();
+        kept.adam_steps = ts.adam_steps;
+      },
+      &out.drift);
   return out;
 }
 
@@ -1490,31 +1499,35 @@ void Executor::gather_state(const std::function<void(const std::string& name, Te
   };
   // With sharded state every member of a bucket first gathers its moments.
   const auto gathered = gather_moments();
-  // The host moments of shard `key` (held here): its tensors' m, then v, in shard shapes.
+  // The host moments of shard `key` (held here): its tensors' m, then v,
+  // in shard shapes (read only: views where they are on the host already).
   auto moments = [&](const std::pair<std::string, int>& key) {
     if (const auto it = gathered.find(key); it != gathered.end()) return it->second;
     const ParamState& ps = params_.at(key);
     std::vector<Tensor> mv;
     for (const std::vector<Tensor>* of : {&ps.m, &ps.v})
       for (size_t i = 0; i < ps.set.params.size(); ++i)
-        mv.push_back(to_host(backend_, (*of)[i]).clone().reshaped(ps.set.params[i].value.shape()));
+        mv.push_back(to_host(backend_, (*of)[i]).reshaped(ps.set.params[i].value.shape()));
     return mv;
   };
   for (const auto& [key, devs] : sched_->lowered.shard_devices) {
     const auto& [param, t] = key;
     const int holder = *devs.begin();
-    // One message per shard: every tensor's value, m, v, then the AdamW step
-    // count (as a float: exact below 2^24 steps).
+    // Three messages per tensor of the shard, its value, m and v, straight
+    // from where they are (no packed copy: a rank sending a large shard
+    // holds nothing more), then the AdamW step count (as a float: exact
+    // below 2^24 steps).
     if (holder == rank_ && rank_ != 0) {
       const ParamState& ps = params_.at(key);
       const std::vector<Tensor> mv = moments(key);
       const size_t n = ps.set.params.size();
-      std::vector<float> packed;
-      for (size_t i = 0; i < n; ++i)
-        for (const Tensor& x : {to_host(backend_, ps.set.params[i].value), mv[i], mv[n + i]})
-          packed.insert(packed.end(), x.data(), x.data() + x.numel());
-      packed.push_back(static_cast<float>(ps.adam_steps));
-      world_.send(packed, 0, kDumpTag);
+      for (size_t i = 0; i < n; ++i) {
+        const Tensor value = to_host(backend_, ps.set.params[i].value);
+        for (const Tensor* x : {&value, &mv[i], &mv[n + i]})
+          world_.send({x->data(), static_cast<size_t>(x->numel())}, 0, kDumpTag);
+      }
+      const float steps = static_cast<float>(ps.adam_steps);
+      world_.send({&steps, 1}, 0, kDumpTag);
     }
     if (rank_ != 0) continue;
     if (param != current_param) {
@@ -1537,23 +1550,29 @@ void Executor::gather_state(const std::function<void(const std::string& name, Te
       adam_steps = ps.adam_steps;
     } else {
       shard = shard_shapes(param, t);
-      std::vector<float> packed(static_cast<size_t>(3 * shard.local_count() + 1));
-      world_.recv(packed, holder, kDumpTag);
-      const float* src = packed.data();
       for (Param& p : shard.params) {
         m.push_back(Tensor::zeros(p.value.shape()));
         v.push_back(Tensor::zeros(p.value.shape()));
-        for (Tensor* x : {&p.value, &m.back(), &v.back()}) {
-          std::copy(src, src + x->numel(), x->data());
-          src += x->numel();
-        }
+        for (Tensor* x : {&p.value, &m.back(), &v.back()})
+          world_.recv({x->data(), static_cast<size_t>(x->numel())}, holder, kDumpTag);
       }
-      adam_steps = static_cast<int64_t>(packed.back());
+      float steps = 0;
+      world_.recv({&steps, 1}, holder, kDumpTag);
+      adam_steps = static_cast<int64_t>(steps);
     }
     for (size_t i = 0; i < shard.params.size(); ++i) {
       const Param& p = shard.params[i];
       auto [it, fresh] = current.try_emplace(p.name);
       TensorState& ts = it->second;
+      if (fresh && plan::tp_copy_counts(p.shard_axis, t) && p.value.shape() == p.full_shape) {
+        // The shard is the whole tensor: handed on as it is, no copy (a
+        // view of this rank's own state, or what was received; read only).
+        ts.value = p.value;
+        ts.m = m[i];
+        ts.v = v[i];
+        ts.adam_steps = adam_steps;
+        continue;
+      }
       if (fresh) {
         ts.value = Tensor::zeros(p.full_shape);
         ts.m = Tensor::zeros(p.full_shape);

@@ -245,7 +245,9 @@ class Executor {
   // lets it go, so that it holds one parameter's full state at a time
   // (a checkpoint of a large model is written as it arrives:
   // CheckpointWriter), not the model's. `drift` (rank 0) as above. Other
-  // ranks send theirs; `sink` is not called there. Collective over world.
+  // ranks send theirs; `sink` is not called there. The state `sink` gets
+  // may be a view of this rank's own parameters and moments: read it
+  // before step() runs again. Collective over world.
   void gather_state(const std::function<void(const std::string& name, TensorState& state)>& sink,
                     ReplicaDrift* drift);
 
