@@ -224,7 +224,8 @@ class CheckpointWriter {
   // Starts the checkpoint of `meta.step` in `dir` (created if missing): its
   // temporary folder (DIR/step-N.tmp.PID.K) and the three tensor files laid
   // out for `shapes` (every tensor it will hold, by name, full shapes).
-  // Error names what could not be made; nothing is left then.
+  // Error names what could not be made; its temporary folder is removed
+  // then (`dir`, when made, stays, as save_checkpoint leaves it).
   static plan::Result<CheckpointWriter> begin(const std::string& dir, const CheckpointMeta& meta,
                                               const std::map<std::string, Shape>& shapes);
   CheckpointWriter(CheckpointWriter&& o) noexcept;
@@ -322,7 +323,10 @@ plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir,
 // it was verified with), into ck.state. Names the checkpoint lacks are
 // left out (a re-planned model's new tensors). `values_only`: each
 // tensor's value alone, m and v left empty (a reader of the parameters:
-// spindle-export). Errors name the file.
+// spindle-export; a later call does not read their m and v either, since
+// ck.state then holds them). The files are checked by size only here:
+// the folder is the run's own (its lock, CheckpointLock) from their
+// verification on. Errors name the file.
 plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names, bool values_only = false);
 
 }  // namespace spindle::exec

@@ -1417,11 +1417,16 @@ ParamSet Executor::shard_shapes(const std::string& param, int tp_rank) const {
   return make_params(cfg, param, 0);
 }
 
-std::map<std::string, Shape> Executor::param_shapes() const {
-  std::map<std::string, Shape> out;
-  for (const auto& [param, o] : sched_->lowered.param_op)
-    for (const Param& p : shard_shapes(param, 0).params) out[p.name] = p.full_shape;
-  return out;
+const std::map<std::string, Shape>& Executor::param_shapes() const {
+  // Worked out once: shard_shapes makes (and seeds) each shard's tensors,
+  // which every save would otherwise pay for the whole model.
+  if (!param_shapes_) {
+    std::map<std::string, Shape> out;
+    for (const auto& [param, o] : sched_->lowered.param_op)
+      for (const Param& p : shard_shapes(param, 0).params) out[p.name] = p.full_shape;
+    param_shapes_ = std::move(out);
+  }
+  return *param_shapes_;
 }
 
 std::set<std::string> Executor::held_tensors() const {

@@ -263,7 +263,7 @@ class Executor {
 
   // Full shape of every parameter tensor of the model ("M/k.r/<tensor>").
   // Pure: the same on every rank.
-  std::map<std::string, Shape> param_shapes() const;
+  const std::map<std::string, Shape>& param_shapes() const;
   // The parameter tensors this rank holds a shard of: the ones load_state
   // reads (a rank resuming reads these of a checkpoint, not the model).
   std::set<std::string> held_tensors() const;
@@ -457,6 +457,7 @@ class Executor {
   // would not allow); the group's own where duplicate gives none (the
   // fakes). bucket_dups_ owns the duplicates.
   std::vector<Comm*> bucket_comm_;
+  mutable std::optional<std::map<std::string, Shape>> param_shapes_;   // param_shapes(), once made
   std::vector<std::unique_ptr<Comm>> bucket_dups_;
 
   // Data: the source the current pass reads, and its batch.
