@@ -924,7 +924,7 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
   // The tensors whose values each rank read (those it holds shards of).
   const int read_here = static_cast<int>(ck->state.tensors.size());
   std::vector<int> read(static_cast<size_t>(rank == 0 ? size : 1), 0);
-  MPI_Gather(&read_here, 1, MPI_INT, read.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_CHECK(MPI_Gather(&read_here, 1, MPI_INT, read.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (rank == 0) {
     std::printf("spindle-run: resumed from %s (step %lld; written under plan %s, %s on %d devices%s)\n",
                 ck->path.c_str(), static_cast<long long>(ck->meta.step), ck->meta.plan_sha256.substr(0, 12).c_str(),

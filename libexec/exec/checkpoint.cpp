@@ -93,6 +93,29 @@ struct Fd {
   }
 };
 
+// `n` bytes of `fd` at `offset` written from `bytes` (pwrite) or, with
+// `read`, read into it (pread), whole, through partial transfers and
+// EINTR: 0, errno, or -1 for a transfer of nothing (the end of the file).
+int transfer_at(int fd, bool read, void* bytes, uint64_t n, uint64_t offset) {
+  char* p = static_cast<char*>(bytes);
+  while (n > 0) {
+    const size_t chunk = std::min<uint64_t>(n, uint64_t{1} << 30);
+    const ssize_t done =
+        read ? ::pread(fd, p, chunk, static_cast<off_t>(offset)) : ::pwrite(fd, p, chunk, static_cast<off_t>(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) return done < 0 ? errno : -1;
+    p += done;
+    n -= static_cast<uint64_t>(done);
+    offset += static_cast<uint64_t>(done);
+  }
+  return 0;
+}
+// transfer_at's write (pwrite leaves `bytes` as they are): 0 or errno.
+int pwrite_all(int fd, const void* bytes, uint64_t n, uint64_t offset) {
+  const int err = transfer_at(fd, false, const_cast<void*>(bytes), n, offset);
+  return err < 0 ? EIO : err;
+}
+
 // A file of `size` bytes (fstat's) on `fd`, read kChunk bytes at a time,
 // every byte read fed to a SHA-256.
 class ChunkedFileSource : public ByteSource {
@@ -245,6 +268,13 @@ std::string encode_tensors(const std::map<std::string, Tensor>& tensors) {
 }
 
 namespace {
+
+// Where one tensor is in a tensor file: its shape and the byte offset of
+// its values from the file's start.
+struct TensorRecord {
+  Shape shape;
+  uint64_t offset = 0;
+};
 
 // One tensor file from `r` (its errors name `path` and the byte): every
 // record's shape and the byte offset of its values into `index` (when
@@ -403,20 +433,6 @@ nlohmann::json manifest_json(const CheckpointMeta& meta, const nlohmann::json& s
   return manifest;
 }
 
-// `bytes` written whole at `offset` of `fd`; errno, or 0.
-int pwrite_all(int fd, const void* bytes, uint64_t n, uint64_t offset) {
-  const char* p = static_cast<const char*>(bytes);
-  while (n > 0) {
-    const ssize_t done = ::pwrite(fd, p, std::min<uint64_t>(n, uint64_t{1} << 30), static_cast<off_t>(offset));
-    if (done < 0 && errno == EINTR) continue;
-    if (done <= 0) return done < 0 ? errno : EIO;
-    p += done;
-    n -= static_cast<uint64_t>(done);
-    offset += static_cast<uint64_t>(done);
-  }
-  return 0;
-}
-
 }  // namespace
 
 Result<CheckpointWriter> CheckpointWriter::begin(const std::string& dir, const CheckpointMeta& meta,
@@ -432,8 +448,9 @@ Result<CheckpointWriter> CheckpointWriter::begin(const std::string& dir, const C
   SPINDLE_ASSIGN(tmp, plan::make_temp_dir(w.final_dir_));
   w.tmp_ = tmp;
   // The layout: the header, then each record's head and values, by name.
+  const std::string header = file_header(shapes.size());
   std::vector<std::pair<uint64_t, std::string>> placed;   // (offset, head) of each record
-  uint64_t at = file_header(shapes.size()).size();
+  uint64_t at = header.size();
   for (const auto& [name, shape] : shapes) {
     std::string head = record_head(name, shape);
     const uint64_t values = static_cast<uint64_t>(shape_numel(shape)) * sizeof(float);
@@ -446,7 +463,6 @@ Result<CheckpointWriter> CheckpointWriter::begin(const std::string& dir, const C
     const std::string path = tmp + "/" + kFiles[f];
     w.fd_[f] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (w.fd_[f] < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
-    const std::string header = file_header(shapes.size());
     int err = ::ftruncate(w.fd_[f], static_cast<off_t>(at)) != 0 ? errno : 0;
     if (err == 0) err = pwrite_all(w.fd_[f], header.data(), header.size(), 0);
     for (size_t i = 0; i < placed.size() && err == 0; ++i)
@@ -843,18 +859,11 @@ plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>
       TensorState& ts = read[*tname];
       Tensor& t = f == 0 ? ts.value : f == 1 ? ts.m : ts.v;
       t = Tensor::zeros(entry->shape);
-      char* dst = reinterpret_cast<char*>(t.data());
-      uint64_t left = static_cast<uint64_t>(t.numel()) * sizeof(float), at = entry->offset[f];
-      while (left > 0) {
-        const ssize_t got = ::pread(fd.fd, dst, std::min<uint64_t>(left, uint64_t{1} << 30), static_cast<off_t>(at));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0)
-          return Error{path + ": read failed at byte " + std::to_string(at) + " (" +
-                       (got < 0 ? std::strerror(errno) : "end of file") + ")"};
-        dst += got;
-        at += static_cast<uint64_t>(got);
-        left -= static_cast<uint64_t>(got);
-      }
+      if (const int err = transfer_at(fd.fd, true, t.data(), static_cast<uint64_t>(t.numel()) * sizeof(float),
+                                      entry->offset[f]);
+          err != 0)
+        return Error{path + ": read failed at byte " + std::to_string(entry->offset[f]) + " (" +
+                     (err < 0 ? "end of file" : std::strerror(err)) + ")"};
       ts.adam_steps = entry->adam_steps;
     }
   }

@@ -138,13 +138,6 @@ std::map<std::string, int64_t> samples_read(const CheckpointMeta& meta, int64_t 
 // --steps.
 std::string check_samples_fit(const CheckpointMeta& meta, int64_t last_step, const std::string& manifest);
 
-// Where one tensor is in a tensor file: its shape and the byte offset of
-// its values from the file's start.
-struct TensorRecord {
-  Shape shape;
-  uint64_t offset = 0;
-};
-
 // One tensor a checkpoint holds: its full shape, AdamW step count, and
 // where its values are in params.bin, adam_m.bin and adam_v.bin.
 struct CheckpointTensor {
