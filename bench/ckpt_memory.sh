@@ -13,7 +13,7 @@
 # AdamW moments) planned task-level on 2 CPU ranks, so that each rank holds
 # one task's parameters (the model is symmetric: half each). Three runs,
 # each rank's peak resident memory
-# (GNU time's maximum RSS): one step; one step and a checkpoint; resuming
+# (the rank's maximum RSS): one step; one step and a checkpoint; resuming
 # that checkpoint (no step). Prints the peaks and two ratios against the
 # one-step run: each rank's growth at the save over the full state (value,
 # m, v: 12 bytes a value) of the model's largest parameter (the 200000 x
@@ -36,12 +36,18 @@ model="$root/bench/models/big-lm.yaml"
 sed -e 's/^name: .*/name: cpu-1x2-16gib/' -e 's/memory_gib: .*/memory_gib: 16/' \
   "$root/configs/clusters/cpu-1x2.yaml" > cluster.yaml
 "$build/apps/spindle-plan" "$model" --cluster cluster.yaml --strategy task-level -o plan.json > plan.log
+# Each rank's peak resident memory (getrusage's ru_maxrss of the rank, in
+# KiB) through python3, which scripts/setup.sh installs: GNU time is not on
+# a fresh Debian.
 cat > wrap.sh <<'WRAP'
 #!/usr/bin/env bash
-exec /usr/bin/time -o "peak.${OMPI_COMM_WORLD_RANK}" -f "%M" "$@"
+exec python3 -c '
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)' "peak.${OMPI_COMM_WORLD_RANK}" "$@"
 WRAP
 chmod +x wrap.sh
-[ -x /usr/bin/time ] || { echo "ckpt_memory: needs GNU time (/usr/bin/time; Debian package time)"; exit 1; }
 
 # run LABEL ARGS...: spindle-run on 2 ranks; sets peak0 and peak1, MiB.
 run() {
