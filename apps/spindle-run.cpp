@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -634,30 +635,40 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   }
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
 
-  // Resume: every rank reads and verifies the newest complete checkpoint
-  // (DIR must be visible to every rank, e.g. a shared filesystem).
+  // Resume: the newest complete checkpoint, verified and indexed (DIR must
+  // be visible to every rank, e.g. a shared filesystem).
   if (args.resume) {
     const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
+    const std::string newest =
+        found.empty() ? "" : args.checkpoint_dir + "/" + se::checkpoint_name(found.back());
+    // Nothing is removed for the user: the way back to the one before is
+    // said instead.
+    auto refused = [&](const std::string& why) {
+      return why + " (--resume reads the newest checkpoint, " + newest +
+             (found.size() > 1 ? "; to resume from " + args.checkpoint_dir + "/" +
+                                     se::checkpoint_name(found[found.size() - 2]) + ", move " + newest + " out of " +
+                                     args.checkpoint_dir + ")"
+                               : ", and there is no other)");
+    };
+    // Each file's SHA-256 checked by one rank (checkpoint_file_verifier),
+    // not by all; then every rank indexes the tensors from the records'
+    // heads alone, and later reads only the values of the tensors it holds
+    // shards of (resume).
     if (found.empty()) {
       error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
     } else {
-      const std::string newest = args.checkpoint_dir + "/" + se::checkpoint_name(found.back());
-      // Verified whole now, its values read later (resume): each rank
-      // reads only the tensors it holds shards of.
-      const std::set<std::string> none;
-      auto loaded = se::load_checkpoint(newest, &none);
-      if (loaded.ok()) {
-        in.ck = std::move(*loaded);
-      } else {
-        // Nothing is removed for the user: the way back to the one before
-        // is said instead.
-        error = loaded.error().message + " (--resume reads the newest checkpoint, " + newest;
-        error += found.size() > 1 ? "; to resume from " + args.checkpoint_dir + "/" +
-                                        se::checkpoint_name(found[found.size() - 2]) + ", move " + newest +
-                                        " out of " + args.checkpoint_dir + ")"
-                                  : ", and there is no other)";
-      }
+      std::array<bool, se::kCheckpointFiles> mine{};
+      for (int f = 0; f < se::kCheckpointFiles; ++f)
+        mine[static_cast<size_t>(f)] = se::checkpoint_file_verifier(f, size) == rank;
+      if (const sp::Status verified = se::verify_checkpoint_files(newest, mine); !verified)
+        error = refused(verified.error().message);
     }
+    if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
+    const std::set<std::string> none;
+    if (auto loaded = se::load_checkpoint(newest, &none, /*hash=*/false); loaded.ok())
+      in.ck = std::move(*loaded);
+    else
+      error = refused(loaded.error().message);
     // A run that will train (the checkpoint before --steps) resumes after
     // the checkpoint's step: a trace window ending there holds nothing.
     if (error.empty() && in.ck->meta.step < args.steps && args.trace_window.last <= in.ck->meta.step)
@@ -932,9 +943,13 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
                 ck->meta.plan_devices != size ? ", re-sharded by parameter" : "");
     std::string counts;
     for (int r = 0; r < size; ++r) counts += (r ? "," : "") + std::to_string(read[static_cast<size_t>(r)]);
-    std::printf("spindle-run: each rank verified the checkpoint's files and read the values of the tensors it holds: "
-                "%s of %zu by rank\n",
-                counts.c_str(), ck->index.size());
+    std::string verifiers;
+    for (int f = 0; f < se::kCheckpointFiles; ++f)
+      verifiers += std::string(f ? ", " : "") + se::checkpoint_file(f) + " by rank " +
+                   std::to_string(se::checkpoint_file_verifier(f, size));
+    std::printf("spindle-run: checkpoint files verified (SHA-256): %s; each rank read the values of the tensors it "
+                "holds: %s of %zu by rank\n",
+                verifiers.c_str(), counts.c_str(), ck->index.size());
     if (replan)
       std::printf("spindle-run: re-planned: model %s changed (sha256 %s -> %s): %s\n", model.name.c_str(),
                   ck->meta.model_sha256.substr(0, 12).c_str(), model.sha256.substr(0, 12).c_str(), note.c_str());

@@ -167,6 +167,49 @@ class ChunkedFileSource : public ByteSource {
   std::string read_error_;
 };
 
+// A file of `size` bytes on `fd`, read only where the parser reads (pread,
+// kWindow bytes at a time): what it skips is never read. A tensor file
+// whose SHA-256 another rank checks (verify_checkpoint_files), indexed
+// from its records' heads alone.
+class PreadSource : public ByteSource {
+ public:
+  PreadSource(int fd, uint64_t size) : fd_(fd) { size_ = size; }
+  bool take(void* dst, uint64_t n) override {
+    if (n > size_ - pos_) return false;
+    if (dst) {
+      char* out = static_cast<char*>(dst);
+      if (n > kWindow) {
+        if (!read_at(out, n, pos_)) return false;
+      } else {
+        if (pos_ < window_at_ || pos_ + n > window_at_ + window_.size()) {
+          window_.resize(std::min<uint64_t>(kWindow, size_ - pos_));
+          window_at_ = pos_;
+          if (!read_at(window_.data(), window_.size(), pos_)) {
+            window_.clear();
+            return false;
+          }
+        }
+        std::memcpy(out, window_.data() + (pos_ - window_at_), n);
+      }
+    }
+    pos_ += n;
+    return true;
+  }
+  const std::string& read_error() const { return read_error_; }
+
+ private:
+  static constexpr uint64_t kWindow = uint64_t{64} << 10;
+  bool read_at(char* out, uint64_t n, uint64_t offset) {
+    const int err = transfer_at(fd_, true, out, n, offset);
+    if (err != 0) read_error_ = err < 0 ? "end of file at byte " + std::to_string(offset) : std::strerror(err);
+    return err == 0;
+  }
+  int fd_;
+  std::vector<char> window_;
+  uint64_t window_at_ = 0;   // the file offset of window_[0]
+  std::string read_error_;
+};
+
 // The directories in `dir` that checkpoint_step_of names, by step:
 // complete checkpoints or (`leftovers`) leftovers of saves.
 std::vector<std::pair<int64_t, fs::path>> scan(const std::string& dir, bool leftovers) {
@@ -767,33 +810,47 @@ plan::Status open_checkpoint_file(const std::string& path, uint64_t bytes, Fd& o
   return plan::Status::Ok();
 }
 
-// Tensor file `path`, which the manifest says is `entry`: read once, a
-// chunk at a time, its SHA-256 checked against the manifest's, its records
-// into `records` and the values of those `wanted` names (all when null)
-// returned. A file whose hash differs is reported as corrupt whatever its
-// parse found (a flipped byte may break a record before the hash is done).
-Result<std::map<std::string, Tensor>> read_tensor_file(const std::string& path, const FileEntry& entry,
-                                                       const std::set<std::string>* wanted,
-                                                       std::map<std::string, TensorRecord>& records) {
-  Fd fd;
-  SPINDLE_TRY(open_checkpoint_file(path, entry.bytes, fd));
-  ChunkedFileSource source(fd.fd, entry.bytes);
-  Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, wanted, &records);
+// Reads the rest of `source` (a file whose manifest entry is `entry`) and
+// checks the SHA-256 of all of it against the manifest's.
+plan::Status check_file_hash(const std::string& path, ChunkedFileSource& source, const FileEntry& entry) {
   const std::string sha = source.hash_to_end();
   if (sha.empty()) return Error{path + ": read failed: " + source.read_error()};
   if (sha != entry.sha256) return Error{path + ": corrupt checkpoint file: SHA-256 differs from the manifest's"};
+  return plan::Status::Ok();
+}
+
+// Tensor file `path`, which the manifest says is `entry`: its records into
+// `records` and the values of those `wanted` names (all when null)
+// returned. With `hash`, read once, a chunk at a time, its SHA-256 checked
+// against the manifest's; a file whose hash differs is reported as corrupt
+// whatever its parse found (a flipped byte may break a record before the
+// hash is done). Without, checked by size and read where the records are
+// (their heads, and the values wanted).
+Result<std::map<std::string, Tensor>> read_tensor_file(const std::string& path, const FileEntry& entry,
+                                                       const std::set<std::string>* wanted,
+                                                       std::map<std::string, TensorRecord>& records, bool hash) {
+  Fd fd;
+  SPINDLE_TRY(open_checkpoint_file(path, entry.bytes, fd));
+  if (!hash) {
+    PreadSource source(fd.fd, entry.bytes);
+    Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, wanted, &records);
+    if (!source.read_error().empty()) return Error{path + ": read failed: " + source.read_error()};
+    return parsed;
+  }
+  ChunkedFileSource source(fd.fd, entry.bytes);
+  Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, wanted, &records);
+  SPINDLE_TRY(check_file_hash(path, source, entry));
   return parsed;
 }
 
-}  // namespace
-
-Result<Checkpoint> load_checkpoint(const std::string& step_dir, const std::set<std::string>* wanted) {
+// DIR/step-N's manifest into `ck` (path, meta, state.step), its file
+// entries and AdamW step counts; refused when the folder is named for
+// another step.
+plan::Status load_manifest(const std::string& step_dir, Checkpoint& ck, FileEntry (&files)[3],
+                           std::map<std::string, int64_t>& adam_steps) {
   const std::string manifest_path = step_dir + "/manifest.json";
   SPINDLE_ASSIGN(text, plan::read_regular_file(manifest_path));
-  Checkpoint ck;
   ck.path = step_dir;
-  FileEntry files[3];
-  std::map<std::string, int64_t> adam_steps;
   SPINDLE_TRY(plan::check_json_shape(text, manifest_path));   // bounded depth: the messages dump values
   SPINDLE_ASSIGN(j, plan::parse_json_text(text, manifest_path));
   SPINDLE_TRY(read_manifest(j, manifest_path, ck, files, adam_steps));
@@ -807,11 +864,42 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir, const std::set<s
     return Error{manifest_path + ": step " + std::to_string(ck.meta.step) + ", but its folder is named " + name +
                  " (a checkpoint renamed or copied by hand? name it " + checkpoint_name(ck.meta.step) +
                  ", or any name not step-*)"};
+  return plan::Status::Ok();
+}
+
+}  // namespace
+
+const char* checkpoint_file(int f) { return kFiles[f]; }
+
+int checkpoint_file_verifier(int f, int ranks) { return static_cast<int>(int64_t{f} * ranks / kCheckpointFiles); }
+
+plan::Status verify_checkpoint_files(const std::string& step_dir, const std::array<bool, kCheckpointFiles>& files) {
+  Checkpoint ck;
+  FileEntry entries[3];
+  std::map<std::string, int64_t> adam_steps;
+  SPINDLE_TRY(load_manifest(step_dir, ck, entries, adam_steps));
+  for (int f = 0; f < kCheckpointFiles; ++f) {
+    if (!files[static_cast<size_t>(f)]) continue;
+    const std::string path = step_dir + "/" + kFiles[f];
+    Fd fd;
+    SPINDLE_TRY(open_checkpoint_file(path, entries[f].bytes, fd));
+    ChunkedFileSource source(fd.fd, entries[f].bytes);
+    SPINDLE_TRY(check_file_hash(path, source, entries[f]));
+  }
+  return plan::Status::Ok();
+}
+
+Result<Checkpoint> load_checkpoint(const std::string& step_dir, const std::set<std::string>* wanted, bool hash) {
+  const std::string manifest_path = step_dir + "/manifest.json";
+  Checkpoint ck;
+  FileEntry files[3];
+  std::map<std::string, int64_t> adam_steps;
+  SPINDLE_TRY(load_manifest(step_dir, ck, files, adam_steps));
 
   std::map<std::string, Tensor> decoded[3];
   std::map<std::string, TensorRecord> records[3];
   for (int f = 0; f < 3; ++f) {
-    SPINDLE_ASSIGN(values, read_tensor_file(step_dir + "/" + kFiles[f], files[f], wanted, records[f]));
+    SPINDLE_ASSIGN(values, read_tensor_file(step_dir + "/" + kFiles[f], files[f], wanted, records[f], hash));
     decoded[f] = std::move(values);
     ck.file_bytes[f] = files[f].bytes;
   }

@@ -41,9 +41,12 @@
 // holds the model's whole state. Reading verifies every file's size and
 // SHA-256 against the manifest, a chunk at a time as it decodes, and
 // returns nothing of a file whose hash differs; a reader may keep only
-// the tensors it asks for (load_checkpoint's `wanted`).
+// the tensors it asks for (load_checkpoint's `wanted`). A resuming run
+// splits the hashing over its ranks (verify_checkpoint_files), each file
+// read whole by one rank.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -299,6 +302,23 @@ class CheckpointLock {
 // lock file cannot be made.
 plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
 
+// The tensor files of a checkpoint, in their order: params.bin, adam_m.bin,
+// adam_v.bin (checkpoint_file(f), f < kCheckpointFiles).
+inline constexpr int kCheckpointFiles = 3;
+const char* checkpoint_file(int f);
+
+// The rank of `ranks` that checks tensor file `f`'s SHA-256 when a run
+// resumes (verify_checkpoint_files): f * ranks / 3, so that on three
+// ranks or more each file is read whole by one rank, and those ranks are
+// spread over the run (on different nodes, placed by blocks), rather than
+// every rank reading the three files.
+int checkpoint_file_verifier(int f, int ranks);
+
+// Reads DIR/step-N's manifest (refused as load_checkpoint refuses it) and
+// checks the size and SHA-256 of each tensor file `files` marks, reading
+// it whole, a chunk at a time. Errors name the file.
+plan::Status verify_checkpoint_files(const std::string& step_dir, const std::array<bool, kCheckpointFiles>& files);
+
 // Reads and verifies DIR/step-N: manifest format and version, every file's
 // size and SHA-256, tensor files, and that params/m/v name the same tensors
 // with the same shapes. Errors name the offending file. Every tensor goes
@@ -306,9 +326,12 @@ plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
 // when null) into Checkpoint::state. The files are read once, a chunk at a
 // time: what a rank holds of them is what it asked for (a rank resuming
 // a large model keeps its own parameters, not the model's three times
-// over).
+// over). Without `hash` the files are checked by size alone and read only
+// where the parser reads (the records' heads and the values wanted): for
+// files whose SHA-256 was checked by verify_checkpoint_files (spindle-run:
+// each by one rank, checkpoint_file_verifier).
 plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir,
-                                         const std::set<std::string>* wanted = nullptr);
+                                         const std::set<std::string>* wanted = nullptr, bool hash = true);
 
 // The values of the tensors `names` gives that `ck` (loaded by
 // load_checkpoint) holds and `ck.state` does not yet, read from its files

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -667,6 +669,123 @@ TEST_CASE("checkpoint: a reader keeps the values it asks for and indexes every t
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.error().message, Catch::Contains("adam_m.bin: truncated or corrupt checkpoint file: 102 bytes, "
                                                  "the manifest says 106"));
+}
+
+TEST_CASE("checkpoint: a resume's hashing is split over the ranks, each file by one, spread out") {
+  // f * ranks / 3, worked by hand.
+  const std::vector<std::pair<int, std::vector<int>>> expected{
+      {1, {0, 0, 0}}, {2, {0, 0, 1}}, {3, {0, 1, 2}}, {4, {0, 1, 2}}, {8, {0, 2, 5}}, {64, {0, 21, 42}}};
+  for (const auto& [ranks, verifiers] : expected) {
+    INFO(ranks << " ranks");
+    for (int f = 0; f < kCheckpointFiles; ++f) CHECK(checkpoint_file_verifier(f, ranks) == verifiers[f]);
+  }
+  // Every file by a rank of the run, and by distinct ranks once there are three.
+  for (int ranks = 1; ranks <= 1000; ++ranks) {
+    std::set<int> seen;
+    for (int f = 0; f < kCheckpointFiles; ++f) {
+      const int r = checkpoint_file_verifier(f, ranks);
+      REQUIRE(r >= 0);
+      REQUIRE(r < ranks);
+      seen.insert(r);
+    }
+    REQUIRE(static_cast<int>(seen.size()) == std::min(ranks, kCheckpointFiles));
+  }
+  CHECK(std::string(checkpoint_file(0)) == "params.bin");
+  CHECK(std::string(checkpoint_file(2)) == "adam_v.bin");
+}
+
+TEST_CASE("checkpoint: verifying chosen files finds a flipped byte only in those, naming the file") {
+  TempDir dir("ckpt-verify");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(1), small_state(), 3).ok());
+  const std::string step = (dir.path / "step-000001").string();
+  const std::array<bool, kCheckpointFiles> all{true, true, true}, v_only{false, false, true},
+      not_v{true, true, false};
+  REQUIRE(verify_checkpoint_files(step, all).ok());
+  const auto v = sp::read_file(step + "/adam_v.bin");
+  REQUIRE(v.ok());
+  std::string flipped = *v;
+  flipped[flipped.size() - 1] ^= 0x01;   // the last value's low byte
+  write_bytes(step + "/adam_v.bin", flipped);
+  const sp::Status st = verify_checkpoint_files(step, v_only);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message, Catch::Contains("adam_v.bin: corrupt checkpoint file: SHA-256 differs"));
+  CHECK(verify_checkpoint_files(step, not_v).ok());
+  // Another size is found by any rank (checked before anything is read).
+  write_bytes(step + "/adam_v.bin", v->substr(0, 30));
+  const sp::Status cut = verify_checkpoint_files(step, not_v);
+  CHECK(cut.ok());
+  const auto indexed = load_checkpoint(step, nullptr, false);
+  REQUIRE_FALSE(indexed.ok());
+  CHECK_THAT(indexed.error().message, Catch::Contains("adam_v.bin: truncated or corrupt checkpoint file: 30 bytes"));
+  // The manifest is checked as load_checkpoint checks it.
+  write_bytes(step + "/manifest.json", "[]");
+  const sp::Status bad = verify_checkpoint_files(step, {false, false, false});
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::Contains("manifest.json"));
+}
+
+TEST_CASE("checkpoint: indexing without the hash reads the records' heads alone and finds what hashing finds") {
+  // A tensor of 2^20 values (4 MiB in each file) beside small_state's.
+  TrainingState big = small_state();
+  TensorState t;
+  t.value = Tensor::zeros({1024, 1024});
+  for (int64_t i = 0; i < t.value.numel(); ++i) t.value.data()[i] = static_cast<float>(i % 97) * 0.5f;
+  t.m = t.value.clone();
+  t.v = t.value.clone();
+  t.adam_steps = 3;
+  big.tensors["x/0.1/big"] = t;
+  TempDir dir("ckpt-heads");
+  REQUIRE(save_checkpoint(dir.str(), small_meta(2), big, 3).ok());
+  const std::string step = (dir.path / "step-000002").string();
+  // Bytes this process has read (read, pread), from /proc/self/io.
+  auto rchar = [] {
+    std::ifstream io("/proc/self/io");
+    std::string key;
+    int64_t value = -1;
+    while (io >> key >> value)
+      if (key == "rchar:") return value;
+    return int64_t{-1};
+  };
+  const std::set<std::string> none;
+  const int64_t before = rchar();
+  REQUIRE(before >= 0);
+  const auto heads = load_checkpoint(step, &none, false);
+  const int64_t read = rchar() - before;
+  REQUIRE(heads.ok());
+  // Three files of 12 MiB in all: a window of 64 KiB at each head, and the manifest.
+  CHECK(read < 3 * (64 << 10) * 3 + (64 << 10));
+  const auto hashed = load_checkpoint(step, &none);
+  REQUIRE(hashed.ok());
+  CHECK(rchar() - before - read >= 3 * 4 * (1 << 20));
+  REQUIRE(heads->index.size() == 3);
+  for (const auto& [name, entry] : hashed->index) {
+    INFO(name);
+    const CheckpointTensor& other = heads->index.at(name);
+    CHECK(other.shape == entry.shape);
+    CHECK(other.adam_steps == entry.adam_steps);
+    for (int f = 0; f < kCheckpointFiles; ++f) CHECK(other.offset[f] == entry.offset[f]);
+  }
+  for (int f = 0; f < kCheckpointFiles; ++f) CHECK(heads->file_bytes[f] == hashed->file_bytes[f]);
+  // The values wanted are read, bit for bit: the large one past the window.
+  const std::set<std::string> wanted{"x/0.0/w", "x/0.1/big"};
+  const auto some = load_checkpoint(step, &wanted, false);
+  REQUIRE(some.ok());
+  REQUIRE(some->state.tensors.size() == 2);
+  for (const std::string& name : wanted) {
+    const TensorState& a = some->state.tensors.at(name);
+    const TensorState& b = big.tensors.at(name);
+    CHECK(std::memcmp(a.value.data(), b.value.data(), static_cast<size_t>(b.value.numel()) * 4) == 0);
+    CHECK(std::memcmp(a.v.data(), b.v.data(), static_cast<size_t>(b.v.numel()) * 4) == 0);
+  }
+  // A broken head is found without the hash, as a bad record of the file.
+  const auto m = sp::read_file(step + "/adam_m.bin");
+  REQUIRE(m.ok());
+  std::string flipped = *m;
+  flipped[24 + 3] ^= 0x40;   // the first record's name length
+  write_bytes(step + "/adam_m.bin", flipped);
+  const auto broken = load_checkpoint(step, &none, false);
+  REQUIRE_FALSE(broken.ok());
+  CHECK_THAT(broken.error().message, Catch::Contains("adam_m.bin: record 0: bad or truncated name"));
 }
 
 TEST_CASE("checkpoint: a writer given the tensors in any order writes save_checkpoint's bytes") {

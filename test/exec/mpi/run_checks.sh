@@ -1339,7 +1339,9 @@ PY
       grep -q "resumed from ck4$np/step-000003 (step 3" run.log || die "did not resume from step 3"
       # Each rank read the values of the tensors it holds shards of, not
       # the model's: on tiny-clip's plans some rank holds fewer than all.
-      read=$(sed -n 's/^spindle-run: each rank verified the checkpoint.s files and read the values of the tensors it holds: \([0-9,]*\) of \([0-9]*\) by rank$/\1 \2/p' run.log)
+      # Each file hashed by one rank, spread out (f * ranks / 3: on 3 and 4 ranks, 0, 1, 2).
+      verifiers="params.bin by rank 0, adam_m.bin by rank 1, adam_v.bin by rank 2"
+      read=$(sed -n "s/^spindle-run: checkpoint files verified (SHA-256): $verifiers; each rank read the values of the tensors it holds: \([0-9,]*\) of \([0-9]*\) by rank\$/\1 \2/p" run.log)
       python3 -c "import sys; c = [int(x) for x in sys.argv[1].split(',')]; n = int(sys.argv[2]); sys.exit(not (len(c) == $np and all(0 < x <= n for x in c) and (sys.argv[3] != 'tiny-clip' or min(c) < n)))" \
         $read "$name" || die "the tensors each rank read: '$read' (expected $np counts, each of 1..all, on tiny-clip one below all)"
       [ "$(grep -c '^iteration' run.log)" -eq 3 ] || die "expected steps 4..6 only"
@@ -1385,6 +1387,12 @@ PY
     expect_reject "checkpoint with a flipped byte" "to resume from ck/step-000002, move ck/step-000003 out of ck)"
     [ -d ck/step-000003 ] || die "the corrupt checkpoint was removed"
     cp good.bin ck/step-000003/params.bin
+    # A file another rank hashes (adam_v.bin: rank 2 of 4) is refused as well.
+    cp ck/step-000003/adam_v.bin good_v.bin
+    printf '\x7f' | dd of=ck/step-000003/adam_v.bin bs=1 seek=5000 conv=notrunc status=none
+    run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint ck --resume
+    expect_reject "adam_v.bin with a flipped byte" "rank 2: ck/step-000003/adam_v.bin: corrupt checkpoint file: SHA-256"
+    cp good_v.bin ck/step-000003/adam_v.bin
     head -c 1000 ck/step-000003/adam_m.bin > cut.bin && cp cut.bin ck/step-000003/adam_m.bin
     run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint ck --resume
     expect_reject "truncated checkpoint file" "step-000003/adam_m.bin: truncated or corrupt"
