@@ -16,14 +16,15 @@ namespace spindle::exec {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
 
-std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
+std::string safetensors_header(const std::map<std::string, Shape>& shapes,
                                const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {  // ascending name order, contiguous
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+  for (const auto& [name, shape] : shapes) {  // ascending name order, contiguous
+    uint64_t bytes = sizeof(float);
+    for (const int64_t d : shape) bytes *= static_cast<uint64_t>(d);
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string json = header.dump();
@@ -31,11 +32,7 @@ std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
   const uint64_t n = json.size();
   std::string out(8, '\0');
   std::memcpy(out.data(), &n, 8);
-  out.reserve(8 + json.size() + offset);
-  out += json;
-  for (const auto& [name, t] : tensors)
-    out.append(reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * sizeof(float));
-  return out;
+  return out + json;
 }
 
 namespace {
@@ -84,18 +81,15 @@ plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, con
   const std::set<std::string> none;
   plan::Result<Checkpoint> ck = load_checkpoint(step_dir, &none);
   if (!ck.ok()) return ck.error();
-  std::set<std::string> names;
-  for (const auto& [name, entry] : ck->index) names.insert(name);
-  if (plan::Status read = read_checkpoint_tensors(*ck, names, true); !read.ok()) return read.error();
   const CheckpointMeta& meta = ck.value().meta;
-  std::map<std::string, Tensor> params;
+  std::map<std::string, Shape> shapes;
   ExportSummary summary;
   summary.step_dir = step_dir;
   summary.step = meta.step;
-  for (const auto& [name, ts] : ck.value().state.tensors) {
-    params.emplace(name, ts.value);
+  for (const auto& [name, entry] : ck->index) {
+    shapes.emplace(name, entry.shape);
     ++summary.tensors;
-    summary.elements += ts.value.numel();
+    summary.elements += shape_numel(entry.shape);
   }
   const std::map<std::string, std::string> metadata{
       {"format", "spindle-export"},
@@ -108,11 +102,27 @@ plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, con
       {"plan_devices", std::to_string(meta.plan_devices)},
       {"layout", "row-major; weights [in, out] (y = x W); names M/k.r/tensor (docs/spec/ops.md)"},
   };
-  const std::string bytes = encode_safetensors(params, metadata);
-  summary.bytes = static_cast<int64_t>(bytes.size());
-  if (plan::Status st = plan::write_file_atomic(out_path, bytes); !st.ok()) {
-    *write_failed = true;
-    return st.error();
+  const std::string header = safetensors_header(shapes, metadata);
+  summary.bytes = static_cast<int64_t>(header.size()) + summary.elements * static_cast<int64_t>(sizeof(float));
+  // The values a tensor at a time, in the header's order, each read from
+  // the checkpoint (not AdamW's m and v) and dropped once written.
+  bool read_failed = false;
+  const plan::Status written = plan::write_file_atomic(out_path, [&](const plan::AppendBytes& append) -> plan::Status {
+    SPINDLE_TRY(append(header.data(), header.size()));
+    for (const auto& [name, shape] : shapes) {
+      if (plan::Status read = read_checkpoint_tensors(*ck, {name}, true); !read.ok()) {
+        read_failed = true;
+        return read;
+      }
+      const Tensor& value = ck->state.tensors.at(name).value;
+      SPINDLE_TRY(append(value.data(), static_cast<size_t>(value.numel()) * sizeof(float)));
+      ck->state.tensors.erase(name);
+    }
+    return plan::Status::Ok();
+  });
+  if (!written.ok()) {
+    *write_failed = !read_failed;
+    return written.error();
   }
   return summary;
 }

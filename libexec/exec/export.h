@@ -24,9 +24,11 @@
 
 namespace spindle::exec {
 
-// The safetensors bytes of `tensors` (dtype F32) with `metadata` as
-// "__metadata__" (omitted when empty). Pure.
-std::string encode_safetensors(const std::map<std::string, Tensor>& tensors,
+// The start of the safetensors file of tensors shaped `shapes` (dtype F32,
+// in the map's order) with `metadata` as "__metadata__" (omitted when
+// empty): the length and the padded JSON header, which the tensors' values
+// follow, in that order. Pure.
+std::string safetensors_header(const std::map<std::string, Shape>& shapes,
                                const std::map<std::string, std::string>& metadata);
 
 // What export_checkpoint wrote.
@@ -41,7 +43,8 @@ struct ExportSummary {
 // Reads the checkpoint `checkpoint` (a step directory DIR/step-N, or a
 // checkpoint directory DIR, whose newest complete step is taken), verifies
 // it as --resume does (load_checkpoint), and writes its parameters to
-// `out_path` atomically (temporary file in the same folder, then rename).
+// `out_path` atomically (temporary file in the same folder, then rename),
+// a tensor at a time: it holds one tensor's values, not the model's.
 // Metadata: format "spindle-export" version 1, model name and sha256, step,
 // seed, plan strategy and devices, layout "row-major; weights [in, out]".
 // Errors: a missing, incomplete or corrupt checkpoint names the file (the

@@ -207,33 +207,44 @@ std::string temporary_prefix(const std::string& path, size_t reserve = 0) {
          sha256_hex(path.substr(name_begin)).substr(0, 8) + suffix;
 }
 
-// write_file_atomic up to the rename: `bytes` in a temporary beside `path`,
-// created exclusively (never through a link), written, fsynced and closed.
-// Its name, or an Error naming `path` (the temporary removed).
-Result<std::string> write_temporary(const std::string& path, const std::string& bytes) {
+// write_file_atomic up to the rename: the bytes `fill` appends, in a
+// temporary beside `path`, created exclusively (never through a link),
+// written, fsynced and closed. Its name, or an Error naming `path` (the
+// temporary removed).
+Result<std::string> write_temporary(const std::string& path, const FileFiller& fill) {
   if (std::string why = output_refusal(path); !why.empty()) return Error{path + ": " + why};
   const std::string tmp = temporary_prefix(path);
   // O_EXCL | O_NOFOLLOW: never write through a link or into another file.
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
   int saved = 0;
-  size_t done = 0;
-  while (done < bytes.size() && saved == 0) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      saved = n < 0 ? errno : EIO;
-    } else {
-      done += static_cast<size_t>(n);
+  const AppendBytes append = [&](const void* data, size_t size) -> Status {
+    const char* bytes = static_cast<const char*>(data);
+    size_t done = 0;
+    while (done < size && saved == 0) {
+      const ssize_t n = ::write(fd, bytes + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        saved = n < 0 ? errno : EIO;
+      } else {
+        done += static_cast<size_t>(n);
+      }
     }
-  }
-  if (saved == 0 && ::fsync(fd) != 0) saved = errno;
+    if (saved != 0) return Error{path + ": write failed: " + std::strerror(saved)};
+    return Status::Ok();
+  };
+  const Status filled = fill(append);
+  if (filled.ok() && saved == 0 && ::fsync(fd) != 0) saved = errno;
   if (::close(fd) != 0 && saved == 0) saved = errno;
-  if (saved != 0) {
+  if (!filled.ok() || saved != 0) {
     ::unlink(tmp.c_str());
+    if (!filled.ok()) return filled.error();
     return Error{path + ": write failed: " + std::strerror(saved)};
   }
   return tmp;
+}
+Result<std::string> write_temporary(const std::string& path, const std::string& bytes) {
+  return write_temporary(path, [&](const AppendBytes& append) { return append(bytes.data(), bytes.size()); });
 }
 
 // The temporary renamed over `path`; on error it is removed.
@@ -259,7 +270,11 @@ Result<std::string> make_temp_dir(const std::string& path) {
 }
 
 Status write_file_atomic(const std::string& path, const std::string& bytes) {
-  Result<std::string> tmp = write_temporary(path, bytes);
+  return write_file_atomic(path, [&](const AppendBytes& append) { return append(bytes.data(), bytes.size()); });
+}
+
+Status write_file_atomic(const std::string& path, const FileFiller& fill) {
+  Result<std::string> tmp = write_temporary(path, fill);
   if (!tmp) return tmp.error();
   SPINDLE_TRY(rename_into_place(*tmp, path));
   fsync_folder(parent_of(path));

@@ -97,6 +97,15 @@ Status check_apart_from_dir(const OutputDir& dir, const std::vector<OutputPath>&
 // SHA-256 with it.
 Status write_file_atomic(const std::string& path, const std::string& bytes);
 
+// write_file_atomic for a file made a piece at a time, too large to hold
+// whole (spindle-export's safetensors): `fill` is called once and gives
+// the file's bytes in order to `append`. An Error either returns (append's
+// names `path`: "write failed") ends the write: nothing at `path` changes
+// and the temporary is removed.
+using AppendBytes = std::function<Status(const void* bytes, size_t n)>;
+using FileFiller = std::function<Status(const AppendBytes& append)>;
+Status write_file_atomic(const std::string& path, const FileFiller& fill);
+
 // A new, empty folder beside `path` for a folder written whole and then
 // renamed over `path` (a checkpoint): PATH.tmp.PID.K, the first K free (the
 // temporaries of write_file_atomic are PATH.tmp.PID). Made with mode 0777,

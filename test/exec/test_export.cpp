@@ -146,6 +146,24 @@ TEST_CASE("export: safetensors read back by hand equals the checkpoint, bit for 
   CHECK(*sp::read_file(again) == *sp::read_file(out));
 }
 
+TEST_CASE("export: the safetensors header by hand", "[export]") {
+  // {"a":{...},"b":{...}} for a [2] and a [1, 3]: offsets 0-8 and 8-20.
+  const std::string h = safetensors_header({{"a", {2}}, {"b", {1, 3}}}, {});
+  const std::string json =
+      R"({"a":{"data_offsets":[0,8],"dtype":"F32","shape":[2]},"b":{"data_offsets":[8,20],"dtype":"F32","shape":[1,3]}})";
+  const size_t padded = (json.size() + 7) / 8 * 8;
+  REQUIRE(h.size() == 8 + padded);
+  uint64_t n = 0;
+  std::memcpy(&n, h.data(), 8);
+  CHECK(n == padded);
+  CHECK(h.substr(8, json.size()) == json);
+  CHECK(h.substr(8 + json.size()) == std::string(padded - json.size(), ' '));
+  // A scalar (shape []) holds one value.
+  const std::string scalar = safetensors_header({{"s", {}}}, {{"k", "v"}});
+  CHECK(scalar.find(R"("s":{"data_offsets":[0,4],"dtype":"F32","shape":[]})") != std::string::npos);
+  CHECK(scalar.find(R"("__metadata__":{"k":"v"})") != std::string::npos);
+}
+
 TEST_CASE("export: a missing, empty or corrupt checkpoint is refused naming the file, nothing written",
           "[export]") {
   TempDir dir("export-bad");

@@ -493,6 +493,40 @@ TEST_CASE("write_file_atomic writes a file name up to NAME_MAX long, nothing lef
   CHECK(status_error(sp::write_file_atomic(s.file(std::string(256, 'b')), "x")).find("File name too long") != std::string::npos);
 }
 
+// The form spindle-export writes with: the bytes given a piece at a time.
+TEST_CASE("write_file_atomic with a filler writes its pieces in order and its error leaves the old file", "[hostile]") {
+  const TempDir s("hostile");
+  const std::string path = s.file("pieces.bin");
+  REQUIRE(sp::write_file_atomic(path, "old").ok());
+  const std::string big(3 << 20, 'z');   // past any one write's buffer
+  REQUIRE(sp::write_file_atomic(path, [&](const sp::AppendBytes& append) -> sp::Status {
+            SPINDLE_TRY(append("ab", 2));
+            SPINDLE_TRY(append("", 0));
+            SPINDLE_TRY(append(big.data(), big.size()));
+            return append("c", 1);
+          }).ok());
+  CHECK(slurp(path) == "ab" + big + "c");
+  // A filler that fails half way (spindle-export's checkpoint read): its
+  // error, the file as it was, no temporary.
+  const sp::Status failed = sp::write_file_atomic(path, [&](const sp::AppendBytes& append) -> sp::Status {
+    SPINDLE_TRY(append("new", 3));
+    return sp::Error{"the source went away"};
+  });
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().message == "the source went away");
+  CHECK(slurp(path) == "ab" + big + "c");
+  int temporaries = 0;
+  for (const auto& e : fs::directory_iterator(s.path)) temporaries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  CHECK(temporaries == 0);
+  // Refused as the bytes' form refuses, the filler never called.
+  bool called = false;
+  CHECK(status_error(sp::write_file_atomic(s.str(), [&](const sp::AppendBytes&) {
+          called = true;
+          return sp::Status::Ok();
+        })).find("is a directory") != std::string::npos);
+  CHECK_FALSE(called);
+}
+
 // A range-for over std::filesystem::directory_iterator throws from its
 // increment when reading the folder fails part way; the readers and the
 // checkpoint code list folders through list_folder, which returns the error.
