@@ -650,7 +650,7 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
                                      args.checkpoint_dir + ")"
                                : ", and there is no other)");
     };
-    // Each file's SHA-256 checked by one rank (checkpoint_file_verifier),
+    // Each file's SHA-256 checked by one rank (checkpoint_file_rank),
     // not by all; then every rank indexes the tensors from the records'
     // heads alone, and later reads only the values of the tensors it holds
     // shards of (resume).
@@ -659,7 +659,7 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
     } else {
       std::array<bool, se::kCheckpointFiles> mine{};
       for (int f = 0; f < se::kCheckpointFiles; ++f)
-        mine[static_cast<size_t>(f)] = se::checkpoint_file_verifier(f, size) == rank;
+        mine[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, size) == rank;
       if (const sp::Status verified = se::verify_checkpoint_files(newest, mine); !verified)
         error = refused(verified.error().message);
     }
@@ -946,7 +946,7 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
     std::string verifiers;
     for (int f = 0; f < se::kCheckpointFiles; ++f)
       verifiers += std::string(f ? ", " : "") + se::checkpoint_file(f) + " by rank " +
-                   std::to_string(se::checkpoint_file_verifier(f, size));
+                   std::to_string(se::checkpoint_file_rank(f, size));
     std::printf("spindle-run: checkpoint files verified (SHA-256): %s; each rank read the values of the tensors it "
                 "holds: %s of %zu by rank\n",
                 verifiers.c_str(), counts.c_str(), ck->index.size());
@@ -1105,41 +1105,79 @@ void warn_drift(const se::ReplicaDrift& drift, int64_t step) {
               drift.worst.c_str());
 }
 
-// Collective: rank 0 writes the checkpoint of the steps done so far (keeping
-// --keep), and prints its path and the time it took, ms. False on every
-// rank when it could not (rank 0 printed why): writing failed, or the state
-// is not finite (training diverged: se::CheckpointWriter refuses it).
-// Rank 0 writes each tensor as its parameter's shards come in, holding one
-// parameter's full state at a time (se::CheckpointWriter), not the model's.
+// Collective: the checkpoint of the steps done so far (keeping --keep),
+// its path and the time it took, ms, printed by rank 0. False on every
+// rank when it could not be written (the first rank's reason printed by
+// rank 0): a write failed, or the state is not finite (training diverged:
+// se::CheckpointWriter refuses it). Each tensor file is written by its own
+// rank (se::checkpoint_file_rank: params.bin by rank 0, which makes the
+// folder and finishes the save), a tensor at a time as its parameter's
+// shards come in, so no rank holds more than one parameter's parts.
 bool write_checkpoint(Training& tr) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t step = tr.executor.steps_done();
+  std::array<int, se::kCheckpointFiles> writers{};
+  std::array<bool, se::kCheckpointFiles> mine{};
+  for (int f = 0; f < se::kCheckpointFiles; ++f) {
+    writers[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, tr.size);
+    mine[static_cast<size_t>(f)] = writers[static_cast<size_t>(f)] == tr.rank;
+  }
+  const bool writes = mine[0] || mine[1] || mine[2];
   std::string error;
   std::optional<se::CheckpointWriter> writer;
+  tr.meta.step = step;   // every writer's messages name the step
   if (tr.rank == 0) {
-    tr.meta.step = step;
     if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, step);
-    auto begun = se::CheckpointWriter::begin(tr.args.checkpoint_dir, tr.meta, tr.executor.param_shapes());
+    auto begun = se::CheckpointWriter::begin(tr.args.checkpoint_dir, tr.meta, tr.executor.param_shapes(), mine);
     if (begun.ok())
       writer.emplace(std::move(*begun));
     else
       error = begun.error().message;
   }
-  // Every rank sends its shards whether or not rank 0 could begin: the
-  // gather is collective.
+  // The other writers join the folder rank 0 made ("" when it could not).
+  const std::string folder = all_gather_strings(MPI_COMM_WORLD, writer ? writer->temp_dir() : "")[0];
+  if (tr.rank != 0 && writes && !folder.empty()) {
+    auto joined = se::CheckpointWriter::join(folder, tr.meta, tr.executor.param_shapes(), mine);
+    if (joined.ok())
+      writer.emplace(std::move(*joined));
+    else
+      error = joined.error().message;
+  }
+  // Every rank sends its shards whether or not the writers could start:
+  // the gather is collective.
   se::ReplicaDrift drift;
   tr.executor.gather_state(
-      [&](const std::string& name, se::TensorState& ts) {
+      [&](const std::string& name, int part, const se::Tensor& full, int64_t adam_steps) {
         if (!writer || !error.empty()) return;
-        if (const sp::Status st = writer->add(name, ts); !st) error = st.error().message;
+        if (const sp::Status st = writer->add_part(name, part, full, adam_steps); !st) error = st.error().message;
       },
-      &drift);
+      writers, &drift);
   if (const char* at = std::getenv("SPINDLE_TEST_SIGNAL_IN_SAVE");
       at && std::atoll(at) == step && tr.rank == (tr.size > 1 ? 1 : 0))
     std::raise(SIGTERM);   // the test hook (header)
+  // The joined writers' files closed and hashed, for rank 0's manifest;
+  // any rank's error stops the save there (rank 0 removes the folder).
+  nlohmann::json closed = nlohmann::json::object();
+  if (tr.rank != 0 && writer) {
+    if (error.empty()) {
+      if (auto files = writer->close_files(); files.ok())
+        closed = std::move(*files);
+      else
+        error = files.error().message;
+    }
+    writer.reset();   // its files closed before rank 0 may remove the folder
+  }
+  const std::vector<std::string> reports =
+      all_gather_strings(MPI_COMM_WORLD, error.empty() ? closed.dump() : std::string());
+  bool all_written = true;
+  nlohmann::json joined = nlohmann::json::object();
+  for (const std::string& report : reports) {
+    if (report.empty()) all_written = false;
+    else joined.update(nlohmann::json::parse(report));
+  }
   // --overwrite: this run owns the folder from its first save on (not when
   // that save is refused: a state that is not finite keeps the old ones).
-  if (tr.rank == 0 && error.empty() && tr.overwrite_pending) {
+  if (tr.rank == 0 && all_written && tr.overwrite_pending) {
     const sp::Status st = se::remove_checkpoints(tr.args.checkpoint_dir, writer->temp_dir());
     if (st.ok())
       std::printf("spindle-run: --overwrite: removed the checkpoints of another run from %s\n",
@@ -1148,10 +1186,10 @@ bool write_checkpoint(Training& tr) {
       error = st.error().message;
     tr.overwrite_pending = false;
   }
-  if (tr.rank == 0 && error.empty()) {
+  if (tr.rank == 0 && all_written && error.empty()) {
     warn_drift(drift, step);
     std::string pruning;
-    const auto path = writer->finish(tr.args.keep, &pruning);
+    const auto path = writer->finish(tr.args.keep, &pruning, joined);
     if (path.ok())
       std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -1160,7 +1198,7 @@ bool write_checkpoint(Training& tr) {
     if (!pruning.empty()) std::printf("spindle-run: warning: %s\n", pruning.c_str());
     std::fflush(stdout);
   }
-  writer.reset();   // a save that did not finish leaves no folder behind
+  writer.reset();   // a save that did not finish leaves no folder behind (rank 0's writer removes it)
   return all_ok(MPI_COMM_WORLD, tr.rank, error);
 }
 

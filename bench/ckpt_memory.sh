@@ -19,11 +19,12 @@
 # the bytes each rank read, and two ratios against the
 # one-step run: each rank's growth at the save over the full state (value,
 # m, v: 12 bytes a value) of the model's largest parameter (the 200000 x
-# 256 tables), which rank 0 holds one of at a time while it writes (and
-# Open MPI's buffers for what it receives: target 1.5) and a rank that
-# sends its shards does not hold at all; and each rank's growth
-# on resuming over the state it holds (its task's half). Files go to
-# BUILD_DIR/ckpt_memory/. Takes about 2 minutes on 2 cores, most of it
+# 256 tables), of which each rank holds, one parameter at a time, the
+# parts it writes (checkpoint_file_rank: on 2 ranks rank 0 writes
+# params.bin and adam_m.bin, rank 1 adam_v.bin: 2/3 and 1/3; target 1.5,
+# one parameter's full state and Open MPI's buffers); and each rank's
+# growth on resuming over the state it holds (its task's half). Files go
+# to BUILD_DIR/ckpt_memory/. Takes about a minute on 2 cores, most of it
 # writing and reading 2.3 GiB (fsynced).
 set -eu
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -97,13 +98,13 @@ largest=$(( 200000 * 256 * 12 / 1048576 ))
 awk -v s0="$save0" -v s1="$save1" -v r0="$resume0" -v r1="$resume1" -v t0="$train0" -v t1="$train1" -v h="$held" \
   -v v="$values" -v l="$largest" 'BEGIN {
   printf "model: %.1f M parameters, %d MiB of state (value, m, v) held by each rank, %d MiB its largest parameter\n", v / 1e6, h, l
-  printf "save: growth over one step, rank 0 %.2f, rank 1 %.2f of the largest parameter'"'"'s state (target <= 1.5)\n", (s0 - t0) / l, (s1 - t1) / l
+  printf "save: growth over one step, rank 0 %.2f, rank 1 %.2f of the largest parameter'"'"'s state (expected 0.67 and 0.33, the parts each writes; target <= 1.5)\n", (s0 - t0) / l, (s1 - t1) / l
   printf "resume: growth over one step, rank 0 %.2f, rank 1 %.2f of the state it holds (target <= 1.2)\n", (r0 - t0) / h, (r1 - t1) / h
 }'
 # The bytes each rank read at the resume beyond the one-step run's (the
 # plan, the model, shared libraries), over the checkpoint's three files:
 # rank 0 hashes params.bin and adam_m.bin, rank 1 adam_v.bin
-# (checkpoint_file_verifier), and each then reads its half's values, m
+# (checkpoint_file_rank), and each then reads its half's values, m
 # and v: 2/3 + 1/2 and 1/3 + 1/2. Every rank hashing all three files (up
 # to 148660e) read 3/3 + 1/2 each.
 ck_bytes=$(( params_bytes * 3 ))

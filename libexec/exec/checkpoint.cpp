@@ -390,24 +390,29 @@ std::vector<int64_t> list_checkpoints(const std::string& dir) {
 
 namespace {
 
-// Ok when the value, m and v of `ts` (tensor `name`, after `step`) are
-// finite; else check_state_finite's error for the first element that is not.
-plan::Status check_tensor_finite(int64_t step, const std::string& name, const TensorState& ts) {
-  for (const auto& [part, t] : {std::pair{"value", &ts.value}, {"AdamW m", &ts.m}, {"AdamW v", &ts.v}}) {
-    const float* x = t->data();
-    for (int64_t i = 0; i < t->numel(); ++i)
-      if (!std::isfinite(x[i]))
-        return Error{"the training state after step " + std::to_string(step) + " is not finite: " + name + ", " +
-                     part + ", element " + std::to_string(i) + " is " + plan::number_text(x[i]) +
-                     " (training diverged; no checkpoint of this step is saved)"};
-  }
+const char* const kPartNames[] = {"value", "AdamW m", "AdamW v"};
+
+// Ok when `t`, part `part` (0 value, 1 m, 2 v) of tensor `name` after
+// `step`, is finite; else check_state_finite's error for the first element
+// that is not.
+plan::Status check_part_finite(int64_t step, const std::string& name, int part, const Tensor& t) {
+  const float* x = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(x[i]))
+      return Error{"the training state after step " + std::to_string(step) + " is not finite: " + name + ", " +
+                   kPartNames[part] + ", element " + std::to_string(i) + " is " + plan::number_text(x[i]) +
+                   " (training diverged; no checkpoint of this step is saved)"};
   return {};
 }
+
+// The part `f` of `ts` (0 value, 1 m, 2 v), as the tensor files order them.
+const Tensor& part_of(const TensorState& ts, int f) { return f == 0 ? ts.value : f == 1 ? ts.m : ts.v; }
 
 }  // namespace
 
 plan::Status check_state_finite(const TrainingState& state) {
-  for (const auto& [name, ts] : state.tensors) SPINDLE_TRY(check_tensor_finite(state.step, name, ts));
+  for (const auto& [name, ts] : state.tensors)
+    for (int f = 0; f < kCheckpointFiles; ++f) SPINDLE_TRY(check_part_finite(state.step, name, f, part_of(ts, f)));
   return {};
 }
 
@@ -478,8 +483,19 @@ nlohmann::json manifest_json(const CheckpointMeta& meta, const nlohmann::json& s
 
 }  // namespace
 
+void CheckpointWriter::lay_out(const std::map<std::string, Shape>& shapes) {
+  uint64_t at = file_header(shapes.size()).size();
+  for (const auto& [name, shape] : shapes) {
+    const uint64_t head = record_head(name, shape).size();
+    slots_[name] = {shape, at + head};
+    at += head + static_cast<uint64_t>(shape_numel(shape)) * sizeof(float);
+  }
+  file_bytes_ = at;
+}
+
 Result<CheckpointWriter> CheckpointWriter::begin(const std::string& dir, const CheckpointMeta& meta,
-                                                 const std::map<std::string, Shape>& shapes) {
+                                                 const std::map<std::string, Shape>& shapes,
+                                                 const std::array<bool, kCheckpointFiles>& files) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Error{dir + ": cannot create checkpoint directory: " + ec.message()};
@@ -487,30 +503,52 @@ Result<CheckpointWriter> CheckpointWriter::begin(const std::string& dir, const C
   w.dir_ = dir;
   w.meta_ = meta;
   w.final_dir_ = (fs::path(dir) / checkpoint_name(meta.step)).string();
+  w.mine_ = files;
   // The folder and its files get the permissions the umask gives.
   SPINDLE_ASSIGN(tmp, plan::make_temp_dir(w.final_dir_));
   w.tmp_ = tmp;
-  // The layout: the header, then each record's head and values, by name.
+  w.owns_tmp_ = true;
+  // The layout: the header, then each record's head and values, by name;
+  // every file laid out here, whoever writes its values.
+  w.lay_out(shapes);
   const std::string header = file_header(shapes.size());
-  std::vector<std::pair<uint64_t, std::string>> placed;   // (offset, head) of each record
-  uint64_t at = header.size();
-  for (const auto& [name, shape] : shapes) {
-    std::string head = record_head(name, shape);
-    const uint64_t values = static_cast<uint64_t>(shape_numel(shape)) * sizeof(float);
-    w.slots_[name] = {shape, at + head.size()};
-    placed.emplace_back(at, std::move(head));
-    at += placed.back().second.size() + values;
-  }
-  w.file_bytes_ = at;
-  for (int f = 0; f < 3; ++f) {
+  for (int f = 0; f < kCheckpointFiles; ++f) {
     const std::string path = tmp + "/" + kFiles[f];
-    w.fd_[f] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (w.fd_[f] < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
-    int err = ::ftruncate(w.fd_[f], static_cast<off_t>(at)) != 0 ? errno : 0;
-    if (err == 0) err = pwrite_all(w.fd_[f], header.data(), header.size(), 0);
-    for (size_t i = 0; i < placed.size() && err == 0; ++i)
-      err = pwrite_all(w.fd_[f], placed[i].second.data(), placed[i].second.size(), placed[i].first);
+    Fd fd;
+    fd.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd.fd < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
+    int err = ::ftruncate(fd.fd, static_cast<off_t>(w.file_bytes_)) != 0 ? errno : 0;
+    if (err == 0) err = pwrite_all(fd.fd, header.data(), header.size(), 0);
+    for (auto it = w.slots_.begin(); it != w.slots_.end() && err == 0; ++it) {
+      const std::string head = record_head(it->first, it->second.shape);
+      err = pwrite_all(fd.fd, head.data(), head.size(), it->second.offset - head.size());
+    }
+    // A file another rank writes is closed now, durable (its writer
+    // fsyncs only what it writes).
+    if (err == 0 && !files[static_cast<size_t>(f)] && ::fsync(fd.fd) != 0) err = errno;
     if (err != 0) return Error{path + ": write failed: " + std::strerror(err)};
+    if (files[static_cast<size_t>(f)]) w.fd_[f] = std::exchange(fd.fd, -1);
+  }
+  return w;
+}
+
+Result<CheckpointWriter> CheckpointWriter::join(const std::string& temp_dir, const CheckpointMeta& meta,
+                                                const std::map<std::string, Shape>& shapes,
+                                                const std::array<bool, kCheckpointFiles>& files) {
+  CheckpointWriter w;
+  w.meta_ = meta;
+  w.tmp_ = temp_dir;
+  w.final_dir_ = temp_dir;   // named in messages: the step folder is begin's writer's
+  w.mine_ = files;
+  w.lay_out(shapes);
+  for (int f = 0; f < kCheckpointFiles; ++f) {
+    if (!files[static_cast<size_t>(f)]) continue;
+    const std::string path = temp_dir + "/" + kFiles[f];
+    w.fd_[f] = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (w.fd_[f] < 0) return Error{path + ": cannot write: " + std::strerror(errno)};
+    struct stat st {};
+    if (::fstat(w.fd_[f], &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != w.file_bytes_)
+      return Error{path + ": not the file laid out for this save (" + std::to_string(w.file_bytes_) + " bytes)"};
   }
   return w;
 }
@@ -523,11 +561,14 @@ CheckpointWriter& CheckpointWriter::operator=(CheckpointWriter&& o) noexcept {
     dir_ = std::move(o.dir_);
     final_dir_ = std::move(o.final_dir_);
     tmp_ = std::exchange(o.tmp_, std::string());
+    owns_tmp_ = o.owns_tmp_;
     meta_ = std::move(o.meta_);
     slots_ = std::move(o.slots_);
+    mine_ = o.mine_;
+    for (int f = 0; f < kCheckpointFiles; ++f) written_[f] = std::move(o.written_[f]);
     steps_ = std::move(o.steps_);
     file_bytes_ = o.file_bytes_;
-    for (int f = 0; f < 3; ++f) fd_[f] = std::exchange(o.fd_[f], -1);
+    for (int f = 0; f < kCheckpointFiles; ++f) fd_[f] = std::exchange(o.fd_[f], -1);
     error_ = std::move(o.error_);
   }
   return *this;
@@ -538,47 +579,57 @@ CheckpointWriter::~CheckpointWriter() { abandon(); }
 void CheckpointWriter::abandon() {
   for (int& fd : fd_)
     if (fd >= 0) ::close(std::exchange(fd, -1));
-  if (!tmp_.empty()) {
+  if (!tmp_.empty() && owns_tmp_) {
     std::error_code ec;
-    fs::remove_all(std::exchange(tmp_, std::string()), ec);
+    fs::remove_all(tmp_, ec);
   }
+  tmp_.clear();
 }
 
 plan::Status CheckpointWriter::add(const std::string& name, const TensorState& state) {
+  for (int f = 0; f < kCheckpointFiles; ++f)
+    if (mine_[static_cast<size_t>(f)]) SPINDLE_TRY(add_part(name, f, part_of(state, f), state.adam_steps));
+  return {};
+}
+
+plan::Status CheckpointWriter::add_part(const std::string& name, int file, const Tensor& values, int64_t adam_steps) {
   if (!error_.empty()) return Error{error_};
   auto fail = [&](const std::string& why) {
     error_ = why;
     return Error{why};
   };
   if (tmp_.empty()) return fail("checkpoint " + final_dir_ + ": tensor " + name + " added after the save ended");
+  if (file < 0 || file >= kCheckpointFiles || !mine_[static_cast<size_t>(file)])
+    return fail("checkpoint " + final_dir_ + ": " + name + "'s " + kPartNames[std::clamp(file, 0, 2)] +
+                " given to a writer of other files");
   const auto slot = slots_.find(name);
   if (slot == slots_.end()) return fail("checkpoint " + final_dir_ + ": tensor " + name + " is not in its layout");
-  if (steps_.contains(name)) return fail("checkpoint " + final_dir_ + ": tensor " + name + " added twice");
-  for (const Tensor* t : {&state.value, &state.m, &state.v})
-    if (t->shape() != slot->second.shape)
-      return fail("checkpoint " + final_dir_ + ": tensor " + name + " has shape " + shape_str(t->shape()) +
-                  ", its layout " + shape_str(slot->second.shape));
-  if (plan::Status finite = check_tensor_finite(meta_.step, name, state); !finite)
+  if (written_[file].contains(name)) return fail("checkpoint " + final_dir_ + ": tensor " + name + " added twice");
+  if (values.shape() != slot->second.shape)
+    return fail("checkpoint " + final_dir_ + ": tensor " + name + " has shape " + shape_str(values.shape()) +
+                ", its layout " + shape_str(slot->second.shape));
+  if (plan::Status finite = check_part_finite(meta_.step, name, file, values); !finite)
     return fail(finite.error().message);
-  const Tensor* parts[3] = {&state.value, &state.m, &state.v};
-  for (int f = 0; f < 3; ++f)
-    if (const int err = pwrite_all(fd_[f], parts[f]->data(), static_cast<uint64_t>(parts[f]->numel()) * sizeof(float),
-                                   slot->second.offset);
-        err != 0)
-      return fail(tmp_ + "/" + kFiles[f] + ": write failed: " + std::strerror(err));
-  steps_[name] = state.adam_steps;
+  if (const int err = pwrite_all(fd_[file], values.data(), static_cast<uint64_t>(values.numel()) * sizeof(float),
+                                 slot->second.offset);
+      err != 0)
+    return fail(tmp_ + "/" + kFiles[file] + ": write failed: " + std::strerror(err));
+  written_[file].insert(name);
+  steps_[name] = adam_steps;
   return {};
 }
 
-Result<std::string> CheckpointWriter::finish(int keep, std::string* warning) {
+Result<nlohmann::json> CheckpointWriter::close_files() {
   if (!error_.empty()) return Error{error_};
-  if (tmp_.empty()) return Error{"checkpoint " + final_dir_ + ": finished twice"};
-  for (const auto& [name, slot] : slots_)
-    if (!steps_.contains(name)) return Error{"checkpoint " + final_dir_ + ": tensor " + name + " was never written"};
+  if (tmp_.empty()) return Error{"checkpoint " + final_dir_ + ": its files closed twice"};
+  nlohmann::json files = nlohmann::json::object();
   // Each file made durable, then hashed as written (read back a chunk at a
   // time: the records came in whatever order their parameters did).
-  nlohmann::json files = nlohmann::json::object();
-  for (int f = 0; f < 3; ++f) {
+  for (int f = 0; f < kCheckpointFiles; ++f) {
+    if (!mine_[static_cast<size_t>(f)]) continue;
+    for (const auto& [name, slot] : slots_)
+      if (!written_[f].contains(name))
+        return Error{"checkpoint " + final_dir_ + ": tensor " + name + " was never written to " + kFiles[f]};
     const std::string path = tmp_ + "/" + kFiles[f];
     int err = ::fsync(fd_[f]) != 0 ? errno : 0;
     if (::close(std::exchange(fd_[f], -1)) != 0 && err == 0) err = errno;
@@ -591,6 +642,24 @@ Result<std::string> CheckpointWriter::finish(int keep, std::string* warning) {
     if (sha.empty()) return Error{path + ": read back failed: " + back.read_error()};
     files[kFiles[f]] = {{"sha256", sha}, {"bytes", file_bytes_}};
   }
+  if (!owns_tmp_) tmp_.clear();   // a joined writer is done: the folder is begin's writer's
+  return files;
+}
+
+Result<std::string> CheckpointWriter::finish(int keep, std::string* warning, const nlohmann::json& joined) {
+  if (!error_.empty()) return Error{error_};
+  if (tmp_.empty() || !owns_tmp_) return Error{"checkpoint " + final_dir_ + ": finished twice, or by a joined writer"};
+  SPINDLE_ASSIGN(files, close_files());
+  for (int f = 0; f < kCheckpointFiles; ++f) {
+    if (mine_[static_cast<size_t>(f)]) continue;
+    // Written and hashed by a joined writer (its close_files).
+    const auto entry = joined.find(kFiles[f]);
+    if (entry == joined.end())
+      return Error{"checkpoint " + final_dir_ + ": " + kFiles[f] + " was written by no writer"};
+    files[kFiles[f]] = *entry;
+  }
+  for (const auto& [name, slot] : slots_)
+    if (!steps_.contains(name)) return Error{"checkpoint " + final_dir_ + ": tensor " + name + " was never written"};
   nlohmann::json steps = nlohmann::json::object();
   for (const auto& [name, n] : steps_) steps[name] = n;
   // A data folder's path (data.tasks.*.dir, for people) may hold bytes
@@ -871,7 +940,7 @@ plan::Status load_manifest(const std::string& step_dir, Checkpoint& ck, FileEntr
 
 const char* checkpoint_file(int f) { return kFiles[f]; }
 
-int checkpoint_file_verifier(int f, int ranks) { return static_cast<int>(int64_t{f} * ranks / kCheckpointFiles); }
+int checkpoint_file_rank(int f, int ranks) { return static_cast<int>(int64_t{f} * ranks / kCheckpointFiles); }
 
 plan::Status verify_checkpoint_files(const std::string& step_dir, const std::array<bool, kCheckpointFiles>& files) {
   Checkpoint ck;

@@ -37,8 +37,9 @@
 // Writing: into DIR/step-NNNNNN.tmp.PID.K (the folder and its files get
 // the permissions the umask gives), every file fsynced, then renamed to
 // DIR/step-NNNNNN; a crash mid-write leaves only a *.tmp.* directory,
-// which readers ignore. A tensor at a time (CheckpointWriter): no rank
-// holds the model's whole state. Reading verifies every file's size and
+// which readers ignore. A tensor at a time (CheckpointWriter), each file
+// by its own rank (checkpoint_file_rank): no rank holds the model's whole
+// state, nor one parameter's (on 3 ranks or more). Reading verifies every file's size and
 // SHA-256 against the manifest, a chunk at a time as it decodes, and
 // returns nothing of a file whose hash differs; a reader may keep only
 // the tensors it asks for (load_checkpoint's `wanted`). A resuming run
@@ -209,52 +210,97 @@ plan::Status check_state_finite(const TrainingState& state);
 plan::Result<std::string> save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                                           const TrainingState& state, int keep, std::string* warning = nullptr);
 
+// The tensor files of a checkpoint, in their order: params.bin, adam_m.bin,
+// adam_v.bin (checkpoint_file(f), f < kCheckpointFiles).
+inline constexpr int kCheckpointFiles = 3;
+const char* checkpoint_file(int f);
+
+// The rank of `ranks` that writes tensor file `f` at a save
+// (CheckpointWriter::begin on rank 0 for its own, join on the others) and
+// checks its SHA-256 when a run resumes (verify_checkpoint_files):
+// f * ranks / 3, so that on three ranks or more each file is written, and
+// read whole, by one rank, those ranks spread over the run (on different
+// nodes, placed by blocks), rather than one rank writing, or every rank
+// reading, the three files. Rank 0 always has params.bin.
+int checkpoint_file_rank(int f, int ranks);
+
 // A checkpoint written a tensor at a time, into the files and folder
-// save_checkpoint writes: spindle-run's saves, where rank 0 holds one
-// parameter's full state at a time (Executor::gather_state's sink), not
-// the model's. The tensor files are laid out first (every record's head
-// in place), each tensor's values written at their offsets as they come,
-// in any order, and the files hashed by reading them back when all are in.
+// save_checkpoint writes: spindle-run's saves, where no rank holds the
+// model's state (Executor::gather_state's sink). The tensor files are laid
+// out first (every record's head in place), each tensor's values written
+// at their offsets as they come, in any order, and the files hashed by
+// reading them back when all are in. The three files may be written by
+// writers on different ranks: one begin()s the save (its folder, the
+// layout, the files it writes) and finish()es it; the others join() it
+// for their files and close_files() before it finishes, their hashes
+// handed to finish().
 class CheckpointWriter {
  public:
   // Starts the checkpoint of `meta.step` in `dir` (created if missing): its
   // temporary folder (DIR/step-N.tmp.PID.K) and the three tensor files laid
-  // out for `shapes` (every tensor it will hold, by name, full shapes).
-  // Error names what could not be made; its temporary folder is removed
-  // then (`dir`, when made, stays, as save_checkpoint leaves it).
+  // out for `shapes` (every tensor it will hold, by name, full shapes);
+  // this writer writes the values of the files `files` marks. Error names
+  // what could not be made; its temporary folder is removed then (`dir`,
+  // when made, stays, as save_checkpoint leaves it).
   static plan::Result<CheckpointWriter> begin(const std::string& dir, const CheckpointMeta& meta,
-                                              const std::map<std::string, Shape>& shapes);
+                                              const std::map<std::string, Shape>& shapes,
+                                              const std::array<bool, kCheckpointFiles>& files = {true, true, true});
+  // Joins the save whose begin()'s writer made `temp_dir` (its temp_dir(),
+  // from another rank) to write the values of the files `files` marks
+  // there, laid out as begin laid them out for the same `shapes`. A joined
+  // writer never removes the folder; its errors name `temp_dir`.
+  static plan::Result<CheckpointWriter> join(const std::string& temp_dir, const CheckpointMeta& meta,
+                                             const std::map<std::string, Shape>& shapes,
+                                             const std::array<bool, kCheckpointFiles>& files);
   CheckpointWriter(CheckpointWriter&& o) noexcept;
   CheckpointWriter& operator=(CheckpointWriter&& o) noexcept;
-  // Removes the temporary folder unless finish put it in place.
+  // Closes its files; begin()'s writer also removes the temporary folder
+  // unless finish put it in place.
   ~CheckpointWriter();
 
-  // Writes one tensor's value, m and v into place. An error (a name not in
-  // the layout or added before, another shape, a state that is not finite:
-  // check_state_finite's message, after meta.step, or a write that failed)
-  // ends the save: later adds return it, and so does finish.
+  // Writes one tensor's parts into the files this writer writes (value
+  // into params.bin, m into adam_m.bin, v into adam_v.bin). An error (a
+  // name not in the layout or added before, another shape, a part that is
+  // not finite: check_state_finite's message, after meta.step, or a write
+  // that failed) ends the save: later adds return it, and so does finish.
   plan::Status add(const std::string& name, const TensorState& state);
+  // The same for one part: `values` of tensor `name` into file `file`
+  // (0 params.bin, 1 adam_m.bin, 2 adam_v.bin), which this writer writes;
+  // `adam_steps` its AdamW step count (for the manifest).
+  plan::Status add_part(const std::string& name, int file, const Tensor& values, int64_t adam_steps);
   // The temporary folder while the save is in progress ("" after finish).
   const std::string& temp_dir() const { return tmp_; }
-  // Once every tensor of the layout was added: the files fsynced and
-  // hashed, the manifest written, the folder renamed into place and the
-  // checkpoints pruned as save_checkpoint says (`keep`, `warning`).
-  // Returns the step folder's path.
-  plan::Result<std::string> finish(int keep, std::string* warning = nullptr);
+  // Once every tensor of the layout was added to each file this writer
+  // writes: those files fsynced, closed and hashed ({FILE: {"sha256",
+  // "bytes"}}, the manifest's "files" entries). A joined writer's last
+  // call; finish calls it for begin()'s writer.
+  plan::Result<nlohmann::json> close_files();
+  // begin()'s writer, once every tensor of the layout was added to its
+  // files and the joined writers closed theirs (`joined`: their
+  // close_files() merged): its files fsynced and hashed, the manifest
+  // written, the folder renamed into place and the checkpoints pruned as
+  // save_checkpoint says (`keep`, `warning`). Returns the step folder's
+  // path.
+  plan::Result<std::string> finish(int keep, std::string* warning = nullptr,
+                                   const nlohmann::json& joined = nlohmann::json::object());
 
  private:
   CheckpointWriter() = default;
-  void abandon();   // closes the files, removes the temporary folder
+  void abandon();   // closes the files, removes the temporary folder when it is this writer's
+  void lay_out(const std::map<std::string, Shape>& shapes);   // slots_, file_bytes_
   struct Slot {
     Shape shape;
     uint64_t offset = 0;   // of its values, in each of the three files
   };
   std::string dir_, final_dir_, tmp_;
+  bool owns_tmp_ = false;                  // begin()'s writer: removes the folder, finishes
   CheckpointMeta meta_;
   std::map<std::string, Slot> slots_;
+  std::array<bool, kCheckpointFiles> mine_{};   // the files this writer writes
+  std::set<std::string> written_[kCheckpointFiles];
   std::map<std::string, int64_t> steps_;   // the tensors added: AdamW steps
   uint64_t file_bytes_ = 0;                // each file's size (the three have one layout)
-  int fd_[3] = {-1, -1, -1};
+  int fd_[kCheckpointFiles] = {-1, -1, -1};
   std::string error_;
 };
 
@@ -302,18 +348,6 @@ class CheckpointLock {
 // lock file cannot be made.
 plan::Result<CheckpointLock> lock_checkpoint_dir(const std::string& dir);
 
-// The tensor files of a checkpoint, in their order: params.bin, adam_m.bin,
-// adam_v.bin (checkpoint_file(f), f < kCheckpointFiles).
-inline constexpr int kCheckpointFiles = 3;
-const char* checkpoint_file(int f);
-
-// The rank of `ranks` that checks tensor file `f`'s SHA-256 when a run
-// resumes (verify_checkpoint_files): f * ranks / 3, so that on three
-// ranks or more each file is read whole by one rank, and those ranks are
-// spread over the run (on different nodes, placed by blocks), rather than
-// every rank reading the three files.
-int checkpoint_file_verifier(int f, int ranks);
-
 // Reads DIR/step-N's manifest (refused as load_checkpoint refuses it) and
 // checks the size and SHA-256 of each tensor file `files` marks, reading
 // it whole, a chunk at a time. Errors name the file.
@@ -329,7 +363,7 @@ plan::Status verify_checkpoint_files(const std::string& step_dir, const std::arr
 // over). Without `hash` the files are checked by size alone and read only
 // where the parser reads (the records' heads and the values wanted): for
 // files whose SHA-256 was checked by verify_checkpoint_files (spindle-run:
-// each by one rank, checkpoint_file_verifier).
+// each by one rank, checkpoint_file_rank).
 plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir,
                                          const std::set<std::string>* wanted = nullptr, bool hash = true);
 

@@ -1404,26 +1404,28 @@ std::vector<plan::TraceEvent> Executor::trace() const {
   return events;
 }
 
-ParamSet Executor::shard_shapes(const std::string& param, int tp_rank) const {
+std::vector<Executor::ShardTensor> Executor::shard_tensors(const std::string& param) const {
   const int k = sched_->lowered.param_tp.at(param);
   const plan::Operator& op = sched_->graph.ops[static_cast<size_t>(sched_->lowered.param_op.at(param))];
   const plan::Task& task = model_.tasks[static_cast<size_t>(op.task)];
-  OpConfig cfg;
-  cfg.kind = op_kind(op.workload.op).value();
-  cfg.dims = op.workload.dims;
-  cfg.max_seq = model_.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq;
-  cfg.tp_rank = tp_rank;
-  cfg.tp_size = k;  // shapes only: no communicator
-  return make_params(cfg, param, 0);
+  const int64_t max_seq = model_.find_module(task.nodes[static_cast<size_t>(op.node)].module)->max_seq;
+  std::vector<ShardTensor> out;
+  // The op catalogue's tensors, in its order (make_params'), each split
+  // along its axis over the k ranks as add_param splits it.
+  const std::string kind = op_name(op_kind(op.workload.op).value());
+  for (const plan::ParamTensor& t : plan::op_param_tensors(kind, op.workload.dims, max_seq)) {
+    ShardTensor st{param + "/" + t.name, t.shape, t.shape, t.shard_axis};
+    if (t.shard_axis >= 0) st.shape[static_cast<size_t>(t.shard_axis)] /= k;
+    out.push_back(std::move(st));
+  }
+  return out;
 }
 
 const std::map<std::string, Shape>& Executor::param_shapes() const {
-  // Worked out once: shard_shapes makes (and seeds) each shard's tensors,
-  // which every save would otherwise pay for the whole model.
   if (!param_shapes_) {
     std::map<std::string, Shape> out;
     for (const auto& [param, o] : sched_->lowered.param_op)
-      for (const Param& p : shard_shapes(param, 0).params) out[p.name] = p.full_shape;
+      for (const ShardTensor& t : shard_tensors(param)) out[t.name] = t.full_shape;
     param_shapes_ = std::move(out);
   }
   return *param_shapes_;
@@ -1456,16 +1458,16 @@ std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_mome
 namespace {
 // Adds to `drift` how `copy` (a TP rank > 0's copy of a replicated tensor)
 // differs from `first` (TP rank 0's copy, the value kept).
-void add_drift(ReplicaDrift& drift, const Param& copy, const Tensor& first) {
+void add_drift(ReplicaDrift& drift, const std::string& name, const Tensor& copy, const Tensor& first) {
   int64_t differ = 0;
   for (int64_t i = 0; i < first.numel(); ++i) {
-    if (copy.value[i] == first[i]) continue;
+    if (copy[i] == first[i]) continue;
     ++differ;
-    const double rel = std::abs(static_cast<double>(copy.value[i]) - first[i]) /
+    const double rel = std::abs(static_cast<double>(copy[i]) - first[i]) /
                        std::max(std::abs(static_cast<double>(first[i])), 1e-30);
     if (rel > drift.max_relative) {
       drift.max_relative = rel;
-      drift.worst = copy.name;
+      drift.worst = name;
     }
   }
   if (differ == 0) return;
@@ -1479,27 +1481,29 @@ TrainingState Executor::gather_state() {
   out.step = step_;
   // Copies: the sink's tensors may be views of this rank's live state.
   gather_state(
-      [&](const std::string& name, TensorState& ts) {
+      [&](const std::string& name, int part, const Tensor& full, int64_t adam_steps) {
         TensorState& kept = out.tensors[name];
-        kept.value = ts.value.clone();
-        kept.m = ts.m.clone();
-        kept.v = ts.v.clone();
-        kept.adam_steps = ts.adam_steps;
+        (part == 0 ? kept.value : part == 1 ? kept.m : kept.v) = full.clone();
+        kept.adam_steps = adam_steps;
       },
-      &out.drift);
+      {0, 0, 0}, &out.drift);
   return out;
 }
 
-void Executor::gather_state(const std::function<void(const std::string& name, TensorState& state)>& sink,
-                            ReplicaDrift* drift) {
+void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>& to, ReplicaDrift* drift) {
   gather_values();
-  // Rank 0: the full tensors of the parameter whose shards are coming in
-  // (the map's keys are (param, t): a parameter's shards come one after
+  // The parts (0 value, 1 m, 2 v) this rank receives.
+  const std::array<bool, 3> mine{to[0] == rank_, to[1] == rank_, to[2] == rank_};
+  const bool receives = mine[0] || mine[1] || mine[2];
+  // The full tensors of the parameter whose shards are coming in (the
+  // map's keys are (param, t): a parameter's shards come one after
   // another), handed to `sink` when the next parameter begins.
   std::map<std::string, TensorState> current;
   std::string current_param;
   auto hand_on = [&] {
-    for (auto& [name, ts] : current) sink(name, ts);
+    for (auto& [name, ts] : current)
+      for (int part = 0; part < 3; ++part)
+        if (mine[static_cast<size_t>(part)]) sink(name, part, part == 0 ? ts.value : part == 1 ? ts.m : ts.v, ts.adam_steps);
     current.clear();
   };
   // With sharded state every member of a bucket first gathers its moments.
@@ -1518,77 +1522,78 @@ void Executor::gather_state(const std::function<void(const std::string& name, Te
   for (const auto& [key, devs] : sched_->lowered.shard_devices) {
     const auto& [param, t] = key;
     const int holder = *devs.begin();
-    // Three messages per tensor of the shard, its value, m and v, straight
-    // from where they are (no packed copy: a rank sending a large shard
-    // holds nothing more), then the AdamW step count (as a float: exact
-    // below 2^24 steps).
-    if (holder == rank_ && rank_ != 0) {
+    // Per tensor of the shard, each part to the rank that receives it,
+    // straight from where it is (no packed copy: a rank sending a large
+    // shard holds nothing more), then the AdamW step count (as a float:
+    // exact below 2^24 steps) to each rank that received a part. Every
+    // pair of ranks sends and receives in the shards' one order.
+    std::set<int> receivers;
+    for (const int r : to)
+      if (r != holder) receivers.insert(r);
+    if (holder == rank_ && !receivers.empty()) {
       const ParamState& ps = params_.at(key);
       const std::vector<Tensor> mv = moments(key);
       const size_t n = ps.set.params.size();
       for (size_t i = 0; i < n; ++i) {
         const Tensor value = to_host(backend_, ps.set.params[i].value);
-        for (const Tensor* x : {&value, &mv[i], &mv[n + i]})
-          world_.send({x->data(), static_cast<size_t>(x->numel())}, 0, kDumpTag);
+        const Tensor* parts[3] = {&value, &mv[i], &mv[n + i]};
+        for (int part = 0; part < 3; ++part)
+          if (to[static_cast<size_t>(part)] != holder)
+            world_.send({parts[part]->data(), static_cast<size_t>(parts[part]->numel())}, to[static_cast<size_t>(part)],
+                        kDumpTag);
       }
       const float steps = static_cast<float>(ps.adam_steps);
-      world_.send({&steps, 1}, 0, kDumpTag);
+      for (const int r : receivers) world_.send({&steps, 1}, r, kDumpTag);
     }
-    if (rank_ != 0) continue;
+    if (!receives) continue;
     if (param != current_param) {
       hand_on();
       current_param = param;
     }
     const int k = sched_->lowered.param_tp.at(param);
-    ParamSet shard;
-    std::vector<Tensor> m, v;
+    // The shard's tensors: names, axes and shapes, and of each the parts
+    // this rank receives (empty for the others).
+    const std::vector<ShardTensor> shard = shard_tensors(param);
+    const size_t n = shard.size();
+    std::vector<std::array<Tensor, 3>> parts(n);
     int64_t adam_steps = 0;
-    if (holder == 0) {
+    if (holder == rank_) {
       const ParamState& ps = params_.at(key);
       const std::vector<Tensor> mv = moments(key);
-      shard = ps.set;
-      for (size_t i = 0; i < shard.params.size(); ++i) {
-        shard.params[i].value = to_host(backend_, ps.set.params[i].value);
-        m.push_back(mv[i]);
-        v.push_back(mv[shard.params.size() + i]);
-      }
+      for (size_t i = 0; i < n; ++i)
+        parts[i] = {mine[0] ? to_host(backend_, ps.set.params[i].value) : Tensor(), mine[1] ? mv[i] : Tensor(),
+                    mine[2] ? mv[n + i] : Tensor()};
       adam_steps = ps.adam_steps;
     } else {
-      shard = shard_shapes(param, t);
-      for (Param& p : shard.params) {
-        m.push_back(Tensor::zeros(p.value.shape()));
-        v.push_back(Tensor::zeros(p.value.shape()));
-        for (Tensor* x : {&p.value, &m.back(), &v.back()})
-          world_.recv({x->data(), static_cast<size_t>(x->numel())}, holder, kDumpTag);
-      }
+      for (size_t i = 0; i < n; ++i)
+        for (int part = 0; part < 3; ++part) {
+          if (!mine[static_cast<size_t>(part)]) continue;
+          Tensor& x = parts[i][static_cast<size_t>(part)];
+          x = Tensor::zeros(shard[i].shape);
+          world_.recv({x.data(), static_cast<size_t>(x.numel())}, holder, kDumpTag);
+        }
       float steps = 0;
       world_.recv({&steps, 1}, holder, kDumpTag);
       adam_steps = static_cast<int64_t>(steps);
     }
-    for (size_t i = 0; i < shard.params.size(); ++i) {
-      const Param& p = shard.params[i];
+    for (size_t i = 0; i < n; ++i) {
+      const ShardTensor& p = shard[i];
       auto [it, fresh] = current.try_emplace(p.name);
       TensorState& ts = it->second;
-      if (fresh && plan::tp_copy_counts(p.shard_axis, t) && p.value.shape() == p.full_shape) {
-        // The shard is the whole tensor: handed on as it is, no copy (a
-        // view of this rank's own state, or what was received; read only).
-        ts.value = p.value;
-        ts.m = m[i];
-        ts.v = v[i];
-        ts.adam_steps = adam_steps;
-        continue;
-      }
-      if (fresh) {
-        ts.value = Tensor::zeros(p.full_shape);
-        ts.m = Tensor::zeros(p.full_shape);
-        ts.v = Tensor::zeros(p.full_shape);
-        ts.adam_steps = adam_steps;
-      }
-      if (!fresh && !plan::tp_copy_counts(p.shard_axis, t) && drift) add_drift(*drift, p, ts.value);
-      if (plan::tp_copy_counts(p.shard_axis, t)) {
-        place_shard(ts.value, p.value, p.shard_axis, t, k);
-        place_shard(ts.m, m[i], p.shard_axis, t, k);
-        place_shard(ts.v, v[i], p.shard_axis, t, k);
+      if (fresh) ts.adam_steps = adam_steps;
+      Tensor* full[3] = {&ts.value, &ts.m, &ts.v};
+      if (mine[0] && !fresh && !plan::tp_copy_counts(p.shard_axis, t) && drift) add_drift(*drift, p.name, parts[i][0], ts.value);
+      for (int part = 0; part < 3; ++part) {
+        if (!mine[static_cast<size_t>(part)]) continue;
+        const Tensor& got = parts[i][static_cast<size_t>(part)];
+        if (fresh && plan::tp_copy_counts(p.shard_axis, t) && p.shape == p.full_shape) {
+          // The shard is the whole tensor: handed on as it is, no copy (a
+          // view of this rank's own state, or what was received; read only).
+          *full[part] = got;
+          continue;
+        }
+        if (fresh) *full[part] = Tensor::zeros(p.full_shape);
+        if (plan::tp_copy_counts(p.shard_axis, t)) place_shard(*full[part], got, p.shard_axis, t, k);
       }
     }
   }
@@ -1632,25 +1637,29 @@ std::map<std::string, Tensor> Executor::gather_grads() {
       world_.send(packed, 0, kDumpTag);
     }
     if (rank_ != 0) continue;
-    ParamSet shard = shard_shapes(param, t);
+    const std::vector<ShardTensor> shard = shard_tensors(param);
+    std::vector<Tensor> grads;
     if (holder == 0) {
-      const ParamSet& mine = params_.at(key).set;
-      for (size_t i = 0; i < shard.params.size(); ++i) shard.params[i].value = to_host(backend_, mine.params[i].grad);
+      for (const Param& p : params_.at(key).set.params) grads.push_back(to_host(backend_, p.grad));
     } else {
-      std::vector<float> packed(static_cast<size_t>(shard.local_count()));
+      int64_t values = 0;
+      for (const ShardTensor& st : shard) values += shape_numel(st.shape);
+      std::vector<float> packed(static_cast<size_t>(values));
       world_.recv(packed, holder, kDumpTag);
       const float* src = packed.data();
-      for (Param& p : shard.params) {
-        std::copy(src, src + p.value.numel(), p.value.data());
-        src += p.value.numel();
+      for (const ShardTensor& st : shard) {
+        grads.push_back(Tensor::zeros(st.shape));
+        std::copy(src, src + grads.back().numel(), grads.back().data());
+        src += grads.back().numel();
       }
     }
     const int k = sched_->lowered.param_tp.at(param);
-    for (const Param& p : shard.params) {
+    for (size_t i = 0; i < shard.size(); ++i) {
+      const ShardTensor& p = shard[i];
       auto [it, fresh] = out.try_emplace(p.name);
       if (fresh) it->second = Tensor::zeros(p.full_shape);
       // A replicated tensor's gradient is the same on every TP rank: rank 0's.
-      if (plan::tp_copy_counts(p.shard_axis, t)) place_shard(it->second, p.value, p.shard_axis, t, k);
+      if (plan::tp_copy_counts(p.shard_axis, t)) place_shard(it->second, grads[i], p.shard_axis, t, k);
     }
   }
   return out;

@@ -50,6 +50,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <limits>
 #include <map>
@@ -240,16 +241,19 @@ class Executor {
   // Also, on rank 0, how far the TP copies of replicated tensors are from
   // TP rank 0's (TrainingState::drift): rank 0 receives every copy anyway.
   TrainingState gather_state();
-  // The same a parameter at a time: on rank 0 `sink` gets each full tensor
-  // (name, state) once its parameter's shards are all in, and then rank 0
-  // lets it go, so that it holds one parameter's full state at a time
-  // (a checkpoint of a large model is written as it arrives:
-  // CheckpointWriter), not the model's. `drift` (rank 0) as above. Other
-  // ranks send theirs; `sink` is not called there. The state `sink` gets
-  // may be a view of this rank's own parameters and moments: read it
-  // before step() runs again. Collective over world.
-  void gather_state(const std::function<void(const std::string& name, TensorState& state)>& sink,
-                    ReplicaDrift* drift);
+  // The same a parameter at a time, each part (0 value, 1 AdamW m, 2 v) to
+  // the rank `to` names for it: there `sink` gets each full tensor's part
+  // (name, part, values, AdamW steps) once its parameter's shards are all
+  // in, and then the rank lets it go, so that it holds one parameter's
+  // parts at a time (a checkpoint of a large model is written as it
+  // arrives, each file by its own rank: CheckpointWriter), not the model's.
+  // `drift` (on the rank of the values) as above. Other ranks send
+  // theirs; `sink` is called on the ranks `to` names alone. The tensor
+  // `sink` gets may be a view of this rank's own parameters and moments:
+  // read it before step() runs again. Collective over world.
+  using StatePartSink =
+      std::function<void(const std::string& name, int part, const Tensor& full, int64_t adam_steps)>;
+  void gather_state(const StatePartSink& sink, const std::array<int, 3>& to, ReplicaDrift* drift);
 
   // Replaces this rank's parameters and optimizer state with its shards of
   // `state` (any plan and device count wrote it) and sets steps_done() to
@@ -368,7 +372,15 @@ class Executor {
   void zero_grads();
   bool grads_in_buckets() const;
   void bind_bucket_views();
-  ParamSet shard_shapes(const std::string& param, int tp_rank) const;  // zero values, shard shapes
+  // The tensors of parameter `param`'s shard on a TP rank: names, axes and
+  // shapes, no values (nothing allocated: a save or a dump receives each
+  // shard of a large model into buffers of its own).
+  struct ShardTensor {
+    std::string name;   // "M/k.r/<tensor>"
+    Shape full_shape, shape;
+    int shard_axis = -1;
+  };
+  std::vector<ShardTensor> shard_tensors(const std::string& param) const;
   // One measured box as the step records it (ExecOptions::record_trace):
   // what ran, by the lowering's index (`index`: the wave of post_sends and
   // exchange, the lowered slice of slice, the bucket of gradient_sync,

@@ -677,13 +677,13 @@ TEST_CASE("checkpoint: a resume's hashing is split over the ranks, each file by 
       {1, {0, 0, 0}}, {2, {0, 0, 1}}, {3, {0, 1, 2}}, {4, {0, 1, 2}}, {8, {0, 2, 5}}, {64, {0, 21, 42}}};
   for (const auto& [ranks, verifiers] : expected) {
     INFO(ranks << " ranks");
-    for (int f = 0; f < kCheckpointFiles; ++f) CHECK(checkpoint_file_verifier(f, ranks) == verifiers[f]);
+    for (int f = 0; f < kCheckpointFiles; ++f) CHECK(checkpoint_file_rank(f, ranks) == verifiers[f]);
   }
   // Every file by a rank of the run, and by distinct ranks once there are three.
   for (int ranks = 1; ranks <= 1000; ++ranks) {
     std::set<int> seen;
     for (int f = 0; f < kCheckpointFiles; ++f) {
-      const int r = checkpoint_file_verifier(f, ranks);
+      const int r = checkpoint_file_rank(f, ranks);
       REQUIRE(r >= 0);
       REQUIRE(r < ranks);
       seen.insert(r);
@@ -814,6 +814,98 @@ TEST_CASE("checkpoint: a writer given the tensors in any order writes save_check
   std::map<std::string, Tensor> values;
   for (const auto& [name, ts] : state.tensors) values.emplace(name, ts.value);
   CHECK(*sp::read_file((b.path / "step-000004/params.bin").string()) == encode_tensors(values));
+}
+
+TEST_CASE("checkpoint: three writers, one a file, write save_checkpoint's bytes (spindle-run's split save)") {
+  TempDir a("ckpt-split-a"), b("ckpt-split-b");
+  const TrainingState state = small_state();
+  REQUIRE(save_checkpoint(a.str(), small_meta(4), state, 3).ok());
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, ts] : state.tensors) shapes[name] = ts.value.shape();
+  // As on ranks 0, 1 and 2: params.bin by the writer that begins the save.
+  auto first = CheckpointWriter::begin(b.str(), small_meta(4), shapes, {true, false, false});
+  REQUIRE(first.ok());
+  auto m = CheckpointWriter::join(first->temp_dir(), small_meta(4), shapes, {false, true, false});
+  auto v = CheckpointWriter::join(first->temp_dir(), small_meta(4), shapes, {false, false, true});
+  REQUIRE(m.ok());
+  REQUIRE(v.ok());
+  for (const auto& [name, ts] : state.tensors) {
+    REQUIRE(first->add_part(name, 0, ts.value, ts.adam_steps).ok());
+    REQUIRE(v->add_part(name, 2, ts.v, ts.adam_steps).ok());
+  }
+  for (auto it = state.tensors.rbegin(); it != state.tensors.rend(); ++it)   // another order
+    REQUIRE(m->add(it->first, it->second).ok());   // its own part (m) alone
+  // A part for a file another writer writes is refused.
+  CHECK_THAT(first->add_part("x/0.0/b", 1, state.tensors.at("x/0.0/b").m, 2).error().message,
+             Catch::Contains("x/0.0/b's AdamW m given to a writer of other files"));
+  // ... which ended that writer's save: begin anew.
+  first = CheckpointWriter::begin(b.str(), small_meta(4), shapes, {true, false, false});
+  REQUIRE(first.ok());
+  m = CheckpointWriter::join(first->temp_dir(), small_meta(4), shapes, {false, true, false});
+  v = CheckpointWriter::join(first->temp_dir(), small_meta(4), shapes, {false, false, true});
+  REQUIRE(m.ok());
+  REQUIRE(v.ok());
+  for (const auto& [name, ts] : state.tensors) {
+    REQUIRE(first->add_part(name, 0, ts.value, ts.adam_steps).ok());
+    REQUIRE(m->add_part(name, 1, ts.m, ts.adam_steps).ok());
+    REQUIRE(v->add_part(name, 2, ts.v, ts.adam_steps).ok());
+  }
+  auto m_files = m->close_files();
+  REQUIRE(m_files.ok());
+  CHECK(m_files->size() == 1);
+  CHECK(m_files->contains("adam_m.bin"));
+  // Without adam_v.bin's hash the save cannot finish.
+  const std::string tmp = first->temp_dir();
+  CHECK_THAT(first->finish(3, nullptr, *m_files).error().message, Catch::Contains("adam_v.bin was written by no writer"));
+  // Again, every file closed: the bytes of save_checkpoint.
+  first = CheckpointWriter::begin(b.str(), small_meta(4), shapes, {true, false, false});
+  REQUIRE(first.ok());
+  CHECK_FALSE(fs::exists(tmp));   // the writer that failed removed its folder as it went
+  m = CheckpointWriter::join(first->temp_dir(), small_meta(4), shapes, {false, true, false});
+  v = CheckpointWriter::join(first->temp_dir(), small_meta(4), shapes, {false, false, true});
+  for (const auto& [name, ts] : state.tensors) {
+    REQUIRE(first->add_part(name, 0, ts.value, ts.adam_steps).ok());
+    REQUIRE(m->add_part(name, 1, ts.m, ts.adam_steps).ok());
+    REQUIRE(v->add_part(name, 2, ts.v, ts.adam_steps).ok());
+  }
+  nlohmann::json joined = *m->close_files();
+  joined.update(*v->close_files());
+  const std::string folder = first->temp_dir();
+  m = sp::Error{"gone"};   // the joined writers destroyed: the folder stays, theirs to leave
+  v = sp::Error{"gone"};
+  CHECK(fs::is_directory(folder));
+  const auto path = first->finish(3, nullptr, joined);
+  REQUIRE(path.ok());
+  for (const char* file : {"params.bin", "adam_m.bin", "adam_v.bin", "manifest.json"}) {
+    INFO(file);
+    CHECK(*sp::read_file((a.path / "step-000004" / file).string()) ==
+          *sp::read_file((b.path / "step-000004" / file).string()));
+  }
+}
+
+TEST_CASE("checkpoint: a joined writer's file never fully written, or not laid out, is refused") {
+  TempDir dir("ckpt-split-bad");
+  const TrainingState state = small_state();
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, ts] : state.tensors) shapes[name] = ts.value.shape();
+  auto first = CheckpointWriter::begin(dir.str(), small_meta(4), shapes, {true, false, false});
+  REQUIRE(first.ok());
+  auto v = CheckpointWriter::join(first->temp_dir(), small_meta(4), shapes, {false, false, true});
+  REQUIRE(v.ok());
+  REQUIRE(v->add_part("x/0.0/w", 2, state.tensors.at("x/0.0/w").v, 4).ok());
+  const auto closed = v->close_files();
+  REQUIRE_FALSE(closed.ok());
+  CHECK_THAT(closed.error().message, Catch::Contains("tensor x/0.0/b was never written to adam_v.bin"));
+  // Other shapes than begin's: another layout, another size.
+  std::map<std::string, Shape> other = shapes;
+  other["x/0.0/w"] = {3, 3};
+  const auto wrong = CheckpointWriter::join(first->temp_dir(), small_meta(4), other, {false, true, false});
+  REQUIRE_FALSE(wrong.ok());
+  CHECK_THAT(wrong.error().message, Catch::Contains("adam_m.bin: not the file laid out for this save"));
+  // A folder that is not there.
+  const auto nowhere = CheckpointWriter::join((dir.path / "nowhere").string(), small_meta(4), shapes, {false, true, false});
+  REQUIRE_FALSE(nowhere.ok());
+  CHECK_THAT(nowhere.error().message, Catch::Contains("nowhere/adam_m.bin: cannot write"));
 }
 
 TEST_CASE("checkpoint: a writer refuses a tensor it was not laid out for and leaves nothing behind") {

@@ -1027,7 +1027,8 @@ PY
     run 2 pb.json big-weight.yaml --steps 6 --checkpoint ck --every 1
     cat run.log
     [ "$rc" -eq 1 ] || die "a non-finite state: exit $rc, expected 1"
-    n=$(sed -n 's/^spindle-run: error: the training state after step \([0-9]*\) is not finite: .*, AdamW v, element [0-9]* is inf (training diverged; no checkpoint of this step is saved)$/\1/p' run.log)
+    # (AdamW v is written by rank 1 of 2: checkpoint_file_rank.)
+    n=$(sed -n 's/^spindle-run: error: rank 1: the training state after step \([0-9]*\) is not finite: .*, AdamW v, element [0-9]* is inf (training diverged; no checkpoint of this step is saved)$/\1/p' run.log)
     [ -n "$n" ] || die "a non-finite state: no message naming the step, tensor and element"
     [ "$(ls ck 2>/dev/null | tr '\n' ' ')" = "$(for ((i = 1; i < n; ++i)); do printf 'step-%06d ' "$i"; done)" ] ||
       die "a non-finite state after step $n: expected the checkpoints of steps 1 to $((n - 1)) only: $(ls ck 2>/dev/null)"
