@@ -1141,7 +1141,8 @@ bool write_checkpoint(Training& tr) {
     if (joined.ok())
       writer.emplace(std::move(*joined));
     else
-      error = joined.error().message;
+      error = joined.error().message + " (each checkpoint file is written by its own rank: --checkpoint " +
+              tr.args.checkpoint_dir + " must be one folder that every rank sees, e.g. on a shared filesystem)";
   }
   // Every rank sends its shards whether or not the writers could start:
   // the gather is collective.

@@ -1397,6 +1397,21 @@ PY
     head -c 1000 ck/step-000003/adam_m.bin > cut.bin && cp cut.bin ck/step-000003/adam_m.bin
     run 4 p4.json "$model" --steps 4 --seed 3 --checkpoint ck --resume
     expect_reject "truncated checkpoint file" "step-000003/adam_m.bin: truncated or corrupt"
+    # A folder the ranks do not share (each node its own disk): rank 1 of 2
+    # writes adam_v.bin, and its ck (the second working directory's, by
+    # mpirun's per-rank -wdir) does not hold rank 0's folder. The save
+    # fails on the first checkpoint, saying why, and leaves nothing behind.
+    rm -rf node0 node1 && mkdir node0 node1
+    plan "$model" 2 p2.json
+    timeout 100 "$MPIEXEC" --oversubscribe -np 1 -wdir "$PWD/node0" "$BIN/spindle-run" "$PWD/p2.json" --model "$model" \
+      --steps 2 --checkpoint ck --every 1 : -np 1 -wdir "$PWD/node1" "$BIN/spindle-run" "$PWD/p2.json" \
+      --model "$model" --steps 2 --checkpoint ck --every 1 > run.log 2>&1
+    rc=$?
+    cat run.log
+    [ "$rc" -eq 1 ] || die "a checkpoint folder the ranks do not share: exit $rc, expected 1"
+    grep -q "^spindle-run: error: rank 1: .*/adam_v.bin: cannot write: No such file or directory (each checkpoint file is written by its own rank: --checkpoint ck must be one folder that every rank sees, e.g. on a shared filesystem)" run.log ||
+      die "a checkpoint folder the ranks do not share: no message saying so"
+    [ -z "$(ls node0/ck node1/ck 2>/dev/null | grep step-)" ] || die "a failed save left a folder: $(ls node0/ck node1/ck)"
     rm -r ck/step-000003  # the previous complete checkpoint is still there
     run 4 p4.json "$model" --steps 4 --seed 4 --checkpoint ck --resume
     expect_reject "checkpoint of another seed" "step-000002: written with --seed 3"
