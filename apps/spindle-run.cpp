@@ -543,6 +543,52 @@ struct Inputs {
   se::CheckpointLock lock;              // rank 0, with --checkpoint: the folder is this run's
 };
 
+// --resume (step 1 of run, in load_inputs): the newest complete checkpoint
+// in --checkpoint DIR, each file's SHA-256 checked by one rank
+// (se::checkpoint_file_rank), not by all; then every rank indexes the
+// tensors from the records' heads alone into in.ck, and later reads only
+// the values of the tensors it holds shards of (resume). DIR must be
+// visible to every rank, e.g. a shared filesystem. False on every rank
+// when it cannot be resumed (rank 0 printed why). Collective over
+// MPI_COMM_WORLD.
+bool load_checkpoint_to_resume(const Args& args, int rank, int size, Inputs& in) {
+  std::string error;
+  const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
+  const std::string newest =
+      found.empty() ? "" : args.checkpoint_dir + "/" + se::checkpoint_name(found.back());
+  // Nothing is removed for the user: the way back to the one before is
+  // said instead.
+  auto refused = [&](const std::string& why) {
+    return why + " (--resume reads the newest checkpoint, " + newest +
+           (found.size() > 1 ? "; to resume from " + args.checkpoint_dir + "/" +
+                                   se::checkpoint_name(found[found.size() - 2]) + ", move " + newest + " out of " +
+                                   args.checkpoint_dir + ")"
+                             : ", and there is no other)");
+  };
+  // The files verified, each by its rank; then indexed by every rank.
+  if (found.empty()) {
+    error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
+  } else {
+    std::array<bool, se::kCheckpointFiles> mine{};
+    for (int f = 0; f < se::kCheckpointFiles; ++f)
+      mine[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, size) == rank;
+    if (const sp::Status verified = se::verify_checkpoint_files(newest, mine); !verified)
+      error = refused(verified.error().message);
+  }
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
+  const std::set<std::string> none;
+  if (auto loaded = se::load_checkpoint(newest, &none, /*hash=*/false); loaded.ok())
+    in.ck = std::move(*loaded);
+  else
+    error = refused(loaded.error().message);
+  // A run that will train (the checkpoint before --steps) resumes after
+  // the checkpoint's step: a trace window ending there holds nothing.
+  if (error.empty() && in.ck->meta.step < args.steps && args.trace_window.last <= in.ck->meta.step)
+    error = "--trace-steps " + args.trace_steps + ": ends at or before step " + std::to_string(in.ck->meta.step) +
+            ", the checkpoint this run resumes from: the trace would hold no step";
+  return all_ok(MPI_COMM_WORLD, rank, error);
+}
+
 // Step 1 of run: the launch, the numeric flags and every path, the model,
 // the plan (against the model and the world size), the data files and the
 // checkpoint to resume from, loaded and checked on every rank; any rank's
@@ -635,47 +681,7 @@ bool load_inputs(const Args& args, int rank, int size, Inputs& in) {
   }
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
 
-  // Resume: the newest complete checkpoint, verified and indexed (DIR must
-  // be visible to every rank, e.g. a shared filesystem).
-  if (args.resume) {
-    const std::vector<int64_t> found = se::list_checkpoints(args.checkpoint_dir);
-    const std::string newest =
-        found.empty() ? "" : args.checkpoint_dir + "/" + se::checkpoint_name(found.back());
-    // Nothing is removed for the user: the way back to the one before is
-    // said instead.
-    auto refused = [&](const std::string& why) {
-      return why + " (--resume reads the newest checkpoint, " + newest +
-             (found.size() > 1 ? "; to resume from " + args.checkpoint_dir + "/" +
-                                     se::checkpoint_name(found[found.size() - 2]) + ", move " + newest + " out of " +
-                                     args.checkpoint_dir + ")"
-                               : ", and there is no other)");
-    };
-    // Each file's SHA-256 checked by one rank (checkpoint_file_rank),
-    // not by all; then every rank indexes the tensors from the records'
-    // heads alone, and later reads only the values of the tensors it holds
-    // shards of (resume).
-    if (found.empty()) {
-      error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
-    } else {
-      std::array<bool, se::kCheckpointFiles> mine{};
-      for (int f = 0; f < se::kCheckpointFiles; ++f)
-        mine[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, size) == rank;
-      if (const sp::Status verified = se::verify_checkpoint_files(newest, mine); !verified)
-        error = refused(verified.error().message);
-    }
-    if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
-    const std::set<std::string> none;
-    if (auto loaded = se::load_checkpoint(newest, &none, /*hash=*/false); loaded.ok())
-      in.ck = std::move(*loaded);
-    else
-      error = refused(loaded.error().message);
-    // A run that will train (the checkpoint before --steps) resumes after
-    // the checkpoint's step: a trace window ending there holds nothing.
-    if (error.empty() && in.ck->meta.step < args.steps && args.trace_window.last <= in.ck->meta.step)
-      error = "--trace-steps " + args.trace_steps + ": ends at or before step " + std::to_string(in.ck->meta.step) +
-              ", the checkpoint this run resumes from: the trace would hold no step";
-    if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
-  }
+  if (args.resume && !load_checkpoint_to_resume(args, rank, size, in)) return false;
   // The samples this run's last checkpoint would count stay within what a
   // checkpoint may (se::kMaxCheckpointSamples): one it writes can be
   // resumed, and no count overflows.
@@ -1105,6 +1111,63 @@ void warn_drift(const se::ReplicaDrift& drift, int64_t step) {
               drift.worst.c_str());
 }
 
+// The save's writers (write_checkpoint's first step): rank 0 begins the
+// checkpoint of the steps done (its folder, every file laid out, params.bin
+// its own), the ranks of the other files join it (se::checkpoint_file_rank)
+// in the folder rank 0 made. Null on a rank that writes no file; `error`
+// set where one could not start (every rank goes on: the gather that
+// follows is collective). Collective over MPI_COMM_WORLD.
+std::optional<se::CheckpointWriter> start_writers(Training& tr, const std::array<bool, se::kCheckpointFiles>& mine,
+                                                  std::string& error) {
+  std::optional<se::CheckpointWriter> writer;
+  tr.meta.step = tr.executor.steps_done();   // every writer's messages name the step
+  if (tr.rank == 0) {
+    if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, tr.meta.step);
+    auto begun = se::CheckpointWriter::begin(tr.args.checkpoint_dir, tr.meta, tr.executor.param_shapes(), mine);
+    if (begun.ok())
+      writer.emplace(std::move(*begun));
+    else
+      error = begun.error().message;
+  }
+  // The folder rank 0 made ("" when it could not).
+  const std::string folder = all_gather_strings(MPI_COMM_WORLD, writer ? writer->temp_dir() : "")[0];
+  if (tr.rank != 0 && (mine[0] || mine[1] || mine[2]) && !folder.empty()) {
+    auto joined = se::CheckpointWriter::join(folder, tr.meta, tr.executor.param_shapes(), mine);
+    if (joined.ok())
+      writer.emplace(std::move(*joined));
+    else
+      error = joined.error().message + " (each checkpoint file is written by its own rank: --checkpoint " +
+              tr.args.checkpoint_dir + " must be one folder that every rank sees, e.g. on a shared filesystem)";
+  }
+  return writer;
+}
+
+// The joined writers' files closed and hashed, gathered for rank 0's
+// manifest (write_checkpoint's third step): their "files" entries, merged,
+// or nullopt when a rank's save failed (its `error`; rank 0 then removes
+// the folder). A joined writer is destroyed here, its files closed before
+// rank 0 may remove the folder. Collective over MPI_COMM_WORLD.
+std::optional<nlohmann::json> close_joined(Training& tr, std::optional<se::CheckpointWriter>& writer,
+                                           std::string& error) {
+  nlohmann::json closed = nlohmann::json::object();
+  if (tr.rank != 0 && writer) {
+    if (error.empty()) {
+      if (auto files = writer->close_files(); files.ok())
+        closed = std::move(*files);
+      else
+        error = files.error().message;
+    }
+    writer.reset();
+  }
+  const std::vector<std::string> reports = all_gather_strings(MPI_COMM_WORLD, error.empty() ? closed.dump() : "");
+  nlohmann::json joined = nlohmann::json::object();
+  for (const std::string& report : reports) {
+    if (report.empty()) return std::nullopt;
+    joined.update(nlohmann::json::parse(report));
+  }
+  return joined;
+}
+
 // Collective: the checkpoint of the steps done so far (keeping --keep),
 // its path and the time it took, ms, printed by rank 0. False on every
 // rank when it could not be written (the first rank's reason printed by
@@ -1115,37 +1178,19 @@ void warn_drift(const se::ReplicaDrift& drift, int64_t step) {
 // shards come in, so no rank holds more than one parameter's parts.
 bool write_checkpoint(Training& tr) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t step = tr.executor.steps_done();
   std::array<int, se::kCheckpointFiles> writers{};
   std::array<bool, se::kCheckpointFiles> mine{};
   for (int f = 0; f < se::kCheckpointFiles; ++f) {
     writers[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, tr.size);
     mine[static_cast<size_t>(f)] = writers[static_cast<size_t>(f)] == tr.rank;
   }
-  const bool writes = mine[0] || mine[1] || mine[2];
+  // 1. The writers start.
   std::string error;
-  std::optional<se::CheckpointWriter> writer;
-  tr.meta.step = step;   // every writer's messages name the step
-  if (tr.rank == 0) {
-    if (tr.data) tr.meta.data_tasks = data_position(tr.model, *tr.data, step);
-    auto begun = se::CheckpointWriter::begin(tr.args.checkpoint_dir, tr.meta, tr.executor.param_shapes(), mine);
-    if (begun.ok())
-      writer.emplace(std::move(*begun));
-    else
-      error = begun.error().message;
-  }
-  // The other writers join the folder rank 0 made ("" when it could not).
-  const std::string folder = all_gather_strings(MPI_COMM_WORLD, writer ? writer->temp_dir() : "")[0];
-  if (tr.rank != 0 && writes && !folder.empty()) {
-    auto joined = se::CheckpointWriter::join(folder, tr.meta, tr.executor.param_shapes(), mine);
-    if (joined.ok())
-      writer.emplace(std::move(*joined));
-    else
-      error = joined.error().message + " (each checkpoint file is written by its own rank: --checkpoint " +
-              tr.args.checkpoint_dir + " must be one folder that every rank sees, e.g. on a shared filesystem)";
-  }
-  // Every rank sends its shards whether or not the writers could start:
-  // the gather is collective.
+  std::optional<se::CheckpointWriter> writer = start_writers(tr, mine, error);
+  const int64_t step = tr.meta.step;
+  // 2. Every rank sends its shards' parts to their files' ranks, which
+  //    write them as they come (whether or not the writers could start:
+  //    the gather is collective).
   se::ReplicaDrift drift;
   tr.executor.gather_state(
       [&](const std::string& name, int part, const se::Tensor& full, int64_t adam_steps) {
@@ -1156,29 +1201,12 @@ bool write_checkpoint(Training& tr) {
   if (const char* at = std::getenv("SPINDLE_TEST_SIGNAL_IN_SAVE");
       at && std::atoll(at) == step && tr.rank == (tr.size > 1 ? 1 : 0))
     std::raise(SIGTERM);   // the test hook (header)
-  // The joined writers' files closed and hashed, for rank 0's manifest;
-  // any rank's error stops the save there (rank 0 removes the folder).
-  nlohmann::json closed = nlohmann::json::object();
-  if (tr.rank != 0 && writer) {
-    if (error.empty()) {
-      if (auto files = writer->close_files(); files.ok())
-        closed = std::move(*files);
-      else
-        error = files.error().message;
-    }
-    writer.reset();   // its files closed before rank 0 may remove the folder
-  }
-  const std::vector<std::string> reports =
-      all_gather_strings(MPI_COMM_WORLD, error.empty() ? closed.dump() : std::string());
-  bool all_written = true;
-  nlohmann::json joined = nlohmann::json::object();
-  for (const std::string& report : reports) {
-    if (report.empty()) all_written = false;
-    else joined.update(nlohmann::json::parse(report));
-  }
-  // --overwrite: this run owns the folder from its first save on (not when
-  // that save is refused: a state that is not finite keeps the old ones).
-  if (tr.rank == 0 && all_written && tr.overwrite_pending) {
+  // 3. The other files' hashes to rank 0.
+  const std::optional<nlohmann::json> joined = close_joined(tr, writer, error);
+  // 4. --overwrite: this run owns the folder from its first save on (not
+  //    when that save is refused: a state that is not finite keeps the old
+  //    ones).
+  if (tr.rank == 0 && joined && tr.overwrite_pending) {
     const sp::Status st = se::remove_checkpoints(tr.args.checkpoint_dir, writer->temp_dir());
     if (st.ok())
       std::printf("spindle-run: --overwrite: removed the checkpoints of another run from %s\n",
@@ -1187,10 +1215,11 @@ bool write_checkpoint(Training& tr) {
       error = st.error().message;
     tr.overwrite_pending = false;
   }
-  if (tr.rank == 0 && all_written && error.empty()) {
+  // 5. Rank 0 writes the manifest and puts the folder in place.
+  if (tr.rank == 0 && joined && error.empty()) {
     warn_drift(drift, step);
     std::string pruning;
-    const auto path = writer->finish(tr.args.keep, &pruning, joined);
+    const auto path = writer->finish(tr.args.keep, &pruning, *joined);
     if (path.ok())
       std::printf("spindle-run: saved checkpoint %s (%.1f ms)\n", path->c_str(),
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
