@@ -105,7 +105,7 @@ rm -f peak.x read.x
 if ! ./wrap.sh "$export_bin" ck -o model.safetensors > export.log 2>&1; then
   cat export.log; echo "ckpt_memory: export failed"; exit 1
 fi
-export_peak=$(( $(cat peak.x) / 1024 ))
+export_peak=$(( $(cat peak.x) / 1024 )) export_read=$(cat read.x)
 printf '%-28s %6d MiB at the peak; read %6d MiB\n' "export" "$export_peak" $(( $(cat read.x) >> 20 ))
 grep -H "saved checkpoint\|verified\|spindle-export:" ./*.log | sed 's/^\.\///; s/^/  /'
 # Each rank holds one task's half of the model: its values, m and v are
@@ -139,7 +139,11 @@ awk -v a="$resume_read0" -v b="$resume_read1" -v ta="$train_read0" -v tb="$train
 }'
 # spindle-export holds one tensor's values at a time (the 200000 x 256
 # tables, 195 MiB, the largest), no longer the model's values and the
-# file's bytes besides (up to 148660e: about twice params.bin).
-awk -v p="$export_peak" -v l="$(( 200000 * 256 * 4 / 1048576 ))" -v m="$(( params_bytes / 1048576 ))" 'BEGIN {
+# file's bytes besides (up to 148660e: about twice params.bin), and reads
+# each file once: adam_m.bin and adam_v.bin to hash them, params.bin as
+# it writes it, hashing it on the way (up to 148660e: params.bin twice).
+awk -v p="$export_peak" -v l="$(( 200000 * 256 * 4 / 1048576 ))" -v m="$(( params_bytes / 1048576 ))" \
+  -v r="$export_read" -v c="$ck_bytes" 'BEGIN {
   printf "export: peak %d MiB, %.2f of the largest tensor'"'"'s values (%d MiB), %.2f of the model'"'"'s (%d MiB) (target: <= 1.5 of the largest tensor)\n", p, p / l, l, p / m, m
+  printf "export: read %.2f of the checkpoint'"'"'s files (target 1.00: each once; 1.33 when params.bin was read again after its hash)\n", r / c
 }'

@@ -319,13 +319,18 @@ struct TensorRecord {
   uint64_t offset = 0;
 };
 
+// Where parse_tensors hands each tensor it reads, instead of keeping it.
+using TensorSink = std::function<plan::Status(const std::string& name, const Tensor& values)>;
+
 // One tensor file from `r` (its errors name `path` and the byte): every
 // record's shape and the byte offset of its values into `index` (when
 // given), and the values of the records `wanted` names (all when null)
-// into the map returned.
+// into the map returned, or, with `sink`, to it as each is read (its
+// error ends the parse).
 Result<std::map<std::string, Tensor>> parse_tensors(ByteSource& r, const std::string& path,
                                                     const std::set<std::string>* wanted,
-                                                    std::map<std::string, TensorRecord>* index) {
+                                                    std::map<std::string, TensorRecord>* index,
+                                                    const TensorSink* sink = nullptr) {
   auto bad = [&](const std::string& what) {
     return Error{path + ": " + what + " (at byte " + std::to_string(r.pos()) + " of " + std::to_string(r.size()) +
                  ")"};
@@ -365,7 +370,10 @@ Result<std::map<std::string, Tensor>> parse_tensors(ByteSource& r, const std::st
     if (!wanted || wanted->count(name)) {
       Tensor t = Tensor::zeros(shape);
       r.take(t.data(), n_bytes);
-      out.emplace(name, std::move(t));
+      if (sink)
+        SPINDLE_TRY((*sink)(name, t));
+      else
+        out.emplace(name, std::move(t));
     } else {
       r.take(nullptr, n_bytes);
     }
@@ -971,6 +979,7 @@ Result<Checkpoint> load_checkpoint(const std::string& step_dir, const std::set<s
     SPINDLE_ASSIGN(values, read_tensor_file(step_dir + "/" + kFiles[f], files[f], wanted, records[f], hash));
     decoded[f] = std::move(values);
     ck.file_bytes[f] = files[f].bytes;
+    ck.file_sha256[f] = files[f].sha256;
   }
   // params, m, v and the optimizer steps must name the same tensors.
   for (const auto& [tname, n] : adam_steps)
@@ -1025,6 +1034,35 @@ plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>
     }
   }
   for (auto& [tname, ts] : read) ck.state.tensors[tname] = std::move(ts);
+  return plan::Status::Ok();
+}
+
+plan::Status stream_checkpoint_values(const Checkpoint& ck, const TensorSink& each) {
+  const std::string path = ck.path + "/" + kFiles[0];
+  Fd fd;
+  SPINDLE_TRY(open_checkpoint_file(path, ck.file_bytes[0], fd));
+  ChunkedFileSource source(fd.fd, ck.file_bytes[0]);
+  std::map<std::string, TensorRecord> records;
+  bool each_failed = false;   // its own error, returned as it is, the rest unread
+  const TensorSink counted = [&](const std::string& name, const Tensor& values) {
+    plan::Status st = each(name, values);
+    each_failed = !st.ok();
+    return st;
+  };
+  const Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, nullptr, &records, &counted);
+  if (each_failed) return parsed.error();
+  // A hash that differs says more than what the parse found (a flipped
+  // byte may break a record first).
+  const plan::Status hashed = check_file_hash(path, source, {ck.file_sha256[0], ck.file_bytes[0]});
+  if (!parsed.ok() && hashed.ok()) return parsed.error();
+  SPINDLE_TRY(hashed);
+  // The same records as the index (the file read now is the one indexed).
+  bool same = records.size() == ck.index.size();
+  for (const auto& [name, record] : records) {
+    const auto it = ck.index.find(name);
+    same = same && it != ck.index.end() && it->second.shape == record.shape && it->second.offset[0] == record.offset;
+  }
+  if (!same) return Error{path + ": its records differ from those indexed before (the checkpoint changed)"};
   return plan::Status::Ok();
 }
 

@@ -50,6 +50,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -157,6 +158,7 @@ struct Checkpoint {
   // values (load_checkpoint's `wanted`, read_checkpoint_tensors).
   std::map<std::string, CheckpointTensor> index;
   uint64_t file_bytes[3] = {0, 0, 0};   // params.bin, adam_m.bin, adam_v.bin, as verified
+  std::string file_sha256[3];           // ... and their SHA-256, the manifest's
   // The values read: every tensor, or those asked for.
   TrainingState state;
 };
@@ -378,5 +380,17 @@ plan::Result<Checkpoint> load_checkpoint(const std::string& step_dir,
 // the folder is the run's own (its lock, CheckpointLock) from their
 // verification on. Errors name the file.
 plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>& names, bool values_only = false);
+
+// Every tensor's value in params.bin of `ck` (loaded by load_checkpoint,
+// hashed or not), given to `each` in the file's order (ascending names,
+// the index's) as it is read, the file read once, a chunk at a time, and
+// its SHA-256 checked against the manifest's as it is read: the values
+// given are the very bytes checked (spindle-export writes them as they
+// come). An error from `each` ends the read and is returned; a file whose
+// hash differs (or whose records are not those indexed) is an Error
+// naming it, returned after the values were given, which the caller then
+// discards.
+plan::Status stream_checkpoint_values(
+    const Checkpoint& ck, const std::function<plan::Status(const std::string& name, const Tensor& values)>& each);
 
 }  // namespace spindle::exec

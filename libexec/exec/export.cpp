@@ -77,9 +77,12 @@ plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, con
       return plan::Error{checkpoint + ": no manifest.json and no complete checkpoint (step-N) inside"};
     step_dir = (std::filesystem::path(checkpoint) / checkpoint_name(steps.back())).string();
   }
-  // Verified whole, then the values alone read (not AdamW's m and v).
+  // AdamW's m and v verified (as --resume verifies them), the records
+  // indexed from their heads, then params.bin read once as it is written,
+  // its hash checked on the way: the values written are the bytes checked.
+  if (plan::Status st = verify_checkpoint_files(step_dir, {false, true, true}); !st.ok()) return st.error();
   const std::set<std::string> none;
-  plan::Result<Checkpoint> ck = load_checkpoint(step_dir, &none);
+  plan::Result<Checkpoint> ck = load_checkpoint(step_dir, &none, false);
   if (!ck.ok()) return ck.error();
   const CheckpointMeta& meta = ck.value().meta;
   std::map<std::string, Shape> shapes;
@@ -104,24 +107,21 @@ plan::Result<ExportSummary> export_checkpoint(const std::string& checkpoint, con
   };
   const std::string header = safetensors_header(shapes, metadata);
   summary.bytes = static_cast<int64_t>(header.size()) + summary.elements * static_cast<int64_t>(sizeof(float));
-  // The values a tensor at a time, in the header's order, each read from
-  // the checkpoint (not AdamW's m and v) and dropped once written.
-  bool read_failed = false;
+  // The values a tensor at a time, in the header's order (the file's).
+  bool checkpoint_failed = false;   // else a failure is the output's (exit 1)
   const plan::Status written = plan::write_file_atomic(out_path, [&](const plan::AppendBytes& append) -> plan::Status {
     SPINDLE_TRY(append(header.data(), header.size()));
-    for (const auto& [name, shape] : shapes) {
-      if (plan::Status read = read_checkpoint_tensors(*ck, {name}, true); !read.ok()) {
-        read_failed = true;
-        return read;
-      }
-      const Tensor& value = ck->state.tensors.at(name).value;
-      SPINDLE_TRY(append(value.data(), static_cast<size_t>(value.numel()) * sizeof(float)));
-      ck->state.tensors.erase(name);
-    }
-    return plan::Status::Ok();
+    bool append_failed = false;
+    plan::Status st = stream_checkpoint_values(*ck, [&](const std::string&, const Tensor& values) -> plan::Status {
+      plan::Status appended = append(values.data(), static_cast<size_t>(values.numel()) * sizeof(float));
+      append_failed = !appended.ok();
+      return appended;
+    });
+    checkpoint_failed = !st.ok() && !append_failed;
+    return st;
   });
   if (!written.ok()) {
-    *write_failed = !read_failed;
+    *write_failed = !checkpoint_failed;
     return written.error();
   }
   return summary;

@@ -788,6 +788,57 @@ TEST_CASE("checkpoint: indexing without the hash reads the records' heads alone 
   CHECK_THAT(broken.error().message, Catch::Contains("adam_m.bin: record 0: bad or truncated name"));
 }
 
+TEST_CASE("checkpoint: streaming params.bin gives each value in order and checks the hash as it reads") {
+  TempDir dir("ckpt-stream");
+  const TrainingState state = small_state();
+  REQUIRE(save_checkpoint(dir.str(), small_meta(4), state, 3).ok());
+  const std::string step = (dir.path / "step-000004").string();
+  const std::set<std::string> none;
+  const auto ck = load_checkpoint(step, &none, false);
+  REQUIRE(ck.ok());
+  std::vector<std::string> order;
+  auto collect = [&](const std::string& name, const Tensor& values) -> sp::Status {
+    order.push_back(name);
+    const Tensor& saved = state.tensors.at(name).value;
+    REQUIRE(values.shape() == saved.shape());
+    CHECK(std::memcmp(values.data(), saved.data(), static_cast<size_t>(saved.numel()) * 4) == 0);
+    return sp::Status::Ok();
+  };
+  REQUIRE(stream_checkpoint_values(*ck, collect).ok());
+  CHECK(order == std::vector<std::string>{"x/0.0/b", "x/0.0/w"});   // ascending, the file's order
+  // The sink's error ends the read, as it is.
+  order.clear();
+  const sp::Status stopped = stream_checkpoint_values(*ck, [&](const std::string& name, const Tensor&) -> sp::Status {
+    order.push_back(name);
+    return sp::Error{"out: disk full"};
+  });
+  REQUIRE_FALSE(stopped.ok());
+  CHECK(stopped.error().message == "out: disk full");
+  CHECK(order.size() == 1);
+  // A value flipped after the index was made: every value given, then the
+  // file refused (the caller drops what it wrote).
+  const auto params = sp::read_file(step + "/params.bin");
+  REQUIRE(params.ok());
+  std::string flipped = *params;
+  flipped[flipped.size() - 1] ^= 0x01;
+  write_bytes(step + "/params.bin", flipped);
+  order.clear();
+  const sp::Status corrupt = stream_checkpoint_values(*ck, [&](const std::string& name, const Tensor&) {
+    order.push_back(name);
+    return sp::Status::Ok();
+  });
+  REQUIRE_FALSE(corrupt.ok());
+  CHECK_THAT(corrupt.error().message, Catch::Contains("params.bin: corrupt checkpoint file: SHA-256 differs"));
+  CHECK(order.size() == 2);
+  // A record's head broken: reported as corruption too, not as a bad record.
+  flipped = *params;
+  flipped[24 + 3] ^= 0x40;
+  write_bytes(step + "/params.bin", flipped);
+  const sp::Status head = stream_checkpoint_values(*ck, collect);
+  REQUIRE_FALSE(head.ok());
+  CHECK_THAT(head.error().message, Catch::Contains("params.bin: corrupt checkpoint file: SHA-256 differs"));
+}
+
 TEST_CASE("checkpoint: a writer given the tensors in any order writes save_checkpoint's bytes") {
   TempDir a("ckpt-writer-a"), b("ckpt-writer-b");
   const TrainingState state = small_state();

@@ -190,9 +190,23 @@ TEST_CASE("export: a missing, empty or corrupt checkpoint is refused naming the 
   CHECK(r.error().message.find("params.bin") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
 
-  // An output folder that does not exist: a write failure, nothing left behind.
+  // AdamW's moments are verified too (as --resume verifies them), though
+  // not exported.
   bytes[bytes.size() - 1] ^= 0x01;
   std::ofstream(params, std::ios::binary | std::ios::trunc) << bytes;
+  const std::string v = (dir.path / "ck" / "step-000003" / "adam_v.bin").string();
+  std::string v_bytes = *sp::read_file(v);
+  v_bytes[v_bytes.size() - 1] ^= 0x01;
+  std::ofstream(v, std::ios::binary | std::ios::trunc) << v_bytes;
+  r = export_checkpoint((dir.path / "ck").string(), out, &write_failed);
+  REQUIRE_FALSE(r.ok());
+  CHECK_FALSE(write_failed);
+  CHECK_THAT(r.error().message, Catch::Contains("adam_v.bin: corrupt checkpoint file: SHA-256 differs"));
+  CHECK_FALSE(fs::exists(out));
+  v_bytes[v_bytes.size() - 1] ^= 0x01;
+  std::ofstream(v, std::ios::binary | std::ios::trunc) << v_bytes;
+
+  // An output folder that does not exist: a write failure, nothing left behind.
   r = export_checkpoint((dir.path / "ck").string(), (dir.path / "no-dir" / "m.safetensors").string(),
                         &write_failed);
   REQUIRE_FALSE(r.ok());
