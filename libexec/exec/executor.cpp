@@ -1503,7 +1503,8 @@ void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>&
   auto hand_on = [&] {
     for (auto& [name, ts] : current)
       for (int part = 0; part < 3; ++part)
-        if (mine[static_cast<size_t>(part)]) sink(name, part, part == 0 ? ts.value : part == 1 ? ts.m : ts.v, ts.adam_steps);
+        if (mine[static_cast<size_t>(part)])
+          sink(name, part, part == 0 ? ts.value : part == 1 ? ts.m : ts.v, ts.adam_steps);
     current.clear();
   };
   // With sharded state every member of a bucket first gathers its moments.
@@ -1530,9 +1531,11 @@ void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>&
     std::set<int> receivers;
     for (const int r : to)
       if (r != holder) receivers.insert(r);
+    // The holder's host moments of the shard, taken once.
+    const std::vector<Tensor> mv = holder == rank_ && (receives || !receivers.empty()) ? moments(key)
+                                                                                      : std::vector<Tensor>();
     if (holder == rank_ && !receivers.empty()) {
       const ParamState& ps = params_.at(key);
-      const std::vector<Tensor> mv = moments(key);
       const size_t n = ps.set.params.size();
       for (size_t i = 0; i < n; ++i) {
         const Tensor value = to_host(backend_, ps.set.params[i].value);
@@ -1559,7 +1562,6 @@ void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>&
     int64_t adam_steps = 0;
     if (holder == rank_) {
       const ParamState& ps = params_.at(key);
-      const std::vector<Tensor> mv = moments(key);
       for (size_t i = 0; i < n; ++i)
         parts[i] = {mine[0] ? to_host(backend_, ps.set.params[i].value) : Tensor(), mine[1] ? mv[i] : Tensor(),
                     mine[2] ? mv[n + i] : Tensor()};
@@ -1582,7 +1584,8 @@ void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>&
       TensorState& ts = it->second;
       if (fresh) ts.adam_steps = adam_steps;
       Tensor* full[3] = {&ts.value, &ts.m, &ts.v};
-      if (mine[0] && !fresh && !plan::tp_copy_counts(p.shard_axis, t) && drift) add_drift(*drift, p.name, parts[i][0], ts.value);
+      if (mine[0] && !fresh && !plan::tp_copy_counts(p.shard_axis, t) && drift)
+        add_drift(*drift, p.name, parts[i][0], ts.value);
       for (int part = 0; part < 3; ++part) {
         if (!mine[static_cast<size_t>(part)]) continue;
         const Tensor& got = parts[i][static_cast<size_t>(part)];

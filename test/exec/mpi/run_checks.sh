@@ -1411,7 +1411,7 @@ PY
     [ "$rc" -eq 1 ] || die "a checkpoint folder the ranks do not share: exit $rc, expected 1"
     grep -q "^spindle-run: error: rank 1: .*/adam_v.bin: cannot write: No such file or directory (each checkpoint file is written by its own rank: --checkpoint ck must be one folder that every rank sees, e.g. on a shared filesystem)" run.log ||
       die "a checkpoint folder the ranks do not share: no message saying so"
-    [ -z "$(ls node0/ck node1/ck 2>/dev/null | grep step-)" ] || die "a failed save left a folder: $(ls node0/ck node1/ck)"
+    ! compgen -G "node[01]/ck/step-*" > /dev/null || die "a failed save left a folder: $(ls node0/ck node1/ck)"
     rm -r ck/step-000003  # the previous complete checkpoint is still there
     run 4 p4.json "$model" --steps 4 --seed 4 --checkpoint ck --resume
     expect_reject "checkpoint of another seed" "step-000002: written with --seed 3"
