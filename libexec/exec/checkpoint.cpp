@@ -1042,19 +1042,28 @@ plan::Status stream_checkpoint_values(const Checkpoint& ck, const TensorSink& ea
   Fd fd;
   SPINDLE_TRY(open_checkpoint_file(path, ck.file_bytes[0], fd));
   ChunkedFileSource source(fd.fd, ck.file_bytes[0]);
+  std::map<std::string, TensorRecord> records;
   bool each_failed = false;   // its own error, returned as it is, the rest unread
   const TensorSink counted = [&](const std::string& name, const Tensor& values) {
     plan::Status st = each(name, values);
     each_failed = !st.ok();
     return st;
   };
-  const Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, nullptr, nullptr, &counted);
+  const Result<std::map<std::string, Tensor>> parsed = parse_tensors(source, path, nullptr, &records, &counted);
   if (each_failed) return parsed.error();
   // A hash that differs says more than what the parse found (a flipped
   // byte may break a record first).
   const plan::Status hashed = check_file_hash(path, source, {ck.file_sha256[0], ck.file_bytes[0]});
   if (!parsed.ok() && hashed.ok()) return parsed.error();
-  return hashed;
+  SPINDLE_TRY(hashed);
+  // The same records as the index (the file read now is the one indexed).
+  bool same = records.size() == ck.index.size();
+  for (const auto& [name, record] : records) {
+    const auto it = ck.index.find(name);
+    same = same && it != ck.index.end() && it->second.shape == record.shape && it->second.offset[0] == record.offset;
+  }
+  if (!same) return Error{path + ": its records differ from those indexed before (the checkpoint changed)"};
+  return plan::Status::Ok();
 }
 
 CheckpointLock::CheckpointLock(CheckpointLock&& o) noexcept

@@ -387,8 +387,8 @@ plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>
 // its SHA-256 checked against the manifest's as it is read: the values
 // given are the very bytes checked (spindle-export writes them as they
 // come). An error from `each` ends the read and is returned; a file whose
-// hash differs from the manifest's (as `ck` read it) is an Error naming
-// it, returned after the values were given, which the caller then
+// hash differs (or whose records are not those indexed) is an Error
+// naming it, returned after the values were given, which the caller then
 // discards.
 plan::Status stream_checkpoint_values(
     const Checkpoint& ck, const std::function<plan::Status(const std::string& name, const Tensor& values)>& each);
