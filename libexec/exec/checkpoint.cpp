@@ -1056,7 +1056,9 @@ plan::Status stream_checkpoint_values(const Checkpoint& ck, const TensorSink& ea
   const plan::Status hashed = check_file_hash(path, source, {ck.file_sha256[0], ck.file_bytes[0]});
   if (!parsed.ok() && hashed.ok()) return parsed.error();
   SPINDLE_TRY(hashed);
-  // The same records as the index (the file read now is the one indexed).
+  // The same records as the index the caller worked from (spindle-export's
+  // header): the file indexed from its heads, unhashed, may have been
+  // another one then (replaced since, or corrupt and repaired).
   bool same = records.size() == ck.index.size();
   for (const auto& [name, record] : records) {
     const auto it = ck.index.find(name);

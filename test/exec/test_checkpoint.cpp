@@ -806,6 +806,15 @@ TEST_CASE("checkpoint: streaming params.bin gives each value in order and checks
   };
   REQUIRE(stream_checkpoint_values(*ck, collect).ok());
   CHECK(order == std::vector<std::string>{"x/0.0/b", "x/0.0/w"});   // ascending, the file's order
+  // An index that is not the file's (it was indexed from another file, or
+  // before a repair): refused after the values, as a bad hash is.
+  Checkpoint other = *ck;
+  other.index.at("x/0.0/w").shape = {3, 2};
+  const sp::Status moved = stream_checkpoint_values(other, [](const std::string&, const Tensor&) {
+    return sp::Status::Ok();
+  });
+  REQUIRE_FALSE(moved.ok());
+  CHECK_THAT(moved.error().message, Catch::Contains("params.bin: its records differ from those indexed before"));
   // The sink's error ends the read, as it is.
   order.clear();
   const sp::Status stopped = stream_checkpoint_values(*ck, [&](const std::string& name, const Tensor&) -> sp::Status {
