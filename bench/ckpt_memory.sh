@@ -15,7 +15,8 @@
 # one task's parameters (the model is symmetric: half each). Three runs,
 # each rank's peak resident memory
 # (the rank's maximum RSS): one step; one step and a checkpoint; resuming
-# that checkpoint (no step); then spindle-export of it. Prints the peaks,
+# that checkpoint (no step); the same three on 4 ranks; then
+# spindle-export of the checkpoint. Prints the peaks,
 # the bytes each rank read, and two ratios against the
 # one-step run: each rank's growth at the save over the full state (value,
 # m, v: 12 bytes a value) of the model's largest parameter (the 200000 x
@@ -87,20 +88,24 @@ resume_read0=$read0 resume_read1=$read1
 sed -e 's/^name: .*/name: cpu-1x4-16gib/' -e 's/memory_gib: .*/memory_gib: 16/' \
   "$root/configs/clusters/cpu-1x4.yaml" > cluster4.yaml
 "$build/apps/spindle-plan" "$model" --cluster cluster4.yaml --strategy task-level -o plan4.json > plan4.log
-run4() {   # run4 LABEL ARGS...: sets p4 (each rank's peak, MiB)
+run4() {   # run4 LABEL ARGS...: sets p4 (each rank's peak, MiB) and r4 (bytes read)
   local label="$1"; shift
-  rm -f peak.0 peak.1 peak.2 peak.3
+  rm -f peak.0 peak.1 peak.2 peak.3 read.0 read.1 read.2 read.3
   if ! mpirun -np 4 --oversubscribe ./wrap.sh "$run_bin" plan4.json --model "$model" --seed 1 "$@" > "$label.log" 2>&1; then
     cat "$label.log"; echo "ckpt_memory: $label failed"; exit 1
   fi
-  p4=()
-  for r in 0 1 2 3; do p4+=( $(( $(cat "peak.$r") / 1024 )) ); done
+  p4=() r4=()
+  for r in 0 1 2 3; do p4+=( $(( $(cat "peak.$r") / 1024 )) ); r4+=( "$(cat "read.$r")" ); done
   printf '%-28s ranks 0-3 %s MiB at the peak\n' "$label" "${p4[*]}"
 }
 run4 "4 ranks: one step" --steps 1
-base4=("${p4[@]}")
+base4=("${p4[@]}") base_read4=("${r4[@]}")
 run4 "4 ranks: one step and a save" --steps 1 --checkpoint ck4 --every 1
 save4=("${p4[@]}")
+# And the resume on 4 ranks: each file hashed by its own rank (0, 1, 2),
+# rank 3 none; each rank then reads its task's half (its values, m, v).
+run4 "4 ranks: resume" --steps 1 --checkpoint ck4 --resume
+resume_read4=("${r4[@]}")
 rm -f peak.x read.x
 if ! ./wrap.sh "$export_bin" ck -o model.safetensors > export.log 2>&1; then
   cat export.log; echo "ckpt_memory: export failed"; exit 1
@@ -134,6 +139,12 @@ awk -v s="${save4[*]}" -v b="${base4[*]}" -v l="$largest" 'BEGIN {
 # and v: 2/3 + 1/2 and 1/3 + 1/2. Every rank hashing all three files (up
 # to 148660e) read 3/3 + 1/2 each.
 ck_bytes=$(( params_bytes * 3 ))
+awk -v r="${resume_read4[*]}" -v b="${base_read4[*]}" -v c="$ck_bytes" 'BEGIN {
+  n = split(r, rv, " "); split(b, bv, " ")
+  line = "resume on 4 ranks: read over one step,"
+  for (i = 1; i <= n; ++i) line = line sprintf(" rank %d %.2f", i - 1, (rv[i] - bv[i]) / c)
+  print line " of the checkpoint'"'"'s files (expected 0.83 0.83 0.83 0.50: a file each on ranks 0-2, and each rank its half)"
+}'
 awk -v a="$resume_read0" -v b="$resume_read1" -v ta="$train_read0" -v tb="$train_read1" -v c="$ck_bytes" 'BEGIN {
   printf "resume: read over one step, rank 0 %.2f, rank 1 %.2f of the checkpoint'"'"'s %d MiB (expected 1.17 and 0.83; 1.50 each when every rank hashed every file)\n", (a - ta) / c, (b - tb) / c, c / 1048576
 }'
