@@ -933,13 +933,33 @@ bool resume(const Args& args, Inputs& in, se::Executor& executor, int rank, int 
   bool replan = false;
   std::string note;
   std::string error = check_checkpoint(*ck, model, args, executor.param_shapes(), &replan, &note);
-  if (error.empty())
-    if (const sp::Status read = se::read_checkpoint_tensors(*ck, executor.held_tensors()); !read)
-      error = read.error().message;
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
-  executor.load_state(ck->state);
-  // The tensors whose values each rank read (those it holds shards of).
-  const int read_here = static_cast<int>(ck->state.tensors.size());
+  // The tensors this rank holds shards of, each read from the checkpoint's
+  // files as the executor asks for it, the tensors of one parameter
+  // ("M/k.r") kept until the next parameter's are asked for: the rank
+  // holds one parameter's full state beside its own, not its whole state
+  // twice. A read that fails leaves the rest unread and fails the resume.
+  int read_here = 0;   // the tensors whose values this rank read
+  std::string kept_param;
+  executor.load_state(
+      [&](const std::string& name) -> const se::TensorState* {
+        if (!error.empty() || !ck->index.count(name)) return nullptr;
+        if (const std::string param = name.substr(0, name.rfind('/')); param != kept_param) {
+          ck->state.tensors.clear();
+          kept_param = param;
+        }
+        if (!ck->state.tensors.count(name)) {
+          if (const sp::Status read = se::read_checkpoint_tensors(*ck, {name}); !read) {
+            error = read.error().message;
+            return nullptr;
+          }
+          ++read_here;
+        }
+        return &ck->state.tensors.at(name);
+      },
+      ck->meta.step);
+  ck->state.tensors.clear();
+  if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
   std::vector<int> read(static_cast<size_t>(rank == 0 ? size : 1), 0);
   MPI_CHECK(MPI_Gather(&read_here, 1, MPI_INT, read.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (rank == 0) {

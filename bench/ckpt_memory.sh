@@ -24,7 +24,8 @@
 # parts it writes (checkpoint_file_rank: on 2 ranks rank 0 writes
 # params.bin and adam_m.bin, rank 1 adam_v.bin: 2/3 and 1/3; target 1.5,
 # one parameter's full state and Open MPI's buffers); and each rank's
-# growth on resuming over the state it holds (its task's half). Files go
+# growth on resuming over the state it holds (its task's half), of which
+# it holds one parameter's full state at a time beside its own. Files go
 # to BUILD_DIR/ckpt_memory/. Takes about a minute on 2 cores, most of it
 # writing and reading 2.3 GiB (fsynced).
 set -eu
@@ -124,7 +125,7 @@ awk -v s0="$save0" -v s1="$save1" -v r0="$resume0" -v r1="$resume1" -v t0="$trai
   -v v="$values" -v l="$largest" 'BEGIN {
   printf "model: %.1f M parameters, %d MiB of state (value, m, v) held by each rank, %d MiB its largest parameter\n", v / 1e6, h, l
   printf "save: growth over one step, rank 0 %.2f, rank 1 %.2f of the largest parameter'"'"'s state (expected 0.67 and 0.33, the parts each writes; target <= 1.5)\n", (s0 - t0) / l, (s1 - t1) / l
-  printf "resume: growth over one step, rank 0 %.2f, rank 1 %.2f of the state it holds (target <= 1.2)\n", (r0 - t0) / h, (r1 - t1) / h
+  printf "resume: growth over one step, rank 0 %.2f, rank 1 %.2f of the state it holds (expected 0.66: the largest parameter'"'"'s full state and a shard'"'"'s staging copy; target <= 1.2)\n", (r0 - t0) / h, (r1 - t1) / h
 }'
 awk -v s="${save4[*]}" -v b="${base4[*]}" -v l="$largest" 'BEGIN {
   n = split(s, sv, " "); split(b, bv, " ")

@@ -1669,6 +1669,15 @@ std::map<std::string, Tensor> Executor::gather_grads() {
 }
 
 LoadCounts Executor::load_state(const TrainingState& state) {
+  return load_state(
+      [&](const std::string& name) -> const TensorState* {
+        const auto it = state.tensors.find(name);
+        return it == state.tensors.end() ? nullptr : &it->second;
+      },
+      state.step);
+}
+
+LoadCounts Executor::load_state(const StateSource& source, int64_t step) {
   if (values_partial_)   // tensors the state lacks would keep a partial value
     throw std::logic_error("load_state after a step that left the values to the next step's all-gathers");
   LoadCounts counts;
@@ -1677,16 +1686,16 @@ LoadCounts Executor::load_state(const TrainingState& state) {
     const int k = sched_->lowered.param_tp.count(key.first) ? sched_->lowered.param_tp.at(key.first) : 1;
     for (size_t i = 0; i < ps.set.params.size(); ++i) {
       Param& p = ps.set.params[i];
-      const auto it = state.tensors.find(p.name);
+      const TensorState* found = source(p.name);
       const plan::ValueRange own = ps.own[i];
-      if (it == state.tensors.end()) {  // new: keep the seeded initial value
+      if (!found) {  // new: keep the seeded initial value
         ps.m[i] = own.size() > 0 ? backend_.allocate({own.size()}) : Tensor();
         ps.v[i] = own.size() > 0 ? backend_.allocate({own.size()}) : Tensor();
         ps.adam_steps = 0;
         ++counts.fresh;
         continue;
       }
-      const TensorState& ts = it->second;
+      const TensorState& ts = *found;
       if (ts.value.shape() != p.full_shape)
         throw std::invalid_argument(p.name + ": the checkpoint holds shape " + shape_str(ts.value.shape()) +
                                     ", the model needs " + shape_str(p.full_shape));
@@ -1701,7 +1710,7 @@ LoadCounts Executor::load_state(const TrainingState& state) {
       ++counts.carried;
     }
   }
-  step_ = state.step;
+  step_ = step;
   return counts;
 }
 

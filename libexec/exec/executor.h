@@ -263,6 +263,15 @@ class Executor {
   // of the state has another full shape than the model's. Local, no
   // communication; call on every rank before step().
   LoadCounts load_state(const TrainingState& state);
+  // The same from a source of full tensor states: `source(name)` is the
+  // state of tensor `name`, or null when the state lacks it, valid until
+  // the next call (a resume reads each from the checkpoint as it is asked
+  // for, holding a parameter's tensors at a time, not the rank's state:
+  // the tensors come in the order of this rank's shards, a parameter's
+  // one after another, and a tensor may be asked for once per shard
+  // holding it). `step` is the state's.
+  using StateSource = std::function<const TensorState*(const std::string& name)>;
+  LoadCounts load_state(const StateSource& source, int64_t step);
 
 
   // Full shape of every parameter tensor of the model ("M/k.r/<tensor>").

@@ -1147,6 +1147,37 @@ TEST_CASE("checkpoint: load_state keeps missing tensors fresh and refuses anothe
   const Tensor& carried = got.at("vision/0.0/w");
   for (int64_t i = 0; i < carried.numel(); ++i) REQUIRE(carried[i] == trained.at("vision/0.0/w")[i]);
 
+  // From a source (spindle-run's resume, reading each tensor as it is
+  // asked for): the same parameters, every tensor of the model asked for
+  // once (one shard each on one device), a parameter's tensors one after
+  // another.
+  OneDevice d(*m, plan);
+  std::vector<std::string> asked;
+  const LoadCounts from_source = d.ex->load_state(
+      [&](const std::string& name) -> const TensorState* {
+        asked.push_back(name);
+        const auto it = state.tensors.find(name);
+        return it == state.tensors.end() ? nullptr : &it->second;
+      },
+      state.step);
+  CHECK(from_source.fresh == counts.fresh);
+  CHECK(from_source.carried == counts.carried);
+  CHECK(d.ex->steps_done() == state.step);
+  CHECK(asked.size() == b.ex->param_shapes().size());
+  CHECK(std::set<std::string>(asked.begin(), asked.end()).size() == asked.size());
+  std::set<std::string> params_done;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const std::string param = asked[i].substr(0, asked[i].rfind('/'));
+    if (i > 0 && param == asked[i - 1].substr(0, asked[i - 1].rfind('/'))) continue;
+    INFO(asked[i]);
+    CHECK(params_done.insert(param).second);   // never a parameter's tensors again after another's
+  }
+  const auto sourced = d.ex->gather_params();
+  for (const auto& [name, value] : got) {
+    INFO(name);
+    REQUIRE(std::memcmp(sourced.at(name).data(), value.data(), static_cast<size_t>(value.numel()) * 4) == 0);
+  }
+
   state.tensors.at("vision/0.0/w").value = Tensor::zeros({3, 3});
   OneDevice c(*m, plan);
   CHECK_THROWS_AS(c.ex->load_state(state), std::invalid_argument);
