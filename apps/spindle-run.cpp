@@ -569,10 +569,8 @@ bool load_checkpoint_to_resume(const Args& args, int rank, int size, Inputs& in)
   if (found.empty()) {
     error = args.checkpoint_dir + ": --resume: no complete checkpoint (step-N directory) here";
   } else {
-    std::array<bool, se::kCheckpointFiles> mine{};
-    for (int f = 0; f < se::kCheckpointFiles; ++f)
-      mine[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, size) == rank;
-    if (const sp::Status verified = se::verify_checkpoint_files(newest, mine); !verified)
+    if (const sp::Status verified = se::verify_checkpoint_files(newest, se::checkpoint_files_of(rank, size));
+        !verified)
       error = refused(verified.error().message);
   }
   if (!all_ok(MPI_COMM_WORLD, rank, error)) return false;
@@ -1199,11 +1197,8 @@ std::optional<nlohmann::json> close_joined(Training& tr, std::optional<se::Check
 bool write_checkpoint(Training& tr) {
   const auto t0 = std::chrono::steady_clock::now();
   std::array<int, se::kCheckpointFiles> writers{};
-  std::array<bool, se::kCheckpointFiles> mine{};
-  for (int f = 0; f < se::kCheckpointFiles; ++f) {
-    writers[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, tr.size);
-    mine[static_cast<size_t>(f)] = writers[static_cast<size_t>(f)] == tr.rank;
-  }
+  for (int f = 0; f < se::kCheckpointFiles; ++f) writers[static_cast<size_t>(f)] = se::checkpoint_file_rank(f, tr.size);
+  const std::array<bool, se::kCheckpointFiles> mine = se::checkpoint_files_of(tr.rank, tr.size);
   // 1. The writers start.
   std::string error;
   std::optional<se::CheckpointWriter> writer = start_writers(tr, mine, error);

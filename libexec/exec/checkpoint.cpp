@@ -413,14 +413,11 @@ plan::Status check_part_finite(int64_t step, const std::string& name, int part, 
   return {};
 }
 
-// The part `f` of `ts` (0 value, 1 m, 2 v), as the tensor files order them.
-const Tensor& part_of(const TensorState& ts, int f) { return f == 0 ? ts.value : f == 1 ? ts.m : ts.v; }
-
 }  // namespace
 
 plan::Status check_state_finite(const TrainingState& state) {
   for (const auto& [name, ts] : state.tensors)
-    for (int f = 0; f < kCheckpointFiles; ++f) SPINDLE_TRY(check_part_finite(state.step, name, f, part_of(ts, f)));
+    for (int f = 0; f < kCheckpointFiles; ++f) SPINDLE_TRY(check_part_finite(state.step, name, f, ts.part(f)));
   return {};
 }
 
@@ -596,7 +593,7 @@ void CheckpointWriter::abandon() {
 
 plan::Status CheckpointWriter::add(const std::string& name, const TensorState& state) {
   for (int f = 0; f < kCheckpointFiles; ++f)
-    if (mine_[static_cast<size_t>(f)]) SPINDLE_TRY(add_part(name, f, part_of(state, f), state.adam_steps));
+    if (mine_[static_cast<size_t>(f)]) SPINDLE_TRY(add_part(name, f, state.part(f), state.adam_steps));
   return {};
 }
 
@@ -950,6 +947,12 @@ const char* checkpoint_file(int f) { return kFiles[f]; }
 
 int checkpoint_file_rank(int f, int ranks) { return static_cast<int>(int64_t{f} * ranks / kCheckpointFiles); }
 
+std::array<bool, kCheckpointFiles> checkpoint_files_of(int rank, int ranks) {
+  std::array<bool, kCheckpointFiles> mine{};
+  for (int f = 0; f < kCheckpointFiles; ++f) mine[static_cast<size_t>(f)] = checkpoint_file_rank(f, ranks) == rank;
+  return mine;
+}
+
 plan::Status verify_checkpoint_files(const std::string& step_dir, const std::array<bool, kCheckpointFiles>& files) {
   Checkpoint ck;
   FileEntry entries[3];
@@ -1023,7 +1026,7 @@ plan::Status read_checkpoint_tensors(Checkpoint& ck, const std::set<std::string>
     SPINDLE_TRY(open_checkpoint_file(path, ck.file_bytes[f], fd));
     for (const auto& [tname, entry] : todo) {
       TensorState& ts = read[*tname];
-      Tensor& t = f == 0 ? ts.value : f == 1 ? ts.m : ts.v;
+      Tensor& t = ts.part(f);
       t = Tensor::zeros(entry->shape);
       if (const int err = transfer_at(fd.fd, true, t.data(), static_cast<uint64_t>(t.numel()) * sizeof(float),
                                       entry->offset[f]);

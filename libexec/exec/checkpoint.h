@@ -68,6 +68,10 @@ namespace spindle::exec {
 struct TensorState {
   Tensor value, m, v;      // full shape (no TP split), fp32
   int64_t adam_steps = 0;  // AdamW steps taken (bias correction)
+  // Part `p`: 0 value, 1 m, 2 v, the order of the tensor files
+  // (checkpoint_file(p)) and of Executor::gather_state's parts.
+  Tensor& part(int p) { return p == 0 ? value : p == 1 ? m : v; }
+  const Tensor& part(int p) const { return p == 0 ? value : p == 1 ? m : v; }
 };
 
 // How far the tensor-parallel copies of replicated tensors (LayerNorm
@@ -225,6 +229,8 @@ const char* checkpoint_file(int f);
 // nodes, placed by blocks), rather than one rank writing, or every rank
 // reading, the three files. Rank 0 always has params.bin.
 int checkpoint_file_rank(int f, int ranks);
+// Which of the three files rank `rank` of `ranks` writes and verifies.
+std::array<bool, kCheckpointFiles> checkpoint_files_of(int rank, int ranks);
 
 // A checkpoint written a tensor at a time, into the files and folder
 // save_checkpoint writes: spindle-run's saves, where no rank holds the

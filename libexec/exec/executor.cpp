@@ -1431,13 +1431,6 @@ const std::map<std::string, Shape>& Executor::param_shapes() const {
   return *param_shapes_;
 }
 
-std::set<std::string> Executor::held_tensors() const {
-  std::set<std::string> out;
-  for (const auto& [key, ps] : params_)
-    for (const Param& p : ps.set.params) out.insert(p.name);
-  return out;
-}
-
 std::map<std::pair<std::string, int>, std::vector<Tensor>> Executor::gather_moments() {
   std::map<std::pair<std::string, int>, std::vector<Tensor>> out;
   const plan::Lowered& l = sched_->lowered;
@@ -1483,7 +1476,7 @@ TrainingState Executor::gather_state() {
   gather_state(
       [&](const std::string& name, int part, const Tensor& full, int64_t adam_steps) {
         TensorState& kept = out.tensors[name];
-        (part == 0 ? kept.value : part == 1 ? kept.m : kept.v) = full.clone();
+        kept.part(part) = full.clone();
         kept.adam_steps = adam_steps;
       },
       {0, 0, 0}, &out.drift);
@@ -1504,7 +1497,7 @@ void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>&
     for (auto& [name, ts] : current)
       for (int part = 0; part < 3; ++part)
         if (mine[static_cast<size_t>(part)])
-          sink(name, part, part == 0 ? ts.value : part == 1 ? ts.m : ts.v, ts.adam_steps);
+          sink(name, part, ts.part(part), ts.adam_steps);
     current.clear();
   };
   // With sharded state every member of a bucket first gathers its moments.
@@ -1583,7 +1576,6 @@ void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>&
       auto [it, fresh] = current.try_emplace(p.name);
       TensorState& ts = it->second;
       if (fresh) ts.adam_steps = adam_steps;
-      Tensor* full[3] = {&ts.value, &ts.m, &ts.v};
       if (mine[0] && !fresh && !plan::tp_copy_counts(p.shard_axis, t) && drift)
         add_drift(*drift, p.name, parts[i][0], ts.value);
       for (int part = 0; part < 3; ++part) {
@@ -1592,11 +1584,11 @@ void Executor::gather_state(const StatePartSink& sink, const std::array<int, 3>&
         if (fresh && plan::tp_copy_counts(p.shard_axis, t) && p.shape == p.full_shape) {
           // The shard is the whole tensor: handed on as it is, no copy (a
           // view of this rank's own state, or what was received; read only).
-          *full[part] = got;
+          ts.part(part) = got;
           continue;
         }
-        if (fresh) *full[part] = Tensor::zeros(p.full_shape);
-        if (plan::tp_copy_counts(p.shard_axis, t)) place_shard(*full[part], got, p.shard_axis, t, k);
+        if (fresh) ts.part(part) = Tensor::zeros(p.full_shape);
+        if (plan::tp_copy_counts(p.shard_axis, t)) place_shard(ts.part(part), got, p.shard_axis, t, k);
       }
     }
   }

@@ -48,9 +48,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
-#include <array>
 #include <functional>
 #include <limits>
 #include <map>
@@ -277,9 +277,6 @@ class Executor {
   // Full shape of every parameter tensor of the model ("M/k.r/<tensor>").
   // Pure: the same on every rank.
   const std::map<std::string, Shape>& param_shapes() const;
-  // The parameter tensors this rank holds a shard of: the ones load_state
-  // reads (a rank resuming reads these of a checkpoint, not the model).
-  std::set<std::string> held_tensors() const;
 
   int64_t steps_done() const { return step_; }
   // The plan as this executor lowered it (every rank's program; this rank

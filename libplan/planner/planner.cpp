@@ -965,17 +965,20 @@ Result<Plan> plan_on_cluster(const PlanRequest& request, const LowerContext& low
   const bool with_runner_up = runner_up && request.strategy == Strategy::spindle && request.shift_simulations > 0;
   std::optional<Costed> other;
   SPINDLE_ASSIGN(best, search.refine(with_runner_up ? &other : nullptr));
+  // A placement made a plan: its waves and bucket starts, the lowering
+  // choices made; its simulated makespan.
+  auto make = [&](Plan& x, const Costed& c) {
+    search.emit(c.schedule, c.placed, x);
+    x.bucket_starts = c.starts;
+    return choose_transfers(x, c.simulated_ms, lowering, request);
+  };
   if (runner_up) runner_up->reset();
   if (other) {
     Plan& up = runner_up->emplace(plan);
-    search.emit(other->schedule, other->placed, up);
-    up.bucket_starts = other->starts;
-    SPINDLE_ASSIGN(up_ms, choose_transfers(up, other->simulated_ms, lowering, request));
+    SPINDLE_ASSIGN(up_ms, make(up, *other));
     cost_winner(up, up_ms, p.relaxed_optimum_ms, request);
   }
-  search.emit(best.schedule, best.placed, plan);
-  plan.bucket_starts = best.starts;
-  SPINDLE_ASSIGN(simulated_ms, choose_transfers(plan, best.simulated_ms, lowering, request));
+  SPINDLE_ASSIGN(simulated_ms, make(plan, best));
   // Still within kRunnerUpWithin of the winner with both their transfers
   // and gathers chosen, else not shifted.
   if (runner_up && *runner_up && (*runner_up)->predicted.simulated_ms > simulated_ms * (1 + kRunnerUpWithin))
